@@ -1,0 +1,3 @@
+//! Reading curves: knee, Universal Scalability Law, Little's law, latency modes.
+
+pub mod cli;

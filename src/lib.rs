@@ -1,0 +1,14 @@
+//! stairbench: a performance lab for client/server systems.
+//!
+//! The binary is a thin shell over this library (see `cli`), so every command can be
+//! called and tested in-process.
+
+pub mod analyze;
+pub mod cli;
+pub mod cpuset;
+pub mod load;
+pub mod observe;
+pub mod profile;
+pub mod report;
+pub mod serve;
+pub mod sweep;

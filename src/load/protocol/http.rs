@@ -1,0 +1,1 @@
+//! HTTP/1.1 keep-alive requests and response framing.

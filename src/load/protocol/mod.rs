@@ -1,0 +1,34 @@
+//! Wire protocols of the load engine, one module each behind [`Protocol`].
+//!
+//! A protocol instance belongs to one connection: it encodes requests (once, patching
+//! varying fields in place) and recognises complete replies at the front of a buffer.
+
+pub mod http;
+pub mod msgr;
+pub mod redis;
+
+/// What [`Protocol::parse_reply`] found at the front of the receive buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Not a whole reply yet: read more.
+    Incomplete,
+    /// One whole reply of `len` bytes.
+    Done {
+        /// Bytes the reply occupies at the front of the buffer.
+        len: usize,
+        /// The error kind when the reply says the request failed (HTTP non-2xx, RESP error).
+        error: Option<&'static str>,
+        /// The server will close the connection after this reply (HTTP `Connection: close`).
+        close: bool,
+    },
+    /// The bytes cannot be a reply: the connection must be dropped. Names the error kind.
+    Invalid(&'static str),
+}
+
+/// One connection's view of a request/reply protocol.
+pub trait Protocol: Send {
+    /// The next request's bytes. Implementations keep one encoded request and patch it.
+    fn next_request(&mut self) -> &[u8];
+    /// Looks for one complete reply at the front of `buf`.
+    fn parse_reply(&mut self, buf: &[u8]) -> Reply;
+}

@@ -1,0 +1,1 @@
+//! Length-prefixed messenger frames.

@@ -1,0 +1,1 @@
+//! RESP commands (GET/SET) and reply framing.

@@ -1,0 +1,17 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = stairbench::cli::Cli::parse();
+    match stairbench::cli::run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            if stairbench::cli::is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("stairbench: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! perf profiles: folding, thread merging, coalescing, flame graphs, diffs.
+
+pub mod cli;

@@ -1,0 +1,3 @@
+//! Exporters of a run directory, one per format behind one trait.
+
+pub mod cli;

@@ -1,0 +1,4 @@
+//! Experiments: the spec, CPU placements, target processes, the step loop, the run directory.
+
+pub mod cli;
+pub mod topology;
