@@ -214,3 +214,30 @@ pub struct LoadOutcome {
     /// The per-second lines of the measured window.
     pub intervals: Vec<IntervalLine>,
 }
+
+pub mod engine;
+pub use engine::run;
+
+/// Why a load run could not start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The URL or an option is unusable.
+    #[error("{0}")]
+    BadInput(String),
+    /// The target could not be reached.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address tried.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Any other I/O failure of the engine itself.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the engine was doing.
+        context: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
