@@ -6,10 +6,13 @@
 //! markdown). Where perf is missing or may not record, a typed error says why, so the runner can
 //! note it and go on.
 
-use std::io::Write;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
@@ -156,7 +159,24 @@ fn dedup(events: &[Event]) -> Vec<Event> {
     out
 }
 
-/// Starts one `perf record` per event, all at once, and waits for them.
+/// How long perf may take to start recording (it reads symbols first; slow on a busy machine).
+const PERF_START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A `perf record` started disabled, with its control FIFOs.
+struct Recorder {
+    child: std::io::Result<Child>,
+    described: String,
+    data: PathBuf,
+    fifos: [PathBuf; 2],
+}
+
+/// Starts one `perf record` per event, enables them all once each is ready, and stops them
+/// with SIGINT after `seconds`, so every recording covers the same `seconds`.
+///
+/// Not `perf record -p PID -- sleep N`: when the sleep ends, perf 6.1 sends SIGTERM to the
+/// recorded process too, which would kill the server under test. And perf takes up to a
+/// second to start on a busy machine, so the events start disabled (`-D -1`) and are enabled
+/// through `--control` when perf is ready, which it acknowledges.
 fn record_all(
     pids: &[i32],
     seconds: f64,
@@ -168,32 +188,124 @@ fn record_all(
         .map(i32::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let children: Vec<_> = events
+    let mut recorders: Vec<Recorder> = events
         .iter()
-        .map(|event| {
-            let data = out_dir.join(format!("{}.perf.data", event.stem()));
-            let mut command = Command::new("perf");
-            command
-                .args(["record", "-g", "-F", "999", "-e", event.perf_event()])
-                .args(["-p", &pid_list, "-o"])
-                .arg(&data)
-                .args(["--", "sleep", &format!("{seconds}")]);
-            let described = format!(
-                "perf record -g -F 999 -e {} -p {pid_list} -o {} -- sleep {seconds}",
-                event.perf_event(),
-                data.display()
-            );
-            command.stdout(Stdio::null()).stderr(Stdio::piped());
-            (command.spawn(), described, data)
-        })
+        .map(|event| start_recorder(*event, &pid_list, out_dir))
         .collect();
-    children
+    let controls: Vec<Option<(File, File)>> = recorders.iter_mut().map(enable).collect();
+    wait_then_interrupt(&mut recorders, seconds);
+    drop(controls);
+    recorders
         .into_iter()
-        .map(|(child, described, data)| {
-            let output = child.and_then(|c| c.wait_with_output());
-            check_output(output, &described).map(|_| data)
+        .map(|r| {
+            let output = r.child.and_then(|c| c.wait_with_output());
+            for fifo in &r.fifos {
+                let _ = std::fs::remove_file(fifo);
+            }
+            check_output(output, &r.described).map(|_| r.data)
         })
         .collect()
+}
+
+fn start_recorder(event: Event, pid_list: &str, out_dir: &Path) -> Recorder {
+    let stem = event.stem();
+    let data = out_dir.join(format!("{stem}.perf.data"));
+    let fifos = [
+        out_dir.join(format!(".{stem}.ctl.fifo")),
+        out_dir.join(format!(".{stem}.ack.fifo")),
+    ];
+    let control = format!("fifo:{},{}", fifos[0].display(), fifos[1].display());
+    let described = format!(
+        "perf record -g -F 999 -e {} -p {pid_list} -o {} -D -1 --control {control}",
+        event.perf_event(),
+        data.display()
+    );
+    let made = fifos.iter().try_for_each(|f| {
+        let _ = std::fs::remove_file(f);
+        nix::unistd::mkfifo(
+            f,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .map_err(std::io::Error::from)
+    });
+    let child = made.and_then(|_| {
+        Command::new("perf")
+            .args(["record", "-g", "-F", "999", "-e", event.perf_event()])
+            .args(["-p", pid_list, "-o"])
+            .arg(&data)
+            .args(["-D", "-1", "--control", &control])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+    });
+    Recorder {
+        child,
+        described,
+        data,
+        fifos,
+    }
+}
+
+/// Sends `enable` and waits for perf's `ack`; None when perf exited or never answered (the
+/// recorder's exit status then says why).
+fn enable(recorder: &mut Recorder) -> Option<(File, File)> {
+    let child = recorder.child.as_mut().ok()?;
+    let deadline = Instant::now() + PERF_START_TIMEOUT;
+    let nonblocking = |write: bool, path: &Path| {
+        OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+    };
+    let mut ack = nonblocking(false, &recorder.fifos[1]).ok()?;
+    let mut ctl = loop {
+        // a FIFO opens for writing only once perf has it open for reading
+        if let Ok(f) = nonblocking(true, &recorder.fifos[0]) {
+            break f;
+        }
+        if Instant::now() > deadline || !matches!(child.try_wait(), Ok(None)) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    ctl.write_all(b"enable\n").ok()?;
+    let mut buf = [0u8; 16];
+    while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        match ack.read(&mut buf) {
+            Ok(n) if n > 0 => return Some((ctl, ack)),
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    None
+}
+
+/// Sleeps until `seconds` have passed (or every recorder has exited), then SIGINTs the rest.
+fn wait_then_interrupt(recorders: &mut [Recorder], seconds: f64) {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    while Instant::now() < deadline {
+        let running = recorders
+            .iter_mut()
+            .filter_map(|r| r.child.as_mut().ok())
+            .any(|c| matches!(c.try_wait(), Ok(None)));
+        if !running {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50).min(deadline - Instant::now()));
+    }
+    for child in recorders.iter_mut().filter_map(|r| r.child.as_mut().ok()) {
+        if matches!(child.try_wait(), Ok(None)) {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        }
+    }
+}
+
+/// perf record stopped by our SIGINT exits with 130 (or by the signal): that is success.
+fn stopped_by_interrupt(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.code() == Some(130) || status.signal() == Some(libc::SIGINT)
 }
 
 fn check_output(output: std::io::Result<Output>, described: &str) -> Result<Output, ProfileError> {
@@ -203,7 +315,7 @@ fn check_output(output: std::io::Result<Output>, described: &str) -> Result<Outp
         },
         _ => ProfileError::io(format!("starting `{described}`"), e),
     })?;
-    if output.status.success() {
+    if output.status.success() || stopped_by_interrupt(output.status) {
         return Ok(output);
     }
     let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();

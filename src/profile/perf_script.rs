@@ -13,7 +13,7 @@ use std::io;
 use inferno::collapse::perf::{Folder, Options};
 use inferno::collapse::Collapse;
 
-use super::folded::{clip, parse_line, Folded, GARBLED_EXAMPLES};
+use super::folded::{clip, Folded, GARBLED_EXAMPLES};
 use super::ProfileError;
 
 /// Options that change how samples are folded.
@@ -162,7 +162,14 @@ fn fold_chunk(
         what: "reading inferno's folded output".into(),
         source: io::Error::new(io::ErrorKind::InvalidData, e),
     })?;
-    let stacks = text.lines().filter_map(parse_line).collect();
+    // inferno's keys verbatim (trimming them could change their order or merge two)
+    let stacks = text
+        .split('\n')
+        .filter_map(|line| {
+            let (stack, count) = line.rsplit_once(' ')?;
+            Some((stack.to_string(), count.parse().ok()?))
+        })
+        .collect();
     Ok((stacks, scan))
 }
 
