@@ -18,7 +18,13 @@ pub struct Http {
 
 impl Http {
     /// Encodes `method path` for `host` with extra `Name: value` headers and an optional body.
-    pub fn new(method: &str, host: &str, path: &str, headers: &[String], body: Option<&str>) -> Self {
+    pub fn new(
+        method: &str,
+        host: &str,
+        path: &str,
+        headers: &[String],
+        body: Option<&str>,
+    ) -> Self {
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
         for h in headers {
             req.push_str(h.trim());
@@ -206,7 +212,10 @@ mod tests {
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1";
         assert_eq!(parse_response(r), done(r.len() - 8, None, false));
         assert_eq!(parse_response(&r[..30]), Reply::Incomplete);
-        assert_eq!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Le"), Reply::Incomplete);
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\nContent-Le"),
+            Reply::Incomplete
+        );
     }
 
     #[test]
@@ -228,7 +237,10 @@ mod tests {
 
     #[test]
     fn garbage_and_hostile_lengths() {
-        assert_eq!(parse_response(b"SSH-2.0-x\r\n\r\n"), Reply::Invalid("http_bad_response"));
+        assert_eq!(
+            parse_response(b"SSH-2.0-x\r\n\r\n"),
+            Reply::Invalid("http_bad_response")
+        );
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 4294967296\r\n\r\n";
         assert_eq!(parse_response(r), Reply::Invalid("http_body_too_large"));
         let long = vec![b'a'; MAX_HEAD_BYTES + 1];

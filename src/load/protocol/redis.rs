@@ -36,7 +36,7 @@ impl KeySpace {
 
     fn draw(&self, rng: &mut SplitMix64) -> u64 {
         match &self.zipf {
-            None => rng.next() % self.keys,
+            None => rng.next_u64() % self.keys,
             Some(z) => z.draw(rng.next_f64()),
         }
     }
@@ -61,7 +61,10 @@ impl Redis {
         let key = format!("key:{}", "0".repeat(space.width));
         let get = format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len());
         let get_key_at = get.len() - 2 - space.width;
-        let mut set = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${value_size}\r\n", key.len());
+        let mut set = format!(
+            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${value_size}\r\n",
+            key.len()
+        );
         let set_key_at = set.len() - 2 - value_size.to_string().len() - 1 - 2 - space.width;
         set.push_str(&"x".repeat(value_size));
         set.push_str("\r\n");
@@ -113,7 +116,11 @@ fn write_digits(out: &mut [u8], mut value: u64) {
 }
 
 /// Frames one RESP value starting at `pos`: `(end, is_error)` or `None` when incomplete.
-fn parse_value(buf: &[u8], pos: usize, depth: usize) -> Result<Option<(usize, bool)>, &'static str> {
+fn parse_value(
+    buf: &[u8],
+    pos: usize,
+    depth: usize,
+) -> Result<Option<(usize, bool)>, &'static str> {
     if depth > MAX_DEPTH {
         return Err("resp_bad_reply");
     }
@@ -173,7 +180,7 @@ pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -183,7 +190,7 @@ impl SplitMix64 {
 
     /// A uniform float in [0, 1).
     pub fn next_f64(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -235,7 +242,12 @@ mod tests {
     use super::*;
 
     fn conn(read_ratio: f64) -> Redis {
-        Redis::new(KeySpace::new(1000, Distribution::Uniform).unwrap(), read_ratio, 4, 7)
+        Redis::new(
+            KeySpace::new(1000, Distribution::Uniform).unwrap(),
+            read_ratio,
+            4,
+            7,
+        )
     }
 
     #[test]
@@ -244,7 +256,9 @@ mod tests {
         let req = String::from_utf8(r.next_request().to_vec()).unwrap();
         assert!(req.starts_with("*2\r\n$3\r\nGET\r\n$7\r\nkey:"), "{req:?}");
         assert_eq!(req.len(), "*2\r\n$3\r\nGET\r\n$7\r\nkey:123\r\n".len());
-        assert!(req[req.len() - 5..req.len() - 2].bytes().all(|b| b.is_ascii_digit()));
+        assert!(req[req.len() - 5..req.len() - 2]
+            .bytes()
+            .all(|b| b.is_ascii_digit()));
     }
 
     #[test]
@@ -266,7 +280,11 @@ mod tests {
     #[test]
     fn frames_replies() {
         let mut r = conn(1.0);
-        let ok = |len, error| Reply::Done { len, error, close: false };
+        let ok = |len, error| Reply::Done {
+            len,
+            error,
+            close: false,
+        };
         assert_eq!(r.parse_reply(b"+OK\r\n"), ok(5, None));
         assert_eq!(r.parse_reply(b"$-1\r\n"), ok(5, None));
         assert_eq!(r.parse_reply(b"$3\r\nabc\r\n+OK"), ok(9, None));
@@ -275,8 +293,14 @@ mod tests {
         assert_eq!(r.parse_reply(b"*2\r\n:1\r\n$1\r\na\r\n"), ok(15, None));
         assert_eq!(r.parse_reply(b"*2\r\n:1\r\n"), Reply::Incomplete);
         assert_eq!(r.parse_reply(b"HTTP/1.1"), Reply::Incomplete);
-        assert_eq!(r.parse_reply(b"HTTP/1.1\r\n"), Reply::Invalid("resp_bad_reply"));
-        assert_eq!(r.parse_reply(b"$4294967296\r\n"), Reply::Invalid("resp_bad_reply"));
+        assert_eq!(
+            r.parse_reply(b"HTTP/1.1\r\n"),
+            Reply::Invalid("resp_bad_reply")
+        );
+        assert_eq!(
+            r.parse_reply(b"$4294967296\r\n"),
+            Reply::Invalid("resp_bad_reply")
+        );
     }
 
     #[test]
