@@ -90,9 +90,20 @@ fn closed_loop_sent_equals_what_the_server_received() {
     let r = &out.report;
     assert!(r.requests > 100, "{r:?}");
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert_eq!(r.sent, frames.load(Ordering::SeqCst), "sent must equal frames received");
-    assert!(r.sent > r.requests, "warm-up and drain are sent but not measured");
-    assert_eq!(out.hist_ns.len(), r.requests, "one latency sample per measured request");
+    assert_eq!(
+        r.sent,
+        frames.load(Ordering::SeqCst),
+        "sent must equal frames received"
+    );
+    assert!(
+        r.sent > r.requests,
+        "warm-up and drain are sent but not measured"
+    );
+    assert_eq!(
+        out.hist_ns.len(),
+        r.requests,
+        "one latency sample per measured request"
+    );
     assert!((r.duration_s - 1.5).abs() < 0.05, "{}", r.duration_s);
     assert!(r.latency_us.p50 > 0.0 && r.latency_us.p50 <= r.latency_us.p99);
     assert!(r.bytes_received >= r.requests * 108);
@@ -116,7 +127,7 @@ fn http_closing(close_every: u64, requests: Arc<AtomicU64>) -> u16 {
                 buf.drain(..end + 4);
                 requests.fetch_add(1, Ordering::SeqCst);
                 served += 1;
-                let close = served % close_every == 0;
+                let close = served.is_multiple_of(close_every);
                 let head = if close { "Connection: close\r\n" } else { "" };
                 let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n{head}\r\nok");
                 if s.write_all(reply.as_bytes()).is_err() || close {
@@ -134,7 +145,11 @@ fn connection_close_is_honoured_without_losing_requests() {
     let out = run(config(format!("http://127.0.0.1:{port}/")));
     let r = &out.report;
     assert!(r.requests > 50, "{r:?}");
-    assert!(r.errors.is_empty(), "closing connections are not errors: {:?}", r.errors);
+    assert!(
+        r.errors.is_empty(),
+        "closing connections are not errors: {:?}",
+        r.errors
+    );
     assert_eq!(r.sent, requests.load(Ordering::SeqCst));
 }
 
@@ -149,7 +164,11 @@ fn garbage_and_hostile_lengths_are_errors_not_crashes() {
                 return;
             }
             n += 1;
-            let reply: &[u8] = if n % 2 == 0 { b"\xff\xff\xff\xff\0\0\0\0" } else { b"garbage!" };
+            let reply: &[u8] = if n.is_multiple_of(2) {
+                b"\xff\xff\xff\xff\0\0\0\0"
+            } else {
+                b"garbage!"
+            };
             if s.write_all(reply).is_err() {
                 return;
             }
@@ -159,7 +178,11 @@ fn garbage_and_hostile_lengths_are_errors_not_crashes() {
     c.duration = Duration::from_millis(500);
     let r = run(c).report;
     assert_eq!(r.requests, 0);
-    assert!(r.errors.get("bad_frame").copied().unwrap_or(0) > 10, "{:?}", r.errors);
+    assert!(
+        r.errors.get("bad_frame").copied().unwrap_or(0) > 10,
+        "{:?}",
+        r.errors
+    );
 }
 
 #[test]
@@ -173,16 +196,31 @@ fn silent_server_times_out_and_drain_is_bounded() {
     c.timeout = Duration::from_millis(200);
     let started = std::time::Instant::now();
     let r = run(c).report;
-    assert!(started.elapsed() < Duration::from_millis(2500), "drain waited too long");
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "drain waited too long"
+    );
     assert_eq!(r.requests, 0);
-    assert!(r.errors.get("timeout").copied().unwrap_or(0) >= 4, "{:?}", r.errors);
+    assert!(
+        r.errors.get("timeout").copied().unwrap_or(0) >= 4,
+        "{:?}",
+        r.errors
+    );
 }
 
 #[test]
 fn a_target_that_is_down_is_a_clear_error() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let err = load::run(&config(format!("msgr://127.0.0.1:{port}")), &mut NoLines, &AtomicBool::new(false))
-        .unwrap_err();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = load::run(
+        &config(format!("msgr://127.0.0.1:{port}")),
+        &mut NoLines,
+        &AtomicBool::new(false),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("cannot connect"), "{err}");
 }
 
@@ -231,10 +269,45 @@ fn open_loop_corrects_for_coordinated_omission() {
     c.proto.msg_size = 16;
     let r = run(c).report;
     let corrected = r.latency_us.p99;
-    let uncorrected = r.uncorrected_latency_us.clone().expect("open loop has it").p99;
+    let uncorrected = r
+        .uncorrected_latency_us
+        .clone()
+        .expect("open loop has it")
+        .p99;
     // A fifth of each second is stalled: the slowest 1% waited most of the 200 ms stall.
-    assert!(corrected > 100_000.0, "corrected p99 {corrected} us should show the stall");
-    assert!(uncorrected < 50_000.0, "uncorrected p99 {uncorrected} us hides the stall");
-    assert!(r.omitted.unwrap() > 0, "requests due during a stall leave late");
-    assert!((r.throughput_rps - 500.0).abs() < 60.0, "{}", r.throughput_rps);
+    assert!(
+        corrected > 100_000.0,
+        "corrected p99 {corrected} us should show the stall"
+    );
+    assert!(
+        uncorrected < 50_000.0,
+        "uncorrected p99 {uncorrected} us hides the stall"
+    );
+    assert!(
+        r.omitted.unwrap() > 0,
+        "requests due during a stall leave late"
+    );
+    assert!(
+        (r.throughput_rps - 500.0).abs() < 60.0,
+        "{}",
+        r.throughput_rps
+    );
+}
+
+#[test]
+fn json_matches_the_checked_in_schema() {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../schema/load.schema.json")).unwrap();
+    let port = msgr_echo(Arc::new(AtomicU64::new(0)));
+    for rate in [None, Some(2000.0)] {
+        let mut c = config(format!("msgr://127.0.0.1:{port}"));
+        c.duration = Duration::from_millis(400);
+        c.rate_rps = rate;
+        let doc = serde_json::to_value(run(c).report).unwrap();
+        let errors = stairbench::schema::validate(&schema, &doc);
+        assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
+    }
+    // The checker does catch a broken document.
+    let broken = serde_json::json!({"schema": 1, "requests": -1});
+    assert!(stairbench::schema::validate(&schema, &broken).len() > 5);
 }
