@@ -116,7 +116,7 @@ fn http_closing(close_every: u64, requests: Arc<AtomicU64>) -> u16 {
     serve(move |mut s: TcpStream| {
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
-        let mut served = 0;
+        let mut served: u64 = 0;
         loop {
             let n = match s.read(&mut chunk) {
                 Ok(0) | Err(_) => return,
