@@ -285,3 +285,55 @@ fn live_machine_topology_reads() {
         topo.cores().iter().map(|c| c.threads.len()).sum::<usize>()
     );
 }
+
+fn stairbench(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_stairbench"))
+        .args(args)
+        .output()
+        .expect("stairbench runs")
+}
+
+#[test]
+fn topology_command_prints_json_and_text() {
+    let root = format!(
+        "{}/tests/fixtures/sysfs/two_core",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = stairbench(&["topology", "--json", "--sysfs", &root]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (json["cpus"].as_u64(), json["nodes"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(json["smt"], false);
+    assert_eq!(json["placements"]["separated"]["server"]["1"], "0");
+    assert_eq!(json["placements"]["separated"]["client"]["1"], "1");
+    assert_eq!(json["placements"]["shared"]["server"]["2"], "0-1");
+    assert!(json["note"].as_str().unwrap().contains("same cpusets"));
+
+    let root = format!(
+        "{}/tests/fixtures/sysfs/seed000",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = stairbench(&["topology", "--sysfs", &root, "--counts", "14,29"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("112 CPUs online"), "{text}");
+    assert!(text.contains("4-7,60-63,32-34,88-90"), "{text}");
+    assert!(
+        text.contains("separated     29  skipped: separated with 29 CPUs per side needs"),
+        "{text}"
+    );
+
+    let out = stairbench(&["topology", "--sysfs", "/nonexistent-sysfs"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("reading the CPU topology under /nonexistent-sysfs"),
+        "{err}"
+    );
+}
