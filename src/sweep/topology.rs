@@ -70,8 +70,10 @@ pub enum TopologyError {
     },
 }
 
-/// A placement policy: how the server's and the client's cpusets are chosen.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A placement policy: how the server's and the client's cpusets are chosen. Written as its
+/// name ("separated", "balanced", "shared", or a custom table's policy name) in specs and JSON.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
 pub enum Policy {
     /// Disjoint physical cores, one thread each, on different NUMA nodes when there are two.
     Separated,
@@ -642,6 +644,21 @@ impl fmt::Display for Policy {
     }
 }
 
+impl From<String> for Policy {
+    fn from(s: String) -> Policy {
+        match s.parse() {
+            Ok(p) => p,
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl From<Policy> for String {
+    fn from(p: Policy) -> String {
+        p.name().to_string()
+    }
+}
+
 impl FromStr for Policy {
     type Err = std::convert::Infallible;
 
@@ -948,7 +965,14 @@ mod tests {
     fn policy_names_round_trip() {
         for name in ["separated", "balanced", "shared", "mine"] {
             assert_eq!(name.parse::<Policy>().unwrap().name(), name);
+            let json = format!("{name:?}");
+            let p: Policy = serde_json::from_str(&json).unwrap();
+            assert_eq!(serde_json::to_string(&p).unwrap(), json);
         }
+        assert_eq!(
+            serde_json::from_str::<Policy>("\"shared\"").unwrap(),
+            Policy::Shared
+        );
     }
 
     #[test]
