@@ -146,8 +146,7 @@ fn render_little(out: &mut String, group: &GroupAnalysis, unit: LatencyUnit) {
         "ratio"
     );
     for s in &group.little {
-        let _ = writeln!(
-            out,
+        let line = format!(
             "{:>8} {:>10} {:>14.4} {:>14.4} {:>7.3}  {}",
             s.x,
             s.inflight,
@@ -156,6 +155,7 @@ fn render_little(out: &mut String, group: &GroupAnalysis, unit: LatencyUnit) {
             s.ratio,
             s.flag.as_deref().unwrap_or("")
         );
+        let _ = writeln!(out, "{}", line.trim_end());
     }
 }
 

@@ -92,7 +92,7 @@ pub fn flag(ratio: f64) -> Option<String> {
     if ratio < 1.0 - TOLERANCE {
         Some(format!(
             "X·R is {:.0}% below L: fewer requests in flight than configured (a saturated \
-             client, connections not all live) or the latency is not a mean",
+             client, connections not all live) or the latency is not a request-weighted mean",
             (1.0 - ratio) * 100.0
         ))
     } else if ratio > 1.0 + TOLERANCE {

@@ -13,6 +13,9 @@ use serde::Serialize;
 pub const VALLEY_DEPTH: f64 = 0.8;
 /// Each population must hold at least this share of the requests.
 pub const MIN_SHARE: f64 = 0.05;
+/// Ashman's D the two fitted components must reach: √2·|μ₁−μ₂| / √(σ₁²+σ₂²) ≥ 2 is the usual
+/// threshold for a clean separation.
+pub const MIN_SEPARATION: f64 = 2.0;
 /// Buckets a recorded histogram is re-binned into before looking for peaks.
 pub const HISTOGRAM_BUCKETS: u64 = 100;
 
@@ -52,7 +55,8 @@ pub fn detect(buckets: &[(f64, u64)]) -> Vec<Mode> {
     };
     let mixture = Mixture::fit(buckets, split);
     let modes = mixture.modes(buckets);
-    if modes.len() < 2 || modes.iter().any(|m| m.share < MIN_SHARE) {
+    let separated = mixture.separation() >= MIN_SEPARATION;
+    if !separated || modes.len() < 2 || modes.iter().any(|m| m.share < MIN_SHARE) {
         return vec![single_mode(buckets)];
     }
     modes
@@ -175,6 +179,12 @@ impl Mixture {
             }
         }
         mixture
+    }
+
+    /// Ashman's D between the two components.
+    fn separation(&self) -> f64 {
+        let spread = (self.sd[0].powi(2) + self.sd[1].powi(2)).sqrt();
+        std::f64::consts::SQRT_2 * (self.mean[0] - self.mean[1]).abs() / spread
     }
 
     /// Probability that each point belongs to the fast component.

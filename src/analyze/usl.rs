@@ -153,7 +153,8 @@ fn levenberg_marquardt(points: &[(f64, f64)], start: [f64; 3]) -> [f64; 3] {
     let mut err = sse(points, p[0], p[1], p[2]);
     let mut damping = 1e-3;
     for _ in 0..500 {
-        let (jtj, jtr) = normal_equations(points, p);
+        let (mut jtj, mut jtr) = normal_equations(points, p);
+        hold_active_bounds(&mut jtj, &mut jtr, p);
         let mut improved = false;
         while damping < 1e12 {
             let mut a = jtj;
@@ -185,6 +186,21 @@ fn levenberg_marquardt(points: &[(f64, f64)], start: [f64; 3]) -> [f64; 3] {
         }
     }
     p
+}
+
+/// Freezes σ or κ while it sits on its bound of 0 and the descent direction points below it,
+/// so the remaining parameters still converge instead of every clamped step being rejected.
+fn hold_active_bounds(jtj: &mut [[f64; 3]; 3], jtr: &mut [f64; 3], p: [f64; 3]) {
+    for i in 1..3 {
+        if p[i] == 0.0 && jtr[i] <= 0.0 {
+            for j in 0..3 {
+                jtj[i][j] = 0.0;
+                jtj[j][i] = 0.0;
+            }
+            jtj[i][i] = 1.0;
+            jtr[i] = 0.0;
+        }
+    }
 }
 
 /// JᵀJ and Jᵀr for residuals r = X − X̂ at parameters p.
