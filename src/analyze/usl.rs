@@ -193,9 +193,9 @@ fn levenberg_marquardt(points: &[(f64, f64)], start: [f64; 3]) -> [f64; 3] {
 fn hold_active_bounds(jtj: &mut [[f64; 3]; 3], jtr: &mut [f64; 3], p: [f64; 3]) {
     for i in 1..3 {
         if p[i] == 0.0 && jtr[i] <= 0.0 {
-            for j in 0..3 {
-                jtj[i][j] = 0.0;
-                jtj[j][i] = 0.0;
+            jtj[i] = [0.0; 3];
+            for row in jtj.iter_mut() {
+                row[i] = 0.0;
             }
             jtj[i][i] = 1.0;
             jtr[i] = 0.0;
