@@ -114,6 +114,38 @@ fn usl_matches_brute_force_on_noisy_synthetic_data() {
     assert!((fit.x_max.unwrap() - fit.throughput(n_star)).abs() < 1e-9);
 }
 
+#[test]
+fn usl_matches_brute_force_across_regimes() {
+    // (λ, σ, κ, loads, σ range, κ range of the reference grid)
+    let cases: [(f64, f64, f64, &[f64], f64, f64); 4] = [
+        (5.0, 0.3, 0.0, &[1.0, 2.0, 3.0, 4.0, 6.0, 8.0], 1.0, 0.05),
+        (1e6, 0.0, 0.01, &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0], 0.2, 0.05),
+        (
+            100.0,
+            0.001,
+            0.00001,
+            &[1.0, 4.0, 16.0, 64.0, 128.0, 256.0],
+            0.05,
+            0.0005,
+        ),
+        (40.0, 0.05, 0.002, &[2.0, 4.0, 8.0, 16.0], 0.5, 0.02),
+    ];
+    let wobble = [1.01, 0.99, 1.02, 0.98, 1.0, 1.01];
+    for (lambda, sigma, kappa, loads, sigma_max, kappa_max) in cases {
+        let points: Vec<(f64, f64)> = loads
+            .iter()
+            .zip(wobble)
+            .map(|(&n, w)| {
+                (
+                    n,
+                    w * lambda * n / (1.0 + sigma * (n - 1.0) + kappa * n * (n - 1.0)),
+                )
+            })
+            .collect();
+        assert_matches_reference(&points, sigma_max, kappa_max);
+    }
+}
+
 fn crimson_points(group: &str) -> Vec<(f64, f64)> {
     let t = table("crimson.csv");
     let (n, x, g) = (
@@ -141,6 +173,27 @@ fn usl_says_why_with_too_few_points() {
     let err = usl::fit(&crimson_points("separated")[..3]).unwrap_err();
     assert!(err.to_string().contains("at least 4 points"), "{err}");
     assert!(err.to_string().contains("has 3"), "{err}");
+}
+
+#[test]
+fn short_series_reports_why_it_has_no_fit() {
+    let t = Table::parse("clients,x,p\n1,10,a\n2,19,a\n4,30,a\n1,5,b\n2,9,b\n4,16,b\n8,25,b\n")
+        .unwrap();
+    let options = AnalyzeOptions {
+        group: Some("p".into()),
+        ..AnalyzeOptions::new("clients", "x")
+    };
+    let analysis = analyze_table(&t, &options).unwrap();
+    assert!(analysis.groups[0].usl.is_none());
+    assert!(analysis.groups[0]
+        .usl_error
+        .as_deref()
+        .unwrap()
+        .contains("at least 4 points"));
+    assert!(analysis.groups[1].usl.is_some());
+    let json = serde_json::to_value(&analysis).unwrap();
+    assert!(json["groups"][0]["usl"].is_null());
+    assert!(json["groups"][1].get("usl_error").is_none());
 }
 
 fn crimson_options() -> AnalyzeOptions {
@@ -354,6 +407,48 @@ fn one_population_reports_one_mode() {
         h.record_n(v, c).unwrap();
     }
     assert_eq!(modes::from_histogram(&h).len(), 1);
+}
+
+/// Deterministic log-normal samples (xorshift + Box–Muller), in nanoseconds.
+fn log_normal_ns(seed: u64, median_ns: f64, sd: f64, count: usize) -> Vec<u64> {
+    let mut state = seed;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    (0..count)
+        .map(|_| {
+            let z = (-2.0 * uniform().ln()).sqrt() * (2.0 * std::f64::consts::PI * uniform()).cos();
+            (median_ns * (sd * z).exp()) as u64
+        })
+        .collect()
+}
+
+fn recorded(samples: &[u64]) -> hdrhistogram::Histogram<u64> {
+    let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+    for &v in samples {
+        h.record(v.max(1)).unwrap();
+    }
+    h
+}
+
+#[test]
+fn recorded_histograms_of_known_populations() {
+    let skewed = recorded(&log_normal_ns(7, 50_000.0, 0.5, 200_000));
+    assert_eq!(
+        modes::from_histogram(&skewed).len(),
+        1,
+        "a long tail is not a second population"
+    );
+    let mut samples = log_normal_ns(11, 20_000.0, 0.1, 60_000);
+    samples.extend(log_normal_ns(13, 60_000.0, 0.1, 140_000));
+    let found = modes::from_histogram(&recorded(&samples));
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!((found[0].share - 0.3).abs() < 0.02, "{found:?}");
+    assert!((found[0].centre - 20_000.0).abs() < 2_000.0, "{found:?}");
+    assert!((found[1].centre - 60_000.0).abs() < 4_000.0, "{found:?}");
 }
 
 #[test]

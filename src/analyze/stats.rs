@@ -118,6 +118,56 @@ pub fn verdict(a: &[f64], b: &[f64]) -> Verdict {
     }
 }
 
+/// Two sets of repetitions compared: ratio of means, noise verdict and both summaries.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// Mean of A over mean of B (for throughput, above 1 means A is faster).
+    pub ratio: f64,
+    /// Whether the difference is beyond the 95% confidence intervals.
+    pub verdict: Verdict,
+    /// A's repetitions summarised.
+    pub a: Summary,
+    /// B's repetitions summarised.
+    pub b: Summary,
+}
+
+impl Comparison {
+    /// How much slower A is than B in percent of B, when higher is better (throughput):
+    /// 0 when A is not slower; for a `--fail-if-slower PCT` gate.
+    pub fn slower_pct(&self) -> f64 {
+        ((1.0 - self.ratio) * 100.0).max(0.0)
+    }
+}
+
+/// Compares repetitions `a` against `b`; None when either is empty or not finite, or B's mean
+/// is 0.
+pub fn compare(a: &[f64], b: &[f64]) -> Option<Comparison> {
+    let (sa, sb) = (summarize(a)?, summarize(b)?);
+    (sb.mean != 0.0).then(|| Comparison {
+        ratio: sa.mean / sb.mean,
+        verdict: verdict(a, b),
+        a: sa,
+        b: sb,
+    })
+}
+
+/// `repetitions = "auto"` stops once throughput's coefficient of variation is below this.
+pub const AUTO_CV_TARGET: f64 = 0.03;
+/// `repetitions = "auto"` never repeats a step more than this many times.
+pub const AUTO_MAX_REPETITIONS: usize = 5;
+
+/// Whether a step measured `throughputs` so far should be repeated under
+/// `repetitions = "auto"`: fewer than 2 values, or a CV of 3% or more, and fewer than 5 runs.
+pub fn repeat_again(throughputs: &[f64]) -> bool {
+    if throughputs.len() >= AUTO_MAX_REPETITIONS {
+        return false;
+    }
+    match summarize(throughputs) {
+        Some(s) if s.n >= 2 => s.cv >= AUTO_CV_TARGET,
+        _ => true,
+    }
+}
+
 /// Seed 002's sentence: "`a` is faster than `b`: 1.64x", where `ratio` is a's speed over b's
 /// (throughput ratio, or b's time over a's). Below 1 it reads "is slower than".
 pub fn sentence(name_a: &str, name_b: &str, ratio: f64) -> String {
@@ -176,6 +226,19 @@ mod tests {
         assert_eq!(verdict(&a, &c), Verdict::Lower);
         assert_eq!(verdict(&[1.0], &c), Verdict::NoSpread);
         assert_eq!(Verdict::WithinNoise.to_string(), "within noise");
+    }
+
+    #[test]
+    fn comparison_and_auto_repetitions() {
+        let c = compare(&[90.0, 91.0, 89.0], &[100.0, 101.0, 99.0]).unwrap();
+        assert!((c.ratio - 0.9).abs() < 1e-12);
+        assert_eq!(c.verdict, Verdict::Lower);
+        assert!((c.slower_pct() - 10.0).abs() < 1e-9);
+        assert!(compare(&[1.0], &[0.0]).is_none());
+        assert!(repeat_again(&[100.0]));
+        assert!(repeat_again(&[100.0, 110.0]));
+        assert!(!repeat_again(&[100.0, 101.0]));
+        assert!(!repeat_again(&[100.0, 150.0, 50.0, 120.0, 80.0]));
     }
 
     #[test]
