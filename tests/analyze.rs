@@ -116,33 +116,61 @@ fn usl_matches_brute_force_on_noisy_synthetic_data() {
 
 #[test]
 fn usl_matches_brute_force_across_regimes() {
-    // (λ, σ, κ, loads, σ range, κ range of the reference grid)
-    let cases: [(f64, f64, f64, &[f64], f64, f64); 4] = [
-        (5.0, 0.3, 0.0, &[1.0, 2.0, 3.0, 4.0, 6.0, 8.0], 1.0, 0.05),
-        (1e6, 0.0, 0.01, &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0], 0.2, 0.05),
-        (
-            100.0,
-            0.001,
-            0.00001,
-            &[1.0, 4.0, 16.0, 64.0, 128.0, 256.0],
-            0.05,
-            0.0005,
-        ),
-        (40.0, 0.05, 0.002, &[2.0, 4.0, 8.0, 16.0], 0.5, 0.02),
+    struct Case {
+        lambda: f64,
+        sigma: f64,
+        kappa: f64,
+        loads: &'static [f64],
+        /// Ranges of the reference grid.
+        sigma_max: f64,
+        kappa_max: f64,
+    }
+    let cases = [
+        Case {
+            lambda: 5.0,
+            sigma: 0.3,
+            kappa: 0.0,
+            loads: &[1.0, 2.0, 3.0, 4.0, 6.0, 8.0],
+            sigma_max: 1.0,
+            kappa_max: 0.05,
+        },
+        Case {
+            lambda: 1e6,
+            sigma: 0.0,
+            kappa: 0.01,
+            loads: &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
+            sigma_max: 0.2,
+            kappa_max: 0.05,
+        },
+        Case {
+            lambda: 100.0,
+            sigma: 0.001,
+            kappa: 0.00001,
+            loads: &[1.0, 4.0, 16.0, 64.0, 128.0, 256.0],
+            sigma_max: 0.05,
+            kappa_max: 0.0005,
+        },
+        Case {
+            lambda: 40.0,
+            sigma: 0.05,
+            kappa: 0.002,
+            loads: &[2.0, 4.0, 8.0, 16.0],
+            sigma_max: 0.5,
+            kappa_max: 0.02,
+        },
     ];
     let wobble = [1.01, 0.99, 1.02, 0.98, 1.0, 1.01];
-    for (lambda, sigma, kappa, loads, sigma_max, kappa_max) in cases {
-        let points: Vec<(f64, f64)> = loads
+    for c in cases {
+        let points: Vec<(f64, f64)> = c
+            .loads
             .iter()
             .zip(wobble)
             .map(|(&n, w)| {
-                (
-                    n,
-                    w * lambda * n / (1.0 + sigma * (n - 1.0) + kappa * n * (n - 1.0)),
-                )
+                let d = 1.0 + c.sigma * (n - 1.0) + c.kappa * n * (n - 1.0);
+                (n, w * c.lambda * n / d)
             })
             .collect();
-        assert_matches_reference(&points, sigma_max, kappa_max);
+        assert_matches_reference(&points, c.sigma_max, c.kappa_max);
     }
 }
 
