@@ -36,10 +36,15 @@ pub struct AnalyzeArgs {
     #[arg(long, value_name = "COL")]
     pub group: Option<String>,
     /// Requests in flight per unit of x, for Little's law (connections × depth per client).
-    #[arg(long, value_name = "K", conflicts_with = "inflight")]
+    #[arg(
+        long,
+        value_name = "K",
+        conflicts_with = "inflight",
+        requires = "latency"
+    )]
     pub inflight_per_x: Option<f64>,
     /// Column of requests in flight, for Little's law.
-    #[arg(long, value_name = "COL")]
+    #[arg(long, value_name = "COL", requires = "latency")]
     pub inflight: Option<String>,
     /// Column of server CPU utilisation in percent, for the busy point.
     #[arg(long, value_name = "COL")]
@@ -67,6 +72,12 @@ impl AnalyzeArgs {
 
 /// Analyses a CSV table and prints the result.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    if !(args.throughput_scale.is_finite() && args.throughput_scale > 0.0) {
+        anyhow::bail!(
+            "--throughput-scale must be a positive number (1000 for kIOPS), not {}",
+            args.throughput_scale
+        );
+    }
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let table = Table::parse(&text).with_context(|| format!("in {}", args.file.display()))?;
