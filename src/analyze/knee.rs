@@ -59,7 +59,8 @@ fn normalise(values: &[f64]) -> Option<Vec<f64>> {
 }
 
 /// The first local maximum of `diff` after which the curve falls below max − threshold before
-/// rising to a new maximum; a maximum at the last point is confirmed by the curve's end.
+/// rising above that maximum. Both curves analysed here end on the chord (difference 0), so a
+/// real bend is always confirmed by the end of the data; noise on a straight line never is.
 fn first_confirmed_maximum(diff: &[f64], threshold: f64) -> Option<usize> {
     let last = diff.len() - 1;
     let maxima = (1..last).filter(|&i| diff[i] >= diff[i - 1] && diff[i] > diff[i + 1]);
@@ -75,10 +76,6 @@ fn first_confirmed_maximum(diff: &[f64], threshold: f64) -> Option<usize> {
             if d < limit {
                 return Some(i);
             }
-        }
-        // Kneedle's end rule: reaching the end of the data confirms the pending maximum.
-        if diff[i + 1..].iter().all(|&d| d <= diff[i]) {
-            return Some(i);
         }
     }
     None
@@ -212,6 +209,16 @@ mod tests {
         let points = broken_line(8.0);
         let i = kneedle(&points, Shape::ConcaveIncreasing).unwrap();
         assert_eq!(points[i].0, 8.0);
+    }
+
+    #[test]
+    fn noisy_straight_line_has_no_knee() {
+        let wobble = [0.0, 0.2, -0.1, 0.3, -0.2, 0.1, 0.25, -0.15, 0.05, 0.0];
+        let points: Vec<(f64, f64)> = (0..10)
+            .map(|n| (n as f64, 3.0 * n as f64 + wobble[n]))
+            .collect();
+        assert_eq!(kneedle(&points, Shape::ConcaveIncreasing), None);
+        assert_eq!(kneedle(&points, Shape::ConvexIncreasing), None);
     }
 
     #[test]
