@@ -33,25 +33,28 @@ while [ "$(stat -c %s "$input")" -lt "$target" ]; do cat "$seed" "$seed" "$seed"
 size=$(stat -c %s "$input")
 echo "input: $size bytes ($(grep -c '^[^[:space:]]' "$input") samples), $(nproc) cores"
 
-now() { date +%s.%N; }
-run_stairbench() { "$stairbench" flame "$input" -o "$work/a.svg"; }
-run_inferno() { inferno-collapse-perf "$input" | inferno-flamegraph > "$work/b.svg"; }
+# wall seconds and CPU seconds (user + sys of the whole pipeline), one line each
+timed() { /usr/bin/time -f '%e %U %S' -o "$work/time" bash -c "$1"; awk '{printf "%s %.3f\n", $1, $2 + $3}' "$work/time"; }
+a_cmd="'$stairbench' flame '$input' -o '$work/a.svg'"
+b_cmd="inferno-collapse-perf '$input' | inferno-flamegraph > '$work/b.svg'"
 
 # warm the page cache once for both
 cat "$input" > /dev/null
-declare -a ta tb
+declare -a wa wb ca cb
 for ((i = 0; i < rounds; i++)); do
-    t0=$(now); run_stairbench; t1=$(now); run_inferno; t2=$(now)
-    ta[i]=$(echo "$t1 - $t0" | bc -l)
-    tb[i]=$(echo "$t2 - $t1" | bc -l)
-    printf 'round %d: stairbench %.3f s   inferno CLI %.3f s\n' "$((i + 1))" "${ta[i]}" "${tb[i]}"
+    read -r wa[i] ca[i] < <(timed "$a_cmd")
+    read -r wb[i] cb[i] < <(timed "$b_cmd")
+    printf 'round %d: stairbench %.2f s wall %.2f s cpu   inferno CLI %.2f s wall %.2f s cpu\n' \
+        "$((i + 1))" "${wa[i]}" "${ca[i]}" "${wb[i]}" "${cb[i]}"
 done
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-ma=$(median "${ta[@]}")
-mb_=$(median "${tb[@]}")
-printf 'median: stairbench %.3f s, inferno CLI %.3f s, ratio stairbench/inferno %.2f\n' \
-    "$ma" "$mb_" "$(echo "$ma / $mb_" | bc -l)"
+mwa=$(median "${wa[@]}"); mwb=$(median "${wb[@]}"); mca=$(median "${ca[@]}"); mcb=$(median "${cb[@]}")
+printf 'median wall: stairbench %.2f s, inferno CLI %.2f s, ratio stairbench/inferno %.2f\n' \
+    "$mwa" "$mwb" "$(echo "$mwa / $mwb" | bc -l)"
+printf 'median cpu:  stairbench %.2f s, inferno CLI %.2f s, ratio stairbench/inferno %.2f\n' \
+    "$mca" "$mcb" "$(echo "$mca / $mcb" | bc -l)"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews wall times)"
 # same stacks: the SVGs differ in colours and title, the folded stacks must not
 "$stairbench" flame "$input" --folded "$work/a.folded"
 inferno-collapse-perf "$input" > "$work/b.folded"

@@ -38,12 +38,6 @@ impl Folded {
         Folded { stacks }
     }
 
-    /// Builds a set from pairs already sorted by stack with each stack once.
-    pub(crate) fn from_sorted_unique(stacks: Vec<(String, u64)>) -> Folded {
-        debug_assert!(stacks.windows(2).all(|w| w[0].0 < w[1].0));
-        Folded { stacks }
-    }
-
     /// The stacks and their weights, sorted by stack.
     pub fn stacks(&self) -> &[(String, u64)] {
         &self.stacks

@@ -4,7 +4,9 @@
 //! with `1f 8b`, and folded text has `STACK COUNT` lines where perf script has sample headers
 //! followed by `ADDR SYMBOL (MODULE)` frames.
 
+use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -12,7 +14,7 @@ use flate2::read::MultiGzDecoder;
 use serde::Serialize;
 
 use super::folded::{looks_folded, Folded};
-use super::perf_script::{self, FoldOptions};
+use super::perf_script::{self, FoldOptions, ScriptScan, Source};
 use super::ProfileError;
 
 /// What an input file turned out to be.
@@ -82,42 +84,59 @@ impl InputReport {
 
 /// Reads and folds one input (a path, or `-` for standard input).
 pub fn load(path: &Path, opts: FoldOptions) -> Result<Loaded, ProfileError> {
-    let bytes = read_all(path)?;
-    if bytes.is_empty() {
-        return Err(ProfileError::EmptyInput { path: path.into() });
-    }
-    if bytes.starts_with(b"PERFILE2") {
-        let text = perf_script_of(path)?;
-        return fold_text(path, &text, false, InputFormat::PerfData, opts);
-    }
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        let text = gunzip(path, &bytes)?;
-        if text.is_empty() {
-            return Err(ProfileError::EmptyInput { path: path.into() });
-        }
-        return fold_text(path, &text, true, detect(&text), opts);
-    }
-    fold_text(path, &bytes, false, detect(&bytes), opts)
-}
-
-/// Folds bytes that are perf script or folded text (no file involved).
-pub fn load_bytes(bytes: &[u8], opts: FoldOptions) -> Result<Loaded, ProfileError> {
-    let path = PathBuf::from("-");
-    if bytes.is_empty() {
-        return Err(ProfileError::EmptyInput { path });
-    }
-    fold_text(&path, bytes, false, detect(bytes), opts)
-}
-
-fn read_all(path: &Path) -> Result<Vec<u8>, ProfileError> {
+    let reading = |e| ProfileError::io(format!("reading {}", path.display()), e);
     if path == Path::new("-") {
         let mut bytes = Vec::new();
         std::io::stdin()
             .read_to_end(&mut bytes)
             .map_err(|e| ProfileError::io("reading standard input", e))?;
-        return Ok(bytes);
+        return load_in_memory(path, &bytes, opts);
     }
-    std::fs::read(path).map_err(|e| ProfileError::io(format!("reading {}", path.display()), e))
+    let file = File::open(path).map_err(reading)?;
+    let meta = file.metadata().map_err(reading)?;
+    if !meta.is_file() {
+        let bytes = std::fs::read(path).map_err(reading)?;
+        return load_in_memory(path, &bytes, opts);
+    }
+    let len = meta.len();
+    let mut head = vec![0u8; len.min(64 * 1024) as usize];
+    file.read_exact_at(&mut head, 0).map_err(reading)?;
+    if len == 0 {
+        return Err(ProfileError::EmptyInput { path: path.into() });
+    }
+    if head.starts_with(b"PERFILE2") {
+        let text = perf_script_of(path)?;
+        return fold_text(path, &text, false, InputFormat::PerfData, opts);
+    }
+    if head.starts_with(&[0x1f, 0x8b]) || detect(&head) == InputFormat::Folded {
+        let bytes = std::fs::read(path).map_err(reading)?;
+        return load_in_memory(path, &bytes, opts);
+    }
+    // plain perf script text: the folding threads read the file themselves
+    let mut last = [0u8; 1];
+    file.read_exact_at(&mut last, len - 1).map_err(reading)?;
+    let (folded, scan) = perf_script::fold_source(Source::File(&file, len), opts)?;
+    let mut report = new_report(path, InputFormat::PerfScript, false, last[0] != b'\n');
+    finish_script(&mut report, folded, scan)
+}
+
+/// Folds bytes that are perf script or folded text (no file involved).
+pub fn load_bytes(bytes: &[u8], opts: FoldOptions) -> Result<Loaded, ProfileError> {
+    load_in_memory(Path::new("-"), bytes, opts)
+}
+
+fn load_in_memory(path: &Path, bytes: &[u8], opts: FoldOptions) -> Result<Loaded, ProfileError> {
+    if bytes.is_empty() {
+        return Err(ProfileError::EmptyInput { path: path.into() });
+    }
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let text = gunzip(path, bytes)?;
+        if text.is_empty() {
+            return Err(ProfileError::EmptyInput { path: path.into() });
+        }
+        return fold_text(path, &text, true, detect(&text), opts);
+    }
+    fold_text(path, bytes, false, detect(bytes), opts)
 }
 
 fn gunzip(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, ProfileError> {
@@ -130,8 +149,14 @@ fn gunzip(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, ProfileError> {
 
 /// Runs `perf script` on a perf.data, with the PID beside the TID so `--pid` works.
 fn perf_script_of(path: &Path) -> Result<Vec<u8>, ProfileError> {
+    // the fields inferno reads (no tracepoint payload); older recordings may lack one of them
+    perf_script_with(path, super::capture::SCRIPT_FIELDS)
+        .or_else(|_| perf_script_with(path, "+pid"))
+}
+
+fn perf_script_with(path: &Path, fields: &str) -> Result<Vec<u8>, ProfileError> {
     let mut command = Command::new("perf");
-    command.args(["script", "-F", "+pid", "-i"]).arg(path);
+    command.args(["script", "-F", fields, "-i"]).arg(path);
     let output = command.output().map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => ProfileError::PerfMissing {
             program: "perf".into(),
@@ -140,7 +165,7 @@ fn perf_script_of(path: &Path) -> Result<Vec<u8>, ProfileError> {
     })?;
     if !output.status.success() {
         return Err(ProfileError::PerfFailed {
-            command: format!("perf script -F +pid -i {}", path.display()),
+            command: format!("perf script -F {fields} -i {}", path.display()),
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
         });
     }
@@ -166,15 +191,8 @@ fn detect(bytes: &[u8]) -> InputFormat {
     }
 }
 
-fn fold_text(
-    path: &Path,
-    bytes: &[u8],
-    gzip: bool,
-    format: InputFormat,
-    opts: FoldOptions,
-) -> Result<Loaded, ProfileError> {
-    let text = String::from_utf8_lossy(bytes);
-    let mut report = InputReport {
+fn new_report(path: &Path, format: InputFormat, gzip: bool, truncated: bool) -> InputReport {
+    InputReport {
         path: path.into(),
         format,
         gzip,
@@ -183,28 +201,48 @@ fn fold_text(
         event: None,
         garbled_lines: 0,
         garbled_examples: Vec::new(),
-        truncated: !text.ends_with('\n'),
-    };
-    let folded = if format == InputFormat::Folded {
-        let parsed = Folded::parse(&text);
-        report.samples = parsed.folded.stacks().len() as u64;
-        report.garbled_lines = parsed.garbled_lines;
-        report.garbled_examples = parsed.garbled_examples;
-        parsed.folded
-    } else {
-        let (folded, scan) = perf_script::fold(&text, opts)?;
-        report.samples = scan.samples;
-        report.other_event_samples = scan.other_event_samples;
-        report.event = scan.event;
-        report.garbled_lines = scan.garbled_lines;
-        report.garbled_examples = scan.garbled_examples;
-        folded
-    };
+        truncated,
+    }
+}
+
+fn fold_text(
+    path: &Path,
+    bytes: &[u8],
+    gzip: bool,
+    format: InputFormat,
+    opts: FoldOptions,
+) -> Result<Loaded, ProfileError> {
+    let mut report = new_report(path, format, gzip, !bytes.ends_with(b"\n"));
+    if format != InputFormat::Folded {
+        let (folded, scan) = perf_script::fold(bytes, opts)?;
+        return finish_script(&mut report, folded, scan);
+    }
+    let parsed = Folded::parse(&String::from_utf8_lossy(bytes));
+    report.samples = parsed.folded.stacks().len() as u64;
+    report.garbled_lines = parsed.garbled_lines;
+    report.garbled_examples = parsed.garbled_examples;
+    finish(report, parsed.folded)
+}
+
+fn finish_script(
+    report: &mut InputReport,
+    folded: Folded,
+    scan: ScriptScan,
+) -> Result<Loaded, ProfileError> {
+    report.samples = scan.samples;
+    report.other_event_samples = scan.other_event_samples;
+    report.event = scan.event;
+    report.garbled_lines = scan.garbled_lines;
+    report.garbled_examples = scan.garbled_examples;
+    finish(report.clone(), folded)
+}
+
+fn finish(report: InputReport, folded: Folded) -> Result<Loaded, ProfileError> {
     if folded.is_empty() {
         return Err(ProfileError::NoSamples {
             what: format!(
                 "{}: {} sample(s), {} unreadable line(s), no stack left",
-                path.display(),
+                report.path.display(),
                 report.samples,
                 report.garbled_lines
             ),
