@@ -598,6 +598,16 @@ worker-2 100/102 [001] 1.1: 250000 cpu-clock:ppp:
     }
 
     #[test]
+    fn a_sample_inferno_panics_on_is_counted_and_the_rest_folded() {
+        // inferno slices `xé...` 17 bytes from its end, inside the `é`
+        let text = format!("w 1 1.0: 1 cpu-clock:\n\t1 x\u{e9}abcdefabcdefabcd (/m)\n\n{SCRIPT}");
+        let (folded, scan) = fold(text.as_bytes(), FoldOptions::default()).unwrap();
+        assert_eq!(scan.garbled_lines, 1);
+        assert_eq!(scan.garbled_examples[0].0, 1);
+        assert_eq!(folded.total(), 500000);
+    }
+
+    #[test]
     fn other_events_are_left_out_and_counted() {
         let text = format!("{SCRIPT}w 5 1.0: 1 cs:\n\t 1 f (/x)\n\n");
         let (folded, scan) = fold(text.as_bytes(), FoldOptions::default()).unwrap();
