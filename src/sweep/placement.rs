@@ -1,0 +1,202 @@
+//! Where the server and the client run: a placement policy gives each side a cpuset,
+//! either fixed for a whole series or growing with the client count.
+//!
+//! The step loop asks a [`PlacementSource`]; the machine's topology answers through
+//! [`TopologyPlacements`], and a fake answers in tests.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+/// The cpusets of one step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CpuPair {
+    /// CPUs the server runs on.
+    pub server: Vec<usize>,
+    /// CPUs the load generator runs on.
+    pub client: Vec<usize>,
+}
+
+/// Gives the cpusets of a placement; `count` is `Some(clients)` when the cpusets follow
+/// the client count, `None` for a placement fixed over the whole series.
+pub trait PlacementSource {
+    /// The cpusets, or why this placement cannot give them (the step is then skipped).
+    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String>;
+    /// Remarks worth printing once (e.g. two policies that coincide on this machine).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A custom placement: seed 000's table `{"server": {"2": "0,56"}, "client": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomTable {
+    /// Server cpuset by count.
+    pub server: BTreeMap<usize, Vec<usize>>,
+    /// Client cpuset by count.
+    pub client: BTreeMap<usize, Vec<usize>>,
+}
+
+impl CustomTable {
+    /// Reads the table stored under `key` of a seed-000 JSON file.
+    pub fn read(path: &Path, key: &str) -> Result<CustomTable, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+        let policy = doc.get(key).ok_or_else(|| {
+            format!("{} has no key {key:?} (expected {{\"{key}\": {{\"server\": {{...}}, \"client\": {{...}}}}}})", path.display())
+        })?;
+        let side = |name: &str| -> Result<BTreeMap<usize, Vec<usize>>, String> {
+            let obj = policy
+                .get(name)
+                .and_then(|v| v.as_object())
+                .ok_or_else(|| format!("{}: {key}.{name} is missing or not an object", path.display()))?;
+            obj.iter()
+                .map(|(count, set)| {
+                    let n = count.parse::<usize>().map_err(|_| {
+                        format!("{}: {key}.{name}: {count:?} is not a count", path.display())
+                    })?;
+                    let list = set.as_str().ok_or_else(|| {
+                        format!("{}: {key}.{name}.{count}: expected a CPU list string", path.display())
+                    })?;
+                    let cpus = crate::cpuset::parse(list).map_err(|e| e.to_string())?;
+                    Ok((n, cpus))
+                })
+                .collect()
+        };
+        Ok(CustomTable {
+            server: side("server")?,
+            client: side("client")?,
+        })
+    }
+
+    fn cpus(&self, count: Option<usize>) -> Result<CpuPair, String> {
+        let count = match count {
+            Some(n) => n,
+            None => *self.server.keys().max().ok_or("the table is empty")?,
+        };
+        match (self.server.get(&count), self.client.get(&count)) {
+            (Some(s), Some(c)) => Ok(CpuPair {
+                server: s.clone(),
+                client: c.clone(),
+            }),
+            _ => Err(format!("the cpuset table has no entry for {count} clients")),
+        }
+    }
+}
+
+/// The built-in policies over this machine's CPUs, plus custom tables.
+///
+/// Uses the `sweep::topology` module's policies where it knows them; without it (or for
+/// a machine it cannot read) it falls back to splitting the allowed CPUs in two halves.
+#[derive(Debug, Clone)]
+pub struct TopologyPlacements {
+    cpus: Vec<usize>,
+    custom: BTreeMap<String, CustomTable>,
+}
+
+impl TopologyPlacements {
+    /// Placements over the CPUs this process may use.
+    pub fn detect(custom: BTreeMap<String, CustomTable>) -> Self {
+        Self::with_cpus(crate::cpuset::allowed(), custom)
+    }
+
+    /// Placements over a given CPU list (tests).
+    pub fn with_cpus(cpus: Vec<usize>, custom: BTreeMap<String, CustomTable>) -> Self {
+        TopologyPlacements { cpus, custom }
+    }
+
+    fn split(&self, count: Option<usize>, policy: &str) -> Result<CpuPair, String> {
+        let total = self.cpus.len();
+        if total < 2 {
+            return Err(format!(
+                "{policy} needs at least 2 CPUs; this machine allows {total}"
+            ));
+        }
+        let per_side = count.unwrap_or(total / 2);
+        if 2 * per_side > total {
+            return Err(format!(
+                "{policy} with {per_side} CPUs per side needs {} CPUs; this machine has {total}",
+                2 * per_side
+            ));
+        }
+        Ok(CpuPair {
+            server: self.cpus[..per_side].to_vec(),
+            client: self.cpus[total / 2..total / 2 + per_side].to_vec(),
+        })
+    }
+}
+
+impl PlacementSource for TopologyPlacements {
+    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String> {
+        match placement {
+            "shared" => {
+                let n = count.unwrap_or(self.cpus.len());
+                if n > self.cpus.len() {
+                    return Err(format!(
+                        "shared with {n} CPUs: this machine has {}",
+                        self.cpus.len()
+                    ));
+                }
+                Ok(CpuPair {
+                    server: self.cpus[..n].to_vec(),
+                    client: self.cpus[..n].to_vec(),
+                })
+            }
+            "separated" | "balanced" => self.split(count, placement),
+            other => match self.custom.get(other) {
+                Some(table) => table.cpus(count),
+                None => Err(format!(
+                    "unknown placement {other:?} (expected shared, separated, balanced or a custom_placements name)"
+                )),
+            },
+        }
+    }
+
+    fn notes(&self) -> Vec<String> {
+        vec![
+            "balanced and separated coincide here: both give disjoint halves of the allowed CPUs \
+             (no NUMA or SMT layout used)"
+                .to_string(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_cpus() {
+        let p = TopologyPlacements::with_cpus(vec![0, 1], BTreeMap::new());
+        assert_eq!(
+            p.cpus("separated", None).unwrap(),
+            CpuPair { server: vec![0], client: vec![1] }
+        );
+        assert_eq!(
+            p.cpus("shared", None).unwrap(),
+            CpuPair { server: vec![0, 1], client: vec![0, 1] }
+        );
+        assert!(p.cpus("separated", Some(2)).unwrap_err().contains("needs 4 CPUs"));
+        assert!(p.cpus("nope", None).is_err());
+    }
+
+    #[test]
+    fn custom_table_from_seed_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(
+            &path,
+            r#"{"balanced": {"server": {"2": "0,56"}, "client": {"2": "28,84"}}}"#,
+        )
+        .unwrap();
+        let table = CustomTable::read(&path, "balanced").unwrap();
+        let got = table.cpus(Some(2)).unwrap();
+        assert_eq!(got.server, vec![0, 56]);
+        assert_eq!(got.client, vec![28, 84]);
+        assert!(table.cpus(Some(4)).is_err());
+        assert!(CustomTable::read(&path, "separated").is_err());
+    }
+}
