@@ -11,4 +11,6 @@ pub mod observe;
 pub mod profile;
 pub mod report;
 pub mod serve;
+pub mod signals;
 pub mod sweep;
+pub mod units;
