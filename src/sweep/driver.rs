@@ -142,7 +142,10 @@ impl CommandDriver {
                 ("depth", req.depth.to_string()),
                 ("port", req.port.to_string()),
                 ("duration_s", format!("{}", req.duration.as_secs_f64())),
-                ("rate", req.rate_rps.map_or(String::new(), |r| format!("{r:.0}"))),
+                (
+                    "rate",
+                    req.rate_rps.map_or(String::new(), |r| format!("{r:.0}")),
+                ),
                 ("out", req.out_dir.display().to_string()),
                 ("url", req.url.clone()),
             ],
@@ -171,7 +174,11 @@ impl Driver for CommandDriver {
         let limit = req.duration + req.warmup + Duration::from_secs(30);
         let (exit, stdout) = child.wait(limit, stop)?;
         let mut report = self.parser.parse(&stdout).map_err(|e| {
-            format!("{} {exit}; its output did not parse: {e}\n{}", launch.name, child.output_tail())
+            format!(
+                "{} {exit}; its output did not parse: {e}\n{}",
+                launch.name,
+                child.output_tail()
+            )
         })?;
         report.schema = crate::load::SCHEMA_VERSION;
         Ok(StepLoad {
@@ -227,7 +234,8 @@ impl Driver for FakeDriver {
         let secs = req.duration.as_secs_f64();
         let inflight = (req.connections * req.depth) as f64;
         let mean_us = if rps > 0.0 { inflight / rps * 1e6 } else { 0.0 };
-        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
+        let mut hist =
+            Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
         let _ = hist.record_n((mean_us * 1000.0).max(1.0) as u64, (rps * secs) as u64);
         for i in 0..secs.ceil() as usize {
             let line = crate::load::IntervalLine {
@@ -274,11 +282,14 @@ mod tests {
 
     #[test]
     fn fills_placeholders() {
-        let s = fill("wrk -c{clients} -t{threads} http://127.0.0.1:{port}/", &[
-            ("clients", "8".into()),
-            ("threads", "2".into()),
-            ("port", "8080".into()),
-        ]);
+        let s = fill(
+            "wrk -c{clients} -t{threads} http://127.0.0.1:{port}/",
+            &[
+                ("clients", "8".into()),
+                ("threads", "2".into()),
+                ("port", "8080".into()),
+            ],
+        );
         assert_eq!(s, "wrk -c8 -t2 http://127.0.0.1:8080/");
     }
 }

@@ -52,14 +52,22 @@ impl CustomTable {
             let obj = policy
                 .get(name)
                 .and_then(|v| v.as_object())
-                .ok_or_else(|| format!("{}: {key}.{name} is missing or not an object", path.display()))?;
+                .ok_or_else(|| {
+                    format!(
+                        "{}: {key}.{name} is missing or not an object",
+                        path.display()
+                    )
+                })?;
             obj.iter()
                 .map(|(count, set)| {
                     let n = count.parse::<usize>().map_err(|_| {
                         format!("{}: {key}.{name}: {count:?} is not a count", path.display())
                     })?;
                     let list = set.as_str().ok_or_else(|| {
-                        format!("{}: {key}.{name}.{count}: expected a CPU list string", path.display())
+                        format!(
+                            "{}: {key}.{name}.{count}: expected a CPU list string",
+                            path.display()
+                        )
                     })?;
                     let cpus = crate::cpuset::parse(list).map_err(|e| e.to_string())?;
                     Ok((n, cpus))
@@ -173,13 +181,22 @@ mod tests {
         let p = TopologyPlacements::with_cpus(vec![0, 1], BTreeMap::new());
         assert_eq!(
             p.cpus("separated", None).unwrap(),
-            CpuPair { server: vec![0], client: vec![1] }
+            CpuPair {
+                server: vec![0],
+                client: vec![1]
+            }
         );
         assert_eq!(
             p.cpus("shared", None).unwrap(),
-            CpuPair { server: vec![0, 1], client: vec![0, 1] }
+            CpuPair {
+                server: vec![0, 1],
+                client: vec![0, 1]
+            }
         );
-        assert!(p.cpus("separated", Some(2)).unwrap_err().contains("needs 4 CPUs"));
+        assert!(p
+            .cpus("separated", Some(2))
+            .unwrap_err()
+            .contains("needs 4 CPUs"));
         assert!(p.cpus("nope", None).is_err());
     }
 

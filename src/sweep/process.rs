@@ -93,8 +93,18 @@ impl ChildProc {
         }));
         let stderr = Arc::new(Mutex::new(Output::default()));
         let readers = vec![
-            reader(child.stdout.take(), stdout.clone(), launch.ready_log.clone(), matched.clone()),
-            reader(child.stderr.take(), stderr.clone(), launch.ready_log.clone(), matched.clone()),
+            reader(
+                child.stdout.take(),
+                stdout.clone(),
+                launch.ready_log.clone(),
+                matched.clone(),
+            ),
+            reader(
+                child.stderr.take(),
+                stderr.clone(),
+                launch.ready_log.clone(),
+                matched.clone(),
+            ),
         ];
         Ok(ChildProc {
             name: launch.name.clone(),
@@ -165,7 +175,12 @@ impl ChildProc {
         for r in self.readers.drain(..) {
             let _ = r.join();
         }
-        let out = self.stdout.lock().ok().and_then(|o| o.all.clone()).unwrap_or_default();
+        let out = self
+            .stdout
+            .lock()
+            .ok()
+            .and_then(|o| o.all.clone())
+            .unwrap_or_default();
         Ok((self.exit.clone().unwrap_or_default(), out))
     }
 
@@ -242,7 +257,10 @@ pub fn reap_orphans() {
         let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
     }
     loop {
-        match nix::sys::wait::waitpid(Pid::from_raw(-1), Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+        match nix::sys::wait::waitpid(
+            Pid::from_raw(-1),
+            Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+        ) {
             Ok(nix::sys::wait::WaitStatus::StillAlive) | Err(_) => break,
             Ok(_) => continue,
         }
@@ -269,7 +287,9 @@ pub fn parent_of(pid: i32) -> Option<i32> {
 
 /// A free TCP port on 127.0.0.1 (bound then released).
 pub fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// True when 127.0.0.1:port accepts a connection.

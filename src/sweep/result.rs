@@ -141,12 +141,16 @@ impl StepResult {
         let obj = value.as_object().ok_or("a step is not a JSON object")?;
         let s = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let n = |k: &str| obj.get(k).and_then(Value::as_u64).unwrap_or(0) as usize;
-        let status: StepStatus = serde_json::from_value(obj.get("status").cloned().unwrap_or(Value::Null))
-            .map_err(|e| format!("bad status: {e}"))?;
+        let status: StepStatus =
+            serde_json::from_value(obj.get("status").cloned().unwrap_or(Value::Null))
+                .map_err(|e| format!("bad status: {e}"))?;
         let load = if obj.contains_key("throughput_rps") {
             let mut fields = obj.clone();
             fields.insert("schema".into(), crate::load::SCHEMA_VERSION.into());
-            Some(serde_json::from_value(Value::Object(fields)).map_err(|e| format!("bad load figures: {e}"))?)
+            Some(
+                serde_json::from_value(Value::Object(fields))
+                    .map_err(|e| format!("bad load figures: {e}"))?,
+            )
         } else {
             None
         };
@@ -171,9 +175,15 @@ impl StepResult {
             inflight: n("inflight"),
             server_cpus: s("server_cpus"),
             client_cpus: s("client_cpus"),
-            started_unix_s: obj.get("started_unix_s").and_then(Value::as_f64).unwrap_or(0.0),
+            started_unix_s: obj
+                .get("started_unix_s")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0),
             status,
-            reason: obj.get("reason").and_then(Value::as_str).map(str::to_string),
+            reason: obj
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             load,
             server: obj.get("server").cloned().unwrap_or(Value::Null),
             derived,

@@ -261,9 +261,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Formats a duration in the spec's notation.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}us", d.as_micros())
-    } else if ms % 1000 != 0 {
+    } else if !ms.is_multiple_of(1000) {
         format!("{ms}ms")
     } else {
         format!("{}s", d.as_secs())

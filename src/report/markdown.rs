@@ -1,0 +1,151 @@
+//! `report.md`: the results table of a run, one section per target, for a pull request.
+//! (The reports issue adds the analysis tables.)
+
+use std::fmt::Write as _;
+
+use super::{Exporter, RunData};
+use crate::sweep::result::{StepResult, StepStatus};
+
+/// The markdown exporter.
+#[derive(Debug, Clone, Copy)]
+pub struct Markdown;
+
+impl Exporter for Markdown {
+    fn file_name(&self) -> &'static str {
+        "report.md"
+    }
+
+    fn render(&self, run: &RunData) -> String {
+        let mut out = format!("# {}\n\n", escape(&run.name));
+        conditions(&mut out, run);
+        let (ok, failed, skipped) = counts(&run.steps);
+        let _ = writeln!(
+            out,
+            "{} steps: {ok} ok, {failed} failed, {skipped} skipped.\n",
+            run.steps.len()
+        );
+        for note in &run.notes {
+            let _ = writeln!(out, "- {}", escape(note));
+        }
+        if !run.notes.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("## Results\n\n");
+        results_table(&mut out, &run.steps);
+        out
+    }
+}
+
+fn counts(steps: &[StepResult]) -> (usize, usize, usize) {
+    let n = |st| steps.iter().filter(|s| s.status == st).count();
+    (
+        n(StepStatus::Ok),
+        n(StepStatus::Failed),
+        n(StepStatus::Skipped),
+    )
+}
+
+fn conditions(out: &mut String, run: &RunData) {
+    let Some(env) = &run.environment else { return };
+    let get = |k: &str| {
+        env.get(k)
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    };
+    let rows: Vec<(&str, String)> = [
+        ("host", "hostname"),
+        ("CPU", "cpu_model"),
+        ("CPUs", "cpus"),
+        ("kernel", "kernel"),
+        ("governor", "governor"),
+        ("stairbench", "stairbench_version"),
+    ]
+    .iter()
+    .filter_map(|(label, key)| get(key).map(|v| (*label, v)))
+    .collect();
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("| condition | value |\n| --- | --- |\n");
+    for (label, value) in rows {
+        let _ = writeln!(out, "| {label} | {} |", escape(&value));
+    }
+    if let Some(w) = env.get("warnings").and_then(|w| w.as_array()) {
+        for warning in w.iter().filter_map(|w| w.as_str()) {
+            let _ = writeln!(out, "| warning | {} |", escape(warning));
+        }
+    }
+    out.push('\n');
+}
+
+fn results_table(out: &mut String, steps: &[StepResult]) {
+    out.push_str("| target | placement | clients | rep | status | throughput (req/s) | mean (µs) | p50 (µs) | p99 (µs) | server CPU µs/req | cs/req | client saturated | cpus (server / client) |\n");
+    out.push_str(
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
+    );
+    let f =
+        |v: Option<f64>, digits: usize| v.map_or("–".to_string(), |x| format!("{x:.digits$}"));
+    for s in steps {
+        let l = s.load.as_ref();
+        let status = match (&s.status, &s.reason) {
+            (StepStatus::Ok, _) => "ok".to_string(),
+            (st, r) => format!(
+                "{:?}: {}",
+                st,
+                r.as_deref().unwrap_or("").lines().next().unwrap_or("")
+            )
+            .to_lowercase(),
+        };
+        let clients = match s.rate_rps {
+            Some(r) => format!("{} @ {r:.0}/s", s.clients),
+            None => s.clients.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {clients} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+            escape(&s.target),
+            escape(&s.placement),
+            s.rep,
+            escape(&status),
+            f(l.map(|l| l.throughput_rps), 0),
+            f(l.map(|l| l.latency_us.mean), 1),
+            f(l.map(|l| l.latency_us.p50), 1),
+            f(l.map(|l| l.latency_us.p99), 1),
+            f(s.derived_f64(&["cpu_us_per_req", "total"]), 2),
+            f(s.derived_f64(&["cs_per_req"]), 3),
+            l.map_or("–", |l| if l.client_saturated { "yes" } else { "no" }),
+            s.server_cpus,
+            s.client_cpus,
+        );
+    }
+}
+
+/// Makes text safe in a markdown table cell (and inert as HTML).
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('|', "\\|")
+        .replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_step_shows_its_reason_escaped() {
+        let mut s = StepResult::empty("x".into(), "<script>", "shared", 2, 0);
+        s.status = StepStatus::Failed;
+        s.reason = Some("server died | badly\nmore".into());
+        let md = Markdown.render(&RunData {
+            name: "t".into(),
+            steps: vec![s],
+            ..RunData::default()
+        });
+        assert!(
+            md.contains("| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly |"),
+            "{md}"
+        );
+        assert!(md.contains("1 steps: 0 ok, 1 failed, 0 skipped."));
+    }
+}

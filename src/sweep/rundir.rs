@@ -1,0 +1,187 @@
+//! The run directory (DESIGN.md's contract): each step's line is appended and flushed as
+//! soon as it ends, with its per-second CSV and its HdrHistogram interval log.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use hdrhistogram::Histogram;
+
+use super::result::{read_steps, StepResult};
+use crate::load::{IntervalLine, IntervalSink};
+
+/// A run directory being written.
+#[derive(Debug)]
+pub struct RunDir {
+    /// Its path.
+    pub path: PathBuf,
+    steps: File,
+}
+
+impl RunDir {
+    /// Creates `dir` (or `results/<name>-<UTC timestamp>` when `dir` is None).
+    pub fn create(dir: Option<&Path>, name: &str) -> std::io::Result<RunDir> {
+        let path = match dir {
+            Some(d) => d.to_path_buf(),
+            None => Path::new("results").join(format!("{}-{}", sanitize(name), timestamp())),
+        };
+        std::fs::create_dir_all(path.join("intervals"))?;
+        std::fs::create_dir_all(path.join("hist"))?;
+        Self::open(path)
+    }
+
+    /// Opens an existing run directory to append to it (`--resume`).
+    pub fn open(path: PathBuf) -> std::io::Result<RunDir> {
+        let steps = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path.join("steps.jsonl"))?;
+        Ok(RunDir { path, steps })
+    }
+
+    /// The steps already written.
+    pub fn steps(&self) -> Result<Vec<StepResult>, String> {
+        let p = self.path.join("steps.jsonl");
+        if !p.exists() {
+            return Ok(Vec::new());
+        }
+        read_steps(&p)
+    }
+
+    /// Writes a whole file in the directory.
+    pub fn write_file(&self, name: &str, contents: &str) -> std::io::Result<()> {
+        std::fs::write(self.path.join(name), contents)
+    }
+
+    /// Appends one step and flushes it to the kernel.
+    pub fn append(&mut self, step: &StepResult) -> std::io::Result<()> {
+        let mut line = serde_json::to_string(&step.to_json())?;
+        line.push('\n');
+        self.steps.write_all(line.as_bytes())?;
+        self.steps.flush()?;
+        self.steps.sync_data()
+    }
+
+    /// The sink of one step's per-second lines.
+    pub fn step_sink(&self, step_id: &str) -> std::io::Result<StepSink> {
+        let csv = File::create(self.path.join("intervals").join(format!("{step_id}.csv")))?;
+        let mut csv = BufWriter::new(csv);
+        writeln!(
+            csv,
+            "elapsed_s,inflight,ops_per_s,mb_per_s,mean_latency_ms,errors,per_core_busy"
+        )?;
+        Ok(StepSink {
+            csv,
+            hlog_path: self.path.join("hist").join(format!("{step_id}.hlog")),
+            start: SystemTime::now(),
+            hists: Vec::new(),
+        })
+    }
+}
+
+/// Receives a step's intervals: CSV lines written at once, histograms logged at the end.
+pub struct StepSink {
+    csv: BufWriter<File>,
+    hlog_path: PathBuf,
+    start: SystemTime,
+    hists: Vec<(f64, Histogram<u64>)>,
+}
+
+impl IntervalSink for StepSink {
+    fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
+        let busy: Vec<String> = line
+            .per_core_busy
+            .iter()
+            .map(|b| format!("{b:.1}"))
+            .collect();
+        let _ = writeln!(
+            self.csv,
+            "{:.3},{},{:.1},{:.3},{:.4},{},{}",
+            line.elapsed_s,
+            line.inflight,
+            line.ops_per_s,
+            line.mb_per_s,
+            line.mean_latency_ms,
+            line.errors,
+            busy.join(" ")
+        );
+        let _ = self.csv.flush();
+        if line.elapsed_s > 0.0 {
+            self.hists.push((line.elapsed_s, hist_ns.clone()));
+        }
+    }
+}
+
+impl StepSink {
+    /// Logs a whole-window histogram when the driver gave no per-second ones.
+    pub fn ensure_one(&mut self, hist_ns: Histogram<u64>) {
+        if self.hists.is_empty() && !hist_ns.is_empty() {
+            let end_s = self.start.elapsed().map_or(1.0, |d| d.as_secs_f64());
+            self.hists.push((end_s, hist_ns));
+        }
+    }
+
+    /// Writes the histogram log (only when there were intervals).
+    pub fn finish(mut self) -> std::io::Result<()> {
+        self.csv.flush()?;
+        if self.hists.is_empty() {
+            return Ok(());
+        }
+        let mut out = BufWriter::new(File::create(&self.hlog_path)?);
+        crate::load::hlog::write_log(&mut out, self.start, &self.hists)
+            .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+        out.flush()
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// UTC `YYYYMMDD-HHMMSS`.
+pub fn timestamp() -> String {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+// Howard Hinnant's days-to-civil algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_779), (2026, 11, 22));
+    }
+}
