@@ -10,6 +10,7 @@ pub mod load;
 pub mod observe;
 pub mod profile;
 pub mod report;
+pub mod schema;
 pub mod serve;
 pub mod signals;
 pub mod sweep;

@@ -47,6 +47,7 @@ pub fn run(
             sched.clone(),
             stop_flag.clone(),
             tx.clone(),
+            t,
             first_conn,
             n,
             rate,
@@ -137,7 +138,6 @@ struct Merger {
     uncorrected: Option<Histogram<u64>>,
     intervals: Vec<IntervalLine>,
     totals: Vec<Totals>,
-    busy: Vec<f64>,
 }
 
 impl Merger {
@@ -150,7 +150,6 @@ impl Merger {
             uncorrected: config.rate_rps.map(|_| sched.new_hist()),
             intervals: Vec::new(),
             totals: Vec::new(),
-            busy: Vec::new(),
         }
     }
 
@@ -207,7 +206,7 @@ impl Merger {
                 let _ = total.add(h);
             }
         }
-        let line = interval_line(&self.sched, &m, self.threads);
+        let line = interval_line(&self.sched, &m);
         if measured {
             self.intervals.push(line.clone());
         }
@@ -261,7 +260,6 @@ impl Merger {
             per_core_busy: per_core,
             ..report.client_cpu
         };
-        drop(self.busy);
         LoadOutcome {
             report,
             hist_ns: self.hist,
@@ -281,12 +279,11 @@ fn merge_interval(acc: &mut IntervalMsg, m: IntervalMsg) {
     acc.bytes_received += m.bytes_received;
     acc.errors += m.errors;
     acc.inflight += m.inflight;
-    acc.cpu_ns += m.cpu_ns;
-    // Per-thread busy is kept as a list: see `interval_line`.
+    acc.cpu_ns.extend(m.cpu_ns);
     acc.wall_ns = acc.wall_ns.max(m.wall_ns);
 }
 
-fn interval_line(sched: &Schedule, m: &IntervalMsg, threads: usize) -> IntervalLine {
+fn interval_line(sched: &Schedule, m: &IntervalMsg) -> IntervalLine {
     let wall_s = (m.wall_ns as f64 / 1e9).max(1e-9);
     let end_ns = sched.interval_start_ns(m.index) as f64 + m.wall_ns as f64;
     IntervalLine {
@@ -300,7 +297,14 @@ fn interval_line(sched: &Schedule, m: &IntervalMsg, threads: usize) -> IntervalL
             0.0
         },
         errors: m.errors,
-        per_core_busy: vec![pct(m.cpu_ns as f64 / 1e9 / threads as f64, wall_s); 1],
+        per_core_busy: {
+            let mut by_thread = m.cpu_ns.clone();
+            by_thread.sort_unstable();
+            by_thread
+                .iter()
+                .map(|&(_, ns)| pct(ns as f64 / 1e9, wall_s))
+                .collect()
+        },
     }
 }
 

@@ -106,7 +106,8 @@ pub(super) struct IntervalMsg {
     pub bytes_received: u64,
     pub errors: u64,
     pub inflight: u64,
-    pub cpu_ns: u64,
+    /// CPU time of each reporting thread in the interval: (thread, ns).
+    pub cpu_ns: Vec<(usize, u64)>,
     pub wall_ns: u64,
 }
 
@@ -149,6 +150,7 @@ struct Conn {
 
 /// Everything one thread owns.
 pub(super) struct Worker {
+    thread: usize,
     config: Arc<LoadConfig>,
     target: Arc<Target>,
     sched: Arc<Schedule>,
@@ -205,6 +207,7 @@ impl Worker {
         sched: Arc<Schedule>,
         stop: Arc<AtomicBool>,
         tx: Sender<Msg>,
+        thread: usize,
         first_conn: usize,
         n_conns: usize,
         rate_rps: Option<f64>,
@@ -242,6 +245,7 @@ impl Worker {
         };
         let end_ns = sched.measure_end_ns;
         Ok(Worker {
+            thread,
             config,
             target,
             sched,
@@ -774,7 +778,7 @@ impl Worker {
             bytes_received: std::mem::take(&mut self.stats.bytes_received),
             errors: std::mem::take(&mut self.stats.errors),
             inflight: self.conns.iter().map(|c| c.pending.len() as u64).sum(),
-            cpu_ns: cpu_now.saturating_sub(self.stats.cpu_mark_ns),
+            cpu_ns: vec![(self.thread, cpu_now.saturating_sub(self.stats.cpu_mark_ns))],
             wall_ns: end_ns - self.sched.interval_start_ns(index),
         };
         self.stats.cpu_mark_ns = cpu_now;

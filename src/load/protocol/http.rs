@@ -111,32 +111,34 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, &'static str> {
             Ok(None)
         };
     };
-    let text = std::str::from_utf8(&buf[..end]).map_err(|_| "http_bad_response")?;
-    let mut lines = text.split("\r\n");
-    let status_line = lines.next().unwrap_or("");
-    let (version, status) = parse_status_line(status_line).ok_or("http_bad_response")?;
+    // Works on bytes: this runs once per response, on the engine's hot path.
+    let mut lines = buf[..end].split(|&b| b == b'\n').map(trim_cr);
+    let (http10, status) =
+        parse_status_line(lines.next().unwrap_or(b"")).ok_or("http_bad_response")?;
     let mut head = Head {
         head_len: end + 4,
         status,
         body: BodyKind::None,
-        close: version == "HTTP/1.0",
+        close: http10,
     };
     let mut has_length = false;
     for line in lines {
-        let (name, value) = line.split_once(':').ok_or("http_bad_response")?;
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            let n = value.parse().map_err(|_| "http_bad_response")?;
-            head.body = BodyKind::Length(n);
+        let colon = line
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or("http_bad_response")?;
+        let (name, value) = (&line[..colon], trim_ascii(&line[colon + 1..]));
+        if name.eq_ignore_ascii_case(b"content-length") {
+            head.body = BodyKind::Length(parse_decimal(value).ok_or("http_bad_response")?);
             has_length = true;
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            if value.to_ascii_lowercase().contains("chunked") {
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            if contains_ignore_case(value, b"chunked") {
                 head.body = BodyKind::Chunked;
                 has_length = true;
             }
-        } else if name.eq_ignore_ascii_case("connection") {
-            let v = value.to_ascii_lowercase();
-            head.close = v.contains("close") || (head.close && !v.contains("keep-alive"));
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            head.close = contains_ignore_case(value, b"close")
+                || (head.close && !contains_ignore_case(value, b"keep-alive"));
         }
     }
     let bodiless = status < 200 || status == 204 || status == 304;
@@ -147,14 +149,43 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, &'static str> {
     Ok(Some(head))
 }
 
-fn parse_status_line(line: &str) -> Option<(&str, u16)> {
-    let mut parts = line.splitn(3, ' ');
-    let version = parts.next()?;
-    if !version.starts_with("HTTP/1.") {
+/// `(is HTTP/1.0, status)` from a status line.
+fn parse_status_line(line: &[u8]) -> Option<(bool, u16)> {
+    if line.len() < 12 || !line.starts_with(b"HTTP/1.") || line[8] != b' ' {
         return None;
     }
-    let status = parts.next()?.parse().ok()?;
-    Some((version, status))
+    let status = parse_decimal(&line[9..12])?;
+    Some((line[7] == b'0', u16::try_from(status).ok()?))
+}
+
+fn parse_decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |acc, &d| {
+        d.is_ascii_digit().then(|| acc * 10 + u64::from(d - b'0'))
+    })
+}
+
+fn trim_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+fn trim_ascii(s: &[u8]) -> &[u8] {
+    let start = s
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &s[start..end]
+}
+
+fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// Length of a complete chunked body at the front of `body`, or `None` if incomplete.
@@ -186,7 +217,19 @@ fn chunked_len(body: &[u8]) -> Result<Option<usize>, &'static str> {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    // Jump between occurrences of the needle's first byte (memchr-accelerated by std).
+    let mut from = 0;
+    while let Some(i) = hay[from..].iter().position(|&b| b == needle[0]) {
+        let at = from + i;
+        if hay.len() - at < needle.len() {
+            return None;
+        }
+        if &hay[at..at + needle.len()] == needle {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 #[cfg(test)]
