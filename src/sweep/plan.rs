@@ -37,6 +37,10 @@ pub struct TargetPlan {
     pub ready_timeout: Duration,
     /// URL template of the built-in engine (`{port}` filled per launch).
     pub url: String,
+    /// Requests in flight per connection (the target's own or the spec's).
+    pub depth: usize,
+    /// The spec file's directory (`{spec_dir}`).
+    pub spec_dir: PathBuf,
 }
 
 /// The generator.
@@ -150,7 +154,10 @@ impl Plan {
         if s.repetitions == 0 {
             return Err(spec.error_at(&["repetitions"], "expected at least 1"));
         }
-        if s.depth == 0 || s.connections_per_client == 0 {
+        if s.depth == 0
+            || s.connections_per_client == 0
+            || s.targets.iter().any(|t| t.depth == Some(0))
+        {
             let key = if s.depth == 0 {
                 "depth"
             } else {
@@ -333,11 +340,23 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         ready_log,
         ready_timeout: ready.timeout.map_or(Duration::from_secs(10), |d| d.0),
         url,
+        depth: t.depth.unwrap_or(spec.spec.depth),
+        spec_dir: spec_dir(spec),
     })
 }
 
+fn spec_dir(spec: &SpecFile) -> PathBuf {
+    let dir = spec.path.parent().map(PathBuf::from).unwrap_or_default();
+    let dir = if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    };
+    std::fs::canonicalize(&dir).unwrap_or(dir)
+}
+
 fn custom_tables(spec: &SpecFile) -> Result<BTreeMap<String, CustomTable>, SpecError> {
-    let base = spec.path.parent().map(PathBuf::from).unwrap_or_default();
+    let base = spec_dir(spec);
     let mut out = BTreeMap::new();
     for (name, c) in &spec.spec.custom_placements {
         let path = if c.file.is_absolute() {

@@ -17,12 +17,14 @@ use regex::Regex;
 
 const TAIL_LINES: usize = 40;
 
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+static TRACKED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
 /// Makes this process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER).
 pub fn become_subreaper() {
     // Safety: prctl with integer arguments only.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    }
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    SUBREAPER.store(rc == 0, Ordering::SeqCst);
 }
 
 /// What a child printed, kept for errors and readiness.
@@ -86,6 +88,9 @@ impl ChildProc {
             });
         }
         let mut child = cmd.spawn()?;
+        if let Ok(mut t) = TRACKED.lock() {
+            t.push(child.id() as i32);
+        }
         let matched = Arc::new(AtomicBool::new(false));
         let stdout = Arc::new(Mutex::new(Output {
             all: launch.keep_stdout.then(String::new),
@@ -132,9 +137,19 @@ impl ChildProc {
         if self.exit.is_none() {
             if let Ok(Some(status)) = self.child.try_wait() {
                 self.exit = Some(describe_exit(status));
+                self.drain_output(Duration::from_millis(300));
             }
         }
         self.exit.clone()
+    }
+
+    /// Lets the output readers take in what the child wrote before it exited (bounded:
+    /// a grandchild may hold the pipes open).
+    fn drain_output(&mut self, limit: Duration) {
+        let start = Instant::now();
+        while !self.readers.iter().all(JoinHandle::is_finished) && start.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// A line of output matched the readiness regex.
@@ -185,8 +200,14 @@ impl ChildProc {
     }
 
     /// Ends the child's whole process group: SIGTERM, then SIGKILL after `grace`, then reaps.
+    /// Descendants that left the group (setsid) are ended one by one.
     pub fn stop(&mut self, grace: Duration) {
         let pgid = Pid::from_raw(self.pid());
+        let tree = if self.exit.is_none() {
+            descendants(self.pid())
+        } else {
+            Vec::new()
+        };
         if self.exited().is_none() {
             let _ = killpg(pgid, Signal::SIGTERM);
             let start = Instant::now();
@@ -196,14 +217,18 @@ impl ChildProc {
         }
         // Stragglers of the group (forked workers) go too, even when the leader has exited.
         let _ = killpg(pgid, Signal::SIGKILL);
+        for &pid in &tree {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
         if self.exit.is_none() {
             if let Ok(status) = self.child.wait() {
                 self.exit = Some(describe_exit(status));
             }
         }
-        for r in self.readers.drain(..) {
-            let _ = r.join();
+        if let Ok(mut t) = TRACKED.lock() {
+            t.retain(|&p| p != self.pid());
         }
+        self.drain_output(Duration::from_millis(500));
         reap_orphans();
     }
 }
@@ -249,26 +274,35 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
     }
 }
 
-/// Ends and reaps processes that were reparented to us (we are their subreaper): what a
-/// target forked and left behind, in any process group.
+/// Ends and reaps processes that were reparented to us because we are their subreaper:
+/// what a target forked and left behind, in any process group. Children we started
+/// ourselves (tracked) are left to their owners; without the subreaper role nothing is
+/// touched (a test process has children of its own).
 pub fn reap_orphans() {
-    let me = std::process::id() as i32;
-    for pid in children_of(me) {
-        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+    if !SUBREAPER.load(Ordering::SeqCst) {
+        return;
     }
-    loop {
-        match nix::sys::wait::waitpid(
-            Pid::from_raw(-1),
-            Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-        ) {
-            Ok(nix::sys::wait::WaitStatus::StillAlive) | Err(_) => break,
-            Ok(_) => continue,
-        }
+    let tracked = TRACKED.lock().map(|t| t.clone()).unwrap_or_default();
+    let me = std::process::id() as i32;
+    for pid in children_of(me).into_iter().filter(|p| !tracked.contains(p)) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
     }
 }
 
-/// Processes whose parent is `ppid` (from /proc), excluding ones we track as `Child`
-/// is the caller's job; here every child of `ppid` is listed.
+/// `root`'s descendants (not `root` itself), from /proc.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        out.extend(children_of(out[i]));
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+/// Every process whose parent is `ppid` (from /proc).
 pub fn children_of(ppid: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();

@@ -225,14 +225,10 @@ impl Runner<'_> {
         let mut step =
             StepResult::empty(id.to_string(), &target.name, placement, point.clients, rep);
         step.rate_rps = point.rate_rps;
-        step.inflight = self.inflight(point.clients);
+        step.inflight = point.clients * self.plan.connections_per_client * target.depth;
         step.status = StepStatus::Skipped;
         step.reason = Some(why);
         step
-    }
-
-    fn inflight(&self, clients: usize) -> usize {
-        clients * self.plan.connections_per_client * self.plan.depth
     }
 
     fn one_step(
@@ -357,7 +353,7 @@ impl Runner<'_> {
             port,
             clients: point.clients,
             connections,
-            depth: self.plan.depth,
+            depth: target.depth,
             threads,
             duration: self.plan.duration,
             warmup: self.plan.warmup,
@@ -469,7 +465,11 @@ pub fn is_saturated(history: &[(f64, f64)]) -> bool {
 }
 
 fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or("").to_string()
+    let line = s.lines().next().unwrap_or("");
+    line.split("; its output ends with")
+        .next()
+        .unwrap_or(line)
+        .to_string()
 }
 
 /// The points of a series, one at a time (a rate search picks the next from the last).

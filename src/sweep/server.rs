@@ -67,6 +67,7 @@ impl ProcessLauncher {
                         ("port", port.to_string()),
                         ("clients", clients.to_string()),
                         ("out", self.out_dir.display().to_string()),
+                        ("spec_dir", target.spec_dir.display().to_string()),
                     ],
                 );
                 vec!["sh".into(), "-c".into(), format!("exec {line}")]

@@ -96,7 +96,8 @@ pub struct TargetSpec {
     #[serde(default)]
     pub builtin: Option<String>,
     /// A command template run by `sh -c` (must stay in the foreground); placeholders
-    /// `{cpuset}`, `{threads}`, `{port}`, `{clients}`, `{out}`.
+    /// `{cpuset}`, `{threads}`, `{port}`, `{clients}`, `{out}` (the run directory) and
+    /// `{spec_dir}` (the spec file's directory).
     #[serde(default)]
     pub command: Option<String>,
     /// A fixed port; otherwise a free one is chosen.
@@ -108,6 +109,9 @@ pub struct TargetSpec {
     /// URL template for the built-in load engine (default from the target kind).
     #[serde(default)]
     pub url: Option<String>,
+    /// Requests in flight per connection for this target (overrides the top-level depth).
+    #[serde(default)]
+    pub depth: Option<usize>,
 }
 
 /// Readiness probe of a target.
