@@ -14,7 +14,21 @@ pub struct ReportArgs {
 
 /// Options of `stairbench compare`.
 #[derive(Debug, clap::Args)]
-pub struct CompareArgs {}
+pub struct CompareArgs {
+    /// Run directories; the first is the reference the others are measured against.
+    #[arg(required = true, num_args = 2..)]
+    pub dirs: Vec<PathBuf>,
+    /// The figure compared.
+    #[arg(long, value_enum, default_value = "throughput_rps")]
+    pub metric: super::compare::Metric,
+    /// Exit 1 when a step of a later run is slower than the first run's by more than PCT
+    /// percent and the difference is not within noise (a gate for CI).
+    #[arg(long, value_name = "PCT")]
+    pub fail_if_slower: Option<f64>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Rebuilds a run directory's report files from its steps.jsonl.
 pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
@@ -28,6 +42,6 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Compares runs.
-pub fn compare(_args: CompareArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("compare is not built yet")
+pub fn compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
+    super::compare::run(&args.dirs, args.metric, args.fail_if_slower, args.json)
 }

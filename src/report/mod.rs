@@ -3,7 +3,9 @@
 //! Each exporter turns the run's steps (and its spec and environment, when present) into
 //! one file; `stairbench report DIR` and the end of every run call [`write_all`].
 
+pub mod analysis;
 pub mod cli;
+pub mod compare;
 pub mod csv;
 pub mod markdown;
 
@@ -22,6 +24,8 @@ pub struct RunData {
     pub environment: Option<serde_json::Value>,
     /// Remarks of the run (rate-search results, early stops, interruption).
     pub notes: Vec<String>,
+    /// The analysis of the steps (knee, USL, Little's law, modes, comparisons), when read.
+    pub analysis: Option<analysis::RunAnalysis>,
 }
 
 impl RunData {
@@ -43,12 +47,15 @@ impl RunData {
         let notes = std::fs::read_to_string(dir.join("notes.txt"))
             .map(|t| t.lines().map(str::to_string).collect())
             .unwrap_or_default();
-        Ok(RunData {
+        let mut run = RunData {
             name,
             steps,
             environment,
             notes,
-        })
+            analysis: None,
+        };
+        run.analysis = Some(analysis::analyze(&run, Some(dir)));
+        Ok(run)
     }
 }
 
@@ -62,7 +69,11 @@ pub trait Exporter {
 
 /// Every exporter this module has.
 pub fn exporters() -> Vec<Box<dyn Exporter>> {
-    vec![Box::new(csv::Csv), Box::new(markdown::Markdown)]
+    vec![
+        Box::new(csv::Csv),
+        Box::new(markdown::Markdown),
+        Box::new(analysis::Json),
+    ]
 }
 
 /// Writes every exporter's file into `dir`.
