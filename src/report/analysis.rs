@@ -100,6 +100,8 @@ pub struct LittleRow {
     pub rep: usize,
     /// Throughput X, req/s.
     pub throughput_rps: f64,
+    /// The load generator was saturated at this step (a likely reason for a low ratio).
+    pub client_saturated: bool,
     /// The check: L, predicted and measured mean latency (µs), X·R / L and the flag.
     #[serde(flatten)]
     pub check: LittleStep,
@@ -383,6 +385,7 @@ fn little_row(step: &StepResult, spec: Option<&toml::Table>) -> Option<LittleRow
         clients: step.clients,
         rep: step.rep,
         throughput_rps: load.throughput_rps,
+        client_saturated: load.client_saturated,
         check: little::check(
             step.clients as f64,
             inflight as f64,
@@ -707,10 +710,19 @@ fn little_section(out: &mut String, a: &RunAnalysis) {
             c.predicted_latency,
             c.measured_latency,
             c.ratio,
-            c.flag.as_deref().map_or(String::new(), escape),
+            little_flag(r),
         );
     }
     out.push('\n');
+}
+
+fn little_flag(r: &LittleRow) -> String {
+    let flag = r.check.flag.as_deref().map_or(String::new(), escape);
+    match (r.client_saturated, flag.is_empty()) {
+        (false, _) => flag,
+        (true, true) => "client saturated".to_string(),
+        (true, false) => format!("client saturated; {flag}"),
+    }
 }
 
 fn show_mode(m: &Mode) -> String {
