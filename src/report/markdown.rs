@@ -47,27 +47,49 @@ fn counts(steps: &[StepResult]) -> (usize, usize, usize) {
 
 fn conditions(out: &mut String, run: &RunData) {
     let Some(env) = &run.environment else { return };
-    let get = |k: &str| {
-        env.get(k)
-            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
     };
-    let rows: Vec<(&str, String)> = [
-        ("host", "hostname"),
-        ("CPU", "cpu_model"),
-        ("CPUs", "cpus"),
-        ("kernel", "kernel"),
-        ("governor", "governor"),
-        ("stairbench", "stairbench_version"),
-    ]
-    .iter()
-    .filter_map(|(label, key)| get(key).map(|v| (*label, v)))
-    .collect();
-    if rows.is_empty() {
-        return;
-    }
+    let at = |path: &[&str]| {
+        let mut v = env;
+        for key in path {
+            v = v.get(key)?;
+        }
+        text(v)
+    };
+    let governors = env.get("governors").and_then(|g| g.as_object()).map(|g| {
+        let mut names: Vec<String> = g.values().filter_map(text).collect();
+        names.dedup();
+        names.join(", ")
+    });
+    let rows = [
+        ("host", at(&["hostname"])),
+        ("CPU", at(&["cpu_model"])),
+        ("CPUs", at(&["cpus"])),
+        ("topology", at(&["topology", "summary"])),
+        ("kernel", at(&["kernel"])),
+        ("governor", governors),
+        ("turbo", at(&["turbo"])),
+        ("swap used (kB)", at(&["swap_used_kb"])),
+        (
+            "perf software / hardware",
+            at(&["perf", "software"])
+                .zip(at(&["perf", "hardware"]))
+                .map(|(s, h)| format!("{s} / {h}")),
+        ),
+        (
+            "stairbench",
+            at(&["stairbench_version"])
+                .map(|v| format!("{v} ({})", at(&["git_revision"]).unwrap_or_default())),
+        ),
+    ];
     out.push_str("| condition | value |\n| --- | --- |\n");
     for (label, value) in rows {
-        let _ = writeln!(out, "| {label} | {} |", escape(&value));
+        if let Some(value) = value {
+            let _ = writeln!(out, "| {label} | {} |", escape(&value));
+        }
     }
     if let Some(w) = env.get("warnings").and_then(|w| w.as_array()) {
         for warning in w.iter().filter_map(|w| w.as_str()) {

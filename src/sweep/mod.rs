@@ -6,7 +6,6 @@
 
 pub mod cli;
 pub mod driver;
-pub mod environment;
 pub mod experiment;
 pub mod observer;
 pub mod placement;

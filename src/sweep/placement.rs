@@ -9,6 +9,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::topology::{Policy, Topology};
+
 /// The cpusets of one step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CpuPair {
@@ -97,23 +99,50 @@ impl CustomTable {
 
 /// The built-in policies over this machine's CPUs, plus custom tables.
 ///
-/// Uses the `sweep::topology` module's policies where it knows them; without it (or for
-/// a machine it cannot read) it falls back to splitting the allowed CPUs in two halves.
+/// Uses the machine's topology (`sweep::topology`: NUMA nodes, cores, SMT siblings) when
+/// /sys can be read; otherwise, and in tests, it splits a CPU list in two halves.
 #[derive(Debug, Clone)]
 pub struct TopologyPlacements {
     cpus: Vec<usize>,
+    topology: Option<Topology>,
     custom: BTreeMap<String, CustomTable>,
 }
 
 impl TopologyPlacements {
-    /// Placements over the CPUs this process may use.
+    /// Placements from this machine's topology.
     pub fn detect(custom: BTreeMap<String, CustomTable>) -> Self {
-        Self::with_cpus(crate::cpuset::allowed(), custom)
+        let topology = Topology::detect().ok();
+        TopologyPlacements {
+            cpus: crate::cpuset::allowed(),
+            topology,
+            custom,
+        }
     }
 
-    /// Placements over a given CPU list (tests).
+    /// Placements over a given CPU list, halves for separated and balanced (tests).
     pub fn with_cpus(cpus: Vec<usize>, custom: BTreeMap<String, CustomTable>) -> Self {
-        TopologyPlacements { cpus, custom }
+        TopologyPlacements {
+            cpus,
+            topology: None,
+            custom,
+        }
+    }
+
+    fn from_topology(
+        topo: &Topology,
+        policy: &str,
+        count: Option<usize>,
+    ) -> Result<CpuPair, String> {
+        let policy = Policy::from(policy.to_string());
+        let placement = match count {
+            Some(n) => topo.placement_for(&policy, n),
+            None => topo.fixed_placement(&policy),
+        }
+        .map_err(|e| e.to_string())?;
+        Ok(CpuPair {
+            server: placement.server,
+            client: placement.client,
+        })
     }
 
     fn split(&self, count: Option<usize>, policy: &str) -> Result<CpuPair, String> {
@@ -139,6 +168,9 @@ impl TopologyPlacements {
 
 impl PlacementSource for TopologyPlacements {
     fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String> {
+        if let (Some(topo), "shared" | "separated" | "balanced") = (&self.topology, placement) {
+            return Self::from_topology(topo, placement, count);
+        }
         match placement {
             "shared" => {
                 let n = count.unwrap_or(self.cpus.len());
@@ -164,6 +196,9 @@ impl PlacementSource for TopologyPlacements {
     }
 
     fn notes(&self) -> Vec<String> {
+        if let Some(topo) = &self.topology {
+            return topo.coincide_note().into_iter().collect();
+        }
         vec![
             "balanced and separated coincide here: both give disjoint halves of the allowed CPUs \
              (no NUMA or SMT layout used)"
