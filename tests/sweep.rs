@@ -532,16 +532,20 @@ fn descendants(pid: i32) -> Vec<i32> {
     out
 }
 
-#[test]
-fn interruption_keeps_results_exits_130_and_leaves_no_process() {
-    if !serve_available() {
-        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let spec = dir.path().join("interrupt.toml");
-    std::fs::write(&spec, "name = \"interrupt\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
-    let out_dir = dir.path().join("run");
+const REDIS_TARGET: &str = "[[targets]]\nname = \"redis\"\ncommand = \"redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --daemonize no\"\nurl = \"redis://127.0.0.1:{port}\"\n";
+
+fn redis_available() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Starts `stairbench run`, sends SIGINT once a step is on disk, and checks what is left.
+fn interrupt(spec_text: &str, dir: &Path) -> (PathBuf, usize) {
+    let spec = dir.join("interrupt.toml");
+    std::fs::write(&spec, spec_text).unwrap();
+    let out_dir = dir.join("run");
     let mut child = Command::new(BIN)
         .arg("run")
         .arg(&spec)
@@ -558,7 +562,7 @@ fn interruption_keeps_results_exits_130_and_leaves_no_process() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(400));
     let below = descendants(child.id() as i32);
     assert!(!below.is_empty(), "the server should be running");
     nix::sys::signal::kill(
@@ -569,8 +573,16 @@ fn interruption_keeps_results_exits_130_and_leaves_no_process() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let steps = read_steps(&steps_file).unwrap();
-    assert!(!steps.is_empty() && steps.len() < 6);
-    assert!(steps.iter().all(|s| s.status == StepStatus::Ok));
+    assert!(
+        !steps.is_empty() && steps.len() < 6,
+        "{} steps",
+        steps.len()
+    );
+    assert!(
+        steps.iter().all(|s| s.status == StepStatus::Ok),
+        "{:?}",
+        steps.iter().map(|s| &s.reason).collect::<Vec<_>>()
+    );
     assert!(std::fs::read_to_string(out_dir.join("report.md"))
         .unwrap()
         .contains("interrupted"));
@@ -580,5 +592,69 @@ fn interruption_keeps_results_exits_130_and_leaves_no_process() {
             !Path::new(&format!("/proc/{pid}")).exists(),
             "process {pid} outlived stairbench"
         );
+    }
+    (out_dir, steps.len())
+}
+
+#[test]
+fn interruption_keeps_results_exits_130_and_leaves_no_process() {
+    if !serve_available() {
+        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    interrupt("name = \"interrupt\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n", dir.path());
+}
+
+#[test]
+fn redis_sweep_interrupted_then_resumed() {
+    if !redis_available() {
+        eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!("name = \"redis\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"separated\"]\n{REDIS_TARGET}");
+    let (out_dir, before) = interrupt(&text, dir.path());
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg("--resume")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert_eq!(
+        steps.len(),
+        6,
+        "{before} before the interruption, the rest after --resume"
+    );
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        assert!(s.throughput_rps().unwrap() > 100.0);
+        assert!(s.derived_f64(&["cpu_us_per_req", "total"]).unwrap() > 0.0);
+        assert!(
+            s.server["server"]["pid"].as_i64().is_some(),
+            "observed the server: {}",
+            s.server
+        );
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("6 steps: 6 ok, 0 failed, 0 skipped."),
+        "{report}"
+    );
+    for f in [
+        "spec.toml",
+        "environment.json",
+        "steps.csv",
+        "intervals/redis.separated.c32.r0.csv",
+        "hist/redis.separated.c32.r0.hlog",
+    ] {
+        assert!(out_dir.join(f).exists(), "{f}");
     }
 }
