@@ -248,6 +248,27 @@ fn cpus_follow_clients_skips_what_does_not_fit_visibly() {
 }
 
 #[test]
+fn restart_step_and_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("name = \"x\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 3]\nrestart = \"step\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    let mut launcher = FakeLauncher::default();
+    run_fake(
+        &p,
+        dir.path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    assert_eq!(launcher.launches, 3);
+
+    let mut held = plan(TWO_TARGETS);
+    held.hold(6, Duration::from_secs(3600));
+    assert_eq!(held.series, Series::Clients(vec![6]));
+    assert_eq!(held.max_steps(), 4);
+    assert!(held.estimate() > Duration::from_secs(4 * 3600));
+}
+
+#[test]
 fn saturated_series_stops_early_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan("name = \"x\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nstop_when = \"saturated\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");

@@ -104,8 +104,10 @@ fn results_table(out: &mut String, steps: &[StepResult]) {
     out.push_str(
         "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
     );
-    let f =
-        |v: Option<f64>, digits: usize| v.map_or("–".to_string(), |x| format!("{x:.digits$}"));
+    let f = |v: Option<f64>, digits: usize| {
+        v.filter(|x| x.is_finite())
+            .map_or("–".to_string(), |x| format!("{x:.digits$}"))
+    };
     for s in steps {
         let l = s.load.as_ref();
         let status = match (&s.status, &s.reason) {

@@ -152,6 +152,11 @@ impl Runner<'_> {
         while let Some(point) = points.next() {
             let mut reps = Vec::new();
             for rep in 0..self.plan.repetitions {
+                if self.stop.load(Ordering::Relaxed) {
+                    summary.interrupted = true;
+                    end_run = true;
+                    break;
+                }
                 let id = step_id(&target.name, placement, point, rep);
                 if let Some(prev) = done.get(&id) {
                     reps.push(prev.clone());
