@@ -679,3 +679,43 @@ fn redis_sweep_interrupted_then_resumed() {
         assert!(out_dir.join(f).exists(), "{f}");
     }
 }
+
+#[test]
+fn nginx_master_and_workers_are_observed_and_ended() {
+    if Command::new("nginx").arg("-v").output().is_err() {
+        eprintln!("skipped: nginx is not installed (apt-get install nginx)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/nginx.sh");
+    let spec = dir.path().join("nginx.toml");
+    std::fs::write(&spec, format!("name = \"nginx\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [2, 8]\nplacements = [\"separated\"]\n[[targets]]\nname = \"nginx\"\ncommand = \"sh {} {{out}} {{port}} 2\"\nurl = \"http://127.0.0.1:{{port}}/\"\n", script.display())).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        let processes = s.server["server"]["processes"].as_u64().unwrap();
+        assert_eq!(processes, 3, "master and 2 workers: {}", s.server);
+        assert!(s.derived_f64(&["cpu_us_per_req", "total"]).unwrap() > 0.0);
+    }
+    let mine = format!("nginx-{}", out_dir.display());
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| c.replace('\0', " "))
+        .filter(|c| c.contains(&out_dir.display().to_string()) && c.contains("nginx"))
+        .collect();
+    assert!(left.is_empty(), "{mine}: left running: {left:?}");
+}

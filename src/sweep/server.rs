@@ -85,6 +85,12 @@ impl Launcher for ProcessLauncher {
         stop: &AtomicBool,
     ) -> Result<Box<dyn Server>, String> {
         let port = match target.port {
+            Some(p) if port_open(p) => {
+                return Err(format!(
+                    "port {p} of target {:?} is already taken by another process: stop it or leave `port` out so a free one is chosen",
+                    target.name
+                ))
+            }
             Some(p) => p,
             None => free_port().map_err(|e| format!("no free TCP port on 127.0.0.1: {e}"))?,
         };
