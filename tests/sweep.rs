@@ -50,7 +50,7 @@ fn run_fake(
     stop: &AtomicBool,
 ) -> RunSummary {
     let mut rundir = RunDir::create(Some(dir), &plan.name).unwrap();
-    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], BTreeMap::new());
+    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], plan.custom.clone());
     let mut runner = Runner {
         plan,
         dir: &mut rundir,
@@ -245,6 +245,45 @@ fn cpus_follow_clients_skips_what_does_not_fit_visibly() {
             .collect::<Vec<_>>(),
         [vec![0], vec![0, 1]]
     );
+}
+
+#[test]
+fn seed_000_cpuset_table_is_used_verbatim() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sweep/crimson.toml");
+    let p = plan_at(&path, &std::fs::read_to_string(&path).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut launcher = FakeLauncher::default();
+    let summary = run_fake(
+        &p,
+        dir.path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    let cpus = |id: &str| {
+        let s = summary.steps.iter().find(|s| s.id == id).unwrap();
+        (s.server_cpus.clone(), s.client_cpus.clone(), s.status)
+    };
+    assert_eq!(
+        cpus("msgr.seed-balanced.c4.r0"),
+        ("0,56,28,84".into(), "1,57,29,85".into(), StepStatus::Ok)
+    );
+    assert_eq!(
+        cpus("msgr.seed-separated.c8.r0"),
+        ("0-7".into(), "28-35".into(), StepStatus::Ok)
+    );
+    // The separated table stops at 28 CPUs: 56 clients are skipped, saying why.
+    let (_, _, status) = cpus("msgr.seed-separated.c56.r0");
+    assert_eq!(status, StepStatus::Skipped);
+    let why = summary
+        .steps
+        .iter()
+        .find(|s| s.id == "msgr.seed-separated.c56.r0")
+        .unwrap()
+        .reason
+        .clone()
+        .unwrap();
+    assert!(why.contains("no cpusets for 56"), "{why}");
 }
 
 #[test]
