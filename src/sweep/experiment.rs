@@ -143,6 +143,11 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
         plan.placements.len(),
         plan.max_steps()
     );
+    if plan.compares_balanced_and_separated() {
+        for note in placements.notes() {
+            let _ = writeln!(out, "note: {note}");
+        }
+    }
     for target in &plan.targets {
         for placement in &plan.placements {
             let _ = writeln!(out, "\n{} / {placement}:", target.name);

@@ -110,11 +110,10 @@ impl Runner<'_> {
             .collect();
         let mut summary = RunSummary::default();
         self.progress.begin(self.plan.max_steps(), done.len());
-        for note in self.placements.notes() {
-            if self.plan.placements.iter().any(|p| p == "balanced")
-                && self.plan.placements.iter().any(|p| p == "separated")
-            {
+        if self.plan.compares_balanced_and_separated() {
+            for note in self.placements.notes() {
                 self.progress.note(&note);
+                summary.findings.push(note);
             }
         }
         'all: for target in &self.plan.targets {

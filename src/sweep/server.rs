@@ -46,7 +46,7 @@ pub struct ProcessLauncher {
 }
 
 impl ProcessLauncher {
-    fn argv(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize, port: u16) -> Vec<String> {
+    fn argv(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize, port: &str) -> Vec<String> {
         let cpuset = crate::cpuset::format(&cpus.server);
         match &target.kind {
             TargetKind::Builtin(args) => {
@@ -94,7 +94,7 @@ impl Launcher for ProcessLauncher {
             Some(p) => p,
             None => free_port().map_err(|e| format!("no free TCP port on 127.0.0.1: {e}"))?,
         };
-        let argv = self.argv(target, cpus, clients, port);
+        let argv = self.argv(target, cpus, clients, &port.to_string());
         let launch = Launch {
             name: format!("target {:?}", target.name),
             program: argv[0].clone(),
@@ -116,8 +116,10 @@ impl Launcher for ProcessLauncher {
     }
 
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
-        self.argv(target, cpus, clients, target.port.unwrap_or(0))
-            .join(" ")
+        let port = target
+            .port
+            .map_or("<free port>".to_string(), |p| p.to_string());
+        self.argv(target, cpus, clients, &port).join(" ")
     }
 }
 
