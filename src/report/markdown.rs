@@ -30,6 +30,7 @@ impl Exporter for Markdown {
         if !run.notes.is_empty() {
             out.push('\n');
         }
+        series_table(&mut out, &run.steps);
         out.push_str("## Results\n\n");
         results_table(&mut out, &run.steps);
         out
@@ -95,6 +96,77 @@ fn conditions(out: &mut String, run: &RunData) {
         for warning in w.iter().filter_map(|w| w.as_str()) {
             let _ = writeln!(out, "| warning | {} |", escape(warning));
         }
+    }
+    out.push('\n');
+}
+
+/// One series: a target under a placement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesPeak {
+    /// Target name.
+    pub target: String,
+    /// Placement name.
+    pub placement: String,
+    /// Highest throughput of an ok step, requests/s.
+    pub peak_rps: f64,
+    /// Clients of that step.
+    pub at_clients: usize,
+    /// p99 latency of that step, µs.
+    pub p99_us: f64,
+    /// Ok steps of the series.
+    pub ok_steps: usize,
+}
+
+/// The peak of each series, in the order the series ran.
+pub fn series_peaks(steps: &[StepResult]) -> Vec<SeriesPeak> {
+    let mut out: Vec<SeriesPeak> = Vec::new();
+    for s in steps.iter().filter(|s| s.status == StepStatus::Ok) {
+        let Some(l) = &s.load else { continue };
+        let i = match out
+            .iter()
+            .position(|p| p.target == s.target && p.placement == s.placement)
+        {
+            Some(i) => i,
+            None => {
+                out.push(SeriesPeak {
+                    target: s.target.clone(),
+                    placement: s.placement.clone(),
+                    peak_rps: f64::NEG_INFINITY,
+                    at_clients: 0,
+                    p99_us: f64::NAN,
+                    ok_steps: 0,
+                });
+                out.len() - 1
+            }
+        };
+        let p = &mut out[i];
+        p.ok_steps += 1;
+        if l.throughput_rps > p.peak_rps {
+            p.peak_rps = l.throughput_rps;
+            p.at_clients = s.clients;
+            p.p99_us = l.latency_us.p99;
+        }
+    }
+    out
+}
+
+fn series_table(out: &mut String, steps: &[StepResult]) {
+    let peaks = series_peaks(steps);
+    if peaks.is_empty() {
+        return;
+    }
+    out.push_str("## Peak of each series\n\n| target | placement | peak throughput (req/s) | at clients | p99 there (µs) | ok steps |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
+    for p in peaks {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} | {} | {:.1} | {} |",
+            escape(&p.target),
+            escape(&p.placement),
+            p.peak_rps,
+            p.at_clients,
+            p.p99_us,
+            p.ok_steps
+        );
     }
     out.push('\n');
 }
