@@ -206,6 +206,10 @@ fn fake_loop_writes_each_step_and_the_reports() {
         "{report}"
     );
     assert!(
+        report.contains("| a | separated | 16000 | 16 |"),
+        "{report}"
+    );
+    assert!(
         report.contains("| a | separated | 8 | 0 | ok | 8000 |"),
         "{report}"
     );
