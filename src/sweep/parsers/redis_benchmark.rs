@@ -244,6 +244,10 @@ fn quiet_line(no: usize, text: &str) -> Result<Option<RedisBenchmarkTest>, Parse
     let Some((name, rps)) = head.rsplit_once(": ") else {
         return Ok(None);
     };
+    // The default report's `throughput summary: R requests per second` has the same shape.
+    if name == "throughput summary" {
+        return Ok(None);
+    }
     let mut load = ParsedLoad {
         throughput_rps: Some(number(rps, no, "requests per second", text)?),
         ..Default::default()
