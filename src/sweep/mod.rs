@@ -8,6 +8,7 @@ pub mod cli;
 pub mod driver;
 pub mod experiment;
 pub mod observer;
+pub mod parsers;
 pub mod placement;
 pub mod plan;
 pub mod process;
