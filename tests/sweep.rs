@@ -762,3 +762,57 @@ fn nginx_master_and_workers_are_observed_and_ended() {
         .collect();
     assert!(left.is_empty(), "{mine}: left running: {left:?}");
 }
+
+#[test]
+fn wrk_through_its_parser_against_nginx() {
+    let missing = ["nginx", "wrk"].into_iter().find(|p| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {p}")])
+            .output()
+            .map_or(true, |o| !o.status.success())
+    });
+    if let Some(p) = missing {
+        eprintln!("skipped: {p} is not installed (apt-get install nginx wrk)");
+        return;
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let text = std::fs::read_to_string(examples.join("nginx-wrk.toml"))
+        .unwrap()
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("clients = [4, 8, 16, 32, 64, 128]", "clients = [2, 8]")
+        .replace("{spec_dir}", &examples.display().to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("wrk.toml");
+    std::fs::write(&spec, text).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .output();
+    let out = out.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert_eq!(steps.len(), 2);
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        let load = s.load.as_ref().unwrap();
+        assert!(load.url.starts_with("wrk -t1 -c"), "{}", load.url);
+        assert!(load.throughput_rps > 100.0 && load.latency_us.p99 > 0.0);
+        assert!(
+            load.latency_us.p999.is_nan(),
+            "wrk prints no p99.9: unavailable, not zero"
+        );
+        assert!(
+            load.client_cpu.user_s + load.client_cpu.sys_s > 0.0,
+            "wrk's own CPU is measured"
+        );
+        assert!(s.derived["tool"]["latency_us"]["p75"].as_f64().is_some());
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+}

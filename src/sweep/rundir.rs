@@ -76,6 +76,7 @@ impl RunDir {
             hlog_path: self.path.join("hist").join(format!("{step_id}.hlog")),
             start: SystemTime::now(),
             hists: Vec::new(),
+            log_histograms: true,
         })
     }
 }
@@ -86,6 +87,8 @@ pub struct StepSink {
     hlog_path: PathBuf,
     start: SystemTime,
     hists: Vec<(f64, Histogram<u64>)>,
+    /// False for drivers whose lines carry no histograms (external tools).
+    pub log_histograms: bool,
 }
 
 impl IntervalSink for StepSink {
@@ -107,7 +110,7 @@ impl IntervalSink for StepSink {
             busy.join(" ")
         );
         let _ = self.csv.flush();
-        if line.elapsed_s > 0.0 {
+        if line.elapsed_s > 0.0 && self.log_histograms {
             self.hists.push((line.elapsed_s, hist_ns.clone()));
         }
     }

@@ -366,10 +366,11 @@ impl Runner<'_> {
             client_cpus: cpus.client.clone(),
             out_dir: self.dir.path.clone(),
         };
-        let sink = self
+        let mut sink = self
             .dir
             .step_sink(id)
             .map_err(|e| format!("writing the step's files: {e}"))?;
+        sink.log_histograms = self.driver.live_intervals();
         let pid = server.pid();
         let mut sink = LoopSink {
             inner: sink,
@@ -379,7 +380,7 @@ impl Runner<'_> {
             pid,
             cpus: cpus.clone(),
         };
-        if self.plan.warmup.is_zero() {
+        if self.plan.warmup.is_zero() || !self.driver.live_intervals() {
             sink.start_observer();
         }
         let result = self.driver.run_step(&req, &mut sink, self.stop);
@@ -392,6 +393,8 @@ impl Runner<'_> {
         sink.finish(hist)
             .map_err(|e| format!("writing the step's files: {e}"))?;
         let load = result?;
+        let mut observed = observed;
+        observed.derived.extend(load.extra);
         Ok((load.report, observed))
     }
 
