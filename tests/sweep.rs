@@ -536,8 +536,11 @@ fn dry_run_prints_steps_cpusets_commands_and_time() {
     assert!(text.contains("estimated time: about 0m"), "{text}");
 }
 
+/// The built-in servers are there (in this binary, or in `STAIRBENCH_BIN` when set, which
+/// `stairbench` itself also honours).
 fn serve_available() -> bool {
-    Command::new(BIN)
+    let bin = std::env::var_os("STAIRBENCH_BIN").unwrap_or_else(|| BIN.into());
+    Command::new(bin)
         .args(["serve", "msgr", "--help"])
         .output()
         .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("--arch"))
@@ -815,4 +818,95 @@ fn wrk_through_its_parser_against_nginx() {
         assert!(s.derived["tool"]["latency_us"]["p75"].as_f64().is_some());
     }
     assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+}
+
+#[test]
+fn killed_outright_its_servers_die_too() {
+    if !redis_available() {
+        eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("kill.toml");
+    std::fs::write(&spec, format!("name = \"kill\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4]\n{REDIS_TARGET}")).unwrap();
+    let out_dir = dir.path().join("run");
+    let mut child = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut below = Vec::new();
+    while below.is_empty() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+        below = descendants(child.id() as i32);
+    }
+    assert!(!below.is_empty(), "the server should be running");
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = |pid: &i32| !Path::new(&format!("/proc/{pid}")).exists();
+    let start = Instant::now();
+    while !below.iter().all(gone) && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<_> = below.iter().filter(|p| !gone(p)).collect();
+    assert!(
+        left.is_empty(),
+        "PR_SET_PDEATHSIG should have ended {left:?}"
+    );
+}
+
+#[test]
+fn the_quick_demo_runs_end_to_end() {
+    if !serve_available() {
+        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("demo");
+    let start = Instant::now();
+    let out = Command::new(BIN)
+        .args(["demo", "--quick", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "report:        {}",
+            out_dir.join("report.md").display()
+        )),
+        "{stdout}"
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert!(steps.len() >= 12, "{} steps", steps.len());
+    let ok = steps.iter().filter(|s| s.status == StepStatus::Ok).count();
+    assert!(
+        ok >= 12,
+        "{:?}",
+        steps.iter().map(|s| &s.reason).collect::<Vec<_>>()
+    );
+    for (target, placement) in [
+        ("reactor", "separated"),
+        ("reactor", "shared"),
+        ("pool", "separated"),
+        ("pool", "shared"),
+    ] {
+        assert!(steps
+            .iter()
+            .any(|s| s.target == target && s.placement == placement && s.status == StepStatus::Ok));
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+    // Under 40 s alone; here other tests share the machine's cores.
+    assert!(took < Duration::from_secs(60), "--quick took {took:?}");
 }
