@@ -213,6 +213,22 @@ fn fake_loop_writes_each_step_and_the_reports() {
         report.contains("| a | separated | 8 | 0 | ok | 8000 |"),
         "{report}"
     );
+    std::fs::remove_file(dir.path().join("report.md")).unwrap();
+    let out = Command::new(BIN)
+        .arg("report")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.md")).unwrap(),
+        report,
+        "`stairbench report` rebuilds the same report.md"
+    );
     let csv = std::fs::read_to_string(dir.path().join("steps.csv")).unwrap();
     assert_eq!(csv.lines().count(), 21);
     assert_eq!(schema_errors(dir.path()), Vec::<String>::new());

@@ -24,6 +24,7 @@ impl Exporter for Markdown {
             "{} steps: {ok} ok, {failed} failed, {skipped} skipped.\n",
             run.steps.len()
         );
+        observer_cost(&mut out, &run.steps);
         for note in &run.notes {
             let _ = writeln!(out, "- {}", escape(note));
         }
@@ -34,6 +35,26 @@ impl Exporter for Markdown {
         out.push_str("## Results\n\n");
         results_table(&mut out, &run.steps);
         out
+    }
+}
+
+/// What stairbench's own observers cost, so it can be weighed against the figures.
+fn observer_cost(out: &mut String, steps: &[StepResult]) {
+    let cpu_s: f64 = steps
+        .iter()
+        .filter_map(|s| s.derived_f64(&["observer_cpu_s"]))
+        .sum();
+    let window_s: f64 = steps
+        .iter()
+        .filter(|s| s.derived.contains_key("observer_cpu_s"))
+        .filter_map(|s| s.load.as_ref().map(|l| l.duration_s))
+        .sum();
+    if window_s > 0.0 {
+        let _ = writeln!(
+            out,
+            "The observers used {cpu_s:.3} s of CPU over {window_s:.1} s of measured windows ({:.2}% of one CPU).\n",
+            100.0 * cpu_s / window_s
+        );
     }
 }
 
