@@ -428,7 +428,7 @@ impl LoopSink<'_> {
         let mut inner = self.inner;
         // An external tool gives no per-second histograms: log its whole-window one.
         if let Some(h) = hist {
-            inner.ensure_one(h);
+            inner.ensure_one(h)?;
         }
         inner.finish()
     }
