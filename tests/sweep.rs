@@ -589,7 +589,10 @@ fn a_short_real_sweep_against_the_built_in_server() {
     for s in &steps {
         assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
         assert!(s.throughput_rps().unwrap() > 100.0);
-        assert!(s.derived_f64(&["cpu_us_per_req", "total"]).unwrap() > 0.0);
+        // /proc counts CPU in 10 ms ticks: a light step may show 0, but never nothing.
+        assert!(s
+            .derived_f64(&["cpu_us_per_req", "total"])
+            .is_some_and(|c| c >= 0.0));
     }
     assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
     for f in [
@@ -718,7 +721,10 @@ fn redis_sweep_interrupted_then_resumed() {
     for s in &steps {
         assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
         assert!(s.throughput_rps().unwrap() > 100.0);
-        assert!(s.derived_f64(&["cpu_us_per_req", "total"]).unwrap() > 0.0);
+        // /proc counts CPU in 10 ms ticks: a light step may show 0, but never nothing.
+        assert!(s
+            .derived_f64(&["cpu_us_per_req", "total"])
+            .is_some_and(|c| c >= 0.0));
         assert!(
             s.server["server"]["pid"].as_i64().is_some(),
             "observed the server: {}",
@@ -770,7 +776,10 @@ fn nginx_master_and_workers_are_observed_and_ended() {
         assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
         let processes = s.server["server"]["processes"].as_u64().unwrap();
         assert_eq!(processes, 3, "master and 2 workers: {}", s.server);
-        assert!(s.derived_f64(&["cpu_us_per_req", "total"]).unwrap() > 0.0);
+        // /proc counts CPU in 10 ms ticks: a light step may show 0, but never nothing.
+        assert!(s
+            .derived_f64(&["cpu_us_per_req", "total"])
+            .is_some_and(|c| c >= 0.0));
     }
     let mine = format!("nginx-{}", out_dir.display());
     let left: Vec<String> = std::fs::read_dir("/proc")

@@ -131,8 +131,13 @@ fn wait_ready(
     let start = Instant::now();
     loop {
         if let Some(exit) = server.child.exited() {
+            let hint = if exit.ends_with("status 0") {
+                " (a target must stay in the foreground: does it daemonize? nginx needs `daemon off`, redis `--daemonize no`)"
+            } else {
+                ""
+            };
             return Err(format!(
-                "target {:?} {exit} before it was ready; its output ends with:\n{}",
+                "target {:?} {exit} before it was ready{hint}; its output ends with:\n{}",
                 target.name,
                 server.child.output_tail()
             ));
