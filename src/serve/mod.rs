@@ -37,7 +37,7 @@ pub struct MsgrArgs {
     pub io_threads: u16,
     /// CPUs to pin the threads to, round-robin (e.g. 0-3,8); unpinned when absent.
     #[arg(long, value_name = "LIST", value_parser = parse_cpuset)]
-    pub cpuset: Option<Vec<usize>>,
+    pub cpuset: Option<CpuList>,
     /// TCP port; 0 picks a free one (printed on the "listening on" line).
     #[arg(long, default_value_t = 0)]
     pub port: u16,
@@ -49,8 +49,12 @@ pub struct MsgrArgs {
     pub max_frame: u32,
 }
 
-fn parse_cpuset(s: &str) -> Result<Vec<usize>, String> {
-    crate::cpuset::parse(s).map_err(|e| e.to_string())
+/// A parsed `--cpuset` (a newtype, since clap reads a bare `Vec` as a repeated flag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+fn parse_cpuset(s: &str) -> Result<CpuList, String> {
+    crate::cpuset::parse(s).map(CpuList).map_err(|e| e.to_string())
 }
 
 impl MsgrArgs {
@@ -60,7 +64,7 @@ impl MsgrArgs {
             arch: self.arch,
             threads: usize::from(self.threads),
             io_threads: usize::from(self.io_threads),
-            cpuset: self.cpuset.clone().unwrap_or_default(),
+            cpuset: self.cpuset.clone().map(|c| c.0).unwrap_or_default(),
             addr: SocketAddr::new(self.bind, self.port),
             max_frame: self.max_frame,
             report_every: Some(REPORT_EVERY),

@@ -78,9 +78,10 @@ fn line(start: Instant, prev: &Sample, now: &Sample, threads: &[Arc<ThreadStat>]
     let elapsed_s = now.at.duration_since(start).as_secs_f64();
     let mut out = format!("{elapsed_s:6.1}s {ops_per_s:>11.0} ops/s  busy%");
     for (i, t) in threads.iter().enumerate() {
-        let busy = match (prev.cpu_ns[i], now.cpu_ns[i]) {
-            (Some(a), Some(b)) => format!("{:.0}", (b - a) as f64 / 1e9 / wall_s * 100.0),
-            _ => "-".to_string(),
+        // A thread that started after the previous sample has used its CPU since then.
+        let busy = match (prev.cpu_ns[i].unwrap_or(0), now.cpu_ns[i]) {
+            (a, Some(b)) => format!("{:.0}", b.saturating_sub(a) as f64 / 1e9 / wall_s * 100.0),
+            (_, None) => "-".to_string(),
         };
         let _ = write!(out, " {}={busy}", t.name);
     }
