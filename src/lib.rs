@@ -10,5 +10,8 @@ pub mod load;
 pub mod observe;
 pub mod profile;
 pub mod report;
+pub mod schema;
 pub mod serve;
+pub mod signals;
 pub mod sweep;
+pub mod units;

@@ -1,12 +1,259 @@
 //! `stairbench load URL`.
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::hlog::HlogSink;
+use super::{Distribution, IntervalLine, IntervalSink, LoadConfig, LoadOutcome, ProtoOptions};
 
 /// Options of `stairbench load`.
-#[derive(Debug, clap::Args)]
-pub struct LoadArgs {}
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Target: http://HOST:PORT/PATH, redis://HOST:PORT or msgr://HOST:PORT.
+    pub url: String,
+    /// Connections in total.
+    #[arg(short, long, default_value_t = 10)]
+    pub connections: usize,
+    /// Generator threads (default: one per --cpuset CPU, else 1).
+    #[arg(short, long)]
+    pub threads: Option<usize>,
+    /// Length of the measured window (10, 10s, 500ms, 1m).
+    #[arg(short, long, default_value = "10s", value_parser = crate::units::parse_duration)]
+    pub duration: std::time::Duration,
+    /// Load run before the measured window and left out of its statistics.
+    #[arg(long, default_value = "0s", value_parser = crate::units::parse_duration)]
+    pub warmup: std::time::Duration,
+    /// A request unanswered for this long fails (kind `timeout`); the final drain waits no longer.
+    #[arg(long, default_value = "10s", value_parser = crate::units::parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Requests in flight per connection (pipelined).
+    #[arg(long, default_value_t = 1)]
+    pub depth: usize,
+    /// Open loop: total requests per second on a schedule; latency from the intended send time.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Pin the generator threads to these CPUs (e.g. 1 or 2-3).
+    #[arg(long, value_parser = parse_cpuset)]
+    pub cpuset: Option<Vec<usize>>,
+    /// Write the result as JSON to FILE (- for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write an HdrHistogram interval log (one histogram per second, nanoseconds).
+    #[arg(long, value_name = "FILE")]
+    pub hist_log: Option<PathBuf>,
+    /// No per-second lines.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// HTTP method.
+    #[arg(long, default_value = "GET", help_heading = "HTTP")]
+    pub method: String,
+    /// Extra HTTP header, "Name: value" (repeatable).
+    #[arg(long = "header", short = 'H', help_heading = "HTTP")]
+    pub headers: Vec<String>,
+    /// HTTP request body.
+    #[arg(long, help_heading = "HTTP")]
+    pub body: Option<String>,
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 1024, help_heading = "Redis")]
+    pub keys: u64,
+    /// Share of GETs (the rest are SETs), 0 to 1.
+    #[arg(long, default_value_t = 1.0, help_heading = "Redis")]
+    pub read_ratio: f64,
+    /// SET value size in bytes.
+    #[arg(long, default_value_t = 16, help_heading = "Redis")]
+    pub value_size: usize,
+    /// Key distribution: uniform or zipf:THETA (0 < THETA < 1).
+    #[arg(long, default_value = "uniform", value_parser = parse_distribution, help_heading = "Redis")]
+    pub distribution: Distribution,
+    /// Seed; connection i draws keys with seed*1000+i.
+    #[arg(long, default_value_t = 1, help_heading = "Redis")]
+    pub seed: u64,
+    /// Request and reply payload size in bytes.
+    #[arg(long, default_value_t = 4096, help_heading = "msgr")]
+    pub msg_size: usize,
+}
 
-/// Runs one load.
-pub fn run(_args: LoadArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("load is not built yet")
+fn parse_cpuset(s: &str) -> Result<Vec<usize>, String> {
+    crate::cpuset::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_distribution(s: &str) -> Result<Distribution, String> {
+    if s == "uniform" {
+        return Ok(Distribution::Uniform);
+    }
+    let theta = s
+        .strip_prefix("zipf:")
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| format!("bad distribution {s:?}: use uniform or zipf:THETA"))?;
+    Ok(Distribution::Zipf(theta))
+}
+
+impl LoadArgs {
+    /// The engine configuration these options describe.
+    pub fn config(&self) -> LoadConfig {
+        let threads = self
+            .threads
+            .unwrap_or_else(|| self.cpuset.as_ref().map_or(1, Vec::len));
+        LoadConfig {
+            url: self.url.clone(),
+            connections: self.connections,
+            threads,
+            duration: self.duration,
+            warmup: self.warmup,
+            timeout: self.timeout,
+            depth: self.depth,
+            rate_rps: self.rate,
+            cpuset: self.cpuset.clone(),
+            proto: ProtoOptions {
+                method: self.method.clone(),
+                headers: self.headers.clone(),
+                body: self.body.clone(),
+                keys: self.keys,
+                read_ratio: self.read_ratio,
+                value_size: self.value_size,
+                distribution: self.distribution,
+                seed: self.seed,
+                msg_size: self.msg_size,
+            },
+        }
+    }
+}
+
+/// Runs one load, printing a line per second and a summary.
+pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
+    let config = args.config();
+    let stop = crate::signals::stop_flag();
+    let mut sink = LineSink {
+        quiet: args.quiet,
+        header_done: false,
+        hlog: args.hist_log.as_deref().map(HlogSink::create).transpose()?,
+    };
+    let outcome = super::run(&config, &mut sink, stop)?;
+    if let Some(h) = sink.hlog.take() {
+        h.finish()?;
+    }
+    print_summary(
+        &outcome,
+        args.json.as_deref().is_some_and(|p| p.as_os_str() == "-"),
+    )?;
+    if let Some(path) = &args.json {
+        write_json(path, &outcome)?;
+    }
+    Ok(if stop.load(Ordering::Relaxed) {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn write_json(path: &std::path::Path, outcome: &LoadOutcome) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(&outcome.report)? + "\n";
+    if path.as_os_str() == "-" {
+        std::io::stdout().write_all(text.as_bytes())?;
+    } else {
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Prints the per-second lines in perf-crimson-msgr's shape, and feeds the interval log.
+struct LineSink {
+    quiet: bool,
+    header_done: bool,
+    hlog: Option<HlogSink>,
+}
+
+impl IntervalSink for LineSink {
+    fn interval(&mut self, line: &IntervalLine, hist_ns: &hdrhistogram::Histogram<u64>) {
+        if let Some(h) = &mut self.hlog {
+            if line.elapsed_s > 0.0 {
+                h.interval(line, hist_ns);
+            }
+        }
+        if self.quiet {
+            return;
+        }
+        if !self.header_done {
+            eprintln!(
+                "{:>6} {:>8} {:>11} {:>9} {:>8} -- busy%",
+                "sec", "inflight", "ops/s", "MB/s", "lat(ms)"
+            );
+            self.header_done = true;
+        }
+        let busy: Vec<String> = line
+            .per_core_busy
+            .iter()
+            .map(|b| format!("{b:.0}"))
+            .collect();
+        eprintln!(
+            "{:>6.1} {:>8} {:>11.1} {:>9.2} {:>8.3} -- {}{}",
+            line.elapsed_s,
+            line.inflight,
+            line.ops_per_s,
+            line.mb_per_s,
+            line.mean_latency_ms,
+            busy.join(","),
+            if line.errors > 0 {
+                format!("  errors {}", line.errors)
+            } else {
+                String::new()
+            }
+        );
+    }
+}
+
+fn print_summary(outcome: &LoadOutcome, json_on_stdout: bool) -> anyhow::Result<()> {
+    let r = &outcome.report;
+    let mut out: Box<dyn Write> = if json_on_stdout {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    let l = &r.latency_us;
+    writeln!(
+        out,
+        "{} over {:.2} s: {} requests, {:.1} req/s, {:.2} MB/s in",
+        r.url,
+        r.duration_s,
+        r.requests,
+        r.throughput_rps,
+        r.bytes_received as f64 / 1e6 / r.duration_s.max(1e-9)
+    )?;
+    writeln!(
+        out,
+        "  latency us: mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+        l.mean, l.p50, l.p90, l.p99, l.p999, l.max
+    )?;
+    if let (Some(u), Some(o)) = (&r.uncorrected_latency_us, r.omitted) {
+        writeln!(out, "  uncorrected (from actual send) us: p50 {:.1}  p99 {:.1}  max {:.1}; {o} requests left late", u.p50, u.p99, u.max)?;
+    }
+    let busy: Vec<String> = r
+        .client_cpu
+        .per_core_busy
+        .iter()
+        .map(|b| format!("{b:.0}%"))
+        .collect();
+    writeln!(
+        out,
+        "  sent {} (warm-up and drain included), errors {:?}",
+        r.sent, r.errors
+    )?;
+    writeln!(
+        out,
+        "  client cpu: user {:.2} s, sys {:.2} s, busy {}{}",
+        r.client_cpu.user_s,
+        r.client_cpu.sys_s,
+        busy.join(" "),
+        if r.client_saturated {
+            "  (SATURATED: this measured the client, not the server)"
+        } else {
+            ""
+        }
+    )?;
+    Ok(())
 }

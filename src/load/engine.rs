@@ -1,17 +1,334 @@
-//! The event loops of the load engine.
+//! Runs the generator threads and merges what they report.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Barrier, OnceLock};
+use std::time::{Duration, Instant};
 
-use super::{IntervalSink, LoadConfig, LoadError, LoadOutcome};
+use hdrhistogram::Histogram;
+
+use super::target::Target;
+use super::worker::{IntervalMsg, Msg, Schedule, Totals, Worker};
+use super::{
+    ClientCpu, IntervalLine, IntervalSink, LatencyUs, LoadConfig, LoadError, LoadOutcome,
+    LoadReport, SCHEMA_VERSION,
+};
+
+/// A generator core busier than this measured the client rather than the server.
+const SATURATED_BUSY_PCT: f64 = 90.0;
 
 /// Runs one load to completion (warm-up, measured window, drain). `stop` ends it early
 /// (Ctrl-C): the figures of what was measured so far are still returned.
 pub fn run(
-    _config: &LoadConfig,
-    _sink: &mut dyn IntervalSink,
-    _stop: &AtomicBool,
+    config: &LoadConfig,
+    sink: &mut dyn IntervalSink,
+    stop: &AtomicBool,
 ) -> Result<LoadOutcome, LoadError> {
-    Err(LoadError::BadInput(
-        "the load engine is not built yet".into(),
-    ))
+    let config = Arc::new(validate(config)?);
+    let target = Arc::new(Target::parse(&config.url, &config.proto)?);
+    let sched = Arc::new(Schedule::new(&config));
+    // Threads poll a flag of their own; it follows `stop` (which the caller owns).
+    let stop_flag = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = channel();
+    let barrier = Arc::new(Barrier::new(config.threads + 1));
+    let start = Arc::new(OnceLock::new());
+    let mut handles = Vec::new();
+    let mut first_conn = 0;
+    for t in 0..config.threads {
+        let n = config.connections / config.threads
+            + usize::from(t < config.connections % config.threads);
+        let rate = config.rate_rps.map(|r| r / config.threads as f64);
+        // Threads' schedules interleave so the union of sends is evenly spaced.
+        let phase_ns = config.rate_rps.map_or(0.0, |r| t as f64 * 1e9 / r);
+        let worker = Worker::new(
+            config.clone(),
+            target.clone(),
+            sched.clone(),
+            stop_flag.clone(),
+            tx.clone(),
+            t,
+            first_conn,
+            n,
+            rate,
+            phase_ns,
+        )
+        .map_err(|source| LoadError::Io {
+            context: "creating an event loop".into(),
+            source,
+        })?;
+        first_conn += n;
+        let cpu = config.cpuset.as_ref().map(|cpus| cpus[t % cpus.len()]);
+        let (b, s) = (barrier.clone(), start.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("load-{t}"))
+            .spawn(move || {
+                if let Some(cpu) = cpu {
+                    let _ = crate::cpuset::pin_current_thread(cpu);
+                }
+                worker.run(b, s)
+            })
+            .map_err(|source| LoadError::Io {
+                context: "starting a generator thread".into(),
+                source,
+            })?;
+        handles.push(handle);
+    }
+    drop(tx);
+    let connect = wait_ready(&rx, config.threads);
+    let _ = start.set(Instant::now());
+    barrier.wait();
+    let connect_s = match connect {
+        Ok(s) => s,
+        Err(e) => {
+            handles.into_iter().for_each(|h| drop(h.join()));
+            return Err(e);
+        }
+    };
+    let mut merger = Merger::new(&config, &sched);
+    merger.collect(&rx, sink, stop, &stop_flag);
+    handles.into_iter().for_each(|h| drop(h.join()));
+    Ok(merger.finish(&config, connect_s / config.connections as f64))
+}
+
+fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
+    let bad = |s: &str| Err(LoadError::BadInput(s.to_string()));
+    if config.connections == 0 {
+        return bad("--connections must be at least 1");
+    }
+    if config.depth == 0 {
+        return bad("--depth must be at least 1");
+    }
+    if config.duration.is_zero() {
+        return bad("--duration must be longer than zero");
+    }
+    if config.timeout.is_zero() {
+        return bad("--timeout must be longer than zero");
+    }
+    if config.rate_rps.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
+        return bad("--rate must be a positive number of requests per second");
+    }
+    if config.cpuset.as_ref().is_some_and(|c| c.is_empty()) {
+        return bad("--cpuset is empty");
+    }
+    let mut c = config.clone();
+    c.threads = c.threads.clamp(1, c.connections);
+    Ok(c)
+}
+
+fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, LoadError> {
+    let mut total = 0.0;
+    let mut first_err = None;
+    for _ in 0..threads {
+        match rx.recv() {
+            Ok(Msg::Ready(Ok(s))) => total += s,
+            Ok(Msg::Ready(Err(e))) => first_err = first_err.or(Some(e)),
+            _ => {}
+        }
+    }
+    first_err.map_or(Ok(total), Err)
+}
+
+/// Merges the threads' intervals into per-second lines and the window's histograms.
+struct Merger {
+    threads: usize,
+    sched: Arc<Schedule>,
+    pending: BTreeMap<usize, (usize, IntervalMsg)>,
+    hist: Histogram<u64>,
+    uncorrected: Option<Histogram<u64>>,
+    intervals: Vec<IntervalLine>,
+    totals: Vec<Totals>,
+}
+
+impl Merger {
+    fn new(config: &LoadConfig, sched: &Arc<Schedule>) -> Self {
+        Merger {
+            threads: config.threads,
+            sched: sched.clone(),
+            pending: BTreeMap::new(),
+            hist: sched.new_hist(),
+            uncorrected: config.rate_rps.map(|_| sched.new_hist()),
+            intervals: Vec::new(),
+            totals: Vec::new(),
+        }
+    }
+
+    fn collect(
+        &mut self,
+        rx: &Receiver<Msg>,
+        sink: &mut dyn IntervalSink,
+        stop: &AtomicBool,
+        stop_flag: &AtomicBool,
+    ) {
+        use std::sync::atomic::Ordering::Relaxed;
+        loop {
+            if stop.load(Relaxed) {
+                stop_flag.store(true, Relaxed);
+            }
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Msg::Interval(m)) => self.add(*m, sink),
+                Ok(Msg::Done(t)) => self.totals.push(*t),
+                Ok(Msg::Ready(_)) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let rest: Vec<usize> = self.pending.keys().copied().collect();
+        for index in rest {
+            self.emit(index, sink);
+        }
+    }
+
+    fn add(&mut self, m: IntervalMsg, sink: &mut dyn IntervalSink) {
+        let index = m.index;
+        match self.pending.remove(&index) {
+            None => {
+                self.pending.insert(index, (1, m));
+            }
+            Some((n, mut acc)) => {
+                merge_interval(&mut acc, m);
+                self.pending.insert(index, (n + 1, acc));
+            }
+        }
+        if self.pending[&index].0 == self.threads {
+            self.emit(index, sink);
+        }
+    }
+
+    fn emit(&mut self, index: usize, sink: &mut dyn IntervalSink) {
+        let Some((_, m)) = self.pending.remove(&index) else {
+            return;
+        };
+        let measured = index >= self.sched.first_measured;
+        if measured {
+            let _ = self.hist.add(&m.hist);
+            if let (Some(total), Some(h)) = (&mut self.uncorrected, &m.uncorrected) {
+                let _ = total.add(h);
+            }
+        }
+        let line = interval_line(&self.sched, &m);
+        if measured {
+            self.intervals.push(line.clone());
+        }
+        sink.interval(&line, &m.hist);
+    }
+
+    fn finish(self, config: &LoadConfig, connect_time_s: f64) -> LoadOutcome {
+        let mut report = LoadReport {
+            schema: SCHEMA_VERSION,
+            url: config.url.clone(),
+            connections: config.connections,
+            threads: config.threads,
+            depth: config.depth,
+            rate_rps: config.rate_rps,
+            connect_time_s,
+            latency_us: latency_us(&self.hist),
+            uncorrected_latency_us: self.uncorrected.as_ref().map(latency_us),
+            omitted: config.rate_rps.map(|_| 0),
+            ..LoadReport::default()
+        };
+        let end_ns = self
+            .totals
+            .iter()
+            .map(|t| t.window_end_ns)
+            .max()
+            .unwrap_or(0);
+        report.duration_s = end_ns.saturating_sub(self.sched.warmup_end_ns) as f64 / 1e9;
+        let mut per_core = Vec::new();
+        for t in &self.totals {
+            report.sent += t.sent;
+            report.requests += t.requests;
+            report.bytes_sent += t.bytes_sent;
+            report.bytes_received += t.bytes_received;
+            report.client_cpu.user_s += t.window_user_s;
+            report.client_cpu.sys_s += t.window_sys_s;
+            if let Some(o) = &mut report.omitted {
+                *o += t.omitted;
+            }
+            for (k, v) in &t.errors {
+                *report.errors.entry(k.clone()).or_default() += v;
+            }
+            per_core.push(pct(t.window_cpu_s, report.duration_s));
+        }
+        report.throughput_rps = if report.duration_s > 0.0 {
+            report.requests as f64 / report.duration_s
+        } else {
+            0.0
+        };
+        report.client_saturated = per_core.iter().any(|&b| b > SATURATED_BUSY_PCT);
+        report.client_cpu = ClientCpu {
+            per_core_busy: per_core,
+            ..report.client_cpu
+        };
+        LoadOutcome {
+            report,
+            hist_ns: self.hist,
+            intervals: self.intervals,
+        }
+    }
+}
+
+fn merge_interval(acc: &mut IntervalMsg, m: IntervalMsg) {
+    let _ = acc.hist.add(&m.hist);
+    if let (Some(a), Some(b)) = (&mut acc.uncorrected, &m.uncorrected) {
+        let _ = a.add(b);
+    }
+    acc.ops += m.ops;
+    acc.lat_sum_ns += m.lat_sum_ns;
+    acc.bytes_sent += m.bytes_sent;
+    acc.bytes_received += m.bytes_received;
+    acc.errors += m.errors;
+    acc.inflight += m.inflight;
+    acc.cpu_ns.extend(m.cpu_ns);
+    acc.wall_ns = acc.wall_ns.max(m.wall_ns);
+}
+
+fn interval_line(sched: &Schedule, m: &IntervalMsg) -> IntervalLine {
+    let wall_s = (m.wall_ns as f64 / 1e9).max(1e-9);
+    let end_ns = sched.interval_start_ns(m.index) as f64 + m.wall_ns as f64;
+    IntervalLine {
+        elapsed_s: (end_ns - sched.warmup_end_ns as f64) / 1e9,
+        inflight: m.inflight,
+        ops_per_s: m.ops as f64 / wall_s,
+        mb_per_s: m.bytes_received as f64 / 1e6 / wall_s,
+        mean_latency_ms: if m.ops > 0 {
+            m.lat_sum_ns as f64 / m.ops as f64 / 1e6
+        } else {
+            0.0
+        },
+        errors: m.errors,
+        per_core_busy: {
+            let mut by_thread = m.cpu_ns.clone();
+            by_thread.sort_unstable();
+            by_thread
+                .iter()
+                .map(|&(_, ns)| pct(ns as f64 / 1e9, wall_s))
+                .collect()
+        },
+    }
+}
+
+fn pct(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        (100.0 * part / whole).min(100.0)
+    } else {
+        0.0
+    }
+}
+
+/// Summarises a nanosecond histogram in microseconds.
+pub fn latency_us(h: &Histogram<u64>) -> LatencyUs {
+    if h.is_empty() {
+        return LatencyUs::default();
+    }
+    let q = |p: f64| h.value_at_quantile(p) as f64 / 1e3;
+    LatencyUs {
+        mean: h.mean() / 1e3,
+        p50: q(0.50),
+        p90: q(0.90),
+        p95: q(0.95),
+        p99: q(0.99),
+        p999: q(0.999),
+        max: h.max() as f64 / 1e3,
+    }
 }

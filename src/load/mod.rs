@@ -3,7 +3,10 @@
 //! intended send time); one HdrHistogram per thread, merged; a line per second.
 
 pub mod cli;
+pub mod hlog;
 pub mod protocol;
+pub mod target;
+mod worker;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -225,7 +228,7 @@ pub enum LoadError {
     #[error("{0}")]
     BadInput(String),
     /// The target could not be reached.
-    #[error("cannot connect to {addr}: {source}")]
+    #[error("cannot connect to {addr} (is the server running?)")]
     Connect {
         /// The address tried.
         addr: String,
@@ -233,7 +236,7 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// Any other I/O failure of the engine itself.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Io {
         /// What the engine was doing.
         context: String,

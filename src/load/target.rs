@@ -1,0 +1,135 @@
+//! Target URLs: the scheme picks the protocol; each connection gets its own protocol state.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use super::protocol::{http::Http, msgr::MsgrProto, redis, Protocol};
+use super::{LoadError, ProtoOptions};
+
+/// A parsed target: where to connect and how to build each connection's protocol.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The resolved address.
+    pub addr: SocketAddr,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    Http { host: String, path: String },
+    Redis(redis::KeySpace),
+    Msgr,
+}
+
+impl Target {
+    /// Parses and resolves `url`, checking the options its protocol uses.
+    pub fn parse(url: &str, opts: &ProtoOptions) -> Result<Target, LoadError> {
+        let bad = |why: String| LoadError::BadInput(format!("bad URL {url:?}: {why}"));
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("expected SCHEME://HOST:PORT (http, redis or msgr)".into()))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let default_port = match scheme {
+            "http" => 80,
+            "redis" => 6379,
+            "msgr" => 9000,
+            other => {
+                return Err(bad(format!(
+                    "unknown scheme {other:?}; use http, redis or msgr"
+                )))
+            }
+        };
+        let addr = resolve(authority, default_port).map_err(bad)?;
+        let kind = match scheme {
+            "http" => Kind::Http {
+                host: authority.to_string(),
+                path: path.to_string(),
+            },
+            "redis" => Kind::Redis(
+                redis::KeySpace::new(opts.keys, opts.distribution).map_err(LoadError::BadInput)?,
+            ),
+            _ => Kind::Msgr,
+        };
+        check_options(opts)?;
+        Ok(Target { addr, kind })
+    }
+
+    /// The protocol state of connection number `index`.
+    pub fn connection(&self, index: usize, opts: &ProtoOptions) -> Box<dyn Protocol> {
+        match &self.kind {
+            Kind::Http { host, path } => Box::new(Http::new(
+                &opts.method,
+                host,
+                path,
+                &opts.headers,
+                opts.body.as_deref(),
+            )),
+            Kind::Redis(space) => Box::new(redis::Redis::new(
+                space.clone(),
+                opts.read_ratio,
+                opts.value_size,
+                opts.seed.wrapping_mul(1000).wrapping_add(index as u64),
+            )),
+            Kind::Msgr => Box::new(MsgrProto::new(opts.msg_size)),
+        }
+    }
+}
+
+fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, String> {
+    if authority.is_empty() {
+        return Err("no host".into());
+    }
+    let with_port = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        && !authority.ends_with(']')
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {authority:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{authority:?} resolves to no address"))
+}
+
+fn check_options(opts: &ProtoOptions) -> Result<(), LoadError> {
+    if !(0.0..=1.0).contains(&opts.read_ratio) {
+        return Err(LoadError::BadInput(format!(
+            "--read-ratio must be between 0 and 1, got {}",
+            opts.read_ratio
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes_and_ports() {
+        let o = ProtoOptions::default();
+        let t = Target::parse("http://127.0.0.1:8080/a/b", &o).unwrap();
+        assert_eq!(t.addr.port(), 8080);
+        assert!(matches!(&t.kind, Kind::Http { path, .. } if path == "/a/b"));
+        assert_eq!(
+            Target::parse("redis://127.0.0.1", &o).unwrap().addr.port(),
+            6379
+        );
+        assert_eq!(Target::parse("msgr://[::1]:7", &o).unwrap().addr.port(), 7);
+    }
+
+    #[test]
+    fn bad_urls_say_why() {
+        let o = ProtoOptions::default();
+        let msg = |u: &str| Target::parse(u, &o).unwrap_err().to_string();
+        assert!(msg("127.0.0.1:80").contains("expected SCHEME://"));
+        assert!(msg("ftp://127.0.0.1").contains("unknown scheme \"ftp\""));
+        assert!(msg("http://").contains("no host"));
+    }
+}

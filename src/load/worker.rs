@@ -1,0 +1,869 @@
+//! One generator thread: its connections, its event loop, its histograms.
+//!
+//! Per request the loop makes one `write` and one `read` at most: sockets are registered
+//! once, edge-triggered, for both directions (no `epoll_ctl` per request, unlike wrk), a
+//! read shorter than the buffer means the socket is drained, and the replies that one read
+//! brings are answered by one write.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Barrier, OnceLock};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use mio::net::TcpStream;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+
+use super::protocol::{Protocol, Reply};
+use super::target::Target;
+use super::{LoadConfig, LoadError};
+
+const TIMER: Token = Token(usize::MAX);
+const READ_CHUNK: usize = 64 * 1024;
+/// How often timeouts and reconnections are looked after.
+const HOUSEKEEPING_NS: u64 = 20_000_000;
+
+/// The schedule every thread shares, in nanoseconds since the common start `t0`.
+#[derive(Debug)]
+pub(super) struct Schedule {
+    /// Ends of the per-second intervals; the last one is the end of the measured window.
+    pub boundaries_ns: Vec<u64>,
+    /// Index of the first interval of the measured window.
+    pub first_measured: usize,
+    pub warmup_end_ns: u64,
+    pub measure_end_ns: u64,
+    pub timeout_ns: u64,
+    pub hist_max_ns: u64,
+}
+
+impl Schedule {
+    pub fn new(config: &LoadConfig) -> Self {
+        let warmup_end_ns = config.warmup.as_nanos() as u64;
+        let measure_end_ns = warmup_end_ns + config.duration.as_nanos() as u64;
+        let mut boundaries_ns = second_marks(0, warmup_end_ns);
+        let first_measured = boundaries_ns.len();
+        boundaries_ns.extend(second_marks(warmup_end_ns, measure_end_ns));
+        let timeout_ns = config.timeout.as_nanos() as u64;
+        Schedule {
+            boundaries_ns,
+            first_measured,
+            warmup_end_ns,
+            measure_end_ns,
+            timeout_ns,
+            hist_max_ns: (timeout_ns * 2).max(1_000_000_000),
+        }
+    }
+
+    /// Start of interval `i`.
+    pub fn interval_start_ns(&self, i: usize) -> u64 {
+        if i == 0 {
+            0
+        } else {
+            self.boundaries_ns[i - 1]
+        }
+    }
+
+    pub fn new_hist(&self) -> Histogram<u64> {
+        Histogram::new_with_bounds(1, self.hist_max_ns, 3).expect("valid histogram bounds")
+    }
+}
+
+/// Whole-second marks after `from` up to and including `to`.
+fn second_marks(from: u64, to: u64) -> Vec<u64> {
+    let mut marks = Vec::new();
+    let mut t = from;
+    while t < to {
+        t = (t + 1_000_000_000).min(to);
+        marks.push(t);
+    }
+    marks
+}
+
+/// What a thread tells the engine.
+pub(super) enum Msg {
+    /// Connections are open (or could not be opened).
+    Ready(Result<f64, LoadError>),
+    /// One interval's figures.
+    Interval(Box<IntervalMsg>),
+    /// The thread has finished.
+    Done(Box<Totals>),
+}
+
+/// One thread's figures for one interval.
+pub(super) struct IntervalMsg {
+    pub index: usize,
+    pub hist: Histogram<u64>,
+    pub uncorrected: Option<Histogram<u64>>,
+    pub ops: u64,
+    pub lat_sum_ns: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub errors: u64,
+    pub inflight: u64,
+    /// CPU time of each reporting thread in the interval: (thread, ns).
+    pub cpu_ns: Vec<(usize, u64)>,
+    pub wall_ns: u64,
+}
+
+/// One thread's totals.
+#[derive(Default)]
+pub(super) struct Totals {
+    pub sent: u64,
+    pub requests: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub omitted: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub window_user_s: f64,
+    pub window_sys_s: f64,
+    pub window_cpu_s: f64,
+    pub window_end_ns: u64,
+}
+
+/// A request on the wire.
+struct Pending {
+    intended_ns: u64,
+    sent_ns: u64,
+}
+
+struct Conn {
+    stream: Option<TcpStream>,
+    proto: Box<dyn Protocol>,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    pending: VecDeque<Pending>,
+    connecting: bool,
+    /// The server announced it closes after its last reply: write nothing more.
+    closing: bool,
+    retry_at_ns: u64,
+    in_free_queue: bool,
+}
+
+/// Everything one thread owns.
+pub(super) struct Worker {
+    thread: usize,
+    config: Arc<LoadConfig>,
+    target: Arc<Target>,
+    sched: Arc<Schedule>,
+    stop: Arc<AtomicBool>,
+    tx: Sender<Msg>,
+    poll: Poll,
+    conns: Vec<Conn>,
+    t0: Instant,
+    /// End of this thread's measured window (earlier than the schedule's after a stop).
+    end_ns: u64,
+    open: Option<OpenLoop>,
+    stats: Stats,
+    interval: usize,
+    timer: Option<TimerFd>,
+    timer_armed_ns: u64,
+}
+
+/// Open-loop pacing: intended send times and the requests waiting for a free connection.
+struct OpenLoop {
+    period_ns: f64,
+    phase_ns: f64,
+    issued: u64,
+    backlog: VecDeque<u64>,
+    /// Front entries of the backlog already counted as omitted.
+    counted: usize,
+    free: VecDeque<usize>,
+}
+
+impl OpenLoop {
+    fn next_due_ns(&self) -> u64 {
+        (self.phase_ns + self.issued as f64 * self.period_ns) as u64
+    }
+}
+
+#[derive(Default)]
+struct Stats {
+    totals: Totals,
+    hist: Option<Histogram<u64>>,
+    uncorrected: Option<Histogram<u64>>,
+    ops: u64,
+    lat_sum_ns: u64,
+    bytes_sent: u64,
+    bytes_received: u64,
+    errors: u64,
+    cpu_mark_ns: u64,
+    window_rusage: Option<(f64, f64, f64)>,
+}
+
+impl Worker {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Arc<LoadConfig>,
+        target: Arc<Target>,
+        sched: Arc<Schedule>,
+        stop: Arc<AtomicBool>,
+        tx: Sender<Msg>,
+        thread: usize,
+        first_conn: usize,
+        n_conns: usize,
+        rate_rps: Option<f64>,
+        phase_ns: f64,
+    ) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        let conns = (first_conn..first_conn + n_conns)
+            .map(|i| Conn {
+                stream: None,
+                proto: target.connection(i, &config.proto),
+                rbuf: vec![0; READ_CHUNK],
+                rstart: 0,
+                rend: 0,
+                wbuf: Vec::with_capacity(4096),
+                wpos: 0,
+                pending: VecDeque::with_capacity(config.depth),
+                connecting: false,
+                closing: false,
+                retry_at_ns: 0,
+                in_free_queue: false,
+            })
+            .collect();
+        let open = rate_rps.map(|r| OpenLoop {
+            period_ns: 1e9 / r,
+            phase_ns,
+            issued: 0,
+            backlog: VecDeque::new(),
+            counted: 0,
+            free: VecDeque::new(),
+        });
+        let stats = Stats {
+            hist: Some(sched.new_hist()),
+            uncorrected: open.as_ref().map(|_| sched.new_hist()),
+            ..Stats::default()
+        };
+        let end_ns = sched.measure_end_ns;
+        Ok(Worker {
+            thread,
+            config,
+            target,
+            sched,
+            stop,
+            tx,
+            poll,
+            conns,
+            t0: Instant::now(),
+            end_ns,
+            open,
+            stats,
+            interval: 0,
+            timer: None,
+            timer_armed_ns: 0,
+        })
+    }
+
+    /// Connects, waits for the common start, runs the schedule, drains, reports.
+    pub fn run(mut self, barrier: Arc<Barrier>, start: Arc<OnceLock<Instant>>) {
+        let ready = self.connect_all();
+        let ok = ready.is_ok();
+        let _ = self.tx.send(Msg::Ready(ready));
+        barrier.wait();
+        let Some(&t0) = start.get() else { return };
+        if !ok {
+            return;
+        }
+        self.t0 = t0;
+        if self.open.is_some() {
+            self.timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK).ok();
+            if let Some(t) = &self.timer {
+                let fd = t.as_fd().as_raw_fd();
+                let _ =
+                    self.poll
+                        .registry()
+                        .register(&mut SourceFd(&fd), TIMER, Interest::READABLE);
+            }
+        }
+        self.stats.cpu_mark_ns = thread_cpu_ns();
+        self.event_loop();
+        self.finish();
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.t0.elapsed().as_nanos() as u64
+    }
+
+    /// Opens every connection and waits until all are established.
+    fn connect_all(&mut self) -> Result<f64, LoadError> {
+        let started = Instant::now();
+        let deadline = started + self.config.timeout.min(Duration::from_secs(10));
+        let mut total_s = 0.0;
+        for i in 0..self.conns.len() {
+            self.connect(i)
+                .map_err(|source| self.connect_error(source))?;
+        }
+        let mut waiting = self.conns.len();
+        let mut events = Events::with_capacity(1024);
+        while waiting > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.connect_error(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection timed out",
+                )));
+            }
+            self.poll
+                .poll(&mut events, Some(left))
+                .map_err(|source| io_error("polling connections", source))?;
+            for ev in events.iter() {
+                let conn = &mut self.conns[ev.token().0];
+                if !conn.connecting {
+                    continue;
+                }
+                match established(conn.stream.as_ref().expect("connecting stream")) {
+                    Ok(true) => {
+                        conn.connecting = false;
+                        waiting -= 1;
+                        total_s += started.elapsed().as_secs_f64();
+                    }
+                    Ok(false) => {}
+                    Err(source) => return Err(self.connect_error(source)),
+                }
+            }
+        }
+        Ok(total_s)
+    }
+
+    fn connect_error(&self, source: io::Error) -> LoadError {
+        LoadError::Connect {
+            addr: self.target.addr.to_string(),
+            source,
+        }
+    }
+
+    fn connect(&mut self, i: usize) -> io::Result<()> {
+        let mut stream = TcpStream::connect(self.target.addr)?;
+        stream.set_nodelay(true)?;
+        self.poll.registry().register(
+            &mut stream,
+            Token(i),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        let conn = &mut self.conns[i];
+        conn.stream = Some(stream);
+        conn.connecting = true;
+        conn.closing = false;
+        conn.rstart = 0;
+        conn.rend = 0;
+        conn.wbuf.clear();
+        conn.wpos = 0;
+        Ok(())
+    }
+
+    fn event_loop(&mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut next_housekeeping = 0;
+        for i in 0..self.conns.len() {
+            self.refill(i, 0);
+        }
+        loop {
+            let now = self.now_ns();
+            if self.stop.load(Ordering::Relaxed) && now < self.end_ns {
+                self.end_ns = now;
+            }
+            self.cross_boundaries(now);
+            if now >= self.end_ns && (self.idle() || now >= self.drain_deadline_ns()) {
+                return;
+            }
+            if now >= next_housekeeping {
+                self.housekeeping(now);
+                next_housekeeping = now + HOUSEKEEPING_NS;
+            }
+            self.pace(now);
+            let wake_ns = self.next_wake_ns(now, next_housekeeping);
+            if self.wait(&mut events, now, wake_ns).is_err() {
+                return;
+            }
+            let now = self.now_ns();
+            for ev in events.iter() {
+                match ev.token() {
+                    TIMER => self.drain_timer(),
+                    Token(i) => self.on_event(i, now),
+                }
+            }
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.conns.iter().all(|c| c.pending.is_empty())
+    }
+
+    fn drain_deadline_ns(&self) -> u64 {
+        self.end_ns + self.sched.timeout_ns
+    }
+
+    fn next_wake_ns(&self, now: u64, housekeeping: u64) -> u64 {
+        let mut wake = housekeeping;
+        if let Some(&b) = self.sched.boundaries_ns.get(self.interval) {
+            wake = wake.min(b.min(self.end_ns));
+        }
+        if let Some(open) = &self.open {
+            if now < self.end_ns {
+                wake = wake.min(open.next_due_ns());
+            }
+        }
+        wake.max(now)
+    }
+
+    /// Waits for events until `wake_ns`. Open loop uses a timerfd: epoll's millisecond
+    /// timeout would send requests up to 1 ms late and charge that to the server.
+    fn wait(&mut self, events: &mut Events, now: u64, wake_ns: u64) -> io::Result<()> {
+        let timeout = match &self.timer {
+            Some(timer) if wake_ns > now => {
+                if self.timer_armed_ns != wake_ns {
+                    let at = self.t0 + Duration::from_nanos(wake_ns);
+                    let _ = timer.set(
+                        Expiration::OneShot(TimeSpec::from_duration(instant_to_monotonic(at))),
+                        TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+                    );
+                    self.timer_armed_ns = wake_ns;
+                }
+                None
+            }
+            _ => Some(Duration::from_nanos(wake_ns - now)),
+        };
+        match self.poll.poll(events, timeout) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            other => other,
+        }
+    }
+
+    fn drain_timer(&mut self) {
+        if let Some(t) = &self.timer {
+            let mut expirations = [0u8; 8];
+            let _ = nix::unistd::read(t.as_fd().as_raw_fd(), &mut expirations);
+        }
+        self.timer_armed_ns = 0;
+    }
+
+    fn on_event(&mut self, i: usize, now: u64) {
+        if i >= self.conns.len() || self.conns[i].stream.is_none() {
+            return;
+        }
+        if self.conns[i].connecting {
+            self.on_connected(i, now);
+            return;
+        }
+        self.read_replies(i, now);
+        if self.conns[i].stream.is_some() && !self.conns[i].connecting {
+            self.refill(i, now);
+        }
+    }
+
+    fn on_connected(&mut self, i: usize, now: u64) {
+        match established(self.conns[i].stream.as_ref().expect("stream")) {
+            Ok(true) => {
+                self.conns[i].connecting = false;
+                self.refill(i, now);
+            }
+            Ok(false) => {}
+            Err(_) => {
+                self.count_error("connect", now);
+                self.drop_stream(i);
+                self.conns[i].retry_at_ns = now + HOUSEKEEPING_NS;
+            }
+        }
+    }
+
+    /// Reads until the socket is drained, completing every whole reply.
+    fn read_replies(&mut self, i: usize, now: u64) {
+        loop {
+            let conn = &mut self.conns[i];
+            make_room(conn);
+            let space = conn.rbuf.len() - conn.rend;
+            let stream = conn.stream.as_mut().expect("open stream");
+            match stream.read(&mut conn.rbuf[conn.rend..]) {
+                Ok(0) => return self.reset(i, "closed", now),
+                Ok(n) => {
+                    conn.rend += n;
+                    if now >= self.sched.warmup_end_ns && now < self.end_ns {
+                        self.stats.totals.bytes_received += n as u64;
+                    }
+                    self.stats.bytes_received += n as u64;
+                    if !self.parse_replies(i, now) {
+                        return;
+                    }
+                    if n < space {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.reset(i, "io_error", now),
+            }
+        }
+    }
+
+    /// Completes the whole replies in the buffer. False when the connection was reset.
+    fn parse_replies(&mut self, i: usize, now: u64) -> bool {
+        loop {
+            let conn = &mut self.conns[i];
+            if conn.rstart == conn.rend {
+                conn.rstart = 0;
+                conn.rend = 0;
+                return true;
+            }
+            match conn.proto.parse_reply(&conn.rbuf[conn.rstart..conn.rend]) {
+                Reply::Incomplete => return true,
+                Reply::Invalid(kind) => {
+                    self.reset(i, kind, now);
+                    return false;
+                }
+                Reply::Done { len, error, close } => {
+                    conn.rstart += len;
+                    let Some(p) = conn.pending.pop_front() else {
+                        self.reset(i, "unexpected_reply", now);
+                        return false;
+                    };
+                    self.complete(&p, now, error);
+                    if close {
+                        self.reopen_after_close(i, now);
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    fn complete(&mut self, p: &Pending, now: u64, error: Option<&'static str>) {
+        if let Some(kind) = error {
+            return self.count_error(kind, now);
+        }
+        let latency_ns = now.saturating_sub(p.intended_ns).max(1);
+        self.stats.ops += 1;
+        self.stats.lat_sum_ns += latency_ns;
+        if now >= self.sched.warmup_end_ns && now < self.end_ns {
+            self.stats.totals.requests += 1;
+            if let Some(h) = &mut self.stats.hist {
+                h.saturating_record(latency_ns);
+            }
+            if let Some(h) = &mut self.stats.uncorrected {
+                h.saturating_record(now.saturating_sub(p.sent_ns).max(1));
+            }
+        }
+    }
+
+    fn count_error(&mut self, kind: &str, now: u64) {
+        self.stats.errors += 1;
+        if now >= self.sched.warmup_end_ns && now < self.end_ns {
+            *self
+                .stats
+                .totals
+                .errors
+                .entry(kind.to_string())
+                .or_default() += 1;
+        }
+    }
+
+    /// Keeps the connection's pipeline full (closed loop) or offers it to the backlog.
+    fn refill(&mut self, i: usize, now: u64) {
+        if self.open.is_some() {
+            self.offer_free(i);
+            self.dispatch(now);
+        } else if now < self.end_ns {
+            let depth = self.config.depth;
+            while usable(&self.conns[i]) && self.conns[i].pending.len() < depth {
+                self.send(i, now, now);
+            }
+        }
+        self.flush(i, now);
+    }
+
+    fn send(&mut self, i: usize, intended_ns: u64, now: u64) {
+        let conn = &mut self.conns[i];
+        let req = conn.proto.next_request();
+        conn.wbuf.extend_from_slice(req);
+        conn.pending.push_back(Pending {
+            intended_ns,
+            sent_ns: now,
+        });
+        self.stats.totals.sent += 1;
+    }
+
+    fn flush(&mut self, i: usize, now: u64) {
+        let conn = &mut self.conns[i];
+        let Some(stream) = conn.stream.as_mut() else {
+            return;
+        };
+        while conn.wpos < conn.wbuf.len() && !conn.connecting {
+            match stream.write(&conn.wbuf[conn.wpos..]) {
+                Ok(n) => {
+                    conn.wpos += n;
+                    self.stats.bytes_sent += n as u64;
+                    if now >= self.sched.warmup_end_ns && now < self.end_ns {
+                        self.stats.totals.bytes_sent += n as u64;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.reset(i, "io_error", now),
+            }
+        }
+        if conn.wpos == conn.wbuf.len() {
+            conn.wbuf.clear();
+            conn.wpos = 0;
+        }
+    }
+
+    /// The server said it closes: requests written after that reply were never read by it,
+    /// so they are sent again on a new connection (not counted as errors).
+    fn reopen_after_close(&mut self, i: usize, now: u64) {
+        let unanswered: Vec<Pending> = self.conns[i].pending.drain(..).collect();
+        if let Some(open) = &mut self.open {
+            for p in unanswered.into_iter().rev() {
+                open.backlog.push_front(p.intended_ns);
+                open.counted += 1;
+            }
+        }
+        self.drop_stream(i);
+        self.reconnect(i, now);
+    }
+
+    /// Drops a broken connection: its requests in flight fail with `kind`; it is reopened.
+    fn reset(&mut self, i: usize, kind: &'static str, now: u64) {
+        let in_flight = self.conns[i].pending.len();
+        // An idle connection closed by the server lost nothing; garbage always costs one.
+        let lost = if kind == "closed" {
+            in_flight
+        } else {
+            in_flight.max(1)
+        };
+        self.conns[i].pending.clear();
+        for _ in 0..lost {
+            self.count_error(kind, now);
+        }
+        self.drop_stream(i);
+        self.reconnect(i, now);
+    }
+
+    fn drop_stream(&mut self, i: usize) {
+        if let Some(mut s) = self.conns[i].stream.take() {
+            let _ = self.poll.registry().deregister(&mut s);
+        }
+        self.conns[i].connecting = false;
+    }
+
+    fn reconnect(&mut self, i: usize, now: u64) {
+        if now >= self.end_ns {
+            return;
+        }
+        if self.connect(i).is_err() {
+            self.count_error("connect", now);
+            self.conns[i].retry_at_ns = now + HOUSEKEEPING_NS;
+        }
+    }
+
+    /// Timeouts, reconnection retries.
+    fn housekeeping(&mut self, now: u64) {
+        for i in 0..self.conns.len() {
+            let conn = &self.conns[i];
+            if conn.stream.is_none() {
+                if now >= conn.retry_at_ns && now < self.end_ns {
+                    self.reconnect(i, now);
+                }
+                continue;
+            }
+            let oldest = conn.pending.front().map(|p| p.sent_ns);
+            if oldest.is_some_and(|t| now.saturating_sub(t) >= self.sched.timeout_ns) {
+                self.reset(i, "timeout", now);
+            }
+        }
+    }
+
+    /// Open loop: releases the requests whose time has come and sends what it can.
+    fn pace(&mut self, now: u64) {
+        let end = self.end_ns;
+        let Some(open) = &mut self.open else { return };
+        while now < end && open.next_due_ns() <= now {
+            open.backlog.push_back(open.next_due_ns());
+            open.issued += 1;
+        }
+        self.dispatch(now);
+    }
+
+    fn offer_free(&mut self, i: usize) {
+        let depth = self.config.depth;
+        let conn = &mut self.conns[i];
+        if let Some(open) = &mut self.open {
+            if !conn.in_free_queue && usable(conn) && conn.pending.len() < depth {
+                conn.in_free_queue = true;
+                open.free.push_back(i);
+            }
+        }
+    }
+
+    /// Sends backlog requests on free connections; those left waiting are counted as
+    /// omitted (they leave later than their intended time), once each.
+    fn dispatch(&mut self, now: u64) {
+        let depth = self.config.depth;
+        let Some(open) = &mut self.open else { return };
+        let mut touched = Vec::new();
+        while let (Some(&intended), Some(&i)) = (open.backlog.front(), open.free.front()) {
+            let conn = &mut self.conns[i];
+            if !usable(conn) || conn.pending.len() >= depth {
+                conn.in_free_queue = false;
+                open.free.pop_front();
+                continue;
+            }
+            open.backlog.pop_front();
+            open.counted = open.counted.saturating_sub(1);
+            conn.wbuf.extend_from_slice(conn.proto.next_request());
+            conn.pending.push_back(Pending {
+                intended_ns: intended,
+                sent_ns: now,
+            });
+            self.stats.totals.sent += 1;
+            touched.push(i);
+        }
+        let late = open.backlog.len() - open.counted.min(open.backlog.len());
+        if now >= self.sched.warmup_end_ns && now < self.end_ns {
+            self.stats.totals.omitted += late as u64;
+        }
+        open.counted = open.backlog.len();
+        touched.dedup();
+        for i in touched {
+            self.flush(i, now);
+        }
+    }
+
+    fn cross_boundaries(&mut self, now: u64) {
+        while let Some(&b) = self.sched.boundaries_ns.get(self.interval) {
+            let end = b.min(self.end_ns);
+            if now < end {
+                break;
+            }
+            self.emit_interval(end);
+            if end == self.end_ns {
+                self.interval = usize::MAX;
+                break;
+            }
+        }
+        if now >= self.sched.warmup_end_ns && self.stats.window_rusage.is_none() {
+            self.stats.window_rusage = Some(thread_rusage());
+        }
+    }
+
+    fn emit_interval(&mut self, end_ns: u64) {
+        let index = self.interval;
+        let cpu_now = thread_cpu_ns();
+        let measured = index >= self.sched.first_measured;
+        let fresh = self.sched.new_hist();
+        let hist = if measured {
+            std::mem::replace(self.stats.hist.as_mut().expect("hist"), fresh)
+        } else {
+            fresh
+        };
+        let uncorrected = match (&mut self.stats.uncorrected, measured) {
+            (Some(h), true) => Some(std::mem::replace(h, self.sched.new_hist())),
+            (Some(_), false) => Some(self.sched.new_hist()),
+            (None, _) => None,
+        };
+        let msg = IntervalMsg {
+            index,
+            hist,
+            uncorrected,
+            ops: std::mem::take(&mut self.stats.ops),
+            lat_sum_ns: std::mem::take(&mut self.stats.lat_sum_ns),
+            bytes_sent: std::mem::take(&mut self.stats.bytes_sent),
+            bytes_received: std::mem::take(&mut self.stats.bytes_received),
+            errors: std::mem::take(&mut self.stats.errors),
+            inflight: self.conns.iter().map(|c| c.pending.len() as u64).sum(),
+            cpu_ns: vec![(self.thread, cpu_now.saturating_sub(self.stats.cpu_mark_ns))],
+            wall_ns: end_ns - self.sched.interval_start_ns(index),
+        };
+        self.stats.cpu_mark_ns = cpu_now;
+        let _ = self.tx.send(Msg::Interval(Box::new(msg)));
+        self.interval += 1;
+    }
+
+    fn finish(mut self) {
+        let (u1, s1, c1) = thread_rusage();
+        if let Some((u0, s0, c0)) = self.stats.window_rusage {
+            self.stats.totals.window_user_s = u1 - u0;
+            self.stats.totals.window_sys_s = s1 - s0;
+            self.stats.totals.window_cpu_s = c1 - c0;
+        }
+        self.stats.totals.window_end_ns = self.end_ns;
+        let totals = std::mem::take(&mut self.stats.totals);
+        let _ = self.tx.send(Msg::Done(Box::new(totals)));
+    }
+}
+
+fn usable(conn: &Conn) -> bool {
+    conn.stream.is_some() && !conn.connecting && !conn.closing
+}
+
+/// Makes room at the end of the read buffer: compacts, or grows when one reply fills it.
+fn make_room(conn: &mut Conn) {
+    if conn.rend < conn.rbuf.len() {
+        return;
+    }
+    if conn.rstart > 0 {
+        conn.rbuf.copy_within(conn.rstart..conn.rend, 0);
+        conn.rend -= conn.rstart;
+        conn.rstart = 0;
+    } else {
+        // Grows only with bytes actually received, so a hostile length costs nothing.
+        let len = conn.rbuf.len();
+        conn.rbuf.resize(len * 2, 0);
+    }
+}
+
+/// Whether a non-blocking connect has completed.
+fn established(stream: &TcpStream) -> io::Result<bool> {
+    if let Some(e) = stream.take_error()? {
+        return Err(e);
+    }
+    match stream.peer_addr() {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn io_error(context: &str, source: io::Error) -> LoadError {
+    LoadError::Io {
+        context: context.to_string(),
+        source,
+    }
+}
+
+/// CPU time of the calling thread, nanoseconds.
+pub(super) fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// User, system and total CPU seconds of the calling thread.
+fn thread_rusage() -> (f64, f64, f64) {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we own.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    let (u, s) = (secs(ru.ru_utime), secs(ru.ru_stime));
+    (u, s, thread_cpu_ns() as f64 / 1e9)
+}
+
+/// The CLOCK_MONOTONIC reading of an `Instant` (they share the clock on Linux).
+fn instant_to_monotonic(at: Instant) -> Duration {
+    let now = Instant::now();
+    let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))
+        .unwrap_or_default();
+    if at >= now {
+        mono + (at - now)
+    } else {
+        mono.saturating_sub(now - at)
+    }
+}

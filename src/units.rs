@@ -1,0 +1,49 @@
+//! Units on the command line and in specs: durations such as "2s", "500ms", "1m".
+
+use std::time::Duration;
+
+/// Parses "10" (seconds), "2.5s", "500ms", "750us", "1m", "1h".
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number.parse().map_err(|_| {
+        format!("bad duration {text:?}: expected a number with a unit, such as 2s or 500ms")
+    })?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "bad duration {text:?}: unknown unit {other:?} (use h, m, s, ms or us)"
+            ))
+        }
+    };
+    let secs = value * scale;
+    if !(0.0..=1e9).contains(&secs) {
+        return Err(format!("bad duration {text:?}: out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2.5s").unwrap(), Duration::from_millis(2500));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert!(parse_duration("5 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
+        assert!(parse_duration("fast").is_err());
+    }
+}
