@@ -54,7 +54,9 @@ pub struct MsgrArgs {
 pub struct CpuList(pub Vec<usize>);
 
 fn parse_cpuset(s: &str) -> Result<CpuList, String> {
-    crate::cpuset::parse(s).map(CpuList).map_err(|e| e.to_string())
+    crate::cpuset::parse(s)
+        .map(CpuList)
+        .map_err(|e| e.to_string())
 }
 
 impl MsgrArgs {

@@ -108,28 +108,33 @@ pub struct RequestDecoder {
 
 impl RequestDecoder {
     /// Consumes `data`, calling `on_request(reply_len)` for every request whose payload is
-    /// complete. Stops at the first frame that breaks the bound.
+    /// complete; stops early, right after a request, when `on_request` returns false (the
+    /// caller's output is full). Returns the bytes consumed. Fails at the first frame that
+    /// breaks the bound, before any of its payload is awaited.
     pub fn feed(
         &mut self,
-        mut data: &[u8],
+        data: &[u8],
         max_frame: u32,
-        mut on_request: impl FnMut(u32),
-    ) -> Result<(), FrameError> {
+        mut on_request: impl FnMut(u32) -> bool,
+    ) -> Result<usize, FrameError> {
+        let mut at = 0;
         loop {
             if let Some(reply_len) = self.reply_len {
-                let take = (self.skip as usize).min(data.len());
+                let take = (self.skip as usize).min(data.len() - at);
                 self.skip -= take as u32;
-                data = &data[take..];
+                at += take;
                 if self.skip > 0 {
-                    return Ok(());
+                    return Ok(at);
                 }
                 self.reply_len = None;
-                on_request(reply_len);
+                if !on_request(reply_len) {
+                    return Ok(at);
+                }
             }
-            if data.is_empty() {
-                return Ok(());
+            if at == data.len() {
+                return Ok(at);
             }
-            data = self.read_header(data, max_frame)?;
+            at += self.read_header(&data[at..], max_frame)?;
         }
     }
 
@@ -138,7 +143,8 @@ impl RequestDecoder {
         self.header_len == 0 && self.reply_len.is_none()
     }
 
-    fn read_header<'a>(&mut self, data: &'a [u8], max_frame: u32) -> Result<&'a [u8], FrameError> {
+    /// Takes header bytes from the front of `data`; returns how many.
+    fn read_header(&mut self, data: &[u8], max_frame: u32) -> Result<usize, FrameError> {
         let take = (HEADER_LEN - self.header_len).min(data.len());
         self.header[self.header_len..self.header_len + take].copy_from_slice(&data[..take]);
         self.header_len += take;
@@ -149,7 +155,7 @@ impl RequestDecoder {
             self.skip = header.payload_len;
             self.reply_len = Some(header.reply_len);
         }
-        Ok(&data[take..])
+        Ok(take)
     }
 }
 
@@ -323,7 +329,11 @@ mod tests {
             let mut dec = RequestDecoder::default();
             let mut got = Vec::new();
             for piece in stream.chunks(chunk) {
-                dec.feed(piece, 1024, |r| got.push(r)).unwrap();
+                let used = dec.feed(piece, 1024, |r| {
+                    got.push(r);
+                    true
+                });
+                assert_eq!(used.unwrap(), piece.len());
             }
             assert_eq!(got, vec![100, 3, 0], "chunk {chunk}");
             assert!(dec.at_frame_boundary());
@@ -333,7 +343,7 @@ mod tests {
     #[test]
     fn decoder_refuses_oversize_and_garbage_before_reading_payload() {
         let mut dec = RequestDecoder::default();
-        let err = dec.feed(&request(0, 2048), 1024, |_| {}).unwrap_err();
+        let err = dec.feed(&request(0, 2048), 1024, |_| true).unwrap_err();
         assert!(matches!(
             err,
             FrameError::TooLarge {
@@ -343,7 +353,7 @@ mod tests {
             }
         ));
         let mut dec = RequestDecoder::default();
-        let err = dec.feed(b"GET / HTTP/1.1\r\n", DEFAULT_MAX_FRAME, |_| {});
+        let err = dec.feed(b"GET / HTTP/1.1\r\n", DEFAULT_MAX_FRAME, |_| true);
         assert!(matches!(
             err,
             Err(FrameError::TooLarge {
@@ -352,15 +362,38 @@ mod tests {
             })
         ));
         let mut dec = RequestDecoder::default();
-        assert!(dec.feed(&[0xff; 8], DEFAULT_MAX_FRAME, |_| {}).is_err());
+        assert!(dec.feed(&[0xff; 8], DEFAULT_MAX_FRAME, |_| true).is_err());
+    }
+
+    #[test]
+    fn decoder_stops_after_the_request_the_caller_refuses() {
+        let mut stream = request(3, 10);
+        stream.extend(request(2, 20));
+        stream.extend(request(1, 30));
+        let mut dec = RequestDecoder::default();
+        let mut got = Vec::new();
+        let used = dec
+            .feed(&stream, 64, |r| {
+                got.push(r);
+                r < 20
+            })
+            .unwrap();
+        assert_eq!((got.as_slice(), used), (&[10, 20][..], 11 + 10));
+        assert!(dec.at_frame_boundary());
+        let rest = dec.feed(&stream[used..], 64, |r| {
+            got.push(r);
+            true
+        });
+        let rest = rest.unwrap();
+        assert_eq!((got, rest), (vec![10, 20, 30], 9));
     }
 
     #[test]
     fn decoder_tracks_frame_boundary() {
         let mut dec = RequestDecoder::default();
-        dec.feed(&request(4, 1)[..6], 64, |_| {}).unwrap();
+        dec.feed(&request(4, 1)[..6], 64, |_| true).unwrap();
         assert!(!dec.at_frame_boundary());
-        dec.feed(&request(4, 1)[6..], 64, |_| {}).unwrap();
+        dec.feed(&request(4, 1)[6..], 64, |_| true).unwrap();
         assert!(dec.at_frame_boundary());
     }
 }

@@ -15,7 +15,7 @@ use super::conn::{
     self, Close, OutBuf, Slab, FIRST_CONN_TOKEN, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES,
 };
 use super::{accept_all, LoopShared, LISTENER, WAKER};
-use crate::load::protocol::msgr::{encode_reply, RequestDecoder};
+use crate::load::protocol::msgr::{encode_reply, RequestDecoder, HEADER_LEN};
 use crate::serve::stats::ThreadStat;
 
 /// A connection stops being read while this many of its requests are with the workers.
@@ -119,8 +119,7 @@ impl ReturnQueue {
 /// Runs one worker thread until the queue stops.
 pub fn run_worker(queue: &SharedQueue, returns: &[ReturnQueue], stat: &ThreadStat) {
     while let Some(job) = queue.pop() {
-        let mut reply =
-            Vec::with_capacity(crate::load::protocol::msgr::HEADER_LEN + job.reply_len as usize);
+        let mut reply = Vec::with_capacity(HEADER_LEN + job.reply_len as usize);
         encode_reply(&mut reply, job.reply_len);
         stat.add_ops(1);
         returns[job.io].push(Done {
@@ -141,14 +140,19 @@ struct Conn {
     /// Replies in request order from `first_seq`; `None` while a worker still has it.
     pending: VecDeque<Option<Vec<u8>>>,
     first_seq: u64,
+    /// Reply bytes asked for and not yet moved to `out`.
+    in_flight_bytes: usize,
     out: OutBuf,
+    /// Input left when the connection filled up mid-read (at most one read buffer).
+    carry: Vec<u8>,
     /// Reading stopped because of backlog; resumed when replies drain.
     paused: bool,
 }
 
 impl Conn {
     fn backlogged(&self) -> bool {
-        self.out.pending() > OUT_HIGH_WATER_BYTES || self.pending.len() >= MAX_IN_FLIGHT_PER_CONN
+        self.out.pending() + self.in_flight_bytes > OUT_HIGH_WATER_BYTES
+            || self.pending.len() >= MAX_IN_FLIGHT_PER_CONN
     }
 
     /// Files a worker's reply and moves every reply now in order to the output.
@@ -160,6 +164,7 @@ impl Conn {
         while let Some(Some(_)) = self.pending.front() {
             let reply = self.pending.pop_front().flatten().expect("checked");
             self.out.buf_mut().extend_from_slice(&reply);
+            self.in_flight_bytes -= reply.len();
             self.first_seq += 1;
         }
     }
@@ -246,7 +251,9 @@ impl IoLoop {
                 next_seq: 0,
                 pending: VecDeque::new(),
                 first_seq: 0,
+                in_flight_bytes: 0,
                 out: OutBuf::default(),
+                carry: Vec::new(),
                 paused: false,
             });
             let conn = conns.get_mut(slot).expect("just inserted");
@@ -333,7 +340,7 @@ fn decode(
     conn: &mut Conn,
     read_buf: &mut [u8],
     max_frame: u32,
-    (io, slot): (usize, usize),
+    owner: (usize, usize),
     batch: &mut Vec<Job>,
 ) -> Result<(), Close> {
     loop {
@@ -342,25 +349,49 @@ fn decode(
         if conn.paused {
             return Ok(());
         }
+        if !conn.carry.is_empty() {
+            let carry = std::mem::take(&mut conn.carry);
+            let used = submit(conn, &carry, max_frame, owner, batch)?;
+            conn.carry = carry;
+            conn.carry.drain(..used);
+            continue;
+        }
         let mid_frame = !conn.decoder.at_frame_boundary();
         let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame)? else {
             return Ok(());
         };
-        let (generation, next_seq, pending) =
-            (conn.generation, &mut conn.next_seq, &mut conn.pending);
-        conn.decoder.feed(&read_buf[..n], max_frame, |reply_len| {
-            batch.push(Job {
-                io,
-                slot,
-                generation,
-                seq: *next_seq,
-                reply_len,
-            });
-            *next_seq += 1;
-            pending.push_back(None);
-        })?;
-        if n < read_buf.len() {
+        let used = submit(conn, &read_buf[..n], max_frame, owner, batch)?;
+        if used < n {
+            conn.carry.extend_from_slice(&read_buf[used..n]);
+        } else if n < read_buf.len() {
             return Ok(());
         }
     }
+}
+
+/// Turns every whole request in `data` into a job, stopping once the connection is
+/// backlogged; returns the bytes used.
+fn submit(
+    conn: &mut Conn,
+    data: &[u8],
+    max_frame: u32,
+    (io, slot): (usize, usize),
+    batch: &mut Vec<Job>,
+) -> Result<usize, Close> {
+    let mut decoder = std::mem::take(&mut conn.decoder);
+    let used = decoder.feed(data, max_frame, |reply_len| {
+        batch.push(Job {
+            io,
+            slot,
+            generation: conn.generation,
+            seq: conn.next_seq,
+            reply_len,
+        });
+        conn.next_seq += 1;
+        conn.in_flight_bytes += HEADER_LEN + reply_len as usize;
+        conn.pending.push_back(None);
+        !conn.backlogged()
+    });
+    conn.decoder = decoder;
+    Ok(used?)
 }

@@ -19,6 +19,8 @@ struct Conn {
     stream: TcpStream,
     decoder: RequestDecoder,
     out: OutBuf,
+    /// Input left when the output filled mid-read (at most one read buffer).
+    carry: Vec<u8>,
 }
 
 /// One reactor thread's state.
@@ -79,6 +81,7 @@ impl Reactor {
                 stream,
                 decoder: RequestDecoder::default(),
                 out: OutBuf::default(),
+                carry: Vec::new(),
             });
             let conn = conns.get_mut(slot).expect("just inserted");
             let token = Token(slot + FIRST_CONN_TOKEN);
@@ -121,22 +124,54 @@ fn serve(
             // Resumed by the writable edge once the peer reads.
             return Ok(());
         }
+        if !conn.carry.is_empty() {
+            let used = answer(
+                &mut conn.decoder,
+                &mut conn.out,
+                &conn.carry,
+                max_frame,
+                stat,
+            )?;
+            conn.carry.drain(..used);
+            continue;
+        }
         let mid_frame = !conn.decoder.at_frame_boundary();
         let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame)? else {
             return Ok(());
         };
-        let mut served = 0;
-        let out = conn.out.buf_mut();
-        conn.decoder.feed(&read_buf[..n], max_frame, |reply_len| {
-            encode_reply(out, reply_len);
-            served += 1;
-        })?;
-        stat.add_ops(served);
-        if n < read_buf.len() {
+        let used = answer(
+            &mut conn.decoder,
+            &mut conn.out,
+            &read_buf[..n],
+            max_frame,
+            stat,
+        )?;
+        if used < n {
+            conn.carry.extend_from_slice(&read_buf[used..n]);
+        } else if n < read_buf.len() {
             // A short read drained the socket (epoll signals the next arrival): skip the
             // read that would only say EAGAIN.
             conn.out.flush(&mut conn.stream)?;
             return Ok(());
         }
     }
+}
+
+/// Appends a reply for every whole request in `data`, stopping once the output is full;
+/// returns the bytes used.
+fn answer(
+    decoder: &mut RequestDecoder,
+    out: &mut OutBuf,
+    data: &[u8],
+    max_frame: u32,
+    stat: &ThreadStat,
+) -> Result<usize, Close> {
+    let mut served = 0;
+    let used = decoder.feed(data, max_frame, |reply_len| {
+        encode_reply(out.buf_mut(), reply_len);
+        served += 1;
+        out.pending() <= OUT_HIGH_WATER_BYTES
+    })?;
+    stat.add_ops(served);
+    Ok(used)
 }
