@@ -231,7 +231,7 @@ impl IoLoop {
                 match event.token() {
                     LISTENER => self.accept(),
                     WAKER => self.take_replies(),
-                    Token(t) => self.drive(t - FIRST_CONN_TOKEN),
+                    Token(t) => self.drive(t - FIRST_CONN_TOKEN, event.is_read_closed()),
                 }
             }
             self.queue.push_all(&mut self.batch);
@@ -269,18 +269,16 @@ impl IoLoop {
         });
     }
 
-    fn drive(&mut self, slot: usize) {
+    /// Serves one connection's readiness; `peer_closed` (the peer's FIN was in the event)
+    /// means reading must go on to EOF even after a short read.
+    fn drive(&mut self, slot: usize, peer_closed: bool) {
         let Some(conn) = self.conns.get_mut(slot) else {
             return;
         };
         let io = (self.index, slot);
-        if let Err(why) = decode(
-            conn,
-            &mut self.read_buf,
-            self.shared.max_frame,
-            io,
-            &mut self.batch,
-        ) {
+        let max_frame = self.shared.max_frame;
+        let batch = &mut self.batch;
+        if let Err(why) = decode(conn, &mut self.read_buf, max_frame, io, batch, peer_closed) {
             self.close(slot, why);
         }
     }
@@ -326,7 +324,8 @@ impl IoLoop {
             return;
         };
         if conn.paused {
-            return self.drive(slot);
+            // Events that came while paused were not acted on: read to the end.
+            return self.drive(slot, true);
         }
         if conn.out.flush(&mut conn.stream).is_err() {
             self.close(slot, Close::Io);
@@ -342,6 +341,7 @@ fn decode(
     max_frame: u32,
     owner: (usize, usize),
     batch: &mut Vec<Job>,
+    peer_closed: bool,
 ) -> Result<(), Close> {
     loop {
         conn.out.flush(&mut conn.stream)?;
@@ -363,7 +363,7 @@ fn decode(
         let used = submit(conn, &read_buf[..n], max_frame, owner, batch)?;
         if used < n {
             conn.carry.extend_from_slice(&read_buf[used..n]);
-        } else if n < read_buf.len() {
+        } else if n < read_buf.len() && !peer_closed {
             return Ok(());
         }
     }

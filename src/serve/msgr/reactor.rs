@@ -67,7 +67,7 @@ impl Reactor {
                 match event.token() {
                     LISTENER => self.accept(),
                     WAKER => {}
-                    Token(t) => self.drive(t - FIRST_CONN_TOKEN),
+                    Token(t) => self.drive(t - FIRST_CONN_TOKEN, event.is_read_closed()),
                 }
             }
         }
@@ -97,12 +97,15 @@ impl Reactor {
         });
     }
 
-    fn drive(&mut self, slot: usize) {
+    /// Serves one connection's readiness; `peer_closed` (the peer's FIN was in the event)
+    /// means reading must go on to EOF even after a short read.
+    fn drive(&mut self, slot: usize, peer_closed: bool) {
         let Some(conn) = self.conns.get_mut(slot) else {
             return;
         };
         let max_frame = self.shared.max_frame;
-        if let Err(why) = serve(conn, &mut self.read_buf, max_frame, &self.stat) {
+        let buf = &mut self.read_buf;
+        if let Err(why) = serve(conn, buf, max_frame, &self.stat, peer_closed) {
             self.shared.counters.count_close(&why);
             if let Some(mut conn) = self.conns.remove(slot) {
                 let _ = self.poll.registry().deregister(&mut conn.stream);
@@ -117,6 +120,7 @@ fn serve(
     read_buf: &mut [u8],
     max_frame: u32,
     stat: &ThreadStat,
+    peer_closed: bool,
 ) -> Result<(), Close> {
     loop {
         conn.out.flush(&mut conn.stream)?;
@@ -148,7 +152,7 @@ fn serve(
         )?;
         if used < n {
             conn.carry.extend_from_slice(&read_buf[used..n]);
-        } else if n < read_buf.len() {
+        } else if n < read_buf.len() && !peer_closed {
             // A short read drained the socket (epoll signals the next arrival): skip the
             // read that would only say EAGAIN.
             conn.out.flush(&mut conn.stream)?;
