@@ -6,7 +6,9 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use stairbench::load::protocol::msgr::{FrameHeader, HEADER_LEN};
+use stairbench::load::protocol::msgr::{FrameHeader, MsgrProto, HEADER_LEN};
+use stairbench::load::protocol::{Protocol, Reply};
+use stairbench::load::{IntervalLine, IntervalSink, LoadConfig};
 use stairbench::serve::{spawn_msgr, Arch, MsgrOptions, MsgrServer};
 
 /// The memory test reads the process's RSS: the other tests must not allocate meanwhile.
@@ -219,6 +221,10 @@ fn memory_stays_bounded_against_hostile_lengths() {
         greedy.write_all(&asks).unwrap();
         std::thread::sleep(Duration::from_millis(500));
         let grown = rss_bytes().saturating_sub(before);
+        eprintln!(
+            "{arch:?}: RSS grew {} KiB under hostile lengths",
+            grown >> 10
+        );
         assert!(
             grown < 48 << 20,
             "{arch:?}: RSS grew {} MiB (a server that buffers would take 16+256)",
@@ -344,5 +350,67 @@ fn wait_with_deadline(
             panic!("server did not exit within {limit:?} of SIGTERM");
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn load_protocol_codec_talks_to_the_server() {
+    let _g = serial();
+    let server = server(Arch::Reactor, 1, 1, 1 << 20);
+    let mut proto = MsgrProto::new(300);
+    let mut s = connect(server.addr());
+    for _ in 0..3 {
+        let req = proto.next_request().to_vec();
+        s.write_all(&req).unwrap();
+    }
+    let mut buf = Vec::new();
+    let mut replies = 0;
+    let mut chunk = [0u8; 97];
+    while replies < 3 {
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "server closed");
+        buf.extend_from_slice(&chunk[..n]);
+        while let Reply::Done { len, error, close } = proto.parse_reply(&buf) {
+            assert_eq!((len, error, close), (HEADER_LEN + 300, None, false));
+            buf.drain(..len);
+            replies += 1;
+        }
+    }
+    assert!(buf.is_empty());
+}
+
+struct NoLines;
+impl IntervalSink for NoLines {
+    fn interval(&mut self, _: &IntervalLine, _: &hdrhistogram::Histogram<u64>) {}
+}
+
+/// The load engine's `sent` (warm-up and drain included) is exactly what each architecture
+/// answered, with pipelining and no errors.
+#[test]
+fn load_engine_sent_equals_what_each_architecture_answered() {
+    let _g = serial();
+    for arch in [Arch::Reactor, Arch::Pool] {
+        let server = server(arch, 2, 1, 1 << 20);
+        let config = LoadConfig {
+            url: format!("msgr://{}", server.addr()),
+            connections: 6,
+            depth: 4,
+            duration: Duration::from_millis(500),
+            warmup: Duration::from_millis(100),
+            timeout: Duration::from_secs(2),
+            ..LoadConfig::default()
+        };
+        let mut config = config;
+        config.proto.msg_size = 64;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let out = stairbench::load::run(&config, &mut NoLines, &stop).expect("load runs");
+        let r = &out.report;
+        assert!(r.errors.is_empty(), "{arch:?}: {:?}", r.errors);
+        assert!(r.requests > 100, "{arch:?}: {r:?}");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while server.stats().ops < r.sent && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(server.stats().ops, r.sent, "{arch:?}");
     }
 }
