@@ -50,7 +50,7 @@ fn run_fake(
     stop: &AtomicBool,
 ) -> RunSummary {
     let mut rundir = RunDir::create(Some(dir), &plan.name).unwrap();
-    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], BTreeMap::new());
+    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], plan.custom.clone());
     let mut runner = Runner {
         plan,
         dir: &mut rundir,
@@ -206,8 +206,28 @@ fn fake_loop_writes_each_step_and_the_reports() {
         "{report}"
     );
     assert!(
+        report.contains("| a | separated | 16000 | 16 |"),
+        "{report}"
+    );
+    assert!(
         report.contains("| a | separated | 8 | 0 | ok | 8000 |"),
         "{report}"
+    );
+    std::fs::remove_file(dir.path().join("report.md")).unwrap();
+    let out = Command::new(BIN)
+        .arg("report")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.md")).unwrap(),
+        report,
+        "`stairbench report` rebuilds the same report.md"
     );
     let csv = std::fs::read_to_string(dir.path().join("steps.csv")).unwrap();
     assert_eq!(csv.lines().count(), 21);
@@ -245,6 +265,66 @@ fn cpus_follow_clients_skips_what_does_not_fit_visibly() {
             .collect::<Vec<_>>(),
         [vec![0], vec![0, 1]]
     );
+}
+
+#[test]
+fn seed_000_cpuset_table_is_used_verbatim() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sweep/crimson.toml");
+    let p = plan_at(&path, &std::fs::read_to_string(&path).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut launcher = FakeLauncher::default();
+    let summary = run_fake(
+        &p,
+        dir.path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    let cpus = |id: &str| {
+        let s = summary.steps.iter().find(|s| s.id == id).unwrap();
+        (s.server_cpus.clone(), s.client_cpus.clone(), s.status)
+    };
+    assert_eq!(
+        cpus("msgr.seed-balanced.c4.r0"),
+        ("0,56,28,84".into(), "1,57,29,85".into(), StepStatus::Ok)
+    );
+    assert_eq!(
+        cpus("msgr.seed-separated.c8.r0"),
+        ("0-7".into(), "28-35".into(), StepStatus::Ok)
+    );
+    // The separated table stops at 28 CPUs: 56 clients are skipped, saying why.
+    let (_, _, status) = cpus("msgr.seed-separated.c56.r0");
+    assert_eq!(status, StepStatus::Skipped);
+    let why = summary
+        .steps
+        .iter()
+        .find(|s| s.id == "msgr.seed-separated.c56.r0")
+        .unwrap()
+        .reason
+        .clone()
+        .unwrap();
+    assert!(why.contains("no cpusets for 56"), "{why}");
+}
+
+#[test]
+fn restart_step_and_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("name = \"x\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 3]\nrestart = \"step\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    let mut launcher = FakeLauncher::default();
+    run_fake(
+        &p,
+        dir.path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    assert_eq!(launcher.launches, 3);
+
+    let mut held = plan(TWO_TARGETS);
+    held.hold(6, Duration::from_secs(3600));
+    assert_eq!(held.series, Series::Clients(vec![6]));
+    assert_eq!(held.max_steps(), 4);
+    assert!(held.estimate() > Duration::from_secs(4 * 3600));
 }
 
 #[test]
@@ -472,8 +552,11 @@ fn dry_run_prints_steps_cpusets_commands_and_time() {
     assert!(text.contains("estimated time: about 0m"), "{text}");
 }
 
+/// The built-in servers are there (in this binary, or in `STAIRBENCH_BIN` when set, which
+/// `stairbench` itself also honours).
 fn serve_available() -> bool {
-    Command::new(BIN)
+    let bin = std::env::var_os("STAIRBENCH_BIN").unwrap_or_else(|| BIN.into());
+    Command::new(bin)
         .args(["serve", "msgr", "--help"])
         .output()
         .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("--arch"))
@@ -506,7 +589,10 @@ fn a_short_real_sweep_against_the_built_in_server() {
     for s in &steps {
         assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
         assert!(s.throughput_rps().unwrap() > 100.0);
-        assert!(s.derived_f64(&["cpu_us_per_req", "total"]).unwrap() > 0.0);
+        // /proc counts CPU in 10 ms ticks: a light step may show 0, but never nothing.
+        assert!(s
+            .derived_f64(&["cpu_us_per_req", "total"])
+            .is_some_and(|c| c >= 0.0));
     }
     assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
     for f in [
@@ -532,16 +618,20 @@ fn descendants(pid: i32) -> Vec<i32> {
     out
 }
 
-#[test]
-fn interruption_keeps_results_exits_130_and_leaves_no_process() {
-    if !serve_available() {
-        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let spec = dir.path().join("interrupt.toml");
-    std::fs::write(&spec, "name = \"interrupt\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
-    let out_dir = dir.path().join("run");
+const REDIS_TARGET: &str = "[[targets]]\nname = \"redis\"\ncommand = \"redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --daemonize no\"\nurl = \"redis://127.0.0.1:{port}\"\n";
+
+fn redis_available() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Starts `stairbench run`, sends SIGINT once a step is on disk, and checks what is left.
+fn interrupt(spec_text: &str, dir: &Path) -> (PathBuf, usize) {
+    let spec = dir.join("interrupt.toml");
+    std::fs::write(&spec, spec_text).unwrap();
+    let out_dir = dir.join("run");
     let mut child = Command::new(BIN)
         .arg("run")
         .arg(&spec)
@@ -558,7 +648,7 @@ fn interruption_keeps_results_exits_130_and_leaves_no_process() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(400));
     let below = descendants(child.id() as i32);
     assert!(!below.is_empty(), "the server should be running");
     nix::sys::signal::kill(
@@ -569,8 +659,16 @@ fn interruption_keeps_results_exits_130_and_leaves_no_process() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let steps = read_steps(&steps_file).unwrap();
-    assert!(!steps.is_empty() && steps.len() < 6);
-    assert!(steps.iter().all(|s| s.status == StepStatus::Ok));
+    assert!(
+        !steps.is_empty() && steps.len() < 6,
+        "{} steps",
+        steps.len()
+    );
+    assert!(
+        steps.iter().all(|s| s.status == StepStatus::Ok),
+        "{:?}",
+        steps.iter().map(|s| &s.reason).collect::<Vec<_>>()
+    );
     assert!(std::fs::read_to_string(out_dir.join("report.md"))
         .unwrap()
         .contains("interrupted"));
@@ -581,4 +679,259 @@ fn interruption_keeps_results_exits_130_and_leaves_no_process() {
             "process {pid} outlived stairbench"
         );
     }
+    (out_dir, steps.len())
+}
+
+#[test]
+fn interruption_keeps_results_exits_130_and_leaves_no_process() {
+    if !serve_available() {
+        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    interrupt("name = \"interrupt\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n", dir.path());
+}
+
+#[test]
+fn redis_sweep_interrupted_then_resumed() {
+    if !redis_available() {
+        eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!("name = \"redis\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"separated\"]\n{REDIS_TARGET}");
+    let (out_dir, before) = interrupt(&text, dir.path());
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg("--resume")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert_eq!(
+        steps.len(),
+        6,
+        "{before} before the interruption, the rest after --resume"
+    );
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        assert!(s.throughput_rps().unwrap() > 100.0);
+        // /proc counts CPU in 10 ms ticks: a light step may show 0, but never nothing.
+        assert!(s
+            .derived_f64(&["cpu_us_per_req", "total"])
+            .is_some_and(|c| c >= 0.0));
+        assert!(
+            s.server["server"]["pid"].as_i64().is_some(),
+            "observed the server: {}",
+            s.server
+        );
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("6 steps: 6 ok, 0 failed, 0 skipped."),
+        "{report}"
+    );
+    for f in [
+        "spec.toml",
+        "environment.json",
+        "steps.csv",
+        "intervals/redis.separated.c32.r0.csv",
+        "hist/redis.separated.c32.r0.hlog",
+    ] {
+        assert!(out_dir.join(f).exists(), "{f}");
+    }
+}
+
+#[test]
+fn nginx_master_and_workers_are_observed_and_ended() {
+    if Command::new("nginx").arg("-v").output().is_err() {
+        eprintln!("skipped: nginx is not installed (apt-get install nginx)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/nginx.sh");
+    let spec = dir.path().join("nginx.toml");
+    std::fs::write(&spec, format!("name = \"nginx\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [2, 8]\nplacements = [\"separated\"]\n[[targets]]\nname = \"nginx\"\ncommand = \"sh {} {{out}} {{port}} 2\"\nurl = \"http://127.0.0.1:{{port}}/\"\n", script.display())).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        let processes = s.server["server"]["processes"].as_u64().unwrap();
+        assert_eq!(processes, 3, "master and 2 workers: {}", s.server);
+        // /proc counts CPU in 10 ms ticks: a light step may show 0, but never nothing.
+        assert!(s
+            .derived_f64(&["cpu_us_per_req", "total"])
+            .is_some_and(|c| c >= 0.0));
+    }
+    let mine = format!("nginx-{}", out_dir.display());
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| c.replace('\0', " "))
+        .filter(|c| c.contains(&out_dir.display().to_string()) && c.contains("nginx"))
+        .collect();
+    assert!(left.is_empty(), "{mine}: left running: {left:?}");
+}
+
+#[test]
+fn wrk_through_its_parser_against_nginx() {
+    let missing = ["nginx", "wrk"].into_iter().find(|p| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {p}")])
+            .output()
+            .map_or(true, |o| !o.status.success())
+    });
+    if let Some(p) = missing {
+        eprintln!("skipped: {p} is not installed (apt-get install nginx wrk)");
+        return;
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let text = std::fs::read_to_string(examples.join("nginx-wrk.toml"))
+        .unwrap()
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("clients = [4, 8, 16, 32, 64, 128]", "clients = [2, 8]")
+        .replace("{spec_dir}", &examples.display().to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("wrk.toml");
+    std::fs::write(&spec, text).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .output();
+    let out = out.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert_eq!(steps.len(), 2);
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        let load = s.load.as_ref().unwrap();
+        assert!(load.url.starts_with("wrk -t1 -c"), "{}", load.url);
+        assert!(load.throughput_rps > 100.0 && load.latency_us.p99 > 0.0);
+        assert!(
+            load.latency_us.p999.is_nan(),
+            "wrk prints no p99.9: unavailable, not zero"
+        );
+        assert!(
+            load.client_cpu.user_s + load.client_cpu.sys_s > 0.0,
+            "wrk's own CPU is measured"
+        );
+        assert!(s.derived["tool"]["latency_us"]["p75"].as_f64().is_some());
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+}
+
+#[test]
+fn killed_outright_its_servers_die_too() {
+    if !redis_available() {
+        eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("kill.toml");
+    std::fs::write(&spec, format!("name = \"kill\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4]\n{REDIS_TARGET}")).unwrap();
+    let out_dir = dir.path().join("run");
+    let mut child = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut below = Vec::new();
+    while below.is_empty() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+        below = descendants(child.id() as i32);
+    }
+    assert!(!below.is_empty(), "the server should be running");
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = |pid: &i32| !Path::new(&format!("/proc/{pid}")).exists();
+    let start = Instant::now();
+    while !below.iter().all(gone) && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<_> = below.iter().filter(|p| !gone(p)).collect();
+    assert!(
+        left.is_empty(),
+        "PR_SET_PDEATHSIG should have ended {left:?}"
+    );
+}
+
+#[test]
+fn the_quick_demo_runs_end_to_end() {
+    if !serve_available() {
+        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("demo");
+    let start = Instant::now();
+    let out = Command::new(BIN)
+        .args(["demo", "--quick", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "report:        {}",
+            out_dir.join("report.md").display()
+        )),
+        "{stdout}"
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert!(steps.len() >= 12, "{} steps", steps.len());
+    let ok = steps.iter().filter(|s| s.status == StepStatus::Ok).count();
+    assert!(
+        ok >= 12,
+        "{:?}",
+        steps.iter().map(|s| &s.reason).collect::<Vec<_>>()
+    );
+    for (target, placement) in [
+        ("reactor", "separated"),
+        ("reactor", "shared"),
+        ("pool", "separated"),
+        ("pool", "shared"),
+    ] {
+        assert!(steps
+            .iter()
+            .any(|s| s.target == target && s.placement == placement && s.status == StepStatus::Ok));
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+    // Under 40 s alone; here other tests share the machine's cores.
+    assert!(took < Duration::from_secs(60), "--quick took {took:?}");
 }

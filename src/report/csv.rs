@@ -58,7 +58,10 @@ impl Exporter for Csv {
 }
 
 fn row(s: &StepResult) -> Vec<String> {
-    let num = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
+    let num = |v: Option<f64>| {
+        v.filter(|x| x.is_finite())
+            .map_or(String::new(), |x| format!("{x:.3}"))
+    };
     let l = s.load.as_ref();
     let lat = |f: fn(&crate::load::LatencyUs) -> f64| num(l.map(|l| f(&l.latency_us)));
     vec![

@@ -24,16 +24,38 @@ impl Exporter for Markdown {
             "{} steps: {ok} ok, {failed} failed, {skipped} skipped.\n",
             run.steps.len()
         );
+        observer_cost(&mut out, &run.steps);
         for note in &run.notes {
             let _ = writeln!(out, "- {}", escape(note));
         }
         if !run.notes.is_empty() {
             out.push('\n');
         }
+        series_table(&mut out, &run.steps);
         out.push_str("## Results\n\n");
         results_table(&mut out, &run.steps);
         out.push_str(&super::analysis::markdown_sections(run));
         out
+    }
+}
+
+/// What stairbench's own observers cost, so it can be weighed against the figures.
+fn observer_cost(out: &mut String, steps: &[StepResult]) {
+    let cpu_s: f64 = steps
+        .iter()
+        .filter_map(|s| s.derived_f64(&["observer_cpu_s"]))
+        .sum();
+    let window_s: f64 = steps
+        .iter()
+        .filter(|s| s.derived.contains_key("observer_cpu_s"))
+        .filter_map(|s| s.load.as_ref().map(|l| l.duration_s))
+        .sum();
+    if window_s > 0.0 {
+        let _ = writeln!(
+            out,
+            "The observers used {cpu_s:.3} s of CPU over {window_s:.1} s of measured windows ({:.2}% of one CPU).\n",
+            100.0 * cpu_s / window_s
+        );
     }
 }
 
@@ -48,27 +70,49 @@ fn counts(steps: &[StepResult]) -> (usize, usize, usize) {
 
 fn conditions(out: &mut String, run: &RunData) {
     let Some(env) = &run.environment else { return };
-    let get = |k: &str| {
-        env.get(k)
-            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
     };
-    let rows: Vec<(&str, String)> = [
-        ("host", "hostname"),
-        ("CPU", "cpu_model"),
-        ("CPUs", "cpus"),
-        ("kernel", "kernel"),
-        ("governor", "governor"),
-        ("stairbench", "stairbench_version"),
-    ]
-    .iter()
-    .filter_map(|(label, key)| get(key).map(|v| (*label, v)))
-    .collect();
-    if rows.is_empty() {
-        return;
-    }
+    let at = |path: &[&str]| {
+        let mut v = env;
+        for key in path {
+            v = v.get(key)?;
+        }
+        text(v)
+    };
+    let governors = env.get("governors").and_then(|g| g.as_object()).map(|g| {
+        let mut names: Vec<String> = g.values().filter_map(text).collect();
+        names.dedup();
+        names.join(", ")
+    });
+    let rows = [
+        ("host", at(&["hostname"])),
+        ("CPU", at(&["cpu_model"])),
+        ("CPUs", at(&["cpus"])),
+        ("topology", at(&["topology", "summary"])),
+        ("kernel", at(&["kernel"])),
+        ("governor", governors),
+        ("turbo", at(&["turbo"])),
+        ("swap used (kB)", at(&["swap_used_kb"])),
+        (
+            "perf software / hardware",
+            at(&["perf", "software"])
+                .zip(at(&["perf", "hardware"]))
+                .map(|(s, h)| format!("{s} / {h}")),
+        ),
+        (
+            "stairbench",
+            at(&["stairbench_version"])
+                .map(|v| format!("{v} ({})", at(&["git_revision"]).unwrap_or_default())),
+        ),
+    ];
     out.push_str("| condition | value |\n| --- | --- |\n");
     for (label, value) in rows {
-        let _ = writeln!(out, "| {label} | {} |", escape(&value));
+        if let Some(value) = value {
+            let _ = writeln!(out, "| {label} | {} |", escape(&value));
+        }
     }
     if let Some(w) = env.get("warnings").and_then(|w| w.as_array()) {
         for warning in w.iter().filter_map(|w| w.as_str()) {
@@ -78,13 +122,86 @@ fn conditions(out: &mut String, run: &RunData) {
     out.push('\n');
 }
 
+/// One series: a target under a placement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesPeak {
+    /// Target name.
+    pub target: String,
+    /// Placement name.
+    pub placement: String,
+    /// Highest throughput of an ok step, requests/s.
+    pub peak_rps: f64,
+    /// Clients of that step.
+    pub at_clients: usize,
+    /// p99 latency of that step, µs.
+    pub p99_us: f64,
+    /// Ok steps of the series.
+    pub ok_steps: usize,
+}
+
+/// The peak of each series, in the order the series ran.
+pub fn series_peaks(steps: &[StepResult]) -> Vec<SeriesPeak> {
+    let mut out: Vec<SeriesPeak> = Vec::new();
+    for s in steps.iter().filter(|s| s.status == StepStatus::Ok) {
+        let Some(l) = &s.load else { continue };
+        let i = match out
+            .iter()
+            .position(|p| p.target == s.target && p.placement == s.placement)
+        {
+            Some(i) => i,
+            None => {
+                out.push(SeriesPeak {
+                    target: s.target.clone(),
+                    placement: s.placement.clone(),
+                    peak_rps: f64::NEG_INFINITY,
+                    at_clients: 0,
+                    p99_us: f64::NAN,
+                    ok_steps: 0,
+                });
+                out.len() - 1
+            }
+        };
+        let p = &mut out[i];
+        p.ok_steps += 1;
+        if l.throughput_rps > p.peak_rps {
+            p.peak_rps = l.throughput_rps;
+            p.at_clients = s.clients;
+            p.p99_us = l.latency_us.p99;
+        }
+    }
+    out
+}
+
+fn series_table(out: &mut String, steps: &[StepResult]) {
+    let peaks = series_peaks(steps);
+    if peaks.is_empty() {
+        return;
+    }
+    out.push_str("## Peak of each series\n\n| target | placement | peak throughput (req/s) | at clients | p99 there (µs) | ok steps |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
+    for p in peaks {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} | {} | {:.1} | {} |",
+            escape(&p.target),
+            escape(&p.placement),
+            p.peak_rps,
+            p.at_clients,
+            p.p99_us,
+            p.ok_steps
+        );
+    }
+    out.push('\n');
+}
+
 fn results_table(out: &mut String, steps: &[StepResult]) {
     out.push_str("| target | placement | clients | rep | status | throughput (req/s) | mean (µs) | p50 (µs) | p99 (µs) | server CPU µs/req | cs/req | client saturated | cpus (server / client) |\n");
     out.push_str(
         "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
     );
-    let f =
-        |v: Option<f64>, digits: usize| v.map_or("–".to_string(), |x| format!("{x:.digits$}"));
+    let f = |v: Option<f64>, digits: usize| {
+        v.filter(|x| x.is_finite())
+            .map_or("–".to_string(), |x| format!("{x:.digits$}"))
+    };
     for s in steps {
         let l = s.load.as_ref();
         let status = match (&s.status, &s.reason) {

@@ -128,6 +128,12 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
         .iter()
         .filter(|s| s.status == super::result::StepStatus::Failed)
         .count();
+    for p in crate::report::markdown::series_peaks(&summary.steps) {
+        println!(
+            "{:>12} / {:<10} peak {:>9.0} requests/s at {} clients",
+            p.target, p.placement, p.peak_rps, p.at_clients
+        );
+    }
     println!("run directory: {}", dir.display());
     println!("report:        {}", dir.join("report.md").display());
     if summary.interrupted {

@@ -47,6 +47,8 @@ pub struct StepLoad {
     pub report: LoadReport,
     /// All latencies of the window in nanoseconds, when the driver has them.
     pub hist_ns: Option<Histogram<u64>>,
+    /// Further figures for the step's line (e.g. an external tool's own).
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Runs the load of one step.
@@ -58,6 +60,12 @@ pub trait Driver {
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
     ) -> Result<StepLoad, String>;
+
+    /// It reports per-second lines with latency histograms while it runs (an external tool's
+    /// lines, if any, come after it ends, without histograms).
+    fn live_intervals(&self) -> bool {
+        true
+    }
 }
 
 /// The built-in load engine.
@@ -90,14 +98,26 @@ impl Driver for EngineDriver {
         Ok(StepLoad {
             report: outcome.report,
             hist_ns: Some(outcome.hist_ns),
+            extra: serde_json::Map::new(),
         })
     }
 }
 
-/// Reads an external tool's output into the engine's layout.
+/// An external tool's figures in the engine's layout.
+#[derive(Debug, Clone, Default)]
+pub struct ToolLoad {
+    /// The figures (latencies the tool did not print are NaN: unavailable, not zero).
+    pub report: LoadReport,
+    /// The periodic lines the tool printed, if any.
+    pub intervals: Vec<crate::load::IntervalLine>,
+    /// What the tool printed beyond the engine's fields (kept in the step's `tool` object).
+    pub extra: serde_json::Value,
+}
+
+/// Reads an external tool's output.
 pub trait OutputParse {
     /// Parses everything the tool printed on stdout.
-    fn parse(&self, stdout: &str) -> Result<LoadReport, String>;
+    fn parse(&self, stdout: &str) -> Result<ToolLoad, String>;
 }
 
 /// The output of `stairbench load --json` (lets a spec run the engine as an external
@@ -106,18 +126,96 @@ pub trait OutputParse {
 pub struct StairbenchJson;
 
 impl OutputParse for StairbenchJson {
-    fn parse(&self, stdout: &str) -> Result<LoadReport, String> {
-        serde_json::from_str(stdout.trim()).map_err(|e| format!("not stairbench load JSON: {e}"))
+    fn parse(&self, stdout: &str) -> Result<ToolLoad, String> {
+        let report = serde_json::from_str(stdout.trim())
+            .map_err(|e| format!("not stairbench load JSON: {e}"))?;
+        Ok(ToolLoad {
+            report,
+            ..ToolLoad::default()
+        })
     }
 }
 
+/// A parser of `sweep::parsers` (wrk, redis-benchmark, crimson-msgr, json, regex).
+pub struct ToolParser(Box<dyn super::parsers::OutputParser>);
+
+impl OutputParse for ToolParser {
+    fn parse(&self, stdout: &str) -> Result<ToolLoad, String> {
+        let parsed = self.0.parse(stdout).map_err(|e| e.to_string())?;
+        tool_load(parsed)
+    }
+}
+
+fn tool_load(p: super::parsers::ParsedLoad) -> Result<ToolLoad, String> {
+    let duration_s = p.duration_s.unwrap_or(f64::NAN);
+    let (requests, throughput_rps) = match (p.requests, p.throughput_rps) {
+        (Some(n), Some(t)) => (n, t),
+        (Some(n), None) if duration_s > 0.0 => (n, n as f64 / duration_s),
+        (None, Some(t)) if duration_s > 0.0 => ((t * duration_s).round() as u64, t),
+        _ => {
+            return Err(
+                "the output gave neither a request count with its duration nor a throughput".into(),
+            )
+        }
+    };
+    let lat = |v: Option<f64>| v.unwrap_or(f64::NAN);
+    let l = &p.latency_us;
+    let report = LoadReport {
+        schema: crate::load::SCHEMA_VERSION,
+        requests,
+        // Tools do not count their writes: the completed requests stand in.
+        sent: requests,
+        errors: p.errors.clone(),
+        duration_s: if duration_s.is_finite() {
+            duration_s
+        } else {
+            0.0
+        },
+        throughput_rps,
+        bytes_received: p.bytes_received.unwrap_or(0),
+        connect_time_s: p.extra.get("connect_time_s").copied().unwrap_or(0.0),
+        latency_us: crate::load::LatencyUs {
+            mean: lat(l.mean),
+            p50: lat(l.p50),
+            p90: lat(l.p90),
+            p95: lat(l.p95),
+            p99: lat(l.p99),
+            p999: lat(l.p999),
+            max: lat(l.max),
+        },
+        ..LoadReport::default()
+    };
+    let intervals = p
+        .intervals
+        .iter()
+        .map(|i| crate::load::IntervalLine {
+            elapsed_s: i.elapsed_s,
+            inflight: i.inflight.unwrap_or(0),
+            ops_per_s: i.ops_per_s,
+            mb_per_s: i.mib_per_s.map_or(0.0, |m| m * 1.048_576),
+            mean_latency_ms: i.mean_latency_ms.unwrap_or(f64::NAN),
+            errors: 0,
+            per_core_busy: i.busy_pct.clone(),
+        })
+        .collect();
+    let mut extra = serde_json::to_value(&p).unwrap_or(serde_json::Value::Null);
+    if let Some(obj) = extra.as_object_mut() {
+        obj.remove("intervals");
+    }
+    Ok(ToolLoad {
+        report,
+        intervals,
+        extra,
+    })
+}
+
 /// Picks the parser of a spec's `client.parser`.
-pub fn parser_by_name(name: &str, _options: &toml::Table) -> Result<Box<dyn OutputParse>, String> {
+pub fn parser_by_name(name: &str, options: &toml::Table) -> Result<Box<dyn OutputParse>, String> {
     match name {
         "stairbench" => Ok(Box::new(StairbenchJson)),
-        other => Err(format!(
-            "unknown parser {other:?} (expected stairbench; wrk, redis-benchmark, crimson-msgr, json and regex come with the parsers module)"
-        )),
+        other => super::parsers::parser_by_name(other, options)
+            .map(|p| Box::new(ToolParser(p)) as Box<dyn OutputParse>)
+            .map_err(|e| format!("{e} (or stairbench, for `stairbench load --json`)")),
     }
 }
 
@@ -142,6 +240,7 @@ impl CommandDriver {
                 ("depth", req.depth.to_string()),
                 ("port", req.port.to_string()),
                 ("duration_s", format!("{}", req.duration.as_secs_f64())),
+                ("warmup_s", format!("{}", req.warmup.as_secs_f64())),
                 (
                     "rate",
                     req.rate_rps.map_or(String::new(), |r| format!("{r:.0}")),
@@ -154,10 +253,14 @@ impl CommandDriver {
 }
 
 impl Driver for CommandDriver {
+    fn live_intervals(&self) -> bool {
+        false
+    }
+
     fn run_step(
         &mut self,
         req: &StepRequest,
-        _sink: &mut dyn IntervalSink,
+        sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
     ) -> Result<StepLoad, String> {
         let line = self.command_line(req);
@@ -169,22 +272,57 @@ impl Driver for CommandDriver {
             ready_log: None,
             keep_stdout: true,
         };
+        let cpu_before = children_cpu_s();
         let mut child = super::process::ChildProc::spawn(&launch)
             .map_err(|e| format!("cannot start {}: {e}", launch.name))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);
         let (exit, stdout) = child.wait(limit, stop)?;
-        let mut report = self.parser.parse(&stdout).map_err(|e| {
+        let cpu_after = children_cpu_s();
+        let cpu_s = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
+        let mut tool = self.parser.parse(&stdout).map_err(|e| {
             format!(
                 "{} {exit}; its output did not parse: {e}\n{}",
                 launch.name,
                 child.output_tail()
             )
         })?;
-        report.schema = crate::load::SCHEMA_VERSION;
+        let empty = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+        for line in &tool.intervals {
+            sink.interval(line, &empty);
+        }
+        let r = &mut tool.report;
+        r.schema = crate::load::SCHEMA_VERSION;
+        r.url = line;
+        r.connections = req.connections;
+        r.threads = req.threads;
+        r.depth = req.depth;
+        r.rate_rps = req.rate_rps;
+        r.client_cpu = crate::load::ClientCpu {
+            user_s: cpu_s.0,
+            sys_s: cpu_s.1,
+            per_core_busy: Vec::new(),
+        };
+        // The engine's rule is a core over 90% busy; for a tool, its CPU over its cores.
+        let cores = req.client_cpus.len().min(req.threads).max(1) as f64;
+        r.client_saturated = r.duration_s > 0.0 && (cpu_s.0 + cpu_s.1) / r.duration_s / cores > 0.9;
+        let mut extra = serde_json::Map::new();
+        extra.insert("tool".into(), tool.extra);
         Ok(StepLoad {
-            report,
+            report: tool.report,
             hist_ns: None,
+            extra,
         })
+    }
+}
+
+/// User and system CPU seconds of this process's waited-for children so far.
+fn children_cpu_s() -> (f64, f64) {
+    match nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) {
+        Ok(u) => {
+            let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
+            (secs(u.user_time()), secs(u.system_time()))
+        }
+        Err(_) => (0.0, 0.0),
     }
 }
 
@@ -272,6 +410,7 @@ impl Driver for FakeDriver {
                 ..LoadReport::default()
             },
             hist_ns: Some(hist),
+            extra: serde_json::Map::new(),
         })
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use super::driver::{parser_by_name, CommandDriver, Driver, EngineDriver};
-use super::observer::ProcObserver;
+use super::observer::FullObserver;
 use super::placement::{PlacementSource, TopologyPlacements};
 use super::plan::{ClientPlan, Plan};
 use super::progress::Progress;
@@ -46,7 +46,7 @@ pub fn run_plan(
         stairbench_bin: plan.stairbench_bin.clone(),
         out_dir: dir.path.clone(),
     };
-    let mut observer = ProcObserver::default();
+    let mut observer = FullObserver::default();
     let placements = TopologyPlacements::detect(plan.custom.clone());
     let mut runner = Runner {
         plan,
@@ -82,8 +82,8 @@ fn open_dir(plan: &Plan, dest: &Destination) -> Result<RunDir, String> {
         .map_err(|e| format!("creating the run directory: {e}"))?;
     dir.write_file("spec.toml", &plan.spec.text)
         .and_then(|_| {
-            let env = serde_json::to_string_pretty(&super::environment::environment())
-                .unwrap_or_default();
+            let env =
+                serde_json::to_string_pretty(&crate::observe::environment()).unwrap_or_default();
             dir.write_file("environment.json", &env)
         })
         .map_err(|e| format!("writing into {}: {e}", dir.path.display()))?;
@@ -143,6 +143,11 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
         plan.placements.len(),
         plan.max_steps()
     );
+    if plan.compares_balanced_and_separated() {
+        for note in placements.notes() {
+            let _ = writeln!(out, "note: {note}");
+        }
+    }
     for target in &plan.targets {
         for placement in &plan.placements {
             let _ = writeln!(out, "\n{} / {placement}:", target.name);

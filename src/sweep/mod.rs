@@ -6,9 +6,9 @@
 
 pub mod cli;
 pub mod driver;
-pub mod environment;
 pub mod experiment;
 pub mod observer;
+pub mod parsers;
 pub mod placement;
 pub mod plan;
 pub mod process;

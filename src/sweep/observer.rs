@@ -1,6 +1,7 @@
 //! What the step loop measures beside the load, behind [`StepObserver`].
 //!
-//! [`ProcObserver`] reads /proc only: the server's process tree CPU (user, sys), its
+//! [`FullObserver`] is the `observe` module's; [`ProcObserver`] is a small /proc-only one
+//! (no perf) kept for machines and tests where perf must stay out of the picture: it reads: the server's process tree CPU (user, sys), its
 //! context switches, and the busy % of the server's and client's CPUs. The derived
 //! per-request figures follow seed 003's benchreport columns.
 
@@ -23,6 +24,40 @@ pub trait StepObserver {
     fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]);
     /// Stops watching; `requests` completed in the window turn totals into per-request figures.
     fn finish(&mut self, requests: u64) -> Observed;
+}
+
+/// The `observe` module's observer: /proc, `perf stat` (software and, where the machine has
+/// them, hardware counters), loopback packets; derived per-request figures.
+#[derive(Debug, Default)]
+pub struct FullObserver {
+    running: Option<crate::observe::Observer>,
+}
+
+impl StepObserver for FullObserver {
+    fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        self.running = Some(crate::observe::Observer::start(
+            server_pid,
+            server_cpus,
+            client_cpus,
+        ));
+    }
+
+    fn finish(&mut self, requests: u64) -> Observed {
+        let Some(running) = self.running.take() else {
+            return Observed::default();
+        };
+        let obs = running.finish();
+        let per = crate::observe::per_request(&obs, requests);
+        let mut derived = match serde_json::to_value(&per) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        derived.insert("observer_cpu_s".into(), json!(obs.observer_cpu_s));
+        Observed {
+            server: serde_json::to_value(&obs).unwrap_or(Value::Null),
+            derived,
+        }
+    }
 }
 
 /// Observes nothing (for the fake-driver tests and for targets without a pid).

@@ -9,6 +9,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::topology::{load_custom_table, CustomPlacement, Policy, Topology};
+
 /// The cpusets of one step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CpuPair {
@@ -29,91 +31,92 @@ pub trait PlacementSource {
     }
 }
 
-/// A custom placement: seed 000's table `{"server": {"2": "0,56"}, "client": {...}}`.
+/// A custom placement: one policy of a cpuset table in seed 000's JSON format
+/// (`{"balanced": {"server": {"2": "0,56"}, "client": {...}}}`), read by `sweep::topology`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CustomTable {
-    /// Server cpuset by count.
-    pub server: BTreeMap<usize, Vec<usize>>,
-    /// Client cpuset by count.
-    pub client: BTreeMap<usize, Vec<usize>>,
-}
+pub struct CustomTable(CustomPlacement);
 
 impl CustomTable {
-    /// Reads the table stored under `key` of a seed-000 JSON file.
+    /// Reads the policy stored under `key` of a seed-000 JSON file.
     pub fn read(path: &Path, key: &str) -> Result<CustomTable, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let doc: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
-        let policy = doc.get(key).ok_or_else(|| {
-            format!("{} has no key {key:?} (expected {{\"{key}\": {{\"server\": {{...}}, \"client\": {{...}}}}}})", path.display())
-        })?;
-        let side = |name: &str| -> Result<BTreeMap<usize, Vec<usize>>, String> {
-            let obj = policy
-                .get(name)
-                .and_then(|v| v.as_object())
-                .ok_or_else(|| {
-                    format!(
-                        "{}: {key}.{name} is missing or not an object",
-                        path.display()
-                    )
-                })?;
-            obj.iter()
-                .map(|(count, set)| {
-                    let n = count.parse::<usize>().map_err(|_| {
-                        format!("{}: {key}.{name}: {count:?} is not a count", path.display())
-                    })?;
-                    let list = set.as_str().ok_or_else(|| {
-                        format!(
-                            "{}: {key}.{name}.{count}: expected a CPU list string",
-                            path.display()
-                        )
-                    })?;
-                    let cpus = crate::cpuset::parse(list).map_err(|e| e.to_string())?;
-                    Ok((n, cpus))
-                })
-                .collect()
-        };
-        Ok(CustomTable {
-            server: side("server")?,
-            client: side("client")?,
+        let mut tables =
+            load_custom_table(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let listed = tables.keys().cloned().collect::<Vec<_>>().join(", ");
+        tables.remove(key).map(CustomTable).ok_or_else(|| {
+            format!(
+                "{} has no policy {key:?} (it lists {listed})",
+                path.display()
+            )
         })
     }
 
+    /// The cpusets for `count` clients; a fixed placement takes the table's largest entry.
     fn cpus(&self, count: Option<usize>) -> Result<CpuPair, String> {
         let count = match count {
             Some(n) => n,
-            None => *self.server.keys().max().ok_or("the table is empty")?,
+            None => *self
+                .0
+                .by_count
+                .keys()
+                .max()
+                .ok_or("the cpuset table is empty")?,
         };
-        match (self.server.get(&count), self.client.get(&count)) {
-            (Some(s), Some(c)) => Ok(CpuPair {
-                server: s.clone(),
-                client: c.clone(),
-            }),
-            _ => Err(format!("the cpuset table has no entry for {count} clients")),
-        }
+        let p = self.0.lookup(count).map_err(|e| e.to_string())?;
+        Ok(CpuPair {
+            server: p.server,
+            client: p.client,
+        })
     }
 }
 
 /// The built-in policies over this machine's CPUs, plus custom tables.
 ///
-/// Uses the `sweep::topology` module's policies where it knows them; without it (or for
-/// a machine it cannot read) it falls back to splitting the allowed CPUs in two halves.
+/// Uses the machine's topology (`sweep::topology`: NUMA nodes, cores, SMT siblings) when
+/// /sys can be read; otherwise, and in tests, it splits a CPU list in two halves.
 #[derive(Debug, Clone)]
 pub struct TopologyPlacements {
     cpus: Vec<usize>,
+    topology: Option<Topology>,
     custom: BTreeMap<String, CustomTable>,
 }
 
 impl TopologyPlacements {
-    /// Placements over the CPUs this process may use.
+    /// Placements from this machine's topology.
     pub fn detect(custom: BTreeMap<String, CustomTable>) -> Self {
-        Self::with_cpus(crate::cpuset::allowed(), custom)
+        let topology = Topology::detect().ok();
+        TopologyPlacements {
+            cpus: crate::cpuset::allowed(),
+            topology,
+            custom,
+        }
     }
 
-    /// Placements over a given CPU list (tests).
+    /// Placements over a given CPU list, halves for separated and balanced (tests).
     pub fn with_cpus(cpus: Vec<usize>, custom: BTreeMap<String, CustomTable>) -> Self {
-        TopologyPlacements { cpus, custom }
+        TopologyPlacements {
+            cpus,
+            topology: None,
+            custom,
+        }
+    }
+
+    fn from_topology(
+        topo: &Topology,
+        policy: &str,
+        count: Option<usize>,
+    ) -> Result<CpuPair, String> {
+        let policy = Policy::from(policy.to_string());
+        let placement = match count {
+            Some(n) => topo.placement_for(&policy, n),
+            None => topo.fixed_placement(&policy),
+        }
+        .map_err(|e| e.to_string())?;
+        Ok(CpuPair {
+            server: placement.server,
+            client: placement.client,
+        })
     }
 
     fn split(&self, count: Option<usize>, policy: &str) -> Result<CpuPair, String> {
@@ -139,6 +142,9 @@ impl TopologyPlacements {
 
 impl PlacementSource for TopologyPlacements {
     fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String> {
+        if let (Some(topo), "shared" | "separated" | "balanced") = (&self.topology, placement) {
+            return Self::from_topology(topo, placement, count);
+        }
         match placement {
             "shared" => {
                 let n = count.unwrap_or(self.cpus.len());
@@ -155,7 +161,17 @@ impl PlacementSource for TopologyPlacements {
             }
             "separated" | "balanced" => self.split(count, placement),
             other => match self.custom.get(other) {
-                Some(table) => table.cpus(count),
+                Some(table) => {
+                    let pair = table.cpus(count)?;
+                    if let Some(topo) = &self.topology {
+                        let placement = super::topology::Placement {
+                            server: pair.server.clone(),
+                            client: pair.client.clone(),
+                        };
+                        topo.check(&placement).map_err(|e| e.to_string())?;
+                    }
+                    Ok(pair)
+                }
                 None => Err(format!(
                     "unknown placement {other:?} (expected shared, separated, balanced or a custom_placements name)"
                 )),
@@ -164,6 +180,9 @@ impl PlacementSource for TopologyPlacements {
     }
 
     fn notes(&self) -> Vec<String> {
+        if let Some(topo) = &self.topology {
+            return topo.coincide_note().into_iter().collect();
+        }
         vec![
             "balanced and separated coincide here: both give disjoint halves of the allowed CPUs \
              (no NUMA or SMT layout used)"

@@ -218,6 +218,12 @@ impl Plan {
         self.stop_when = None;
     }
 
+    /// Both `balanced` and `separated` are run (their coinciding on a machine matters).
+    pub fn compares_balanced_and_separated(&self) -> bool {
+        let has = |name: &str| self.placements.iter().any(|p| p == name);
+        has("balanced") && has("separated")
+    }
+
     /// Steps at most, over all targets and placements.
     pub fn max_steps(&self) -> usize {
         self.targets.len() * self.placements.len() * self.series.max_points() * self.repetitions

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::load::LoadReport;
+use crate::load::{LatencyUs, LoadReport};
 
 /// Version of the `steps.jsonl` layout.
 pub const STEPS_SCHEMA_VERSION: u32 = 1;
@@ -145,12 +145,7 @@ impl StepResult {
             serde_json::from_value(obj.get("status").cloned().unwrap_or(Value::Null))
                 .map_err(|e| format!("bad status: {e}"))?;
         let load = if obj.contains_key("throughput_rps") {
-            let mut fields = obj.clone();
-            fields.insert("schema".into(), crate::load::SCHEMA_VERSION.into());
-            Some(
-                serde_json::from_value(Value::Object(fields))
-                    .map_err(|e| format!("bad load figures: {e}"))?,
-            )
+            Some(load_report(obj)?)
         } else {
             None
         };
@@ -188,6 +183,38 @@ impl StepResult {
             server: obj.get("server").cloned().unwrap_or(Value::Null),
             derived,
         })
+    }
+}
+
+/// The engine's figures of a step line. Latencies an external tool did not print are null
+/// in the JSON and NaN here (unavailable, never zero).
+fn load_report(obj: &Map<String, Value>) -> Result<LoadReport, String> {
+    let mut fields = obj.clone();
+    fields.insert("schema".into(), crate::load::SCHEMA_VERSION.into());
+    let lat = fields.insert(
+        "latency_us".into(),
+        serde_json::to_value(LatencyUs::default()).unwrap_or(Value::Null),
+    );
+    let uncorrected = fields.remove("uncorrected_latency_us");
+    let mut report: LoadReport = serde_json::from_value(Value::Object(fields))
+        .map_err(|e| format!("bad load figures: {e}"))?;
+    if let Some(lat) = lat {
+        report.latency_us = latency_from(&lat);
+    }
+    report.uncorrected_latency_us = uncorrected.as_ref().map(latency_from);
+    Ok(report)
+}
+
+fn latency_from(v: &Value) -> LatencyUs {
+    let f = |k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    LatencyUs {
+        mean: f("mean"),
+        p50: f("p50"),
+        p90: f("p90"),
+        p95: f("p95"),
+        p99: f("p99"),
+        p999: f("p999"),
+        max: f("max"),
     }
 }
 
@@ -256,5 +283,21 @@ mod tests {
         assert_eq!(json["cs_per_req"], 0.5);
         let back = StepResult::from_json(&json).unwrap();
         assert_eq!(back, step);
+    }
+
+    #[test]
+    fn unavailable_latency_is_null_not_zero() {
+        let mut step = StepResult::empty("w".into(), "nginx", "shared", 8, 0);
+        step.status = StepStatus::Ok;
+        let mut load = LoadReport {
+            throughput_rps: 9.0,
+            ..LoadReport::default()
+        };
+        load.latency_us.p999 = f64::NAN;
+        step.load = Some(load);
+        let json = step.to_json();
+        assert!(json["latency_us"]["p999"].is_null());
+        let back = StepResult::from_json(&json).unwrap();
+        assert!(back.load.unwrap().latency_us.p999.is_nan());
     }
 }

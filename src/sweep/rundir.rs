@@ -4,8 +4,10 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
+use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+use hdrhistogram::serialization::V2Serializer;
 use hdrhistogram::Histogram;
 
 use super::result::{read_steps, StepResult};
@@ -74,18 +76,24 @@ impl RunDir {
         Ok(StepSink {
             csv,
             hlog_path: self.path.join("hist").join(format!("{step_id}.hlog")),
+            hlog: None,
             start: SystemTime::now(),
-            hists: Vec::new(),
+            last_end_s: 0.0,
+            log_histograms: true,
         })
     }
 }
 
-/// Receives a step's intervals: CSV lines written at once, histograms logged at the end.
+/// Receives a step's intervals: CSV lines and interval-log histograms written as they come
+/// (a one-hour `--hold` keeps nothing in memory).
 pub struct StepSink {
     csv: BufWriter<File>,
     hlog_path: PathBuf,
+    hlog: Option<BufWriter<File>>,
     start: SystemTime,
-    hists: Vec<(f64, Histogram<u64>)>,
+    last_end_s: f64,
+    /// False for drivers whose lines carry no histograms (external tools).
+    pub log_histograms: bool,
 }
 
 impl IntervalSink for StepSink {
@@ -107,31 +115,69 @@ impl IntervalSink for StepSink {
             busy.join(" ")
         );
         let _ = self.csv.flush();
-        if line.elapsed_s > 0.0 {
-            self.hists.push((line.elapsed_s, hist_ns.clone()));
+        if line.elapsed_s > 0.0 && self.log_histograms {
+            let _ = self.log_histogram(line.elapsed_s, hist_ns);
         }
     }
 }
 
 impl StepSink {
     /// Logs a whole-window histogram when the driver gave no per-second ones.
-    pub fn ensure_one(&mut self, hist_ns: Histogram<u64>) {
-        if self.hists.is_empty() && !hist_ns.is_empty() {
+    pub fn ensure_one(&mut self, hist_ns: Histogram<u64>) -> std::io::Result<()> {
+        if self.hlog.is_none() && !hist_ns.is_empty() {
             let end_s = self.start.elapsed().map_or(1.0, |d| d.as_secs_f64());
-            self.hists.push((end_s, hist_ns));
+            self.log_histogram(end_s, &hist_ns)?;
         }
+        Ok(())
     }
 
-    /// Writes the histogram log (only when there were intervals).
+    /// Appends one interval ending `end_s` after the window's start to the log; the log's
+    /// header is written with the first one.
+    fn log_histogram(&mut self, end_s: f64, hist_ns: &Histogram<u64>) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        let mut serializer = V2Serializer::new();
+        {
+            let mut log = IntervalLogWriterBuilder::new()
+                .add_comment("stairbench latency, nanoseconds")
+                .with_start_time(self.start)
+                .with_base_time(self.start)
+                .with_max_value_divisor(1e6)
+                .begin_log_with(&mut buf, &mut serializer)
+                .map_err(|e| std::io::Error::other(format!("interval log: {e:?}")))?;
+            let start_s = self.last_end_s.max(0.0);
+            log.write_histogram(
+                hist_ns,
+                Duration::from_secs_f64(start_s),
+                Duration::from_secs_f64((end_s - start_s).max(0.0)),
+                Tag::new("latency"),
+            )
+            .map_err(|e| std::io::Error::other(format!("interval log: {e:?}")))?;
+        }
+        self.last_end_s = end_s;
+        let text = String::from_utf8_lossy(&buf);
+        let out = match &mut self.hlog {
+            Some(out) => {
+                // Each writer repeats the header: only its histogram line is new.
+                let last = text.lines().last().unwrap_or("");
+                writeln!(out, "{last}")?;
+                out
+            }
+            None => {
+                let mut out = BufWriter::new(File::create(&self.hlog_path)?);
+                out.write_all(text.as_bytes())?;
+                self.hlog.insert(out)
+            }
+        };
+        out.flush()
+    }
+
+    /// Flushes the files.
     pub fn finish(mut self) -> std::io::Result<()> {
         self.csv.flush()?;
-        if self.hists.is_empty() {
-            return Ok(());
+        match &mut self.hlog {
+            Some(out) => out.flush(),
+            None => Ok(()),
         }
-        let mut out = BufWriter::new(File::create(&self.hlog_path)?);
-        crate::load::hlog::write_log(&mut out, self.start, &self.hists)
-            .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-        out.flush()
     }
 }
 
@@ -178,6 +224,35 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interval_log_is_written_as_it_goes_and_reads_back() {
+        use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::create(Some(dir.path()), "t").unwrap();
+        let mut sink = run.step_sink("s").unwrap();
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        h.record(1500).unwrap();
+        for i in 0..3 {
+            let line = IntervalLine {
+                elapsed_s: i as f64,
+                ..IntervalLine::default()
+            };
+            sink.interval(&line, &h);
+        }
+        sink.finish().unwrap();
+        let bytes = std::fs::read(dir.path().join("hist/s.hlog")).unwrap();
+        let starts: Vec<f64> = IntervalLogIterator::new(&bytes)
+            .filter_map(|e| match e {
+                Ok(LogEntry::Interval(i)) => Some(i.start_timestamp().as_secs_f64()),
+                _ => None,
+            })
+            .collect();
+        // The warm-up's closing line (elapsed 0) is not logged; the two measured ones are.
+        assert_eq!(starts, [0.0, 1.0]);
+        let csv = std::fs::read_to_string(dir.path().join("intervals/s.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 4);
+    }
 
     #[test]
     fn civil_dates() {

@@ -110,11 +110,10 @@ impl Runner<'_> {
             .collect();
         let mut summary = RunSummary::default();
         self.progress.begin(self.plan.max_steps(), done.len());
-        for note in self.placements.notes() {
-            if self.plan.placements.iter().any(|p| p == "balanced")
-                && self.plan.placements.iter().any(|p| p == "separated")
-            {
+        if self.plan.compares_balanced_and_separated() {
+            for note in self.placements.notes() {
                 self.progress.note(&note);
+                summary.findings.push(note);
             }
         }
         'all: for target in &self.plan.targets {
@@ -152,6 +151,11 @@ impl Runner<'_> {
         while let Some(point) = points.next() {
             let mut reps = Vec::new();
             for rep in 0..self.plan.repetitions {
+                if self.stop.load(Ordering::Relaxed) {
+                    summary.interrupted = true;
+                    end_run = true;
+                    break;
+                }
                 let id = step_id(&target.name, placement, point, rep);
                 if let Some(prev) = done.get(&id) {
                     reps.push(prev.clone());
@@ -362,10 +366,11 @@ impl Runner<'_> {
             client_cpus: cpus.client.clone(),
             out_dir: self.dir.path.clone(),
         };
-        let sink = self
+        let mut sink = self
             .dir
             .step_sink(id)
             .map_err(|e| format!("writing the step's files: {e}"))?;
+        sink.log_histograms = self.driver.live_intervals();
         let pid = server.pid();
         let mut sink = LoopSink {
             inner: sink,
@@ -375,7 +380,7 @@ impl Runner<'_> {
             pid,
             cpus: cpus.clone(),
         };
-        if self.plan.warmup.is_zero() {
+        if self.plan.warmup.is_zero() || !self.driver.live_intervals() {
             sink.start_observer();
         }
         let result = self.driver.run_step(&req, &mut sink, self.stop);
@@ -388,6 +393,8 @@ impl Runner<'_> {
         sink.finish(hist)
             .map_err(|e| format!("writing the step's files: {e}"))?;
         let load = result?;
+        let mut observed = observed;
+        observed.derived.extend(load.extra);
         Ok((load.report, observed))
     }
 
@@ -421,7 +428,7 @@ impl LoopSink<'_> {
         let mut inner = self.inner;
         // An external tool gives no per-second histograms: log its whole-window one.
         if let Some(h) = hist {
-            inner.ensure_one(h);
+            inner.ensure_one(h)?;
         }
         inner.finish()
     }

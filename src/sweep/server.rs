@@ -46,7 +46,7 @@ pub struct ProcessLauncher {
 }
 
 impl ProcessLauncher {
-    fn argv(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize, port: u16) -> Vec<String> {
+    fn argv(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize, port: &str) -> Vec<String> {
         let cpuset = crate::cpuset::format(&cpus.server);
         match &target.kind {
             TargetKind::Builtin(args) => {
@@ -85,10 +85,16 @@ impl Launcher for ProcessLauncher {
         stop: &AtomicBool,
     ) -> Result<Box<dyn Server>, String> {
         let port = match target.port {
+            Some(p) if port_open(p) => {
+                return Err(format!(
+                    "port {p} of target {:?} is already taken by another process: stop it or leave `port` out so a free one is chosen",
+                    target.name
+                ))
+            }
             Some(p) => p,
             None => free_port().map_err(|e| format!("no free TCP port on 127.0.0.1: {e}"))?,
         };
-        let argv = self.argv(target, cpus, clients, port);
+        let argv = self.argv(target, cpus, clients, &port.to_string());
         let launch = Launch {
             name: format!("target {:?}", target.name),
             program: argv[0].clone(),
@@ -110,8 +116,10 @@ impl Launcher for ProcessLauncher {
     }
 
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
-        self.argv(target, cpus, clients, target.port.unwrap_or(0))
-            .join(" ")
+        let port = target
+            .port
+            .map_or("<free port>".to_string(), |p| p.to_string());
+        self.argv(target, cpus, clients, &port).join(" ")
     }
 }
 
@@ -123,8 +131,13 @@ fn wait_ready(
     let start = Instant::now();
     loop {
         if let Some(exit) = server.child.exited() {
+            let hint = if exit.ends_with("status 0") {
+                " (a target must stay in the foreground: does it daemonize? nginx needs `daemon off`, redis `--daemonize no`)"
+            } else {
+                ""
+            };
             return Err(format!(
-                "target {:?} {exit} before it was ready; its output ends with:\n{}",
+                "target {:?} {exit} before it was ready{hint}; its output ends with:\n{}",
                 target.name,
                 server.child.output_tail()
             ));

@@ -154,7 +154,9 @@ pub struct ClientSpec {
     #[serde(default)]
     pub timeout: Option<Dur>,
     /// External command template; placeholders `{cpuset}`, `{threads}`, `{clients}`,
-    /// `{connections}`, `{depth}`, `{port}`, `{duration_s}`, `{rate}`, `{out}`.
+    /// `{connections}`, `{depth}`, `{port}`, `{duration_s}`, `{warmup_s}`, `{rate}`, `{out}`,
+    /// `{url}`. The tool runs whole inside the observed window: its own warm-up, if it has
+    /// one, is counted.
     #[serde(default)]
     pub command: Option<String>,
     /// Parser of the external command's output: wrk, redis-benchmark, crimson-msgr, json, regex.
