@@ -525,17 +525,10 @@ fn compare_refuses_runs_with_nothing_in_common() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("nope"));
 }
 
-/// A real short sweep of redis-server, analysed from its run directory.
+/// A real short sweep of the built-in messenger server, twice: each run directory analysed,
+/// then the two runs compared.
 #[test]
-fn analysis_of_a_real_sweep() {
-    if Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipping: redis-server is not installed");
-        return;
-    }
+fn analysis_and_comparison_of_real_sweeps() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = tmp.path().join("spec.toml");
     std::fs::write(
@@ -544,47 +537,63 @@ fn analysis_of_a_real_sweep() {
 duration = "400ms"
 warmup = "100ms"
 clients = [1, 2, 3, 4]
+depth = 2
 placements = ["shared"]
 [[targets]]
-name = "redis"
-command = "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --daemonize no"
-url = "redis://127.0.0.1:{port}"
-depth = 2
+name = "reactor"
+builtin = "msgr --arch reactor"
+[[comparisons]]
+a = "reactor@4"
+b = "reactor@1"
 "#,
     )
     .unwrap();
-    let dir = tmp.path().join("run");
-    let out = bin()
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        dir.join("steps.jsonl").exists(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let a = analyze_run(&dir).unwrap();
-    let redis = series(&a, "redis");
-    if redis.points.len() < 4 {
-        eprintln!(
-            "skipping the fit checks: only {} steps ran ok: {}",
-            redis.points.len(),
+    let dirs = [tmp.path().join("run1"), tmp.path().join("run2")];
+    for dir in &dirs {
+        let out = bin()
+            .arg("run")
+            .arg(&spec)
+            .arg("--out")
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        return;
     }
-    assert!(redis.usl.is_some() || redis.usl_note.is_some());
-    assert_eq!(redis.little.len(), 4);
-    for row in &redis.little {
+    let a = analyze_run(&dirs[0]).unwrap();
+    let reactor = series(&a, "reactor");
+    assert_eq!(reactor.points.len(), 4, "{reactor:?}");
+    assert!(reactor.usl.is_some() || reactor.usl_note.is_some());
+    assert!(reactor.knee.is_some());
+    assert_eq!(reactor.little.len(), 4);
+    for row in &reactor.little {
         // Closed loop: X·R / L holds up to the edges of the measured window.
         assert!((0.8..1.2).contains(&row.check.ratio), "{row:?}");
         assert_eq!(row.check.inflight, (row.clients * 2) as f64);
     }
-    assert_eq!(redis.modes.len(), 4, "one histogram per step");
-    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("## Little's law"));
-    assert!(dir.join("analysis.json").exists());
+    assert_eq!(reactor.modes.len(), 4, "one histogram per step");
+    assert!(reactor.modes.iter().all(|m| !m.modes.is_empty()));
+    assert_eq!(a.comparisons.len(), 1, "{:?}", a.notes);
+    assert!(a.comparisons[0].sentence.starts_with("reactor@4 is "));
+    let report = std::fs::read_to_string(dirs[0].join("report.md")).unwrap();
+    assert!(report.contains("## Little's law") && report.contains("## Comparisons"));
+    assert!(dirs[0].join("analysis.json").exists());
+
+    let out = bin()
+        .arg("compare")
+        .args(&dirs)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cmp: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cmp["rows"].as_array().unwrap().len(), 4);
+    assert_eq!(cmp["sentences"].as_array().unwrap().len(), 4);
 }
