@@ -328,6 +328,18 @@ fn report_writes_analysis_json_and_the_golden_markdown_sections() {
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("analysis.json")).unwrap()).unwrap();
     assert_eq!(json["schema"], 1);
+    let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/analysis.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let errors = stairbench::schema::validate(&schema, &json);
+    assert!(
+        errors.is_empty(),
+        "analysis.json against its schema: {errors:#?}"
+    );
+    let mut broken = json.clone();
+    broken["series"][0]["usl"]["sigma"] = json!(-1.0);
+    broken["series"][0]["points"][0]["extra"] = json!(1);
+    assert_eq!(stairbench::schema::validate(&schema, &broken).len(), 2);
     assert_eq!(json["series"][0]["target"], "alpha");
     assert!(json["series"][0]["usl"]["kappa"].as_f64().unwrap() > 0.0);
     assert_eq!(
@@ -580,7 +592,14 @@ b = "reactor@1"
     assert!(a.comparisons[0].sentence.starts_with("reactor@4 is "));
     let report = std::fs::read_to_string(dirs[0].join("report.md")).unwrap();
     assert!(report.contains("## Little's law") && report.contains("## Comparisons"));
-    assert!(dirs[0].join("analysis.json").exists());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dirs[0].join("analysis.json")).unwrap())
+            .unwrap();
+    let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/analysis.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let errors = stairbench::schema::validate(&schema, &json);
+    assert!(errors.is_empty(), "{errors:#?}");
 
     let out = bin()
         .arg("compare")

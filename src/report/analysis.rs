@@ -77,10 +77,10 @@ pub struct LoadPoint {
     pub repetitions: usize,
     /// Throughput (req/s) over the repetitions: mean, spread, 95% CI.
     pub throughput_rps: Summary,
-    /// Mean latency (µs) over the repetitions.
-    pub mean_latency_us: Summary,
-    /// 99th percentile latency (µs) over the repetitions.
-    pub p99_latency_us: Summary,
+    /// Mean latency (µs) over the repetitions; None when the load tool did not report it.
+    pub mean_latency_us: Option<Summary>,
+    /// 99th percentile latency (µs) over the repetitions; None when not reported.
+    pub p99_latency_us: Option<Summary>,
     /// Server CPU use in percent of the CPUs it was given (mean over repetitions), if observed.
     pub server_cpu_pct: Option<f64>,
     /// A repetition's load generator was saturated: the level is left out of the fits.
@@ -299,8 +299,8 @@ fn load_point(reps: &[&StepResult]) -> Option<LoadPoint> {
         rate_rps: reps[0].rate_rps,
         repetitions: reps.len(),
         throughput_rps: throughput,
-        mean_latency_us: figure(|l| l.latency_us.mean)?,
-        p99_latency_us: figure(|l| l.latency_us.p99)?,
+        mean_latency_us: figure(|l| l.latency_us.mean),
+        p99_latency_us: figure(|l| l.latency_us.p99),
         server_cpu_pct: stats::summarize(&cpu).map(|s| s.mean),
         client_saturated: reps.iter().any(|s| is_saturated(s)),
         noisy: throughput.n >= 2 && throughput.cv >= stats::AUTO_CV_TARGET,
@@ -370,7 +370,7 @@ fn knee_summary(points: &[LoadPoint]) -> Option<KneeSummary> {
         .map(|p| knee::Step {
             load: p.rate_rps.unwrap_or(p.clients as f64),
             throughput: p.throughput_rps.mean,
-            latency: Some(p.mean_latency_us.mean),
+            latency: p.mean_latency_us.map(|s| s.mean),
             server_cpu_pct: p.server_cpu_pct,
         })
         .collect();
@@ -379,6 +379,9 @@ fn knee_summary(points: &[LoadPoint]) -> Option<KneeSummary> {
 
 fn little_row(step: &StepResult, spec: Option<&toml::Table>) -> Option<LittleRow> {
     let load = step.load.as_ref()?;
+    if !(load.latency_us.mean.is_finite() && load.throughput_rps > 0.0) {
+        return None;
+    }
     let inflight = inflight_of(step, spec)?;
     Some(LittleRow {
         step: step.id.clone(),
@@ -842,6 +845,50 @@ mod tests {
         assert!((server_cpu_pct(&s).unwrap() - 20.0).abs() < 1e-9);
         s.server = serde_json::Value::Null;
         assert_eq!(server_cpu_pct(&s), None);
+    }
+
+    fn ok_step(clients: usize, x: f64, mean_us: f64) -> StepResult {
+        let mut s = StepResult::empty(format!("t.p.c{clients}"), "t", "p", clients, 0);
+        s.status = StepStatus::Ok;
+        s.inflight = clients;
+        let mut load = crate::load::LoadReport {
+            throughput_rps: x,
+            ..Default::default()
+        };
+        load.latency_us.mean = mean_us;
+        s.load = Some(load);
+        s
+    }
+
+    #[test]
+    fn a_step_without_latency_still_counts_for_throughput() {
+        let steps = vec![
+            ok_step(1, 100.0, 10_000.0),
+            ok_step(2, 190.0, f64::NAN),
+            ok_step(3, 260.0, 11_538.0),
+            ok_step(4, 300.0, 13_333.0),
+        ];
+        let run = RunData {
+            steps,
+            ..RunData::default()
+        };
+        let a = analyze(&run, None);
+        let s = &a.series[0];
+        assert_eq!(s.points.len(), 4);
+        assert_eq!(s.points[1].mean_latency_us, None);
+        assert!(s.usl.is_some(), "{:?}", s.usl_note);
+        let little: Vec<usize> = s.little.iter().map(|r| r.clients).collect();
+        assert_eq!(little, [1, 3, 4]);
+        assert!((s.little[0].check.ratio - 1.0).abs() < 1e-9);
+        let md = render_markdown(&a);
+        assert!(
+            md.contains("No repetitions: the spread of a step is unknown"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| t | p | 4 | 0 | 4 | 300 | 13333.3 | 13333.0 | 1.00 |  |"),
+            "{md}"
+        );
     }
 
     #[test]

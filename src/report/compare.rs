@@ -44,14 +44,15 @@ pub enum Metric {
 }
 
 impl Metric {
-    /// The metric's value at one ok step.
+    /// The metric's value at one ok step; None when it was not measured (an external tool that
+    /// does not print it).
     pub fn value(self, step: &StepResult) -> Option<f64> {
         if step.status != StepStatus::Ok {
             return None;
         }
         let load = step.load.as_ref()?;
         let l = &load.latency_us;
-        match self {
+        let value = match self {
             Metric::ThroughputRps => Some(load.throughput_rps),
             Metric::Mean => Some(l.mean),
             Metric::P50 => Some(l.p50),
@@ -60,7 +61,8 @@ impl Metric {
             Metric::P999 => Some(l.p999),
             Metric::Max => Some(l.max),
             Metric::CpuUsPerReq => step.derived_f64(&["cpu_us_per_req", "total"]),
-        }
+        };
+        value.filter(|v| v.is_finite())
     }
 
     /// Whether a larger value is better (throughput) rather than worse (times).
