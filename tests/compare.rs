@@ -386,6 +386,9 @@ fn a_and_b() -> (tempfile::TempDir, tempfile::TempDir, PathBuf, PathBuf) {
         16 => 0.93,
         _ => 1.0,
     });
+    // B also ran longer steps: a spec difference.
+    let spec = SPEC.replacen("clients", "duration = \"2s\"\nclients", 1);
+    std::fs::write(b.join("spec.toml"), spec).unwrap();
     (ta, tb, a, b)
 }
 
@@ -406,9 +409,11 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
     );
     let cmp: Value = serde_json::from_slice(&out.stdout).unwrap();
     let env = cmp["environment_differences"].as_array().unwrap();
-    assert_eq!(env.len(), 1, "{env:?}");
+    assert_eq!(env.len(), 2, "{env:?}");
     assert_eq!(env[0]["key"], "kernel");
     assert_eq!(env[0]["values"], json!(["Linux 6.1", "Linux 6.8"]));
+    assert_eq!(env[1]["key"], "spec.duration");
+    assert_eq!(env[1]["values"], json!([null, "2s"]));
     let rel = |target: &str, clients: u64| {
         cmp["rows"]
             .as_array()
@@ -437,6 +442,7 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
         text.contains("| kernel | Linux 6.1 | Linux 6.8 |"),
         "{text}"
     );
+    assert!(text.contains("| spec.duration | – | 2s |"), "{text}");
     assert!(
         text.contains("- alpha/shared at 4 clients: run-Linux-6.8 is slower than run-Linux-6.1: 0.90x (beyond noise: the 95% intervals do not overlap)"),
         "{text}"

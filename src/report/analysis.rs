@@ -116,6 +116,8 @@ pub struct StepModes {
     pub clients: usize,
     /// Repetition index.
     pub rep: usize,
+    /// Offered rate (req/s) in open loop.
+    pub rate_rps: Option<f64>,
     /// Populations, fastest first, values in µs: one, or two when the histogram is bimodal.
     pub modes: Vec<Mode>,
 }
@@ -436,6 +438,7 @@ fn step_modes(dir: &Path, steps: &[&StepResult], notes: &mut Vec<String>) -> Vec
                 step: step.id.clone(),
                 clients: step.clients,
                 rep: step.rep,
+                rate_rps: step.rate_rps,
                 modes: modes::from_histogram(&h)
                     .into_iter()
                     .map(ns_to_us)
@@ -492,15 +495,27 @@ fn spec_comparisons(
     };
     let mut out = Vec::new();
     for (i, item) in list.iter().enumerate() {
-        let resolved = toml::Value::try_into::<ComparisonSpec>(item.clone())
-            .map_err(|e| e.message().to_string())
-            .and_then(|c| resolve(&c, steps));
-        match resolved {
+        match parse_comparison(item).and_then(|c| resolve(&c, steps)) {
             Ok(mut found) => out.append(&mut found),
             Err(e) => notes.push(format!("comparisons[{i}]: {e}")),
         }
     }
     out
+}
+
+/// Reads one `[[comparisons]]` entry and checks its selectors, so a spec can be validated
+/// before the run: `a`/`candidate`, `b`/`baseline` as `TARGET[/PLACEMENT][@CLIENTS]`,
+/// optional `name`, `name_a`, `name_b`, `metric`.
+pub fn parse_comparison(item: &toml::Value) -> Result<ComparisonSpec, String> {
+    let spec: ComparisonSpec = item.clone().try_into().map_err(|e: toml::de::Error| {
+        format!(
+            "{} (expected a = \"TARGET[/PLACEMENT][@CLIENTS]\", b = ..., and optionally name, name_a, name_b, metric)",
+            e.message()
+        )
+    })?;
+    spec.a.parse::<Selector>()?;
+    spec.b.parse::<Selector>()?;
+    Ok(spec)
 }
 
 /// The outcomes of one comparison: one per step position of A that B also has.
@@ -620,6 +635,14 @@ pub fn render_markdown(a: &RunAnalysis) -> String {
     out
 }
 
+/// A load level as the results table shows it: `4`, or `4 @ 2000/s` in open loop.
+fn load_label(clients: usize, rate_rps: Option<f64>) -> String {
+    match rate_rps {
+        Some(r) => format!("{clients} @ {r:.0}/s"),
+        None => clients.to_string(),
+    }
+}
+
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".to_string(), |x| format!("{x:.digits$}"))
 }
@@ -669,7 +692,7 @@ fn scalability(out: &mut String, a: &RunAnalysis) {
             .points
             .iter()
             .filter(|p| p.client_saturated)
-            .map(|p| p.clients.to_string())
+            .map(|p| load_label(p.clients, p.rate_rps))
             .collect();
         if !saturated.is_empty() {
             let _ = writeln!(
@@ -766,7 +789,7 @@ fn modes_section(out: &mut String, a: &RunAnalysis) {
             "| {} | {} | {} | {} | {} | {} | {slow} |",
             escape(&s.target),
             escape(&s.placement),
-            m.clients,
+            load_label(m.clients, m.rate_rps),
             m.rep,
             m.modes.len(),
             show_mode(&m.modes[0]),
@@ -809,7 +832,7 @@ fn noise_section(out: &mut String, a: &RunAnalysis) {
             "| {} | {} | {} | {} | {} | {:.1}% |",
             escape(&s.target),
             escape(&s.placement),
-            p.clients,
+            load_label(p.clients, p.rate_rps),
             p.repetitions,
             show_summary(&p.throughput_rps, Metric::ThroughputRps),
             p.throughput_rps.cv * 100.0
@@ -889,6 +912,42 @@ mod tests {
             md.contains("| t | p | 4 | 0 | 4 | 300 | 13333.3 | 13333.0 | 1.00 |  |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn open_loop_series_has_no_usl_and_no_littles_law() {
+        let steps: Vec<StepResult> = [1000.0f64, 2000.0, 3000.0, 4000.0]
+            .iter()
+            .map(|&rate| {
+                let mut s = ok_step(4, rate.min(2500.0), 100.0);
+                s.rate_rps = Some(rate);
+                s.id = format!("t.p.r{rate}");
+                s
+            })
+            .collect();
+        let run = RunData {
+            steps,
+            ..RunData::default()
+        };
+        let s = &analyze(&run, None).series[0];
+        assert!(s.open_loop);
+        assert!(s.usl.is_none() && s.usl_note.as_ref().unwrap().contains("open loop"));
+        assert!(s.little.is_empty());
+        assert_eq!(s.points.len(), 4);
+        // Throughput stops following the offered rate at 2500: saturated from 3000 on.
+        assert_eq!(s.knee.as_ref().unwrap().saturation, 3000.0);
+    }
+
+    #[test]
+    fn comparison_entries_are_checked() {
+        let ok: toml::Value =
+            toml::from_str("a = \"x/shared@4\"\nbaseline = \"y\"\nmetric = \"p99\"").unwrap();
+        let c = parse_comparison(&ok).unwrap();
+        assert_eq!((c.b.as_str(), c.metric), ("y", Metric::P99));
+        let typo: toml::Value = toml::from_str("a = \"x\"\nb = \"y\"\nmetrc = \"p99\"").unwrap();
+        assert!(parse_comparison(&typo).unwrap_err().contains("metrc"));
+        let bad: toml::Value = toml::from_str("a = \"x@four\"\nb = \"y\"").unwrap();
+        assert!(parse_comparison(&bad).unwrap_err().contains("client count"));
     }
 
     #[test]

@@ -272,6 +272,8 @@ pub struct Run {
     pub label: String,
     /// Its contents.
     pub data: RunData,
+    /// Its spec.toml as JSON, when present.
+    pub spec: Option<Value>,
 }
 
 /// What went wrong comparing runs.
@@ -321,10 +323,15 @@ pub fn read_runs(dirs: &[PathBuf]) -> Result<Vec<Run>, CompareError> {
                 || dir.display().to_string(),
                 |n| n.to_string_lossy().into_owned(),
             );
+        let spec = std::fs::read_to_string(dir.join("spec.toml"))
+            .ok()
+            .and_then(|t| t.parse::<toml::Table>().ok())
+            .and_then(|t| serde_json::to_value(t).ok());
         runs.push(Run {
             dir: dir.clone(),
             label,
             data,
+            spec,
         });
     }
     let labels: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
@@ -336,16 +343,18 @@ pub fn read_runs(dirs: &[PathBuf]) -> Result<Vec<Run>, CompareError> {
     Ok(runs)
 }
 
-/// One environment.json key whose value differs between the runs.
+/// One condition whose value differs between the runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EnvDifference {
-    /// Dotted key path (`topology.summary`).
+    /// Dotted key path: environment.json's own (`topology.summary`), or `spec.` and the
+    /// spec's key (`spec.duration`).
     pub key: String,
     /// Its value in each run, in order (None when the run does not have it).
     pub values: Vec<Option<String>>,
 }
 
-/// The environment.json keys (flattened to dotted paths) whose values differ between runs.
+/// The environment.json keys and spec.toml settings (flattened to dotted paths) whose values
+/// differ between runs. The spec's name, description and comparisons are not conditions.
 pub fn environment_differences(runs: &[Run]) -> Vec<EnvDifference> {
     let flat: Vec<BTreeMap<String, String>> = runs
         .iter()
@@ -353,6 +362,13 @@ pub fn environment_differences(runs: &[Run]) -> Vec<EnvDifference> {
             let mut map = BTreeMap::new();
             if let Some(env) = &r.data.environment {
                 flatten("", env, &mut map);
+            }
+            if let Some(Value::Object(spec)) = &r.spec {
+                for (k, v) in spec {
+                    if !matches!(k.as_str(), "name" | "description" | "comparisons") {
+                        flatten(&format!("spec.{k}"), v, &mut map);
+                    }
+                }
             }
             map
         })
@@ -563,7 +579,9 @@ pub fn render_text(cmp: &Comparison) -> String {
 fn render_environment(out: &mut String, cmp: &Comparison) {
     out.push_str("## Differences in environment\n\n");
     if cmp.environment_differences.is_empty() {
-        out.push_str("None: environment.json agrees on every key (or is missing).\n\n");
+        out.push_str(
+            "None: environment.json and spec.toml agree on every key (or are missing).\n\n",
+        );
         return;
     }
     let labels: Vec<String> = cmp.runs.iter().map(|r| escape(&r.label)).collect();
