@@ -35,6 +35,9 @@ pub struct TargetPlan {
     pub ready_log: Option<Regex>,
     /// Readiness deadline.
     pub ready_timeout: Duration,
+    /// The port is read from the ready line's first capture group (built-in servers are
+    /// started on port 0 and print `listening on 127.0.0.1:PORT`: no race for a port).
+    pub port_from_log: bool,
     /// URL template of the built-in engine (`{port}` filled per launch).
     pub url: String,
     /// Requests in flight per connection (the target's own or the spec's).
@@ -142,6 +145,9 @@ pub struct Plan {
     /// Server restarts.
     pub restart: Restart,
 }
+
+/// The line a built-in server prints once it listens; group 1 is the port.
+const LISTENING: &str = r"^listening on \S+:(\d+)";
 
 /// Known built-in server kinds (the first word of `builtin`).
 pub const BUILTIN_SERVERS: &[&str] = &["msgr", "shmkv"];
@@ -320,7 +326,13 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
             ))
         }
     };
-    let ready = t.ready.clone().unwrap_or_default();
+    let port_from_log =
+        matches!(kind, TargetKind::Builtin(_)) && t.port.is_none() && t.ready.is_none();
+    let mut ready = t.ready.clone().unwrap_or_default();
+    if port_from_log {
+        ready.log = Some(LISTENING.to_string());
+        ready.tcp = Some(false);
+    }
     let ready_log = match &ready.log {
         Some(re) => Some(Regex::new(re).map_err(|e| {
             spec.error_at(
@@ -345,6 +357,7 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         ready_tcp: ready.tcp.unwrap_or(ready_log.is_none()),
         ready_log,
         ready_timeout: ready.timeout.map_or(Duration::from_secs(10), |d| d.0),
+        port_from_log,
         url,
         depth: t.depth.unwrap_or(spec.spec.depth),
         spec_dir: spec_dir(spec),
@@ -441,7 +454,7 @@ mod tests {
         assert_eq!(p.series, Series::Clients(vec![1, 2, 4, 8, 16, 32]));
         assert_eq!(p.max_steps(), 6);
         assert_eq!(p.targets[0].url, "msgr://127.0.0.1:{port}");
-        assert!(p.targets[0].ready_tcp);
+        assert!(p.targets[0].port_from_log && !p.targets[0].ready_tcp);
     }
 
     #[test]

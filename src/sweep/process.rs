@@ -41,7 +41,7 @@ pub struct ChildProc {
     child: Child,
     stdout: Arc<Mutex<Output>>,
     stderr: Arc<Mutex<Output>>,
-    matched: Arc<AtomicBool>,
+    matched: Arc<Mutex<Option<String>>>,
     readers: Vec<JoinHandle<()>>,
     exit: Option<String>,
 }
@@ -91,7 +91,7 @@ impl ChildProc {
         if let Ok(mut t) = TRACKED.lock() {
             t.push(child.id() as i32);
         }
-        let matched = Arc::new(AtomicBool::new(false));
+        let matched = Arc::new(Mutex::new(None));
         let stdout = Arc::new(Mutex::new(Output {
             all: launch.keep_stdout.then(String::new),
             ..Output::default()
@@ -154,7 +154,12 @@ impl ChildProc {
 
     /// A line of output matched the readiness regex.
     pub fn log_matched(&self) -> bool {
-        self.matched.load(Ordering::Relaxed)
+        self.matched_line().is_some()
+    }
+
+    /// The first line of output that matched the readiness regex.
+    pub fn matched_line(&self) -> Option<String> {
+        self.matched.lock().ok().and_then(|m| m.clone())
     }
 
     /// The last lines of stderr (stdout when stderr is empty).
@@ -243,14 +248,16 @@ fn reader<R: Read + Send + 'static>(
     pipe: Option<R>,
     out: Arc<Mutex<Output>>,
     ready: Option<Regex>,
-    matched: Arc<AtomicBool>,
+    matched: Arc<Mutex<Option<String>>>,
 ) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let Some(pipe) = pipe else { return };
         for line in BufReader::new(pipe).lines() {
             let Ok(line) = line else { break };
             if ready.as_ref().is_some_and(|re| re.is_match(&line)) {
-                matched.store(true, Ordering::Relaxed);
+                if let Ok(mut m) = matched.lock() {
+                    m.get_or_insert_with(|| line.clone());
+                }
             }
             let Ok(mut o) = out.lock() else { break };
             if let Some(all) = &mut o.all {

@@ -46,7 +46,7 @@ impl Default for Bar {
         let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
         bar.set_style(
-            ProgressStyle::with_template("step {pos}/{len} [{bar:30}] ETA {eta} {msg}")
+            ProgressStyle::with_template("{pos}/{len} steps done [{bar:30}] ETA {eta} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );

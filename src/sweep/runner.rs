@@ -146,6 +146,7 @@ impl Runner<'_> {
         };
         let mut points = PointGen::new(&self.plan.series);
         let mut history: Vec<(f64, f64)> = Vec::new();
+        let mut history_clients: Vec<usize> = Vec::new();
         let mut saturated: Option<String> = None;
         let mut end_run = false;
         while let Some(point) = points.next() {
@@ -193,12 +194,14 @@ impl Runner<'_> {
             points.observe(point, agg.map(|a| a.2));
             if let Some((thr, lat, _)) = agg {
                 history.push((thr, lat));
+                history_clients.push(point.clients);
             }
             if saturated.is_none()
                 && self.plan.stop_when == Some(StopWhen::Saturated)
                 && is_saturated(&history)
             {
-                let why = format!("stop_when = \"saturated\": throughput grew under 5% twice in a row while latency grew (last at {} clients)", point.clients);
+                let from = history_clients[history_clients.len() - 3];
+                let why = format!("stop_when = \"saturated\": from {from} to {} clients throughput grew under 5% per step while latency grew; the larger counts are skipped", point.clients);
                 self.progress
                     .note(&format!("{} / {placement}: {why}", target.name));
                 summary

@@ -85,6 +85,7 @@ impl Launcher for ProcessLauncher {
         stop: &AtomicBool,
     ) -> Result<Box<dyn Server>, String> {
         let port = match target.port {
+            None if target.port_from_log => 0,
             Some(p) if port_open(p) => {
                 return Err(format!(
                     "port {p} of target {:?} is already taken by another process: stop it or leave `port` out so a free one is chosen",
@@ -112,15 +113,37 @@ impl Launcher for ProcessLauncher {
         })?;
         let mut server = ProcessServer { child, port };
         wait_ready(&mut server, target, stop)?;
+        if target.port_from_log {
+            server.port = listening_port(&server.child, target)?;
+        }
         Ok(Box::new(server))
     }
 
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
-        let port = target
-            .port
-            .map_or("<free port>".to_string(), |p| p.to_string());
+        let port = match target.port {
+            Some(p) => p.to_string(),
+            None if target.port_from_log => "0".to_string(),
+            None => "<free port>".to_string(),
+        };
         self.argv(target, cpus, clients, &port).join(" ")
     }
+}
+
+/// The port in the ready line's first capture group.
+fn listening_port(child: &ChildProc, target: &TargetPlan) -> Result<u16, String> {
+    let line = child.matched_line().unwrap_or_default();
+    target
+        .ready_log
+        .as_ref()
+        .and_then(|re| re.captures(&line))
+        .and_then(|c| c.get(1))
+        .and_then(|m| m.as_str().parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "target {:?} said {line:?}, which names no port",
+                target.name
+            )
+        })
 }
 
 fn wait_ready(
