@@ -525,54 +525,25 @@ pub fn resolve(
 ) -> Result<Vec<ComparisonOutcome>, String> {
     let a: Selector = spec.a.parse()?;
     let b: Selector = spec.b.parse()?;
-    let a_values = super::compare::values_by_key(
-        &steps
-            .iter()
-            .filter(|s| a.matches(s))
-            .cloned()
-            .collect::<Vec<_>>(),
-        spec.metric,
-    );
-    if a_values.is_empty() {
+    let all = super::compare::values_by_key(steps, spec.metric);
+    let a_side: Vec<(&StepKey, &Vec<f64>)> = all.iter().filter(|(k, _)| a.selects(k)).collect();
+    if a_side.is_empty() {
         return Err(format!("no ok step matches a = {:?}", spec.a));
     }
-    let all = super::compare::values_by_key(steps, spec.metric);
-    let several = a_values.len() > 1;
-    let mut out = Vec::new();
-    for (a_key, a_vals) in &a_values {
-        let b_key = StepKey {
-            target: b.target.clone(),
-            placement: b
-                .placement
-                .clone()
-                .unwrap_or_else(|| a_key.placement.clone()),
-            clients: b.clients.unwrap_or(a_key.clients),
-            rate_rps: a_key.rate_rps,
-        };
-        let Some(b_vals) = all.get(&b_key) else {
-            continue;
-        };
-        let Some(relation) = relate(spec.metric, a_vals, b_vals) else {
-            continue;
-        };
-        let mut sentence = relation.sentence(
-            spec.name_a.as_deref().unwrap_or(&spec.a),
-            spec.name_b.as_deref().unwrap_or(&spec.b),
-        );
-        if several {
-            sentence = format!("{}: {sentence}", a_key.label());
-        }
-        if let Some(title) = &spec.name {
-            sentence = format!("{title}: {sentence}");
-        }
-        out.push(ComparisonOutcome {
-            sentence,
-            metric: spec.metric,
-            a: a_key.clone(),
-            b: b_key,
-            relation,
-        });
-    }
+    let out: Vec<ComparisonOutcome> = a_side
+        .iter()
+        .filter_map(|&(a_key, a_vals)| {
+            let b_key = b.partner_of(a_key);
+            let relation = relate(spec.metric, a_vals, all.get(&b_key)?)?;
+            Some(ComparisonOutcome {
+                sentence: outcome_sentence(spec, a_key, &relation, a_side.len() > 1),
+                metric: spec.metric,
+                a: a_key.clone(),
+                b: b_key,
+                relation,
+            })
+        })
+        .collect();
     if out.is_empty() {
         return Err(format!(
             "no ok step matches b = {:?} where a = {:?} has steps",
@@ -580,6 +551,27 @@ pub fn resolve(
         ));
     }
     Ok(out)
+}
+
+/// Seed 002's sentence, prefixed with where A's steps sit when the comparison spans several,
+/// and with the comparison's title.
+fn outcome_sentence(
+    spec: &ComparisonSpec,
+    a_key: &StepKey,
+    relation: &Relation,
+    several: bool,
+) -> String {
+    let mut sentence = relation.sentence(
+        spec.name_a.as_deref().unwrap_or(&spec.a),
+        spec.name_b.as_deref().unwrap_or(&spec.b),
+    );
+    if several {
+        sentence = format!("{}: {sentence}", a_key.label());
+    }
+    if let Some(title) = &spec.name {
+        sentence = format!("{title}: {sentence}");
+    }
+    sentence
 }
 
 /// analysis.json, beside report.md.

@@ -136,11 +136,25 @@ impl std::str::FromStr for Selector {
 }
 
 impl Selector {
-    /// Whether an ok step belongs to this selector.
-    pub fn matches(&self, step: &StepResult) -> bool {
-        step.target == self.target
-            && self.placement.as_ref().is_none_or(|p| *p == step.placement)
-            && self.clients.is_none_or(|c| c == step.clients)
+    /// Whether a step position belongs to this selector.
+    pub fn selects(&self, key: &StepKey) -> bool {
+        key.target == self.target
+            && self.placement.as_ref().is_none_or(|p| *p == key.placement)
+            && self.clients.is_none_or(|c| c == key.clients)
+    }
+
+    /// The step position this selector pairs with `other`: its own target, and its placement
+    /// and clients where given, else `other`'s.
+    pub fn partner_of(&self, other: &StepKey) -> StepKey {
+        StepKey {
+            target: self.target.clone(),
+            placement: self
+                .placement
+                .clone()
+                .unwrap_or_else(|| other.placement.clone()),
+            clients: self.clients.unwrap_or(other.clients),
+            rate_rps: other.rate_rps,
+        }
     }
 }
 
