@@ -493,14 +493,10 @@ pub fn compare_runs(
     let mut sentences = Vec::new();
     let mut gate_failures = Vec::new();
     for row in &rows {
-        for (i, rel) in row.against_first.iter().enumerate() {
-            let Some(rel) = rel else { continue };
-            sentences.push(format!(
-                "{}: {}",
-                row.key.label(),
-                rel.sentence(&runs[i].label, &runs[0].label)
-            ));
-            if gate_pct.is_some_and(|pct| rel.slower_pct > pct && rel.within_noise != Some(true)) {
+        for (i, rel) in later_runs(row) {
+            let sentence = rel.sentence(&runs[i].label, &runs[0].label);
+            sentences.push(format!("{}: {sentence}", row.key.label()));
+            if gate_pct.is_some_and(|pct| fails_gate(rel, pct)) {
                 gate_failures.push(GateFailure {
                     run: runs[i].label.clone(),
                     key: row.key.clone(),
@@ -525,6 +521,20 @@ pub fn compare_runs(
         gate_pct,
         gate_failures,
     })
+}
+
+/// The later runs' relations to the first in a row, with their run index.
+fn later_runs(row: &Row) -> impl Iterator<Item = (usize, &Relation)> {
+    row.against_first
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rel)| Some((i, rel.as_ref()?)))
+}
+
+/// Slower by more than `pct` and not within noise. Without repetitions the noise is
+/// unknown, so only the threshold protects against it.
+fn fails_gate(rel: &Relation, pct: f64) -> bool {
+    rel.slower_pct > pct && rel.within_noise != Some(true)
 }
 
 fn check_overlap(runs: &[Run], maps: &[BTreeMap<StepKey, Vec<f64>>]) -> Result<(), CompareError> {
