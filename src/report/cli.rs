@@ -16,13 +16,14 @@ pub struct ReportArgs {
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
     /// Run directories; the first is the reference the others are measured against.
-    #[arg(required = true, num_args = 2..)]
+    #[arg(required = true, num_args = 2.., value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// The figure compared.
     #[arg(long, value_enum, default_value = "throughput_rps")]
     pub metric: super::compare::Metric,
     /// Exit 1 when a step of a later run is slower than the first run's by more than PCT
-    /// percent and the difference is not within noise (a gate for CI).
+    /// percent and the difference is not within noise (a gate for CI); without repetitions
+    /// the noise is unknown and the threshold alone decides.
     #[arg(long, value_name = "PCT")]
     pub fail_if_slower: Option<f64>,
     /// Print JSON instead of tables.

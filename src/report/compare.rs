@@ -33,6 +33,8 @@ pub enum Metric {
     P50,
     /// 90th percentile latency, µs.
     P90,
+    /// 95th percentile latency, µs.
+    P95,
     /// 99th percentile latency, µs.
     P99,
     /// 99.9th percentile latency, µs.
@@ -57,6 +59,7 @@ impl Metric {
             Metric::Mean => Some(l.mean),
             Metric::P50 => Some(l.p50),
             Metric::P90 => Some(l.p90),
+            Metric::P95 => Some(l.p95),
             Metric::P99 => Some(l.p99),
             Metric::P999 => Some(l.p999),
             Metric::Max => Some(l.max),
@@ -77,6 +80,7 @@ impl Metric {
             Metric::Mean => "mean",
             Metric::P50 => "p50",
             Metric::P90 => "p90",
+            Metric::P95 => "p95",
             Metric::P99 => "p99",
             Metric::P999 => "p999",
             Metric::Max => "max",
