@@ -943,6 +943,19 @@ mod tests {
     }
 
     #[test]
+    fn names_are_escaped() {
+        let mut step = ok_step(1, 100.0, 10_000.0);
+        step.target = "<script>|x".into();
+        let run = RunData {
+            steps: vec![step],
+            ..RunData::default()
+        };
+        let md = render_markdown(&analyze(&run, None));
+        assert!(md.contains("| &lt;script&gt;\\|x | p |"), "{md}");
+        assert!(!md.contains("<script>"));
+    }
+
+    #[test]
     fn inflight_falls_back_to_the_spec() {
         let s = StepResult::empty("x".into(), "db", "p", 3, 0);
         let spec: toml::Table =
