@@ -915,6 +915,14 @@ fn the_quick_demo_runs_end_to_end() {
     );
     let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
     assert!(steps.len() >= 12, "{} steps", steps.len());
+    let again = Command::new(BIN)
+        .args(["demo", "--quick", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr)
+        .contains("already holds a run: continue it with --resume"));
     let ok = steps.iter().filter(|s| s.status == StepStatus::Ok).count();
     assert!(
         ok >= 12,

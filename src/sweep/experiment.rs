@@ -78,6 +78,14 @@ fn open_dir(plan: &Plan, dest: &Destination) -> Result<RunDir, String> {
         }
         return RunDir::open(path.clone()).map_err(|e| format!("opening {}: {e}", path.display()));
     }
+    if let Some(out) = &dest.out {
+        if out.join("steps.jsonl").exists() {
+            return Err(format!(
+                "{} already holds a run: continue it with --resume {0}, or choose another --out",
+                out.display()
+            ));
+        }
+    }
     let dir = RunDir::create(dest.out.as_deref(), &plan.name)
         .map_err(|e| format!("creating the run directory: {e}"))?;
     dir.write_file("spec.toml", &plan.spec.text)
