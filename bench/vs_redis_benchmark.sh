@@ -5,7 +5,7 @@
 # per completed request; then the medians and the ratios stairbench/redis-benchmark.
 #
 # Usage (after `cargo build --release`): bench/vs_redis_benchmark.sh
-# Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=50 SERVER_CPU=0 CLIENT_CPU=1
+# Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=50 SERVER_CPU=0 CLIENT_CPU=1 CPU_METHOD=perf
 #   REQUESTS (redis-benchmark -n; default: about DURATION seconds at 80k/s)
 #   STAIRBENCH=target/release/stairbench
 set -euo pipefail
@@ -72,7 +72,7 @@ cpu_method() {
         echo times
     fi
 }
-CPU_METHOD=$(cpu_method)
+CPU_METHOD=${CPU_METHOD:-$(cpu_method)} # perf, time or times
 
 # measured CPU_FILE CMD...: runs CMD, stdout to CMD's own redirections, writes the whole
 # process's CPU microseconds (user + system) to CPU_FILE.

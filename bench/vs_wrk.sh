@@ -5,7 +5,7 @@
 # request; then the medians and the ratios stairbench/wrk.
 #
 # Usage (after `cargo build --release`): bench/vs_wrk.sh
-# Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=64 SERVER_CPU=0 CLIENT_CPU=1
+# Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=64 SERVER_CPU=0 CLIENT_CPU=1 CPU_METHOD=perf
 #                         STAIRBENCH=target/release/stairbench
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,7 +71,7 @@ cpu_method() {
         echo times
     fi
 }
-CPU_METHOD=$(cpu_method)
+CPU_METHOD=${CPU_METHOD:-$(cpu_method)} # perf, time or times
 
 # measured CPU_FILE CMD...: runs CMD, stdout to CMD's own redirections, writes the whole
 # process's CPU microseconds (user + system) to CPU_FILE.

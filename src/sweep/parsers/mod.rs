@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crimson_msgr::CrimsonMsgrParser;
+pub use crimson_msgr::{CrimsonMsgrParser, JobBlock};
 pub use fields::FIELD_NAMES;
 pub use json::JsonParser;
 pub use pattern::RegexParser;
