@@ -36,7 +36,7 @@ pub struct MsgrArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub io_threads: u16,
     /// CPUs to pin the threads to, round-robin (e.g. 0-3,8); unpinned when absent.
-    #[arg(long, value_name = "LIST", value_parser = parse_cpuset)]
+    #[arg(long, value_name = "LIST")]
     pub cpuset: Option<CpuList>,
     /// TCP port; 0 picks a free one (printed on the "listening on" line).
     #[arg(long, default_value_t = 0)]
@@ -49,15 +49,8 @@ pub struct MsgrArgs {
     pub max_frame: u32,
 }
 
-/// A parsed `--cpuset` (a newtype, since clap reads a bare `Vec` as a repeated flag).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuList(pub Vec<usize>);
+pub use crate::cpuset::CpuList;
 
-fn parse_cpuset(s: &str) -> Result<CpuList, String> {
-    crate::cpuset::parse(s)
-        .map(CpuList)
-        .map_err(|e| e.to_string())
-}
 
 impl MsgrArgs {
     /// The server options these flags describe.
