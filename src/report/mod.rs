@@ -1,3 +1,4 @@
 //! Exporters of a run directory, one per format behind one trait.
 
 pub mod cli;
+pub mod svg;
