@@ -209,7 +209,7 @@ fn conditions_section(page: &mut String, conditions: &[(String, String)]) {
             .map(|(k, v)| vec![k.clone(), v.clone()])
             .collect(),
     };
-    table_html(page, &table);
+    table_html(page, &table, false);
 }
 
 /// Targets in order of first appearance.
@@ -246,6 +246,7 @@ fn throughput_section(page: &mut String, series: &[Series]) {
                 color: i,
                 dashed: false,
                 markers: true,
+                hollow: saturated(s),
             });
             if let Some(usl) = s.usl {
                 lines.push(usl_line(s, usl, i));
@@ -260,7 +261,7 @@ fn throughput_section(page: &mut String, series: &[Series]) {
         figure(
             page,
             &svg::line_chart(&chart),
-            "One line per placement; dashed: the fitted Universal Scalability Law.",
+            "One line per placement; dashed: the fitted Universal Scalability Law; hollow markers: the load generator was saturated (not the server's limit).",
         );
     }
 }
@@ -290,7 +291,12 @@ fn usl_line(s: &Series, usl: UslCurve, color: usize) -> LineSeries {
         color,
         dashed: true,
         markers: false,
+        hollow: Vec::new(),
     }
+}
+
+fn saturated(s: &Series) -> Vec<bool> {
+    s.points.iter().map(|p| p.client_saturated).collect()
 }
 
 fn latency_section(page: &mut String, series: &[Series]) {
@@ -312,6 +318,7 @@ fn latency_section(page: &mut String, series: &[Series]) {
                     color: i,
                     dashed,
                     markers: true,
+                    hollow: saturated(s),
                 });
             }
         }
@@ -324,7 +331,7 @@ fn latency_section(page: &mut String, series: &[Series]) {
         figure(
             page,
             &svg::line_chart(&chart),
-            "Each point is one client count; solid: median, dashed: 99th percentile.",
+            "Each point is one client count; solid: median, dashed: 99th percentile; hollow markers: the load generator was saturated.",
         );
     }
 }
@@ -426,10 +433,11 @@ fn table_section(page: &mut String, table: &Table) {
     if !table.note.is_empty() {
         let _ = write!(page, "<p class=\"note\">{}</p>", escape(&table.note));
     }
-    table_html(page, table);
+    table_html(page, table, true);
 }
 
-fn table_html(page: &mut String, table: &Table) {
+/// Writes a table; `align_numbers` right-aligns cells that read as numbers.
+fn table_html(page: &mut String, table: &Table, align_numbers: bool) {
     page.push_str("<table><thead><tr>");
     for h in &table.header {
         let _ = write!(page, "<th>{}</th>", escape(h));
@@ -440,7 +448,7 @@ fn table_html(page: &mut String, table: &Table) {
         let width = table.header.len().max(row.len());
         for i in 0..width {
             let cell = row.get(i).map_or("", String::as_str);
-            let class = if looks_numeric(cell) {
+            let class = if align_numbers && looks_numeric(cell) {
                 " class=\"num\""
             } else {
                 ""

@@ -98,6 +98,8 @@ pub struct LineSeries {
     pub dashed: bool,
     /// Draw a marker at each point.
     pub markers: bool,
+    /// Points whose marker is drawn hollow (e.g. a saturated client); empty for none.
+    pub hollow: Vec<bool>,
 }
 
 /// A chart of named lines.
@@ -200,6 +202,19 @@ pub fn log_ticks(min: f64, max: f64, base: f64, max_ticks: usize) -> Vec<f64> {
         .collect()
 }
 
+/// 1, 2, 5 × 10^k ticks from 10^lo to 10^hi, for log axes spanning few decades.
+pub fn log10_ticks_125(lo: i32, hi: i32) -> Vec<f64> {
+    let mut ticks = Vec::new();
+    for e in lo..=hi {
+        for m in [1.0, 2.0, 5.0] {
+            if e < hi || m == 1.0 {
+                ticks.push(m * 10f64.powi(e));
+            }
+        }
+    }
+    ticks
+}
+
 /// A number in a short form: 3 significant digits, k/M/G suffixes ("1.5M", "250k", "0.05").
 pub fn format_number(v: f64) -> String {
     if !v.is_finite() {
@@ -296,9 +311,13 @@ fn axis_ticks(scale: Scale, values: &[f64]) -> (Vec<f64>, f64, f64) {
             } else {
                 (min, max)
             };
-            let ticks = log_ticks(min, max, base, 12);
             let lo = min.log(base).floor();
             let hi = max.log(base).ceil().max(lo + 1.0);
+            let ticks = if scale == Scale::Log10 && hi - lo <= 2.0 {
+                log10_ticks_125(lo as i32, hi as i32)
+            } else {
+                log_ticks(min, max, base, 12)
+            };
             (ticks, lo, hi)
         }
     }
@@ -501,11 +520,15 @@ pub fn line_chart(chart: &LineChart) -> String {
 
 /// Draws one series; returns how many points were placed.
 fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usize {
-    let pts: Vec<(f64, f64, f64, f64)> = s
+    let pts: Vec<(f64, f64, f64, f64, bool)> = s
         .points
         .iter()
-        .filter(|(x, y)| plottable(xm.scale, *x) && plottable(ym.scale, *y))
-        .map(|&(x, y)| (xm.px(x), ym.px(y), x, y))
+        .enumerate()
+        .filter(|(_, (x, y))| plottable(xm.scale, *x) && plottable(ym.scale, *y))
+        .map(|(i, &(x, y))| {
+            let hollow = s.hollow.get(i).copied().unwrap_or(false);
+            (xm.px(x), ym.px(y), x, y, hollow)
+        })
         .collect();
     if pts.is_empty() {
         return 0;
@@ -513,7 +536,7 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
     let c = color(s.color);
     let coords: Vec<String> = pts
         .iter()
-        .map(|(px, py, _, _)| format!("{px:.1},{py:.1}"))
+        .map(|(px, py, ..)| format!("{px:.1},{py:.1}"))
         .collect();
     let dash = if s.dashed {
         r#" stroke-dasharray="6 4""#
@@ -526,10 +549,11 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
         coords.join(" ")
     );
     if s.markers {
-        for (px, py, x, y) in &pts {
+        for (px, py, x, y, hollow) in &pts {
+            let fill = if *hollow { "#ffffff" } else { c };
             let _ = write!(
                 out,
-                r#"<circle cx="{px:.1}" cy="{py:.1}" r="3.5" fill="{c}"><title>{}: {}, {}</title></circle>"#,
+                r#"<circle cx="{px:.1}" cy="{py:.1}" r="3.5" fill="{fill}" stroke="{c}" stroke-width="1.5"><title>{}: {}, {}</title></circle>"#,
                 escape(&s.name),
                 format_number(*x),
                 format_number(*y)
@@ -845,6 +869,7 @@ mod tests {
                     color: 0,
                     dashed: false,
                     markers: true,
+                    hollow: vec![false, false, false, true],
                 },
                 LineSeries {
                     name: "USL fit".into(),
@@ -852,6 +877,7 @@ mod tests {
                     color: 0,
                     dashed: true,
                     markers: false,
+                    hollow: Vec::new(),
                 },
             ],
         }
@@ -1016,6 +1042,9 @@ mod tests {
         });
         let names = well_formed(&svg);
         assert_eq!(names.iter().filter(|n| *n == "rect").count(), 3 + 1);
-        assert!(svg.contains(">1<") && svg.contains(">10<") && svg.contains(">100<"));
+        for tick in [">1<", ">2<", ">5<", ">10<", ">20<", ">50<", ">100<"] {
+            assert!(svg.contains(tick), "{tick}");
+        }
+        assert!(!svg.contains(">200<"));
     }
 }
