@@ -136,6 +136,30 @@ fn expected_charts(data: &ReportData) -> usize {
 }
 
 #[test]
+fn heat_map_step_can_be_chosen_and_report_written() {
+    let id = "msgr-reactor.shared.c2.r0";
+    let data = adapter::from_run_dir_with(&fixture(), Some(id)).unwrap();
+    let heat = data.heat_map.expect("a heat map");
+    assert_eq!(heat.step_id, id);
+    // Two busy values over client cpus 0-3: not one per CPU, so numbered, not named.
+    assert_eq!(heat.cores, ["#0", "#1"]);
+    let copy = tempfile::tempdir().unwrap();
+    for name in ["steps.jsonl", "spec.toml", "environment.json"] {
+        std::fs::copy(fixture().join(name), copy.path().join(name)).unwrap();
+    }
+    let written = adapter::write_report(copy.path()).unwrap();
+    let page = std::fs::read_to_string(written).unwrap();
+    assert!(
+        page.contains("No latency histograms"),
+        "no hist/ in the copy"
+    );
+    assert!(
+        page.contains("No per-second per-core figures"),
+        "no intervals/ in the copy"
+    );
+}
+
+#[test]
 fn fixture_page_is_escaped_and_complete() {
     let data = report_data();
     assert_eq!(data.histograms.len(), ok_steps().len());
@@ -159,7 +183,11 @@ fn fixture_page_is_escaped_and_complete() {
     assert!(page.contains("(USL fit)"));
     assert!(page.contains("Little&#39;s law"));
     assert_eq!(page.matches("<svg ").count(), expected_charts(&data));
-    // Self-contained: the SVG namespace is the only URL on the page.
+    // Self-contained: the SVG namespace is the only URL, nothing is loaded from elsewhere.
+    assert!(
+        !page.contains(" src=") && !page.contains(" href="),
+        "an external resource"
+    );
     let urls = page.matches("http://").count() + page.matches("https://").count();
     assert_eq!(
         urls,
@@ -285,4 +313,24 @@ fn page_renders_in_headless_chromium() {
         std::fs::copy(&shot, &copy).unwrap();
         std::fs::copy(&page, copy.with_extension("html")).unwrap();
     }
+}
+
+/// The detector above must see a page's console errors, or its silence proves nothing.
+#[test]
+fn console_error_detector_sees_a_script_error() {
+    if !Path::new(CHROMIUM).exists() {
+        eprintln!("skipped: {CHROMIUM} is missing (apt-get install -y chromium)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("bad.html");
+    std::fs::write(
+        &page,
+        "<!DOCTYPE html><html><body><script>console.error('boom'); nope();</script></body></html>",
+    )
+    .unwrap();
+    let (_, stderr) = chromium(&["--dump-dom".into(), format!("file://{}", page.display())]);
+    let errors = console_errors(&stderr);
+    assert!(errors.iter().any(|l| l.contains("boom")), "{stderr}");
+    assert!(errors.iter().any(|l| l.contains("Uncaught")), "{stderr}");
 }

@@ -33,6 +33,14 @@ pub enum AdapterError {
         /// Why.
         source: std::io::Error,
     },
+    /// The report could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A line of steps.jsonl is not JSON (and is not a torn last line).
     #[error("{path}:{line}: not a JSON object ({why}); fix or delete the line")]
     Step {
@@ -53,8 +61,15 @@ pub enum AdapterError {
     },
 }
 
-/// Reads a run directory into what the page shows.
+/// Reads a run directory into what the page shows; the heat map shows the step with the
+/// highest throughput.
 pub fn from_run_dir(dir: &Path) -> Result<ReportData, AdapterError> {
+    from_run_dir_with(dir, None)
+}
+
+/// Reads a run directory, the heat map showing step `heat_step` (an id of steps.jsonl) when
+/// given.
+pub fn from_run_dir_with(dir: &Path, heat_step: Option<&str>) -> Result<ReportData, AdapterError> {
     let steps = read_steps(&dir.join("steps.jsonl"))?;
     let spec = std::fs::read_to_string(dir.join("spec.toml"))
         .ok()
@@ -76,7 +91,7 @@ pub fn from_run_dir(dir: &Path) -> Result<ReportData, AdapterError> {
         conditions: conditions(spec.as_ref(), env.as_ref(), &ok),
         series: series(&ok),
         histograms,
-        heat_map: heat_map(dir, &ok),
+        heat_map: heat_map(dir, &ok, heat_step),
         tables: vec![results_table(&steps)],
     })
 }
@@ -399,13 +414,16 @@ pub fn log_buckets(hist_ns: &Histogram<u64>) -> Vec<LatencyBucket> {
         .collect()
 }
 
-/// The heat map of the step with the highest throughput (the most interesting one to look at
-/// until the spec can name a step).
-fn heat_map(dir: &Path, ok: &[&Value]) -> Option<CoreHeatMap> {
-    let step = ok.iter().max_by(|a, b| {
-        let x = |s: &Value| s["throughput_rps"].as_f64().unwrap_or(0.0);
-        x(a).total_cmp(&x(b))
-    })?;
+/// The heat map of the chosen step, or else of the step with the highest throughput (where
+/// the cores are busiest).
+fn heat_map(dir: &Path, ok: &[&Value], chosen: Option<&str>) -> Option<CoreHeatMap> {
+    let step = match chosen {
+        Some(id) => ok.iter().find(|s| str_at(s, "id") == id)?,
+        None => ok.iter().max_by(|a, b| {
+            let x = |s: &Value| s["throughput_rps"].as_f64().unwrap_or(0.0);
+            x(a).total_cmp(&x(b))
+        })?,
+    };
     let id = str_at(step, "id");
     let text = std::fs::read_to_string(dir.join("intervals").join(format!("{id}.csv"))).ok()?;
     let mut lines = text.lines();
@@ -519,6 +537,17 @@ fn results_table(steps: &[Value]) -> Table {
         .to_vec(),
         rows,
     }
+}
+
+/// Writes `report.html` into the run directory; returns its path.
+pub fn write_report(dir: &Path) -> Result<PathBuf, AdapterError> {
+    let data = from_run_dir(dir)?;
+    let path = dir.join("report.html");
+    std::fs::write(&path, super::render(&data)).map_err(|source| AdapterError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
 }
 
 /// ADAPTER hook for the analysis: attach fitted curves by (target, placement) and append the
