@@ -266,6 +266,32 @@ impl Mapper {
         }
     }
 
+    /// Maps `values` on `scale` along the plot's width; returns the mapper and its ticks.
+    fn horizontal(scale: Scale, values: &[f64], plot: (f64, f64, f64, f64)) -> (Mapper, Vec<f64>) {
+        let (ticks, lo, hi) = axis_ticks(scale, values);
+        let m = Mapper {
+            scale,
+            lo,
+            hi,
+            from_px: plot.0,
+            to_px: plot.2,
+        };
+        (m, ticks)
+    }
+
+    /// Maps `values` on `scale` up the plot's height; returns the mapper and its ticks.
+    fn vertical(scale: Scale, values: &[f64], plot: (f64, f64, f64, f64)) -> (Mapper, Vec<f64>) {
+        let (ticks, lo, hi) = axis_ticks(scale, values);
+        let m = Mapper {
+            scale,
+            lo,
+            hi,
+            from_px: plot.3,
+            to_px: plot.1,
+        };
+        (m, ticks)
+    }
+
     fn px(&self, v: f64) -> f64 {
         let t = Self::transform(self.scale, v);
         let span = if self.hi > self.lo {
@@ -291,36 +317,33 @@ fn axis_ticks(scale: Scale, values: &[f64]) -> (Vec<f64>, f64, f64) {
         .collect();
     let min = good.iter().copied().fold(f64::INFINITY, f64::min);
     let max = good.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let range = (!good.is_empty()).then_some((min, max));
     match scale {
-        Scale::Linear | Scale::LinearFit => {
-            let (min, max) = if good.is_empty() {
-                (0.0, 1.0)
-            } else if scale == Scale::Linear {
-                (min.min(0.0), max.max(0.0))
-            } else {
-                (min, max)
-            };
-            let ticks = nice_ticks(min, max, 5);
-            let (lo, hi) = (ticks[0], ticks[ticks.len() - 1]);
-            (ticks, lo, hi)
-        }
-        Scale::Log2 | Scale::Log10 => {
-            let base = if scale == Scale::Log2 { 2.0 } else { 10.0 };
-            let (min, max) = if good.is_empty() {
-                (1.0, base)
-            } else {
-                (min, max)
-            };
-            let lo = min.log(base).floor();
-            let hi = max.log(base).ceil().max(lo + 1.0);
-            let ticks = if scale == Scale::Log10 && hi - lo <= 2.0 {
-                log10_ticks_125(lo as i32, hi as i32)
-            } else {
-                log_ticks(min, max, base, 12)
-            };
-            (ticks, lo, hi)
-        }
+        Scale::Linear => linear_ticks(range.map(|(a, b)| (a.min(0.0), b.max(0.0)))),
+        Scale::LinearFit => linear_ticks(range),
+        Scale::Log2 => log_axis(range, 2.0),
+        Scale::Log10 => log_axis(range, 10.0),
     }
+}
+
+fn linear_ticks(range: Option<(f64, f64)>) -> (Vec<f64>, f64, f64) {
+    let (min, max) = range.unwrap_or((0.0, 1.0));
+    let ticks = nice_ticks(min, max, 5);
+    let (lo, hi) = (ticks[0], ticks[ticks.len() - 1]);
+    (ticks, lo, hi)
+}
+
+/// Whole decades (or octaves) around the data; 1-2-5 ticks when a log-10 axis spans ≤ 2 decades.
+fn log_axis(range: Option<(f64, f64)>, base: f64) -> (Vec<f64>, f64, f64) {
+    let (min, max) = range.unwrap_or((1.0, base));
+    let lo = min.log(base).floor();
+    let hi = max.log(base).ceil().max(lo + 1.0);
+    let ticks = if base == 10.0 && hi - lo <= 2.0 {
+        log10_ticks_125(lo as i32, hi as i32)
+    } else {
+        log_ticks(min, max, base, 12)
+    };
+    (ticks, lo, hi)
 }
 
 /// Starts an `<svg>` element with its accessible title.
@@ -478,22 +501,8 @@ pub fn line_chart(chart: &LineChart) -> String {
             .flat_map(|s| s.points.iter().map(f))
             .collect()
     };
-    let (x_ticks, xlo, xhi) = axis_ticks(chart.x.scale, &all(|p| p.0));
-    let (y_ticks, ylo, yhi) = axis_ticks(chart.y.scale, &all(|p| p.1));
-    let xm = Mapper {
-        scale: chart.x.scale,
-        lo: xlo,
-        hi: xhi,
-        from_px: plot.0,
-        to_px: plot.2,
-    };
-    let ym = Mapper {
-        scale: chart.y.scale,
-        lo: ylo,
-        hi: yhi,
-        from_px: plot.3,
-        to_px: plot.1,
-    };
+    let (xm, x_ticks) = Mapper::horizontal(chart.x.scale, &all(|p| p.0), plot);
+    let (ym, y_ticks) = Mapper::vertical(chart.y.scale, &all(|p| p.1), plot);
     draw_axes(&mut out, &xm, &x_ticks, &ym, &y_ticks);
     axis_labels(&mut out, &chart.x.label, &chart.y.label, plot);
     let mut drawn = 0;
@@ -579,14 +588,7 @@ pub fn stacked_bar_chart(chart: &StackedBars) -> String {
                 .sum()
         })
         .collect();
-    let (y_ticks, ylo, yhi) = axis_ticks(Scale::Linear, &totals);
-    let ym = Mapper {
-        scale: Scale::Linear,
-        lo: ylo,
-        hi: yhi,
-        from_px: plot.3,
-        to_px: plot.1,
-    };
+    let (ym, y_ticks) = Mapper::vertical(Scale::Linear, &totals, plot);
     let n = chart.categories.len().max(1) as f64;
     let slot = (plot.2 - plot.0) / n;
     draw_bar_axes(&mut out, &ym, &y_ticks, plot);
@@ -782,22 +784,8 @@ pub fn histogram(chart: &HistogramBars) -> String {
         .collect();
     let edges: Vec<f64> = buckets.iter().flat_map(|(lo, hi, _)| [*lo, *hi]).collect();
     let counts: Vec<f64> = buckets.iter().map(|b| b.2 as f64).collect();
-    let (x_ticks, xlo, xhi) = axis_ticks(Scale::Log10, &edges);
-    let (y_ticks, ylo, yhi) = axis_ticks(Scale::Linear, &counts);
-    let xm = Mapper {
-        scale: Scale::Log10,
-        lo: xlo,
-        hi: xhi,
-        from_px: plot.0,
-        to_px: plot.2,
-    };
-    let ym = Mapper {
-        scale: Scale::Linear,
-        lo: ylo,
-        hi: yhi,
-        from_px: plot.3,
-        to_px: plot.1,
-    };
+    let (xm, x_ticks) = Mapper::horizontal(Scale::Log10, &edges, plot);
+    let (ym, y_ticks) = Mapper::vertical(Scale::Linear, &counts, plot);
     draw_axes(&mut out, &xm, &x_ticks, &ym, &y_ticks);
     for (lo, hi, count) in &buckets {
         let (x0, x1) = (xm.px(*lo), xm.px(*hi));

@@ -426,18 +426,64 @@ fn heat_map(dir: &Path, ok: &[&Value], chosen: Option<&str>) -> Option<CoreHeatM
     };
     let id = str_at(step, "id");
     let text = std::fs::read_to_string(dir.join("intervals").join(format!("{id}.csv"))).ok()?;
+    let (seconds, per_interval, whose) = read_busy_csv(&text)?;
+    let cores = per_interval.iter().map(Vec::len).max().unwrap_or(0);
+    if cores == 0 {
+        return None;
+    }
+    let busy_pct = (0..cores)
+        .map(|c| {
+            per_interval
+                .iter()
+                .map(|row| row.get(c).copied().unwrap_or(f64::NAN))
+                .collect()
+        })
+        .collect();
+    Some(CoreHeatMap {
+        step_id: id.into(),
+        label: format!("{}, {}", whose.title(), step_label(step)),
+        cores: core_labels(str_at(step, whose.cpus_key()), cores),
+        seconds,
+        busy_pct,
+    })
+}
+
+/// Whose cores an intervals CSV describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whose {
+    /// A `server_per_core_busy` column.
+    Server,
+    /// The engine's `per_core_busy` column: the load generator's threads.
+    Generator,
+}
+
+impl Whose {
+    fn title(self) -> &'static str {
+        match self {
+            Whose::Server => "server cores",
+            Whose::Generator => "load generator threads",
+        }
+    }
+
+    fn cpus_key(self) -> &'static str {
+        match self {
+            Whose::Server => "server_cpus",
+            Whose::Generator => "client_cpus",
+        }
+    }
+}
+
+/// Seconds and busy % per core of each measured interval (warm-up lines left out).
+fn read_busy_csv(text: &str) -> Option<(Vec<f64>, Vec<Vec<f64>>, Whose)> {
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next()?.split(',').collect();
-    let (col, whose, cpus) = match header.iter().position(|h| *h == "server_per_core_busy") {
-        Some(c) => (c, "server cores", str_at(step, "server_cpus")),
-        None => (
-            header.iter().position(|h| *h == "per_core_busy")?,
-            "load generator threads",
-            str_at(step, "client_cpus"),
-        ),
+    let find = |name: &str| header.iter().position(|h| *h == name);
+    let (col, whose) = match find("server_per_core_busy") {
+        Some(c) => (c, Whose::Server),
+        None => (find("per_core_busy")?, Whose::Generator),
     };
     let mut seconds = Vec::new();
-    let mut per_interval: Vec<Vec<f64>> = Vec::new();
+    let mut per_interval = Vec::new();
     for line in lines {
         let cells: Vec<&str> = line.split(',').collect();
         let Some(t) = cells.first().and_then(|c| c.parse::<f64>().ok()) else {
@@ -454,25 +500,7 @@ fn heat_map(dir: &Path, ok: &[&Value], chosen: Option<&str>) -> Option<CoreHeatM
                 .collect(),
         );
     }
-    let cores = per_interval.iter().map(Vec::len).max().unwrap_or(0);
-    if cores == 0 {
-        return None;
-    }
-    let busy_pct = (0..cores)
-        .map(|c| {
-            per_interval
-                .iter()
-                .map(|row| row.get(c).copied().unwrap_or(f64::NAN))
-                .collect()
-        })
-        .collect();
-    Some(CoreHeatMap {
-        step_id: id.into(),
-        label: format!("{whose}, {}", step_label(step)),
-        cores: core_labels(cpus, cores),
-        seconds,
-        busy_pct,
-    })
+    Some((seconds, per_interval, whose))
 }
 
 /// "cpu3" labels from a CPU list ("2-3,6") when it has one CPU per row, else "#0", "#1"...
@@ -491,34 +519,32 @@ fn core_labels(cpu_list: &str, count: usize) -> Vec<String> {
     }
 }
 
+fn result_row(s: &Value) -> Vec<String> {
+    let fmt = |path: &[&str]| f64_at(s, path).map_or(String::new(), format_number);
+    let mut status = str_at(s, "status").to_string();
+    if s["client_saturated"] == true {
+        status.push_str(" (client saturated)");
+    }
+    if let Some(r) = s["reason"].as_str() {
+        status = format!("{status}: {r}");
+    }
+    let int = |key: &str| s[key].as_u64().map_or(String::new(), |n| n.to_string());
+    vec![
+        str_at(s, "target").to_string(),
+        str_at(s, "placement").to_string(),
+        int("clients"),
+        int("rep"),
+        fmt(&["throughput_rps"]),
+        fmt(&["latency_us", "p50"]),
+        fmt(&["latency_us", "p99"]),
+        fmt(&["cpu_us_per_req", "total"]),
+        status,
+    ]
+}
+
 /// Every step, failed and skipped ones included (with their reason).
 fn results_table(steps: &[Value]) -> Table {
-    let fmt = |v: Option<f64>| v.map_or(String::new(), format_number);
-    let rows = steps
-        .iter()
-        .map(|s| {
-            let mut status = str_at(s, "status").to_string();
-            if s["client_saturated"] == true {
-                status.push_str(" (client saturated)");
-            }
-            if let Some(r) = s["reason"].as_str() {
-                status = format!("{status}: {r}");
-            }
-            vec![
-                str_at(s, "target").to_string(),
-                str_at(s, "placement").to_string(),
-                s["clients"]
-                    .as_u64()
-                    .map_or(String::new(), |c| c.to_string()),
-                s["rep"].as_u64().map_or(String::new(), |r| r.to_string()),
-                fmt(f64_at(s, &["throughput_rps"])),
-                fmt(f64_at(s, &["latency_us", "p50"])),
-                fmt(f64_at(s, &["latency_us", "p99"])),
-                fmt(f64_at(s, &["cpu_us_per_req", "total"])),
-                status,
-            ]
-        })
-        .collect();
+    let rows = steps.iter().map(result_row).collect();
     Table {
         title: "Results".into(),
         note: "One row per step and repetition.".into(),
