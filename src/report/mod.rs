@@ -7,7 +7,9 @@ pub mod analysis;
 pub mod cli;
 pub mod compare;
 pub mod csv;
+pub mod html;
 pub mod markdown;
+pub mod svg;
 
 use std::path::Path;
 
@@ -81,5 +83,15 @@ pub fn write_all(dir: &Path, run: &RunData) -> std::io::Result<()> {
     for e in exporters() {
         std::fs::write(dir.join(e.file_name()), e.render(run))?;
     }
-    Ok(())
+    write_html(dir, run)
+}
+
+/// report.html reads the raw files (intervals, histograms) as well as the steps.
+fn write_html(dir: &Path, run: &RunData) -> std::io::Result<()> {
+    let mut data = html::adapter::from_run_dir(dir).map_err(std::io::Error::other)?;
+    if let Some(analysis) = &run.analysis {
+        let (curves, tables) = html::from_analysis::curves_and_tables(analysis);
+        html::adapter::add_analysis(&mut data, &curves, tables);
+    }
+    std::fs::write(dir.join("report.html"), html::render(&data))
 }
