@@ -600,10 +600,12 @@ impl Exporter for Json {
 
 /// The analysis sections of report.md (the run's own analysis, or one made from its steps).
 pub fn markdown_sections(run: &RunData) -> String {
-    match &run.analysis {
+    // A blank line first: the sections follow a table, which must be closed.
+    let body = match &run.analysis {
         Some(a) => render_markdown(a),
         None => render_markdown(&analyze(run, None)),
-    }
+    };
+    format!("\n{body}")
 }
 
 /// The analysis as markdown: scalability, Little's law, latency modes, noise, comparisons.

@@ -135,7 +135,8 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
         );
     }
     println!("run directory: {}", dir.display());
-    println!("report:        {}", dir.join("report.md").display());
+    println!("report:        {}", dir.join("report.html").display());
+    println!("               {}", dir.join("report.md").display());
     if summary.interrupted {
         eprintln!(
             "interrupted: the finished steps are kept; continue with --resume {}",
