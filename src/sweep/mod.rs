@@ -12,6 +12,7 @@ pub mod parsers;
 pub mod placement;
 pub mod plan;
 pub mod process;
+pub mod profiling;
 pub mod progress;
 pub mod result;
 pub mod rundir;

@@ -71,6 +71,9 @@ pub struct Spec {
     /// Comparisons for the report (kept as written; the reports read them).
     #[serde(default)]
     pub comparisons: Vec<toml::Table>,
+    /// Profile passes at chosen load levels (see `sweep::profiling`).
+    #[serde(default)]
+    pub profile: Option<super::profiling::ProfileSpec>,
 }
 
 fn default_duration() -> Dur {
