@@ -182,12 +182,14 @@ pub fn check(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
         let key = i.to_string();
         match series {
             Series::Clients(counts) if counts.contains(n) => {}
-            Series::Clients(counts) => return Err(spec.error_at(
-                &["profile", "at", &key],
-                format!(
+            Series::Clients(counts) => {
+                return Err(spec.error_at(
+                    &["profile", "at", &key],
+                    format!(
                     "{n} clients is not a step of the series {counts:?}: profile a measured level"
                 ),
-            )),
+                ))
+            }
             _ => {
                 return Err(spec.error_at(
                     &["profile", "at", &key],
