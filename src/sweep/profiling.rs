@@ -226,7 +226,7 @@ pub struct PassRecord {
     pub clients: usize,
     /// Open-loop rate of the level (requests/s), absent in closed loop.
     pub rate_rps: Option<f64>,
-    /// Why this level was profiled: `busy`, `saturated`, `N clients`.
+    /// Why this level was profiled: `busy`, `saturated`, `requested` (a count in `at`).
     pub levels: Vec<String>,
     /// Whose processes were recorded.
     pub profiled: ProfileTarget,
@@ -454,7 +454,7 @@ fn add_choice(
     placement: &str,
 ) {
     let label = match level {
-        Level::Clients(_) => format!("{} clients", point.clients),
+        Level::Clients(_) => "requested".to_string(),
         named => named.to_string(),
     };
     if let Some(c) = choices.iter_mut().find(|c| c.point == point) {
@@ -811,9 +811,15 @@ fn is_perf(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "perf")
 }
 
-/// The two passes to compare: busy and saturated when both were profiled at different
-/// levels, else the lowest and the highest profiled level.
+/// The two passes to compare, the lower load first: busy and saturated when both were
+/// profiled at different levels, else the lowest and the highest profiled level.
 fn diff_pair(passes: &[(Choice, PassRecord)]) -> Option<(&PassRecord, &PassRecord)> {
+    let (a, b) = diff_ends(passes)?;
+    let load = |p: &PassRecord| p.rate_rps.unwrap_or(p.clients as f64);
+    Some(if load(b) < load(a) { (b, a) } else { (a, b) })
+}
+
+fn diff_ends(passes: &[(Choice, PassRecord)]) -> Option<(&PassRecord, &PassRecord)> {
     let ok: Vec<&(Choice, PassRecord)> = passes.iter().filter(|(_, r)| r.ok).collect();
     let with = |level: Level| ok.iter().find(|(c, _)| c.asked.contains(&level));
     if let (Some(a), Some(b)) = (with(Level::Busy), with(Level::Saturated)) {
@@ -1002,7 +1008,7 @@ mod tests {
             got,
             [
                 (2, vec!["busy".to_string()]),
-                (4, vec!["saturated".to_string(), "4 clients".to_string()])
+                (4, vec!["saturated".to_string(), "requested".to_string()])
             ]
         );
         assert_eq!(choices[0].step, "a.p.c2.r0");
@@ -1027,7 +1033,7 @@ mod tests {
             step: step.into(),
             target: "a".into(),
             placement: "p".into(),
-            clients: 1,
+            clients: step[1..].parse().unwrap(),
             rate_rps: None,
             levels: vec![],
             profiled: ProfileTarget::Server,
@@ -1066,6 +1072,13 @@ mod tests {
         let (a, b) = diff_pair(&passes[..2]).unwrap();
         assert_eq!((a.step.as_str(), b.step.as_str()), ("c1", "c2"));
         assert!((passes[0].1.change_pct().unwrap() + 3.2).abs() < 1e-9);
+        // busy above saturated (a server that never reaches 70% CPU): the lower load is A
+        let swapped = vec![
+            (choice(Level::Saturated), pass("c2", true)),
+            (choice(Level::Busy), pass("c8", true)),
+        ];
+        let (a, b) = diff_pair(&swapped).unwrap();
+        assert_eq!((a.step.as_str(), b.step.as_str()), ("c2", "c8"));
     }
 
     #[test]
