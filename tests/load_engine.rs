@@ -311,3 +311,79 @@ fn json_matches_the_checked_in_schema() {
     let broken = serde_json::json!({"schema": 1, "requests": -1});
     assert!(stairbench::schema::validate(&schema, &broken).len() > 5);
 }
+
+fn stairbench() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_stairbench"))
+}
+
+#[test]
+fn cli_writes_json_and_an_interval_log_that_reads_back() {
+    let port = msgr_echo(Arc::new(AtomicU64::new(0)));
+    let dir = tempfile::tempdir().unwrap();
+    let (json, hlog) = (dir.path().join("r.json"), dir.path().join("r.hlog"));
+    let out = stairbench()
+        .args([
+            "load",
+            &format!("msgr://127.0.0.1:{port}"),
+            "-c",
+            "2",
+            "-d",
+            "2",
+            "--msg-size",
+            "32",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .arg("--hist-log")
+        .arg(&hlog)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ops/s") && stderr.contains("lat(ms)"),
+        "per-second lines: {stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let requests = report["requests"].as_u64().unwrap();
+    assert!(requests > 0);
+    // The interval log holds one histogram per second whose counts add up to `requests`.
+    let text = std::fs::read(&hlog).unwrap();
+    let mut deserializer = hdrhistogram::serialization::Deserializer::new();
+    let mut total = 0;
+    let mut intervals = 0;
+    for item in hdrhistogram::serialization::interval_log::IntervalLogIterator::new(&text) {
+        if let hdrhistogram::serialization::interval_log::LogEntry::Interval(h) = item.unwrap() {
+            use base64::Engine as _;
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(h.encoded_histogram())
+                .unwrap();
+            let hist: hdrhistogram::Histogram<u64> =
+                deserializer.deserialize(&mut decoded.as_slice()).unwrap();
+            total += hist.len();
+            intervals += 1;
+        }
+    }
+    assert_eq!(intervals, 2);
+    assert_eq!(total, requests);
+}
+
+#[test]
+fn cli_bad_input_is_one_sentence_and_exit_2() {
+    for args in [
+        vec!["load", "ftp://127.0.0.1:1"],
+        vec!["load", "msgr://127.0.0.1:1", "--cpuset", "3-1"],
+        vec!["load", "msgr://127.0.0.1:1", "-d", "5 parsecs"],
+        vec!["load", "redis://127.0.0.1:1", "--distribution", "zipf:2"],
+    ] {
+        let out = stairbench().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(stderr.contains("error"), "{args:?}: {stderr}");
+    }
+}

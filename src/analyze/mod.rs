@@ -1,3 +1,16 @@
-//! Reading curves: knee, Universal Scalability Law, Little's law, latency modes.
+//! Reading curves: knee, Universal Scalability Law, Little's law, latency modes, noise.
+//!
+//! Everything here is a pure function over numbers a run (or a table from elsewhere) already
+//! holds, so the report module, `compare` and `stairbench analyze` share one implementation and
+//! the tests can check it against independent methods.
 
 pub mod cli;
+pub mod knee;
+pub mod little;
+pub mod modes;
+pub mod series;
+pub mod stats;
+pub mod table;
+pub mod usl;
+
+pub use series::{analyze_table, Analysis, AnalyzeError, AnalyzeOptions, GroupAnalysis};

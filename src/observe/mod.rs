@@ -1,1 +1,294 @@
 //! What is measured beside the load: process CPU, context switches, per-core busy %, perf counters.
+//!
+//! An [`Observer`] is started right before a step's measured window and finished right after
+//! it, so nothing of the ramp-up or the teardown is counted. It samples /proc at both ends
+//! (the server's process tree, /proc/stat, /proc/net/dev) and runs `perf stat` on the tree in
+//! between. What it costs is measured too: `observer_cpu_s`.
+
+pub mod environment;
+pub mod perf;
+pub mod procfs;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+pub use environment::{environment, Environment};
+pub use perf::PerfCounters;
+pub use procfs::{CoreBusy, NetCounters};
+
+/// The server process tree's figures over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TreeUsage {
+    /// The tree's root process id.
+    pub pid: i32,
+    /// Processes in the tree at the end of the window (the root and its descendants).
+    pub processes: u64,
+    /// Threads in the tree at the end of the window.
+    pub threads: u64,
+    /// User CPU, in seconds (10 ms resolution: /proc counts clock ticks).
+    pub user_s: f64,
+    /// System CPU, in seconds (10 ms resolution).
+    pub sys_s: f64,
+    /// Voluntary context switches (a thread blocked), summed over threads alive at the end.
+    pub voluntary_cs: u64,
+    /// Involuntary context switches (a thread was preempted), summed over threads alive at the end.
+    pub involuntary_cs: u64,
+    /// Minor page faults (no disk read).
+    pub minor_faults: u64,
+    /// Major page faults (a disk read).
+    pub major_faults: u64,
+}
+
+/// Everything observed beside the load during one measured window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// Length of the observed window, in seconds.
+    pub window_s: f64,
+    /// The server's process tree (None when no server pid was given or it had ended).
+    pub server: Option<TreeUsage>,
+    /// Busy % of each of the server's CPUs over the window (from /proc/stat).
+    pub server_cpus: Vec<CoreBusy>,
+    /// Busy % of each of the client's CPUs over the window (from /proc/stat).
+    pub client_cpus: Vec<CoreBusy>,
+    /// Mean busy % over the server's CPUs.
+    pub server_cpus_busy_pct: Option<f64>,
+    /// Mean busy % over the client's CPUs.
+    pub client_cpus_busy_pct: Option<f64>,
+    /// Loopback (`lo`) packets and bytes over the window (None when /proc/net/dev has no `lo`).
+    pub loopback: Option<NetCounters>,
+    /// `perf stat` counts of the server's tree; unavailable events are None, never 0.
+    pub perf: PerfCounters,
+    /// CPU the observers used, in seconds: this process while sampling plus perf's own CPU.
+    pub observer_cpu_s: f64,
+    /// What made a figure partial or unavailable.
+    pub notes: Vec<String>,
+}
+
+/// Observes one measured window; see the module documentation.
+#[derive(Debug)]
+pub struct Observer {
+    server_pid: Option<i32>,
+    server_cpus: Vec<usize>,
+    client_cpus: Vec<usize>,
+    tree: Option<procfs::TreeSample>,
+    cpu_times: BTreeMap<usize, procfs::CpuTimes>,
+    loopback: Option<NetCounters>,
+    perf: Option<perf::PerfStat>,
+    perf_note: Option<String>,
+    started: Instant,
+    own_cpu_s: f64,
+}
+
+impl Observer {
+    /// Starts observing: attaches `perf stat` to the server's tree (when there is one), then
+    /// samples /proc. Call it right before the measured window, and call [`Observer::finish`]
+    /// from the same thread (perf is tied to the starting thread's life by PR_SET_PDEATHSIG).
+    pub fn start(
+        server_pid: Option<i32>,
+        server_cpus: &[usize],
+        client_cpus: &[usize],
+    ) -> Observer {
+        let cpu0 = thread_cpu_s();
+        let proc_root = Path::new("/proc");
+        let pids = server_pid
+            .and_then(|pid| procfs::sample_tree(proc_root, pid))
+            .map(|t| t.processes.keys().copied().collect::<Vec<_>>());
+        let (perf, perf_note) = match &pids {
+            Some(pids) => match perf::PerfStat::start(pids) {
+                Ok(p) => (Some(p), None),
+                Err(why) => (None, Some(why)),
+            },
+            None => (None, None),
+        };
+        let mut obs = Observer {
+            server_pid,
+            server_cpus: server_cpus.to_vec(),
+            client_cpus: client_cpus.to_vec(),
+            tree: server_pid.and_then(|pid| procfs::sample_tree(proc_root, pid)),
+            cpu_times: read_proc_stat(),
+            loopback: read_loopback(),
+            perf,
+            perf_note,
+            started: Instant::now(),
+            own_cpu_s: 0.0,
+        };
+        obs.own_cpu_s = thread_cpu_s() - cpu0;
+        obs
+    }
+
+    /// Ends the window: samples /proc again, stops perf, and returns the differences.
+    pub fn finish(mut self) -> Observation {
+        let cpu0 = thread_cpu_s();
+        let window_s = self.started.elapsed().as_secs_f64();
+        let tree_after = self
+            .server_pid
+            .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
+        let cpu_after = read_proc_stat();
+        let lo_after = read_loopback();
+        let mut notes = Vec::new();
+        let server = self.server_usage(tree_after.as_ref(), &mut notes);
+        let (counters, perf_cpu_s) = self.finish_perf(&mut notes);
+        let server_cpus = procfs::core_busy(&self.cpu_times, &cpu_after, &self.server_cpus);
+        let client_cpus = procfs::core_busy(&self.cpu_times, &cpu_after, &self.client_cpus);
+        let loopback = match (&self.loopback, &lo_after) {
+            (Some(a), Some(b)) => Some(procfs::net_delta(a, b)),
+            _ => {
+                notes.push("no `lo` line in /proc/net/dev: loopback traffic unavailable".into());
+                None
+            }
+        };
+        let own_cpu_s = self.own_cpu_s + (thread_cpu_s() - cpu0);
+        Observation {
+            window_s,
+            server,
+            server_cpus_busy_pct: mean_busy(&server_cpus),
+            client_cpus_busy_pct: mean_busy(&client_cpus),
+            server_cpus,
+            client_cpus,
+            loopback,
+            perf: counters,
+            observer_cpu_s: own_cpu_s + perf_cpu_s,
+            notes,
+        }
+    }
+
+    fn server_usage(
+        &self,
+        after: Option<&procfs::TreeSample>,
+        notes: &mut Vec<String>,
+    ) -> Option<TreeUsage> {
+        let pid = self.server_pid?;
+        let (Some(before), Some(after)) = (&self.tree, after) else {
+            notes.push(format!(
+                "server process {pid} was not running at both ends of the window"
+            ));
+            return None;
+        };
+        let d = procfs::tree_delta(before, after);
+        if d.threads_lost > 0 {
+            notes.push(format!(
+                "{} server threads ended during the window: their context switches are not counted",
+                d.threads_lost
+            ));
+        }
+        let ticks = procfs::ticks_per_s();
+        Some(TreeUsage {
+            pid,
+            processes: after.processes.len() as u64,
+            threads: after.threads.len() as u64,
+            user_s: d.user_ticks as f64 / ticks,
+            sys_s: d.sys_ticks as f64 / ticks,
+            voluntary_cs: d.voluntary_cs,
+            involuntary_cs: d.involuntary_cs,
+            minor_faults: d.minor_faults,
+            major_faults: d.major_faults,
+        })
+    }
+
+    fn finish_perf(&mut self, notes: &mut Vec<String>) -> (PerfCounters, f64) {
+        let Some(perf) = self.perf.take() else {
+            let note = match (&self.perf_note, self.server_pid) {
+                (Some(why), _) => why.clone(),
+                (None, None) => "no server process to attach perf to".into(),
+                (None, Some(pid)) => {
+                    format!("server process {pid} was gone before perf could attach")
+                }
+            };
+            let counters = PerfCounters {
+                note: Some(note),
+                ..PerfCounters::default()
+            };
+            notes.extend(counters.note.clone());
+            return (counters, 0.0);
+        };
+        let result = perf.finish();
+        notes.extend(result.counters.note.clone());
+        (result.counters, result.perf_cpu_s)
+    }
+}
+
+/// Figures per request, as seed 003's benchreport columns; None where an input is unavailable.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerRequest {
+    /// Server CPU per request, in microseconds.
+    pub cpu_us_per_req: CpuUsPerReq,
+    /// Server context switches per request (perf's count, else /proc's voluntary + involuntary).
+    pub cs_per_req: Option<f64>,
+    /// Server CPU migrations per request (perf).
+    pub migr_per_req: Option<f64>,
+    /// Instructions per cycle.
+    pub ipc: Option<f64>,
+    /// Instructions per reference cycle (IPC without turbo's skew).
+    pub iprc: Option<f64>,
+    /// Stalled cycles per instruction (the larger of front-end and back-end stalls, as perf prints).
+    pub scpi: Option<f64>,
+    /// Last-level cache loads per request.
+    pub llc_loads_per_req: Option<f64>,
+    /// Loopback packets received per request.
+    pub pkts_per_req: Option<f64>,
+}
+
+/// Server CPU per request, in microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuUsPerReq {
+    /// User CPU per request, in microseconds.
+    pub user: Option<f64>,
+    /// System CPU per request, in microseconds.
+    pub sys: Option<f64>,
+    /// User + system CPU per request, in microseconds.
+    pub total: Option<f64>,
+}
+
+/// The per-request figures of an observation over `requests` completed requests.
+pub fn per_request(obs: &Observation, requests: u64) -> PerRequest {
+    let per = |x: Option<f64>| x.filter(|_| requests > 0).map(|v| v / requests as f64);
+    let ratio = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0 => Some(a as f64 / b as f64),
+        _ => None,
+    };
+    let server = obs.server.as_ref();
+    let p = &obs.perf;
+    let cs = p
+        .context_switches
+        .or_else(|| server.map(|s| s.voluntary_cs + s.involuntary_cs));
+    let stalled = p.stalled_cycles_frontend.max(p.stalled_cycles_backend);
+    PerRequest {
+        cpu_us_per_req: CpuUsPerReq {
+            user: per(server.map(|s| s.user_s * 1e6)),
+            sys: per(server.map(|s| s.sys_s * 1e6)),
+            total: per(server.map(|s| (s.user_s + s.sys_s) * 1e6)),
+        },
+        cs_per_req: per(cs.map(|v| v as f64)),
+        migr_per_req: per(p.cpu_migrations.map(|v| v as f64)),
+        ipc: ratio(p.instructions, p.cycles),
+        iprc: ratio(p.instructions, p.ref_cycles),
+        scpi: ratio(stalled, p.instructions),
+        llc_loads_per_req: per(p.llc_loads.map(|v| v as f64)),
+        pkts_per_req: per(obs.loopback.map(|l| l.rx_packets as f64)),
+    }
+}
+
+fn mean_busy(cores: &[CoreBusy]) -> Option<f64> {
+    (!cores.is_empty()).then(|| cores.iter().map(|c| c.busy_pct).sum::<f64>() / cores.len() as f64)
+}
+
+fn read_proc_stat() -> BTreeMap<usize, procfs::CpuTimes> {
+    std::fs::read_to_string("/proc/stat")
+        .map(|t| procfs::parse_proc_stat(&t))
+        .unwrap_or_default()
+}
+
+fn read_loopback() -> Option<NetCounters> {
+    let text = std::fs::read_to_string("/proc/net/dev").ok()?;
+    procfs::parse_net_dev(&text, "lo")
+}
+
+/// CPU time of the calling thread, in seconds.
+fn thread_cpu_s() -> f64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
+        .unwrap_or(0.0)
+}

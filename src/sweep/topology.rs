@@ -1,12 +1,986 @@
 //! CPU topology from /sys and the cpusets of each placement policy.
+//!
+//! A placement gives the server and the client their cpusets. The rules reproduce seed 000's
+//! table: `separated` puts each side on its own physical cores (one thread per core), on
+//! different NUMA nodes when there are two or more; `balanced` gives each side whole cores
+//! (with their SMT siblings) spread round-robin over all nodes; `shared` gives both sides
+//! every CPU. A custom table in seed 000's JSON format is taken verbatim.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::str::FromStr;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::cpuset;
+
+/// One online logical CPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cpu {
+    /// The kernel's CPU number.
+    pub id: usize,
+    /// The core id within its package (`topology/core_id`).
+    pub core_id: usize,
+    /// The physical package (socket) (`topology/physical_package_id`).
+    pub package: usize,
+    /// The NUMA node holding this CPU (0 when the machine reports none).
+    pub node: usize,
+    /// The SMT siblings of this CPU, itself included (`topology/thread_siblings_list`).
+    pub siblings: Vec<usize>,
+}
+
+/// One physical core: its hardware threads, lowest CPU number first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Core {
+    /// The physical package (socket).
+    pub package: usize,
+    /// The NUMA node of the core's first thread.
+    pub node: usize,
+    /// The logical CPUs of this core, sorted.
+    pub threads: Vec<usize>,
+}
+
+/// The machine's online CPUs, cores, packages and NUMA nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// Every online CPU, by CPU number.
+    pub cpus: Vec<Cpu>,
+}
+
+/// A topology that could not be read.
+#[derive(Debug, Error)]
+pub enum TopologyError {
+    /// A sysfs file was missing or unreadable.
+    #[error("cannot read {path}: {source} (is {root} a sysfs tree? pass --sysfs ROOT)")]
+    Read {
+        path: PathBuf,
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    /// A sysfs file held something other than what the kernel writes there.
+    #[error("{path} holds {content:?}, expected {expected}")]
+    Parse {
+        path: PathBuf,
+        content: String,
+        expected: &'static str,
+    },
+}
+
+/// A placement policy: how the server's and the client's cpusets are chosen. Written as its
+/// name ("separated", "balanced", "shared", or a custom table's policy name) in specs and JSON.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum Policy {
+    /// Disjoint physical cores, one thread each, on different NUMA nodes when there are two.
+    Separated,
+    /// Whole cores with their SMT siblings, spread over all NUMA nodes.
+    Balanced,
+    /// Both sides on every CPU.
+    Shared,
+    /// A named entry of a custom cpuset table (seed 000's JSON format).
+    Custom(String),
+}
+
+/// The cpusets of the server and the client, in the order they are written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The server's CPUs.
+    pub server: Vec<usize>,
+    /// The client's CPUs.
+    pub client: Vec<usize>,
+}
+
+/// A placement that cannot be made on this machine.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PlacementError {
+    /// The machine has too few CPUs for the requested count.
+    #[error("{policy} with {count} CPUs per side needs {needed}, but this machine has {have}")]
+    TooFewCpus {
+        policy: String,
+        count: usize,
+        needed: String,
+        have: String,
+    },
+    /// A count of zero CPUs was asked for.
+    #[error("a placement needs at least 1 CPU per side, got 0")]
+    ZeroCount,
+    /// A custom policy is resolved from its table, not from the topology.
+    #[error("placement {name:?} is a custom table: look it up with CustomPlacement::lookup")]
+    CustomNeedsTable { name: String },
+    /// A custom table has no entry for this count.
+    #[error("custom placement {name:?} has no cpusets for {count} CPUs (it lists {listed})")]
+    NoCustomEntry {
+        name: String,
+        count: usize,
+        listed: String,
+    },
+    /// A cpuset names a CPU that is not online.
+    #[error(
+        "{side} cpuset {cpuset:?} names CPU {cpu}, which is not online here (online: {online})"
+    )]
+    OfflineCpu {
+        side: &'static str,
+        cpuset: String,
+        cpu: usize,
+        online: String,
+    },
+}
+
+/// A custom cpuset table that could not be read.
+#[derive(Debug, Error)]
+pub enum CustomTableError {
+    /// Not JSON of the expected shape.
+    #[error("custom cpuset table is not of the form {{\"policy\": {{\"server\": {{\"2\": \"0,56\"}}, \"client\": {{...}}}}}}: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A key was not a count or a value not a CPU list.
+    #[error("custom cpuset table, {policy}.{side}.{key}: {why}")]
+    Entry {
+        policy: String,
+        side: &'static str,
+        key: String,
+        why: String,
+    },
+    /// The server and client sides list different counts.
+    #[error("custom cpuset table, {policy}: count {count} is listed for the {present} but not for the {missing}")]
+    Unpaired {
+        policy: String,
+        count: usize,
+        present: &'static str,
+        missing: &'static str,
+    },
+}
+
+/// One policy of a custom table: the cpusets by count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomPlacement {
+    /// The policy's name in the table.
+    pub name: String,
+    /// The placement for each count.
+    pub by_count: BTreeMap<usize, Placement>,
+}
+
+impl Topology {
+    /// Reads the running machine's topology from /sys.
+    pub fn detect() -> Result<Topology, TopologyError> {
+        Topology::from_sysfs(Path::new("/sys"))
+    }
+
+    /// Reads the topology from a sysfs tree rooted at `root` (normally "/sys").
+    pub fn from_sysfs(root: &Path) -> Result<Topology, TopologyError> {
+        let cpu_dir = root.join("devices/system/cpu");
+        let online = read_cpu_list(root, &cpu_dir.join("online"))?;
+        let node_of = read_nodes(root)?;
+        let mut cpus = Vec::with_capacity(online.len());
+        for id in online {
+            let topo = cpu_dir.join(format!("cpu{id}/topology"));
+            let siblings = read_cpu_list(root, &topo.join("thread_siblings_list"))?;
+            cpus.push(Cpu {
+                id,
+                core_id: read_number(root, &topo.join("core_id"))?,
+                package: read_number(root, &topo.join("physical_package_id"))?,
+                node: node_of.get(&id).copied().unwrap_or(0),
+                siblings,
+            });
+        }
+        Ok(Topology::from_cpus(cpus))
+    }
+
+    /// Builds a topology from a list of CPUs (sorted by CPU number here).
+    pub fn from_cpus(mut cpus: Vec<Cpu>) -> Topology {
+        cpus.sort_by_key(|c| c.id);
+        Topology { cpus }
+    }
+
+    /// The online CPU numbers.
+    pub fn cpu_ids(&self) -> Vec<usize> {
+        self.cpus.iter().map(|c| c.id).collect()
+    }
+
+    /// The NUMA node numbers, ascending.
+    pub fn nodes(&self) -> Vec<usize> {
+        let set: BTreeSet<usize> = self.cpus.iter().map(|c| c.node).collect();
+        set.into_iter().collect()
+    }
+
+    /// The CPUs of one NUMA node.
+    pub fn node_cpus(&self, node: usize) -> Vec<usize> {
+        self.cpus
+            .iter()
+            .filter(|c| c.node == node)
+            .map(|c| c.id)
+            .collect()
+    }
+
+    /// The packages (sockets), ascending.
+    pub fn packages(&self) -> Vec<usize> {
+        let set: BTreeSet<usize> = self.cpus.iter().map(|c| c.package).collect();
+        set.into_iter().collect()
+    }
+
+    /// The physical cores, ordered by node, then by their lowest CPU number.
+    pub fn cores(&self) -> Vec<Core> {
+        let mut by_key: BTreeMap<(usize, usize), Vec<usize>> = BTreeMap::new();
+        for c in &self.cpus {
+            by_key.entry((c.package, c.core_id)).or_default().push(c.id);
+        }
+        let node_of: BTreeMap<usize, usize> = self.cpus.iter().map(|c| (c.id, c.node)).collect();
+        let mut cores: Vec<Core> = by_key
+            .into_iter()
+            .map(|((package, _), mut threads)| {
+                threads.sort_unstable();
+                Core {
+                    package,
+                    node: node_of[&threads[0]],
+                    threads,
+                }
+            })
+            .collect();
+        cores.sort_by_key(|c| (c.node, c.threads[0]));
+        cores
+    }
+
+    /// The most hardware threads any core has (1 without SMT).
+    pub fn threads_per_core(&self) -> usize {
+        self.cores()
+            .iter()
+            .map(|c| c.threads.len())
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// True when some core runs more than one hardware thread.
+    pub fn smt(&self) -> bool {
+        self.threads_per_core() > 1
+    }
+
+    /// One line: CPUs, packages, cores, threads per core, nodes.
+    pub fn summary(&self) -> String {
+        let nodes = self.nodes().len();
+        format!(
+            "{} CPUs online ({}), {} package{}, {} physical cores, {} thread{} per core (SMT {}), {} NUMA node{}",
+            self.cpus.len(),
+            cpuset::format(&self.cpu_ids()),
+            self.packages().len(),
+            plural(self.packages().len()),
+            self.cores().len(),
+            self.threads_per_core(),
+            plural(self.threads_per_core()),
+            if self.smt() { "on" } else { "off" },
+            nodes,
+            plural(nodes),
+        )
+    }
+
+    /// The cpusets `policy` gives with `count` CPUs per side (one CPU per client, as in seed 000).
+    pub fn placement_for(
+        &self,
+        policy: &Policy,
+        count: usize,
+    ) -> Result<Placement, PlacementError> {
+        if count == 0 {
+            return Err(PlacementError::ZeroCount);
+        }
+        match policy {
+            Policy::Separated => self.separated(count),
+            Policy::Balanced => self.balanced(count),
+            Policy::Shared => Ok(self.shared()),
+            Policy::Custom(name) => Err(PlacementError::CustomNeedsTable { name: name.clone() }),
+        }
+    }
+
+    /// The placement for a whole series whose cpusets do not follow the client count:
+    /// each side gets half the machine (`shared`: both get all of it).
+    pub fn fixed_placement(&self, policy: &Policy) -> Result<Placement, PlacementError> {
+        match policy {
+            Policy::Separated => {
+                let (server_cores, client_cores) = self.separated_groups();
+                let per_side = if client_cores.is_empty() {
+                    server_cores.len() / 2
+                } else {
+                    server_cores.len().min(client_cores.len())
+                };
+                self.separated(per_side.max(1))
+            }
+            Policy::Balanced => self.balanced((self.cpus.len() / 2).max(1)),
+            Policy::Shared => Ok(self.shared()),
+            Policy::Custom(name) => Err(PlacementError::CustomNeedsTable { name: name.clone() }),
+        }
+    }
+
+    /// On one NUMA node without SMT, `balanced` and `separated` give the same cpusets: says so.
+    pub fn coincide_note(&self) -> Option<String> {
+        if self.nodes().len() > 1 || self.smt() {
+            return None;
+        }
+        Some(format!(
+            "this machine has one NUMA node and no SMT ({} cores), so `balanced` and `separated` \
+             give the same cpusets: comparing them measures nothing but noise",
+            self.cores().len()
+        ))
+    }
+
+    /// Checks that every CPU of a placement is online here.
+    pub fn check(&self, placement: &Placement) -> Result<(), PlacementError> {
+        let online: BTreeSet<usize> = self.cpus.iter().map(|c| c.id).collect();
+        for (side, cpus) in [("server", &placement.server), ("client", &placement.client)] {
+            if let Some(&cpu) = cpus.iter().find(|c| !online.contains(c)) {
+                return Err(PlacementError::OfflineCpu {
+                    side,
+                    cpuset: cpuset::format(cpus),
+                    cpu,
+                    online: cpuset::format(&self.cpu_ids()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn shared(&self) -> Placement {
+        Placement {
+            server: self.cpu_ids(),
+            client: self.cpu_ids(),
+        }
+    }
+
+    /// The cores the server and the client draw from under `separated`: the first half of
+    /// the NUMA nodes and the rest; with one node, both draw from the same cores (client empty).
+    fn separated_groups(&self) -> (Vec<Core>, Vec<Core>) {
+        let nodes = self.nodes();
+        let cores = self.cores();
+        if nodes.len() < 2 {
+            return (cores, Vec::new());
+        }
+        let server_nodes: BTreeSet<usize> =
+            nodes[..nodes.len().div_ceil(2)].iter().copied().collect();
+        cores
+            .into_iter()
+            .partition(|c| server_nodes.contains(&c.node))
+    }
+
+    fn separated(&self, count: usize) -> Result<Placement, PlacementError> {
+        let (server_cores, client_cores) = self.separated_groups();
+        let first_threads = |cores: &[Core]| cores.iter().map(|c| c.threads[0]).collect::<Vec<_>>();
+        if client_cores.is_empty() {
+            let all = first_threads(&server_cores);
+            if all.len() < 2 * count {
+                return Err(self.too_few("separated", count, 2 * count, "physical cores"));
+            }
+            return Ok(Placement {
+                server: all[..count].to_vec(),
+                client: all[count..2 * count].to_vec(),
+            });
+        }
+        let (server, client) = (first_threads(&server_cores), first_threads(&client_cores));
+        if server.len() < count || client.len() < count {
+            return Err(PlacementError::TooFewCpus {
+                policy: "separated".into(),
+                count,
+                needed: format!(
+                    "{count} physical cores on the server's NUMA nodes and {count} on the client's"
+                ),
+                have: format!("{} and {}", server.len(), client.len()),
+            });
+        }
+        Ok(Placement {
+            server: server[..count].to_vec(),
+            client: client[..count].to_vec(),
+        })
+    }
+
+    fn balanced(&self, count: usize) -> Result<Placement, PlacementError> {
+        if 2 * count > self.cpus.len() {
+            return Err(self.too_few("balanced", count, 2 * count, "CPUs"));
+        }
+        let per_node = self.cores_by_node();
+        let mut taken: Vec<Vec<bool>> = per_node.iter().map(|cs| vec![false; cs.len()]).collect();
+        let server = take_round_robin(&per_node, &mut taken, &vec![0; per_node.len()], count)
+            .expect("2×count ≤ CPUs, so the server's share fits");
+        // The client starts at the same core index on every node, past the largest server
+        // share (seed 000's table); when that runs off a node, it takes whatever is free.
+        let start = vec![server.iter().map(Vec::len).max().unwrap_or(0); per_node.len()];
+        let mut trial = taken.clone();
+        let client = match take_round_robin(&per_node, &mut trial, &start, count) {
+            Some(client) => client,
+            None => take_round_robin(&per_node, &mut taken, &vec![0; per_node.len()], count)
+                .ok_or_else(|| self.too_few("balanced", count, 2 * count, "CPUs"))?,
+        };
+        Ok(Placement {
+            server: order_by_thread(&server, count),
+            client: order_by_thread(&client, count),
+        })
+    }
+
+    fn cores_by_node(&self) -> Vec<Vec<Core>> {
+        let mut by_node: BTreeMap<usize, Vec<Core>> = BTreeMap::new();
+        for core in self.cores() {
+            by_node.entry(core.node).or_default().push(core);
+        }
+        by_node.into_values().collect()
+    }
+
+    fn too_few(&self, policy: &str, count: usize, needed: usize, what: &str) -> PlacementError {
+        let have = match what {
+            "physical cores" => self.cores().len(),
+            _ => self.cpus.len(),
+        };
+        PlacementError::TooFewCpus {
+            policy: policy.into(),
+            count,
+            needed: format!("{needed} {what}"),
+            have: format!("{have} {what}"),
+        }
+    }
+}
+
+/// Takes free cores round-robin over the nodes (node 0's next core, node 1's next, ...),
+/// starting on each node at `start[node]`, until `count` threads are held; marks them taken.
+/// Returns the chosen cores per node, or None when the free cores run out.
+fn take_round_robin(
+    per_node: &[Vec<Core>],
+    taken: &mut [Vec<bool>],
+    start: &[usize],
+    count: usize,
+) -> Option<Vec<Vec<Core>>> {
+    let mut chosen: Vec<Vec<Core>> = vec![Vec::new(); per_node.len()];
+    let mut next = start.to_vec();
+    let mut threads = 0;
+    while threads < count {
+        let mut progressed = false;
+        for (node, cores) in per_node.iter().enumerate() {
+            if threads >= count {
+                break;
+            }
+            while next[node] < cores.len() && taken[node][next[node]] {
+                next[node] += 1;
+            }
+            if next[node] < cores.len() {
+                taken[node][next[node]] = true;
+                chosen[node].push(cores[next[node]].clone());
+                threads += cores[next[node]].threads.len();
+                next[node] += 1;
+                progressed = true;
+            }
+        }
+        if !progressed {
+            return None;
+        }
+    }
+    Some(chosen)
+}
+
+/// Writes each node's cores as seed 000 does: first threads, then second threads, ...
+/// ("0-1,56-57,28-29,84-85"), keeping `count` CPUs (the last core chosen may be split).
+fn order_by_thread(chosen: &[Vec<Core>], count: usize) -> Vec<usize> {
+    let mut keep: BTreeSet<usize> = chosen
+        .iter()
+        .flatten()
+        .flat_map(|c| c.threads.clone())
+        .collect();
+    let mut extra = keep.len().saturating_sub(count);
+    // The last core taken is the one round-robin took last: drop its highest threads.
+    let last = last_taken(chosen);
+    if let Some(core) = last {
+        for t in core.threads.iter().rev() {
+            if extra == 0 {
+                break;
+            }
+            keep.remove(t);
+            extra -= 1;
+        }
+    }
+    let mut out = Vec::with_capacity(count);
+    for cores in chosen {
+        let width = cores.iter().map(|c| c.threads.len()).max().unwrap_or(0);
+        for slot in 0..width {
+            out.extend(
+                cores
+                    .iter()
+                    .filter_map(|c| c.threads.get(slot))
+                    .filter(|t| keep.contains(t)),
+            );
+        }
+    }
+    out
+}
+
+/// The core round-robin took last: the last core of the last node among those holding the
+/// most cores.
+fn last_taken(chosen: &[Vec<Core>]) -> Option<&Core> {
+    let most = chosen.iter().map(Vec::len).max()?;
+    chosen
+        .iter()
+        .rev()
+        .find(|cores| cores.len() == most)
+        .and_then(|cores| cores.last())
+}
+
+impl CustomPlacement {
+    /// The placement this table lists for `count`.
+    pub fn lookup(&self, count: usize) -> Result<Placement, PlacementError> {
+        self.by_count
+            .get(&count)
+            .cloned()
+            .ok_or_else(|| PlacementError::NoCustomEntry {
+                name: self.name.clone(),
+                count,
+                listed: self
+                    .by_count
+                    .keys()
+                    .map(|k| k.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
+
+/// Reads a cpuset table in seed 000's JSON format, verbatim (the order of CPUs is kept):
+/// `{"balanced": {"server": {"2": "0,56", ...}, "client": {"2": "1,57", ...}}, ...}`.
+pub fn load_custom_table(
+    json: &str,
+) -> Result<BTreeMap<String, CustomPlacement>, CustomTableError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Sides {
+        server: BTreeMap<String, String>,
+        client: BTreeMap<String, String>,
+    }
+    let raw: BTreeMap<String, Sides> = serde_json::from_str(json)?;
+    let mut out = BTreeMap::new();
+    for (name, sides) in raw {
+        let server = parse_side(&name, "server", &sides.server)?;
+        let client = parse_side(&name, "client", &sides.client)?;
+        let mut by_count = BTreeMap::new();
+        for (&count, s) in &server {
+            let c = client
+                .get(&count)
+                .ok_or_else(|| CustomTableError::Unpaired {
+                    policy: name.clone(),
+                    count,
+                    present: "server",
+                    missing: "client",
+                })?;
+            by_count.insert(
+                count,
+                Placement {
+                    server: s.clone(),
+                    client: c.clone(),
+                },
+            );
+        }
+        if let Some(&count) = client.keys().find(|k| !server.contains_key(k)) {
+            return Err(CustomTableError::Unpaired {
+                policy: name,
+                count,
+                present: "client",
+                missing: "server",
+            });
+        }
+        out.insert(name.clone(), CustomPlacement { name, by_count });
+    }
+    Ok(out)
+}
+
+fn parse_side(
+    policy: &str,
+    side: &'static str,
+    entries: &BTreeMap<String, String>,
+) -> Result<BTreeMap<usize, Vec<usize>>, CustomTableError> {
+    let err = |key: &str, why: String| CustomTableError::Entry {
+        policy: policy.to_string(),
+        side,
+        key: key.to_string(),
+        why,
+    };
+    let mut out = BTreeMap::new();
+    for (key, list) in entries {
+        let count: usize = key
+            .parse()
+            .map_err(|_| err(key, "the key must be a CPU count such as \"8\"".into()))?;
+        out.insert(
+            count,
+            parse_ordered(list).map_err(|e| err(key, e.to_string()))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Parses a CPU list keeping the order written ("0,56,28,84" stays in that order).
+fn parse_ordered(list: &str) -> Result<Vec<usize>, cpuset::CpuListError> {
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        for cpu in cpuset::parse(part)? {
+            if !out.contains(&cpu) {
+                out.push(cpu);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Policy {
+    /// The policy's name as written in specs and tables.
+    pub fn name(&self) -> &str {
+        match self {
+            Policy::Separated => "separated",
+            Policy::Balanced => "balanced",
+            Policy::Shared => "shared",
+            Policy::Custom(name) => name,
+        }
+    }
+
+    /// The three built-in policies.
+    pub fn builtin() -> [Policy; 3] {
+        [Policy::Separated, Policy::Balanced, Policy::Shared]
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl From<String> for Policy {
+    fn from(s: String) -> Policy {
+        match s.parse() {
+            Ok(p) => p,
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl From<Policy> for String {
+    fn from(p: Policy) -> String {
+        p.name().to_string()
+    }
+}
+
+impl FromStr for Policy {
+    type Err = std::convert::Infallible;
+
+    /// "separated", "balanced", "shared"; any other name is a custom table's policy.
+    fn from_str(s: &str) -> Result<Policy, Self::Err> {
+        Ok(match s {
+            "separated" => Policy::Separated,
+            "balanced" => Policy::Balanced,
+            "shared" => Policy::Shared,
+            other => Policy::Custom(other.to_string()),
+        })
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn read_text(root: &Path, path: &Path) -> Result<String, TopologyError> {
+    std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+        path: path.to_path_buf(),
+        root: root.to_path_buf(),
+        source,
+    })
+}
+
+fn read_number(root: &Path, path: &Path) -> Result<usize, TopologyError> {
+    let text = read_text(root, path)?;
+    // Some platforms write -1 for an unknown package or core: treat it as 0.
+    match text.trim() {
+        "-1" => Ok(0),
+        t => t.parse().map_err(|_| TopologyError::Parse {
+            path: path.to_path_buf(),
+            content: text.trim().to_string(),
+            expected: "a number",
+        }),
+    }
+}
+
+fn read_cpu_list(root: &Path, path: &Path) -> Result<Vec<usize>, TopologyError> {
+    let text = read_text(root, path)?;
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    cpuset::parse(text.trim()).map_err(|_| TopologyError::Parse {
+        path: path.to_path_buf(),
+        content: text.trim().to_string(),
+        expected: "a CPU list such as 0-3,8",
+    })
+}
+
+/// CPU → NUMA node, from /sys/devices/system/node/node*/cpulist (empty without NUMA support).
+fn read_nodes(root: &Path) -> Result<BTreeMap<usize, usize>, TopologyError> {
+    let dir = root.join("devices/system/node");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(BTreeMap::new());
+    };
+    let mut node_of = BTreeMap::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(node) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        for cpu in read_cpu_list(root, &entry.path().join("cpulist"))? {
+            node_of.insert(cpu, node);
+        }
+    }
+    Ok(node_of)
+}
+
+// ---------------------------------------------------------------------------------------
+// `stairbench topology`
 
 /// Options of `stairbench topology`.
 #[derive(Debug, clap::Args)]
-pub struct TopologyArgs {}
+pub struct TopologyArgs {
+    /// Print JSON: cpus, nodes, smt and the placements in seed 000's table format.
+    #[arg(long)]
+    pub json: bool,
+    /// Read the topology from this sysfs tree instead of /sys.
+    #[arg(long, value_name = "ROOT", default_value = "/sys")]
+    pub sysfs: PathBuf,
+    /// CPU counts per side to place (default: powers of two up to the CPU count, and the CPU count).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    pub counts: Vec<usize>,
+}
 
-/// Prints the topology.
-pub fn run(_args: TopologyArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("topology is not built yet")
+/// The JSON `stairbench topology --json` prints.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TopologyReport {
+    /// Number of online CPUs.
+    pub cpus: usize,
+    /// Number of NUMA nodes.
+    pub nodes: usize,
+    /// True when cores run more than one hardware thread.
+    pub smt: bool,
+    /// Number of physical packages (sockets).
+    pub packages: usize,
+    /// Number of physical cores.
+    pub cores: usize,
+    /// Hardware threads per core (the most any core has).
+    pub threads_per_core: usize,
+    /// The CPU list of each NUMA node, by node number.
+    pub node_cpus: BTreeMap<String, String>,
+    /// Cpusets by policy, side and count, in seed 000's table format.
+    pub placements: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
+    /// Why a policy gives no placement for a count, by policy and count.
+    pub skipped: BTreeMap<String, BTreeMap<String, String>>,
+    /// Set when `balanced` and `separated` coincide on this machine.
+    pub note: Option<String>,
+}
+
+/// Prints the topology and the cpusets each policy gives for each count.
+pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
+    let topo = Topology::from_sysfs(&args.sysfs)
+        .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
+    let counts = if args.counts.is_empty() {
+        default_counts(topo.cpus.len())
+    } else {
+        args.counts.clone()
+    };
+    let report = report(&topo, &counts);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&topo, &report, &counts);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Powers of two up to `cpus`, then `cpus` itself.
+pub fn default_counts(cpus: usize) -> Vec<usize> {
+    let mut counts: Vec<usize> = std::iter::successors(Some(1usize), |n| n.checked_mul(2))
+        .take_while(|&n| n <= cpus)
+        .collect();
+    if counts.last() != Some(&cpus) && cpus > 0 {
+        counts.push(cpus);
+    }
+    counts
+}
+
+/// The topology and its placements for `counts`, as `stairbench topology --json` prints them.
+pub fn report(topo: &Topology, counts: &[usize]) -> TopologyReport {
+    let mut placements = BTreeMap::new();
+    let mut skipped = BTreeMap::new();
+    for policy in Policy::builtin() {
+        let mut sides: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        let mut why: BTreeMap<String, String> = BTreeMap::new();
+        for &count in counts {
+            match topo.placement_for(&policy, count) {
+                Ok(p) => {
+                    sides
+                        .entry("server".into())
+                        .or_default()
+                        .insert(count.to_string(), cpuset::format(&p.server));
+                    sides
+                        .entry("client".into())
+                        .or_default()
+                        .insert(count.to_string(), cpuset::format(&p.client));
+                }
+                Err(e) => {
+                    why.insert(count.to_string(), e.to_string());
+                }
+            }
+        }
+        placements.insert(policy.name().to_string(), sides);
+        if !why.is_empty() {
+            skipped.insert(policy.name().to_string(), why);
+        }
+    }
+    TopologyReport {
+        cpus: topo.cpus.len(),
+        nodes: topo.nodes().len(),
+        smt: topo.smt(),
+        packages: topo.packages().len(),
+        cores: topo.cores().len(),
+        threads_per_core: topo.threads_per_core(),
+        node_cpus: topo
+            .nodes()
+            .into_iter()
+            .map(|n| (n.to_string(), cpuset::format(&topo.node_cpus(n))))
+            .collect(),
+        placements,
+        skipped,
+        note: topo.coincide_note(),
+    }
+}
+
+fn print_text(topo: &Topology, report: &TopologyReport, counts: &[usize]) {
+    println!("{}", topo.summary());
+    for (node, cpus) in &report.node_cpus {
+        println!("  NUMA node {node}: {cpus}");
+    }
+    if let Some(note) = &report.note {
+        println!("note: {note}");
+    }
+    println!();
+    println!("{:<10} {:>5}  {:<32} client", "policy", "count", "server");
+    for policy in Policy::builtin() {
+        let name = policy.name();
+        for count in counts {
+            let key = count.to_string();
+            let cell = |side: &str| {
+                report.placements[name]
+                    .get(side)
+                    .and_then(|m| m.get(&key))
+                    .cloned()
+            };
+            match (cell("server"), cell("client")) {
+                (Some(s), Some(c)) => println!("{name:<10} {count:>5}  {s:<32} {c}"),
+                _ => {
+                    let why = report.skipped.get(name).and_then(|m| m.get(&key));
+                    println!(
+                        "{name:<10} {count:>5}  skipped: {}",
+                        why.map_or("", String::as_str)
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A machine built in memory: `nodes` nodes × `cores` cores × `threads` threads, numbered
+    /// as Linux numbers Intel machines (all first threads, then all second threads).
+    fn machine(nodes: usize, cores: usize, threads: usize) -> Topology {
+        let per_thread = nodes * cores;
+        let mut cpus = Vec::new();
+        for t in 0..threads {
+            for n in 0..nodes {
+                for c in 0..cores {
+                    let first = n * cores + c;
+                    cpus.push(Cpu {
+                        id: t * per_thread + first,
+                        core_id: c,
+                        package: n,
+                        node: n,
+                        siblings: (0..threads).map(|k| k * per_thread + first).collect(),
+                    });
+                }
+            }
+        }
+        Topology::from_cpus(cpus)
+    }
+
+    #[test]
+    fn one_node_smt_separated_uses_first_threads_only() {
+        let topo = machine(1, 4, 2);
+        let p = topo.placement_for(&Policy::Separated, 2).unwrap();
+        assert_eq!(p.server, vec![0, 1]);
+        assert_eq!(p.client, vec![2, 3]);
+        let b = topo.placement_for(&Policy::Balanced, 2).unwrap();
+        assert_eq!(b.server, vec![0, 4]);
+        assert_eq!(b.client, vec![1, 5]);
+        assert!(topo.coincide_note().is_none());
+    }
+
+    #[test]
+    fn odd_count_splits_the_last_core() {
+        let topo = machine(2, 4, 2);
+        let b = topo.placement_for(&Policy::Balanced, 3).unwrap();
+        assert_eq!(b.server.len(), 3);
+        assert_eq!(b.client.len(), 3);
+        assert!(b.server.iter().all(|c| !b.client.contains(c)));
+    }
+
+    #[test]
+    fn balanced_falls_back_when_the_aligned_start_runs_off_a_node() {
+        // 2 nodes × 3 cores, no SMT, 3 per side: server takes 2+1, the aligned start (2)
+        // leaves room for only 1+1, so the client takes the free cores instead.
+        let topo = machine(2, 3, 1);
+        let b = topo.placement_for(&Policy::Balanced, 3).unwrap();
+        let mut all: Vec<usize> = b.server.iter().chain(&b.client).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn zero_count_is_an_error() {
+        assert_eq!(
+            machine(1, 2, 1).placement_for(&Policy::Balanced, 0),
+            Err(PlacementError::ZeroCount)
+        );
+    }
+
+    #[test]
+    fn default_counts_are_powers_of_two_then_all() {
+        assert_eq!(default_counts(112), vec![1, 2, 4, 8, 16, 32, 64, 112]);
+        assert_eq!(default_counts(2), vec![1, 2]);
+        assert_eq!(default_counts(32), vec![1, 2, 4, 8, 16, 32]);
+    }
+
+    #[test]
+    fn policy_names_round_trip() {
+        for name in ["separated", "balanced", "shared", "mine"] {
+            assert_eq!(name.parse::<Policy>().unwrap().name(), name);
+            let json = format!("{name:?}");
+            let p: Policy = serde_json::from_str(&json).unwrap();
+            assert_eq!(serde_json::to_string(&p).unwrap(), json);
+        }
+        assert_eq!(
+            serde_json::from_str::<Policy>("\"shared\"").unwrap(),
+            Policy::Shared
+        );
+    }
+
+    #[test]
+    fn ordered_lists_keep_their_order() {
+        assert_eq!(parse_ordered("0,56,28,84").unwrap(), vec![0, 56, 28, 84]);
+        assert_eq!(
+            parse_ordered("4-7,60-63").unwrap(),
+            vec![4, 5, 6, 7, 60, 61, 62, 63]
+        );
+    }
 }

@@ -1,0 +1,297 @@
+//! Where a curve bends: Kneedle (Satopää et al., 2011) and the saturation and busy points.
+//!
+//! Throughput against clients is concave and increasing up to its maximum: the knee is where
+//! adding clients stops paying. Latency against throughput is a hockey stick, but at low load it
+//! may fall as load rises (CPU power states), so the latency curve is first replaced by its
+//! lower envelope from the right (the least latency seen at this load or higher), which keeps
+//! the rise and drops the dips.
+
+use serde::Serialize;
+
+/// Kneedle's sensitivity S: how far the difference curve must fall after a maximum.
+pub const SENSITIVITY: f64 = 1.0;
+/// Throughput within this fraction of its maximum counts as saturated.
+pub const SATURATION_FRACTION: f64 = 0.95;
+/// Server CPU utilisation (percent) below which a step still counts as not busy.
+pub const BUSY_CPU_PCT: f64 = 70.0;
+
+/// The shape Kneedle looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Rising and flattening (throughput vs clients): the knee is above the chord.
+    ConcaveIncreasing,
+    /// Flat then rising steeply (latency vs throughput): the knee is below the chord.
+    ConvexIncreasing,
+}
+
+/// Kneedle on points sorted by x: the index of the knee, or None when the curve has no bend
+/// (a straight line, fewer than 3 points, or no x or y range).
+pub fn kneedle(points: &[(f64, f64)], shape: Shape) -> Option<usize> {
+    if points.len() < 3 {
+        return None;
+    }
+    let diff = difference_curve(points, shape)?;
+    let xs = normalise(&points.iter().map(|p| p.0).collect::<Vec<_>>())?;
+    let mean_step = (xs[xs.len() - 1] - xs[0]) / (xs.len() - 1) as f64;
+    first_confirmed_maximum(&diff, SENSITIVITY * mean_step)
+}
+
+/// Kneedle's difference curve: distance of the normalised curve from the chord y = x.
+fn difference_curve(points: &[(f64, f64)], shape: Shape) -> Option<Vec<f64>> {
+    let xs = normalise(&points.iter().map(|p| p.0).collect::<Vec<_>>())?;
+    let ys = normalise(&points.iter().map(|p| p.1).collect::<Vec<_>>())?;
+    Some(
+        xs.iter()
+            .zip(&ys)
+            .map(|(x, y)| match shape {
+                Shape::ConcaveIncreasing => y - x,
+                Shape::ConvexIncreasing => x - y,
+            })
+            .collect(),
+    )
+}
+
+fn normalise(values: &[f64]) -> Option<Vec<f64>> {
+    let low = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let range = high - low;
+    (range > 0.0 && range.is_finite()).then(|| values.iter().map(|v| (v - low) / range).collect())
+}
+
+/// The first local maximum of `diff` after which the curve falls below max − threshold before
+/// rising above that maximum. Both curves analysed here end on the chord (difference 0), so a
+/// real bend is always confirmed by the end of the data; noise on a straight line never is.
+fn first_confirmed_maximum(diff: &[f64], threshold: f64) -> Option<usize> {
+    let last = diff.len() - 1;
+    let maxima = (1..last).filter(|&i| diff[i] >= diff[i - 1] && diff[i] > diff[i + 1]);
+    for i in maxima {
+        if diff[i] <= 0.0 {
+            continue;
+        }
+        let limit = diff[i] - threshold;
+        for &d in &diff[i + 1..] {
+            if d > diff[i] {
+                break;
+            }
+            if d < limit {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+/// The knees and limits of one series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KneeSummary {
+    /// Load at the knee of throughput vs load (Kneedle); None when the curve has no bend.
+    pub throughput_knee: Option<f64>,
+    /// Load at the knee of latency vs throughput (Kneedle on the lower envelope of latency).
+    pub latency_knee: Option<f64>,
+    /// Highest measured throughput.
+    pub max_throughput: f64,
+    /// Load at which the highest throughput was measured.
+    pub max_throughput_at: f64,
+    /// Smallest load whose throughput is within 5% of the maximum.
+    pub saturation: f64,
+    /// Largest load whose server CPU was still below 70%; None without CPU figures or if none was.
+    pub busy: Option<f64>,
+}
+
+/// One step of a series: its load, throughput, and optionally mean latency and server CPU %.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Step {
+    /// The load (clients).
+    pub load: f64,
+    /// The throughput.
+    pub throughput: f64,
+    /// Mean latency, any unit.
+    pub latency: Option<f64>,
+    /// Server CPU utilisation in percent of the CPUs it was given.
+    pub server_cpu_pct: Option<f64>,
+}
+
+/// Knees, saturation and busy points of a series; None when it is empty.
+pub fn summarise(steps: &[Step]) -> Option<KneeSummary> {
+    let mut steps = steps.to_vec();
+    steps.sort_by(|a, b| a.load.total_cmp(&b.load));
+    let (max_index, max_step) = steps
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.throughput.total_cmp(&b.1.throughput))?;
+    let rising: Vec<(f64, f64)> = steps[..=max_index]
+        .iter()
+        .map(|s| (s.load, s.throughput))
+        .collect();
+    let cpu: Vec<(f64, f64)> = steps
+        .iter()
+        .filter_map(|s| Some((s.load, s.server_cpu_pct?)))
+        .collect();
+    Some(KneeSummary {
+        throughput_knee: kneedle(&rising, Shape::ConcaveIncreasing).map(|i| rising[i].0),
+        latency_knee: latency_knee(&steps),
+        max_throughput: max_step.throughput,
+        max_throughput_at: max_step.load,
+        saturation: saturation_point(
+            &steps
+                .iter()
+                .map(|s| (s.load, s.throughput))
+                .collect::<Vec<_>>(),
+        )?,
+        busy: (!cpu.is_empty()).then(|| busy_point(&cpu)).flatten(),
+    })
+}
+
+/// Load at the knee of latency vs throughput, for steps sorted by load.
+///
+/// Throughput is made non-decreasing (past the maximum the points stack at the maximum, the
+/// vertical wall of the hockey stick) and latency is replaced by its lower envelope from the
+/// right, so a dip at low load is not taken for the bend.
+pub fn latency_knee(steps: &[Step]) -> Option<f64> {
+    let with_latency: Vec<&Step> = steps.iter().filter(|s| s.latency.is_some()).collect();
+    let mut curve = Vec::with_capacity(with_latency.len());
+    let mut best_throughput = f64::NEG_INFINITY;
+    for s in &with_latency {
+        best_throughput = best_throughput.max(s.throughput);
+        curve.push((best_throughput, s.latency?));
+    }
+    let envelope = lower_envelope_from_right(&curve.iter().map(|p| p.1).collect::<Vec<_>>());
+    for (point, low) in curve.iter_mut().zip(envelope) {
+        point.1 = low;
+    }
+    kneedle(&curve, Shape::ConvexIncreasing).map(|i| with_latency[i].load)
+}
+
+/// Each value replaced by the least value at or after it.
+pub fn lower_envelope_from_right(values: &[f64]) -> Vec<f64> {
+    let mut out = values.to_vec();
+    for i in (0..out.len().saturating_sub(1)).rev() {
+        out[i] = out[i].min(out[i + 1]);
+    }
+    out
+}
+
+/// Smallest load whose throughput is within 5% of the maximum.
+pub fn saturation_point(points: &[(f64, f64)]) -> Option<f64> {
+    let max = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+    points
+        .iter()
+        .filter(|p| p.1 >= SATURATION_FRACTION * max)
+        .map(|p| p.0)
+        .min_by(f64::total_cmp)
+}
+
+/// Largest load whose server CPU utilisation (percent) was still below 70%: the last step
+/// before the first one at or above it, in order of load.
+pub fn busy_point(load_cpu_pct: &[(f64, f64)]) -> Option<f64> {
+    let mut sorted = load_cpu_pct.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    sorted
+        .iter()
+        .take_while(|p| p.1 < BUSY_CPU_PCT)
+        .last()
+        .map(|p| p.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rises linearly to `knee`, then flat: the knee is known exactly.
+    fn broken_line(knee: f64) -> Vec<(f64, f64)> {
+        (1..=20)
+            .map(|n| (n as f64, n.min(knee as i32) as f64 * 10.0))
+            .collect()
+    }
+
+    #[test]
+    fn concave_knee_of_broken_line() {
+        let points = broken_line(8.0);
+        let i = kneedle(&points, Shape::ConcaveIncreasing).unwrap();
+        assert_eq!(points[i].0, 8.0);
+    }
+
+    #[test]
+    fn noisy_straight_line_has_no_knee() {
+        let wobble = [0.0, 0.2, -0.1, 0.3, -0.2, 0.1, 0.25, -0.15, 0.05, 0.0];
+        let points: Vec<(f64, f64)> = (0..10)
+            .map(|n| (n as f64, 3.0 * n as f64 + wobble[n]))
+            .collect();
+        assert_eq!(kneedle(&points, Shape::ConcaveIncreasing), None);
+        assert_eq!(kneedle(&points, Shape::ConvexIncreasing), None);
+    }
+
+    #[test]
+    fn straight_line_has_no_knee() {
+        let points: Vec<(f64, f64)> = (1..=10).map(|n| (n as f64, 3.0 * n as f64)).collect();
+        assert_eq!(kneedle(&points, Shape::ConcaveIncreasing), None);
+        assert_eq!(kneedle(&points[..2], Shape::ConcaveIncreasing), None);
+    }
+
+    #[test]
+    fn convex_knee_of_hockey_stick() {
+        // Latency flat at 1 up to x = 10, then rising steeply.
+        let points: Vec<(f64, f64)> = (1..=14)
+            .map(|x| {
+                (
+                    x as f64,
+                    if x <= 10 {
+                        1.0
+                    } else {
+                        1.0 + 5.0 * (x - 10) as f64
+                    },
+                )
+            })
+            .collect();
+        let i = kneedle(&points, Shape::ConvexIncreasing).unwrap();
+        assert_eq!(points[i].0, 10.0);
+    }
+
+    #[test]
+    fn latency_dip_at_low_load_is_not_the_knee() {
+        // Latency first falls (power states), stays flat, then climbs past 6 clients.
+        let latencies = [9.0, 4.0, 3.0, 3.0, 3.1, 3.2, 6.0, 12.0, 24.0];
+        let steps: Vec<Step> = latencies
+            .iter()
+            .enumerate()
+            .map(|(i, &lat)| Step {
+                load: (i + 1) as f64,
+                throughput: 100.0 * ((i + 1) as f64).min(6.5),
+                latency: Some(lat),
+                server_cpu_pct: None,
+            })
+            .collect();
+        let knee = latency_knee(&steps).unwrap();
+        assert!((6.0..=7.0).contains(&knee), "knee at {knee}");
+    }
+
+    #[test]
+    fn envelope_drops_dips() {
+        assert_eq!(
+            lower_envelope_from_right(&[5.0, 2.0, 3.0, 1.0, 4.0]),
+            [1.0, 1.0, 1.0, 1.0, 4.0]
+        );
+    }
+
+    #[test]
+    fn saturation_and_busy_points() {
+        let points = [
+            (1.0, 10.0),
+            (2.0, 19.0),
+            (4.0, 30.0),
+            (8.0, 31.0),
+            (16.0, 29.0),
+        ];
+        assert_eq!(saturation_point(&points), Some(4.0));
+        let cpu = [
+            (1.0, 20.0),
+            (2.0, 45.0),
+            (4.0, 69.9),
+            (8.0, 85.0),
+            (16.0, 60.0),
+        ];
+        assert_eq!(busy_point(&cpu), Some(4.0));
+        assert_eq!(busy_point(&cpu[..3]), Some(4.0));
+        assert_eq!(busy_point(&[(1.0, 90.0)]), None);
+    }
+}

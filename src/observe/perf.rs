@@ -1,0 +1,423 @@
+//! `perf stat` attached to a process tree for the measured window, and its CSV output.
+//!
+//! perf is spawned as `perf stat -x, -e EVENTS -p PIDS -o FILE`, ended with SIGINT (on which it
+//! prints its counts), and reaped with wait4 so its own CPU is known. An event the machine cannot
+//! count reads `<not supported>` or `<not counted>` and is recorded as unavailable, never as 0.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// The software events, which work without a hardware PMU.
+pub const SOFTWARE_EVENTS: [&str; 4] = [
+    "context-switches",
+    "cpu-migrations",
+    "page-faults",
+    "task-clock",
+];
+
+/// The hardware events, counted where the machine has them.
+pub const HARDWARE_EVENTS: [&str; 7] = [
+    "cycles",
+    "instructions",
+    "ref-cycles",
+    "stalled-cycles-frontend",
+    "stalled-cycles-backend",
+    "branch-misses",
+    "LLC-loads",
+];
+
+/// The perf stat counts of the window; None where perf could not count the event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerfCounters {
+    /// Context switches (software event `context-switches`).
+    pub context_switches: Option<u64>,
+    /// Migrations between CPUs (software event `cpu-migrations`).
+    pub cpu_migrations: Option<u64>,
+    /// Page faults (software event `page-faults`).
+    pub page_faults: Option<u64>,
+    /// CPU time of the observed threads, in milliseconds (software event `task-clock`).
+    pub task_clock_ms: Option<f64>,
+    /// Core cycles (at the running frequency, turbo included).
+    pub cycles: Option<u64>,
+    /// Instructions retired.
+    pub instructions: Option<u64>,
+    /// Reference cycles (at the nominal frequency).
+    pub ref_cycles: Option<u64>,
+    /// Cycles the front end stalled.
+    pub stalled_cycles_frontend: Option<u64>,
+    /// Cycles the back end stalled.
+    pub stalled_cycles_backend: Option<u64>,
+    /// Branch mispredictions.
+    pub branch_misses: Option<u64>,
+    /// Last-level cache loads.
+    pub llc_loads: Option<u64>,
+    /// Why some or all events are unavailable (perf missing, not permitted, not supported).
+    pub note: Option<String>,
+}
+
+/// Parses `perf stat -x,` output. Lines of events perf could not count leave the field None
+/// and are named in `note`.
+pub fn parse_csv(text: &str) -> PerfCounters {
+    let mut c = PerfCounters::default();
+    let mut unavailable = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(',').collect();
+        if line.starts_with('#') || f.len() < 3 {
+            continue;
+        }
+        let event = normalize_event(f[2]);
+        let value = f[0].trim();
+        if value.starts_with('<') {
+            unavailable.push(format!("{event} {value}"));
+            continue;
+        }
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
+        if event == "task-clock" {
+            add_f(&mut c.task_clock_ms, v);
+            continue;
+        }
+        if let Some(slot) = slot(&mut c, &event) {
+            // Hybrid CPUs print one line per core type (cpu_core/cycles/, cpu_atom/cycles/).
+            *slot = Some(slot.unwrap_or(0) + v.round() as u64);
+        }
+    }
+    if !unavailable.is_empty() {
+        c.note = Some(format!("perf could not count: {}", unavailable.join(", ")));
+    }
+    c
+}
+
+fn add_f(slot: &mut Option<f64>, v: f64) {
+    *slot = Some(slot.unwrap_or(0.0) + v);
+}
+
+/// "cpu_core/cycles/" → "cycles"; "cycles:u" → "cycles"; "cs" → "context-switches".
+fn normalize_event(raw: &str) -> String {
+    let name = raw.trim();
+    let name = name
+        .strip_suffix('/')
+        .and_then(|n| n.rsplit('/').next())
+        .unwrap_or(name);
+    let name = name.split(':').next().unwrap_or(name);
+    match name {
+        "cs" => "context-switches".to_string(),
+        "migrations" => "cpu-migrations".to_string(),
+        "faults" => "page-faults".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn slot<'a>(c: &'a mut PerfCounters, event: &str) -> Option<&'a mut Option<u64>> {
+    Some(match event {
+        "context-switches" => &mut c.context_switches,
+        "cpu-migrations" => &mut c.cpu_migrations,
+        "page-faults" => &mut c.page_faults,
+        "cycles" | "cpu-cycles" => &mut c.cycles,
+        "instructions" => &mut c.instructions,
+        "ref-cycles" => &mut c.ref_cycles,
+        "stalled-cycles-frontend" => &mut c.stalled_cycles_frontend,
+        "stalled-cycles-backend" => &mut c.stalled_cycles_backend,
+        "branch-misses" => &mut c.branch_misses,
+        "LLC-loads" => &mut c.llc_loads,
+        _ => return None,
+    })
+}
+
+/// A running `perf stat` attached to some pids.
+#[derive(Debug)]
+pub struct PerfStat {
+    pid: i32,
+    /// Set once perf has been reaped, so its pid (which may be reused) is never signalled again.
+    reaped: std::cell::Cell<bool>,
+    out: tempfile_path::TempPath,
+    err: tempfile_path::TempPath,
+}
+
+/// The counts of a finished `perf stat`, and the CPU perf itself used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PerfResult {
+    /// The counts.
+    pub counters: PerfCounters,
+    /// perf's own user + system CPU, in seconds.
+    pub perf_cpu_s: f64,
+}
+
+impl PerfStat {
+    /// Starts `perf stat` on `pids` and waits (up to 2 s) until its counters are attached.
+    /// Err holds why perf cannot count here, for the observation's note.
+    pub fn start(pids: &[i32]) -> Result<PerfStat, String> {
+        let out = tempfile_path::TempPath::new("perf-out")?;
+        let err = tempfile_path::TempPath::new("perf-err")?;
+        let events: Vec<&str> = SOFTWARE_EVENTS
+            .iter()
+            .chain(&HARDWARE_EVENTS)
+            .copied()
+            .collect();
+        let pid_list: Vec<String> = pids.iter().map(i32::to_string).collect();
+        let stderr =
+            File::create(&err.0).map_err(|e| format!("cannot create {}: {e}", err.0.display()))?;
+        let mut cmd = Command::new("perf");
+        cmd.args([
+            "stat",
+            "-x,",
+            "-e",
+            &events.join(","),
+            "-p",
+            &pid_list.join(","),
+            "-o",
+        ])
+        .arg(&out.0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+        // perf must not outlive us; SIGKILL on our death (of the spawning thread: see Observer).
+        // SAFETY: prctl is async-signal-safe and touches only the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                "perf is not installed (Debian: linux-perf)".to_string()
+            }
+            _ => format!("cannot start perf: {e}"),
+        })?;
+        let perf = PerfStat {
+            pid: child.id() as i32,
+            reaped: std::cell::Cell::new(false),
+            out,
+            err,
+        };
+        perf.wait_attached()?;
+        Ok(perf)
+    }
+
+    /// Polls perf's open perf_event descriptors until their number stops growing; fails with
+    /// perf's message when it exits first (not permitted, no such process).
+    fn wait_attached(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut last = 0;
+        while Instant::now() < deadline {
+            if let Some(status) = self.try_reap() {
+                let msg = std::fs::read_to_string(&self.err.0).unwrap_or_default();
+                return Err(format!(
+                    "perf stat exited ({status}): {}",
+                    first_error_line(&msg)
+                ));
+            }
+            let n = count_perf_fds(self.pid);
+            if n > 0 && n == last {
+                return Ok(());
+            }
+            last = n;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    fn try_reap(&self) -> Option<String> {
+        if self.reaped.get() {
+            return Some("already reaped".into());
+        }
+        let mut status = 0;
+        // SAFETY: plain wait4 on our own child with WNOHANG.
+        let r = unsafe { libc::wait4(self.pid, &mut status, libc::WNOHANG, std::ptr::null_mut()) };
+        if r == self.pid || r < 0 {
+            self.reaped.set(true);
+            return Some(format!("status {status}"));
+        }
+        None
+    }
+
+    /// Ends perf with SIGINT (it prints its counts), reaps it and parses what it wrote.
+    pub fn finish(self) -> PerfResult {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGINT,
+        );
+        let (reaped, perf_cpu_s) = reap_within(self.pid, Duration::from_secs(3));
+        self.reaped.set(true);
+        let text = std::fs::read_to_string(&self.out.0).unwrap_or_default();
+        let mut counters = parse_csv(&text);
+        if !reaped {
+            counters.note =
+                Some("perf stat did not end within 3 s of SIGINT and was killed".into());
+        } else if text.trim().is_empty() {
+            let msg = std::fs::read_to_string(&self.err.0).unwrap_or_default();
+            counters.note = Some(format!(
+                "perf stat printed no counts: {}",
+                first_error_line(&msg)
+            ));
+        }
+        PerfResult {
+            counters,
+            perf_cpu_s,
+        }
+    }
+}
+
+/// Waits for `pid` up to `limit`, then SIGKILLs it; returns (ended in time, its CPU seconds).
+fn reap_within(pid: i32, limit: Duration) -> (bool, f64) {
+    let deadline = Instant::now() + limit;
+    let mut killed = false;
+    loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data filled by the kernel.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let flags = if killed { 0 } else { libc::WNOHANG };
+        // SAFETY: wait4 on our own child, writing into the locals above.
+        let r = unsafe { libc::wait4(pid, &mut status, flags, &mut usage) };
+        if r == pid {
+            return (!killed, tv_s(usage.ru_utime) + tv_s(usage.ru_stime));
+        }
+        if r < 0 {
+            return (!killed, 0.0);
+        }
+        if Instant::now() >= deadline && !killed {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            killed = true;
+            continue;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn tv_s(tv: libc::timeval) -> f64 {
+    tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6
+}
+
+impl Drop for PerfStat {
+    /// A PerfStat dropped without finish (an error path) is still ended and reaped.
+    fn drop(&mut self) {
+        if self.try_reap().is_none() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = reap_within(self.pid, Duration::from_secs(1));
+            self.reaped.set(true);
+        }
+    }
+}
+
+fn count_perf_fds(pid: i32) -> usize {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .map(|t| t.to_string_lossy().contains("perf_event"))
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+fn first_error_line(msg: &str) -> String {
+    let line = msg
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("no message");
+    if msg.contains("perf_event_paranoid") {
+        format!("{line} (not permitted: lower /proc/sys/kernel/perf_event_paranoid or run as root)")
+    } else {
+        line.to_string()
+    }
+}
+
+/// Whether `perf stat -e EVENT true` counts EVENT here: Ok(()) or why not.
+pub fn probe(event: &str) -> Result<(), String> {
+    let out = Command::new("perf")
+        .args(["stat", "-x,", "-e", event, "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => "perf is not installed".to_string(),
+            _ => format!("cannot run perf: {e}"),
+        })?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    let line = text.lines().find(|l| l.contains(event));
+    match line {
+        Some(l) if !l.starts_with('<') && out.status.success() => Ok(()),
+        Some(l) => Err(format!("perf reports {}", l.split(',').next().unwrap_or(l))),
+        None => Err(first_error_line(&text)),
+    }
+}
+
+/// Temporary file paths removed on drop (perf writes them; we only read them).
+mod tempfile_path {
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+
+    #[derive(Debug)]
+    pub struct TempPath(pub PathBuf);
+
+    impl TempPath {
+        pub fn new(stem: &str) -> Result<TempPath, String> {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let path =
+                std::env::temp_dir().join(format!("stairbench-{stem}-{}-{n}", std::process::id()));
+            Ok(TempPath(path))
+        }
+    }
+
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_counts_and_unavailable_events() {
+        let text = "# started on Sun Nov 22 05:00:00 2026\n\n\
+                    812.33,msec,task-clock,812330000,100.00,0.812,CPUs utilized\n\
+                    15234,,context-switches,812330000,100.00,18.754,K/sec\n\
+                    12,,cpu-migrations,812330000,100.00,14.772,/sec\n\
+                    340,,page-faults,812330000,100.00,418.550,/sec\n\
+                    <not supported>,,cycles,0,100.00,,\n\
+                    <not counted>,,instructions,0,0.00,,\n";
+        let c = parse_csv(text);
+        assert_eq!(c.task_clock_ms, Some(812.33));
+        assert_eq!(c.context_switches, Some(15234));
+        assert_eq!(c.cpu_migrations, Some(12));
+        assert_eq!(c.page_faults, Some(340));
+        assert_eq!(c.cycles, None);
+        assert_eq!(c.instructions, None);
+        assert_eq!(c.llc_loads, None);
+        let note = c.note.unwrap();
+        assert!(
+            note.contains("cycles <not supported>") && note.contains("instructions <not counted>"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn hybrid_lines_add_up() {
+        let text = "100,,cpu_core/cycles/,1,100.00,,\n50,,cpu_atom/cycles/,1,100.00,,\n300,,instructions:u,1,100.00,,\n";
+        let c = parse_csv(text);
+        assert_eq!(c.cycles, Some(150));
+        assert_eq!(c.instructions, Some(300));
+        assert!(c.note.is_none());
+    }
+}

@@ -1,0 +1,394 @@
+//! Support shared by the integration tests (`mod common;`): nginx and redis on loopback,
+//! each in the foreground in its own process group on a free port, with its counters read
+//! over a plain TCP connection; the path of the stairbench binary.
+//!
+//! A server is ended with its whole process group when dropped, and also when the thread that
+//! started it ends (PR_SET_PDEATHSIG): keep it inside the test that uses it, not in a static.
+//! `start_*` return `None` (and say why) only when the program is not installed; a server
+//! that is installed but fails to start is a test failure, with its log.
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+/// How long a server may take to answer on its port.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The stairbench binary Cargo built for these tests.
+pub fn stairbench_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_stairbench"))
+}
+
+/// `name` on PATH or in /usr/sbin, /sbin (where Debian puts nginx, off a user's PATH).
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding 127.0.0.1:0 for a free port")
+}
+
+/// A child process group ended (TERM, then KILL) and reaped on drop.
+#[derive(Debug)]
+pub struct ServerProcess {
+    child: Child,
+    name: &'static str,
+}
+
+impl ServerProcess {
+    /// Spawns `cmd` as the leader of a new process group, output to `log`.
+    fn spawn(name: &'static str, mut cmd: Command, log: &Path) -> ServerProcess {
+        let out = std::fs::File::create(log).expect("creating the server's log file");
+        let err = out.try_clone().expect("cloning the log file handle");
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        ServerProcess { child, name }
+    }
+
+    /// The process group id (the leader's pid).
+    pub fn pgid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Waits until `port` accepts a connection; panics with `log`'s tail if the server exits
+    /// or is not ready in time.
+    fn wait_ready(&mut self, port: u16, log: &Path) {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "{} exited ({status}) before listening on port {port}:\n{}",
+                    self.name,
+                    tail(log)
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{} not listening on port {port} after {READY_TIMEOUT:?}:\n{}",
+                    self.name,
+                    tail(log)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let group = Pid::from_raw(self.pgid());
+        let _ = killpg(group, Signal::SIGTERM);
+        if !wait_for(Duration::from_secs(5), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        }) {
+            let _ = killpg(group, Signal::SIGKILL);
+            let _ = self.child.wait();
+        }
+        // Workers of the group (nginx's) exit after their master: give them a moment.
+        if !wait_for(Duration::from_secs(2), || {
+            group_members(self.pgid()).is_empty()
+        }) {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Polls `done` every 10 ms until it holds or `limit` passes; true if it held.
+fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    done()
+}
+
+/// Live processes (not zombies) whose process group is `pgid`, from /proc.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // Fields after the command name (which may hold spaces): state, ppid, pgrp.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
+        })
+        .collect()
+}
+
+/// The last lines of a log file, for error messages.
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// nginx on 127.0.0.1: `/` answers `hello\n` (a static file), `/status500` answers 500,
+/// `/stub_status` gives the counters.
+#[derive(Debug)]
+pub struct Nginx {
+    /// Its listening port on 127.0.0.1.
+    pub port: u16,
+    /// Config, logs, pid file and the served file.
+    pub dir: tempfile::TempDir,
+    /// The master process (leader of the group its worker is in).
+    pub process: ServerProcess,
+}
+
+/// Starts nginx (one worker, foreground); `None` when nginx is not installed.
+pub fn start_nginx() -> Option<Nginx> {
+    start_nginx_with("")
+}
+
+/// As [`start_nginx`], with `server_extra` added inside the `server { }` block
+/// (e.g. `keepalive_requests 100;` or another `location`).
+pub fn start_nginx_with(server_extra: &str) -> Option<Nginx> {
+    let Some(program) = find_program("nginx") else {
+        eprintln!("skipping: nginx is not installed (Debian: apt-get install nginx-light)");
+        return None;
+    };
+    let dir = world_readable_tempdir();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).expect("creating nginx's root");
+    std::fs::write(root.join("index.html"), "hello\n").expect("writing index.html");
+    let port = free_port();
+    let conf = dir.path().join("nginx.conf");
+    std::fs::write(&conf, nginx_conf(dir.path(), port, server_extra)).expect("writing nginx.conf");
+    let log = dir.path().join("nginx.out");
+    let mut cmd = Command::new(program);
+    cmd.arg("-c").arg(&conf).arg("-p").arg(dir.path());
+    let mut process = ServerProcess::spawn("nginx", cmd, &log);
+    process.wait_ready(port, &dir.path().join("error.log"));
+    Some(Nginx { port, dir, process })
+}
+
+/// nginx's workers run as `nobody` when started by root: they must be able to read the root.
+fn world_readable_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("stairbench-nginx-")
+        .tempdir()
+        .expect("creating a temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("opening the temp dir to nginx's worker");
+    dir
+}
+
+fn nginx_conf(dir: &Path, port: u16, server_extra: &str) -> String {
+    let d = dir.display();
+    format!(
+        "daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile 8192;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/client_body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    default_type text/plain;
+    server {{
+        listen 127.0.0.1:{port};
+        root {d}/root;
+        location / {{ index index.html; }}
+        location /stub_status {{ stub_status; }}
+        location /status500 {{ return 500 \"boom\\n\"; }}
+        {server_extra}
+    }}
+}}
+"
+    )
+}
+
+impl Nginx {
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// nginx's `requests` counter from /stub_status: every request handled so far, this
+    /// status request included (so two calls in a row differ by 1).
+    pub fn stub_requests(&self) -> u64 {
+        let (status, body) = http_get(self.port, "/stub_status");
+        assert_eq!(status, 200, "GET /stub_status: {body}");
+        parse_stub_requests(&body).unwrap_or_else(|| panic!("no requests count in {body:?}"))
+    }
+}
+
+/// One `GET path` with `Connection: close`: the status code and the body.
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    let mut stream =
+        TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("connecting to the HTTP server");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream
+        .read_to_string(&mut reply)
+        .expect("reading the HTTP reply");
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in HTTP reply {head:?}"));
+    (status, body.to_string())
+}
+
+/// `server accepts handled requests` is followed by a line of three numbers; the third.
+pub fn parse_stub_requests(body: &str) -> Option<u64> {
+    let mut lines = body
+        .lines()
+        .skip_while(|l| !l.contains("accepts handled requests"));
+    lines.next()?;
+    lines.next()?.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// redis-server on 127.0.0.1, no persistence.
+#[derive(Debug)]
+pub struct Redis {
+    /// Its listening port on 127.0.0.1.
+    pub port: u16,
+    /// Its working directory and log.
+    pub dir: tempfile::TempDir,
+    /// The server process (leader of its own group).
+    pub process: ServerProcess,
+}
+
+/// Starts redis-server in the foreground; `None` when it is not installed.
+pub fn start_redis() -> Option<Redis> {
+    let Some(program) = find_program("redis-server") else {
+        eprintln!("skipping: redis-server is not installed (Debian: apt-get install redis-server)");
+        return None;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("stairbench-redis-")
+        .tempdir()
+        .expect("creating a temp dir");
+    let port = free_port();
+    let mut cmd = Command::new(program);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir.path());
+    let log = dir.path().join("redis.log");
+    let mut process = ServerProcess::spawn("redis-server", cmd, &log);
+    process.wait_ready(port, &log);
+    let redis = Redis { port, dir, process };
+    redis.wait_pong(&log);
+    Some(redis)
+}
+
+impl Redis {
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `total_commands_processed` from `INFO stats`: every command before this INFO (the
+    /// INFO itself is counted after it runs, so two calls in a row differ by 1).
+    pub fn commands_processed(&self) -> u64 {
+        let info = self.command(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no total_commands_processed in INFO stats: {info:?}"))
+    }
+
+    /// Sends one command and returns its reply as text (a bulk string's content, or the
+    /// status/error/integer line); panics if redis cannot be reached.
+    pub fn command(&self, args: &[&str]) -> String {
+        self.try_command(args)
+            .unwrap_or_else(|e| panic!("redis command {args:?}: {e}"))
+    }
+
+    /// As [`Redis::command`], with the I/O error instead of a panic.
+    pub fn try_command(&self, args: &[&str]) -> std::io::Result<String> {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        stream.write_all(req.as_bytes())?;
+        read_resp_reply(&mut stream)
+    }
+
+    fn wait_pong(&self, log: &Path) {
+        let ok = wait_for(READY_TIMEOUT, || {
+            self.try_command(&["PING"]).is_ok_and(|r| r == "+PONG")
+        });
+        assert!(ok, "redis-server does not answer PING:\n{}", tail(log));
+    }
+}
+
+/// Reads one RESP reply: `+OK`, `-ERR ...`, `:5` are returned as their line; `$n` bulk
+/// strings as their content.
+fn read_resp_reply(stream: &mut TcpStream) -> std::io::Result<String> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n") {
+        stream.read_exact(&mut byte)?;
+        buf.push(byte[0]);
+    }
+    let line = String::from_utf8_lossy(&buf[..buf.len() - 2]).into_owned();
+    let Some(len) = line.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) else {
+        return Ok(line);
+    };
+    let mut body = vec![0u8; len + 2];
+    stream.read_exact(&mut body)?;
+    Ok(String::from_utf8_lossy(&body[..len]).into_owned())
+}
