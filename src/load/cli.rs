@@ -39,7 +39,8 @@ pub struct LoadArgs {
     pub rate: Option<f64>,
     /// Pin the generator threads to these CPUs (e.g. 1 or 2-3).
     #[arg(long, value_parser = parse_cpuset)]
-    pub cpuset: Option<Vec<usize>>,
+    // A path type: clap would read a bare `Vec` as a repeated option of single CPUs.
+    pub cpuset: Option<std::vec::Vec<usize>>,
     /// Write the result as JSON to FILE (- for standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

@@ -87,13 +87,18 @@ fn check(config: &LoadConfig) -> Result<String, LoadError> {
         return bad("shm:// draws keys uniformly: drop --distribution".into());
     }
     if !(0.0..=1.0).contains(&o.read_ratio) {
-        return bad(format!("--read-ratio must be between 0 and 1, got {}", o.read_ratio));
+        return bad(format!(
+            "--read-ratio must be between 0 and 1, got {}",
+            o.read_ratio
+        ));
     }
     if o.keys == 0 || key_width(o.keys) + 4 > MAX_KEY {
         return bad(format!("--keys must be between 1 and 10^{}", MAX_KEY - 4));
     }
     if o.value_size > MAX_VALUE {
-        return bad(format!("--value-size is at most {MAX_VALUE} bytes for shm://"));
+        return bad(format!(
+            "--value-size is at most {MAX_VALUE} bytes for shm://"
+        ));
     }
     if config.cpuset.as_ref().is_some_and(|c| c.is_empty()) {
         return bad("--cpuset is empty".into());
@@ -214,8 +219,8 @@ impl ClientThread {
     fn next_request(&mut self) -> bool {
         let o = &self.config.proto;
         let k = splitmix(&mut self.rng) % o.keys;
-        let is_set =
-            o.read_ratio < 1.0 && (splitmix(&mut self.rng) >> 11) as f64 / (1u64 << 53) as f64 >= o.read_ratio;
+        let is_set = o.read_ratio < 1.0
+            && (splitmix(&mut self.rng) >> 11) as f64 / (1u64 << 53) as f64 >= o.read_ratio;
         let digits = &mut self.key[4..];
         let mut v = k;
         for b in digits.iter_mut().rev() {
@@ -344,8 +349,16 @@ mod tests {
         };
         assert_eq!(check(&ok).unwrap(), "x");
         let msg = |c: LoadConfig| check(&c).unwrap_err().to_string();
-        assert!(msg(LoadConfig { depth: 4, ..ok.clone() }).contains("depth 1"));
-        assert!(msg(LoadConfig { url: "shm://a/b".into(), ..ok.clone() }).contains("bad region name"));
+        assert!(msg(LoadConfig {
+            depth: 4,
+            ..ok.clone()
+        })
+        .contains("depth 1"));
+        assert!(msg(LoadConfig {
+            url: "shm://a/b".into(),
+            ..ok.clone()
+        })
+        .contains("bad region name"));
         let mut big = ok.clone();
         big.proto.value_size = MAX_VALUE + 1;
         assert!(msg(big).contains("--value-size"));

@@ -151,7 +151,8 @@ pub struct ShmkvArgs {
     pub buckets: usize,
     /// Pin the workers to these CPUs, round-robin (e.g. 0 or 0-1).
     #[arg(long, value_parser = parse_cpuset)]
-    pub cpuset: Option<Vec<usize>>,
+    // A path type: clap would read a bare `Vec` as a repeated option of single CPUs.
+    pub cpuset: Option<std::vec::Vec<usize>>,
 }
 
 fn parse_cpuset(s: &str) -> Result<Vec<usize>, String> {
@@ -316,7 +317,9 @@ impl ShmkvClient {
                 Ok(true)
             }
             ST_NOT_FOUND => Ok(false),
-            s => Err(ShmkvError::BadOption(format!("the server refused a GET (status {s})"))),
+            s => Err(ShmkvError::BadOption(format!(
+                "the server refused a GET (status {s})"
+            ))),
         }
     }
 
@@ -324,7 +327,9 @@ impl ShmkvClient {
     pub fn set(&mut self, key: &[u8], value: &[u8]) -> Result<(), ShmkvError> {
         match self.call(OP_SET, key, value)?.status {
             ST_OK => Ok(()),
-            s => Err(ShmkvError::BadOption(format!("the server refused a SET (status {s})"))),
+            s => Err(ShmkvError::BadOption(format!(
+                "the server refused a SET (status {s})"
+            ))),
         }
     }
 

@@ -82,7 +82,7 @@ pub fn worker_loop(region: Arc<Region>, index: usize, table: Arc<Table>, stop: A
         if serve_pending(b, &table) > 0 {
             idle_since = None;
             spins = spins.wrapping_add(1);
-            if spins % 4096 == 0 {
+            if spins & 4095 == 0 {
                 if stop.load(Ordering::Relaxed) {
                     return;
                 }
@@ -259,7 +259,7 @@ impl Client {
                 return Ok(());
             }
             n = n.wrapping_add(1);
-            if n % 32 != 0 {
+            if n & 31 != 0 {
                 std::hint::spin_loop();
                 continue;
             }

@@ -159,7 +159,10 @@ impl Region {
     /// arrays, or primitives initialised by the creator), and fit.
     pub unsafe fn body<T>(&self, offset: usize) -> &T {
         let at = HEADER_BYTES + offset;
-        assert!(at + std::mem::size_of::<T>() <= self.len, "region too small");
+        assert!(
+            at + std::mem::size_of::<T>() <= self.len,
+            "region too small"
+        );
         assert_eq!(at % std::mem::align_of::<T>(), 0, "misaligned");
         &*(self.ptr.add(at) as *const T)
     }
