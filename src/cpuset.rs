@@ -70,6 +70,18 @@ pub fn format(cpus: &[usize]) -> String {
     out
 }
 
+/// A CPU list given on the command line (a newtype, so clap parses it as one value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+impl std::str::FromStr for CpuList {
+    type Err = CpuListError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse(s).map(CpuList)
+    }
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> nix::Result<()> {
     pin_current_thread_to(&[cpu])

@@ -331,6 +331,8 @@ fn cli_writes_json_and_an_interval_log_that_reads_back() {
             "2",
             "--msg-size",
             "32",
+            "--cpuset",
+            "0",
         ])
         .arg("--json")
         .arg(&json)

@@ -38,9 +38,8 @@ pub struct LoadArgs {
     #[arg(long)]
     pub rate: Option<f64>,
     /// Pin the generator threads to these CPUs (e.g. 1 or 2-3).
-    #[arg(long, value_parser = parse_cpuset)]
-    // A path type: clap would read a bare `Vec` as a repeated option of single CPUs.
-    pub cpuset: Option<std::vec::Vec<usize>>,
+    #[arg(long)]
+    pub cpuset: Option<crate::cpuset::CpuList>,
     /// Write the result as JSON to FILE (- for standard output).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -79,10 +78,6 @@ pub struct LoadArgs {
     pub msg_size: usize,
 }
 
-fn parse_cpuset(s: &str) -> Result<Vec<usize>, String> {
-    crate::cpuset::parse(s).map_err(|e| e.to_string())
-}
-
 fn parse_distribution(s: &str) -> Result<Distribution, String> {
     if s == "uniform" {
         return Ok(Distribution::Uniform);
@@ -99,7 +94,7 @@ impl LoadArgs {
     pub fn config(&self) -> LoadConfig {
         let threads = self
             .threads
-            .unwrap_or_else(|| self.cpuset.as_ref().map_or(1, Vec::len));
+            .unwrap_or_else(|| self.cpuset.as_ref().map_or(1, |c| c.0.len()));
         LoadConfig {
             url: self.url.clone(),
             connections: self.connections,
@@ -109,7 +104,7 @@ impl LoadArgs {
             timeout: self.timeout,
             depth: self.depth,
             rate_rps: self.rate,
-            cpuset: self.cpuset.clone(),
+            cpuset: self.cpuset.clone().map(|c| c.0),
             proto: ProtoOptions {
                 method: self.method.clone(),
                 headers: self.headers.clone(),

@@ -1,8 +1,20 @@
-//! Built-in reference servers.
+//! Built-in reference servers, started by `stairbench serve` or in-process by tests and the
+//! sweep (see [`msgr::spawn_msgr`]).
 
+pub mod msgr;
 pub mod shmkv;
+mod signals;
+pub mod stats;
 
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
+use std::time::Duration;
+
+pub use msgr::{spawn_msgr, Arch, MsgrOptions, MsgrServer, MsgrStats};
+
+/// How often a running server prints its ops/s and busy % line.
+const REPORT_EVERY: Duration = Duration::from_secs(2);
 
 /// The built-in servers.
 #[derive(Debug, clap::Subcommand)]
@@ -10,17 +22,88 @@ pub enum ServeCommand {
     /// Length-prefixed messenger server, reactor or pool architecture.
     Msgr(MsgrArgs),
     /// Shared-memory hash-table server of seed 002, single or per-worker architecture.
-    Shmkv(crate::serve::shmkv::ShmkvArgs),
+    Shmkv(shmkv::ShmkvArgs),
 }
 
-/// Options of `stairbench serve msgr` (filled in by the serve work).
+/// Options of `stairbench serve msgr`.
 #[derive(Debug, clap::Args)]
-pub struct MsgrArgs {}
+pub struct MsgrArgs {
+    /// reactor: one pinned event loop per thread, SO_REUSEPORT, shared-nothing.
+    /// pool: I/O threads hand every message through one shared queue to worker threads.
+    #[arg(long, value_enum, default_value_t = Arch::Reactor)]
+    pub arch: Arch,
+    /// Reactor: event loops. Pool: worker threads.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: u16,
+    /// Pool only: I/O threads, each with its own listener.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub io_threads: u16,
+    /// CPUs to pin the threads to, round-robin (e.g. 0-3,8); unpinned when absent.
+    #[arg(long, value_name = "LIST")]
+    pub cpuset: Option<CpuList>,
+    /// TCP port; 0 picks a free one (printed on the "listening on" line).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    pub bind: IpAddr,
+    /// Largest payload_len or reply_len accepted; a larger frame closes its connection.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::load::protocol::msgr::DEFAULT_MAX_FRAME)]
+    pub max_frame: u32,
+}
+
+pub use crate::cpuset::CpuList;
+
+
+impl MsgrArgs {
+    /// The server options these flags describe.
+    pub fn options(&self) -> MsgrOptions {
+        MsgrOptions {
+            arch: self.arch,
+            threads: usize::from(self.threads),
+            io_threads: usize::from(self.io_threads),
+            cpuset: self.cpuset.clone().map(|c| c.0).unwrap_or_default(),
+            addr: SocketAddr::new(self.bind, self.port),
+            max_frame: self.max_frame,
+            report_every: Some(REPORT_EVERY),
+        }
+    }
+}
 
 /// Runs a built-in server until SIGINT or SIGTERM.
 pub fn run(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
-    if let ServeCommand::Shmkv(args) = cmd {
-        return shmkv::run(args);
+    match cmd {
+        ServeCommand::Msgr(args) => run_msgr(&args),
+        ServeCommand::Shmkv(args) => shmkv::run(args),
     }
-    anyhow::bail!("serve is not built yet")
+}
+
+fn run_msgr(args: &MsgrArgs) -> anyhow::Result<ExitCode> {
+    // Blocked before any thread starts, so every server thread inherits the mask and the
+    // signals wait for the main thread's sigwait.
+    let signals = signals::block_termination()?;
+    let server = spawn_msgr(args.options())?;
+    let mut out = std::io::stdout().lock();
+    write!(
+        out,
+        "listening on {} arch={} threads={}",
+        server.addr(),
+        args.arch.name(),
+        args.threads
+    )?;
+    if args.arch == Arch::Pool {
+        write!(out, " io-threads={}", args.io_threads)?;
+    }
+    writeln!(out)?;
+    out.flush()?;
+    drop(out);
+    let signal = signals::wait(&signals)?;
+    eprintln!("{signal}: stopping");
+    let stats = server.stats();
+    server.stop();
+    eprintln!(
+        "served {} requests on {} connections ({} refused, {} truncated, {} socket errors)",
+        stats.ops, stats.accepted, stats.refused, stats.truncated, stats.io_errors
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -150,13 +150,8 @@ pub struct ShmkvArgs {
     #[arg(long, default_value_t = 4096)]
     pub buckets: usize,
     /// Pin the workers to these CPUs, round-robin (e.g. 0 or 0-1).
-    #[arg(long, value_parser = parse_cpuset)]
-    // A path type: clap would read a bare `Vec` as a repeated option of single CPUs.
-    pub cpuset: Option<std::vec::Vec<usize>>,
-}
-
-fn parse_cpuset(s: &str) -> Result<Vec<usize>, String> {
-    crate::cpuset::parse(s).map_err(|e| e.to_string())
+    #[arg(long, value_name = "LIST")]
+    pub cpuset: Option<crate::cpuset::CpuList>,
 }
 
 /// A running server (in this process). Dropping it stops it and removes the region.
@@ -176,7 +171,8 @@ pub fn spawn_shmkv(opts: &ShmkvArgs) -> Result<ShmkvServer, ShmkvError> {
             opts.workers
         )));
     }
-    if opts.cpuset.as_ref().is_some_and(|c| c.is_empty()) {
+    let cpus = opts.cpuset.as_ref().map(|c| c.0.clone());
+    if cpus.as_ref().is_some_and(|c| c.is_empty()) {
         return Err(ShmkvError::BadOption("--cpuset is empty".into()));
     }
     let (block, len) = opts.arch.layout(opts.workers);
@@ -193,9 +189,9 @@ pub fn spawn_shmkv(opts: &ShmkvArgs) -> Result<ShmkvServer, ShmkvError> {
             table,
             stop.clone(),
             opts.workers,
-            opts.cpuset.clone(),
+            cpus,
         ),
-        Arch::PerWorker => spawn_per_worker(&region, &table, &stop, opts),
+        Arch::PerWorker => spawn_per_worker(&region, &table, &stop, opts.workers, cpus),
     };
     let threads = spawned.map_err(|source| ShmkvError::Io {
         context: "starting the server threads".into(),
@@ -214,12 +210,13 @@ fn spawn_per_worker(
     region: &Arc<Region>,
     table: &Arc<table::Table>,
     stop: &Arc<AtomicBool>,
-    opts: &ShmkvArgs,
+    workers: usize,
+    cpus: Option<Vec<usize>>,
 ) -> std::io::Result<Vec<JoinHandle<()>>> {
-    (0..opts.workers)
+    (0..workers)
         .map(|w| {
             let (r, t, s) = (region.clone(), table.clone(), stop.clone());
-            let cpu = opts.cpuset.as_ref().map(|c| c[w % c.len()]);
+            let cpu = cpus.as_ref().map(|c| c[w % c.len()]);
             std::thread::Builder::new()
                 .name(format!("shmkv-w{w}"))
                 .spawn(move || {

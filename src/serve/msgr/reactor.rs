@@ -1,0 +1,181 @@
+//! The reactor architecture (the Seastar/Crimson model): one pinned event loop per core,
+//! each with its own SO_REUSEPORT listener; a connection is accepted, read and answered on
+//! the same thread, and no mutable state is shared between loops.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+
+use super::conn::{
+    self, Close, OutBuf, Slab, FIRST_CONN_TOKEN, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES,
+};
+use super::{accept_all, LoopShared, LISTENER, WAKER};
+use crate::load::protocol::msgr::{encode_reply, RequestDecoder};
+use crate::serve::stats::ThreadStat;
+
+struct Conn {
+    stream: TcpStream,
+    decoder: RequestDecoder,
+    out: OutBuf,
+    /// Input left when the output filled mid-read (at most one read buffer).
+    carry: Vec<u8>,
+}
+
+/// One reactor thread's state.
+pub struct Reactor {
+    poll: Poll,
+    listener: mio::net::TcpListener,
+    conns: Slab<Conn>,
+    read_buf: Box<[u8]>,
+    stat: Arc<ThreadStat>,
+    shared: Arc<LoopShared>,
+}
+
+impl Reactor {
+    /// A reactor over `poll` (whose waker the server keeps, to stop it) and its own listener.
+    pub fn new(
+        poll: Poll,
+        mut listener: mio::net::TcpListener,
+        stat: Arc<ThreadStat>,
+        shared: Arc<LoopShared>,
+    ) -> std::io::Result<Reactor> {
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Reactor {
+            poll,
+            listener,
+            conns: Slab::default(),
+            read_buf: vec![0u8; READ_BUF_BYTES].into_boxed_slice(),
+            stat,
+            shared,
+        })
+    }
+
+    /// Serves until the server's stop flag is set.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        while !self.shared.stop.load(Ordering::Acquire) {
+            if let Err(e) = self.poll.poll(&mut events, None) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    eprintln!("{}: poll failed: {e}", self.stat.name);
+                    return;
+                }
+            }
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(t) => self.drive(t - FIRST_CONN_TOKEN, event.is_read_closed()),
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        let registry = self.poll.registry();
+        let conns = &mut self.conns;
+        accept_all(&self.listener, &self.shared, |stream| {
+            let slot = conns.insert(Conn {
+                stream,
+                decoder: RequestDecoder::default(),
+                out: OutBuf::default(),
+                carry: Vec::new(),
+            });
+            let conn = conns.get_mut(slot).expect("just inserted");
+            let token = Token(slot + FIRST_CONN_TOKEN);
+            // Edge-triggered, both directions, once: no epoll_ctl per message.
+            let res = registry.register(
+                &mut conn.stream,
+                token,
+                Interest::READABLE | Interest::WRITABLE,
+            );
+            if res.is_err() {
+                conns.remove(slot);
+            }
+        });
+    }
+
+    /// Serves one connection's readiness; `peer_closed` (the peer's FIN was in the event)
+    /// means reading must go on to EOF even after a short read.
+    fn drive(&mut self, slot: usize, peer_closed: bool) {
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return;
+        };
+        let max_frame = self.shared.max_frame;
+        let buf = &mut self.read_buf;
+        if let Err(why) = serve(conn, buf, max_frame, &self.stat, peer_closed) {
+            self.shared.counters.count_close(&why);
+            if let Some(mut conn) = self.conns.remove(slot) {
+                let _ = self.poll.registry().deregister(&mut conn.stream);
+            }
+        }
+    }
+}
+
+/// Reads, answers and writes until the socket is drained or the peer stops reading.
+fn serve(
+    conn: &mut Conn,
+    read_buf: &mut [u8],
+    max_frame: u32,
+    stat: &ThreadStat,
+    peer_closed: bool,
+) -> Result<(), Close> {
+    loop {
+        conn.out.flush(&mut conn.stream)?;
+        if conn.out.pending() > OUT_HIGH_WATER_BYTES {
+            // Resumed by the writable edge once the peer reads.
+            return Ok(());
+        }
+        if !conn.carry.is_empty() {
+            let used = answer(
+                &mut conn.decoder,
+                &mut conn.out,
+                &conn.carry,
+                max_frame,
+                stat,
+            )?;
+            conn.carry.drain(..used);
+            continue;
+        }
+        let mid_frame = !conn.decoder.at_frame_boundary();
+        let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame)? else {
+            return Ok(());
+        };
+        let used = answer(
+            &mut conn.decoder,
+            &mut conn.out,
+            &read_buf[..n],
+            max_frame,
+            stat,
+        )?;
+        if used < n {
+            conn.carry.extend_from_slice(&read_buf[used..n]);
+        } else if n < read_buf.len() && !peer_closed {
+            // A short read drained the socket (epoll signals the next arrival): skip the
+            // read that would only say EAGAIN.
+            conn.out.flush(&mut conn.stream)?;
+            return Ok(());
+        }
+    }
+}
+
+/// Appends a reply for every whole request in `data`, stopping once the output is full;
+/// returns the bytes used.
+fn answer(
+    decoder: &mut RequestDecoder,
+    out: &mut OutBuf,
+    data: &[u8],
+    max_frame: u32,
+    stat: &ThreadStat,
+) -> Result<usize, Close> {
+    let mut served = 0;
+    let used = decoder.feed(data, max_frame, |reply_len| {
+        encode_reply(out.buf_mut(), reply_len);
+        served += 1;
+        out.pending() <= OUT_HIGH_WATER_BYTES
+    })?;
+    stat.add_ops(served);
+    Ok(used)
+}

@@ -1,0 +1,145 @@
+//! Per-thread counters of a server and the line it prints every few seconds: total ops/s
+//! and each thread's busy %, from the thread's own CPU clock (so an idle-spinning poller
+//! would show as busy, and a thread blocked in epoll_wait does not).
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// What one server thread did; written by that thread only, read by the reporter.
+#[derive(Debug)]
+pub struct ThreadStat {
+    /// Thread name, as the OS sees it (perf merges threads by it).
+    pub name: String,
+    /// Requests this thread completed.
+    pub ops: AtomicU64,
+    cpu_clock: OnceLock<libc::clockid_t>,
+}
+
+impl ThreadStat {
+    /// A counter for the thread called `name`.
+    pub fn new(name: String) -> Arc<ThreadStat> {
+        Arc::new(ThreadStat {
+            name,
+            ops: AtomicU64::new(0),
+            cpu_clock: OnceLock::new(),
+        })
+    }
+
+    /// Called once by the thread itself, so others can read its CPU clock.
+    pub fn register_current_thread(&self) {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: pthread_self is always valid for the calling thread; clock is a valid out pointer.
+        let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
+        if rc == 0 {
+            let _ = self.cpu_clock.set(clock);
+        }
+    }
+
+    /// Adds `n` completed requests.
+    pub fn add_ops(&self, n: u64) {
+        self.ops.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// CPU time the thread has used, in nanoseconds; `None` before it registered or after it exited.
+    pub fn cpu_ns(&self) -> Option<u64> {
+        let clock = *self.cpu_clock.get()?;
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: ts is a valid out pointer; a stale clock id makes the call fail, not misbehave.
+        let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+        (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    }
+}
+
+/// A snapshot taken at one instant, to difference with the next.
+struct Sample {
+    at: Instant,
+    ops: u64,
+    cpu_ns: Vec<Option<u64>>,
+}
+
+fn sample(threads: &[Arc<ThreadStat>]) -> Sample {
+    Sample {
+        at: Instant::now(),
+        ops: threads.iter().map(|t| t.ops.load(Ordering::Relaxed)).sum(),
+        cpu_ns: threads.iter().map(|t| t.cpu_ns()).collect(),
+    }
+}
+
+/// Formats one report line from two samples.
+fn line(start: Instant, prev: &Sample, now: &Sample, threads: &[Arc<ThreadStat>]) -> String {
+    let wall_s = now.at.duration_since(prev.at).as_secs_f64().max(1e-9);
+    let ops_per_s = (now.ops - prev.ops) as f64 / wall_s;
+    let elapsed_s = now.at.duration_since(start).as_secs_f64();
+    let mut out = format!("{elapsed_s:6.1}s {ops_per_s:>11.0} ops/s  busy%");
+    for (i, t) in threads.iter().enumerate() {
+        // A thread that started after the previous sample has used its CPU since then.
+        let busy = match (prev.cpu_ns[i].unwrap_or(0), now.cpu_ns[i]) {
+            (a, Some(b)) => format!("{:.0}", b.saturating_sub(a) as f64 / 1e9 / wall_s * 100.0),
+            (_, None) => "-".to_string(),
+        };
+        let _ = write!(out, " {}={busy}", t.name);
+    }
+    out
+}
+
+/// Prints a line on stderr every `interval` until `stop` is dropped or sent to.
+pub fn spawn_reporter(
+    threads: Vec<Arc<ThreadStat>>,
+    interval: Duration,
+    stop: mpsc::Receiver<()>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("msgr-report".into())
+        .spawn(move || {
+            let start = Instant::now();
+            let mut prev = sample(&threads);
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(interval) {
+                let now = sample(&threads);
+                let _ = writeln!(std::io::stderr(), "{}", line(start, &prev, &now, &threads));
+                prev = now;
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_cpu_clock_advances_with_work() {
+        let stat = ThreadStat::new("t".into());
+        stat.register_current_thread();
+        let before = stat.cpu_ns().unwrap();
+        let mut x = 0u64;
+        let until = Instant::now() + Duration::from_millis(20);
+        while Instant::now() < until {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(stat.cpu_ns().unwrap() > before + 5_000_000);
+    }
+
+    #[test]
+    fn line_reports_rate_and_busy() {
+        let threads = vec![ThreadStat::new("a".into()), ThreadStat::new("b".into())];
+        let t0 = Instant::now();
+        let prev = Sample {
+            at: t0,
+            ops: 0,
+            cpu_ns: vec![Some(0), None],
+        };
+        let now = Sample {
+            at: t0 + Duration::from_secs(2),
+            ops: 2000,
+            cpu_ns: vec![Some(1_000_000_000), None],
+        };
+        let text = line(t0, &prev, &now, &threads);
+        assert!(text.contains(" 1000 ops/s"), "{text}");
+        assert!(text.contains("a=50 b=-"), "{text}");
+    }
+}
