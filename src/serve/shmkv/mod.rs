@@ -184,13 +184,7 @@ pub fn spawn_shmkv(opts: &ShmkvArgs) -> Result<ShmkvServer, ShmkvError> {
     let table = Arc::new(table::Table::new(opts.buckets));
     let stop = Arc::new(AtomicBool::new(false));
     let spawned = match opts.arch {
-        Arch::Single => single::spawn(
-            region.clone(),
-            table,
-            stop.clone(),
-            opts.workers,
-            cpus,
-        ),
+        Arch::Single => single::spawn(region.clone(), table, stop.clone(), opts.workers, cpus),
         Arch::PerWorker => spawn_per_worker(&region, &table, &stop, opts.workers, cpus),
     };
     let threads = spawned.map_err(|source| ShmkvError::Io {
