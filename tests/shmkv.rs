@@ -174,6 +174,7 @@ fn in_process_server_serves_many_clients_per_worker_and_cleans_up() {
             name: name.clone(),
             buckets: 8,
             cpuset: None,
+            port: None,
         };
         let server = spawn_shmkv(&opts).unwrap();
         let path = server.path().to_string();
@@ -373,5 +374,41 @@ fn server_stop_releases_clients_waiting_in_both_designs() {
             started.elapsed() < Duration::from_secs(10),
             "{arch}: client hung"
         );
+    }
+}
+
+#[test]
+fn the_example_spec_names_real_targets_and_valid_server_options() {
+    use clap::Parser;
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/shmkv.toml"))
+        .unwrap();
+    let spec: toml::Table = toml::from_str(&text).unwrap();
+    let targets = spec["targets"].as_array().unwrap();
+    let mut names = Vec::new();
+    for t in targets {
+        let builtin = t["builtin"].as_str().unwrap();
+        // As a runner starts it: its options plus a cpuset and a port.
+        let mut argv = vec!["stairbench", "serve"];
+        argv.extend(builtin.split_whitespace());
+        argv.extend(["--cpuset", "0", "--port", "4000"]);
+        let cli = stairbench::cli::Cli::try_parse_from(&argv);
+        assert!(cli.is_ok(), "{builtin}: {}", cli.err().unwrap());
+        let name = builtin
+            .split("--name ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap();
+        assert_eq!(t["url"].as_str().unwrap(), format!("shm://{name}"));
+        names.push(t["name"].as_str().unwrap().to_string());
+    }
+    let comparisons = spec["comparisons"].as_array().unwrap();
+    assert!(comparisons.len() >= 12);
+    for c in comparisons {
+        for side in ["a", "b"] {
+            let target = c[side].as_str().unwrap().split('@').next().unwrap();
+            assert!(names.iter().any(|n| n == target), "{target} is no target");
+        }
     }
 }

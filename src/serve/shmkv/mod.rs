@@ -140,8 +140,8 @@ pub struct ShmkvArgs {
     /// Architecture: single (seed 002's first design) or per-worker (its proposal).
     #[arg(long, value_enum, default_value = "per-worker")]
     pub arch: Arch,
-    /// Worker threads.
-    #[arg(long, default_value_t = 1)]
+    /// Worker threads (`--threads` is the same, as for the other built-in servers).
+    #[arg(long, alias = "threads", default_value_t = 1)]
     pub workers: usize,
     /// Region name: the region is /dev/shm/stairbench.shmkv.NAME; clients use shm://NAME.
     #[arg(long)]
@@ -152,6 +152,10 @@ pub struct ShmkvArgs {
     /// Pin the workers to these CPUs, round-robin (e.g. 0 or 0-1).
     #[arg(long, value_name = "LIST")]
     pub cpuset: Option<crate::cpuset::CpuList>,
+    /// Ignored (shared memory has no port): accepted so that a runner giving every
+    /// built-in server a `--port` can start this one too.
+    #[arg(long, hide = true)]
+    pub port: Option<u16>,
 }
 
 /// A running server (in this process). Dropping it stops it and removes the region.
