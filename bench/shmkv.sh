@@ -91,12 +91,11 @@ for t in threads:
     pairs += [((t, 1), (t, 2)), ((t, 1), (t, 1 + k)), None]
 pairs += [((hi, 1 + k), (lo, 1 + k))]
 print("\n--- Summary ---")
-print(f"{'single':<62}| per-worker")
-for p in pairs:
-    if p is None:
-        print(f"{'':<62}|")
-        continue
-    print(f"{sentence('single', *p):<62}| {sentence('per-worker', *p)}")
+rows = [None if p is None else (sentence("single", *p), sentence("per-worker", *p)) for p in pairs]
+w = max(len(r[0]) for r in rows if r) + 2
+print(f"{'single':<{w}}| per-worker")
+for r in rows:
+    print(f"{'':<{w}}|" if r is None else f"{r[0]:<{w}}| {r[1]}")
 print("\n--- per-worker against single ---")
 for t in threads:
     for c in (1, 2, 1 + k):
