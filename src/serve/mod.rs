@@ -54,7 +54,6 @@ pub struct MsgrArgs {
 
 pub use crate::cpuset::CpuList;
 
-
 impl MsgrArgs {
     /// The server options these flags describe.
     pub fn options(&self) -> MsgrOptions {
