@@ -2,4 +2,5 @@
 
 pub mod cli;
 pub mod parsers;
+pub mod remote;
 pub mod topology;
