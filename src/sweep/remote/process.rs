@@ -40,7 +40,7 @@ pg=$!
 ) <&3 >/dev/null 2>&1 &
 wd=$!
 exec 3<&-
-wait "$pg"
+wait "$pg" 2>/dev/null
 rc=$?
 kill -KILL -"$pg" 2>/dev/null
 kill "$wd" 2>/dev/null
