@@ -283,9 +283,10 @@ fn live_busy_process_tree() {
     let s = obs.server.as_ref().expect("the tree was observed");
     assert!(s.processes >= 2, "root and subshell: {s:?}");
     let cpu_s = s.user_s + s.sys_s;
-    // 2 cores shared with other jobs: the spinner gets at least a fair share of the 0.5 s.
+    // The spinner's share of a core depends on what else runs (a CI machine under load gave
+    // it 12%); two 10 ms ticks is the least that proves its CPU was seen in the tree.
     assert!(
-        cpu_s > 0.1 && cpu_s <= obs.window_s + 0.02,
+        cpu_s >= 0.02 && cpu_s <= obs.window_s + 0.02,
         "cpu {cpu_s} in {} s: {s:?}",
         obs.window_s
     );

@@ -410,3 +410,49 @@ fn parser_by_name_knows_every_parser_and_refuses_others() {
         "regex needs a pattern"
     );
 }
+
+/// stairbench's own `load --json` output (captured from runs against nginx and redis) read
+/// through the `json` parser, as a sweep reads any JSON-printing tool, and compared with the
+/// same file read as the engine's `LoadReport`.
+#[test]
+fn json_parser_reads_stairbench_load_output() {
+    let opts: toml::Table = toml::from_str(
+        r#"
+        [fields]
+        requests = "/requests"
+        duration_s = "/duration_s"
+        throughput_rps = "/throughput_rps"
+        bytes_received = "/bytes_received"
+        latency_us = { mean = "/latency_us/mean", p50 = "/latency_us/p50", p99 = "/latency_us/p99", max = "/latency_us/max" }
+        extra = { sent = "/sent", client_user_s = "/client_cpu/user_s", busy_pct = "/client_cpu/per_core_busy/0" }
+        "#,
+    )
+    .unwrap();
+    let parser = parser_by_name("json", &opts).unwrap();
+    for name in [
+        "stairbench_load_http.json",
+        "stairbench_load_redis.json",
+        "stairbench_load_http_500.json",
+    ] {
+        let text = data(name);
+        let load = parser
+            .parse(&text)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let report: stairbench::load::LoadReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(load.requests, Some(report.requests), "{name}");
+        assert_eq!(load.duration_s, Some(report.duration_s));
+        assert_eq!(load.throughput_rps, Some(report.throughput_rps));
+        assert_eq!(load.bytes_received, Some(report.bytes_received));
+        assert_eq!(load.latency_us.p99, Some(report.latency_us.p99));
+        assert_eq!(load.latency_us.max, Some(report.latency_us.max));
+        assert_eq!(load.extra["sent"], report.sent as f64);
+        assert_eq!(load.extra["client_user_s"], report.client_cpu.user_s);
+        assert_eq!(load.extra["busy_pct"], report.client_cpu.per_core_busy[0]);
+    }
+    let errors = toml::from_str(r#"fields = { "errors.http_5xx" = "/errors/http_5xx" }"#).unwrap();
+    let load = parser_by_name("json", &errors)
+        .unwrap()
+        .parse(&data("stairbench_load_http_500.json"))
+        .unwrap();
+    assert_eq!(load.errors.get("http_5xx"), Some(&21665));
+}

@@ -51,7 +51,6 @@ pub struct MsgrArgs {
 
 pub use crate::cpuset::CpuList;
 
-
 impl MsgrArgs {
     /// The server options these flags describe.
     pub fn options(&self) -> MsgrOptions {

@@ -1,21 +1,165 @@
 //! `stairbench run` and `stairbench demo`.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+
+use super::experiment::{describe, run_plan, Destination, Finished};
+use super::placement::TopologyPlacements;
+use super::plan::Plan;
+use super::progress::Bar;
+use super::spec::SpecFile;
 
 /// Options of `stairbench run`.
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {}
+pub struct RunArgs {
+    /// The spec (TOML). With --resume it may be left out: the run's own spec.toml is used.
+    pub spec: Option<PathBuf>,
+    /// Run directory to create (default: results/<name>-<timestamp>).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print the steps, cpusets, commands and estimated time; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Continue an interrupted run from its last finished step.
+    #[arg(long, value_name = "DIR", conflicts_with = "out")]
+    pub resume: Option<PathBuf>,
+    /// Keep one client count for a long study (with --duration).
+    #[arg(long, value_name = "CLIENTS", requires = "duration")]
+    pub hold: Option<usize>,
+    /// Measured window of the held level, e.g. 1h.
+    #[arg(long, value_name = "D", requires = "hold", value_parser = parse_dur)]
+    pub duration: Option<std::time::Duration>,
+}
 
 /// Options of `stairbench demo`.
 #[derive(Debug, clap::Args)]
-pub struct DemoArgs {}
-
-/// Runs a spec.
-pub fn run(_args: RunArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("run is not built yet")
+pub struct DemoArgs {
+    /// A shorter staircase (under 40 s) for a first look.
+    #[arg(long)]
+    pub quick: bool,
+    /// Run directory to create (default: results/demo-<timestamp>).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print the plan only.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
-/// Runs the demo.
-pub fn demo(_args: DemoArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("demo is not built yet")
+fn parse_dur(s: &str) -> Result<std::time::Duration, String> {
+    super::spec::parse_duration(s)
+}
+
+/// Runs a spec.
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let spec_path = match (&args.spec, &args.resume) {
+        (Some(p), _) => p.clone(),
+        (None, Some(dir)) => dir.join("spec.toml"),
+        (None, None) => bail!("give a spec file (stairbench run SPEC) or --resume DIR"),
+    };
+    let spec = SpecFile::read(&spec_path)?;
+    let mut plan = Plan::new(spec, stairbench_bin()?)?;
+    if let (Some(clients), Some(d)) = (args.hold, args.duration) {
+        plan.hold(clients, d);
+    }
+    let dest = Destination {
+        out: args.out,
+        resume: args.resume,
+    };
+    execute(&plan, &dest, args.dry_run)
+}
+
+/// Runs the demo: reactor vs pool messenger servers, separated vs shared, 1 to 64 clients.
+pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let text = demo_spec(args.quick);
+    let spec = SpecFile::parse(Path::new("demo.toml"), &text)?;
+    let plan = Plan::new(spec, stairbench_bin()?)?;
+    let dest = Destination {
+        out: args.out,
+        resume: None,
+    };
+    execute(&plan, &dest, args.dry_run)
+}
+
+/// The demo's spec.
+pub fn demo_spec(quick: bool) -> String {
+    let (duration, warmup, clients) = if quick {
+        ("1s", "300ms", "[1, 4, 16, 64]")
+    } else {
+        ("4s", "1s", "{ from = 1, to = 64, double = true }")
+    };
+    format!(
+        r#"# stairbench demo: the built-in messenger server in two architectures, under two placements.
+name = "demo"
+description = "reactor vs pool messenger, separated vs shared CPUs, clients 1 to 64"
+duration = "{duration}"
+warmup = "{warmup}"
+clients = {clients}
+placements = ["separated", "shared"]
+stop_when = "saturated"
+
+[[targets]]
+name = "reactor"
+builtin = "msgr --arch reactor"
+
+[[targets]]
+name = "pool"
+builtin = "msgr --arch pool"
+
+[client]
+msg_size = 512
+"#
+    )
+}
+
+fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<ExitCode> {
+    if dry_run {
+        let placements = TopologyPlacements::detect(plan.custom.clone());
+        print!("{}", describe(plan, &placements));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stop = crate::signals::stop_flag();
+    let mut bar = Bar::default();
+    let Finished { dir, summary } =
+        run_plan(plan, dest, &mut bar, stop).map_err(anyhow::Error::msg)?;
+    let failed = summary
+        .steps
+        .iter()
+        .filter(|s| s.status == super::result::StepStatus::Failed)
+        .count();
+    for p in crate::report::markdown::series_peaks(&summary.steps) {
+        println!(
+            "{:>12} / {:<10} peak {:>9.0} requests/s at {} clients",
+            p.target, p.placement, p.peak_rps, p.at_clients
+        );
+    }
+    println!("run directory: {}", dir.display());
+    println!("report:        {}", dir.join("report.html").display());
+    println!("               {}", dir.join("report.md").display());
+    if summary.interrupted {
+        eprintln!(
+            "interrupted: the finished steps are kept; continue with --resume {}",
+            dir.display()
+        );
+        return Ok(ExitCode::from(130));
+    }
+    if failed > 0 {
+        eprintln!("{failed} step(s) failed; see the report");
+    }
+    Ok(if summary.stopped_on_failure {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The stairbench binary that runs built-in servers: `STAIRBENCH_BIN`, else this executable.
+fn stairbench_bin() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("STAIRBENCH_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    super::server::default_stairbench_bin()
+        .or_else(|| std::env::current_exe().ok())
+        .context("cannot find the stairbench binary for built-in servers; set STAIRBENCH_BIN")
 }

@@ -1,6 +1,22 @@
 //! Experiments: the spec, CPU placements, target processes, the step loop, the run directory.
+//!
+//! A spec (TOML) is validated into a [`plan::Plan`]; [`runner::Runner`] walks it with a
+//! [`server::Launcher`], a [`driver::Driver`], a [`observer::StepObserver`] and a
+//! [`placement::PlacementSource`], each a trait with a fake, writing a [`rundir::RunDir`].
 
 pub mod cli;
+pub mod driver;
+pub mod experiment;
+pub mod observer;
 pub mod parsers;
+pub mod placement;
+pub mod plan;
+pub mod process;
+pub mod progress;
 pub mod remote;
+pub mod result;
+pub mod rundir;
+pub mod runner;
+pub mod server;
+pub mod spec;
 pub mod topology;

@@ -80,32 +80,61 @@ impl ServerProcess {
         self.child.id() as i32
     }
 
-    /// Waits until `port` accepts a connection; panics with `log`'s tail if the server exits
-    /// or is not ready in time.
-    fn wait_ready(&mut self, port: u16, log: &Path) {
+    /// Waits until `port` accepts a connection. An error holds the reason and `log`'s tail.
+    fn wait_ready(&mut self, port: u16, log: &Path) -> Result<(), NotReady> {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return;
+                return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "{} exited ({status}) before listening on port {port}:\n{}",
-                    self.name,
-                    tail(log)
-                );
+                let log = tail(log);
+                return Err(NotReady {
+                    port_taken: log.contains("in use"),
+                    message: format!(
+                        "{} exited ({status}) before listening on port {port}:\n{log}",
+                        self.name
+                    ),
+                });
             }
             if Instant::now() > deadline {
-                panic!(
-                    "{} not listening on port {port} after {READY_TIMEOUT:?}:\n{}",
-                    self.name,
-                    tail(log)
-                );
+                return Err(NotReady {
+                    port_taken: false,
+                    message: format!(
+                        "{} not listening on port {port} after {READY_TIMEOUT:?}:\n{}",
+                        self.name,
+                        tail(log)
+                    ),
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Why a server did not come up.
+struct NotReady {
+    /// Another process took the free port first: worth another try on another port.
+    port_taken: bool,
+    message: String,
+}
+
+/// Starts a server on a free port, trying again on another port if that one was taken
+/// between choosing it and binding it; panics with the server's log if it cannot start.
+fn start_on_free_port(
+    mut start: impl FnMut(u16) -> (ServerProcess, PathBuf),
+) -> (ServerProcess, u16) {
+    for _ in 0..3 {
+        let port = free_port();
+        let (mut process, log) = start(port);
+        match process.wait_ready(port, &log) {
+            Ok(()) => return (process, port),
+            Err(e) if e.port_taken => eprintln!("{}; trying another port", e.message),
+            Err(e) => panic!("{}", e.message),
+        }
+    }
+    panic!("no free port could be bound in 3 attempts");
 }
 
 impl Drop for ServerProcess {
@@ -194,14 +223,15 @@ pub fn start_nginx_with(server_extra: &str) -> Option<Nginx> {
     let root = dir.path().join("root");
     std::fs::create_dir(&root).expect("creating nginx's root");
     std::fs::write(root.join("index.html"), "hello\n").expect("writing index.html");
-    let port = free_port();
-    let conf = dir.path().join("nginx.conf");
-    std::fs::write(&conf, nginx_conf(dir.path(), port, server_extra)).expect("writing nginx.conf");
-    let log = dir.path().join("nginx.out");
-    let mut cmd = Command::new(program);
-    cmd.arg("-c").arg(&conf).arg("-p").arg(dir.path());
-    let mut process = ServerProcess::spawn("nginx", cmd, &log);
-    process.wait_ready(port, &dir.path().join("error.log"));
+    let (process, port) = start_on_free_port(|port| {
+        let conf = dir.path().join("nginx.conf");
+        std::fs::write(&conf, nginx_conf(dir.path(), port, server_extra))
+            .expect("writing nginx.conf");
+        let mut cmd = Command::new(&program);
+        cmd.arg("-c").arg(&conf).arg("-p").arg(dir.path());
+        let process = ServerProcess::spawn("nginx", cmd, &dir.path().join("nginx.out"));
+        (process, dir.path().join("error.log"))
+    });
     Some(Nginx { port, dir, process })
 }
 
@@ -318,15 +348,15 @@ pub fn start_redis() -> Option<Redis> {
         .prefix("stairbench-redis-")
         .tempdir()
         .expect("creating a temp dir");
-    let port = free_port();
-    let mut cmd = Command::new(program);
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-        .arg("--dir")
-        .arg(dir.path());
     let log = dir.path().join("redis.log");
-    let mut process = ServerProcess::spawn("redis-server", cmd, &log);
-    process.wait_ready(port, &log);
+    let (process, port) = start_on_free_port(|port| {
+        let mut cmd = Command::new(&program);
+        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(dir.path());
+        (ServerProcess::spawn("redis-server", cmd, &log), log.clone())
+    });
     let redis = Redis { port, dir, process };
     redis.wait_pong(&log);
     Some(redis)

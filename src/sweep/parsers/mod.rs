@@ -17,15 +17,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crimson_msgr::CrimsonMsgrParser;
+pub use crimson_msgr::{CrimsonMsgrParser, JobBlock};
 pub use fields::FIELD_NAMES;
 pub use json::JsonParser;
 pub use pattern::RegexParser;
 pub use redis_benchmark::{RedisBenchmarkParser, RedisBenchmarkTest};
 pub use wrk::WrkParser;
 
-/// Reads one run's standard output of an external tool.
-pub trait OutputParser {
+/// Reads one run's standard output of an external tool. Parsers hold only their options, so
+/// one can be shared by the threads of a sweep.
+pub trait OutputParser: Send + Sync {
     /// Extracts the run's figures from the tool's whole standard output.
     fn parse(&self, stdout: &str) -> Result<ParsedLoad, ParseError>;
 }

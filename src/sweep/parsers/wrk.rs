@@ -24,37 +24,51 @@ impl OutputParser for WrkParser {
                     continue;
                 }
             }
-            match words.as_slice() {
-                ["Latency", "Distribution", ..] => in_distribution = true,
-                ["Latency", avg, stdev, max, within] => {
-                    read_latency_stats(&mut load, [avg, stdev, max, within], no, line)?
-                }
-                ["Req/Sec", avg, stdev, max, _] => read_thread_rates(&mut load, [avg, stdev, max]),
-                [threads, "threads", "and", conns, "connections"] => {
-                    extra_number(&mut load, "threads", threads);
-                    extra_number(&mut load, "connections", conns);
-                }
-                [n, "requests", "in", time, bytes, "read"] => {
-                    read_totals(&mut load, [n, time, bytes], no, line)?
-                }
-                ["Socket", "errors:", rest @ ..] => read_socket_errors(&mut load, rest, no, line)?,
-                ["Non-2xx", "or", "3xx", "responses:", n] => {
-                    let n = count(n, no, "non-2xx/3xx replies", line)?;
-                    load.errors.insert("http_non_2xx_3xx".into(), n);
-                }
-                ["Requests/sec:", rate] => {
-                    load.throughput_rps = Some(number(rate, no, "Requests/sec", line)?)
-                }
-                ["Transfer/sec:", rate] => {
-                    let bytes = binary_bytes(rate)
-                        .ok_or_else(|| ParseError::bad_value(TOOL, no, "Transfer/sec", line))?;
-                    load.extra.insert("transfer_bytes_per_s".into(), bytes);
-                }
-                _ => {}
+            if words.starts_with(&["Latency", "Distribution"]) {
+                in_distribution = true;
+            } else {
+                summary_line(&mut load, &words, no, line)?;
             }
         }
         finish(load, stdout)
     }
+}
+
+/// One line of wrk's summary, outside the latency distribution.
+fn summary_line(
+    load: &mut ParsedLoad,
+    words: &[&str],
+    no: usize,
+    line: &str,
+) -> Result<(), ParseError> {
+    match words {
+        ["Latency", avg, stdev, max, within] => {
+            read_latency_stats(load, [avg, stdev, max, within], no, line)?
+        }
+        ["Req/Sec", avg, stdev, max, _] => read_thread_rates(load, [avg, stdev, max]),
+        [threads, "threads", "and", conns, "connections"] => {
+            extra_number(load, "threads", threads);
+            extra_number(load, "connections", conns);
+        }
+        [n, "requests", "in", time, bytes, "read"] => {
+            read_totals(load, [n, time, bytes], no, line)?
+        }
+        ["Socket", "errors:", rest @ ..] => read_socket_errors(load, rest, no, line)?,
+        ["Non-2xx", "or", "3xx", "responses:", n] => {
+            let n = count(n, no, "non-2xx/3xx replies", line)?;
+            load.errors.insert("http_non_2xx_3xx".into(), n);
+        }
+        ["Requests/sec:", rate] => {
+            load.throughput_rps = Some(number(rate, no, "Requests/sec", line)?)
+        }
+        ["Transfer/sec:", rate] => {
+            let bytes = binary_bytes(rate)
+                .ok_or_else(|| ParseError::bad_value(TOOL, no, "Transfer/sec", line))?;
+            load.extra.insert("transfer_bytes_per_s".into(), bytes);
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn finish(mut load: ParsedLoad, stdout: &str) -> Result<ParsedLoad, ParseError> {

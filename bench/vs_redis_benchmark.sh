@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# stairbench load vs redis-benchmark on redis: redis-server on core 0, the generator on core 1,
+# the same 50 connections, GET only, alternating runs. For each run: requests/s and the
+# generator's whole process CPU (user + system, start to exit, by `perf stat -e task-clock`)
+# per completed request; then the medians and the ratios stairbench/redis-benchmark.
+#
+# Usage (after `cargo build --release`): bench/vs_redis_benchmark.sh
+# Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=50 SERVER_CPU=0 CLIENT_CPU=1 CPU_METHOD=perf
+#   REQUESTS (redis-benchmark -n; default: about DURATION seconds at 80k/s)
+#   STAIRBENCH=target/release/stairbench
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-5}
+CONNECTIONS=${CONNECTIONS:-50}
+REQUESTS=${REQUESTS:-$((DURATION * 80000))}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+STAIRBENCH=${STAIRBENCH:-target/release/stairbench}
+
+die() { echo "vs_redis_benchmark: $*" >&2; exit 1; }
+
+program() { # the path of $1, looking in sbin too
+    command -v "$1" 2>/dev/null || { [ -x "/usr/sbin/$1" ] && echo "/usr/sbin/$1"; } || return 1
+}
+
+REDIS_SERVER=$(program redis-server) || die "redis-server not found (apt-get install redis-server)"
+REDIS_BENCHMARK=$(program redis-benchmark) || die "redis-benchmark not found (apt-get install redis-tools)"
+[ -x "$STAIRBENCH" ] || die "$STAIRBENCH not found: run cargo build --release first"
+[ "$(nproc)" -ge 2 ] || echo "vs_redis_benchmark: warning: one CPU only: server and generator share it" >&2
+
+WORK=$(mktemp -d /tmp/stairbench-vs-redis.XXXXXX)
+SERVER_PID=
+cleanup() {
+    if [ -n "$SERVER_PID" ]; then
+        kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_is_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+    local port
+    for _ in $(seq 100); do
+        port=$((20000 + RANDOM % 30000))
+        port_is_open "$port" || { echo "$port"; return; }
+    done
+    die "no free port found"
+}
+
+wait_port() {
+    for _ in $(seq 200); do
+        port_is_open "$1" && return
+        kill -0 "$SERVER_PID" 2>/dev/null || die "server exited: $(tail -5 "$WORK"/*.log 2>/dev/null)"
+        sleep 0.05
+    done
+    die "server not listening on port $1 after 10 s"
+}
+
+# How to count a process's CPU: perf stat if permitted, else GNU time, else bash's `times`.
+cpu_method() {
+    if perf stat -x, -e task-clock -o /dev/null true 2>/dev/null; then
+        echo perf
+    elif [ -x /usr/bin/time ]; then
+        echo time
+    else
+        echo times
+    fi
+}
+CPU_METHOD=${CPU_METHOD:-$(cpu_method)} # perf, time or times
+
+# measured CPU_FILE CMD...: runs CMD, stdout to CMD's own redirections, writes the whole
+# process's CPU microseconds (user + system) to CPU_FILE.
+measured() {
+    local cpu_file=$1 raw="$1.raw"
+    shift
+    case $CPU_METHOD in
+    perf)
+        perf stat -x, -e task-clock -o "$raw" -- "$@"
+        awk -F, '$3 ~ /^task-clock/ { printf "%.0f\n", $1 * 1000 }' "$raw" >"$cpu_file"
+        ;;
+    time)
+        /usr/bin/time -f '%U %S' -o "$raw" -- "$@"
+        awk 'NF == 2 { printf "%.0f\n", ($1 + $2) * 1e6 }' "$raw" | tail -1 >"$cpu_file"
+        ;;
+    times)
+        bash -c '"$@"; times' _ "$@" >"$raw.out"
+        # `times` prints the shell's, then its children's "user sys" as 0m1.234s.
+        tail -1 "$raw.out" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/);
+            printf "%.0f\n", (u[1] * 60 + u[2] + s[1] * 60 + s[2]) * 1e6 }' >"$cpu_file"
+        head -n -2 "$raw.out"
+        ;;
+    esac
+    [ -s "$cpu_file" ] || die "could not read the CPU time of: $* ($(cat "$raw" 2>/dev/null))"
+}
+
+start_redis() {
+    setsid taskset -c "$SERVER_CPU" "$REDIS_SERVER" --port "$1" --bind 127.0.0.1 --save '' \
+        --appendonly no --daemonize no --dir "$WORK" </dev/null >"$WORK/redis.log" 2>&1 &
+    SERVER_PID=$!
+    wait_port "$1"
+}
+
+# run_redis_benchmark N PORT: prints "requests req_per_s cpu_us"
+run_redis_benchmark() {
+    local out="$WORK/redis-benchmark.$1"
+    # redis-benchmark retries forever when the server is gone: bound it.
+    measured "$out.cpu" timeout $((DURATION * 20 + 30)) taskset -c "$CLIENT_CPU" "$REDIS_BENCHMARK" \
+        -p "$2" -c "$CONNECTIONS" -n "$REQUESTS" -t get -q >"$out"
+    local rps
+    rps=$(tr '\r' '\n' <"$out" | awk '/^GET: [0-9.]+ requests per second/ { print $2 }' | tail -1)
+    [ -n "$rps" ] || die "unreadable redis-benchmark output: $(tr '\r' '\n' <"$out" | tail -3)"
+    echo "$REQUESTS $rps $(cat "$out.cpu")"
+}
+
+# json_number FILE KEY: a top-level number of the load JSON.
+json_number() {
+    grep -oE "\"$2\"[[:space:]]*:[[:space:]]*[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*:[[:space:]]*//'
+}
+
+# run_stairbench N URL: prints "requests req_per_s cpu_us"
+run_stairbench() {
+    local out="$WORK/stairbench.$1"
+    measured "$out.cpu" taskset -c "$CLIENT_CPU" "$STAIRBENCH" load "$2" -c "$CONNECTIONS" -t 1 \
+        -d "$DURATION" --read-ratio 1 --json "$out.json" >"$out" 2>&1
+    local requests rps
+    requests=$(json_number "$out.json" requests)
+    rps=$(json_number "$out.json" throughput_rps)
+    [ -n "$requests" ] && [ -n "$rps" ] || die "unreadable stairbench JSON: $(cat "$out.json" "$out")"
+    echo "$requests $rps $(cat "$out.cpu")"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+report_run() { # TOOL N "requests rps cpu_us"
+    set -- "$1" "$2" $3
+    awk -v t="$1" -v n="$2" -v q="$3" -v r="$4" -v c="$5" 'BEGIN {
+        printf "%-11s run %d: %10.0f req/s  %9d requests  %8.3f CPU µs/request\n", t, n, r, q, c / q }'
+}
+
+PORT=$(free_port)
+start_redis "$PORT"
+echo "redis-server on core $SERVER_CPU at 127.0.0.1:$PORT; generators on core $CLIENT_CPU;" \
+    "$CONNECTIONS connections, GET; stairbench ${DURATION}s per run, redis-benchmark" \
+    "$REQUESTS requests per run; $RUNS runs each; CPU counted by $CPU_METHOD"
+
+: >"$WORK/redis-benchmark.results"
+: >"$WORK/stairbench.results"
+for n in $(seq "$RUNS"); do
+    result=$(run_redis_benchmark "$n" "$PORT")
+    report_run redis-bench "$n" "$result"
+    echo "$result" >>"$WORK/redis-benchmark.results"
+    result=$(run_stairbench "$n" "redis://127.0.0.1:$PORT")
+    report_run stairbench "$n" "$result"
+    echo "$result" >>"$WORK/stairbench.results"
+done
+
+summary() { # FILE: "median_rps median_cpu_us_per_req"
+    echo "$(awk '{ print $2 }' "$1" | median) $(awk '{ print $3 / $1 }' "$1" | median)"
+}
+read -r tool_rps tool_cpu <<<"$(summary "$WORK/redis-benchmark.results")"
+read -r sb_rps sb_cpu <<<"$(summary "$WORK/stairbench.results")"
+awk -v wr="$tool_rps" -v wc="$tool_cpu" -v sr="$sb_rps" -v sc="$sb_cpu" 'BEGIN {
+    printf "\nmedians\n"
+    printf "  redis-bench %10.0f req/s  %8.3f CPU µs/request\n", wr, wc
+    printf "  stairbench  %10.0f req/s  %8.3f CPU µs/request\n", sr, sc
+    printf "ratios stairbench/redis-benchmark: req/s %.3f, CPU per request %.3f\n", sr / wr, sc / wc
+    ok = (sc / wc <= 0.8 && sr >= wr)
+    printf "target (CPU per request <= 0.8x redis-benchmark, req/s >= it): %s\n", ok ? "met" : "NOT met"
+}'

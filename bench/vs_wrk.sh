@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# stairbench load vs wrk on nginx: nginx (1 worker) on core 0, the generator on core 1, the
+# same 64 connections, alternating runs. For each run: requests/s and the generator's whole
+# process CPU (user + system, start to exit, by `perf stat -e task-clock`) per completed
+# request; then the medians and the ratios stairbench/wrk.
+#
+# Usage (after `cargo build --release`): bench/vs_wrk.sh
+# Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=64 SERVER_CPU=0 CLIENT_CPU=1 CPU_METHOD=perf
+#                         STAIRBENCH=target/release/stairbench
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-5}
+CONNECTIONS=${CONNECTIONS:-64}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+STAIRBENCH=${STAIRBENCH:-target/release/stairbench}
+
+die() { echo "vs_wrk: $*" >&2; exit 1; }
+
+program() { # the path of $1, looking in sbin too (Debian's nginx)
+    command -v "$1" 2>/dev/null || { [ -x "/usr/sbin/$1" ] && echo "/usr/sbin/$1"; } || return 1
+}
+
+NGINX=$(program nginx) || die "nginx not found (apt-get install nginx-light)"
+WRK=$(program wrk) || die "wrk not found (apt-get install wrk)"
+[ -x "$STAIRBENCH" ] || die "$STAIRBENCH not found: run cargo build --release first"
+[ "$(nproc)" -ge 2 ] || echo "vs_wrk: warning: one CPU only: server and generator share it" >&2
+
+WORK=$(mktemp -d /tmp/stairbench-vs-wrk.XXXXXX)
+chmod 755 "$WORK" # nginx's worker runs as nobody when started by root
+SERVER_PID=
+cleanup() {
+    if [ -n "$SERVER_PID" ]; then
+        kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_is_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+    local port
+    for _ in $(seq 100); do
+        port=$((20000 + RANDOM % 30000))
+        port_is_open "$port" || { echo "$port"; return; }
+    done
+    die "no free port found"
+}
+
+wait_port() {
+    for _ in $(seq 200); do
+        port_is_open "$1" && return
+        kill -0 "$SERVER_PID" 2>/dev/null || die "server exited: $(tail -5 "$WORK"/*.log 2>/dev/null)"
+        sleep 0.05
+    done
+    die "server not listening on port $1 after 10 s"
+}
+
+# How to count a process's CPU: perf stat if permitted, else GNU time, else bash's `times`.
+cpu_method() {
+    if perf stat -x, -e task-clock -o /dev/null true 2>/dev/null; then
+        echo perf
+    elif [ -x /usr/bin/time ]; then
+        echo time
+    else
+        echo times
+    fi
+}
+CPU_METHOD=${CPU_METHOD:-$(cpu_method)} # perf, time or times
+
+# measured CPU_FILE CMD...: runs CMD, stdout to CMD's own redirections, writes the whole
+# process's CPU microseconds (user + system) to CPU_FILE.
+measured() {
+    local cpu_file=$1 raw="$1.raw"
+    shift
+    case $CPU_METHOD in
+    perf)
+        perf stat -x, -e task-clock -o "$raw" -- "$@"
+        awk -F, '$3 ~ /^task-clock/ { printf "%.0f\n", $1 * 1000 }' "$raw" >"$cpu_file"
+        ;;
+    time)
+        /usr/bin/time -f '%U %S' -o "$raw" -- "$@"
+        awk 'NF == 2 { printf "%.0f\n", ($1 + $2) * 1e6 }' "$raw" | tail -1 >"$cpu_file"
+        ;;
+    times)
+        bash -c '"$@"; times' _ "$@" >"$raw.out"
+        # `times` prints the shell's, then its children's "user sys" as 0m1.234s.
+        tail -1 "$raw.out" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/);
+            printf "%.0f\n", (u[1] * 60 + u[2] + s[1] * 60 + s[2]) * 1e6 }' >"$cpu_file"
+        head -n -2 "$raw.out"
+        ;;
+    esac
+    [ -s "$cpu_file" ] || die "could not read the CPU time of: $* ($(cat "$raw" 2>/dev/null))"
+}
+
+start_nginx() {
+    local port=$1
+    mkdir -p "$WORK/root"
+    printf 'hello\n' >"$WORK/root/index.html"
+    cat >"$WORK/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile 8192;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/client_body;
+    proxy_temp_path $WORK/proxy;
+    fastcgi_temp_path $WORK/fastcgi;
+    uwsgi_temp_path $WORK/uwsgi;
+    scgi_temp_path $WORK/scgi;
+    server {
+        listen 127.0.0.1:$port;
+        root $WORK/root;
+        location / { index index.html; }
+    }
+}
+EOF
+    setsid taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" \
+        </dev/null >"$WORK/nginx.log" 2>&1 &
+    SERVER_PID=$!
+    wait_port "$port"
+}
+
+# run_wrk N URL: prints "requests req_per_s cpu_us"
+run_wrk() {
+    local out="$WORK/wrk.$1"
+    measured "$out.cpu" taskset -c "$CLIENT_CPU" "$WRK" -t1 -c"$CONNECTIONS" -d"${DURATION}s" "$2" >"$out"
+    local requests rps
+    requests=$(awk '/ requests in / { print $1 }' "$out")
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
+    [ -n "$requests" ] && [ -n "$rps" ] || die "unreadable wrk output: $(cat "$out")"
+    grep -E 'Socket errors|Non-2xx' "$out" >&2 || true
+    echo "$requests $rps $(cat "$out.cpu")"
+}
+
+# json_number FILE KEY: a top-level number of the load JSON.
+json_number() {
+    grep -oE "\"$2\"[[:space:]]*:[[:space:]]*[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*:[[:space:]]*//'
+}
+
+# run_stairbench N URL: prints "requests req_per_s cpu_us"
+run_stairbench() {
+    local out="$WORK/stairbench.$1"
+    measured "$out.cpu" taskset -c "$CLIENT_CPU" "$STAIRBENCH" load "$2" -c "$CONNECTIONS" -t 1 \
+        -d "$DURATION" --json "$out.json" >"$out" 2>&1
+    local requests rps
+    requests=$(json_number "$out.json" requests)
+    rps=$(json_number "$out.json" throughput_rps)
+    [ -n "$requests" ] && [ -n "$rps" ] || die "unreadable stairbench JSON: $(cat "$out.json" "$out")"
+    echo "$requests $rps $(cat "$out.cpu")"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+report_run() { # TOOL N "requests rps cpu_us"
+    set -- "$1" "$2" $3
+    awk -v t="$1" -v n="$2" -v q="$3" -v r="$4" -v c="$5" 'BEGIN {
+        printf "%-11s run %d: %10.0f req/s  %9d requests  %8.3f CPU µs/request\n", t, n, r, q, c / q }'
+}
+
+PORT=$(free_port)
+start_nginx "$PORT"
+URL="http://127.0.0.1:$PORT/"
+echo "nginx on core $SERVER_CPU at $URL; generators on core $CLIENT_CPU; $CONNECTIONS connections," \
+    "${DURATION}s per run, $RUNS runs each; CPU counted by $CPU_METHOD"
+
+: >"$WORK/wrk.results"
+: >"$WORK/stairbench.results"
+for n in $(seq "$RUNS"); do
+    result=$(run_wrk "$n" "$URL")
+    report_run wrk "$n" "$result"
+    echo "$result" >>"$WORK/wrk.results"
+    result=$(run_stairbench "$n" "$URL")
+    report_run stairbench "$n" "$result"
+    echo "$result" >>"$WORK/stairbench.results"
+done
+
+summary() { # FILE: "median_rps median_cpu_us_per_req"
+    echo "$(awk '{ print $2 }' "$1" | median) $(awk '{ print $3 / $1 }' "$1" | median)"
+}
+read -r wrk_rps wrk_cpu <<<"$(summary "$WORK/wrk.results")"
+read -r sb_rps sb_cpu <<<"$(summary "$WORK/stairbench.results")"
+awk -v wr="$wrk_rps" -v wc="$wrk_cpu" -v sr="$sb_rps" -v sc="$sb_cpu" 'BEGIN {
+    printf "\nmedians\n"
+    printf "  wrk         %10.0f req/s  %8.3f CPU µs/request\n", wr, wc
+    printf "  stairbench  %10.0f req/s  %8.3f CPU µs/request\n", sr, sc
+    printf "ratios stairbench/wrk: req/s %.3f, CPU per request %.3f\n", sr / wr, sc / wc
+    ok = (sc / wc <= 0.9 && sr >= wr)
+    printf "target (CPU per request <= 0.9x wrk, req/s >= wrk): %s\n", ok ? "met" : "NOT met"
+}'

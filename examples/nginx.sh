@@ -1,0 +1,26 @@
+#!/bin/sh
+# Starts nginx in the foreground for examples/nginx-wrk.toml: prefix and config in the run
+# directory, listening on the port stairbench chose.   nginx.sh OUT_DIR PORT WORKERS
+set -e
+prefix="$1/nginx-$2"
+mkdir -p "$prefix/tmp"
+cat > "$prefix/nginx.conf" <<CONF
+daemon off;
+worker_processes $3;
+error_log stderr warn;
+pid nginx.pid;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path tmp/body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+    server {
+        listen 127.0.0.1:$2;
+        location / { return 200 "hello from nginx\n"; }
+    }
+}
+CONF
+exec nginx -p "$prefix" -c "$prefix/nginx.conf"

@@ -1,0 +1,269 @@
+//! `report.md`: the results table of a run, one section per target, for a pull request.
+//! (The reports issue adds the analysis tables.)
+
+use std::fmt::Write as _;
+
+use super::{Exporter, RunData};
+use crate::sweep::result::{StepResult, StepStatus};
+
+/// The markdown exporter.
+#[derive(Debug, Clone, Copy)]
+pub struct Markdown;
+
+impl Exporter for Markdown {
+    fn file_name(&self) -> &'static str {
+        "report.md"
+    }
+
+    fn render(&self, run: &RunData) -> String {
+        let mut out = format!("# {}\n\n", escape(&run.name));
+        conditions(&mut out, run);
+        let (ok, failed, skipped) = counts(&run.steps);
+        let _ = writeln!(
+            out,
+            "{} steps: {ok} ok, {failed} failed, {skipped} skipped.\n",
+            run.steps.len()
+        );
+        observer_cost(&mut out, &run.steps);
+        for note in &run.notes {
+            let _ = writeln!(out, "- {}", escape(note));
+        }
+        if !run.notes.is_empty() {
+            out.push('\n');
+        }
+        series_table(&mut out, &run.steps);
+        out.push_str("## Results\n\n");
+        results_table(&mut out, &run.steps);
+        out.push_str(&super::analysis::markdown_sections(run));
+        out
+    }
+}
+
+/// What stairbench's own observers cost, so it can be weighed against the figures.
+fn observer_cost(out: &mut String, steps: &[StepResult]) {
+    let cpu_s: f64 = steps
+        .iter()
+        .filter_map(|s| s.derived_f64(&["observer_cpu_s"]))
+        .sum();
+    let window_s: f64 = steps
+        .iter()
+        .filter(|s| s.derived.contains_key("observer_cpu_s"))
+        .filter_map(|s| s.load.as_ref().map(|l| l.duration_s))
+        .sum();
+    if window_s > 0.0 {
+        let _ = writeln!(
+            out,
+            "The observers used {cpu_s:.3} s of CPU over {window_s:.1} s of measured windows ({:.2}% of one CPU).\n",
+            100.0 * cpu_s / window_s
+        );
+    }
+}
+
+fn counts(steps: &[StepResult]) -> (usize, usize, usize) {
+    let n = |st| steps.iter().filter(|s| s.status == st).count();
+    (
+        n(StepStatus::Ok),
+        n(StepStatus::Failed),
+        n(StepStatus::Skipped),
+    )
+}
+
+fn conditions(out: &mut String, run: &RunData) {
+    let Some(env) = &run.environment else { return };
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
+    };
+    let at = |path: &[&str]| {
+        let mut v = env;
+        for key in path {
+            v = v.get(key)?;
+        }
+        text(v)
+    };
+    let governors = env.get("governors").and_then(|g| g.as_object()).map(|g| {
+        let mut names: Vec<String> = g.values().filter_map(text).collect();
+        names.dedup();
+        names.join(", ")
+    });
+    let rows = [
+        ("host", at(&["hostname"])),
+        ("CPU", at(&["cpu_model"])),
+        ("CPUs", at(&["cpus"])),
+        ("topology", at(&["topology", "summary"])),
+        ("kernel", at(&["kernel"])),
+        ("governor", governors),
+        ("turbo", at(&["turbo"])),
+        ("swap used (kB)", at(&["swap_used_kb"])),
+        (
+            "perf software / hardware",
+            at(&["perf", "software"])
+                .zip(at(&["perf", "hardware"]))
+                .map(|(s, h)| format!("{s} / {h}")),
+        ),
+        (
+            "stairbench",
+            at(&["stairbench_version"])
+                .map(|v| format!("{v} ({})", at(&["git_revision"]).unwrap_or_default())),
+        ),
+    ];
+    out.push_str("| condition | value |\n| --- | --- |\n");
+    for (label, value) in rows {
+        if let Some(value) = value {
+            let _ = writeln!(out, "| {label} | {} |", escape(&value));
+        }
+    }
+    if let Some(w) = env.get("warnings").and_then(|w| w.as_array()) {
+        for warning in w.iter().filter_map(|w| w.as_str()) {
+            let _ = writeln!(out, "| warning | {} |", escape(warning));
+        }
+    }
+    out.push('\n');
+}
+
+/// One series: a target under a placement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesPeak {
+    /// Target name.
+    pub target: String,
+    /// Placement name.
+    pub placement: String,
+    /// Highest throughput of an ok step, requests/s.
+    pub peak_rps: f64,
+    /// Clients of that step.
+    pub at_clients: usize,
+    /// p99 latency of that step, µs.
+    pub p99_us: f64,
+    /// Ok steps of the series.
+    pub ok_steps: usize,
+}
+
+/// The peak of each series, in the order the series ran.
+pub fn series_peaks(steps: &[StepResult]) -> Vec<SeriesPeak> {
+    let mut out: Vec<SeriesPeak> = Vec::new();
+    for s in steps.iter().filter(|s| s.status == StepStatus::Ok) {
+        let Some(l) = &s.load else { continue };
+        let i = match out
+            .iter()
+            .position(|p| p.target == s.target && p.placement == s.placement)
+        {
+            Some(i) => i,
+            None => {
+                out.push(SeriesPeak {
+                    target: s.target.clone(),
+                    placement: s.placement.clone(),
+                    peak_rps: f64::NEG_INFINITY,
+                    at_clients: 0,
+                    p99_us: f64::NAN,
+                    ok_steps: 0,
+                });
+                out.len() - 1
+            }
+        };
+        let p = &mut out[i];
+        p.ok_steps += 1;
+        if l.throughput_rps > p.peak_rps {
+            p.peak_rps = l.throughput_rps;
+            p.at_clients = s.clients;
+            p.p99_us = l.latency_us.p99;
+        }
+    }
+    out
+}
+
+fn series_table(out: &mut String, steps: &[StepResult]) {
+    let peaks = series_peaks(steps);
+    if peaks.is_empty() {
+        return;
+    }
+    out.push_str("## Peak of each series\n\n| target | placement | peak throughput (req/s) | at clients | p99 there (µs) | ok steps |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
+    for p in peaks {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} | {} | {:.1} | {} |",
+            escape(&p.target),
+            escape(&p.placement),
+            p.peak_rps,
+            p.at_clients,
+            p.p99_us,
+            p.ok_steps
+        );
+    }
+    out.push('\n');
+}
+
+fn results_table(out: &mut String, steps: &[StepResult]) {
+    out.push_str("| target | placement | clients | rep | status | throughput (req/s) | mean (µs) | p50 (µs) | p99 (µs) | server CPU µs/req | cs/req | client saturated | cpus (server / client) |\n");
+    out.push_str(
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
+    );
+    let f = |v: Option<f64>, digits: usize| {
+        v.filter(|x| x.is_finite())
+            .map_or("–".to_string(), |x| format!("{x:.digits$}"))
+    };
+    for s in steps {
+        let l = s.load.as_ref();
+        let status = match (&s.status, &s.reason) {
+            (StepStatus::Ok, _) => "ok".to_string(),
+            (st, r) => format!(
+                "{:?}: {}",
+                st,
+                r.as_deref().unwrap_or("").lines().next().unwrap_or("")
+            )
+            .to_lowercase(),
+        };
+        let clients = match s.rate_rps {
+            Some(r) => format!("{} @ {r:.0}/s", s.clients),
+            None => s.clients.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {clients} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+            escape(&s.target),
+            escape(&s.placement),
+            s.rep,
+            escape(&status),
+            f(l.map(|l| l.throughput_rps), 0),
+            f(l.map(|l| l.latency_us.mean), 1),
+            f(l.map(|l| l.latency_us.p50), 1),
+            f(l.map(|l| l.latency_us.p99), 1),
+            f(s.derived_f64(&["cpu_us_per_req", "total"]), 2),
+            f(s.derived_f64(&["cs_per_req"]), 3),
+            l.map_or("–", |l| if l.client_saturated { "yes" } else { "no" }),
+            s.server_cpus,
+            s.client_cpus,
+        );
+    }
+}
+
+/// Makes text safe in a markdown table cell (and inert as HTML).
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('|', "\\|")
+        .replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_step_shows_its_reason_escaped() {
+        let mut s = StepResult::empty("x".into(), "<script>", "shared", 2, 0);
+        s.status = StepStatus::Failed;
+        s.reason = Some("server died | badly\nmore".into());
+        let md = Markdown.render(&RunData {
+            name: "t".into(),
+            steps: vec![s],
+            ..RunData::default()
+        });
+        assert!(
+            md.contains("| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly |"),
+            "{md}"
+        );
+        assert!(md.contains("1 steps: 0 ok, 1 failed, 0 skipped."));
+    }
+}

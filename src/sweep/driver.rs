@@ -1,0 +1,434 @@
+//! What puts load on a target for one step: the built-in engine, an external command whose
+//! output a parser reads, or (in tests) a fake with scripted figures.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use crate::load::{IntervalSink, LoadConfig, LoadReport, ProtoOptions};
+
+/// One step's load, as the step loop asks for it.
+#[derive(Debug, Clone)]
+pub struct StepRequest {
+    /// Step id (file stem of its raw files).
+    pub step_id: String,
+    /// URL for the built-in engine, placeholders filled.
+    pub url: String,
+    /// The target's port.
+    pub port: u16,
+    /// Clients of the step.
+    pub clients: usize,
+    /// Total connections (clients × connections per client).
+    pub connections: usize,
+    /// Requests in flight per connection.
+    pub depth: usize,
+    /// Generator threads.
+    pub threads: usize,
+    /// Measured window.
+    pub duration: Duration,
+    /// Discarded lead-in.
+    pub warmup: Duration,
+    /// Request timeout.
+    pub timeout: Duration,
+    /// Open-loop rate, requests/s.
+    pub rate_rps: Option<f64>,
+    /// CPUs of the generator.
+    pub client_cpus: Vec<usize>,
+    /// The run directory.
+    pub out_dir: PathBuf,
+}
+
+/// A step's load figures.
+#[derive(Debug, Clone)]
+pub struct StepLoad {
+    /// The figures in the engine's layout.
+    pub report: LoadReport,
+    /// All latencies of the window in nanoseconds, when the driver has them.
+    pub hist_ns: Option<Histogram<u64>>,
+    /// Further figures for the step's line (e.g. an external tool's own).
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Runs the load of one step.
+pub trait Driver {
+    /// Runs to completion or until `stop`; an error is the step's failure reason.
+    fn run_step(
+        &mut self,
+        req: &StepRequest,
+        sink: &mut dyn IntervalSink,
+        stop: &AtomicBool,
+    ) -> Result<StepLoad, String>;
+
+    /// It reports per-second lines with latency histograms while it runs (an external tool's
+    /// lines, if any, come after it ends, without histograms).
+    fn live_intervals(&self) -> bool {
+        true
+    }
+}
+
+/// The built-in load engine.
+#[derive(Debug, Clone, Default)]
+pub struct EngineDriver {
+    /// Protocol options from the spec's client section.
+    pub proto: ProtoOptions,
+}
+
+impl Driver for EngineDriver {
+    fn run_step(
+        &mut self,
+        req: &StepRequest,
+        sink: &mut dyn IntervalSink,
+        stop: &AtomicBool,
+    ) -> Result<StepLoad, String> {
+        let config = LoadConfig {
+            url: req.url.clone(),
+            connections: req.connections,
+            threads: req.threads,
+            duration: req.duration,
+            warmup: req.warmup,
+            timeout: req.timeout,
+            depth: req.depth,
+            rate_rps: req.rate_rps,
+            cpuset: Some(req.client_cpus.clone()),
+            proto: self.proto.clone(),
+        };
+        let outcome = crate::load::run(&config, sink, stop).map_err(|e| e.to_string())?;
+        Ok(StepLoad {
+            report: outcome.report,
+            hist_ns: Some(outcome.hist_ns),
+            extra: serde_json::Map::new(),
+        })
+    }
+}
+
+/// An external tool's figures in the engine's layout.
+#[derive(Debug, Clone, Default)]
+pub struct ToolLoad {
+    /// The figures (latencies the tool did not print are NaN: unavailable, not zero).
+    pub report: LoadReport,
+    /// The periodic lines the tool printed, if any.
+    pub intervals: Vec<crate::load::IntervalLine>,
+    /// What the tool printed beyond the engine's fields (kept in the step's `tool` object).
+    pub extra: serde_json::Value,
+}
+
+/// Reads an external tool's output.
+pub trait OutputParse {
+    /// Parses everything the tool printed on stdout.
+    fn parse(&self, stdout: &str) -> Result<ToolLoad, String>;
+}
+
+/// The output of `stairbench load --json` (lets a spec run the engine as an external
+/// command, e.g. under another user or in a container).
+#[derive(Debug, Clone, Copy)]
+pub struct StairbenchJson;
+
+impl OutputParse for StairbenchJson {
+    fn parse(&self, stdout: &str) -> Result<ToolLoad, String> {
+        let report = serde_json::from_str(stdout.trim())
+            .map_err(|e| format!("not stairbench load JSON: {e}"))?;
+        Ok(ToolLoad {
+            report,
+            ..ToolLoad::default()
+        })
+    }
+}
+
+/// A parser of `sweep::parsers` (wrk, redis-benchmark, crimson-msgr, json, regex).
+pub struct ToolParser(Box<dyn super::parsers::OutputParser>);
+
+impl OutputParse for ToolParser {
+    fn parse(&self, stdout: &str) -> Result<ToolLoad, String> {
+        let parsed = self.0.parse(stdout).map_err(|e| e.to_string())?;
+        tool_load(parsed)
+    }
+}
+
+fn tool_load(p: super::parsers::ParsedLoad) -> Result<ToolLoad, String> {
+    let duration_s = p.duration_s.unwrap_or(f64::NAN);
+    let (requests, throughput_rps) = match (p.requests, p.throughput_rps) {
+        (Some(n), Some(t)) => (n, t),
+        (Some(n), None) if duration_s > 0.0 => (n, n as f64 / duration_s),
+        (None, Some(t)) if duration_s > 0.0 => ((t * duration_s).round() as u64, t),
+        _ => {
+            return Err(
+                "the output gave neither a request count with its duration nor a throughput".into(),
+            )
+        }
+    };
+    let lat = |v: Option<f64>| v.unwrap_or(f64::NAN);
+    let l = &p.latency_us;
+    let report = LoadReport {
+        schema: crate::load::SCHEMA_VERSION,
+        requests,
+        // Tools do not count their writes: the completed requests stand in.
+        sent: requests,
+        errors: p.errors.clone(),
+        duration_s: if duration_s.is_finite() {
+            duration_s
+        } else {
+            0.0
+        },
+        throughput_rps,
+        bytes_received: p.bytes_received.unwrap_or(0),
+        connect_time_s: p.extra.get("connect_time_s").copied().unwrap_or(0.0),
+        latency_us: crate::load::LatencyUs {
+            mean: lat(l.mean),
+            p50: lat(l.p50),
+            p90: lat(l.p90),
+            p95: lat(l.p95),
+            p99: lat(l.p99),
+            p999: lat(l.p999),
+            max: lat(l.max),
+        },
+        ..LoadReport::default()
+    };
+    let intervals = p
+        .intervals
+        .iter()
+        .map(|i| crate::load::IntervalLine {
+            elapsed_s: i.elapsed_s,
+            inflight: i.inflight.unwrap_or(0),
+            ops_per_s: i.ops_per_s,
+            mb_per_s: i.mib_per_s.map_or(0.0, |m| m * 1.048_576),
+            mean_latency_ms: i.mean_latency_ms.unwrap_or(f64::NAN),
+            errors: 0,
+            per_core_busy: i.busy_pct.clone(),
+        })
+        .collect();
+    let mut extra = serde_json::to_value(&p).unwrap_or(serde_json::Value::Null);
+    if let Some(obj) = extra.as_object_mut() {
+        obj.remove("intervals");
+    }
+    Ok(ToolLoad {
+        report,
+        intervals,
+        extra,
+    })
+}
+
+/// Picks the parser of a spec's `client.parser`.
+pub fn parser_by_name(name: &str, options: &toml::Table) -> Result<Box<dyn OutputParse>, String> {
+    match name {
+        "stairbench" => Ok(Box::new(StairbenchJson)),
+        other => super::parsers::parser_by_name(other, options)
+            .map(|p| Box::new(ToolParser(p)) as Box<dyn OutputParse>)
+            .map_err(|e| format!("{e} (or stairbench, for `stairbench load --json`)")),
+    }
+}
+
+/// An external load command, its placeholders filled per step, pinned to the client CPUs.
+pub struct CommandDriver {
+    /// The template.
+    pub template: String,
+    /// The parser of its stdout.
+    pub parser: Box<dyn OutputParse>,
+}
+
+impl CommandDriver {
+    /// The command line of one step.
+    pub fn command_line(&self, req: &StepRequest) -> String {
+        fill(
+            &self.template,
+            &[
+                ("cpuset", crate::cpuset::format(&req.client_cpus)),
+                ("threads", req.threads.to_string()),
+                ("clients", req.clients.to_string()),
+                ("connections", req.connections.to_string()),
+                ("depth", req.depth.to_string()),
+                ("port", req.port.to_string()),
+                ("duration_s", format!("{}", req.duration.as_secs_f64())),
+                ("warmup_s", format!("{}", req.warmup.as_secs_f64())),
+                (
+                    "rate",
+                    req.rate_rps.map_or(String::new(), |r| format!("{r:.0}")),
+                ),
+                ("out", req.out_dir.display().to_string()),
+                ("url", req.url.clone()),
+            ],
+        )
+    }
+}
+
+impl Driver for CommandDriver {
+    fn live_intervals(&self) -> bool {
+        false
+    }
+
+    fn run_step(
+        &mut self,
+        req: &StepRequest,
+        sink: &mut dyn IntervalSink,
+        stop: &AtomicBool,
+    ) -> Result<StepLoad, String> {
+        let line = self.command_line(req);
+        let launch = super::process::Launch {
+            name: format!("client command `{line}`"),
+            program: "sh".into(),
+            args: vec!["-c".into(), format!("exec {line}")],
+            cpus: Some(req.client_cpus.clone()),
+            ready_log: None,
+            keep_stdout: true,
+        };
+        let cpu_before = children_cpu_s();
+        let mut child = super::process::ChildProc::spawn(&launch)
+            .map_err(|e| format!("cannot start {}: {e}", launch.name))?;
+        let limit = req.duration + req.warmup + Duration::from_secs(30);
+        let (exit, stdout) = child.wait(limit, stop)?;
+        let cpu_after = children_cpu_s();
+        let cpu_s = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
+        let mut tool = self.parser.parse(&stdout).map_err(|e| {
+            format!(
+                "{} {exit}; its output did not parse: {e}\n{}",
+                launch.name,
+                child.output_tail()
+            )
+        })?;
+        let empty = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+        for line in &tool.intervals {
+            sink.interval(line, &empty);
+        }
+        let r = &mut tool.report;
+        r.schema = crate::load::SCHEMA_VERSION;
+        r.url = line;
+        r.connections = req.connections;
+        r.threads = req.threads;
+        r.depth = req.depth;
+        r.rate_rps = req.rate_rps;
+        r.client_cpu = crate::load::ClientCpu {
+            user_s: cpu_s.0,
+            sys_s: cpu_s.1,
+            per_core_busy: Vec::new(),
+        };
+        // The engine's rule is a core over 90% busy; for a tool, its CPU over its cores.
+        let cores = req.client_cpus.len().min(req.threads).max(1) as f64;
+        r.client_saturated = r.duration_s > 0.0 && (cpu_s.0 + cpu_s.1) / r.duration_s / cores > 0.9;
+        let mut extra = serde_json::Map::new();
+        extra.insert("tool".into(), tool.extra);
+        Ok(StepLoad {
+            report: tool.report,
+            hist_ns: None,
+            extra,
+        })
+    }
+}
+
+/// User and system CPU seconds of this process's waited-for children so far.
+fn children_cpu_s() -> (f64, f64) {
+    match nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) {
+        Ok(u) => {
+            let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
+            (secs(u.user_time()), secs(u.system_time()))
+        }
+        Err(_) => (0.0, 0.0),
+    }
+}
+
+/// Replaces each `{name}` in a template.
+pub fn fill(template: &str, values: &[(&str, String)]) -> String {
+    let mut out = template.to_string();
+    for (name, value) in values {
+        out = out.replace(&format!("{{{name}}}"), value);
+    }
+    out
+}
+
+/// A scripted driver: throughput = `rps_per_client(clients)`, latency from Little's law;
+/// it can fail chosen steps. Deterministic, for testing the step loop.
+pub struct FakeDriver {
+    /// Throughput for a client count.
+    pub rps_for: Box<dyn Fn(usize) -> f64>,
+    /// Steps (ids) that fail.
+    pub fail_ids: Vec<String>,
+    /// Every request seen, in order.
+    pub seen: Vec<StepRequest>,
+}
+
+impl FakeDriver {
+    /// A fake with the given throughput curve.
+    pub fn new(rps_for: impl Fn(usize) -> f64 + 'static) -> Self {
+        FakeDriver {
+            rps_for: Box::new(rps_for),
+            fail_ids: Vec::new(),
+            seen: Vec::new(),
+        }
+    }
+}
+
+impl Driver for FakeDriver {
+    fn run_step(
+        &mut self,
+        req: &StepRequest,
+        sink: &mut dyn IntervalSink,
+        _stop: &AtomicBool,
+    ) -> Result<StepLoad, String> {
+        self.seen.push(req.clone());
+        if self.fail_ids.contains(&req.step_id) {
+            return Err(format!("scripted failure of {}", req.step_id));
+        }
+        let rps = req.rate_rps.unwrap_or_else(|| (self.rps_for)(req.clients));
+        let secs = req.duration.as_secs_f64();
+        let inflight = (req.connections * req.depth) as f64;
+        let mean_us = if rps > 0.0 { inflight / rps * 1e6 } else { 0.0 };
+        let mut hist =
+            Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
+        let _ = hist.record_n((mean_us * 1000.0).max(1.0) as u64, (rps * secs) as u64);
+        for i in 0..secs.ceil() as usize {
+            let line = crate::load::IntervalLine {
+                elapsed_s: (i + 1) as f64,
+                inflight: inflight as u64,
+                ops_per_s: rps,
+                mean_latency_ms: mean_us / 1000.0,
+                ..Default::default()
+            };
+            sink.interval(&line, &hist);
+        }
+        let latency = crate::load::LatencyUs {
+            mean: mean_us,
+            p50: mean_us,
+            p90: mean_us,
+            p95: mean_us,
+            p99: mean_us * 1.5,
+            p999: mean_us * 2.0,
+            max: mean_us * 3.0,
+        };
+        Ok(StepLoad {
+            report: LoadReport {
+                schema: crate::load::SCHEMA_VERSION,
+                url: req.url.clone(),
+                connections: req.connections,
+                threads: req.threads,
+                depth: req.depth,
+                rate_rps: req.rate_rps,
+                requests: (rps * secs) as u64,
+                sent: (rps * secs) as u64,
+                duration_s: secs,
+                throughput_rps: rps,
+                latency_us: latency,
+                ..LoadReport::default()
+            },
+            hist_ns: Some(hist),
+            extra: serde_json::Map::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fills_placeholders() {
+        let s = fill(
+            "wrk -c{clients} -t{threads} http://127.0.0.1:{port}/",
+            &[
+                ("clients", "8".into()),
+                ("threads", "2".into()),
+                ("port", "8080".into()),
+            ],
+        );
+        assert_eq!(s, "wrk -c8 -t2 http://127.0.0.1:8080/");
+    }
+}

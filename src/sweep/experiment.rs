@@ -1,0 +1,231 @@
+//! One experiment end to end with the real collaborators: the run directory, the target
+//! processes, the driver, the observers, the step loop, the reports.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use super::driver::{parser_by_name, CommandDriver, Driver, EngineDriver};
+use super::observer::FullObserver;
+use super::placement::{PlacementSource, TopologyPlacements};
+use super::plan::{ClientPlan, Plan};
+use super::progress::Progress;
+use super::rundir::RunDir;
+use super::runner::{step_id, Point, RunSummary, Runner};
+use super::server::{Launcher, ProcessLauncher};
+
+/// Where a run goes.
+#[derive(Debug, Clone, Default)]
+pub struct Destination {
+    /// `--out DIR` (default `results/<name>-<timestamp>`).
+    pub out: Option<PathBuf>,
+    /// `--resume DIR`: append to this run directory, skipping its finished steps.
+    pub resume: Option<PathBuf>,
+}
+
+/// A finished (or interrupted) experiment.
+#[derive(Debug)]
+pub struct Finished {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// The loop's summary.
+    pub summary: RunSummary,
+}
+
+/// Runs a plan with the real launcher, driver and observers.
+pub fn run_plan(
+    plan: &Plan,
+    dest: &Destination,
+    progress: &mut dyn Progress,
+    stop: &AtomicBool,
+) -> Result<Finished, String> {
+    super::process::become_subreaper();
+    let mut dir = open_dir(plan, dest)?;
+    let mut driver = make_driver(plan)?;
+    let mut launcher = ProcessLauncher {
+        stairbench_bin: plan.stairbench_bin.clone(),
+        out_dir: dir.path.clone(),
+    };
+    let mut observer = FullObserver::default();
+    let placements = TopologyPlacements::detect(plan.custom.clone());
+    let mut runner = Runner {
+        plan,
+        dir: &mut dir,
+        launcher: &mut launcher,
+        driver: driver.as_mut(),
+        observer: &mut observer,
+        placements: &placements,
+        progress,
+        stop,
+    };
+    let result = runner.run();
+    super::process::reap_orphans();
+    let summary = result?;
+    finish_dir(&dir, &summary)?;
+    Ok(Finished {
+        dir: dir.path.clone(),
+        summary,
+    })
+}
+
+fn open_dir(plan: &Plan, dest: &Destination) -> Result<RunDir, String> {
+    if let Some(path) = &dest.resume {
+        if !path.join("steps.jsonl").exists() {
+            return Err(format!(
+                "{} is not a run directory (no steps.jsonl)",
+                path.display()
+            ));
+        }
+        return RunDir::open(path.clone()).map_err(|e| format!("opening {}: {e}", path.display()));
+    }
+    if let Some(out) = &dest.out {
+        if out.join("steps.jsonl").exists() {
+            return Err(format!(
+                "{} already holds a run: continue it with --resume {0}, or choose another --out",
+                out.display()
+            ));
+        }
+    }
+    let dir = RunDir::create(dest.out.as_deref(), &plan.name)
+        .map_err(|e| format!("creating the run directory: {e}"))?;
+    dir.write_file("spec.toml", &plan.spec.text)
+        .and_then(|_| {
+            let env =
+                serde_json::to_string_pretty(&crate::observe::environment()).unwrap_or_default();
+            dir.write_file("environment.json", &env)
+        })
+        .map_err(|e| format!("writing into {}: {e}", dir.path.display()))?;
+    Ok(dir)
+}
+
+fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
+    Ok(match &plan.client {
+        ClientPlan::Engine { proto } => Box::new(EngineDriver {
+            proto: proto.clone(),
+        }),
+        ClientPlan::Command {
+            template,
+            parser,
+            options,
+        } => Box::new(CommandDriver {
+            template: template.clone(),
+            parser: parser_by_name(parser, options)
+                .map_err(|e| plan.spec.error_at(&["client", "parser"], e).to_string())?,
+        }),
+    })
+}
+
+/// Writes the notes and the reports (also after an interruption).
+pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
+    let mut notes = summary.findings.clone();
+    if summary.interrupted {
+        notes.push("The run was interrupted; the steps above are those that finished.".into());
+    }
+    if summary.stopped_on_failure {
+        notes.push("The run stopped at a failed step (on_failure = \"stop\").".into());
+    }
+    let write = |name: &str, text: String| {
+        dir.write_file(name, &text)
+            .map_err(|e| format!("writing {name}: {e}"))
+    };
+    write(
+        "notes.txt",
+        notes.iter().map(|n| format!("{n}\n")).collect(),
+    )?;
+    let run = crate::report::RunData::read(&dir.path)?;
+    crate::report::write_all(&dir.path, &run).map_err(|e| format!("writing the reports: {e}"))
+}
+
+/// The `--dry-run` text: every step with its cpusets and command, and the estimated time.
+pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
+    let launcher = ProcessLauncher {
+        stairbench_bin: plan.stairbench_bin.clone(),
+        out_dir: Path::new("<run dir>").to_path_buf(),
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "experiment {:?}: {} targets × {} placements, at most {} steps",
+        plan.name,
+        plan.targets.len(),
+        plan.placements.len(),
+        plan.max_steps()
+    );
+    if plan.compares_balanced_and_separated() {
+        for note in placements.notes() {
+            let _ = writeln!(out, "note: {note}");
+        }
+    }
+    for target in &plan.targets {
+        for placement in &plan.placements {
+            let _ = writeln!(out, "\n{} / {placement}:", target.name);
+            for point in dry_points(plan) {
+                let follow = plan.cpus_follow_clients.then_some(point.clients);
+                let id = step_id(&target.name, placement, point, 0);
+                match placements.cpus(placement, follow) {
+                    Ok(cpus) => {
+                        let _ = writeln!(
+                            out,
+                            "  {id}: server cpus {} client cpus {} ×{} reps\n    server: {}",
+                            crate::cpuset::format(&cpus.server),
+                            crate::cpuset::format(&cpus.client),
+                            plan.repetitions,
+                            launcher.describe(target, &cpus, point.clients)
+                        );
+                    }
+                    Err(why) => {
+                        let _ = writeln!(out, "  {id}: skipped: {why}");
+                    }
+                }
+            }
+        }
+    }
+    let secs = plan.estimate().as_secs();
+    let _ = writeln!(
+        out,
+        "\nestimated time: about {}m{:02}s",
+        secs / 60,
+        secs % 60
+    );
+    out
+}
+
+fn dry_points(plan: &Plan) -> Vec<Point> {
+    use super::plan::Series;
+    match &plan.series {
+        Series::Clients(c) => c
+            .iter()
+            .map(|&clients| Point {
+                clients,
+                rate_rps: None,
+            })
+            .collect(),
+        Series::Rates { rates, clients } => rates
+            .iter()
+            .map(|&r| Point {
+                clients: *clients,
+                rate_rps: Some(r),
+            })
+            .collect(),
+        Series::Find {
+            lo, hi, clients, ..
+        } => vec![
+            Point {
+                clients: *clients,
+                rate_rps: Some(*lo),
+            },
+            Point {
+                clients: *clients,
+                rate_rps: Some(*hi),
+            },
+        ],
+    }
+}
+
+/// The launcher trait object of the real runs (for callers that describe commands).
+pub fn process_launcher(plan: &Plan, out_dir: &Path) -> Box<dyn Launcher> {
+    Box::new(ProcessLauncher {
+        stairbench_bin: plan.stairbench_bin.clone(),
+        out_dir: out_dir.to_path_buf(),
+    })
+}

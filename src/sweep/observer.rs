@@ -1,0 +1,68 @@
+//! What the step loop measures beside the load, behind [`StepObserver`]: the `observe`
+//! module's observer in real runs (the server's process tree, per-core busy %, perf
+//! counters, loopback packets, and per-request figures as seed 003's benchreport columns),
+//! nothing in the fake-driver tests.
+
+use serde_json::{json, Map, Value};
+
+/// Figures of one measured window.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// The server's figures (JSON object).
+    pub server: Value,
+    /// Derived per-request figures and the observers' own CPU.
+    pub derived: Map<String, Value>,
+}
+
+/// Watches one step's measured window.
+pub trait StepObserver {
+    /// Starts watching (just before the load's measured window).
+    fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]);
+    /// Stops watching; `requests` completed in the window turn totals into per-request figures.
+    fn finish(&mut self, requests: u64) -> Observed;
+}
+
+/// The `observe` module's observer: /proc, `perf stat` (software and, where the machine has
+/// them, hardware counters), loopback packets; derived per-request figures.
+#[derive(Debug, Default)]
+pub struct FullObserver {
+    running: Option<crate::observe::Observer>,
+}
+
+impl StepObserver for FullObserver {
+    fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        self.running = Some(crate::observe::Observer::start(
+            server_pid,
+            server_cpus,
+            client_cpus,
+        ));
+    }
+
+    fn finish(&mut self, requests: u64) -> Observed {
+        let Some(running) = self.running.take() else {
+            return Observed::default();
+        };
+        let obs = running.finish();
+        let per = crate::observe::per_request(&obs, requests);
+        let mut derived = match serde_json::to_value(&per) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        derived.insert("observer_cpu_s".into(), json!(obs.observer_cpu_s));
+        Observed {
+            server: serde_json::to_value(&obs).unwrap_or(Value::Null),
+            derived,
+        }
+    }
+}
+
+/// Observes nothing (for the fake-driver tests and for targets without a pid).
+#[derive(Debug, Default)]
+pub struct NullObserver;
+
+impl StepObserver for NullObserver {
+    fn start(&mut self, _: Option<i32>, _: &[usize], _: &[usize]) {}
+    fn finish(&mut self, _: u64) -> Observed {
+        Observed::default()
+    }
+}

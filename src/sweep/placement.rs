@@ -1,0 +1,238 @@
+//! Where the server and the client run: a placement policy gives each side a cpuset,
+//! either fixed for a whole series or growing with the client count.
+//!
+//! The step loop asks a [`PlacementSource`]; the machine's topology answers through
+//! [`TopologyPlacements`], and a fake answers in tests.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::topology::{load_custom_table, CustomPlacement, Policy, Topology};
+
+/// The cpusets of one step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CpuPair {
+    /// CPUs the server runs on.
+    pub server: Vec<usize>,
+    /// CPUs the load generator runs on.
+    pub client: Vec<usize>,
+}
+
+/// Gives the cpusets of a placement; `count` is `Some(clients)` when the cpusets follow
+/// the client count, `None` for a placement fixed over the whole series.
+pub trait PlacementSource {
+    /// The cpusets, or why this placement cannot give them (the step is then skipped).
+    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String>;
+    /// Remarks worth printing once (e.g. two policies that coincide on this machine).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A custom placement: one policy of a cpuset table in seed 000's JSON format
+/// (`{"balanced": {"server": {"2": "0,56"}, "client": {...}}}`), read by `sweep::topology`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomTable(CustomPlacement);
+
+impl CustomTable {
+    /// Reads the policy stored under `key` of a seed-000 JSON file.
+    pub fn read(path: &Path, key: &str) -> Result<CustomTable, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut tables =
+            load_custom_table(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let listed = tables.keys().cloned().collect::<Vec<_>>().join(", ");
+        tables.remove(key).map(CustomTable).ok_or_else(|| {
+            format!(
+                "{} has no policy {key:?} (it lists {listed})",
+                path.display()
+            )
+        })
+    }
+
+    /// The cpusets for `count` clients; a fixed placement takes the table's largest entry.
+    fn cpus(&self, count: Option<usize>) -> Result<CpuPair, String> {
+        let count = match count {
+            Some(n) => n,
+            None => *self
+                .0
+                .by_count
+                .keys()
+                .max()
+                .ok_or("the cpuset table is empty")?,
+        };
+        let p = self.0.lookup(count).map_err(|e| e.to_string())?;
+        Ok(CpuPair {
+            server: p.server,
+            client: p.client,
+        })
+    }
+}
+
+/// The built-in policies over this machine's CPUs, plus custom tables.
+///
+/// Uses the machine's topology (`sweep::topology`: NUMA nodes, cores, SMT siblings) when
+/// /sys can be read; otherwise, and in tests, it splits a CPU list in two halves.
+#[derive(Debug, Clone)]
+pub struct TopologyPlacements {
+    cpus: Vec<usize>,
+    topology: Option<Topology>,
+    custom: BTreeMap<String, CustomTable>,
+}
+
+impl TopologyPlacements {
+    /// Placements from this machine's topology.
+    pub fn detect(custom: BTreeMap<String, CustomTable>) -> Self {
+        let topology = Topology::detect().ok();
+        TopologyPlacements {
+            cpus: crate::cpuset::allowed(),
+            topology,
+            custom,
+        }
+    }
+
+    /// Placements over a given CPU list, halves for separated and balanced (tests).
+    pub fn with_cpus(cpus: Vec<usize>, custom: BTreeMap<String, CustomTable>) -> Self {
+        TopologyPlacements {
+            cpus,
+            topology: None,
+            custom,
+        }
+    }
+
+    fn from_topology(
+        topo: &Topology,
+        policy: &str,
+        count: Option<usize>,
+    ) -> Result<CpuPair, String> {
+        let policy = Policy::from(policy.to_string());
+        let placement = match count {
+            Some(n) => topo.placement_for(&policy, n),
+            None => topo.fixed_placement(&policy),
+        }
+        .map_err(|e| e.to_string())?;
+        Ok(CpuPair {
+            server: placement.server,
+            client: placement.client,
+        })
+    }
+
+    fn split(&self, count: Option<usize>, policy: &str) -> Result<CpuPair, String> {
+        let total = self.cpus.len();
+        if total < 2 {
+            return Err(format!(
+                "{policy} needs at least 2 CPUs; this machine allows {total}"
+            ));
+        }
+        let per_side = count.unwrap_or(total / 2);
+        if 2 * per_side > total {
+            return Err(format!(
+                "{policy} with {per_side} CPUs per side needs {} CPUs; this machine has {total}",
+                2 * per_side
+            ));
+        }
+        Ok(CpuPair {
+            server: self.cpus[..per_side].to_vec(),
+            client: self.cpus[total / 2..total / 2 + per_side].to_vec(),
+        })
+    }
+}
+
+impl PlacementSource for TopologyPlacements {
+    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String> {
+        if let (Some(topo), "shared" | "separated" | "balanced") = (&self.topology, placement) {
+            return Self::from_topology(topo, placement, count);
+        }
+        match placement {
+            "shared" => {
+                let n = count.unwrap_or(self.cpus.len());
+                if n > self.cpus.len() {
+                    return Err(format!(
+                        "shared with {n} CPUs: this machine has {}",
+                        self.cpus.len()
+                    ));
+                }
+                Ok(CpuPair {
+                    server: self.cpus[..n].to_vec(),
+                    client: self.cpus[..n].to_vec(),
+                })
+            }
+            "separated" | "balanced" => self.split(count, placement),
+            other => match self.custom.get(other) {
+                Some(table) => {
+                    let pair = table.cpus(count)?;
+                    if let Some(topo) = &self.topology {
+                        let placement = super::topology::Placement {
+                            server: pair.server.clone(),
+                            client: pair.client.clone(),
+                        };
+                        topo.check(&placement).map_err(|e| e.to_string())?;
+                    }
+                    Ok(pair)
+                }
+                None => Err(format!(
+                    "unknown placement {other:?} (expected shared, separated, balanced or a custom_placements name)"
+                )),
+            },
+        }
+    }
+
+    fn notes(&self) -> Vec<String> {
+        if let Some(topo) = &self.topology {
+            return topo.coincide_note().into_iter().collect();
+        }
+        vec![
+            "balanced and separated coincide here: both give disjoint halves of the allowed CPUs \
+             (no NUMA or SMT layout used)"
+                .to_string(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_cpus() {
+        let p = TopologyPlacements::with_cpus(vec![0, 1], BTreeMap::new());
+        assert_eq!(
+            p.cpus("separated", None).unwrap(),
+            CpuPair {
+                server: vec![0],
+                client: vec![1]
+            }
+        );
+        assert_eq!(
+            p.cpus("shared", None).unwrap(),
+            CpuPair {
+                server: vec![0, 1],
+                client: vec![0, 1]
+            }
+        );
+        assert!(p
+            .cpus("separated", Some(2))
+            .unwrap_err()
+            .contains("needs 4 CPUs"));
+        assert!(p.cpus("nope", None).is_err());
+    }
+
+    #[test]
+    fn custom_table_from_seed_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        std::fs::write(
+            &path,
+            r#"{"balanced": {"server": {"2": "0,56"}, "client": {"2": "28,84"}}}"#,
+        )
+        .unwrap();
+        let table = CustomTable::read(&path, "balanced").unwrap();
+        let got = table.cpus(Some(2)).unwrap();
+        assert_eq!(got.server, vec![0, 56]);
+        assert_eq!(got.client, vec![28, 84]);
+        assert!(table.cpus(Some(4)).is_err());
+        assert!(CustomTable::read(&path, "separated").is_err());
+    }
+}

@@ -1,0 +1,484 @@
+//! A spec checked and resolved into what the step loop runs: targets with their launch
+//! recipes, placements, the series of step points, the client, and the policies.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use regex::Regex;
+
+use super::placement::CustomTable;
+use super::spec::{OnFailure, Restart, SpecError, SpecFile, StopWhen};
+use crate::load::{Distribution, ProtoOptions};
+
+/// How a target is started.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TargetKind {
+    /// `stairbench serve <args> --cpuset .. --port ..`.
+    Builtin(Vec<String>),
+    /// A shell command template.
+    Command(String),
+}
+
+/// A target ready to launch.
+#[derive(Debug, Clone)]
+pub struct TargetPlan {
+    /// Name in results.
+    pub name: String,
+    /// How it starts.
+    pub kind: TargetKind,
+    /// Fixed port, or a free one per launch.
+    pub port: Option<u16>,
+    /// Ready when the port accepts.
+    pub ready_tcp: bool,
+    /// Ready when a line of output matches.
+    pub ready_log: Option<Regex>,
+    /// Readiness deadline.
+    pub ready_timeout: Duration,
+    /// The port is read from the ready line's first capture group (built-in servers are
+    /// started on port 0 and print `listening on 127.0.0.1:PORT`: no race for a port).
+    pub port_from_log: bool,
+    /// URL template of the built-in engine (`{port}` filled per launch).
+    pub url: String,
+    /// Requests in flight per connection (the target's own or the spec's).
+    pub depth: usize,
+    /// The spec file's directory (`{spec_dir}`).
+    pub spec_dir: PathBuf,
+}
+
+/// The generator.
+pub enum ClientPlan {
+    /// The built-in engine.
+    Engine {
+        /// Protocol options.
+        proto: ProtoOptions,
+    },
+    /// An external command and the name of its parser.
+    Command {
+        /// Template.
+        template: String,
+        /// Parser name.
+        parser: String,
+        /// Parser options.
+        options: toml::Table,
+    },
+}
+
+/// The points of a series.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Series {
+    /// Closed loop, by client count.
+    Clients(Vec<usize>),
+    /// Open loop at these rates, with a fixed client count.
+    Rates {
+        /// Rates, requests/s.
+        rates: Vec<f64>,
+        /// Clients at every rate.
+        clients: usize,
+    },
+    /// Bisection for the highest rate whose p99 stays under `p99_ms`.
+    Find {
+        /// Lowest rate tried.
+        lo: f64,
+        /// Highest rate tried.
+        hi: f64,
+        /// Latency target, ms.
+        p99_ms: f64,
+        /// Rates tried at most.
+        max_steps: usize,
+        /// Clients at every rate.
+        clients: usize,
+    },
+}
+
+impl Series {
+    /// Points tried at most per (target, placement).
+    pub fn max_points(&self) -> usize {
+        match self {
+            Series::Clients(c) => c.len(),
+            Series::Rates { rates, .. } => rates.len(),
+            Series::Find { max_steps, .. } => *max_steps,
+        }
+    }
+}
+
+/// A validated experiment.
+pub struct Plan {
+    /// The spec as read.
+    pub spec: SpecFile,
+    /// Experiment name.
+    pub name: String,
+    /// The stairbench binary that runs built-in servers.
+    pub stairbench_bin: PathBuf,
+    /// Servers under test.
+    pub targets: Vec<TargetPlan>,
+    /// Placement names, in order.
+    pub placements: Vec<String>,
+    /// Custom cpuset tables by placement name.
+    pub custom: BTreeMap<String, CustomTable>,
+    /// The staircase.
+    pub series: Series,
+    /// Runs per point.
+    pub repetitions: usize,
+    /// Measured window of a step.
+    pub duration: Duration,
+    /// Discarded lead-in of a step.
+    pub warmup: Duration,
+    /// Pause after a step.
+    pub cooldown: Duration,
+    /// Requests in flight per connection.
+    pub depth: usize,
+    /// Connections per client.
+    pub connections_per_client: usize,
+    /// Cpusets grow with the client count.
+    pub cpus_follow_clients: bool,
+    /// Generator threads (None: derived per step).
+    pub client_threads: Option<usize>,
+    /// Request timeout.
+    pub timeout: Duration,
+    /// The generator.
+    pub client: ClientPlan,
+    /// What a failure does.
+    pub on_failure: OnFailure,
+    /// Early stop of a series.
+    pub stop_when: Option<StopWhen>,
+    /// Server restarts.
+    pub restart: Restart,
+}
+
+/// The line a built-in server prints once it listens; group 1 is the port.
+const LISTENING: &str = r"^listening on \S+:(\d+)";
+
+/// Known built-in server kinds (the first word of `builtin`).
+pub const BUILTIN_SERVERS: &[&str] = &["msgr", "shmkv"];
+
+impl Plan {
+    /// Validates a spec; `stairbench_bin` is the binary for built-in servers.
+    pub fn new(spec: SpecFile, stairbench_bin: PathBuf) -> Result<Plan, SpecError> {
+        let s = spec.spec.clone();
+        let series = series(&spec)?;
+        if s.repetitions == 0 {
+            return Err(spec.error_at(&["repetitions"], "expected at least 1"));
+        }
+        if s.depth == 0
+            || s.connections_per_client == 0
+            || s.targets.iter().any(|t| t.depth == Some(0))
+        {
+            let key = if s.depth == 0 {
+                "depth"
+            } else {
+                "connections_per_client"
+            };
+            return Err(spec.error_at(&[key], "expected at least 1"));
+        }
+        if s.duration.0.is_zero() {
+            return Err(spec.error_at(&["duration"], "expected a measured window longer than 0s"));
+        }
+        if s.targets.is_empty() {
+            return Err(spec.error_at(&[], "no [[targets]]: expected at least one target"));
+        }
+        let mut targets = Vec::new();
+        for (i, t) in s.targets.iter().enumerate() {
+            targets.push(target(&spec, i, t)?);
+        }
+        let custom = custom_tables(&spec)?;
+        for (i, p) in s.placements.iter().enumerate() {
+            let known = matches!(p.as_str(), "shared" | "separated" | "balanced");
+            if !known && !custom.contains_key(p) {
+                return Err(spec.error_at(
+                    &["placements", &i.to_string()],
+                    format!("unknown placement {p:?}: expected shared, separated, balanced or a name defined in [custom_placements]"),
+                ));
+            }
+        }
+        let client = client(&spec)?;
+        Ok(Plan {
+            name: s.name.clone(),
+            stairbench_bin,
+            targets,
+            placements: s.placements.clone(),
+            custom,
+            series,
+            repetitions: s.repetitions,
+            duration: s.duration.0,
+            warmup: s.warmup.0,
+            cooldown: s.cooldown.0,
+            depth: s.depth,
+            connections_per_client: s.connections_per_client,
+            cpus_follow_clients: s.cpus_follow_clients,
+            client_threads: s.client.threads,
+            timeout: s.client.timeout.map_or(Duration::from_secs(10), |d| d.0),
+            client,
+            on_failure: s.on_failure,
+            stop_when: s.stop_when,
+            restart: s.restart,
+            spec,
+        })
+    }
+
+    /// Keeps one level for long study: one client count, one repetition, a long window.
+    pub fn hold(&mut self, clients: usize, duration: Duration) {
+        self.series = Series::Clients(vec![clients]);
+        self.repetitions = 1;
+        self.duration = duration;
+        self.stop_when = None;
+    }
+
+    /// Both `balanced` and `separated` are run (their coinciding on a machine matters).
+    pub fn compares_balanced_and_separated(&self) -> bool {
+        let has = |name: &str| self.placements.iter().any(|p| p == name);
+        has("balanced") && has("separated")
+    }
+
+    /// Steps at most, over all targets and placements.
+    pub fn max_steps(&self) -> usize {
+        self.targets.len() * self.placements.len() * self.series.max_points() * self.repetitions
+    }
+
+    /// Estimated wall time (steps × (warm-up + window + cooldown) + server starts).
+    pub fn estimate(&self) -> Duration {
+        let per_step = self.warmup + self.duration + self.cooldown + Duration::from_millis(200);
+        let starts = match self.restart {
+            Restart::Series => self.targets.len() * self.placements.len(),
+            Restart::Step => self.max_steps(),
+        };
+        per_step * self.max_steps() as u32 + Duration::from_millis(500) * starts as u32
+    }
+}
+
+fn series(spec: &SpecFile) -> Result<Series, SpecError> {
+    let s = &spec.spec;
+    let counts = match &s.clients {
+        Some(c) => c.expand().map_err(|e| spec.error_at(&["clients"], e))?,
+        None => vec![1],
+    };
+    match (&s.rate, &s.find) {
+        (None, None) => {
+            if s.clients.is_none() {
+                return Err(spec.error_at(
+                    &[],
+                    "no staircase: expected clients = [...] or rate = {...}",
+                ));
+            }
+            Ok(Series::Clients(counts))
+        }
+        (rate, find) => {
+            if counts.len() != 1 {
+                return Err(spec.error_at(
+                    &["clients"],
+                    "a rate series takes one client count (clients = N)",
+                ));
+            }
+            let Some(rate) = rate else {
+                return Err(spec.error_at(
+                    &["find"],
+                    "find needs rate = { from = .., to = .. } as its bounds",
+                ));
+            };
+            match find {
+                Some(f) => {
+                    let (lo, hi) = rate.bounds();
+                    if !(lo > 0.0 && hi > lo) || f.p99_ms <= 0.0 {
+                        return Err(spec.error_at(
+                            &["find"],
+                            "expected 0 < rate.from < rate.to and p99_ms > 0",
+                        ));
+                    }
+                    Ok(Series::Find {
+                        lo,
+                        hi,
+                        p99_ms: f.p99_ms,
+                        max_steps: f.max_steps.unwrap_or(7).max(2),
+                        clients: counts[0],
+                    })
+                }
+                None => Ok(Series::Rates {
+                    rates: rate.expand().map_err(|e| spec.error_at(&["rate"], e))?,
+                    clients: counts[0],
+                }),
+            }
+        }
+    }
+}
+
+fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<TargetPlan, SpecError> {
+    let idx = i.to_string();
+    let at = |key: &str, msg: String| spec.error_at(&["targets", &idx, key], msg);
+    let kind = match (&t.builtin, &t.command) {
+        (Some(b), None) => {
+            let args: Vec<String> = b.split_whitespace().map(str::to_string).collect();
+            match args.first() {
+                Some(k) if BUILTIN_SERVERS.contains(&k.as_str()) => TargetKind::Builtin(args),
+                _ => return Err(at("builtin", format!("{b:?}: expected a built-in server ({}) and its options, e.g. \"msgr --arch reactor\"", BUILTIN_SERVERS.join(", ")))),
+            }
+        }
+        (None, Some(c)) if !c.trim().is_empty() => TargetKind::Command(c.clone()),
+        (Some(_), Some(_)) => {
+            return Err(at("command", "give builtin or command, not both".into()))
+        }
+        _ => {
+            return Err(at(
+                "name",
+                format!(
+                    "target {:?} has neither builtin = \"...\" nor command = \"...\"",
+                    t.name
+                ),
+            ))
+        }
+    };
+    let port_from_log =
+        matches!(kind, TargetKind::Builtin(_)) && t.port.is_none() && t.ready.is_none();
+    let mut ready = t.ready.clone().unwrap_or_default();
+    if port_from_log {
+        ready.log = Some(LISTENING.to_string());
+        ready.tcp = Some(false);
+    }
+    let ready_log = match &ready.log {
+        Some(re) => Some(Regex::new(re).map_err(|e| {
+            spec.error_at(
+                &["targets", &idx, "ready", "log"],
+                format!("bad regex: {e}"),
+            )
+        })?),
+        None => None,
+    };
+    let url = match (&t.url, &spec.spec.client.url, &kind) {
+        (Some(u), _, _) | (None, Some(u), _) => u.clone(),
+        (None, None, TargetKind::Builtin(args)) => format!("{}://127.0.0.1:{{port}}", args[0]),
+        (None, None, TargetKind::Command(_)) if spec.spec.client.command.is_some() => String::new(),
+        (None, None, TargetKind::Command(_)) => {
+            return Err(at("url", "a command target needs url = \"http://127.0.0.1:{port}/\" (or client.url) for the built-in engine".into()))
+        }
+    };
+    Ok(TargetPlan {
+        name: t.name.clone(),
+        kind,
+        port: t.port,
+        ready_tcp: ready.tcp.unwrap_or(ready_log.is_none()),
+        ready_log,
+        ready_timeout: ready.timeout.map_or(Duration::from_secs(10), |d| d.0),
+        port_from_log,
+        url,
+        depth: t.depth.unwrap_or(spec.spec.depth),
+        spec_dir: spec_dir(spec),
+    })
+}
+
+fn spec_dir(spec: &SpecFile) -> PathBuf {
+    let dir = spec.path.parent().map(PathBuf::from).unwrap_or_default();
+    let dir = if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    };
+    std::fs::canonicalize(&dir).unwrap_or(dir)
+}
+
+fn custom_tables(spec: &SpecFile) -> Result<BTreeMap<String, CustomTable>, SpecError> {
+    let base = spec_dir(spec);
+    let mut out = BTreeMap::new();
+    for (name, c) in &spec.spec.custom_placements {
+        let path = if c.file.is_absolute() {
+            c.file.clone()
+        } else {
+            base.join(&c.file)
+        };
+        let key = c.key.clone().unwrap_or_else(|| name.clone());
+        let table = CustomTable::read(&path, &key)
+            .map_err(|e| spec.error_at(&["custom_placements", name, "file"], e))?;
+        out.insert(name.clone(), table);
+    }
+    Ok(out)
+}
+
+fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
+    let c = &spec.spec.client;
+    if let Some(template) = &c.command {
+        let parser = c.parser.clone().ok_or_else(|| {
+            spec.error_at(&["client", "command"], "an external client needs parser = \"wrk\" (or redis-benchmark, crimson-msgr, json, regex, stairbench)")
+        })?;
+        return Ok(ClientPlan::Command {
+            template: template.clone(),
+            parser,
+            options: c.parser_options.clone().unwrap_or_default(),
+        });
+    }
+    let mut proto = ProtoOptions::default();
+    if let Some(m) = &c.method {
+        proto.method = m.clone();
+    }
+    proto.headers = c.headers.clone();
+    proto.body = c.body.clone();
+    if let Some(k) = c.keys {
+        proto.keys = k;
+    }
+    if let Some(r) = c.read_ratio {
+        if !(0.0..=1.0).contains(&r) {
+            return Err(spec.error_at(
+                &["client", "read_ratio"],
+                "expected a share between 0 and 1",
+            ));
+        }
+        proto.read_ratio = r;
+    }
+    if let Some(v) = c.value_size {
+        proto.value_size = v;
+    }
+    if let Some(z) = c.zipf {
+        proto.distribution = Distribution::Zipf(z);
+    }
+    if let Some(s) = c.seed {
+        proto.seed = s;
+    }
+    if let Some(m) = c.msg_size {
+        proto.msg_size = m;
+    }
+    Ok(ClientPlan::Engine { proto })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn plan(text: &str) -> Result<Plan, SpecError> {
+        Plan::new(
+            SpecFile::parse(Path::new("s.toml"), text)?,
+            PathBuf::from("stairbench"),
+        )
+    }
+
+    #[test]
+    fn the_issue_example_plans() {
+        let p = plan("name = \"interrupt\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
+        assert_eq!(p.series, Series::Clients(vec![1, 2, 4, 8, 16, 32]));
+        assert_eq!(p.max_steps(), 6);
+        assert_eq!(p.targets[0].url, "msgr://127.0.0.1:{port}");
+        assert!(p.targets[0].port_from_log && !p.targets[0].ready_tcp);
+    }
+
+    #[test]
+    fn unknown_placement_is_located() {
+        let err = plan("name = \"x\"\nclients = [1]\nplacements = [\"shared\", \"sideways\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.starts_with("s.toml:3:25: placements[1]: unknown placement"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn find_series() {
+        let p = plan("name = \"x\"\nclients = 4\nrate = { from = 1000, to = 64000 }\nfind = { p99_ms = 10 }\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n").unwrap();
+        assert!(matches!(
+            p.series,
+            Series::Find {
+                clients: 4,
+                max_steps: 7,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,367 @@
+//! Child processes that never outlive stairbench: each in its own process group (ended as a
+//! group), with PR_SET_PDEATHSIG so they die if stairbench is killed outright, and
+//! stairbench a child subreaper so that whatever they fork stays its descendant.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use regex::Regex;
+
+const TAIL_LINES: usize = 40;
+
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+static TRACKED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Makes this process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER).
+pub fn become_subreaper() {
+    // Safety: prctl with integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    SUBREAPER.store(rc == 0, Ordering::SeqCst);
+}
+
+/// What a child printed, kept for errors and readiness.
+#[derive(Debug, Default)]
+struct Output {
+    tail: VecDeque<String>,
+    all: Option<String>,
+}
+
+/// A running child process in its own process group.
+#[derive(Debug)]
+pub struct ChildProc {
+    name: String,
+    child: Child,
+    stdout: Arc<Mutex<Output>>,
+    stderr: Arc<Mutex<Output>>,
+    matched: Arc<Mutex<Option<String>>>,
+    readers: Vec<JoinHandle<()>>,
+    exit: Option<String>,
+}
+
+/// How to start a child.
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
+    /// Name in messages.
+    pub name: String,
+    /// Program.
+    pub program: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// CPUs to pin the child to (inherited by its threads).
+    pub cpus: Option<Vec<usize>>,
+    /// A regex that marks readiness when a line of output matches it.
+    pub ready_log: Option<Regex>,
+    /// Keep all of stdout (for parsing), not only its tail.
+    pub keep_stdout: bool,
+}
+
+impl ChildProc {
+    /// Starts the child.
+    pub fn spawn(launch: &Launch) -> std::io::Result<ChildProc> {
+        let mut cmd = Command::new(&launch.program);
+        cmd.args(&launch.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let cpus = launch.cpus.clone();
+        // Safety: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::setpgid(0, 0);
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if let Some(cpus) = &cpus {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    for &c in cpus {
+                        libc::CPU_SET(c, &mut set);
+                    }
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        if let Ok(mut t) = TRACKED.lock() {
+            t.push(child.id() as i32);
+        }
+        let matched = Arc::new(Mutex::new(None));
+        let stdout = Arc::new(Mutex::new(Output {
+            all: launch.keep_stdout.then(String::new),
+            ..Output::default()
+        }));
+        let stderr = Arc::new(Mutex::new(Output::default()));
+        let readers = vec![
+            reader(
+                child.stdout.take(),
+                stdout.clone(),
+                launch.ready_log.clone(),
+                matched.clone(),
+            ),
+            reader(
+                child.stderr.take(),
+                stderr.clone(),
+                launch.ready_log.clone(),
+                matched.clone(),
+            ),
+        ];
+        Ok(ChildProc {
+            name: launch.name.clone(),
+            child,
+            stdout,
+            stderr,
+            matched,
+            readers,
+            exit: None,
+        })
+    }
+
+    /// Process id (also its process group id).
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Name in messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How the child ended, if it has.
+    pub fn exited(&mut self) -> Option<String> {
+        if self.exit.is_none() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.exit = Some(describe_exit(status));
+                self.drain_output(Duration::from_millis(300));
+            }
+        }
+        self.exit.clone()
+    }
+
+    /// Lets the output readers take in what the child wrote before it exited (bounded:
+    /// a grandchild may hold the pipes open).
+    fn drain_output(&mut self, limit: Duration) {
+        let start = Instant::now();
+        while !self.readers.iter().all(JoinHandle::is_finished) && start.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A line of output matched the readiness regex.
+    pub fn log_matched(&self) -> bool {
+        self.matched_line().is_some()
+    }
+
+    /// The first line of output that matched the readiness regex.
+    pub fn matched_line(&self) -> Option<String> {
+        self.matched.lock().ok().and_then(|m| m.clone())
+    }
+
+    /// The last lines of stderr (stdout when stderr is empty).
+    pub fn output_tail(&self) -> String {
+        let tail = |o: &Arc<Mutex<Output>>| {
+            o.lock()
+                .map(|o| o.tail.iter().cloned().collect::<Vec<_>>().join("\n"))
+                .unwrap_or_default()
+        };
+        let err = tail(&self.stderr);
+        if err.trim().is_empty() {
+            tail(&self.stdout)
+        } else {
+            err
+        }
+    }
+
+    /// Waits for the child to exit by itself, polling `stop`; returns its exit description
+    /// and, with `keep_stdout`, everything it printed.
+    pub fn wait(&mut self, limit: Duration, stop: &AtomicBool) -> Result<(String, String), String> {
+        let start = Instant::now();
+        while self.exited().is_none() {
+            if stop.load(Ordering::Relaxed) {
+                self.stop(Duration::from_millis(500));
+                return Err(format!("{} interrupted", self.name));
+            }
+            if start.elapsed() > limit {
+                self.stop(Duration::from_millis(500));
+                return Err(format!("{} did not finish within {limit:?}", self.name));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let out = self
+            .stdout
+            .lock()
+            .ok()
+            .and_then(|o| o.all.clone())
+            .unwrap_or_default();
+        Ok((self.exit.clone().unwrap_or_default(), out))
+    }
+
+    /// Ends the child's whole process group: SIGTERM, then SIGKILL after `grace`, then reaps.
+    /// Descendants that left the group (setsid) are ended one by one.
+    pub fn stop(&mut self, grace: Duration) {
+        let pgid = Pid::from_raw(self.pid());
+        let tree = if self.exit.is_none() {
+            descendants(self.pid())
+        } else {
+            Vec::new()
+        };
+        if self.exited().is_none() {
+            let _ = killpg(pgid, Signal::SIGTERM);
+            let start = Instant::now();
+            while self.exited().is_none() && start.elapsed() < grace {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        // Stragglers of the group (forked workers) go too, even when the leader has exited.
+        let _ = killpg(pgid, Signal::SIGKILL);
+        for &pid in &tree {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        if self.exit.is_none() {
+            if let Ok(status) = self.child.wait() {
+                self.exit = Some(describe_exit(status));
+            }
+        }
+        if let Ok(mut t) = TRACKED.lock() {
+            t.retain(|&p| p != self.pid());
+        }
+        self.drain_output(Duration::from_millis(500));
+        reap_orphans();
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        self.stop(Duration::from_millis(500));
+    }
+}
+
+fn reader<R: Read + Send + 'static>(
+    pipe: Option<R>,
+    out: Arc<Mutex<Output>>,
+    ready: Option<Regex>,
+    matched: Arc<Mutex<Option<String>>>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let Some(pipe) = pipe else { return };
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if ready.as_ref().is_some_and(|re| re.is_match(&line)) {
+                if let Ok(mut m) = matched.lock() {
+                    m.get_or_insert_with(|| line.clone());
+                }
+            }
+            let Ok(mut o) = out.lock() else { break };
+            if let Some(all) = &mut o.all {
+                all.push_str(&line);
+                all.push('\n');
+            }
+            o.tail.push_back(line);
+            if o.tail.len() > TAIL_LINES {
+                o.tail.pop_front();
+            }
+        }
+    })
+}
+
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "ended".into(),
+    }
+}
+
+/// Ends and reaps processes that were reparented to us because we are their subreaper:
+/// what a target forked and left behind, in any process group. Children we started
+/// ourselves (tracked) are left to their owners; without the subreaper role nothing is
+/// touched (a test process has children of its own).
+pub fn reap_orphans() {
+    if !SUBREAPER.load(Ordering::SeqCst) {
+        return;
+    }
+    let tracked = TRACKED.lock().map(|t| t.clone()).unwrap_or_default();
+    let me = std::process::id() as i32;
+    for pid in children_of(me).into_iter().filter(|p| !tracked.contains(p)) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+    }
+}
+
+/// `root`'s descendants (not `root` itself), from /proc.
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        out.extend(children_of(out[i]));
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+/// Every process whose parent is `ppid` (from /proc).
+pub fn children_of(ppid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| parent_of(pid) == Some(ppid))
+        .collect()
+}
+
+/// The parent pid of a process, from /proc/<pid>/stat.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// True when 127.0.0.1:port accepts a connection.
+pub fn port_open(port: u16) -> bool {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_is_ended_and_tail_kept() {
+        let launch = Launch {
+            name: "sleeper".into(),
+            program: "sh".into(),
+            args: vec!["-c".into(), "echo started >&2; sleep 30 & sleep 30".into()],
+            ready_log: Some(Regex::new("started").unwrap()),
+            ..Launch::default()
+        };
+        let mut child = ChildProc::spawn(&launch).unwrap();
+        let start = Instant::now();
+        while !child.log_matched() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(child.log_matched());
+        let pid = child.pid();
+        child.stop(Duration::from_millis(200));
+        assert!(child.exited().is_some());
+        assert!(child.output_tail().contains("started"));
+        assert!(children_of(pid).is_empty());
+    }
+}

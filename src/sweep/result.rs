@@ -1,0 +1,303 @@
+//! One step's result: the line of `steps.jsonl` (see `schema/steps.schema.json`).
+//!
+//! The engine's [`LoadReport`] fields sit at the top level beside the step's identity, the
+//! server's observed figures and the derived per-request figures, so that one `jq` path
+//! reaches any of them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::load::{LatencyUs, LoadReport};
+
+/// Version of the `steps.jsonl` layout.
+pub const STEPS_SCHEMA_VERSION: u32 = 1;
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    /// Measured.
+    Ok,
+    /// Tried and failed (see `reason`).
+    Failed,
+    /// Not run (see `reason`): no CPUs for it, saturated series, an earlier failure.
+    Skipped,
+}
+
+/// One finished step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    /// File stem of the step's raw files (`intervals/<id>.csv`, `hist/<id>.hlog`).
+    pub id: String,
+    /// Target name.
+    pub target: String,
+    /// Placement name.
+    pub placement: String,
+    /// Clients of the step.
+    pub clients: usize,
+    /// Repetition index, from 0.
+    pub rep: usize,
+    /// Open-loop rate asked for (requests/s), absent in closed loop.
+    pub rate_rps: Option<f64>,
+    /// Requests configured in flight (clients × connections per client × depth).
+    pub inflight: usize,
+    /// Server cpuset as a CPU list.
+    pub server_cpus: String,
+    /// Client cpuset as a CPU list.
+    pub client_cpus: String,
+    /// Wall-clock start, seconds since the Unix epoch.
+    pub started_unix_s: f64,
+    /// How the step ended.
+    pub status: StepStatus,
+    /// Why it failed or was skipped.
+    pub reason: Option<String>,
+    /// The load generator's figures (absent when nothing was measured).
+    pub load: Option<LoadReport>,
+    /// The server's observed figures over the measured window (JSON object, or null).
+    pub server: Value,
+    /// Derived per-request figures (`cpu_us_per_req`, `cs_per_req`, ...) and the observers'
+    /// own cost (`observer_cpu_s`), written at the top level.
+    pub derived: Map<String, Value>,
+}
+
+impl StepResult {
+    /// A step that measured nothing.
+    pub fn empty(id: String, target: &str, placement: &str, clients: usize, rep: usize) -> Self {
+        StepResult {
+            id,
+            target: target.into(),
+            placement: placement.into(),
+            clients,
+            rep,
+            rate_rps: None,
+            inflight: 0,
+            server_cpus: String::new(),
+            client_cpus: String::new(),
+            started_unix_s: now_unix_s(),
+            status: StepStatus::Skipped,
+            reason: None,
+            load: None,
+            server: Value::Null,
+            derived: Map::new(),
+        }
+    }
+
+    /// Throughput of an ok step.
+    pub fn throughput_rps(&self) -> Option<f64> {
+        self.load.as_ref().map(|l| l.throughput_rps)
+    }
+
+    /// A derived figure by path, e.g. `["cpu_us_per_req", "total"]`.
+    pub fn derived_f64(&self, path: &[&str]) -> Option<f64> {
+        let (first, rest) = path.split_first()?;
+        let mut v = self.derived.get(*first)?;
+        for key in rest {
+            v = v.get(key)?;
+        }
+        v.as_f64()
+    }
+
+    /// The JSON object of `steps.jsonl`.
+    pub fn to_json(&self) -> Value {
+        let mut obj = Map::new();
+        obj.insert("schema".into(), STEPS_SCHEMA_VERSION.into());
+        obj.insert("id".into(), self.id.clone().into());
+        obj.insert("target".into(), self.target.clone().into());
+        obj.insert("placement".into(), self.placement.clone().into());
+        obj.insert("clients".into(), self.clients.into());
+        obj.insert("rep".into(), self.rep.into());
+        obj.insert("inflight".into(), self.inflight.into());
+        obj.insert("server_cpus".into(), self.server_cpus.clone().into());
+        obj.insert("client_cpus".into(), self.client_cpus.clone().into());
+        obj.insert("started_unix_s".into(), self.started_unix_s.into());
+        let status = serde_json::to_value(self.status).unwrap_or(Value::Null);
+        obj.insert("status".into(), status);
+        if let Some(reason) = &self.reason {
+            obj.insert("reason".into(), reason.clone().into());
+        }
+        if let Some(load) = &self.load {
+            if let Ok(Value::Object(fields)) = serde_json::to_value(load) {
+                for (k, v) in fields {
+                    // The engine's own layout version would clash with ours.
+                    if k != "schema" {
+                        obj.insert(k, v);
+                    }
+                }
+            }
+        }
+        // The planned rate wins over the engine's echo of it.
+        if let Some(rate) = self.rate_rps {
+            obj.insert("rate_rps".into(), rate.into());
+        }
+        obj.insert("server".into(), self.server.clone());
+        for (k, v) in &self.derived {
+            obj.insert(k.clone(), v.clone());
+        }
+        Value::Object(obj)
+    }
+
+    /// Reads one `steps.jsonl` object back.
+    pub fn from_json(value: &Value) -> Result<StepResult, String> {
+        let obj = value.as_object().ok_or("a step is not a JSON object")?;
+        let s = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let n = |k: &str| obj.get(k).and_then(Value::as_u64).unwrap_or(0) as usize;
+        let status: StepStatus =
+            serde_json::from_value(obj.get("status").cloned().unwrap_or(Value::Null))
+                .map_err(|e| format!("bad status: {e}"))?;
+        let load = if obj.contains_key("throughput_rps") {
+            Some(load_report(obj)?)
+        } else {
+            None
+        };
+        let known = KNOWN_KEYS;
+        let load_keys: Vec<String> = match serde_json::to_value(LoadReport::default()) {
+            Ok(Value::Object(m)) => m.keys().cloned().collect(),
+            _ => Vec::new(),
+        };
+        let derived = obj
+            .iter()
+            .filter(|(k, _)| !known.contains(&k.as_str()) && !load_keys.contains(k))
+            .filter(|(k, _)| !matches!(k.as_str(), "uncorrected_latency_us" | "omitted"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok(StepResult {
+            id: s("id"),
+            target: s("target"),
+            placement: s("placement"),
+            clients: n("clients"),
+            rep: n("rep"),
+            rate_rps: obj.get("rate_rps").and_then(Value::as_f64),
+            inflight: n("inflight"),
+            server_cpus: s("server_cpus"),
+            client_cpus: s("client_cpus"),
+            started_unix_s: obj
+                .get("started_unix_s")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0),
+            status,
+            reason: obj
+                .get("reason")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            load,
+            server: obj.get("server").cloned().unwrap_or(Value::Null),
+            derived,
+        })
+    }
+}
+
+/// The engine's figures of a step line. Latencies an external tool did not print are null
+/// in the JSON and NaN here (unavailable, never zero).
+fn load_report(obj: &Map<String, Value>) -> Result<LoadReport, String> {
+    let mut fields = obj.clone();
+    fields.insert("schema".into(), crate::load::SCHEMA_VERSION.into());
+    let lat = fields.insert(
+        "latency_us".into(),
+        serde_json::to_value(LatencyUs::default()).unwrap_or(Value::Null),
+    );
+    let uncorrected = fields.remove("uncorrected_latency_us");
+    let mut report: LoadReport = serde_json::from_value(Value::Object(fields))
+        .map_err(|e| format!("bad load figures: {e}"))?;
+    if let Some(lat) = lat {
+        report.latency_us = latency_from(&lat);
+    }
+    report.uncorrected_latency_us = uncorrected.as_ref().map(latency_from);
+    Ok(report)
+}
+
+fn latency_from(v: &Value) -> LatencyUs {
+    let f = |k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    LatencyUs {
+        mean: f("mean"),
+        p50: f("p50"),
+        p90: f("p90"),
+        p95: f("p95"),
+        p99: f("p99"),
+        p999: f("p999"),
+        max: f("max"),
+    }
+}
+
+const KNOWN_KEYS: &[&str] = &[
+    "schema",
+    "id",
+    "target",
+    "placement",
+    "clients",
+    "rep",
+    "rate_rps",
+    "inflight",
+    "server_cpus",
+    "client_cpus",
+    "started_unix_s",
+    "status",
+    "reason",
+    "server",
+];
+
+/// Reads every step of a `steps.jsonl` file; a torn last line (a crash mid-write) is ignored.
+pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepResult>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut steps = Vec::new();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) => steps.push(
+                StepResult::from_json(&v)
+                    .map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?,
+            ),
+            Err(_) if i + 1 == lines.len() => break,
+            Err(e) => return Err(format!("{}:{}: {e}", path.display(), i + 1)),
+        }
+    }
+    Ok(steps)
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_unix_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_json() {
+        let mut step = StepResult::empty("a.shared.c4.r0".into(), "a", "shared", 4, 0);
+        step.status = StepStatus::Ok;
+        step.load = Some(LoadReport {
+            schema: crate::load::SCHEMA_VERSION,
+            requests: 100,
+            throughput_rps: 50.0,
+            ..LoadReport::default()
+        });
+        step.derived.insert("cs_per_req".into(), 0.5.into());
+        step.server = serde_json::json!({"cpu_user_s": 1.0});
+        let json = step.to_json();
+        assert_eq!(json["schema"], STEPS_SCHEMA_VERSION);
+        assert_eq!(json["requests"], 100);
+        assert_eq!(json["cs_per_req"], 0.5);
+        let back = StepResult::from_json(&json).unwrap();
+        assert_eq!(back, step);
+    }
+
+    #[test]
+    fn unavailable_latency_is_null_not_zero() {
+        let mut step = StepResult::empty("w".into(), "nginx", "shared", 8, 0);
+        step.status = StepStatus::Ok;
+        let mut load = LoadReport {
+            throughput_rps: 9.0,
+            ..LoadReport::default()
+        };
+        load.latency_us.p999 = f64::NAN;
+        step.load = Some(load);
+        let json = step.to_json();
+        assert!(json["latency_us"]["p999"].is_null());
+        let back = StepResult::from_json(&json).unwrap();
+        assert!(back.load.unwrap().latency_us.p999.is_nan());
+    }
+}

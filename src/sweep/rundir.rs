@@ -1,0 +1,262 @@
+//! The run directory (DESIGN.md's contract): each step's line is appended and flushed as
+//! soon as it ends, with its per-second CSV and its HdrHistogram interval log.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+use hdrhistogram::serialization::V2Serializer;
+use hdrhistogram::Histogram;
+
+use super::result::{read_steps, StepResult};
+use crate::load::{IntervalLine, IntervalSink};
+
+/// A run directory being written.
+#[derive(Debug)]
+pub struct RunDir {
+    /// Its path.
+    pub path: PathBuf,
+    steps: File,
+}
+
+impl RunDir {
+    /// Creates `dir` (or `results/<name>-<UTC timestamp>` when `dir` is None).
+    pub fn create(dir: Option<&Path>, name: &str) -> std::io::Result<RunDir> {
+        let path = match dir {
+            Some(d) => d.to_path_buf(),
+            None => Path::new("results").join(format!("{}-{}", sanitize(name), timestamp())),
+        };
+        std::fs::create_dir_all(path.join("intervals"))?;
+        std::fs::create_dir_all(path.join("hist"))?;
+        Self::open(path)
+    }
+
+    /// Opens an existing run directory to append to it (`--resume`).
+    pub fn open(path: PathBuf) -> std::io::Result<RunDir> {
+        let steps = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path.join("steps.jsonl"))?;
+        Ok(RunDir { path, steps })
+    }
+
+    /// The steps already written.
+    pub fn steps(&self) -> Result<Vec<StepResult>, String> {
+        let p = self.path.join("steps.jsonl");
+        if !p.exists() {
+            return Ok(Vec::new());
+        }
+        read_steps(&p)
+    }
+
+    /// Writes a whole file in the directory.
+    pub fn write_file(&self, name: &str, contents: &str) -> std::io::Result<()> {
+        std::fs::write(self.path.join(name), contents)
+    }
+
+    /// Appends one step and flushes it to the kernel.
+    pub fn append(&mut self, step: &StepResult) -> std::io::Result<()> {
+        let mut line = serde_json::to_string(&step.to_json())?;
+        line.push('\n');
+        self.steps.write_all(line.as_bytes())?;
+        self.steps.flush()?;
+        self.steps.sync_data()
+    }
+
+    /// The sink of one step's per-second lines.
+    pub fn step_sink(&self, step_id: &str) -> std::io::Result<StepSink> {
+        let csv = File::create(self.path.join("intervals").join(format!("{step_id}.csv")))?;
+        let mut csv = BufWriter::new(csv);
+        writeln!(
+            csv,
+            "elapsed_s,inflight,ops_per_s,mb_per_s,mean_latency_ms,errors,per_core_busy"
+        )?;
+        Ok(StepSink {
+            csv,
+            hlog_path: self.path.join("hist").join(format!("{step_id}.hlog")),
+            hlog: None,
+            start: SystemTime::now(),
+            last_end_s: 0.0,
+            log_histograms: true,
+        })
+    }
+}
+
+/// Receives a step's intervals: CSV lines and interval-log histograms written as they come
+/// (a one-hour `--hold` keeps nothing in memory).
+pub struct StepSink {
+    csv: BufWriter<File>,
+    hlog_path: PathBuf,
+    hlog: Option<BufWriter<File>>,
+    start: SystemTime,
+    last_end_s: f64,
+    /// False for drivers whose lines carry no histograms (external tools).
+    pub log_histograms: bool,
+}
+
+impl IntervalSink for StepSink {
+    fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
+        let busy: Vec<String> = line
+            .per_core_busy
+            .iter()
+            .map(|b| format!("{b:.1}"))
+            .collect();
+        let _ = writeln!(
+            self.csv,
+            "{:.3},{},{:.1},{:.3},{:.4},{},{}",
+            line.elapsed_s,
+            line.inflight,
+            line.ops_per_s,
+            line.mb_per_s,
+            line.mean_latency_ms,
+            line.errors,
+            busy.join(" ")
+        );
+        let _ = self.csv.flush();
+        if line.elapsed_s > 0.0 && self.log_histograms {
+            let _ = self.log_histogram(line.elapsed_s, hist_ns);
+        }
+    }
+}
+
+impl StepSink {
+    /// Logs a whole-window histogram when the driver gave no per-second ones.
+    pub fn ensure_one(&mut self, hist_ns: Histogram<u64>) -> std::io::Result<()> {
+        if self.hlog.is_none() && !hist_ns.is_empty() {
+            let end_s = self.start.elapsed().map_or(1.0, |d| d.as_secs_f64());
+            self.log_histogram(end_s, &hist_ns)?;
+        }
+        Ok(())
+    }
+
+    /// Appends one interval ending `end_s` after the window's start to the log; the log's
+    /// header is written with the first one.
+    fn log_histogram(&mut self, end_s: f64, hist_ns: &Histogram<u64>) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        let mut serializer = V2Serializer::new();
+        {
+            let mut log = IntervalLogWriterBuilder::new()
+                .add_comment("stairbench latency, nanoseconds")
+                .with_start_time(self.start)
+                .with_base_time(self.start)
+                .with_max_value_divisor(1e6)
+                .begin_log_with(&mut buf, &mut serializer)
+                .map_err(|e| std::io::Error::other(format!("interval log: {e:?}")))?;
+            let start_s = self.last_end_s.max(0.0);
+            log.write_histogram(
+                hist_ns,
+                Duration::from_secs_f64(start_s),
+                Duration::from_secs_f64((end_s - start_s).max(0.0)),
+                Tag::new("latency"),
+            )
+            .map_err(|e| std::io::Error::other(format!("interval log: {e:?}")))?;
+        }
+        self.last_end_s = end_s;
+        let text = String::from_utf8_lossy(&buf);
+        let out = match &mut self.hlog {
+            Some(out) => {
+                // Each writer repeats the header: only its histogram line is new.
+                let last = text.lines().last().unwrap_or("");
+                writeln!(out, "{last}")?;
+                out
+            }
+            None => {
+                let mut out = BufWriter::new(File::create(&self.hlog_path)?);
+                out.write_all(text.as_bytes())?;
+                self.hlog.insert(out)
+            }
+        };
+        out.flush()
+    }
+
+    /// Flushes the files.
+    pub fn finish(mut self) -> std::io::Result<()> {
+        self.csv.flush()?;
+        match &mut self.hlog {
+            Some(out) => out.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// UTC `YYYYMMDD-HHMMSS`.
+pub fn timestamp() -> String {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+// Howard Hinnant's days-to-civil algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_log_is_written_as_it_goes_and_reads_back() {
+        use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::create(Some(dir.path()), "t").unwrap();
+        let mut sink = run.step_sink("s").unwrap();
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        h.record(1500).unwrap();
+        for i in 0..3 {
+            let line = IntervalLine {
+                elapsed_s: i as f64,
+                ..IntervalLine::default()
+            };
+            sink.interval(&line, &h);
+        }
+        sink.finish().unwrap();
+        let bytes = std::fs::read(dir.path().join("hist/s.hlog")).unwrap();
+        let starts: Vec<f64> = IntervalLogIterator::new(&bytes)
+            .filter_map(|e| match e {
+                Ok(LogEntry::Interval(i)) => Some(i.start_timestamp().as_secs_f64()),
+                _ => None,
+            })
+            .collect();
+        // The warm-up's closing line (elapsed 0) is not logged; the two measured ones are.
+        assert_eq!(starts, [0.0, 1.0]);
+        let csv = std::fs::read_to_string(dir.path().join("intervals/s.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 4);
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_779), (2026, 11, 22));
+    }
+}

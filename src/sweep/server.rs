@@ -1,0 +1,281 @@
+//! Targets as processes: launched pinned to their cpuset, probed until ready, watched for
+//! an early death (reported with the tail of their output), ended as a process group.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::driver::fill;
+use super::placement::CpuPair;
+use super::plan::{TargetKind, TargetPlan};
+use super::process::{free_port, port_open, ChildProc, Launch};
+
+/// A running target.
+pub trait Server {
+    /// Its process id (for the observers), when it is a process.
+    fn pid(&self) -> Option<i32>;
+    /// The TCP port it serves on.
+    fn port(&self) -> u16;
+    /// Why it is gone, with the tail of its output, if it has died.
+    fn died(&mut self) -> Option<String>;
+    /// Ends it and everything it started.
+    fn stop(&mut self);
+}
+
+/// Starts targets.
+pub trait Launcher {
+    /// Starts `target` on `cpus.server` and waits until it is ready.
+    fn launch(
+        &mut self,
+        target: &TargetPlan,
+        cpus: &CpuPair,
+        clients: usize,
+        stop: &AtomicBool,
+    ) -> Result<Box<dyn Server>, String>;
+    /// The command line it would run (for `--dry-run`).
+    fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String;
+}
+
+/// Launches targets as child processes.
+#[derive(Debug, Clone)]
+pub struct ProcessLauncher {
+    /// The stairbench binary for built-in servers.
+    pub stairbench_bin: PathBuf,
+    /// The run directory (`{out}`).
+    pub out_dir: PathBuf,
+}
+
+impl ProcessLauncher {
+    fn argv(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize, port: &str) -> Vec<String> {
+        let cpuset = crate::cpuset::format(&cpus.server);
+        match &target.kind {
+            TargetKind::Builtin(args) => {
+                let mut argv = vec![self.stairbench_bin.display().to_string(), "serve".into()];
+                argv.extend(args.iter().cloned());
+                if !args.iter().any(|a| a == "--threads") {
+                    argv.extend(["--threads".into(), cpus.server.len().to_string()]);
+                }
+                argv.extend(["--cpuset".into(), cpuset, "--port".into(), port.to_string()]);
+                argv
+            }
+            TargetKind::Command(template) => {
+                let line = fill(
+                    template,
+                    &[
+                        ("cpuset", cpuset),
+                        ("threads", cpus.server.len().to_string()),
+                        ("port", port.to_string()),
+                        ("clients", clients.to_string()),
+                        ("out", self.out_dir.display().to_string()),
+                        ("spec_dir", target.spec_dir.display().to_string()),
+                    ],
+                );
+                vec!["sh".into(), "-c".into(), format!("exec {line}")]
+            }
+        }
+    }
+}
+
+impl Launcher for ProcessLauncher {
+    fn launch(
+        &mut self,
+        target: &TargetPlan,
+        cpus: &CpuPair,
+        clients: usize,
+        stop: &AtomicBool,
+    ) -> Result<Box<dyn Server>, String> {
+        let port = match target.port {
+            None if target.port_from_log => 0,
+            Some(p) if port_open(p) => {
+                return Err(format!(
+                    "port {p} of target {:?} is already taken by another process: stop it or leave `port` out so a free one is chosen",
+                    target.name
+                ))
+            }
+            Some(p) => p,
+            None => free_port().map_err(|e| format!("no free TCP port on 127.0.0.1: {e}"))?,
+        };
+        let argv = self.argv(target, cpus, clients, &port.to_string());
+        let launch = Launch {
+            name: format!("target {:?}", target.name),
+            program: argv[0].clone(),
+            args: argv[1..].to_vec(),
+            cpus: Some(cpus.server.clone()),
+            ready_log: target.ready_log.clone(),
+            keep_stdout: false,
+        };
+        let child = ChildProc::spawn(&launch).map_err(|e| {
+            format!(
+                "cannot start target {:?} ({}): {e}",
+                target.name,
+                argv.join(" ")
+            )
+        })?;
+        let mut server = ProcessServer { child, port };
+        wait_ready(&mut server, target, stop)?;
+        if target.port_from_log {
+            server.port = listening_port(&server.child, target)?;
+        }
+        Ok(Box::new(server))
+    }
+
+    fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
+        let port = match target.port {
+            Some(p) => p.to_string(),
+            None if target.port_from_log => "0".to_string(),
+            None => "<free port>".to_string(),
+        };
+        self.argv(target, cpus, clients, &port).join(" ")
+    }
+}
+
+/// The port in the ready line's first capture group.
+fn listening_port(child: &ChildProc, target: &TargetPlan) -> Result<u16, String> {
+    let line = child.matched_line().unwrap_or_default();
+    target
+        .ready_log
+        .as_ref()
+        .and_then(|re| re.captures(&line))
+        .and_then(|c| c.get(1))
+        .and_then(|m| m.as_str().parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "target {:?} said {line:?}, which names no port",
+                target.name
+            )
+        })
+}
+
+fn wait_ready(
+    server: &mut ProcessServer,
+    target: &TargetPlan,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        if let Some(exit) = server.child.exited() {
+            let hint = if exit.ends_with("status 0") {
+                " (a target must stay in the foreground: does it daemonize? nginx needs `daemon off`, redis `--daemonize no`)"
+            } else {
+                ""
+            };
+            return Err(format!(
+                "target {:?} {exit} before it was ready{hint}; its output ends with:\n{}",
+                target.name,
+                server.child.output_tail()
+            ));
+        }
+        let log_ok = target.ready_log.is_none() || server.child.log_matched();
+        let tcp_ok = !target.ready_tcp || port_open(server.port);
+        if log_ok && tcp_ok {
+            return Ok(());
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Err("interrupted".into());
+        }
+        if start.elapsed() > target.ready_timeout {
+            let what = if log_ok {
+                format!("port {} never accepted", server.port)
+            } else {
+                "the log line never appeared".into()
+            };
+            return Err(format!(
+                "target {:?} was not ready within {:?} ({what}); its output ends with:\n{}",
+                target.name,
+                target.ready_timeout,
+                server.child.output_tail()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A target running as a child process.
+#[derive(Debug)]
+pub struct ProcessServer {
+    child: ChildProc,
+    port: u16,
+}
+
+impl Server for ProcessServer {
+    fn pid(&self) -> Option<i32> {
+        Some(self.child.pid())
+    }
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn died(&mut self) -> Option<String> {
+        let exit = self.child.exited()?;
+        Some(format!(
+            "{} {exit}; its output ends with:\n{}",
+            self.child.name(),
+            self.child.output_tail()
+        ))
+    }
+    fn stop(&mut self) {
+        self.child.stop(Duration::from_secs(2));
+    }
+}
+
+/// A pretend target for tests of the step loop: it can die at a chosen launch count.
+#[derive(Debug, Default)]
+pub struct FakeLauncher {
+    /// Launches so far.
+    pub launches: usize,
+    /// The launch (1-based) that fails to start.
+    pub fail_launch: Option<usize>,
+    /// Cpusets of each launch.
+    pub cpus: Vec<CpuPair>,
+}
+
+struct FakeServer;
+
+impl Server for FakeServer {
+    fn pid(&self) -> Option<i32> {
+        None
+    }
+    fn port(&self) -> u16 {
+        1
+    }
+    fn died(&mut self) -> Option<String> {
+        None
+    }
+    fn stop(&mut self) {}
+}
+
+impl Launcher for FakeLauncher {
+    fn launch(
+        &mut self,
+        target: &TargetPlan,
+        cpus: &CpuPair,
+        _: usize,
+        _: &AtomicBool,
+    ) -> Result<Box<dyn Server>, String> {
+        self.launches += 1;
+        self.cpus.push(cpus.clone());
+        if self.fail_launch == Some(self.launches) {
+            return Err(format!(
+                "target {:?} exited with status 1 before it was ready",
+                target.name
+            ));
+        }
+        Ok(Box::new(FakeServer))
+    }
+    fn describe(&self, target: &TargetPlan, _: &CpuPair, _: usize) -> String {
+        format!("(fake) {}", target.name)
+    }
+}
+
+/// The default stairbench binary: this executable when it is stairbench itself.
+pub fn default_stairbench_bin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let name = exe.file_name()?.to_str()?;
+    (name == "stairbench").then_some(exe)
+}
+
+/// True when `path` looks runnable.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}

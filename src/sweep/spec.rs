@@ -1,0 +1,688 @@
+//! The experiment spec: a TOML file read with unknown keys refused, and every error located
+//! (file, line, column, key path, what was expected) so a typo costs seconds, not a run.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+/// A spec file as written (before validation into a [`super::plan::Plan`]).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// Name of the experiment; the run directory is `<name>-<timestamp>`.
+    pub name: String,
+    /// Free text carried into the report.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Measured window of each step.
+    #[serde(default = "default_duration")]
+    pub duration: Dur,
+    /// Load run before each step's measured window and discarded (the transition).
+    #[serde(default = "default_warmup")]
+    pub warmup: Dur,
+    /// Pause after each step.
+    #[serde(default)]
+    pub cooldown: Dur,
+    /// Runs of each step.
+    #[serde(default = "one")]
+    pub repetitions: usize,
+    /// The staircase: client counts.
+    #[serde(default)]
+    pub clients: Option<Counts>,
+    /// An open-loop series: request rates (total requests/s) instead of client counts.
+    #[serde(default)]
+    pub rate: Option<Rates>,
+    /// Search the rate range by bisection for the highest rate meeting a latency target.
+    #[serde(default)]
+    pub find: Option<FindSpec>,
+    /// Requests in flight per connection.
+    #[serde(default = "one")]
+    pub depth: usize,
+    /// Connections each client opens.
+    #[serde(default = "one")]
+    pub connections_per_client: usize,
+    /// Grow the server's and client's cpusets with the client count (one CPU per client).
+    #[serde(default)]
+    pub cpus_follow_clients: bool,
+    /// Placement policies: `shared`, `separated`, `balanced`, or a name in `custom_placements`.
+    #[serde(default = "default_placements")]
+    pub placements: Vec<String>,
+    /// Cpuset tables in seed 000's JSON format, by placement name.
+    #[serde(default)]
+    pub custom_placements: BTreeMap<String, CustomPlacementSpec>,
+    /// The servers under test.
+    pub targets: Vec<TargetSpec>,
+    /// The load generator.
+    #[serde(default)]
+    pub client: ClientSpec,
+    /// What a failed step does to the rest of the run.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+    /// Stop a series early: `saturated`.
+    #[serde(default)]
+    pub stop_when: Option<StopWhen>,
+    /// When the server restarts: once per (target, placement) or before every step.
+    #[serde(default)]
+    pub restart: Restart,
+    /// Comparisons for the report (kept as written; the reports read them).
+    #[serde(default)]
+    pub comparisons: Vec<toml::Table>,
+}
+
+fn default_duration() -> Dur {
+    Dur(Duration::from_secs(10))
+}
+fn default_warmup() -> Dur {
+    Dur(Duration::from_secs(1))
+}
+fn one() -> usize {
+    1
+}
+fn default_placements() -> Vec<String> {
+    vec!["shared".into()]
+}
+
+/// A server under test.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    /// Name in the results.
+    pub name: String,
+    /// A built-in server: the arguments of `stairbench serve`, e.g. `msgr --arch reactor`.
+    #[serde(default)]
+    pub builtin: Option<String>,
+    /// A command template run by `sh -c` (must stay in the foreground); placeholders
+    /// `{cpuset}`, `{threads}`, `{port}`, `{clients}`, `{out}` (the run directory) and
+    /// `{spec_dir}` (the spec file's directory).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// A fixed port; otherwise a free one is chosen.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// How to know the server is ready (default: its TCP port accepts).
+    #[serde(default)]
+    pub ready: Option<ReadySpec>,
+    /// URL template for the built-in load engine (default from the target kind).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Requests in flight per connection for this target (overrides the top-level depth).
+    #[serde(default)]
+    pub depth: Option<usize>,
+}
+
+/// Readiness probe of a target.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadySpec {
+    /// Ready when the TCP port accepts a connection.
+    #[serde(default)]
+    pub tcp: Option<bool>,
+    /// Ready when a line of stdout or stderr matches this regex.
+    #[serde(default)]
+    pub log: Option<String>,
+    /// Give up after this long.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+}
+
+/// A cpuset table file in seed 000's format and the policy key to read from it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomPlacementSpec {
+    /// Path of the JSON table, relative to the spec file.
+    pub file: PathBuf,
+    /// Top-level key of the table (default: the placement's name).
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
+/// The load generator: the built-in engine (default) or an external command plus a parser.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSpec {
+    /// URL template for the built-in engine; `{port}` is the target's port.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Generator threads (default: one per client CPU, at most one per connection).
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// Request timeout.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+    /// External command template; placeholders `{cpuset}`, `{threads}`, `{clients}`,
+    /// `{connections}`, `{depth}`, `{port}`, `{duration_s}`, `{warmup_s}`, `{rate}`, `{out}`,
+    /// `{url}`. The tool runs whole inside the observed window: its own warm-up, if it has
+    /// one, is counted.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Parser of the external command's output: wrk, redis-benchmark, crimson-msgr, json, regex.
+    #[serde(default)]
+    pub parser: Option<String>,
+    /// Options of the parser (field map for json, patterns for regex).
+    #[serde(default)]
+    pub parser_options: Option<toml::Table>,
+    /// HTTP method.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// HTTP headers, `Name: value`.
+    #[serde(default)]
+    pub headers: Vec<String>,
+    /// HTTP body.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Redis key space.
+    #[serde(default)]
+    pub keys: Option<u64>,
+    /// Redis share of GETs.
+    #[serde(default)]
+    pub read_ratio: Option<f64>,
+    /// Redis SET value size in bytes.
+    #[serde(default)]
+    pub value_size: Option<usize>,
+    /// Zipf exponent of the key distribution (uniform when absent).
+    #[serde(default)]
+    pub zipf: Option<f64>,
+    /// Seed of the key generator.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// msgr payload size in bytes.
+    #[serde(default)]
+    pub msg_size: Option<usize>,
+}
+
+/// A latency target for the rate search.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindSpec {
+    /// Highest acceptable p99 latency, milliseconds.
+    pub p99_ms: f64,
+    /// Bisection steps (default 7).
+    #[serde(default)]
+    pub max_steps: Option<usize>,
+}
+
+/// What a failed step does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Record it and go on.
+    #[default]
+    Continue,
+    /// Record it and end the run.
+    Stop,
+}
+
+/// When to stop stepping a series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopWhen {
+    /// Two steps in a row add under 5% throughput while latency grows.
+    Saturated,
+}
+
+/// When the server is restarted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Restart {
+    /// Once per (target, placement).
+    #[default]
+    Series,
+    /// Before every step.
+    Step,
+}
+
+/// A duration written as "2s", "500ms", "1m", "1h", "250us" or "1.5s".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+pub use crate::units::parse_duration;
+
+/// Formats a duration in the spec's notation.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}us", d.as_micros())
+    } else if !ms.is_multiple_of(1000) {
+        format!("{ms}ms")
+    } else {
+        format!("{}s", d.as_secs())
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d).map_err(|_| {
+            de::Error::custom("expected a duration string such as \"2s\", \"500ms\" or \"1m\"")
+        })?;
+        parse_duration(&text).map(Dur).map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(self.0))
+    }
+}
+
+/// Client counts: a list, one number, `{from, to, step}` or `{from, to, double = true}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Counts {
+    /// Explicit counts.
+    List(Vec<usize>),
+    /// An arithmetic or doubling range.
+    Range(CountRange),
+}
+
+/// `{from, to, step}` or `{from, to, double = true}`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountRange {
+    /// First count.
+    pub from: usize,
+    /// Last count (included when reached).
+    pub to: usize,
+    /// Increment.
+    #[serde(default)]
+    pub step: Option<usize>,
+    /// Double at each step instead.
+    #[serde(default)]
+    pub double: bool,
+}
+
+impl Counts {
+    /// The counts in order.
+    pub fn expand(&self) -> Result<Vec<usize>, String> {
+        match self {
+            Counts::List(v) if v.is_empty() => Err("the list is empty".into()),
+            Counts::List(v) if v.contains(&0) => Err("a count of 0 clients".into()),
+            Counts::List(v) => Ok(v.clone()),
+            Counts::Range(r) => r.expand(),
+        }
+    }
+}
+
+impl CountRange {
+    fn expand(&self) -> Result<Vec<usize>, String> {
+        if self.from == 0 || self.to < self.from {
+            return Err(format!(
+                "from = {} to = {}: expected 1 <= from <= to",
+                self.from, self.to
+            ));
+        }
+        let mut out = Vec::new();
+        let mut n = self.from;
+        match (self.step, self.double) {
+            (Some(_), true) => return Err("give either step or double = true, not both".into()),
+            (None, false) => return Err("expected step = N or double = true".into()),
+            (Some(0), _) => return Err("step must be at least 1".into()),
+            (Some(step), false) => {
+                while n <= self.to {
+                    out.push(n);
+                    n += step;
+                }
+            }
+            (None, true) => {
+                while n <= self.to {
+                    out.push(n);
+                    n *= 2;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl<'de> Deserialize<'de> for Counts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Counts;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a count, a list of counts, {from, to, step} or {from, to, double = true}",
+                )
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Counts, E> {
+                Ok(Counts::List(vec![v as usize]))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Counts, E> {
+                usize::try_from(v)
+                    .map(|n| Counts::List(vec![n]))
+                    .map_err(|_| E::custom(format!("{v} is negative; expected a count of clients")))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Counts, A::Error> {
+                let mut v = Vec::new();
+                while let Some(n) = seq.next_element::<usize>()? {
+                    v.push(n);
+                }
+                Ok(Counts::List(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Counts, A::Error> {
+                CountRange::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(Counts::Range)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Request rates: a list or `{from, to, step}` (requests/s).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Rates {
+    /// Explicit rates.
+    List(Vec<f64>),
+    /// A range; with `find` only `from` and `to` are used (the bisection bounds).
+    Range(RateRange),
+}
+
+/// `{from, to, step}` of request rates.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateRange {
+    /// Lowest rate.
+    pub from: f64,
+    /// Highest rate.
+    pub to: f64,
+    /// Increment (not needed with `find`).
+    #[serde(default)]
+    pub step: Option<f64>,
+}
+
+impl Rates {
+    /// The (lowest, highest) rate.
+    pub fn bounds(&self) -> (f64, f64) {
+        match self {
+            Rates::List(v) => (
+                v.iter().copied().fold(f64::INFINITY, f64::min),
+                v.iter().copied().fold(0.0, f64::max),
+            ),
+            Rates::Range(r) => (r.from, r.to),
+        }
+    }
+
+    /// The rates in order.
+    pub fn expand(&self) -> Result<Vec<f64>, String> {
+        match self {
+            Rates::List(v) if v.is_empty() || v.iter().any(|r| *r <= 0.0) => {
+                Err("expected a non-empty list of positive rates".into())
+            }
+            Rates::List(v) => Ok(v.clone()),
+            Rates::Range(r) => {
+                let step = r
+                    .step
+                    .ok_or("expected step = N (or a find = {...} search)")?;
+                if r.from <= 0.0 || r.to < r.from || step <= 0.0 {
+                    return Err("expected 0 < from <= to and step > 0".into());
+                }
+                let n = ((r.to - r.from) / step).floor() as usize;
+                Ok((0..=n).map(|i| r.from + step * i as f64).collect())
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Rates {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Rates;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of rates or {from, to, step}")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Rates, A::Error> {
+                let mut v = Vec::new();
+                while let Some(n) = seq.next_element::<f64>()? {
+                    v.push(n);
+                }
+                Ok(Rates::List(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Rates, A::Error> {
+                RateRange::deserialize(de::value::MapAccessDeserializer::new(map)).map(Rates::Range)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A spec that could not be read, with where and why.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The file could not be read.
+    #[error("cannot read spec {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Bad content, located.
+    #[error("{}:{line}:{column}: {key}: {message}", file.display())]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// Dotted key path, e.g. `targets[1].ready.timeout` (`(top)` for the document).
+        key: String,
+        /// What was wrong and what was expected.
+        message: String,
+    },
+}
+
+/// A spec with its source text (kept to locate later errors and to copy into the run).
+#[derive(Debug, Clone)]
+pub struct SpecFile {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// The text as read.
+    pub text: String,
+    /// The parsed spec.
+    pub spec: Spec,
+}
+
+impl SpecFile {
+    /// Reads and parses a spec file.
+    pub fn read(path: &Path) -> Result<SpecFile, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses spec text; `path` is used in messages and to resolve relative files.
+    pub fn parse(path: &Path, text: &str) -> Result<SpecFile, SpecError> {
+        let spec: Spec = toml::from_str(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            let message = e.message().trim().to_string();
+            located(path, text, span, message)
+        })?;
+        Ok(SpecFile {
+            path: path.to_path_buf(),
+            text: text.to_string(),
+            spec,
+        })
+    }
+
+    /// An error about the value at a key path (e.g. `["targets", "0", "builtin"]`).
+    pub fn error_at(&self, keys: &[&str], message: impl Into<String>) -> SpecError {
+        let span = span_of(&self.text, keys).unwrap_or(0..0);
+        let mut err = located(&self.path, &self.text, span, message.into());
+        if let SpecError::Invalid { key, .. } = &mut err {
+            *key = render_path(keys);
+        }
+        err
+    }
+}
+
+fn located(path: &Path, text: &str, span: std::ops::Range<usize>, message: String) -> SpecError {
+    let (line, column) = line_col(text, span.start);
+    let key = key_path_at(text, span.start).unwrap_or_else(|| "(top)".into());
+    SpecError::Invalid {
+        file: path.to_path_buf(),
+        line,
+        column,
+        key,
+        message,
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+fn render_path(keys: &[&str]) -> String {
+    let mut out = String::new();
+    for k in keys {
+        if k.parse::<usize>().is_ok() {
+            out.push_str(&format!("[{k}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(k);
+        }
+    }
+    out
+}
+
+type DeTable<'i> = toml::de::DeTable<'i>;
+type DeValue<'i> = toml::de::DeValue<'i>;
+
+/// The dotted path of the deepest key whose key or value covers `offset`.
+fn key_path_at(text: &str, offset: usize) -> Option<String> {
+    let doc = DeTable::parse(text).ok()?;
+    let mut path = Vec::new();
+    walk_table(doc.get_ref(), offset, &mut path);
+    (!path.is_empty()).then(|| render_path(&path.iter().map(String::as_str).collect::<Vec<_>>()))
+}
+
+fn walk_table(table: &DeTable<'_>, offset: usize, path: &mut Vec<String>) {
+    for (k, v) in table.iter() {
+        if k.span().contains(&offset) || covers(v, offset) {
+            path.push(k.get_ref().to_string());
+            walk_value(v.get_ref(), offset, path);
+            return;
+        }
+    }
+}
+
+fn walk_value(value: &DeValue<'_>, offset: usize, path: &mut Vec<String>) {
+    match value {
+        DeValue::Table(t) => walk_table(t, offset, path),
+        DeValue::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                if covers(item, offset) {
+                    path.push(i.to_string());
+                    walk_value(item.get_ref(), offset, path);
+                    return;
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+// An array-of-tables element's own span may not cover its keys; its entries' spans do.
+fn covers(value: &toml::Spanned<DeValue<'_>>, offset: usize) -> bool {
+    value.span().contains(&offset)
+        || match value.get_ref() {
+            DeValue::Table(t) => t
+                .iter()
+                .any(|(k, v)| k.span().contains(&offset) || covers(v, offset)),
+            DeValue::Array(a) => a.iter().any(|item| covers(item, offset)),
+            _ => false,
+        }
+}
+
+/// The span of the value at a key path, for errors found after parsing.
+fn span_of(text: &str, keys: &[&str]) -> Option<std::ops::Range<usize>> {
+    let doc = DeTable::parse(text).ok()?;
+    let (first, rest) = keys.split_first()?;
+    let (_, value) = doc.get_ref().iter().find(|(k, _)| k.get_ref() == first)?;
+    Some(span_in(value, rest))
+}
+
+fn span_in(value: &toml::Spanned<DeValue<'_>>, keys: &[&str]) -> std::ops::Range<usize> {
+    let Some((first, rest)) = keys.split_first() else {
+        return value.span();
+    };
+    let next = match value.get_ref() {
+        DeValue::Table(t) => t.iter().find(|(k, _)| k.get_ref() == first).map(|(_, v)| v),
+        DeValue::Array(a) => first.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => None,
+    };
+    next.map_or_else(|| value.span(), |v| span_in(v, rest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<SpecFile, SpecError> {
+        SpecFile::parse(Path::new("t.toml"), text)
+    }
+
+    #[test]
+    fn durations_format_in_spec_notation() {
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+    }
+
+    #[test]
+    fn count_ranges() {
+        let r = |from, to, step, double| CountRange {
+            from,
+            to,
+            step,
+            double,
+        };
+        assert_eq!(
+            r(1, 64, None, true).expand().unwrap(),
+            vec![1, 2, 4, 8, 16, 32, 64]
+        );
+        assert_eq!(
+            r(50, 200, Some(50), false).expand().unwrap(),
+            vec![50, 100, 150, 200]
+        );
+        assert!(r(1, 4, None, false).expand().is_err());
+        assert!(r(4, 1, Some(1), false).expand().is_err());
+    }
+
+    #[test]
+    fn unknown_key_is_located() {
+        let err =
+            parse("name = \"x\"\n[[targets]]\nname = \"a\"\nbuiltn = \"msgr\"\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("t.toml:4:1: targets[0].builtn:"), "{msg}");
+        assert!(msg.contains("unknown field"), "{msg}");
+    }
+
+    #[test]
+    fn bad_duration_is_located() {
+        let err = parse("name = \"x\"\nduration = \"2 parsecs\"\ntargets = []\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("t.toml:2:12: duration:"), "{msg}");
+        assert!(msg.contains("unknown unit"), "{msg}");
+    }
+
+    #[test]
+    fn error_at_names_a_later_problem() {
+        let f = parse("name = \"x\"\n\n[[targets]]\nname = \"a\"\nbuiltin = \"nope\"\n").unwrap();
+        let msg = f.error_at(&["targets", "0", "builtin"], "bad").to_string();
+        assert_eq!(msg, "t.toml:5:11: targets[0].builtin: bad");
+    }
+}

@@ -1,0 +1,945 @@
+//! The staircase runner: specs, plans, the step loop with fakes, the run directory, and real
+//! runs of the binary (a short sweep, an interruption, a dying server).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use stairbench::load::IntervalSink;
+use stairbench::sweep::driver::{Driver, FakeDriver, StepLoad, StepRequest};
+use stairbench::sweep::experiment::finish_dir;
+use stairbench::sweep::observer::NullObserver;
+use stairbench::sweep::placement::TopologyPlacements;
+use stairbench::sweep::plan::{Plan, Series};
+use stairbench::sweep::progress::Quiet;
+use stairbench::sweep::result::{read_steps, StepStatus};
+use stairbench::sweep::rundir::RunDir;
+use stairbench::sweep::runner::{RunSummary, Runner};
+use stairbench::sweep::server::{FakeLauncher, Launcher, ProcessLauncher};
+use stairbench::sweep::spec::SpecFile;
+
+const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
+
+fn plan(text: &str) -> Plan {
+    plan_at(Path::new("spec.toml"), text)
+}
+
+fn plan_at(path: &Path, text: &str) -> Plan {
+    let spec = SpecFile::parse(path, text).unwrap_or_else(|e| panic!("{e}"));
+    Plan::new(spec, PathBuf::from(BIN)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn spec_error(text: &str) -> String {
+    match SpecFile::parse(Path::new("bad.toml"), text) {
+        Err(e) => e.to_string(),
+        Ok(spec) => match Plan::new(spec, PathBuf::from(BIN)) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted a bad spec:\n{text}"),
+        },
+    }
+}
+
+/// Runs the loop with fakes over 4 CPUs.
+fn run_fake(
+    plan: &Plan,
+    dir: &Path,
+    driver: &mut dyn Driver,
+    launcher: &mut dyn Launcher,
+    stop: &AtomicBool,
+) -> RunSummary {
+    let mut rundir = RunDir::create(Some(dir), &plan.name).unwrap();
+    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], plan.custom.clone());
+    let mut runner = Runner {
+        plan,
+        dir: &mut rundir,
+        launcher,
+        driver,
+        observer: &mut NullObserver,
+        placements: &placements,
+        progress: &mut Quiet,
+        stop,
+    };
+    let summary = runner.run().unwrap();
+    finish_dir(&rundir, &summary).unwrap();
+    summary
+}
+
+fn schema_errors(dir: &Path) -> Vec<String> {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../schema/steps.schema.json")).unwrap();
+    let text = std::fs::read_to_string(dir.join("steps.jsonl")).unwrap();
+    text.lines()
+        .flat_map(|l| stairbench::schema::validate(&schema, &serde_json::from_str(l).unwrap()))
+        .collect()
+}
+
+const TWO_TARGETS: &str = r#"
+name = "fake"
+duration = "2s"
+warmup = "0s"
+clients = { from = 1, to = 16, double = true }
+placements = ["shared", "separated"]
+[[targets]]
+name = "a"
+builtin = "msgr --arch reactor"
+[[targets]]
+name = "b"
+builtin = "msgr --arch pool"
+"#;
+
+#[test]
+fn every_example_spec_plans() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let p = plan_at(&path, &text);
+            assert!(p.max_steps() > 0, "{}", path.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 3);
+    let demo = plan(&stairbench::sweep::cli::demo_spec(false));
+    assert_eq!(demo.series, Series::Clients(vec![1, 2, 4, 8, 16, 32, 64]));
+    assert_eq!(demo.max_steps(), 28);
+    assert!(plan(&stairbench::sweep::cli::demo_spec(true)).estimate() < Duration::from_secs(40));
+}
+
+#[test]
+fn bad_specs_name_file_line_column_and_key() {
+    let cases = [
+        ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\nreadyy = {}\n", "bad.toml:6:1: targets[0].readyy: unknown field `readyy`"),
+        ("name = \"x\"\nclients = [1, \"two\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:2:"),
+        ("name = \"x\"\nclients = { from = 1, to = 8 }\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:2:11: clients: expected step = N or double = true"),
+        ("name = \"x\"\nclients = [1]\nwarmup = 5\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:3:10: warmup: expected a duration string"),
+        ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"nginx\"\n", "bad.toml:5:11: targets[0].builtin:"),
+        ("name = \"x\"\nclients = [1]\non_failure = \"retry\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:3:14: on_failure: unknown variant `retry`, expected `continue` or `stop`"),
+        ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n[targets.ready]\nlog = \"(\"\n", "bad.toml:7:7: targets[0].ready.log: bad regex"),
+        ("name = \"x\"\nclients = [1]\n[client]\ncommand = \"wrk\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:4:11: client.command: an external client needs parser"),
+    ];
+    for (text, want) in cases {
+        let got = spec_error(text);
+        assert!(
+            got.starts_with(want),
+            "spec:\n{text}\nwant prefix: {want}\ngot: {got}"
+        );
+    }
+}
+
+#[test]
+fn plan_expands_ranges_repetitions_and_rate_series() {
+    let p = plan("name = \"x\"\nclients = { from = 50, to = 200, step = 50 }\nrepetitions = 3\nplacements = [\"shared\", \"balanced\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    assert_eq!(p.series, Series::Clients(vec![50, 100, 150, 200]));
+    assert_eq!(p.max_steps(), 4 * 3 * 2);
+    let r = plan("name = \"x\"\nclients = 8\nrate = { from = 1000, to = 3000, step = 1000 }\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    assert_eq!(
+        r.series,
+        Series::Rates {
+            rates: vec![1000.0, 2000.0, 3000.0],
+            clients: 8
+        }
+    );
+}
+
+#[test]
+fn fake_loop_writes_each_step_and_the_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(TWO_TARGETS);
+    let mut driver = FakeDriver::new(|c| 1000.0 * c as f64);
+    driver.fail_ids.push("b.shared.c4.r0".into());
+    let mut launcher = FakeLauncher::default();
+    let summary = run_fake(
+        &p,
+        dir.path(),
+        &mut driver,
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    assert!(!summary.interrupted);
+    // 2 targets × 2 placements × 5 counts, one server per series.
+    assert_eq!(summary.steps.len(), 20);
+    assert_eq!(launcher.launches, 4);
+    let steps = read_steps(&dir.path().join("steps.jsonl")).unwrap();
+    let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(
+        ids[..3],
+        ["a.shared.c1.r0", "a.shared.c2.r0", "a.shared.c4.r0"]
+    );
+    let failed: Vec<_> = steps
+        .iter()
+        .filter(|s| s.status == StepStatus::Failed)
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(
+        failed[0].reason.as_deref(),
+        Some("scripted failure of b.shared.c4.r0")
+    );
+    let ok = steps.iter().find(|s| s.id == "a.separated.c8.r0").unwrap();
+    assert_eq!(ok.throughput_rps(), Some(8000.0));
+    assert_eq!(
+        (ok.server_cpus.as_str(), ok.client_cpus.as_str()),
+        ("0-1", "2-3")
+    );
+    assert_eq!(ok.inflight, 8);
+    for file in [
+        "report.md",
+        "steps.csv",
+        "intervals/a.shared.c1.r0.csv",
+        "hist/a.shared.c1.r0.hlog",
+    ] {
+        assert!(dir.path().join(file).exists(), "{file} missing");
+    }
+    let intervals =
+        std::fs::read_to_string(dir.path().join("intervals/a.shared.c2.r0.csv")).unwrap();
+    assert_eq!(
+        intervals.lines().count(),
+        3,
+        "a header and 2 one-second lines:\n{intervals}"
+    );
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(
+        report.contains("20 steps: 19 ok, 1 failed, 0 skipped."),
+        "{report}"
+    );
+    assert!(
+        report.contains("| a | separated | 16000 | 16 |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| a | separated | 8 | 0 | ok | 8000 |"),
+        "{report}"
+    );
+    std::fs::remove_file(dir.path().join("report.md")).unwrap();
+    let out = Command::new(BIN)
+        .arg("report")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.md")).unwrap(),
+        report,
+        "`stairbench report` rebuilds the same report.md"
+    );
+    let csv = std::fs::read_to_string(dir.path().join("steps.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 21);
+    assert_eq!(schema_errors(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn cpus_follow_clients_skips_what_does_not_fit_visibly() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("name = \"x\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 3]\ncpus_follow_clients = true\nplacements = [\"separated\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    let mut launcher = FakeLauncher::default();
+    let summary = run_fake(
+        &p,
+        dir.path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    let status: Vec<_> = summary.steps.iter().map(|s| s.status).collect();
+    assert_eq!(
+        status,
+        [StepStatus::Ok, StepStatus::Ok, StepStatus::Skipped]
+    );
+    assert!(summary.steps[2]
+        .reason
+        .as_deref()
+        .unwrap()
+        .contains("needs 6 CPUs; this machine has 4"));
+    // The cpusets grew, so the server was restarted on its new CPUs.
+    assert_eq!(
+        launcher
+            .cpus
+            .iter()
+            .map(|c| c.server.clone())
+            .collect::<Vec<_>>(),
+        [vec![0], vec![0, 1]]
+    );
+}
+
+#[test]
+fn seed_000_cpuset_table_is_used_verbatim() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sweep/crimson.toml");
+    let p = plan_at(&path, &std::fs::read_to_string(&path).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut launcher = FakeLauncher::default();
+    let summary = run_fake(
+        &p,
+        dir.path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    let cpus = |id: &str| {
+        let s = summary.steps.iter().find(|s| s.id == id).unwrap();
+        (s.server_cpus.clone(), s.client_cpus.clone(), s.status)
+    };
+    assert_eq!(
+        cpus("msgr.seed-balanced.c4.r0"),
+        ("0,56,28,84".into(), "1,57,29,85".into(), StepStatus::Ok)
+    );
+    assert_eq!(
+        cpus("msgr.seed-separated.c8.r0"),
+        ("0-7".into(), "28-35".into(), StepStatus::Ok)
+    );
+    // The separated table stops at 28 CPUs: 56 clients are skipped, saying why.
+    let (_, _, status) = cpus("msgr.seed-separated.c56.r0");
+    assert_eq!(status, StepStatus::Skipped);
+    let why = summary
+        .steps
+        .iter()
+        .find(|s| s.id == "msgr.seed-separated.c56.r0")
+        .unwrap()
+        .reason
+        .clone()
+        .unwrap();
+    assert!(why.contains("no cpusets for 56"), "{why}");
+}
+
+#[test]
+fn restart_step_and_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("name = \"x\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 3]\nrestart = \"step\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    let mut launcher = FakeLauncher::default();
+    run_fake(
+        &p,
+        dir.path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    assert_eq!(launcher.launches, 3);
+
+    let mut held = plan(TWO_TARGETS);
+    held.hold(6, Duration::from_secs(3600));
+    assert_eq!(held.series, Series::Clients(vec![6]));
+    assert_eq!(held.max_steps(), 4);
+    assert!(held.estimate() > Duration::from_secs(4 * 3600));
+}
+
+#[test]
+fn saturated_series_stops_early_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("name = \"x\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nstop_when = \"saturated\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    let mut driver = FakeDriver::new(|c| 1000.0 * c.min(2) as f64);
+    let summary = run_fake(
+        &p,
+        dir.path(),
+        &mut driver,
+        &mut FakeLauncher::default(),
+        &AtomicBool::new(false),
+    );
+    // Flat from 2 clients on: 2→4 and 4→8 add nothing while latency doubles; 16 and 32 skipped.
+    assert_eq!(
+        driver.seen.iter().map(|r| r.clients).collect::<Vec<_>>(),
+        [1, 2, 4, 8]
+    );
+    let skipped: Vec<_> = summary
+        .steps
+        .iter()
+        .filter(|s| s.status == StepStatus::Skipped)
+        .map(|s| s.clients)
+        .collect();
+    assert_eq!(skipped, [16, 32]);
+    assert!(summary.findings[0].contains("saturated"));
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(report.contains("stop_when = \"saturated\""), "{report}");
+}
+
+#[test]
+fn on_failure_stop_ends_the_run_and_launch_failures_skip_their_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(&TWO_TARGETS.replace("placements", "on_failure = \"stop\"\nplacements"));
+    let mut driver = FakeDriver::new(|c| c as f64);
+    driver.fail_ids.push("a.shared.c2.r0".into());
+    let summary = run_fake(
+        &p,
+        dir.path(),
+        &mut driver,
+        &mut FakeLauncher::default(),
+        &AtomicBool::new(false),
+    );
+    assert!(summary.stopped_on_failure);
+    assert_eq!(summary.steps.len(), 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut launcher = FakeLauncher {
+        fail_launch: Some(1),
+        ..FakeLauncher::default()
+    };
+    let summary = run_fake(
+        &plan(TWO_TARGETS),
+        dir.path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    let first: Vec<_> = summary.steps.iter().take(5).map(|s| s.status).collect();
+    assert_eq!(first[0], StepStatus::Failed);
+    assert!(first[1..].iter().all(|s| *s == StepStatus::Skipped));
+    assert!(summary.steps[1]
+        .reason
+        .as_deref()
+        .unwrap()
+        .starts_with("target did not start: target \"a\" exited with status 1"));
+    assert_eq!(
+        summary.steps[5].status,
+        StepStatus::Ok,
+        "the next series starts its own server"
+    );
+}
+
+/// A driver that checks the run directory before each step and stops the run at step `stop_at`.
+struct Checking {
+    inner: FakeDriver,
+    dir: PathBuf,
+    calls: usize,
+    stop_at: Option<usize>,
+    stop: &'static AtomicBool,
+}
+
+impl Driver for Checking {
+    fn run_step(
+        &mut self,
+        req: &StepRequest,
+        sink: &mut dyn IntervalSink,
+        stop: &AtomicBool,
+    ) -> Result<StepLoad, String> {
+        let on_disk = read_steps(&self.dir.join("steps.jsonl")).map_or(0, |s| s.len());
+        assert_eq!(
+            on_disk, self.calls,
+            "every finished step is on disk before the next starts"
+        );
+        self.calls += 1;
+        if Some(self.calls) == self.stop_at {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+        self.inner.run_step(req, sink, stop)
+    }
+}
+
+#[test]
+fn results_are_on_disk_after_each_step_and_resume_continues() {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(TWO_TARGETS);
+    let mut driver = Checking {
+        inner: FakeDriver::new(|c| c as f64),
+        dir: dir.path().into(),
+        calls: 0,
+        stop_at: Some(7),
+        stop: &STOP,
+    };
+    let summary = run_fake(
+        &p,
+        dir.path(),
+        &mut driver,
+        &mut FakeLauncher::default(),
+        &STOP,
+    );
+    assert!(summary.interrupted);
+    assert_eq!(
+        summary.steps.len(),
+        6,
+        "the interrupted 7th step is not recorded"
+    );
+    assert!(std::fs::read_to_string(dir.path().join("report.md"))
+        .unwrap()
+        .contains("interrupted"));
+
+    STOP.store(false, Ordering::SeqCst);
+    let mut rundir = RunDir::open(dir.path().into()).unwrap();
+    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], BTreeMap::new());
+    let mut fresh = FakeDriver::new(|c| c as f64);
+    let summary = Runner {
+        plan: &p,
+        dir: &mut rundir,
+        launcher: &mut FakeLauncher::default(),
+        driver: &mut fresh,
+        observer: &mut NullObserver,
+        placements: &placements,
+        progress: &mut Quiet,
+        stop: &STOP,
+    }
+    .run()
+    .unwrap();
+    assert_eq!(summary.steps.len(), 20);
+    assert_eq!(fresh.seen.len(), 14, "only the missing steps ran");
+    let mut ids: Vec<_> = summary.steps.iter().map(|s| s.id.clone()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 20, "no step twice");
+}
+
+#[test]
+fn a_server_that_dies_fails_its_step_with_its_stderr_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("name = \"x\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2]\n[[targets]]\nname = \"fragile\"\ncommand = \"sh -c 'echo ready; sleep 0.3; echo out of memory >&2; exit 3'\"\nready = { log = \"^ready$\" }\nurl = \"msgr://127.0.0.1:{port}\"\n");
+    struct Slow(FakeDriver);
+    impl Driver for Slow {
+        fn run_step(
+            &mut self,
+            req: &StepRequest,
+            sink: &mut dyn IntervalSink,
+            stop: &AtomicBool,
+        ) -> Result<StepLoad, String> {
+            std::thread::sleep(Duration::from_millis(800));
+            self.0.run_step(req, sink, stop)
+        }
+    }
+    let mut launcher = ProcessLauncher {
+        stairbench_bin: BIN.into(),
+        out_dir: dir.path().into(),
+    };
+    let summary = run_fake(
+        &p,
+        dir.path(),
+        &mut Slow(FakeDriver::new(|c| c as f64)),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    for step in &summary.steps {
+        assert_eq!(step.status, StepStatus::Failed);
+        let reason = step.reason.as_deref().unwrap();
+        assert!(
+            reason.contains("exited with status 3") && reason.contains("out of memory"),
+            "{reason}"
+        );
+    }
+
+    let p = plan("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"broken\"\ncommand = \"sh -c 'echo bad config line 3 >&2; exit 1'\"\nurl = \"msgr://127.0.0.1:{port}\"\n");
+    let summary = run_fake(
+        &p,
+        tempfile::tempdir().unwrap().path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    let reason = summary.steps[0].reason.as_deref().unwrap();
+    assert!(
+        reason.contains("target \"broken\" exited with status 1 before it was ready")
+            && reason.contains("bad config line 3"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn dry_run_prints_steps_cpusets_commands_and_time() {
+    let out = Command::new(BIN)
+        .args(["demo", "--quick", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("reactor.shared.c64.r0"), "{text}");
+    assert!(
+        text.contains(" serve msgr --arch pool --threads "),
+        "{text}"
+    );
+    assert!(text.contains("estimated time: about 0m"), "{text}");
+}
+
+/// The built-in servers are there (in this binary, or in `STAIRBENCH_BIN` when set, which
+/// `stairbench` itself also honours).
+fn serve_available() -> bool {
+    let bin = std::env::var_os("STAIRBENCH_BIN").unwrap_or_else(|| BIN.into());
+    Command::new(bin)
+        .args(["serve", "msgr", "--help"])
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("--arch"))
+}
+
+#[test]
+fn a_short_real_sweep_against_the_built_in_server() {
+    if !serve_available() {
+        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("s.toml");
+    std::fs::write(&spec, "name = \"real\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [1, 4]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
+    let out_dir = dir.path().join("run");
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert_eq!(steps.len(), 2);
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        assert!(s.throughput_rps().unwrap() > 100.0);
+        // /proc counts CPU in 10 ms ticks: a light step may show 0, but never nothing.
+        assert!(s
+            .derived_f64(&["cpu_us_per_req", "total"])
+            .is_some_and(|c| c >= 0.0));
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+    for f in [
+        "spec.toml",
+        "environment.json",
+        "report.md",
+        "steps.csv",
+        "hist/reactor.shared.c4.r0.hlog",
+    ] {
+        assert!(out_dir.join(f).exists(), "{f}");
+    }
+}
+
+/// Every process below `pid`, from /proc.
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        out.extend(stairbench::sweep::process::children_of(out[i]));
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+const REDIS_TARGET: &str = "[[targets]]\nname = \"redis\"\ncommand = \"redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --daemonize no\"\nurl = \"redis://127.0.0.1:{port}\"\n";
+
+fn redis_available() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Starts `stairbench run`, sends SIGINT once a step is on disk, and checks what is left.
+fn interrupt(spec_text: &str, dir: &Path) -> (PathBuf, usize) {
+    let spec = dir.join("interrupt.toml");
+    std::fs::write(&spec, spec_text).unwrap();
+    let out_dir = dir.join("run");
+    let mut child = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let steps_file = out_dir.join("steps.jsonl");
+    while std::fs::read_to_string(&steps_file).map_or(0, |t| t.lines().count()) < 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no step finished"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let below = descendants(child.id() as i32);
+    assert!(!below.is_empty(), "the server should be running");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let steps = read_steps(&steps_file).unwrap();
+    assert!(
+        !steps.is_empty() && steps.len() < 6,
+        "{} steps",
+        steps.len()
+    );
+    assert!(
+        steps.iter().all(|s| s.status == StepStatus::Ok),
+        "{:?}",
+        steps.iter().map(|s| &s.reason).collect::<Vec<_>>()
+    );
+    assert!(std::fs::read_to_string(out_dir.join("report.md"))
+        .unwrap()
+        .contains("interrupted"));
+    std::thread::sleep(Duration::from_millis(100));
+    for pid in below {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} outlived stairbench"
+        );
+    }
+    (out_dir, steps.len())
+}
+
+#[test]
+fn interruption_keeps_results_exits_130_and_leaves_no_process() {
+    if !serve_available() {
+        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    interrupt("name = \"interrupt\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n", dir.path());
+}
+
+#[test]
+fn redis_sweep_interrupted_then_resumed() {
+    if !redis_available() {
+        eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!("name = \"redis\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"separated\"]\n{REDIS_TARGET}");
+    let (out_dir, before) = interrupt(&text, dir.path());
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg("--resume")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert_eq!(
+        steps.len(),
+        6,
+        "{before} before the interruption, the rest after --resume"
+    );
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        assert!(s.throughput_rps().unwrap() > 100.0);
+        // /proc counts CPU in 10 ms ticks: a light step may show 0, but never nothing.
+        assert!(s
+            .derived_f64(&["cpu_us_per_req", "total"])
+            .is_some_and(|c| c >= 0.0));
+        assert!(
+            s.server["server"]["pid"].as_i64().is_some(),
+            "observed the server: {}",
+            s.server
+        );
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("6 steps: 6 ok, 0 failed, 0 skipped."),
+        "{report}"
+    );
+    for f in [
+        "spec.toml",
+        "environment.json",
+        "steps.csv",
+        "intervals/redis.separated.c32.r0.csv",
+        "hist/redis.separated.c32.r0.hlog",
+    ] {
+        assert!(out_dir.join(f).exists(), "{f}");
+    }
+}
+
+#[test]
+fn nginx_master_and_workers_are_observed_and_ended() {
+    if Command::new("nginx").arg("-v").output().is_err() {
+        eprintln!("skipped: nginx is not installed (apt-get install nginx)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/nginx.sh");
+    let spec = dir.path().join("nginx.toml");
+    std::fs::write(&spec, format!("name = \"nginx\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [2, 8]\nplacements = [\"separated\"]\n[[targets]]\nname = \"nginx\"\ncommand = \"sh {} {{out}} {{port}} 2\"\nurl = \"http://127.0.0.1:{{port}}/\"\n", script.display())).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        let processes = s.server["server"]["processes"].as_u64().unwrap();
+        assert_eq!(processes, 3, "master and 2 workers: {}", s.server);
+        // /proc counts CPU in 10 ms ticks: a light step may show 0, but never nothing.
+        assert!(s
+            .derived_f64(&["cpu_us_per_req", "total"])
+            .is_some_and(|c| c >= 0.0));
+    }
+    let mine = format!("nginx-{}", out_dir.display());
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| c.replace('\0', " "))
+        .filter(|c| c.contains(&out_dir.display().to_string()) && c.contains("nginx"))
+        .collect();
+    assert!(left.is_empty(), "{mine}: left running: {left:?}");
+}
+
+#[test]
+fn wrk_through_its_parser_against_nginx() {
+    let missing = ["nginx", "wrk"].into_iter().find(|p| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {p}")])
+            .output()
+            .map_or(true, |o| !o.status.success())
+    });
+    if let Some(p) = missing {
+        eprintln!("skipped: {p} is not installed (apt-get install nginx wrk)");
+        return;
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let text = std::fs::read_to_string(examples.join("nginx-wrk.toml"))
+        .unwrap()
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("clients = [4, 8, 16, 32, 64, 128]", "clients = [2, 8]")
+        .replace("{spec_dir}", &examples.display().to_string());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("wrk.toml");
+    std::fs::write(&spec, text).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .output();
+    let out = out.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert_eq!(steps.len(), 2);
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
+        let load = s.load.as_ref().unwrap();
+        assert!(load.url.starts_with("wrk -t1 -c"), "{}", load.url);
+        assert!(load.throughput_rps > 100.0 && load.latency_us.p99 > 0.0);
+        assert!(
+            load.latency_us.p999.is_nan(),
+            "wrk prints no p99.9: unavailable, not zero"
+        );
+        assert!(
+            load.client_cpu.user_s + load.client_cpu.sys_s > 0.0,
+            "wrk's own CPU is measured"
+        );
+        assert!(s.derived["tool"]["latency_us"]["p75"].as_f64().is_some());
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+}
+
+#[test]
+fn killed_outright_its_servers_die_too() {
+    if !redis_available() {
+        eprintln!("skipped: redis-server is not installed (apt-get install redis-server)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("kill.toml");
+    std::fs::write(&spec, format!("name = \"kill\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4]\n{REDIS_TARGET}")).unwrap();
+    let out_dir = dir.path().join("run");
+    let mut child = Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut below = Vec::new();
+    while below.is_empty() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+        below = descendants(child.id() as i32);
+    }
+    assert!(!below.is_empty(), "the server should be running");
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = |pid: &i32| !Path::new(&format!("/proc/{pid}")).exists();
+    let start = Instant::now();
+    while !below.iter().all(gone) && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<_> = below.iter().filter(|p| !gone(p)).collect();
+    assert!(
+        left.is_empty(),
+        "PR_SET_PDEATHSIG should have ended {left:?}"
+    );
+}
+
+#[test]
+fn the_quick_demo_runs_end_to_end() {
+    if !serve_available() {
+        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("demo");
+    let start = Instant::now();
+    let out = Command::new(BIN)
+        .args(["demo", "--quick", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "report:        {}",
+            out_dir.join("report.md").display()
+        )),
+        "{stdout}"
+    );
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert!(steps.len() >= 12, "{} steps", steps.len());
+    let again = Command::new(BIN)
+        .args(["demo", "--quick", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr)
+        .contains("already holds a run: continue it with --resume"));
+    let ok = steps.iter().filter(|s| s.status == StepStatus::Ok).count();
+    assert!(
+        ok >= 12,
+        "{:?}",
+        steps.iter().map(|s| &s.reason).collect::<Vec<_>>()
+    );
+    for (target, placement) in [
+        ("reactor", "separated"),
+        ("reactor", "shared"),
+        ("pool", "separated"),
+        ("pool", "shared"),
+    ] {
+        assert!(steps
+            .iter()
+            .any(|s| s.target == target && s.placement == placement && s.status == StepStatus::Ok));
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+    // Under 40 s alone; here other tests share the machine's cores.
+    assert!(took < Duration::from_secs(60), "--quick took {took:?}");
+}
