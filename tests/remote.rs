@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids_named, wait_for_named, wait_ns_holds_only, with_lab};
 use stairbench::sweep::remote::{
-    to_reference, window_overlap, CopyOutcome, Remote, RemoteError, RemoteStatus,
+    plan_start, to_reference, window_overlap, CopyOutcome, Remote, RemoteError, RemoteStatus,
+    Window, MIN_WINDOW_OVERLAP,
 };
 
 const GRACE: Duration = Duration::from_secs(2);
@@ -208,6 +209,54 @@ fn clocks_of_namespaces_agree() {
     });
 }
 
+/// Both hosts wait for their reading of a common start and print their clock when it comes:
+/// 10 s windows from those starts overlap by far more than the 95% a step needs.
+#[test]
+fn windows_start_together_on_two_hosts() {
+    with_lab(&["a", "b"], &[], |lab| {
+        let remotes: Vec<Remote> = ["a", "b"]
+            .map(|n| Remote::new(lab.host(n).spec.clone()))
+            .into();
+        let offsets: Vec<_> = remotes.iter().map(|r| r.clock_offset().unwrap()).collect();
+        let plan = plan_start(Duration::from_secs(4), &offsets);
+        let mut procs: Vec<_> = remotes
+            .iter()
+            .zip(&plan.host_start_ns)
+            .map(|(remote, start_ns)| {
+                // Poll the clock every 5 ms (a step's load generator would sleep_until_ns).
+                let wait = format!(
+                    "while [ \"$(date +%s%N)\" -lt {start_ns} ]; do sleep 0.005; done; date +%s%N"
+                );
+                remote.spawn(&wait, GRACE).unwrap()
+            })
+            .collect();
+        let windows: Vec<Window> = procs
+            .iter_mut()
+            .zip(&offsets)
+            .map(|(proc, offset)| {
+                assert_eq!(
+                    proc.wait_timeout(Duration::from_secs(10)),
+                    RemoteStatus::Exited(0)
+                );
+                let started_ns: i64 = proc.output_tail()[0].parse().unwrap();
+                to_reference((started_ns, started_ns + 10_000_000_000), offset)
+            })
+            .collect();
+        let overlap = window_overlap(&windows);
+        eprintln!(
+            "common start {} windows {windows:?} overlap {overlap}",
+            plan.common_start_ns
+        );
+        assert!(overlap >= MIN_WINDOW_OVERLAP, "{overlap}");
+        for (start, _) in &windows {
+            assert!(
+                *start >= plan.common_start_ns,
+                "started before the common start"
+            );
+        }
+    });
+}
+
 #[test]
 fn unreachable_hosts_fail_clearly_within_the_connect_timeout() {
     with_lab(&["up"], &["dead", "nosshd", "silent"], |lab| {
@@ -238,6 +287,10 @@ fn unreachable_hosts_fail_clearly_within_the_connect_timeout() {
             assert!(text.contains(&lab.host(name).address.to_string()), "{text}");
             assert!(took < Duration::from_secs(9), "{name} took {took:?}");
         }
+        let err = Remote::new(lab.host("nosshd").spec.clone())
+            .spawn("sleep 30", GRACE)
+            .unwrap_err();
+        assert!(matches!(err, RemoteError::Unreachable { .. }), "{err}");
         Remote::new(lab.host("up").spec.clone()).check().unwrap();
     });
 }

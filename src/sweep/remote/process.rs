@@ -61,6 +61,22 @@ pub enum RemoteStatus {
     ConnectionLost(String),
 }
 
+impl std::fmt::Display for RemoteStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RemoteStatus::Running => write!(f, "running"),
+            RemoteStatus::Exited(code) => write!(f, "exited with status {code}"),
+            RemoteStatus::Killed(signal) => write!(f, "killed by signal {signal}"),
+            RemoteStatus::ConnectionLost(words) => {
+                write!(
+                    f,
+                    "its ssh session ended (host down or unreachable?): {words}"
+                )
+            }
+        }
+    }
+}
+
 /// Output collected from the remote process, and the wrapper's exit line.
 #[derive(Debug, Default)]
 struct Tail {
@@ -299,23 +315,36 @@ mod tests {
     #[test]
     fn wrapper_reports_group_and_exit() {
         let dir = tempfile::tempdir().unwrap();
-        let run = |cmd: &str| {
-            let out = std::process::Command::new("sh")
+        // `keep_stdin`: hold the wrapper's stdin open until it exits, as an ssh session does.
+        let run = |cmd: &str, keep_stdin: bool| {
+            let mut child = std::process::Command::new("sh")
                 .arg("-c")
                 .arg(sh_c(WRAPPER, &[&dir.path().to_string_lossy(), cmd, "10"]))
-                .stdin(Stdio::null())
-                .output()
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
                 .unwrap();
-            (out.status.code(), String::from_utf8(out.stdout).unwrap())
+            let stdin = child.stdin.take();
+            if !keep_stdin {
+                drop(stdin);
+            }
+            let mut out = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            (child.wait().unwrap().code(), out)
         };
-        let (code, out) = run("echo hi; exit 3");
+        let (code, out) = run("echo hi; exit 3", true);
         assert_eq!(code, Some(3));
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].starts_with(PGID_PREFIX), "{out}");
         assert_eq!(&lines[1..], ["hi", "stairbench-exit 3"]);
-        // stdin is /dev/null: the watchdog sees EOF at once and ends the sleep.
+        // A closed stdin is the signal to stop: the watchdog ends the sleep with TERM.
         let started = Instant::now();
-        let (code, out) = run("sleep 20");
+        let (code, out) = run("sleep 20", false);
         assert_eq!(code, Some(128 + 15), "{out}");
         assert!(started.elapsed() < Duration::from_secs(10));
     }

@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use serde::de::DeserializeOwned;
+
 use super::host::HostSpec;
 use super::RemoteError;
 use crate::sweep::topology::TopologyReport;
@@ -115,10 +117,15 @@ impl Remote {
     /// The host's CPU topology and placements, from `stairbench topology --json` run there
     /// (copy the binary first).
     pub fn topology_json(&self) -> Result<TopologyReport, RemoteError> {
-        let out = self.run(&format!("./{REMOTE_BIN} topology --json"))?;
+        self.run_json(&format!("./{REMOTE_BIN} topology --json"))
+    }
+
+    /// Runs `command` and reads its stdout as JSON of type `T`.
+    pub fn run_json<T: DeserializeOwned>(&self, command: &str) -> Result<T, RemoteError> {
+        let out = self.run(command)?;
         serde_json::from_str(&out.stdout).map_err(|e| RemoteError::Protocol {
             host: self.spec.name.clone(),
-            what: "stairbench topology --json".into(),
+            what: command.into(),
             detail: format!("{e}; got {:?}", truncate(&out.stdout, 200)),
         })
     }
