@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids_named, wait_for_named, wait_ns_holds_only, with_lab};
 use stairbench::sweep::remote::{
-    plan_start, to_reference, window_overlap, CopyOutcome, Remote, RemoteError, RemoteStatus,
-    Window, MIN_WINDOW_OVERLAP,
+    plan_start, to_reference, window_overlap, CopyOutcome, HostSpec, Remote, RemoteError,
+    RemoteStatus, Window, MIN_WINDOW_OVERLAP,
 };
 
 const GRACE: Duration = Duration::from_secs(2);
@@ -153,6 +153,12 @@ fn the_binary_is_copied_once_and_runs_there() {
             remote.copy_binary_if_missing(&bin).unwrap(),
             CopyOutcome::AlreadyPresent
         );
+        // A binary that differs (same version, other bytes) is replaced.
+        remote.run("printf x >> stairbench").unwrap();
+        assert_eq!(
+            remote.copy_binary_if_missing(&bin).unwrap(),
+            CopyOutcome::Copied
+        );
         let version = remote.run("./stairbench --version").unwrap().stdout;
         let local = std::process::Command::new(&bin)
             .arg("--version")
@@ -206,6 +212,43 @@ fn clocks_of_namespaces_agree() {
             })
             .collect();
         assert_eq!(window_overlap(&windows), 1.0);
+    });
+}
+
+#[test]
+fn a_refused_key_or_a_changed_host_key_is_refused() {
+    with_lab(&["a"], &[], |lab| {
+        let spec = &lab.host("a").spec;
+        let other_key = lab.dir.path().join("other_key");
+        let keygen = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&other_key)
+            .status()
+            .unwrap();
+        assert!(keygen.success());
+        let stranger = HostSpec {
+            identity_file: Some(other_key),
+            ..spec.clone()
+        };
+        let err = Remote::new(stranger).check().unwrap_err();
+        assert!(matches!(err, RemoteError::Unreachable { .. }), "{err}");
+        assert!(err.to_string().contains("Permission denied"), "{err}");
+
+        // The host is known with another key: never accepted silently.
+        let known = lab.dir.path().join("known_elsewhere");
+        let other_pub = std::fs::read_to_string(lab.dir.path().join("client_key.pub")).unwrap();
+        std::fs::write(&known, format!("{} {}", spec.address, other_pub)).unwrap();
+        let impostor = HostSpec {
+            known_hosts_file: Some(known),
+            ..spec.clone()
+        };
+        let err = Remote::new(impostor).check().unwrap_err();
+        assert!(matches!(err, RemoteError::Unreachable { .. }), "{err}");
+        assert!(
+            err.to_string().contains("Host key verification failed"),
+            "{err}"
+        );
+        Remote::new(spec.clone()).check().unwrap();
     });
 }
 

@@ -93,7 +93,8 @@ impl Lab {
     /// Builds the lab and moves the calling thread into its client namespace.
     fn new(names: &[String], dead: &[String]) -> Lab {
         let n = LAB_COUNT.fetch_add(1, Ordering::SeqCst);
-        let tag = format!("{:x}{n}", std::process::id());
+        remove_stale_labs();
+        let tag = format!("{:x}x{n}", std::process::id());
         let mut lab = Lab {
             dir: tempfile::tempdir().unwrap(),
             hosts: Vec::new(),
@@ -266,6 +267,36 @@ fn wait_for_port(address: Ipv4Addr, log: &Path) {
     }
 }
 
+/// Ends and deletes the namespaces of labs whose test process died without tearing them down
+/// (killed with SIGKILL): their names hold the dead pid in hex, `sbt-<pid>x<n>-...`.
+fn remove_stale_labs() {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let ns = line.split_whitespace().next().unwrap_or("");
+        let Some(pid) = ns
+            .strip_prefix("sbt-")
+            .and_then(|rest| rest.split_once('x'))
+            .and_then(|(pid, _)| u32::from_str_radix(pid, 16).ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            kill_all_in(ns);
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn kill_all_in(ns: &str) {
+    let me = std::process::id();
+    for pid in ns_pids(ns).into_iter().filter(|&p| p != me) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
 /// The pids in namespace `ns` (`ip netns pids`).
 pub fn ns_pids(ns: &str) -> Vec<u32> {
     let out = Command::new("ip")
@@ -354,14 +385,8 @@ impl Drop for Lab {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let me = std::process::id();
         for ns in &self.namespaces {
-            for pid in ns_pids(ns).into_iter().filter(|&p| p != me) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            kill_all_in(ns);
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
     }
