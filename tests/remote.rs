@@ -334,6 +334,10 @@ fn unreachable_hosts_fail_clearly_within_the_connect_timeout() {
             .spawn("sleep 30", GRACE)
             .unwrap_err();
         assert!(matches!(err, RemoteError::Unreachable { .. }), "{err}");
+        let err = Remote::new(lab.host("nosshd").spec.clone())
+            .clock_offset()
+            .unwrap_err();
+        assert!(matches!(err, RemoteError::Unreachable { .. }), "{err}");
         Remote::new(lab.host("up").spec.clone()).check().unwrap();
     });
 }

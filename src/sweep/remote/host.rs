@@ -14,25 +14,54 @@ use thiserror::Error;
 pub const DEFAULT_WORKDIR: &str = ".stairbench";
 
 /// One host of the `[hosts]` table as written in the spec: a bare URL or a table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum HostEntry {
     /// `name = "ssh://user@address:port"`.
     Url(String),
     /// `name = { url = "ssh://...", identity_file = "...", workdir = "..." }`.
-    Table {
-        /// The `ssh://` URL.
-        url: String,
-        /// The private key ssh should use (`ssh -i`).
-        #[serde(default)]
-        identity_file: Option<PathBuf>,
-        /// Where stairbench keeps its binary and files on the host.
-        #[serde(default)]
-        workdir: Option<PathBuf>,
-        /// A known_hosts file to use instead of the user's own.
-        #[serde(default)]
-        known_hosts_file: Option<PathBuf>,
-    },
+    Table(HostTable),
+}
+
+/// The table form of a `[hosts]` entry; an unknown key is an error, not a silent default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostTable {
+    /// The `ssh://` URL.
+    pub url: String,
+    /// The private key ssh should use (`ssh -i`).
+    #[serde(default)]
+    pub identity_file: Option<PathBuf>,
+    /// Where stairbench keeps its binary and files on the host.
+    #[serde(default)]
+    pub workdir: Option<PathBuf>,
+    /// A known_hosts file to use instead of the user's own.
+    #[serde(default)]
+    pub known_hosts_file: Option<PathBuf>,
+}
+
+/// By hand rather than `untagged`, so a bad table says which key is wrong.
+impl<'de> Deserialize<'de> for HostEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntryVisitor;
+        impl<'de> serde::de::Visitor<'de> for EntryVisitor {
+            type Value = HostEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an \"ssh://user@address:port\" string or a table with url")
+            }
+            fn visit_str<E: serde::de::Error>(self, url: &str) -> Result<HostEntry, E> {
+                Ok(HostEntry::Url(url.into()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<HostEntry, A::Error> {
+                let de = serde::de::value::MapAccessDeserializer::new(map);
+                HostTable::deserialize(de).map(HostEntry::Table)
+            }
+        }
+        deserializer.deserialize_any(EntryVisitor)
+    }
 }
 
 /// A host stairbench reaches over ssh, checked and ready to use.
@@ -102,16 +131,11 @@ impl HostSpec {
     pub fn from_entry(name: &str, entry: &HostEntry) -> Result<HostSpec, HostError> {
         let (url, identity_file, workdir, known_hosts_file) = match entry {
             HostEntry::Url(url) => (url, None, None, None),
-            HostEntry::Table {
-                url,
-                identity_file,
-                workdir,
-                known_hosts_file,
-            } => (
-                url,
-                identity_file.as_deref(),
-                workdir.as_deref(),
-                known_hosts_file.as_deref(),
+            HostEntry::Table(t) => (
+                &t.url,
+                t.identity_file.as_deref(),
+                t.workdir.as_deref(),
+                t.known_hosts_file.as_deref(),
             ),
         };
         let mut spec = HostSpec::parse(name, url)?;
@@ -344,31 +368,31 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("id");
         std::fs::write(&key, "key").unwrap();
-        let entry = HostEntry::Table {
+        let entry = HostEntry::Table(HostTable {
             url: "ssh://u@h".into(),
             identity_file: Some(key.clone()),
             workdir: Some("/srv/bench".into()),
             known_hosts_file: None,
-        };
+        });
         let h = HostSpec::from_entry("h", &entry).unwrap();
         assert_eq!(h.identity_file, Some(key));
         assert_eq!(h.workdir, PathBuf::from("/srv/bench"));
 
-        let missing = HostEntry::Table {
+        let missing = HostEntry::Table(HostTable {
             url: "ssh://u@h".into(),
             identity_file: Some(dir.path().join("nope")),
             workdir: None,
             known_hosts_file: None,
-        };
+        });
         let err = HostSpec::from_entry("h", &missing).unwrap_err().to_string();
         assert!(err.contains("cannot read identity file"), "{err}");
 
-        let spaced = HostEntry::Table {
+        let spaced = HostEntry::Table(HostTable {
             url: "ssh://u@h".into(),
             identity_file: None,
             workdir: Some("/srv/my bench".into()),
             known_hosts_file: None,
-        };
+        });
         let err = HostSpec::from_entry("h", &spaced).unwrap_err().to_string();
         assert!(err.contains("working directory"), "{err}");
     }
@@ -383,6 +407,17 @@ mod tests {
         assert_eq!(hosts["a"].port, 22);
         assert_eq!(hosts["b"].port, 23);
         assert_eq!(hosts["b"].workdir, PathBuf::from("w"));
+
+        let err = toml::from_str::<BTreeMap<String, HostEntry>>(
+            "a = { url = \"ssh://a\", identity = \"k\" }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown field `identity`"), "{err}");
+        let err = toml::from_str::<BTreeMap<String, HostEntry>>("a = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ssh://user@address:port"), "{err}");
     }
 
     #[test]

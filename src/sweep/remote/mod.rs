@@ -13,7 +13,7 @@ pub mod ssh;
 pub mod window;
 
 pub use clock::{best_offset, now_ns, ClockOffset, ClockSample};
-pub use host::{parse_hosts, validate_hosts, HostEntry, HostError, HostSpec};
+pub use host::{parse_hosts, validate_hosts, HostEntry, HostError, HostSpec, HostTable};
 pub use process::{RemoteProcess, RemoteStatus};
 pub use ssh::{CopyOutcome, Remote, RemoteOutput};
 pub use window::{

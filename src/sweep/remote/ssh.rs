@@ -194,12 +194,12 @@ impl Remote {
         .flat_map(|o| ["-o".to_string(), o])
         .collect();
         if let Some(key) = &self.spec.identity_file {
-            opts.extend(["-o".into(), "IdentitiesOnly=yes".into(), "-i".into()]);
-            opts.push(key.to_string_lossy().into_owned());
+            let key = key.to_string_lossy().into_owned();
+            opts.extend(["-o".into(), "IdentitiesOnly=yes".into(), "-i".into(), key]);
         }
         if let Some(file) = &self.spec.known_hosts_file {
-            opts.extend(["-o".into()]);
-            opts.push(format!("UserKnownHostsFile={}", file.display()));
+            let option = format!("UserKnownHostsFile={}", file.display());
+            opts.extend(["-o".into(), option]);
         }
         opts
     }
@@ -213,7 +213,7 @@ impl Remote {
     }
 
     fn scp_to(&self, local: &Path, remote: &Path) -> Result<(), RemoteError> {
-        self.run("true")?; // creates the working directory
+        self.check()?; // creates the working directory, which scp would not
         let mut cmd = self.scp_command();
         cmd.arg(local).arg(format!(
             "{}:{}",
