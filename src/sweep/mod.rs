@@ -14,6 +14,7 @@ pub mod plan;
 pub mod process;
 pub mod profiling;
 pub mod progress;
+pub mod remote;
 pub mod result;
 pub mod rundir;
 pub mod runner;
