@@ -542,11 +542,18 @@ impl Runner<'_> {
             };
             passes.push((choice.clone(), record));
         }
-        if let Some(diff) = diff_pair(&passes) {
-            let line = make_diff(&dir, target, placement, diff.0, diff.1);
-            append_line(&dir, &ProfileLine::Diff(line))?;
+        match diff_pair(&passes) {
+            Some((a, b)) => {
+                let line = make_diff(&dir, target, placement, a, b);
+                append_line(&dir, &ProfileLine::Diff(line))
+            }
+            None if spec.at.contains(&Level::Busy) && spec.at.contains(&Level::Saturated) => {
+                let why = "no differential graph: busy and saturated are the same level, or one of them has no profile";
+                let line = missing(Some("busy vs saturated".into()), why.into());
+                append_line(&dir, &ProfileLine::Missing(line))
+            }
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn profile_pass(
