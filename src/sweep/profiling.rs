@@ -480,6 +480,75 @@ impl IntervalSink for Discard {
     fn interval(&mut self, _: &IntervalLine, _: &hdrhistogram::Histogram<u64>) {}
 }
 
+/// `profiles.jsonl` of one series: what an earlier (resumed) run wrote is not written again.
+struct Log {
+    dir: PathBuf,
+    done: Vec<ProfileLine>,
+    target: String,
+    placement: String,
+}
+
+impl Log {
+    fn open(dir: &Path, target: &str, placement: &str) -> Log {
+        Log {
+            dir: dir.to_path_buf(),
+            done: read_lines(dir),
+            target: target.to_string(),
+            placement: placement.to_string(),
+        }
+    }
+
+    fn append(&self, line: &ProfileLine) -> Result<(), String> {
+        if self.done.contains(line) {
+            return Ok(());
+        }
+        append_line(&self.dir, line)
+    }
+
+    fn missing(&self, level: Option<String>, reason: String) -> Result<(), String> {
+        self.append(&ProfileLine::Missing(MissingRecord {
+            target: self.target.clone(),
+            placement: self.placement.clone(),
+            level,
+            reason,
+        }))
+    }
+
+    /// A pass of an earlier run at this step that produced a profile.
+    fn earlier_pass(&self, step: &str) -> Option<PassRecord> {
+        self.done.iter().find_map(|l| match l {
+            ProfileLine::Pass(p) if p.step == step && p.ok => Some(p.clone()),
+            _ => None,
+        })
+    }
+
+    /// The differential graphs of the series' passes, or why there are none.
+    fn diff(
+        &self,
+        spec: &ProfileSpec,
+        target: &TargetPlan,
+        passes: &[(Choice, PassRecord)],
+    ) -> Result<(), String> {
+        match diff_pair(passes) {
+            Some((a, b)) => {
+                let made = self.done.iter().any(|l| {
+                    matches!(l, ProfileLine::Diff(d) if d.a == a.step && d.b == b.step && d.reason.is_none())
+                });
+                if made {
+                    return Ok(());
+                }
+                let line = make_diff(&self.dir, target, &self.placement, a, b);
+                self.append(&ProfileLine::Diff(line))
+            }
+            None if spec.at.contains(&Level::Busy) && spec.at.contains(&Level::Saturated) => self.missing(
+                Some("busy vs saturated".into()),
+                "no differential graph: busy and saturated are the same level, or one of them has no profile".into(),
+            ),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Runner<'_> {
     /// After a series' measured steps: a profile pass at each level the spec's `[profile]`
     /// asks for, then the differential graphs. Never fails the run: what could not be
@@ -495,21 +564,12 @@ impl Runner<'_> {
         let Some(spec) = section(&self.plan.spec).ok().flatten() else {
             return Ok(());
         };
-        let dir = self.dir.path.clone();
-        let missing = |level: Option<String>, reason: String| MissingRecord {
-            target: target.name.clone(),
-            placement: placement.to_string(),
-            level,
-            reason,
-        };
+        let log = Log::open(&self.dir.path, &target.name, placement);
         if let Err(e) = crate::profile::capture::check_perf() {
-            let why = format!("no profile: {e}");
-            self.progress
-                .note(&format!("{} / {placement}: {why}", target.name));
-            summary
-                .findings
-                .push(format!("{} / {placement}: {why}", target.name));
-            return append_line(&dir, &ProfileLine::Missing(missing(None, e.to_string())));
+            let note = format!("{} / {placement}: no profile: {e}", target.name);
+            self.progress.note(&note);
+            summary.findings.push(note);
+            return log.missing(None, e.to_string());
         }
         let steps: Vec<StepResult> = self
             .dir
@@ -519,41 +579,25 @@ impl Runner<'_> {
             .collect();
         let (choices, absent) = choose(&spec, &target.name, placement, &steps);
         for m in absent {
-            append_line(&dir, &ProfileLine::Missing(m))?;
+            log.append(&ProfileLine::Missing(m))?;
         }
-        let done = read_lines(&dir);
         let mut passes = Vec::new();
         for choice in &choices {
             if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
-                break;
+                return Ok(());
             }
-            let earlier = done.iter().find_map(|l| match l {
-                ProfileLine::Pass(p) if p.step == choice.step && p.ok => Some(p.clone()),
-                _ => None,
-            });
-            let record = match earlier {
+            let record = match log.earlier_pass(&choice.step) {
                 Some(p) => p,
                 None => {
                     let rec =
                         self.profile_pass(&spec, target, placement, choice, server, server_cpus);
-                    append_line(&dir, &ProfileLine::Pass(rec.clone()))?;
+                    log.append(&ProfileLine::Pass(rec.clone()))?;
                     rec
                 }
             };
             passes.push((choice.clone(), record));
         }
-        match diff_pair(&passes) {
-            Some((a, b)) => {
-                let line = make_diff(&dir, target, placement, a, b);
-                append_line(&dir, &ProfileLine::Diff(line))
-            }
-            None if spec.at.contains(&Level::Busy) && spec.at.contains(&Level::Saturated) => {
-                let why = "no differential graph: busy and saturated are the same level, or one of them has no profile";
-                let line = missing(Some("busy vs saturated".into()), why.into());
-                append_line(&dir, &ProfileLine::Missing(line))
-            }
-            None => Ok(()),
-        }
+        log.diff(&spec, target, &passes)
     }
 
     fn profile_pass(
@@ -1105,5 +1149,11 @@ mod tests {
             .write_all(b"{garbled\n")
             .unwrap();
         assert_eq!(read_lines(dir.path()), [line]);
+        // a resumed run does not write what the first one wrote
+        let log = Log::open(dir.path(), "a", "p");
+        log.missing(None, "perf is not installed".into()).unwrap();
+        log.missing(Some("busy".into()), "no busy point".into())
+            .unwrap();
+        assert_eq!(read_lines(dir.path()).len(), 2);
     }
 }
