@@ -199,3 +199,56 @@ fn a_bad_profile_section_is_located() {
         "{err}"
     );
 }
+
+#[test]
+fn with_fakes_a_pass_runs_after_the_series_and_a_target_without_pid_is_explained() {
+    use stairbench::sweep::driver::FakeDriver;
+    use stairbench::sweep::observer::NullObserver;
+    use stairbench::sweep::placement::TopologyPlacements;
+    use stairbench::sweep::plan::Plan;
+    use stairbench::sweep::progress::Quiet;
+    use stairbench::sweep::rundir::RunDir;
+    use stairbench::sweep::runner::Runner;
+    use stairbench::sweep::server::FakeLauncher;
+    use stairbench::sweep::spec::SpecFile;
+    use std::sync::atomic::AtomicBool;
+
+    let text = spec("[1, 2, 4]", "at = [2]\nseconds = 0.2\n");
+    let spec = SpecFile::parse(Path::new("spec.toml"), &text).unwrap();
+    let plan = Plan::new(spec, BIN.into()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dir = RunDir::create(Some(tmp.path()), &plan.name).unwrap();
+    let mut driver = FakeDriver::new(|c| 1000.0 * c as f64);
+    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], plan.custom.clone());
+    let stop = AtomicBool::new(false);
+    let summary = Runner {
+        plan: &plan,
+        dir: &mut dir,
+        launcher: &mut FakeLauncher::default(),
+        driver: &mut driver,
+        observer: &mut NullObserver,
+        placements: &placements,
+        progress: &mut Quiet,
+        stop: &stop,
+    }
+    .run()
+    .unwrap();
+    assert_eq!(summary.steps.len(), 3, "the pass is not a step");
+    let lines = read_lines(tmp.path());
+    match &lines[..] {
+        [ProfileLine::Pass(p)] => {
+            assert!(!p.ok);
+            assert_eq!(
+                p.reason.as_deref(),
+                Some("the target has no process id to record")
+            );
+            assert_eq!(p.step_throughput_rps, 2000.0);
+            assert!(p.throughput_rps.is_some());
+            let last = driver.seen.last().unwrap();
+            assert_eq!(last.step_id, "reactor.shared.c2.r0.profile");
+            assert_eq!(last.clients, 2);
+        }
+        [ProfileLine::Missing(m)] => assert!(m.reason.contains("perf"), "{m:?}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -584,6 +584,7 @@ impl Runner<'_> {
         let mut passes = Vec::new();
         for choice in &choices {
             if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                summary.interrupted = true;
                 return Ok(());
             }
             let record = match log.earlier_pass(&choice.step) {
