@@ -16,6 +16,7 @@ pub mod placement;
 pub mod plan;
 pub mod process;
 pub mod progress;
+pub mod remote;
 pub mod result;
 pub mod rundir;
 pub mod runner;
