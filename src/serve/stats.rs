@@ -140,8 +140,7 @@ pub fn write_metrics(path: &std::path::Path, threads: &[Arc<ThreadStat>]) -> std
     std::fs::rename(&tmp, path)
 }
 
-/// Rewrites the metrics file every `interval` until `stop` is dropped or sent to (and once
-/// more at the end).
+/// Writes the metrics file now, then every `interval` until `stop` is dropped or sent to.
 pub fn spawn_metrics_writer(
     threads: Vec<Arc<ThreadStat>>,
     path: std::path::PathBuf,
@@ -152,12 +151,12 @@ pub fn spawn_metrics_writer(
     std::thread::Builder::new()
         .name("msgr-metrics".into())
         .spawn(move || {
+            // No last write at the end: the threads are gone by then and their CPU clocks with them.
             while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(interval) {
                 if let Err(e) = write_metrics(&path, &threads) {
                     eprintln!("msgr: cannot write {}: {e}", path.display());
                 }
             }
-            let _ = write_metrics(&path, &threads);
         })
 }
 
