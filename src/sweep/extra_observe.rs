@@ -219,7 +219,7 @@ impl<O: StepObserver> ExtraObserver<O> {
         let before = std::mem::take(&mut self.before);
         let mut out = Map::new();
         for ((label, source), (_, start)) in self.extras.metrics.iter().zip(before) {
-            let value = match (start, source.snapshot()) {
+            let value = match (start, source.snapshot_fresh()) {
                 (Ok(a), Ok(b)) => difference(&a, &b),
                 (Err(why), _) | (_, Err(why)) => json!({ "note": why }),
             };
@@ -239,14 +239,15 @@ impl<O: StepObserver> StepObserver for ExtraObserver<O> {
     }
 
     fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        self.inner.start(server_pid, server_cpus, client_cpus);
+        self.start_processes();
+        // Last: waiting for a metrics file's rewrite must not delay the other observers.
         self.before = self
             .extras
             .metrics
             .iter()
-            .map(|(label, s)| (label.clone(), s.snapshot()))
+            .map(|(label, s)| (label.clone(), s.snapshot_fresh()))
             .collect();
-        self.start_processes();
-        self.inner.start(server_pid, server_cpus, client_cpus);
     }
 
     fn finish(&mut self, requests: u64) -> Observed {

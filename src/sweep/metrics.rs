@@ -141,6 +141,9 @@ pub enum MetricsSource {
     Url(String),
 }
 
+/// Longest wait for a metrics file's next rewrite.
+pub const FRESH_WAIT: Duration = Duration::from_millis(1500);
+
 /// One reading of a source.
 #[derive(Debug, Clone)]
 pub enum Snapshot {
@@ -151,6 +154,23 @@ pub enum Snapshot {
 }
 
 impl MetricsSource {
+    /// Reads it once it reflects this moment: a file is read after its next rewrite (up to
+    /// `FRESH_WAIT`), since a target rewrites it periodically and a busy CPU can delay that.
+    pub fn snapshot_fresh(&self) -> Result<Snapshot, String> {
+        if let MetricsSource::File { path, .. } = self {
+            let asked = std::time::SystemTime::now();
+            let deadline = std::time::Instant::now() + FRESH_WAIT;
+            while std::time::Instant::now() < deadline {
+                let modified = std::fs::metadata(path).and_then(|m| m.modified());
+                if modified.is_ok_and(|m| m >= asked) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        self.snapshot()
+    }
+
     /// Reads it now.
     pub fn snapshot(&self) -> Result<Snapshot, String> {
         match self {
