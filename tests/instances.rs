@@ -394,3 +394,40 @@ fn a_metrics_endpoint_is_read_at_both_edges_of_the_window() {
     let note = derived["target_metrics"]["gone"]["note"].as_str().unwrap();
     assert!(note.contains("cannot connect"), "{note}");
 }
+
+fn spec_error(extra: &str) -> String {
+    let text = format!(
+        "name = \"x\"\nclients = [2]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n{extra}"
+    );
+    let spec = match SpecFile::parse(Path::new("bad.toml"), &text) {
+        Ok(s) => s,
+        Err(e) => return e.to_string(),
+    };
+    match Plan::new(spec, PathBuf::from(BIN)) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_instances_metrics_and_observe_entries_are_located() {
+    let e = spec_error("instances = 0\n");
+    assert!(
+        e.starts_with("bad.toml:6:13: targets[0].instances: expected at least 1"),
+        "{e}"
+    );
+    let e = spec_error("metrics = { url = \"http://192.0.2.7:{port}/m\" }\n");
+    assert!(
+        e.contains("targets[0].metrics") && e.contains("loopback only"),
+        "{e}"
+    );
+    let e = spec_error("metrics = { file = \"{metrics}\", format = \"csv\" }\n");
+    assert!(e.contains("expected \"json\" or \"hlog\""), "{e}");
+    let e = spec_error("[[observe]]\nname = \"db\"\ncommand = \"postgres\"\npid_file = \"p\"\n");
+    assert!(
+        e.contains("observe[0]") && e.contains("exactly one of"),
+        "{e}"
+    );
+    let e = spec_error("[[observe]]\nname = \"db\"\npid = 4\n");
+    assert!(e.contains("unknown field `pid`"), "{e}");
+}
