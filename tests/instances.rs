@@ -431,3 +431,30 @@ fn bad_instances_metrics_and_observe_entries_are_located() {
     let e = spec_error("[[observe]]\nname = \"db\"\npid = 4\n");
     assert!(e.contains("unknown field `pid`"), "{e}");
 }
+
+#[test]
+fn a_histogram_log_metrics_file_gives_the_windows_histogram() {
+    use stairbench::load::{IntervalLine, IntervalSink};
+    let dir = tempfile::tempdir().unwrap();
+    let run = stairbench::sweep::rundir::RunDir::create(Some(dir.path()), "t").unwrap();
+    let mut sink = run.step_sink("target").unwrap();
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    h.record_n(2_000, 40).unwrap();
+    let line = |s: f64| IntervalLine {
+        elapsed_s: s,
+        ..IntervalLine::default()
+    };
+    sink.interval(&line(1.0), &h);
+    let source = MetricsSource::File {
+        path: dir.path().join("hist/target.hlog"),
+        format: MetricsFormat::Hlog,
+    };
+    let before = source.snapshot().unwrap();
+    let mut later = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    later.record_n(70_000, 5).unwrap();
+    sink.interval(&line(2.0), &later);
+    sink.finish().unwrap();
+    let d = difference(&before, &source.snapshot().unwrap());
+    assert_eq!(d["count"], 5, "{d}");
+    assert!(d["p50"].as_u64().unwrap() >= 69_000, "{d}");
+}

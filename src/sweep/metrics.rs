@@ -380,6 +380,17 @@ mod tests {
     }
 
     #[test]
+    fn a_histogram_log_gives_the_windows_histogram() {
+        let mut start = Histogram::<u64>::new(3).unwrap();
+        start.record_n(1_000, 50).unwrap();
+        let mut end = start.clone();
+        end.record_n(9_000, 10).unwrap();
+        let d = difference(&Snapshot::Hist(start), &Snapshot::Hist(end));
+        assert_eq!(d["count"], 10);
+        assert!((8_990..=9_010).contains(&d["p50"].as_u64().unwrap()), "{d}");
+    }
+
+    #[test]
     fn only_loopback_urls() {
         assert!(parse_url("http://127.0.0.1:9/metrics").is_ok());
         assert!(parse_url("http://[::1]:9/").is_ok());
