@@ -147,6 +147,17 @@ pid_file = "no-such.pid"
         "{observed}"
     );
     assert_eq!(observed["sleeper"]["server"]["pid"], sleeper.pid());
+    // The step's server figures are the instances' process trees added.
+    let user = |v: &Value| v["server"]["user_s"].as_f64().unwrap();
+    let instances_user = user(&observed["split.i0"]) + user(&observed["split.i1"]);
+    assert!(
+        (user(&split["server"]) - instances_user).abs() < 1e-9,
+        "{split}"
+    );
+    assert!(
+        split["cpu_us_per_req"]["total"].as_f64().is_some(),
+        "{split}"
+    );
     assert!(observed["ghost"]["note"]
         .as_str()
         .unwrap()

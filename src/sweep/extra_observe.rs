@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::metrics::{difference, MetricsSource, Snapshot};
 use super::observer::{Observed, StepObserver};
+use crate::observe::{Observation, TreeUsage};
 
 /// An `[[observe]]` entry as written.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -202,17 +203,25 @@ impl<O: StepObserver> ExtraObserver<O> {
         }
     }
 
-    fn finish_processes(&mut self) -> Map<String, Value> {
-        self.running
-            .drain(..)
-            .map(|(name, obs)| {
-                let value = match obs {
-                    Ok(o) => serde_json::to_value(o.finish()).unwrap_or(Value::Null),
-                    Err(why) => json!({ "note": why }),
-                };
-                (name, value)
-            })
-            .collect()
+    /// The processes' figures by name, and the process trees of a split target's instances.
+    fn finish_processes(&mut self) -> (Map<String, Value>, Vec<TreeUsage>) {
+        let mut trees = Vec::new();
+        let mut out = Map::new();
+        for (name, obs) in self.running.drain(..) {
+            let value = match obs {
+                Ok(o) => {
+                    let o = o.finish();
+                    let instance = self.extras.instances.iter().any(|i| i.label == name);
+                    if let (true, Some(t)) = (instance, &o.server) {
+                        trees.push(t.clone());
+                    }
+                    serde_json::to_value(o).unwrap_or(Value::Null)
+                }
+                Err(why) => json!({ "note": why }),
+            };
+            out.insert(name, value);
+        }
+        (out, trees)
     }
 
     fn finish_metrics(&mut self) -> Map<String, Value> {
@@ -227,6 +236,39 @@ impl<O: StepObserver> ExtraObserver<O> {
         }
         out
     }
+}
+
+/// A split target has no single server process: its `server` figures (and the per-request
+/// ones derived from them) become the sum of its instances' process trees.
+fn sum_instances(observed: &mut Observed, trees: &[TreeUsage], requests: u64) {
+    let Ok(mut obs) = serde_json::from_value::<Observation>(observed.server.clone()) else {
+        return;
+    };
+    if obs.server.is_some() {
+        return;
+    }
+    let mut total = trees[0].clone();
+    for t in &trees[1..] {
+        total.processes += t.processes;
+        total.threads += t.threads;
+        total.user_s += t.user_s;
+        total.sys_s += t.sys_s;
+        total.voluntary_cs += t.voluntary_cs;
+        total.involuntary_cs += t.involuntary_cs;
+        total.minor_faults += t.minor_faults;
+        total.major_faults += t.major_faults;
+    }
+    obs.server = Some(total);
+    obs.notes.push(format!(
+        "server: the sum of {} instances' process trees (pid is the first one's; see `observed`)",
+        trees.len()
+    ));
+    if let Ok(Value::Object(per)) =
+        serde_json::to_value(crate::observe::per_request(&obs, requests))
+    {
+        observed.derived.extend(per);
+    }
+    observed.server = serde_json::to_value(&obs).unwrap_or(Value::Null);
 }
 
 fn observer_of(pid: i32) -> crate::observe::Observer {
@@ -252,7 +294,10 @@ impl<O: StepObserver> StepObserver for ExtraObserver<O> {
 
     fn finish(&mut self, requests: u64) -> Observed {
         let mut observed = self.inner.finish(requests);
-        let processes = self.finish_processes();
+        let (processes, trees) = self.finish_processes();
+        if !trees.is_empty() {
+            sum_instances(&mut observed, &trees, requests);
+        }
         if !processes.is_empty() {
             observed
                 .derived
