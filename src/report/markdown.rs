@@ -36,6 +36,7 @@ impl Exporter for Markdown {
         results_table(&mut out, &run.steps);
         out.push_str(&super::extras::markdown(&run.steps));
         out.push_str(&super::analysis::markdown_sections(run));
+        out.push_str(&super::profiles::markdown(&run.profiles));
         out
     }
 }

@@ -192,6 +192,7 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
             }
         }
     }
+    out.push_str(&super::profiling::describe(plan));
     let secs = plan.estimate().as_secs();
     let _ = writeln!(
         out,

@@ -15,6 +15,7 @@ pub mod parsers;
 pub mod placement;
 pub mod plan;
 pub mod process;
+pub mod profiling;
 pub mod progress;
 pub mod remote;
 pub mod result;

@@ -165,6 +165,7 @@ impl Plan {
     pub fn new(spec: SpecFile, stairbench_bin: PathBuf) -> Result<Plan, SpecError> {
         let s = spec.spec.clone();
         let series = series(&spec)?;
+        super::profiling::check(&spec, &series)?;
         if s.repetitions == 0 {
             return Err(spec.error_at(&["repetitions"], "expected at least 1"));
         }

@@ -74,6 +74,9 @@ pub struct Spec {
     /// Further processes measured like the server (by pid file, command name or pids command).
     #[serde(default)]
     pub observe: Vec<super::extra_observe::ObserveSpec>,
+    /// Profile passes at chosen load levels (see `sweep::profiling`).
+    #[serde(default)]
+    pub profile: Option<super::profiling::ProfileSpec>,
 }
 
 fn default_duration() -> Dur {
