@@ -7,6 +7,9 @@
 pub mod cli;
 pub mod driver;
 pub mod experiment;
+pub mod extra_observe;
+pub mod instances;
+pub mod metrics;
 pub mod observer;
 pub mod parsers;
 pub mod placement;
