@@ -452,8 +452,9 @@ impl LoopSink<'_> {
 impl IntervalSink for LoopSink<'_> {
     fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
         self.inner.interval(line, hist_ns);
-        // The line that closes the warm-up arrives at elapsed ≈ 0: the window starts now.
-        if !self.started && line.elapsed_s > -0.5 {
+        // The line that closes the warm-up has elapsed exactly 0 (the engine cuts an interval
+        // there): the window starts now. Earlier warm-up lines are negative.
+        if !self.started && line.elapsed_s >= -1e-6 {
             self.start_observer();
         }
         self.progress.live(line.ops_per_s);
