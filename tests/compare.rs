@@ -588,8 +588,9 @@ b = "reactor@1"
     assert!(reactor.knee.is_some());
     assert_eq!(reactor.little.len(), 4);
     for row in &reactor.little {
-        // Closed loop: X·R / L holds up to the edges of the measured window.
-        assert!((0.8..1.2).contains(&row.check.ratio), "{row:?}");
+        // Closed loop: X·R / L is 1 up to the edges of the window and the client's own time
+        // between a reply and the next request, which grows when other jobs take its core.
+        assert!((0.5..1.2).contains(&row.check.ratio), "{row:?}");
         assert_eq!(row.check.inflight, (row.clients * 2) as f64);
     }
     assert_eq!(reactor.modes.len(), 4, "one histogram per step");
