@@ -11,6 +11,7 @@ pub mod observer;
 pub mod parsers;
 pub mod placement;
 pub mod plan;
+pub mod policy;
 pub mod process;
 pub mod progress;
 pub mod result;

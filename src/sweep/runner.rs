@@ -146,7 +146,7 @@ impl Runner<'_> {
         };
         let mut points = PointGen::new(&self.plan.series);
         let mut history: Vec<(f64, f64)> = Vec::new();
-        let mut history_clients: Vec<usize> = Vec::new();
+        let mut history_points: Vec<Point> = Vec::new();
         let mut saturated: Option<String> = None;
         let mut end_run = false;
         while let Some(point) = points.next() {
@@ -194,14 +194,14 @@ impl Runner<'_> {
             points.observe(point, agg.map(|a| a.2));
             if let Some((thr, lat, _)) = agg {
                 history.push((thr, lat));
-                history_clients.push(point.clients);
+                history_points.push(point);
             }
             if saturated.is_none()
                 && self.plan.stop_when == Some(StopWhen::Saturated)
                 && is_saturated(&history)
             {
-                let from = history_clients[history_clients.len() - 3];
-                let why = format!("stop_when = \"saturated\": from {from} to {} clients throughput grew under 5% per step while latency grew; the larger counts are skipped", point.clients);
+                let from = history_points[history_points.len() - 3];
+                let why = super::policy::saturation_note(from, point, &points.remaining());
                 self.progress
                     .note(&format!("{} / {placement}: {why}", target.name));
                 summary
@@ -554,6 +554,14 @@ impl PointGen {
                     rate_rps: Some(rate),
                 })
             }
+        }
+    }
+
+    /// The points not yet given (a rate search's are not known in advance: none).
+    fn remaining(&self) -> Vec<Point> {
+        match self {
+            PointGen::List(it) => it.as_slice().to_vec(),
+            PointGen::Find(_) => Vec::new(),
         }
     }
 
