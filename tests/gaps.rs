@@ -74,3 +74,72 @@ fn saturation_note_names_the_skipped_counts_or_none() {
         .iter()
         .all(|s| s.status != StepStatus::Skipped));
 }
+
+/// Throughput by client count and call: 1 client never settles, 2 settle at once, 4 after 3.
+fn noisy_driver() -> FakeDriver {
+    let calls = std::rc::Rc::new(std::cell::RefCell::new(std::collections::BTreeMap::new()));
+    FakeDriver::new(move |clients| {
+        let mut calls = calls.borrow_mut();
+        let n: &mut usize = calls.entry(clients).or_default();
+        *n += 1;
+        let script: &[f64] = match clients {
+            1 => &[1000.0, 1200.0],
+            2 => &[2000.0, 2001.0],
+            _ => &[4000.0, 4200.0, 4100.0],
+        };
+        script[(*n - 1) % script.len()]
+    })
+}
+
+#[test]
+fn auto_repetitions_repeat_until_the_throughput_settles() {
+    let text = "name = \"auto\"\nduration = \"1s\"\nwarmup = \"0s\"\nrepetitions = \"auto\"\nclients = [1, 2, 4]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n";
+    let p = plan(text);
+    // The estimate assumes every point runs 5 times.
+    assert_eq!(p.max_steps(), 3 * 5);
+    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], p.custom.clone());
+    let dry = stairbench::sweep::experiment::describe(&p, &placements);
+    assert!(dry.contains("at most 15 steps"), "{dry}");
+    assert!(dry.contains("auto (2 to 5"), "{dry}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let summary = run_fake(&p, dir.path(), &mut noisy_driver());
+    let runs = |c: usize| -> Vec<usize> {
+        summary
+            .steps
+            .iter()
+            .filter(|s| s.clients == c)
+            .map(|s| s.rep)
+            .collect()
+    };
+    // Each run is its own line of steps.jsonl, rep 0, 1, 2...
+    assert_eq!(runs(1), [0, 1, 2, 3, 4]);
+    assert_eq!(runs(2), [0, 1]);
+    assert_eq!(runs(4), [0, 1, 2]);
+    let lines = std::fs::read_to_string(dir.path().join("steps.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 10);
+
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    let section = &report[report.find("## Noisy steps").unwrap()..];
+    assert!(section.contains("`repetitions = \"auto\"`"), "{section}");
+    let noisy = format!(
+        "| a | shared | 1 | 5 | {:.1}% | still noisy after 5 runs |",
+        cv_pct(&[1000.0, 1200.0, 1000.0, 1200.0, 1000.0])
+    );
+    assert!(section.contains(&noisy), "{noisy} in {section}");
+    let settled = format!(
+        "| a | shared | 4 | 3 | {:.1}% | settled |",
+        cv_pct(&[4000.0, 4200.0, 4100.0])
+    );
+    assert!(section.contains(&settled), "{settled} in {section}");
+    // 2 clients settled after 2 runs: not among those that needed more.
+    assert!(!section.contains("| a | shared | 2 | 2 |"), "{section}");
+}
+
+/// Sample standard deviation over the mean, in percent.
+fn cv_pct(v: &[f64]) -> f64 {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    100.0 * var.sqrt() / mean
+}

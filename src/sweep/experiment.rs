@@ -166,10 +166,10 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
                     Ok(cpus) => {
                         let _ = writeln!(
                             out,
-                            "  {id}: server cpus {} client cpus {} ×{} reps\n    server: {}",
+                            "  {id}: server cpus {} client cpus {} ×{} runs\n    server: {}",
                             crate::cpuset::format(&cpus.server),
                             crate::cpuset::format(&cpus.client),
-                            plan.repetitions,
+                            plan.repetitions.describe(),
                             launcher.describe(target, &cpus, point.clients)
                         );
                     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use super::placement::CustomTable;
+use super::policy::Repetitions;
 use super::spec::{OnFailure, Restart, SpecError, SpecFile, StopWhen};
 use crate::load::{Distribution, ProtoOptions};
 
@@ -118,8 +119,8 @@ pub struct Plan {
     pub custom: BTreeMap<String, CustomTable>,
     /// The staircase.
     pub series: Series,
-    /// Runs per point.
-    pub repetitions: usize,
+    /// Runs per point: fixed, or `auto` (until the throughput settles, at most 5).
+    pub repetitions: Repetitions,
     /// Measured window of a step.
     pub duration: Duration,
     /// Discarded lead-in of a step.
@@ -157,9 +158,6 @@ impl Plan {
     pub fn new(spec: SpecFile, stairbench_bin: PathBuf) -> Result<Plan, SpecError> {
         let s = spec.spec.clone();
         let series = series(&spec)?;
-        if s.repetitions == 0 {
-            return Err(spec.error_at(&["repetitions"], "expected at least 1"));
-        }
         if s.depth == 0
             || s.connections_per_client == 0
             || s.targets.iter().any(|t| t.depth == Some(0))
@@ -219,7 +217,7 @@ impl Plan {
     /// Keeps one level for long study: one client count, one repetition, a long window.
     pub fn hold(&mut self, clients: usize, duration: Duration) {
         self.series = Series::Clients(vec![clients]);
-        self.repetitions = 1;
+        self.repetitions = Repetitions::Fixed(1);
         self.duration = duration;
         self.stop_when = None;
     }
@@ -230,9 +228,13 @@ impl Plan {
         has("balanced") && has("separated")
     }
 
-    /// Steps at most, over all targets and placements.
+    /// Steps at most, over all targets and placements (`auto` repetitions counted at their
+    /// maximum, so the estimate is an upper bound).
     pub fn max_steps(&self) -> usize {
-        self.targets.len() * self.placements.len() * self.series.max_points() * self.repetitions
+        self.targets.len()
+            * self.placements.len()
+            * self.series.max_points()
+            * self.repetitions.max_runs()
     }
 
     /// Estimated wall time (steps × (warm-up + window + cooldown) + server starts).

@@ -151,7 +151,10 @@ impl Runner<'_> {
         let mut end_run = false;
         while let Some(point) = points.next() {
             let mut reps = Vec::new();
-            for rep in 0..self.plan.repetitions {
+            for rep in 0..self.plan.repetitions.max_runs() {
+                if !self.plan.repetitions.again(rep, &ok_throughputs(&reps)) {
+                    break;
+                }
                 if self.stop.load(Ordering::Relaxed) {
                     summary.interrupted = true;
                     end_run = true;
@@ -446,6 +449,14 @@ impl IntervalSink for LoopSink<'_> {
         }
         self.progress.live(line.ops_per_s);
     }
+}
+
+/// Throughputs (req/s) of a point's ok repetitions so far.
+fn ok_throughputs(reps: &[StepResult]) -> Vec<f64> {
+    reps.iter()
+        .filter(|s| s.status == StepStatus::Ok)
+        .filter_map(StepResult::throughput_rps)
+        .collect()
 }
 
 /// Mean throughput, mean latency and mean p99 (ms) of a point's ok repetitions.

@@ -27,9 +27,10 @@ pub struct Spec {
     /// Pause after each step.
     #[serde(default)]
     pub cooldown: Dur,
-    /// Runs of each step.
-    #[serde(default = "one")]
-    pub repetitions: usize,
+    /// Runs of each step: a number, or `"auto"` (until the throughput's CV is under 3%, at
+    /// most 5 runs).
+    #[serde(default)]
+    pub repetitions: super::policy::Repetitions,
     /// The staircase: client counts.
     #[serde(default)]
     pub clients: Option<Counts>,
