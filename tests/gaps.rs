@@ -143,3 +143,54 @@ fn cv_pct(v: &[f64]) -> f64 {
     let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
     100.0 * var.sqrt() / mean
 }
+
+fn spec_error(text: &str) -> String {
+    let spec = SpecFile::parse(Path::new("bad.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+    match Plan::new(spec, PathBuf::from(BIN)) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("accepted a bad spec:\n{text}"),
+    }
+}
+
+const TWO_TARGETS: &str = "name = \"c\"\nclients = [1, 2, 4]\nplacements = [\"shared\", \"separated\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\n[[targets]]\nname = \"pool\"\nbuiltin = \"msgr --arch pool\"\n";
+
+#[test]
+fn comparisons_are_checked_before_the_run() {
+    let good = format!("{TWO_TARGETS}[[comparisons]]\na = \"reactor/shared@4\"\nbaseline = \"pool\"\nmetric = \"p99\"\n");
+    plan(&good);
+    // Lines 1-9 are TWO_TARGETS; [[comparisons]] is line 10.
+    let cases = [
+        (
+            "a = \"reactr\"\nb = \"pool\"\n",
+            "bad.toml:11:5: comparisons[0].a: unknown target \"reactr\": expected one of reactor, pool",
+        ),
+        (
+            "a = \"reactor\"\nbaseline = \"pool/sideways\"\n",
+            "bad.toml:12:12: comparisons[0].baseline: unknown placement \"sideways\"",
+        ),
+        (
+            "a = \"reactor@8\"\nb = \"pool\"\n",
+            "bad.toml:11:5: comparisons[0].a: no step has 8 clients: the series steps through 1, 2, 4",
+        ),
+        (
+            "a = \"reactor@eight\"\nb = \"pool\"\n",
+            "bad.toml:11:5: comparisons[0].a: \"reactor@eight\": \"eight\" after '@' is not a client count",
+        ),
+        (
+            "a = \"reactor\"\nb = \"pool\"\nmetrc = \"p99\"\n",
+            "bad.toml:13:9: comparisons[0].metrc: unknown field `metrc`",
+        ),
+        (
+            "a = \"reactor\"\nb = \"pool\"\nmetric = \"speed\"\n",
+            "bad.toml:10:1: comparisons[0]: unknown variant `speed`",
+        ),
+        (
+            "a = \"reactor\"\n",
+            "bad.toml:10:1: comparisons[0]: missing field `b`",
+        ),
+    ];
+    for (entry, want) in cases {
+        let err = spec_error(&format!("{TWO_TARGETS}[[comparisons]]\n{entry}"));
+        assert!(err.starts_with(want), "want {want}\n got {err}");
+    }
+}

@@ -20,3 +20,4 @@ pub mod runner;
 pub mod server;
 pub mod spec;
 pub mod topology;
+pub mod validate;

@@ -189,6 +189,7 @@ impl Plan {
                 ));
             }
         }
+        super::validate::comparisons(&spec, &series)?;
         let client = client(&spec)?;
         Ok(Plan {
             name: s.name.clone(),
