@@ -909,8 +909,8 @@ fn the_quick_demo_runs_end_to_end() {
     assert!(
         stdout.contains(&format!(
             "report:        {}",
-            out_dir.join("report.md").display()
-        )),
+            out_dir.join("report.html").display()
+        )) && stdout.contains(&out_dir.join("report.md").display().to_string()),
         "{stdout}"
     );
     let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();

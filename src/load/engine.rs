@@ -25,6 +25,9 @@ pub fn run(
     sink: &mut dyn IntervalSink,
     stop: &AtomicBool,
 ) -> Result<LoadOutcome, LoadError> {
+    if config.url.starts_with("shm://") {
+        return super::shm::run(config, sink, stop);
+    }
     let config = Arc::new(validate(config)?);
     let target = Arc::new(Target::parse(&config.url, &config.proto)?);
     let sched = Arc::new(Schedule::new(&config));
@@ -116,7 +119,7 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
     Ok(c)
 }
 
-fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, LoadError> {
+pub(super) fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, LoadError> {
     let mut total = 0.0;
     let mut first_err = None;
     for _ in 0..threads {
@@ -130,7 +133,7 @@ fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, LoadError> {
 }
 
 /// Merges the threads' intervals into per-second lines and the window's histograms.
-struct Merger {
+pub(super) struct Merger {
     threads: usize,
     sched: Arc<Schedule>,
     pending: BTreeMap<usize, (usize, IntervalMsg)>,
@@ -141,7 +144,7 @@ struct Merger {
 }
 
 impl Merger {
-    fn new(config: &LoadConfig, sched: &Arc<Schedule>) -> Self {
+    pub(super) fn new(config: &LoadConfig, sched: &Arc<Schedule>) -> Self {
         Merger {
             threads: config.threads,
             sched: sched.clone(),
@@ -153,7 +156,7 @@ impl Merger {
         }
     }
 
-    fn collect(
+    pub(super) fn collect(
         &mut self,
         rx: &Receiver<Msg>,
         sink: &mut dyn IntervalSink,
@@ -213,7 +216,7 @@ impl Merger {
         sink.interval(&line, &m.hist);
     }
 
-    fn finish(self, config: &LoadConfig, connect_time_s: f64) -> LoadOutcome {
+    pub(super) fn finish(self, config: &LoadConfig, connect_time_s: f64) -> LoadOutcome {
         let mut report = LoadReport {
             schema: SCHEMA_VERSION,
             url: config.url.clone(),

@@ -846,7 +846,7 @@ pub(super) fn thread_cpu_ns() -> u64 {
 }
 
 /// User, system and total CPU seconds of the calling thread.
-fn thread_rusage() -> (f64, f64, f64) {
+pub(super) fn thread_rusage() -> (f64, f64, f64) {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes into the struct we own.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };

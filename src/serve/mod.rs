@@ -2,6 +2,7 @@
 //! sweep (see [`msgr::spawn_msgr`]).
 
 pub mod msgr;
+pub mod shmkv;
 mod signals;
 pub mod stats;
 
@@ -20,6 +21,8 @@ const REPORT_EVERY: Duration = Duration::from_secs(2);
 pub enum ServeCommand {
     /// Length-prefixed messenger server, reactor or pool architecture.
     Msgr(MsgrArgs),
+    /// Shared-memory hash-table server of seed 002, single or per-worker architecture.
+    Shmkv(shmkv::ShmkvArgs),
 }
 
 /// Options of `stairbench serve msgr`.
@@ -70,6 +73,7 @@ impl MsgrArgs {
 pub fn run(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         ServeCommand::Msgr(args) => run_msgr(&args),
+        ServeCommand::Shmkv(args) => shmkv::run(args),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod policy;
 pub mod process;
 pub mod progress;
+pub mod remote;
 pub mod result;
 pub mod rundir;
 pub mod runner;

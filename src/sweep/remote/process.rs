@@ -1,0 +1,351 @@
+//! A long-running command on a host (a server, a load generator), ended over its own ssh
+//! session.
+//!
+//! The remote side is a small sh wrapper: it starts the command with `setsid` (so the command
+//! and everything it forks is one process group; it prints the group id once the group exists)
+//! and keeps a watchdog reading the session's stdin. Closing stdin — on `stop`, on drop, or
+//! because the local ssh died and sshd closed the session — sends TERM to the group, then KILL
+//! after the grace time.
+//! When the command ends by itself the wrapper ends its group's leftovers and prints
+//! `stairbench-exit CODE`, so an exit is told apart from a lost connection.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::ssh::{sh_c, Remote};
+use super::RemoteError;
+
+/// Lines of output kept from a remote process (the last ones).
+const TAIL_LINES: usize = 200;
+
+const PGID_PREFIX: &str = "stairbench-pgid ";
+const EXIT_PREFIX: &str = "stairbench-exit ";
+
+/// $1 working directory, $2 command, $3 grace time in tenths of a second.
+const WRAPPER: &str = r#"mkdir -p -- "$1" && cd -- "$1" || exit 97
+exec 3<&0
+setsid sh -c 'echo "stairbench-pgid $$"; eval "$1"' sh "$2" </dev/null &
+pg=$!
+(
+  while read -r _; do :; done
+  while kill -0 "$pg" 2>/dev/null && ! kill -0 -"$pg" 2>/dev/null; do sleep 0.05; done
+  kill -TERM -"$pg" 2>/dev/null
+  n=0
+  while [ "$n" -lt "$3" ] && kill -0 -"$pg" 2>/dev/null; do sleep 0.1; n=$((n + 1)); done
+  kill -KILL -"$pg" 2>/dev/null
+) <&3 >/dev/null 2>&1 &
+wd=$!
+exec 3<&-
+wait "$pg" 2>/dev/null
+rc=$?
+kill -KILL -"$pg" 2>/dev/null
+kill "$wd" 2>/dev/null
+echo "stairbench-exit $rc"
+exit "$rc""#;
+
+/// What became of a remote process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteStatus {
+    /// Still running.
+    Running,
+    /// Ended by itself with this exit code.
+    Exited(i32),
+    /// Ended by this signal (the remote shell's status was 128 + signal).
+    Killed(i32),
+    /// The ssh session ended without the wrapper's exit line: the host died, the network went
+    /// away, or sshd was stopped. Holds ssh's last words.
+    ConnectionLost(String),
+}
+
+impl std::fmt::Display for RemoteStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RemoteStatus::Running => write!(f, "running"),
+            RemoteStatus::Exited(code) => write!(f, "exited with status {code}"),
+            RemoteStatus::Killed(signal) => write!(f, "killed by signal {signal}"),
+            RemoteStatus::ConnectionLost(words) => {
+                write!(
+                    f,
+                    "its ssh session ended (host down or unreachable?): {words}"
+                )
+            }
+        }
+    }
+}
+
+/// Output collected from the remote process, and the wrapper's exit line.
+#[derive(Debug, Default)]
+struct Tail {
+    lines: VecDeque<String>,
+    exit_code: Option<i32>,
+}
+
+impl Tail {
+    fn push(&mut self, line: String) {
+        if let Some(code) = line.strip_prefix(EXIT_PREFIX) {
+            self.exit_code = code.trim().parse().ok();
+            return;
+        }
+        if self.lines.len() == TAIL_LINES {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+}
+
+/// A command running on a host in its own process group, ended on `stop` or drop.
+#[derive(Debug)]
+pub struct RemoteProcess {
+    remote: Remote,
+    command: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pgid: i32,
+    grace: Duration,
+    tail: Arc<Mutex<Tail>>,
+    readers: Vec<JoinHandle<()>>,
+    status: Option<RemoteStatus>,
+}
+
+impl Remote {
+    /// Starts `command` (a shell line) in the working directory as its own process group and
+    /// returns once the group exists there. On `stop` the group gets TERM, then KILL after
+    /// `grace`. The command's stdin is /dev/null; SIGINT is ignored in it (a background job of
+    /// a non-interactive shell), so servers are ended with TERM.
+    pub fn spawn(&self, command: &str, grace: Duration) -> Result<RemoteProcess, RemoteError> {
+        let tenths = (grace.as_millis() / 100).max(1).to_string();
+        let dir = self.spec.workdir.to_string_lossy();
+        let mut child = self
+            .ssh_command()
+            .arg(sh_c(WRAPPER, &[&dir, command, &tenths]))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| RemoteError::Spawn {
+                program: "ssh".into(),
+                source,
+            })?;
+        let tail = Arc::new(Mutex::new(Tail::default()));
+        let stderr = child.stderr.take().map(|e| read_lines(e, tail.clone()));
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+        let first = read_first_line(&mut stdout);
+        let Some(pgid) = first.strip_prefix(PGID_PREFIX).and_then(|p| p.parse().ok()) else {
+            return Err(self.spawn_failure(child, stderr, &tail, command, &first));
+        };
+        let readers = [Some(read_lines(stdout, tail.clone())), stderr];
+        Ok(RemoteProcess {
+            remote: self.clone(),
+            command: command.into(),
+            stdin: child.stdin.take(),
+            child,
+            pgid,
+            grace,
+            tail,
+            readers: readers.into_iter().flatten().collect(),
+            status: None,
+        })
+    }
+
+    fn spawn_failure(
+        &self,
+        mut child: Child,
+        stderr: Option<JoinHandle<()>>,
+        tail: &Mutex<Tail>,
+        command: &str,
+        first: &str,
+    ) -> RemoteError {
+        let status = child.wait().ok().and_then(|s| s.code());
+        if let Some(reader) = stderr {
+            let _ = reader.join();
+        }
+        let words = {
+            let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+            last_lines(&tail.lines, 5)
+        };
+        match status {
+            Some(255) => self.unreachable(&words),
+            code => RemoteError::Command {
+                host: self.spec.name.clone(),
+                command: command.into(),
+                code,
+                stderr: format!("its process group did not start (first line {first:?}): {words}"),
+            },
+        }
+    }
+}
+
+fn read_first_line(stdout: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    let _ = stdout.read_line(&mut line);
+    line.trim_end().to_owned()
+}
+
+fn read_lines(stream: impl Read + Send + 'static, tail: Arc<Mutex<Tail>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            tail.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    })
+}
+
+impl RemoteProcess {
+    /// The remote process group id (also the pid of the command's first process).
+    pub fn pgid(&self) -> i32 {
+        self.pgid
+    }
+
+    /// The pid of the local `ssh` carrying this process.
+    pub fn ssh_pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The command line as given to `spawn`.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    /// The last lines the command (and ssh) wrote, stdout and stderr interleaved.
+    pub fn output_tail(&self) -> Vec<String> {
+        let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+        tail.lines.iter().cloned().collect()
+    }
+
+    /// The status now, without waiting.
+    pub fn try_status(&mut self) -> RemoteStatus {
+        if let Some(status) = &self.status {
+            return status.clone();
+        }
+        match self.child.try_wait() {
+            Ok(None) => RemoteStatus::Running,
+            Ok(Some(_)) | Err(_) => self.finish(),
+        }
+    }
+
+    /// Waits up to `timeout` for the process to end; returns `Running` if it did not.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> RemoteStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = self.try_status();
+            if status != RemoteStatus::Running || Instant::now() >= deadline {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Ends the remote process group (TERM, then KILL after the grace time) and returns how the
+    /// command ended. When the session no longer answers, the group is killed over a new ssh
+    /// session and the local ssh is killed.
+    pub fn stop(&mut self) -> RemoteStatus {
+        if self.try_status() != RemoteStatus::Running {
+            return self.try_status();
+        }
+        drop(self.stdin.take());
+        let status = self.wait_timeout(self.grace + Duration::from_secs(3));
+        if status != RemoteStatus::Running {
+            return status;
+        }
+        let _ = self
+            .remote
+            .run(&format!("kill -KILL -{} 2>/dev/null", self.pgid));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.finish()
+    }
+
+    /// Records the final status once the local ssh has exited.
+    fn finish(&mut self) -> RemoteStatus {
+        let _ = self.child.wait();
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+        let status = match tail.exit_code {
+            Some(code) if code > 128 => RemoteStatus::Killed(code - 128),
+            Some(code) => RemoteStatus::Exited(code),
+            None => RemoteStatus::ConnectionLost(last_lines(&tail.lines, 3)),
+        };
+        drop(tail);
+        self.status = Some(status.clone());
+        status
+    }
+}
+
+fn last_lines(lines: &VecDeque<String>, n: usize) -> String {
+    let skip = lines.len().saturating_sub(n);
+    let text: Vec<&str> = lines.iter().skip(skip).map(String::as_str).collect();
+    if text.is_empty() {
+        "ssh ended without a word".into()
+    } else {
+        text.join(" | ")
+    }
+}
+
+impl Drop for RemoteProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_lines_and_the_exit_code() {
+        let mut tail = Tail::default();
+        for i in 0..TAIL_LINES + 5 {
+            tail.push(format!("line {i}"));
+        }
+        tail.push(format!("{EXIT_PREFIX}137"));
+        assert_eq!(tail.lines.len(), TAIL_LINES);
+        assert_eq!(tail.lines.front().unwrap(), "line 5");
+        assert_eq!(tail.exit_code, Some(137));
+        assert_eq!(last_lines(&tail.lines, 2), "line 203 | line 204");
+    }
+
+    /// The wrapper itself, run by a local sh: the group id comes first, the command's output
+    /// and exit code follow, and closing stdin ends a long command.
+    #[test]
+    fn wrapper_reports_group_and_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        // `keep_stdin`: hold the wrapper's stdin open until it exits, as an ssh session does.
+        let run = |cmd: &str, keep_stdin: bool| {
+            let mut child = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(sh_c(WRAPPER, &[&dir.path().to_string_lossy(), cmd, "10"]))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdin = child.stdin.take();
+            if !keep_stdin {
+                drop(stdin);
+            }
+            let mut out = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            (child.wait().unwrap().code(), out)
+        };
+        let (code, out) = run("echo hi; exit 3", true);
+        assert_eq!(code, Some(3));
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with(PGID_PREFIX), "{out}");
+        assert_eq!(&lines[1..], ["hi", "stairbench-exit 3"]);
+        // A closed stdin is the signal to stop: the watchdog ends the sleep with TERM.
+        let started = Instant::now();
+        let (code, out) = run("sleep 20", false);
+        assert_eq!(code, Some(128 + 15), "{out}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}

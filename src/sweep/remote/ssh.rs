@@ -1,0 +1,357 @@
+//! One host reached with the OpenSSH client: a command and its output, file copies with scp,
+//! the stairbench binary put there when it is missing or differs.
+//!
+//! Every remote command goes through `sh -c` with its arguments single-quoted, so the remote
+//! user's login shell only ever parses `sh -c '...' ...`, whatever shell it is.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde::de::DeserializeOwned;
+
+use super::host::HostSpec;
+use super::RemoteError;
+use crate::sweep::topology::TopologyReport;
+
+/// Seconds ssh waits for the TCP connection (`ConnectTimeout`).
+pub const CONNECT_TIMEOUT_S: u32 = 5;
+
+/// Seconds between keep-alive probes on an open session; three unanswered probes end it, so a
+/// host that dies mid-step is noticed within about `3 × SERVER_ALIVE_S` seconds.
+pub const SERVER_ALIVE_S: u32 = 2;
+
+/// The file name of the stairbench binary in the host's working directory.
+pub const REMOTE_BIN: &str = "stairbench";
+
+/// What `copy_binary_if_missing` found on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyOutcome {
+    /// The same binary (same `--version` and checksum) was already there.
+    AlreadyPresent,
+    /// The binary was missing or differed and was copied.
+    Copied,
+}
+
+/// The output of a remote command that exited with status 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteOutput {
+    /// Everything the command wrote to stdout.
+    pub stdout: String,
+    /// Everything the command (and ssh) wrote to stderr.
+    pub stderr: String,
+}
+
+/// One host, reached with `ssh` and `scp`. Holds no connection: each call is one ssh session.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    /// The host as the spec gives it.
+    pub spec: HostSpec,
+}
+
+impl Remote {
+    /// A handle on `spec`; nothing is contacted until `check`.
+    pub fn new(spec: HostSpec) -> Remote {
+        Remote { spec }
+    }
+
+    /// Connects (accepting a new host key, never a changed one), logs in without prompting and
+    /// creates the working directory. Fails with `Unreachable` within about
+    /// `CONNECT_TIMEOUT_S` when the host does not answer.
+    pub fn check(&self) -> Result<(), RemoteError> {
+        self.run("true").map(drop)
+    }
+
+    /// Runs `command` (a shell command line) in the working directory and returns its output;
+    /// a non-zero exit is an error carrying stderr.
+    pub fn run(&self, command: &str) -> Result<RemoteOutput, RemoteError> {
+        let out = self.output(&self.in_workdir(command))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        match out.status.code() {
+            Some(0) => Ok(RemoteOutput { stdout, stderr }),
+            code => Err(RemoteError::Command {
+                host: self.spec.name.clone(),
+                command: command.into(),
+                code,
+                stderr: stderr.trim().into(),
+            }),
+        }
+    }
+
+    /// Copies the running executable to the working directory when it is missing there or
+    /// differs (see `copy_binary_if_missing`).
+    pub fn copy_self_if_missing(&self) -> Result<CopyOutcome, RemoteError> {
+        let exe = std::env::current_exe().map_err(|source| RemoteError::Local {
+            what: "finding the running executable".into(),
+            source,
+        })?;
+        self.copy_binary_if_missing(&exe)
+    }
+
+    /// Copies `local_bin` to `<workdir>/stairbench` unless the binary there prints the same
+    /// `--version` and has the same `cksum` (so a rebuilt binary of the same version is copied
+    /// too). The copy goes to a temporary name first, so a running binary is never overwritten.
+    pub fn copy_binary_if_missing(&self, local_bin: &Path) -> Result<CopyOutcome, RemoteError> {
+        let local = local_fingerprint(local_bin)?;
+        if self.remote_fingerprint()? == Some(local) {
+            return Ok(CopyOutcome::AlreadyPresent);
+        }
+        let tmp = format!("{REMOTE_BIN}.part.{}", std::process::id());
+        self.scp_to(local_bin, &self.workdir_path(&tmp))?;
+        self.run(&format!("chmod +x {tmp} && mv -f {tmp} {REMOTE_BIN}"))?;
+        Ok(CopyOutcome::Copied)
+    }
+
+    /// Copies `remote_path` (relative paths are under the working directory) to `local_path`.
+    pub fn fetch(&self, remote_path: &Path, local_path: &Path) -> Result<(), RemoteError> {
+        let source = format!(
+            "{}:{}",
+            self.spec.destination(true),
+            self.workdir_path(&remote_path.to_string_lossy()).display()
+        );
+        let mut cmd = self.scp_command();
+        cmd.arg(source).arg(local_path);
+        self.scp(cmd, &format!("fetching {}", remote_path.display()))
+    }
+
+    /// The host's CPU topology and placements, from `stairbench topology --json` run there
+    /// (copy the binary first).
+    pub fn topology_json(&self) -> Result<TopologyReport, RemoteError> {
+        self.run_json(&format!("./{REMOTE_BIN} topology --json"))
+    }
+
+    /// Runs `command` and reads its stdout as JSON of type `T`.
+    pub fn run_json<T: DeserializeOwned>(&self, command: &str) -> Result<T, RemoteError> {
+        let out = self.run(command)?;
+        serde_json::from_str(&out.stdout).map_err(|e| RemoteError::Protocol {
+            host: self.spec.name.clone(),
+            what: command.into(),
+            detail: format!("{e}; got {:?}", truncate(&out.stdout, 200)),
+        })
+    }
+
+    /// The `ssh` command with every option and the destination, ready for a remote command.
+    pub fn ssh_command(&self) -> Command {
+        let mut cmd = Command::new("ssh");
+        cmd.args(["-T", "-p", &self.spec.port.to_string()]);
+        cmd.args(self.common_options());
+        cmd.arg("--").arg(self.spec.destination(false));
+        cmd
+    }
+
+    /// `sh -c 'cd WORKDIR && COMMAND'`, quoted for the remote login shell; the directory is
+    /// created when missing.
+    pub fn in_workdir(&self, command: &str) -> String {
+        let dir = self.spec.workdir.to_string_lossy();
+        sh_c(
+            "mkdir -p -- \"$1\" && cd -- \"$1\" && eval \"$2\"",
+            &[&dir, command],
+        )
+    }
+
+    /// Runs a remote shell line (already quoted) and returns ssh's raw output; ssh's own
+    /// failures (status 255) become `Unreachable`.
+    pub(crate) fn output(&self, remote_line: &str) -> Result<Output, RemoteError> {
+        let out = self
+            .ssh_command()
+            .arg(remote_line)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| RemoteError::Spawn {
+                program: "ssh".into(),
+                source,
+            })?;
+        if out.status.code() == Some(255) {
+            return Err(self.unreachable(&String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(out)
+    }
+
+    /// The error for a host ssh could not reach or log in to.
+    pub(crate) fn unreachable(&self, stderr: &str) -> RemoteError {
+        RemoteError::Unreachable {
+            host: self.spec.name.clone(),
+            url: self.spec.url(),
+            detail: stderr.trim().into(),
+        }
+    }
+
+    /// `path` as the remote side sees it: relative paths are under the working directory.
+    fn workdir_path(&self, path: &str) -> PathBuf {
+        self.spec.workdir.join(path)
+    }
+
+    fn common_options(&self) -> Vec<String> {
+        let mut opts: Vec<String> = [
+            "BatchMode=yes".to_string(),
+            "StrictHostKeyChecking=accept-new".into(),
+            format!("ConnectTimeout={CONNECT_TIMEOUT_S}"),
+            format!("ServerAliveInterval={SERVER_ALIVE_S}"),
+            "ServerAliveCountMax=3".into(),
+            "LogLevel=ERROR".into(),
+        ]
+        .into_iter()
+        .flat_map(|o| ["-o".to_string(), o])
+        .collect();
+        if let Some(key) = &self.spec.identity_file {
+            let key = key.to_string_lossy().into_owned();
+            opts.extend(["-o".into(), "IdentitiesOnly=yes".into(), "-i".into(), key]);
+        }
+        if let Some(file) = &self.spec.known_hosts_file {
+            let option = format!("UserKnownHostsFile={}", file.display());
+            opts.extend(["-o".into(), option]);
+        }
+        opts
+    }
+
+    fn scp_command(&self) -> Command {
+        let mut cmd = Command::new("scp");
+        cmd.args(["-q", "-P", &self.spec.port.to_string()]);
+        cmd.args(self.common_options());
+        cmd.arg("--");
+        cmd
+    }
+
+    fn scp_to(&self, local: &Path, remote: &Path) -> Result<(), RemoteError> {
+        self.check()?; // creates the working directory, which scp would not
+        let mut cmd = self.scp_command();
+        cmd.arg(local).arg(format!(
+            "{}:{}",
+            self.spec.destination(true),
+            remote.display()
+        ));
+        self.scp(cmd, &format!("copying {}", local.display()))
+    }
+
+    fn scp(&self, mut cmd: Command, what: &str) -> Result<(), RemoteError> {
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| RemoteError::Spawn {
+                program: "scp".into(),
+                source,
+            })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(RemoteError::Copy {
+            host: self.spec.name.clone(),
+            what: what.into(),
+            detail: String::from_utf8_lossy(&out.stderr).trim().into(),
+        })
+    }
+
+    /// `--version` and `cksum` of the binary on the host, `None` when it is missing or broken.
+    fn remote_fingerprint(&self) -> Result<Option<String>, RemoteError> {
+        let line = format!("./{REMOTE_BIN} --version && cksum < {REMOTE_BIN}");
+        match self.run(&line) {
+            Ok(out) => Ok(Some(out.stdout.trim().to_owned())),
+            Err(RemoteError::Command { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `--version` and `cksum` of a local binary, in the form `remote_fingerprint` prints.
+fn local_fingerprint(bin: &Path) -> Result<String, RemoteError> {
+    let version = local_output(Command::new(bin).arg("--version"), bin)?;
+    let file = std::fs::File::open(bin).map_err(|source| RemoteError::Local {
+        what: format!("opening {}", bin.display()),
+        source,
+    })?;
+    let sum = local_output(Command::new("cksum").stdin(file), Path::new("cksum"))?;
+    Ok(format!("{}\n{}", version.trim(), sum.trim()))
+}
+
+fn local_output(cmd: &mut Command, program: &Path) -> Result<String, RemoteError> {
+    let out = cmd.output().map_err(|source| RemoteError::Spawn {
+        program: program.display().to_string(),
+        source,
+    })?;
+    if !out.status.success() {
+        return Err(RemoteError::Local {
+            what: format!("running {}", program.display()),
+            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Quotes `s` for a POSIX shell: single quotes, with each `'` written as `'\''`.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// `sh -c 'SCRIPT' stairbench ARG...`, each part quoted: the script reads its arguments as
+/// `$1`, `$2`, ... and never needs them spliced into its text.
+pub fn sh_c(script: &str, args: &[&str]) -> String {
+    let mut line = format!("sh -c {} stairbench", shell_quote(script));
+    for arg in args {
+        line.push(' ');
+        line.push_str(&shell_quote(arg));
+    }
+    line
+}
+
+pub(crate) fn truncate(s: &str, max_chars: usize) -> &str {
+    match s.char_indices().nth(max_chars) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(line: &str) -> String {
+        let out = Command::new("sh").arg("-c").arg(line).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn quoting_survives_a_shell() {
+        let nasty = "it's \"quoted\" $HOME `x` \\ ; rm -rf /";
+        assert_eq!(sh(&format!("printf %s {}", shell_quote(nasty))), nasty);
+        let line = sh_c("printf '%s|%s' \"$1\" \"$2\"", &[nasty, "b c"]);
+        assert_eq!(sh(&line), format!("{nasty}|b c"));
+    }
+
+    #[test]
+    fn workdir_wrapper_runs_the_command_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = HostSpec {
+            workdir: dir.path().join("w"),
+            ..HostSpec::parse("h", "ssh://u@h").unwrap()
+        };
+        let line = Remote::new(spec).in_workdir("pwd; echo 'a b'");
+        let out = sh(&line);
+        assert_eq!(out, format!("{}\na b\n", dir.path().join("w").display()));
+    }
+
+    #[test]
+    fn ssh_options_carry_key_port_and_known_hosts() {
+        let spec = HostSpec {
+            identity_file: Some("/k/id".into()),
+            known_hosts_file: Some("/k/known".into()),
+            ..HostSpec::parse("h", "ssh://u@10.1.2.3:2200").unwrap()
+        };
+        let cmd = Remote::new(spec).ssh_command();
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let joined = args.join(" ");
+        for want in [
+            "-p 2200",
+            "BatchMode=yes",
+            "StrictHostKeyChecking=accept-new",
+            "ConnectTimeout=5",
+            "-i /k/id",
+            "UserKnownHostsFile=/k/known",
+            "-- u@10.1.2.3",
+        ] {
+            assert!(joined.contains(want), "{want} missing from {joined}");
+        }
+    }
+}
