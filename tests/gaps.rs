@@ -26,9 +26,13 @@ fn plan(text: &str) -> Plan {
 
 /// Runs the loop with a fake driver and launcher over 4 CPUs, then writes the reports.
 fn run_fake(plan: &Plan, dir: &Path, driver: &mut dyn Driver) -> RunSummary {
+    run_fake_on(plan, dir, driver, vec![0, 1, 2, 3])
+}
+
+fn run_fake_on(plan: &Plan, dir: &Path, driver: &mut dyn Driver, cpus: Vec<usize>) -> RunSummary {
     let mut rundir = RunDir::create(Some(dir), &plan.name).unwrap();
     rundir.write_file("spec.toml", &plan.spec.text).unwrap();
-    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], plan.custom.clone());
+    let placements = TopologyPlacements::with_cpus(cpus, plan.custom.clone());
     let mut runner = Runner {
         plan,
         dir: &mut rundir,
@@ -145,7 +149,10 @@ fn cv_pct(v: &[f64]) -> f64 {
 }
 
 fn spec_error(text: &str) -> String {
-    let spec = SpecFile::parse(Path::new("bad.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+    let spec = match SpecFile::parse(Path::new("bad.toml"), text) {
+        Ok(spec) => spec,
+        Err(e) => return e.to_string(),
+    };
     match Plan::new(spec, PathBuf::from(BIN)) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("accepted a bad spec:\n{text}"),
@@ -193,4 +200,88 @@ fn comparisons_are_checked_before_the_run() {
         let err = spec_error(&format!("{TWO_TARGETS}[[comparisons]]\n{entry}"));
         assert!(err.starts_with(want), "want {want}\n got {err}");
     }
+}
+
+/// The columns of an intervals CSV by header name.
+fn csv_column(text: &str, name: &str) -> Vec<(f64, String)> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = header
+        .iter()
+        .position(|h| *h == name)
+        .unwrap_or_else(|| panic!("no {name} in {header:?}"));
+    lines
+        .map(|l| {
+            let cells: Vec<&str> = l.split(',').collect();
+            (
+                cells[0].parse().unwrap(),
+                cells.get(col).unwrap_or(&"").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn intervals_hold_the_servers_per_core_busy_and_the_heat_map_shows_it() {
+    // cpu0 exists on every Linux machine: both sides on it, one figure per second each.
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("name = \"cores\"\nduration = \"3s\"\nwarmup = \"0s\"\nclients = [1, 2]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    run_fake_on(
+        &p,
+        dir.path(),
+        &mut FakeDriver::new(|c| 100.0 * c as f64),
+        vec![0],
+    );
+    let csv = std::fs::read_to_string(dir.path().join("intervals/a.shared.c2.r0.csv")).unwrap();
+    let server = csv_column(&csv, "server_per_core_busy");
+    let client = csv_column(&csv, "client_per_core_busy");
+    assert_eq!(server.len(), 3, "{csv}");
+    for ((t, s), (_, c)) in server.iter().zip(&client) {
+        assert!(*t > 0.0);
+        for cell in [s, c] {
+            let v: f64 = cell.parse().unwrap_or_else(|_| panic!("{cell:?} in {csv}"));
+            assert!((0.0..=100.0).contains(&v), "{csv}");
+        }
+    }
+    let data = stairbench::report::html::adapter::from_run_dir(dir.path()).unwrap();
+    let heat = data.heat_map.expect("a heat map");
+    // The busiest step of the first (only) series: 2 clients, on the server's cores.
+    assert_eq!(heat.step_id, "a.shared.c2.r0");
+    assert!(heat.label.starts_with("server cores"), "{}", heat.label);
+    assert_eq!(heat.cores, ["cpu0"]);
+    assert_eq!(heat.seconds.len(), 3);
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("Step a.shared.c2.r0: busy %"));
+}
+
+const HEAT: &str = "name = \"heat\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 4]\nplacements = [\"shared\", \"separated\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n[[targets]]\nname = \"b\"\nbuiltin = \"msgr\"\n";
+
+#[test]
+fn heat_map_step_is_the_first_series_busiest_unless_the_spec_chooses() {
+    // Throughput peaks at 2 clients; later series are faster, but the first series is shown.
+    let curve = |c: usize| {
+        if c == 2 {
+            300.0
+        } else {
+            100.0 * c as f64 / 4.0
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    run_fake(&plan(HEAT), dir.path(), &mut FakeDriver::new(curve));
+    let data = stairbench::report::html::adapter::from_run_dir(dir.path()).unwrap();
+    assert_eq!(data.heat_map.unwrap().step_id, "a.shared.c2.r0");
+
+    let chosen = format!("{HEAT}[report]\nheat_map = \"b/separated@4\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    run_fake(&plan(&chosen), dir.path(), &mut FakeDriver::new(curve));
+    let data = stairbench::report::html::adapter::from_run_dir(dir.path()).unwrap();
+    assert_eq!(data.heat_map.unwrap().step_id, "b.separated.c4.r0");
+
+    let err = spec_error(&format!("{HEAT}[report]\nheat_map = \"b/separated@3\"\n"));
+    assert!(
+        err.starts_with("bad.toml:13:12: report.heat_map: no step has 3 clients"),
+        "{err}"
+    );
+    let err = spec_error(&format!("{HEAT}[report]\nheat_mp = \"b\"\n"));
+    assert!(err.contains("report.heat_mp: unknown field"), "{err}");
 }

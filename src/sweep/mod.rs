@@ -5,6 +5,7 @@
 //! [`placement::PlacementSource`], each a trait with a fake, writing a [`rundir::RunDir`].
 
 pub mod cli;
+pub mod cores;
 pub mod driver;
 pub mod experiment;
 pub mod observer;

@@ -190,6 +190,7 @@ impl Plan {
             }
         }
         super::validate::comparisons(&spec, &series)?;
+        super::validate::report(&spec, &series)?;
         let client = client(&spec)?;
         Ok(Plan {
             name: s.name.clone(),

@@ -385,6 +385,8 @@ impl Runner<'_> {
             started: false,
             pid,
             cpus: cpus.clone(),
+            cores: None,
+            live: self.driver.live_intervals(),
         };
         if self.plan.warmup.is_zero() || !self.driver.live_intervals() {
             sink.start_observer();
@@ -421,17 +423,29 @@ struct LoopSink<'a> {
     started: bool,
     pid: Option<i32>,
     cpus: CpuPair,
+    /// The per-core busy % columns, from the observers' start.
+    cores: Option<super::cores::CoreColumns>,
+    /// The driver's lines come while it runs.
+    live: bool,
 }
 
 impl LoopSink<'_> {
     fn start_observer(&mut self) {
         self.observer
             .start(self.pid, &self.cpus.server, &self.cpus.client);
+        self.cores = Some(super::cores::CoreColumns::start(
+            self.live,
+            &self.cpus.server,
+            &self.cpus.client,
+        ));
         self.started = true;
     }
 
     fn finish(self, hist: Option<Histogram<u64>>) -> std::io::Result<()> {
         let mut inner = self.inner;
+        if let Some(cores) = self.cores {
+            cores.finish(&mut inner);
+        }
         // An external tool gives no per-second histograms: log its whole-window one.
         if let Some(h) = hist {
             inner.ensure_one(h)?;
@@ -442,7 +456,10 @@ impl LoopSink<'_> {
 
 impl IntervalSink for LoopSink<'_> {
     fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
-        self.inner.interval(line, hist_ns);
+        match self.cores.as_mut() {
+            Some(cores) => cores.line(line, hist_ns, &mut self.inner),
+            None => self.inner.interval(line, hist_ns),
+        }
         // The line that closes the warm-up arrives at elapsed ≈ 0: the window starts now.
         if !self.started && line.elapsed_s > -0.5 {
             self.start_observer();

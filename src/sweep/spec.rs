@@ -72,6 +72,9 @@ pub struct Spec {
     /// Comparisons for the report (kept as written; the reports read them).
     #[serde(default)]
     pub comparisons: Vec<toml::Table>,
+    /// What the report shows (`heat_map = "TARGET/PLACEMENT@CLIENTS"`).
+    #[serde(default)]
+    pub report: Option<super::validate::ReportSpec>,
 }
 
 fn default_duration() -> Dur {

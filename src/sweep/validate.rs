@@ -2,10 +2,32 @@
 //! the run starts: a typo in a target's name would otherwise surface only after an hour of
 //! measuring, as a note in the report.
 
+use serde::{Deserialize, Serialize};
+
 use super::plan::Series;
 use super::spec::{SpecError, SpecFile};
 use crate::report::analysis::parse_comparison;
 use crate::report::compare::Selector;
+
+/// The spec's `[report]` section.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportSpec {
+    /// The step whose per-core busy % the heat map shows, `TARGET[/PLACEMENT][@CLIENTS]`
+    /// (the busiest matching step; default: the busiest step of the first series).
+    #[serde(default)]
+    pub heat_map: Option<String>,
+}
+
+/// Checks `[report] heat_map` like a comparison's selector.
+pub fn report(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
+    let Some(text) = spec.spec.report.as_ref().and_then(|r| r.heat_map.as_ref()) else {
+        return Ok(());
+    };
+    let at = |message: String| spec.error_at(&["report", "heat_map"], message);
+    let selector: Selector = text.parse().map_err(at)?;
+    selector_fits(spec, series, &selector).map_err(at)
+}
 
 /// Checks every `[[comparisons]]` entry: its keys (the report's parser), and that its
 /// selectors name targets and placements of the spec and client counts of its series.
