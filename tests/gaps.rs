@@ -285,3 +285,72 @@ fn heat_map_step_is_the_first_series_busiest_unless_the_spec_chooses() {
     let err = spec_error(&format!("{HEAT}[report]\nheat_mp = \"b\"\n"));
     assert!(err.contains("report.heat_mp: unknown field"), "{err}");
 }
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name)
+}
+
+fn dry_run(path: &Path) -> String {
+    let out = std::process::Command::new(BIN)
+        .args(["run", "--dry-run"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_seed_000_table_example_skips_what_this_machine_lacks_visibly() {
+    let out = dry_run(&example("crimson-msgr-table.toml"));
+    // The seed's table names CPUs up to 111: skipped here with the reason, unless this is
+    // the seed's machine.
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if online < 112 {
+        assert!(
+            out.contains(
+                "reactor.seed-separated.c2.r0: skipped: client cpuset \"28-29\" names CPU 28"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("step(s) are skipped on this machine"), "{out}");
+    }
+    // A count the table has no row for is skipped, saying which counts it has.
+    assert!(
+        out.contains("reactor.seed-balanced.c1.r0: skipped: custom placement \"balanced\" has no cpusets for 1 CPUs (it lists 2, 4, 8"),
+        "{out}"
+    );
+    // The small table (same format) runs its 1-client step wherever there are 2 CPUs.
+    if online >= 2 {
+        assert!(
+            out.contains("reactor.small-separated.c1.r0: server cpus 0 client cpus 1"),
+            "{out}"
+        );
+    }
+    // The example's copy of the seed's table is the one the tests check.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sweep/seed000-cpusets.json");
+    assert_eq!(
+        std::fs::read_to_string(example("seed000-cpusets.json")).unwrap(),
+        std::fs::read_to_string(data).unwrap()
+    );
+}
+
+#[test]
+fn the_rate_search_example_bisects_between_its_bounds() {
+    let path = example("msgr-rate-search.toml");
+    let p = Plan::new(SpecFile::read(&path).unwrap(), PathBuf::from(BIN)).unwrap();
+    match p.series {
+        stairbench::sweep::plan::Series::Find { lo, hi, p99_ms, .. } => {
+            assert!(lo < hi && p99_ms > 0.0)
+        }
+        other => panic!("not a rate search: {other:?}"),
+    }
+    let out = dry_run(&path);
+    assert!(out.contains("reactor.separated.c4.rate2000.r0"), "{out}");
+}

@@ -156,6 +156,7 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
             let _ = writeln!(out, "note: {note}");
         }
     }
+    let mut skipped = 0;
     for target in &plan.targets {
         for placement in &plan.placements {
             let _ = writeln!(out, "\n{} / {placement}:", target.name);
@@ -174,19 +175,32 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
                         );
                     }
                     Err(why) => {
+                        skipped += 1;
                         let _ = writeln!(out, "  {id}: skipped: {why}");
                     }
                 }
             }
         }
     }
-    let secs = plan.estimate().as_secs();
+    // A skipped point skips all its runs; a rate search's points are counted at their maximum.
+    let points = dry_points(plan).len().max(1);
+    let runnable = plan.max_steps().saturating_sub(
+        skipped * plan.max_steps() / (points * plan.targets.len() * plan.placements.len()).max(1),
+    );
+    let secs = plan.estimate_for(runnable).as_secs();
     let _ = writeln!(
         out,
         "\nestimated time: about {}m{:02}s",
         secs / 60,
         secs % 60
     );
+    if skipped > 0 {
+        let _ = writeln!(
+            out,
+            "{skipped} step(s) are skipped on this machine; {runnable} of at most {} can run",
+            plan.max_steps()
+        );
+    }
     out
 }
 

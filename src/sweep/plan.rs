@@ -241,12 +241,18 @@ impl Plan {
 
     /// Estimated wall time (steps × (warm-up + window + cooldown) + server starts).
     pub fn estimate(&self) -> Duration {
+        self.estimate_for(self.max_steps())
+    }
+
+    /// Estimated wall time when only `steps` of the steps can run (the others are skipped:
+    /// their cpusets do not exist on this machine).
+    pub fn estimate_for(&self, steps: usize) -> Duration {
         let per_step = self.warmup + self.duration + self.cooldown + Duration::from_millis(200);
         let starts = match self.restart {
-            Restart::Series => self.targets.len() * self.placements.len(),
-            Restart::Step => self.max_steps(),
+            Restart::Series => (self.targets.len() * self.placements.len()).min(steps),
+            Restart::Step => steps,
         };
-        per_step * self.max_steps() as u32 + Duration::from_millis(500) * starts as u32
+        per_step * steps as u32 + Duration::from_millis(500) * starts as u32
     }
 }
 
