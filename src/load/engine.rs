@@ -34,9 +34,7 @@ pub fn run(
     // Threads poll a flag of their own; it follows `stop` (which the caller owns).
     let stop_flag = Arc::new(AtomicBool::new(false));
     let (tx, rx) = channel();
-    let barrier = Arc::new(Barrier::new(config.threads + 1));
-    let start = Arc::new(OnceLock::new());
-    let mut handles = Vec::new();
+    let mut bodies: Vec<ThreadBody> = Vec::new();
     let mut first_conn = 0;
     for t in 0..config.threads {
         let n = config.connections / config.threads
@@ -61,37 +59,101 @@ pub fn run(
             source,
         })?;
         first_conn += n;
-        let cpu = config.cpuset.as_ref().map(|cpus| cpus[t % cpus.len()]);
-        let (b, s) = (barrier.clone(), start.clone());
-        let handle = std::thread::Builder::new()
-            .name(format!("load-{t}"))
-            .spawn(move || {
-                if let Some(cpu) = cpu {
-                    let _ = crate::cpuset::pin_current_thread(cpu);
-                }
-                worker.run(b, s)
-            })
-            .map_err(|source| LoadError::Io {
-                context: "starting a generator thread".into(),
-                source,
-            })?;
-        handles.push(handle);
+        bodies.push(Box::new(move |b, s| worker.run(b, s)));
     }
     drop(tx);
-    let connect = wait_ready(&rx, config.threads);
-    let _ = start.set(Instant::now());
-    barrier.wait();
-    let connect_s = match connect {
-        Ok(s) => s,
-        Err(e) => {
-            handles.into_iter().for_each(|h| drop(h.join()));
-            return Err(e);
-        }
+    let threads = Threads {
+        bodies,
+        name: "load",
+        stop_flag,
+        rx,
     };
-    let mut merger = Merger::new(&config, &sched);
-    merger.collect(&rx, sink, stop, &stop_flag);
-    handles.into_iter().for_each(|h| drop(h.join()));
-    Ok(merger.finish(&config, connect_s / config.connections as f64))
+    threads.drive(&config, &sched, sink, stop)
+}
+
+/// One generator thread's body: connect, report ready, wait at the barrier for the common
+/// start, run the schedule, report.
+pub(super) type ThreadBody = Box<dyn FnOnce(Arc<Barrier>, Arc<OnceLock<Instant>>) + Send>;
+
+/// The generator threads of one load and the channel they report on; shared by the socket
+/// and the shared-memory paths.
+pub(super) struct Threads {
+    /// One body per thread, pinned round-robin over the cpuset in this order.
+    pub bodies: Vec<ThreadBody>,
+    /// Thread name prefix.
+    pub name: &'static str,
+    /// The flag the threads poll; set when `stop` is seen.
+    pub stop_flag: Arc<AtomicBool>,
+    /// Where the threads report (every sender already handed to a body).
+    pub rx: Receiver<Msg>,
+}
+
+impl Threads {
+    /// Spawns the threads, starts them together once all are ready, merges what they report.
+    pub fn drive(
+        self,
+        config: &LoadConfig,
+        sched: &Arc<Schedule>,
+        sink: &mut dyn IntervalSink,
+        stop: &AtomicBool,
+    ) -> Result<LoadOutcome, LoadError> {
+        let n = self.bodies.len();
+        let barrier = Arc::new(Barrier::new(n + 1));
+        let start = Arc::new(OnceLock::new());
+        let mut handles = Vec::new();
+        for (t, body) in self.bodies.into_iter().enumerate() {
+            let cpu = config.cpuset.as_ref().map(|cpus| cpus[t % cpus.len()]);
+            let (b, s) = (barrier.clone(), start.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("{}-{t}", self.name))
+                .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        let _ = crate::cpuset::pin_current_thread(cpu);
+                    }
+                    body(b, s)
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(source) => {
+                    // Threads already started wait at the barrier: release them (no start).
+                    abandon(&barrier, handles.len(), n);
+                    handles.into_iter().for_each(|h| drop(h.join()));
+                    return Err(LoadError::Io {
+                        context: "starting a generator thread".into(),
+                        source,
+                    });
+                }
+            }
+        }
+        let connect = wait_ready(&self.rx, n);
+        let _ = start.set(Instant::now());
+        barrier.wait();
+        let connect_s = match connect {
+            Ok(s) => s,
+            Err(e) => {
+                handles.into_iter().for_each(|h| drop(h.join()));
+                return Err(e);
+            }
+        };
+        let mut merger = Merger::new(config, sched);
+        merger.collect(&self.rx, sink, stop, &self.stop_flag);
+        handles.into_iter().for_each(|h| drop(h.join()));
+        Ok(merger.finish(config, connect_s / config.connections as f64))
+    }
+}
+
+/// Lets `started` threads past a barrier sized for `total`, without a start time.
+fn abandon(barrier: &Arc<Barrier>, started: usize, total: usize) {
+    let missing = total - started;
+    let b = barrier.clone();
+    // The barrier needs total + 1 arrivals: the missing threads' and ours.
+    for _ in 0..missing {
+        let b = b.clone();
+        std::thread::spawn(move || {
+            b.wait();
+        });
+    }
+    barrier.wait();
 }
 
 fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
@@ -119,7 +181,7 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
     Ok(c)
 }
 
-pub(super) fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, LoadError> {
+fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, LoadError> {
     let mut total = 0.0;
     let mut first_err = None;
     for _ in 0..threads {
@@ -133,7 +195,7 @@ pub(super) fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, Load
 }
 
 /// Merges the threads' intervals into per-second lines and the window's histograms.
-pub(super) struct Merger {
+struct Merger {
     threads: usize,
     sched: Arc<Schedule>,
     pending: BTreeMap<usize, (usize, IntervalMsg)>,
@@ -144,7 +206,7 @@ pub(super) struct Merger {
 }
 
 impl Merger {
-    pub(super) fn new(config: &LoadConfig, sched: &Arc<Schedule>) -> Self {
+    fn new(config: &LoadConfig, sched: &Arc<Schedule>) -> Self {
         Merger {
             threads: config.threads,
             sched: sched.clone(),
@@ -156,7 +218,7 @@ impl Merger {
         }
     }
 
-    pub(super) fn collect(
+    fn collect(
         &mut self,
         rx: &Receiver<Msg>,
         sink: &mut dyn IntervalSink,
@@ -216,7 +278,7 @@ impl Merger {
         sink.interval(&line, &m.hist);
     }
 
-    pub(super) fn finish(self, config: &LoadConfig, connect_time_s: f64) -> LoadOutcome {
+    fn finish(self, config: &LoadConfig, connect_time_s: f64) -> LoadOutcome {
         let mut report = LoadReport {
             schema: SCHEMA_VERSION,
             url: config.url.clone(),

@@ -8,7 +8,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::engine::{wait_ready, Merger};
+use super::engine::{ThreadBody, Threads};
 use super::worker::{thread_cpu_ns, thread_rusage, IntervalMsg, Msg, Schedule, Totals};
 use super::{Distribution, IntervalSink, LoadConfig, LoadError, LoadOutcome};
 use crate::serve::shmkv::msg::{MAX_KEY, MAX_VALUE};
@@ -31,42 +31,21 @@ pub fn run(
     let sched = Arc::new(Schedule::new(&config));
     let stop_flag = Arc::new(AtomicBool::new(false));
     let (tx, rx) = channel();
-    let barrier = Arc::new(Barrier::new(config.threads + 1));
-    let start = Arc::new(OnceLock::new());
-    let mut handles = Vec::new();
-    for i in 0..config.connections {
-        let client = ClientThread::new(&config, &name, i, sched.clone(), stop_flag.clone(), &tx);
-        let cpu = config.cpuset.as_ref().map(|c| c[i % c.len()]);
-        let (b, s) = (barrier.clone(), start.clone());
-        let handle = std::thread::Builder::new()
-            .name(format!("shm-{i}"))
-            .spawn(move || {
-                if let Some(cpu) = cpu {
-                    let _ = crate::cpuset::pin_current_thread(cpu);
-                }
-                client.run(b, s)
-            })
-            .map_err(|source| LoadError::Io {
-                context: "starting a client thread".into(),
-                source,
-            })?;
-        handles.push(handle);
-    }
+    let bodies: Vec<ThreadBody> = (0..config.connections)
+        .map(|i| {
+            let client =
+                ClientThread::new(&config, &name, i, sched.clone(), stop_flag.clone(), &tx);
+            Box::new(move |b, s| client.run(b, s)) as ThreadBody
+        })
+        .collect();
     drop(tx);
-    let connect = wait_ready(&rx, config.threads);
-    let _ = start.set(Instant::now());
-    barrier.wait();
-    let connect_s = match connect {
-        Ok(s) => s,
-        Err(e) => {
-            handles.into_iter().for_each(|h| drop(h.join()));
-            return Err(e);
-        }
+    let threads = Threads {
+        bodies,
+        name: "shm",
+        stop_flag,
+        rx,
     };
-    let mut merger = Merger::new(&config, &sched);
-    merger.collect(&rx, sink, stop, &stop_flag);
-    handles.into_iter().for_each(|h| drop(h.join()));
-    Ok(merger.finish(&config, connect_s / config.connections as f64))
+    threads.drive(&config, &sched, sink, stop)
 }
 
 /// The server name, once the options are known to suit a shared-memory client.
