@@ -52,6 +52,8 @@ pub struct CoreSampler {
     client: Vec<usize>,
     last: BTreeMap<usize, CpuTimes>,
     read: StatReader,
+    /// CPU seconds the sampling used (so its cost is reported with the observers').
+    cpu_s: f64,
 }
 
 impl CoreSampler {
@@ -62,23 +64,47 @@ impl CoreSampler {
 
     /// Starts from what `read` gives.
     pub fn with_reader(server: &[usize], client: &[usize], mut read: StatReader) -> CoreSampler {
+        let cpu0 = thread_cpu_s();
+        let last = read();
         CoreSampler {
             server: server.to_vec(),
             client: client.to_vec(),
-            last: read(),
+            last,
             read,
+            cpu_s: thread_cpu_s() - cpu0,
         }
     }
 
     /// Busy % since the previous call (or the start).
     pub fn sample(&mut self) -> CoreRow {
+        let cpu0 = thread_cpu_s();
         let now = (self.read)();
         let row = CoreRow {
             server_busy_pct: busy_of(&self.last, &now, &self.server),
             client_busy_pct: busy_of(&self.last, &now, &self.client),
         };
         self.last = now;
+        self.cpu_s += thread_cpu_s() - cpu0;
         row
+    }
+
+    /// CPU seconds used so far.
+    pub fn cpu_s(&self) -> f64 {
+        self.cpu_s
+    }
+}
+
+/// CPU time of the calling thread, in seconds.
+fn thread_cpu_s() -> f64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
+        .unwrap_or(0.0)
+}
+
+/// Adds the sampling's CPU to a step's `observer_cpu_s` (when the observers reported one).
+pub fn add_observer_cpu(derived: &mut serde_json::Map<String, serde_json::Value>, cpu_s: f64) {
+    if let Some(v) = derived.get_mut("observer_cpu_s") {
+        *v = serde_json::json!(v.as_f64().unwrap_or(0.0) + cpu_s);
     }
 }
 
@@ -107,7 +133,7 @@ fn read_proc_stat() -> BTreeMap<usize, CpuTimes> {
 /// since the start at which it ends.
 pub struct Ticker {
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<Vec<(f64, CoreRow)>>,
+    handle: JoinHandle<(Vec<(f64, CoreRow)>, f64)>,
 }
 
 impl Ticker {
@@ -132,7 +158,7 @@ impl Ticker {
                     last = now;
                 }
                 if stopping {
-                    return rows;
+                    return (rows, thread_cpu_s());
                 }
                 next += period;
             }
@@ -140,8 +166,8 @@ impl Ticker {
         Ticker { stop, handle }
     }
 
-    /// Stops the thread and returns its rows.
-    pub fn finish(self) -> Vec<(f64, CoreRow)> {
+    /// Stops the thread and returns its rows and the CPU seconds it used.
+    pub fn finish(self) -> (Vec<(f64, CoreRow)>, f64) {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
     }
@@ -187,12 +213,14 @@ impl CoreColumns {
     }
 
     /// Ends the window; a background sampler's rows are merged with the driver's lines.
-    pub fn finish(self, sink: &mut StepSink) {
-        let CoreColumns::Background { ticker, lines } = self else {
-            return;
+    /// Returns the CPU seconds the sampling used.
+    pub fn finish(self, sink: &mut StepSink) -> f64 {
+        let (lines, (rows, cpu_s)) = match self {
+            CoreColumns::Live(sampler) => return sampler.cpu_s(),
+            CoreColumns::Background { ticker, lines } => (lines, ticker.finish()),
         };
         let empty = Histogram::<u64>::new(3).ok();
-        for (elapsed_s, line, row) in merge(lines, ticker.finish()) {
+        for (elapsed_s, line, row) in merge(lines, rows) {
             match (line, &empty) {
                 (Some(line), Some(h)) => sink.line_with_cores(&line, h, row.as_ref()),
                 (Some(_), None) => {}
@@ -203,6 +231,7 @@ impl CoreColumns {
                 }
             }
         }
+        cpu_s
     }
 }
 
@@ -290,6 +319,16 @@ mod tests {
     }
 
     #[test]
+    fn sampling_cost_joins_the_observers_cost_when_there_is_one() {
+        let mut derived = serde_json::Map::new();
+        add_observer_cpu(&mut derived, 0.25);
+        assert!(derived.is_empty());
+        derived.insert("observer_cpu_s".into(), serde_json::json!(0.5));
+        add_observer_cpu(&mut derived, 0.25);
+        assert_eq!(derived["observer_cpu_s"], 0.75);
+    }
+
+    #[test]
     fn the_ticker_samples_once_per_period() {
         let ticker = Ticker::start(
             CoreSampler::with_reader(&[0], &[], Box::new(BTreeMap::new)),
@@ -298,7 +337,8 @@ mod tests {
         let start = Instant::now();
         std::thread::sleep(Duration::from_millis(180));
         let most = (start.elapsed().as_millis() / 50 + 1) as usize;
-        let rows = ticker.finish();
+        let (rows, cpu_s) = ticker.finish();
+        assert!(cpu_s >= 0.0);
         // At 50, 100, 150 ms (a loaded machine may add one); the last 30 ms are under half a
         // period and not counted.
         assert!((3..=most).contains(&rows.len()), "{rows:?}");

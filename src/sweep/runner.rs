@@ -398,10 +398,12 @@ impl Runner<'_> {
         let requests = result.as_ref().map_or(0, |l| l.report.requests);
         let observed = sink.observer.finish(requests);
         let hist = result.as_ref().ok().and_then(|l| l.hist_ns.clone());
-        sink.finish(hist)
+        let cores_cpu_s = sink
+            .finish(hist)
             .map_err(|e| format!("writing the step's files: {e}"))?;
         let load = result?;
         let mut observed = observed;
+        super::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
         observed.derived.extend(load.extra);
         Ok((load.report, observed))
     }
@@ -441,16 +443,16 @@ impl LoopSink<'_> {
         self.started = true;
     }
 
-    fn finish(self, hist: Option<Histogram<u64>>) -> std::io::Result<()> {
+    /// Flushes the step's files; returns the CPU seconds the per-core sampling used.
+    fn finish(self, hist: Option<Histogram<u64>>) -> std::io::Result<f64> {
         let mut inner = self.inner;
-        if let Some(cores) = self.cores {
-            cores.finish(&mut inner);
-        }
+        let cores_cpu_s = self.cores.map_or(0.0, |c| c.finish(&mut inner));
         // An external tool gives no per-second histograms: log its whole-window one.
         if let Some(h) = hist {
             inner.ensure_one(h)?;
         }
-        inner.finish()
+        inner.finish()?;
+        Ok(cores_cpu_s)
     }
 }
 

@@ -666,6 +666,20 @@ mod tests {
     }
 
     #[test]
+    fn busy_csv_prefers_the_server_column_and_skips_rows_without_figures() {
+        let header = "elapsed_s,inflight,ops_per_s,mb_per_s,mean_latency_ms,errors,per_core_busy,server_per_core_busy,client_per_core_busy\n";
+        let runner = format!("{header}0.000,1,5,0,0,0,9,,\n1.000,1,5,0,0,0,10,80.0 90.0,5.0\n1.500,,,,,,,70.0 60.0,4.0\n2.000,1,5,0,0,0,11,,\n");
+        let (seconds, rows, whose) = read_busy_csv(&runner).unwrap();
+        assert_eq!(whose, Whose::Server);
+        assert_eq!(seconds, [1.0, 1.5]);
+        assert_eq!(rows, [vec![80.0, 90.0], vec![70.0, 60.0]]);
+        // No server figures at all (an older run directory's layout): the generator's threads.
+        let older = format!("{header}1.000,1,5,0,0,0,10 20,,\n");
+        let (_, rows, whose) = read_busy_csv(&older).unwrap();
+        assert_eq!((whose, rows), (Whose::Generator, vec![vec![10.0, 20.0]]));
+    }
+
+    #[test]
     fn core_labels_follow_the_cpu_list() {
         assert_eq!(core_labels("2-3,6", 3), ["cpu2", "cpu3", "cpu6"]);
         assert_eq!(core_labels("0-7", 2), ["#0", "#1"]);
