@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod hlog;
 pub mod protocol;
+mod recorder;
 pub mod shm;
 pub mod target;
 mod worker;

@@ -21,6 +21,7 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use super::protocol::{Protocol, Reply};
+use super::recorder::Recorder;
 use super::target::Target;
 use super::{LoadConfig, LoadError};
 
@@ -150,7 +151,6 @@ struct Conn {
 
 /// Everything one thread owns.
 pub(super) struct Worker {
-    thread: usize,
     config: Arc<LoadConfig>,
     target: Arc<Target>,
     sched: Arc<Schedule>,
@@ -159,11 +159,8 @@ pub(super) struct Worker {
     poll: Poll,
     conns: Vec<Conn>,
     t0: Instant,
-    /// End of this thread's measured window (earlier than the schedule's after a stop).
-    end_ns: u64,
     open: Option<OpenLoop>,
-    stats: Stats,
-    interval: usize,
+    rec: Recorder,
     timer: Option<TimerFd>,
     timer_armed_ns: u64,
 }
@@ -183,20 +180,6 @@ impl OpenLoop {
     fn next_due_ns(&self) -> u64 {
         (self.phase_ns + self.issued as f64 * self.period_ns) as u64
     }
-}
-
-#[derive(Default)]
-struct Stats {
-    totals: Totals,
-    hist: Option<Histogram<u64>>,
-    uncorrected: Option<Histogram<u64>>,
-    ops: u64,
-    lat_sum_ns: u64,
-    bytes_sent: u64,
-    bytes_received: u64,
-    errors: u64,
-    cpu_mark_ns: u64,
-    window_rusage: Option<(f64, f64, f64)>,
 }
 
 impl Worker {
@@ -238,14 +221,8 @@ impl Worker {
             counted: 0,
             free: VecDeque::new(),
         });
-        let stats = Stats {
-            hist: Some(sched.new_hist()),
-            uncorrected: open.as_ref().map(|_| sched.new_hist()),
-            ..Stats::default()
-        };
-        let end_ns = sched.measure_end_ns;
+        let rec = Recorder::new(sched.clone(), tx.clone(), thread, open.is_some());
         Ok(Worker {
-            thread,
             config,
             target,
             sched,
@@ -254,10 +231,8 @@ impl Worker {
             poll,
             conns,
             t0: Instant::now(),
-            end_ns,
             open,
-            stats,
-            interval: 0,
+            rec,
             timer: None,
             timer_armed_ns: 0,
         })
@@ -284,9 +259,9 @@ impl Worker {
                         .register(&mut SourceFd(&fd), TIMER, Interest::READABLE);
             }
         }
-        self.stats.cpu_mark_ns = thread_cpu_ns();
+        self.rec.start();
         self.event_loop();
-        self.finish();
+        self.rec.finish();
     }
 
     fn now_ns(&self) -> u64 {
@@ -368,11 +343,12 @@ impl Worker {
         }
         loop {
             let now = self.now_ns();
-            if self.stop.load(Ordering::Relaxed) && now < self.end_ns {
-                self.end_ns = now;
+            if self.stop.load(Ordering::Relaxed) {
+                self.rec.stop_at(now);
             }
-            self.cross_boundaries(now);
-            if now >= self.end_ns && (self.idle() || now >= self.drain_deadline_ns()) {
+            let inflight = self.conns.iter().map(|c| c.pending.len() as u64).sum();
+            self.rec.cross_boundaries(now, inflight);
+            if now >= self.rec.end_ns && (self.idle() || now >= self.drain_deadline_ns()) {
                 return;
             }
             if now >= next_housekeeping {
@@ -399,16 +375,16 @@ impl Worker {
     }
 
     fn drain_deadline_ns(&self) -> u64 {
-        self.end_ns + self.sched.timeout_ns
+        self.rec.end_ns + self.sched.timeout_ns
     }
 
     fn next_wake_ns(&self, now: u64, housekeeping: u64) -> u64 {
         let mut wake = housekeeping;
-        if let Some(&b) = self.sched.boundaries_ns.get(self.interval) {
-            wake = wake.min(b.min(self.end_ns));
+        if let Some(b) = self.rec.next_boundary_ns() {
+            wake = wake.min(b);
         }
         if let Some(open) = &self.open {
-            if now < self.end_ns {
+            if now < self.rec.end_ns {
                 wake = wake.min(open.next_due_ns());
             }
         }
@@ -486,10 +462,7 @@ impl Worker {
                 Ok(0) => return self.reset(i, "closed", now),
                 Ok(n) => {
                     conn.rend += n;
-                    if now >= self.sched.warmup_end_ns && now < self.end_ns {
-                        self.stats.totals.bytes_received += n as u64;
-                    }
-                    self.stats.bytes_received += n as u64;
+                    self.rec.bytes_in(n, now);
                     if !self.parse_replies(i, now) {
                         return;
                     }
@@ -536,33 +509,18 @@ impl Worker {
     }
 
     fn complete(&mut self, p: &Pending, now: u64, error: Option<&'static str>) {
-        if let Some(kind) = error {
-            return self.count_error(kind, now);
-        }
-        let latency_ns = now.saturating_sub(p.intended_ns).max(1);
-        self.stats.ops += 1;
-        self.stats.lat_sum_ns += latency_ns;
-        if now >= self.sched.warmup_end_ns && now < self.end_ns {
-            self.stats.totals.requests += 1;
-            if let Some(h) = &mut self.stats.hist {
-                h.saturating_record(latency_ns);
-            }
-            if let Some(h) = &mut self.stats.uncorrected {
-                h.saturating_record(now.saturating_sub(p.sent_ns).max(1));
-            }
+        match error {
+            Some(kind) => self.rec.error(kind, now),
+            None => self.rec.success(
+                now.saturating_sub(p.intended_ns),
+                now.saturating_sub(p.sent_ns),
+                now,
+            ),
         }
     }
 
     fn count_error(&mut self, kind: &str, now: u64) {
-        self.stats.errors += 1;
-        if now >= self.sched.warmup_end_ns && now < self.end_ns {
-            *self
-                .stats
-                .totals
-                .errors
-                .entry(kind.to_string())
-                .or_default() += 1;
-        }
+        self.rec.error(kind, now);
     }
 
     /// Keeps the connection's pipeline full (closed loop) or offers it to the backlog.
@@ -570,7 +528,7 @@ impl Worker {
         if self.open.is_some() {
             self.offer_free(i);
             self.dispatch(now);
-        } else if now < self.end_ns {
+        } else if now < self.rec.end_ns {
             let depth = self.config.depth;
             while usable(&self.conns[i]) && self.conns[i].pending.len() < depth {
                 self.send(i, now, now);
@@ -587,7 +545,7 @@ impl Worker {
             intended_ns,
             sent_ns: now,
         });
-        self.stats.totals.sent += 1;
+        self.rec.sent();
     }
 
     fn flush(&mut self, i: usize, now: u64) {
@@ -599,10 +557,7 @@ impl Worker {
             match stream.write(&conn.wbuf[conn.wpos..]) {
                 Ok(n) => {
                     conn.wpos += n;
-                    self.stats.bytes_sent += n as u64;
-                    if now >= self.sched.warmup_end_ns && now < self.end_ns {
-                        self.stats.totals.bytes_sent += n as u64;
-                    }
+                    self.rec.bytes_out(n, now);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -654,7 +609,7 @@ impl Worker {
     }
 
     fn reconnect(&mut self, i: usize, now: u64) {
-        if now >= self.end_ns {
+        if now >= self.rec.end_ns {
             return;
         }
         if self.connect(i).is_err() {
@@ -668,7 +623,7 @@ impl Worker {
         for i in 0..self.conns.len() {
             let conn = &self.conns[i];
             if conn.stream.is_none() {
-                if now >= conn.retry_at_ns && now < self.end_ns {
+                if now >= conn.retry_at_ns && now < self.rec.end_ns {
                     self.reconnect(i, now);
                 }
                 continue;
@@ -682,7 +637,7 @@ impl Worker {
 
     /// Open loop: releases the requests whose time has come and sends what it can.
     fn pace(&mut self, now: u64) {
-        let end = self.end_ns;
+        let end = self.rec.end_ns;
         let Some(open) = &mut self.open else { return };
         while now < end && open.next_due_ns() <= now {
             open.backlog.push_back(open.next_due_ns());
@@ -722,80 +677,16 @@ impl Worker {
                 intended_ns: intended,
                 sent_ns: now,
             });
-            self.stats.totals.sent += 1;
+            self.rec.sent();
             touched.push(i);
         }
         let late = open.backlog.len() - open.counted.min(open.backlog.len());
-        if now >= self.sched.warmup_end_ns && now < self.end_ns {
-            self.stats.totals.omitted += late as u64;
-        }
+        self.rec.omitted(late, now);
         open.counted = open.backlog.len();
         touched.dedup();
         for i in touched {
             self.flush(i, now);
         }
-    }
-
-    fn cross_boundaries(&mut self, now: u64) {
-        while let Some(&b) = self.sched.boundaries_ns.get(self.interval) {
-            let end = b.min(self.end_ns);
-            if now < end {
-                break;
-            }
-            self.emit_interval(end);
-            if end == self.end_ns {
-                self.interval = usize::MAX;
-                break;
-            }
-        }
-        if now >= self.sched.warmup_end_ns && self.stats.window_rusage.is_none() {
-            self.stats.window_rusage = Some(thread_rusage());
-        }
-    }
-
-    fn emit_interval(&mut self, end_ns: u64) {
-        let index = self.interval;
-        let cpu_now = thread_cpu_ns();
-        let measured = index >= self.sched.first_measured;
-        let fresh = self.sched.new_hist();
-        let hist = if measured {
-            std::mem::replace(self.stats.hist.as_mut().expect("hist"), fresh)
-        } else {
-            fresh
-        };
-        let uncorrected = match (&mut self.stats.uncorrected, measured) {
-            (Some(h), true) => Some(std::mem::replace(h, self.sched.new_hist())),
-            (Some(_), false) => Some(self.sched.new_hist()),
-            (None, _) => None,
-        };
-        let msg = IntervalMsg {
-            index,
-            hist,
-            uncorrected,
-            ops: std::mem::take(&mut self.stats.ops),
-            lat_sum_ns: std::mem::take(&mut self.stats.lat_sum_ns),
-            bytes_sent: std::mem::take(&mut self.stats.bytes_sent),
-            bytes_received: std::mem::take(&mut self.stats.bytes_received),
-            errors: std::mem::take(&mut self.stats.errors),
-            inflight: self.conns.iter().map(|c| c.pending.len() as u64).sum(),
-            cpu_ns: vec![(self.thread, cpu_now.saturating_sub(self.stats.cpu_mark_ns))],
-            wall_ns: end_ns - self.sched.interval_start_ns(index),
-        };
-        self.stats.cpu_mark_ns = cpu_now;
-        let _ = self.tx.send(Msg::Interval(Box::new(msg)));
-        self.interval += 1;
-    }
-
-    fn finish(mut self) {
-        let (u1, s1, c1) = thread_rusage();
-        if let Some((u0, s0, c0)) = self.stats.window_rusage {
-            self.stats.totals.window_user_s = u1 - u0;
-            self.stats.totals.window_sys_s = s1 - s0;
-            self.stats.totals.window_cpu_s = c1 - c0;
-        }
-        self.stats.totals.window_end_ns = self.end_ns;
-        let totals = std::mem::take(&mut self.stats.totals);
-        let _ = self.tx.send(Msg::Done(Box::new(totals)));
     }
 }
 

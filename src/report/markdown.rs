@@ -35,6 +35,7 @@ impl Exporter for Markdown {
         out.push_str("## Results\n\n");
         results_table(&mut out, &run.steps);
         out.push_str(&super::analysis::markdown_sections(run));
+        out.push_str(&super::profiles::markdown(&run.profiles));
         out
     }
 }

@@ -9,6 +9,7 @@ pub mod compare;
 pub mod csv;
 pub mod html;
 pub mod markdown;
+pub mod profiles;
 pub mod svg;
 
 use std::path::Path;
@@ -28,6 +29,8 @@ pub struct RunData {
     pub notes: Vec<String>,
     /// The analysis of the steps (knee, USL, Little's law, modes, comparisons), when read.
     pub analysis: Option<analysis::RunAnalysis>,
+    /// profiles.jsonl: the profile passes, differential graphs and levels not profiled.
+    pub profiles: Vec<crate::sweep::profiling::ProfileLine>,
 }
 
 impl RunData {
@@ -55,6 +58,7 @@ impl RunData {
             environment,
             notes,
             analysis: None,
+            profiles: crate::sweep::profiling::read_lines(dir),
         };
         run.analysis = Some(analysis::analyze(&run, Some(dir)));
         Ok(run)
@@ -93,5 +97,6 @@ fn write_html(dir: &Path, run: &RunData) -> std::io::Result<()> {
         let (curves, tables) = html::from_analysis::curves_and_tables(analysis);
         html::adapter::add_analysis(&mut data, &curves, tables);
     }
-    std::fs::write(dir.join("report.html"), html::render(&data))
+    let page = profiles::with_html(html::render(&data), &run.profiles);
+    std::fs::write(dir.join("report.html"), page)
 }

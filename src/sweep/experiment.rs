@@ -182,6 +182,7 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
             }
         }
     }
+    out.push_str(&super::profiling::describe(plan));
     // A skipped point skips all its runs; a rate search's points are counted at their maximum.
     let points = dry_points(plan).len().max(1);
     let runnable = plan.max_steps().saturating_sub(

@@ -14,6 +14,7 @@ pub mod placement;
 pub mod plan;
 pub mod policy;
 pub mod process;
+pub mod profiling;
 pub mod progress;
 pub mod remote;
 pub mod result;

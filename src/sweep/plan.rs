@@ -158,6 +158,7 @@ impl Plan {
     pub fn new(spec: SpecFile, stairbench_bin: PathBuf) -> Result<Plan, SpecError> {
         let s = spec.spec.clone();
         let series = series(&spec)?;
+        super::profiling::check(&spec, &series)?;
         if s.depth == 0
             || s.connections_per_client == 0
             || s.targets.iter().any(|t| t.depth == Some(0))

@@ -217,6 +217,15 @@ impl Runner<'_> {
             self.progress.note(&found);
             summary.findings.push(found);
         }
+        if !end_run {
+            self.profile_series(
+                target,
+                placement,
+                &mut state.server,
+                &mut state.server_cpus,
+                summary,
+            )?;
+        }
         if let Some(mut s) = state.server.take() {
             s.stop();
         }

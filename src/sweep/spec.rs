@@ -75,6 +75,9 @@ pub struct Spec {
     /// What the report shows (`heat_map = "TARGET/PLACEMENT@CLIENTS"`).
     #[serde(default)]
     pub report: Option<super::validate::ReportSpec>,
+    /// Profile passes at chosen load levels (see `sweep::profiling`).
+    #[serde(default)]
+    pub profile: Option<super::profiling::ProfileSpec>,
 }
 
 fn default_duration() -> Dur {

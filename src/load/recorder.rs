@@ -1,0 +1,189 @@
+//! What one generator thread counts, and the per-second intervals it reports: shared by the
+//! socket event loops and the shared-memory clients, so both measure the same way.
+
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use hdrhistogram::Histogram;
+
+use super::worker::{thread_cpu_ns, thread_rusage, IntervalMsg, Msg, Schedule, Totals};
+
+/// One thread's counters for the interval under way, its totals for the window, and where it
+/// stands in the shared schedule.
+pub(super) struct Recorder {
+    sched: Arc<Schedule>,
+    tx: Sender<Msg>,
+    thread: usize,
+    /// End of this thread's measured window (earlier than the schedule's after a stop).
+    pub end_ns: u64,
+    interval: usize,
+    totals: Totals,
+    hist: Histogram<u64>,
+    uncorrected: Option<Histogram<u64>>,
+    ops: u64,
+    lat_sum_ns: u64,
+    bytes_sent: u64,
+    bytes_received: u64,
+    errors: u64,
+    cpu_mark_ns: u64,
+    window_rusage: Option<(f64, f64, f64)>,
+}
+
+impl Recorder {
+    /// A recorder for thread `thread`; `open_loop` keeps the uncorrected histogram too.
+    pub fn new(sched: Arc<Schedule>, tx: Sender<Msg>, thread: usize, open_loop: bool) -> Self {
+        Recorder {
+            end_ns: sched.measure_end_ns,
+            hist: sched.new_hist(),
+            uncorrected: open_loop.then(|| sched.new_hist()),
+            sched,
+            tx,
+            thread,
+            interval: 0,
+            totals: Totals::default(),
+            ops: 0,
+            lat_sum_ns: 0,
+            bytes_sent: 0,
+            bytes_received: 0,
+            errors: 0,
+            cpu_mark_ns: 0,
+            window_rusage: None,
+        }
+    }
+
+    /// Marks the start of the thread's work (its CPU clock for the first interval).
+    pub fn start(&mut self) {
+        self.cpu_mark_ns = thread_cpu_ns();
+    }
+
+    /// Ends the measured window now (a stop was asked for).
+    pub fn stop_at(&mut self, now: u64) {
+        if now < self.end_ns {
+            self.end_ns = now;
+        }
+    }
+
+    /// Whether `now` lies in the measured window.
+    pub fn in_window(&self, now: u64) -> bool {
+        now >= self.sched.warmup_end_ns && now < self.end_ns
+    }
+
+    /// One request written to the wire (warm-up and drain included).
+    pub fn sent(&mut self) {
+        self.totals.sent += 1;
+    }
+
+    /// `n` bytes written.
+    pub fn bytes_out(&mut self, n: usize, now: u64) {
+        self.bytes_sent += n as u64;
+        if self.in_window(now) {
+            self.totals.bytes_sent += n as u64;
+        }
+    }
+
+    /// `n` bytes read.
+    pub fn bytes_in(&mut self, n: usize, now: u64) {
+        self.bytes_received += n as u64;
+        if self.in_window(now) {
+            self.totals.bytes_received += n as u64;
+        }
+    }
+
+    /// A request answered successfully at `now` after `latency_ns` (from its intended send
+    /// time), `uncorrected_ns` from its actual send time in open loop.
+    pub fn success(&mut self, latency_ns: u64, uncorrected_ns: u64, now: u64) {
+        let latency_ns = latency_ns.max(1);
+        self.ops += 1;
+        self.lat_sum_ns += latency_ns;
+        if self.in_window(now) {
+            self.totals.requests += 1;
+            self.hist.saturating_record(latency_ns);
+            if let Some(h) = &mut self.uncorrected {
+                h.saturating_record(uncorrected_ns.max(1));
+            }
+        }
+    }
+
+    /// A failed request, by kind.
+    pub fn error(&mut self, kind: &str, now: u64) {
+        self.errors += 1;
+        if self.in_window(now) {
+            *self.totals.errors.entry(kind.to_string()).or_default() += 1;
+        }
+    }
+
+    /// `n` requests that left later than their intended time (open loop).
+    pub fn omitted(&mut self, n: usize, now: u64) {
+        if self.in_window(now) {
+            self.totals.omitted += n as u64;
+        }
+    }
+
+    /// When the interval under way ends, if one does.
+    pub fn next_boundary_ns(&self) -> Option<u64> {
+        let b = *self.sched.boundaries_ns.get(self.interval)?;
+        Some(b.min(self.end_ns))
+    }
+
+    /// Reports every interval that has ended by `now`; `inflight` is read at each report.
+    pub fn cross_boundaries(&mut self, now: u64, inflight: u64) {
+        while let Some(end) = self.next_boundary_ns() {
+            if now < end {
+                break;
+            }
+            self.emit_interval(end, inflight);
+            if end == self.end_ns {
+                self.interval = usize::MAX;
+                break;
+            }
+        }
+        if now >= self.sched.warmup_end_ns && self.window_rusage.is_none() {
+            self.window_rusage = Some(thread_rusage());
+        }
+    }
+
+    fn emit_interval(&mut self, end_ns: u64, inflight: u64) {
+        let index = self.interval;
+        let cpu_now = thread_cpu_ns();
+        let measured = index >= self.sched.first_measured;
+        // Warm-up intervals report their counts but an empty histogram.
+        let mut take = |h: &mut Histogram<u64>| {
+            let fresh = self.sched.new_hist();
+            if measured {
+                std::mem::replace(h, fresh)
+            } else {
+                fresh
+            }
+        };
+        let hist = take(&mut self.hist);
+        let uncorrected = self.uncorrected.as_mut().map(&mut take);
+        let msg = IntervalMsg {
+            index,
+            hist,
+            uncorrected,
+            ops: std::mem::take(&mut self.ops),
+            lat_sum_ns: std::mem::take(&mut self.lat_sum_ns),
+            bytes_sent: std::mem::take(&mut self.bytes_sent),
+            bytes_received: std::mem::take(&mut self.bytes_received),
+            errors: std::mem::take(&mut self.errors),
+            inflight,
+            cpu_ns: vec![(self.thread, cpu_now.saturating_sub(self.cpu_mark_ns))],
+            wall_ns: end_ns - self.sched.interval_start_ns(index),
+        };
+        self.cpu_mark_ns = cpu_now;
+        let _ = self.tx.send(Msg::Interval(Box::new(msg)));
+        self.interval += 1;
+    }
+
+    /// Sends the thread's totals (its CPU over the window included).
+    pub fn finish(mut self) {
+        let (u1, s1, c1) = thread_rusage();
+        if let Some((u0, s0, c0)) = self.window_rusage {
+            self.totals.window_user_s = u1 - u0;
+            self.totals.window_sys_s = s1 - s0;
+            self.totals.window_cpu_s = c1 - c0;
+        }
+        self.totals.window_end_ns = self.end_ns;
+        let _ = self.tx.send(Msg::Done(Box::new(self.totals)));
+    }
+}
