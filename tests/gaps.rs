@@ -104,7 +104,10 @@ fn auto_repetitions_repeat_until_the_throughput_settles() {
     let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], p.custom.clone());
     let dry = stairbench::sweep::experiment::describe(&p, &placements);
     assert!(dry.contains("at most 15 steps"), "{dry}");
-    assert!(dry.contains("auto (2 to 5"), "{dry}");
+    assert!(
+        dry.contains("client cpus 0-3, 2 to 5 runs (auto: until the throughput's CV < 3%)"),
+        "{dry}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let summary = run_fake(&p, dir.path(), &mut noisy_driver());

@@ -167,7 +167,7 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
                     Ok(cpus) => {
                         let _ = writeln!(
                             out,
-                            "  {id}: server cpus {} client cpus {} ×{} runs\n    server: {}",
+                            "  {id}: server cpus {} client cpus {}, {}\n    server: {}",
                             crate::cpuset::format(&cpus.server),
                             crate::cpuset::format(&cpus.client),
                             plan.repetitions.describe(),

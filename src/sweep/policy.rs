@@ -45,12 +45,13 @@ impl Repetitions {
         }
     }
 
-    /// How the plan shows it: `2` or `auto (2 to 5, until CV < 3%)`.
+    /// How the plan shows a point's runs: `1 run`, `3 runs` or `2 to 5 runs (auto: ...)`.
     pub fn describe(self) -> String {
         match self {
-            Repetitions::Fixed(n) => n.to_string(),
+            Repetitions::Fixed(1) => "1 run".into(),
+            Repetitions::Fixed(n) => format!("{n} runs"),
             Repetitions::Auto => format!(
-                "auto (2 to {AUTO_MAX_REPETITIONS}, until the throughput's CV < {:.0}%)",
+                "2 to {AUTO_MAX_REPETITIONS} runs (auto: until the throughput's CV < {:.0}%)",
                 stats::AUTO_CV_TARGET * 100.0
             ),
         }
