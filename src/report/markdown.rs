@@ -34,6 +34,7 @@ impl Exporter for Markdown {
         series_table(&mut out, &run.steps);
         out.push_str("## Results\n\n");
         results_table(&mut out, &run.steps);
+        out.push_str(&super::extras::markdown(&run.steps));
         out.push_str(&super::analysis::markdown_sections(run));
         out.push_str(&super::profiles::markdown(&run.profiles));
         out

@@ -7,6 +7,7 @@ pub mod analysis;
 pub mod cli;
 pub mod compare;
 pub mod csv;
+pub mod extras;
 pub mod html;
 pub mod markdown;
 pub mod profiles;

@@ -50,6 +50,9 @@ pub struct MsgrArgs {
     /// Largest payload_len or reply_len accepted; a larger frame closes its connection.
     #[arg(long, value_name = "BYTES", default_value_t = crate::load::protocol::msgr::DEFAULT_MAX_FRAME)]
     pub max_frame: u32,
+    /// JSON file of per-thread busy_ns, loops and ops, rewritten every 200 ms.
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Option<std::path::PathBuf>,
 }
 
 pub use crate::cpuset::CpuList;
@@ -65,6 +68,7 @@ impl MsgrArgs {
             addr: SocketAddr::new(self.bind, self.port),
             max_frame: self.max_frame,
             report_every: Some(REPORT_EVERY),
+            metrics_file: self.metrics.clone(),
         }
     }
 }

@@ -15,6 +15,8 @@ pub struct ThreadStat {
     pub name: String,
     /// Requests this thread completed.
     pub ops: AtomicU64,
+    /// Turns of the thread's loop (event-loop wake-ups, or jobs taken by a worker).
+    pub loops: AtomicU64,
     cpu_clock: OnceLock<libc::clockid_t>,
 }
 
@@ -24,6 +26,7 @@ impl ThreadStat {
         Arc::new(ThreadStat {
             name,
             ops: AtomicU64::new(0),
+            loops: AtomicU64::new(0),
             cpu_clock: OnceLock::new(),
         })
     }
@@ -41,6 +44,11 @@ impl ThreadStat {
     /// Adds `n` completed requests.
     pub fn add_ops(&self, n: u64) {
         self.ops.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts one turn of the thread's loop.
+    pub fn add_loop(&self) {
+        self.loops.fetch_add(1, Ordering::Relaxed);
     }
 
     /// CPU time the thread has used, in nanoseconds; `None` before it registered or after it exited.
@@ -107,6 +115,51 @@ pub fn spawn_reporter(
         })
 }
 
+/// The metrics file's JSON: `{"threads": {name: {"busy_ns", "loops", "ops"}}}` (totals since
+/// the start; whoever reads it twice takes the difference).
+pub fn metrics_json(threads: &[Arc<ThreadStat>]) -> serde_json::Value {
+    let mut by_name = serde_json::Map::new();
+    for t in threads {
+        by_name.insert(
+            t.name.clone(),
+            serde_json::json!({
+                "busy_ns": t.cpu_ns(),
+                "loops": t.loops.load(Ordering::Relaxed),
+                "ops": t.ops.load(Ordering::Relaxed),
+            }),
+        );
+    }
+    serde_json::json!({ "threads": by_name })
+}
+
+/// Writes `metrics_json` to `path` now, whole: a temporary file renamed over it, so a reader
+/// never sees half a file.
+pub fn write_metrics(path: &std::path::Path, threads: &[Arc<ThreadStat>]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, metrics_json(threads).to_string())?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Writes the metrics file now, then every `interval` until `stop` is dropped or sent to.
+pub fn spawn_metrics_writer(
+    threads: Vec<Arc<ThreadStat>>,
+    path: std::path::PathBuf,
+    interval: Duration,
+    stop: mpsc::Receiver<()>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    write_metrics(&path, &threads)?;
+    std::thread::Builder::new()
+        .name("msgr-metrics".into())
+        .spawn(move || {
+            // No last write at the end: the threads are gone by then and their CPU clocks with them.
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(interval) {
+                if let Err(e) = write_metrics(&path, &threads) {
+                    eprintln!("msgr: cannot write {}: {e}", path.display());
+                }
+            }
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +175,22 @@ mod tests {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         assert!(stat.cpu_ns().unwrap() > before + 5_000_000);
+    }
+
+    #[test]
+    fn metrics_file_holds_each_threads_counters() {
+        let stat = ThreadStat::new("w".into());
+        stat.register_current_thread();
+        stat.add_ops(3);
+        stat.add_loop();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.json");
+        write_metrics(&path, &[stat]).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(v["threads"]["w"]["ops"], 3);
+        assert_eq!(v["threads"]["w"]["loops"], 1);
+        assert!(v["threads"]["w"]["busy_ns"].as_u64().unwrap() > 0);
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct StepRequest {
     pub client_cpus: Vec<usize>,
     /// The run directory.
     pub out_dir: PathBuf,
+    /// The instances of a split target (empty for a single server).
+    pub instances: Vec<super::instances::InstanceAddr>,
 }
 
 /// A step's load figures.

@@ -40,19 +40,26 @@ pub fn run_plan(
     stop: &AtomicBool,
 ) -> Result<Finished, String> {
     super::process::become_subreaper();
-    let mut dir = open_dir(plan, dest)?;
-    let mut driver = make_driver(plan)?;
-    let mut launcher = ProcessLauncher {
-        stairbench_bin: plan.stairbench_bin.clone(),
-        out_dir: dir.path.clone(),
-    };
-    let mut observer = FullObserver::default();
     let placements = TopologyPlacements::detect(plan.custom.clone());
+    super::instances::check_fit(plan, &placements)?;
+    let mut dir = open_dir(plan, dest)?;
+    let mut driver = super::instances::SplitDriver {
+        single: make_driver(plan)?,
+        make: super::instances::driver_factory(&plan.client),
+    };
+    let mut launcher = super::instances::SplitLauncher {
+        inner: ProcessLauncher {
+            stairbench_bin: plan.stairbench_bin.clone(),
+            out_dir: dir.path.clone(),
+        },
+    };
+    let mut observer =
+        super::extra_observe::ExtraObserver::new(FullObserver::default(), plan.observe.clone());
     let mut runner = Runner {
         plan,
         dir: &mut dir,
         launcher: &mut launcher,
-        driver: driver.as_mut(),
+        driver: &mut driver,
         observer: &mut observer,
         placements: &placements,
         progress,
@@ -138,11 +145,16 @@ pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
 
 /// The `--dry-run` text: every step with its cpusets and command, and the estimated time.
 pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
-    let launcher = ProcessLauncher {
-        stairbench_bin: plan.stairbench_bin.clone(),
-        out_dir: Path::new("<run dir>").to_path_buf(),
+    let launcher = super::instances::SplitLauncher {
+        inner: ProcessLauncher {
+            stairbench_bin: plan.stairbench_bin.clone(),
+            out_dir: Path::new("<run dir>").to_path_buf(),
+        },
     };
     let mut out = String::new();
+    if let Err(why) = super::instances::check_fit(plan, placements) {
+        let _ = writeln!(out, "refused: {why}");
+    }
     let _ = writeln!(
         out,
         "experiment {:?}: {} targets × {} placements, at most {} steps",

@@ -16,6 +16,8 @@ pub struct Observed {
 
 /// Watches one step's measured window.
 pub trait StepObserver {
+    /// Told, before each step, what the server offers beyond its pid (instances, metrics).
+    fn server_extras(&mut self, _extras: &super::extra_observe::ServerExtras) {}
     /// Starts watching (just before the load's measured window).
     fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]);
     /// Stops watching; `requests` completed in the window turn totals into per-request figures.

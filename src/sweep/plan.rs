@@ -45,6 +45,12 @@ pub struct TargetPlan {
     pub depth: usize,
     /// The spec file's directory (`{spec_dir}`).
     pub spec_dir: PathBuf,
+    /// Copies of the server started side by side (1: not split).
+    pub instances: usize,
+    /// Which copy this is, when the launcher starts one instance of a split target.
+    pub instance: Option<usize>,
+    /// Metrics the target reports itself (built-in msgr servers: a JSON file, always).
+    pub metrics: Option<super::metrics::MetricsPlan>,
 }
 
 /// The generator.
@@ -145,6 +151,8 @@ pub struct Plan {
     pub stop_when: Option<StopWhen>,
     /// Server restarts.
     pub restart: Restart,
+    /// Further processes to observe.
+    pub observe: Vec<super::extra_observe::ObserveEntry>,
 }
 
 /// The line a built-in server prints once it listens; group 1 is the port.
@@ -193,6 +201,12 @@ impl Plan {
         super::validate::comparisons(&spec, &series)?;
         super::validate::report(&spec, &series)?;
         let client = client(&spec)?;
+        let mut observe = Vec::new();
+        for (i, o) in s.observe.iter().enumerate() {
+            let entry = super::extra_observe::ObserveEntry::from_spec(o, &spec_dir(&spec))
+                .map_err(|e| spec.error_at(&["observe", &i.to_string()], e))?;
+            observe.push(entry);
+        }
         Ok(Plan {
             name: s.name.clone(),
             stairbench_bin,
@@ -213,6 +227,7 @@ impl Plan {
             on_failure: s.on_failure,
             stop_when: s.stop_when,
             restart: s.restart,
+            observe,
             spec,
         })
     }
@@ -361,7 +376,27 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
             return Err(at("url", "a command target needs url = \"http://127.0.0.1:{port}/\" (or client.url) for the built-in engine".into()))
         }
     };
+    let instances = t.instances.unwrap_or(1);
+    if instances == 0 {
+        return Err(at("instances", "expected at least 1".into()));
+    }
+    let metrics = match &t.metrics {
+        Some(m) => Some(
+            super::metrics::MetricsPlan::from_spec(m).map_err(|e| at("metrics", e.to_string()))?,
+        ),
+        // The built-in msgr server writes its per-thread counters when asked.
+        None if matches!(&kind, TargetKind::Builtin(a) if a[0] == "msgr") => {
+            Some(super::metrics::MetricsPlan::File {
+                template: "{metrics}".into(),
+                format: super::metrics::MetricsFormat::Json,
+            })
+        }
+        None => None,
+    };
     Ok(TargetPlan {
+        instances,
+        instance: None,
+        metrics,
         name: t.name.clone(),
         kind,
         port: t.port,

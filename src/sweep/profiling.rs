@@ -730,6 +730,8 @@ impl Runner<'_> {
             rate_rps: choice.point.rate_rps,
             client_cpus: cpus.client.clone(),
             out_dir: self.dir.path.clone(),
+            // A profile pass loads one server (a split target's first instance).
+            instances: Vec::new(),
         }
     }
 }

@@ -366,7 +366,10 @@ impl Runner<'_> {
             .unwrap_or(cpus.client.len())
             .clamp(1, connections);
         let port = server.port();
+        let extras = server.extras();
+        self.observer.server_extras(&extras);
         let req = StepRequest {
+            instances: super::instances::addrs(&extras, &target.url),
             step_id: id.to_string(),
             url: target.url.replace("{port}", &port.to_string()),
             port,

@@ -20,6 +20,10 @@ pub trait Server {
     fn died(&mut self) -> Option<String>;
     /// Ends it and everything it started.
     fn stop(&mut self);
+    /// Its instances (when split) and its metrics sources.
+    fn extras(&self) -> super::extra_observe::ServerExtras {
+        super::extra_observe::ServerExtras::default()
+    }
 }
 
 /// Starts targets.
@@ -46,14 +50,26 @@ pub struct ProcessLauncher {
 }
 
 impl ProcessLauncher {
+    /// The run directory's file for the target's `{metrics}`.
+    fn metrics_file(&self, target: &TargetPlan) -> PathBuf {
+        let ext = target.metrics.as_ref().map_or("json", |m| m.extension());
+        super::metrics::metrics_path(&self.out_dir, &target.name, target.instance, ext)
+    }
+
     fn argv(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize, port: &str) -> Vec<String> {
         let cpuset = crate::cpuset::format(&cpus.server);
+        let metrics = self.metrics_file(target).display().to_string();
         match &target.kind {
             TargetKind::Builtin(args) => {
                 let mut argv = vec![self.stairbench_bin.display().to_string(), "serve".into()];
                 argv.extend(args.iter().cloned());
                 if !args.iter().any(|a| a == "--threads") {
                     argv.extend(["--threads".into(), cpus.server.len().to_string()]);
+                }
+                if let Some(super::metrics::MetricsPlan::File { template, .. }) = &target.metrics {
+                    if args[0] == "msgr" && !args.iter().any(|a| a == "--metrics") {
+                        argv.extend(["--metrics".into(), template.replace("{metrics}", &metrics)]);
+                    }
                 }
                 argv.extend(["--cpuset".into(), cpuset, "--port".into(), port.to_string()]);
                 argv
@@ -68,6 +84,7 @@ impl ProcessLauncher {
                         ("clients", clients.to_string()),
                         ("out", self.out_dir.display().to_string()),
                         ("spec_dir", target.spec_dir.display().to_string()),
+                        ("metrics", metrics),
                     ],
                 );
                 vec!["sh".into(), "-c".into(), format!("exec {line}")]
@@ -96,6 +113,14 @@ impl Launcher for ProcessLauncher {
             None => free_port().map_err(|e| format!("no free TCP port on 127.0.0.1: {e}"))?,
         };
         let argv = self.argv(target, cpus, clients, &port.to_string());
+        if target.metrics.is_some() {
+            let file = self.metrics_file(target);
+            if let Some(dir) = file.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            // A file left by an earlier launch would be read as this one's.
+            let _ = std::fs::remove_file(&file);
+        }
         let launch = Launch {
             name: format!("target {:?}", target.name),
             program: argv[0].clone(),
@@ -111,11 +136,22 @@ impl Launcher for ProcessLauncher {
                 argv.join(" ")
             )
         })?;
-        let mut server = ProcessServer { child, port };
+        let mut server = ProcessServer {
+            child,
+            port,
+            metrics: None,
+        };
         wait_ready(&mut server, target, stop)?;
         if target.port_from_log {
             server.port = listening_port(&server.child, target)?;
         }
+        server.metrics = target.metrics.as_ref().map(|m| {
+            let label = match target.instance {
+                Some(k) => super::instances::instance_label(&target.name, k),
+                None => target.name.clone(),
+            };
+            (label, m.resolve(&self.metrics_file(target), server.port))
+        });
         Ok(Box::new(server))
     }
 
@@ -195,6 +231,7 @@ fn wait_ready(
 pub struct ProcessServer {
     child: ChildProc,
     port: u16,
+    metrics: Option<(String, super::metrics::MetricsSource)>,
 }
 
 impl Server for ProcessServer {
@@ -214,6 +251,12 @@ impl Server for ProcessServer {
     }
     fn stop(&mut self) {
         self.child.stop(Duration::from_secs(2));
+    }
+    fn extras(&self) -> super::extra_observe::ServerExtras {
+        super::extra_observe::ServerExtras {
+            instances: Vec::new(),
+            metrics: self.metrics.iter().cloned().collect(),
+        }
     }
 }
 

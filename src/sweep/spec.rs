@@ -75,6 +75,9 @@ pub struct Spec {
     /// What the report shows (`heat_map = "TARGET/PLACEMENT@CLIENTS"`).
     #[serde(default)]
     pub report: Option<super::validate::ReportSpec>,
+    /// Further processes measured like the server (by pid file, command name or pids command).
+    #[serde(default)]
+    pub observe: Vec<super::extra_observe::ObserveSpec>,
     /// Profile passes at chosen load levels (see `sweep::profiling`).
     #[serde(default)]
     pub profile: Option<super::profiling::ProfileSpec>,
@@ -119,6 +122,14 @@ pub struct TargetSpec {
     /// Requests in flight per connection for this target (overrides the top-level depth).
     #[serde(default)]
     pub depth: Option<usize>,
+    /// Copies of the server, each on an equal share of the server cpuset with its own port
+    /// (the client side is split the same way); the step sums them.
+    #[serde(default)]
+    pub instances: Option<usize>,
+    /// Metrics the target reports itself: `{ file = "{metrics}", format = "json" | "hlog" }`
+    /// or `{ url = "http://127.0.0.1:{port}/metrics" }`.
+    #[serde(default)]
+    pub metrics: Option<super::metrics::MetricsSpec>,
 }
 
 /// Readiness probe of a target.

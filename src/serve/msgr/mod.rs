@@ -60,6 +60,9 @@ pub struct MsgrOptions {
     pub max_frame: u32,
     /// How often to print the ops/s and busy % line on stderr; `None` prints nothing.
     pub report_every: Option<Duration>,
+    /// A JSON file of per-thread busy time, loop turns and ops, rewritten every 200 ms
+    /// (`stairbench serve msgr --metrics FILE`; the sweep reads it at a step's edges).
+    pub metrics_file: Option<std::path::PathBuf>,
 }
 
 impl Default for MsgrOptions {
@@ -72,6 +75,7 @@ impl Default for MsgrOptions {
             addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             max_frame: DEFAULT_MAX_FRAME,
             report_every: None,
+            metrics_file: None,
         }
     }
 }
@@ -177,6 +181,7 @@ pub struct MsgrServer {
     threads: Vec<JoinHandle<()>>,
     stats: Vec<Arc<ThreadStat>>,
     reporter: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
+    metrics_writer: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
 }
 
 impl MsgrServer {
@@ -227,6 +232,10 @@ impl MsgrServer {
             drop(tx);
             let _ = handle.join();
         }
+        if let Some((tx, handle)) = self.metrics_writer.take() {
+            drop(tx);
+            let _ = handle.join();
+        }
         for handle in self.threads.drain(..) {
             let _ = handle.join();
         }
@@ -263,6 +272,7 @@ pub fn spawn_msgr(opts: MsgrOptions) -> anyhow::Result<MsgrServer> {
         threads: Vec::new(),
         stats: Vec::new(),
         reporter: None,
+        metrics_writer: None,
     };
     match opts.arch {
         Arch::Reactor => start_reactors(&mut server, &opts, listeners)?,
@@ -272,6 +282,13 @@ pub fn spawn_msgr(opts: MsgrOptions) -> anyhow::Result<MsgrServer> {
         let (tx, rx) = mpsc::channel();
         let handle = stats::spawn_reporter(server.stats.clone(), every, rx)?;
         server.reporter = Some((tx, handle));
+    }
+    if let Some(path) = &opts.metrics_file {
+        let (tx, rx) = mpsc::channel();
+        let every = Duration::from_millis(200);
+        let handle = stats::spawn_metrics_writer(server.stats.clone(), path.clone(), every, rx)
+            .with_context(|| format!("cannot write the metrics file {}", path.display()))?;
+        server.metrics_writer = Some((tx, handle));
     }
     Ok(server)
 }

@@ -119,6 +119,7 @@ impl ReturnQueue {
 /// Runs one worker thread until the queue stops.
 pub fn run_worker(queue: &SharedQueue, returns: &[ReturnQueue], stat: &ThreadStat) {
     while let Some(job) = queue.pop() {
+        stat.add_loop();
         let mut reply = Vec::with_capacity(HEADER_LEN + job.reply_len as usize);
         encode_reply(&mut reply, job.reply_len);
         stat.add_ops(1);
@@ -221,6 +222,7 @@ impl IoLoop {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         while !self.shared.stop.load(Ordering::Acquire) {
+            self.stat.add_loop();
             if let Err(e) = self.poll.poll(&mut events, None) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     eprintln!("{}: poll failed: {e}", self.stat.name);

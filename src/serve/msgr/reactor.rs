@@ -57,6 +57,7 @@ impl Reactor {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         while !self.shared.stop.load(Ordering::Acquire) {
+            self.stat.add_loop();
             if let Err(e) = self.poll.poll(&mut events, None) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     eprintln!("{}: poll failed: {e}", self.stat.name);

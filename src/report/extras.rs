@@ -1,0 +1,275 @@
+//! report.md sections fed by what a step carries beyond the load: split instances compared
+//! with single ones (seed 000's "2 instances × 14 cores vs 1 instance × 28 cores"), the
+//! `[[observe]]` processes, and the targets' own metrics.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::markdown::escape;
+use crate::sweep::result::{StepResult, StepStatus};
+
+/// Every section that has something to show.
+pub fn markdown(steps: &[StepResult]) -> String {
+    let mut out = String::new();
+    split_comparison(&mut out, steps);
+    observed(&mut out, steps);
+    target_metrics(&mut out, steps);
+    out
+}
+
+fn ok(steps: &[StepResult]) -> impl Iterator<Item = &StepResult> {
+    steps.iter().filter(|s| s.status == StepStatus::Ok)
+}
+
+fn instances_of(step: &StepResult) -> usize {
+    step.derived
+        .get("per_instance")
+        .and_then(Value::as_array)
+        .map_or(1, Vec::len)
+}
+
+/// Mean throughput by client count, and the instance count and server CPUs of a series.
+struct SeriesFigures {
+    by_clients: BTreeMap<usize, f64>,
+    instances: usize,
+    server_cpus: usize,
+}
+
+/// Throughput sum and step count by client count.
+type Sums = BTreeMap<usize, (f64, usize)>;
+
+fn series(steps: &[StepResult]) -> BTreeMap<(String, String), SeriesFigures> {
+    let mut sums: BTreeMap<(String, String), (Sums, usize, usize)> = BTreeMap::new();
+    for s in ok(steps) {
+        let Some(rps) = s.throughput_rps() else {
+            continue;
+        };
+        let cpus = crate::cpuset::parse(&s.server_cpus).map_or(0, |c| c.len());
+        let e = sums
+            .entry((s.target.clone(), s.placement.clone()))
+            .or_insert_with(|| (BTreeMap::new(), instances_of(s), cpus));
+        let cell = e.0.entry(s.clients).or_insert((0.0, 0));
+        cell.0 += rps;
+        cell.1 += 1;
+    }
+    sums.into_iter()
+        .map(|(k, (by, instances, server_cpus))| {
+            let by_clients = by
+                .into_iter()
+                .map(|(c, (t, n))| (c, t / n as f64))
+                .collect();
+            (
+                k,
+                SeriesFigures {
+                    by_clients,
+                    instances,
+                    server_cpus,
+                },
+            )
+        })
+        .collect()
+}
+
+fn shape(f: &SeriesFigures) -> String {
+    let per = f.server_cpus as f64 / f.instances as f64;
+    let cores = if per.fract() == 0.0 {
+        format!("{per:.0}")
+    } else {
+        format!("{per:.1}")
+    };
+    let (i, c) = (
+        if f.instances == 1 {
+            "instance"
+        } else {
+            "instances"
+        },
+        if per == 1.0 { "core" } else { "cores" },
+    );
+    format!("{} {i} × {cores} {c}", f.instances)
+}
+
+/// One sentence in seed 000's words: "2 instances × 1 core: X req/s vs 1 instance × 2 cores:
+/// Y req/s (+Z%)".
+pub fn split_sentence(split: (&str, f64), single: (&str, f64)) -> String {
+    let diff = if single.1 > 0.0 {
+        format!(" ({:+.1}%)", 100.0 * (split.1 / single.1 - 1.0))
+    } else {
+        String::new()
+    };
+    format!(
+        "{}: {:.0} req/s vs {}: {:.0} req/s{diff}",
+        split.0, split.1, single.0, single.1
+    )
+}
+
+fn split_comparison(out: &mut String, steps: &[StepResult]) {
+    let all = series(steps);
+    let mut lines = Vec::new();
+    for ((s_target, placement), split) in all.iter().filter(|(_, f)| f.instances > 1) {
+        for ((t_target, _), single) in all
+            .iter()
+            .filter(|((_, p), f)| p == placement && f.instances == 1)
+        {
+            let peak = |f: &SeriesFigures| f.by_clients.values().copied().fold(0.0, f64::max);
+            let (a, b) = (shape(split), shape(single));
+            lines.push(format!(
+                "- {} vs {} ({}), peak: {}",
+                escape(s_target),
+                escape(t_target),
+                escape(placement),
+                split_sentence((&a, peak(split)), (&b, peak(single)))
+            ));
+            for (c, rps) in &split.by_clients {
+                if let Some(other) = single.by_clients.get(c) {
+                    lines.push(format!(
+                        "  - {c} clients: {}",
+                        split_sentence((&a, *rps), (&b, *other))
+                    ));
+                }
+            }
+        }
+    }
+    if lines.is_empty() {
+        return;
+    }
+    out.push_str("\n## Split instances against one instance\n\n");
+    out.push_str("Throughputs are the sums of the instances' (each on its own share of the cpusets); latency comes from their merged histograms.\n\n");
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
+}
+
+fn observed(out: &mut String, steps: &[StepResult]) {
+    let mut rows = Vec::new();
+    for s in steps {
+        let Some(Value::Object(obs)) = s.derived.get("observed") else {
+            continue;
+        };
+        for (name, o) in obs {
+            let f = |k: &str| o.pointer(&format!("/server/{k}")).and_then(Value::as_f64);
+            let row = match (o.get("note").and_then(Value::as_str), f("user_s")) {
+                (Some(note), _) => format!("| — | — | — | {} |", escape(note)),
+                (None, Some(user)) => format!(
+                    "| {:.2} | {:.2} | {:.0} | {} |",
+                    user,
+                    f("sys_s").unwrap_or(f64::NAN),
+                    f("voluntary_cs").unwrap_or(0.0) + f("involuntary_cs").unwrap_or(0.0),
+                    escape(&notes_of(o))
+                ),
+                (None, None) => format!("| — | — | — | {} |", escape(&notes_of(o))),
+            };
+            rows.push(format!("| {} | {} {row}", escape(&s.id), escape(name)));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("\n## Observed processes\n\n| step | process | user CPU (s) | sys CPU (s) | context switches | notes |\n| --- | --- | ---: | ---: | ---: | --- |\n");
+    for r in rows {
+        let _ = writeln!(out, "{r}");
+    }
+}
+
+fn notes_of(o: &Value) -> String {
+    o.get("notes")
+        .and_then(Value::as_array)
+        .map(|n| {
+            n.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_default()
+}
+
+fn target_metrics(out: &mut String, steps: &[StepResult]) {
+    let mut rows = Vec::new();
+    for s in steps {
+        let Some(Value::Object(m)) = s.derived.get("target_metrics") else {
+            continue;
+        };
+        let window_s = s.load.as_ref().map_or(0.0, |l| l.duration_s);
+        let rps = s
+            .throughput_rps()
+            .map_or("—".to_string(), |t| format!("{t:.0}"));
+        for (label, v) in m {
+            let text = match v.get("note").and_then(Value::as_str) {
+                Some(note) => note.to_string(),
+                None => metric_text(v, window_s),
+            };
+            rows.push(format!(
+                "| {} | {rps} | {} | {} |",
+                escape(&s.id),
+                escape(label),
+                escape(&text)
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("\n## Target-reported metrics (difference over the measured window)\n\n| step | throughput (req/s) | source | metrics |\n| --- | ---: | --- | --- |\n");
+    for r in rows {
+        let _ = writeln!(out, "{r}");
+    }
+}
+
+/// `key=value` pairs; a `busy_ns` leaf also shows as a share of the window.
+fn metric_text(v: &Value, window_s: f64) -> String {
+    crate::sweep::metrics::leaves(v)
+        .into_iter()
+        .map(|(k, x)| {
+            if k.ends_with("busy_ns") && window_s > 0.0 {
+                format!("{k}={x:.0} ({:.0}% busy)", x / 1e9 / window_s * 100.0)
+            } else if x.fract() == 0.0 {
+                format!("{k}={x:.0}")
+            } else {
+                format!("{k}={x:.3}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentence_in_seed_000_words() {
+        assert_eq!(
+            split_sentence(
+                ("2 instances × 1 core", 15630.0),
+                ("1 instance × 2 cores", 12404.0)
+            ),
+            "2 instances × 1 core: 15630 req/s vs 1 instance × 2 cores: 12404 req/s (+26.0%)"
+        );
+    }
+
+    #[test]
+    fn split_and_single_series_are_paired() {
+        let step = |target: &str, rps: f64, n: usize| {
+            let mut s = StepResult::empty(format!("{target}.c4"), target, "shared", 4, 0);
+            s.status = StepStatus::Ok;
+            s.server_cpus = "0-1".into();
+            s.load = Some(crate::load::LoadReport {
+                throughput_rps: rps,
+                ..Default::default()
+            });
+            if n > 1 {
+                s.derived
+                    .insert("per_instance".into(), Value::Array(vec![Value::Null; n]));
+            }
+            s
+        };
+        let text = markdown(&[step("split", 150.0, 2), step("one", 100.0, 1)]);
+        assert!(
+            text.contains(
+                "2 instances × 1 core: 150 req/s vs 1 instance × 2 cores: 100 req/s (+50.0%)"
+            ),
+            "{text}"
+        );
+    }
+}

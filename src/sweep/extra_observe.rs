@@ -1,0 +1,345 @@
+//! What is watched beside the server: `[[observe]]` processes (found by pid file, by command
+//! name, or by a command that prints pids), the instances of a split target, and the
+//! target's own metrics. [`ExtraObserver`] wraps the step loop's observer and adds
+//! `observed` and `target_metrics` to the step.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use super::metrics::{difference, MetricsSource, Snapshot};
+use super::observer::{Observed, StepObserver};
+use crate::observe::{Observation, TreeUsage};
+
+/// An `[[observe]]` entry as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObserveSpec {
+    /// Name in the results.
+    pub name: String,
+    /// A file holding the process id (relative to the spec file).
+    #[serde(default)]
+    pub pid_file: Option<PathBuf>,
+    /// The process's command name, as in /proc/PID/comm (every match is observed).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// A shell command that prints process ids.
+    #[serde(default)]
+    pub pids_command: Option<String>,
+}
+
+/// How an observed process is found, at the start of each step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessSelector {
+    /// A pid file.
+    PidFile(PathBuf),
+    /// Processes whose /proc/PID/comm equals this.
+    Command(String),
+    /// Pids printed by `sh -c`.
+    PidsCommand(String),
+}
+
+/// A checked `[[observe]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObserveEntry {
+    /// Name in the results.
+    pub name: String,
+    /// How it is found.
+    pub selector: ProcessSelector,
+}
+
+impl ObserveEntry {
+    /// Checks an entry; relative pid files are read from `spec_dir`.
+    pub fn from_spec(spec: &ObserveSpec, spec_dir: &std::path::Path) -> Result<Self, String> {
+        let selector = match (&spec.pid_file, &spec.command, &spec.pids_command) {
+            (Some(f), None, None) => ProcessSelector::PidFile(spec_dir.join(f)),
+            (None, Some(c), None) if !c.is_empty() => ProcessSelector::Command(c.clone()),
+            (None, None, Some(c)) if !c.trim().is_empty() => {
+                ProcessSelector::PidsCommand(c.clone())
+            }
+            _ => {
+                return Err(format!(
+                    "observe {:?}: give exactly one of pid_file = \"...\", command = \"name\" or pids_command = \"...\"",
+                    spec.name
+                ))
+            }
+        };
+        Ok(ObserveEntry {
+            name: spec.name.clone(),
+            selector,
+        })
+    }
+
+    /// The pids it names now, or why there are none.
+    pub fn pids(&self) -> Result<Vec<i32>, String> {
+        let pids = match &self.selector {
+            ProcessSelector::PidFile(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read the pid file {}: {e}", path.display()))?;
+                parse_pids(&text)
+            }
+            ProcessSelector::Command(name) => pids_by_comm(name),
+            ProcessSelector::PidsCommand(cmd) => {
+                let out = std::process::Command::new("sh")
+                    .args(["-c", cmd])
+                    .output()
+                    .map_err(|e| format!("cannot run `{cmd}`: {e}"))?;
+                parse_pids(&String::from_utf8_lossy(&out.stdout))
+            }
+        };
+        let alive: Vec<i32> = pids
+            .into_iter()
+            .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+            .collect();
+        if alive.is_empty() {
+            return Err(format!("no running process for {}", self.describe()));
+        }
+        Ok(alive)
+    }
+
+    fn describe(&self) -> String {
+        match &self.selector {
+            ProcessSelector::PidFile(p) => format!("pid file {}", p.display()),
+            ProcessSelector::Command(c) => format!("command name {c:?}"),
+            ProcessSelector::PidsCommand(c) => format!("`{c}`"),
+        }
+    }
+}
+
+fn parse_pids(text: &str) -> Vec<i32> {
+    text.split_whitespace()
+        .filter_map(|w| w.parse::<i32>().ok())
+        .filter(|p| *p > 0)
+        .collect()
+}
+
+/// Processes whose /proc/PID/comm is `name` (the kernel keeps its first 15 bytes).
+pub fn pids_by_comm(name: &str) -> Vec<i32> {
+    let short: String = name.chars().take(15).collect();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end_matches('\n') == short)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// What the running server offers beside its own pid: its instances and metrics sources.
+#[derive(Debug, Clone, Default)]
+pub struct ServerExtras {
+    /// Each instance of a split target (empty for a single one).
+    pub instances: Vec<InstanceInfo>,
+    /// Metrics sources, by label (the target's name, or `name.iK` for an instance).
+    pub metrics: Vec<(String, MetricsSource)>,
+}
+
+/// One instance of a split target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceInfo {
+    /// Label in the results (`name.iK`).
+    pub label: String,
+    /// Its process.
+    pub pid: Option<i32>,
+    /// Its port.
+    pub port: u16,
+    /// Its CPUs.
+    pub cpus: Vec<usize>,
+}
+
+/// The step loop's observer plus the `[[observe]]` processes, the instances and the
+/// target's metrics.
+pub struct ExtraObserver<O: StepObserver> {
+    /// The observer of the server and the CPUs.
+    pub inner: O,
+    /// The `[[observe]]` entries.
+    pub entries: Vec<ObserveEntry>,
+    extras: ServerExtras,
+    running: Vec<(String, Result<crate::observe::Observer, String>)>,
+    before: Vec<(String, Result<Snapshot, String>)>,
+}
+
+impl<O: StepObserver> ExtraObserver<O> {
+    /// Wraps `inner`.
+    pub fn new(inner: O, entries: Vec<ObserveEntry>) -> Self {
+        ExtraObserver {
+            inner,
+            entries,
+            extras: ServerExtras::default(),
+            running: Vec::new(),
+            before: Vec::new(),
+        }
+    }
+
+    fn start_processes(&mut self) {
+        self.running.clear();
+        for e in &self.entries {
+            match e.pids() {
+                Ok(pids) if pids.len() == 1 => {
+                    self.running
+                        .push((e.name.clone(), Ok(observer_of(pids[0]))));
+                }
+                Ok(pids) => {
+                    for pid in pids {
+                        self.running
+                            .push((format!("{}:{pid}", e.name), Ok(observer_of(pid))));
+                    }
+                }
+                Err(why) => self.running.push((e.name.clone(), Err(why))),
+            }
+        }
+        for i in &self.extras.instances {
+            let obs = i
+                .pid
+                .map(observer_of)
+                .ok_or_else(|| "the instance has no process id".to_string());
+            self.running.push((i.label.clone(), obs));
+        }
+    }
+
+    /// The processes' figures by name, and the process trees of a split target's instances.
+    fn finish_processes(&mut self) -> (Map<String, Value>, Vec<TreeUsage>) {
+        let mut trees = Vec::new();
+        let mut out = Map::new();
+        for (name, obs) in self.running.drain(..) {
+            let value = match obs {
+                Ok(o) => {
+                    let o = o.finish();
+                    let instance = self.extras.instances.iter().any(|i| i.label == name);
+                    if let (true, Some(t)) = (instance, &o.server) {
+                        trees.push(t.clone());
+                    }
+                    serde_json::to_value(o).unwrap_or(Value::Null)
+                }
+                Err(why) => json!({ "note": why }),
+            };
+            out.insert(name, value);
+        }
+        (out, trees)
+    }
+
+    fn finish_metrics(&mut self) -> Map<String, Value> {
+        let before = std::mem::take(&mut self.before);
+        let mut out = Map::new();
+        for ((label, source), (_, start)) in self.extras.metrics.iter().zip(before) {
+            let value = match (start, source.snapshot_fresh()) {
+                (Ok(a), Ok(b)) => difference(&a, &b),
+                (Err(why), _) | (_, Err(why)) => json!({ "note": why }),
+            };
+            out.insert(label.clone(), value);
+        }
+        out
+    }
+}
+
+/// A split target has no single server process: its `server` figures (and the per-request
+/// ones derived from them) become the sum of its instances' process trees.
+fn sum_instances(observed: &mut Observed, trees: &[TreeUsage], requests: u64) {
+    let Ok(mut obs) = serde_json::from_value::<Observation>(observed.server.clone()) else {
+        return;
+    };
+    if obs.server.is_some() {
+        return;
+    }
+    let mut total = trees[0].clone();
+    for t in &trees[1..] {
+        total.processes += t.processes;
+        total.threads += t.threads;
+        total.user_s += t.user_s;
+        total.sys_s += t.sys_s;
+        total.voluntary_cs += t.voluntary_cs;
+        total.involuntary_cs += t.involuntary_cs;
+        total.minor_faults += t.minor_faults;
+        total.major_faults += t.major_faults;
+    }
+    obs.server = Some(total);
+    obs.notes.push(format!(
+        "server: the sum of {} instances' process trees (pid is the first one's; see `observed`)",
+        trees.len()
+    ));
+    if let Ok(Value::Object(per)) =
+        serde_json::to_value(crate::observe::per_request(&obs, requests))
+    {
+        observed.derived.extend(per);
+    }
+    observed.server = serde_json::to_value(&obs).unwrap_or(Value::Null);
+}
+
+fn observer_of(pid: i32) -> crate::observe::Observer {
+    crate::observe::Observer::start(Some(pid), &[], &[])
+}
+
+impl<O: StepObserver> StepObserver for ExtraObserver<O> {
+    fn server_extras(&mut self, extras: &ServerExtras) {
+        self.extras = extras.clone();
+    }
+
+    fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        self.inner.start(server_pid, server_cpus, client_cpus);
+        self.start_processes();
+        // Last: waiting for a metrics file's rewrite must not delay the other observers.
+        self.before = self
+            .extras
+            .metrics
+            .iter()
+            .map(|(label, s)| (label.clone(), s.snapshot_fresh()))
+            .collect();
+    }
+
+    fn finish(&mut self, requests: u64) -> Observed {
+        let mut observed = self.inner.finish(requests);
+        let (processes, trees) = self.finish_processes();
+        if !trees.is_empty() {
+            sum_instances(&mut observed, &trees, requests);
+        }
+        if !processes.is_empty() {
+            observed
+                .derived
+                .insert("observed".into(), Value::Object(processes));
+        }
+        let metrics = self.finish_metrics();
+        if !metrics.is_empty() {
+            observed
+                .derived
+                .insert("target_metrics".into(), Value::Object(metrics));
+        }
+        observed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_are_read_from_text() {
+        assert_eq!(parse_pids("12\n 34 x -5\n"), vec![12, 34]);
+    }
+
+    #[test]
+    fn an_entry_needs_one_selector() {
+        let spec = ObserveSpec {
+            name: "db".into(),
+            pid_file: Some("db.pid".into()),
+            command: Some("postgres".into()),
+            pids_command: None,
+        };
+        let err = ObserveEntry::from_spec(&spec, std::path::Path::new("/s")).unwrap_err();
+        assert!(err.contains("exactly one"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_process_is_a_reason() {
+        let e = ObserveEntry {
+            name: "x".into(),
+            selector: ProcessSelector::Command("no-such-comm-q".into()),
+        };
+        assert!(e.pids().unwrap_err().contains("no running process"));
+    }
+}

@@ -1,0 +1,427 @@
+//! Target-reported metrics: a JSON file or an HdrHistogram log the target writes (the
+//! `{metrics}` placeholder), or a JSON endpoint on loopback. The step loop snapshots them at
+//! both edges of the measured window and keeps the difference: numeric leaves subtracted,
+//! and for a histogram log the histogram of the window.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// `metrics = { file = "{metrics}", format = "json" }` or `metrics = { url = "..." }`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSpec {
+    /// A file the target writes; `{metrics}` is a path in the run directory (also given to
+    /// the target's command through the same placeholder).
+    #[serde(default)]
+    pub file: Option<String>,
+    /// Format of the file: `json` (default) or `hlog` (an HdrHistogram interval log).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// A loopback HTTP URL answering JSON; `{port}` is the target's port.
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+/// Format of a metrics file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsFormat {
+    /// A JSON document of counters.
+    Json,
+    /// An HdrHistogram interval log.
+    Hlog,
+}
+
+/// Where a target's metrics come from (templates, before a launch fills them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricsPlan {
+    /// A file; `{metrics}` in the template becomes the run directory's path for it.
+    File {
+        /// The path template.
+        template: String,
+        /// Its format.
+        format: MetricsFormat,
+    },
+    /// An HTTP URL template on loopback.
+    Url(String),
+}
+
+/// Why a metrics spec is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// Bad spec.
+    #[error("{0}")]
+    Spec(String),
+}
+
+impl MetricsPlan {
+    /// Checks a spec.
+    pub fn from_spec(spec: &MetricsSpec) -> Result<MetricsPlan, MetricsError> {
+        let bad = |m: &str| Err(MetricsError::Spec(m.to_string()));
+        match (&spec.file, &spec.url) {
+            (Some(_), Some(_)) => bad("give file = \"{metrics}\" or url = \"http://127.0.0.1:{port}/metrics\", not both"),
+            (None, None) => bad("expected file = \"{metrics}\" (with format = \"json\" or \"hlog\") or url = \"http://127.0.0.1:{port}/metrics\""),
+            (Some(file), None) => {
+                let format = match spec.format.as_deref() {
+                    None | Some("json") => MetricsFormat::Json,
+                    Some("hlog") => MetricsFormat::Hlog,
+                    Some(other) => return bad(&format!("format {other:?}: expected \"json\" or \"hlog\"")),
+                };
+                Ok(MetricsPlan::File { template: file.clone(), format })
+            }
+            (None, Some(url)) => {
+                if spec.format.as_deref().is_some_and(|f| f != "json") {
+                    return bad("a metrics url answers JSON: leave format out");
+                }
+                parse_url(&url.replace("{port}", "1")).map_err(MetricsError::Spec)?;
+                Ok(MetricsPlan::Url(url.clone()))
+            }
+        }
+    }
+
+    /// The concrete source for one launch: `path` is the run directory's file for
+    /// `{metrics}`, `port` the target's port.
+    pub fn resolve(&self, path: &Path, port: u16) -> MetricsSource {
+        match self {
+            MetricsPlan::File { template, format } => MetricsSource::File {
+                path: PathBuf::from(template.replace("{metrics}", &path.display().to_string())),
+                format: *format,
+            },
+            MetricsPlan::Url(u) => MetricsSource::Url(u.replace("{port}", &port.to_string())),
+        }
+    }
+
+    /// The extension of the run directory's file.
+    pub fn extension(&self) -> &'static str {
+        match self {
+            MetricsPlan::File {
+                format: MetricsFormat::Hlog,
+                ..
+            } => "hlog",
+            _ => "json",
+        }
+    }
+}
+
+/// The run directory's metrics file of a target (instance `Some(k)` of a split target).
+pub fn metrics_path(out_dir: &Path, target: &str, instance: Option<usize>, ext: &str) -> PathBuf {
+    let clean: String = target
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = match instance {
+        Some(k) => format!("{clean}.i{k}.{ext}"),
+        None => format!("{clean}.{ext}"),
+    };
+    out_dir.join("metrics").join(name)
+}
+
+/// A source of metrics after launch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetricsSource {
+    /// A file the target rewrites.
+    File {
+        /// Its path.
+        path: PathBuf,
+        /// Its format.
+        format: MetricsFormat,
+    },
+    /// A loopback URL answering JSON.
+    Url(String),
+}
+
+/// Longest wait for a metrics file's next rewrite.
+pub const FRESH_WAIT: Duration = Duration::from_millis(1500);
+
+/// One reading of a source.
+#[derive(Debug, Clone)]
+pub enum Snapshot {
+    /// A JSON document.
+    Json(Value),
+    /// Every histogram of a log, added.
+    Hist(Histogram<u64>),
+}
+
+impl MetricsSource {
+    /// Reads it once it reflects this moment: a file is read after its next rewrite (up to
+    /// `FRESH_WAIT`), since a target rewrites it periodically and a busy CPU can delay that.
+    pub fn snapshot_fresh(&self) -> Result<Snapshot, String> {
+        if let MetricsSource::File { path, .. } = self {
+            let asked = std::time::SystemTime::now();
+            let deadline = std::time::Instant::now() + FRESH_WAIT;
+            while std::time::Instant::now() < deadline {
+                let modified = std::fs::metadata(path).and_then(|m| m.modified());
+                if modified.is_ok_and(|m| m >= asked) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        self.snapshot()
+    }
+
+    /// Reads it now.
+    pub fn snapshot(&self) -> Result<Snapshot, String> {
+        match self {
+            MetricsSource::File { path, format } => {
+                if *format == MetricsFormat::Hlog {
+                    return crate::report::analysis::read_hlog(path).map(Snapshot::Hist);
+                }
+                let bytes = std::fs::read(path)
+                    .map_err(|e| format!("cannot read the metrics file {}: {e}", path.display()))?;
+                serde_json::from_slice(&bytes)
+                    .map(Snapshot::Json)
+                    .map_err(|e| format!("{} is not JSON: {e}", path.display()))
+            }
+            MetricsSource::Url(url) => http_get_json(url).map(Snapshot::Json),
+        }
+    }
+}
+
+/// What changed between two snapshots: numeric leaves subtracted (a leaf absent at the start
+/// counts from 0; others keep their end value); for histograms, the window's own summary.
+pub fn difference(before: &Snapshot, after: &Snapshot) -> Value {
+    match (before, after) {
+        (Snapshot::Json(a), Snapshot::Json(b)) => json_difference(Some(a), b),
+        (Snapshot::Hist(a), Snapshot::Hist(b)) => {
+            let mut window = b.clone();
+            match window.subtract(a) {
+                Ok(()) => hist_summary(&window),
+                Err(_) => hist_summary(b),
+            }
+        }
+        (_, after) => match after {
+            Snapshot::Json(v) => v.clone(),
+            Snapshot::Hist(h) => hist_summary(h),
+        },
+    }
+}
+
+fn json_difference(before: Option<&Value>, after: &Value) -> Value {
+    match after {
+        Value::Number(n) => {
+            let a = before.and_then(Value::as_f64).unwrap_or(0.0);
+            let b = n.as_f64().unwrap_or(0.0);
+            match (before.and_then(Value::as_i64), n.as_i64()) {
+                (Some(x), Some(y)) => json!(y - x),
+                (None, Some(y)) if before.is_none_or(|v| !v.is_number()) => json!(y),
+                _ => json!(b - a),
+            }
+        }
+        Value::Object(m) => {
+            let out: Map<String, Value> = m
+                .iter()
+                .map(|(k, v)| (k.clone(), json_difference(before.and_then(|b| b.get(k)), v)))
+                .collect();
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| json_difference(before.and_then(|b| b.get(i)), v))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// A histogram's count and percentiles, in the unit the target recorded.
+pub fn hist_summary(h: &Histogram<u64>) -> Value {
+    if h.is_empty() {
+        return json!({"count": 0});
+    }
+    let q = |p: f64| h.value_at_quantile(p);
+    json!({
+        "count": h.len(),
+        "mean": h.mean(),
+        "p50": q(0.5),
+        "p90": q(0.9),
+        "p99": q(0.99),
+        "p999": q(0.999),
+        "max": h.max(),
+    })
+}
+
+/// Host, port and path of an `http://` URL on loopback (nothing else is reached).
+pub fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url:?}: expected an http:// URL on 127.0.0.1"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].to_string()),
+        None => (rest, "/".to_string()),
+    };
+    let with_port = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = with_port
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("{url:?}: cannot read the host and port"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "{url:?}: metrics are read from loopback only (127.0.0.1, ::1, localhost)"
+        ));
+    }
+    Ok((addr, path))
+}
+
+/// GETs a URL on loopback over plain HTTP/1.0 and parses the body as JSON.
+pub fn http_get_json(url: &str) -> Result<Value, String> {
+    let (addr, path) = parse_url(url)?;
+    let timeout = Duration::from_secs(2);
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+    let _ = stream.set_read_timeout(Some(timeout));
+    let _ = stream.set_write_timeout(Some(timeout));
+    let request =
+        format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("writing to {url}: {e}"))?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("reading {url}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{url}: the answer has no HTTP header"))?;
+    let status = head.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(format!("{url} answered {status:?}"));
+    }
+    let chunked = head
+        .lines()
+        .any(|l| l.to_ascii_lowercase().replace(' ', "") == "transfer-encoding:chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    serde_json::from_str(body.trim()).map_err(|e| format!("{url} did not answer JSON: {e}"))
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Every numeric leaf of a JSON value as `a.b.c = x` pairs (for the report).
+pub fn leaves(value: &Value) -> Vec<(String, f64)> {
+    fn walk(prefix: &str, v: &Value, out: &mut Vec<(String, f64)>) {
+        let join = |k: &str| {
+            if prefix.is_empty() {
+                k.to_string()
+            } else {
+                format!("{prefix}.{k}")
+            }
+        };
+        match v {
+            Value::Number(n) => out.push((prefix.to_string(), n.as_f64().unwrap_or(f64::NAN))),
+            Value::Object(m) => m.iter().for_each(|(k, v)| walk(&join(k), v, out)),
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .for_each(|(i, v)| walk(&join(&i.to_string()), v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", value, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_leaves_are_subtracted() {
+        let a = Snapshot::Json(
+            json!({"threads": {"t0": {"busy_ns": 100, "loops": 5}}, "up": 1.5, "v": "x"}),
+        );
+        let b = Snapshot::Json(
+            json!({"threads": {"t0": {"busy_ns": 350, "loops": 9}, "t1": {"loops": 2}}, "up": 2.0, "v": "y"}),
+        );
+        let d = difference(&a, &b);
+        assert_eq!(d["threads"]["t0"]["busy_ns"], 250);
+        assert_eq!(d["threads"]["t0"]["loops"], 4);
+        assert_eq!(d["threads"]["t1"]["loops"], 2);
+        assert_eq!(d["up"], 0.5);
+        assert_eq!(d["v"], "y");
+    }
+
+    #[test]
+    fn a_histogram_log_gives_the_windows_histogram() {
+        let mut start = Histogram::<u64>::new(3).unwrap();
+        start.record_n(1_000, 50).unwrap();
+        let mut end = start.clone();
+        end.record_n(9_000, 10).unwrap();
+        let d = difference(&Snapshot::Hist(start), &Snapshot::Hist(end));
+        assert_eq!(d["count"], 10);
+        assert!((8_990..=9_010).contains(&d["p50"].as_u64().unwrap()), "{d}");
+    }
+
+    #[test]
+    fn only_loopback_urls() {
+        assert!(parse_url("http://127.0.0.1:9/metrics").is_ok());
+        assert!(parse_url("http://[::1]:9/").is_ok());
+        let err = parse_url("http://192.0.2.1:9/").unwrap_err();
+        assert!(err.contains("loopback"), "{err}");
+        assert!(parse_url("https://127.0.0.1/").is_err());
+    }
+
+    #[test]
+    fn chunked_bodies_are_joined() {
+        assert_eq!(dechunk("3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n"), "{\"a\":1}");
+    }
+
+    #[test]
+    fn spec_needs_one_source() {
+        let none = MetricsPlan::from_spec(&MetricsSpec::default()).unwrap_err();
+        assert!(none.to_string().contains("expected file"), "{none}");
+        let spec = MetricsSpec {
+            file: Some("{metrics}".into()),
+            format: Some("hlog".into()),
+            url: None,
+        };
+        let plan = MetricsPlan::from_spec(&spec).unwrap();
+        assert_eq!(plan.extension(), "hlog");
+        let src = plan.resolve(Path::new("/r/metrics/a.hlog"), 80);
+        assert_eq!(
+            src,
+            MetricsSource::File {
+                path: "/r/metrics/a.hlog".into(),
+                format: MetricsFormat::Hlog
+            }
+        );
+    }
+}
