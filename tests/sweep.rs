@@ -89,8 +89,10 @@ name = "b"
 builtin = "msgr --arch pool"
 "#;
 
+/// Every example plans, starts with a comment saying what it reproduces and how to run it,
+/// and `stairbench run EXAMPLE --dry-run` works on this machine.
 #[test]
-fn every_example_spec_plans() {
+fn every_example_spec_plans_and_dry_runs() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -99,10 +101,27 @@ fn every_example_spec_plans() {
             let text = std::fs::read_to_string(&path).unwrap();
             let p = plan_at(&path, &text);
             assert!(p.max_steps() > 0, "{}", path.display());
+            assert!(
+                text.starts_with("# ") && text.contains("stairbench run examples/"),
+                "{}: no comment header saying what it is and how to run it",
+                path.display()
+            );
+            let out = Command::new(BIN)
+                .args(["run", "--dry-run"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("estimated time: about"),
+                "{}: {stdout}{}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
             n += 1;
         }
     }
-    assert!(n >= 3);
+    assert!(n >= 6, "{n} examples");
     let demo = plan(&stairbench::sweep::cli::demo_spec(false));
     assert_eq!(demo.series, Series::Clients(vec![1, 2, 4, 8, 16, 32, 64]));
     assert_eq!(demo.max_steps(), 28);

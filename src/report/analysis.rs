@@ -39,6 +39,10 @@ pub struct RunAnalysis {
     pub comparisons: Vec<ComparisonOutcome>,
     /// What could not be analysed and why (unreadable histogram, bad comparison).
     pub notes: Vec<String>,
+    /// The spec asked for `repetitions = "auto"` (report.md then says which steps needed
+    /// more runs; analysis.json has each point's `repetitions` already).
+    #[serde(skip)]
+    pub auto_repetitions: bool,
 }
 
 /// One series: a target under one placement across load levels.
@@ -204,6 +208,11 @@ pub fn analyze(run: &RunData, dir: Option<&Path>) -> RunAnalysis {
         series,
         comparisons,
         notes,
+        auto_repetitions: spec
+            .as_ref()
+            .and_then(|s| s.get("repetitions"))
+            .and_then(|r| r.as_str())
+            == Some("auto"),
     }
 }
 
@@ -805,6 +814,9 @@ fn noise_section(out: &mut String, a: &RunAnalysis) {
         );
         return;
     }
+    if a.auto_repetitions {
+        auto_repetitions_table(out, a);
+    }
     let noisy: Vec<(&SeriesAnalysis, &LoadPoint)> = a
         .series
         .iter()
@@ -829,6 +841,46 @@ fn noise_section(out: &mut String, a: &RunAnalysis) {
             load_label(p.clients, p.rate_rps),
             p.repetitions,
             show_summary(&p.throughput_rps, Metric::ThroughputRps),
+            p.throughput_rps.cv * 100.0
+        );
+    }
+    out.push('\n');
+}
+
+/// Under `repetitions = "auto"`: the steps that needed more than the 2 runs a spread needs,
+/// and whether they settled under the CV target or stopped at the cap still noisy.
+fn auto_repetitions_table(out: &mut String, a: &RunAnalysis) {
+    let _ = write!(
+        out,
+        "`repetitions = \"auto\"`: each step ran until its throughput's CV fell under {:.0}% (2 to {} runs). ",
+        stats::AUTO_CV_TARGET * 100.0,
+        stats::AUTO_MAX_REPETITIONS
+    );
+    let more: Vec<(&SeriesAnalysis, &LoadPoint)> = a
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(move |p| (s, p)))
+        .filter(|(_, p)| p.repetitions > 2)
+        .collect();
+    if more.is_empty() {
+        out.push_str("Every step settled after 2 runs.\n\n");
+        return;
+    }
+    out.push_str("Steps that needed more runs:\n\n");
+    out.push_str("| target | placement | clients | runs | CV | outcome |\n| --- | --- | ---: | ---: | ---: | --- |\n");
+    for (s, p) in more {
+        let outcome = if p.noisy {
+            format!("still noisy after {} runs", p.repetitions)
+        } else {
+            "settled".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.1}% | {outcome} |",
+            escape(&s.target),
+            escape(&s.placement),
+            load_label(p.clients, p.rate_rps),
+            p.repetitions,
             p.throughput_rps.cv * 100.0
         );
     }

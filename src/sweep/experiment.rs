@@ -168,6 +168,7 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
             let _ = writeln!(out, "note: {note}");
         }
     }
+    let mut skipped = 0;
     for target in &plan.targets {
         for placement in &plan.placements {
             let _ = writeln!(out, "\n{} / {placement}:", target.name);
@@ -178,14 +179,15 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
                     Ok(cpus) => {
                         let _ = writeln!(
                             out,
-                            "  {id}: server cpus {} client cpus {} ×{} reps\n    server: {}",
+                            "  {id}: server cpus {} client cpus {}, {}\n    server: {}",
                             crate::cpuset::format(&cpus.server),
                             crate::cpuset::format(&cpus.client),
-                            plan.repetitions,
+                            plan.repetitions.describe(),
                             launcher.describe(target, &cpus, point.clients)
                         );
                     }
                     Err(why) => {
+                        skipped += 1;
                         let _ = writeln!(out, "  {id}: skipped: {why}");
                     }
                 }
@@ -193,13 +195,25 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
         }
     }
     out.push_str(&super::profiling::describe(plan));
-    let secs = plan.estimate().as_secs();
+    // A skipped point skips all its runs; a rate search's points are counted at their maximum.
+    let points = dry_points(plan).len().max(1);
+    let runnable = plan.max_steps().saturating_sub(
+        skipped * plan.max_steps() / (points * plan.targets.len() * plan.placements.len()).max(1),
+    );
+    let secs = plan.estimate_for(runnable).as_secs();
     let _ = writeln!(
         out,
         "\nestimated time: about {}m{:02}s",
         secs / 60,
         secs % 60
     );
+    if skipped > 0 {
+        let _ = writeln!(
+            out,
+            "{skipped} step(s) are skipped on this machine; {runnable} of at most {} can run",
+            plan.max_steps()
+        );
+    }
     out
 }
 

@@ -5,6 +5,7 @@
 //! [`placement::PlacementSource`], each a trait with a fake, writing a [`rundir::RunDir`].
 
 pub mod cli;
+pub mod cores;
 pub mod driver;
 pub mod experiment;
 pub mod extra_observe;
@@ -14,6 +15,7 @@ pub mod observer;
 pub mod parsers;
 pub mod placement;
 pub mod plan;
+pub mod policy;
 pub mod process;
 pub mod profiling;
 pub mod progress;
@@ -24,3 +26,4 @@ pub mod runner;
 pub mod server;
 pub mod spec;
 pub mod topology;
+pub mod validate;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use super::placement::CustomTable;
+use super::policy::Repetitions;
 use super::spec::{OnFailure, Restart, SpecError, SpecFile, StopWhen};
 use crate::load::{Distribution, ProtoOptions};
 
@@ -124,8 +125,8 @@ pub struct Plan {
     pub custom: BTreeMap<String, CustomTable>,
     /// The staircase.
     pub series: Series,
-    /// Runs per point.
-    pub repetitions: usize,
+    /// Runs per point: fixed, or `auto` (until the throughput settles, at most 5).
+    pub repetitions: Repetitions,
     /// Measured window of a step.
     pub duration: Duration,
     /// Discarded lead-in of a step.
@@ -166,9 +167,6 @@ impl Plan {
         let s = spec.spec.clone();
         let series = series(&spec)?;
         super::profiling::check(&spec, &series)?;
-        if s.repetitions == 0 {
-            return Err(spec.error_at(&["repetitions"], "expected at least 1"));
-        }
         if s.depth == 0
             || s.connections_per_client == 0
             || s.targets.iter().any(|t| t.depth == Some(0))
@@ -200,6 +198,8 @@ impl Plan {
                 ));
             }
         }
+        super::validate::comparisons(&spec, &series)?;
+        super::validate::report(&spec, &series)?;
         let client = client(&spec)?;
         let mut observe = Vec::new();
         for (i, o) in s.observe.iter().enumerate() {
@@ -235,7 +235,7 @@ impl Plan {
     /// Keeps one level for long study: one client count, one repetition, a long window.
     pub fn hold(&mut self, clients: usize, duration: Duration) {
         self.series = Series::Clients(vec![clients]);
-        self.repetitions = 1;
+        self.repetitions = Repetitions::Fixed(1);
         self.duration = duration;
         self.stop_when = None;
     }
@@ -246,19 +246,29 @@ impl Plan {
         has("balanced") && has("separated")
     }
 
-    /// Steps at most, over all targets and placements.
+    /// Steps at most, over all targets and placements (`auto` repetitions counted at their
+    /// maximum, so the estimate is an upper bound).
     pub fn max_steps(&self) -> usize {
-        self.targets.len() * self.placements.len() * self.series.max_points() * self.repetitions
+        self.targets.len()
+            * self.placements.len()
+            * self.series.max_points()
+            * self.repetitions.max_runs()
     }
 
     /// Estimated wall time (steps × (warm-up + window + cooldown) + server starts).
     pub fn estimate(&self) -> Duration {
+        self.estimate_for(self.max_steps())
+    }
+
+    /// Estimated wall time when only `steps` of the steps can run (the others are skipped:
+    /// their cpusets do not exist on this machine).
+    pub fn estimate_for(&self, steps: usize) -> Duration {
         let per_step = self.warmup + self.duration + self.cooldown + Duration::from_millis(200);
         let starts = match self.restart {
-            Restart::Series => self.targets.len() * self.placements.len(),
-            Restart::Step => self.max_steps(),
+            Restart::Series => (self.targets.len() * self.placements.len()).min(steps),
+            Restart::Step => steps,
         };
-        per_step * self.max_steps() as u32 + Duration::from_millis(500) * starts as u32
+        per_step * steps as u32 + Duration::from_millis(500) * starts as u32
     }
 }
 

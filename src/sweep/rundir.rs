@@ -10,6 +10,7 @@ use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use hdrhistogram::serialization::V2Serializer;
 use hdrhistogram::Histogram;
 
+use super::cores::CoreRow;
 use super::result::{read_steps, StepResult};
 use crate::load::{IntervalLine, IntervalSink};
 
@@ -71,7 +72,7 @@ impl RunDir {
         let mut csv = BufWriter::new(csv);
         writeln!(
             csv,
-            "elapsed_s,inflight,ops_per_s,mb_per_s,mean_latency_ms,errors,per_core_busy"
+            "elapsed_s,inflight,ops_per_s,mb_per_s,mean_latency_ms,errors,per_core_busy,server_per_core_busy,client_per_core_busy"
         )?;
         Ok(StepSink {
             csv,
@@ -98,6 +99,19 @@ pub struct StepSink {
 
 impl IntervalSink for StepSink {
     fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
+        self.line_with_cores(line, hist_ns, None);
+    }
+}
+
+impl StepSink {
+    /// Writes a driver's line with the server's and client's per-core busy % of its second.
+    pub fn line_with_cores(
+        &mut self,
+        line: &IntervalLine,
+        hist_ns: &Histogram<u64>,
+        cores: Option<&CoreRow>,
+    ) {
+        let (server, client) = cores.map(CoreRow::cells).unwrap_or_default();
         let busy: Vec<String> = line
             .per_core_busy
             .iter()
@@ -105,7 +119,7 @@ impl IntervalSink for StepSink {
             .collect();
         let _ = writeln!(
             self.csv,
-            "{:.3},{},{:.1},{:.3},{:.4},{},{}",
+            "{:.3},{},{:.1},{:.3},{:.4},{},{},{server},{client}",
             line.elapsed_s,
             line.inflight,
             line.ops_per_s,
@@ -119,9 +133,14 @@ impl IntervalSink for StepSink {
             let _ = self.log_histogram(line.elapsed_s, hist_ns);
         }
     }
-}
 
-impl StepSink {
+    /// A row of per-core busy % alone (a second the driver printed no line for).
+    pub fn cores_only(&mut self, elapsed_s: f64, cores: &CoreRow) {
+        let (server, client) = cores.cells();
+        let _ = writeln!(self.csv, "{elapsed_s:.3},,,,,,,{server},{client}");
+        let _ = self.csv.flush();
+    }
+
     /// Logs a whole-window histogram when the driver gave no per-second ones.
     pub fn ensure_one(&mut self, hist_ns: Histogram<u64>) -> std::io::Result<()> {
         if self.hlog.is_none() && !hist_ns.is_empty() {

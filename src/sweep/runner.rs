@@ -146,12 +146,15 @@ impl Runner<'_> {
         };
         let mut points = PointGen::new(&self.plan.series);
         let mut history: Vec<(f64, f64)> = Vec::new();
-        let mut history_clients: Vec<usize> = Vec::new();
+        let mut history_points: Vec<Point> = Vec::new();
         let mut saturated: Option<String> = None;
         let mut end_run = false;
         while let Some(point) = points.next() {
             let mut reps = Vec::new();
-            for rep in 0..self.plan.repetitions {
+            for rep in 0..self.plan.repetitions.max_runs() {
+                if !self.plan.repetitions.again(rep, &ok_throughputs(&reps)) {
+                    break;
+                }
                 if self.stop.load(Ordering::Relaxed) {
                     summary.interrupted = true;
                     end_run = true;
@@ -194,14 +197,14 @@ impl Runner<'_> {
             points.observe(point, agg.map(|a| a.2));
             if let Some((thr, lat, _)) = agg {
                 history.push((thr, lat));
-                history_clients.push(point.clients);
+                history_points.push(point);
             }
             if saturated.is_none()
                 && self.plan.stop_when == Some(StopWhen::Saturated)
                 && is_saturated(&history)
             {
-                let from = history_clients[history_clients.len() - 3];
-                let why = format!("stop_when = \"saturated\": from {from} to {} clients throughput grew under 5% per step while latency grew; the larger counts are skipped", point.clients);
+                let from = history_points[history_points.len() - 3];
+                let why = super::policy::saturation_note(from, point, &points.remaining());
                 self.progress
                     .note(&format!("{} / {placement}: {why}", target.name));
                 summary
@@ -394,6 +397,8 @@ impl Runner<'_> {
             started: false,
             pid,
             cpus: cpus.clone(),
+            cores: None,
+            live: self.driver.live_intervals(),
         };
         if self.plan.warmup.is_zero() || !self.driver.live_intervals() {
             sink.start_observer();
@@ -405,10 +410,12 @@ impl Runner<'_> {
         let requests = result.as_ref().map_or(0, |l| l.report.requests);
         let observed = sink.observer.finish(requests);
         let hist = result.as_ref().ok().and_then(|l| l.hist_ns.clone());
-        sink.finish(hist)
+        let cores_cpu_s = sink
+            .finish(hist)
             .map_err(|e| format!("writing the step's files: {e}"))?;
         let load = result?;
         let mut observed = observed;
+        super::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
         observed.derived.extend(load.extra);
         Ok((load.report, observed))
     }
@@ -430,28 +437,43 @@ struct LoopSink<'a> {
     started: bool,
     pid: Option<i32>,
     cpus: CpuPair,
+    /// The per-core busy % columns, from the observers' start.
+    cores: Option<super::cores::CoreColumns>,
+    /// The driver's lines come while it runs.
+    live: bool,
 }
 
 impl LoopSink<'_> {
     fn start_observer(&mut self) {
         self.observer
             .start(self.pid, &self.cpus.server, &self.cpus.client);
+        self.cores = Some(super::cores::CoreColumns::start(
+            self.live,
+            &self.cpus.server,
+            &self.cpus.client,
+        ));
         self.started = true;
     }
 
-    fn finish(self, hist: Option<Histogram<u64>>) -> std::io::Result<()> {
+    /// Flushes the step's files; returns the CPU seconds the per-core sampling used.
+    fn finish(self, hist: Option<Histogram<u64>>) -> std::io::Result<f64> {
         let mut inner = self.inner;
+        let cores_cpu_s = self.cores.map_or(0.0, |c| c.finish(&mut inner));
         // An external tool gives no per-second histograms: log its whole-window one.
         if let Some(h) = hist {
             inner.ensure_one(h)?;
         }
-        inner.finish()
+        inner.finish()?;
+        Ok(cores_cpu_s)
     }
 }
 
 impl IntervalSink for LoopSink<'_> {
     fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
-        self.inner.interval(line, hist_ns);
+        match self.cores.as_mut() {
+            Some(cores) => cores.line(line, hist_ns, &mut self.inner),
+            None => self.inner.interval(line, hist_ns),
+        }
         // The line that closes the warm-up has elapsed exactly 0 (the engine cuts an interval
         // there): the window starts now. Earlier warm-up lines are negative.
         if !self.started && line.elapsed_s >= -1e-6 {
@@ -459,6 +481,14 @@ impl IntervalSink for LoopSink<'_> {
         }
         self.progress.live(line.ops_per_s);
     }
+}
+
+/// Throughputs (req/s) of a point's ok repetitions so far.
+fn ok_throughputs(reps: &[StepResult]) -> Vec<f64> {
+    reps.iter()
+        .filter(|s| s.status == StepStatus::Ok)
+        .filter_map(StepResult::throughput_rps)
+        .collect()
 }
 
 /// Mean throughput, mean latency and mean p99 (ms) of a point's ok repetitions.
@@ -567,6 +597,14 @@ impl PointGen {
                     rate_rps: Some(rate),
                 })
             }
+        }
+    }
+
+    /// The points not yet given (a rate search's are not known in advance: none).
+    fn remaining(&self) -> Vec<Point> {
+        match self {
+            PointGen::List(it) => it.as_slice().to_vec(),
+            PointGen::Find(_) => Vec::new(),
         }
     }
 

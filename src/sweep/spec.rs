@@ -27,9 +27,10 @@ pub struct Spec {
     /// Pause after each step.
     #[serde(default)]
     pub cooldown: Dur,
-    /// Runs of each step.
-    #[serde(default = "one")]
-    pub repetitions: usize,
+    /// Runs of each step: a number, or `"auto"` (until the throughput's CV is under 3%, at
+    /// most 5 runs).
+    #[serde(default)]
+    pub repetitions: super::policy::Repetitions,
     /// The staircase: client counts.
     #[serde(default)]
     pub clients: Option<Counts>,
@@ -71,6 +72,9 @@ pub struct Spec {
     /// Comparisons for the report (kept as written; the reports read them).
     #[serde(default)]
     pub comparisons: Vec<toml::Table>,
+    /// What the report shows (`heat_map = "TARGET/PLACEMENT@CLIENTS"`).
+    #[serde(default)]
+    pub report: Option<super::validate::ReportSpec>,
     /// Further processes measured like the server (by pid file, command name or pids command).
     #[serde(default)]
     pub observe: Vec<super::extra_observe::ObserveSpec>,

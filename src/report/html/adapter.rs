@@ -5,8 +5,8 @@
 //! It reads steps.jsonl as plain JSON so it does not depend on the runner's types; once
 //! `report::RunData` and the analysis are merged it should take those instead. What it does
 //! not fill yet: `Series::usl` and the Little's-law and knee/USL tables (the analysis adds
-//! them with [`add_analysis`]), and the heat map shows the load generator's threads until the
-//! runner writes the server's per-core busy % per second (a `server_per_core_busy` column).
+//! them with [`add_analysis`]). The heat map shows the server's cores (the runner's
+//! `server_per_core_busy` column), or the load generator's threads in older run directories.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,8 +61,8 @@ pub enum AdapterError {
     },
 }
 
-/// Reads a run directory into what the page shows; the heat map shows the step with the
-/// highest throughput.
+/// Reads a run directory into what the page shows; the heat map shows the step the spec's
+/// `[report] heat_map` selects, else the busiest step of the first series.
 pub fn from_run_dir(dir: &Path) -> Result<ReportData, AdapterError> {
     from_run_dir_with(dir, None)
 }
@@ -91,7 +91,7 @@ pub fn from_run_dir_with(dir: &Path, heat_step: Option<&str>) -> Result<ReportDa
         conditions: conditions(spec.as_ref(), env.as_ref(), &ok),
         series: series(&ok),
         histograms,
-        heat_map: heat_map(dir, &ok, heat_step),
+        heat_map: heat_map(dir, &ok, heat_step, spec.as_ref()),
         tables: vec![results_table(&steps)],
     })
 }
@@ -414,15 +414,16 @@ pub fn log_buckets(hist_ns: &Histogram<u64>) -> Vec<LatencyBucket> {
         .collect()
 }
 
-/// The heat map of the chosen step, or else of the step with the highest throughput (where
-/// the cores are busiest).
-fn heat_map(dir: &Path, ok: &[&Value], chosen: Option<&str>) -> Option<CoreHeatMap> {
+/// The heat map of the chosen step (an id), or of the step [`heat_step`] picks.
+fn heat_map(
+    dir: &Path,
+    ok: &[&Value],
+    chosen: Option<&str>,
+    spec: Option<&toml::Table>,
+) -> Option<CoreHeatMap> {
     let step = match chosen {
         Some(id) => ok.iter().find(|s| str_at(s, "id") == id)?,
-        None => ok.iter().max_by(|a, b| {
-            let x = |s: &Value| s["throughput_rps"].as_f64().unwrap_or(0.0);
-            x(a).total_cmp(&x(b))
-        })?,
+        None => heat_step(ok, spec)?,
     };
     let id = str_at(step, "id");
     let text = std::fs::read_to_string(dir.join("intervals").join(format!("{id}.csv"))).ok()?;
@@ -446,6 +447,47 @@ fn heat_map(dir: &Path, ok: &[&Value], chosen: Option<&str>) -> Option<CoreHeatM
         seconds,
         busy_pct,
     })
+}
+
+/// The busiest of the steps `[report] heat_map = "TARGET[/PLACEMENT][@CLIENTS]"` selects, or
+/// of the first series (its target and placement) when the spec has none. Busiest: the
+/// highest mean busy % of the server's CPUs, then the highest throughput.
+pub fn heat_step<'a>(ok: &[&'a Value], spec: Option<&toml::Table>) -> Option<&'a Value> {
+    let selector = spec
+        .and_then(|s| s.get("report"))
+        .and_then(|r| r.get("heat_map"))
+        .and_then(|h| h.as_str())
+        .and_then(|h| h.parse::<crate::report::compare::Selector>().ok());
+    let first = ok.first()?;
+    let wanted = |s: &&&Value| match &selector {
+        Some(sel) => {
+            str_at(s, "target") == sel.target
+                && sel
+                    .placement
+                    .as_deref()
+                    .is_none_or(|p| str_at(s, "placement") == p)
+                && sel
+                    .clients
+                    .is_none_or(|c| s["clients"].as_u64() == Some(c as u64))
+        }
+        None => {
+            str_at(s, "target") == str_at(first, "target")
+                && str_at(s, "placement") == str_at(first, "placement")
+        }
+    };
+    let busy = |s: &Value| {
+        (
+            f64_at(s, &["server", "server_cpus_busy_pct"]).unwrap_or(-1.0),
+            s["throughput_rps"].as_f64().unwrap_or(0.0),
+        )
+    };
+    ok.iter()
+        .filter(wanted)
+        .max_by(|a, b| {
+            let (x, y) = (busy(a), busy(b));
+            x.0.total_cmp(&y.0).then(x.1.total_cmp(&y.1))
+        })
+        .copied()
 }
 
 /// Whose cores an intervals CSV describes.
@@ -475,32 +517,45 @@ impl Whose {
 
 /// Seconds and busy % per core of each measured interval (warm-up lines left out).
 fn read_busy_csv(text: &str) -> Option<(Vec<f64>, Vec<Vec<f64>>, Whose)> {
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next()?.split(',').collect();
+    let header: Vec<&str> = text.lines().next()?.split(',').collect();
     let find = |name: &str| header.iter().position(|h| *h == name);
-    let (col, whose) = match find("server_per_core_busy") {
-        Some(c) => (c, Whose::Server),
-        None => (find("per_core_busy")?, Whose::Generator),
-    };
+    // The server's cores when the runner sampled them, else the generator's threads.
+    [
+        ("server_per_core_busy", Whose::Server),
+        ("per_core_busy", Whose::Generator),
+    ]
+    .into_iter()
+    .filter_map(|(name, whose)| {
+        let (seconds, rows) = busy_column(text, find(name)?);
+        (!rows.is_empty()).then_some((seconds, rows, whose))
+    })
+    .next()
+}
+
+/// Seconds and the figures of column `col` of each measured row that has some.
+fn busy_column(text: &str, col: usize) -> (Vec<f64>, Vec<Vec<f64>>) {
     let mut seconds = Vec::new();
     let mut per_interval = Vec::new();
-    for line in lines {
+    for line in text.lines().skip(1) {
         let cells: Vec<&str> = line.split(',').collect();
         let Some(t) = cells.first().and_then(|c| c.parse::<f64>().ok()) else {
             continue;
         };
-        if t <= 0.0 {
-            continue; // warm-up
+        let busy: Vec<f64> = cells
+            .get(col)
+            .copied()
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|b| b.parse().ok())
+            .collect();
+        // Warm-up lines, and rows without figures in the column, are not shown.
+        if t <= 0.0 || busy.is_empty() {
+            continue;
         }
         seconds.push(t);
-        let busy = cells.get(col).copied().unwrap_or("");
-        per_interval.push(
-            busy.split_whitespace()
-                .filter_map(|b| b.parse().ok())
-                .collect(),
-        );
+        per_interval.push(busy);
     }
-    Some((seconds, per_interval, whose))
+    (seconds, per_interval)
 }
 
 /// "cpu3" labels from a CPU list ("2-3,6") when it has one CPU per row, else "#0", "#1"...
@@ -608,6 +663,20 @@ mod tests {
         assert!(b[0].lo_us <= 6.0 && 6.0 < b[0].hi_us);
         assert!(b[1].lo_us <= 14.0 && 14.0 < b[1].hi_us);
         assert_eq!(b.iter().map(|x| x.count).sum::<u64>(), 1200);
+    }
+
+    #[test]
+    fn busy_csv_prefers_the_server_column_and_skips_rows_without_figures() {
+        let header = "elapsed_s,inflight,ops_per_s,mb_per_s,mean_latency_ms,errors,per_core_busy,server_per_core_busy,client_per_core_busy\n";
+        let runner = format!("{header}0.000,1,5,0,0,0,9,,\n1.000,1,5,0,0,0,10,80.0 90.0,5.0\n1.500,,,,,,,70.0 60.0,4.0\n2.000,1,5,0,0,0,11,,\n");
+        let (seconds, rows, whose) = read_busy_csv(&runner).unwrap();
+        assert_eq!(whose, Whose::Server);
+        assert_eq!(seconds, [1.0, 1.5]);
+        assert_eq!(rows, [vec![80.0, 90.0], vec![70.0, 60.0]]);
+        // No server figures at all (an older run directory's layout): the generator's threads.
+        let older = format!("{header}1.000,1,5,0,0,0,10 20,,\n");
+        let (_, rows, whose) = read_busy_csv(&older).unwrap();
+        assert_eq!((whose, rows), (Whose::Generator, vec![vec![10.0, 20.0]]));
     }
 
     #[test]
