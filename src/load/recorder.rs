@@ -125,13 +125,14 @@ impl Recorder {
         Some(b.min(self.end_ns))
     }
 
-    /// Reports every interval that has ended by `now`; `inflight` is read at each report.
-    pub fn cross_boundaries(&mut self, now: u64, inflight: u64) {
+    /// Reports every interval that has ended by `now`; `inflight` is asked only then (it
+    /// may walk every connection, so not on every turn of the loop).
+    pub fn cross_boundaries(&mut self, now: u64, inflight: impl Fn() -> u64) {
         while let Some(end) = self.next_boundary_ns() {
             if now < end {
                 break;
             }
-            self.emit_interval(end, inflight);
+            self.emit_interval(end, inflight());
             if end == self.end_ns {
                 self.interval = usize::MAX;
                 break;

@@ -152,7 +152,7 @@ impl ClientThread {
                 self.rec.stop_at(now);
             }
             // Closed loop at depth 1: the connection always has its request out.
-            self.rec.cross_boundaries(now, 1);
+            self.rec.cross_boundaries(now, || 1);
             if now >= self.rec.end_ns {
                 return;
             }

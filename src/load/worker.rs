@@ -346,8 +346,9 @@ impl Worker {
             if self.stop.load(Ordering::Relaxed) {
                 self.rec.stop_at(now);
             }
-            let inflight = self.conns.iter().map(|c| c.pending.len() as u64).sum();
-            self.rec.cross_boundaries(now, inflight);
+            let conns = &self.conns;
+            self.rec
+                .cross_boundaries(now, || conns.iter().map(|c| c.pending.len() as u64).sum());
             if now >= self.rec.end_ns && (self.idle() || now >= self.drain_deadline_ns()) {
                 return;
             }
