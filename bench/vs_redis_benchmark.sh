@@ -31,73 +31,8 @@ REDIS_BENCHMARK=$(program redis-benchmark) || die "redis-benchmark not found (ap
 [ "$(nproc)" -ge 2 ] || echo "vs_redis_benchmark: warning: one CPU only: server and generator share it" >&2
 
 WORK=$(mktemp -d /tmp/stairbench-vs-redis.XXXXXX)
-SERVER_PID=
-cleanup() {
-    if [ -n "$SERVER_PID" ]; then
-        kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
-    fi
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_is_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-free_port() {
-    local port
-    for _ in $(seq 100); do
-        port=$((20000 + RANDOM % 30000))
-        port_is_open "$port" || { echo "$port"; return; }
-    done
-    die "no free port found"
-}
-
-wait_port() {
-    for _ in $(seq 200); do
-        port_is_open "$1" && return
-        kill -0 "$SERVER_PID" 2>/dev/null || die "server exited: $(tail -5 "$WORK"/*.log 2>/dev/null)"
-        sleep 0.05
-    done
-    die "server not listening on port $1 after 10 s"
-}
-
-# How to count a process's CPU: perf stat if permitted, else GNU time, else bash's `times`.
-cpu_method() {
-    if perf stat -x, -e task-clock -o /dev/null true 2>/dev/null; then
-        echo perf
-    elif [ -x /usr/bin/time ]; then
-        echo time
-    else
-        echo times
-    fi
-}
-CPU_METHOD=${CPU_METHOD:-$(cpu_method)} # perf, time or times
-
-# measured CPU_FILE CMD...: runs CMD, stdout to CMD's own redirections, writes the whole
-# process's CPU microseconds (user + system) to CPU_FILE.
-measured() {
-    local cpu_file=$1 raw="$1.raw"
-    shift
-    case $CPU_METHOD in
-    perf)
-        perf stat -x, -e task-clock -o "$raw" -- "$@"
-        awk -F, '$3 ~ /^task-clock/ { printf "%.0f\n", $1 * 1000 }' "$raw" >"$cpu_file"
-        ;;
-    time)
-        /usr/bin/time -f '%U %S' -o "$raw" -- "$@"
-        awk 'NF == 2 { printf "%.0f\n", ($1 + $2) * 1e6 }' "$raw" | tail -1 >"$cpu_file"
-        ;;
-    times)
-        bash -c '"$@"; times' _ "$@" >"$raw.out"
-        # `times` prints the shell's, then its children's "user sys" as 0m1.234s.
-        tail -1 "$raw.out" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/);
-            printf "%.0f\n", (u[1] * 60 + u[2] + s[1] * 60 + s[2]) * 1e6 }' >"$cpu_file"
-        head -n -2 "$raw.out"
-        ;;
-    esac
-    [ -s "$cpu_file" ] || die "could not read the CPU time of: $* ($(cat "$raw" 2>/dev/null))"
-}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 start_redis() {
     setsid taskset -c "$SERVER_CPU" "$REDIS_SERVER" --port "$1" --bind 127.0.0.1 --save '' \
