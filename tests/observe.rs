@@ -356,3 +356,34 @@ fn environment_describes_this_machine() {
         assert!(env.perf.note.is_some(), "unavailable perf says why");
     }
 }
+
+#[test]
+fn perf_counts_only_from_begin_not_from_prepare() {
+    let mut child = Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .process_group(0)
+        .spawn()
+        .expect("sh runs");
+    let pid = child.id() as i32;
+    let mut observer = Observer::prepare(Some(pid), &[0], &[1]);
+    // The spinner runs 600 ms while perf is attached but disabled: none of it may count.
+    std::thread::sleep(Duration::from_millis(600));
+    observer.begin();
+    std::thread::sleep(Duration::from_millis(200));
+    let obs = observer.finish();
+    let _ = child.kill();
+    let _ = child.wait();
+    match obs.perf.task_clock_ms {
+        Some(ms) => assert!(
+            ms <= obs.window_s * 1000.0 + 50.0,
+            "task-clock {ms} ms over a {} s window",
+            obs.window_s
+        ),
+        None => eprintln!("skipping: perf could not count here: {:?}", obs.perf.note),
+    }
+    assert!(
+        obs.window_s < 0.5,
+        "the window starts at begin: {}",
+        obs.window_s
+    );
+}

@@ -83,10 +83,22 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// Starts observing: attaches `perf stat` to the server's tree (when there is one), then
-    /// samples /proc. Call it right before the measured window, and call [`Observer::finish`]
-    /// from the same thread (perf is tied to the starting thread's life by PR_SET_PDEATHSIG).
+    /// Starts observing now: [`Observer::prepare`] then [`Observer::begin`].
     pub fn start(
+        server_pid: Option<i32>,
+        server_cpus: &[usize],
+        client_cpus: &[usize],
+    ) -> Observer {
+        let mut obs = Observer::prepare(server_pid, server_cpus, client_cpus);
+        obs.begin();
+        obs
+    }
+
+    /// Attaches `perf stat` to the server's tree with its counters disabled, so its start-up
+    /// cost falls before the measured window. Call [`Observer::begin`] when the window starts
+    /// and [`Observer::finish`] when it ends, from the same thread (perf is tied to the
+    /// starting thread's life by PR_SET_PDEATHSIG).
+    pub fn prepare(
         server_pid: Option<i32>,
         server_cpus: &[usize],
         client_cpus: &[usize],
@@ -103,20 +115,35 @@ impl Observer {
             },
             None => (None, None),
         };
-        let mut obs = Observer {
+        Observer {
             server_pid,
             server_cpus: server_cpus.to_vec(),
             client_cpus: client_cpus.to_vec(),
-            tree: server_pid.and_then(|pid| procfs::sample_tree(proc_root, pid)),
-            cpu_times: read_proc_stat(),
-            loopback: read_loopback(),
+            tree: None,
+            cpu_times: BTreeMap::new(),
+            loopback: None,
             perf,
             perf_note,
             started: Instant::now(),
-            own_cpu_s: 0.0,
-        };
-        obs.own_cpu_s = thread_cpu_s() - cpu0;
-        obs
+            own_cpu_s: thread_cpu_s() - cpu0,
+        }
+    }
+
+    /// The window starts: perf's counters are enabled and /proc is sampled.
+    pub fn begin(&mut self) {
+        let cpu0 = thread_cpu_s();
+        if let Some(perf) = &mut self.perf {
+            if let Err(why) = perf.enable() {
+                self.perf_note = Some(why);
+            }
+        }
+        self.tree = self
+            .server_pid
+            .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
+        self.cpu_times = read_proc_stat();
+        self.loopback = read_loopback();
+        self.started = Instant::now();
+        self.own_cpu_s += thread_cpu_s() - cpu0;
     }
 
     /// Ends the window: samples /proc again, stops perf, and returns the differences.

@@ -5,6 +5,7 @@
 //! count reads `<not supported>` or `<not counted>` and is recorded as unavailable, never as 0.
 
 use std::fs::File;
+use std::os::fd::{AsFd as _, AsRawFd as _};
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -133,6 +134,8 @@ fn slot<'a>(c: &'a mut PerfCounters, event: &str) -> Option<&'a mut Option<u64>>
 #[derive(Debug)]
 pub struct PerfStat {
     pid: i32,
+    /// Our ends of perf's control pipe (we write `enable`) and ack pipe (it answers `ack`).
+    control: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
     /// Set once perf has been reaped, so its pid (which may be reused) is never signalled again.
     reaped: std::cell::Cell<bool>,
     out: tempfile_path::TempPath,
@@ -149,7 +152,9 @@ pub struct PerfResult {
 }
 
 impl PerfStat {
-    /// Starts `perf stat` on `pids` and waits (up to 2 s) until its counters are attached.
+    /// Starts `perf stat` on `pids` with its counters attached but disabled, and waits (up to
+    /// 2 s) until they are attached; [`PerfStat::enable`] starts the counting. perf's start-up
+    /// (up to a second of CPU on a busy machine) thus happens before the measured window.
     /// Err holds why perf cannot count here, for the observation's note.
     pub fn start(pids: &[i32]) -> Result<PerfStat, String> {
         let out = tempfile_path::TempPath::new("perf-out")?;
@@ -176,11 +181,18 @@ impl PerfStat {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr);
+        let pipes = control_pipes()?;
+        let (perf_ctl, perf_ack) = (pipes.perf_ctl.as_raw_fd(), pipes.perf_ack.as_raw_fd());
+        cmd.args(["-D", "-1", "--control"])
+            .arg(format!("fd:{perf_ctl},{perf_ack}"));
         // perf must not outlive us; SIGKILL on our death (of the spawning thread: see Observer).
-        // SAFETY: prctl is async-signal-safe and touches only the child.
+        // SAFETY: prctl and fcntl are async-signal-safe and touch only the child.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // perf's ends of the pipes must survive exec.
+                libc::fcntl(perf_ctl, libc::F_SETFD, 0);
+                libc::fcntl(perf_ack, libc::F_SETFD, 0);
                 Ok(())
             });
         }
@@ -190,8 +202,10 @@ impl PerfStat {
             }
             _ => format!("cannot start perf: {e}"),
         })?;
+        drop((pipes.perf_ctl, pipes.perf_ack));
         let perf = PerfStat {
             pid: child.id() as i32,
+            control: Some((pipes.our_ctl, pipes.our_ack)),
             reaped: std::cell::Cell::new(false),
             out,
             err,
@@ -237,6 +251,26 @@ impl PerfStat {
         None
     }
 
+    /// Starts the counting (perf answers `ack` once its events are enabled, within 1 s).
+    pub fn enable(&mut self) -> Result<(), String> {
+        let Some((ctl, ack)) = &self.control else {
+            return Ok(());
+        };
+        nix::unistd::write(ctl, b"enable\n").map_err(|e| format!("perf control: {e}"))?;
+        let mut fds = [nix::poll::PollFd::new(
+            ack.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1000u16)) {
+            Ok(n) if n > 0 => {
+                let mut buf = [0u8; 16];
+                let _ = nix::unistd::read(ack.as_raw_fd(), &mut buf);
+                Ok(())
+            }
+            _ => Err("perf stat did not acknowledge `enable` within 1 s".into()),
+        }
+    }
+
     /// Ends perf with SIGINT (it prints its counts), reaps it and parses what it wrote.
     pub fn finish(self) -> PerfResult {
         let _ = nix::sys::signal::kill(
@@ -262,6 +296,28 @@ impl PerfStat {
             perf_cpu_s,
         }
     }
+}
+
+/// perf's and our ends of the control and ack pipes.
+struct ControlPipes {
+    perf_ctl: std::os::fd::OwnedFd,
+    our_ctl: std::os::fd::OwnedFd,
+    our_ack: std::os::fd::OwnedFd,
+    perf_ack: std::os::fd::OwnedFd,
+}
+
+fn control_pipes() -> Result<ControlPipes, String> {
+    let flags = nix::fcntl::OFlag::O_CLOEXEC;
+    let (perf_ctl, our_ctl) =
+        nix::unistd::pipe2(flags).map_err(|e| format!("cannot make a pipe for perf: {e}"))?;
+    let (our_ack, perf_ack) =
+        nix::unistd::pipe2(flags).map_err(|e| format!("cannot make a pipe for perf: {e}"))?;
+    Ok(ControlPipes {
+        perf_ctl,
+        our_ctl,
+        our_ack,
+        perf_ack,
+    })
 }
 
 /// Waits for `pid` up to `limit`, then SIGKILLs it; returns (ended in time, its CPU seconds).

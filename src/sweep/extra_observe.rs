@@ -280,6 +280,10 @@ impl<O: StepObserver> StepObserver for ExtraObserver<O> {
         self.extras = extras.clone();
     }
 
+    fn prepare(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        self.inner.prepare(server_pid, server_cpus, client_cpus);
+    }
+
     fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
         self.inner.start(server_pid, server_cpus, client_cpus);
         self.start_processes();

@@ -18,6 +18,15 @@ pub struct Observed {
 pub trait StepObserver {
     /// Told, before each step, what the server offers beyond its pid (instances, metrics).
     fn server_extras(&mut self, _extras: &super::extra_observe::ServerExtras) {}
+    /// Gets ready before the load starts (costly set-up such as attaching perf, so that it
+    /// does not fall inside the measured window). Optional: `start` works without it.
+    fn prepare(
+        &mut self,
+        _server_pid: Option<i32>,
+        _server_cpus: &[usize],
+        _client_cpus: &[usize],
+    ) {
+    }
     /// Starts watching (just before the load's measured window).
     fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]);
     /// Stops watching; `requests` completed in the window turn totals into per-request figures.
@@ -32,12 +41,25 @@ pub struct FullObserver {
 }
 
 impl StepObserver for FullObserver {
-    fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
-        self.running = Some(crate::observe::Observer::start(
+    fn prepare(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        self.running = Some(crate::observe::Observer::prepare(
             server_pid,
             server_cpus,
             client_cpus,
         ));
+    }
+
+    fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        match &mut self.running {
+            Some(prepared) => prepared.begin(),
+            None => {
+                self.running = Some(crate::observe::Observer::start(
+                    server_pid,
+                    server_cpus,
+                    client_cpus,
+                ))
+            }
+        }
     }
 
     fn finish(&mut self, requests: u64) -> Observed {

@@ -400,6 +400,9 @@ impl Runner<'_> {
             cores: None,
             live: self.driver.live_intervals(),
         };
+        // perf attaches now, before the load: its start-up must not fall inside the window.
+        sink.observer
+            .prepare(sink.pid, &sink.cpus.server, &sink.cpus.client);
         if self.plan.warmup.is_zero() || !self.driver.live_intervals() {
             sink.start_observer();
         }
