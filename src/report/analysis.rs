@@ -650,6 +650,56 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".to_string(), |x| format!("{x:.digits$}"))
 }
 
+/// The knee/USL summary as a header and rows of unescaped cells, one row per series: the
+/// markdown and the HTML report both render it.
+pub fn scalability_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
+    let header = [
+        "target",
+        "placement",
+        "max req/s (at)",
+        "saturation",
+        "throughput knee",
+        "latency knee",
+        "busy",
+        "λ req/s",
+        "σ",
+        "κ",
+        "N*",
+        "X(N*) req/s",
+        "R²",
+        "limited by",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = a
+        .series
+        .iter()
+        .map(|s| {
+            let k = s.knee.as_ref();
+            let u = s.usl.as_ref();
+            vec![
+                s.target.clone(),
+                s.placement.clone(),
+                k.map_or("–".into(), |k| {
+                    format!("{:.0} ({})", k.max_throughput, k.max_throughput_at)
+                }),
+                opt(k.map(|k| k.saturation), 0),
+                opt(k.and_then(|k| k.throughput_knee), 0),
+                opt(k.and_then(|k| k.latency_knee), 0),
+                opt(k.and_then(|k| k.busy), 0),
+                opt(u.map(|u| u.lambda), 0),
+                opt(u.map(|u| u.sigma), 4),
+                opt(u.map(|u| u.kappa), 6),
+                opt(u.and_then(|u| u.n_star), 1),
+                opt(u.and_then(|u| u.x_max), 0),
+                opt(u.map(|u| u.r2), 3),
+                u.map_or("–".into(), |u| u.dominant.clone()),
+            ]
+        })
+        .collect();
+    (header, rows)
+}
+
 fn scalability(out: &mut String, a: &RunAnalysis) {
     out.push_str("## Scalability: knee and USL\n\n");
     out.push_str(
@@ -658,32 +708,23 @@ fn scalability(out: &mut String, a: &RunAnalysis) {
          under 70%. USL: X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted on every repetition; \
          client-saturated steps are left out.\n\n",
     );
-    out.push_str("| target | placement | max req/s (at) | saturation | throughput knee | latency knee | busy | λ req/s | σ | κ | N* | X(N*) req/s | R² | limited by |\n");
-    out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
-    for s in &a.series {
-        let k = s.knee.as_ref();
-        let u = s.usl.as_ref();
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            escape(&s.target),
-            escape(&s.placement),
-            k.map_or("–".into(), |k| format!(
-                "{:.0} ({})",
-                k.max_throughput, k.max_throughput_at
-            )),
-            opt(k.map(|k| k.saturation), 0),
-            opt(k.and_then(|k| k.throughput_knee), 0),
-            opt(k.and_then(|k| k.latency_knee), 0),
-            opt(k.and_then(|k| k.busy), 0),
-            opt(u.map(|u| u.lambda), 0),
-            opt(u.map(|u| u.sigma), 4),
-            opt(u.map(|u| u.kappa), 6),
-            opt(u.and_then(|u| u.n_star), 1),
-            opt(u.and_then(|u| u.x_max), 0),
-            opt(u.map(|u| u.r2), 3),
-            u.map_or("–", |u| u.dominant.as_str()),
-        );
+    let (header, rows) = scalability_rows(a);
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let align: Vec<&str> = header
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            if i < 2 || i == header.len() - 1 {
+                "---"
+            } else {
+                "---:"
+            }
+        })
+        .collect();
+    let _ = writeln!(out, "| {} |", align.join(" | "));
+    for row in rows {
+        let cells: Vec<String> = row.iter().map(|c| escape(c)).collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
     out.push('\n');
     for s in &a.series {

@@ -21,55 +21,14 @@ pub fn curves_and_tables(a: &RunAnalysis) -> (Vec<(String, String, UslCurve)>, V
     (curves, vec![knee_table(a), little_table(a)])
 }
 
-fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or_else(|| "–".to_string(), |x| format!("{x:.digits$}"))
-}
-
 fn knee_table(a: &RunAnalysis) -> Table {
-    let rows = a
-        .series
-        .iter()
-        .map(|s| {
-            let k = s.knee.as_ref();
-            let u = s.usl.as_ref();
-            vec![
-                s.target.clone(),
-                s.placement.clone(),
-                opt(k.and_then(|k| k.throughput_knee), 0),
-                opt(k.map(|k| k.saturation), 0),
-                opt(k.and_then(|k| k.busy), 0),
-                opt(k.map(|k| k.max_throughput), 0),
-                opt(u.map(|u| u.sigma), 4),
-                opt(u.map(|u| u.kappa), 6),
-                opt(u.and_then(|u| u.n_star), 1),
-                opt(u.map(|u| u.r2), 3),
-                u.map_or_else(
-                    || s.usl_note.clone().unwrap_or_default(),
-                    |u| u.dominant.clone(),
-                ),
-            ]
-        })
-        .collect();
+    let (header, rows) = crate::report::analysis::scalability_rows(a);
     Table {
         title: "Scalability: knee and USL".into(),
         note: "Knee by Kneedle; saturation = fewest clients within 5% of the peak; busy = most \
                clients with the server under 70% CPU; USL X(N) = λN/(1+σ(N−1)+κN(N−1))."
             .into(),
-        header: [
-            "target",
-            "placement",
-            "knee",
-            "saturation",
-            "busy",
-            "peak req/s",
-            "σ",
-            "κ",
-            "N*",
-            "R²",
-            "limited by",
-        ]
-        .map(String::from)
-        .to_vec(),
+        header,
         rows,
     }
 }
