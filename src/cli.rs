@@ -36,6 +36,10 @@ pub enum Command {
     Flame(crate::profile::cli::FlameArgs),
     /// Profile a running process with perf and write its flame graphs.
     Profile(crate::profile::cli::ProfileArgs),
+    /// Print this machine's environment (CPU, topology, governors, perf, load) as a run keeps it.
+    Environment(crate::observe::cli::EnvironmentArgs),
+    /// Measure a process tree and CPUs over a window started and ended on standard input.
+    Observe(crate::observe::cli::ObserveArgs),
 }
 
 /// Runs one parsed command line.
@@ -51,6 +55,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Analyze(args) => crate::analyze::cli::run(args),
         Command::Flame(args) => crate::profile::cli::flame(args),
         Command::Profile(args) => crate::profile::cli::profile(args),
+        Command::Environment(args) => crate::observe::cli::environment(args),
+        Command::Observe(args) => crate::observe::cli::observe(args),
     }
 }
 

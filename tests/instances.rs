@@ -385,6 +385,7 @@ fn a_metrics_endpoint_is_read_at_both_edges_of_the_window() {
             "t".into(),
             MetricsSource::Url(format!("http://127.0.0.1:{port}/metrics")),
         )],
+        ..ServerExtras::default()
     };
     let derived = observe(Vec::new(), extras);
     let m = &derived["target_metrics"]["t"];
@@ -401,6 +402,7 @@ fn a_metrics_endpoint_is_read_at_both_edges_of_the_window() {
             "gone".into(),
             MetricsSource::Url("http://127.0.0.1:1/".into()),
         )],
+        ..ServerExtras::default()
     };
     let derived = observe(Vec::new(), gone);
     let note = derived["target_metrics"]["gone"]["note"].as_str().unwrap();

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::hlog::HlogSink;
+use super::raw::RawSink;
 use super::{Distribution, IntervalLine, IntervalSink, LoadConfig, LoadOutcome, ProtoOptions};
 
 /// Options of `stairbench load`.
@@ -46,6 +47,14 @@ pub struct LoadArgs {
     /// Write an HdrHistogram interval log (one histogram per second, nanoseconds).
     #[arg(long, value_name = "FILE")]
     pub hist_log: Option<PathBuf>,
+    /// Write every per-second line with its histogram, the window's wall-clock times and its
+    /// whole histogram as JSON lines (what `stairbench run` fetches from other hosts).
+    #[arg(long, value_name = "FILE")]
+    pub raw: Option<PathBuf>,
+    /// Start the warm-up when this host's wall clock reads UNIX_NS (ns since the epoch), once
+    /// the connections are open: loads on several hosts then measure the same window.
+    #[arg(long, value_name = "UNIX_NS")]
+    pub start_at: Option<i64>,
     /// No per-second lines.
     #[arg(short, long)]
     pub quiet: bool,
@@ -128,10 +137,23 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         quiet: args.quiet,
         header_done: false,
         hlog: args.hist_log.as_deref().map(HlogSink::create).transpose()?,
+        raw: args.raw.as_ref().map(|_| RawSink::default()),
     };
-    let outcome = super::run(&config, &mut sink, stop)?;
+    // Created now, so a bad path fails before the load starts.
+    let raw_file = args
+        .raw
+        .as_deref()
+        .map(|p| std::fs::File::create(p).with_context(|| format!("creating {}", p.display())))
+        .transpose()?;
+    let outcome = super::run_at(&config, args.start_at, &mut sink, stop)?;
     if let Some(h) = sink.hlog.take() {
         h.finish()?;
+    }
+    if let (Some(raw), Some(file)) = (sink.raw.take(), raw_file) {
+        let mut out = std::io::BufWriter::new(file);
+        raw.finish(&outcome, &mut out)
+            .and_then(|()| out.flush())
+            .context("writing the --raw file")?;
     }
     print_summary(
         &outcome,
@@ -162,10 +184,14 @@ struct LineSink {
     quiet: bool,
     header_done: bool,
     hlog: Option<HlogSink>,
+    raw: Option<RawSink>,
 }
 
 impl IntervalSink for LineSink {
     fn interval(&mut self, line: &IntervalLine, hist_ns: &hdrhistogram::Histogram<u64>) {
+        if let Some(r) = &mut self.raw {
+            r.interval(line, hist_ns);
+        }
         if let Some(h) = &mut self.hlog {
             if line.elapsed_s > 0.0 {
                 h.interval(line, hist_ns);

@@ -25,6 +25,31 @@ pub fn run(
     sink: &mut dyn IntervalSink,
     stop: &AtomicBool,
 ) -> Result<LoadOutcome, LoadError> {
+    run_at(config, None, sink, stop)
+}
+
+/// The longest wait for a `start_at_unix_ns` start: further off, the clocks or the caller are
+/// wrong, and waiting would only hide it.
+pub const MAX_START_WAIT: Duration = Duration::from_secs(120);
+
+/// `run`, with the warm-up starting when the wall clock reads `start_at_unix_ns` (after the
+/// connections are open), so loads on several hosts measure the same window.
+pub fn run_at(
+    config: &LoadConfig,
+    start_at_unix_ns: Option<i64>,
+    sink: &mut dyn IntervalSink,
+    stop: &AtomicBool,
+) -> Result<LoadOutcome, LoadError> {
+    if let Some(at) = start_at_unix_ns {
+        let ahead_ns = at - crate::sweep::remote::now_ns();
+        if ahead_ns > MAX_START_WAIT.as_nanos() as i64 {
+            return Err(LoadError::BadInput(format!(
+                "--start-at is {:.0} s ahead of this host's clock (at most {} s): do the clocks agree?",
+                ahead_ns as f64 / 1e9,
+                MAX_START_WAIT.as_secs()
+            )));
+        }
+    }
     if config.url.starts_with("shm://") {
         return super::shm::run(config, sink, stop);
     }
@@ -68,7 +93,7 @@ pub fn run(
         stop_flag,
         rx,
     };
-    threads.drive(&config, &sched, sink, stop)
+    threads.drive(&config, &sched, start_at_unix_ns, sink, stop)
 }
 
 /// One generator thread's body: connect, report ready, wait at the barrier for the common
@@ -94,6 +119,7 @@ impl Threads {
         self,
         config: &LoadConfig,
         sched: &Arc<Schedule>,
+        start_at_unix_ns: Option<i64>,
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
     ) -> Result<LoadOutcome, LoadError> {
@@ -126,6 +152,10 @@ impl Threads {
             }
         }
         let connect = wait_ready(&self.rx, n);
+        if let (Ok(_), Some(at)) = (&connect, start_at_unix_ns) {
+            crate::sweep::remote::sleep_until_ns(at);
+        }
+        let started_unix_ns = crate::sweep::remote::now_ns();
         let _ = start.set(Instant::now());
         barrier.wait();
         let connect_s = match connect {
@@ -138,7 +168,11 @@ impl Threads {
         let mut merger = Merger::new(config, sched);
         merger.collect(&self.rx, sink, stop, &self.stop_flag);
         handles.into_iter().for_each(|h| drop(h.join()));
-        Ok(merger.finish(config, connect_s / config.connections as f64))
+        Ok(merger.finish(
+            config,
+            connect_s / config.connections as f64,
+            started_unix_ns,
+        ))
     }
 }
 
@@ -278,7 +312,7 @@ impl Merger {
         sink.interval(&line, &m.hist);
     }
 
-    fn finish(self, config: &LoadConfig, connect_time_s: f64) -> LoadOutcome {
+    fn finish(self, config: &LoadConfig, connect_time_s: f64, started_unix_ns: i64) -> LoadOutcome {
         let mut report = LoadReport {
             schema: SCHEMA_VERSION,
             url: config.url.clone(),
@@ -325,7 +359,9 @@ impl Merger {
             per_core_busy: per_core,
             ..report.client_cpu
         };
+        let window_start_ns = started_unix_ns + self.sched.warmup_end_ns as i64;
         LoadOutcome {
+            window_unix_ns: (window_start_ns, started_unix_ns + end_ns as i64),
             report,
             hist_ns: self.hist,
             intervals: self.intervals,

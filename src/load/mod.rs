@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod hlog;
 pub mod protocol;
+pub mod raw;
 mod recorder;
 pub mod shm;
 pub mod target;
@@ -207,6 +208,9 @@ pub struct IntervalLine {
 pub trait IntervalSink {
     /// Called once per interval, in order.
     fn interval(&mut self, line: &IntervalLine, hist_ns: &hdrhistogram::Histogram<u64>);
+    /// The measured window starts now (from drivers whose lines come late, e.g. from other
+    /// hosts, so the observers still start on time).
+    fn window_started(&mut self) {}
 }
 
 /// What a finished load run hands back beside its report.
@@ -218,10 +222,12 @@ pub struct LoadOutcome {
     pub hist_ns: hdrhistogram::Histogram<u64>,
     /// The per-second lines of the measured window.
     pub intervals: Vec<IntervalLine>,
+    /// The measured window on this host's wall clock, (start, end) in ns since the Unix epoch.
+    pub window_unix_ns: (i64, i64),
 }
 
 pub mod engine;
-pub use engine::run;
+pub use engine::{run, run_at};
 
 /// Why a load run could not start or finish.
 #[derive(Debug, thiserror::Error)]

@@ -47,7 +47,7 @@ pub fn run(
         stop_flag,
         rx,
     };
-    threads.drive(&config, &sched, sink, stop)
+    threads.drive(&config, &sched, None, sink, stop)
 }
 
 /// The server name, once the options are known to suit a shared-memory client.

@@ -40,6 +40,8 @@ pub struct StepRequest {
     pub out_dir: PathBuf,
     /// The instances of a split target (empty for a single server).
     pub instances: Vec<super::instances::InstanceAddr>,
+    /// Each client group's cpuset on its own host (empty without client groups).
+    pub group_cpus: Vec<Vec<usize>>,
 }
 
 /// A step's load figures.
@@ -84,24 +86,29 @@ impl Driver for EngineDriver {
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
     ) -> Result<StepLoad, String> {
-        let config = LoadConfig {
-            url: req.url.clone(),
-            connections: req.connections,
-            threads: req.threads,
-            duration: req.duration,
-            warmup: req.warmup,
-            timeout: req.timeout,
-            depth: req.depth,
-            rate_rps: req.rate_rps,
-            cpuset: Some(req.client_cpus.clone()),
-            proto: self.proto.clone(),
-        };
+        let config = engine_config(&self.proto, req);
         let outcome = crate::load::run(&config, sink, stop).map_err(|e| e.to_string())?;
         Ok(StepLoad {
             report: outcome.report,
             hist_ns: Some(outcome.hist_ns),
             extra: serde_json::Map::new(),
         })
+    }
+}
+
+/// The built-in engine's configuration for a step.
+pub fn engine_config(proto: &ProtoOptions, req: &StepRequest) -> LoadConfig {
+    LoadConfig {
+        url: req.url.clone(),
+        connections: req.connections,
+        threads: req.threads,
+        duration: req.duration,
+        warmup: req.warmup,
+        timeout: req.timeout,
+        depth: req.depth,
+        rate_rps: req.rate_rps,
+        cpuset: Some(req.client_cpus.clone()),
+        proto: proto.clone(),
     }
 }
 

@@ -40,21 +40,46 @@ pub fn run_plan(
     stop: &AtomicBool,
 ) -> Result<Finished, String> {
     super::process::become_subreaper();
-    let placements = TopologyPlacements::detect(plan.custom.clone());
-    super::instances::check_fit(plan, &placements)?;
-    let mut dir = open_dir(plan, dest)?;
-    let mut driver = super::instances::SplitDriver {
-        single: make_driver(plan)?,
-        make: super::instances::driver_factory(&plan.client),
+    let local = TopologyPlacements::detect(plan.custom.clone());
+    let mut notes = Vec::new();
+    let sessions = super::remote::session::connect_all(
+        &plan.hosts.hosts,
+        &plan.stairbench_bin,
+        &plan.custom,
+        &mut |n| notes.push(n),
+    );
+    for n in &notes {
+        progress.note(n);
+    }
+    let placements = super::remote::session::HostPlacements {
+        local: &local,
+        sessions: &sessions,
     };
-    let mut launcher = super::instances::SplitLauncher {
-        inner: ProcessLauncher {
-            stairbench_bin: plan.stairbench_bin.clone(),
-            out_dir: dir.path.clone(),
+    super::instances::check_fit(plan, &placements)?;
+    let mut dir = open_dir(plan, dest, &sessions)?;
+    let mut driver = super::remote::groups::GroupDriver {
+        single: Box::new(super::instances::SplitDriver {
+            single: make_driver(plan)?,
+            make: super::instances::driver_factory(&plan.client),
+        }),
+        groups: group_hosts(plan, &sessions),
+        proto: match &plan.client {
+            ClientPlan::Engine { proto } => proto.clone(),
+            ClientPlan::Command { .. } => crate::load::ProtoOptions::default(),
         },
     };
-    let mut observer =
-        super::extra_observe::ExtraObserver::new(FullObserver::default(), plan.observe.clone());
+    let mut launcher = super::remote::server::HostLauncher {
+        local: super::instances::SplitLauncher {
+            inner: ProcessLauncher {
+                stairbench_bin: plan.stairbench_bin.clone(),
+                out_dir: dir.path.clone(),
+            },
+        },
+        sessions: &sessions,
+    };
+    let mut observer = super::remote::observer::HostObserver::new(
+        super::extra_observe::ExtraObserver::new(FullObserver::default(), plan.observe.clone()),
+    );
     let mut runner = Runner {
         plan,
         dir: &mut dir,
@@ -75,7 +100,41 @@ pub fn run_plan(
     })
 }
 
-fn open_dir(plan: &Plan, dest: &Destination) -> Result<RunDir, String> {
+/// Where each client group runs.
+fn group_hosts(
+    plan: &Plan,
+    sessions: &super::remote::session::Sessions,
+) -> Vec<super::remote::groups::GroupHost> {
+    use super::remote::groups::GroupHost;
+    plan.hosts
+        .client_groups
+        .iter()
+        .map(|g| match g {
+            None => GroupHost::Local,
+            Some(h) => match sessions.get(h) {
+                Ok(s) => GroupHost::Remote(s),
+                Err(why) => GroupHost::Down(h.clone(), why),
+            },
+        })
+        .collect()
+}
+
+/// This machine's environment, and each host's under `hosts`.
+fn environment_json(sessions: &super::remote::session::Sessions) -> String {
+    let mut env = serde_json::to_value(crate::observe::environment()).unwrap_or_default();
+    if let (serde_json::Value::Object(m), false) =
+        (&mut env, sessions.up.is_empty() && sessions.down.is_empty())
+    {
+        m.insert("hosts".into(), sessions.environment_json());
+    }
+    serde_json::to_string_pretty(&env).unwrap_or_default()
+}
+
+fn open_dir(
+    plan: &Plan,
+    dest: &Destination,
+    sessions: &super::remote::session::Sessions,
+) -> Result<RunDir, String> {
     if let Some(path) = &dest.resume {
         if !path.join("steps.jsonl").exists() {
             return Err(format!(
@@ -96,11 +155,7 @@ fn open_dir(plan: &Plan, dest: &Destination) -> Result<RunDir, String> {
     let dir = RunDir::create(dest.out.as_deref(), &plan.name)
         .map_err(|e| format!("creating the run directory: {e}"))?;
     dir.write_file("spec.toml", &plan.spec.text)
-        .and_then(|_| {
-            let env =
-                serde_json::to_string_pretty(&crate::observe::environment()).unwrap_or_default();
-            dir.write_file("environment.json", &env)
-        })
+        .and_then(|_| dir.write_file("environment.json", &environment_json(sessions)))
         .map_err(|e| format!("writing into {}: {e}", dir.path.display()))?;
     Ok(dir)
 }
@@ -145,13 +200,29 @@ pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
 
 /// The `--dry-run` text: every step with its cpusets and command, and the estimated time.
 pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
-    let launcher = super::instances::SplitLauncher {
-        inner: ProcessLauncher {
-            stairbench_bin: plan.stairbench_bin.clone(),
-            out_dir: Path::new("<run dir>").to_path_buf(),
+    let no_sessions = super::remote::session::Sessions::default();
+    let launcher = super::remote::server::HostLauncher {
+        local: super::instances::SplitLauncher {
+            inner: ProcessLauncher {
+                stairbench_bin: plan.stairbench_bin.clone(),
+                out_dir: Path::new("<run dir>").to_path_buf(),
+            },
         },
+        sessions: &no_sessions,
     };
     let mut out = String::new();
+    if !plan.hosts.hosts.is_empty() {
+        let _ = writeln!(
+            out,
+            "hosts (not contacted by --dry-run; cpusets below are this machine's): {}",
+            plan.hosts
+                .hosts
+                .values()
+                .map(|h| format!("{} = {}", h.name, h.url()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if let Err(why) = super::instances::check_fit(plan, placements) {
         let _ = writeln!(out, "refused: {why}");
     }

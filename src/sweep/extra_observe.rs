@@ -138,6 +138,8 @@ pub struct ServerExtras {
     pub instances: Vec<InstanceInfo>,
     /// Metrics sources, by label (the target's name, or `name.iK` for an instance).
     pub metrics: Vec<(String, MetricsSource)>,
+    /// The server runs on another host: observed there, not here.
+    pub remote: Option<super::remote::server::RemoteTarget>,
 }
 
 /// One instance of a split target.

@@ -52,7 +52,7 @@ pub fn client_shares(cpus: &[usize], n: usize) -> Vec<Vec<usize>> {
 }
 
 /// Part `k` of `total` split in `n`.
-fn share(total: usize, n: usize, k: usize) -> usize {
+pub fn share(total: usize, n: usize, k: usize) -> usize {
     total / n + usize::from(k < total % n)
 }
 
@@ -372,7 +372,11 @@ fn run_split(
 
 /// Each instance's own per-second CSV and histogram log (`<step>.iK`), when the run
 /// directory can hold them.
-fn instance_sinks(subs: &[StepRequest], req: &StepRequest, live: bool) -> Vec<Option<StepSink>> {
+pub(crate) fn instance_sinks(
+    subs: &[StepRequest],
+    req: &StepRequest,
+    live: bool,
+) -> Vec<Option<StepSink>> {
     let dir = RunDir::open(req.out_dir.clone()).ok();
     subs.iter()
         .map(|s| {
@@ -385,20 +389,20 @@ fn instance_sinks(subs: &[StepRequest], req: &StepRequest, live: bool) -> Vec<Op
 
 /// Merges the instances' per-second lines: the i-th lines of all instances make the i-th
 /// line of the step (the instances start together and tick at the same rate).
-struct LineMerger {
+pub(crate) struct LineMerger {
     queues: Vec<VecDeque<(IntervalLine, Histogram<u64>)>>,
     sinks: Vec<Option<StepSink>>,
 }
 
 impl LineMerger {
-    fn new(n: usize, sinks: Vec<Option<StepSink>>) -> Self {
+    pub(crate) fn new(n: usize, sinks: Vec<Option<StepSink>>) -> Self {
         LineMerger {
             queues: vec![VecDeque::new(); n],
             sinks,
         }
     }
 
-    fn push(
+    pub(crate) fn push(
         &mut self,
         k: usize,
         line: IntervalLine,
@@ -415,7 +419,7 @@ impl LineMerger {
     }
 
     /// Lines left when the loads ended (an instance that ticked once more).
-    fn flush(&mut self, out: &mut dyn IntervalSink) {
+    pub(crate) fn flush(&mut self, out: &mut dyn IntervalSink) {
         while self.queues.iter().any(|q| !q.is_empty()) {
             self.emit(out);
         }
@@ -431,7 +435,7 @@ impl LineMerger {
         out.interval(&line, &hist);
     }
 
-    fn finish_instances(self) {
+    pub(crate) fn finish_instances(self) {
         for s in self.sinks.into_iter().flatten() {
             let _ = s.finish();
         }
@@ -692,6 +696,7 @@ mod tests {
             rate_rps: None,
             client_cpus: vec![0, 1],
             out_dir: std::path::PathBuf::new(),
+            group_cpus: Vec::new(),
             instances: vec![
                 InstanceAddr {
                     port: 1,

@@ -29,6 +29,18 @@ pub trait PlacementSource {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The cpusets when the server runs on `server_host` and the client on `client_host`
+    /// (None: this machine): each side by the placement's rule on its own host's topology.
+    fn cpus_on(
+        &self,
+        server_host: Option<&str>,
+        client_host: Option<&str>,
+        placement: &str,
+        count: Option<usize>,
+    ) -> Result<CpuPair, String> {
+        let _ = (server_host, client_host);
+        self.cpus(placement, count)
+    }
 }
 
 /// A custom placement: one policy of a cpuset table in seed 000's JSON format
@@ -89,6 +101,19 @@ impl TopologyPlacements {
         TopologyPlacements {
             cpus: crate::cpuset::allowed(),
             topology,
+            custom,
+        }
+    }
+
+    /// Placements from another host's topology (its `stairbench topology --json`).
+    pub fn from_report(
+        report: &super::topology::TopologyReport,
+        custom: BTreeMap<String, CustomTable>,
+    ) -> Self {
+        let topology = Topology::from_cpus(report.cpu_list.clone());
+        TopologyPlacements {
+            cpus: topology.cpu_ids(),
+            topology: (!report.cpu_list.is_empty()).then_some(topology),
             custom,
         }
     }

@@ -51,6 +51,8 @@ pub struct TargetPlan {
     pub instance: Option<usize>,
     /// Metrics the target reports itself (built-in msgr servers: a JSON file, always).
     pub metrics: Option<super::metrics::MetricsPlan>,
+    /// The `[hosts]` entry it runs on (None: this machine).
+    pub host: Option<String>,
 }
 
 /// The generator.
@@ -153,6 +155,8 @@ pub struct Plan {
     pub restart: Restart,
     /// Further processes to observe.
     pub observe: Vec<super::extra_observe::ObserveEntry>,
+    /// Other hosts and the client groups' hosts.
+    pub hosts: super::remote::plan::HostPlan,
 }
 
 /// The line a built-in server prints once it listens; group 1 is the port.
@@ -201,6 +205,7 @@ impl Plan {
         super::validate::comparisons(&spec, &series)?;
         super::validate::report(&spec, &series)?;
         let client = client(&spec)?;
+        let hosts = super::remote::plan::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
         let mut observe = Vec::new();
         for (i, o) in s.observe.iter().enumerate() {
             let entry = super::extra_observe::ObserveEntry::from_spec(o, &spec_dir(&spec))
@@ -228,6 +233,7 @@ impl Plan {
             stop_when: s.stop_when,
             restart: s.restart,
             observe,
+            hosts,
             spec,
         })
     }
@@ -370,6 +376,9 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
     };
     let url = match (&t.url, &spec.spec.client.url, &kind) {
         (Some(u), _, _) | (None, Some(u), _) => u.clone(),
+        (None, None, TargetKind::Builtin(args)) if t.host.is_some() => {
+            format!("{}://{{host}}:{{port}}", args[0])
+        }
         (None, None, TargetKind::Builtin(args)) => format!("{}://127.0.0.1:{{port}}", args[0]),
         (None, None, TargetKind::Command(_)) if spec.spec.client.command.is_some() => String::new(),
         (None, None, TargetKind::Command(_)) => {
@@ -384,8 +393,9 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         Some(m) => Some(
             super::metrics::MetricsPlan::from_spec(m).map_err(|e| at("metrics", e.to_string()))?,
         ),
-        // The built-in msgr server writes its per-thread counters when asked.
-        None if matches!(&kind, TargetKind::Builtin(a) if a[0] == "msgr") => {
+        // The built-in msgr server writes its per-thread counters when asked (into a file on
+        // this machine: not for a server on another host).
+        None if t.host.is_none() && matches!(&kind, TargetKind::Builtin(a) if a[0] == "msgr") => {
             Some(super::metrics::MetricsPlan::File {
                 template: "{metrics}".into(),
                 format: super::metrics::MetricsFormat::Json,
@@ -394,6 +404,7 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         None => None,
     };
     Ok(TargetPlan {
+        host: t.host.clone(),
         instances,
         instance: None,
         metrics,

@@ -732,6 +732,7 @@ impl Runner<'_> {
             out_dir: self.dir.path.clone(),
             // A profile pass loads one server (a split target's first instance).
             instances: Vec::new(),
+            group_cpus: Vec::new(),
         }
     }
 }

@@ -270,10 +270,32 @@ impl Runner<'_> {
                 .map_or(String::new(), |r| format!(" rate={r:.0}"))
         ));
         let follow = self.plan.cpus_follow_clients.then_some(point.clients);
-        let cpus = match self.placements.cpus(placement, follow) {
-            Ok(c) => c,
+        let groups = &self.plan.hosts.client_groups;
+        let client_host = groups.first().cloned().flatten();
+        let server_host = target.host.as_deref();
+        let cpus =
+            match self
+                .placements
+                .cpus_on(server_host, client_host.as_deref(), placement, follow)
+            {
+                Ok(c) => c,
+                Err(why) => {
+                    step.reason = Some(why);
+                    return step;
+                }
+            };
+        let group_cpus: Result<Vec<Vec<usize>>, String> = groups
+            .iter()
+            .map(|g| {
+                self.placements
+                    .cpus_on(server_host, g.as_deref(), placement, follow)
+                    .map(|p| p.client)
+            })
+            .collect();
+        let group_cpus = match group_cpus {
+            Ok(g) => g,
             Err(why) => {
-                step.reason = Some(why);
+                step.reason = Some(format!("a client group: {why}"));
                 return step;
             }
         };
@@ -292,7 +314,7 @@ impl Runner<'_> {
             }
         };
         step.started_unix_s = now_unix_s();
-        let outcome = self.measure(id, target, point, &cpus, server);
+        let outcome = self.measure(id, target, point, &cpus, group_cpus, server);
         if let Some(why) = server.died() {
             step.status = StepStatus::Failed;
             step.reason = Some(format!("the server died during the step: {why}"));
@@ -357,6 +379,7 @@ impl Runner<'_> {
         target: &TargetPlan,
         point: Point,
         cpus: &CpuPair,
+        group_cpus: Vec<Vec<usize>>,
         server: &mut Box<dyn Server>,
     ) -> Result<(crate::load::LoadReport, super::observer::Observed), String> {
         let connections = point.clients * self.plan.connections_per_client;
@@ -368,10 +391,29 @@ impl Runner<'_> {
         let port = server.port();
         let extras = server.extras();
         self.observer.server_extras(&extras);
+        let host = target
+            .host
+            .as_ref()
+            .and_then(|h| self.plan.hosts.hosts.get(h));
+        let url = super::remote::plan::fill_host(&target.url, host);
+        // What this machine's observers watch: the server when it runs here, the client
+        // when its (first) group does.
+        let groups = &self.plan.hosts.client_groups;
+        let local_client = match groups.iter().position(Option::is_none) {
+            _ if groups.is_empty() => cpus.client.clone(),
+            Some(k) => group_cpus[k].clone(),
+            None => Vec::new(),
+        };
+        let local_server = if target.host.is_none() {
+            cpus.server.clone()
+        } else {
+            Vec::new()
+        };
         let req = StepRequest {
-            instances: super::instances::addrs(&extras, &target.url),
+            instances: super::instances::addrs(&extras, &url),
+            group_cpus,
             step_id: id.to_string(),
-            url: target.url.replace("{port}", &port.to_string()),
+            url: url.replace("{port}", &port.to_string()),
             port,
             clients: point.clients,
             connections,
@@ -396,14 +438,20 @@ impl Runner<'_> {
             progress: &mut *self.progress,
             started: false,
             pid,
-            cpus: cpus.clone(),
+            cpus: CpuPair {
+                server: cpus.server.clone(),
+                client: local_client,
+            },
+            local_server,
             cores: None,
             live: self.driver.live_intervals(),
         };
         // perf attaches now, before the load: its start-up must not fall inside the window.
         sink.observer
             .prepare(sink.pid, &sink.cpus.server, &sink.cpus.client);
-        if self.plan.warmup.is_zero() || !self.driver.live_intervals() {
+        // Client groups start their windows at a planned instant and say so (window_started).
+        let grouped = !self.plan.hosts.client_groups.is_empty();
+        if !grouped && (self.plan.warmup.is_zero() || !self.driver.live_intervals()) {
             sink.start_observer();
         }
         let result = self.driver.run_step(&req, &mut sink, self.stop);
@@ -439,7 +487,10 @@ struct LoopSink<'a> {
     progress: &'a mut dyn Progress,
     started: bool,
     pid: Option<i32>,
+    /// The server's cpus (on its host) and this machine's client cpus.
     cpus: CpuPair,
+    /// The server's cpus when it runs on this machine (empty otherwise).
+    local_server: Vec<usize>,
     /// The per-core busy % columns, from the observers' start.
     cores: Option<super::cores::CoreColumns>,
     /// The driver's lines come while it runs.
@@ -452,7 +503,7 @@ impl LoopSink<'_> {
             .start(self.pid, &self.cpus.server, &self.cpus.client);
         self.cores = Some(super::cores::CoreColumns::start(
             self.live,
-            &self.cpus.server,
+            &self.local_server,
             &self.cpus.client,
         ));
         self.started = true;
@@ -483,6 +534,12 @@ impl IntervalSink for LoopSink<'_> {
             self.start_observer();
         }
         self.progress.live(line.ops_per_s);
+    }
+
+    fn window_started(&mut self) {
+        if !self.started {
+            self.start_observer();
+        }
     }
 }
 

@@ -56,7 +56,15 @@ impl ProcessLauncher {
         super::metrics::metrics_path(&self.out_dir, &target.name, target.instance, ext)
     }
 
-    fn argv(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize, port: &str) -> Vec<String> {
+    /// The command line of `target` (a built-in server pins itself with --cpuset; a command is
+    /// pinned by whoever starts it).
+    pub fn argv(
+        &self,
+        target: &TargetPlan,
+        cpus: &CpuPair,
+        clients: usize,
+        port: &str,
+    ) -> Vec<String> {
         let cpuset = crate::cpuset::format(&cpus.server);
         let metrics = self.metrics_file(target).display().to_string();
         match &target.kind {
@@ -256,6 +264,7 @@ impl Server for ProcessServer {
         super::extra_observe::ServerExtras {
             instances: Vec::new(),
             metrics: self.metrics.iter().cloned().collect(),
+            remote: None,
         }
     }
 }

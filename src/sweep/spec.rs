@@ -81,6 +81,10 @@ pub struct Spec {
     /// Profile passes at chosen load levels (see `sweep::profiling`).
     #[serde(default)]
     pub profile: Option<super::profiling::ProfileSpec>,
+    /// Other hosts reached over ssh, by name: `name = "ssh://user@address:port"` or a table
+    /// with `url`, `identity_file`, `workdir`, `known_hosts_file`.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, super::remote::HostEntry>,
 }
 
 fn default_duration() -> Dur {
@@ -130,6 +134,9 @@ pub struct TargetSpec {
     /// or `{ url = "http://127.0.0.1:{port}/metrics" }`.
     #[serde(default)]
     pub metrics: Option<super::metrics::MetricsSpec>,
+    /// The `[hosts]` entry the server runs on (this machine when absent).
+    #[serde(default)]
+    pub host: Option<String>,
 }
 
 /// Readiness probe of a target.
@@ -210,6 +217,19 @@ pub struct ClientSpec {
     /// msgr payload size in bytes.
     #[serde(default)]
     pub msg_size: Option<usize>,
+    /// Client groups, each on a host (this machine when it names none); a step's clients,
+    /// connections and rate are split equally among them and their results merged exactly.
+    #[serde(default)]
+    pub groups: Vec<ClientGroupSpec>,
+}
+
+/// One client group: where its share of the load generator runs.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientGroupSpec {
+    /// The `[hosts]` entry it runs on (this machine when absent or "local").
+    #[serde(default)]
+    pub host: Option<String>,
 }
 
 /// A latency target for the rate search.

@@ -776,6 +776,10 @@ pub struct TopologyReport {
     pub skipped: BTreeMap<String, BTreeMap<String, String>>,
     /// Set when `balanced` and `separated` coincide on this machine.
     pub note: Option<String>,
+    /// Every online CPU with its core, package, node and siblings (what another host's
+    /// placements are computed from).
+    #[serde(default)]
+    pub cpu_list: Vec<Cpu>,
 }
 
 /// Prints the topology and the cpusets each policy gives for each count.
@@ -851,6 +855,7 @@ pub fn report(topo: &Topology, counts: &[usize]) -> TopologyReport {
         placements,
         skipped,
         note: topo.coincide_note(),
+        cpu_list: topo.cpus.clone(),
     }
 }
 

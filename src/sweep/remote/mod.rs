@@ -7,15 +7,20 @@
 //! waits for a password.
 
 pub mod clock;
+pub mod groups;
 pub mod host;
+pub mod observer;
+pub mod plan;
 pub mod process;
+pub mod server;
+pub mod session;
 pub mod ssh;
 pub mod window;
 
 pub use clock::{best_offset, now_ns, ClockOffset, ClockSample};
 pub use host::{parse_hosts, validate_hosts, HostEntry, HostError, HostSpec, HostTable};
 pub use process::{RemoteProcess, RemoteStatus};
-pub use ssh::{CopyOutcome, Remote, RemoteOutput};
+pub use ssh::{CopyOutcome, Remote, RemoteOutput, REMOTE_BIN};
 pub use window::{
     host_start_times, plan_start, sleep_until_ns, to_reference, window_overlap, StartPlan, Window,
     MIN_WINDOW_OVERLAP,

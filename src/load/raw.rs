@@ -1,0 +1,155 @@
+//! The raw record of one load: every per-second line with its latency histogram, the measured
+//! window on the host's wall clock, and the whole window's histogram, as JSON lines.
+//!
+//! `stairbench load --raw FILE` writes it so a run on another host can bring a client group's
+//! load back and merge it exactly (histograms added, never percentiles averaged).
+
+use std::io::Write;
+
+use base64::Engine as _;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use super::{IntervalLine, IntervalSink, LoadOutcome};
+
+/// One line of the file.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum RawLine {
+    /// A per-second line (warm-up lines included, with negative `elapsed_s`).
+    Interval {
+        /// The line.
+        line: IntervalLine,
+        /// Its latencies, ns, V2-deflate serialized, base64.
+        hist: String,
+    },
+    /// The last line: the measured window and all its latencies.
+    Window {
+        /// (start, end) of the measured window, ns since the Unix epoch on the host's clock.
+        window_unix_ns: (i64, i64),
+        /// The window's latencies, ns, V2-deflate serialized, base64.
+        hist: String,
+    },
+}
+
+/// What `read` gives back.
+#[derive(Debug, Clone)]
+pub struct RawLoad {
+    /// The per-second lines with their histograms, in order.
+    pub lines: Vec<(IntervalLine, Histogram<u64>)>,
+    /// The measured window on the writing host's clock, ns since the Unix epoch.
+    pub window_unix_ns: (i64, i64),
+    /// All latencies of the measured window, ns.
+    pub hist_ns: Histogram<u64>,
+}
+
+/// Collects the lines while the load runs; `finish` writes the file.
+#[derive(Debug, Default)]
+pub struct RawSink {
+    lines: Vec<String>,
+}
+
+impl IntervalSink for RawSink {
+    fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
+        let raw = RawLine::Interval {
+            line: line.clone(),
+            hist: encode(hist_ns),
+        };
+        self.lines
+            .push(serde_json::to_string(&raw).unwrap_or_default());
+    }
+}
+
+impl RawSink {
+    /// Writes the collected lines and the window line.
+    pub fn finish(self, outcome: &LoadOutcome, out: &mut impl Write) -> std::io::Result<()> {
+        for line in &self.lines {
+            writeln!(out, "{line}")?;
+        }
+        let last = RawLine::Window {
+            window_unix_ns: outcome.window_unix_ns,
+            hist: encode(&outcome.hist_ns),
+        };
+        writeln!(out, "{}", serde_json::to_string(&last).unwrap_or_default())
+    }
+}
+
+/// Reads a raw file's text.
+pub fn read(text: &str) -> Result<RawLoad, String> {
+    let mut lines = Vec::new();
+    let mut window = None;
+    for (i, row) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let bad = |why: String| format!("raw load line {}: {why}", i + 1);
+        match serde_json::from_str::<RawLine>(row).map_err(|e| bad(e.to_string()))? {
+            RawLine::Interval { line, hist } => lines.push((line, decode(&hist).map_err(bad)?)),
+            RawLine::Window {
+                window_unix_ns,
+                hist,
+            } => window = Some((window_unix_ns, decode(&hist).map_err(bad)?)),
+        }
+    }
+    let (window_unix_ns, hist_ns) =
+        window.ok_or("the raw load has no window line: the load did not finish")?;
+    Ok(RawLoad {
+        lines,
+        window_unix_ns,
+        hist_ns,
+    })
+}
+
+fn encode(hist: &Histogram<u64>) -> String {
+    let mut bytes = Vec::new();
+    // Serializing into a Vec cannot fail for a valid histogram.
+    let _ = V2DeflateSerializer::new().serialize(hist, &mut bytes);
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn decode(text: &str) -> Result<Histogram<u64>, String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("bad base64 histogram: {e}"))?;
+    Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|e| format!("bad histogram: {e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_window_and_histograms_come_back_exactly() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        for v in [1_000, 2_000, 3_500_000, 42] {
+            h.record(v).unwrap();
+        }
+        let line = IntervalLine {
+            elapsed_s: -0.5,
+            ops_per_s: 4.0,
+            ..IntervalLine::default()
+        };
+        let mut sink = RawSink::default();
+        sink.interval(&line, &h);
+        let outcome = LoadOutcome {
+            report: Default::default(),
+            hist_ns: h.clone(),
+            intervals: Vec::new(),
+            window_unix_ns: (10, 20),
+        };
+        let mut out = Vec::new();
+        sink.finish(&outcome, &mut out).unwrap();
+        let back = read(&String::from_utf8(out).unwrap()).unwrap();
+        assert_eq!(back.window_unix_ns, (10, 20));
+        assert_eq!(back.hist_ns, h);
+        assert_eq!(back.lines.len(), 1);
+        assert_eq!(back.lines[0].0, line);
+        assert_eq!(back.lines[0].1, h);
+        assert!(read("{\"line\": 1}").is_err());
+        assert!(read("").unwrap_err().contains("no window line"));
+    }
+}

@@ -1,0 +1,88 @@
+//! `stairbench environment` and `stairbench observe`: what `stairbench run` asks of another
+//! host over ssh (its environment for environment.json; its server's figures over a window),
+//! and useful by hand too.
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+use clap::Args;
+
+/// Options of `stairbench environment`.
+#[derive(Debug, Args)]
+pub struct EnvironmentArgs {
+    /// Print the environment as JSON (the object runs keep in environment.json).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints this machine's environment: CPU, topology, governors, turbo, swap, perf, load.
+pub fn environment(args: EnvironmentArgs) -> anyhow::Result<ExitCode> {
+    let env = super::environment();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&env)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    writeln!(out, "host       {}", env.hostname)?;
+    writeln!(out, "cpu        {} ({} CPUs)", env.cpu_model, env.cpus)?;
+    if let Some(t) = &env.topology {
+        writeln!(out, "topology   {}", t.summary)?;
+    }
+    writeln!(out, "kernel     {}", env.kernel)?;
+    writeln!(out, "turbo      {}", env.turbo)?;
+    writeln!(
+        out,
+        "perf       software {} hardware {}",
+        env.perf.software, env.perf.hardware
+    )?;
+    writeln!(out, "load       {:?}", env.loadavg)?;
+    for w in &env.warnings {
+        writeln!(out, "warning    {w}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Options of `stairbench observe`.
+#[derive(Debug, Args)]
+pub struct ObserveArgs {
+    /// The process whose tree is measured (CPU time, context switches, faults, perf counters).
+    #[arg(long)]
+    pub pid: Option<i32>,
+    /// CPUs whose busy % is reported as the server's.
+    #[arg(long)]
+    pub server_cpus: Option<crate::cpuset::CpuList>,
+    /// CPUs whose busy % is reported as the client's.
+    #[arg(long)]
+    pub client_cpus: Option<crate::cpuset::CpuList>,
+}
+
+/// Attaches (perf with its counters off) at once, starts the window at the line `start` on
+/// standard input (or at once without one) and ends it at `stop` or at the end of the input,
+/// then prints the window's observation as JSON.
+pub fn observe(args: ObserveArgs) -> anyhow::Result<ExitCode> {
+    let cpus = |l: &Option<crate::cpuset::CpuList>| l.as_ref().map_or(Vec::new(), |l| l.0.clone());
+    let mut obs =
+        super::Observer::prepare(args.pid, &cpus(&args.server_cpus), &cpus(&args.client_cpus));
+    // Tells the caller perf is attached: the window may start.
+    println!("ready");
+    std::io::stdout().flush()?;
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut begun = false;
+    while let Some(Ok(line)) = lines.next() {
+        match line.trim() {
+            "start" if !begun => {
+                obs.begin();
+                begun = true;
+            }
+            "stop" => break,
+            _ => {}
+        }
+    }
+    if !begun {
+        obs.begin();
+    }
+    let observation = obs.finish();
+    println!("{}", serde_json::to_string(&observation)?);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,162 @@
+//! Observing a server on another host: `stairbench observe` runs there over ssh, attached
+//! before the load, told over its stdin when the window starts and ends, and answers with the
+//! same observation the local observers make.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+
+use serde_json::{json, Value};
+
+use super::server::RemoteTarget;
+use crate::observe::Observation;
+use crate::sweep::extra_observe::ServerExtras;
+use crate::sweep::observer::{Observed, StepObserver};
+
+/// Passes everything to `inner`, except a remote server's own figures, which come from its
+/// host.
+pub struct HostObserver<O: StepObserver> {
+    /// The local observers.
+    pub inner: O,
+    remote: Option<RemoteTarget>,
+    running: Option<Running>,
+}
+
+struct Running {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl<O: StepObserver> HostObserver<O> {
+    /// Wraps the local observers.
+    pub fn new(inner: O) -> Self {
+        HostObserver {
+            inner,
+            remote: None,
+            running: None,
+        }
+    }
+
+    fn spawn(target: &RemoteTarget, server_cpus: &[usize]) -> Option<Running> {
+        let mut args = vec![
+            "observe".to_string(),
+            "--pid".into(),
+            target.pid.to_string(),
+        ];
+        if !server_cpus.is_empty() {
+            args.extend(["--server-cpus".into(), crate::cpuset::format(server_cpus)]);
+        }
+        let line = target
+            .session
+            .remote
+            .in_workdir(&target.session.command(&args));
+        let mut child = target
+            .session
+            .remote
+            .ssh_command()
+            .arg(line)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take()?);
+        // "ready": perf is attached there, its start-up is over before the load starts.
+        let mut ready = String::new();
+        let _ = stdout.read_line(&mut ready);
+        Some(Running {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    fn tell(&mut self, word: &str) {
+        if let Some(stdin) = self.running.as_mut().and_then(|r| r.stdin.as_mut()) {
+            let _ = writeln!(stdin, "{word}");
+            let _ = stdin.flush();
+        }
+    }
+
+    fn remote_observation(&mut self) -> Result<Observation, String> {
+        self.tell("stop");
+        let mut running = self
+            .running
+            .take()
+            .ok_or("the remote observer did not start")?;
+        drop(running.stdin.take());
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut running.stdout, &mut text);
+        let _ = running.child.wait();
+        let last = text.lines().last().unwrap_or("");
+        serde_json::from_str(last)
+            .map_err(|e| format!("the remote observer answered {last:?}: {e}"))
+    }
+}
+
+impl<O: StepObserver> StepObserver for HostObserver<O> {
+    fn server_extras(&mut self, extras: &ServerExtras) {
+        self.remote = extras.remote.clone();
+        self.inner.server_extras(extras);
+    }
+
+    fn prepare(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        match &self.remote {
+            Some(target) => {
+                self.running = Self::spawn(target, server_cpus);
+                self.inner.prepare(None, &[], client_cpus);
+            }
+            None => self.inner.prepare(server_pid, server_cpus, client_cpus),
+        }
+    }
+
+    fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        if self.remote.is_none() {
+            return self.inner.start(server_pid, server_cpus, client_cpus);
+        }
+        if self.running.is_none() {
+            if let Some(target) = self.remote.clone() {
+                self.running = Self::spawn(&target, server_cpus);
+            }
+        }
+        self.tell("start");
+        self.inner.start(None, &[], client_cpus);
+    }
+
+    fn finish(&mut self, requests: u64) -> Observed {
+        if self.remote.is_none() {
+            return self.inner.finish(requests);
+        }
+        let remote = self.remote_observation();
+        let mut observed = self.inner.finish(requests);
+        let local_cpu_s = observed
+            .derived
+            .get("observer_cpu_s")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        let host = self.remote.as_ref().map(|r| r.session.name().to_string());
+        match remote {
+            Ok(obs) => {
+                if let Ok(Value::Object(per)) =
+                    serde_json::to_value(crate::observe::per_request(&obs, requests))
+                {
+                    observed.derived.extend(per);
+                }
+                observed.derived.insert(
+                    "observer_cpu_s".into(),
+                    json!(local_cpu_s + obs.observer_cpu_s),
+                );
+                let mut server = serde_json::to_value(&obs).unwrap_or(Value::Null);
+                if let Value::Object(m) = &mut server {
+                    m.insert("host".into(), json!(host));
+                }
+                observed.server = server;
+            }
+            Err(why) => {
+                observed.server = json!({ "host": host, "notes": [why] });
+            }
+        }
+        observed
+    }
+}

@@ -1,0 +1,188 @@
+//! The hosts of a run, connected once before the first step: reachable, the stairbench binary
+//! in place, their clock offset, topology and environment known.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::{ClockOffset, HostSpec, Remote, REMOTE_BIN};
+use crate::sweep::placement::{CpuPair, CustomTable, PlacementSource, TopologyPlacements};
+use crate::sweep::topology::TopologyReport;
+
+/// One connected host.
+#[derive(Debug)]
+pub struct HostSession {
+    /// How to reach it.
+    pub remote: Remote,
+    /// Its clock minus ours.
+    pub offset: ClockOffset,
+    /// Placements computed from its own topology.
+    pub placements: TopologyPlacements,
+    /// Its `stairbench environment --json`, its clock offset and whether the binary was copied.
+    pub environment: Value,
+}
+
+impl HostSession {
+    /// The host's name in the spec.
+    pub fn name(&self) -> &str {
+        &self.remote.spec.name
+    }
+
+    /// `./stairbench ARGS` in the host's working directory, each argument quoted.
+    pub fn command(&self, args: &[String]) -> String {
+        let mut line = format!("./{REMOTE_BIN}");
+        for a in args {
+            line.push(' ');
+            line.push_str(&super::ssh::shell_quote(a));
+        }
+        line
+    }
+}
+
+/// The hosts of a run: those connected, and why the others could not be.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    /// Connected hosts by name.
+    pub up: BTreeMap<String, Arc<HostSession>>,
+    /// Hosts that could not be set up, with the reason (their steps fail with it).
+    pub down: BTreeMap<String, String>,
+}
+
+impl Sessions {
+    /// The session of `name`, or why there is none.
+    pub fn get(&self, name: &str) -> Result<Arc<HostSession>, String> {
+        if let Some(s) = self.up.get(name) {
+            return Ok(s.clone());
+        }
+        Err(self
+            .down
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| format!("host {name:?} is not in the [hosts] table")))
+    }
+
+    /// What environment.json keeps of the hosts: each one's environment, or why it is missing.
+    pub fn environment_json(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for (name, s) in &self.up {
+            out.insert(name.clone(), s.environment.clone());
+        }
+        for (name, why) in &self.down {
+            out.insert(name.clone(), json!({ "unreachable": why }));
+        }
+        Value::Object(out)
+    }
+}
+
+/// Connects every host (in parallel, each within ssh's connect timeout); `note` is told of
+/// each host as it comes up or fails.
+pub fn connect_all(
+    hosts: &BTreeMap<String, HostSpec>,
+    stairbench_bin: &Path,
+    custom: &BTreeMap<String, CustomTable>,
+    note: &mut dyn FnMut(String),
+) -> Sessions {
+    let results: Vec<(String, Result<HostSession, String>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = hosts
+            .iter()
+            .map(|(name, spec)| {
+                let spec = spec.clone();
+                scope.spawn(move || (name.clone(), connect(spec, stairbench_bin, custom)))
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let mut sessions = Sessions::default();
+    for (name, result) in results {
+        match result {
+            Ok(s) => {
+                note(format!(
+                    "host {name}: {}, clock offset {:+.3} ms ± {:.3} ms",
+                    s.remote.spec.url(),
+                    s.offset.offset_ns as f64 / 1e6,
+                    s.offset.uncertainty_ns as f64 / 1e6
+                ));
+                sessions.up.insert(name, Arc::new(s));
+            }
+            Err(why) => {
+                note(format!("host {name}: {why}; its steps fail"));
+                sessions.down.insert(name, why);
+            }
+        }
+    }
+    sessions
+}
+
+/// Checks the host, copies the binary when it differs, reads its topology, environment and
+/// clock offset.
+pub fn connect(
+    spec: HostSpec,
+    stairbench_bin: &Path,
+    custom: &BTreeMap<String, CustomTable>,
+) -> Result<HostSession, String> {
+    let remote = Remote::new(spec);
+    remote.check().map_err(|e| e.to_string())?;
+    let copied = remote
+        .copy_binary_if_missing(stairbench_bin)
+        .map_err(|e| e.to_string())?;
+    let topology: TopologyReport = remote.topology_json().map_err(|e| e.to_string())?;
+    let mut environment: Value = remote
+        .run_json(&format!("./{REMOTE_BIN} environment --json"))
+        .map_err(|e| e.to_string())?;
+    let offset = remote.clock_offset().map_err(|e| e.to_string())?;
+    if let Value::Object(m) = &mut environment {
+        m.insert("ssh".into(), json!(remote.spec.url()));
+        m.insert("clock_offset".into(), json!(offset));
+        m.insert("binary".into(), json!(format!("{copied:?}").to_lowercase()));
+    }
+    Ok(HostSession {
+        placements: TopologyPlacements::from_report(&topology, custom.clone()),
+        remote,
+        offset,
+        environment,
+    })
+}
+
+/// Placements over this machine and the connected hosts.
+pub struct HostPlacements<'a> {
+    /// This machine's.
+    pub local: &'a TopologyPlacements,
+    /// The hosts'.
+    pub sessions: &'a Sessions,
+}
+
+impl HostPlacements<'_> {
+    fn on(&self, host: Option<&str>) -> Result<TopologyPlacements, String> {
+        match host {
+            None => Ok(self.local.clone()),
+            Some(h) => Ok(self.sessions.get(h)?.placements.clone()),
+        }
+    }
+}
+
+impl PlacementSource for HostPlacements<'_> {
+    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String> {
+        self.local.cpus(placement, count)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.local.notes()
+    }
+
+    fn cpus_on(
+        &self,
+        server_host: Option<&str>,
+        client_host: Option<&str>,
+        placement: &str,
+        count: Option<usize>,
+    ) -> Result<CpuPair, String> {
+        if server_host == client_host {
+            return self.on(server_host)?.cpus(placement, count);
+        }
+        let server = self.on(server_host)?.cpus(placement, count)?.server;
+        let client = self.on(client_host)?.cpus(placement, count)?.client;
+        Ok(CpuPair { server, client })
+    }
+}
