@@ -414,3 +414,94 @@ fn load_engine_sent_equals_what_each_architecture_answered() {
         assert_eq!(server.stats().ops, r.sent, "{arch:?}");
     }
 }
+
+/// The binary's reactor-0 counters in its metrics file; `None` while the file is missing.
+/// Every read must parse: the file is replaced whole, never seen half-written.
+fn reactor_counters(path: &std::path::Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("half a metrics file? {e}: {text}"));
+    let t = &v["threads"]["msgr-reactor-0"];
+    Some((t["ops"].as_u64()?, t["busy_ns"].as_u64()?))
+}
+
+/// Pipelines requests on one connection until `stop`.
+fn keep_busy(addr: SocketAddr, stop: &std::sync::atomic::AtomicBool) {
+    const DEPTH: usize = 64;
+    let mut s = connect(addr);
+    let batch: Vec<u8> = (0..DEPTH).flat_map(|_| request(16, 16)).collect();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        s.write_all(&batch).unwrap();
+        for _ in 0..DEPTH {
+            read_reply(&mut s);
+        }
+    }
+}
+
+/// Started as the sweep starts a split instance (the whole process confined to the one CPU
+/// its reactor is pinned to), the server still rewrites its metrics file while that reactor
+/// is kept busy by three pipelining clients: each rewrite shows more requests served.
+#[test]
+fn metrics_file_is_rewritten_while_the_reactor_is_busy() {
+    use std::os::unix::process::CommandExt;
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.json");
+    let cpu = stairbench::cpuset::allowed()[0];
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stairbench"));
+    cmd.args(["serve", "msgr", "--threads", "1", "--port", "0"])
+        .args(["--cpuset", &cpu.to_string(), "--metrics"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    // SAFETY: only sched_setaffinity, async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: SocketAddr = line
+        .strip_prefix("listening on ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("first line: {line:?}"))
+        .parse()
+        .unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let seen = std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| keep_busy(addr, &stop));
+        }
+        // Rewrites come every 200 ms; 5 s bounds a machine too loaded to give three.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut seen: Vec<(u64, u64)> = Vec::new();
+        while seen.len() < 4 && Instant::now() < deadline {
+            if let Some(now) = reactor_counters(&path) {
+                if seen.last().is_none_or(|last| now.0 > last.0) {
+                    seen.push(now);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        seen
+    });
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = wait_with_deadline(&mut child, Duration::from_secs(5));
+    assert_eq!(status.code(), Some(0));
+    // The first reading may predate the load; three rewrites after it each served more.
+    assert_eq!(
+        seen.len(),
+        4,
+        "(ops, busy_ns) of each rewrite seen: {seen:?}"
+    );
+    assert!(seen[3].1 > seen[1].1, "the reactor used CPU: {seen:?}");
+}

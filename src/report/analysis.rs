@@ -700,21 +700,13 @@ pub fn scalability_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
     (header, rows)
 }
 
-fn scalability(out: &mut String, a: &RunAnalysis) {
-    out.push_str("## Scalability: knee and USL\n\n");
-    out.push_str(
-        "Throughput knee: where adding clients stops paying (Kneedle); saturation: the fewest \
-         clients within 5% of the maximum; busy: the most clients with the server's CPUs still \
-         under 70%. USL: X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted on every repetition; \
-         client-saturated steps are left out.\n\n",
-    );
-    let (header, rows) = scalability_rows(a);
+/// A table of unescaped cells as markdown: the two name columns and the last (text) column
+/// left-aligned, the figures between them right-aligned.
+fn markdown_table(out: &mut String, header: &[String], rows: &[Vec<String>]) {
     let _ = writeln!(out, "| {} |", header.join(" | "));
-    let align: Vec<&str> = header
-        .iter()
-        .enumerate()
-        .map(|(i, _)| {
-            if i < 2 || i == header.len() - 1 {
+    let align: Vec<&str> = (0..header.len())
+        .map(|i| {
+            if i < 2 || i + 1 == header.len() {
                 "---"
             } else {
                 "---:"
@@ -726,6 +718,18 @@ fn scalability(out: &mut String, a: &RunAnalysis) {
         let cells: Vec<String> = row.iter().map(|c| escape(c)).collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
+}
+
+fn scalability(out: &mut String, a: &RunAnalysis) {
+    out.push_str("## Scalability: knee and USL\n\n");
+    out.push_str(
+        "Throughput knee: where adding clients stops paying (Kneedle); saturation: the fewest \
+         clients within 5% of the maximum; busy: the most clients with the server's CPUs still \
+         under 70%. USL: X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted on every repetition; \
+         client-saturated steps are left out.\n\n",
+    );
+    let (header, rows) = scalability_rows(a);
+    markdown_table(out, &header, &rows);
     out.push('\n');
     for s in &a.series {
         let name = format!("{} / {}", escape(&s.target), escape(&s.placement));
@@ -749,13 +753,50 @@ fn scalability(out: &mut String, a: &RunAnalysis) {
     out.push('\n');
 }
 
-fn little_section(out: &mut String, a: &RunAnalysis) {
-    let rows: Vec<(&SeriesAnalysis, &LittleRow)> = a
+/// The Little's-law checks as a header and rows of unescaped cells, one row per closed-loop
+/// step in load order: the markdown and the HTML report both render it.
+pub fn little_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
+    let header = [
+        "target",
+        "placement",
+        "clients",
+        "rep",
+        "L",
+        "X (req/s)",
+        "predicted R (µs)",
+        "measured R (µs)",
+        "X·R / L",
+        "flag",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = a
         .series
         .iter()
-        .flat_map(|s| s.little.iter().map(move |r| (s, r)))
+        .flat_map(|s| {
+            s.little.iter().map(move |r| {
+                let c = &r.check;
+                vec![
+                    s.target.clone(),
+                    s.placement.clone(),
+                    r.clients.to_string(),
+                    r.rep.to_string(),
+                    format!("{:.0}", c.inflight),
+                    format!("{:.0}", r.throughput_rps),
+                    format!("{:.1}", c.predicted_latency),
+                    format!("{:.1}", c.measured_latency),
+                    format!("{:.2}", c.ratio),
+                    little_flag(r),
+                ]
+            })
+        })
         .collect();
+    (header, rows)
+}
+
+fn little_section(out: &mut String, a: &RunAnalysis) {
     out.push_str("## Little's law\n\n");
+    let (header, rows) = little_rows(a);
     if rows.is_empty() {
         out.push_str("No closed-loop step with an in-flight count: nothing to check.\n\n");
         return;
@@ -764,30 +805,12 @@ fn little_section(out: &mut String, a: &RunAnalysis) {
         "L = clients × connections × depth; the law predicts a mean latency of L / X. \
          X·R / L is 1.00 when it holds; a flag marks more than 10% off.\n\n",
     );
-    out.push_str("| target | placement | clients | rep | L | X (req/s) | predicted R (µs) | measured R (µs) | X·R / L | flag |\n");
-    out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
-    for (s, r) in rows {
-        let c = &r.check;
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {:.0} | {:.0} | {:.1} | {:.1} | {:.2} | {} |",
-            escape(&s.target),
-            escape(&s.placement),
-            r.clients,
-            r.rep,
-            c.inflight,
-            r.throughput_rps,
-            c.predicted_latency,
-            c.measured_latency,
-            c.ratio,
-            little_flag(r),
-        );
-    }
+    markdown_table(out, &header, &rows);
     out.push('\n');
 }
 
 fn little_flag(r: &LittleRow) -> String {
-    let flag = r.check.flag.as_deref().map_or(String::new(), escape);
+    let flag = r.check.flag.clone().unwrap_or_default();
     match (r.client_saturated, flag.is_empty()) {
         (false, _) => flag,
         (true, true) => "client saturated".to_string(),

@@ -132,12 +132,23 @@ pub fn metrics_json(threads: &[Arc<ThreadStat>]) -> serde_json::Value {
     serde_json::json!({ "threads": by_name })
 }
 
-/// Writes `metrics_json` to `path` now, whole: a temporary file renamed over it, so a reader
-/// never sees half a file.
+/// Writes `metrics_json` to `path` now, whole: a temporary file beside it (`FILE.tmp`)
+/// renamed over it, so a reader never sees half a file.
 pub fn write_metrics(path: &std::path::Path, threads: &[Arc<ThreadStat>]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
     std::fs::write(&tmp, metrics_json(threads).to_string())?;
     std::fs::rename(&tmp, path)
+}
+
+/// Lets the calling thread run on every CPU its cgroup allows, whatever affinity the
+/// process was started with (the kernel drops the CPUs the cgroup does not allow).
+fn run_on_any_cpu() -> nix::Result<()> {
+    let mut all = nix::sched::CpuSet::new();
+    for cpu in 0..nix::sched::CpuSet::count() {
+        all.set(cpu)?;
+    }
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &all)
 }
 
 /// Writes the metrics file now, then every `interval` until `stop` is dropped or sent to.
@@ -151,6 +162,9 @@ pub fn spawn_metrics_writer(
     std::thread::Builder::new()
         .name("msgr-metrics".into())
         .spawn(move || {
+            // A split instance's process is confined to its reactor's one busy core: off it,
+            // the rewrites do not wait for the reactor's time slices.
+            let _ = run_on_any_cpu();
             // No last write at the end: the threads are gone by then and their CPU clocks with them.
             while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(interval) {
                 if let Err(e) = write_metrics(&path, &threads) {
@@ -191,6 +205,52 @@ mod tests {
         assert_eq!(v["threads"]["w"]["ops"], 3);
         assert_eq!(v["threads"]["w"]["loops"], 1);
         assert!(v["threads"]["w"]["busy_ns"].as_u64().unwrap() > 0);
+    }
+
+    /// CPUs the thread behind `handle` may run on.
+    fn affinity_of(handle: &std::thread::JoinHandle<()>) -> Vec<usize> {
+        use std::os::unix::thread::JoinHandleExt;
+        // SAFETY: the thread is alive (joined only later); set is a valid out buffer of the size given.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            libc::pthread_getaffinity_np(handle.as_pthread_t(), size, &mut set);
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
+        }
+    }
+
+    #[test]
+    fn metrics_writer_leaves_the_core_it_was_started_on() {
+        let allowed = crate::cpuset::allowed();
+        if allowed.len() < 2 {
+            eprintln!("skipped: one CPU allowed, nowhere else to run");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.json");
+        let (tx, rx) = mpsc::channel();
+        let every = Duration::from_millis(50);
+        let spawner = std::thread::spawn(move || {
+            // As when the process is confined to its reactor's core.
+            crate::cpuset::pin_current_thread(allowed[0]).unwrap();
+            spawn_metrics_writer(Vec::new(), path, every, rx).unwrap()
+        });
+        let writer = spawner.join().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut cpus = affinity_of(&writer);
+        while cpus.len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            cpus = affinity_of(&writer);
+        }
+        drop(tx);
+        writer.join().unwrap();
+        let allowed = crate::cpuset::allowed();
+        assert!(
+            allowed.iter().all(|c| cpus.contains(c)),
+            "{cpus:?} ⊉ {allowed:?}"
+        );
     }
 
     #[test]

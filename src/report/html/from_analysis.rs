@@ -34,42 +34,55 @@ fn knee_table(a: &RunAnalysis) -> Table {
 }
 
 fn little_table(a: &RunAnalysis) -> Table {
-    let rows = a
-        .series
-        .iter()
-        .flat_map(|s| {
-            s.little.iter().map(move |r| {
-                vec![
-                    s.target.clone(),
-                    s.placement.clone(),
-                    r.clients.to_string(),
-                    format!("{:.1}", r.check.inflight),
-                    format!("{:.0}", r.throughput_rps),
-                    format!("{:.1}", r.check.predicted_latency),
-                    format!("{:.1}", r.check.measured_latency),
-                    format!("{:.2}", r.check.ratio),
-                    r.check.flag.clone().unwrap_or_default(),
-                ]
-            })
-        })
-        .collect();
+    let (header, rows) = crate::report::analysis::little_rows(a);
     Table {
         title: "Little's law".into(),
-        note: "L = in flight; predicted R = L / X; the ratio X·R/L is 1.0 when the law holds."
+        note: "L = clients × connections × depth; predicted R = L / X; the ratio X·R/L is 1.00 \
+               when the law holds; a flag marks more than 10% off."
             .into(),
-        header: [
-            "target",
-            "placement",
-            "clients",
-            "L",
-            "X req/s",
-            "predicted µs",
-            "measured µs",
-            "X·R/L",
-            "flag",
-        ]
-        .map(String::from)
-        .to_vec(),
+        header,
         rows,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::analysis::{analyze, render_markdown};
+    use crate::report::RunData;
+    use crate::sweep::result::{StepResult, StepStatus};
+
+    fn ok_step(clients: usize, x: f64, mean_us: f64) -> StepResult {
+        let mut s = StepResult::empty(format!("t.p.c{clients}"), "t", "p", clients, 0);
+        s.status = StepStatus::Ok;
+        s.inflight = clients;
+        let mut load = crate::load::LoadReport {
+            throughput_rps: x,
+            ..Default::default()
+        };
+        load.latency_us.mean = mean_us;
+        s.load = Some(load);
+        s
+    }
+
+    #[test]
+    fn littles_law_rows_are_the_same_in_both_reports() {
+        let mut saturated = ok_step(2, 100.0, 30_000.0);
+        saturated.load.as_mut().unwrap().client_saturated = true;
+        let run = RunData {
+            steps: vec![ok_step(1, 100.0, 10_000.0), saturated],
+            ..RunData::default()
+        };
+        let a = analyze(&run, None);
+        let (_, tables) = curves_and_tables(&a);
+        let html = tables.iter().find(|t| t.title == "Little's law").unwrap();
+        assert_eq!(html.rows.len(), 2);
+        assert_eq!(html.rows[1][..4], ["t", "p", "2", "0"]);
+        assert!(html.rows[1][9].starts_with("client saturated; X·R is 50% above L"));
+        let md = render_markdown(&a);
+        for row in &html.rows {
+            let line = format!("| {} |", row.join(" | "));
+            assert!(md.contains(&line), "{line} not in\n{md}");
+        }
     }
 }

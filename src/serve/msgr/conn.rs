@@ -183,6 +183,24 @@ impl<T> Slab<T> {
     }
 }
 
+/// Files a new connection in `conns` and registers its stream under the slot's token,
+/// edge-triggered in both directions once (no epoll_ctl per message); a connection that
+/// cannot be registered is dropped.
+pub fn register_new<C>(
+    registry: &mio::Registry,
+    conns: &mut Slab<C>,
+    conn: C,
+    stream: fn(&mut C) -> &mut mio::net::TcpStream,
+) {
+    let slot = conns.insert(conn);
+    let conn = conns.get_mut(slot).expect("just inserted");
+    let token = mio::Token(slot + FIRST_CONN_TOKEN);
+    let interest = mio::Interest::READABLE | mio::Interest::WRITABLE;
+    if registry.register(stream(conn), token, interest).is_err() {
+        conns.remove(slot);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use mio::{Poll, Token, Waker};
+use mio::{Events, Poll, Token, Waker};
 use thiserror::Error;
 
 use crate::load::protocol::msgr::DEFAULT_MAX_FRAME;
@@ -151,6 +151,46 @@ fn accept_all(
                 return;
             }
         }
+    }
+}
+
+/// One thread's side of the event loop the reactors and the pool's I/O threads share.
+trait EventLoop {
+    /// Its poll, the server's shared state and the thread's counters.
+    fn parts(&mut self) -> (&mut Poll, &LoopShared, &ThreadStat);
+    /// Connections are waiting on the listener.
+    fn accept(&mut self);
+    /// The waker fired (besides a stop: workers' replies are back, for the pool).
+    fn woken(&mut self) {}
+    /// Connection `slot` is ready; `peer_closed`: the peer's FIN was in the event.
+    fn drive(&mut self, slot: usize, peer_closed: bool);
+    /// After every batch of events.
+    fn after_events(&mut self) {}
+}
+
+/// Serves `l`'s events until the server's stop flag is set or polling fails.
+fn run_event_loop(l: &mut impl EventLoop) {
+    let mut events = Events::with_capacity(1024);
+    loop {
+        let (poll, shared, stat) = l.parts();
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        stat.add_loop();
+        if let Err(e) = poll.poll(&mut events, None) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                eprintln!("{}: poll failed: {e}", stat.name);
+                return;
+            }
+        }
+        for event in events.iter() {
+            match event.token() {
+                LISTENER => l.accept(),
+                WAKER => l.woken(),
+                Token(t) => l.drive(t - conn::FIRST_CONN_TOKEN, event.is_read_closed()),
+            }
+        }
+        l.after_events();
     }
 }
 

@@ -5,16 +5,13 @@
 //! does not pay.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Interest, Poll, Waker};
 
-use super::conn::{
-    self, Close, OutBuf, Slab, FIRST_CONN_TOKEN, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES,
-};
-use super::{accept_all, LoopShared, LISTENER, WAKER};
+use super::conn::{self, Close, OutBuf, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
+use super::{accept_all, EventLoop, LoopShared, LISTENER};
 use crate::load::protocol::msgr::{encode_reply, RequestDecoder, HEADER_LEN};
 use crate::serve::stats::ThreadStat;
 
@@ -220,24 +217,13 @@ impl IoLoop {
 
     /// Serves until the server's stop flag is set.
     pub fn run(mut self) {
-        let mut events = Events::with_capacity(1024);
-        while !self.shared.stop.load(Ordering::Acquire) {
-            self.stat.add_loop();
-            if let Err(e) = self.poll.poll(&mut events, None) {
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    eprintln!("{}: poll failed: {e}", self.stat.name);
-                    return;
-                }
-            }
-            for event in events.iter() {
-                match event.token() {
-                    LISTENER => self.accept(),
-                    WAKER => self.take_replies(),
-                    Token(t) => self.drive(t - FIRST_CONN_TOKEN, event.is_read_closed()),
-                }
-            }
-            self.queue.push_all(&mut self.batch);
-        }
+        super::run_event_loop(&mut self);
+    }
+}
+
+impl EventLoop for IoLoop {
+    fn parts(&mut self) -> (&mut Poll, &LoopShared, &ThreadStat) {
+        (&mut self.poll, &self.shared, &self.stat)
     }
 
     fn accept(&mut self) {
@@ -246,7 +232,7 @@ impl IoLoop {
         let generation = &mut self.next_generation;
         accept_all(&self.listener, &self.shared, |stream| {
             *generation += 1;
-            let slot = conns.insert(Conn {
+            let conn = Conn {
                 stream,
                 decoder: RequestDecoder::default(),
                 generation: *generation,
@@ -257,17 +243,8 @@ impl IoLoop {
                 out: OutBuf::default(),
                 carry: Vec::new(),
                 paused: false,
-            });
-            let conn = conns.get_mut(slot).expect("just inserted");
-            let token = Token(slot + FIRST_CONN_TOKEN);
-            let res = registry.register(
-                &mut conn.stream,
-                token,
-                Interest::READABLE | Interest::WRITABLE,
-            );
-            if res.is_err() {
-                conns.remove(slot);
-            }
+            };
+            conn::register_new(registry, conns, conn, |c| &mut c.stream);
         });
     }
 
@@ -285,6 +262,17 @@ impl IoLoop {
         }
     }
 
+    fn woken(&mut self) {
+        self.take_replies();
+    }
+
+    /// Hands the jobs decoded from this batch of events to the workers at once.
+    fn after_events(&mut self) {
+        self.queue.push_all(&mut self.batch);
+    }
+}
+
+impl IoLoop {
     fn close(&mut self, slot: usize, why: Close) {
         self.shared.counters.count_close(&why);
         if let Some(mut conn) = self.conns.remove(slot) {

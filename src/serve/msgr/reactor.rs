@@ -2,16 +2,13 @@
 //! each with its own SO_REUSEPORT listener; a connection is accepted, read and answered on
 //! the same thread, and no mutable state is shared between loops.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Interest, Poll};
 
-use super::conn::{
-    self, Close, OutBuf, Slab, FIRST_CONN_TOKEN, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES,
-};
-use super::{accept_all, LoopShared, LISTENER, WAKER};
+use super::conn::{self, Close, OutBuf, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
+use super::{accept_all, EventLoop, LoopShared, LISTENER};
 use crate::load::protocol::msgr::{encode_reply, RequestDecoder};
 use crate::serve::stats::ThreadStat;
 
@@ -55,46 +52,26 @@ impl Reactor {
 
     /// Serves until the server's stop flag is set.
     pub fn run(mut self) {
-        let mut events = Events::with_capacity(1024);
-        while !self.shared.stop.load(Ordering::Acquire) {
-            self.stat.add_loop();
-            if let Err(e) = self.poll.poll(&mut events, None) {
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    eprintln!("{}: poll failed: {e}", self.stat.name);
-                    return;
-                }
-            }
-            for event in events.iter() {
-                match event.token() {
-                    LISTENER => self.accept(),
-                    WAKER => {}
-                    Token(t) => self.drive(t - FIRST_CONN_TOKEN, event.is_read_closed()),
-                }
-            }
-        }
+        super::run_event_loop(&mut self);
+    }
+}
+
+impl EventLoop for Reactor {
+    fn parts(&mut self) -> (&mut Poll, &LoopShared, &ThreadStat) {
+        (&mut self.poll, &self.shared, &self.stat)
     }
 
     fn accept(&mut self) {
         let registry = self.poll.registry();
         let conns = &mut self.conns;
         accept_all(&self.listener, &self.shared, |stream| {
-            let slot = conns.insert(Conn {
+            let conn = Conn {
                 stream,
                 decoder: RequestDecoder::default(),
                 out: OutBuf::default(),
                 carry: Vec::new(),
-            });
-            let conn = conns.get_mut(slot).expect("just inserted");
-            let token = Token(slot + FIRST_CONN_TOKEN);
-            // Edge-triggered, both directions, once: no epoll_ctl per message.
-            let res = registry.register(
-                &mut conn.stream,
-                token,
-                Interest::READABLE | Interest::WRITABLE,
-            );
-            if res.is_err() {
-                conns.remove(slot);
-            }
+            };
+            conn::register_new(registry, conns, conn, |c| &mut c.stream);
         });
     }
 
