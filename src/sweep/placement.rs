@@ -29,6 +29,11 @@ pub trait PlacementSource {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Why another host cannot be used (unreachable when the run started), if it cannot.
+    fn host_down(&self, host: &str) -> Option<String> {
+        let _ = host;
+        None
+    }
     /// The cpusets when the server runs on `server_host` and the client on `client_host`
     /// (None: this machine): each side by the placement's rule on its own host's topology.
     fn cpus_on(

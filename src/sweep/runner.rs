@@ -271,6 +271,12 @@ impl Runner<'_> {
         ));
         let follow = self.plan.cpus_follow_clients.then_some(point.clients);
         let groups = &self.plan.hosts.client_groups;
+        let hosts = target.host.iter().chain(groups.iter().flatten());
+        if let Some(why) = hosts.filter_map(|h| self.placements.host_down(h)).next() {
+            step.status = StepStatus::Failed;
+            step.reason = Some(why);
+            return step;
+        }
         let client_host = groups.first().cloned().flatten();
         let server_host = target.host.as_deref();
         let cpus =

@@ -3,7 +3,8 @@
 //!
 //! Addresses (10.213.N.0/30, one per pair) exist only inside the namespaces a lab creates: the
 //! test body runs on a thread moved into the lab's client namespace, so its ssh reaches the
-//! hosts and nothing else. `Lab` ends every process in its namespaces and deletes them when
+//! hosts and nothing else. The client namespace forwards between the pairs, so hosts reach
+//! each other too (a client group on one host loads a server on another). `Lab` ends every process in its namespaces and deletes them when
 //! dropped, also when the test panics.
 
 #![allow(dead_code)] // each test uses its own part of the lab
@@ -105,6 +106,8 @@ impl Lab {
         };
         lab.add_namespace(&lab.client_ns.clone());
         lab.enter_client_namespace();
+        // /proc/sys/net is the calling thread's namespace's: the client one now.
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").expect("enable forwarding");
         lab.make_keys();
         std::fs::create_dir_all("/run/sshd").unwrap(); // sshd's privilege separation directory
         for name in names {
@@ -198,6 +201,16 @@ impl Lab {
             &host_if,
         ]);
         ip(&["-n", &ns, "link", "set", &host_if, "up"]);
+        // Hosts reach each other through the client namespace (which forwards).
+        ip(&[
+            "-n",
+            &ns,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("10.213.{i}.1"),
+        ]);
         let sshd_pid = with_sshd.then(|| self.start_sshd(name, &ns, address));
         let spec = self.spec(name, address);
         self.hosts.push(LabHost {

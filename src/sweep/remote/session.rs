@@ -171,6 +171,10 @@ impl PlacementSource for HostPlacements<'_> {
         self.local.notes()
     }
 
+    fn host_down(&self, host: &str) -> Option<String> {
+        self.sessions.get(host).err()
+    }
+
     fn cpus_on(
         &self,
         server_host: Option<&str>,
