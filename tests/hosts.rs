@@ -115,6 +115,13 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
         let max = p(&per_host[0], "max").max(p(&per_host[1], "max"));
         assert_eq!(p(step, "max"), max);
         assert!(step["window_overlap"].as_f64().unwrap() >= 0.95, "{step}");
+        eprintln!(
+            "figures: window overlap {}, groups {} + {} req/s = {} req/s",
+            step["window_overlap"],
+            per_host[0]["throughput_rps"],
+            per_host[1]["throughput_rps"],
+            step["throughput_rps"]
+        );
         // The server was observed on its host.
         assert_eq!(step["server"]["host"], "srv", "{step}");
         assert!(
