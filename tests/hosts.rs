@@ -92,6 +92,10 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
         assert_eq!(steps.len(), 1);
         let step = &steps[0];
         assert_eq!(step["status"], "ok", "{step}");
+        let schema: Value =
+            serde_json::from_str(include_str!("../schema/steps.schema.json")).unwrap();
+        let problems = stairbench::schema::validate(&schema, step);
+        assert!(problems.is_empty(), "{problems:?}");
         let per_host = step["per_host"].as_array().expect("per_host");
         let hosts: Vec<&str> = per_host
             .iter()
@@ -137,6 +141,11 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
         for f in [format!("{id}.g1.load.json"), format!("{id}.g1.raw.jsonl")] {
             assert!(dir.join("hosts").join(&f).is_file(), "{f} missing");
         }
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(
+            report.contains("## Client groups") && report.contains("| cli |"),
+            "{report}"
+        );
         let env: Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("environment.json")).unwrap())
                 .unwrap();

@@ -14,6 +14,7 @@ use crate::sweep::result::{StepResult, StepStatus};
 pub fn markdown(steps: &[StepResult]) -> String {
     let mut out = String::new();
     split_comparison(&mut out, steps);
+    client_groups(&mut out, steps);
     observed(&mut out, steps);
     target_metrics(&mut out, steps);
     out
@@ -167,6 +168,44 @@ fn observed(out: &mut String, steps: &[StepResult]) {
         return;
     }
     out.push_str("\n## Observed processes\n\n| step | process | user CPU (s) | sys CPU (s) | context switches | notes |\n| --- | --- | ---: | ---: | ---: | --- |\n");
+    for r in rows {
+        let _ = writeln!(out, "{r}");
+    }
+}
+
+/// Each client group's share of a step, beside the step's merged figures.
+fn client_groups(out: &mut String, steps: &[StepResult]) {
+    let mut rows = Vec::new();
+    for s in ok(steps) {
+        let Some(groups) = s.derived.get("per_host").and_then(Value::as_array) else {
+            continue;
+        };
+        let f = |v: &Value, k: &str| v.pointer(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+        let overlap = s.derived.get("window_overlap").and_then(Value::as_f64);
+        for g in groups {
+            rows.push(format!(
+                "| {} | {} | {:.0} | {:.1} | {:.1} | {} |",
+                escape(&s.id),
+                escape(g.get("host").and_then(Value::as_str).unwrap_or("?")),
+                f(g, "/throughput_rps"),
+                f(g, "/latency_us/p50"),
+                f(g, "/latency_us/p99"),
+                overlap.map_or("—".into(), |o| format!("{:.2}%", o * 100.0)),
+            ));
+        }
+        let load = s.load.as_ref();
+        rows.push(format!(
+            "| {} | **all (merged)** | {:.0} | {:.1} | {:.1} | |",
+            escape(&s.id),
+            load.map_or(f64::NAN, |l| l.throughput_rps),
+            load.map_or(f64::NAN, |l| l.latency_us.p50),
+            load.map_or(f64::NAN, |l| l.latency_us.p99),
+        ));
+    }
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("\n## Client groups\n\nEach group's own figures; the merged row adds their counts and histograms.\n\n| step | host | requests/s | p50 (µs) | p99 (µs) | windows overlap |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
     for r in rows {
         let _ = writeln!(out, "{r}");
     }
