@@ -150,6 +150,10 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
             serde_json::from_str(&std::fs::read_to_string(dir.join("environment.json")).unwrap())
                 .unwrap();
         for h in ["srv", "cli"] {
+            eprintln!(
+                "figures: {h} clock offset {}",
+                env["hosts"][h]["clock_offset"]
+            );
             assert!(
                 env["hosts"][h]["clock_offset"]["offset_ns"].is_i64(),
                 "{env}"
