@@ -963,7 +963,7 @@ fn comparisons_section(out: &mut String, a: &RunAnalysis) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -980,7 +980,7 @@ mod tests {
         assert_eq!(server_cpu_pct(&s), None);
     }
 
-    fn ok_step(clients: usize, x: f64, mean_us: f64) -> StepResult {
+    pub(crate) fn ok_step(clients: usize, x: f64, mean_us: f64) -> StepResult {
         let mut s = StepResult::empty(format!("t.p.c{clients}"), "t", "p", clients, 0);
         s.status = StepStatus::Ok;
         s.inflight = clients;

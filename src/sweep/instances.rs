@@ -313,11 +313,15 @@ pub fn sub_request(req: &StepRequest, k: usize) -> StepRequest {
     }
 }
 
-type Line = (usize, IntervalLine, Histogram<u64>);
+/// One part's line (instance or client group `k`) on its way to the merger.
+pub(crate) type Line = (usize, IntervalLine, Histogram<u64>);
 
-struct ChannelSink {
-    k: usize,
-    tx: mpsc::Sender<Line>,
+/// Sends a part's lines to the thread that merges them.
+pub(crate) struct ChannelSink {
+    /// The part.
+    pub k: usize,
+    /// Where its lines go.
+    pub tx: mpsc::Sender<Line>,
 }
 
 impl IntervalSink for ChannelSink {

@@ -48,22 +48,9 @@ fn little_table(a: &RunAnalysis) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::analysis::tests::ok_step;
     use crate::report::analysis::{analyze, render_markdown};
     use crate::report::RunData;
-    use crate::sweep::result::{StepResult, StepStatus};
-
-    fn ok_step(clients: usize, x: f64, mean_us: f64) -> StepResult {
-        let mut s = StepResult::empty(format!("t.p.c{clients}"), "t", "p", clients, 0);
-        s.status = StepStatus::Ok;
-        s.inflight = clients;
-        let mut load = crate::load::LoadReport {
-            throughput_rps: x,
-            ..Default::default()
-        };
-        load.latency_us.mean = mean_us;
-        s.load = Some(load);
-        s
-    }
 
     #[test]
     fn littles_law_rows_are_the_same_in_both_reports() {

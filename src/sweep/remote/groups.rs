@@ -7,16 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
 use super::session::HostSession;
 use super::window::{plan_start, to_reference, window_overlap, Window, MIN_WINDOW_OVERLAP};
 use super::{now_ns, ClockOffset, RemoteStatus};
 use crate::load::raw::RawLoad;
-use crate::load::{IntervalLine, IntervalSink, ProtoOptions};
+use crate::load::{IntervalSink, ProtoOptions};
 use crate::sweep::driver::{engine_config, Driver, StepLoad, StepRequest};
-use crate::sweep::instances::{instance_sinks, merge_loads, share, LineMerger};
+use crate::sweep::instances::{instance_sinks, merge_loads, share, ChannelSink, Line, LineMerger};
 
 /// Time from planning a step's common start to the start: enough for ssh to log in and the
 /// generators to connect.
@@ -67,8 +66,6 @@ pub struct GroupDriver {
 
 /// One group's load and its measured window in the local clock.
 type GroupLoad = (StepLoad, Window);
-
-type Line = (usize, IntervalLine, Histogram<u64>);
 
 impl Driver for GroupDriver {
     fn live_intervals(&self) -> bool {
@@ -265,17 +262,6 @@ fn run_group(
             Ok((load, window))
         }
         GroupHost::Down(name, why) => Err(format!("host {name:?}: {why}")),
-    }
-}
-
-struct ChannelSink {
-    k: usize,
-    tx: mpsc::Sender<Line>,
-}
-
-impl IntervalSink for ChannelSink {
-    fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
-        let _ = self.tx.send((self.k, line.clone(), hist_ns.clone()));
     }
 }
 
