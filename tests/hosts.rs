@@ -128,6 +128,10 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
         );
         // The server was observed on its host.
         assert_eq!(step["server"]["host"], "srv", "{step}");
+        // Observed over the planned 2 s window, not until the remote files were fetched.
+        let window_s = step["server"]["window_s"].as_f64().unwrap();
+        eprintln!("figures: remote server observed for {window_s} s");
+        assert!((1.8..2.4).contains(&window_s), "{window_s}");
         assert!(
             step["server"]["server"]["user_s"].as_f64().is_some(),
             "{step}"

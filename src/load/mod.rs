@@ -211,6 +211,8 @@ pub trait IntervalSink {
     /// The measured window starts now (from drivers whose lines come late, e.g. from other
     /// hosts, so the observers still start on time).
     fn window_started(&mut self) {}
+    /// The measured window ends now (as `window_started`, for lines that come late).
+    fn window_ended(&mut self) {}
 }
 
 /// What a finished load run hands back beside its report.

@@ -298,6 +298,10 @@ impl<O: StepObserver> StepObserver for ExtraObserver<O> {
             .collect();
     }
 
+    fn end_window(&mut self) {
+        self.inner.end_window();
+    }
+
     fn finish(&mut self, requests: u64) -> Observed {
         let mut observed = self.inner.finish(requests);
         let (processes, trees) = self.finish_processes();

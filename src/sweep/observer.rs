@@ -29,6 +29,9 @@ pub trait StepObserver {
     }
     /// Starts watching (just before the load's measured window).
     fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]);
+    /// The window ended before the load's results are in (client groups on other hosts): stop
+    /// counting now; `finish` comes later. Optional.
+    fn end_window(&mut self) {}
     /// Stops watching; `requests` completed in the window turn totals into per-request figures.
     fn finish(&mut self, requests: u64) -> Observed;
 }
@@ -38,6 +41,8 @@ pub trait StepObserver {
 #[derive(Debug, Default)]
 pub struct FullObserver {
     running: Option<crate::observe::Observer>,
+    /// What `end_window` measured, waiting for `finish`.
+    ended: Option<crate::observe::Observation>,
 }
 
 impl StepObserver for FullObserver {
@@ -62,11 +67,18 @@ impl StepObserver for FullObserver {
         }
     }
 
+    fn end_window(&mut self) {
+        if let Some(running) = self.running.take() {
+            self.ended = Some(running.finish());
+        }
+    }
+
     fn finish(&mut self, requests: u64) -> Observed {
-        let Some(running) = self.running.take() else {
-            return Observed::default();
+        let obs = match (self.ended.take(), self.running.take()) {
+            (Some(obs), _) => obs,
+            (None, Some(running)) => running.finish(),
+            (None, None) => return Observed::default(),
         };
-        let obs = running.finish();
         let per = crate::observe::per_request(&obs, requests);
         let mut derived = match serde_json::to_value(&per) {
             Ok(Value::Object(m)) => m,

@@ -547,6 +547,12 @@ impl IntervalSink for LoopSink<'_> {
             self.start_observer();
         }
     }
+
+    fn window_ended(&mut self) {
+        if self.started {
+            self.observer.end_window();
+        }
+    }
 }
 
 /// Throughputs (req/s) of a point's ok repetitions so far.

@@ -92,6 +92,7 @@ impl Driver for GroupDriver {
         let offsets: Vec<ClockOffset> = self.groups.iter().map(GroupHost::offset).collect();
         let start = plan_start(START_LEAD, &offsets);
         let window_start_ns = start.common_start_ns + req.warmup.as_nanos() as i64;
+        let window_end_ns = window_start_ns + req.duration.as_nanos() as i64;
         let mut merger = LineMerger::new(n, instance_sinks(&subs, req, true));
         let (tx, rx) = mpsc::channel::<Line>();
         let results: Vec<Result<GroupLoad, String>> = std::thread::scope(|scope| {
@@ -107,11 +108,16 @@ impl Driver for GroupDriver {
                 })
                 .collect();
             drop(tx);
-            let mut marked = false;
+            // The observers follow the planned window, not the lines (which come at the end).
+            let (mut started, mut ended) = (false, false);
             loop {
-                if !marked && now_ns() >= window_start_ns {
+                if !started && now_ns() >= window_start_ns {
                     sink.window_started();
-                    marked = true;
+                    started = true;
+                }
+                if started && !ended && now_ns() >= window_end_ns {
+                    sink.window_ended();
+                    ended = true;
                 }
                 match rx.recv_timeout(Duration::from_millis(5)) {
                     Ok((k, line, hist)) => merger.push(k, line, hist, sink),

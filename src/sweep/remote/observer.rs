@@ -124,6 +124,13 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
         self.inner.start(None, &[], client_cpus);
     }
 
+    fn end_window(&mut self) {
+        if self.remote.is_some() {
+            self.tell("stop");
+        }
+        self.inner.end_window();
+    }
+
     fn finish(&mut self, requests: u64) -> Observed {
         if self.remote.is_none() {
             return self.inner.finish(requests);
