@@ -1,6 +1,8 @@
 //! The analysis of series against independent references: a brute-force USL fit, the seeds'
 //! own Little's law columns, histograms with known populations, and the command line.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -524,11 +526,7 @@ fn binary_prints_json_of_the_documented_shape() {
         "1024",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let groups = json["groups"].as_array().unwrap();
     assert_eq!(groups.len(), 2);
@@ -571,11 +569,7 @@ fn binary_prints_readable_tables() {
         "--group",
         "balance",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
         text.contains("== balanced (10 points) ==") && text.contains("== separated (8 points) ==")

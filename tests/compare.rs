@@ -3,6 +3,8 @@
 //! Scalability Law curve exactly, latencies that obey Little's law exactly (but one step), seed
 //! 004's bimodal RTT histogram, a client-saturated step and a noisy one.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
@@ -320,11 +322,7 @@ fn littles_law_modes_noise_and_comparisons() {
 fn report_writes_analysis_json_and_the_golden_markdown_sections() {
     let (_tmp, dir) = fixture("Linux 6.1", &|_| 1.0);
     let out = bin().arg("report").arg(&dir).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("analysis.json")).unwrap()).unwrap();
     assert_eq!(json["schema"], 1);
@@ -402,11 +400,7 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
         .arg("--json")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let cmp: Value = serde_json::from_slice(&out.stdout).unwrap();
     let env = cmp["environment_differences"].as_array().unwrap();
     assert_eq!(env.len(), 2, "{env:?}");
@@ -457,11 +451,7 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
         .args(["--metric", "p99", "--json"])
         .output()
         .unwrap();
-    assert!(
-        p99.status.success(),
-        "{}",
-        String::from_utf8_lossy(&p99.stderr)
-    );
+    common::assert_success(&p99);
     let p99: Value = serde_json::from_slice(&p99.stdout).unwrap();
     let row = p99["rows"]
         .as_array()
@@ -575,11 +565,7 @@ b = "reactor@1"
             .arg(dir)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_success(&out);
     }
     let a = analyze_run(&dirs[0]).unwrap();
     let reactor = series(&a, "reactor");
@@ -614,11 +600,7 @@ b = "reactor@1"
         .arg("--json")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let cmp: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(cmp["rows"].as_array().unwrap().len(), 4);
     assert_eq!(cmp["sentences"].as_array().unwrap().len(), 4);

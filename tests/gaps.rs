@@ -2,6 +2,8 @@
 //! checked before a run, the server's per-core busy % per second and the heat-map step, and
 //! the example specs.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
@@ -301,11 +303,7 @@ fn dry_run(path: &Path) -> String {
         .arg(path)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

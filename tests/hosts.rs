@@ -3,6 +3,7 @@
 //! sshd. The hosts share this machine's CPUs and clock: these tests check correctness, not
 //! speed. The spec checks at the end need no hosts.
 
+mod common;
 mod netns;
 
 use std::path::{Path, PathBuf};
@@ -32,23 +33,7 @@ fn run(spec_text: &str, dir: &Path) -> (Output, PathBuf) {
     let spec = dir.join("spec.toml");
     std::fs::write(&spec, spec_text).unwrap();
     let out_dir = dir.join("run");
-    let out = Command::new(BIN)
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out_dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (out, out_dir)
-}
-
-fn steps(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("steps.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    (common::run_spec(&spec, &out_dir), out_dir)
 }
 
 /// The stairbench processes left in a namespace (sshd and its sessions excepted).
@@ -88,7 +73,7 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
         let (out, dir) = run(&text, lab.dir.path());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
-        let steps = steps(&dir);
+        let steps = common::steps_json(&dir);
         assert_eq!(steps.len(), 1);
         let step = &steps[0];
         assert_eq!(step["status"], "ok", "{step}");
@@ -214,7 +199,7 @@ fn a_killed_remote_server_fails_its_step_and_the_run_goes_on() {
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
-        let steps = steps(&out_dir);
+        let steps = common::steps_json(&out_dir);
         assert_eq!(steps.len(), 4, "{steps:?}");
         assert_eq!(steps[0]["status"], "ok", "{}", steps[0]);
         let failed: Vec<&Value> = steps.iter().filter(|s| s["status"] == "failed").collect();
@@ -249,7 +234,7 @@ fn an_unreachable_host_fails_its_steps_with_the_reason() {
         let (out, dir) = run(&text, lab.dir.path());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
-        let steps = steps(&dir);
+        let steps = common::steps_json(&dir);
         assert_eq!(steps.len(), 4, "{steps:?}");
         for s in steps.iter().filter(|s| s["target"] == "here") {
             assert_eq!(s["status"], "ok", "{s}");

@@ -3,6 +3,8 @@
 //! the refused oversubscription, observed `sleep` processes, the built-in server's metrics
 //! file and a metrics endpoint served by the test.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -25,14 +27,6 @@ use stairbench::sweep::result::{read_steps, StepStatus};
 use stairbench::sweep::spec::SpecFile;
 
 const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
-
-fn steps_json(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("steps.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 /// A `sleep` child that is killed when dropped.
 struct Sleeper(std::process::Child);
@@ -94,19 +88,9 @@ pid_file = "no-such.pid"
     )
     .unwrap();
     let out_dir = dir.path().join("run");
-    let out = Command::new(BIN)
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let steps = steps_json(&out_dir);
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    let steps = common::steps_json(&out_dir);
     let split = steps.iter().find(|s| s["target"] == "split").unwrap();
     assert_eq!(split["status"], "ok", "{split}");
     let per = split["per_instance"].as_array().unwrap();
@@ -219,13 +203,7 @@ fn instances_that_do_not_fit_are_refused_before_anything_starts() {
     let spec = dir.path().join("s.toml");
     std::fs::write(&spec, OVERSUBSCRIBED).unwrap();
     let out_dir = dir.path().join("run");
-    let out = Command::new(BIN)
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
+    let out = common::run_spec(&spec, &out_dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

@@ -2,6 +2,8 @@
 //! `Connection: close`, garbage replies, timeouts, and coordinated omission through a
 //! stalling proxy.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -340,11 +342,7 @@ fn cli_writes_json_and_an_interval_log_that_reads_back() {
         .arg(&hlog)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("ops/s") && stderr.contains("lat(ms)"),

@@ -1,6 +1,8 @@
 //! The shared-memory hash-table server, both architectures: real server processes, clients
 //! in this process and in `stairbench load` processes.
 
+mod common;
+
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Stdio};
@@ -210,11 +212,7 @@ fn load_process_reports_sub_microsecond_latency_fields() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_success(&out);
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let requests = json["requests"].as_u64().unwrap();
         assert!(requests > 100, "{arch}: {requests} requests");

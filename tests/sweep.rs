@@ -1,6 +1,8 @@
 //! The staircase runner: specs, plans, the step loop with fakes, the run directory, and real
 //! runs of the binary (a short sweep, an interruption, a dying server).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -238,11 +240,7 @@ fn fake_loop_writes_each_step_and_the_reports() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     assert_eq!(
         std::fs::read_to_string(dir.path().join("report.md")).unwrap(),
         report,
@@ -557,11 +555,7 @@ fn dry_run_prints_steps_cpusets_commands_and_time() {
         .args(["demo", "--quick", "--dry-run"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("reactor.shared.c64.r0"), "{text}");
     assert!(
@@ -591,18 +585,8 @@ fn a_short_real_sweep_against_the_built_in_server() {
     let spec = dir.path().join("s.toml");
     std::fs::write(&spec, "name = \"real\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [1, 4]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
     let out_dir = dir.path().join("run");
-    let out = Command::new(BIN)
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
     let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
     assert_eq!(steps.len(), 2);
     for s in &steps {
@@ -726,11 +710,7 @@ fn redis_sweep_interrupted_then_resumed() {
         .arg(&out_dir)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
     assert_eq!(
         steps.len(),
@@ -778,18 +758,8 @@ fn nginx_master_and_workers_are_observed_and_ended() {
     let spec = dir.path().join("nginx.toml");
     std::fs::write(&spec, format!("name = \"nginx\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [2, 8]\nplacements = [\"separated\"]\n[[targets]]\nname = \"nginx\"\ncommand = \"sh {} {{out}} {{port}} 2\"\nurl = \"http://127.0.0.1:{{port}}/\"\n", script.display())).unwrap();
     let out_dir = dir.path().join("run");
-    let out = Command::new(BIN)
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
     let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
     for s in &steps {
         assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
@@ -832,18 +802,8 @@ fn wrk_through_its_parser_against_nginx() {
     let spec = dir.path().join("wrk.toml");
     std::fs::write(&spec, text).unwrap();
     let out_dir = dir.path().join("run");
-    let out = Command::new(BIN)
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out_dir)
-        .output();
-    let out = out.unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
     let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
     assert_eq!(steps.len(), 2);
     for s in &steps {
@@ -919,11 +879,7 @@ fn the_quick_demo_runs_end_to_end() {
         .output()
         .unwrap();
     let took = start.elapsed();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains(&format!(

@@ -591,7 +591,15 @@ pub fn stacked_bar_chart(chart: &StackedBars) -> String {
     let (ym, y_ticks) = Mapper::vertical(Scale::Linear, &totals, plot);
     let n = chart.categories.len().max(1) as f64;
     let slot = (plot.2 - plot.0) / n;
-    draw_bar_axes(&mut out, &ym, &y_ticks, plot);
+    // Bars stand on categories, not on an x scale: only the plot's edges are used.
+    let xm = Mapper {
+        scale: Scale::Linear,
+        lo: 0.0,
+        hi: 1.0,
+        from_px: plot.0,
+        to_px: plot.2,
+    };
+    draw_axes(&mut out, &xm, &[], &ym, &y_ticks);
     for (i, cat) in chart.categories.iter().enumerate() {
         let x = plot.0 + slot * i as f64 + slot * 0.15;
         draw_stack(&mut out, chart, i, x, slot * 0.7, &ym);
@@ -622,35 +630,6 @@ pub fn stacked_bar_chart(chart: &StackedBars) -> String {
     draw_legend(&mut out, &entries, plot.2 + 14.0, plot.1);
     out.push_str("</svg>");
     out
-}
-
-fn draw_bar_axes(out: &mut String, ym: &Mapper, y_ticks: &[f64], plot: (f64, f64, f64, f64)) {
-    let (left, top, right, bottom) = plot;
-    out.push_str(r#"<g class="grid">"#);
-    for &t in y_ticks {
-        let y = ym.px(t);
-        let _ = write!(
-            out,
-            r#"<line x1="{left:.1}" y1="{y:.1}" x2="{right:.1}" y2="{y:.1}"/>"#
-        );
-    }
-    out.push_str("</g>");
-    for &t in y_ticks {
-        text(
-            out,
-            left - 6.0,
-            ym.px(t) + 4.0,
-            "end",
-            "tick",
-            &format_number(t),
-        );
-    }
-    let _ = write!(
-        out,
-        r#"<rect class="frame" x="{left:.1}" y="{top:.1}" width="{w:.1}" height="{h:.1}"/>"#,
-        w = right - left,
-        h = bottom - top
-    );
 }
 
 fn draw_stack(out: &mut String, chart: &StackedBars, i: usize, x: f64, w: f64, ym: &Mapper) {

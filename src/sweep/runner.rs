@@ -92,6 +92,9 @@ pub fn step_id(target: &str, placement: &str, point: Point, rep: usize) -> Strin
     }
 }
 
+/// A step's cpusets: the server's and first client group's pair, and each group's own.
+type StepCpus = (CpuPair, Vec<Vec<usize>>);
+
 /// The state of one (target, placement) series while it runs.
 struct SeriesState {
     server: Option<Box<dyn Server>>,
@@ -269,39 +272,11 @@ impl Runner<'_> {
                 .rate_rps
                 .map_or(String::new(), |r| format!(" rate={r:.0}"))
         ));
-        let follow = self.plan.cpus_follow_clients.then_some(point.clients);
-        let groups = &self.plan.hosts.client_groups;
-        let hosts = target.host.iter().chain(groups.iter().flatten());
-        if let Some(why) = hosts.filter_map(|h| self.placements.host_down(h)).next() {
-            step.status = StepStatus::Failed;
-            step.reason = Some(why);
-            return step;
-        }
-        let client_host = groups.first().cloned().flatten();
-        let server_host = target.host.as_deref();
-        let cpus =
-            match self
-                .placements
-                .cpus_on(server_host, client_host.as_deref(), placement, follow)
-            {
-                Ok(c) => c,
-                Err(why) => {
-                    step.reason = Some(why);
-                    return step;
-                }
-            };
-        let group_cpus: Result<Vec<Vec<usize>>, String> = groups
-            .iter()
-            .map(|g| {
-                self.placements
-                    .cpus_on(server_host, g.as_deref(), placement, follow)
-                    .map(|p| p.client)
-            })
-            .collect();
-        let group_cpus = match group_cpus {
-            Ok(g) => g,
-            Err(why) => {
-                step.reason = Some(format!("a client group: {why}"));
+        let (cpus, group_cpus) = match self.step_cpus(target, placement, point) {
+            Ok(c) => c,
+            Err((status, why)) => {
+                step.status = status;
+                step.reason = Some(why);
                 return step;
             }
         };
@@ -345,6 +320,36 @@ impl Runner<'_> {
             }
         }
         step
+    }
+
+    /// The step's cpusets (the server's on its host, the first client group's on its own) and
+    /// each client group's. A host that is down fails the step; a placement the hosts cannot
+    /// give skips it.
+    fn step_cpus(
+        &self,
+        target: &TargetPlan,
+        placement: &str,
+        point: Point,
+    ) -> Result<StepCpus, (StepStatus, String)> {
+        let follow = self.plan.cpus_follow_clients.then_some(point.clients);
+        let groups = &self.plan.hosts.client_groups;
+        let hosts = target.host.iter().chain(groups.iter().flatten());
+        if let Some(why) = hosts.filter_map(|h| self.placements.host_down(h)).next() {
+            return Err((StepStatus::Failed, why));
+        }
+        let server_host = target.host.as_deref();
+        let on = |client_host: Option<&str>| {
+            self.placements
+                .cpus_on(server_host, client_host, placement, follow)
+                .map_err(|why| (StepStatus::Skipped, why))
+        };
+        let cpus = on(groups.first().and_then(Option::as_deref))?;
+        let group_cpus = groups
+            .iter()
+            .map(|g| on(g.as_deref()).map(|p| p.client))
+            .collect::<Result<_, _>>()
+            .map_err(|(status, why)| (status, format!("a client group: {why}")))?;
+        Ok((cpus, group_cpus))
     }
 
     fn ensure_server<'s>(

@@ -1,6 +1,6 @@
 //! Support shared by the integration tests (`mod common;`): nginx and redis on loopback,
 //! each in the foreground in its own process group on a free port, with its counters read
-//! over a plain TCP connection; the path of the stairbench binary.
+//! over a plain TCP connection; the path of the stairbench binary, and running it on a spec.
 //!
 //! A server is ended with its whole process group when dropped, and also when the thread that
 //! started it ends (PR_SET_PDEATHSIG): keep it inside the test that uses it, not in a static.
@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -25,6 +25,37 @@ const READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// The stairbench binary Cargo built for these tests.
 pub fn stairbench_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_stairbench"))
+}
+
+/// `stairbench run SPEC --out OUT_DIR`, finished, its standard input closed.
+pub fn run_spec(spec: &Path, out_dir: &Path) -> Output {
+    Command::new(stairbench_bin())
+        .arg("run")
+        .arg(spec)
+        .arg("--out")
+        .arg(out_dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The lines of a run directory's steps.jsonl, as JSON.
+pub fn steps_json(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("steps.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Fails the test, with the command's standard error, unless it exited with status 0.
+#[track_caller]
+pub fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `name` on PATH or in /usr/sbin, /sbin (where Debian puts nginx, off a user's PATH).

@@ -28,7 +28,7 @@ pub struct ClockSample {
 }
 
 /// How far a host's clock is from the local one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockOffset {
     /// Host clock minus local clock, ns: a local instant `t` reads `t + offset_ns` there.
     pub offset_ns: i64,
@@ -66,17 +66,7 @@ impl Remote {
     /// Measures the host's clock offset with `CLOCK_ROUNDS` round trips of `date +%s%N`.
     pub fn clock_offset(&self) -> Result<ClockOffset, RemoteError> {
         let script = "while read -r _; do date +%s%N; done";
-        let mut child = self
-            .ssh_command()
-            .arg(sh_c(script, &[]))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| RemoteError::Spawn {
-                program: "ssh".into(),
-                source,
-            })?;
+        let mut child = self.spawn_piped(&sh_c(script, &[]), Stdio::piped())?;
         let mut stdin = child.stdin.take().expect("stdin is piped");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let samples = (0..=CLOCK_ROUNDS)

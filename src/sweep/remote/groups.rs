@@ -44,12 +44,8 @@ impl GroupHost {
     fn offset(&self) -> ClockOffset {
         match self {
             GroupHost::Remote(s) => s.offset,
-            _ => ClockOffset {
-                offset_ns: 0,
-                uncertainty_ns: 0,
-                rtt_ns: 0,
-                rounds: 0,
-            },
+            // This machine is the reference clock.
+            _ => ClockOffset::default(),
         }
     }
 }
@@ -318,11 +314,9 @@ fn remote_load(
         }
     };
     if status != RemoteStatus::Exited(0) {
-        let tail = process.output_tail();
-        let skip = tail.len().saturating_sub(5);
         return Err(format!(
             "stairbench load {status}: {}",
-            tail[skip..].join(" | ")
+            process.last_output(5).join(" | ")
         ));
     }
     let dir = hosts_dir(&sub.out_dir);

@@ -53,12 +53,7 @@ impl<O: StepObserver> HostObserver<O> {
         let mut child = target
             .session
             .remote
-            .ssh_command()
-            .arg(line)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
+            .spawn_piped(&line, Stdio::null())
             .ok()?;
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take()?);

@@ -119,17 +119,8 @@ impl Remote {
     pub fn spawn(&self, command: &str, grace: Duration) -> Result<RemoteProcess, RemoteError> {
         let tenths = (grace.as_millis() / 100).max(1).to_string();
         let dir = self.spec.workdir.to_string_lossy();
-        let mut child = self
-            .ssh_command()
-            .arg(sh_c(WRAPPER, &[&dir, command, &tenths]))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| RemoteError::Spawn {
-                program: "ssh".into(),
-                source,
-            })?;
+        let mut child =
+            self.spawn_piped(&sh_c(WRAPPER, &[&dir, command, &tenths]), Stdio::piped())?;
         let tail = Arc::new(Mutex::new(Tail::default()));
         let stderr = child.stderr.take().map(|e| read_lines(e, tail.clone()));
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
@@ -214,6 +205,13 @@ impl RemoteProcess {
     pub fn output_tail(&self) -> Vec<String> {
         let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
         tail.lines.iter().cloned().collect()
+    }
+
+    /// The last `n` lines of `output_tail`.
+    pub fn last_output(&self, n: usize) -> Vec<String> {
+        let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+        let skip = tail.lines.len().saturating_sub(n);
+        tail.lines.iter().skip(skip).cloned().collect()
     }
 
     /// The status now, without waiting.

@@ -167,9 +167,7 @@ impl RemoteServer {
     }
 
     fn tail(&self) -> String {
-        let lines = self.process.output_tail();
-        let skip = lines.len().saturating_sub(20);
-        lines[skip..].join("\n")
+        self.process.last_output(20).join("\n")
     }
 }
 

@@ -139,6 +139,25 @@ impl Remote {
         cmd
     }
 
+    /// Starts ssh running `remote_line` (already quoted) with its stdin and stdout piped: a
+    /// session the caller talks to. `stderr` is piped or null, as the caller reads it or not.
+    pub fn spawn_piped(
+        &self,
+        remote_line: &str,
+        stderr: Stdio,
+    ) -> Result<std::process::Child, RemoteError> {
+        self.ssh_command()
+            .arg(remote_line)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|source| RemoteError::Spawn {
+                program: "ssh".into(),
+                source,
+            })
+    }
+
     /// `sh -c 'cd WORKDIR && COMMAND'`, quoted for the remote login shell; the directory is
     /// created when missing.
     pub fn in_workdir(&self, command: &str) -> String {
