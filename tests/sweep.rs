@@ -125,9 +125,10 @@ fn every_example_spec_plans_and_dry_runs() {
     }
     assert!(n >= 6, "{n} examples");
     let demo = plan(&stairbench::sweep::cli::demo_spec(false));
-    assert_eq!(demo.series, Series::Clients(vec![1, 2, 4, 8, 16, 32, 64]));
-    assert_eq!(demo.max_steps(), 28);
-    assert!(plan(&stairbench::sweep::cli::demo_spec(true)).estimate() < Duration::from_secs(40));
+    assert_eq!(demo.series, Series::Clients(vec![1, 2, 4, 8, 16, 32]));
+    assert_eq!(demo.max_steps(), 60);
+    assert!(demo.estimate() < Duration::from_secs(180));
+    assert!(plan(&stairbench::sweep::cli::demo_spec(true)).estimate() < Duration::from_secs(25));
 }
 
 #[test]
@@ -557,7 +558,7 @@ fn dry_run_prints_steps_cpusets_commands_and_time() {
         .unwrap();
     common::assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("reactor.shared.c64.r0"), "{text}");
+    assert!(text.contains("reactor.separated.c8.r0"), "{text}");
     assert!(
         text.contains(" serve msgr --arch pool --threads "),
         "{text}"
@@ -864,57 +865,3 @@ fn killed_outright_its_servers_die_too() {
     );
 }
 
-#[test]
-fn the_quick_demo_runs_end_to_end() {
-    if !serve_available() {
-        eprintln!("skipped: `stairbench serve msgr` is not built in this tree yet");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out_dir = dir.path().join("demo");
-    let start = Instant::now();
-    let out = Command::new(BIN)
-        .args(["demo", "--quick", "--out"])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let took = start.elapsed();
-    common::assert_success(&out);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains(&format!(
-            "report:        {}",
-            out_dir.join("report.html").display()
-        )) && stdout.contains(&out_dir.join("report.md").display().to_string()),
-        "{stdout}"
-    );
-    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
-    assert!(steps.len() >= 12, "{} steps", steps.len());
-    let again = Command::new(BIN)
-        .args(["demo", "--quick", "--out"])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    assert_eq!(again.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&again.stderr)
-        .contains("already holds a run: continue it with --resume"));
-    let ok = steps.iter().filter(|s| s.status == StepStatus::Ok).count();
-    assert!(
-        ok >= 12,
-        "{:?}",
-        steps.iter().map(|s| &s.reason).collect::<Vec<_>>()
-    );
-    for (target, placement) in [
-        ("reactor", "separated"),
-        ("reactor", "shared"),
-        ("pool", "separated"),
-        ("pool", "shared"),
-    ] {
-        assert!(steps
-            .iter()
-            .any(|s| s.target == target && s.placement == placement && s.status == StepStatus::Ok));
-    }
-    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
-    // Under 40 s alone; here other tests share the machine's cores.
-    assert!(took < Duration::from_secs(60), "--quick took {took:?}");
-}

@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
-use super::experiment::{describe, run_plan, Destination, Finished};
+use super::demo::{self, DemoShape};
+use super::experiment::{check_out, describe, run_plan, Destination, Finished};
 use super::placement::TopologyPlacements;
 use super::plan::Plan;
 use super::progress::Bar;
@@ -66,51 +67,55 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let dest = Destination {
         out: args.out,
         resume: args.resume,
+        ..Destination::default()
     };
     execute(&plan, &dest, args.dry_run)
 }
 
-/// Runs the demo: reactor vs pool messenger servers, separated vs shared, 1 to 64 clients.
+/// Runs the demo: reactor vs pool messenger servers, each on its own CPUs (see
+/// [`super::demo`]); waits for the machine to settle first and ends with the verdict.
 pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let text = demo_spec(args.quick);
-    let spec = SpecFile::parse(Path::new("demo.toml"), &text)?;
-    let plan = Plan::new(spec, stairbench_bin()?)?;
-    let dest = Destination {
-        out: args.out,
-        resume: None,
+    let cpus = crate::cpuset::allowed();
+    let shape = DemoShape {
+        quick: args.quick,
+        cpus: cpus.len(),
     };
-    execute(&plan, &dest, args.dry_run)
+    let spec = SpecFile::parse(Path::new("demo.toml"), &demo::spec(shape))?;
+    let plan = Plan::new(spec, stairbench_bin()?)?;
+    let mut notes = Vec::new();
+    if !shape.separable() {
+        notes.push(demo::unseparable_note(cpus.len()));
+        println!("{}", notes[0]);
+    }
+    if args.dry_run {
+        return execute(&plan, &Destination::default(), true);
+    }
+    // Chosen here rather than by the run, so the verdict can read the run's analysis.
+    let out = args.out.unwrap_or_else(|| {
+        Path::new("results").join(format!("demo-{}", super::rundir::timestamp()))
+    });
+    let mut dest = Destination {
+        out: Some(out.clone()),
+        ..Destination::default()
+    };
+    check_out(&dest).map_err(anyhow::Error::msg)?;
+    let settled = demo::settle(&cpus, shape.settle_limit()).note(&cpus);
+    println!("{settled}");
+    notes.push(settled);
+    dest.notes = notes;
+    let code = execute(&plan, &dest, false)?;
+    for line in demo::verdict(&out) {
+        println!("verdict: {line}");
+    }
+    Ok(code)
 }
 
-/// The demo's spec.
+/// The demo's spec for this machine's CPUs.
 pub fn demo_spec(quick: bool) -> String {
-    let (duration, warmup, clients) = if quick {
-        ("1s", "300ms", "[1, 4, 16, 64]")
-    } else {
-        ("4s", "1s", "{ from = 1, to = 64, double = true }")
-    };
-    format!(
-        r#"# stairbench demo: the built-in messenger server in two architectures, under two placements.
-name = "demo"
-description = "reactor vs pool messenger, separated vs shared CPUs, clients 1 to 64"
-duration = "{duration}"
-warmup = "{warmup}"
-clients = {clients}
-placements = ["separated", "shared"]
-stop_when = "saturated"
-
-[[targets]]
-name = "reactor"
-builtin = "msgr --arch reactor"
-
-[[targets]]
-name = "pool"
-builtin = "msgr --arch pool"
-
-[client]
-msg_size = 512
-"#
-    )
+    demo::spec(DemoShape {
+        quick,
+        cpus: crate::cpuset::allowed().len(),
+    })
 }
 
 fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<ExitCode> {

@@ -21,6 +21,8 @@ pub struct Destination {
     pub out: Option<PathBuf>,
     /// `--resume DIR`: append to this run directory, skipping its finished steps.
     pub resume: Option<PathBuf>,
+    /// Lines for the top of notes.txt (the demo's: the load the machine started under).
+    pub notes: Vec<String>,
 }
 
 /// A finished (or interrupted) experiment.
@@ -92,7 +94,8 @@ pub fn run_plan(
     };
     let result = runner.run();
     super::process::reap_orphans();
-    let summary = result?;
+    let mut summary = result?;
+    summary.findings.splice(0..0, dest.notes.iter().cloned());
     finish_dir(&dir, &summary)?;
     Ok(Finished {
         dir: dir.path.clone(),
@@ -144,20 +147,24 @@ fn open_dir(
         }
         return RunDir::open(path.clone()).map_err(|e| format!("opening {}: {e}", path.display()));
     }
-    if let Some(out) = &dest.out {
-        if out.join("steps.jsonl").exists() {
-            return Err(format!(
-                "{} already holds a run: continue it with --resume {0}, or choose another --out",
-                out.display()
-            ));
-        }
-    }
+    check_out(dest)?;
     let dir = RunDir::create(dest.out.as_deref(), &plan.name)
         .map_err(|e| format!("creating the run directory: {e}"))?;
     dir.write_file("spec.toml", &plan.spec.text)
         .and_then(|_| dir.write_file("environment.json", &environment_json(sessions)))
         .map_err(|e| format!("writing into {}: {e}", dir.path.display()))?;
     Ok(dir)
+}
+
+/// Refuses an `--out` that already holds a run (before anything is started or waited for).
+pub fn check_out(dest: &Destination) -> Result<(), String> {
+    match &dest.out {
+        Some(out) if out.join("steps.jsonl").exists() => Err(format!(
+            "{} already holds a run: continue it with --resume {0}, or choose another --out",
+            out.display()
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {

@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod cores;
+pub mod demo;
 pub mod driver;
 pub mod experiment;
 pub mod extra_observe;

@@ -58,6 +58,9 @@ pub struct MsgrOptions {
     pub addr: SocketAddr,
     /// Bound on a frame's payload_len and reply_len.
     pub max_frame: u32,
+    /// Compute a CRC-32 of every byte sent and received, as Ceph's messenger does for each
+    /// message (`--crc`): per-byte work the load generator does not do.
+    pub crc: bool,
     /// How often to print the ops/s and busy % line on stderr; `None` prints nothing.
     pub report_every: Option<Duration>,
     /// A JSON file of per-thread busy time, loop turns and ops, rewritten every 200 ms
@@ -74,6 +77,7 @@ impl Default for MsgrOptions {
             cpuset: Vec::new(),
             addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             max_frame: DEFAULT_MAX_FRAME,
+            crc: false,
             report_every: None,
             metrics_file: None,
         }
@@ -126,7 +130,7 @@ impl MsgrOptions {
 /// What every event loop of one server reads (set once, or only on connection events).
 pub struct LoopShared {
     stop: AtomicBool,
-    max_frame: u32,
+    rules: conn::ReadRules,
     counters: ConnCounters,
 }
 
@@ -300,7 +304,10 @@ pub fn spawn_msgr(opts: MsgrOptions) -> anyhow::Result<MsgrServer> {
     let addr = listeners[0].local_addr()?;
     let shared = Arc::new(LoopShared {
         stop: AtomicBool::new(false),
-        max_frame: opts.max_frame,
+        rules: conn::ReadRules {
+            max_frame: opts.max_frame,
+            crc: opts.crc,
+        },
         counters: ConnCounters::default(),
     });
     let mut server = MsgrServer {

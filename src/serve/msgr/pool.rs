@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use mio::net::TcpStream;
 use mio::{Interest, Poll, Waker};
 
-use super::conn::{self, Close, OutBuf, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
+use super::conn::{self, Close, OutBuf, ReadRules, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
 use super::{accept_all, EventLoop, LoopShared, LISTENER};
 use crate::load::protocol::msgr::{encode_reply, RequestDecoder, HEADER_LEN};
 use crate::serve::stats::ThreadStat;
@@ -230,6 +230,7 @@ impl EventLoop for IoLoop {
         let registry = self.poll.registry();
         let conns = &mut self.conns;
         let generation = &mut self.next_generation;
+        let crc = self.shared.rules.crc;
         accept_all(&self.listener, &self.shared, |stream| {
             *generation += 1;
             let conn = Conn {
@@ -240,7 +241,7 @@ impl EventLoop for IoLoop {
                 pending: VecDeque::new(),
                 first_seq: 0,
                 in_flight_bytes: 0,
-                out: OutBuf::default(),
+                out: OutBuf::new(crc),
                 carry: Vec::new(),
                 paused: false,
             };
@@ -255,9 +256,9 @@ impl EventLoop for IoLoop {
             return;
         };
         let io = (self.index, slot);
-        let max_frame = self.shared.max_frame;
+        let rules = self.shared.rules;
         let batch = &mut self.batch;
-        if let Err(why) = decode(conn, &mut self.read_buf, max_frame, io, batch, peer_closed) {
+        if let Err(why) = decode(conn, &mut self.read_buf, rules, io, batch, peer_closed) {
             self.close(slot, why);
         }
     }
@@ -328,7 +329,7 @@ impl IoLoop {
 fn decode(
     conn: &mut Conn,
     read_buf: &mut [u8],
-    max_frame: u32,
+    rules: ReadRules,
     owner: (usize, usize),
     batch: &mut Vec<Job>,
     peer_closed: bool,
@@ -341,16 +342,16 @@ fn decode(
         }
         if !conn.carry.is_empty() {
             let carry = std::mem::take(&mut conn.carry);
-            let used = submit(conn, &carry, max_frame, owner, batch)?;
+            let used = submit(conn, &carry, rules.max_frame, owner, batch)?;
             conn.carry = carry;
             conn.carry.drain(..used);
             continue;
         }
         let mid_frame = !conn.decoder.at_frame_boundary();
-        let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame)? else {
+        let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame, rules.crc)? else {
             return Ok(());
         };
-        let used = submit(conn, &read_buf[..n], max_frame, owner, batch)?;
+        let used = submit(conn, &read_buf[..n], rules.max_frame, owner, batch)?;
         if used < n {
             conn.carry.extend_from_slice(&read_buf[used..n]);
         } else if n < read_buf.len() && !peer_closed {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use mio::{Interest, Poll};
 
-use super::conn::{self, Close, OutBuf, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
+use super::conn::{self, Close, OutBuf, ReadRules, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
 use super::{accept_all, EventLoop, LoopShared, LISTENER};
 use crate::load::protocol::msgr::{encode_reply, RequestDecoder};
 use crate::serve::stats::ThreadStat;
@@ -64,11 +64,12 @@ impl EventLoop for Reactor {
     fn accept(&mut self) {
         let registry = self.poll.registry();
         let conns = &mut self.conns;
+        let crc = self.shared.rules.crc;
         accept_all(&self.listener, &self.shared, |stream| {
             let conn = Conn {
                 stream,
                 decoder: RequestDecoder::default(),
-                out: OutBuf::default(),
+                out: OutBuf::new(crc),
                 carry: Vec::new(),
             };
             conn::register_new(registry, conns, conn, |c| &mut c.stream);
@@ -81,9 +82,9 @@ impl EventLoop for Reactor {
         let Some(conn) = self.conns.get_mut(slot) else {
             return;
         };
-        let max_frame = self.shared.max_frame;
+        let rules = self.shared.rules;
         let buf = &mut self.read_buf;
-        if let Err(why) = serve(conn, buf, max_frame, &self.stat, peer_closed) {
+        if let Err(why) = serve(conn, buf, rules, &self.stat, peer_closed) {
             self.shared.counters.count_close(&why);
             if let Some(mut conn) = self.conns.remove(slot) {
                 let _ = self.poll.registry().deregister(&mut conn.stream);
@@ -96,7 +97,7 @@ impl EventLoop for Reactor {
 fn serve(
     conn: &mut Conn,
     read_buf: &mut [u8],
-    max_frame: u32,
+    rules: ReadRules,
     stat: &ThreadStat,
     peer_closed: bool,
 ) -> Result<(), Close> {
@@ -111,21 +112,21 @@ fn serve(
                 &mut conn.decoder,
                 &mut conn.out,
                 &conn.carry,
-                max_frame,
+                rules.max_frame,
                 stat,
             )?;
             conn.carry.drain(..used);
             continue;
         }
         let mid_frame = !conn.decoder.at_frame_boundary();
-        let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame)? else {
+        let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame, rules.crc)? else {
             return Ok(());
         };
         let used = answer(
             &mut conn.decoder,
             &mut conn.out,
             &read_buf[..n],
-            max_frame,
+            rules.max_frame,
             stat,
         )?;
         if used < n {

@@ -1,0 +1,309 @@
+//! `stairbench demo`: the messenger study (seeds 000/001) with the load generator out of the
+//! way. The reactor and the pool run on their own CPUs, the generator on the others; requests
+//! are pipelined so the generator spends little per request, and the servers check a CRC of
+//! every message (as Ceph's messenger does), so the server's CPU is what runs out first. The
+//! verdict between the architectures comes from the spec's `[[comparisons]]`, whose noise test
+//! names a winner only beyond the run-to-run spread.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Requests in flight per connection: enough that the generator's cost per request falls
+/// below the server's (measured on 2 CPUs: see README, `stairbench demo`).
+const DEPTH: usize = 16;
+
+/// Payload each way, bytes (perf-crimson-msgr's default `--client-bs`).
+const MSG_SIZE_BYTES: usize = 4096;
+
+/// The machine is taken as settled when its CPUs are less busy than this.
+const SETTLED_BUSY_PCT: f64 = 30.0;
+
+/// How one demo runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DemoShape {
+    /// `--quick`: a shorter staircase and fixed repetitions.
+    pub quick: bool,
+    /// CPUs this process may use: with fewer than 2 the server and the generator must share.
+    pub cpus: usize,
+}
+
+impl DemoShape {
+    /// Whether the server and the generator can have CPUs of their own.
+    pub fn separable(self) -> bool {
+        self.cpus >= 2
+    }
+
+    /// The longest wait for the machine to settle before the first step.
+    pub fn settle_limit(self) -> Duration {
+        Duration::from_secs(if self.quick { 3 } else { 15 })
+    }
+}
+
+/// The demo's spec.
+pub fn spec(shape: DemoShape) -> String {
+    let (duration, warmup, clients, repetitions) = if shape.quick {
+        ("700ms", "200ms", "[1, 2, 4, 8]", "2")
+    } else {
+        (
+            "2s",
+            "500ms",
+            "{ from = 1, to = 32, double = true }",
+            "\"auto\"",
+        )
+    };
+    let top = if shape.quick { 8 } else { 32 };
+    let placement = if shape.separable() {
+        "separated"
+    } else {
+        "shared"
+    };
+    let mut text = format!(
+        r#"# stairbench demo: the built-in messenger server in two architectures, each on its own CPUs,
+# the load generator on the others; pipelined 4 KiB messages, a CRC of each on the server.
+name = "demo"
+description = "reactor vs pool messenger, server and load generator on separate CPUs, depth {DEPTH}, {MSG_SIZE_BYTES}-byte messages"
+duration = "{duration}"
+warmup = "{warmup}"
+clients = {clients}
+placements = ["{placement}"]
+depth = {DEPTH}
+repetitions = {repetitions}
+
+[[targets]]
+name = "reactor"
+builtin = "msgr --arch reactor --crc"
+
+[[targets]]
+name = "pool"
+builtin = "msgr --arch pool --crc"
+
+[client]
+msg_size = {MSG_SIZE_BYTES}
+"#
+    );
+    if shape.separable() {
+        text.push_str(&comparisons(top));
+    }
+    text
+}
+
+/// Reactor against pool at the top of the staircase, where both servers are saturated:
+/// throughput, and server CPU per request (the pool's hand-off).
+fn comparisons(top: usize) -> String {
+    let mut out = String::new();
+    for (title, metric) in [
+        ("throughput", "throughput_rps"),
+        ("server CPU per request", "cpu_us_per_req"),
+    ] {
+        let _ = write!(
+            out,
+            r#"
+[[comparisons]]
+name = "{title} at {top} clients"
+a = "reactor/separated@{top}"
+b = "pool/separated@{top}"
+name_a = "reactor"
+name_b = "pool"
+metric = "{metric}"
+"#
+        );
+    }
+    out
+}
+
+/// What a demo says before its first step when it cannot compare cleanly.
+pub fn unseparable_note(cpus: usize) -> String {
+    format!(
+        "this machine gives stairbench {cpus} CPU: the servers and the load generator must share it, \
+         so the architectures cannot be compared cleanly here; the demo runs them for a look and names no winner"
+    )
+}
+
+/// How busy the machine was when the demo began, and how long it waited for it to calm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    /// Seconds spent waiting.
+    pub waited_s: f64,
+    /// Mean busy % of the CPUs over the last half second of the wait.
+    pub busy_pct: f64,
+    /// The 1-minute load average at the end of the wait (None where /proc/loadavg is missing).
+    pub load1: Option<f64>,
+    /// Whether the CPUs dropped under the threshold before the limit.
+    pub settled: bool,
+}
+
+impl Settled {
+    /// The line for stdout and notes.txt.
+    pub fn note(&self, cpus: &[usize]) -> String {
+        let load = self
+            .load1
+            .map_or(String::new(), |l| format!(", 1-min load average {l:.2}"));
+        let list = crate::cpuset::format(cpus);
+        let head = format!(
+            "the demo started with CPUs {list} {:.0}% busy{load}",
+            self.busy_pct
+        );
+        if self.settled {
+            format!("{head} (after waiting {:.1} s for them to drop under {SETTLED_BUSY_PCT:.0}%)", self.waited_s)
+        } else {
+            format!(
+                "{head}: other work kept them over {SETTLED_BUSY_PCT:.0}% for the {:.0} s the demo waits, \
+                 so its figures are taken on a loaded machine and are noisier",
+                self.waited_s
+            )
+        }
+    }
+}
+
+/// Waits, at most `limit`, until `cpus` are less than [`SETTLED_BUSY_PCT`] busy over half a
+/// second (a build that just ended leaves the 1-min load average high for a minute, /proc/stat
+/// shows the CPUs free at once).
+pub fn settle(cpus: &[usize], limit: Duration) -> Settled {
+    let start = Instant::now();
+    let mut before = proc_stat();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let after = proc_stat();
+        let busy = crate::observe::procfs::core_busy(&before, &after, cpus);
+        let busy_pct = busy.iter().map(|c| c.busy_pct).sum::<f64>() / busy.len().max(1) as f64;
+        let waited = start.elapsed();
+        let settled = busy_pct < SETTLED_BUSY_PCT;
+        if settled || waited >= limit {
+            return Settled {
+                waited_s: waited.as_secs_f64(),
+                busy_pct,
+                load1: load_average_1min(),
+                settled,
+            };
+        }
+        before = after;
+    }
+}
+
+fn proc_stat() -> std::collections::BTreeMap<usize, crate::observe::procfs::CpuTimes> {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    crate::observe::procfs::parse_proc_stat(&text)
+}
+
+fn load_average_1min() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The demo's conclusion from the run's analysis.json: one line per comparison, naming a
+/// winner only beyond noise and only when the compared steps measured the servers.
+pub fn verdict(dir: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(dir.join("analysis.json")) else {
+        return vec!["no analysis.json: no verdict".into()];
+    };
+    let analysis: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let comparisons = analysis["comparisons"].as_array().cloned().unwrap_or_default();
+    if comparisons.is_empty() {
+        return vec!["no comparison could be made (see notes in report.md): no winner named".into()];
+    }
+    let saturated = client_saturated_keys(dir);
+    comparisons
+        .iter()
+        .map(|c| verdict_line(c, &saturated))
+        .collect()
+}
+
+fn verdict_line(c: &Value, saturated: &[(String, u64)]) -> String {
+    let metric = c["metric"].as_str().unwrap_or("?");
+    let clients = c["a"]["clients"].as_u64().unwrap_or(0);
+    let what = format!("{metric} at {clients} clients");
+    let sides = [&c["a"], &c["b"]];
+    if let Some(side) = sides.iter().find(|k| {
+        saturated.contains(&(
+            k["target"].as_str().unwrap_or("").to_string(),
+            k["clients"].as_u64().unwrap_or(0),
+        ))
+    }) {
+        return format!(
+            "{what}: no winner: the load generator saturated during {}'s step, which measured the client",
+            side["target"].as_str().unwrap_or("?")
+        );
+    }
+    let r = &c["relation"];
+    let speedup = r["speedup"].as_f64().unwrap_or(f64::NAN);
+    match r["within_noise"].as_bool() {
+        Some(true) => format!(
+            "{what}: reactor and pool are equal here ({speedup:.2}x is within the run-to-run spread)"
+        ),
+        Some(false) if speedup >= 1.0 => {
+            format!("{what}: reactor beats pool, {speedup:.2}x, beyond the run-to-run spread")
+        }
+        Some(false) => format!(
+            "{what}: pool beats reactor, {:.2}x, beyond the run-to-run spread",
+            1.0 / speedup
+        ),
+        None => format!("{what}: no winner named: without repetitions the spread is unknown"),
+    }
+}
+
+/// (target, clients) of every step whose generator saturated.
+fn client_saturated_keys(dir: &Path) -> Vec<(String, u64)> {
+    let text = std::fs::read_to_string(dir.join("steps.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|s| s["client_saturated"].as_bool() == Some(true))
+        .map(|s| {
+            (
+                s["target"].as_str().unwrap_or("").to_string(),
+                s["clients"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(quick: bool, cpus: usize) -> DemoShape {
+        DemoShape { quick, cpus }
+    }
+
+    #[test]
+    fn two_cpus_separate_the_generator_and_compare_at_the_top() {
+        let text = spec(shape(true, 2));
+        assert!(text.contains(r#"placements = ["separated"]"#), "{text}");
+        assert!(text.contains(r#"a = "reactor/separated@8""#), "{text}");
+        assert!(text.contains(r#"metric = "cpu_us_per_req""#), "{text}");
+        assert!(spec(shape(false, 2)).contains("repetitions = \"auto\""));
+    }
+
+    #[test]
+    fn one_cpu_shares_and_compares_nothing() {
+        let text = spec(shape(true, 1));
+        assert!(text.contains(r#"placements = ["shared"]"#), "{text}");
+        assert!(!text.contains("[[comparisons]]"), "{text}");
+    }
+
+    #[test]
+    fn a_verdict_names_a_winner_only_beyond_noise_and_with_the_servers_measured() {
+        let c = |within: Value, speedup: f64| {
+            serde_json::json!({
+                "metric": "throughput_rps",
+                "a": {"target": "reactor", "clients": 8},
+                "b": {"target": "pool", "clients": 8},
+                "relation": {"speedup": speedup, "within_noise": within}
+            })
+        };
+        let line = verdict_line(&c(Value::Bool(true), 1.2), &[]);
+        assert!(line.contains("equal here"), "{line}");
+        let line = verdict_line(&c(Value::Bool(false), 1.5), &[]);
+        assert!(line.contains("reactor beats pool, 1.50x"), "{line}");
+        let line = verdict_line(&c(Value::Bool(false), 0.5), &[]);
+        assert!(line.contains("pool beats reactor, 2.00x"), "{line}");
+        let line = verdict_line(&c(Value::Bool(false), 1.5), &[("pool".into(), 8)]);
+        assert!(line.contains("no winner"), "{line}");
+    }
+}
