@@ -50,10 +50,10 @@ pub struct MsgrArgs {
     /// Largest payload_len or reply_len accepted; a larger frame closes its connection.
     #[arg(long, value_name = "BYTES", default_value_t = crate::load::protocol::msgr::DEFAULT_MAX_FRAME)]
     pub max_frame: u32,
-    /// Compute a CRC-32 of every byte sent and received, as Ceph's messenger does for each
-    /// message (ms_crc_data): per-byte work on the server that the load generator does not do.
-    #[arg(long)]
-    pub crc: bool,
+    /// CPU work done for every message before its reply, in ns of the thread's CPU time (a
+    /// calibrated compute loop standing in for a real server's handling; pool: on a worker).
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    pub work_ns: u64,
     /// JSON file of per-thread busy_ns, loops and ops, rewritten every 200 ms.
     #[arg(long, value_name = "FILE")]
     pub metrics: Option<std::path::PathBuf>,
@@ -71,7 +71,7 @@ impl MsgrArgs {
             cpuset: self.cpuset.clone().map(|c| c.0).unwrap_or_default(),
             addr: SocketAddr::new(self.bind, self.port),
             max_frame: self.max_frame,
-            crc: self.crc,
+            work_ns: self.work_ns,
             report_every: Some(REPORT_EVERY),
             metrics_file: self.metrics.clone(),
         }

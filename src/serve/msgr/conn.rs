@@ -72,32 +72,17 @@ impl ConnCounters {
     }
 }
 
-/// How every loop of one server reads its connections.
-#[derive(Debug, Clone, Copy)]
-pub struct ReadRules {
-    /// Bound on a frame's payload_len and reply_len (`--max-frame`).
-    pub max_frame: u32,
-    /// Compute a CRC-32 of every byte read (`--crc`).
-    pub crc: bool,
-}
-
 /// Reads once into `buf`: `Ok(None)` when nothing is there now, `Err` on close or error.
 pub fn read_some(
     stream: &mut impl Read,
     buf: &mut [u8],
     mid_frame: bool,
-    crc: bool,
 ) -> Result<Option<usize>, Close> {
     loop {
         return match stream.read(buf) {
             Ok(0) if mid_frame => Err(Close::Truncated),
             Ok(0) => Err(Close::PeerClosed),
-            Ok(n) => {
-                if crc {
-                    checksum(&buf[..n]);
-                }
-                Ok(Some(n))
-            }
+            Ok(n) => Ok(Some(n)),
             Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(None),
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => Err(Close::Io),
@@ -105,30 +90,14 @@ pub fn read_some(
     }
 }
 
-/// Ceph's messenger computes a CRC of every message it sends and checks it on every message
-/// it receives (ms_crc_data); `--crc` does that work, whose value the frames do not carry.
-fn checksum(bytes: &[u8]) {
-    std::hint::black_box(crc32fast::hash(bytes));
-}
-
 /// Bytes waiting to be written to one connection; the Vec is reused, never shrunk below 64 KiB.
 #[derive(Debug, Default)]
 pub struct OutBuf {
     buf: Vec<u8>,
     written: usize,
-    /// Compute a CRC-32 of every byte written (`--crc`).
-    crc: bool,
 }
 
 impl OutBuf {
-    /// An empty buffer; `crc`: checksum every byte written.
-    pub fn new(crc: bool) -> OutBuf {
-        OutBuf {
-            crc,
-            ..OutBuf::default()
-        }
-    }
-
     /// Bytes not yet written.
     pub fn pending(&self) -> usize {
         self.buf.len() - self.written
@@ -143,12 +112,7 @@ impl OutBuf {
     pub fn flush(&mut self, stream: &mut impl Write) -> io::Result<()> {
         while self.pending() > 0 {
             match stream.write(&self.buf[self.written..]) {
-                Ok(n) => {
-                    if self.crc {
-                        checksum(&self.buf[self.written..self.written + n]);
-                    }
-                    self.written += n;
-                }
+                Ok(n) => self.written += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),

@@ -6,6 +6,7 @@ mod conn;
 mod listen;
 mod pool;
 mod reactor;
+mod work;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,9 +59,9 @@ pub struct MsgrOptions {
     pub addr: SocketAddr,
     /// Bound on a frame's payload_len and reply_len.
     pub max_frame: u32,
-    /// Compute a CRC-32 of every byte sent and received, as Ceph's messenger does for each
-    /// message (`--crc`): per-byte work the load generator does not do.
-    pub crc: bool,
+    /// CPU work done for every message before its reply, ns (reactor: on its loop; pool: on a
+    /// worker, after the hand-off).
+    pub work_ns: u64,
     /// How often to print the ops/s and busy % line on stderr; `None` prints nothing.
     pub report_every: Option<Duration>,
     /// A JSON file of per-thread busy time, loop turns and ops, rewritten every 200 ms
@@ -77,7 +78,7 @@ impl Default for MsgrOptions {
             cpuset: Vec::new(),
             addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             max_frame: DEFAULT_MAX_FRAME,
-            crc: false,
+            work_ns: 0,
             report_every: None,
             metrics_file: None,
         }
@@ -130,8 +131,10 @@ impl MsgrOptions {
 /// What every event loop of one server reads (set once, or only on connection events).
 pub struct LoopShared {
     stop: AtomicBool,
-    rules: conn::ReadRules,
+    max_frame: u32,
     counters: ConnCounters,
+    /// CPU work done for every message before its reply (`--work-ns`).
+    work: work::Work,
 }
 
 /// Accepts every pending connection on `listener`, handing each to `register`.
@@ -304,11 +307,9 @@ pub fn spawn_msgr(opts: MsgrOptions) -> anyhow::Result<MsgrServer> {
     let addr = listeners[0].local_addr()?;
     let shared = Arc::new(LoopShared {
         stop: AtomicBool::new(false),
-        rules: conn::ReadRules {
-            max_frame: opts.max_frame,
-            crc: opts.crc,
-        },
+        max_frame: opts.max_frame,
         counters: ConnCounters::default(),
+        work: work::Work::calibrate(opts.work_ns),
     });
     let mut server = MsgrServer {
         addr,
@@ -413,8 +414,9 @@ fn start_pool(
         let cpu = opts.cpu_for(opts.io_threads + w);
         let stat = ThreadStat::new(format!("msgr-worker-{w}"));
         let worker_stat = stat.clone();
+        let work = server.shared.work;
         spawn_pinned(server, stat, cpu, move || {
-            pool::run_worker(&q, &r, &worker_stat)
+            pool::run_worker(&q, &r, &worker_stat, work)
         })?;
     }
     Ok(())

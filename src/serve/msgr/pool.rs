@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use mio::net::TcpStream;
 use mio::{Interest, Poll, Waker};
 
-use super::conn::{self, Close, OutBuf, ReadRules, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
+use super::conn::{self, Close, OutBuf, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
 use super::{accept_all, EventLoop, LoopShared, LISTENER};
 use crate::load::protocol::msgr::{encode_reply, RequestDecoder, HEADER_LEN};
 use crate::serve::stats::ThreadStat;
@@ -114,9 +114,15 @@ impl ReturnQueue {
 }
 
 /// Runs one worker thread until the queue stops.
-pub fn run_worker(queue: &SharedQueue, returns: &[ReturnQueue], stat: &ThreadStat) {
+pub fn run_worker(
+    queue: &SharedQueue,
+    returns: &[ReturnQueue],
+    stat: &ThreadStat,
+    work: super::work::Work,
+) {
     while let Some(job) = queue.pop() {
         stat.add_loop();
+        work.run();
         let mut reply = Vec::with_capacity(HEADER_LEN + job.reply_len as usize);
         encode_reply(&mut reply, job.reply_len);
         stat.add_ops(1);
@@ -230,7 +236,6 @@ impl EventLoop for IoLoop {
         let registry = self.poll.registry();
         let conns = &mut self.conns;
         let generation = &mut self.next_generation;
-        let crc = self.shared.rules.crc;
         accept_all(&self.listener, &self.shared, |stream| {
             *generation += 1;
             let conn = Conn {
@@ -241,7 +246,7 @@ impl EventLoop for IoLoop {
                 pending: VecDeque::new(),
                 first_seq: 0,
                 in_flight_bytes: 0,
-                out: OutBuf::new(crc),
+                out: OutBuf::default(),
                 carry: Vec::new(),
                 paused: false,
             };
@@ -256,9 +261,9 @@ impl EventLoop for IoLoop {
             return;
         };
         let io = (self.index, slot);
-        let rules = self.shared.rules;
+        let max_frame = self.shared.max_frame;
         let batch = &mut self.batch;
-        if let Err(why) = decode(conn, &mut self.read_buf, rules, io, batch, peer_closed) {
+        if let Err(why) = decode(conn, &mut self.read_buf, max_frame, io, batch, peer_closed) {
             self.close(slot, why);
         }
     }
@@ -329,7 +334,7 @@ impl IoLoop {
 fn decode(
     conn: &mut Conn,
     read_buf: &mut [u8],
-    rules: ReadRules,
+    max_frame: u32,
     owner: (usize, usize),
     batch: &mut Vec<Job>,
     peer_closed: bool,
@@ -342,16 +347,16 @@ fn decode(
         }
         if !conn.carry.is_empty() {
             let carry = std::mem::take(&mut conn.carry);
-            let used = submit(conn, &carry, rules.max_frame, owner, batch)?;
+            let used = submit(conn, &carry, max_frame, owner, batch)?;
             conn.carry = carry;
             conn.carry.drain(..used);
             continue;
         }
         let mid_frame = !conn.decoder.at_frame_boundary();
-        let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame, rules.crc)? else {
+        let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame)? else {
             return Ok(());
         };
-        let used = submit(conn, &read_buf[..n], rules.max_frame, owner, batch)?;
+        let used = submit(conn, &read_buf[..n], max_frame, owner, batch)?;
         if used < n {
             conn.carry.extend_from_slice(&read_buf[used..n]);
         } else if n < read_buf.len() && !peer_closed {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use mio::{Interest, Poll};
 
-use super::conn::{self, Close, OutBuf, ReadRules, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
+use super::conn::{self, Close, OutBuf, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
+use super::work::Work;
 use super::{accept_all, EventLoop, LoopShared, LISTENER};
 use crate::load::protocol::msgr::{encode_reply, RequestDecoder};
 use crate::serve::stats::ThreadStat;
@@ -64,12 +65,11 @@ impl EventLoop for Reactor {
     fn accept(&mut self) {
         let registry = self.poll.registry();
         let conns = &mut self.conns;
-        let crc = self.shared.rules.crc;
         accept_all(&self.listener, &self.shared, |stream| {
             let conn = Conn {
                 stream,
                 decoder: RequestDecoder::default(),
-                out: OutBuf::new(crc),
+                out: OutBuf::default(),
                 carry: Vec::new(),
             };
             conn::register_new(registry, conns, conn, |c| &mut c.stream);
@@ -82,7 +82,7 @@ impl EventLoop for Reactor {
         let Some(conn) = self.conns.get_mut(slot) else {
             return;
         };
-        let rules = self.shared.rules;
+        let rules = (self.shared.max_frame, self.shared.work);
         let buf = &mut self.read_buf;
         if let Err(why) = serve(conn, buf, rules, &self.stat, peer_closed) {
             self.shared.counters.count_close(&why);
@@ -97,7 +97,7 @@ impl EventLoop for Reactor {
 fn serve(
     conn: &mut Conn,
     read_buf: &mut [u8],
-    rules: ReadRules,
+    rules: (u32, Work),
     stat: &ThreadStat,
     peer_closed: bool,
 ) -> Result<(), Close> {
@@ -112,21 +112,21 @@ fn serve(
                 &mut conn.decoder,
                 &mut conn.out,
                 &conn.carry,
-                rules.max_frame,
+                rules,
                 stat,
             )?;
             conn.carry.drain(..used);
             continue;
         }
         let mid_frame = !conn.decoder.at_frame_boundary();
-        let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame, rules.crc)? else {
+        let Some(n) = conn::read_some(&mut conn.stream, read_buf, mid_frame)? else {
             return Ok(());
         };
         let used = answer(
             &mut conn.decoder,
             &mut conn.out,
             &read_buf[..n],
-            rules.max_frame,
+            rules,
             stat,
         )?;
         if used < n {
@@ -146,11 +146,12 @@ fn answer(
     decoder: &mut RequestDecoder,
     out: &mut OutBuf,
     data: &[u8],
-    max_frame: u32,
+    (max_frame, work): (u32, Work),
     stat: &ThreadStat,
 ) -> Result<usize, Close> {
     let mut served = 0;
     let used = decoder.feed(data, max_frame, |reply_len| {
+        work.run();
         encode_reply(out.buf_mut(), reply_len);
         served += 1;
         out.pending() <= OUT_HIGH_WATER_BYTES
