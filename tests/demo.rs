@@ -62,7 +62,10 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
         series.entry(key).or_default().push(s);
     }
     assert!(series.len() >= 2, "{series:?}");
-    assert!(series.values().map(Vec::len).sum::<usize>() >= 8, "{stdout}");
+    assert!(
+        series.values().map(Vec::len).sum::<usize>() >= 8,
+        "{stdout}"
+    );
     for (name, steps) in &series {
         // The servers' calibrated work per message is a floor under their CPU per request.
         for s in steps {
@@ -70,7 +73,10 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
             let floor_us = stairbench::sweep::demo::WORK_NS as f64 / 1000.0;
             assert!(cpu_us >= 0.9 * floor_us, "{}: {cpu_us} µs/request", s["id"]);
         }
-        let saturated = steps.iter().filter(|s| s["client_saturated"] == true).count();
+        let saturated = steps
+            .iter()
+            .filter(|s| s["client_saturated"] == true)
+            .count();
         assert!(
             saturated * 4 <= steps.len(),
             "{name}: {saturated} of {} steps saturated the generator",
@@ -97,11 +103,17 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
     )
     .unwrap();
     assert!(sentence.is_match(&report), "{report}");
-    assert!(stdout.contains("verdict: throughput_rps at 8 clients: "), "{stdout}");
+    assert!(
+        stdout.contains("verdict: throughput_rps at 8 clients: "),
+        "{stdout}"
+    );
     assert!(stdout.contains("the demo started with CPUs "), "{stdout}");
     let notes = std::fs::read_to_string(out_dir.join("notes.txt")).unwrap();
     assert!(notes.starts_with("the demo started with CPUs "), "{notes}");
-    assert!(stdout.contains(&format!("report:        {}", out_dir.join("report.html").display())));
+    assert!(stdout.contains(&format!(
+        "report:        {}",
+        out_dir.join("report.html").display()
+    )));
     assert_eq!(schema_errors(&steps), Vec::<String>::new());
 
     let again = Command::new(BIN)

@@ -560,7 +560,7 @@ fn dry_run_prints_steps_cpusets_commands_and_time() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("reactor.separated.c8.r0"), "{text}");
     assert!(
-        text.contains(" serve msgr --arch pool --threads "),
+        text.contains(" serve msgr --arch pool --work-ns 1000 --threads "),
         "{text}"
     );
     assert!(text.contains("estimated time: about 0m"), "{text}");
@@ -864,4 +864,3 @@ fn killed_outright_its_servers_die_too() {
         "PR_SET_PDEATHSIG should have ended {left:?}"
     );
 }
-

@@ -151,11 +151,15 @@ impl Settled {
             self.busy_pct
         );
         if self.settled {
-            format!("{head} (after waiting {:.1} s for them to drop under {SETTLED_BUSY_PCT:.0}%)", self.waited_s)
+            format!(
+                "{head} (after waiting {:.1} s for them to drop under {SETTLED_BUSY_PCT:.0}%)",
+                self.waited_s
+            )
         } else {
             format!(
                 "{head}: other work kept them over {SETTLED_BUSY_PCT:.0}% for the {:.0} s the demo waits, \
-                 so its figures are taken on a loaded machine and are noisier",
+                 so its figures are noisier, and throughput favours the architecture with more threads \
+                 (each takes its share of a busy CPU): compare cpu_us_per_req",
                 self.waited_s
             )
         }
@@ -208,9 +212,14 @@ pub fn verdict(dir: &Path) -> Vec<String> {
         return vec!["no analysis.json: no verdict".into()];
     };
     let analysis: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    let comparisons = analysis["comparisons"].as_array().cloned().unwrap_or_default();
+    let comparisons = analysis["comparisons"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     if comparisons.is_empty() {
-        return vec!["no comparison could be made (see notes in report.md): no winner named".into()];
+        return vec![
+            "no comparison could be made (see notes in report.md): no winner named".into(),
+        ];
     }
     let saturated = client_saturated_keys(dir);
     comparisons

@@ -108,13 +108,7 @@ fn serve(
             return Ok(());
         }
         if !conn.carry.is_empty() {
-            let used = answer(
-                &mut conn.decoder,
-                &mut conn.out,
-                &conn.carry,
-                rules,
-                stat,
-            )?;
+            let used = answer(&mut conn.decoder, &mut conn.out, &conn.carry, rules, stat)?;
             conn.carry.drain(..used);
             continue;
         }

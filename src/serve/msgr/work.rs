@@ -52,8 +52,9 @@ fn spin(rounds: u64) {
 }
 
 fn thread_cpu_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(0, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 #[cfg(test)]
