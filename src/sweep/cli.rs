@@ -99,12 +99,12 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         ..Destination::default()
     };
     check_out(&dest).map_err(anyhow::Error::msg)?;
-    let settled = demo::settle(&cpus, shape.settle_limit()).note(&cpus);
-    println!("{settled}");
-    notes.push(settled);
+    let settled = demo::settle(&cpus, shape.settle_limit());
+    println!("{}", settled.note(&cpus));
+    notes.push(settled.note(&cpus));
     dest.notes = notes;
     let code = execute(&plan, &dest, false)?;
-    for line in demo::verdict(&out) {
+    for line in demo::verdict(&out, !settled.settled) {
         println!("verdict: {line}");
     }
     Ok(code)
