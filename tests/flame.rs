@@ -5,6 +5,8 @@
 //! rewrites the ones this crate produces (never `workers.inferno.folded`, which is
 //! `inferno-collapse-perf`'s output for the checked-in capture).
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -56,7 +58,9 @@ fn tool(name: &str) -> bool {
 
 fn inferno_collapse(text: &[u8]) -> Option<String> {
     if !tool("inferno-collapse-perf") {
-        eprintln!("skipping the inferno CLI comparison: inferno-collapse-perf is not installed (cargo install inferno)");
+        common::skip_or_fail(
+            "the inferno CLI comparison: inferno-collapse-perf is not installed (cargo install inferno)",
+        );
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -468,7 +472,9 @@ fn build_workers(dir: &Path) -> Option<PathBuf> {
     match status {
         Ok(s) if s.success() => Some(exe),
         other => {
-            eprintln!("skipping the live capture: cannot build workers.c with cc ({other:?})");
+            common::skip_or_fail(format!(
+                "the live capture: cannot build workers.c with cc ({other:?})"
+            ));
             None
         }
     }
@@ -477,7 +483,7 @@ fn build_workers(dir: &Path) -> Option<PathBuf> {
 #[test]
 fn live_capture_of_named_worker_threads() {
     if let Err(e) = stairbench::profile::capture::check_perf() {
-        eprintln!("skipping the live capture: {e}");
+        common::skip_or_fail(format!("the live capture: {e}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -495,7 +501,7 @@ fn live_capture_of_named_worker_threads() {
     let summary = match result {
         Ok(s) => s,
         Err(e @ stairbench::profile::ProfileError::PerfNotPermitted { .. }) => {
-            eprintln!("skipping the live capture: {e}");
+            common::skip_or_fail(format!("the live capture: {e}"));
             return;
         }
         Err(e) => panic!("capture failed: {e}"),

@@ -73,10 +73,10 @@ pub fn skip_reason() -> Option<String> {
 
 /// Runs `body` on a thread inside a new lab with sshd on `names` and, for each of
 /// `dead_names`, a namespace whose address answers nothing. Skips (prints why and returns) when
-/// the machine does not allow it.
+/// the machine does not allow it, and fails in CI ([`crate::common::skip_or_fail`]).
 pub fn with_lab(names: &[&str], dead_names: &[&str], body: impl FnOnce(&Lab) + Send + 'static) {
     if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+        crate::common::skip_or_fail(why);
         return;
     }
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
