@@ -276,7 +276,9 @@ fn svg_sizes(dom: &str) -> Vec<(f64, f64)> {
 #[test]
 fn page_renders_in_headless_chromium() {
     if !Path::new(CHROMIUM).exists() {
-        common::skip_or_fail(format!("{CHROMIUM} is missing (apt-get install -y chromium)"));
+        common::skip_or_fail(format!(
+            "{CHROMIUM} is missing (apt-get install -y chromium)"
+        ));
         return;
     }
     let data = report_data();
@@ -321,7 +323,9 @@ fn page_renders_in_headless_chromium() {
 #[test]
 fn console_error_detector_sees_a_script_error() {
     if !Path::new(CHROMIUM).exists() {
-        common::skip_or_fail(format!("{CHROMIUM} is missing (apt-get install -y chromium)"));
+        common::skip_or_fail(format!(
+            "{CHROMIUM} is missing (apt-get install -y chromium)"
+        ));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

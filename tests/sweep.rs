@@ -779,7 +779,9 @@ fn wrk_through_its_parser_against_nginx() {
             .map_or(true, |o| !o.status.success())
     });
     if let Some(p) = missing {
-        common::skip_or_fail(format!("{p} is not installed (apt-get install nginx-light wrk)"));
+        common::skip_or_fail(format!(
+            "{p} is not installed (apt-get install nginx-light wrk)"
+        ));
         return;
     }
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
