@@ -76,6 +76,20 @@ pub fn assert_success(out: &Output) {
     );
 }
 
+/// Copies a directory tree (files and subdirectories), e.g. a checked-in run directory into a
+/// temp dir before a command writes into it.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
 /// `name` on PATH or in /usr/sbin, /sbin (where Debian puts nginx, off a user's PATH).
 pub fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
