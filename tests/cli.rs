@@ -91,7 +91,10 @@ fn help_texts_say_what_things_are() {
             );
         }
     }
-    let demo = String::from_utf8_lossy(&stairbench(&["demo", "--help"]).stdout).into_owned();
+    let demo = String::from_utf8_lossy(&stairbench(&["demo", "--help"]).stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(
         demo.contains("event loop per core vs a shared worker pool"),
         "{demo}"
