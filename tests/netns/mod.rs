@@ -63,7 +63,10 @@ pub fn skip_reason() -> Option<String> {
             "{SSHD} is missing (apt-get install openssh-server)"
         ));
     }
-    let probe = format!("sbprobe-{}", std::process::id());
+    // One name per call: tests run in parallel, and a second `add` of one name fails.
+    static PROBES: AtomicUsize = AtomicUsize::new(0);
+    let n = PROBES.fetch_add(1, Ordering::SeqCst);
+    let probe = format!("sbprobe-{}-{n}", std::process::id());
     if !runs(Command::new("ip").args(["netns", "add", &probe])) {
         return Some("`ip netns add` fails here (no CAP_SYS_ADMIN?)".into());
     }
