@@ -22,7 +22,9 @@ pub enum Command {
     Serve(crate::serve::ServeCommand),
     /// Run the experiment a spec file describes: a staircase of load per target and placement.
     Run(crate::sweep::cli::RunArgs),
-    /// The main job, with no setup: reactor vs pool messenger servers under two placements.
+    /// Run a built-in experiment with no setup: the bundled messenger server's two designs
+    /// (one event loop per core vs a shared worker pool), each on separate and on shared CPUs,
+    /// at 1 to 64 clients; prints each series' peak and writes a run directory with its report.
     Demo(crate::sweep::cli::DemoArgs),
     /// Print the machine's CPU topology and the cpusets each placement policy gives.
     Topology(crate::sweep::topology::TopologyArgs),

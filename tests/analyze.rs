@@ -610,3 +610,115 @@ fn binary_names_unknown_column_and_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 3 has 1 fields"));
 }
+
+/// A run directory's steps.csv as `stairbench report` writes it, from the checked-in run
+/// (two placements of one target and a second target whose last step failed).
+fn own_steps_csv(dir: &std::path::Path) -> PathBuf {
+    let run = dir.join("run");
+    common::copy_dir(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/report"),
+        &run,
+    );
+    let out = stairbench(&["report", run.to_str().unwrap()]);
+    common::assert_success(&out);
+    run.join("steps.csv")
+}
+
+#[test]
+fn binary_reads_its_own_steps_csv_grouped_by_two_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = own_steps_csv(dir.path());
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        text.contains(",failed,,,"),
+        "a failed step leaves empty cells: {text}"
+    );
+    let out = stairbench(&[
+        "analyze",
+        csv.to_str().unwrap(),
+        "--x",
+        "clients",
+        "--throughput",
+        "throughput_rps",
+        "--latency",
+        "mean_us",
+        "--latency-unit",
+        "us",
+        "--inflight",
+        "inflight",
+        "--group",
+        "target,placement",
+        "--json",
+    ]);
+    common::assert_success(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("left out 1 row(s) whose status is not ok (1 failed)"),
+        "{err}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let groups: Vec<(String, u64)> = json["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let name = g["group"].as_str().unwrap().to_string();
+            (name, g["points"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            ("target=msgr-reactor,placement=separated".to_string(), 6),
+            ("target=msgr-reactor,placement=shared".to_string(), 5),
+            (
+                "target=<script>alert(\"x\")</script>,placement=shared".to_string(),
+                2
+            ),
+        ]
+    );
+    // The steps' own figures reach the analysis: the separated series' peak is its c16 step's.
+    let steps = std::fs::read_to_string(csv.with_file_name("steps.jsonl")).unwrap();
+    let peak = steps
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) // the last is torn
+        .find(|s| s["id"] == "msgr-reactor.separated.c16.r0")
+        .and_then(|s| s["throughput_rps"].as_f64())
+        .unwrap();
+    let knee = &json["groups"][0]["knee"];
+    assert!(
+        (knee["max_throughput"].as_f64().unwrap() - peak).abs() < 1e-3 * peak,
+        "{knee}"
+    );
+}
+
+#[test]
+fn binary_leaves_out_rows_with_empty_cells_and_says_how_many() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.csv");
+    std::fs::write(
+        &file,
+        "clients,tput,lat\n1,10,1\n2,19,\n4,35,1.2\n8,60,1.5\n16,70,2.5\n32,,\n",
+    )
+    .unwrap();
+    let out = stairbench(&[
+        "analyze",
+        file.to_str().unwrap(),
+        "--x",
+        "clients",
+        "--throughput",
+        "tput",
+        "--latency",
+        "lat",
+        "--inflight-per-x",
+        "1",
+    ]);
+    common::assert_success(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("left out 2 row(s) with an empty cell (a missing figure) in lat, tput"),
+        "{err}"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("== all rows (4 points) =="), "{text}");
+}

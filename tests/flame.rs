@@ -5,6 +5,8 @@
 //! rewrites the ones this crate produces (never `workers.inferno.folded`, which is
 //! `inferno-collapse-perf`'s output for the checked-in capture).
 
+mod common;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -56,7 +58,9 @@ fn tool(name: &str) -> bool {
 
 fn inferno_collapse(text: &[u8]) -> Option<String> {
     if !tool("inferno-collapse-perf") {
-        eprintln!("skipping the inferno CLI comparison: inferno-collapse-perf is not installed (cargo install inferno)");
+        common::skip_or_fail(
+            "the inferno CLI comparison: inferno-collapse-perf is not installed (cargo install inferno)",
+        );
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -468,7 +472,9 @@ fn build_workers(dir: &Path) -> Option<PathBuf> {
     match status {
         Ok(s) if s.success() => Some(exe),
         other => {
-            eprintln!("skipping the live capture: cannot build workers.c with cc ({other:?})");
+            common::skip_or_fail(format!(
+                "the live capture: cannot build workers.c with cc ({other:?})"
+            ));
             None
         }
     }
@@ -477,7 +483,7 @@ fn build_workers(dir: &Path) -> Option<PathBuf> {
 #[test]
 fn live_capture_of_named_worker_threads() {
     if let Err(e) = stairbench::profile::capture::check_perf() {
-        eprintln!("skipping the live capture: {e}");
+        common::skip_or_fail(format!("the live capture: {e}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -495,7 +501,7 @@ fn live_capture_of_named_worker_threads() {
     let summary = match result {
         Ok(s) => s,
         Err(e @ stairbench::profile::ProfileError::PerfNotPermitted { .. }) => {
-            eprintln!("skipping the live capture: {e}");
+            common::skip_or_fail(format!("the live capture: {e}"));
             return;
         }
         Err(e) => panic!("capture failed: {e}"),
@@ -547,4 +553,70 @@ fn live_capture_of_named_worker_threads() {
     let diff = dir.path().join("diff");
     let diffs = diff_dirs(&out, &out, &diff).unwrap();
     assert!(diffs[0].deltas.iter().all(|d| d.delta_points == 0.0));
+}
+
+/// Sample header lines (`comm pid/tid time: ...`) of a perf script whose pid is `pid`.
+fn samples_of_pid(script: &str, pid: u32) -> usize {
+    let prefix = format!("{pid}/");
+    script
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|w| w.starts_with(&prefix))
+        })
+        .count()
+}
+
+/// nginx's master only waits for signals: its worker answers the requests. `profile --pid
+/// MASTER` must record the worker, a child that was running before perf started.
+#[test]
+fn profile_pid_of_nginx_master_records_its_worker() {
+    if let Err(e) = stairbench::profile::capture::check_perf() {
+        common::skip_or_fail(format!("perf cannot record here: {e}"));
+        return;
+    }
+    let Some(nginx) = common::start_nginx() else {
+        return;
+    };
+    let master = nginx.process.pgid();
+    let worker = common::group_members(master)
+        .into_iter()
+        .find(|p| *p != master)
+        .expect("nginx's worker") as u32;
+    let bin = env!("CARGO_BIN_EXE_stairbench");
+    let mut load = Command::new(bin)
+        .args(["load", &nginx.url("/"), "-c", "4", "-d", "4s", "-q"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("profile");
+    let out = Command::new(bin)
+        .args(["profile", "--pid", &master.to_string(), "--seconds", "1"])
+        .arg("-o")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let _ = load.kill();
+    let _ = load.wait();
+    common::assert_success(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("recorded processes: {master}, {worker}")),
+        "{stdout}"
+    );
+    let gz = std::fs::read(out_dir.join("cpu.perf-script.gz")).unwrap();
+    let mut script = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut script)
+        .unwrap();
+    // cpu-clock at 999 Hz for 1 s of a worker kept busy: hundreds; 10 is far from chance.
+    let worker_samples = samples_of_pid(&script, worker);
+    assert!(
+        worker_samples >= 10,
+        "{worker_samples} samples of the worker"
+    );
 }

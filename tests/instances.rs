@@ -51,7 +51,9 @@ impl Drop for Sleeper {
 fn split_instances_sum_and_merge_their_histograms_exactly() {
     let cpus = stairbench::cpuset::allowed();
     if cpus.len() < 2 {
-        eprintln!("skipped: two instances need 2 CPUs, this process may use {cpus:?}");
+        common::skip_or_fail(format!(
+            "two instances need 2 CPUs, this process may use {cpus:?}"
+        ));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

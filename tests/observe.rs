@@ -1,5 +1,7 @@
 //! Observation: derived metrics from recorded /proc samples, and a live busy process.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
@@ -379,7 +381,7 @@ fn perf_counts_only_from_begin_not_from_prepare() {
             "task-clock {ms} ms over a {} s window",
             obs.window_s
         ),
-        None => eprintln!("skipping: perf could not count here: {:?}", obs.perf.note),
+        None => common::skip_or_fail(format!("perf could not count here: {:?}", obs.perf.note)),
     }
     assert!(
         obs.window_s < 0.5,

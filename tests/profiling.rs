@@ -2,6 +2,8 @@
 //! section, checked through the run directory and report.md. Skipped with a reason where perf
 //! cannot record.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -68,7 +70,7 @@ fn passes(out: &Path) -> Vec<PassRecord> {
 #[test]
 fn an_explicit_level_gets_its_profile_and_report_section() {
     if let Some(why) = perf_unusable() {
-        eprintln!("skipped: perf cannot record here: {why}");
+        common::skip_or_fail(format!("perf cannot record here: {why}"));
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -102,7 +104,7 @@ fn an_explicit_level_gets_its_profile_and_report_section() {
 #[test]
 fn busy_and_saturated_get_a_differential_graph() {
     if let Some(why) = perf_unusable() {
-        eprintln!("skipped: perf cannot record here: {why}");
+        common::skip_or_fail(format!("perf cannot record here: {why}"));
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -2,6 +2,7 @@
 //! tests/netns). Skipped with a reason when not root, without `ip netns`, or without sshd.
 //! The hosts share this machine's CPUs and clock: these tests check correctness, not speed.
 
+mod common;
 mod netns;
 
 use std::path::PathBuf;

@@ -5,6 +5,8 @@
 //! `STAIRBENCH_REGEN_FIXTURE=1 cargo test --test report_html -- --test-threads=1` (one thread:
 //! the other tests read the logs being rewritten).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -274,7 +276,9 @@ fn svg_sizes(dom: &str) -> Vec<(f64, f64)> {
 #[test]
 fn page_renders_in_headless_chromium() {
     if !Path::new(CHROMIUM).exists() {
-        eprintln!("skipped: {CHROMIUM} is missing (apt-get install -y chromium)");
+        common::skip_or_fail(format!(
+            "{CHROMIUM} is missing (apt-get install -y chromium)"
+        ));
         return;
     }
     let data = report_data();
@@ -319,7 +323,9 @@ fn page_renders_in_headless_chromium() {
 #[test]
 fn console_error_detector_sees_a_script_error() {
     if !Path::new(CHROMIUM).exists() {
-        eprintln!("skipped: {CHROMIUM} is missing (apt-get install -y chromium)");
+        common::skip_or_fail(format!(
+            "{CHROMIUM} is missing (apt-get install -y chromium)"
+        ));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

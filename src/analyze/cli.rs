@@ -32,9 +32,10 @@ pub struct AnalyzeArgs {
     /// Unit of the latency column.
     #[arg(long, value_enum, default_value = "ms")]
     pub latency_unit: LatencyUnit,
-    /// Column that splits the rows into series (e.g. a placement).
-    #[arg(long, value_name = "COL")]
-    pub group: Option<String>,
+    /// Columns that split the rows into series (e.g. `placement`, or `target,placement`: one
+    /// series per combination, named `target=reactor,placement=shared`).
+    #[arg(long, value_name = "COL[,COL...]", value_delimiter = ',')]
+    pub group: Vec<String>,
     /// Requests in flight per unit of x, for Little's law (connections × depth per client).
     #[arg(
         long,
@@ -62,7 +63,7 @@ impl AnalyzeArgs {
             throughput_scale: self.throughput_scale,
             latency: self.latency.clone(),
             latency_unit: self.latency_unit,
-            group: self.group.clone(),
+            group: group_column(&self.group),
             inflight_per_x: self.inflight_per_x,
             inflight: self.inflight.clone(),
             server_cpu: self.server_cpu.clone(),
@@ -80,8 +81,14 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     }
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let table = Table::parse(&text).with_context(|| format!("in {}", args.file.display()))?;
+    let mut table = Table::parse(&text).with_context(|| format!("in {}", args.file.display()))?;
     let options = args.options();
+    let left_out = keep_usable_rows(&mut table, &args)
+        .with_context(|| format!("in {}", args.file.display()))?;
+    for note in left_out.notes() {
+        eprintln!("analyze: {note}");
+    }
+    add_group_column(&mut table, &args.group)?;
     let analysis =
         analyze_table(&table, &options).with_context(|| format!("in {}", args.file.display()))?;
     let out = if args.json {
@@ -91,6 +98,112 @@ pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     };
     std::io::stdout().write_all(out.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The column the series are named by: the one `--group` column, or for several the combined
+/// column [`add_group_column`] makes (named by the columns joined with commas).
+fn group_column(columns: &[String]) -> Option<String> {
+    (!columns.is_empty()).then(|| columns.join(","))
+}
+
+/// With several `--group` columns, adds one column whose value names each row's combination:
+/// `a=x,b=y`.
+fn add_group_column(table: &mut Table, columns: &[String]) -> anyhow::Result<()> {
+    if columns.len() < 2 {
+        return Ok(());
+    }
+    let indexes = columns
+        .iter()
+        .map(|c| table.index(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    for row in &mut table.rows {
+        let name: Vec<String> = columns
+            .iter()
+            .zip(&indexes)
+            .map(|(c, &i)| format!("{c}={}", row[i]))
+            .collect();
+        row.push(name.join(","));
+    }
+    table.columns.push(columns.join(","));
+    Ok(())
+}
+
+/// Rows `analyze` left out, by reason.
+#[derive(Debug, Default, PartialEq)]
+pub struct LeftOut {
+    /// Rows whose `status` column is not `ok` (a failed or skipped step), by status.
+    pub by_status: std::collections::BTreeMap<String, usize>,
+    /// Rows with an empty cell in a column the analysis reads (a missing figure).
+    pub empty_cells: usize,
+    /// The columns those empty cells were in.
+    pub empty_columns: Vec<String>,
+}
+
+impl LeftOut {
+    /// One sentence per reason rows were left out.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let not_ok: usize = self.by_status.values().sum();
+        if not_ok > 0 {
+            let kinds: Vec<String> = self
+                .by_status
+                .iter()
+                .map(|(status, n)| format!("{n} {status}"))
+                .collect();
+            notes.push(format!(
+                "left out {not_ok} row(s) whose status is not ok ({})",
+                kinds.join(", ")
+            ));
+        }
+        if self.empty_cells > 0 {
+            notes.push(format!(
+                "left out {} row(s) with an empty cell (a missing figure) in {}",
+                self.empty_cells,
+                self.empty_columns.join(", ")
+            ));
+        }
+        notes
+    }
+}
+
+/// Keeps the rows the analysis can use: in a table with a `status` column (stairbench's own
+/// steps.csv) only `ok` steps, and only rows with a figure in every column the analysis reads
+/// (an empty cell is a missing figure, as a skipped step leaves).
+pub fn keep_usable_rows(table: &mut Table, args: &AnalyzeArgs) -> anyhow::Result<LeftOut> {
+    let mut left_out = LeftOut::default();
+    if let Ok(status) = table.index("status") {
+        table.rows.retain(|row| {
+            let ok = row[status] == "ok";
+            if !ok {
+                *left_out.by_status.entry(row[status].clone()).or_default() += 1;
+            }
+            ok
+        });
+    }
+    let used = used_columns(table, args)?;
+    table.rows.retain(|row| {
+        let empty: Vec<&(usize, String)> =
+            used.iter().filter(|(i, _)| row[*i].is_empty()).collect();
+        for (_, name) in &empty {
+            if !left_out.empty_columns.contains(name) {
+                left_out.empty_columns.push(name.clone());
+            }
+        }
+        left_out.empty_cells += usize::from(!empty.is_empty());
+        empty.is_empty()
+    });
+    Ok(left_out)
+}
+
+/// The index and name of every column the options read.
+fn used_columns(table: &Table, args: &AnalyzeArgs) -> anyhow::Result<Vec<(usize, String)>> {
+    let named = [&args.latency, &args.inflight, &args.server_cpu];
+    [&args.x, &args.throughput]
+        .into_iter()
+        .chain(named.into_iter().flatten())
+        .chain(&args.group)
+        .map(|c| Ok((table.index(c)?, c.clone())))
+        .collect()
 }
 
 /// The analysis as readable tables: USL and knees per series, then Little's law.

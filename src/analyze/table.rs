@@ -1,8 +1,8 @@
 //! A small CSV reader for result tables: a header line, then one row per line.
 //!
-//! Tables from benchmark write-ups are simple (no embedded commas or newlines), so a split-based
-//! reader suffices; fields are trimmed, surrounding double quotes dropped, blank lines and lines
-//! starting with `#` skipped.
+//! Tables from benchmark write-ups and stairbench's steps.csv have no embedded newlines, so a
+//! line-based reader suffices; fields are trimmed, a quoted field may hold commas and `""`,
+//! blank lines and lines starting with `#` are skipped.
 
 /// A parsed table.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,16 +109,30 @@ impl Table {
     }
 }
 
+/// Splits one CSV line: fields are trimmed; a field in double quotes may hold commas, and `""`
+/// inside it is one quote (as stairbench's own steps.csv writes names and reasons).
 fn split(line: &str) -> Vec<String> {
-    line.split(',')
-        .map(|f| {
-            let f = f.trim();
-            f.strip_prefix('"')
-                .and_then(|f| f.strip_suffix('"'))
-                .unwrap_or(f)
-                .to_string()
-        })
-        .collect()
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            ('"', true) => quoted = false,
+            ('"', false) if field.trim().is_empty() => {
+                field.clear();
+                quoted = true;
+            }
+            (',', false) => fields.push(std::mem::take(&mut field).trim().to_string()),
+            _ => field.push(c),
+        }
+    }
+    fields.push(field.trim().to_string());
+    fields
 }
 
 #[cfg(test)]
@@ -131,6 +145,12 @@ mod tests {
         assert_eq!(t.columns, ["n", "name", "x"]);
         assert_eq!(t.numbers("x").unwrap(), [2.5, 3.0]);
         assert_eq!(t.text("name").unwrap(), ["a", "b"]);
+    }
+
+    #[test]
+    fn quoted_fields_keep_commas_and_quotes() {
+        let t = Table::parse("a,b,c\n\"x, y\",\"say \"\"hi\"\"\",\n").unwrap();
+        assert_eq!(t.rows, [["x, y", "say \"hi\"", ""]]);
     }
 
     #[test]

@@ -36,7 +36,9 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
     /// Open loop: total requests per second on a schedule; latency from the intended send time.
-    #[arg(long)]
+    // Negative numbers are read as values, so `--rate -5` gets the range message, not clap's
+    // advice to write `-- -5`.
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_rate)]
     pub rate: Option<f64>,
     /// Pin the generator threads to these CPUs (e.g. 1 or 2-3).
     #[arg(long)]
@@ -85,6 +87,13 @@ pub struct LoadArgs {
     /// Request and reply payload size in bytes.
     #[arg(long, default_value_t = 4096, help_heading = "msgr")]
     pub msg_size: usize,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err("expected a positive number of requests per second (e.g. 5000)".into()),
+    }
 }
 
 fn parse_distribution(s: &str) -> Result<Distribution, String> {

@@ -149,6 +149,41 @@ pub fn capture(
     Ok(summary)
 }
 
+/// Every live process in the trees rooted at `roots`: the roots, their children, theirs, ...
+/// (from /proc), roots first, each once.
+///
+/// `perf record -p PID` records every thread of PID and whatever PID forks once perf is
+/// attached, but not children already running: nginx's workers under its master would be
+/// missed. The runner's profile passes find the server's tree the same way.
+pub fn process_tree(roots: &[i32]) -> Vec<i32> {
+    let parents = parent_map();
+    let mut out: Vec<i32> = Vec::new();
+    for &root in roots {
+        for pid in crate::observe::procfs::descendants(root, &parents) {
+            if !out.contains(&pid) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// pid → parent pid of every process under /proc.
+fn parent_map() -> std::collections::BTreeMap<i32, i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Default::default();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse().ok()?;
+            // A process may end between listing and reading: leave it out.
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            Some((pid, crate::observe::procfs::parse_pid_stat(&stat)?.ppid))
+        })
+        .collect()
+}
+
 fn dedup(events: &[Event]) -> Vec<Event> {
     let mut out: Vec<Event> = Vec::new();
     for e in events {

@@ -68,7 +68,7 @@ pub struct FlameArgs {
 /// Options of `stairbench profile`.
 #[derive(Debug, clap::Args)]
 pub struct ProfileArgs {
-    /// Process to record (repeatable, or comma-separated).
+    /// Process to record with its children and threads (repeatable, or comma-separated).
     #[arg(long, required = true, value_delimiter = ',')]
     pub pid: Vec<i32>,
     /// How long to record.
@@ -260,7 +260,14 @@ fn write_file(
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Profiles a running process.
+fn join_pids(pids: &[i32]) -> String {
+    pids.iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Profiles a running process and its descendants (children and threads).
 pub fn profile(args: ProfileArgs) -> anyhow::Result<ExitCode> {
     quiet_inferno_panics();
     let dir = args.output.clone().unwrap_or_else(|| {
@@ -269,9 +276,11 @@ pub fn profile(args: ProfileArgs) -> anyhow::Result<ExitCode> {
             .map_or(0, |d| d.as_secs());
         PathBuf::from(format!("profile-{}-{now}", args.pid[0]))
     });
-    let summary = capture(&args.pid, args.seconds, &args.events, &dir)
+    let pids = super::capture::process_tree(&args.pid);
+    let summary = capture(&pids, args.seconds, &args.events, &dir)
         .with_context(|| format!("profiling pid {:?} for {} s", args.pid, args.seconds))?;
     let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "recorded processes: {}", join_pids(&summary.pids))?;
     for (event, reason) in &summary.skipped {
         writeln!(stdout, "{}: not recorded: {reason}", event.stem())?;
     }

@@ -38,7 +38,9 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("reading run directory {}", args.dir.display()))?;
     super::write_all(&args.dir, &run)
         .with_context(|| format!("writing reports into {}", args.dir.display()))?;
-    println!("report: {}", args.dir.join("report.md").display());
+    for file in super::written_files() {
+        println!("wrote {}", args.dir.join(file).display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -83,6 +83,13 @@ pub fn exporters() -> Vec<Box<dyn Exporter>> {
     ]
 }
 
+/// The files [`write_all`] writes into a run directory, in that order.
+pub fn written_files() -> Vec<&'static str> {
+    let mut files: Vec<&'static str> = exporters().iter().map(|e| e.file_name()).collect();
+    files.push("report.html");
+    files
+}
+
 /// Writes every exporter's file into `dir`.
 pub fn write_all(dir: &Path, run: &RunData) -> std::io::Result<()> {
     for e in exporters() {

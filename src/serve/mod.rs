@@ -21,7 +21,7 @@ const REPORT_EVERY: Duration = Duration::from_secs(2);
 pub enum ServeCommand {
     /// Length-prefixed messenger server, reactor or pool architecture.
     Msgr(MsgrArgs),
-    /// Shared-memory hash-table server of seed 002, single or per-worker architecture.
+    /// Shared-memory hash-table server: one shared request channel, or rings per worker.
     Shmkv(shmkv::ShmkvArgs),
 }
 

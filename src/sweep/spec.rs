@@ -492,12 +492,13 @@ impl<'de> Deserialize<'de> for Rates {
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     /// The file could not be read.
-    #[error("cannot read spec {}: {source}", path.display())]
+    // The OS error is in the message and not a `source`, so an error chain prints it once.
+    #[error("cannot read spec {}: {reason}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// Bad content, located.
     #[error("{}:{line}:{column}: {key}: {message}", file.display())]
@@ -529,9 +530,9 @@ pub struct SpecFile {
 impl SpecFile {
     /// Reads and parses a spec file.
     pub fn read(path: &Path) -> Result<SpecFile, SpecError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+        let text = std::fs::read_to_string(path).map_err(|reason| SpecError::Read {
             path: path.to_path_buf(),
-            source,
+            reason,
         })?;
         Self::parse(path, &text)
     }

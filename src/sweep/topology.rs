@@ -742,7 +742,8 @@ fn read_nodes(root: &Path) -> Result<BTreeMap<usize, usize>, TopologyError> {
 /// Options of `stairbench topology`.
 #[derive(Debug, clap::Args)]
 pub struct TopologyArgs {
-    /// Print JSON: cpus, nodes, smt and the placements in seed 000's table format.
+    /// Print JSON: cpus, nodes, smt and each placement's cpusets by side and client count
+    /// (`{"separated": {"server": {"2": "0-1"}, "client": {...}}}`, which a spec accepts back).
     #[arg(long)]
     pub json: bool,
     /// Read the topology from this sysfs tree instead of /sys.

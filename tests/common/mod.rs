@@ -6,6 +6,10 @@
 //! started it ends (PR_SET_PDEATHSIG): keep it inside the test that uses it, not in a static.
 //! `start_*` return `None` (and say why) only when the program is not installed; a server
 //! that is installed but fails to start is a test failure, with its log.
+//!
+//! A test that cannot run here (a missing tool, permission or namespace support) calls
+//! [`skip_or_fail`]: outside CI it is skipped with the reason; in CI (`CI=true`), where
+//! `.ci/run` installs everything, it fails with the reason instead.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
@@ -21,6 +25,20 @@ use nix::unistd::Pid;
 
 /// How long a server may take to answer on its port.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// True when running in CI (`CI=true`, as GitHub Actions and `.ci/run` set it).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// A test cannot run here because of `reason`. Outside CI, prints why and returns, and the
+/// caller returns too; in CI, fails the test with the reason: a skip there would hide that
+/// the test never ran.
+#[track_caller]
+pub fn skip_or_fail(reason: impl std::fmt::Display) {
+    assert!(!in_ci(), "cannot run in CI (CI=true never skips): {reason}");
+    eprintln!("skipped: {reason}");
+}
 
 /// The stairbench binary Cargo built for these tests.
 pub fn stairbench_bin() -> PathBuf {
@@ -56,6 +74,20 @@ pub fn assert_success(out: &Output) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Copies a directory tree (files and subdirectories), e.g. a checked-in run directory into a
+/// temp dir before a command writes into it.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }
 
 /// `name` on PATH or in /usr/sbin, /sbin (where Debian puts nginx, off a user's PATH).
@@ -247,7 +279,7 @@ pub fn start_nginx() -> Option<Nginx> {
 /// (e.g. `keepalive_requests 100;` or another `location`).
 pub fn start_nginx_with(server_extra: &str) -> Option<Nginx> {
     let Some(program) = find_program("nginx") else {
-        eprintln!("skipping: nginx is not installed (Debian: apt-get install nginx-light)");
+        skip_or_fail("nginx is not installed (Debian: apt-get install nginx-light)");
         return None;
     };
     let dir = world_readable_tempdir();
@@ -372,7 +404,7 @@ pub struct Redis {
 /// Starts redis-server in the foreground; `None` when it is not installed.
 pub fn start_redis() -> Option<Redis> {
     let Some(program) = find_program("redis-server") else {
-        eprintln!("skipping: redis-server is not installed (Debian: apt-get install redis-server)");
+        skip_or_fail("redis-server is not installed (Debian: apt-get install redis-server)");
         return None;
     };
     let dir = tempfile::Builder::new()

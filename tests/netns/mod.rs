@@ -63,7 +63,10 @@ pub fn skip_reason() -> Option<String> {
             "{SSHD} is missing (apt-get install openssh-server)"
         ));
     }
-    let probe = format!("sbprobe-{}", std::process::id());
+    // One name per call: tests run in parallel, and a second `add` of one name fails.
+    static PROBES: AtomicUsize = AtomicUsize::new(0);
+    let n = PROBES.fetch_add(1, Ordering::SeqCst);
+    let probe = format!("sbprobe-{}-{n}", std::process::id());
     if !runs(Command::new("ip").args(["netns", "add", &probe])) {
         return Some("`ip netns add` fails here (no CAP_SYS_ADMIN?)".into());
     }
@@ -73,10 +76,10 @@ pub fn skip_reason() -> Option<String> {
 
 /// Runs `body` on a thread inside a new lab with sshd on `names` and, for each of
 /// `dead_names`, a namespace whose address answers nothing. Skips (prints why and returns) when
-/// the machine does not allow it.
+/// the machine does not allow it, and fails in CI ([`crate::common::skip_or_fail`]).
 pub fn with_lab(names: &[&str], dead_names: &[&str], body: impl FnOnce(&Lab) + Send + 'static) {
     if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+        crate::common::skip_or_fail(why);
         return;
     }
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();

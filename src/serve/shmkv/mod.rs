@@ -137,7 +137,8 @@ pub enum ShmkvError {
 /// Options of `stairbench serve shmkv`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ShmkvArgs {
-    /// Architecture: single (seed 002's first design) or per-worker (its proposal).
+    /// Architecture: single (one request channel passed between clients, a dispatcher and
+    /// worker threads) or per-worker (each worker its own input and output rings).
     #[arg(long, value_enum, default_value = "per-worker")]
     pub arch: Arch,
     /// Worker threads (`--threads` is the same, as for the other built-in servers).
