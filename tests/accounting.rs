@@ -194,7 +194,7 @@ fn too_low_an_open_file_limit_fails_at_once_saying_what_to_do() {
         stderr.contains("100000 connections need")
             && stderr.contains("at most 256")
             && stderr.contains("ulimit -n")
-            && stderr.contains("fewer connections"),
+            && stderr.contains("use at most"),
         "{stderr}"
     );
     assert!(!stderr.contains("is the server running"), "{stderr}");
