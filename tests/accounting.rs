@@ -159,6 +159,7 @@ fn load_with_nofile(soft: u64, hard: u64, args: &[&str]) -> (Option<i32>, String
             Ok(())
         });
     }
+    #[allow(clippy::zombie_processes)] // reaped by wait4 below, which also gives its rusage
     let mut child = cmd.spawn().unwrap();
     let (mut stdout, mut stderr) = (String::new(), String::new());
     child
