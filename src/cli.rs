@@ -15,7 +15,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once; boxing would only add noise
 pub enum Command {
-    /// Drive load against one URL (http://, redis://, msgr://) and print its figures.
+    /// Drive load against one URL (http://, redis://, msgr://, shm://) and print its figures.
     Load(crate::load::cli::LoadArgs),
     /// Run a built-in reference server.
     #[command(subcommand)]

@@ -21,24 +21,40 @@ fn run(config: LoadConfig) -> LoadReport {
 
 #[test]
 fn nginx_counts_exactly_what_was_sent_across_connection_closes() {
-    // nginx closes each keep-alive connection after 50 requests (default 1000).
+    // nginx closes each keep-alive connection after 50 requests (default 1000); with
+    // pipelining, the requests written behind the closing reply are never read by nginx.
     let Some(nginx) = common::start_nginx_with("keepalive_requests 50;") else {
         return;
     };
-    let before = nginx.stub_requests();
-    let r = run(LoadConfig {
-        url: nginx.url("/"),
-        connections: 8,
-        threads: 2,
-        duration: Duration::from_millis(1500),
-        warmup: Duration::from_millis(200),
-        ..LoadConfig::default()
-    });
-    let after = nginx.stub_requests();
-    assert!(r.requests > 500, "{r:?}");
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
-    // stub_status counts the status request itself too.
-    assert_eq!(after - before - 1, r.sent, "nginx's request count vs sent");
+    for depth in [1, 8, 16] {
+        let before = nginx.stub_requests();
+        let r = run(LoadConfig {
+            url: nginx.url("/"),
+            connections: 8,
+            threads: 2,
+            depth,
+            duration: Duration::from_millis(1500),
+            warmup: Duration::from_millis(200),
+            ..LoadConfig::default()
+        });
+        let after = nginx.stub_requests();
+        assert!(r.requests > 500, "depth {depth}: {r:?}");
+        assert!(r.errors.is_empty(), "depth {depth}: {:?}", r.errors);
+        // stub_status counts the status request itself too.
+        assert_eq!(
+            after - before - 1,
+            r.sent,
+            "depth {depth}: nginx's request count vs sent (resent {})",
+            r.resent
+        );
+        if depth == 1 {
+            assert_eq!(r.resent, 0, "nothing is written behind a reply at depth 1");
+        } else {
+            // Every 50th reply closes with up to depth-1 requests behind it.
+            assert!(r.resent > 0, "depth {depth}: {r:?}");
+            assert!(r.resent < r.sent / 2, "depth {depth}: {r:?}");
+        }
+    }
 }
 
 #[test]
@@ -65,7 +81,7 @@ fn redis_counts_exactly_what_was_sent_with_pipelining() {
     let Some(redis) = common::start_redis() else {
         return;
     };
-    for depth in [1, 16] {
+    for depth in [1, 8, 16] {
         let before = redis.commands_processed();
         let mut config = LoadConfig {
             url: redis.url(),
@@ -80,6 +96,7 @@ fn redis_counts_exactly_what_was_sent_with_pipelining() {
         let after = redis.commands_processed();
         assert!(r.requests > 500, "depth {depth}: {r:?}");
         assert!(r.errors.is_empty(), "{:?}", r.errors);
+        assert_eq!(r.resent, 0, "redis never closes a connection");
         // The first INFO is counted once it has run, so it shows in `after`.
         assert_eq!(
             after - before - 1,

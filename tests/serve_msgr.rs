@@ -370,7 +370,10 @@ fn load_protocol_codec_talks_to_the_server() {
         let n = s.read(&mut chunk).unwrap();
         assert!(n > 0, "server closed");
         buf.extend_from_slice(&chunk[..n]);
-        while let Reply::Done { len, error, close } = proto.parse_reply(&buf) {
+        while let Reply::Done {
+            len, error, close, ..
+        } = proto.parse_reply(&buf)
+        {
             assert_eq!((len, error, close), (HEADER_LEN + 300, None, false));
             buf.drain(..len);
             replies += 1;

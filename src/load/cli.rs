@@ -10,12 +10,23 @@ use clap::Args;
 
 use super::hlog::HlogSink;
 use super::raw::RawSink;
-use super::{Distribution, IntervalLine, IntervalSink, LoadConfig, LoadOutcome, ProtoOptions};
+use super::{
+    Distribution, IntervalLine, IntervalSink, LoadConfig, LoadError, LoadOutcome, LoadReport,
+    ProtoOptions,
+};
+
+/// Exit status when the load ran but more requests failed than `--max-error-ratio` allows.
+pub const EXIT_ERRORS: u8 = 3;
+/// Exit status when the load could not run (target unreachable, too few file descriptors).
+pub const EXIT_CANNOT_RUN: u8 = 1;
+/// Exit status after Ctrl-C.
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// Options of `stairbench load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target: http://HOST:PORT/PATH, redis://HOST:PORT or msgr://HOST:PORT.
+    /// Target: http://HOST:PORT/PATH, redis://HOST:PORT, msgr://HOST:PORT or shm://NAME
+    /// (a `stairbench serve shmkv` region).
     pub url: String,
     /// Connections in total.
     #[arg(short, long, default_value_t = 10)]
@@ -60,6 +71,9 @@ pub struct LoadArgs {
     /// No per-second lines.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Exit with status 3 when errors / (requests + errors) in the measured window is above R.
+    #[arg(long, value_name = "R", default_value_t = 0.01, value_parser = parse_ratio)]
+    pub max_error_ratio: f64,
     /// HTTP method.
     #[arg(long, default_value = "GET", help_heading = "HTTP")]
     pub method: String,
@@ -84,6 +98,10 @@ pub struct LoadArgs {
     /// Seed; connection i draws keys with seed*1000+i.
     #[arg(long, default_value_t = 1, help_heading = "Redis")]
     pub seed: u64,
+    /// SET every key (--keys, --value-size) before the load, so GETs find them; these SETs
+    /// count in `sent`.
+    #[arg(long, help_heading = "Redis")]
+    pub preload: bool,
     /// Request and reply payload size in bytes.
     #[arg(long, default_value_t = 4096, help_heading = "msgr")]
     pub msg_size: usize,
@@ -93,6 +111,13 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
         _ => Err("expected a positive number of requests per second (e.g. 5000)".into()),
+    }
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("{s:?} is not a ratio between 0 and 1")),
     }
 }
 
@@ -133,6 +158,7 @@ impl LoadArgs {
                 distribution: self.distribution,
                 seed: self.seed,
                 msg_size: self.msg_size,
+                preload: self.preload,
             },
         }
     }
@@ -154,7 +180,14 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|p| std::fs::File::create(p).with_context(|| format!("creating {}", p.display())))
         .transpose()?;
-    let outcome = super::run_at(&config, args.start_at, &mut sink, stop)?;
+    let outcome = match super::run_at(&config, args.start_at, &mut sink, stop) {
+        Ok(outcome) => outcome,
+        Err(e @ LoadError::BadInput(_)) => return Err(e.into()),
+        Err(e) => {
+            eprintln!("stairbench: error: {:#}", anyhow::Error::from(e));
+            return Ok(ExitCode::from(EXIT_CANNOT_RUN));
+        }
+    };
     if let Some(h) = sink.hlog.take() {
         h.finish()?;
     }
@@ -164,18 +197,65 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             .and_then(|()| out.flush())
             .context("writing the --raw file")?;
     }
-    print_summary(
-        &outcome,
-        args.json.as_deref().is_some_and(|p| p.as_os_str() == "-"),
-    )?;
+    let json_on_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    let mut out = summary_output(json_on_stdout);
+    print_summary(&outcome, &mut out)?;
     if let Some(path) = &args.json {
         write_json(path, &outcome)?;
     }
-    Ok(if stop.load(Ordering::Relaxed) {
-        ExitCode::from(130)
+    let code = exit_code(
+        &outcome.report,
+        stop.load(Ordering::Relaxed),
+        args.max_error_ratio,
+    );
+    if code == EXIT_ERRORS {
+        writeln!(
+            out,
+            "error ratio {:.3} above --max-error-ratio {}: exit {EXIT_ERRORS}",
+            outcome.report.error_ratio, args.max_error_ratio
+        )?;
+    }
+    Ok(ExitCode::from(code))
+}
+
+/// 130 when interrupted, 3 when too many requests failed, else 0.
+fn exit_code(report: &LoadReport, interrupted: bool, max_error_ratio: f64) -> u8 {
+    if interrupted {
+        EXIT_INTERRUPTED
+    } else if report.error_ratio > max_error_ratio {
+        EXIT_ERRORS
     } else {
-        ExitCode::SUCCESS
-    })
+        0
+    }
+}
+
+/// The summary goes to standard output, or to standard error when the JSON goes there.
+fn summary_output(json_on_stdout: bool) -> Box<dyn Write> {
+    if json_on_stdout {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    }
+}
+
+/// Redis GETs found and missed; says so when misses dominate (an empty database measures
+/// only misses, which are cheaper than hits).
+fn print_lookups(r: &LoadReport, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (Some(hits), Some(misses)) = (r.redis_hits, r.redis_misses) else {
+        return Ok(());
+    };
+    if hits + misses == 0 {
+        return Ok(());
+    }
+    write!(out, "  GETs: {hits} found, {misses} missed (nil)")?;
+    if misses > hits {
+        write!(
+            out,
+            ": most keys are absent, so this measured misses (--preload SETs every key first)"
+        )?;
+    }
+    writeln!(out)?;
+    Ok(())
 }
 
 fn write_json(path: &std::path::Path, outcome: &LoadOutcome) -> anyhow::Result<()> {
@@ -238,13 +318,8 @@ impl IntervalSink for LineSink {
     }
 }
 
-fn print_summary(outcome: &LoadOutcome, json_on_stdout: bool) -> anyhow::Result<()> {
+fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<()> {
     let r = &outcome.report;
-    let mut out: Box<dyn Write> = if json_on_stdout {
-        Box::new(std::io::stderr())
-    } else {
-        Box::new(std::io::stdout())
-    };
     let l = &r.latency_us;
     writeln!(
         out,
@@ -271,9 +346,10 @@ fn print_summary(outcome: &LoadOutcome, json_on_stdout: bool) -> anyhow::Result<
         .collect();
     writeln!(
         out,
-        "  sent {} (warm-up and drain included), errors {:?}",
-        r.sent, r.errors
+        "  sent {} (warm-up and drain included; {} re-sent after a close), errors {:?} (ratio {:.4})",
+        r.sent, r.resent, r.errors, r.error_ratio
     )?;
+    print_lookups(r, out)?;
     writeln!(
         out,
         "  client cpu: user {:.2} s, sys {:.2} s, busy {}{}",

@@ -55,6 +55,9 @@ pub fn run_at(
     }
     let config = Arc::new(validate(config)?);
     let target = Arc::new(Target::parse(&config.url, &config.proto)?);
+    // Before any per-connection state is allocated.
+    super::fdlimit::ensure(config.connections, config.threads)?;
+    let preloaded = super::preload::run(&config, &target)?;
     let sched = Arc::new(Schedule::new(&config));
     // Threads poll a flag of their own; it follows `stop` (which the caller owns).
     let stop_flag = Arc::new(AtomicBool::new(false));
@@ -93,7 +96,9 @@ pub fn run_at(
         stop_flag,
         rx,
     };
-    threads.drive(&config, &sched, start_at_unix_ns, sink, stop)
+    let mut outcome = threads.drive(&config, &sched, start_at_unix_ns, sink, stop)?;
+    outcome.report.sent += preloaded;
+    Ok(outcome)
 }
 
 /// One generator thread's body: connect, report ready, wait at the barrier for the common
@@ -349,6 +354,7 @@ impl Merger {
             }
             per_core.push(pct(t.window_cpu_s, report.duration_s));
         }
+        super::accounting::fill(&mut report, &self.totals, config);
         report.throughput_rps = if report.duration_s > 0.0 {
             report.requests as f64 / report.duration_s
         } else {

@@ -2,8 +2,11 @@
 //! loop (connections × depth in flight) or open loop (a fixed rate, latency counted from the
 //! intended send time); one HdrHistogram per thread, merged; a line per second.
 
+mod accounting;
 pub mod cli;
+mod fdlimit;
 pub mod hlog;
+mod preload;
 pub mod protocol;
 pub mod raw;
 mod recorder;
@@ -65,6 +68,8 @@ pub struct ProtoOptions {
     pub seed: u64,
     /// msgr request and reply payload size in bytes.
     pub msg_size: usize,
+    /// Redis: SET every key of the key space before the load starts (so GETs find them).
+    pub preload: bool,
 }
 
 impl Default for ProtoOptions {
@@ -79,6 +84,7 @@ impl Default for ProtoOptions {
             distribution: Distribution::Uniform,
             seed: 1,
             msg_size: 4096,
+            preload: false,
         }
     }
 }
@@ -157,10 +163,26 @@ pub struct LoadReport {
     pub rate_rps: Option<f64>,
     /// Requests completed successfully in the measured window.
     pub requests: u64,
-    /// Every request written to the wire (warm-up, set-up and final drain included).
+    /// Requests the server received: every request written to the wire (warm-up, `--preload`
+    /// and final drain included), a request written again after its connection closed counted
+    /// once, one written behind a closing reply and never written again not counted.
     pub sent: u64,
+    /// Requests written a second time, on a new connection, because the server closed the one
+    /// they were written on before reading them (nginx's `keepalive_requests`).
+    #[serde(default)]
+    pub resent: u64,
     /// Failed requests by kind (timeout, http_5xx, resp_error, closed, ...).
     pub errors: BTreeMap<String, u64>,
+    /// Failed share of the measured window's requests: errors / (requests + errors).
+    #[serde(default)]
+    pub error_ratio: f64,
+    /// Redis only: GETs of the measured window that found their key (a bulk reply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_hits: Option<u64>,
+    /// Redis only: GETs of the measured window whose key was absent (a nil reply); they are
+    /// successful requests, but measure a lookup that found nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_misses: Option<u64>,
     /// Length of the measured window in seconds.
     pub duration_s: f64,
     /// Completed requests per second of the measured window.
@@ -229,6 +251,7 @@ pub struct LoadOutcome {
 }
 
 pub mod engine;
+pub use accounting::error_ratio;
 pub use engine::{run, run_at};
 
 /// Why a load run could not start or finish.
@@ -238,12 +261,24 @@ pub enum LoadError {
     #[error("{0}")]
     BadInput(String),
     /// The target could not be reached.
-    #[error("cannot connect to {addr} (is the server running?)")]
+    #[error("cannot connect to {addr}: {}", fdlimit::connect_cause(.source))]
     Connect {
         /// The address tried.
         addr: String,
         /// The OS error.
         source: std::io::Error,
+    },
+    /// Too few file descriptors for the connections asked for, even at the hard limit.
+    #[error("{connections} connections need {needed} open files, but this process may open at most {hard_limit} (hard RLIMIT_NOFILE): raise it (`ulimit -n {needed}` as root, or LimitNOFILE= for a service) or use at most {usable} connections")]
+    FdLimit {
+        /// Connections asked for.
+        connections: usize,
+        /// Descriptors the load needs (connections plus the engine's own).
+        needed: u64,
+        /// The hard limit.
+        hard_limit: u64,
+        /// Connections that fit under the hard limit.
+        usable: u64,
     },
     /// Any other I/O failure of the engine itself.
     #[error("{context}")]

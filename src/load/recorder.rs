@@ -73,6 +73,28 @@ impl Recorder {
         self.totals.sent += 1;
     }
 
+    /// `n` requests counted by `sent` that the server never read (written behind a reply that
+    /// closed the connection).
+    pub fn withdraw(&mut self, n: u64) {
+        self.totals.sent -= n;
+    }
+
+    /// One request written again after its connection closed unread (counted by `sent` too).
+    pub fn resent(&mut self) {
+        self.totals.resent += 1;
+    }
+
+    /// A redis GET answered: its key was `found` or not.
+    pub fn lookup(&mut self, found: bool, now: u64) {
+        if self.in_window(now) {
+            if found {
+                self.totals.redis_hits += 1;
+            } else {
+                self.totals.redis_misses += 1;
+            }
+        }
+    }
+
     /// `n` bytes written.
     pub fn bytes_out(&mut self, n: usize, now: u64) {
         self.bytes_sent += n as u64;

@@ -24,9 +24,9 @@ impl Target {
     /// Parses and resolves `url`, checking the options its protocol uses.
     pub fn parse(url: &str, opts: &ProtoOptions) -> Result<Target, LoadError> {
         let bad = |why: String| LoadError::BadInput(format!("bad URL {url:?}: {why}"));
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| bad("expected SCHEME://HOST:PORT (http, redis or msgr)".into()))?;
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            bad("expected SCHEME://HOST:PORT (http, redis, msgr) or shm://NAME".into())
+        })?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -37,7 +37,7 @@ impl Target {
             "msgr" => 9000,
             other => {
                 return Err(bad(format!(
-                    "unknown scheme {other:?}; use http, redis or msgr"
+                    "unknown scheme {other:?}; use http, redis, msgr or shm"
                 )))
             }
         };
@@ -53,7 +53,20 @@ impl Target {
             _ => Kind::Msgr,
         };
         check_options(opts)?;
+        if opts.preload && !matches!(kind, Kind::Redis(_)) {
+            return Err(LoadError::BadInput(
+                "--preload works with redis:// targets only".into(),
+            ));
+        }
         Ok(Target { addr, kind })
+    }
+
+    /// The key space of a redis target.
+    pub fn redis_keys(&self) -> Option<&redis::KeySpace> {
+        match &self.kind {
+            Kind::Redis(space) => Some(space),
+            _ => None,
+        }
     }
 
     /// The protocol state of connection number `index`.
@@ -130,6 +143,7 @@ mod tests {
         let msg = |u: &str| Target::parse(u, &o).unwrap_err().to_string();
         assert!(msg("127.0.0.1:80").contains("expected SCHEME://"));
         assert!(msg("ftp://127.0.0.1").contains("unknown scheme \"ftp\""));
+        assert!(msg("ftp://127.0.0.1").contains("shm"));
         assert!(msg("http://").contains("no host"));
     }
 }

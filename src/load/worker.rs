@@ -119,7 +119,14 @@ pub(super) struct IntervalMsg {
 /// One thread's totals.
 #[derive(Default)]
 pub(super) struct Totals {
+    /// Requests the server received (a re-sent one once, a withdrawn one not at all).
     pub sent: u64,
+    /// Requests written again on a new connection after the server closed theirs unread.
+    pub resent: u64,
+    /// Redis GETs in the window that found their key.
+    pub redis_hits: u64,
+    /// Redis GETs in the window answered nil.
+    pub redis_misses: u64,
     pub requests: u64,
     pub errors: BTreeMap<String, u64>,
     pub omitted: u64,
@@ -167,6 +174,9 @@ pub(super) struct Worker {
     rec: Recorder,
     timer: Option<TimerFd>,
     timer_armed_ns: u64,
+    /// Requests withdrawn from `sent` when a closing reply left them unread: the next writes,
+    /// up to this many, are their re-sends.
+    resend_owed: u64,
 }
 
 /// Open-loop pacing: intended send times and the requests waiting for a free connection.
@@ -239,6 +249,7 @@ impl Worker {
             rec,
             timer: None,
             timer_armed_ns: 0,
+            resend_owed: 0,
         })
     }
 
@@ -499,13 +510,21 @@ impl Worker {
                     self.reset(i, kind, now);
                     return false;
                 }
-                Reply::Done { len, error, close } => {
+                Reply::Done {
+                    len,
+                    error,
+                    close,
+                    found,
+                } => {
                     conn.rstart += len;
                     let Some(p) = conn.pending.pop_front() else {
                         self.reset(i, "unexpected_reply", now);
                         return false;
                     };
                     self.complete(&p, now, error);
+                    if let Some(found) = found {
+                        self.rec.lookup(found, now);
+                    }
                     if close {
                         self.reopen_after_close(i, now);
                         return false;
@@ -552,7 +571,16 @@ impl Worker {
             intended_ns,
             sent_ns: now,
         });
+        self.count_sent();
+    }
+
+    /// One request written; the first `resend_owed` ones re-send withdrawn requests.
+    fn count_sent(&mut self) {
         self.rec.sent();
+        if self.resend_owed > 0 {
+            self.resend_owed -= 1;
+            self.rec.resent();
+        }
     }
 
     fn flush(&mut self, i: usize, now: u64) {
@@ -578,9 +606,11 @@ impl Worker {
     }
 
     /// The server said it closes: requests written after that reply were never read by it,
-    /// so they are sent again on a new connection (not counted as errors).
+    /// so they leave `sent` and are sent again on a new connection (not counted as errors).
     fn reopen_after_close(&mut self, i: usize, now: u64) {
         let unanswered: Vec<Pending> = self.conns[i].pending.drain(..).collect();
+        self.rec.withdraw(unanswered.len() as u64);
+        self.resend_owed += unanswered.len() as u64;
         if let Some(open) = &mut self.open {
             for p in unanswered.into_iter().rev() {
                 open.backlog.push_front(p.intended_ns);
@@ -669,7 +699,7 @@ impl Worker {
     fn dispatch(&mut self, now: u64) {
         let depth = self.config.depth;
         let Some(open) = &mut self.open else { return };
-        let mut touched = Vec::new();
+        let mut touched: Vec<usize> = Vec::new();
         while let (Some(&intended), Some(&i)) = (open.backlog.front(), open.free.front()) {
             let conn = &mut self.conns[i];
             if !usable(conn) || conn.pending.len() >= depth {
@@ -684,12 +714,14 @@ impl Worker {
                 intended_ns: intended,
                 sent_ns: now,
             });
-            self.rec.sent();
             touched.push(i);
         }
         let late = open.backlog.len() - open.counted.min(open.backlog.len());
         self.rec.omitted(late, now);
         open.counted = open.backlog.len();
+        for _ in 0..touched.len() {
+            self.count_sent();
+        }
         touched.dedup();
         for i in touched {
             self.flush(i, now);

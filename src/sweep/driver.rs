@@ -175,6 +175,7 @@ fn tool_load(p: super::parsers::ParsedLoad) -> Result<ToolLoad, String> {
         // Tools do not count their writes: the completed requests stand in.
         sent: requests,
         errors: p.errors.clone(),
+        error_ratio: crate::load::error_ratio(requests, &p.errors),
         duration_s: if duration_s.is_finite() {
             duration_s
         } else {

@@ -582,6 +582,10 @@ fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
         rate_rps: any_rate.then(|| sum_f(|r| r.rate_rps.unwrap_or(0.0))),
         requests: sum_u(|r| r.requests),
         sent: sum_u(|r| r.sent),
+        resent: sum_u(|r| r.resent),
+        error_ratio: crate::load::error_ratio(sum_u(|r| r.requests), &errors),
+        redis_hits: reports.iter().map(|r| r.redis_hits).sum(),
+        redis_misses: reports.iter().map(|r| r.redis_misses).sum(),
         errors,
         duration_s: reports.iter().map(|r| r.duration_s).fold(0.0, f64::max),
         throughput_rps: sum_f(|r| r.throughput_rps),
@@ -675,6 +679,9 @@ mod tests {
         let load = |rps: f64, n: u64, values: &[u64]| StepLoad {
             report: LoadReport {
                 requests: n,
+                sent: n + 3,
+                resent: 2,
+                errors: [("timeout".to_string(), 1)].into(),
                 throughput_rps: rps,
                 connections: 1,
                 threads: 1,
@@ -718,6 +725,8 @@ mod tests {
         let merged = merge_loads(vec![Ok(fast), Ok(slow)], &subs).unwrap();
         assert_eq!(merged.report.throughput_rps, 910.0);
         assert_eq!(merged.report.requests, 100);
+        assert_eq!((merged.report.sent, merged.report.resent), (106, 4));
+        assert_eq!(merged.report.error_ratio, 2.0 / 102.0);
         assert_eq!(merged.hist_ns.as_ref().unwrap().len(), 100);
         assert!(merged.report.latency_us.max > 49_000.0);
         assert!(merged.report.latency_us.p50 < 2.0);

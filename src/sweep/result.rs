@@ -157,7 +157,12 @@ impl StepResult {
         let derived = obj
             .iter()
             .filter(|(k, _)| !known.contains(&k.as_str()) && !load_keys.contains(k))
-            .filter(|(k, _)| !matches!(k.as_str(), "uncorrected_latency_us" | "omitted"))
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "uncorrected_latency_us" | "omitted" | "redis_hits" | "redis_misses"
+                )
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         Ok(StepResult {
@@ -272,6 +277,11 @@ mod tests {
         step.load = Some(LoadReport {
             schema: crate::load::SCHEMA_VERSION,
             requests: 100,
+            sent: 110,
+            resent: 7,
+            error_ratio: 0.25,
+            redis_hits: Some(60),
+            redis_misses: Some(40),
             throughput_rps: 50.0,
             ..LoadReport::default()
         });
@@ -280,6 +290,11 @@ mod tests {
         let json = step.to_json();
         assert_eq!(json["schema"], STEPS_SCHEMA_VERSION);
         assert_eq!(json["requests"], 100);
+        assert_eq!(
+            (json["sent"].as_u64(), json["resent"].as_u64()),
+            (Some(110), Some(7))
+        );
+        assert_eq!(json["redis_misses"], 40);
         assert_eq!(json["cs_per_req"], 0.5);
         let back = StepResult::from_json(&json).unwrap();
         assert_eq!(back, step);

@@ -89,6 +89,7 @@ pub fn parse_response(buf: &[u8]) -> Reply {
             len: head.head_len + n,
             error: status_error(head.status),
             close: head.close,
+            found: None,
         },
     }
 }
@@ -237,7 +238,12 @@ mod tests {
     use super::*;
 
     fn done(len: usize, error: Option<&'static str>, close: bool) -> Reply {
-        Reply::Done { len, error, close }
+        Reply::Done {
+            len,
+            error,
+            close,
+            found: None,
+        }
     }
 
     #[test]

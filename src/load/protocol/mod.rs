@@ -20,6 +20,8 @@ pub enum Reply {
         error: Option<&'static str>,
         /// The server will close the connection after this reply (HTTP `Connection: close`).
         close: bool,
+        /// For a lookup (a redis GET): whether the key was found; `None` for other replies.
+        found: Option<bool>,
     },
     /// The bytes cannot be a reply: the connection must be dropped. Names the error kind.
     Invalid(&'static str),

@@ -208,6 +208,7 @@ impl Protocol for MsgrProto {
             len,
             error,
             close: false,
+            found: None,
         }
     }
 }
@@ -227,6 +228,7 @@ mod tests {
             len,
             error,
             close: false,
+            found: None,
         }
     }
 

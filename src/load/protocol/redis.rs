@@ -34,6 +34,11 @@ impl KeySpace {
         Ok(KeySpace { keys, width, zipf })
     }
 
+    /// Number of keys: they are `key:0` to `key:N-1`, zero-padded to one width.
+    pub fn keys(&self) -> u64 {
+        self.keys
+    }
+
     fn draw(&self, rng: &mut SplitMix64) -> u64 {
         match &self.zipf {
             None => rng.next_u64() % self.keys,
@@ -81,6 +86,15 @@ impl Redis {
     }
 }
 
+impl Redis {
+    /// The SET of key number `key` (for `--preload`), patched in place like the others.
+    pub fn set_of(&mut self, key: u64) -> &[u8] {
+        let at = self.set_key_at;
+        write_digits(&mut self.set[at..at + self.space.width], key);
+        &self.set
+    }
+}
+
 impl Protocol for Redis {
     fn next_request(&mut self) -> &[u8] {
         let key = self.space.draw(&mut self.rng);
@@ -96,10 +110,15 @@ impl Protocol for Redis {
 
     fn parse_reply(&mut self, buf: &[u8]) -> Reply {
         match parse_value(buf, 0, 0) {
-            Ok(Some((len, is_error))) => Reply::Done {
+            Ok(Some((len, kind))) => Reply::Done {
                 len,
-                error: is_error.then_some("resp_error"),
+                error: (kind == Value::Error).then_some("resp_error"),
                 close: false,
+                found: match kind {
+                    Value::Bulk => Some(true),
+                    Value::Nil => Some(false),
+                    _ => None,
+                },
             },
             Ok(None) => Reply::Incomplete,
             Err(kind) => Reply::Invalid(kind),
@@ -115,12 +134,22 @@ fn write_digits(out: &mut [u8], mut value: u64) {
     }
 }
 
-/// Frames one RESP value starting at `pos`: `(end, is_error)` or `None` when incomplete.
+/// The kind of a RESP value, as far as the engine cares: a GET answers a bulk string when
+/// its key exists and nil when it does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Value {
+    Bulk,
+    Nil,
+    Error,
+    Other,
+}
+
+/// Frames one RESP value starting at `pos`: `(end, kind)` or `None` when incomplete.
 fn parse_value(
     buf: &[u8],
     pos: usize,
     depth: usize,
-) -> Result<Option<(usize, bool)>, &'static str> {
+) -> Result<Option<(usize, Value)>, &'static str> {
     if depth > MAX_DEPTH {
         return Err("resp_bad_reply");
     }
@@ -132,18 +161,18 @@ fn parse_value(
     };
     let after = line_end + 2;
     match kind {
-        b'+' | b':' => Ok(Some((after, false))),
-        b'-' => Ok(Some((after, true))),
+        b'+' | b':' => Ok(Some((after, Value::Other))),
+        b'-' => Ok(Some((after, Value::Error))),
         b'$' => {
             let n = parse_int(&buf[pos + 1..line_end])?;
             if n < 0 {
-                return Ok(Some((after, false)));
+                return Ok(Some((after, Value::Nil)));
             }
             if n > MAX_BULK_BYTES {
                 return Err("resp_bad_reply");
             }
             let end = after + n as usize + 2;
-            Ok((buf.len() >= end).then_some((end, false)))
+            Ok((buf.len() >= end).then_some((end, Value::Bulk)))
         }
         b'*' => {
             let n = parse_int(&buf[pos + 1..line_end])?;
@@ -154,7 +183,7 @@ fn parse_value(
                     None => return Ok(None),
                 }
             }
-            Ok(Some((at, false)))
+            Ok(Some((at, Value::Other)))
         }
         _ => Err("resp_bad_reply"),
     }
@@ -280,17 +309,24 @@ mod tests {
     #[test]
     fn frames_replies() {
         let mut r = conn(1.0);
-        let ok = |len, error| Reply::Done {
+        let ok = |len, error, found| Reply::Done {
             len,
             error,
             close: false,
+            found,
         };
-        assert_eq!(r.parse_reply(b"+OK\r\n"), ok(5, None));
-        assert_eq!(r.parse_reply(b"$-1\r\n"), ok(5, None));
-        assert_eq!(r.parse_reply(b"$3\r\nabc\r\n+OK"), ok(9, None));
+        assert_eq!(r.parse_reply(b"+OK\r\n"), ok(5, None, None));
+        assert_eq!(r.parse_reply(b"$-1\r\n"), ok(5, None, Some(false)));
+        assert_eq!(r.parse_reply(b"$3\r\nabc\r\n+OK"), ok(9, None, Some(true)));
         assert_eq!(r.parse_reply(b"$3\r\nab"), Reply::Incomplete);
-        assert_eq!(r.parse_reply(b"-ERR no\r\n"), ok(9, Some("resp_error")));
-        assert_eq!(r.parse_reply(b"*2\r\n:1\r\n$1\r\na\r\n"), ok(15, None));
+        assert_eq!(
+            r.parse_reply(b"-ERR no\r\n"),
+            ok(9, Some("resp_error"), None)
+        );
+        assert_eq!(
+            r.parse_reply(b"*2\r\n:1\r\n$1\r\na\r\n"),
+            ok(15, None, None)
+        );
         assert_eq!(r.parse_reply(b"*2\r\n:1\r\n"), Reply::Incomplete);
         assert_eq!(r.parse_reply(b"HTTP/1.1"), Reply::Incomplete);
         assert_eq!(
@@ -301,6 +337,13 @@ mod tests {
             r.parse_reply(b"$4294967296\r\n"),
             Reply::Invalid("resp_bad_reply")
         );
+    }
+
+    #[test]
+    fn preload_sets_the_given_key() {
+        let mut r = conn(1.0);
+        let req = String::from_utf8(r.set_of(42).to_vec()).unwrap();
+        assert_eq!(req, "*3\r\n$3\r\nSET\r\n$7\r\nkey:042\r\n$4\r\nxxxx\r\n");
     }
 
     #[test]
