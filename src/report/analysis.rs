@@ -1259,10 +1259,88 @@ pub(crate) mod tests {
             md.contains("No repetitions: the spread of a step is unknown"),
             "{md}"
         );
+        // Every row is 1.00: one line instead of the table.
+        assert!(md.contains("Little's law holds"), "{md}");
+        assert!(!md.contains("| t | p | 4 | 0 | 4 | 300 |"), "{md}");
+    }
+
+    #[test]
+    fn littles_law_table_only_when_it_tells_something() {
+        let steps = || vec![ok_step(1, 100.0, 10_000.0), ok_step(2, 200.0, 10_000.0)];
+        let md = |steps: Vec<StepResult>| {
+            render_markdown(&analyze(
+                &RunData {
+                    steps,
+                    ..RunData::default()
+                },
+                None,
+            ))
+        };
+        let holds = md(steps());
+        assert!(holds.contains("within 10% of 1 at every one of the 2 closed-loop steps"));
+        assert!(!holds.contains("| X·R / L |"), "{holds}");
+        // One row 50% off: the table, with every row.
+        let mut off = steps();
+        off[1].load.as_mut().unwrap().latency_us.mean = 15_000.0;
+        let table = md(off);
         assert!(
-            md.contains("| t | p | 4 | 0 | 4 | 300 | 13333.3 | 13333.0 | 1.00 |  |"),
+            table.contains("| t | p | 2 | 0 | 2 | 200 | 10000.0 | 15000.0 | 1.50 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| t | p | 1 | 0 | 1 | 100 | 10000.0 | 10000.0 | 1.00 |"),
+            "{table}"
+        );
+        // An external tool's figures: the table even when every row holds.
+        let mut external = steps();
+        external[0]
+            .derived
+            .insert("tool".into(), serde_json::json!({}));
+        assert!(md(external).contains("| X·R / L |"));
+    }
+
+    #[test]
+    fn usl_on_four_levels_carries_its_caveat_and_no_limit_label() {
+        // A clean contention curve: the fit is excellent, but 4 levels do not make a finding.
+        let x = |n: f64| 1000.0 * n / (1.0 + 0.2 * (n - 1.0));
+        let run = |levels: &[usize]| RunData {
+            steps: levels
+                .iter()
+                .map(|&n| ok_step(n, x(n as f64), 1000.0))
+                .collect(),
+            ..RunData::default()
+        };
+        let four = analyze(&run(&[1, 2, 4, 8]), None);
+        let s = &four.series[0];
+        assert!(s.usl.as_ref().unwrap().r2 > 0.99);
+        let caveat = s.usl_caveat.as_deref().expect("a caveat");
+        assert!(
+            caveat.contains("4 server-limited client counts"),
+            "{caveat}"
+        );
+        let (_, rows) = scalability_rows(&four);
+        assert_eq!(rows[0].last().unwrap(), "– (see caveat)");
+        let md = render_markdown(&four);
+        assert!(
+            md.contains("USL caveat: fitted on 4 server-limited"),
             "{md}"
         );
+        // Six levels and a good fit: a finding, with its label.
+        let six = analyze(&run(&[1, 2, 4, 8, 16, 32]), None);
+        assert_eq!(six.series[0].usl_caveat, None);
+        let (_, rows) = scalability_rows(&six);
+        assert_eq!(rows[0].last().unwrap(), "contention");
+        // A poor fit on many levels: R² names the caveat.
+        let noisy: Vec<usize> = vec![1, 2, 3, 4, 5, 6];
+        let mut bad = run(&noisy);
+        for (i, s) in bad.steps.iter_mut().enumerate() {
+            s.load.as_mut().unwrap().throughput_rps = if i % 2 == 0 { 1000.0 } else { 3000.0 };
+        }
+        let a = analyze(&bad, None);
+        if let Some(u) = &a.series[0].usl {
+            assert!(u.r2 < USL_MIN_R2);
+            assert!(a.series[0].usl_caveat.as_deref().unwrap().contains("R²"));
+        }
     }
 
     #[test]
