@@ -1122,31 +1122,41 @@ fn noise_section(out: &mut String, a: &RunAnalysis) {
     if a.auto_repetitions {
         auto_repetitions_table(out, a);
     }
-    let noisy: Vec<(&SeriesAnalysis, &LoadPoint)> = a
+    let repeated: Vec<(&SeriesAnalysis, &LoadPoint)> = a
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(move |p| (s, p)))
-        .filter(|(_, p)| p.noisy)
+        .filter(|(_, p)| p.repetitions >= 2)
         .collect();
-    if noisy.is_empty() {
+    let noisy = repeated.iter().filter(|(_, p)| p.noisy).count();
+    if noisy == 0 {
         out.push_str("Every repeated step's throughput varied by less than 3% (CV).\n\n");
-        return;
-    }
-    out.push_str("Steps whose throughput varied by 3% or more (CV) over their repetitions: do not read a knee into them.\n\n");
-    out.push_str(
-        "| target | placement | clients | repetitions | throughput (req/s, mean ± 95% CI) | CV |\n",
-    );
-    out.push_str("| --- | --- | ---: | ---: | ---: | ---: |\n");
-    for (s, p) in noisy {
+    } else {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {:.1}% |",
+            "{noisy} load level(s) varied by 3% or more (CV) over their repetitions: do not read a knee into them.\n"
+        );
+    }
+    out.push_str(
+        "Each repeated level: its p99 from the repetitions' histograms merged, the single \
+         repetitions' p99 range beside it.\n\n",
+    );
+    out.push_str(
+        "| target | placement | clients | repetitions | throughput (req/s, mean ± 95% CI) | CV | p99 (reps) | noisy |\n",
+    );
+    out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
+    for (s, p) in repeated {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.1}% | {} | {} |",
             escape(&s.target),
             escape(&s.placement),
             load_label(p.clients, p.rate_rps),
             p.repetitions,
             show_summary(&p.throughput_rps, Metric::ThroughputRps),
-            p.throughput_rps.cv * 100.0
+            p.throughput_rps.cv * 100.0,
+            p.p99_text(),
+            if p.noisy { "yes" } else { "no" }
         );
     }
     out.push('\n');
