@@ -157,7 +157,7 @@ pub struct Table {
 }
 
 const CSS: &str = r#"
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1000px; padding: 0 1em; color: #1a1a1a; line-height: 1.45; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #1a1a1a; line-height: 1.45; }
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
 h3 { font-size: 1.05em; margin: 1.2em 0 .4em; }
@@ -183,6 +183,7 @@ svg .grid line { stroke: #e6e6e6; stroke-width: 1; }
 svg .frame { fill: none; stroke: #999; }
 details { margin: .3em 0; }
 summary { cursor: pointer; }
+@media (max-width: 600px) { nav.toc ol { columns: 1; } body { padding: 0 .5em; } }
 @media print { body { max-width: none; margin: 0; } h2 { page-break-after: avoid; } }
 "#;
 
@@ -537,10 +538,14 @@ fn single_core_sentence(page: &mut String, h: &CoreHeatMap) {
         format!("{}: one core, no busy figures.", h.label)
     } else {
         format!(
-            "{}: one core ({}), busy {mean:.0}% on average over {} seconds ({lo:.0}–{hi:.0}%).",
+            "{}: one core ({}), busy {mean:.0}% on average over {} ({lo:.0}–{hi:.0}%).",
             h.label,
             h.cores[0],
-            values.len()
+            if values.len() == 1 {
+                "1 second".to_string()
+            } else {
+                format!("{} seconds", values.len())
+            }
         )
     };
     let _ = write!(page, "<p>{}</p>", escape(&text));
@@ -632,6 +637,7 @@ mod tests {
     fn sample() -> ReportData {
         let point = |c: f64, x: f64| Point {
             clients: c,
+            rate_rps: None,
             throughput_rps: x,
             p50_us: 10.0 * c,
             p99_us: 30.0 * c,
@@ -653,6 +659,7 @@ mod tests {
                     sigma: 0.1,
                     kappa: 0.01,
                 }),
+                threads: Some("2".into()),
             }],
             histograms: vec![StepHistogram {
                 step_id: "s1".into(),
@@ -670,6 +677,71 @@ mod tests {
                 header: vec!["clients".into(), "throughput".into()],
                 rows: vec![vec!["1".into(), "100".into()], vec!["2".into()]],
             }],
+            ..ReportData::default()
+        }
+    }
+
+    #[test]
+    fn charts_read_at_any_scale() {
+        let mut data = sample();
+        // A second placement of the same target with twice the CPU per request.
+        let mut other = data.series[0].clone();
+        other.placement = "shared".into();
+        other.threads = Some("1".into());
+        for p in &mut other.points {
+            p.cpu_us_per_req_user = Some(8.0);
+            p.cpu_us_per_req_sys = Some(4.0);
+        }
+        data.series.push(other);
+        let page = render(&data);
+        // Latency on a log axis, each point labelled with its clients.
+        assert!(page.contains("latency (µs, log scale)"));
+        assert_eq!(page.matches("class=\"point-label\"").count(), 6);
+        // Responsive charts.
+        assert!(page.contains("width=\"100%\" viewBox="));
+        // Threads in the legends; one y-scale for the target's CPU charts (12 µs both).
+        assert!(page.contains("shared (1 thread)") && page.contains("(2 threads)"));
+        let cpu = &page[page.find("id=\"cpu\"").unwrap()..page.find("id=\"cores\"").unwrap()];
+        let ticks: Vec<Vec<&str>> = cpu
+            .split("<svg")
+            .skip(1)
+            .map(|chart| {
+                chart
+                    .split("class=\"tick\"")
+                    .skip(1)
+                    .filter_map(|t| t.split_once('>').and_then(|(_, r)| r.split_once('<')))
+                    .map(|(v, _)| v)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(ticks.len(), 2);
+        // Same scale, above the 12 µs of the costlier placement, although the first
+        // chart's own bars stop at 6.
+        assert_eq!(ticks[0], ticks[1]);
+        assert!(ticks[0].contains(&"15"), "{ticks:?}");
+    }
+
+    #[test]
+    fn one_core_is_a_sentence_and_open_loop_plots_the_offered_rate() {
+        let mut data = sample();
+        data.heat_map = Some(CoreHeatMap {
+            step_id: "s".into(),
+            label: "server cores, msgr · 1 client".into(),
+            cores: vec!["cpu0".into()],
+            seconds: vec![1.0, 2.0],
+            busy_pct: vec![vec![40.0, 60.0]],
+        });
+        for (i, p) in data.series[0].points.iter_mut().enumerate() {
+            p.rate_rps = Some(1000.0 * (i + 1) as f64);
+            p.clients = 4.0;
+        }
+        let page = render(&data);
+        assert!(page.contains("one core (cpu0), busy 50% on average over 2 seconds (40–60%)"));
+        assert!(!page.contains("heat-map"));
+        assert!(page.contains("offered rate (requests/s)"));
+        // One point per rate, each labelled with it.
+        for r in ["1000/s", "2000/s", "3000/s"] {
+            assert!(page.contains(&format!(">{r}<")), "{r}");
         }
     }
 
