@@ -53,18 +53,24 @@ pub fn sections(run: &RunData, a: &analysis::RunAnalysis) -> String {
     out
 }
 
-/// "12 steps: 9 ok, 1 with too many errors, 1 failed, 1 skipped."
+/// "12 steps: 9 ok, 1 failed, 1 skipped. 1 step ended with too many errors." (the last
+/// sentence only when one did).
 pub fn step_counts(steps: &[StepResult]) -> String {
     let n = |st| steps.iter().filter(|s| s.status == st).count();
     let total = steps.len();
-    format!(
-        "{total} step{}: {} ok, {} with too many errors, {} failed, {} skipped.",
+    let mut text = format!(
+        "{total} step{}: {} ok, {} failed, {} skipped.",
         if total == 1 { "" } else { "s" },
         n(StepStatus::Ok),
-        n(StepStatus::Errors),
         n(StepStatus::Failed),
         n(StepStatus::Skipped),
-    )
+    );
+    match n(StepStatus::Errors) {
+        0 => {}
+        1 => text.push_str(" 1 step ended with too many errors."),
+        e => text.push_str(&format!(" {e} steps ended with too many errors.")),
+    }
+    text
 }
 
 /// What stairbench's own observers cost, so it can be weighed against the figures.
@@ -212,6 +218,6 @@ mod tests {
             md.contains("| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly |"),
             "{md}"
         );
-        assert!(md.contains("1 step: 0 ok, 0 with too many errors, 1 failed, 0 skipped."));
+        assert!(md.contains("1 step: 0 ok, 1 failed, 0 skipped.\n"));
     }
 }

@@ -279,12 +279,15 @@ fn toml_text(v: &toml::Value) -> String {
     }
 }
 
+/// A series' steps by load level: (offered rate in mHz, clients).
+type Levels<'a> = BTreeMap<(u64, u64), Vec<&'a Value>>;
+
 /// Groups ok steps by (target, placement) in run order, averaging repetitions per client count.
 fn series(ok: &[&Value]) -> Vec<Series> {
     let mut order: Vec<(String, String)> = Vec::new();
     // A load level is its offered rate (mHz steps, so it orders as a number) and clients: an
     // open-loop series has one point per rate.
-    let mut groups: BTreeMap<(String, String), BTreeMap<(u64, u64), Vec<&Value>>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String), Levels> = BTreeMap::new();
     for s in ok {
         let key = (
             str_at(s, "target").to_string(),
