@@ -605,3 +605,186 @@ b = "reactor@1"
     assert_eq!(cmp["rows"].as_array().unwrap().len(), 4);
     assert_eq!(cmp["sentences"].as_array().unwrap().len(), 4);
 }
+
+/// The h2 headings of a page or a markdown file, as text.
+fn headings(text: &str, html: bool) -> Vec<String> {
+    if !html {
+        return text
+            .lines()
+            .filter_map(|l| l.strip_prefix("## "))
+            .map(str::to_string)
+            .collect();
+    }
+    text.split("<h2")
+        .skip(1)
+        .filter_map(|h| {
+            h.split_once('>')
+                .and_then(|(_, rest)| rest.split_once("</h2>"))
+        })
+        .map(|(title, _)| title.replace("&#39;", "'").replace("&amp;", "&"))
+        .collect()
+}
+
+/// Alpha's USL staircase at 1–8 clients; at 16 clients the load generator saturated while
+/// measuring the highest throughput of all, and at 32 clients the requests failed.
+fn peak_steps() -> Vec<StepResult> {
+    let mut steps: Vec<StepResult> = [1, 2, 4, 8]
+        .iter()
+        .map(|&c| step("alpha", c, 0, usl(c as f64), 1.0))
+        .collect();
+    let mut saturated = step("alpha", 16, 0, 50_000.0, 1.0);
+    saturated.load.as_mut().unwrap().client_saturated = true;
+    steps.push(saturated);
+    let mut errors = step("alpha", 32, 0, 90_000.0, 1.0);
+    errors.status = StepStatus::Errors;
+    errors.reason = Some("error ratio 0.4".into());
+    steps.push(errors);
+    steps
+}
+
+#[test]
+fn one_peak_in_the_last_lines_report_md_and_report_html() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    write_run(&dir, &peak_steps(), "Linux 6.1");
+    let out = bin().arg("report").arg(&dir).output().unwrap();
+    common::assert_success(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let headline = format!("{:.0} req/s at 8 clients", usl(8.0));
+    let left_out =
+        "left out: load generator saturated at 16 clients; too many errors at 32 clients";
+    let line = format!("alpha / shared     peak {headline} ({left_out})");
+    assert!(stdout.contains(&line), "{line}\nnot in\n{stdout}");
+
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    for (name, text) in [("report.md", &md), ("report.html", &html)] {
+        // The conclusions, the peak table and the scalability table agree.
+        assert!(
+            text.contains(&format!("alpha / shared peaks at {headline}")),
+            "{name}"
+        );
+        assert!(text.contains(left_out), "{name}");
+        assert!(
+            text.contains(&format!("{:.0} (8)", usl(8.0))),
+            "{name}: scalability"
+        );
+        assert!(
+            !text.contains("50000 (16)") && !text.contains("peaks at 90000"),
+            "{name}"
+        );
+    }
+    assert!(
+        md.contains("6 steps: 5 ok, 0 failed, 0 skipped. 1 step ended with too many errors."),
+        "{md}"
+    );
+    // The error step stays in the results, shown as such.
+    assert!(md.contains("| errors: error ratio 0.4 |"), "{md}");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("analysis.json")).unwrap()).unwrap();
+    let peak = &json["series"][0]["peak"];
+    assert_eq!(peak["clients"], 8);
+    assert_eq!(peak["excluded_client_saturated"], json!(["16"]));
+    assert_eq!(peak["excluded_errors"], json!(["32"]));
+}
+
+#[test]
+fn report_html_has_every_section_of_report_md() {
+    let (_tmp, dir) = fixture("Linux 6.1", &|_| 1.0);
+    let fixture_copy = tempfile::tempdir().unwrap();
+    let report_fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report");
+    for sub in ["hist", "intervals"] {
+        std::fs::create_dir_all(fixture_copy.path().join(sub)).unwrap();
+        for f in std::fs::read_dir(report_fixture.join(sub)).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(
+                &f,
+                fixture_copy.path().join(sub).join(f.file_name().unwrap()),
+            )
+            .unwrap();
+        }
+    }
+    for f in ["steps.jsonl", "spec.toml", "environment.json", "notes.txt"] {
+        std::fs::copy(report_fixture.join(f), fixture_copy.path().join(f)).unwrap();
+    }
+    for dir in [dir.as_path(), fixture_copy.path()] {
+        common::assert_success(&bin().arg("report").arg(dir).output().unwrap());
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        let md_h = headings(&md, false);
+        let html_h = headings(&html, true);
+        assert!(md_h.len() >= 6, "{md_h:?}");
+        for h in &md_h {
+            let h = h.replace("&lt;", "<").replace("&gt;", ">");
+            assert!(
+                html_h
+                    .iter()
+                    .any(|x| x.replace("&lt;", "<").replace("&gt;", ">") == h),
+                "{h:?} of report.md missing from report.html's {html_h:?}"
+            );
+        }
+        for own in [
+            "Contents",
+            "Conclusions",
+            "Throughput",
+            "Latency response curves",
+        ] {
+            assert!(html.contains(own), "{own}");
+        }
+    }
+}
+
+/// A histogram of `count` requests at `us` µs each, and a tail of 2% at `tail_us`.
+fn reps_hist(us: u64, tail_us: u64) -> Histogram<u64> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
+    h.record_n(us * 1000, 9_800).unwrap();
+    h.record_n(tail_us * 1000, 200).unwrap();
+    h
+}
+
+#[test]
+fn repetitions_merge_their_histograms_for_percentiles() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    // Three repetitions of one level whose tails differ: their p99s are 100, 400 and 1000 µs
+    // apart from a common 50 µs body.
+    let tails = [100u64, 400, 1_000];
+    let mut steps = Vec::new();
+    let mut merged = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
+    for (rep, tail) in tails.iter().enumerate() {
+        let mut s = step("alpha", 4, rep, 4000.0, 1.0);
+        let h = reps_hist(50, *tail);
+        s.load.as_mut().unwrap().latency_us.p99 = h.value_at_quantile(0.99) as f64 / 1e3;
+        merged.add(&h).unwrap();
+        steps.push(s);
+    }
+    write_run(&dir, &steps, "Linux 6.1");
+    for (rep, tail) in tails.iter().enumerate() {
+        write_hlog(
+            &dir.join(format!("hist/alpha.shared.c4.r{rep}.hlog")),
+            &reps_hist(50, *tail),
+        );
+    }
+    common::assert_success(&bin().arg("report").arg(&dir).output().unwrap());
+    let a = analyze_run(&dir).unwrap();
+    let p = &series(&a, "alpha").points[0];
+    let want_p99 = merged.value_at_quantile(0.99) as f64 / 1e3;
+    let m = p.merged_latency_us.expect("merged percentiles");
+    assert!((m.p99 - want_p99).abs() < 1e-9, "{m:?} vs {want_p99}");
+    // The merge counts every repetition's window (the hlog holds each histogram twice).
+    assert_eq!(m.count, 2 * 3 * 10_000);
+    let mean_of_p99s = p.p99_latency_us.unwrap().mean;
+    assert!(
+        (mean_of_p99s - want_p99).abs() > 50.0,
+        "the test must tell them apart"
+    );
+    let [lo, hi] = p.p99_reps_us.unwrap();
+    assert!(
+        (lo - 100.0).abs() < 1.0 && (hi - 1000.0).abs() < 2.0,
+        "{lo} {hi}"
+    );
+    let text = format!("{want_p99:.1} µs (reps {lo:.1}–{hi:.1})");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains(&text), "{text} not in\n{md}");
+    assert!(!md.contains(&format!("{mean_of_p99s:.1} µs")), "{md}");
+}

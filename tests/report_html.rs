@@ -186,10 +186,12 @@ fn fixture_page_is_escaped_and_complete() {
     assert!(page.contains("Little&#39;s law"));
     assert_eq!(page.matches("<svg ").count(), expected_charts(&data));
     // Self-contained: the SVG namespace is the only URL, nothing is loaded from elsewhere.
+    assert!(!page.contains(" src="), "an external resource");
     assert!(
-        !page.contains(" src=") && !page.contains(" href="),
-        "an external resource"
+        page.split(" href=\"").skip(1).all(|h| h.starts_with('#')),
+        "a link out of the page"
     );
+    assert!(page.contains("<nav class=\"toc\">"), "a table of contents");
     let urls = page.matches("http://").count() + page.matches("https://").count();
     assert_eq!(
         urls,
@@ -259,17 +261,22 @@ fn console_errors(stderr: &str) -> Vec<&str> {
         .collect()
 }
 
-/// (width, height) attributes of every `<svg` element in `dom`.
+/// (width, height) of the viewBox of every `<svg` element in `dom` that is drawn as wide as
+/// the page (`width="100%"`, its height following the viewBox's proportions); (0, 0) for one
+/// that is not.
 fn svg_sizes(dom: &str) -> Vec<(f64, f64)> {
     let re = regex::Regex::new(r#"<svg\b[^>]*>"#).unwrap();
-    let attr = |tag: &str, name: &str| -> f64 {
-        let re = regex::Regex::new(&format!(r#"\s{name}="([0-9.]+)""#)).unwrap();
-        re.captures(tag)
-            .and_then(|c| c[1].parse().ok())
-            .unwrap_or(0.0)
-    };
+    let view_box = regex::Regex::new(r#"\sviewBox="0 0 ([0-9.]+) ([0-9.]+)""#).unwrap();
     re.find_iter(dom)
-        .map(|m| (attr(m.as_str(), "width"), attr(m.as_str(), "height")))
+        .map(|m| {
+            let tag = m.as_str();
+            match view_box.captures(tag) {
+                Some(c) if tag.contains(r#" width="100%""#) => {
+                    (c[1].parse().unwrap_or(0.0), c[2].parse().unwrap_or(0.0))
+                }
+                _ => (0.0, 0.0),
+            }
+        })
         .collect()
 }
 

@@ -25,6 +25,12 @@ use crate::analyze::stats::{self, Summary};
 use crate::analyze::usl::{self, UslFit};
 use crate::sweep::result::{StepResult, StepStatus};
 
+mod merged;
+pub mod peak;
+
+pub use merged::MergedLatency;
+pub use peak::Peak;
+
 /// Version of the analysis.json layout.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -56,12 +62,17 @@ pub struct SeriesAnalysis {
     pub open_loop: bool,
     /// Per load level, the ok steps (repetitions) summarised, in load order.
     pub points: Vec<LoadPoint>,
+    /// The series' peak: its best server-limited load level, with the levels left out named.
+    pub peak: Peak,
     /// Steps (repetitions counted) the fits used: ok and not client-saturated.
     pub fitted_steps: usize,
     /// Universal Scalability Law fit of throughput (req/s) vs clients, each repetition a point.
     pub usl: Option<UslFit>,
     /// Why there is no USL fit (fewer than 4 points, open loop, ...).
     pub usl_note: Option<String>,
+    /// Why the USL fit is not a finding (fewer than 5 server-limited load levels, or R² under
+    /// 0.9): the reports then show it with this caveat and without its "limited by" label.
+    pub usl_caveat: Option<String>,
     /// Knees, maximum, saturation and busy points on the mean throughput per load level.
     pub knee: Option<KneeSummary>,
     /// Little's law at every ok closed-loop step, in load order.
@@ -83,8 +94,14 @@ pub struct LoadPoint {
     pub throughput_rps: Summary,
     /// Mean latency (µs) over the repetitions; None when the load tool did not report it.
     pub mean_latency_us: Option<Summary>,
-    /// 99th percentile latency (µs) over the repetitions; None when not reported.
+    /// The repetitions' own p99 latencies (µs) summarised; its mean is not a p99 (see
+    /// `merged_latency_us`). None when not reported.
     pub p99_latency_us: Option<Summary>,
+    /// Percentiles (µs) of the repetitions' histograms (hist/<step>.hlog) merged: the level's
+    /// latency. None when a repetition's log is missing or unreadable.
+    pub merged_latency_us: Option<MergedLatency>,
+    /// Lowest and highest p99 (µs) of the single repetitions, with 2 or more.
+    pub p99_reps_us: Option<[f64; 2]>,
     /// Server CPU use in percent of the CPUs it was given (mean over repetitions), if observed.
     pub server_cpu_pct: Option<f64>,
     /// A repetition's load generator was saturated: the level is left out of the fits.
@@ -106,6 +123,9 @@ pub struct LittleRow {
     pub throughput_rps: f64,
     /// The load generator was saturated at this step (a likely reason for a low ratio).
     pub client_saturated: bool,
+    /// The load came from an external tool, whose latency and in-flight figures are its own
+    /// (the check then says something even when it holds).
+    pub external_client: bool,
     /// The check: L, predicted and measured mean latency (µs), X·R / L and the flag.
     #[serde(flatten)]
     pub check: LittleStep,
@@ -256,16 +276,22 @@ fn analyze_series(
         .collect();
     steps.sort_by(|a, b| load_of(a).total_cmp(&load_of(b)).then(a.rep.cmp(&b.rep)));
     let open_loop = steps.iter().any(|s| s.rate_rps.is_some());
-    let points = load_points(&steps);
+    let mut points = load_points(&steps);
+    if let Some(dir) = dir {
+        merged::merge_repetitions(dir, &steps, &mut points, notes);
+    }
     let fitted: Vec<&StepResult> = steps.iter().copied().filter(|s| !is_saturated(s)).collect();
     let (usl, usl_note) = usl_fit(&fitted, open_loop);
+    let usl_caveat = usl.as_ref().and_then(|u| usl_caveat(u, &fitted));
     SeriesAnalysis {
         target: target.to_string(),
         placement: placement.to_string(),
         open_loop,
         fitted_steps: fitted.len(),
+        peak: peak::peak(&points, error_levels(all, target, placement)),
         usl,
         usl_note,
+        usl_caveat,
         knee: knee_summary(&points),
         little: if open_loop {
             Vec::new()
@@ -275,6 +301,50 @@ fn analyze_series(
         modes: dir.map_or_else(Vec::new, |d| step_modes(d, &steps, notes)),
         points,
     }
+}
+
+/// The load levels of a series whose steps ended with too many errors, in load order.
+fn error_levels(all: &[StepResult], target: &str, placement: &str) -> Vec<String> {
+    let mut errors: Vec<&StepResult> = all
+        .iter()
+        .filter(|s| s.target == target && s.placement == placement)
+        .filter(|s| s.status == StepStatus::Errors)
+        .collect();
+    errors.sort_by(|a, b| load_of(a).total_cmp(&load_of(b)));
+    let mut labels: Vec<String> = errors
+        .iter()
+        .map(|s| load_label(s.clients, s.rate_rps))
+        .collect();
+    labels.dedup();
+    labels
+}
+
+/// Fewest server-limited load levels for a USL fit to be read as a finding: a 3-parameter fit
+/// on 4 points always looks good.
+pub const USL_MIN_LEVELS: usize = 5;
+/// Lowest R² for a USL fit to be read as a finding.
+pub const USL_MIN_R2: f64 = 0.9;
+
+/// Why a fit is not a finding, if it is not.
+fn usl_caveat(fit: &UslFit, fitted: &[&StepResult]) -> Option<String> {
+    let mut levels: Vec<usize> = fitted.iter().map(|s| s.clients).collect();
+    levels.dedup();
+    let mut why = Vec::new();
+    if levels.len() < USL_MIN_LEVELS {
+        why.push(format!(
+            "fitted on {} server-limited client counts (fewer than {USL_MIN_LEVELS})",
+            levels.len()
+        ));
+    }
+    if fit.r2 < USL_MIN_R2 {
+        why.push(format!("R² {:.3} is under {USL_MIN_R2}", fit.r2));
+    }
+    (!why.is_empty()).then(|| {
+        format!(
+            "{}: the fit is not a finding, and what limits the series is not named",
+            why.join(" and ")
+        )
+    })
 }
 
 /// The load level of a step: its offered rate in open loop, else its clients.
@@ -312,6 +382,8 @@ fn load_point(reps: &[&StepResult]) -> Option<LoadPoint> {
         throughput_rps: throughput,
         mean_latency_us: figure(|l| l.latency_us.mean),
         p99_latency_us: figure(|l| l.latency_us.p99),
+        merged_latency_us: None,
+        p99_reps_us: merged::p99_range(reps),
         server_cpu_pct: stats::summarize(&cpu).map(|s| s.mean),
         client_saturated: reps.iter().any(|s| is_saturated(s)),
         noisy: throughput.n >= 2 && throughput.cv >= stats::AUTO_CV_TARGET,
@@ -400,6 +472,7 @@ fn little_row(step: &StepResult, spec: Option<&toml::Table>) -> Option<LittleRow
         rep: step.rep,
         throughput_rps: load.throughput_rps,
         client_saturated: load.client_saturated,
+        external_client: step.derived.contains_key("tool"),
         check: little::check(
             step.clients as f64,
             inflight as f64,
@@ -607,15 +680,146 @@ impl Exporter for Json {
     }
 }
 
-/// The analysis sections of report.md (the run's own analysis, or one made from its steps).
-pub fn markdown_sections(run: &RunData) -> String {
-    // A blank line first: the sections follow a table, which must be closed.
-    let body = match &run.analysis {
-        Some(a) => render_markdown(a),
-        None => render_markdown(&analyze(run, None)),
-    };
-    format!("\n{body}")
+/// Each series' peak in one sentence, then the comparisons and what Little's law found: the
+/// answers a reader wants first, in the order report.md and report.html show them.
+pub fn conclusions(a: &RunAnalysis) -> Vec<String> {
+    let mut out: Vec<String> = a.series.iter().map(series_conclusion).collect();
+    out.extend(a.comparisons.iter().map(|c| c.sentence.clone()));
+    let off = a
+        .series
+        .iter()
+        .flat_map(|s| &s.little)
+        .filter(|r| r.check.flag.is_some())
+        .count();
+    if off > 0 {
+        out.push(format!(
+            "Little's law is more than 10% off at {off} step(s): the latency is not what the requests in flight explain there (see its table)."
+        ));
+    }
+    out
 }
+
+fn series_conclusion(s: &SeriesAnalysis) -> String {
+    let p99 = s
+        .points
+        .iter()
+        .find(|p| Some(p.clients) == s.peak.clients && p.rate_rps == s.peak.rate_rps)
+        .map(|p| format!(", p99 {}", p.p99_text()))
+        .unwrap_or_default();
+    let mut text = format!(
+        "{} / {} peaks at {}{p99}",
+        s.target,
+        s.placement,
+        s.peak.headline()
+    );
+    if let Some(e) = s.peak.exclusions() {
+        text.push_str(&format!(" ({e})"));
+    }
+    text.push('.');
+    match (&s.usl, &s.usl_caveat) {
+        (Some(u), None) if u.dominant != "none" => text.push_str(&format!(
+            " The USL fit (R² {:.3}) says {} limits it.",
+            u.r2, u.dominant
+        )),
+        (Some(_), Some(_)) => text.push_str(" Its USL fit is not a finding (see the caveat)."),
+        _ => {}
+    }
+    text
+}
+
+/// Each series' peak as the run's last lines print it: "reactor / shared  peak 125351 req/s
+/// at 8 clients (left out: ...)".
+pub fn peak_lines(a: &RunAnalysis) -> Vec<String> {
+    a.series
+        .iter()
+        .map(|s| {
+            format!(
+                "{:>12} / {:<10} peak {}",
+                s.target,
+                s.placement,
+                s.peak.sentence()
+            )
+        })
+        .collect()
+}
+
+/// The conclusions as a markdown section.
+pub fn conclusions_markdown(a: &RunAnalysis) -> String {
+    let lines = conclusions(a);
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("## Conclusions\n\n");
+    for l in lines {
+        let _ = writeln!(out, "- {}", escape(&l));
+    }
+    out.push('\n');
+    out
+}
+
+/// The peak of each series as a header and rows of unescaped cells.
+pub fn peak_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
+    let header = [
+        "target",
+        "placement",
+        "peak (req/s)",
+        "at",
+        "p99 there",
+        "ok steps",
+        "left out",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = a
+        .series
+        .iter()
+        .map(|s| {
+            let at = s
+                .points
+                .iter()
+                .find(|p| Some(p.clients) == s.peak.clients && p.rate_rps == s.peak.rate_rps);
+            vec![
+                s.target.clone(),
+                s.placement.clone(),
+                opt(s.peak.throughput_rps, 0),
+                s.peak
+                    .clients
+                    .map_or("–".into(), |c| peak::level_text(c, s.peak.rate_rps)),
+                at.map_or("–".into(), LoadPoint::p99_text),
+                s.points
+                    .iter()
+                    .map(|p| p.repetitions)
+                    .sum::<usize>()
+                    .to_string(),
+                s.peak.exclusions().map_or("–".into(), |e| {
+                    e.trim_start_matches("left out: ").to_string()
+                }),
+            ]
+        })
+        .collect();
+    (header, rows)
+}
+
+/// "## Peak of each series" and its table: the one definition of a peak.
+pub fn peak_section(a: &RunAnalysis) -> String {
+    let mut out = String::new();
+    if a.series.is_empty() {
+        return out;
+    }
+    out.push_str("## Peak of each series\n\n");
+    out.push_str(PEAK_DEFINITION);
+    out.push_str("\n\n");
+    let (header, rows) = peak_rows(a);
+    markdown_table(&mut out, &header, &rows);
+    out.push('\n');
+    out
+}
+
+/// How the peak is defined, as the reports say it.
+pub const PEAK_DEFINITION: &str = "The peak is the highest mean throughput over the load levels \
+    that measured the server: levels whose load generator was saturated, or whose requests \
+    failed too often, are left out and named. Its p99 comes from the repetitions' histograms \
+    merged, with the single repetitions' p99 range beside it.";
 
 /// The analysis as markdown: scalability, Little's law, latency modes, noise, comparisons.
 pub fn render_markdown(a: &RunAnalysis) -> String {
@@ -656,7 +860,7 @@ pub fn scalability_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
     let header = [
         "target",
         "placement",
-        "max req/s (at)",
+        "peak req/s (at)",
         "saturation",
         "throughput knee",
         "latency knee",
@@ -680,9 +884,7 @@ pub fn scalability_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
             vec![
                 s.target.clone(),
                 s.placement.clone(),
-                k.map_or("–".into(), |k| {
-                    format!("{:.0} ({})", k.max_throughput, k.max_throughput_at)
-                }),
+                peak_cell(&s.peak),
                 opt(k.map(|k| k.saturation), 0),
                 opt(k.and_then(|k| k.throughput_knee), 0),
                 opt(k.and_then(|k| k.latency_knee), 0),
@@ -693,11 +895,23 @@ pub fn scalability_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
                 opt(u.and_then(|u| u.n_star), 1),
                 opt(u.and_then(|u| u.x_max), 0),
                 opt(u.map(|u| u.r2), 3),
-                u.map_or("–".into(), |u| u.dominant.clone()),
+                match (u, &s.usl_caveat) {
+                    (Some(_), Some(_)) => "– (see caveat)".into(),
+                    (Some(u), None) => u.dominant.clone(),
+                    (None, _) => "–".into(),
+                },
             ]
         })
         .collect();
     (header, rows)
+}
+
+/// The peak as the scalability table shows it: "125351 (8)".
+fn peak_cell(p: &Peak) -> String {
+    match (p.throughput_rps, p.clients) {
+        (Some(x), Some(c)) => format!("{x:.0} ({})", load_label(c, p.rate_rps)),
+        _ => "–".into(),
+    }
 }
 
 /// A table of unescaped cells as markdown: the two name columns and the last (text) column
@@ -733,24 +947,27 @@ fn scalability(out: &mut String, a: &RunAnalysis) {
     out.push('\n');
     for s in &a.series {
         let name = format!("{} / {}", escape(&s.target), escape(&s.placement));
-        if let Some(note) = &s.usl_note {
-            let _ = writeln!(out, "- {name}: {}", escape(note));
-        }
-        let saturated: Vec<String> = s
-            .points
-            .iter()
-            .filter(|p| p.client_saturated)
-            .map(|p| load_label(p.clients, p.rate_rps))
-            .collect();
-        if !saturated.is_empty() {
-            let _ = writeln!(
-                out,
-                "- {name}: load generator saturated at {} clients: left out of the fits",
-                saturated.join(", ")
-            );
+        for line in series_remarks(s) {
+            let _ = writeln!(out, "- {name}: {}", escape(&line));
         }
     }
     out.push('\n');
+}
+
+/// What the scalability table cannot hold, per series: why there is no USL fit or why it is
+/// not a finding, and the load levels left out of the peak and the fits.
+pub fn series_remarks(s: &SeriesAnalysis) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(note) = &s.usl_note {
+        lines.push(note.clone());
+    }
+    if let Some(caveat) = &s.usl_caveat {
+        lines.push(format!("USL caveat: {caveat}"));
+    }
+    if let Some(excluded) = s.peak.exclusions() {
+        lines.push(format!("{excluded} (from the peak and the fits)"));
+    }
+    lines
 }
 
 /// The Little's-law checks as a header and rows of unescaped cells, one row per closed-loop
@@ -794,11 +1011,35 @@ pub fn little_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
     (header, rows)
 }
 
+/// Whether the Little's-law table tells something: a row is off, or its figures come from an
+/// external tool. A closed loop of our own engine holds by construction (X·R/L = 1.00 at every
+/// step), so then one line says so.
+pub fn little_informative(a: &RunAnalysis) -> bool {
+    a.series
+        .iter()
+        .flat_map(|s| &s.little)
+        .any(|r| r.external_client || r.check.flag.is_some() || (r.check.ratio - 1.0).abs() > 0.1)
+}
+
+/// The one line shown instead of a table of 1.00s.
+pub fn little_holds_line(a: &RunAnalysis) -> String {
+    let steps = a.series.iter().map(|s| s.little.len()).sum::<usize>();
+    format!(
+        "Little's law holds: X·R/L is within 10% of 1 at every one of the {steps} closed-loop \
+         steps (L = clients × connections × depth requests in flight, X the throughput, R the \
+         mean latency), so the latency is what the requests in flight explain."
+    )
+}
+
 fn little_section(out: &mut String, a: &RunAnalysis) {
     out.push_str("## Little's law\n\n");
     let (header, rows) = little_rows(a);
     if rows.is_empty() {
         out.push_str("No closed-loop step with an in-flight count: nothing to check.\n\n");
+        return;
+    }
+    if !little_informative(a) {
+        let _ = writeln!(out, "{}\n", little_holds_line(a));
         return;
     }
     out.push_str(
@@ -844,7 +1085,7 @@ fn modes_section(out: &mut String, a: &RunAnalysis) {
     let _ = writeln!(
         out,
         "Populations in each step's latency histogram: {bimodal} of {} steps have two \
-         (a fast and a slow population, as seed 004's RTT histogram).\n",
+         (a fast and a slow population, as a round-trip histogram split by a cache miss).\n",
         rows.len()
     );
     out.push_str("| target | placement | clients | rep | populations | fast (share at peak, range) | slow (share at peak, range) |\n");
@@ -881,31 +1122,41 @@ fn noise_section(out: &mut String, a: &RunAnalysis) {
     if a.auto_repetitions {
         auto_repetitions_table(out, a);
     }
-    let noisy: Vec<(&SeriesAnalysis, &LoadPoint)> = a
+    let repeated: Vec<(&SeriesAnalysis, &LoadPoint)> = a
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(move |p| (s, p)))
-        .filter(|(_, p)| p.noisy)
+        .filter(|(_, p)| p.repetitions >= 2)
         .collect();
-    if noisy.is_empty() {
+    let noisy = repeated.iter().filter(|(_, p)| p.noisy).count();
+    if noisy == 0 {
         out.push_str("Every repeated step's throughput varied by less than 3% (CV).\n\n");
-        return;
-    }
-    out.push_str("Steps whose throughput varied by 3% or more (CV) over their repetitions: do not read a knee into them.\n\n");
-    out.push_str(
-        "| target | placement | clients | repetitions | throughput (req/s, mean ± 95% CI) | CV |\n",
-    );
-    out.push_str("| --- | --- | ---: | ---: | ---: | ---: |\n");
-    for (s, p) in noisy {
+    } else {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {:.1}% |",
+            "{noisy} load level(s) varied by 3% or more (CV) over their repetitions: do not read a knee into them.\n"
+        );
+    }
+    out.push_str(
+        "Each repeated level: its p99 from the repetitions' histograms merged, the single \
+         repetitions' p99 range beside it.\n\n",
+    );
+    out.push_str(
+        "| target | placement | clients | repetitions | throughput (req/s, mean ± 95% CI) | CV | p99 (reps) | noisy |\n",
+    );
+    out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
+    for (s, p) in repeated {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.1}% | {} | {} |",
             escape(&s.target),
             escape(&s.placement),
             load_label(p.clients, p.rate_rps),
             p.repetitions,
             show_summary(&p.throughput_rps, Metric::ThroughputRps),
-            p.throughput_rps.cv * 100.0
+            p.throughput_rps.cv * 100.0,
+            p.p99_text(),
+            if p.noisy { "yes" } else { "no" }
         );
     }
     out.push('\n');
@@ -1018,10 +1269,88 @@ pub(crate) mod tests {
             md.contains("No repetitions: the spread of a step is unknown"),
             "{md}"
         );
+        // Every row is 1.00: one line instead of the table.
+        assert!(md.contains("Little's law holds"), "{md}");
+        assert!(!md.contains("| t | p | 4 | 0 | 4 | 300 |"), "{md}");
+    }
+
+    #[test]
+    fn littles_law_table_only_when_it_tells_something() {
+        let steps = || vec![ok_step(1, 100.0, 10_000.0), ok_step(2, 200.0, 10_000.0)];
+        let md = |steps: Vec<StepResult>| {
+            render_markdown(&analyze(
+                &RunData {
+                    steps,
+                    ..RunData::default()
+                },
+                None,
+            ))
+        };
+        let holds = md(steps());
+        assert!(holds.contains("within 10% of 1 at every one of the 2 closed-loop steps"));
+        assert!(!holds.contains("| X·R / L |"), "{holds}");
+        // One row 50% off: the table, with every row.
+        let mut off = steps();
+        off[1].load.as_mut().unwrap().latency_us.mean = 15_000.0;
+        let table = md(off);
         assert!(
-            md.contains("| t | p | 4 | 0 | 4 | 300 | 13333.3 | 13333.0 | 1.00 |  |"),
+            table.contains("| t | p | 2 | 0 | 2 | 200 | 10000.0 | 15000.0 | 1.50 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| t | p | 1 | 0 | 1 | 100 | 10000.0 | 10000.0 | 1.00 |"),
+            "{table}"
+        );
+        // An external tool's figures: the table even when every row holds.
+        let mut external = steps();
+        external[0]
+            .derived
+            .insert("tool".into(), serde_json::json!({}));
+        assert!(md(external).contains("| X·R / L |"));
+    }
+
+    #[test]
+    fn usl_on_four_levels_carries_its_caveat_and_no_limit_label() {
+        // A clean contention curve: the fit is excellent, but 4 levels do not make a finding.
+        let x = |n: f64| 1000.0 * n / (1.0 + 0.2 * (n - 1.0));
+        let run = |levels: &[usize]| RunData {
+            steps: levels
+                .iter()
+                .map(|&n| ok_step(n, x(n as f64), 1000.0))
+                .collect(),
+            ..RunData::default()
+        };
+        let four = analyze(&run(&[1, 2, 4, 8]), None);
+        let s = &four.series[0];
+        assert!(s.usl.as_ref().unwrap().r2 > 0.99);
+        let caveat = s.usl_caveat.as_deref().expect("a caveat");
+        assert!(
+            caveat.contains("4 server-limited client counts"),
+            "{caveat}"
+        );
+        let (_, rows) = scalability_rows(&four);
+        assert_eq!(rows[0].last().unwrap(), "– (see caveat)");
+        let md = render_markdown(&four);
+        assert!(
+            md.contains("USL caveat: fitted on 4 server-limited"),
             "{md}"
         );
+        // Six levels and a good fit: a finding, with its label.
+        let six = analyze(&run(&[1, 2, 4, 8, 16, 32]), None);
+        assert_eq!(six.series[0].usl_caveat, None);
+        let (_, rows) = scalability_rows(&six);
+        assert_eq!(rows[0].last().unwrap(), "contention");
+        // A poor fit on many levels: R² names the caveat.
+        let noisy: Vec<usize> = vec![1, 2, 3, 4, 5, 6];
+        let mut bad = run(&noisy);
+        for (i, s) in bad.steps.iter_mut().enumerate() {
+            s.load.as_mut().unwrap().throughput_rps = if i % 2 == 0 { 1000.0 } else { 3000.0 };
+        }
+        let a = analyze(&bad, None);
+        if let Some(u) = &a.series[0].usl {
+            assert!(u.r2 < USL_MIN_R2);
+            assert!(a.series[0].usl_caveat.as_deref().unwrap().contains("R²"));
+        }
     }
 
     #[test]

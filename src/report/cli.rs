@@ -38,6 +38,11 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("reading run directory {}", args.dir.display()))?;
     super::write_all(&args.dir, &run)
         .with_context(|| format!("writing reports into {}", args.dir.display()))?;
+    if let Some(analysis) = &run.analysis {
+        for line in super::analysis::peak_lines(analysis) {
+            println!("{line}");
+        }
+    }
     for file in super::written_files() {
         println!("wrote {}", args.dir.join(file).display());
     }

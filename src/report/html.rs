@@ -28,6 +28,12 @@ pub struct ReportData {
     pub heat_map: Option<CoreHeatMap>,
     /// Tables (results, Little's law, knee/USL summary), in display order.
     pub tables: Vec<Table>,
+    /// The answers first: each series' peak and the comparisons, one sentence each.
+    pub conclusions: Vec<String>,
+    /// report.md's sections (peaks, results, analysis...) as HTML, shown after the charts.
+    pub sections_html: String,
+    /// The `##` headings of `sections_html`, for the table of contents.
+    pub section_headings: Vec<from_markdown::Heading>,
 }
 
 /// One target under one placement, across client counts.
@@ -41,6 +47,24 @@ pub struct Series {
     pub points: Vec<Point>,
     /// The fitted Universal Scalability Law, when the analysis produced one.
     pub usl: Option<UslCurve>,
+    /// Server threads each step ran with ("2", or "1–4" when they follow the cpuset), when known.
+    pub threads: Option<String>,
+}
+
+impl Series {
+    /// Whether the load levels are offered rates (open loop), not client counts.
+    pub fn open_loop(&self) -> bool {
+        self.points.iter().any(|p| p.rate_rps.is_some())
+    }
+
+    /// The legend's name of the series: its placement, with its server threads when known.
+    pub fn legend(&self) -> String {
+        match &self.threads {
+            Some(t) if t == "1" => format!("{} (1 thread)", self.placement),
+            Some(t) => format!("{} ({t} threads)", self.placement),
+            None => self.placement.clone(),
+        }
+    }
 }
 
 /// One step of a series (repetitions already averaged).
@@ -48,6 +72,8 @@ pub struct Series {
 pub struct Point {
     /// Client count of the step.
     pub clients: f64,
+    /// Offered rate (req/s) in open loop.
+    pub rate_rps: Option<f64>,
     /// Completed requests per second.
     pub throughput_rps: f64,
     /// Median latency, microseconds.
@@ -131,7 +157,7 @@ pub struct Table {
 }
 
 const CSS: &str = r#"
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1000px; padding: 0 1em; color: #1a1a1a; line-height: 1.45; }
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #1a1a1a; line-height: 1.45; }
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
 h3 { font-size: 1.05em; margin: 1.2em 0 .4em; }
@@ -142,7 +168,12 @@ th { background: #f2f2f2; }
 .notes { background: #fff8e1; border-left: 4px solid #e6a700; padding: .5em 1em; }
 .note { color: #555; font-size: .9em; }
 figure { margin: .5em 0 1.5em; page-break-inside: avoid; break-inside: avoid; }
-svg.chart { max-width: 100%; height: auto; background: #fff; }
+svg.chart { width: 100%; height: auto; background: #fff; }
+svg .point-label { font-size: 10px; fill: #555; }
+nav.toc { background: #f7f7f7; padding: .4em 1em; font-size: .9em; }
+nav.toc ol { margin: .2em 0; padding-left: 1.4em; columns: 2; }
+.conclusions li { margin: .2em 0; }
+table { display: block; overflow-x: auto; }
 svg .chart-title { font-size: 14px; font-weight: 600; }
 svg .tick { font-size: 11px; fill: #444; }
 svg .axis-label { font-size: 12px; fill: #222; }
@@ -152,6 +183,7 @@ svg .grid line { stroke: #e6e6e6; stroke-width: 1; }
 svg .frame { fill: none; stroke: #999; }
 details { margin: .3em 0; }
 summary { cursor: pointer; }
+@media (max-width: 600px) { nav.toc ol { columns: 1; } body { padding: 0 .5em; } }
 @media print { body { max-width: none; margin: 0; } h2 { page-break-after: avoid; } }
 "#;
 
@@ -164,17 +196,63 @@ pub fn render(data: &ReportData) -> String {
         let _ = write!(page, "<p>{}</p>", escape(d));
     }
     notes_section(&mut page, &data.notes);
+    toc(&mut page, data);
+    conclusions_section(&mut page, &data.conclusions);
     conditions_section(&mut page, &data.conditions);
     throughput_section(&mut page, &data.series);
     latency_section(&mut page, &data.series);
     cpu_section(&mut page, &data.series);
     heat_map_section(&mut page, data.heat_map.as_ref());
     histogram_section(&mut page, &data.histograms);
+    page.push_str(&data.sections_html);
     for table in &data.tables {
         table_section(&mut page, table);
     }
     page.push_str("</body></html>\n");
     page
+}
+
+/// The page's own sections: (anchor id, heading).
+const CHART_SECTIONS: [(&str, &str); 6] = [
+    ("conditions", "Measurement conditions"),
+    ("throughput", "Throughput"),
+    ("latency", "Latency response curves"),
+    ("cpu", "Server CPU per request"),
+    ("cores", "Per-core busy % over time"),
+    ("histograms", "Latency histograms"),
+];
+
+fn toc(page: &mut String, data: &ReportData) {
+    page.push_str("<nav class=\"toc\"><strong>Contents</strong><ol>");
+    if !data.conclusions.is_empty() {
+        page.push_str("<li><a href=\"#conclusions\">Conclusions</a></li>");
+    }
+    for (id, title) in CHART_SECTIONS {
+        let _ = write!(page, "<li><a href=\"#{id}\">{title}</a></li>");
+    }
+    for h in &data.section_headings {
+        let _ = write!(page, "<li><a href=\"#{}\">{}</a></li>", h.id, h.text);
+    }
+    for t in &data.tables {
+        let _ = write!(
+            page,
+            "<li><a href=\"#{}\">{}</a></li>",
+            from_markdown::slug(&t.title),
+            escape(&t.title)
+        );
+    }
+    page.push_str("</ol></nav>");
+}
+
+fn conclusions_section(page: &mut String, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    page.push_str("<h2 id=\"conclusions\">Conclusions</h2><ul class=\"conclusions\">");
+    for l in lines {
+        let _ = write!(page, "<li>{}</li>", escape(l));
+    }
+    page.push_str("</ul>");
 }
 
 fn page_head(page: &mut String, title: &str) {
@@ -231,38 +309,61 @@ fn figure(page: &mut String, svg: &str, caption: &str) {
     );
 }
 
+/// A point's label on a chart: its client count, or its offered rate in open loop.
+fn point_label(p: &Point) -> String {
+    match p.rate_rps {
+        Some(r) => format!("{}/s", svg::format_number(r)),
+        None => svg::format_number(p.clients),
+    }
+}
+
+/// Where a point sits along a load axis: its offered rate in open loop, else its clients.
+fn load_x(p: &Point) -> f64 {
+    p.rate_rps.unwrap_or(p.clients)
+}
+
 fn throughput_section(page: &mut String, series: &[Series]) {
-    page.push_str("<h2 id=\"throughput\">Throughput vs clients</h2>");
+    page.push_str("<h2 id=\"throughput\">Throughput</h2>");
     for target in targets(series) {
+        let of_target: Vec<&Series> = series.iter().filter(|s| s.target == target).collect();
+        let open = of_target.iter().any(|s| s.open_loop());
         let mut lines = Vec::new();
-        for (i, s) in series.iter().filter(|s| s.target == target).enumerate() {
+        for (i, s) in of_target.iter().enumerate() {
             lines.push(LineSeries {
-                name: s.placement.clone(),
+                name: s.legend(),
                 points: s
                     .points
                     .iter()
-                    .map(|p| (p.clients, p.throughput_rps))
+                    .map(|p| (load_x(p), p.throughput_rps))
                     .collect(),
                 color: i,
                 dashed: false,
                 markers: true,
                 hollow: saturated(s),
+                labels: Vec::new(),
             });
-            if let Some(usl) = s.usl {
+            if let Some(usl) = s.usl.filter(|_| !open) {
                 lines.push(usl_line(s, usl, i));
             }
         }
+        let (x, caption) = if open {
+            (
+                Axis::with_scale("offered rate (requests/s)", Scale::Log10),
+                "One line per placement, one point per offered rate; hollow markers: the load generator was saturated (not the server's limit).",
+            )
+        } else {
+            (
+                Axis::with_scale("clients", Scale::Log2),
+                "One line per placement; dashed: the fitted Universal Scalability Law; hollow markers: the load generator was saturated (not the server's limit).",
+            )
+        };
         let chart = LineChart {
             title: format!("{target}: throughput"),
-            x: Axis::with_scale("clients", Scale::Log2),
+            x,
             y: Axis::linear("requests/s"),
             series: lines,
         };
-        figure(
-            page,
-            &svg::line_chart(&chart),
-            "One line per placement; dashed: the fitted Universal Scalability Law; hollow markers: the load generator was saturated (not the server's limit).",
-        );
+        figure(page, &svg::line_chart(&chart), caption);
     }
 }
 
@@ -292,6 +393,7 @@ fn usl_line(s: &Series, usl: UslCurve, color: usize) -> LineSeries {
         dashed: true,
         markers: false,
         hollow: Vec::new(),
+        labels: Vec::new(),
     }
 }
 
@@ -306,7 +408,7 @@ fn latency_section(page: &mut String, series: &[Series]) {
         for (i, s) in series.iter().filter(|s| s.target == target).enumerate() {
             for (pct, dashed) in [("p50", false), ("p99", true)] {
                 lines.push(LineSeries {
-                    name: format!("{} {pct}", s.placement),
+                    name: format!("{} {pct}", s.legend()),
                     points: s
                         .points
                         .iter()
@@ -319,56 +421,76 @@ fn latency_section(page: &mut String, series: &[Series]) {
                     dashed,
                     markers: true,
                     hollow: saturated(s),
+                    // One label per point is enough: on the p99 line, above the median's.
+                    labels: if dashed {
+                        s.points.iter().map(point_label).collect()
+                    } else {
+                        Vec::new()
+                    },
                 });
             }
         }
         let chart = LineChart {
             title: format!("{target}: latency vs throughput"),
             x: Axis::linear("requests/s"),
-            y: Axis::linear("latency (µs)"),
+            y: Axis::with_scale("latency (µs, log scale)", Scale::Log10),
             series: lines,
         };
         figure(
             page,
             &svg::line_chart(&chart),
-            "Each point is one client count; solid: median, dashed: 99th percentile; hollow markers: the load generator was saturated.",
+            "Each point is one load level, labelled with its clients (or offered rate); solid: median, dashed: 99th percentile, both from the repetitions' histograms merged; hollow markers: the load generator was saturated.",
         );
     }
 }
 
 fn cpu_section(page: &mut String, series: &[Series]) {
     page.push_str("<h2 id=\"cpu\">Server CPU per request</h2>");
-    for s in series {
-        let has_cpu = s.points.iter().any(|p| p.cpu_us_per_req_user.is_some());
-        if !has_cpu {
-            let _ = write!(
-                page,
-                "<p class=\"note\">{} · {}: no CPU figures (no server process was watched).</p>",
-                escape(&s.target),
-                escape(&s.placement)
-            );
-            continue;
+    for target in targets(series) {
+        let of_target: Vec<&Series> = series.iter().filter(|s| s.target == target).collect();
+        // One y-scale for a target's charts, so its placements compare at a glance.
+        let y_max = of_target
+            .iter()
+            .flat_map(|s| &s.points)
+            .map(|p| p.cpu_us_per_req_user.unwrap_or(0.0) + p.cpu_us_per_req_sys.unwrap_or(0.0))
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max);
+        for s in of_target {
+            cpu_chart(page, s, y_max);
         }
-        let chart = svg::StackedBars {
-            title: format!("{} · {}: CPU per request", s.target, s.placement),
-            x_label: "clients".into(),
-            y_label: "server CPU µs per request".into(),
-            categories: s
-                .points
-                .iter()
-                .map(|p| svg::format_number(p.clients))
-                .collect(),
-            layers: vec![
-                ("user".into(), cpu_values(s, |p| p.cpu_us_per_req_user)),
-                ("sys".into(), cpu_values(s, |p| p.cpu_us_per_req_sys)),
-            ],
-        };
-        figure(
-            page,
-            &svg::stacked_bar_chart(&chart),
-            "Server CPU time per completed request, split into user and kernel time.",
-        );
     }
+}
+
+fn cpu_chart(page: &mut String, s: &Series, y_max: f64) {
+    if !s.points.iter().any(|p| p.cpu_us_per_req_user.is_some()) {
+        let _ = write!(
+            page,
+            "<p class=\"note\">{} · {}: no CPU figures (no server process was watched).</p>",
+            escape(&s.target),
+            escape(&s.placement)
+        );
+        return;
+    }
+    let chart = svg::StackedBars {
+        title: format!("{} · {}: CPU per request", s.target, s.legend()),
+        x_label: if s.open_loop() {
+            "offered rate (requests/s)".into()
+        } else {
+            "clients".into()
+        },
+        y_label: "server CPU µs per request".into(),
+        categories: s.points.iter().map(point_label).collect(),
+        layers: vec![
+            ("user".into(), cpu_values(s, |p| p.cpu_us_per_req_user)),
+            ("sys".into(), cpu_values(s, |p| p.cpu_us_per_req_sys)),
+        ],
+        y_max: Some(y_max),
+    };
+    figure(
+        page,
+        &svg::stacked_bar_chart(&chart),
+        "Server CPU time per completed request, split into user and kernel time; the charts of one target share their scale.",
+    );
 }
 
 fn cpu_values(s: &Series, f: fn(&Point) -> Option<f64>) -> Vec<f64> {
@@ -381,6 +503,10 @@ fn heat_map_section(page: &mut String, heat: Option<&CoreHeatMap>) {
         page.push_str("<p class=\"note\">No per-second per-core figures in this run.</p>");
         return;
     };
+    if h.cores.len() == 1 {
+        single_core_sentence(page, h);
+        return;
+    }
     let chart = svg::HeatMap {
         title: h.label.clone(),
         x_label: "seconds into the measured window".into(),
@@ -393,6 +519,36 @@ fn heat_map_section(page: &mut String, heat: Option<&CoreHeatMap>) {
         &svg::heat_map(&chart),
         &format!("Step {}: busy % of each core, second by second.", h.step_id),
     );
+}
+
+/// One core is a row of numbers, not a map: say them.
+fn single_core_sentence(page: &mut String, h: &CoreHeatMap) {
+    let values: Vec<f64> = h.busy_pct[0]
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .collect();
+    let (lo, hi) = values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(*v), b.max(*v))
+        });
+    let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
+    let text = if values.is_empty() {
+        format!("{}: one core, no busy figures.", h.label)
+    } else {
+        format!(
+            "{}: one core ({}), busy {mean:.0}% on average over {} ({lo:.0}–{hi:.0}%).",
+            h.label,
+            h.cores[0],
+            if values.len() == 1 {
+                "1 second".to_string()
+            } else {
+                format!("{} seconds", values.len())
+            }
+        )
+    };
+    let _ = write!(page, "<p>{}</p>", escape(&text));
 }
 
 fn histogram_section(page: &mut String, histograms: &[StepHistogram]) {
@@ -429,7 +585,12 @@ fn histogram_section(page: &mut String, histograms: &[StepHistogram]) {
 }
 
 fn table_section(page: &mut String, table: &Table) {
-    let _ = write!(page, "<h2>{}</h2>", escape(&table.title));
+    let _ = write!(
+        page,
+        "<h2 id=\"{}\">{}</h2>",
+        from_markdown::slug(&table.title),
+        escape(&table.title)
+    );
     if !table.note.is_empty() {
         let _ = write!(page, "<p class=\"note\">{}</p>", escape(&table.note));
     }
@@ -467,6 +628,7 @@ fn looks_numeric(cell: &str) -> bool {
 
 pub mod adapter;
 pub mod from_analysis;
+pub mod from_markdown;
 
 #[cfg(test)]
 mod tests {
@@ -475,6 +637,7 @@ mod tests {
     fn sample() -> ReportData {
         let point = |c: f64, x: f64| Point {
             clients: c,
+            rate_rps: None,
             throughput_rps: x,
             p50_us: 10.0 * c,
             p99_us: 30.0 * c,
@@ -496,6 +659,7 @@ mod tests {
                     sigma: 0.1,
                     kappa: 0.01,
                 }),
+                threads: Some("2".into()),
             }],
             histograms: vec![StepHistogram {
                 step_id: "s1".into(),
@@ -513,6 +677,71 @@ mod tests {
                 header: vec!["clients".into(), "throughput".into()],
                 rows: vec![vec!["1".into(), "100".into()], vec!["2".into()]],
             }],
+            ..ReportData::default()
+        }
+    }
+
+    #[test]
+    fn charts_read_at_any_scale() {
+        let mut data = sample();
+        // A second placement of the same target with twice the CPU per request.
+        let mut other = data.series[0].clone();
+        other.placement = "shared".into();
+        other.threads = Some("1".into());
+        for p in &mut other.points {
+            p.cpu_us_per_req_user = Some(8.0);
+            p.cpu_us_per_req_sys = Some(4.0);
+        }
+        data.series.push(other);
+        let page = render(&data);
+        // Latency on a log axis, each point labelled with its clients.
+        assert!(page.contains("latency (µs, log scale)"));
+        assert_eq!(page.matches("class=\"point-label\"").count(), 6);
+        // Responsive charts.
+        assert!(page.contains("width=\"100%\" viewBox="));
+        // Threads in the legends; one y-scale for the target's CPU charts (12 µs both).
+        assert!(page.contains("shared (1 thread)") && page.contains("(2 threads)"));
+        let cpu = &page[page.find("id=\"cpu\"").unwrap()..page.find("id=\"cores\"").unwrap()];
+        let ticks: Vec<Vec<&str>> = cpu
+            .split("<svg")
+            .skip(1)
+            .map(|chart| {
+                chart
+                    .split("class=\"tick\"")
+                    .skip(1)
+                    .filter_map(|t| t.split_once('>').and_then(|(_, r)| r.split_once('<')))
+                    .map(|(v, _)| v)
+                    .collect()
+            })
+            .collect();
+        assert_eq!(ticks.len(), 2);
+        // Same scale, above the 12 µs of the costlier placement, although the first
+        // chart's own bars stop at 6.
+        assert_eq!(ticks[0], ticks[1]);
+        assert!(ticks[0].contains(&"15"), "{ticks:?}");
+    }
+
+    #[test]
+    fn one_core_is_a_sentence_and_open_loop_plots_the_offered_rate() {
+        let mut data = sample();
+        data.heat_map = Some(CoreHeatMap {
+            step_id: "s".into(),
+            label: "server cores, msgr · 1 client".into(),
+            cores: vec!["cpu0".into()],
+            seconds: vec![1.0, 2.0],
+            busy_pct: vec![vec![40.0, 60.0]],
+        });
+        for (i, p) in data.series[0].points.iter_mut().enumerate() {
+            p.rate_rps = Some(1000.0 * (i + 1) as f64);
+            p.clients = 4.0;
+        }
+        let page = render(&data);
+        assert!(page.contains("one core (cpu0), busy 50% on average over 2 seconds (40–60%)"));
+        assert!(!page.contains("heat-map"));
+        assert!(page.contains("offered rate (requests/s)"));
+        // One point per rate, each labelled with it.
+        for r in ["1000/s", "2000/s", "3000/s"] {
+            assert!(page.contains(&format!(">{r}<")), "{r}");
         }
     }
 

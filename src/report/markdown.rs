@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Exporter, RunData};
+use super::{analysis, Exporter, RunData};
 use crate::sweep::result::{StepResult, StepStatus};
 
 /// The markdown exporter.
@@ -16,14 +16,17 @@ impl Exporter for Markdown {
     }
 
     fn render(&self, run: &RunData) -> String {
+        let computed;
+        let analysis = match &run.analysis {
+            Some(a) => a,
+            None => {
+                computed = analysis::analyze(run, None);
+                &computed
+            }
+        };
         let mut out = format!("# {}\n\n", escape(&run.name));
         conditions(&mut out, run);
-        let (ok, failed, skipped) = counts(&run.steps);
-        let _ = writeln!(
-            out,
-            "{} steps: {ok} ok, {failed} failed, {skipped} skipped.\n",
-            run.steps.len()
-        );
+        let _ = writeln!(out, "{}\n", step_counts(&run.steps));
         observer_cost(&mut out, &run.steps);
         for note in &run.notes {
             let _ = writeln!(out, "- {}", escape(note));
@@ -31,14 +34,43 @@ impl Exporter for Markdown {
         if !run.notes.is_empty() {
             out.push('\n');
         }
-        series_table(&mut out, &run.steps);
-        out.push_str("## Results\n\n");
-        results_table(&mut out, &run.steps);
-        out.push_str(&super::extras::markdown(&run.steps));
-        out.push_str(&super::analysis::markdown_sections(run));
+        out.push_str(&analysis::conclusions_markdown(analysis));
+        out.push_str(&sections(run, analysis));
         out.push_str(&super::profiles::markdown(&run.profiles));
         out
     }
+}
+
+/// The sections after the conditions and conclusions (peaks, results, what steps carry beyond
+/// the load, the analysis): report.html shows the same ones.
+pub fn sections(run: &RunData, a: &analysis::RunAnalysis) -> String {
+    let mut out = analysis::peak_section(a);
+    out.push_str("## Results\n\n");
+    results_table(&mut out, &run.steps);
+    out.push_str(&super::extras::markdown(&run.steps));
+    out.push('\n');
+    out.push_str(&analysis::render_markdown(a));
+    out
+}
+
+/// "12 steps: 9 ok, 1 failed, 1 skipped. 1 step ended with too many errors." (the last
+/// sentence only when one did).
+pub fn step_counts(steps: &[StepResult]) -> String {
+    let n = |st| steps.iter().filter(|s| s.status == st).count();
+    let total = steps.len();
+    let mut text = format!(
+        "{total} step{}: {} ok, {} failed, {} skipped.",
+        if total == 1 { "" } else { "s" },
+        n(StepStatus::Ok),
+        n(StepStatus::Failed),
+        n(StepStatus::Skipped),
+    );
+    match n(StepStatus::Errors) {
+        0 => {}
+        1 => text.push_str(" 1 step ended with too many errors."),
+        e => text.push_str(&format!(" {e} steps ended with too many errors.")),
+    }
+    text
 }
 
 /// What stairbench's own observers cost, so it can be weighed against the figures.
@@ -59,15 +91,6 @@ fn observer_cost(out: &mut String, steps: &[StepResult]) {
             100.0 * cpu_s / window_s
         );
     }
-}
-
-fn counts(steps: &[StepResult]) -> (usize, usize, usize) {
-    let n = |st| steps.iter().filter(|s| s.status == st).count();
-    (
-        n(StepStatus::Ok),
-        n(StepStatus::Failed),
-        n(StepStatus::Skipped),
-    )
 }
 
 fn conditions(out: &mut String, run: &RunData) {
@@ -120,77 +143,6 @@ fn conditions(out: &mut String, run: &RunData) {
         for warning in w.iter().filter_map(|w| w.as_str()) {
             let _ = writeln!(out, "| warning | {} |", escape(warning));
         }
-    }
-    out.push('\n');
-}
-
-/// One series: a target under a placement.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SeriesPeak {
-    /// Target name.
-    pub target: String,
-    /// Placement name.
-    pub placement: String,
-    /// Highest throughput of an ok step, requests/s.
-    pub peak_rps: f64,
-    /// Clients of that step.
-    pub at_clients: usize,
-    /// p99 latency of that step, µs.
-    pub p99_us: f64,
-    /// Ok steps of the series.
-    pub ok_steps: usize,
-}
-
-/// The peak of each series, in the order the series ran.
-pub fn series_peaks(steps: &[StepResult]) -> Vec<SeriesPeak> {
-    let mut out: Vec<SeriesPeak> = Vec::new();
-    for s in steps.iter().filter(|s| s.status == StepStatus::Ok) {
-        let Some(l) = &s.load else { continue };
-        let i = match out
-            .iter()
-            .position(|p| p.target == s.target && p.placement == s.placement)
-        {
-            Some(i) => i,
-            None => {
-                out.push(SeriesPeak {
-                    target: s.target.clone(),
-                    placement: s.placement.clone(),
-                    peak_rps: f64::NEG_INFINITY,
-                    at_clients: 0,
-                    p99_us: f64::NAN,
-                    ok_steps: 0,
-                });
-                out.len() - 1
-            }
-        };
-        let p = &mut out[i];
-        p.ok_steps += 1;
-        if l.throughput_rps > p.peak_rps {
-            p.peak_rps = l.throughput_rps;
-            p.at_clients = s.clients;
-            p.p99_us = l.latency_us.p99;
-        }
-    }
-    out
-}
-
-fn series_table(out: &mut String, steps: &[StepResult]) {
-    let peaks = series_peaks(steps);
-    if peaks.is_empty() {
-        return;
-    }
-    out.push_str("## Peak of each series\n\n| target | placement | peak throughput (req/s) | at clients | p99 there (µs) | ok steps |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
-    for p in peaks {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.0} | {} | {:.1} | {} |",
-            escape(&p.target),
-            escape(&p.placement),
-            p.peak_rps,
-            p.at_clients,
-            p.p99_us,
-            p.ok_steps
-        );
     }
     out.push('\n');
 }
@@ -266,6 +218,6 @@ mod tests {
             md.contains("| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly |"),
             "{md}"
         );
-        assert!(md.contains("1 steps: 0 ok, 1 failed, 0 skipped."));
+        assert!(md.contains("1 step: 0 ok, 1 failed, 0 skipped.\n"));
     }
 }

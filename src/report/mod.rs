@@ -100,11 +100,54 @@ pub fn write_all(dir: &Path, run: &RunData) -> std::io::Result<()> {
 
 /// report.html reads the raw files (intervals, histograms) as well as the steps.
 fn write_html(dir: &Path, run: &RunData) -> std::io::Result<()> {
-    let mut data = html::adapter::from_run_dir(dir).map_err(std::io::Error::other)?;
-    if let Some(analysis) = &run.analysis {
-        let (curves, tables) = html::from_analysis::curves_and_tables(analysis);
-        html::adapter::add_analysis(&mut data, &curves, tables);
-    }
+    let data = html_data(dir, run).map_err(std::io::Error::other)?;
     let page = profiles::with_html(html::render(&data), &run.profiles);
     std::fs::write(dir.join("report.html"), page)
+}
+
+/// The page of a run directory: its charts from the raw files, its series, conclusions and
+/// sections from the same analysis and markdown as report.md.
+pub fn html_data(dir: &Path, run: &RunData) -> Result<html::ReportData, String> {
+    let mut data = html::adapter::from_run_dir(dir).map_err(|e| e.to_string())?;
+    let computed;
+    let a = match &run.analysis {
+        Some(a) => a,
+        None => {
+            computed = analysis::analyze(run, Some(dir));
+            &computed
+        }
+    };
+    let spec = std::fs::read_to_string(dir.join("spec.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok());
+    data.series = html::from_analysis::series(a, &run.steps, spec.as_ref());
+    let (curves, _) = html::from_analysis::curves_and_tables(a);
+    // report.md's tables replace the adapter's and the analysis' own: one source for both.
+    data.tables.clear();
+    html::adapter::add_analysis(&mut data, &curves, Vec::new());
+    threads_condition(&mut data);
+    data.conclusions = analysis::conclusions(a);
+    let (sections, headings) = html::from_markdown::convert(&markdown::sections(run, a));
+    data.sections_html = sections;
+    data.section_headings = headings;
+    Ok(data)
+}
+
+/// A conditions row saying how many server threads each series ran, when they follow the
+/// cpuset (otherwise the spec's fixed count is in the target's arguments).
+fn threads_condition(data: &mut html::ReportData) {
+    let known: Vec<String> = data
+        .series
+        .iter()
+        .filter_map(|s| {
+            let t = s.threads.as_ref()?;
+            Some(format!("{} / {}: {t}", s.target, s.placement))
+        })
+        .collect();
+    if !known.is_empty() {
+        data.conditions.push((
+            "Server threads (follow the cpuset)".into(),
+            known.join(", "),
+        ));
+    }
 }

@@ -100,6 +100,8 @@ pub struct LineSeries {
     pub markers: bool,
     /// Points whose marker is drawn hollow (e.g. a saturated client); empty for none.
     pub hollow: Vec<bool>,
+    /// Text beside each point's marker (its client count or rate); empty for none.
+    pub labels: Vec<String>,
 }
 
 /// A chart of named lines.
@@ -128,6 +130,8 @@ pub struct StackedBars {
     pub categories: Vec<String>,
     /// (layer name, one value per category), bottom layer first.
     pub layers: Vec<(String, Vec<f64>)>,
+    /// Top of the value axis when several charts share one scale; None: this chart's own.
+    pub y_max: Option<f64>,
 }
 
 /// A heat map of rows (cores) over columns (seconds), values in percent.
@@ -350,7 +354,7 @@ fn log_axis(range: Option<(f64, f64)>, base: f64) -> (Vec<f64>, f64, f64) {
 fn open_svg(out: &mut String, width: f64, height: f64, title: &str, class: &str) {
     let _ = write!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart {class}" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>{t}</title>"#,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart {class}" width="100%" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>{t}</title>"#,
         t = escape(title)
     );
     let _ = write!(
@@ -558,6 +562,7 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
         coords.join(" ")
     );
     if s.markers {
+        point_labels(out, s, xm, ym);
         for (px, py, x, y, hollow) in &pts {
             let fill = if *hollow { "#ffffff" } else { c };
             let _ = write!(
@@ -571,6 +576,23 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
     }
     out.push_str("</g>");
     pts.len()
+}
+
+/// Each labelled point's text, just above and right of its marker.
+fn point_labels(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) {
+    for (&(x, y), label) in s.points.iter().zip(&s.labels) {
+        if label.is_empty() || !(plottable(xm.scale, x) && plottable(ym.scale, y)) {
+            continue;
+        }
+        text(
+            out,
+            xm.px(x) + 5.0,
+            ym.px(y) - 6.0,
+            "start",
+            "point-label",
+            label,
+        );
+    }
 }
 
 /// Renders a stacked bar chart.
@@ -588,7 +610,9 @@ pub fn stacked_bar_chart(chart: &StackedBars) -> String {
                 .sum()
         })
         .collect();
-    let (ym, y_ticks) = Mapper::vertical(Scale::Linear, &totals, plot);
+    let mut scale_values = totals.clone();
+    scale_values.extend(chart.y_max);
+    let (ym, y_ticks) = Mapper::vertical(Scale::Linear, &scale_values, plot);
     let n = chart.categories.len().max(1) as f64;
     let slot = (plot.2 - plot.0) / n;
     // Bars stand on categories, not on an x scale: only the plot's edges are used.
@@ -837,6 +861,7 @@ mod tests {
                     dashed: false,
                     markers: true,
                     hollow: vec![false, false, false, true],
+                    labels: Vec::new(),
                 },
                 LineSeries {
                     name: "USL fit".into(),
@@ -845,6 +870,7 @@ mod tests {
                     dashed: true,
                     markers: false,
                     hollow: Vec::new(),
+                    labels: Vec::new(),
                 },
             ],
         }
@@ -946,6 +972,7 @@ mod tests {
                 y_label: "µs".into(),
                 categories: vec![],
                 layers: vec![],
+                y_max: None,
             }),
             heat_map(&HeatMap {
                 title: "busy".into(),
@@ -976,6 +1003,7 @@ mod tests {
                 ("user".into(), vec![10.0, 9.0, 8.0]),
                 ("sys".into(), vec![5.0, 5.0, 6.0]),
             ],
+            y_max: None,
         });
         let names = well_formed(&svg);
         // 3 bars × 2 layers, the frame, 2 legend swatches.

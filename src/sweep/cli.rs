@@ -133,11 +133,12 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
         .iter()
         .filter(|s| s.status == super::result::StepStatus::Failed)
         .count();
-    for p in crate::report::markdown::series_peaks(&summary.steps) {
-        println!(
-            "{:>12} / {:<10} peak {:>9.0} requests/s at {} clients",
-            p.target, p.placement, p.peak_rps, p.at_clients
-        );
+    // The peaks as the reports define them (read back from the run directory, so the last
+    // lines and report.md/report.html can never disagree).
+    if let Ok(analysis) = crate::report::analysis::analyze_run(&dir) {
+        for line in crate::report::analysis::peak_lines(&analysis) {
+            println!("{line}");
+        }
     }
     println!("run directory: {}", dir.display());
     println!("report:        {}", dir.join("report.html").display());

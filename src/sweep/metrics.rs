@@ -198,14 +198,23 @@ pub fn difference(before: &Snapshot, after: &Snapshot) -> Value {
             let mut window = b.clone();
             match window.subtract(a) {
                 Ok(()) => hist_summary(&window),
-                Err(_) => hist_summary(b),
+                // The end's histogram is the whole run's, not the window's: never show it as
+                // the window's figures.
+                Err(e) => unavailable(&format!(
+                    "the histogram at the window's end does not contain the one at its start ({e:?}); was the target restarted or its log rewritten?"
+                )),
             }
         }
-        (_, after) => match after {
-            Snapshot::Json(v) => v.clone(),
-            Snapshot::Hist(h) => hist_summary(h),
-        },
+        (Snapshot::Json(_), Snapshot::Hist(_)) | (Snapshot::Hist(_), Snapshot::Json(_)) => {
+            unavailable("the metrics changed format between the window's edges")
+        }
     }
+}
+
+/// A difference that could not be taken: `note` says why (the reports show it in place of
+/// the figures).
+fn unavailable(why: &str) -> Value {
+    json!({"note": format!("unavailable: {why}")})
 }
 
 fn json_difference(before: Option<&Value>, after: &Value) -> Value {
@@ -388,6 +397,31 @@ mod tests {
         let d = difference(&Snapshot::Hist(start), &Snapshot::Hist(end));
         assert_eq!(d["count"], 10);
         assert!((8_990..=9_010).contains(&d["p50"].as_u64().unwrap()), "{d}");
+    }
+
+    #[test]
+    fn a_failed_histogram_subtraction_is_unavailable_not_the_whole_run() {
+        // The start holds values the end lacks (the target restarted): no window histogram.
+        let mut start = Histogram::<u64>::new(3).unwrap();
+        start.record_n(1_000, 50).unwrap();
+        let mut end = Histogram::<u64>::new(3).unwrap();
+        end.record_n(9_000, 10).unwrap();
+        let d = difference(&Snapshot::Hist(start), &Snapshot::Hist(end));
+        let note = d["note"].as_str().unwrap();
+        assert!(note.starts_with("unavailable: "), "{d}");
+        assert!(note.contains("does not contain"), "{d}");
+        assert!(d.get("count").is_none() && d.get("p99").is_none(), "{d}");
+        // Rendered as the reason, never as figures.
+        let mut step = crate::sweep::result::StepResult::empty("s".into(), "t", "p", 1, 0);
+        step.status = crate::sweep::result::StepStatus::Ok;
+        step.derived
+            .insert("target_metrics".into(), json!({"server": d}));
+        let md = crate::report::extras::markdown(&[step]);
+        assert!(
+            md.contains("| s | — | server | unavailable: the histogram at the window"),
+            "{md}"
+        );
+        assert!(!md.contains("count="), "{md}");
     }
 
     #[test]

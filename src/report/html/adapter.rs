@@ -93,6 +93,7 @@ pub fn from_run_dir_with(dir: &Path, heat_step: Option<&str>) -> Result<ReportDa
         histograms,
         heat_map: heat_map(dir, &ok, heat_step, spec.as_ref()),
         tables: vec![results_table(&steps)],
+        ..ReportData::default()
     })
 }
 
@@ -278,10 +279,15 @@ fn toml_text(v: &toml::Value) -> String {
     }
 }
 
+/// A series' steps by load level: (offered rate in mHz, clients).
+type Levels<'a> = BTreeMap<(u64, u64), Vec<&'a Value>>;
+
 /// Groups ok steps by (target, placement) in run order, averaging repetitions per client count.
 fn series(ok: &[&Value]) -> Vec<Series> {
     let mut order: Vec<(String, String)> = Vec::new();
-    let mut groups: BTreeMap<(String, String), BTreeMap<u64, Vec<&Value>>> = BTreeMap::new();
+    // A load level is its offered rate (mHz steps, so it orders as a number) and clients: an
+    // open-loop series has one point per rate.
+    let mut groups: BTreeMap<(String, String), Levels> = BTreeMap::new();
     for s in ok {
         let key = (
             str_at(s, "target").to_string(),
@@ -291,10 +297,11 @@ fn series(ok: &[&Value]) -> Vec<Series> {
             order.push(key.clone());
         }
         let clients = s["clients"].as_u64().unwrap_or(0);
+        let rate_mhz = f64_at(s, &["rate_rps"]).map_or(0, |r| (r * 1000.0) as u64);
         groups
             .entry(key)
             .or_default()
-            .entry(clients)
+            .entry((rate_mhz, clients))
             .or_default()
             .push(s);
     }
@@ -303,13 +310,14 @@ fn series(ok: &[&Value]) -> Vec<Series> {
         .map(|key| {
             let points = groups[&key]
                 .iter()
-                .map(|(clients, reps)| mean_point(*clients, reps))
+                .map(|((_, clients), reps)| mean_point(*clients, reps))
                 .collect();
             Series {
                 target: key.0,
                 placement: key.1,
                 points,
                 usl: None,
+                threads: None,
             }
         })
         .collect()
@@ -322,6 +330,7 @@ fn mean_point(clients: u64, reps: &[&Value]) -> Point {
     };
     Point {
         clients: clients as f64,
+        rate_rps: reps.first().and_then(|s| f64_at(s, &["rate_rps"])),
         throughput_rps: mean(&["throughput_rps"]).unwrap_or(0.0),
         p50_us: mean(&["latency_us", "p50"]).unwrap_or(f64::NAN),
         p99_us: mean(&["latency_us", "p99"]).unwrap_or(f64::NAN),
@@ -333,12 +342,16 @@ fn mean_point(clients: u64, reps: &[&Value]) -> Point {
 
 fn step_label(s: &Value) -> String {
     let rep = s["rep"].as_u64().unwrap_or(0);
+    let clients = s["clients"].as_u64().unwrap_or(0) as usize;
     let mut label = format!(
-        "{} · {} · {} clients",
+        "{} · {} · {}",
         str_at(s, "target"),
         str_at(s, "placement"),
-        s["clients"].as_u64().unwrap_or(0)
+        crate::report::analysis::peak::clients_text(clients)
     );
+    if let Some(rate) = f64_at(s, &["rate_rps"]) {
+        label.push_str(&format!(" at {rate:.0} req/s offered"));
+    }
     if rep > 0 {
         label.push_str(&format!(" (repetition {})", rep + 1));
     }

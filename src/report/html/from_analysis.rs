@@ -1,7 +1,101 @@
-//! The run's analysis as the page's fitted curves and tables.
+//! The run's analysis as the page's series, fitted curves and tables: the page plots the
+//! same load levels, peaks and merged percentiles report.md prints.
 
-use super::{Table, UslCurve};
-use crate::report::analysis::RunAnalysis;
+use super::{Point, Series, Table, UslCurve};
+use crate::report::analysis::{LoadPoint, RunAnalysis, SeriesAnalysis};
+use crate::sweep::result::{StepResult, StepStatus};
+
+/// The page's series: one point per load level of the analysis (an open-loop series one per
+/// offered rate), its latency from the repetitions' histograms merged, its CPU per request
+/// the repetitions' mean; `spec` says which targets' thread counts follow their cpuset.
+pub fn series(a: &RunAnalysis, steps: &[StepResult], spec: Option<&toml::Table>) -> Vec<Series> {
+    a.series
+        .iter()
+        .map(|s| {
+            let reps = |p: &LoadPoint| -> Vec<&StepResult> {
+                steps
+                    .iter()
+                    .filter(|x| x.status == StepStatus::Ok && x.load.is_some())
+                    .filter(|x| x.target == s.target && x.placement == s.placement)
+                    .filter(|x| x.clients == p.clients && x.rate_rps == p.rate_rps)
+                    .collect()
+            };
+            Series {
+                target: s.target.clone(),
+                placement: s.placement.clone(),
+                points: s.points.iter().map(|p| point(p, &reps(p))).collect(),
+                usl: None,
+                threads: threads_text(s, steps, spec),
+            }
+        })
+        .collect()
+}
+
+fn point(p: &LoadPoint, reps: &[&StepResult]) -> Point {
+    let mean = |path: &[&str]| -> Option<f64> {
+        let v: Vec<f64> = reps.iter().filter_map(|s| s.derived_f64(path)).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    // One repetition without a histogram: its own median is the level's.
+    let single_p50 = match reps {
+        [one] => one.load.as_ref().map(|l| l.latency_us.p50),
+        _ => None,
+    };
+    Point {
+        clients: p.clients as f64,
+        rate_rps: p.rate_rps,
+        throughput_rps: p.throughput_rps.mean,
+        p50_us: p.p50_us().or(single_p50).unwrap_or(f64::NAN),
+        p99_us: p.p99_us().unwrap_or(f64::NAN),
+        cpu_us_per_req_user: mean(&["cpu_us_per_req", "user"]),
+        cpu_us_per_req_sys: mean(&["cpu_us_per_req", "sys"]),
+        client_saturated: p.client_saturated,
+    }
+}
+
+/// Whether a target's server threads follow its cpuset: a built-in server given no
+/// `--threads`, or a command using `{threads}`.
+pub fn threads_follow_cpuset(spec: &toml::Table, target: &str) -> bool {
+    let Some(t) = spec
+        .get("targets")
+        .and_then(|t| t.as_array())
+        .and_then(|ts| {
+            ts.iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(target))
+        })
+    else {
+        return false;
+    };
+    if let Some(b) = t.get("builtin").and_then(|b| b.as_str()) {
+        return !b.split_whitespace().any(|w| w == "--threads");
+    }
+    t.get("command")
+        .is_some_and(|c| c.to_string().contains("{threads}"))
+}
+
+/// The server threads of a series' steps ("2", "1–4"), when they follow the cpuset.
+fn threads_text(
+    s: &SeriesAnalysis,
+    steps: &[StepResult],
+    spec: Option<&toml::Table>,
+) -> Option<String> {
+    if !threads_follow_cpuset(spec?, &s.target) {
+        return None;
+    }
+    let counts: Vec<usize> = steps
+        .iter()
+        .filter(|x| x.target == s.target && x.placement == s.placement)
+        .filter_map(|x| crate::cpuset::parse(&x.server_cpus).ok().map(|c| c.len()))
+        .filter(|n| *n > 0)
+        .collect();
+    let lo = counts.iter().min()?;
+    let hi = counts.iter().max()?;
+    Some(if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo}–{hi}")
+    })
+}
 
 /// Fitted USL curves by (target, placement), and the knee/USL and Little's-law tables.
 pub fn curves_and_tables(a: &RunAnalysis) -> (Vec<(String, String, UslCurve)>, Vec<Table>) {
