@@ -96,11 +96,7 @@ fn wrk_totals_match_the_text() {
 
 #[test]
 fn wrk_bytes_per_request_agree_with_transfer_rate() {
-    for name in [
-        "wrk_basic.txt",
-        "wrk_latency.txt",
-        "wrk_latency_ms.txt",
-    ] {
+    for name in ["wrk_basic.txt", "wrk_latency.txt", "wrk_latency_ms.txt"] {
         let load = WrkParser.parse(&data(name)).unwrap();
         // Bytes are read for every reply, failed ones too.
         let replies = load.extra["replies"];

@@ -918,3 +918,156 @@ fn the_quick_demo_runs_end_to_end() {
     // Under 40 s alone; here other tests share the machine's cores.
     assert!(took < Duration::from_secs(60), "--quick took {took:?}");
 }
+
+/// nginx, wrk and redis-benchmark on PATH (or in /usr/sbin); under `CI=true` a missing one
+/// fails the test instead of skipping it.
+fn tools_available(tools: &[&str]) -> bool {
+    if let Some(p) = tools.iter().find(|p| common::find_program(p).is_none()) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{p} is not installed"
+        );
+        eprintln!("skipped: {p} is not installed");
+        return false;
+    }
+    true
+}
+
+/// A spec whose target is examples/nginx.sh answering every request with `status`, driven
+/// by `client` (a `[client]` table), in `dir`.
+fn nginx_status_spec(dir: &Path, status: u16, extra: &str, client: &str) -> PathBuf {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let script = std::fs::read_to_string(examples.join("nginx.sh"))
+        .unwrap()
+        .replace(
+            "return 200 \"hello from nginx\\n\"",
+            &format!("return {status} \"status {status}\\n\""),
+        );
+    assert!(script.contains(&format!("return {status}")));
+    std::fs::write(dir.join("nginx-status.sh"), script).unwrap();
+    let spec = dir.join(format!("status{status}.toml"));
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"status{status}\"\nduration = \"1s\"\nwarmup = \"0s\"\n{extra}\nplacements = [\"separated\"]\n\
+             [[targets]]\nname = \"nginx\"\ncommand = \"sh {{spec_dir}}/nginx-status.sh {{out}} {{port}} 1\"\n\
+             url = \"http://127.0.0.1:{{port}}/\"\nready = {{ tcp = true, timeout = \"5s\" }}\n{client}\n"
+        ),
+    )
+    .unwrap();
+    spec
+}
+
+const WRK_CLIENT: &str = "[client]\ncommand = \"wrk -t1 -c{connections} -d{duration_s}s --latency http://127.0.0.1:{port}/\"\nparser = \"wrk\"";
+
+#[test]
+fn wrk_steps_against_nginx_500s_are_errors_exit_3_and_count_no_request() {
+    if !tools_available(&["nginx", "wrk"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = nginx_status_spec(dir.path(), 500, "clients = [2, 4]", WRK_CLIENT);
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("2 step(s) had errors above max_error_ratio"),
+        "{stderr}"
+    );
+    let steps = common::steps_json(&out_dir);
+    assert_eq!(steps.len(), 2);
+    for s in &steps {
+        assert_eq!(s["status"], "errors", "{s}");
+        assert!(s["error_ratio"].as_f64().unwrap() > 0.999, "{s}");
+        assert_eq!(s["requests"], 0, "a 500 is not a request: {s}");
+        assert_eq!(s["throughput_rps"], 0.0, "{s}");
+        assert!(
+            s["errors"]["http_non_2xx_3xx"].as_u64().unwrap() > 100,
+            "{s}"
+        );
+        assert!(s["reason"]
+            .as_str()
+            .unwrap()
+            .contains("over max_error_ratio = 0.01"));
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+}
+
+#[test]
+fn run_exits_0_when_the_errors_are_allowed_2_on_a_bad_spec_1_when_a_target_cannot_start() {
+    if !tools_available(&["nginx", "wrk"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The same server, with every error allowed: the steps are ok.
+    let spec = nginx_status_spec(
+        dir.path(),
+        500,
+        "clients = [2]\nmax_error_ratio = 1.0",
+        WRK_CLIENT,
+    );
+    let out = common::run_spec(&spec, &dir.path().join("allowed"));
+    common::assert_success(&out);
+    let steps = common::steps_json(&dir.path().join("allowed"));
+    assert_eq!(steps[0]["status"], "ok");
+    assert_eq!(steps[0]["error_ratio"], 1.0);
+
+    let bad = nginx_status_spec(dir.path(), 500, "clients = [2]\nmax_error_ratio = 2", "");
+    let out = common::run_spec(&bad, &dir.path().join("bad"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("max_error_ratio: expected a share"),
+        "{stderr}"
+    );
+
+    let boom = dir.path().join("boom.toml");
+    std::fs::write(&boom, "name = \"boom\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2]\n[[targets]]\nname = \"boom\"\ncommand = \"sh -c 'echo line one; echo fatal: no config file >&2; exit 7'\"\nurl = \"http://127.0.0.1:{port}/\"\n").unwrap();
+    let out = common::run_spec(&boom, &dir.path().join("boom"));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("exited with status 7 before it was ready")
+            && stderr.contains("its output ends with:\n    fatal: no config file"),
+        "the console shows the cause: {stderr}"
+    );
+    let md = std::fs::read_to_string(dir.path().join("boom/report.md")).unwrap();
+    assert!(md.contains("fatal: no config file"), "{md}");
+}
+
+#[test]
+fn a_rate_search_against_a_server_that_errors_finds_no_rate() {
+    if !tools_available(&["nginx"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = nginx_status_spec(
+        dir.path(),
+        500,
+        "clients = 2\nrate = { from = 200, to = 2000 }\nfind = { p99_ms = 50, max_steps = 3 }",
+        "",
+    );
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = common::steps_json(&out_dir);
+    assert_eq!(
+        steps.len(),
+        1,
+        "the lowest rate failed: nothing above it is tried"
+    );
+    assert_eq!(steps[0]["status"], "errors");
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(md.contains("even 200 requests/s missed p99"), "{md}");
+}

@@ -211,7 +211,11 @@ fn results_table(out: &mut String, steps: &[StepResult]) {
             (st, r) => format!(
                 "{:?}: {}",
                 st,
-                r.as_deref().unwrap_or("").lines().next().unwrap_or("")
+                r.as_deref()
+                    .unwrap_or("")
+                    .lines()
+                    .collect::<Vec<_>>()
+                    .join(" / ")
             )
             .to_lowercase(),
         };
@@ -263,7 +267,9 @@ mod tests {
             ..RunData::default()
         });
         assert!(
-            md.contains("| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly |"),
+            md.contains(
+                "| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly / more |"
+            ),
             "{md}"
         );
         assert!(md.contains("1 steps: 0 ok, 1 failed, 0 skipped."));

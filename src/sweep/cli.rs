@@ -9,7 +9,9 @@ use super::experiment::{describe, run_plan, Destination, Finished};
 use super::placement::TopologyPlacements;
 use super::plan::Plan;
 use super::progress::Bar;
+use super::result::StepStatus;
 use super::spec::SpecFile;
+use crate::exit::Outcome;
 
 /// Options of `stairbench run`.
 #[derive(Debug, clap::Args)]
@@ -123,11 +125,11 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
     let mut bar = Bar::default();
     let Finished { dir, summary } =
         run_plan(plan, dest, &mut bar, stop).map_err(anyhow::Error::msg)?;
-    let failed = summary
-        .steps
-        .iter()
-        .filter(|s| s.status == super::result::StepStatus::Failed)
-        .count();
+    print_summary(&summary, &dir);
+    Ok(run_outcome(&summary).into())
+}
+
+fn print_summary(summary: &super::runner::RunSummary, dir: &Path) {
     for p in crate::report::markdown::series_peaks(&summary.steps) {
         println!(
             "{:>12} / {:<10} peak {:>9.0} requests/s at {} clients",
@@ -142,16 +144,46 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
             "interrupted: the finished steps are kept; continue with --resume {}",
             dir.display()
         );
-        return Ok(ExitCode::from(130));
     }
-    if failed > 0 {
-        eprintln!("{failed} step(s) failed; see the report");
+    for status in [StepStatus::Failed, StepStatus::Errors, StepStatus::Skipped] {
+        let n = summary.steps.iter().filter(|s| s.status == status).count();
+        if n > 0 {
+            eprintln!("{n} step(s) {}; see the report", status_words(status));
+        }
     }
-    Ok(if summary.stopped_on_failure {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+}
+
+fn status_words(status: StepStatus) -> &'static str {
+    match status {
+        StepStatus::Failed => "failed (could not run)",
+        StepStatus::Errors => "had errors above max_error_ratio",
+        StepStatus::Skipped => "skipped (see why in the report)",
+        StepStatus::Ok => "ok",
+    }
+}
+
+/// The run's exit code: 130 interrupted, 1 a step failed (or the run stopped on one), 3 a
+/// step's errors were over `max_error_ratio`, 0 every planned step ran (skips by policy
+/// included).
+pub fn run_outcome(summary: &super::runner::RunSummary) -> Outcome {
+    let has = |status| summary.steps.iter().any(|s| s.status == status);
+    Outcome::first([
+        if summary.interrupted {
+            Outcome::Interrupted
+        } else {
+            Outcome::Ok
+        },
+        if summary.stopped_on_failure || has(StepStatus::Failed) {
+            Outcome::Failure
+        } else {
+            Outcome::Ok
+        },
+        if has(StepStatus::Errors) {
+            Outcome::Errors
+        } else {
+            Outcome::Ok
+        },
+    ])
 }
 
 /// The stairbench binary that runs built-in servers: `STAIRBENCH_BIN`, else this executable.

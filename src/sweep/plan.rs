@@ -149,6 +149,8 @@ pub struct Plan {
     pub client: ClientPlan,
     /// What a failure does.
     pub on_failure: OnFailure,
+    /// Largest share of failed requests of an `ok` step (errors / (requests + errors)).
+    pub max_error_ratio: f64,
     /// Early stop of a series.
     pub stop_when: Option<StopWhen>,
     /// Server restarts.
@@ -184,6 +186,12 @@ impl Plan {
         }
         if s.duration.0.is_zero() {
             return Err(spec.error_at(&["duration"], "expected a measured window longer than 0s"));
+        }
+        if !(0.0..=1.0).contains(&s.max_error_ratio) {
+            return Err(spec.error_at(
+                &["max_error_ratio"],
+                "expected a share of requests between 0 and 1, e.g. 0.01",
+            ));
         }
         if s.targets.is_empty() {
             return Err(spec.error_at(&[], "no [[targets]]: expected at least one target"));
@@ -230,6 +238,7 @@ impl Plan {
             timeout: s.client.timeout.map_or(Duration::from_secs(10), |d| d.0),
             client,
             on_failure: s.on_failure,
+            max_error_ratio: s.max_error_ratio,
             stop_when: s.stop_when,
             restart: s.restart,
             observe,

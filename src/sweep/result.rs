@@ -18,8 +18,12 @@ pub const STEPS_SCHEMA_VERSION: u32 = 1;
 pub enum StepStatus {
     /// Measured.
     Ok,
-    /// Tried and failed (see `reason`).
+    /// Tried and failed (see `reason`): the target did not start or crashed, the load could
+    /// not run.
     Failed,
+    /// Measured, but more requests failed than the spec's `max_error_ratio` allows (see
+    /// `reason`): left out of the analysis.
+    Errors,
     /// Not run (see `reason`): no CPUs for it, saturated series, an earlier failure.
     Skipped,
 }
@@ -87,6 +91,18 @@ impl StepResult {
         self.load.as_ref().map(|l| l.throughput_rps)
     }
 
+    /// Failed requests over all requests tried: errors / (requests + errors); 0 when nothing
+    /// was measured.
+    pub fn error_ratio(&self) -> f64 {
+        let Some(load) = &self.load else { return 0.0 };
+        let errors: u64 = load.errors.values().sum();
+        let tried = load.requests + errors;
+        if tried == 0 {
+            return 0.0;
+        }
+        errors as f64 / tried as f64
+    }
+
     /// A derived figure by path, e.g. `["cpu_us_per_req", "total"]`.
     pub fn derived_f64(&self, path: &[&str]) -> Option<f64> {
         let (first, rest) = path.split_first()?;
@@ -124,6 +140,9 @@ impl StepResult {
                     }
                 }
             }
+        }
+        if self.load.is_some() {
+            obj.insert("error_ratio".into(), self.error_ratio().into());
         }
         // The planned rate wins over the engine's echo of it.
         if let Some(rate) = self.rate_rps {
@@ -233,6 +252,7 @@ const KNOWN_KEYS: &[&str] = &[
     "status",
     "reason",
     "server",
+    "error_ratio",
 ];
 
 /// Reads every step of a `steps.jsonl` file; a torn last line (a crash mid-write) is ignored.
@@ -281,8 +301,25 @@ mod tests {
         assert_eq!(json["schema"], STEPS_SCHEMA_VERSION);
         assert_eq!(json["requests"], 100);
         assert_eq!(json["cs_per_req"], 0.5);
+        assert_eq!(json["error_ratio"], 0.0);
         let back = StepResult::from_json(&json).unwrap();
         assert_eq!(back, step);
+    }
+
+    #[test]
+    fn error_ratio_counts_errors_over_requests_tried() {
+        let mut step = StepResult::empty("e".into(), "nginx", "shared", 1, 0);
+        step.status = StepStatus::Errors;
+        step.load = Some(LoadReport {
+            requests: 75,
+            errors: [("timeout".to_string(), 5), ("http_5xx".to_string(), 20)].into(),
+            ..LoadReport::default()
+        });
+        assert_eq!(step.error_ratio(), 0.2);
+        let json = step.to_json();
+        assert_eq!(json["error_ratio"], 0.2);
+        assert_eq!(json["status"], "errors");
+        assert_eq!(StepResult::from_json(&json).unwrap(), step);
     }
 
     #[test]

@@ -291,7 +291,11 @@ Transfer/sec:     17.72MB
         assert_eq!(load.errors.get("timeout"), Some(&7));
         assert_eq!(load.errors.get("connect"), None);
         assert_eq!(load.errors.get("http_non_2xx_3xx"), Some(&12));
-        assert_eq!(load.requests, Some(162477 - 12 - 7), "failed replies are not requests");
+        assert_eq!(
+            load.requests,
+            Some(162477 - 12 - 7),
+            "failed replies are not requests"
+        );
         assert_eq!(load.extra["replies"], 162477.0);
         let rps = load.throughput_rps.unwrap();
         assert!((rps - 77437.30 * 162458.0 / 162477.0).abs() < 1e-6, "{rps}");
