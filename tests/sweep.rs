@@ -1071,3 +1071,65 @@ fn a_rate_search_against_a_server_that_errors_finds_no_rate() {
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(md.contains("even 200 requests/s missed p99"), "{md}");
 }
+
+#[test]
+fn paths_with_quotes_spaces_and_dollars_are_single_words_and_run_nothing() {
+    if !tools_available(&["nginx", "wrk"]) {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let nasty = root.path().join("it's a $(touch PWNED) dir");
+    std::fs::create_dir(&nasty).unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    std::fs::copy(examples.join("nginx.sh"), nasty.join("nginx.sh")).unwrap();
+    let text = std::fs::read_to_string(examples.join("nginx-wrk.toml"))
+        .unwrap()
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("clients = [4, 8, 16, 32, 64, 128]", "clients = [2]");
+    std::fs::write(nasty.join("nginx-wrk.toml"), text).unwrap();
+    // The default output directory (relative, under the nasty one) and a relative spec path:
+    // `{out}` and `{spec_dir}` must reach nginx.sh absolute and whole.
+    let out = Command::new(BIN)
+        .args(["run", "nginx-wrk.toml"])
+        .current_dir(&nasty)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    let pwned: Vec<_> = walk(root.path())
+        .into_iter()
+        .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join("PWNED")])
+        .filter(|p| p.exists())
+        .filter(|p| p.file_name().is_some_and(|n| n == "PWNED"))
+        .collect();
+    assert!(pwned.is_empty(), "a placeholder was executed: {pwned:?}");
+    let results: Vec<_> = std::fs::read_dir(nasty.join("results")).unwrap().collect();
+    assert_eq!(results.len(), 1);
+    let run_dir = results[0].as_ref().unwrap().path();
+    let steps = common::steps_json(&run_dir);
+    assert_eq!(steps[0]["status"], "ok", "{}", steps[0]);
+    let prefixes = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("nginx-")
+        })
+        .count();
+    assert_eq!(prefixes, 1, "nginx's prefix is in the run directory, once");
+}
+
+/// Every path under `dir` (not following links).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
