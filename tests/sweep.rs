@@ -1133,3 +1133,51 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn every_example_runs_from_the_repository_root_with_a_short_duration() {
+    if !tools_available(&["nginx", "wrk", "redis-server", "redis-benchmark"]) {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut ran = Vec::new();
+    for entry in std::fs::read_dir(root.join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        // Other hosts are not here: two-hosts.toml is dry-run in every_example_spec_plans.
+        if path.extension().is_none_or(|e| e != "toml") || name == "two-hosts" {
+            continue;
+        }
+        // wrk takes whole seconds only.
+        let out = Command::new(BIN)
+            .current_dir(root)
+            .args(["run", "--duration", "1s", "--clients", "2", "--out"])
+            .arg(dir.path().join(&name))
+            .arg(Path::new("examples").join(path.file_name().unwrap()))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let steps = common::steps_json(&dir.path().join(&name));
+        assert!(steps.iter().all(|s| s["status"] != "failed"), "{name}");
+        ran.push(name);
+    }
+    assert!(ran.len() >= 7, "{ran:?}");
+}
+
+#[test]
+fn duration_and_clients_override_the_spec_for_a_quick_trial() {
+    let mut p = plan("name = \"q\"\nduration = \"10s\"\nwarmup = \"2s\"\nclients = [1, 2, 4, 8]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    p.shorten(Duration::from_secs(1));
+    p.with_clients(&[2, 3]).unwrap();
+    assert_eq!(p.duration, Duration::from_secs(1));
+    assert_eq!(p.warmup, Duration::from_millis(200));
+    assert_eq!(p.series, Series::Clients(vec![2, 3]));
+    assert!(p.with_clients(&[0]).is_err());
+}

@@ -28,11 +28,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     pub resume: Option<PathBuf>,
     /// Keep one client count for a long study (with --duration).
-    #[arg(long, value_name = "CLIENTS", requires = "duration")]
+    #[arg(
+        long,
+        value_name = "CLIENTS",
+        requires = "duration",
+        conflicts_with = "clients"
+    )]
     pub hold: Option<usize>,
-    /// Measured window of the held level, e.g. 1h.
-    #[arg(long, value_name = "D", requires = "hold", value_parser = parse_dur)]
+    /// Measured window of each step instead of the spec's (the warm-up is scaled with it,
+    /// never lengthened), e.g. 1s for a quick trial; with --hold, the held level's, e.g. 1h.
+    #[arg(long, value_name = "D", value_parser = parse_dur)]
     pub duration: Option<std::time::Duration>,
+    /// Client counts instead of the spec's staircase, e.g. 1,4 (a rate series: its one count).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub clients: Option<Vec<usize>>,
 }
 
 /// Options of `stairbench demo`.
@@ -62,8 +71,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let spec = SpecFile::read(&spec_path)?;
     let mut plan = Plan::new(spec, stairbench_bin()?)?;
-    if let (Some(clients), Some(d)) = (args.hold, args.duration) {
-        plan.hold(clients, d);
+    match (args.hold, args.duration) {
+        (Some(clients), Some(d)) => plan.hold(clients, d),
+        (None, Some(d)) => plan.shorten(d),
+        _ => {}
+    }
+    if let Some(clients) = &args.clients {
+        plan.with_clients(clients).map_err(anyhow::Error::msg)?;
     }
     let dest = Destination {
         out: args.out,

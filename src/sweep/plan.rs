@@ -255,6 +255,30 @@ impl Plan {
         self.stop_when = None;
     }
 
+    /// A quick trial: the measured window set to `duration`, the warm-up scaled by the same
+    /// factor (never lengthened).
+    pub fn shorten(&mut self, duration: Duration) {
+        let scale = (duration.as_secs_f64() / self.duration.as_secs_f64()).min(1.0);
+        self.warmup = self.warmup.mul_f64(scale);
+        self.duration = duration;
+    }
+
+    /// A quick trial at other client counts: the staircase's steps, or the one client count
+    /// of a rate series.
+    pub fn with_clients(&mut self, clients: &[usize]) -> Result<(), String> {
+        if clients.is_empty() || clients.contains(&0) {
+            return Err("--clients: expected client counts of at least 1, e.g. 1,4".into());
+        }
+        match (&mut self.series, clients) {
+            (Series::Clients(c), _) => *c = clients.to_vec(),
+            (Series::Rates { clients: c, .. } | Series::Find { clients: c, .. }, [one]) => {
+                *c = *one
+            }
+            _ => return Err("--clients: a rate series takes one client count".into()),
+        }
+        Ok(())
+    }
+
     /// Both `balanced` and `separated` are run (their coinciding on a machine matters).
     pub fn compares_balanced_and_separated(&self) -> bool {
         let has = |name: &str| self.placements.iter().any(|p| p == name);
