@@ -140,6 +140,7 @@ fn bad_specs_name_file_line_column_and_key() {
         ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"nginx\"\n", "bad.toml:5:11: targets[0].builtin:"),
         ("name = \"x\"\nclients = [1]\non_failure = \"retry\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:3:14: on_failure: unknown variant `retry`, expected `continue` or `stop`"),
         ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n[targets.ready]\nlog = \"(\"\n", "bad.toml:7:7: targets[0].ready.log: bad regex"),
+        ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr --arch reactr\"\n", "bad.toml:5:11: targets[0].builtin: invalid value 'reactr' for '--arch"),
         ("name = \"x\"\nclients = [1]\n[client]\ncommand = \"wrk\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:4:11: client.command: an external client needs parser"),
     ];
     for (text, want) in cases {

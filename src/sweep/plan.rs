@@ -373,7 +373,10 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         (Some(b), None) => {
             let args: Vec<String> = b.split_whitespace().map(str::to_string).collect();
             match args.first() {
-                Some(k) if BUILTIN_SERVERS.contains(&k.as_str()) => TargetKind::Builtin(args),
+                Some(k) if BUILTIN_SERVERS.contains(&k.as_str()) => {
+                    check_serve_args(&args).map_err(|e| at("builtin", e))?;
+                    TargetKind::Builtin(args)
+                }
                 _ => return Err(at("builtin", format!("{b:?}: expected a built-in server ({}) and its options, e.g. \"msgr --arch reactor\"", BUILTIN_SERVERS.join(", ")))),
             }
         }
@@ -452,6 +455,27 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         depth: t.depth.unwrap_or(spec.spec.depth),
         spec_dir: spec_dir(spec),
     })
+}
+
+/// `stairbench serve`'s own command line, to check a `builtin` before any step runs.
+#[derive(clap::Parser)]
+#[command(name = "stairbench serve", no_binary_name = true)]
+struct ServeLine {
+    #[command(subcommand)]
+    command: crate::serve::ServeCommand,
+}
+
+/// Parses `builtin`'s words with the same definitions as `stairbench serve` (an option the
+/// runner adds itself, such as --port, may be missing).
+fn check_serve_args(args: &[String]) -> Result<(), String> {
+    use clap::error::ErrorKind;
+    match <ServeLine as clap::Parser>::try_parse_from(args) {
+        Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => {
+            let text = e.render().to_string();
+            Err(text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn spec_dir(spec: &SpecFile) -> PathBuf {
