@@ -472,7 +472,12 @@ fn check_serve_args(args: &[String]) -> Result<(), String> {
     match <ServeLine as clap::Parser>::try_parse_from(args) {
         Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => {
             let text = e.render().to_string();
-            Err(text.lines().next().unwrap_or("").trim_start_matches("error: ").to_string())
+            Err(text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+                .to_string())
         }
         _ => Ok(()),
     }
