@@ -315,9 +315,9 @@ mod tests {
             errors: [("timeout".to_string(), 5), ("http_5xx".to_string(), 20)].into(),
             ..LoadReport::default()
         });
-        assert_eq!(step.error_ratio(), 0.2);
+        assert_eq!(step.error_ratio(), 0.25);
         let json = step.to_json();
-        assert_eq!(json["error_ratio"], 0.2);
+        assert_eq!(json["error_ratio"], 0.25);
         assert_eq!(json["status"], "errors");
         assert_eq!(StepResult::from_json(&json).unwrap(), step);
     }
