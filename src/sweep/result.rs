@@ -311,6 +311,7 @@ mod tests {
         let mut step = StepResult::empty("e".into(), "nginx", "shared", 1, 0);
         step.status = StepStatus::Errors;
         step.load = Some(LoadReport {
+            schema: crate::load::SCHEMA_VERSION,
             requests: 75,
             errors: [("timeout".to_string(), 5), ("http_5xx".to_string(), 20)].into(),
             ..LoadReport::default()
