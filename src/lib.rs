@@ -6,6 +6,7 @@
 pub mod analyze;
 pub mod cli;
 pub mod cpuset;
+pub mod exit;
 pub mod load;
 pub mod observe;
 pub mod profile;

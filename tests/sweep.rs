@@ -141,6 +141,7 @@ fn bad_specs_name_file_line_column_and_key() {
         ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"nginx\"\n", "bad.toml:5:11: targets[0].builtin:"),
         ("name = \"x\"\nclients = [1]\non_failure = \"retry\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:3:14: on_failure: unknown variant `retry`, expected `continue` or `stop`"),
         ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n[targets.ready]\nlog = \"(\"\n", "bad.toml:7:7: targets[0].ready.log: bad regex"),
+        ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr --arch reactr\"\n", "bad.toml:5:11: targets[0].builtin: invalid value 'reactr' for '--arch"),
         ("name = \"x\"\nclients = [1]\n[client]\ncommand = \"wrk\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:4:11: client.command: an external client needs parser"),
     ];
     for (text, want) in cases {
@@ -855,4 +856,267 @@ fn killed_outright_its_servers_die_too() {
         left.is_empty(),
         "PR_SET_PDEATHSIG should have ended {left:?}"
     );
+}
+
+/// nginx, wrk and redis-benchmark on PATH (or in /usr/sbin); under `CI=true` a missing one
+/// fails the test instead of skipping it.
+fn tools_available(tools: &[&str]) -> bool {
+    if let Some(p) = tools.iter().find(|p| common::find_program(p).is_none()) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{p} is not installed"
+        );
+        eprintln!("skipped: {p} is not installed");
+        return false;
+    }
+    true
+}
+
+/// A spec whose target is examples/nginx.sh answering every request with `status`, driven
+/// by `client` (a `[client]` table), in `dir`.
+fn nginx_status_spec(dir: &Path, status: u16, extra: &str, client: &str) -> PathBuf {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let script = std::fs::read_to_string(examples.join("nginx.sh"))
+        .unwrap()
+        .replace(
+            "return 200 \"hello from nginx\\n\"",
+            &format!("return {status} \"status {status}\\n\""),
+        );
+    assert!(script.contains(&format!("return {status}")));
+    std::fs::write(dir.join("nginx-status.sh"), script).unwrap();
+    let spec = dir.join(format!("status{status}.toml"));
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"status{status}\"\nduration = \"1s\"\nwarmup = \"0s\"\n{extra}\nplacements = [\"separated\"]\n\
+             [[targets]]\nname = \"nginx\"\ncommand = \"sh {{spec_dir}}/nginx-status.sh {{out}} {{port}} 1\"\n\
+             url = \"http://127.0.0.1:{{port}}/\"\nready = {{ tcp = true, timeout = \"5s\" }}\n{client}\n"
+        ),
+    )
+    .unwrap();
+    spec
+}
+
+const WRK_CLIENT: &str = "[client]\ncommand = \"wrk -t1 -c{connections} -d{duration_s}s --latency http://127.0.0.1:{port}/\"\nparser = \"wrk\"";
+
+#[test]
+fn wrk_steps_against_nginx_500s_are_errors_exit_3_and_count_no_request() {
+    if !tools_available(&["nginx", "wrk"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = nginx_status_spec(dir.path(), 500, "clients = [2, 4]", WRK_CLIENT);
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("2 step(s) had errors above max_error_ratio"),
+        "{stderr}"
+    );
+    let steps = common::steps_json(&out_dir);
+    assert_eq!(steps.len(), 2);
+    for s in &steps {
+        assert_eq!(s["status"], "errors", "{s}");
+        assert!(s["error_ratio"].as_f64().unwrap() > 0.999, "{s}");
+        assert_eq!(s["requests"], 0, "a 500 is not a request: {s}");
+        assert_eq!(s["throughput_rps"], 0.0, "{s}");
+        assert!(
+            s["errors"]["http_non_2xx_3xx"].as_u64().unwrap() > 100,
+            "{s}"
+        );
+        assert!(s["reason"]
+            .as_str()
+            .unwrap()
+            .contains("over max_error_ratio = 0.01"));
+    }
+    assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
+}
+
+#[test]
+fn run_exits_0_when_the_errors_are_allowed_2_on_a_bad_spec_1_when_a_target_cannot_start() {
+    if !tools_available(&["nginx", "wrk"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The same server, with every error allowed: the steps are ok.
+    let spec = nginx_status_spec(
+        dir.path(),
+        500,
+        "clients = [2]\nmax_error_ratio = 1.0",
+        WRK_CLIENT,
+    );
+    let out = common::run_spec(&spec, &dir.path().join("allowed"));
+    common::assert_success(&out);
+    let steps = common::steps_json(&dir.path().join("allowed"));
+    assert_eq!(steps[0]["status"], "ok");
+    assert_eq!(steps[0]["error_ratio"], 1.0);
+
+    let bad = nginx_status_spec(dir.path(), 500, "clients = [2]\nmax_error_ratio = 2", "");
+    let out = common::run_spec(&bad, &dir.path().join("bad"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("max_error_ratio: expected a share"),
+        "{stderr}"
+    );
+
+    let boom = dir.path().join("boom.toml");
+    std::fs::write(&boom, "name = \"boom\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2]\n[[targets]]\nname = \"boom\"\ncommand = \"sh -c 'echo line one; echo fatal: no config file >&2; exit 7'\"\nurl = \"http://127.0.0.1:{port}/\"\n").unwrap();
+    let out = common::run_spec(&boom, &dir.path().join("boom"));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("exited with status 7 before it was ready")
+            && stderr.contains("its output ends with:\n    fatal: no config file"),
+        "the console shows the cause: {stderr}"
+    );
+    let md = std::fs::read_to_string(dir.path().join("boom/report.md")).unwrap();
+    assert!(md.contains("fatal: no config file"), "{md}");
+}
+
+#[test]
+fn a_rate_search_against_a_server_that_errors_finds_no_rate() {
+    if !tools_available(&["nginx"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = nginx_status_spec(
+        dir.path(),
+        500,
+        "clients = 2\nrate = { from = 200, to = 2000 }\nfind = { p99_ms = 50, max_steps = 3 }",
+        "",
+    );
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let steps = common::steps_json(&out_dir);
+    assert_eq!(
+        steps.len(),
+        1,
+        "the lowest rate failed: nothing above it is tried"
+    );
+    assert_eq!(steps[0]["status"], "errors");
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(md.contains("even 200 requests/s missed p99"), "{md}");
+}
+
+#[test]
+fn paths_with_quotes_spaces_and_dollars_are_single_words_and_run_nothing() {
+    if !tools_available(&["nginx", "wrk"]) {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let nasty = root.path().join("it's a $(touch PWNED) dir");
+    std::fs::create_dir(&nasty).unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    std::fs::copy(examples.join("nginx.sh"), nasty.join("nginx.sh")).unwrap();
+    let text = std::fs::read_to_string(examples.join("nginx-wrk.toml"))
+        .unwrap()
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("clients = [4, 8, 16, 32, 64, 128]", "clients = [2]");
+    std::fs::write(nasty.join("nginx-wrk.toml"), text).unwrap();
+    // The default output directory (relative, under the nasty one) and a relative spec path:
+    // `{out}` and `{spec_dir}` must reach nginx.sh absolute and whole.
+    let out = Command::new(BIN)
+        .args(["run", "nginx-wrk.toml"])
+        .current_dir(&nasty)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    let pwned: Vec<_> = walk(root.path())
+        .into_iter()
+        .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join("PWNED")])
+        .filter(|p| p.exists())
+        .filter(|p| p.file_name().is_some_and(|n| n == "PWNED"))
+        .collect();
+    assert!(pwned.is_empty(), "a placeholder was executed: {pwned:?}");
+    let results: Vec<_> = std::fs::read_dir(nasty.join("results")).unwrap().collect();
+    assert_eq!(results.len(), 1);
+    let run_dir = results[0].as_ref().unwrap().path();
+    let steps = common::steps_json(&run_dir);
+    assert_eq!(steps[0]["status"], "ok", "{}", steps[0]);
+    let prefixes = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("nginx-")
+        })
+        .count();
+    assert_eq!(prefixes, 1, "nginx's prefix is in the run directory, once");
+}
+
+/// Every path under `dir` (not following links).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+#[test]
+fn every_example_runs_from_the_repository_root_with_a_short_duration() {
+    if !tools_available(&["nginx", "wrk", "redis-server", "redis-benchmark"]) {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut ran = Vec::new();
+    for entry in std::fs::read_dir(root.join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        // Other hosts are not here: two-hosts.toml is dry-run in every_example_spec_plans.
+        if path.extension().is_none_or(|e| e != "toml") || name == "two-hosts" {
+            continue;
+        }
+        // wrk takes whole seconds only.
+        let out = Command::new(BIN)
+            .current_dir(root)
+            .args(["run", "--duration", "1s", "--clients", "2", "--out"])
+            .arg(dir.path().join(&name))
+            .arg(Path::new("examples").join(path.file_name().unwrap()))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let steps = common::steps_json(&dir.path().join(&name));
+        assert!(steps.iter().all(|s| s["status"] != "failed"), "{name}");
+        ran.push(name);
+    }
+    assert!(ran.len() >= 7, "{ran:?}");
+}
+
+#[test]
+fn duration_and_clients_override_the_spec_for_a_quick_trial() {
+    let mut p = plan("name = \"q\"\nduration = \"10s\"\nwarmup = \"2s\"\nclients = [1, 2, 4, 8]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    p.shorten(Duration::from_secs(1));
+    p.with_clients(&[2, 3]).unwrap();
+    assert_eq!(p.duration, Duration::from_secs(1));
+    assert_eq!(p.warmup, Duration::from_millis(200));
+    assert_eq!(p.series, Series::Clients(vec![2, 3]));
+    assert!(p.with_clients(&[0]).is_err());
 }

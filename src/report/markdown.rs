@@ -163,7 +163,11 @@ fn results_table(out: &mut String, steps: &[StepResult]) {
             (st, r) => format!(
                 "{:?}: {}",
                 st,
-                r.as_deref().unwrap_or("").lines().next().unwrap_or("")
+                r.as_deref()
+                    .unwrap_or("")
+                    .lines()
+                    .collect::<Vec<_>>()
+                    .join(" / ")
             )
             .to_lowercase(),
         };
@@ -215,7 +219,9 @@ mod tests {
             ..RunData::default()
         });
         assert!(
-            md.contains("| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly |"),
+            md.contains(
+                "| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly / more |"
+            ),
             "{md}"
         );
         assert!(md.contains("1 step: 0 ok, 1 failed, 0 skipped.\n"));

@@ -10,7 +10,9 @@ use super::experiment::{check_out, describe, run_plan, Destination, Finished};
 use super::placement::TopologyPlacements;
 use super::plan::Plan;
 use super::progress::Bar;
+use super::result::StepStatus;
 use super::spec::SpecFile;
+use crate::exit::Outcome;
 
 /// Options of `stairbench run`.
 #[derive(Debug, clap::Args)]
@@ -27,11 +29,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     pub resume: Option<PathBuf>,
     /// Keep one client count for a long study (with --duration).
-    #[arg(long, value_name = "CLIENTS", requires = "duration")]
+    #[arg(
+        long,
+        value_name = "CLIENTS",
+        requires = "duration",
+        conflicts_with = "clients"
+    )]
     pub hold: Option<usize>,
-    /// Measured window of the held level, e.g. 1h.
-    #[arg(long, value_name = "D", requires = "hold", value_parser = parse_dur)]
+    /// Measured window of each step instead of the spec's (the warm-up is scaled with it,
+    /// never lengthened), e.g. 1s for a quick trial; with --hold, the held level's, e.g. 1h.
+    #[arg(long, value_name = "D", value_parser = parse_dur)]
     pub duration: Option<std::time::Duration>,
+    /// Client counts instead of the spec's staircase, e.g. 1,4 (a rate series: its one count).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub clients: Option<Vec<usize>>,
 }
 
 /// Options of `stairbench demo`.
@@ -61,8 +72,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let spec = SpecFile::read(&spec_path)?;
     let mut plan = Plan::new(spec, stairbench_bin()?)?;
-    if let (Some(clients), Some(d)) = (args.hold, args.duration) {
-        plan.hold(clients, d);
+    match (args.hold, args.duration) {
+        (Some(clients), Some(d)) => plan.hold(clients, d),
+        (None, Some(d)) => plan.shorten(d),
+        _ => {}
+    }
+    if let Some(clients) = &args.clients {
+        plan.with_clients(clients).map_err(anyhow::Error::msg)?;
     }
     let dest = Destination {
         out: args.out,
@@ -128,14 +144,14 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
     let mut bar = Bar::default();
     let Finished { dir, summary } =
         run_plan(plan, dest, &mut bar, stop).map_err(anyhow::Error::msg)?;
-    let failed = summary
-        .steps
-        .iter()
-        .filter(|s| s.status == super::result::StepStatus::Failed)
-        .count();
+    print_summary(&summary, &dir);
+    Ok(run_outcome(&summary).into())
+}
+
+fn print_summary(summary: &super::runner::RunSummary, dir: &Path) {
     // The peaks as the reports define them (read back from the run directory, so the last
     // lines and report.md/report.html can never disagree).
-    if let Ok(analysis) = crate::report::analysis::analyze_run(&dir) {
+    if let Ok(analysis) = crate::report::analysis::analyze_run(dir) {
         for line in crate::report::analysis::peak_lines(&analysis) {
             println!("{line}");
         }
@@ -148,16 +164,46 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
             "interrupted: the finished steps are kept; continue with --resume {}",
             dir.display()
         );
-        return Ok(ExitCode::from(130));
     }
-    if failed > 0 {
-        eprintln!("{failed} step(s) failed; see the report");
+    for status in [StepStatus::Failed, StepStatus::Errors, StepStatus::Skipped] {
+        let n = summary.steps.iter().filter(|s| s.status == status).count();
+        if n > 0 {
+            eprintln!("{n} step(s) {}; see the report", status_words(status));
+        }
     }
-    Ok(if summary.stopped_on_failure {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+}
+
+fn status_words(status: StepStatus) -> &'static str {
+    match status {
+        StepStatus::Failed => "failed (could not run)",
+        StepStatus::Errors => "had errors above max_error_ratio",
+        StepStatus::Skipped => "skipped (see why in the report)",
+        StepStatus::Ok => "ok",
+    }
+}
+
+/// The run's exit code: 130 interrupted, 1 a step failed (or the run stopped on one), 3 a
+/// step's errors were over `max_error_ratio`, 0 every planned step ran (skips by policy
+/// included).
+pub fn run_outcome(summary: &super::runner::RunSummary) -> Outcome {
+    let has = |status| summary.steps.iter().any(|s| s.status == status);
+    Outcome::first([
+        if summary.interrupted {
+            Outcome::Interrupted
+        } else {
+            Outcome::Ok
+        },
+        if summary.stopped_on_failure || has(StepStatus::Failed) {
+            Outcome::Failure
+        } else {
+            Outcome::Ok
+        },
+        if has(StepStatus::Errors) {
+            Outcome::Errors
+        } else {
+            Outcome::Ok
+        },
+    ])
 }
 
 /// The stairbench binary that runs built-in servers: `STAIRBENCH_BIN`, else this executable.

@@ -336,13 +336,25 @@ fn children_cpu_s() -> (f64, f64) {
     }
 }
 
-/// Replaces each `{name}` in a template.
+/// Replaces each `{name}` in a command template with its value as one shell word: a value
+/// with a space, a quote, a `$` or any character a shell reads specially (a run directory
+/// named by the user) is single-quoted, so nothing in it is split or executed.
 pub fn fill(template: &str, values: &[(&str, String)]) -> String {
     let mut out = template.to_string();
     for (name, value) in values {
-        out = out.replace(&format!("{{{name}}}"), value);
+        out = out.replace(&format!("{{{name}}}"), &shell_word(value));
     }
     out
+}
+
+/// `s` as one word of a POSIX shell: unchanged when it holds only characters no shell
+/// reads specially (so `-c{clients}` stays `-c8`), single-quoted otherwise.
+pub fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:,@%+=".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// A scripted driver: throughput = `rps_per_client(clients)`, latency from Little's law;
@@ -440,5 +452,19 @@ mod tests {
             ],
         );
         assert_eq!(s, "wrk -c8 -t2 http://127.0.0.1:8080/");
+    }
+
+    #[test]
+    fn placeholders_are_single_shell_words_and_run_nothing() {
+        let nasty = "/tmp/it's a $(touch PWNED) `x` dir";
+        let line = fill("printf %s {out}", &[("out", nasty.into())]);
+        let out = std::process::Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), nasty);
+        assert_eq!(shell_word("/srv/run-1/a.b"), "/srv/run-1/a.b");
+        assert_eq!(shell_word(""), "''");
     }
 }

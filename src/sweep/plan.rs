@@ -149,6 +149,8 @@ pub struct Plan {
     pub client: ClientPlan,
     /// What a failure does.
     pub on_failure: OnFailure,
+    /// Largest share of failed requests of an `ok` step (errors / (requests + errors)).
+    pub max_error_ratio: f64,
     /// Early stop of a series.
     pub stop_when: Option<StopWhen>,
     /// Server restarts.
@@ -184,6 +186,12 @@ impl Plan {
         }
         if s.duration.0.is_zero() {
             return Err(spec.error_at(&["duration"], "expected a measured window longer than 0s"));
+        }
+        if !(0.0..=1.0).contains(&s.max_error_ratio) {
+            return Err(spec.error_at(
+                &["max_error_ratio"],
+                "expected a share of requests between 0 and 1, e.g. 0.01",
+            ));
         }
         if s.targets.is_empty() {
             return Err(spec.error_at(&[], "no [[targets]]: expected at least one target"));
@@ -230,6 +238,7 @@ impl Plan {
             timeout: s.client.timeout.map_or(Duration::from_secs(10), |d| d.0),
             client,
             on_failure: s.on_failure,
+            max_error_ratio: s.max_error_ratio,
             stop_when: s.stop_when,
             restart: s.restart,
             observe,
@@ -244,6 +253,30 @@ impl Plan {
         self.repetitions = Repetitions::Fixed(1);
         self.duration = duration;
         self.stop_when = None;
+    }
+
+    /// A quick trial: the measured window set to `duration`, the warm-up scaled by the same
+    /// factor (never lengthened).
+    pub fn shorten(&mut self, duration: Duration) {
+        let scale = (duration.as_secs_f64() / self.duration.as_secs_f64()).min(1.0);
+        self.warmup = self.warmup.mul_f64(scale);
+        self.duration = duration;
+    }
+
+    /// A quick trial at other client counts: the staircase's steps, or the one client count
+    /// of a rate series.
+    pub fn with_clients(&mut self, clients: &[usize]) -> Result<(), String> {
+        if clients.is_empty() || clients.contains(&0) {
+            return Err("--clients: expected client counts of at least 1, e.g. 1,4".into());
+        }
+        match (&mut self.series, clients) {
+            (Series::Clients(c), _) => *c = clients.to_vec(),
+            (Series::Rates { clients: c, .. } | Series::Find { clients: c, .. }, [one]) => {
+                *c = *one
+            }
+            _ => return Err("--clients: a rate series takes one client count".into()),
+        }
+        Ok(())
     }
 
     /// Both `balanced` and `separated` are run (their coinciding on a machine matters).
@@ -340,7 +373,10 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         (Some(b), None) => {
             let args: Vec<String> = b.split_whitespace().map(str::to_string).collect();
             match args.first() {
-                Some(k) if BUILTIN_SERVERS.contains(&k.as_str()) => TargetKind::Builtin(args),
+                Some(k) if BUILTIN_SERVERS.contains(&k.as_str()) => {
+                    check_serve_args(&args).map_err(|e| at("builtin", e))?;
+                    TargetKind::Builtin(args)
+                }
                 _ => return Err(at("builtin", format!("{b:?}: expected a built-in server ({}) and its options, e.g. \"msgr --arch reactor\"", BUILTIN_SERVERS.join(", ")))),
             }
         }
@@ -419,6 +455,32 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         depth: t.depth.unwrap_or(spec.spec.depth),
         spec_dir: spec_dir(spec),
     })
+}
+
+/// `stairbench serve`'s own command line, to check a `builtin` before any step runs.
+#[derive(clap::Parser)]
+#[command(name = "stairbench serve", no_binary_name = true)]
+struct ServeLine {
+    #[command(subcommand)]
+    command: crate::serve::ServeCommand,
+}
+
+/// Parses `builtin`'s words with the same definitions as `stairbench serve` (an option the
+/// runner adds itself, such as --port, may be missing).
+fn check_serve_args(args: &[String]) -> Result<(), String> {
+    use clap::error::ErrorKind;
+    match <ServeLine as clap::Parser>::try_parse_from(args) {
+        Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => {
+            let text = e.render().to_string();
+            Err(text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+                .to_string())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn spec_dir(spec: &SpecFile) -> PathBuf {

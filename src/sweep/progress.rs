@@ -76,14 +76,14 @@ impl Progress for Bar {
         self.bar.inc(1);
         let what = match (step.status, step.throughput_rps()) {
             (StepStatus::Ok, Some(t)) => format!("{t:.0} requests/s"),
+            // The whole reason: a target's last output lines are the cause of its failure.
             (status, _) => format!(
                 "{status:?}: {}",
                 step.reason
                     .as_deref()
                     .unwrap_or("")
-                    .lines()
-                    .next()
-                    .unwrap_or("")
+                    .trim_end()
+                    .replace('\n', "\n    ")
             ),
         };
         let line = format!(

@@ -18,8 +18,12 @@ pub const STEPS_SCHEMA_VERSION: u32 = 1;
 pub enum StepStatus {
     /// Measured.
     Ok,
-    /// Tried and failed (see `reason`).
+    /// Tried and failed (see `reason`): the target did not start or crashed, the load could
+    /// not run.
     Failed,
+    /// Measured, but more requests failed than the spec's `max_error_ratio` allows (see
+    /// `reason`): left out of the analysis.
+    Errors,
     /// Not run (see `reason`): no CPUs for it, saturated series, an earlier failure.
     Skipped,
     /// Measured, but too many requests failed (`error_ratio`) for its figures to be the server's.
@@ -89,6 +93,14 @@ impl StepResult {
         self.load.as_ref().map(|l| l.throughput_rps)
     }
 
+    /// Failed requests over all requests tried: errors / (requests + errors); 0 when nothing
+    /// was measured.
+    pub fn error_ratio(&self) -> f64 {
+        self.load
+            .as_ref()
+            .map_or(0.0, |l| crate::load::error_ratio(l.requests, &l.errors))
+    }
+
     /// A derived figure by path, e.g. `["cpu_us_per_req", "total"]`.
     pub fn derived_f64(&self, path: &[&str]) -> Option<f64> {
         let (first, rest) = path.split_first()?;
@@ -126,6 +138,9 @@ impl StepResult {
                     }
                 }
             }
+        }
+        if self.load.is_some() {
+            obj.insert("error_ratio".into(), self.error_ratio().into());
         }
         // The planned rate wins over the engine's echo of it.
         if let Some(rate) = self.rate_rps {
@@ -240,6 +255,7 @@ const KNOWN_KEYS: &[&str] = &[
     "status",
     "reason",
     "server",
+    "error_ratio",
 ];
 
 /// Reads every step of a `steps.jsonl` file; a torn last line (a crash mid-write) is ignored.
@@ -281,7 +297,6 @@ mod tests {
             requests: 100,
             sent: 110,
             resent: 7,
-            error_ratio: 0.25,
             redis_hits: Some(60),
             redis_misses: Some(40),
             throughput_rps: 50.0,
@@ -298,8 +313,26 @@ mod tests {
         );
         assert_eq!(json["redis_misses"], 40);
         assert_eq!(json["cs_per_req"], 0.5);
+        assert_eq!(json["error_ratio"], 0.0);
         let back = StepResult::from_json(&json).unwrap();
         assert_eq!(back, step);
+    }
+
+    #[test]
+    fn error_ratio_counts_errors_over_requests_tried() {
+        let mut step = StepResult::empty("e".into(), "nginx", "shared", 1, 0);
+        step.status = StepStatus::Errors;
+        step.load = Some(LoadReport {
+            schema: crate::load::SCHEMA_VERSION,
+            requests: 75,
+            errors: [("timeout".to_string(), 5), ("http_5xx".to_string(), 20)].into(),
+            ..LoadReport::default()
+        });
+        assert_eq!(step.error_ratio(), 0.25);
+        let json = step.to_json();
+        assert_eq!(json["error_ratio"], 0.25);
+        assert_eq!(json["status"], "errors");
+        assert_eq!(StepResult::from_json(&json).unwrap(), step);
     }
 
     #[test]

@@ -36,6 +36,9 @@ impl RunDir {
 
     /// Opens an existing run directory to append to it (`--resume`).
     pub fn open(path: PathBuf) -> std::io::Result<RunDir> {
+        // Absolute, because `{out}` in a command template must not depend on the command's
+        // own working directory (nginx's `-p` prefix would double a relative one).
+        let path = std::path::absolute(&path)?;
         let steps = OpenOptions::new()
             .create(true)
             .append(true)

@@ -304,10 +304,10 @@ impl Runner<'_> {
         }
         match outcome {
             Ok((load, observed)) => {
-                step.status = StepStatus::Ok;
                 step.load = Some(load);
                 step.server = observed.server;
                 step.derived = observed.derived;
+                (step.status, step.reason) = verdict(&step, self.plan.max_error_ratio);
             }
             Err(why) => {
                 step.status = StepStatus::Failed;
@@ -560,6 +560,27 @@ impl IntervalSink for LoopSink<'_> {
     }
 }
 
+/// The status of a measured step: `errors` when its failed requests are over the allowed
+/// share (so the analysis leaves it out), `ok` otherwise.
+pub fn verdict(step: &StepResult, max_error_ratio: f64) -> (StepStatus, Option<String>) {
+    let ratio = step.error_ratio();
+    if ratio <= max_error_ratio {
+        return (StepStatus::Ok, None);
+    }
+    let kinds = step.load.as_ref().map_or(String::new(), |l| {
+        l.errors
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
+    let why = format!(
+        "{:.1}% of requests failed ({kinds}), over max_error_ratio = {max_error_ratio}",
+        ratio * 100.0
+    );
+    (StepStatus::Errors, Some(why))
+}
+
 /// Throughputs (req/s) of a point's ok repetitions so far.
 fn ok_throughputs(reps: &[StepResult]) -> Vec<f64> {
     reps.iter()
@@ -582,8 +603,20 @@ fn aggregate(reps: &[StepResult]) -> Option<(f64, f64, f64)> {
     Some((
         ok.iter().map(|l| l.throughput_rps).sum::<f64>() / n,
         ok.iter().map(|l| l.latency_us.mean).sum::<f64>() / n,
-        ok.iter().map(|l| l.latency_us.p99).sum::<f64>() / n / 1000.0,
+        ok.iter().map(|l| p99_with_timeouts_us(l)).sum::<f64>() / n / 1000.0,
     ))
+}
+
+/// The p99 of a run counting its timed-out requests, which the latency figures leave out: a
+/// timed-out request is slower than any target, so when over 1% of the requests tried timed
+/// out, the p99 is infinite.
+fn p99_with_timeouts_us(load: &crate::load::LoadReport) -> f64 {
+    let timeouts = load.errors.get("timeout").copied().unwrap_or(0);
+    let tried = load.requests + load.errors.values().sum::<u64>();
+    if tried > 0 && timeouts as f64 / tried as f64 > 0.01 {
+        return f64::INFINITY;
+    }
+    load.latency_us.p99
 }
 
 /// Two steps in a row added under 5% throughput while latency kept growing.
@@ -757,5 +790,34 @@ mod tests {
         };
         let best = f.best_ok.unwrap();
         assert!(best <= 20000.0 && best > 19000.0, "{best} after {tried:?}");
+    }
+
+    #[test]
+    fn timeouts_over_one_percent_miss_any_p99_target() {
+        let mut load = crate::load::LoadReport {
+            requests: 990,
+            ..Default::default()
+        };
+        load.latency_us.p99 = 500.0;
+        load.errors.insert("timeout".into(), 9);
+        assert_eq!(p99_with_timeouts_us(&load), 500.0);
+        load.errors.insert("timeout".into(), 11);
+        assert_eq!(p99_with_timeouts_us(&load), f64::INFINITY);
+    }
+
+    #[test]
+    fn a_step_over_the_error_ratio_is_errors() {
+        let mut step = StepResult::empty("s".into(), "t", "shared", 1, 0);
+        step.load = Some(crate::load::LoadReport {
+            requests: 98,
+            errors: [("http_5xx".to_string(), 2)].into(),
+            ..Default::default()
+        });
+        assert_eq!(verdict(&step, 0.02).0, StepStatus::Ok);
+        let (status, why) = verdict(&step, 0.01);
+        assert_eq!(status, StepStatus::Errors);
+        assert!(why
+            .unwrap()
+            .contains("2.0% of requests failed (http_5xx 2)"));
     }
 }

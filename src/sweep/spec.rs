@@ -63,6 +63,10 @@ pub struct Spec {
     /// What a failed step does to the rest of the run.
     #[serde(default)]
     pub on_failure: OnFailure,
+    /// Largest share of failed requests (errors / (requests + errors)) a step may have and
+    /// still be `ok`; above it the step's status is `errors`.
+    #[serde(default = "default_max_error_ratio")]
+    pub max_error_ratio: f64,
     /// Stop a series early: `saturated`.
     #[serde(default)]
     pub stop_when: Option<StopWhen>,
@@ -92,6 +96,9 @@ fn default_duration() -> Dur {
 }
 fn default_warmup() -> Dur {
     Dur(Duration::from_secs(1))
+}
+fn default_max_error_ratio() -> f64 {
+    0.01
 }
 fn one() -> usize {
     1

@@ -109,11 +109,13 @@ pub struct ParsedInterval {
 /// What one run of an external tool reported, in stairbench's units.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ParsedLoad {
-    /// Requests (messages, commands) the tool counts as completed; wrk counts non-2xx replies too.
+    /// Requests (messages, commands) completed successfully: a failed request (an error reply,
+    /// a timeout) is counted in `errors`, never here.
     pub requests: Option<u64>,
     /// Length of the measured run, seconds, as the tool timed it.
     pub duration_s: Option<f64>,
-    /// Completed requests per second, as the tool computed it.
+    /// Successfully completed requests per second (the tool's rate, scaled to leave failed
+    /// replies out when the tool counted them).
     pub throughput_rps: Option<f64>,
     /// Bytes the tool read from the server (wrk prints it rounded to 3-4 digits).
     pub bytes_received: Option<u64>,

@@ -98,8 +98,26 @@ impl RedisBenchmarkParser {
 
 impl OutputParser for RedisBenchmarkParser {
     fn parse(&self, stdout: &str) -> Result<ParsedLoad, ParseError> {
+        if let Some(load) = error_reply(stdout) {
+            return Ok(load);
+        }
         self.pick(Self::parse_tests(stdout)?)
     }
+}
+
+/// redis-benchmark 7 stops at the first error reply and prints no results: the server
+/// answered, wrongly, so the run is one failed request (`resp_error`) and none completed,
+/// not a tool that could not run.
+fn error_reply(stdout: &str) -> Option<ParsedLoad> {
+    stdout
+        .lines()
+        .any(|l| l.trim().starts_with("Error from server:"))
+        .then(|| ParsedLoad {
+            requests: Some(0),
+            throughput_rps: Some(0.0),
+            errors: [("resp_error".to_string(), 1)].into(),
+            ..ParsedLoad::default()
+        })
 }
 
 /// redis-benchmark 7 stops at the first error reply; it also stops when it cannot connect.
@@ -348,11 +366,13 @@ mod tests {
     }
 
     #[test]
-    fn server_error_is_a_tool_failure() {
+    fn server_error_is_a_failed_request_not_a_completed_one() {
         let text = "WARNING: -e option has no effect.\nError from server: ERR value is not an integer or out of range\n";
-        let err = RedisBenchmarkParser::default().parse(text).unwrap_err();
-        assert!(matches!(err, ParseError::ToolFailed { .. }));
+        let err = RedisBenchmarkParser::parse_tests(text).unwrap_err();
         assert!(err.to_string().contains("not an integer"));
+        let load = RedisBenchmarkParser::default().parse(text).unwrap();
+        assert_eq!(load.requests, Some(0));
+        assert_eq!(load.errors["resp_error"], 1);
     }
 
     #[test]

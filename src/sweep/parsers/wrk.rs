@@ -89,7 +89,26 @@ fn finish(mut load: ParsedLoad, stdout: &str) -> Result<ParsedLoad, ParseError> 
     if load.requests == Some(0) {
         load.latency_us = Default::default();
     }
+    leave_failed_replies_out(&mut load);
     Ok(load)
+}
+
+/// wrk's `N requests` counts every reply, failed ones too: a non-2xx/3xx reply, and one that
+/// came after the timeout (wrk counts it as a `timeout` socket error when it records its
+/// latency). Those are errors, not requests, and the rate is the successful replies' rate.
+/// Read, write and connect errors are not replies and were never in `N`.
+fn leave_failed_replies_out(load: &mut ParsedLoad) {
+    let Some(replies) = load.requests else { return };
+    let failed: u64 = ["http_non_2xx_3xx", "timeout"]
+        .iter()
+        .filter_map(|kind| load.errors.get(*kind))
+        .sum();
+    let ok = replies.saturating_sub(failed);
+    load.extra.insert("replies".into(), replies as f64);
+    load.requests = Some(ok);
+    if let (Some(rps), true) = (load.throughput_rps, replies > 0) {
+        load.throughput_rps = Some(rps * ok as f64 / replies as f64);
+    }
 }
 
 /// wrk's messages when it cannot run (`unable to connect to ...`, a usage text).
@@ -272,6 +291,14 @@ Transfer/sec:     17.72MB
         assert_eq!(load.errors.get("timeout"), Some(&7));
         assert_eq!(load.errors.get("connect"), None);
         assert_eq!(load.errors.get("http_non_2xx_3xx"), Some(&12));
+        assert_eq!(
+            load.requests,
+            Some(162477 - 12 - 7),
+            "failed replies are not requests"
+        );
+        assert_eq!(load.extra["replies"], 162477.0);
+        let rps = load.throughput_rps.unwrap();
+        assert!((rps - 77437.30 * 162458.0 / 162477.0).abs() < 1e-6, "{rps}");
     }
 
     #[test]
