@@ -26,8 +26,6 @@ pub enum StepStatus {
     Errors,
     /// Not run (see `reason`): no CPUs for it, saturated series, an earlier failure.
     Skipped,
-    /// Measured, but too many requests failed (`error_ratio`) for its figures to be the server's.
-    Errors,
 }
 
 /// One finished step.
