@@ -8,6 +8,14 @@ use hdrhistogram::Histogram;
 
 use super::worker::{thread_cpu_ns, thread_rusage, IntervalMsg, Msg, Schedule, Totals};
 
+/// Records `ns` in an auto-resizing histogram; clips only if the histogram cannot grow
+/// (out of memory), the one case where `max` could fall short.
+fn record(h: &mut Histogram<u64>, ns: u64) {
+    if h.record(ns).is_err() {
+        h.saturating_record(ns);
+    }
+}
+
 /// One thread's counters for the interval under way, its totals for the window, and where it
 /// stands in the shared schedule.
 pub(super) struct Recorder {
@@ -97,9 +105,9 @@ impl Recorder {
         self.lat_sum_ns += latency_ns;
         if self.in_window(now) {
             self.totals.requests += 1;
-            self.hist.saturating_record(latency_ns);
+            record(&mut self.hist, latency_ns);
             if let Some(h) = &mut self.uncorrected {
-                h.saturating_record(uncorrected_ns.max(1));
+                record(h, uncorrected_ns.max(1));
             }
         }
     }
@@ -186,5 +194,37 @@ impl Recorder {
         }
         self.totals.window_end_ns = self.end_ns;
         let _ = self.tx.send(Msg::Done(Box::new(self.totals)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::load::LoadConfig;
+
+    #[test]
+    fn latencies_beyond_the_histograms_range_are_recorded_not_clipped() {
+        let config = LoadConfig {
+            timeout: Duration::from_millis(10),
+            duration: Duration::from_secs(1),
+            ..LoadConfig::default()
+        };
+        let sched = Arc::new(Schedule::new(&config));
+        // The histogram's initial range ends at 1 s; an open-loop backlog wait can exceed it.
+        assert_eq!(sched.hist_max_ns, 1_000_000_000);
+        let (tx, rx) = channel();
+        let mut rec = Recorder::new(sched, tx, 0, true);
+        rec.success(5_000_000_000, 1_000, 500_000_000);
+        rec.success(1_000, 1_000, 600_000_000);
+        rec.cross_boundaries(1_000_000_000, || 0);
+        let Ok(Msg::Interval(m)) = rx.try_recv() else {
+            panic!("no interval")
+        };
+        assert_eq!(m.hist.len(), 2);
+        let max_s = crate::load::engine::latency_us(&m.hist).max / 1e6;
+        assert!((4.99..5.01).contains(&max_s), "max {max_s} s");
     }
 }

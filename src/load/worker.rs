@@ -74,8 +74,13 @@ impl Schedule {
         }
     }
 
+    /// A histogram sized for the usual range that grows when a latency exceeds it: open-loop
+    /// latency includes the wait in the backlog, which no timeout bounds.
     pub fn new_hist(&self) -> Histogram<u64> {
-        Histogram::new_with_bounds(1, self.hist_max_ns, 3).expect("valid histogram bounds")
+        let mut h =
+            Histogram::new_with_bounds(1, self.hist_max_ns, 3).expect("valid histogram bounds");
+        h.auto(true);
+        h
     }
 }
 
