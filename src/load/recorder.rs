@@ -34,6 +34,10 @@ pub(super) struct Recorder {
     bytes_received: u64,
     errors: u64,
     cpu_mark_ns: u64,
+    /// CPU spent waiting (open loop's spin before a due request) in the interval, ns.
+    idle_ns: u64,
+    /// The same over the measured window, ns.
+    window_idle_ns: u64,
     window_rusage: Option<(f64, f64, f64)>,
 }
 
@@ -44,17 +48,23 @@ impl Recorder {
             end_ns: sched.measure_end_ns,
             hist: sched.new_hist(),
             uncorrected: open_loop.then(|| sched.new_hist()),
+            totals: Totals {
+                thread,
+                send_lag: open_loop.then(|| sched.new_hist()),
+                ..Totals::default()
+            },
             sched,
             tx,
             thread,
             interval: 0,
-            totals: Totals::default(),
             ops: 0,
             lat_sum_ns: 0,
             bytes_sent: 0,
             bytes_received: 0,
             errors: 0,
             cpu_mark_ns: 0,
+            idle_ns: 0,
+            window_idle_ns: 0,
             window_rusage: None,
         }
     }
@@ -127,6 +137,26 @@ impl Recorder {
         }
     }
 
+    /// A scheduled send (open loop) left `lag_ns` after its due time; `late` when a
+    /// connection was free, so the lag was the generator's.
+    pub fn scheduled_send(&mut self, lag_ns: u64, late: bool, now: u64) {
+        if !self.in_window(now) {
+            return;
+        }
+        if let Some(h) = &mut self.totals.send_lag {
+            record(h, lag_ns.max(1));
+        }
+        self.totals.late_sends += u64::from(late);
+    }
+
+    /// `ns` of CPU spent waiting rather than working (not counted as busy).
+    pub fn idle(&mut self, ns: u64, now: u64) {
+        self.idle_ns += ns;
+        if self.in_window(now) {
+            self.window_idle_ns += ns;
+        }
+    }
+
     /// When the interval under way ends, if one does.
     pub fn next_boundary_ns(&self) -> Option<u64> {
         let b = *self.sched.boundaries_ns.get(self.interval)?;
@@ -176,7 +206,12 @@ impl Recorder {
             bytes_received: std::mem::take(&mut self.bytes_received),
             errors: std::mem::take(&mut self.errors),
             inflight,
-            cpu_ns: vec![(self.thread, cpu_now.saturating_sub(self.cpu_mark_ns))],
+            cpu_ns: vec![(
+                self.thread,
+                cpu_now
+                    .saturating_sub(self.cpu_mark_ns)
+                    .saturating_sub(std::mem::take(&mut self.idle_ns)),
+            )],
             wall_ns: end_ns - self.sched.interval_start_ns(index),
         };
         self.cpu_mark_ns = cpu_now;
@@ -190,7 +225,7 @@ impl Recorder {
         if let Some((u0, s0, c0)) = self.window_rusage {
             self.totals.window_user_s = u1 - u0;
             self.totals.window_sys_s = s1 - s0;
-            self.totals.window_cpu_s = c1 - c0;
+            self.totals.window_cpu_s = (c1 - c0 - self.window_idle_ns as f64 / 1e9).max(0.0);
         }
         self.totals.window_end_ns = self.end_ns;
         let _ = self.tx.send(Msg::Done(Box::new(self.totals)));

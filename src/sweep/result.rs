@@ -158,6 +158,7 @@ impl StepResult {
             .iter()
             .filter(|(k, _)| !known.contains(&k.as_str()) && !load_keys.contains(k))
             .filter(|(k, _)| !matches!(k.as_str(), "uncorrected_latency_us" | "omitted"))
+            .filter(|(k, _)| !matches!(k.as_str(), "late_sends" | "send_lag_p99_us"))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         Ok(StepResult {
