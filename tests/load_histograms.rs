@@ -362,3 +362,30 @@ fn shm_clients_pinned_to_one_cpu_are_judged_as_one_cpu() {
         "CPU {cpu_busy}%: {report:#}"
     );
 }
+
+#[test]
+fn a_pin_to_a_cpu_the_machine_lacks_is_an_error_naming_it() {
+    let missing = stairbench::cpuset::allowed().last().unwrap() + 1;
+    let cpu = missing.to_string();
+    let want = format!(
+        "cannot pin to CPU {missing}: this machine has CPUs {}",
+        stairbench::cpuset::format(&stairbench::cpuset::allowed())
+    );
+    let name = format!("t{}-lh-pin", std::process::id());
+    let shm = format!("shm://{name}");
+    for args in [
+        vec!["load", "msgr://127.0.0.1:1", "-d", "1", "--cpuset", &cpu],
+        vec!["load", &shm, "-d", "1", "--cpuset", &cpu],
+        vec!["serve", "msgr", "--port", "0", "--cpuset", &cpu],
+        vec!["serve", "shmkv", "--name", &name, "--cpuset", &cpu],
+    ] {
+        let out = stairbench()
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(&want), "{args:?}: {stderr}");
+    }
+}

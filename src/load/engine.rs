@@ -212,9 +212,16 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
     if config.cpuset.as_ref().is_some_and(|c| c.is_empty()) {
         return bad("--cpuset is empty");
     }
+    check_cpus(config)?;
     let mut c = config.clone();
     c.threads = c.threads.clamp(1, c.connections);
     Ok(c)
+}
+
+/// A `--cpuset` CPU this machine lacks is an error: pinning there would run unpinned.
+pub(super) fn check_cpus(config: &LoadConfig) -> Result<(), LoadError> {
+    let cpus = config.cpuset.as_deref().unwrap_or_default();
+    crate::cpuset::check_available(cpus).map_err(|e| LoadError::BadInput(e.to_string()))
 }
 
 fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, LoadError> {
