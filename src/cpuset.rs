@@ -82,6 +82,29 @@ impl std::str::FromStr for CpuList {
     }
 }
 
+/// A CPU that threads cannot be pinned to: the machine (or this process's affinity) has
+/// no such CPU. Pinning there would silently run unpinned, so it is refused up front.
+#[derive(Debug, Error)]
+#[error("cannot pin to CPU {cpu}: this machine has CPUs {available}")]
+pub struct PinError {
+    /// The CPU asked for.
+    pub cpu: usize,
+    /// The CPUs this process may run on, as a list.
+    pub available: String,
+}
+
+/// Checks that every CPU of `cpus` is one this process may run on.
+pub fn check_available(cpus: &[usize]) -> Result<(), PinError> {
+    let allowed = allowed();
+    match cpus.iter().find(|c| !allowed.contains(c)) {
+        Some(&cpu) => Err(PinError {
+            cpu,
+            available: format(&allowed),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> nix::Result<()> {
     pin_current_thread_to(&[cpu])
@@ -135,5 +158,19 @@ mod tests {
             assert_eq!(format(&parse(s).unwrap()), s);
         }
         assert_eq!(format(&[0, 56, 28, 84]), "0,56,28,84");
+    }
+
+    #[test]
+    fn a_cpu_beyond_the_machine_is_refused_by_name() {
+        let mine = allowed();
+        assert!(check_available(&mine).is_ok());
+        let err = check_available(&[0, 4095]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "cannot pin to CPU 4095: this machine has CPUs {}",
+                format(&mine)
+            )
+        );
     }
 }

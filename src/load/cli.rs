@@ -338,6 +338,12 @@ fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<(
     if let (Some(u), Some(o)) = (&r.uncorrected_latency_us, r.omitted) {
         writeln!(out, "  uncorrected (from actual send) us: p50 {:.1}  p99 {:.1}  max {:.1}; {o} requests left late", u.p50, u.p99, u.max)?;
     }
+    if let (Some(late), Some(lag_us)) = (r.late_sends, r.send_lag_p99_us) {
+        writeln!(
+            out,
+            "  send lag p99 {lag_us:.1} us; {late} sends left late with a connection free"
+        )?;
+    }
     let busy: Vec<String> = r
         .client_cpu
         .per_core_busy

@@ -17,6 +17,8 @@ use super::{
 
 /// A generator core busier than this measured the client rather than the server.
 const SATURATED_BUSY_PCT: f64 = 90.0;
+/// Open loop: more late sends than this share of all sends measured the client.
+const SATURATED_LATE_SHARE: f64 = 0.01;
 
 /// Runs one load to completion (warm-up, measured window, drain). `stop` ends it early
 /// (Ctrl-C): the figures of what was measured so far are still returned.
@@ -215,9 +217,16 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
     if config.cpuset.as_ref().is_some_and(|c| c.is_empty()) {
         return bad("--cpuset is empty");
     }
+    check_cpus(config)?;
     let mut c = config.clone();
     c.threads = c.threads.clamp(1, c.connections);
     Ok(c)
+}
+
+/// A `--cpuset` CPU this machine lacks is an error: pinning there would run unpinned.
+pub(super) fn check_cpus(config: &LoadConfig) -> Result<(), LoadError> {
+    let cpus = config.cpuset.as_deref().unwrap_or_default();
+    crate::cpuset::check_available(cpus).map_err(|e| LoadError::BadInput(e.to_string()))
 }
 
 fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, LoadError> {
@@ -339,6 +348,7 @@ impl Merger {
             .unwrap_or(0);
         report.duration_s = end_ns.saturating_sub(self.sched.warmup_end_ns) as f64 / 1e9;
         let mut per_core = Vec::new();
+        let mut send_lag = config.rate_rps.map(|_| self.sched.new_hist());
         for t in &self.totals {
             report.sent += t.sent;
             report.requests += t.requests;
@@ -348,6 +358,9 @@ impl Merger {
             report.client_cpu.sys_s += t.window_sys_s;
             if let Some(o) = &mut report.omitted {
                 *o += t.omitted;
+            }
+            if let (Some(all), Some(h)) = (&mut send_lag, &t.send_lag) {
+                let _ = all.add(h);
             }
             for (k, v) in &t.errors {
                 *report.errors.entry(k.clone()).or_default() += v;
@@ -360,7 +373,15 @@ impl Merger {
         } else {
             0.0
         };
-        report.client_saturated = per_core.iter().any(|&b| b > SATURATED_BUSY_PCT);
+        if let Some(lag) = &send_lag {
+            let late: u64 = self.totals.iter().map(|t| t.late_sends).sum();
+            report.late_sends = Some(late);
+            report.send_lag_p99_us = Some(lag.value_at_quantile(0.99) as f64 / 1e3);
+        }
+        report.client_saturated = busy_by_cpu(config, &self.totals, report.duration_s)
+            .into_iter()
+            .any(|b| b > SATURATED_BUSY_PCT)
+            || late_share(report.late_sends, send_lag.as_ref()) > SATURATED_LATE_SHARE;
         report.client_cpu = ClientCpu {
             per_core_busy: per_core,
             ..report.client_cpu
@@ -372,6 +393,30 @@ impl Merger {
             hist_ns: self.hist,
             intervals: self.intervals,
         }
+    }
+}
+
+/// Busy % of each CPU of the cpuset, its threads' busy time summed (threads sharing a CPU
+/// share its 100%); of each thread when unpinned.
+fn busy_by_cpu(config: &LoadConfig, totals: &[Totals], duration_s: f64) -> Vec<f64> {
+    let Some(cpus) = config.cpuset.as_ref().filter(|c| !c.is_empty()) else {
+        return totals
+            .iter()
+            .map(|t| pct(t.window_cpu_s, duration_s))
+            .collect();
+    };
+    let mut busy_s: BTreeMap<usize, f64> = BTreeMap::new();
+    for t in totals {
+        *busy_s.entry(cpus[t.thread % cpus.len()]).or_default() += t.window_cpu_s;
+    }
+    busy_s.values().map(|&s| pct(s, duration_s)).collect()
+}
+
+/// Late sends as a share of the window's scheduled sends.
+fn late_share(late_sends: Option<u64>, send_lag: Option<&Histogram<u64>>) -> f64 {
+    match (late_sends, send_lag.map(Histogram::len)) {
+        (Some(late), Some(sends)) if sends > 0 => late as f64 / sends as f64,
+        _ => 0.0,
     }
 }
 
@@ -437,5 +482,48 @@ pub fn latency_us(h: &Histogram<u64>) -> LatencyUs {
         p99: q(0.99),
         p999: q(0.999),
         max: h.max() as f64 / 1e3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread_busy(thread: usize, cpu_s: f64) -> Totals {
+        Totals {
+            thread,
+            window_cpu_s: cpu_s,
+            ..Totals::default()
+        }
+    }
+
+    #[test]
+    fn threads_sharing_a_cpu_are_summed_into_that_cpus_busy() {
+        // Five threads each 19% busy over 1 s.
+        let totals: Vec<Totals> = (0..5).map(|t| thread_busy(t, 0.19)).collect();
+        let pinned = LoadConfig {
+            cpuset: Some(vec![1]),
+            ..LoadConfig::default()
+        };
+        let busy = busy_by_cpu(&pinned, &totals, 1.0);
+        assert_eq!(busy.len(), 1);
+        assert!((busy[0] - 95.0).abs() < 1e-9, "{busy:?}");
+        let two_cpus = LoadConfig {
+            cpuset: Some(vec![0, 1]),
+            ..LoadConfig::default()
+        };
+        let busy = busy_by_cpu(&two_cpus, &totals, 1.0);
+        assert!((busy[0] - 57.0).abs() < 1e-9 && (busy[1] - 38.0).abs() < 1e-9);
+        // Unpinned threads may each have a CPU of their own.
+        assert_eq!(busy_by_cpu(&LoadConfig::default(), &totals, 1.0).len(), 5);
+    }
+
+    #[test]
+    fn more_than_one_percent_late_sends_is_saturation() {
+        let mut lag = Histogram::<u64>::new(3).unwrap();
+        lag.record_n(1_000, 1_000).unwrap();
+        assert_eq!(late_share(Some(20), Some(&lag)), 0.02);
+        assert!(late_share(Some(5), Some(&lag)) < SATURATED_LATE_SHARE);
+        assert_eq!(late_share(None, None), 0.0);
     }
 }

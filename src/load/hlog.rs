@@ -1,73 +1,172 @@
 //! HdrHistogram interval logs (the format HdrHistogram's own tools read), one histogram per
 //! second of the measured window, values in nanoseconds.
+//!
+//! Each interval is written as it closes, so memory does not grow with the run and a killed
+//! run keeps its log. Payloads are compressed V2 histograms (cookie 0x1c849304), the only form
+//! HdrHistogram's log readers (Java, Python) accept; stairbench's own readers also take the
+//! uncompressed V2 payloads (0x1c849303) that older run directories hold.
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
-use hdrhistogram::serialization::V2Serializer;
+use hdrhistogram::serialization::V2DeflateSerializer;
 use hdrhistogram::Histogram;
 
 use super::IntervalLine;
 
-/// Collects the measured intervals and writes them as one log when finished.
+/// The max column is in milliseconds, as HdrHistogram's tools expect of nanosecond values.
+const MAX_VALUE_DIVISOR: f64 = 1e6;
+
+/// An interval log being written: the header once, then one line per interval, flushed.
+pub struct HlogWriter<W: Write> {
+    out: W,
+    serializer: V2DeflateSerializer,
+    last_end_s: f64,
+}
+
+impl<W: Write> HlogWriter<W> {
+    /// Writes the header (comment, start and base time) to `out`.
+    pub fn begin(mut out: W, start: SystemTime) -> io::Result<Self> {
+        let mut serializer = V2DeflateSerializer::new();
+        IntervalLogWriterBuilder::new()
+            .add_comment("stairbench latency, nanoseconds")
+            .with_start_time(start)
+            .with_base_time(start)
+            .with_max_value_divisor(MAX_VALUE_DIVISOR)
+            .begin_log_with(&mut out, &mut serializer)?;
+        out.flush()?;
+        Ok(HlogWriter {
+            out,
+            serializer,
+            last_end_s: 0.0,
+        })
+    }
+
+    /// Appends the interval from the previous one's end to `end_s` (seconds after the start)
+    /// and flushes it.
+    pub fn write(&mut self, end_s: f64, hist_ns: &Histogram<u64>) -> io::Result<()> {
+        let start_s = self.last_end_s.max(0.0);
+        let line = self.interval_line(start_s, end_s, hist_ns)?;
+        self.last_end_s = end_s;
+        self.out.write_all(line.as_bytes())?;
+        self.out.flush()
+    }
+
+    /// One interval's line, formatted by the crate's writer (whose header lines, repeated
+    /// by every writer it builds, are dropped).
+    fn interval_line(
+        &mut self,
+        start_s: f64,
+        end_s: f64,
+        hist_ns: &Histogram<u64>,
+    ) -> io::Result<String> {
+        let mut buf = Vec::new();
+        let mut log = IntervalLogWriterBuilder::new()
+            .with_max_value_divisor(MAX_VALUE_DIVISOR)
+            .begin_log_with(&mut buf, &mut self.serializer)?;
+        log.write_histogram(
+            hist_ns,
+            Duration::from_secs_f64(start_s),
+            Duration::from_secs_f64((end_s - start_s).max(0.0)),
+            Tag::new("latency"),
+        )
+        .map_err(|e| io::Error::other(format!("interval log: {e:?}")))?;
+        let text = String::from_utf8_lossy(&buf);
+        Ok(text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect())
+    }
+}
+
+/// `stairbench load --hist-log`: writes each measured interval as it closes.
 pub struct HlogSink {
-    file: BufWriter<File>,
-    start: SystemTime,
-    hists: Vec<(f64, Histogram<u64>)>,
+    writer: HlogWriter<BufWriter<File>>,
+    /// The first write error, reported by `finish` (a sink cannot fail mid-run).
+    error: Option<io::Error>,
 }
 
 impl HlogSink {
     /// Creates the log file now, so a bad path fails before the load starts.
     pub fn create(path: &Path) -> anyhow::Result<Self> {
         let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let writer = HlogWriter::begin(BufWriter::new(file), SystemTime::now())
+            .with_context(|| format!("writing {}", path.display()))?;
         Ok(HlogSink {
-            file: BufWriter::new(file),
-            start: SystemTime::now(),
-            hists: Vec::new(),
+            writer,
+            error: None,
         })
     }
 
-    /// Keeps one interval's histogram.
+    /// Writes one interval's histogram.
     pub fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
-        self.hists.push((line.elapsed_s, hist_ns.clone()));
+        if self.error.is_none() {
+            self.error = self.writer.write(line.elapsed_s, hist_ns).err();
+        }
     }
 
-    /// Writes the log.
-    pub fn finish(mut self) -> anyhow::Result<()> {
-        write_log(&mut self.file, self.start, &self.hists)?;
-        Ok(())
+    /// Reports the first write error, if any.
+    pub fn finish(self) -> anyhow::Result<()> {
+        match self.error {
+            Some(e) => Err(e).context("writing the interval log"),
+            None => Ok(()),
+        }
     }
 }
 
 /// Writes `(end of interval in s, histogram)` pairs as an interval log.
-pub fn write_log<W: std::io::Write>(
+pub fn write_log<W: Write>(
     out: &mut W,
     start: SystemTime,
     hists: &[(f64, Histogram<u64>)],
 ) -> anyhow::Result<()> {
-    let mut serializer = V2Serializer::new();
-    let mut log = IntervalLogWriterBuilder::new()
-        .add_comment("stairbench latency, nanoseconds")
-        .with_start_time(start)
-        .with_base_time(start)
-        .with_max_value_divisor(1e6)
-        .begin_log_with(out, &mut serializer)
-        .map_err(|e| anyhow::anyhow!("writing interval log: {e:?}"))?;
-    let mut prev_end: f64 = 0.0;
+    let mut log = HlogWriter::begin(out, start).context("writing interval log")?;
     for (end_s, h) in hists {
-        let start_s = prev_end;
-        log.write_histogram(
-            h,
-            Duration::from_secs_f64(start_s.max(0.0)),
-            Duration::from_secs_f64((end_s - start_s).max(0.0)),
-            Tag::new("latency"),
-        )
-        .map_err(|e| anyhow::anyhow!("writing interval log: {e:?}"))?;
-        prev_end = *end_s;
+        log.write(*end_s, h).context("writing interval log")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+
+    /// The cookie base of each payload (the word-size bits 0xf0 masked, as HdrHistogram's
+    /// readers do): 0x1c849304 is a compressed V2 histogram.
+    fn cookies(log: &[u8]) -> Vec<u32> {
+        use base64::Engine as _;
+        IntervalLogIterator::new(log)
+            .filter_map(|e| match e.unwrap() {
+                LogEntry::Interval(h) => Some(h.encoded_histogram().to_string()),
+                _ => None,
+            })
+            .map(|b64| {
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .unwrap();
+                u32::from_be_bytes(raw[..4].try_into().unwrap()) & !0xf0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_interval_is_on_disk_when_written_and_compressed() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        h.record(1_500).unwrap();
+        let mut out = Vec::new();
+        let mut log = HlogWriter::begin(&mut out, SystemTime::now()).unwrap();
+        log.write(1.0, &h).unwrap();
+        log.write(2.0, &h).unwrap();
+        drop(log);
+        assert_eq!(cookies(&out), [0x1c84_9304, 0x1c84_9304]);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches("#[StartTime").count(), 1);
+        assert!(text.contains("Tag=latency,1.000,1.000,"));
+    }
 }

@@ -141,7 +141,8 @@ pub struct ClientCpu {
     pub user_s: f64,
     /// System CPU seconds of the whole generator process.
     pub sys_s: f64,
-    /// Busy % of each generator thread (each pinned to one core when a cpuset is given).
+    /// Busy % of each generator thread (each pinned to one core when a cpuset is given);
+    /// open loop's spin before a due request is waiting, not counted.
     pub per_core_busy: Vec<f64>,
 }
 
@@ -201,9 +202,20 @@ pub struct LoadReport {
     /// Open loop only: requests that left later than their intended time (no free connection).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub omitted: Option<u64>,
+    /// Open loop only: scheduled requests the generator got to more than max(100 µs, one
+    /// schedule interval) after their due time, although its timer wakes it before each
+    /// (it was busy or descheduled); a wait for a free connection is `omitted`, not this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_sends: Option<u64>,
+    /// Open loop only: 99th percentile of how late the generator got to each scheduled
+    /// request after its due time (its send lag), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_lag_p99_us: Option<f64>,
     /// The generator's CPU use.
     pub client_cpu: ClientCpu,
-    /// A generator core was over 90% busy: the step measured the client, not the server.
+    /// The step measured the client, not the server: a CPU of the generator was over 90%
+    /// busy (its threads' busy time summed per CPU), or in open loop more than 1% of the
+    /// sends were late.
     pub client_saturated: bool,
 }
 

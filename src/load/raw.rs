@@ -113,9 +113,12 @@ fn decode(text: &str) -> Result<Histogram<u64>, String> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(|e| format!("bad base64 histogram: {e}"))?;
-    Deserializer::new()
+    let mut hist: Histogram<u64> = Deserializer::new()
         .deserialize(&mut bytes.as_slice())
-        .map_err(|e| format!("bad histogram: {e:?}"))
+        .map_err(|e| format!("bad histogram: {e:?}"))?;
+    // Merged with other hosts' histograms, whose range may be wider.
+    hist.auto(true);
+    Ok(hist)
 }
 
 #[cfg(test)]

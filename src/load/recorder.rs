@@ -8,6 +8,14 @@ use hdrhistogram::Histogram;
 
 use super::worker::{thread_cpu_ns, thread_rusage, IntervalMsg, Msg, Schedule, Totals};
 
+/// Records `ns` in an auto-resizing histogram; clips only if the histogram cannot grow
+/// (out of memory), the one case where `max` could fall short.
+fn record(h: &mut Histogram<u64>, ns: u64) {
+    if h.record(ns).is_err() {
+        h.saturating_record(ns);
+    }
+}
+
 /// One thread's counters for the interval under way, its totals for the window, and where it
 /// stands in the shared schedule.
 pub(super) struct Recorder {
@@ -26,6 +34,10 @@ pub(super) struct Recorder {
     bytes_received: u64,
     errors: u64,
     cpu_mark_ns: u64,
+    /// CPU spent waiting (open loop's spin before a due request) in the interval, ns.
+    idle_ns: u64,
+    /// The same over the measured window, ns.
+    window_idle_ns: u64,
     window_rusage: Option<(f64, f64, f64)>,
 }
 
@@ -36,17 +48,23 @@ impl Recorder {
             end_ns: sched.measure_end_ns,
             hist: sched.new_hist(),
             uncorrected: open_loop.then(|| sched.new_hist()),
+            totals: Totals {
+                thread,
+                send_lag: open_loop.then(|| sched.new_hist()),
+                ..Totals::default()
+            },
             sched,
             tx,
             thread,
             interval: 0,
-            totals: Totals::default(),
             ops: 0,
             lat_sum_ns: 0,
             bytes_sent: 0,
             bytes_received: 0,
             errors: 0,
             cpu_mark_ns: 0,
+            idle_ns: 0,
+            window_idle_ns: 0,
             window_rusage: None,
         }
     }
@@ -119,9 +137,9 @@ impl Recorder {
         self.lat_sum_ns += latency_ns;
         if self.in_window(now) {
             self.totals.requests += 1;
-            self.hist.saturating_record(latency_ns);
+            record(&mut self.hist, latency_ns);
             if let Some(h) = &mut self.uncorrected {
-                h.saturating_record(uncorrected_ns.max(1));
+                record(h, uncorrected_ns.max(1));
             }
         }
     }
@@ -138,6 +156,26 @@ impl Recorder {
     pub fn omitted(&mut self, n: usize, now: u64) {
         if self.in_window(now) {
             self.totals.omitted += n as u64;
+        }
+    }
+
+    /// A scheduled send (open loop) left `lag_ns` after its due time; `late` when a
+    /// connection was free, so the lag was the generator's.
+    pub fn scheduled_send(&mut self, lag_ns: u64, late: bool, now: u64) {
+        if !self.in_window(now) {
+            return;
+        }
+        if let Some(h) = &mut self.totals.send_lag {
+            record(h, lag_ns.max(1));
+        }
+        self.totals.late_sends += u64::from(late);
+    }
+
+    /// `ns` of CPU spent waiting rather than working (not counted as busy).
+    pub fn idle(&mut self, ns: u64, now: u64) {
+        self.idle_ns += ns;
+        if self.in_window(now) {
+            self.window_idle_ns += ns;
         }
     }
 
@@ -190,7 +228,12 @@ impl Recorder {
             bytes_received: std::mem::take(&mut self.bytes_received),
             errors: std::mem::take(&mut self.errors),
             inflight,
-            cpu_ns: vec![(self.thread, cpu_now.saturating_sub(self.cpu_mark_ns))],
+            cpu_ns: vec![(
+                self.thread,
+                cpu_now
+                    .saturating_sub(self.cpu_mark_ns)
+                    .saturating_sub(std::mem::take(&mut self.idle_ns)),
+            )],
             wall_ns: end_ns - self.sched.interval_start_ns(index),
         };
         self.cpu_mark_ns = cpu_now;
@@ -204,9 +247,41 @@ impl Recorder {
         if let Some((u0, s0, c0)) = self.window_rusage {
             self.totals.window_user_s = u1 - u0;
             self.totals.window_sys_s = s1 - s0;
-            self.totals.window_cpu_s = c1 - c0;
+            self.totals.window_cpu_s = (c1 - c0 - self.window_idle_ns as f64 / 1e9).max(0.0);
         }
         self.totals.window_end_ns = self.end_ns;
         let _ = self.tx.send(Msg::Done(Box::new(self.totals)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::load::LoadConfig;
+
+    #[test]
+    fn latencies_beyond_the_histograms_range_are_recorded_not_clipped() {
+        let config = LoadConfig {
+            timeout: Duration::from_millis(10),
+            duration: Duration::from_secs(1),
+            ..LoadConfig::default()
+        };
+        let sched = Arc::new(Schedule::new(&config));
+        // The histogram's initial range ends at 1 s; an open-loop backlog wait can exceed it.
+        assert_eq!(sched.hist_max_ns, 1_000_000_000);
+        let (tx, rx) = channel();
+        let mut rec = Recorder::new(sched, tx, 0, true);
+        rec.success(5_000_000_000, 1_000, 500_000_000);
+        rec.success(1_000, 1_000, 600_000_000);
+        rec.cross_boundaries(1_000_000_000, || 0);
+        let Ok(Msg::Interval(m)) = rx.try_recv() else {
+            panic!("no interval")
+        };
+        assert_eq!(m.hist.len(), 2);
+        let max_s = crate::load::engine::latency_us(&m.hist).max / 1e6;
+        assert!((4.99..5.01).contains(&max_s), "max {max_s} s");
     }
 }

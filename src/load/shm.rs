@@ -84,6 +84,7 @@ fn check(config: &LoadConfig) -> Result<String, LoadError> {
     if config.cpuset.as_ref().is_some_and(|c| c.is_empty()) {
         return bad("--cpuset is empty".into());
     }
+    super::engine::check_cpus(config)?;
     Ok(name)
 }
 

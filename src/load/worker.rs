@@ -31,6 +31,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// sleeping for the rest, because a timerfd wake-up comes tens of µs late on a VM and that
 /// lateness would count as the server's latency.
 const SPIN_NS: u64 = 50_000;
+/// A send this much after its due time (or one schedule interval, if longer) with a
+/// connection free was late because of the generator, not the server.
+const LATE_SEND_NS: u64 = 100_000;
 /// How often timeouts and reconnections are looked after.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
 
@@ -74,8 +77,13 @@ impl Schedule {
         }
     }
 
+    /// A histogram sized for the usual range that grows when a latency exceeds it: open-loop
+    /// latency includes the wait in the backlog, which no timeout bounds.
     pub fn new_hist(&self) -> Histogram<u64> {
-        Histogram::new_with_bounds(1, self.hist_max_ns, 3).expect("valid histogram bounds")
+        let mut h =
+            Histogram::new_with_bounds(1, self.hist_max_ns, 3).expect("valid histogram bounds");
+        h.auto(true);
+        h
     }
 }
 
@@ -119,6 +127,8 @@ pub(super) struct IntervalMsg {
 /// One thread's totals.
 #[derive(Default)]
 pub(super) struct Totals {
+    /// The reporting thread (its CPU is `cpuset[thread % len]` when pinned).
+    pub thread: usize,
     /// Requests the server received (a re-sent one once, a withdrawn one not at all).
     pub sent: u64,
     /// Requests written again on a new connection after the server closed theirs unread.
@@ -136,6 +146,10 @@ pub(super) struct Totals {
     pub window_sys_s: f64,
     pub window_cpu_s: f64,
     pub window_end_ns: u64,
+    /// Open loop: sends that left late with a connection free (the generator lagged).
+    pub late_sends: u64,
+    /// Open loop: delay of each scheduled send after its due time, ns (window only).
+    pub send_lag: Option<Histogram<u64>>,
 }
 
 /// A request on the wire.
@@ -179,20 +193,60 @@ pub(super) struct Worker {
     resend_owed: u64,
 }
 
-/// Open-loop pacing: intended send times and the requests waiting for a free connection.
+/// Open-loop pacing. Request `i` of the schedule is due at `phase + i × period`, so the
+/// requests waiting for a free connection are the index range `dispatched..issued`: nothing
+/// grows with overload.
 struct OpenLoop {
     period_ns: f64,
     phase_ns: f64,
+    /// Requests released by the schedule so far.
     issued: u64,
-    backlog: VecDeque<u64>,
-    /// Front entries of the backlog already counted as omitted.
-    counted: usize,
+    /// Requests of the schedule sent so far.
+    dispatched: u64,
+    /// Requests below this index that waited were counted as omitted already.
+    counted_upto: u64,
+    /// Intended times of requests the server never read (it closed first), sent again
+    /// before the schedule's: at most one pipeline per close, and already counted.
+    resend: VecDeque<u64>,
     free: VecDeque<usize>,
 }
 
 impl OpenLoop {
+    fn due_ns(&self, i: u64) -> u64 {
+        (self.phase_ns + i as f64 * self.period_ns) as u64
+    }
+
     fn next_due_ns(&self) -> u64 {
-        (self.phase_ns + self.issued as f64 * self.period_ns) as u64
+        self.due_ns(self.issued)
+    }
+
+    fn has_waiting(&self) -> bool {
+        !self.resend.is_empty() || self.dispatched < self.issued
+    }
+
+    /// Takes the next waiting request's intended time.
+    fn take_waiting(&mut self) -> u64 {
+        if let Some(intended) = self.resend.pop_front() {
+            return intended;
+        }
+        self.dispatched += 1;
+        self.due_ns(self.dispatched - 1)
+    }
+
+    /// Requests released but neither sent nor counted yet.
+    fn has_uncounted(&self) -> bool {
+        self.issued > self.counted_upto.max(self.dispatched)
+    }
+
+    /// Counts the scheduled requests left waiting that were not counted before.
+    fn newly_waiting(&mut self) -> u64 {
+        let from = self.counted_upto.max(self.dispatched);
+        self.counted_upto = self.issued;
+        self.issued.saturating_sub(from)
+    }
+
+    fn late_threshold_ns(&self) -> u64 {
+        LATE_SEND_NS.max(self.period_ns as u64)
     }
 }
 
@@ -231,8 +285,9 @@ impl Worker {
             period_ns: 1e9 / r,
             phase_ns,
             issued: 0,
-            backlog: VecDeque::new(),
-            counted: 0,
+            dispatched: 0,
+            counted_upto: 0,
+            resend: VecDeque::new(),
             free: VecDeque::new(),
         });
         let rec = Recorder::new(sched.clone(), tx.clone(), thread, open.is_some());
@@ -373,16 +428,24 @@ impl Worker {
             }
             self.pace(now);
             let wake_ns = self.next_wake_ns(now, next_housekeeping);
+            let spinning = self.timer.is_some() && wake_ns > now && wake_ns <= now + SPIN_NS;
+            let cpu_before_ns = if spinning { thread_cpu_ns() } else { 0 };
             if self.wait(&mut events, now, wake_ns).is_err() {
                 return;
             }
             let now = self.now_ns();
+            if spinning && events.is_empty() {
+                // Polling for a request not yet due is waiting, not work.
+                let spun_ns = thread_cpu_ns().saturating_sub(cpu_before_ns);
+                self.rec.idle(spun_ns, now);
+            }
             for ev in events.iter() {
                 match ev.token() {
                     TIMER => self.drain_timer(),
                     Token(i) => self.on_event(i, now),
                 }
             }
+            self.count_omitted(now);
         }
     }
 
@@ -402,6 +465,11 @@ impl Worker {
         if let Some(open) = &self.open {
             if now < self.rec.end_ns {
                 wake = wake.min(open.next_due_ns());
+            }
+            // Replies already in the sockets free connections: read them before judging
+            // whether the requests released now had none.
+            if open.has_uncounted() {
+                wake = now;
             }
         }
         wake.max(now)
@@ -613,8 +681,7 @@ impl Worker {
         self.resend_owed += unanswered.len() as u64;
         if let Some(open) = &mut self.open {
             for p in unanswered.into_iter().rev() {
-                open.backlog.push_front(p.intended_ns);
-                open.counted += 1;
+                open.resend.push_front(p.intended_ns);
             }
         }
         self.drop_stream(i);
@@ -677,10 +744,24 @@ impl Worker {
         let end = self.rec.end_ns;
         let Some(open) = &mut self.open else { return };
         while now < end && open.next_due_ns() <= now {
-            open.backlog.push_back(open.next_due_ns());
+            // The timer wakes the loop before each due time, so a request the loop gets to
+            // late was delayed by the generator (busy or descheduled), whatever the
+            // connections: a late send.
+            let lag_ns = now - open.next_due_ns();
+            let late = lag_ns > open.late_threshold_ns();
+            self.rec.scheduled_send(lag_ns, late, now);
             open.issued += 1;
         }
         self.dispatch(now);
+    }
+
+    /// Counts the released requests still waiting once the replies that had arrived were
+    /// read: they had no free connection, so they are omitted (the server's delay), not
+    /// late sends (the generator's).
+    fn count_omitted(&mut self, now: u64) {
+        if let Some(open) = &mut self.open {
+            self.rec.omitted(open.newly_waiting() as usize, now);
+        }
     }
 
     fn offer_free(&mut self, i: usize) {
@@ -694,21 +775,19 @@ impl Worker {
         }
     }
 
-    /// Sends backlog requests on free connections; those left waiting are counted as
-    /// omitted (they leave later than their intended time), once each.
+    /// Sends waiting requests on free connections.
     fn dispatch(&mut self, now: u64) {
         let depth = self.config.depth;
         let Some(open) = &mut self.open else { return };
-        let mut touched: Vec<usize> = Vec::new();
-        while let (Some(&intended), Some(&i)) = (open.backlog.front(), open.free.front()) {
+        let mut touched = Vec::new();
+        while let (true, Some(&i)) = (open.has_waiting(), open.free.front()) {
             let conn = &mut self.conns[i];
             if !usable(conn) || conn.pending.len() >= depth {
                 conn.in_free_queue = false;
                 open.free.pop_front();
                 continue;
             }
-            open.backlog.pop_front();
-            open.counted = open.counted.saturating_sub(1);
+            let intended = open.take_waiting();
             conn.wbuf.extend_from_slice(conn.proto.next_request());
             conn.pending.push_back(Pending {
                 intended_ns: intended,
@@ -716,9 +795,6 @@ impl Worker {
             });
             touched.push(i);
         }
-        let late = open.backlog.len() - open.counted.min(open.backlog.len());
-        self.rec.omitted(late, now);
-        open.counted = open.backlog.len();
         for _ in 0..touched.len() {
             self.count_sent();
         }

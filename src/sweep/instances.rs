@@ -600,6 +600,12 @@ fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
         // Uncorrected latencies come without their histogram: they cannot be merged exactly.
         uncorrected_latency_us: None,
         omitted: any_omitted.then(|| sum_u(|r| r.omitted.unwrap_or(0))),
+        late_sends: any_omitted.then(|| sum_u(|r| r.late_sends.unwrap_or(0))),
+        // Without the lag histograms, the worst instance's p99 bounds the merged one.
+        send_lag_p99_us: reports
+            .iter()
+            .filter_map(|r| r.send_lag_p99_us)
+            .reduce(f64::max),
         client_cpu: crate::load::ClientCpu {
             user_s: sum_f(|r| r.client_cpu.user_s),
             sys_s: sum_f(|r| r.client_cpu.sys_s),

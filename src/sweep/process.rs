@@ -66,6 +66,10 @@ pub struct Launch {
 impl ChildProc {
     /// Starts the child.
     pub fn spawn(launch: &Launch) -> std::io::Result<ChildProc> {
+        // A CPU the machine lacks would leave the child unpinned without a word.
+        if let Some(cpus) = &launch.cpus {
+            crate::cpuset::check_available(cpus).map_err(std::io::Error::other)?;
+        }
         let mut cmd = Command::new(&launch.program);
         cmd.args(&launch.args)
             .stdin(Stdio::null())

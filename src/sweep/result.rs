@@ -175,7 +175,12 @@ impl StepResult {
             .filter(|(k, _)| {
                 !matches!(
                     k.as_str(),
-                    "uncorrected_latency_us" | "omitted" | "redis_hits" | "redis_misses"
+                    "uncorrected_latency_us"
+                        | "omitted"
+                        | "redis_hits"
+                        | "redis_misses"
+                        | "late_sends"
+                        | "send_lag_p99_us"
                 )
             })
             .map(|(k, v)| (k.clone(), v.clone()))

@@ -4,14 +4,13 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
-use hdrhistogram::serialization::V2Serializer;
 use hdrhistogram::Histogram;
 
 use super::cores::CoreRow;
 use super::result::{read_steps, StepResult};
+use crate::load::hlog::HlogWriter;
 use crate::load::{IntervalLine, IntervalSink};
 
 /// A run directory being written.
@@ -82,7 +81,6 @@ impl RunDir {
             hlog_path: self.path.join("hist").join(format!("{step_id}.hlog")),
             hlog: None,
             start: SystemTime::now(),
-            last_end_s: 0.0,
             log_histograms: true,
         })
     }
@@ -93,9 +91,8 @@ impl RunDir {
 pub struct StepSink {
     csv: BufWriter<File>,
     hlog_path: PathBuf,
-    hlog: Option<BufWriter<File>>,
+    hlog: Option<HlogWriter<BufWriter<File>>>,
     start: SystemTime,
-    last_end_s: f64,
     /// False for drivers whose lines carry no histograms (external tools).
     pub log_histograms: bool,
 }
@@ -156,50 +153,21 @@ impl StepSink {
     /// Appends one interval ending `end_s` after the window's start to the log; the log's
     /// header is written with the first one.
     fn log_histogram(&mut self, end_s: f64, hist_ns: &Histogram<u64>) -> std::io::Result<()> {
-        let mut buf = Vec::new();
-        let mut serializer = V2Serializer::new();
-        {
-            let mut log = IntervalLogWriterBuilder::new()
-                .add_comment("stairbench latency, nanoseconds")
-                .with_start_time(self.start)
-                .with_base_time(self.start)
-                .with_max_value_divisor(1e6)
-                .begin_log_with(&mut buf, &mut serializer)
-                .map_err(|e| std::io::Error::other(format!("interval log: {e:?}")))?;
-            let start_s = self.last_end_s.max(0.0);
-            log.write_histogram(
-                hist_ns,
-                Duration::from_secs_f64(start_s),
-                Duration::from_secs_f64((end_s - start_s).max(0.0)),
-                Tag::new("latency"),
-            )
-            .map_err(|e| std::io::Error::other(format!("interval log: {e:?}")))?;
-        }
-        self.last_end_s = end_s;
-        let text = String::from_utf8_lossy(&buf);
-        let out = match &mut self.hlog {
-            Some(out) => {
-                // Each writer repeats the header: only its histogram line is new.
-                let last = text.lines().last().unwrap_or("");
-                writeln!(out, "{last}")?;
-                out
-            }
+        let log = match &mut self.hlog {
+            Some(log) => log,
             None => {
-                let mut out = BufWriter::new(File::create(&self.hlog_path)?);
-                out.write_all(text.as_bytes())?;
-                self.hlog.insert(out)
+                let out = BufWriter::new(File::create(&self.hlog_path)?);
+                self.hlog.insert(HlogWriter::begin(out, self.start)?)
             }
         };
-        out.flush()
+        log.write(end_s, hist_ns)
     }
 
     /// Flushes the files.
     pub fn finish(mut self) -> std::io::Result<()> {
         self.csv.flush()?;
-        match &mut self.hlog {
-            Some(out) => out.flush(),
-            None => Ok(()),
-        }
+        // Every interval-log line was flushed as it was written.
+        Ok(())
     }
 }
 

@@ -95,7 +95,7 @@ pub enum MsgrConfigError {
         flag: &'static str,
     },
     /// A CPU this process may not run on.
-    #[error("CPU {cpu} in --cpuset is not available to this process (allowed: {allowed})")]
+    #[error("cannot pin to CPU {cpu}: this machine has CPUs {allowed}")]
     CpuNotAllowed {
         /// The CPU asked for.
         cpu: usize,

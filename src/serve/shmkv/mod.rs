@@ -180,6 +180,9 @@ pub fn spawn_shmkv(opts: &ShmkvArgs) -> Result<ShmkvServer, ShmkvError> {
     if cpus.as_ref().is_some_and(|c| c.is_empty()) {
         return Err(ShmkvError::BadOption("--cpuset is empty".into()));
     }
+    if let Err(e) = crate::cpuset::check_available(cpus.as_deref().unwrap_or_default()) {
+        return Err(ShmkvError::BadOption(e.to_string()));
+    }
     let (block, len) = opts.arch.layout(opts.workers);
     let region = Arc::new(Region::create(&opts.name, len - HEADER_BYTES)?);
     if opts.arch == Arch::Single {
