@@ -329,6 +329,7 @@ mod tests {
             schema: crate::load::SCHEMA_VERSION,
             requests: 75,
             errors: [("timeout".to_string(), 5), ("http_5xx".to_string(), 20)].into(),
+            error_ratio: 0.25,
             ..LoadReport::default()
         });
         assert_eq!(step.error_ratio(), 0.25);
