@@ -51,8 +51,20 @@ fn run_fake(
     launcher: &mut dyn Launcher,
     stop: &AtomicBool,
 ) -> RunSummary {
+    run_fake_on(vec![0, 1, 2, 3], plan, dir, driver, launcher, stop)
+}
+
+/// `run_fake` on a machine of `cpus` (this machine's own when real servers are pinned).
+fn run_fake_on(
+    cpus: Vec<usize>,
+    plan: &Plan,
+    dir: &Path,
+    driver: &mut dyn Driver,
+    launcher: &mut dyn Launcher,
+    stop: &AtomicBool,
+) -> RunSummary {
     let mut rundir = RunDir::create(Some(dir), &plan.name).unwrap();
-    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], plan.custom.clone());
+    let placements = TopologyPlacements::with_cpus(cpus, plan.custom.clone());
     let mut runner = Runner {
         plan,
         dir: &mut rundir,
@@ -229,7 +241,7 @@ fn fake_loop_writes_each_step_and_the_reports() {
         "{report}"
     );
     assert!(
-        report.contains("| a | separated | 16000 | 16 |"),
+        report.contains("| a | separated | 16000 | 16 clients |"),
         "{report}"
     );
     assert!(
@@ -519,7 +531,9 @@ fn a_server_that_dies_fails_its_step_with_its_stderr_tail() {
         stairbench_bin: BIN.into(),
         out_dir: dir.path().into(),
     };
-    let summary = run_fake(
+    // A real server is pinned: the placement uses this machine's CPUs.
+    let summary = run_fake_on(
+        stairbench::cpuset::allowed(),
         &p,
         dir.path(),
         &mut Slow(FakeDriver::new(|c| c as f64)),
@@ -536,7 +550,8 @@ fn a_server_that_dies_fails_its_step_with_its_stderr_tail() {
     }
 
     let p = plan("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"broken\"\ncommand = \"sh -c 'echo bad config line 3 >&2; exit 1'\"\nurl = \"msgr://127.0.0.1:{port}\"\n");
-    let summary = run_fake(
+    let summary = run_fake_on(
+        stairbench::cpuset::allowed(),
         &p,
         tempfile::tempdir().unwrap().path(),
         &mut FakeDriver::new(|c| c as f64),
