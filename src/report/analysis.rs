@@ -647,6 +647,9 @@ fn outcome_sentence(
         spec.name_a.as_deref().unwrap_or(&spec.a),
         spec.name_b.as_deref().unwrap_or(&spec.b),
     );
+    if spec.metric == Metric::CpuUsPerReq {
+        sentence = cpu_words(&sentence);
+    }
     if several {
         sentence = format!("{}: {sentence}", a_key.label());
     }
@@ -654,6 +657,14 @@ fn outcome_sentence(
         sentence = format!("{title}: {sentence}");
     }
     sentence
+}
+
+/// CPU per request is a cost, not a speed: "reactor needs less CPU per request than pool".
+fn cpu_words(sentence: &str) -> String {
+    sentence
+        .replacen("is faster than", "needs less CPU per request than", 1)
+        .replacen("is slower than", "needs more CPU per request than", 1)
+        .replacen("is as fast as", "needs as much CPU per request as", 1)
 }
 
 /// analysis.json, beside report.md.

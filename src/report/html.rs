@@ -60,8 +60,8 @@ impl Series {
     /// The legend's name of the series: its placement, with its server threads when known.
     pub fn legend(&self) -> String {
         match &self.threads {
-            Some(t) if t == "1" => format!("{} (1 thread)", self.placement),
-            Some(t) => format!("{} ({t} threads)", self.placement),
+            // The server's `--threads`/`{threads}` value: a pool runs an I/O thread beside it.
+            Some(t) => format!("{} (--threads {t})", self.placement),
             None => self.placement.clone(),
         }
     }
@@ -700,7 +700,7 @@ mod tests {
         // Responsive charts.
         assert!(page.contains("width=\"100%\" viewBox="));
         // Threads in the legends; one y-scale for the target's CPU charts (12 µs both).
-        assert!(page.contains("shared (1 thread)") && page.contains("(2 threads)"));
+        assert!(page.contains("shared (--threads 1)") && page.contains("(--threads 2)"));
         let cpu = &page[page.find("id=\"cpu\"").unwrap()..page.find("id=\"cores\"").unwrap()];
         let ticks: Vec<Vec<&str>> = cpu
             .split("<svg")

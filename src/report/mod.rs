@@ -146,7 +146,7 @@ fn threads_condition(data: &mut html::ReportData) {
         .collect();
     if !known.is_empty() {
         data.conditions.push((
-            "Server threads (follow the cpuset)".into(),
+            "Server --threads (follows the server cpuset)".into(),
             known.join(", "),
         ));
     }
