@@ -43,3 +43,56 @@ fn the_readiness_error_names_the_address_of_the_users_url() {
         "{stderr}"
     );
 }
+
+fn stairbench(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::stairbench_bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn exit_codes_2_for_a_spec_error_1_for_what_could_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"bad\"\nbogus = 1\n").unwrap();
+    let out = common::run_spec(&bad, &dir.path().join("bad"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bogus"), "{stderr}");
+
+    // A good spec whose output directory cannot be made: the run could not run (1), and
+    // the message names the directory.
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "name = \"good\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1]\n\
+         [[targets]]\nname = \"m\"\nbuiltin = \"msgr\"\n",
+    )
+    .unwrap();
+    let out = common::run_spec(&good, Path::new("/proc/x"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot create the run directory /proc/x"),
+        "{stderr}"
+    );
+
+    // Nothing listens: the load could not run (1); a bad URL stays a usage error (2).
+    let port = common::free_port().to_string();
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = stairbench(&["load", &url, "-d", "1s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("ECONNREFUSED"), "{stderr}");
+    let out = stairbench(&["load", "gopher://127.0.0.1:1/"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // Other commands: a missing input named on the command line is usage (2).
+    let out = stairbench(&["topology", "--sysfs", "/nonexistent-sysfs"]);
+    assert_eq!(out.status.code(), Some(2));
+    let missing = dir.path().join("missing.csv");
+    let out = stairbench(&["analyze", missing.to_str().unwrap(), "--x", "clients"]);
+    assert_eq!(out.status.code(), Some(2));
+}
