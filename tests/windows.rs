@@ -96,3 +96,51 @@ fn exit_codes_2_for_a_spec_error_1_for_what_could_not_run() {
     let out = stairbench(&["analyze", missing.to_str().unwrap(), "--x", "clients"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn an_external_tool_filling_one_of_its_two_cpus_is_client_saturated() {
+    if crate_cpus() < 2 {
+        common::skip_or_fail("needs 2 CPUs for a client cpuset of two");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/parsers/wrk_basic.txt");
+    // The "tool" spins on the first CPU of its cpuset for 1.5 s, then prints a wrk output:
+    // one CPU full, the other idle (or busy with whatever else runs here).
+    let spin = dir.path().join("spin.sh");
+    std::fs::write(
+        &spin,
+        "cpu=${1%%[-,]*}\ntaskset -c \"$cpu\" timeout 1.5 sh -c 'while :; do :; done'\ncat \"$2\"\n",
+    )
+    .unwrap();
+    let spec = dir.path().join("spin.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"spin\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [2]\nplacements = [\"shared\"]\n\
+             [[targets]]\nname = \"m\"\nbuiltin = \"msgr\"\n\
+             [client]\ncommand = \"sh {} {{cpuset}} {}\"\nparser = \"wrk\"\n",
+            spin.display(),
+            data.display()
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    let steps = common::steps_json(&out_dir);
+    let load = &steps[0];
+    let busy: Vec<f64> = load["client_cpu"]["per_core_busy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_f64().unwrap())
+        .collect();
+    assert_eq!(busy.len(), 2, "one figure per CPU of the cpuset: {load:#}");
+    assert!(busy.iter().any(|&b| b > 90.0), "{busy:?}");
+    assert_eq!(load["client_saturated"], true, "{load:#}");
+}
+
+fn crate_cpus() -> usize {
+    stairbench::cpuset::allowed().len()
+}
