@@ -144,3 +144,42 @@ fn an_external_tool_filling_one_of_its_two_cpus_is_client_saturated() {
 fn crate_cpus() -> usize {
     stairbench::cpuset::allowed().len()
 }
+
+/// The observed window (`server.window_s`) and the load's `duration_s` of each step of a
+/// built-in-engine run against the bundled messenger server with `warmup`.
+fn windows_of_a_run(dir: &Path, warmup: &str) -> Vec<(f64, f64)> {
+    let spec = dir.join(format!("w{warmup}.toml"));
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"window\"\nduration = \"1s\"\nwarmup = \"{warmup}\"\nclients = [32]\n\
+             placements = [\"shared\"]\n[[targets]]\nname = \"m\"\nbuiltin = \"msgr\"\n"
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.join(format!("run{warmup}"));
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    common::steps_json(&out_dir)
+        .iter()
+        .map(|s| {
+            let observed = s["server"]["window_s"].as_f64().unwrap();
+            (observed, s["duration_s"].as_f64().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_observers_window_is_the_loads_measured_window() {
+    let dir = tempfile::tempdir().unwrap();
+    // Without a warm-up the connections are opened before the window; with one, the threads
+    // drain and join after it: neither is inside the observed span any more.
+    for warmup in ["0s", "300ms"] {
+        for (observed_s, duration_s) in windows_of_a_run(dir.path(), warmup) {
+            assert!(
+                (observed_s - duration_s).abs() < 0.020,
+                "warm-up {warmup}: observed {observed_s} s, load window {duration_s} s"
+            );
+        }
+    }
+}

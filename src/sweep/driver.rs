@@ -70,6 +70,12 @@ pub trait Driver {
     fn live_intervals(&self) -> bool {
         true
     }
+
+    /// It tells the sink when the measured window starts and ends (`window_started`,
+    /// `window_ended`) as they happen, so the runner starts and ends its observers then.
+    fn signals_window(&self, _req: &StepRequest) -> bool {
+        false
+    }
 }
 
 /// The built-in load engine.
@@ -80,6 +86,10 @@ pub struct EngineDriver {
 }
 
 impl Driver for EngineDriver {
+    fn signals_window(&self, _req: &StepRequest) -> bool {
+        true
+    }
+
     fn run_step(
         &mut self,
         req: &StepRequest,
