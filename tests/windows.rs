@@ -139,6 +139,18 @@ fn an_external_tool_filling_one_of_its_two_cpus_is_client_saturated() {
     assert_eq!(busy.len(), 2, "one figure per CPU of the cpuset: {load:#}");
     assert!(busy.iter().any(|&b| b > 90.0), "{busy:?}");
     assert_eq!(load["client_saturated"], true, "{load:#}");
+    // The observers covered the tool's whole run, and the step and report.md say so.
+    assert_eq!(
+        load["window"],
+        "whole run (the tool cannot separate its warm-up)"
+    );
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(
+        md.contains(
+            "| observed window | whole run (the tool cannot separate its warm-up): 1 of 1 steps |"
+        ),
+        "{md}"
+    );
 }
 
 fn crate_cpus() -> usize {

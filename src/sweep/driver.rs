@@ -329,6 +329,9 @@ impl Driver for CommandDriver {
         r.client_saturated = any_cpu_saturated(&r.client_cpu.per_core_busy);
         let mut extra = serde_json::Map::new();
         extra.insert("tool".into(), tool.extra);
+        // The observers ran from the tool's start to its end, and its counts cover its
+        // whole run too: per-request figures are over that span, and the step says so.
+        extra.insert("window".into(), WHOLE_RUN_WINDOW.into());
         Ok(StepLoad {
             report: tool.report,
             hist_ns: None,
@@ -336,6 +339,9 @@ impl Driver for CommandDriver {
         })
     }
 }
+
+/// The `window` of an external tool's step: the span its per-request figures cover.
+pub const WHOLE_RUN_WINDOW: &str = "whole run (the tool cannot separate its warm-up)";
 
 /// Busy % over which a client CPU is full: the engine's rule, applied to a tool's CPUs.
 const SATURATED_BUSY_PCT: f64 = 90.0;
