@@ -11,7 +11,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("stairbench: error: {err:#}");
-            ExitCode::from(2)
+            stairbench::exit::Outcome::of_error(&err).into()
         }
     }
 }

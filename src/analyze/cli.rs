@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+use crate::exit::OrUsage as _;
+
 use super::little::LatencyUnit;
 use super::series::{analyze_table, Analysis, AnalyzeOptions, GroupAnalysis};
 use super::table::Table;
@@ -74,23 +76,29 @@ impl AnalyzeArgs {
 /// Analyses a CSV table and prints the result.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
     if !(args.throughput_scale.is_finite() && args.throughput_scale > 0.0) {
-        anyhow::bail!(
+        return Err(crate::exit::UsageError(format!(
             "--throughput-scale must be a positive number (1000 for kIOPS), not {}",
             args.throughput_scale
-        );
+        ))
+        .into());
     }
     let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let mut table = Table::parse(&text).with_context(|| format!("in {}", args.file.display()))?;
+        .with_context(|| format!("cannot read {}", args.file.display()))
+        .or_usage()?;
+    let mut table = Table::parse(&text)
+        .with_context(|| format!("in {}", args.file.display()))
+        .or_usage()?;
     let options = args.options();
     let left_out = keep_usable_rows(&mut table, &args)
-        .with_context(|| format!("in {}", args.file.display()))?;
+        .with_context(|| format!("in {}", args.file.display()))
+        .or_usage()?;
     for note in left_out.notes() {
         eprintln!("analyze: {note}");
     }
-    add_group_column(&mut table, &args.group)?;
-    let analysis =
-        analyze_table(&table, &options).with_context(|| format!("in {}", args.file.display()))?;
+    add_group_column(&mut table, &args.group).or_usage()?;
+    let analysis = analyze_table(&table, &options)
+        .with_context(|| format!("in {}", args.file.display()))
+        .or_usage()?;
     let out = if args.json {
         serde_json::to_string_pretty(&analysis)? + "\n"
     } else {

@@ -163,7 +163,8 @@ impl Threads {
             crate::sweep::remote::sleep_until_ns(at);
         }
         let started_unix_ns = crate::sweep::remote::now_ns();
-        let _ = start.set(Instant::now());
+        let t0 = Instant::now();
+        let _ = start.set(t0);
         barrier.wait();
         let connect_s = match connect {
             Ok(s) => s,
@@ -173,7 +174,8 @@ impl Threads {
             }
         };
         let mut merger = Merger::new(config, sched);
-        merger.collect(&self.rx, sink, stop, &self.stop_flag);
+        let mut window = WindowSignal::new(t0, sched);
+        merger.collect(&self.rx, sink, stop, &self.stop_flag, &mut window);
         handles.into_iter().for_each(|h| drop(h.join()));
         Ok(merger.finish(
             config,
@@ -242,6 +244,59 @@ fn wait_ready(rx: &Receiver<Msg>, threads: usize) -> Result<f64, LoadError> {
     first_err.map_or(Ok(total), Err)
 }
 
+/// Tells the sink when the measured window starts and ends, at the schedule's instants
+/// (before the drain, the thread joins and the merging), so observers cover the same span
+/// as the load's `duration_s`.
+struct WindowSignal {
+    start: Instant,
+    end: Instant,
+    started: bool,
+    ended: bool,
+}
+
+impl WindowSignal {
+    fn new(t0: Instant, sched: &Schedule) -> Self {
+        WindowSignal {
+            start: t0 + Duration::from_nanos(sched.warmup_end_ns),
+            end: t0 + Duration::from_nanos(sched.measure_end_ns),
+            started: false,
+            ended: false,
+        }
+    }
+
+    /// Fires what is due by now.
+    fn fire_due(&mut self, sink: &mut dyn IntervalSink) {
+        let now = Instant::now();
+        if !self.started && now >= self.start {
+            self.started = true;
+            sink.window_started();
+        }
+        if self.started && !self.ended && now >= self.end {
+            self.ended = true;
+            sink.window_ended();
+        }
+    }
+
+    /// The load stopped early (or its threads ended): a started window ends now.
+    fn stopped(&mut self, sink: &mut dyn IntervalSink) {
+        if self.started && !self.ended {
+            self.ended = true;
+            sink.window_ended();
+        }
+    }
+
+    /// How long the merger may block: until the next signal, at most 50 ms.
+    fn wait(&self) -> Duration {
+        let next = match (self.started, self.ended) {
+            (false, _) => self.start,
+            (true, false) => self.end,
+            (true, true) => return Duration::from_millis(50),
+        };
+        next.saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(50))
+    }
+}
+
 /// Merges the threads' intervals into per-second lines and the window's histograms.
 struct Merger {
     threads: usize,
@@ -272,13 +327,16 @@ impl Merger {
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
         stop_flag: &AtomicBool,
+        window: &mut WindowSignal,
     ) {
         use std::sync::atomic::Ordering::Relaxed;
         loop {
             if stop.load(Relaxed) {
                 stop_flag.store(true, Relaxed);
+                window.stopped(sink);
             }
-            match rx.recv_timeout(Duration::from_millis(50)) {
+            window.fire_due(sink);
+            match rx.recv_timeout(window.wait()) {
                 Ok(Msg::Interval(m)) => self.add(*m, sink),
                 Ok(Msg::Done(t)) => self.totals.push(*t),
                 Ok(Msg::Ready(_)) => {}
@@ -286,6 +344,7 @@ impl Merger {
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
+        window.stopped(sink);
         let rest: Vec<usize> = self.pending.keys().copied().collect();
         for index in rest {
             self.emit(index, sink);

@@ -35,7 +35,8 @@ pub struct CompareArgs {
 pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let run = super::RunData::read(&args.dir)
         .map_err(anyhow::Error::msg)
-        .with_context(|| format!("reading run directory {}", args.dir.display()))?;
+        .with_context(|| format!("reading run directory {}", args.dir.display()))
+        .map_err(|e| crate::exit::UsageError(format!("{e:#}")))?;
     super::write_all(&args.dir, &run)
         .with_context(|| format!("writing reports into {}", args.dir.display()))?;
     if let Some(analysis) = &run.analysis {

@@ -726,7 +726,10 @@ pub fn run(
     json: bool,
 ) -> anyhow::Result<std::process::ExitCode> {
     if let Some(pct) = gate_pct.filter(|p| !(p.is_finite() && *p >= 0.0)) {
-        anyhow::bail!("--fail-if-slower {pct}: give a percentage of 0 or more, e.g. 5");
+        return Err(crate::exit::UsageError(format!(
+            "--fail-if-slower {pct}: give a percentage of 0 or more, e.g. 5"
+        ))
+        .into());
     }
     let cmp = compare_dirs(dirs, metric, gate_pct)?;
     let mut stdout = std::io::stdout().lock();

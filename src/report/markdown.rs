@@ -139,12 +139,26 @@ fn conditions(out: &mut String, run: &RunData) {
             let _ = writeln!(out, "| {label} | {} |", escape(&value));
         }
     }
+    if let Some(window) = observed_window(&run.steps) {
+        let _ = writeln!(out, "| observed window | {} |", escape(&window));
+    }
     if let Some(w) = env.get("warnings").and_then(|w| w.as_array()) {
         for warning in w.iter().filter_map(|w| w.as_str()) {
             let _ = writeln!(out, "| warning | {} |", escape(warning));
         }
     }
     out.push('\n');
+}
+
+/// The span the observers and the per-request figures covered when it is not the measured
+/// window (an external tool's whole run), with how many steps it applies to.
+fn observed_window(steps: &[StepResult]) -> Option<String> {
+    let spans: Vec<&str> = steps
+        .iter()
+        .filter_map(|s| s.derived.get("window").and_then(|w| w.as_str()))
+        .collect();
+    let first = spans.first()?;
+    Some(format!("{first}: {} of {} steps", spans.len(), steps.len()))
 }
 
 fn results_table(out: &mut String, steps: &[StepResult]) {

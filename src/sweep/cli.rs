@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use super::demo::{self, DemoShape};
 use super::experiment::{check_out, describe, run_plan, Destination, Finished};
@@ -12,7 +12,7 @@ use super::plan::Plan;
 use super::progress::Bar;
 use super::result::StepStatus;
 use super::spec::SpecFile;
-use crate::exit::Outcome;
+use crate::exit::{OrUsage as _, Outcome, UsageError};
 
 /// Options of `stairbench run`.
 #[derive(Debug, clap::Args)]
@@ -68,7 +68,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let spec_path = match (&args.spec, &args.resume) {
         (Some(p), _) => p.clone(),
         (None, Some(dir)) => dir.join("spec.toml"),
-        (None, None) => bail!("give a spec file (stairbench run SPEC) or --resume DIR"),
+        (None, None) => {
+            let why = "give a spec file (stairbench run SPEC) or --resume DIR";
+            return Err(UsageError(why.into()).into());
+        }
     };
     let spec = SpecFile::read(&spec_path)?;
     let mut plan = Plan::new(spec, stairbench_bin()?)?;
@@ -78,7 +81,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         _ => {}
     }
     if let Some(clients) = &args.clients {
-        plan.with_clients(clients).map_err(anyhow::Error::msg)?;
+        plan.with_clients(clients).or_usage()?;
     }
     let dest = Destination {
         out: args.out,
@@ -114,7 +117,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         out: Some(out.clone()),
         ..Destination::default()
     };
-    check_out(&dest).map_err(anyhow::Error::msg)?;
+    check_out(&dest).or_usage()?;
     let settled = demo::settle(&cpus, shape.settle_limit());
     println!("{}", settled.note(&cpus));
     notes.push(settled.note(&cpus));
@@ -140,6 +143,9 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
         print!("{}", describe(plan, &placements));
         return Ok(ExitCode::SUCCESS);
     }
+    // A directory already holding a run is a usage error (2); one that cannot be written is
+    // a failure of the run (1), found by run_plan.
+    check_out(dest).or_usage()?;
     let stop = crate::signals::stop_flag();
     let mut bar = Bar::default();
     let Finished { dir, summary } =

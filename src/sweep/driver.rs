@@ -70,6 +70,12 @@ pub trait Driver {
     fn live_intervals(&self) -> bool {
         true
     }
+
+    /// It tells the sink when the measured window starts and ends (`window_started`,
+    /// `window_ended`) as they happen, so the runner starts and ends its observers then.
+    fn signals_window(&self, _req: &StepRequest) -> bool {
+        false
+    }
 }
 
 /// The built-in load engine.
@@ -80,6 +86,10 @@ pub struct EngineDriver {
 }
 
 impl Driver for EngineDriver {
+    fn signals_window(&self, _req: &StepRequest) -> bool {
+        true
+    }
+
     fn run_step(
         &mut self,
         req: &StepRequest,
@@ -283,11 +293,15 @@ impl Driver for CommandDriver {
             keep_stdout: true,
         };
         let cpu_before = children_cpu_s();
+        // Each CPU of the client's cpuset, over the tool's whole run (it cannot tell its
+        // warm-up apart): a tool saturates when one of them is full, whatever the others do.
+        let mut cores = super::cores::CoreSampler::start(&[], &req.client_cpus);
         let mut child = super::process::ChildProc::spawn(&launch)
             .map_err(|e| format!("cannot start {}: {e}", launch.name))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);
         let (exit, stdout) = child.wait(limit, stop)?;
         let cpu_after = children_cpu_s();
+        let busy_pct = cores.sample().client_busy_pct;
         let cpu_s = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
         let mut tool = self.parser.parse(&stdout).map_err(|e| {
             format!(
@@ -310,19 +324,32 @@ impl Driver for CommandDriver {
         r.client_cpu = crate::load::ClientCpu {
             user_s: cpu_s.0,
             sys_s: cpu_s.1,
-            per_core_busy: Vec::new(),
+            per_core_busy: busy_pct,
         };
-        // The engine's rule is a core over 90% busy; for a tool, its CPU over its cores.
-        let cores = req.client_cpus.len().min(req.threads).max(1) as f64;
-        r.client_saturated = r.duration_s > 0.0 && (cpu_s.0 + cpu_s.1) / r.duration_s / cores > 0.9;
+        r.client_saturated = any_cpu_saturated(&r.client_cpu.per_core_busy);
         let mut extra = serde_json::Map::new();
         extra.insert("tool".into(), tool.extra);
+        // The observers ran from the tool's start to its end, and its counts cover its
+        // whole run too: per-request figures are over that span, and the step says so.
+        extra.insert("window".into(), WHOLE_RUN_WINDOW.into());
         Ok(StepLoad {
             report: tool.report,
             hist_ns: None,
             extra,
         })
     }
+}
+
+/// The `window` of an external tool's step: the span its per-request figures cover.
+pub const WHOLE_RUN_WINDOW: &str = "whole run (the tool cannot separate its warm-up)";
+
+/// Busy % over which a client CPU is full: the engine's rule, applied to a tool's CPUs.
+const SATURATED_BUSY_PCT: f64 = 90.0;
+
+/// True when any CPU of the client's cpuset was over 90% busy. Their average would hide
+/// a tool whose one event loop fills one CPU while the others idle.
+pub fn any_cpu_saturated(busy_pct: &[f64]) -> bool {
+    busy_pct.iter().any(|&b| b > SATURATED_BUSY_PCT)
 }
 
 /// User and system CPU seconds of this process's waited-for children so far.
@@ -440,6 +467,15 @@ impl Driver for FakeDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_is_saturated_when_one_of_its_cpus_is_full_not_their_average() {
+        // The old rule, CPU time over the cores: (95 + 10) / 2 = 52.5% → not saturated.
+        assert!(any_cpu_saturated(&[95.0, 10.0]));
+        assert!(!any_cpu_saturated(&[89.0, 89.0]));
+        assert!(!any_cpu_saturated(&[]));
+        assert!(!any_cpu_saturated(&[f64::NAN, 50.0]));
+    }
 
     #[test]
     fn fills_placeholders() {

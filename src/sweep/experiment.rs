@@ -148,8 +148,10 @@ fn open_dir(
         return RunDir::open(path.clone()).map_err(|e| format!("opening {}: {e}", path.display()));
     }
     check_out(dest)?;
-    let dir = RunDir::create(dest.out.as_deref(), &plan.name)
-        .map_err(|e| format!("creating the run directory: {e}"))?;
+    let dir = RunDir::create(dest.out.as_deref(), &plan.name).map_err(|e| match &dest.out {
+        Some(out) => format!("cannot create the run directory {}: {e}", out.display()),
+        None => format!("cannot create the run directory: {e}"),
+    })?;
     dir.write_file("spec.toml", &plan.spec.text)
         .and_then(|_| dir.write_file("environment.json", &environment_json(sessions)))
         .map_err(|e| format!("writing into {}: {e}", dir.path.display()))?;

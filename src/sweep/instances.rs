@@ -282,6 +282,11 @@ impl Driver for SplitDriver {
         self.single.live_intervals()
     }
 
+    fn signals_window(&self, req: &StepRequest) -> bool {
+        // Split steps' parts report through channels that carry lines only.
+        req.instances.len() <= 1 && self.single.signals_window(req)
+    }
+
     fn run_step(
         &mut self,
         req: &StepRequest,

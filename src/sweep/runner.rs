@@ -462,7 +462,10 @@ impl Runner<'_> {
             .prepare(sink.pid, &sink.cpus.server, &sink.cpus.client);
         // Client groups start their windows at a planned instant and say so (window_started).
         let grouped = !self.plan.hosts.client_groups.is_empty();
-        if !grouped && (self.plan.warmup.is_zero() || !self.driver.live_intervals()) {
+        // A driver that signals its window (the built-in engine) starts them itself, after
+        // connecting and warming up; others start them now or at their first window line.
+        let signals = self.driver.signals_window(&req);
+        if !grouped && !signals && (self.plan.warmup.is_zero() || !self.driver.live_intervals()) {
             sink.start_observer();
         }
         let result = self.driver.run_step(&req, &mut sink, self.stop);

@@ -210,7 +210,8 @@ fn wait_ready(
             ));
         }
         let log_ok = target.ready_log.is_none() || server.child.log_matched();
-        let tcp_ok = !target.ready_tcp || port_open(server.port);
+        let probe = ready_address(&target.url, server.port);
+        let tcp_ok = !target.ready_tcp || address_open(&probe);
         if log_ok && tcp_ok {
             return Ok(());
         }
@@ -219,7 +220,7 @@ fn wait_ready(
         }
         if start.elapsed() > target.ready_timeout {
             let what = if log_ok {
-                format!("port {} never accepted", server.port)
+                format!("nothing answered at {probe} (from url {})", target.url)
             } else {
                 "the log line never appeared".into()
             };
@@ -232,6 +233,31 @@ fn wait_ready(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The address readiness probes: the url's host and port as the user wrote them, with
+/// `{port}` replaced by the port picked, so the error names what the user can check;
+/// 127.0.0.1:PORT when the url names no host (shm://, a bare name).
+fn ready_address(url: &str, port: u16) -> String {
+    let authority = url
+        .split_once("://")
+        .map_or("", |(_, rest)| rest.split(['/', '?']).next().unwrap_or(""))
+        .replace("{port}", &port.to_string());
+    match authority.rsplit_once(':') {
+        Some((host, p)) if !host.is_empty() && p.parse::<u16>().is_ok() => authority,
+        _ => format!("127.0.0.1:{port}"),
+    }
+}
+
+/// True when a TCP connection to `addr` (host:port, names resolved) succeeds.
+fn address_open(addr: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    let Ok(addrs) = addr.to_socket_addrs() else {
+        return false;
+    };
+    addrs
+        .into_iter()
+        .any(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok())
 }
 
 /// A target running as a child process.
@@ -330,4 +356,23 @@ pub fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     path.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ready_address;
+
+    #[test]
+    fn ready_address_is_the_users_url_with_the_port_filled_in() {
+        assert_eq!(
+            ready_address("http://127.0.0.1:{port}/", 4242),
+            "127.0.0.1:4242"
+        );
+        assert_eq!(ready_address("redis://[::1]:{port}", 7), "[::1]:7");
+        assert_eq!(
+            ready_address("http://localhost:8080/x", 7),
+            "localhost:8080"
+        );
+        assert_eq!(ready_address("shm://ring", 7), "127.0.0.1:7");
+    }
 }

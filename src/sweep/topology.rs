@@ -786,7 +786,8 @@ pub struct TopologyReport {
 /// Prints the topology and the cpusets each policy gives for each count.
 pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
     let topo = Topology::from_sysfs(&args.sysfs)
-        .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
+        .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))
+        .map_err(|e| crate::exit::UsageError(format!("{e:#}")))?;
     let counts = if args.counts.is_empty() {
         default_counts(topo.cpus.len())
     } else {

@@ -68,6 +68,11 @@ impl Driver for GroupDriver {
         self.single.live_intervals()
     }
 
+    fn signals_window(&self, req: &StepRequest) -> bool {
+        // With groups it signals too, from the planned window (the loop below).
+        self.groups.is_empty() && self.single.signals_window(req)
+    }
+
     fn run_step(
         &mut self,
         req: &StepRequest,
