@@ -247,8 +247,9 @@ fn load_rows(ok: &[&Value], rows: &mut Vec<(String, String)>) {
             "Measured window (s)",
             distinct(&|s: &Value| {
                 // Windows under a second are common in quick runs: keep milliseconds.
-                f64_at(s, &["duration_s"])
-                    .map_or(String::new(), |d| format!("{}", (d * 1000.0).round() / 1000.0))
+                f64_at(s, &["duration_s"]).map_or(String::new(), |d| {
+                    format!("{}", (d * 1000.0).round() / 1000.0)
+                })
             }),
         ),
         ("Placements", distinct(&placement_cpus)),
