@@ -121,7 +121,7 @@ pub fn html_data(dir: &Path, run: &RunData) -> Result<html::ReportData, String> 
         .ok()
         .and_then(|t| t.parse::<toml::Table>().ok());
     data.series = html::from_analysis::series(a, &run.steps, spec.as_ref());
-    let (curves, _) = html::from_analysis::curves_and_tables(a);
+    let curves = html::from_analysis::usl_curves(a);
     // report.md's tables replace the adapter's and the analysis' own: one source for both.
     data.tables.clear();
     html::adapter::add_analysis(&mut data, &curves, Vec::new());
