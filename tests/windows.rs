@@ -158,18 +158,20 @@ fn crate_cpus() -> usize {
 }
 
 /// The observed window (`server.window_s`) and the load's `duration_s` of each step of a
-/// built-in-engine run against the bundled messenger server with `warmup`.
-fn windows_of_a_run(dir: &Path, warmup: &str) -> Vec<(f64, f64)> {
-    let spec = dir.join(format!("w{warmup}.toml"));
+/// built-in-engine run against the bundled messenger server (split in `instances`) with
+/// `warmup`.
+fn windows_of_a_run(dir: &Path, warmup: &str, instances: usize) -> Vec<(f64, f64)> {
+    let spec = dir.join(format!("w{warmup}-{instances}.toml"));
     std::fs::write(
         &spec,
         format!(
             "name = \"window\"\nduration = \"1s\"\nwarmup = \"{warmup}\"\nclients = [32]\n\
-             placements = [\"shared\"]\n[[targets]]\nname = \"m\"\nbuiltin = \"msgr\"\n"
+             placements = [\"shared\"]\n[[targets]]\nname = \"m\"\nbuiltin = \"msgr\"\n\
+             instances = {instances}\n"
         ),
     )
     .unwrap();
-    let out_dir = dir.join(format!("run{warmup}"));
+    let out_dir = dir.join(format!("run{warmup}-{instances}"));
     let out = common::run_spec(&spec, &out_dir);
     common::assert_success(&out);
     common::steps_json(&out_dir)
@@ -186,11 +188,15 @@ fn the_observers_window_is_the_loads_measured_window() {
     let dir = tempfile::tempdir().unwrap();
     // Without a warm-up the connections are opened before the window; with one, the threads
     // drain and join after it: neither is inside the observed span any more.
-    for warmup in ["0s", "300ms"] {
-        for (observed_s, duration_s) in windows_of_a_run(dir.path(), warmup) {
+    // Split instances: the parts' windows, from the first start to the last end.
+    for (warmup, instances) in [("0s", 1), ("300ms", 1), ("0s", 2), ("300ms", 2)] {
+        let windows = windows_of_a_run(dir.path(), warmup, instances);
+        assert!(!windows.is_empty());
+        for (observed_s, duration_s) in windows {
             assert!(
                 (observed_s - duration_s).abs() < 0.020,
-                "warm-up {warmup}: observed {observed_s} s, load window {duration_s} s"
+                "warm-up {warmup}, {instances} instance(s): observed {observed_s} s, \
+                 load window {duration_s} s"
             );
         }
     }

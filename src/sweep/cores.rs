@@ -175,8 +175,9 @@ impl Ticker {
 
 /// The per-core columns of one step's measured window, started with the observers.
 pub enum CoreColumns {
-    /// A sample per line of a driver that reports while it runs.
-    Live(CoreSampler),
+    /// A sample per line of a driver that reports while it runs; the window's last sample is
+    /// taken when the window ends (the last line arrives after the drain), kept for that line.
+    Live(CoreSampler, Option<CoreRow>),
     /// A sampling thread, and the lines the driver gave (merged with its rows at the end).
     Background {
         /// The thread.
@@ -192,7 +193,7 @@ impl CoreColumns {
     pub fn start(live: bool, server: &[usize], client: &[usize]) -> CoreColumns {
         let sampler = CoreSampler::start(server, client);
         if live {
-            CoreColumns::Live(sampler)
+            CoreColumns::Live(sampler, None)
         } else {
             CoreColumns::Background {
                 ticker: Ticker::start(sampler, Duration::from_secs(1)),
@@ -204,11 +205,20 @@ impl CoreColumns {
     /// A line of the driver: written at once with its sample (live), or kept for the end.
     pub fn line(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>, sink: &mut StepSink) {
         match self {
-            CoreColumns::Live(sampler) if line.elapsed_s > 0.0 => {
-                sink.line_with_cores(line, hist_ns, Some(&sampler.sample()));
+            CoreColumns::Live(sampler, at_end) if line.elapsed_s > 0.0 => {
+                let row = at_end.take().unwrap_or_else(|| sampler.sample());
+                sink.line_with_cores(line, hist_ns, Some(&row));
             }
-            CoreColumns::Live(_) => sink.interval(line, hist_ns),
+            CoreColumns::Live(..) => sink.interval(line, hist_ns),
             CoreColumns::Background { lines, .. } => lines.push(line.clone()),
+        }
+    }
+
+    /// The measured window ends now: a live sampler takes the window's last sample here, not
+    /// when the last line arrives after the drain and the merging.
+    pub fn end_window(&mut self) {
+        if let CoreColumns::Live(sampler, at_end @ None) = self {
+            *at_end = Some(sampler.sample());
         }
     }
 
@@ -216,7 +226,7 @@ impl CoreColumns {
     /// Returns the CPU seconds the sampling used.
     pub fn finish(self, sink: &mut StepSink) -> f64 {
         let (lines, (rows, cpu_s)) = match self {
-            CoreColumns::Live(sampler) => return sampler.cpu_s(),
+            CoreColumns::Live(sampler, _) => return sampler.cpu_s(),
             CoreColumns::Background { ticker, lines } => (lines, ticker.finish()),
         };
         let empty = Histogram::<u64>::new(3).ok();
@@ -288,6 +298,33 @@ mod tests {
         let second = s.sample();
         assert_eq!(second.server_busy_pct, [50.0, 25.0]);
         assert_eq!(second.cells().0, "50.0 25.0");
+    }
+
+    #[test]
+    fn the_last_live_line_gets_the_sample_taken_when_the_window_ended() {
+        // Reads: start; line 1; window end; anything later (the drain) must not be used.
+        let samples = vec![
+            BTreeMap::from([(0, times(0, 0))]),
+            BTreeMap::from([(0, times(1, 1))]),
+            BTreeMap::from([(0, times(2, 2))]),
+            BTreeMap::from([(0, times(2, 10))]),
+        ];
+        let mut it = samples.into_iter();
+        let sampler =
+            CoreSampler::with_reader(&[0], &[], Box::new(move || it.next().unwrap_or_default()));
+        let mut cols = CoreColumns::Live(sampler, None);
+        let CoreColumns::Live(s, _) = &mut cols else {
+            unreachable!()
+        };
+        assert_eq!(s.sample().server_busy_pct, [50.0]);
+        cols.end_window();
+        cols.end_window();
+        let CoreColumns::Live(s, at_end) = &mut cols else {
+            unreachable!()
+        };
+        // 1 busy tick of 2 between line 1 and the window's end; the drain (idle) is left out.
+        assert_eq!(at_end.take().map(|r| r.server_busy_pct), Some(vec![50.0]));
+        assert_eq!(s.sample().server_busy_pct, [0.0]);
     }
 
     #[test]

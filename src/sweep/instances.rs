@@ -283,8 +283,9 @@ impl Driver for SplitDriver {
     }
 
     fn signals_window(&self, req: &StepRequest) -> bool {
-        // Split steps' parts report through channels that carry lines only.
-        req.instances.len() <= 1 && self.single.signals_window(req)
+        // Split parts forward their window signals through the channel; the step's window
+        // runs from the first part's start to the last part's end.
+        self.single.signals_window(req)
     }
 
     fn run_step(
@@ -318,10 +319,17 @@ pub fn sub_request(req: &StepRequest, k: usize) -> StepRequest {
     }
 }
 
-/// One part's line (instance or client group `k`) on its way to the merger.
-pub(crate) type Line = (usize, IntervalLine, Histogram<u64>);
+/// What a part (instance or client group `k`) tells the thread that merges them.
+pub(crate) enum Line {
+    /// Part `k`'s per-second line.
+    Interval(usize, IntervalLine, Histogram<u64>),
+    /// A part's measured window started.
+    WindowStarted,
+    /// A part's measured window ended.
+    WindowEnded,
+}
 
-/// Sends a part's lines to the thread that merges them.
+/// Sends a part's lines and window signals to the thread that merges them.
 pub(crate) struct ChannelSink {
     /// The part.
     pub k: usize,
@@ -331,7 +339,45 @@ pub(crate) struct ChannelSink {
 
 impl IntervalSink for ChannelSink {
     fn interval(&mut self, line: &IntervalLine, hist_ns: &Histogram<u64>) {
-        let _ = self.tx.send((self.k, line.clone(), hist_ns.clone()));
+        let _ = self
+            .tx
+            .send(Line::Interval(self.k, line.clone(), hist_ns.clone()));
+    }
+
+    fn window_started(&mut self) {
+        let _ = self.tx.send(Line::WindowStarted);
+    }
+
+    fn window_ended(&mut self) {
+        let _ = self.tx.send(Line::WindowEnded);
+    }
+}
+
+/// Turns the parts' window signals into the step's: started at the first part's start,
+/// ended at the last part's end, so the observers cover every part's measured window.
+struct WindowSpan {
+    parts: usize,
+    started: usize,
+    ended: usize,
+}
+
+impl WindowSpan {
+    fn on(&mut self, msg: Line, merger: &mut LineMerger, sink: &mut dyn IntervalSink) {
+        match msg {
+            Line::Interval(k, line, hist) => merger.push(k, line, hist, sink),
+            Line::WindowStarted => {
+                self.started += 1;
+                if self.started == 1 {
+                    sink.window_started();
+                }
+            }
+            Line::WindowEnded => {
+                self.ended += 1;
+                if self.ended == self.parts {
+                    sink.window_ended();
+                }
+            }
+        }
     }
 }
 
@@ -363,8 +409,13 @@ fn run_split(
             })
             .collect();
         drop(tx);
-        for (k, line, hist) in rx {
-            merger.push(k, line, hist, sink);
+        let mut span = WindowSpan {
+            parts: n,
+            started: 0,
+            ended: 0,
+        };
+        for msg in rx {
+            span.on(msg, &mut merger, sink);
         }
         merger.flush(sink);
         handles

@@ -560,6 +560,9 @@ impl IntervalSink for LoopSink<'_> {
         if self.started {
             self.observer.end_window();
         }
+        if let Some(cores) = self.cores.as_mut() {
+            cores.end_window();
+        }
     }
 }
 

@@ -121,7 +121,9 @@ impl Driver for GroupDriver {
                     ended = true;
                 }
                 match rx.recv_timeout(Duration::from_millis(5)) {
-                    Ok((k, line, hist)) => merger.push(k, line, hist, sink),
+                    Ok(Line::Interval(k, line, hist)) => merger.push(k, line, hist, sink),
+                    // The parts' own signals: the planned window above is the step's.
+                    Ok(Line::WindowStarted | Line::WindowEnded) => {}
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
