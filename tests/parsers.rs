@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use stairbench::sweep::parsers::{
-    parser_by_name, CrimsonMsgrParser, OutputParser, ParseError, ParsedLoad, RedisBenchmarkParser,
-    WrkParser,
+use stairbench::load::external::{
+    by_name as parser_by_name, CrimsonMsgrParser, OutputParser, ParseError, ParsedLoad,
+    RedisBenchmarkParser, WrkParser,
 };
 
 fn data(name: &str) -> String {

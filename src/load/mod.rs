@@ -4,6 +4,7 @@
 
 mod accounting;
 pub mod cli;
+pub mod external;
 mod fdlimit;
 pub mod hlog;
 mod preload;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use crate::load::external::OutputParser;
 use crate::load::{IntervalSink, LoadConfig, LoadReport, ProtoOptions};
 
 /// One step's load, as the step loop asks for it.
@@ -122,129 +123,12 @@ pub fn engine_config(proto: &ProtoOptions, req: &StepRequest) -> LoadConfig {
     }
 }
 
-/// An external tool's figures in the engine's layout.
-#[derive(Debug, Clone, Default)]
-pub struct ToolLoad {
-    /// The figures (latencies the tool did not print are NaN: unavailable, not zero).
-    pub report: LoadReport,
-    /// The periodic lines the tool printed, if any.
-    pub intervals: Vec<crate::load::IntervalLine>,
-    /// What the tool printed beyond the engine's fields (kept in the step's `tool` object).
-    pub extra: serde_json::Value,
-}
-
-/// Reads an external tool's output.
-pub trait OutputParse {
-    /// Parses everything the tool printed on stdout.
-    fn parse(&self, stdout: &str) -> Result<ToolLoad, String>;
-}
-
-/// The output of `stairbench load --json` (lets a spec run the engine as an external
-/// command, e.g. under another user or in a container).
-#[derive(Debug, Clone, Copy)]
-pub struct StairbenchJson;
-
-impl OutputParse for StairbenchJson {
-    fn parse(&self, stdout: &str) -> Result<ToolLoad, String> {
-        let report = serde_json::from_str(stdout.trim())
-            .map_err(|e| format!("not stairbench load JSON: {e}"))?;
-        Ok(ToolLoad {
-            report,
-            ..ToolLoad::default()
-        })
-    }
-}
-
-/// A parser of `sweep::parsers` (wrk, redis-benchmark, crimson-msgr, json, regex).
-pub struct ToolParser(Box<dyn super::parsers::OutputParser>);
-
-impl OutputParse for ToolParser {
-    fn parse(&self, stdout: &str) -> Result<ToolLoad, String> {
-        let parsed = self.0.parse(stdout).map_err(|e| e.to_string())?;
-        tool_load(parsed)
-    }
-}
-
-fn tool_load(p: super::parsers::ParsedLoad) -> Result<ToolLoad, String> {
-    let duration_s = p.duration_s.unwrap_or(f64::NAN);
-    let (requests, throughput_rps) = match (p.requests, p.throughput_rps) {
-        (Some(n), Some(t)) => (n, t),
-        (Some(n), None) if duration_s > 0.0 => (n, n as f64 / duration_s),
-        (None, Some(t)) if duration_s > 0.0 => ((t * duration_s).round() as u64, t),
-        _ => {
-            return Err(
-                "the output gave neither a request count with its duration nor a throughput".into(),
-            )
-        }
-    };
-    let lat = |v: Option<f64>| v.unwrap_or(f64::NAN);
-    let l = &p.latency_us;
-    let report = LoadReport {
-        schema: crate::load::SCHEMA_VERSION,
-        requests,
-        // Tools do not count their writes: the completed requests stand in.
-        sent: requests,
-        errors: p.errors.clone(),
-        error_ratio: crate::load::error_ratio(requests, &p.errors),
-        duration_s: if duration_s.is_finite() {
-            duration_s
-        } else {
-            0.0
-        },
-        throughput_rps,
-        bytes_received: p.bytes_received.unwrap_or(0),
-        connect_time_s: p.extra.get("connect_time_s").copied().unwrap_or(0.0),
-        latency_us: crate::load::LatencyUs {
-            mean: lat(l.mean),
-            p50: lat(l.p50),
-            p90: lat(l.p90),
-            p95: lat(l.p95),
-            p99: lat(l.p99),
-            p999: lat(l.p999),
-            max: lat(l.max),
-        },
-        ..LoadReport::default()
-    };
-    let intervals = p
-        .intervals
-        .iter()
-        .map(|i| crate::load::IntervalLine {
-            elapsed_s: i.elapsed_s,
-            inflight: i.inflight.unwrap_or(0),
-            ops_per_s: i.ops_per_s,
-            mb_per_s: i.mib_per_s.map_or(0.0, |m| m * 1.048_576),
-            mean_latency_ms: i.mean_latency_ms.unwrap_or(f64::NAN),
-            errors: 0,
-            per_core_busy: i.busy_pct.clone(),
-        })
-        .collect();
-    let mut extra = serde_json::to_value(&p).unwrap_or(serde_json::Value::Null);
-    if let Some(obj) = extra.as_object_mut() {
-        obj.remove("intervals");
-    }
-    Ok(ToolLoad {
-        report,
-        intervals,
-        extra,
-    })
-}
-
-/// Picks the parser of a spec's `client.parser`.
-pub fn parser_by_name(name: &str, options: &toml::Table) -> Result<Box<dyn OutputParse>, String> {
-    match name {
-        "stairbench" => Ok(Box::new(StairbenchJson)),
-        other => super::parsers::parser_by_name(other, options)
-            .map(|p| Box::new(ToolParser(p)) as Box<dyn OutputParse>)
-            .map_err(|e| format!("{e} (or stairbench, for `stairbench load --json`)")),
-    }
-}
-
 /// An external load command, its placeholders filled per step, pinned to the client CPUs.
 pub struct CommandDriver {
     /// The template.
     pub template: String,
-    /// The parser of its stdout.
-    pub parser: Box<dyn OutputParse>,
+    /// The parser of its stdout (`load::external::by_name`).
+    pub parser: Box<dyn OutputParser>,
 }
 
 impl CommandDriver {
@@ -303,7 +187,7 @@ impl Driver for CommandDriver {
         let cpu_after = children_cpu_s();
         let busy_pct = cores.sample().client_busy_pct;
         let cpu_s = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
-        let mut tool = self.parser.parse(&stdout).map_err(|e| {
+        let mut tool = self.parser.parse_report(&stdout).map_err(|e| {
             format!(
                 "{} {exit}; its output did not parse: {e}\n{}",
                 launch.name,

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use super::driver::{parser_by_name, CommandDriver, Driver, EngineDriver};
+use super::driver::{CommandDriver, Driver, EngineDriver};
 use super::observer::FullObserver;
 use super::placement::{PlacementSource, TopologyPlacements};
 use super::plan::{ClientPlan, Plan};
@@ -180,8 +180,11 @@ fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
             options,
         } => Box::new(CommandDriver {
             template: template.clone(),
-            parser: parser_by_name(parser, options)
-                .map_err(|e| plan.spec.error_at(&["client", "parser"], e).to_string())?,
+            parser: crate::load::external::by_name(parser, options).map_err(|e| {
+                plan.spec
+                    .error_at(&["client", "parser"], e.to_string())
+                    .to_string()
+            })?,
         }),
     })
 }

@@ -262,7 +262,8 @@ pub fn driver_factory(client: &ClientPlan) -> DriverFactory {
             Arc::new(move || {
                 Ok(Box::new(super::driver::CommandDriver {
                     template: template.clone(),
-                    parser: super::driver::parser_by_name(&parser, &options)?,
+                    parser: crate::load::external::by_name(&parser, &options)
+                        .map_err(|e| e.to_string())?,
                 }) as Box<dyn Driver>)
             })
         }

@@ -13,7 +13,6 @@ pub mod extra_observe;
 pub mod instances;
 pub mod metrics;
 pub mod observer;
-pub mod parsers;
 pub mod placement;
 pub mod plan;
 pub mod policy;
