@@ -72,8 +72,8 @@ mod tests {
 
     #[test]
     fn by_name_knows_it_and_names_it_when_refusing_another() {
-        assert!(super::super::by_name("stairbench", &toml::Table::new()).is_ok());
-        let err = super::super::by_name("ab", &toml::Table::new())
+        assert!(crate::load::external::by_name("stairbench", &toml::Table::new()).is_ok());
+        let err = crate::load::external::by_name("ab", &toml::Table::new())
             .err()
             .unwrap();
         assert!(err.to_string().contains("stairbench load --json"), "{err}");
