@@ -5,9 +5,11 @@
 //! the tests can check it against independent methods.
 
 pub mod cli;
+pub mod compare;
 pub mod knee;
 pub mod little;
 pub mod modes;
+pub mod run;
 pub mod series;
 pub mod stats;
 pub mod table;

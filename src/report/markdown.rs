@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::{analysis, Exporter, RunData};
+use super::{Exporter, RunData};
+use crate::analyze::run as analysis;
 use crate::sweep::result::{StepResult, StepStatus};
 
 /// The markdown exporter.

@@ -3,9 +3,7 @@
 //! Each exporter turns the run's steps (and its spec and environment, when present) into
 //! one file; `stairbench report DIR` and the end of every run call [`write_all`].
 
-pub mod analysis;
 pub mod cli;
-pub mod compare;
 pub mod csv;
 pub mod extras;
 pub mod html;
@@ -15,6 +13,7 @@ pub mod svg;
 
 use std::path::Path;
 
+use crate::analyze::run as analysis;
 use crate::sweep::result::{read_steps, StepResult};
 
 /// What an exporter reads: everything in a run directory that is not raw per-second data.

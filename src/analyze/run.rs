@@ -16,13 +16,13 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::compare::{relate, show_summary, Metric, Relation, Selector, StepKey};
-use super::markdown::escape;
-use super::{Exporter, RunData};
 use crate::analyze::knee::{self, KneeSummary};
 use crate::analyze::little::{self, LatencyUnit, LittleStep};
 use crate::analyze::modes::{self, Mode};
 use crate::analyze::stats::{self, Summary};
 use crate::analyze::usl::{self, UslFit};
+use crate::report::markdown::escape;
+use crate::report::{Exporter, RunData};
 use crate::sweep::result::{StepResult, StepStatus};
 
 mod merged;

@@ -3,7 +3,7 @@
 //! from the 95% confidence intervals when there are repetitions; and `stairbench compare`,
 //! which lines up run directories step by step.
 //!
-//! The spec's `[[comparisons]]` (see [`super::analysis`]) and `stairbench compare` share the
+//! The spec's `[[comparisons]]` (see [`super::run`]) and `stairbench compare` share the
 //! metric, the step matching and the verdicts here.
 
 use std::collections::BTreeMap;
@@ -14,9 +14,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::markdown::escape;
-use super::RunData;
 use crate::analyze::stats::{self, Summary, Verdict};
+use crate::report::markdown::escape;
+use crate::report::RunData;
 use crate::sweep::result::{StepResult, StepStatus};
 
 /// The figure two steps are compared on.
