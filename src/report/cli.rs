@@ -40,7 +40,7 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
     super::write_all(&args.dir, &run)
         .with_context(|| format!("writing reports into {}", args.dir.display()))?;
     if let Some(analysis) = &run.analysis {
-        for line in crate::analyze::run::peak_lines(analysis) {
+        for line in super::findings::peak_lines(analysis) {
             println!("{line}");
         }
     }
@@ -52,5 +52,5 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
 
 /// Compares runs.
 pub fn compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
-    crate::analyze::compare::run(&args.dirs, args.metric, args.fail_if_slower, args.json)
+    super::compare::run(&args.dirs, args.metric, args.fail_if_slower, args.json)
 }

@@ -158,7 +158,7 @@ fn print_summary(summary: &super::runner::RunSummary, dir: &Path) {
     // The peaks as the reports define them (read back from the run directory, so the last
     // lines and report.md/report.html can never disagree).
     if let Ok(analysis) = crate::analyze::run::analyze_run(dir) {
-        for line in crate::analyze::run::peak_lines(&analysis) {
+        for line in crate::report::findings::peak_lines(&analysis) {
             println!("{line}");
         }
     }

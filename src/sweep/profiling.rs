@@ -385,11 +385,7 @@ fn choose(
     placement: &str,
     steps: &[StepResult],
 ) -> (Vec<Choice>, Vec<MissingRecord>) {
-    let run = crate::report::RunData {
-        steps: steps.to_vec(),
-        ..crate::report::RunData::default()
-    };
-    let analysis = crate::analyze::run::analyze(&run, None);
+    let analysis = crate::analyze::run::analyze(steps, None);
     let series = analysis
         .series
         .into_iter()

@@ -1,0 +1,185 @@
+//! How a comparison is shown: `stairbench compare`'s markdown tables and sentences, its gate
+//! verdict, and a metric's `mean ± CI` cell (report.md's noise table uses it too). What is
+//! compared, and how, is `analyze::compare`'s.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use super::markdown::escape;
+use crate::analyze::compare::runs::{compare_dirs, Comparison};
+use crate::analyze::compare::Metric;
+use crate::analyze::stats::Summary;
+
+/// `mean ± half width` (or the mean alone without repetitions), in the metric's precision.
+pub fn show_summary(s: &Summary, metric: Metric) -> String {
+    let digits = if metric.higher_is_better() { 0 } else { 1 };
+    match s.ci95_half_width {
+        Some(h) => format!("{:.digits$} ± {h:.digits$}", s.mean),
+        None => format!("{:.digits$}", s.mean),
+    }
+}
+
+/// The comparison as markdown tables and sentences (what `stairbench compare` prints).
+pub fn render_text(cmp: &Comparison) -> String {
+    let mut out = String::new();
+    out.push_str("# Comparison\n\n");
+    for (i, run) in cmp.runs.iter().enumerate() {
+        let role = if i == 0 { " (reference)" } else { "" };
+        let _ = writeln!(out, "- {}{role}: {}", escape(&run.label), run.dir.display());
+    }
+    out.push('\n');
+    render_environment(&mut out, cmp);
+    render_rows(&mut out, cmp);
+    if !cmp.sentences.is_empty() {
+        out.push_str("## Summary\n\n");
+        for s in &cmp.sentences {
+            let _ = writeln!(out, "- {}", escape(s));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn render_environment(out: &mut String, cmp: &Comparison) {
+    out.push_str("## Differences in environment\n\n");
+    if cmp.environment_differences.is_empty() {
+        out.push_str(
+            "None: environment.json and spec.toml agree on every key (or are missing).\n\n",
+        );
+        return;
+    }
+    let labels: Vec<String> = cmp.runs.iter().map(|r| escape(&r.label)).collect();
+    let _ = writeln!(out, "| key | {} |", labels.join(" | "));
+    let _ = writeln!(out, "| --- |{}", " --- |".repeat(labels.len()));
+    for d in &cmp.environment_differences {
+        let cells: Vec<String> = d
+            .values
+            .iter()
+            .map(|v| v.as_deref().map_or("–".to_string(), escape))
+            .collect();
+        let _ = writeln!(out, "| {} | {} |", escape(&d.key), cells.join(" | "));
+    }
+    out.push('\n');
+}
+
+fn render_rows(out: &mut String, cmp: &Comparison) {
+    let m = cmp.metric;
+    let _ = writeln!(
+        out,
+        "## {} ({}, {} is better), mean ± 95% CI over repetitions\n",
+        m.name(),
+        m.unit(),
+        if m.higher_is_better() {
+            "higher"
+        } else {
+            "lower"
+        }
+    );
+    let mut header = String::from("| target | placement | clients |");
+    let mut rule = String::from("| --- | --- | ---: |");
+    for (i, run) in cmp.runs.iter().enumerate() {
+        let _ = write!(header, " {} |", escape(&run.label));
+        rule.push_str(" ---: |");
+        if i > 0 {
+            header.push_str(" speed vs first | verdict |");
+            rule.push_str(" ---: | --- |");
+        }
+    }
+    let _ = writeln!(out, "{header}\n{rule}");
+    for row in &cmp.rows {
+        let clients = match row.key.rate_rps {
+            Some(r) => format!("{} @ {r}/s", row.key.clients),
+            None => row.key.clients.to_string(),
+        };
+        let _ = write!(
+            out,
+            "| {} | {} | {clients} |",
+            escape(&row.key.target),
+            escape(&row.key.placement)
+        );
+        for (i, value) in row.values.iter().enumerate() {
+            let shown = value
+                .as_ref()
+                .map_or("–".to_string(), |s| show_summary(s, m));
+            let _ = write!(out, " {shown} |");
+            if i > 0 {
+                match &row.against_first[i] {
+                    Some(rel) => {
+                        let _ = write!(out, " {:.2}x | {} |", rel.speedup, rel.verdict);
+                    }
+                    None => out.push_str(" – | – |"),
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+}
+
+/// The gate's verdict as one message: None when it passes.
+pub fn gate_message(cmp: &Comparison) -> Option<String> {
+    let pct = cmp.gate_pct?;
+    if cmp.gate_failures.is_empty() {
+        return None;
+    }
+    let mut text = format!(
+        "{} step(s) slower than {} by more than {pct}% on {} outside noise:",
+        cmp.gate_failures.len(),
+        cmp.runs[0].label,
+        cmp.metric.name()
+    );
+    for f in &cmp.gate_failures {
+        let _ = write!(
+            text,
+            "\n  {} at {}: {:.1}% slower ({})",
+            f.run,
+            f.key.label(),
+            f.slower_pct,
+            if f.verdict == "no repetitions" {
+                "no repetitions, so noise could not be ruled out"
+            } else {
+                "the 95% intervals do not overlap"
+            }
+        );
+    }
+    Some(text)
+}
+
+/// `stairbench compare`: prints the comparison; exit 1 when the gate fails.
+pub fn run(
+    dirs: &[PathBuf],
+    metric: Metric,
+    gate_pct: Option<f64>,
+    json: bool,
+) -> anyhow::Result<std::process::ExitCode> {
+    if let Some(pct) = gate_pct.filter(|p| !(p.is_finite() && *p >= 0.0)) {
+        return Err(crate::exit::UsageError(format!(
+            "--fail-if-slower {pct}: give a percentage of 0 or more, e.g. 5"
+        ))
+        .into());
+    }
+    let cmp = compare_dirs(dirs, metric, gate_pct)?;
+    let mut stdout = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut stdout, &cmp)?;
+        writeln!(stdout)?;
+    } else {
+        write!(stdout, "{}", render_text(&cmp))?;
+    }
+    stdout.flush()?;
+    Ok(match (gate_message(&cmp), gate_pct) {
+        (Some(message), _) => {
+            eprintln!("stairbench compare: FAILED: {message}");
+            std::process::ExitCode::from(1)
+        }
+        (None, Some(pct)) => {
+            eprintln!(
+                "stairbench compare: passed: no step slower than {} by more than {pct}% outside noise",
+                cmp.runs[0].label
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        (None, None) => std::process::ExitCode::SUCCESS,
+    })
+}
