@@ -79,7 +79,7 @@ fn is_usage(cause: &(dyn std::error::Error + 'static)) -> bool {
         || cause.is::<crate::cpuset::PinError>()
         || cause.is::<crate::cpuset::CpuListError>()
         || cause.is::<crate::serve::msgr::MsgrConfigError>()
-        || cause.is::<crate::report::compare::CompareError>()
+        || cause.is::<crate::analyze::compare::runs::CompareError>()
         || matches!(cause.downcast_ref(), Some(LoadError::BadInput(_)))
         || matches!(cause.downcast_ref(), Some(ShmkvError::BadOption(_)))
 }

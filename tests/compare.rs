@@ -11,8 +11,8 @@ use std::time::SystemTime;
 
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
+use stairbench::analyze::run::{analyze_run, RunAnalysis};
 use stairbench::load::{LatencyUs, LoadReport};
-use stairbench::report::analysis::{analyze_run, RunAnalysis};
 use stairbench::sweep::result::{StepResult, StepStatus};
 
 const LAMBDA: f64 = 1000.0;
@@ -192,10 +192,7 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_stairbench"))
 }
 
-fn series<'a>(
-    a: &'a RunAnalysis,
-    target: &str,
-) -> &'a stairbench::report::analysis::SeriesAnalysis {
+fn series<'a>(a: &'a RunAnalysis, target: &str) -> &'a stairbench::analyze::run::SeriesAnalysis {
     a.series.iter().find(|s| s.target == target).unwrap()
 }
 

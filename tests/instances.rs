@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use stairbench::report::analysis::read_hlog;
+use stairbench::analyze::run::read_hlog;
 use stairbench::sweep::extra_observe::{
     ExtraObserver, ObserveEntry, ProcessSelector, ServerExtras,
 };

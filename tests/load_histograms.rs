@@ -210,7 +210,7 @@ fn readers_take_compressed_and_legacy_uncompressed_logs() {
     assert!(String::from_utf8_lossy(&out).contains(",HISTFA"));
     std::fs::write(&new, out).unwrap();
     for path in [&old, &new] {
-        let h = stairbench::report::analysis::read_hlog(path).unwrap();
+        let h = stairbench::analyze::run::read_hlog(path).unwrap();
         assert_eq!((h.len(), h.max() / 1_000_000_000), (11, 7), "{path:?}");
         let h = stairbench::report::html::adapter::read_hlog(path)
             .unwrap()

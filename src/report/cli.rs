@@ -20,7 +20,7 @@ pub struct CompareArgs {
     pub dirs: Vec<PathBuf>,
     /// The figure compared.
     #[arg(long, value_enum, default_value = "throughput_rps")]
-    pub metric: super::compare::Metric,
+    pub metric: crate::analyze::compare::Metric,
     /// Exit 1 when a step of a later run is slower than the first run's by more than PCT
     /// percent and the difference is not within noise (a gate for CI); without repetitions
     /// the noise is unknown and the threshold alone decides.
@@ -40,7 +40,7 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
     super::write_all(&args.dir, &run)
         .with_context(|| format!("writing reports into {}", args.dir.display()))?;
     if let Some(analysis) = &run.analysis {
-        for line in super::analysis::peak_lines(analysis) {
+        for line in super::findings::peak_lines(analysis) {
             println!("{line}");
         }
     }

@@ -3,18 +3,20 @@
 //! Each exporter turns the run's steps (and its spec and environment, when present) into
 //! one file; `stairbench report DIR` and the end of every run call [`write_all`].
 
-pub mod analysis;
 pub mod cli;
 pub mod compare;
 pub mod csv;
 pub mod extras;
+pub mod findings;
 pub mod html;
+pub mod json;
 pub mod markdown;
 pub mod profiles;
 pub mod svg;
 
 use std::path::Path;
 
+use crate::analyze::run::{analyze, RunAnalysis};
 use crate::sweep::result::{read_steps, StepResult};
 
 /// What an exporter reads: everything in a run directory that is not raw per-second data.
@@ -29,7 +31,7 @@ pub struct RunData {
     /// Remarks of the run (rate-search results, early stops, interruption).
     pub notes: Vec<String>,
     /// The analysis of the steps (knee, USL, Little's law, modes, comparisons), when read.
-    pub analysis: Option<analysis::RunAnalysis>,
+    pub analysis: Option<RunAnalysis>,
     /// profiles.jsonl: the profile passes, differential graphs and levels not profiled.
     pub profiles: Vec<crate::sweep::profiling::ProfileLine>,
 }
@@ -61,7 +63,7 @@ impl RunData {
             analysis: None,
             profiles: crate::sweep::profiling::read_lines(dir),
         };
-        run.analysis = Some(analysis::analyze(&run, Some(dir)));
+        run.analysis = Some(analyze(&run.steps, Some(dir)));
         Ok(run)
     }
 }
@@ -79,7 +81,7 @@ pub fn exporters() -> Vec<Box<dyn Exporter>> {
     vec![
         Box::new(csv::Csv),
         Box::new(markdown::Markdown),
-        Box::new(analysis::Json),
+        Box::new(json::Json),
     ]
 }
 
@@ -113,7 +115,7 @@ pub fn html_data(dir: &Path, run: &RunData) -> Result<html::ReportData, String> 
     let a = match &run.analysis {
         Some(a) => a,
         None => {
-            computed = analysis::analyze(run, Some(dir));
+            computed = analyze(&run.steps, Some(dir));
             &computed
         }
     };
@@ -126,7 +128,7 @@ pub fn html_data(dir: &Path, run: &RunData) -> Result<html::ReportData, String> 
     data.tables.clear();
     html::adapter::add_analysis(&mut data, &curves, Vec::new());
     threads_condition(&mut data);
-    data.conclusions = analysis::conclusions(a);
+    data.conclusions = findings::conclusions(a);
     let (sections, headings) = html::from_markdown::convert(&markdown::sections(run, a));
     data.sections_html = sections;
     data.section_headings = headings;

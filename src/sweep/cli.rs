@@ -157,8 +157,8 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
 fn print_summary(summary: &super::runner::RunSummary, dir: &Path) {
     // The peaks as the reports define them (read back from the run directory, so the last
     // lines and report.md/report.html can never disagree).
-    if let Ok(analysis) = crate::report::analysis::analyze_run(dir) {
-        for line in crate::report::analysis::peak_lines(&analysis) {
+    if let Ok(analysis) = crate::analyze::run::analyze_run(dir) {
+        for line in crate::report::findings::peak_lines(&analysis) {
             println!("{line}");
         }
     }

@@ -176,7 +176,7 @@ impl MetricsSource {
         match self {
             MetricsSource::File { path, format } => {
                 if *format == MetricsFormat::Hlog {
-                    return crate::report::analysis::read_hlog(path).map(Snapshot::Hist);
+                    return crate::analyze::run::read_hlog(path).map(Snapshot::Hist);
                 }
                 let bytes = std::fs::read(path)
                     .map_err(|e| format!("cannot read the metrics file {}: {e}", path.display()))?;

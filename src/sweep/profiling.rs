@@ -385,11 +385,7 @@ fn choose(
     placement: &str,
     steps: &[StepResult],
 ) -> (Vec<Choice>, Vec<MissingRecord>) {
-    let run = crate::report::RunData {
-        steps: steps.to_vec(),
-        ..crate::report::RunData::default()
-    };
-    let analysis = crate::report::analysis::analyze(&run, None);
+    let analysis = crate::analyze::run::analyze(steps, None);
     let series = analysis
         .series
         .into_iter()
@@ -421,7 +417,7 @@ fn load(p: Point) -> f64 {
 
 fn level_point(
     level: Level,
-    s: &crate::report::analysis::SeriesAnalysis,
+    s: &crate::analyze::run::SeriesAnalysis,
 ) -> Result<(Point, f64), String> {
     let at = |value: f64| {
         s.points

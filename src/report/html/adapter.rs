@@ -350,7 +350,7 @@ fn step_label(s: &Value) -> String {
         "{} · {} · {}",
         str_at(s, "target"),
         str_at(s, "placement"),
-        crate::report::analysis::peak::clients_text(clients)
+        crate::analyze::run::peak::clients_text(clients)
     );
     if let Some(rate) = f64_at(s, &["rate_rps"]) {
         label.push_str(&format!(" at {rate:.0} req/s offered"));
@@ -473,7 +473,7 @@ pub fn heat_step<'a>(ok: &[&'a Value], spec: Option<&toml::Table>) -> Option<&'a
         .and_then(|s| s.get("report"))
         .and_then(|r| r.get("heat_map"))
         .and_then(|h| h.as_str())
-        .and_then(|h| h.parse::<crate::report::compare::Selector>().ok());
+        .and_then(|h| h.parse::<crate::analyze::compare::Selector>().ok());
     let first = ok.first()?;
     let wanted = |s: &&&Value| match &selector {
         Some(sel) => {
