@@ -4,7 +4,6 @@
 //! holds, so the report module, `compare` and `stairbench analyze` share one implementation and
 //! the tests can check it against independent methods.
 
-pub mod cli;
 pub mod knee;
 pub mod little;
 pub mod modes;

@@ -4,7 +4,6 @@
 //! one file; `stairbench report DIR` and the end of every run call [`write_all`].
 
 pub mod analysis;
-pub mod cli;
 pub mod compare;
 pub mod csv;
 pub mod extras;

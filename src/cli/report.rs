@@ -20,7 +20,7 @@ pub struct CompareArgs {
     pub dirs: Vec<PathBuf>,
     /// The figure compared.
     #[arg(long, value_enum, default_value = "throughput_rps")]
-    pub metric: super::compare::Metric,
+    pub metric: crate::report::compare::Metric,
     /// Exit 1 when a step of a later run is slower than the first run's by more than PCT
     /// percent and the difference is not within noise (a gate for CI); without repetitions
     /// the noise is unknown and the threshold alone decides.
@@ -33,18 +33,18 @@ pub struct CompareArgs {
 
 /// Rebuilds a run directory's report files from its steps.jsonl.
 pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let run = super::RunData::read(&args.dir)
+    let run = crate::report::RunData::read(&args.dir)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("reading run directory {}", args.dir.display()))
         .map_err(|e| crate::exit::UsageError(format!("{e:#}")))?;
-    super::write_all(&args.dir, &run)
+    crate::report::write_all(&args.dir, &run)
         .with_context(|| format!("writing reports into {}", args.dir.display()))?;
     if let Some(analysis) = &run.analysis {
-        for line in super::analysis::peak_lines(analysis) {
+        for line in crate::report::analysis::peak_lines(analysis) {
             println!("{line}");
         }
     }
-    for file in super::written_files() {
+    for file in crate::report::written_files() {
         println!("wrote {}", args.dir.join(file).display());
     }
     Ok(ExitCode::SUCCESS)
@@ -52,5 +52,5 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
 
 /// Compares runs.
 pub fn compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
-    super::compare::run(&args.dirs, args.metric, args.fail_if_slower, args.json)
+    crate::report::compare::run(&args.dirs, args.metric, args.fail_if_slower, args.json)
 }
