@@ -7,6 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
+use stairbench::cli::run::write_reports;
 use stairbench::sweep::driver::{Driver, FakeDriver};
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::observer::NullObserver;
@@ -47,6 +48,7 @@ fn run_fake_on(plan: &Plan, dir: &Path, driver: &mut dyn Driver, cpus: Vec<usize
     };
     let summary = runner.run().unwrap();
     finish_dir(&rundir, &summary).unwrap();
+    write_reports(&rundir.path).unwrap();
     summary
 }
 

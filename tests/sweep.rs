@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use stairbench::cli::run::write_reports;
 use stairbench::load::IntervalSink;
 use stairbench::sweep::driver::{Driver, FakeDriver, StepLoad, StepRequest};
 use stairbench::sweep::experiment::finish_dir;
@@ -77,6 +78,7 @@ fn run_fake_on(
     };
     let summary = runner.run().unwrap();
     finish_dir(&rundir, &summary).unwrap();
+    write_reports(&rundir.path).unwrap();
     summary
 }
 
@@ -136,11 +138,11 @@ fn every_example_spec_plans_and_dry_runs() {
         }
     }
     assert!(n >= 6, "{n} examples");
-    let demo = plan(&stairbench::sweep::cli::demo_spec(false));
+    let demo = plan(&stairbench::cli::run::demo_spec(false));
     assert_eq!(demo.series, Series::Clients(vec![1, 2, 4, 8, 16, 32]));
     assert_eq!(demo.max_steps(), 60);
     assert!(demo.estimate() < Duration::from_secs(180));
-    assert!(plan(&stairbench::sweep::cli::demo_spec(true)).estimate() < Duration::from_secs(25));
+    assert!(plan(&stairbench::cli::run::demo_spec(true)).estimate() < Duration::from_secs(25));
 }
 
 #[test]

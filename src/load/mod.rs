@@ -3,7 +3,6 @@
 //! intended send time); one HdrHistogram per thread, merged; a line per second.
 
 mod accounting;
-pub mod cli;
 pub mod external;
 mod fdlimit;
 pub mod hlog;

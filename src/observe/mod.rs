@@ -5,7 +5,6 @@
 //! (the server's process tree, /proc/stat, /proc/net/dev) and runs `perf stat` on the tree in
 //! between. What it costs is measured too: `observer_cpu_s`.
 
-pub mod cli;
 pub mod environment;
 pub mod perf;
 pub mod procfs;

@@ -10,7 +10,6 @@
 
 pub mod capture;
 pub mod categories;
-pub mod cli;
 pub mod folded;
 pub mod input;
 pub mod perf_script;

@@ -3,7 +3,6 @@
 //! compared, and how, is `analyze::compare`'s.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use super::markdown::escape;
@@ -144,42 +143,4 @@ pub fn gate_message(cmp: &Comparison) -> Option<String> {
         );
     }
     Some(text)
-}
-
-/// `stairbench compare`: prints the comparison; exit 1 when the gate fails.
-pub fn run(
-    dirs: &[PathBuf],
-    metric: Metric,
-    gate_pct: Option<f64>,
-    json: bool,
-) -> anyhow::Result<std::process::ExitCode> {
-    if let Some(pct) = gate_pct.filter(|p| !(p.is_finite() && *p >= 0.0)) {
-        return Err(crate::exit::UsageError(format!(
-            "--fail-if-slower {pct}: give a percentage of 0 or more, e.g. 5"
-        ))
-        .into());
-    }
-    let cmp = compare_dirs(dirs, metric, gate_pct)?;
-    let mut stdout = std::io::stdout().lock();
-    if json {
-        serde_json::to_writer_pretty(&mut stdout, &cmp)?;
-        writeln!(stdout)?;
-    } else {
-        write!(stdout, "{}", render_text(&cmp))?;
-    }
-    stdout.flush()?;
-    Ok(match (gate_message(&cmp), gate_pct) {
-        (Some(message), _) => {
-            eprintln!("stairbench compare: FAILED: {message}");
-            std::process::ExitCode::from(1)
-        }
-        (None, Some(pct)) => {
-            eprintln!(
-                "stairbench compare: passed: no step slower than {} by more than {pct}% outside noise",
-                cmp.runs[0].label
-            );
-            std::process::ExitCode::SUCCESS
-        }
-        (None, None) => std::process::ExitCode::SUCCESS,
-    })
 }

@@ -3,7 +3,6 @@
 //! Each exporter turns the run's steps (and its spec and environment, when present) into
 //! one file; `stairbench report DIR` and the end of every run call [`write_all`].
 
-pub mod cli;
 pub mod compare;
 pub mod csv;
 pub mod extras;

@@ -78,15 +78,8 @@ impl MsgrArgs {
     }
 }
 
-/// Runs a built-in server until SIGINT or SIGTERM.
-pub fn run(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
-        ServeCommand::Msgr(args) => run_msgr(&args),
-        ServeCommand::Shmkv(args) => shmkv::run(args),
-    }
-}
-
-fn run_msgr(args: &MsgrArgs) -> anyhow::Result<ExitCode> {
+/// Runs the messenger server until SIGINT or SIGTERM (`stairbench serve msgr`).
+pub fn run_msgr(args: &MsgrArgs) -> anyhow::Result<ExitCode> {
     // Blocked before any thread starts, so every server thread inherits the mask and the
     // signals wait for the main thread's sigwait.
     let signals = signals::block_termination()?;

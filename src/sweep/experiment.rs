@@ -1,5 +1,6 @@
 //! One experiment end to end with the real collaborators: the run directory, the target
-//! processes, the driver, the observers, the step loop, the reports.
+//! processes, the driver, the observers, the step loop, the notes (the reports are written
+//! by the command, after).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -189,7 +190,8 @@ fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
     })
 }
 
-/// Writes the notes and the reports (also after an interruption).
+/// Writes notes.txt (also after an interruption). The reports are the command's to write
+/// (`cli::run::write_reports`), so the sweep never imports the report module.
 pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
     let mut notes = summary.findings.clone();
     if summary.interrupted {
@@ -205,9 +207,7 @@ pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
     write(
         "notes.txt",
         notes.iter().map(|n| format!("{n}\n")).collect(),
-    )?;
-    let run = crate::report::RunData::read(&dir.path)?;
-    crate::report::write_all(&dir.path, &run).map_err(|e| format!("writing the reports: {e}"))
+    )
 }
 
 /// The `--dry-run` text: every step with its cpusets and command, and the estimated time.

@@ -4,9 +4,7 @@
 //! [`server::Launcher`], a [`driver::Driver`], a [`observer::StepObserver`] and a
 //! [`placement::PlacementSource`], each a trait with a fake, writing a [`rundir::RunDir`].
 
-pub mod cli;
 pub mod cores;
-pub mod demo;
 pub mod driver;
 pub mod experiment;
 pub mod extra_observe;

@@ -418,7 +418,7 @@ mod tests {
     #[derive(Parser)]
     struct Load {
         #[command(flatten)]
-        args: crate::load::cli::LoadArgs,
+        args: crate::cli::load::LoadArgs,
     }
 
     #[test]

@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering;
 use anyhow::Context;
 use clap::Args;
 
-use super::hlog::HlogSink;
-use super::raw::RawSink;
-use super::{
+use crate::load::hlog::HlogSink;
+use crate::load::raw::RawSink;
+use crate::load::{
     Distribution, IntervalLine, IntervalSink, LoadConfig, LoadError, LoadOutcome, LoadReport,
     ProtoOptions,
 };
@@ -180,7 +180,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|p| std::fs::File::create(p).with_context(|| format!("creating {}", p.display())))
         .transpose()?;
-    let outcome = match super::run_at(&config, args.start_at, &mut sink, stop) {
+    let outcome = match crate::load::run_at(&config, args.start_at, &mut sink, stop) {
         Ok(outcome) => outcome,
         Err(e @ LoadError::BadInput(_)) => return Err(e.into()),
         Err(e) => {
