@@ -5,6 +5,7 @@
 
 pub mod analyze;
 pub mod cli;
+pub mod clock;
 pub mod cpuset;
 pub mod exit;
 pub mod load;
