@@ -17,7 +17,6 @@ pub mod parsers;
 pub mod placement;
 pub mod plan;
 pub mod policy;
-pub mod process;
 pub mod profiling;
 pub mod progress;
 pub mod remote;
