@@ -19,3 +19,4 @@ pub mod serve;
 pub mod signals;
 pub mod sweep;
 pub mod units;
+pub mod wire;
