@@ -112,6 +112,8 @@ pub struct CustomPlacement {
     pub by_count: BTreeMap<usize, Placement>,
 }
 
+// The placement policies over a topology; the reader (`machine::topology`) knows nothing of
+// them, so they live here with the policies.
 impl Topology {
     /// The cpusets `policy` gives with `count` CPUs per side (one CPU per client, as in seed 000).
     pub fn placement_for(
