@@ -5,10 +5,13 @@
 
 pub mod analyze;
 pub mod cli;
+pub mod clock;
 pub mod cpuset;
 pub mod exit;
 pub mod load;
+pub mod machine;
 pub mod observe;
+pub mod process;
 pub mod profile;
 pub mod report;
 pub mod schema;
@@ -16,3 +19,4 @@ pub mod serve;
 pub mod signals;
 pub mod sweep;
 pub mod units;
+pub mod wire;

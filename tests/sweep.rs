@@ -633,7 +633,7 @@ fn descendants(pid: i32) -> Vec<i32> {
     let mut out = vec![pid];
     let mut i = 0;
     while i < out.len() {
-        out.extend(stairbench::sweep::process::children_of(out[i]));
+        out.extend(stairbench::process::children_of(out[i]));
         i += 1;
     }
     out.remove(0);

@@ -27,7 +27,7 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
 /// True for the error types that mean "the command line or spec is wrong".
 fn is_usage(cause: &(dyn std::error::Error + 'static)) -> bool {
     use crate::load::LoadError;
-    use crate::serve::shmkv::ShmkvError;
+    use crate::wire::shmkv::ShmkvError;
     cause.is::<UsageError>()
         || cause.is::<crate::sweep::spec::SpecError>()
         || cause.is::<crate::cpuset::PinError>()

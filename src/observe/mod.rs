@@ -7,7 +7,6 @@
 
 pub mod environment;
 pub mod perf;
-pub mod procfs;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,9 +14,10 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::machine::procfs::{self, CoreBusy, NetCounters};
+
 pub use environment::{environment, Environment};
 pub use perf::PerfCounters;
-pub use procfs::{CoreBusy, NetCounters};
 
 /// The server process tree's figures over the window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

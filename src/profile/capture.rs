@@ -159,7 +159,7 @@ pub fn process_tree(roots: &[i32]) -> Vec<i32> {
     let parents = parent_map();
     let mut out: Vec<i32> = Vec::new();
     for &root in roots {
-        for pid in crate::observe::procfs::descendants(root, &parents) {
+        for pid in crate::machine::procfs::descendants(root, &parents) {
             if !out.contains(&pid) {
                 out.push(pid);
             }
@@ -179,7 +179,7 @@ fn parent_map() -> std::collections::BTreeMap<i32, i32> {
             let pid = e.file_name().to_str()?.parse().ok()?;
             // A process may end between listing and reading: leave it out.
             let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            Some((pid, crate::observe::procfs::parse_pid_stat(&stat)?.ppid))
+            Some((pid, crate::machine::procfs::parse_pid_stat(&stat)?.ppid))
         })
         .collect()
 }

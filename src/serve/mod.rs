@@ -48,7 +48,7 @@ pub struct MsgrArgs {
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     pub bind: IpAddr,
     /// Largest payload_len or reply_len accepted; a larger frame closes its connection.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::load::protocol::msgr::DEFAULT_MAX_FRAME)]
+    #[arg(long, value_name = "BYTES", default_value_t = crate::wire::msgr::DEFAULT_MAX_FRAME)]
     pub max_frame: u32,
     /// CPU work done for every message before its reply, in ns of the thread's CPU time (a
     /// calibrated compute loop standing in for a real server's handling; pool: on a worker).

@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 
 use super::rundir::StepSink;
 use crate::load::{IntervalLine, IntervalSink};
-use crate::observe::procfs::{self, CpuTimes};
+use crate::machine::procfs::{self, CpuTimes};
 
 /// Busy % of each CPU of the server's and of the client's cpuset over one interval, in the
 /// cpusets' order; NaN for a CPU /proc/stat does not list.

@@ -168,7 +168,7 @@ impl Driver for CommandDriver {
         stop: &AtomicBool,
     ) -> Result<StepLoad, String> {
         let line = self.command_line(req);
-        let launch = super::process::Launch {
+        let launch = crate::process::Launch {
             name: format!("client command `{line}`"),
             program: "sh".into(),
             args: vec!["-c".into(), format!("exec {line}")],
@@ -180,7 +180,7 @@ impl Driver for CommandDriver {
         // Each CPU of the client's cpuset, over the tool's whole run (it cannot tell its
         // warm-up apart): a tool saturates when one of them is full, whatever the others do.
         let mut cores = super::cores::CoreSampler::start(&[], &req.client_cpus);
-        let mut child = super::process::ChildProc::spawn(&launch)
+        let mut child = crate::process::ChildProc::spawn(&launch)
             .map_err(|e| format!("cannot start {}: {e}", launch.name))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);
         let (exit, stdout) = child.wait(limit, stop)?;

@@ -42,7 +42,7 @@ pub fn run_plan(
     progress: &mut dyn Progress,
     stop: &AtomicBool,
 ) -> Result<Finished, String> {
-    super::process::become_subreaper();
+    crate::process::become_subreaper();
     let local = TopologyPlacements::detect(plan.custom.clone());
     let mut notes = Vec::new();
     let sessions = super::remote::session::connect_all(
@@ -94,7 +94,7 @@ pub fn run_plan(
         stop,
     };
     let result = runner.run();
-    super::process::reap_orphans();
+    crate::process::reap_orphans();
     let mut summary = result?;
     summary.findings.splice(0..0, dest.notes.iter().cloned());
     finish_dir(&dir, &summary)?;

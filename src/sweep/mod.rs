@@ -14,7 +14,6 @@ pub mod observer;
 pub mod placement;
 pub mod plan;
 pub mod policy;
-pub mod process;
 pub mod profiling;
 pub mod progress;
 pub mod remote;

@@ -812,13 +812,13 @@ impl Whose {
     fn pids(&self) -> Result<Vec<i32>, String> {
         let parents = parent_map();
         let server = match self.server_pid {
-            Some(pid) => crate::observe::procfs::descendants(pid, &parents),
+            Some(pid) => crate::machine::procfs::descendants(pid, &parents),
             None if self.target == ProfileTarget::Client => Vec::new(),
             None => return Err("the target has no process id to record".into()),
         };
         let client = if self.external_client {
             let me = std::process::id() as i32;
-            crate::observe::procfs::descendants(me, &parents)
+            crate::machine::procfs::descendants(me, &parents)
                 .into_iter()
                 .filter(|p| *p != me && !server.contains(p) && !is_perf(*p))
                 .collect()
@@ -850,7 +850,7 @@ fn parent_map() -> std::collections::BTreeMap<i32, i32> {
         // A process may end between listing and reading: skip it.
         if let Some(stat) = std::fs::read_to_string(entry.path().join("stat"))
             .ok()
-            .and_then(|t| crate::observe::procfs::parse_pid_stat(&t))
+            .and_then(|t| crate::machine::procfs::parse_pid_stat(&t))
         {
             out.insert(pid, stat.ppid);
         }

@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 
 use super::session::HostSession;
 use super::window::{plan_start, to_reference, window_overlap, Window, MIN_WINDOW_OVERLAP};
-use super::{now_ns, ClockOffset, RemoteStatus};
+use super::{ClockOffset, RemoteStatus};
+use crate::clock::now_ns;
 use crate::load::raw::RawLoad;
 use crate::load::{IntervalSink, ProtoOptions};
 use crate::sweep::driver::{engine_config, Driver, StepLoad, StepRequest};
