@@ -6,8 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+use crate::analyze::compare::runs::{compare_dirs, Comparison};
 use crate::exit::UsageError;
-use crate::report::compare::{compare_dirs, gate_message, render_text, Comparison};
+use crate::report::compare::{gate_message, render_text};
 
 /// Options of `stairbench report`.
 #[derive(Debug, clap::Args)]

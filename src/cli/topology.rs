@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use crate::sweep::topology::{report, Policy, Topology, TopologyReport};
+use crate::machine::topology::Topology;
+use crate::sweep::topology::{report, Policy, TopologyReport};
 
 /// Options of `stairbench topology`.
 #[derive(Debug, clap::Args)]

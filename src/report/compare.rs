@@ -3,10 +3,9 @@
 //! compared, and how, is `analyze::compare`'s.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use super::markdown::escape;
-use crate::analyze::compare::runs::{compare_dirs, Comparison};
+use crate::analyze::compare::runs::Comparison;
 use crate::analyze::compare::Metric;
 use crate::analyze::stats::Summary;
 
