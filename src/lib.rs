@@ -10,6 +10,7 @@ pub mod exit;
 pub mod load;
 pub mod observe;
 pub mod profile;
+pub mod record;
 pub mod report;
 pub mod schema;
 pub mod serve;

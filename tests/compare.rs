@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
-use stairbench::load::{LatencyUs, LoadReport};
+use stairbench::record::load::{LatencyUs, LoadReport};
 use stairbench::report::analysis::{analyze_run, RunAnalysis};
 use stairbench::sweep::result::{StepResult, StepStatus};
 
@@ -66,7 +66,7 @@ fn step(target: &str, clients: usize, rep: usize, x: f64, little_factor: f64) ->
     s.client_cpus = "0-1".into();
     let mean_us = s.inflight as f64 / x * 1e6 * little_factor;
     s.load = Some(LoadReport {
-        schema: stairbench::load::SCHEMA_VERSION,
+        schema: stairbench::record::load::SCHEMA_VERSION,
         connections: clients * 2,
         depth: 4,
         requests: x as u64,

@@ -298,10 +298,10 @@ fn the_builtin_servers_metrics_file_differences_match_its_counters() {
         proto: Default::default(),
     };
     struct Nothing;
-    impl stairbench::load::IntervalSink for Nothing {
+    impl stairbench::record::load::IntervalSink for Nothing {
         fn interval(
             &mut self,
-            _: &stairbench::load::IntervalLine,
+            _: &stairbench::record::load::IntervalLine,
             _: &hdrhistogram::Histogram<u64>,
         ) {
         }
@@ -428,7 +428,7 @@ fn bad_instances_metrics_and_observe_entries_are_located() {
 
 #[test]
 fn a_histogram_log_metrics_file_gives_the_windows_histogram() {
-    use stairbench::load::{IntervalLine, IntervalSink};
+    use stairbench::record::load::{IntervalLine, IntervalSink};
     let dir = tempfile::tempdir().unwrap();
     let run = stairbench::sweep::rundir::RunDir::create(Some(dir.path()), "t").unwrap();
     let mut sink = run.step_sink("target").unwrap();

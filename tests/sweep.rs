@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use stairbench::load::IntervalSink;
+use stairbench::record::load::IntervalSink;
 use stairbench::sweep::driver::{Driver, FakeDriver, StepLoad, StepRequest};
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::observer::NullObserver;

@@ -10,10 +10,8 @@ use clap::Args;
 
 use super::hlog::HlogSink;
 use super::raw::RawSink;
-use super::{
-    Distribution, IntervalLine, IntervalSink, LoadConfig, LoadError, LoadOutcome, LoadReport,
-    ProtoOptions,
-};
+use super::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
+use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 
 /// Exit status when the load ran but more requests failed than `--max-error-ratio` allows.
 pub const EXIT_ERRORS: u8 = 3;

@@ -16,7 +16,7 @@ use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use hdrhistogram::serialization::V2DeflateSerializer;
 use hdrhistogram::Histogram;
 
-use super::IntervalLine;
+use crate::record::load::IntervalLine;
 
 /// The max column is in milliseconds, as HdrHistogram's tools expect of nanosecond values.
 const MAX_VALUE_DIVISOR: f64 = 1e6;

@@ -369,7 +369,7 @@ fn load_points(steps: &[&StepResult]) -> Vec<LoadPoint> {
 }
 
 fn load_point(reps: &[&StepResult]) -> Option<LoadPoint> {
-    let figure = |f: fn(&crate::load::LoadReport) -> f64| {
+    let figure = |f: fn(&crate::record::load::LoadReport) -> f64| {
         let v: Vec<f64> = reps.iter().filter_map(|s| s.load.as_ref().map(f)).collect();
         stats::summarize(&v)
     };
@@ -1246,7 +1246,7 @@ pub(crate) mod tests {
         let mut s = StepResult::empty(format!("t.p.c{clients}"), "t", "p", clients, 0);
         s.status = StepStatus::Ok;
         s.inflight = clients;
-        let mut load = crate::load::LoadReport {
+        let mut load = crate::record::load::LoadReport {
             throughput_rps: x,
             ..Default::default()
         };

@@ -293,7 +293,7 @@ mod tests {
             let mut s = StepResult::empty(format!("{target}.c4"), target, "shared", 4, 0);
             s.status = StepStatus::Ok;
             s.server_cpus = "0-1".into();
-            s.load = Some(crate::load::LoadReport {
+            s.load = Some(crate::record::load::LoadReport {
                 throughput_rps: rps,
                 ..Default::default()
             });

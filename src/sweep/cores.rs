@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use super::rundir::StepSink;
-use crate::load::{IntervalLine, IntervalSink};
 use crate::observe::procfs::{self, CpuTimes};
+use crate::record::load::{IntervalLine, IntervalSink};
 
 /// Busy % of each CPU of the server's and of the client's cpuset over one interval, in the
 /// cpusets' order; NaN for a CPU /proc/stat does not list.

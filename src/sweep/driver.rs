@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::load::{IntervalSink, LoadConfig, LoadReport, ProtoOptions};
+use crate::load::{LoadConfig, ProtoOptions};
+use crate::record::load::{IntervalSink, LoadReport};
 
 /// One step's load, as the step loop asks for it.
 #[derive(Debug, Clone)]
@@ -128,7 +129,7 @@ pub struct ToolLoad {
     /// The figures (latencies the tool did not print are NaN: unavailable, not zero).
     pub report: LoadReport,
     /// The periodic lines the tool printed, if any.
-    pub intervals: Vec<crate::load::IntervalLine>,
+    pub intervals: Vec<crate::record::load::IntervalLine>,
     /// What the tool printed beyond the engine's fields (kept in the step's `tool` object).
     pub extra: serde_json::Value,
 }
@@ -180,12 +181,12 @@ fn tool_load(p: super::parsers::ParsedLoad) -> Result<ToolLoad, String> {
     let lat = |v: Option<f64>| v.unwrap_or(f64::NAN);
     let l = &p.latency_us;
     let report = LoadReport {
-        schema: crate::load::SCHEMA_VERSION,
+        schema: crate::record::load::SCHEMA_VERSION,
         requests,
         // Tools do not count their writes: the completed requests stand in.
         sent: requests,
         errors: p.errors.clone(),
-        error_ratio: crate::load::error_ratio(requests, &p.errors),
+        error_ratio: crate::record::load::error_ratio(requests, &p.errors),
         duration_s: if duration_s.is_finite() {
             duration_s
         } else {
@@ -194,7 +195,7 @@ fn tool_load(p: super::parsers::ParsedLoad) -> Result<ToolLoad, String> {
         throughput_rps,
         bytes_received: p.bytes_received.unwrap_or(0),
         connect_time_s: p.extra.get("connect_time_s").copied().unwrap_or(0.0),
-        latency_us: crate::load::LatencyUs {
+        latency_us: crate::record::load::LatencyUs {
             mean: lat(l.mean),
             p50: lat(l.p50),
             p90: lat(l.p90),
@@ -208,7 +209,7 @@ fn tool_load(p: super::parsers::ParsedLoad) -> Result<ToolLoad, String> {
     let intervals = p
         .intervals
         .iter()
-        .map(|i| crate::load::IntervalLine {
+        .map(|i| crate::record::load::IntervalLine {
             elapsed_s: i.elapsed_s,
             inflight: i.inflight.unwrap_or(0),
             ops_per_s: i.ops_per_s,
@@ -315,13 +316,13 @@ impl Driver for CommandDriver {
             sink.interval(line, &empty);
         }
         let r = &mut tool.report;
-        r.schema = crate::load::SCHEMA_VERSION;
+        r.schema = crate::record::load::SCHEMA_VERSION;
         r.url = line;
         r.connections = req.connections;
         r.threads = req.threads;
         r.depth = req.depth;
         r.rate_rps = req.rate_rps;
-        r.client_cpu = crate::load::ClientCpu {
+        r.client_cpu = crate::record::load::ClientCpu {
             user_s: cpu_s.0,
             sys_s: cpu_s.1,
             per_core_busy: busy_pct,
@@ -425,7 +426,7 @@ impl Driver for FakeDriver {
             Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
         let _ = hist.record_n((mean_us * 1000.0).max(1.0) as u64, (rps * secs) as u64);
         for i in 0..secs.ceil() as usize {
-            let line = crate::load::IntervalLine {
+            let line = crate::record::load::IntervalLine {
                 elapsed_s: (i + 1) as f64,
                 inflight: inflight as u64,
                 ops_per_s: rps,
@@ -434,7 +435,7 @@ impl Driver for FakeDriver {
             };
             sink.interval(&line, &hist);
         }
-        let latency = crate::load::LatencyUs {
+        let latency = crate::record::load::LatencyUs {
             mean: mean_us,
             p50: mean_us,
             p90: mean_us,
@@ -445,7 +446,7 @@ impl Driver for FakeDriver {
         };
         Ok(StepLoad {
             report: LoadReport {
-                schema: crate::load::SCHEMA_VERSION,
+                schema: crate::record::load::SCHEMA_VERSION,
                 url: req.url.clone(),
                 connections: req.connections,
                 threads: req.threads,

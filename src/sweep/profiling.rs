@@ -22,8 +22,8 @@ use super::result::StepResult;
 use super::runner::{step_id, Point, RunSummary, Runner};
 use super::server::Server;
 use super::spec::{SpecError, SpecFile};
-use crate::load::{IntervalLine, IntervalSink};
 use crate::profile::{Event, ProfileSummary};
+use crate::record::load::{IntervalLine, IntervalSink};
 
 /// The file of profile passes in a run directory.
 pub const PROFILES_FILE: &str = "profiles.jsonl";
@@ -676,7 +676,7 @@ impl Runner<'_> {
         cpus: &CpuPair,
         server: &mut dyn Server,
         rel_dir: &str,
-    ) -> Result<(crate::load::LoadReport, CaptureResult), String> {
+    ) -> Result<(crate::record::load::LoadReport, CaptureResult), String> {
         let req = self.pass_request(spec, target, choice, cpus, server.port());
         let whose = Whose {
             target: spec.target,
@@ -764,7 +764,11 @@ fn new_record(
     }
 }
 
-fn fill_record(rec: &mut PassRecord, load: crate::load::LoadReport, capture: CaptureResult) {
+fn fill_record(
+    rec: &mut PassRecord,
+    load: crate::record::load::LoadReport,
+    capture: CaptureResult,
+) {
     rec.throughput_rps = Some(load.throughput_rps);
     rec.window_s = Some(load.duration_s);
     match capture {
@@ -1032,10 +1036,10 @@ mod tests {
     fn step(clients: usize, thr: f64, cpu_pct: f64) -> StepResult {
         let mut s = StepResult::empty(format!("a.p.c{clients}.r0"), "a", "p", clients, 0);
         s.status = StepStatus::Ok;
-        s.load = Some(crate::load::LoadReport {
+        s.load = Some(crate::record::load::LoadReport {
             throughput_rps: thr,
             duration_s: 1.0,
-            ..crate::load::LoadReport::default()
+            ..crate::record::load::LoadReport::default()
         });
         s.server_cpus = "0".into();
         s.server = serde_json::json!({ "server_cpus_busy_pct": cpu_pct });

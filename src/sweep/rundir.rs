@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 use super::cores::CoreRow;
 use super::result::{read_steps, StepResult};
 use crate::load::hlog::HlogWriter;
-use crate::load::{IntervalLine, IntervalSink};
+use crate::record::load::{IntervalLine, IntervalSink};
 
 /// A run directory being written.
 #[derive(Debug)]
