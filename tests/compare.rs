@@ -12,8 +12,8 @@ use std::time::SystemTime;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use stairbench::record::load::{LatencyUs, LoadReport};
+use stairbench::record::steps::{StepResult, StepStatus};
 use stairbench::report::analysis::{analyze_run, RunAnalysis};
-use stairbench::sweep::result::{StepResult, StepStatus};
 
 const LAMBDA: f64 = 1000.0;
 const SIGMA: f64 = 0.05;

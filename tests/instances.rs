@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use stairbench::record::steps::{read_steps, StepStatus};
 use stairbench::report::analysis::read_hlog;
 use stairbench::sweep::extra_observe::{
     ExtraObserver, ObserveEntry, ProcessSelector, ServerExtras,
@@ -23,7 +24,6 @@ use stairbench::sweep::metrics::{difference, MetricsFormat, MetricsSource};
 use stairbench::sweep::observer::{NullObserver, StepObserver};
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
-use stairbench::sweep::result::{read_steps, StepStatus};
 use stairbench::sweep::spec::SpecFile;
 
 const BIN: &str = env!("CARGO_BIN_EXE_stairbench");

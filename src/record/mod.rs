@@ -6,3 +6,4 @@
 //! the step lines and the per-second files are made of them.
 
 pub mod load;
+pub mod steps;

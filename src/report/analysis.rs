@@ -23,7 +23,7 @@ use crate::analyze::little::{self, LatencyUnit, LittleStep};
 use crate::analyze::modes::{self, Mode};
 use crate::analyze::stats::{self, Summary};
 use crate::analyze::usl::{self, UslFit};
-use crate::sweep::result::{StepResult, StepStatus};
+use crate::record::steps::{StepResult, StepStatus};
 
 mod merged;
 pub mod peak;

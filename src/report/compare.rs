@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::markdown::escape;
 use super::RunData;
 use crate::analyze::stats::{self, Summary, Verdict};
-use crate::sweep::result::{StepResult, StepStatus};
+use crate::record::steps::{StepResult, StepStatus};
 
 /// The figure two steps are compared on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]

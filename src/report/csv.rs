@@ -1,7 +1,7 @@
 //! `steps.csv`: one wide row per step (benchreport-style columns), for spreadsheets and awk.
 
 use super::{Exporter, RunData};
-use crate::sweep::result::StepResult;
+use crate::record::steps::StepResult;
 
 /// The CSV exporter.
 #[derive(Debug, Clone, Copy)]

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::markdown::escape;
-use crate::sweep::result::{StepResult, StepStatus};
+use crate::record::steps::{StepResult, StepStatus};
 
 /// Every section that has something to show.
 pub fn markdown(steps: &[StepResult]) -> String {

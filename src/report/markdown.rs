@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{analysis, Exporter, RunData};
-use crate::sweep::result::{StepResult, StepStatus};
+use crate::record::steps::{StepResult, StepStatus};
 
 /// The markdown exporter.
 #[derive(Debug, Clone, Copy)]

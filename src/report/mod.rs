@@ -15,7 +15,7 @@ pub mod svg;
 
 use std::path::Path;
 
-use crate::sweep::result::{read_steps, StepResult};
+use crate::record::steps::{read_steps, StepResult};
 
 /// What an exporter reads: everything in a run directory that is not raw per-second data.
 #[derive(Debug, Clone, Default)]

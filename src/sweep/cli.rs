@@ -10,9 +10,9 @@ use super::experiment::{check_out, describe, run_plan, Destination, Finished};
 use super::placement::TopologyPlacements;
 use super::plan::Plan;
 use super::progress::Bar;
-use super::result::StepStatus;
 use super::spec::SpecFile;
 use crate::exit::{OrUsage as _, Outcome, UsageError};
+use crate::record::steps::StepStatus;
 
 /// Options of `stairbench run`.
 #[derive(Debug, clap::Args)]

@@ -412,8 +412,8 @@ mod tests {
         assert!(note.contains("does not contain"), "{d}");
         assert!(d.get("count").is_none() && d.get("p99").is_none(), "{d}");
         // Rendered as the reason, never as figures.
-        let mut step = crate::sweep::result::StepResult::empty("s".into(), "t", "p", 1, 0);
-        step.status = crate::sweep::result::StepStatus::Ok;
+        let mut step = crate::record::steps::StepResult::empty("s".into(), "t", "p", 1, 0);
+        step.status = crate::record::steps::StepStatus::Ok;
         step.derived
             .insert("target_metrics".into(), json!({"server": d}));
         let md = crate::report::extras::markdown(&[step]);

@@ -21,7 +21,6 @@ pub mod process;
 pub mod profiling;
 pub mod progress;
 pub mod remote;
-pub mod result;
 pub mod rundir;
 pub mod runner;
 pub mod server;

@@ -18,12 +18,12 @@ use serde::{Deserialize, Serialize, Serializer};
 use super::driver::StepRequest;
 use super::placement::CpuPair;
 use super::plan::{ClientPlan, Plan, Series, TargetPlan};
-use super::result::StepResult;
 use super::runner::{step_id, Point, RunSummary, Runner};
 use super::server::Server;
 use super::spec::{SpecError, SpecFile};
 use crate::profile::{Event, ProfileSummary};
 use crate::record::load::{IntervalLine, IntervalSink};
+use crate::record::steps::StepResult;
 
 /// The file of profile passes in a run directory.
 pub const PROFILES_FILE: &str = "profiles.jsonl";
@@ -985,7 +985,7 @@ pub fn describe(plan: &Plan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sweep::result::StepStatus;
+    use crate::record::steps::StepStatus;
 
     fn spec_file(profile: &str) -> Result<SpecFile, SpecError> {
         let text = format!(

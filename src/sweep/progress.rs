@@ -3,7 +3,7 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::result::{StepResult, StepStatus};
+use crate::record::steps::{StepResult, StepStatus};
 
 /// Receives the loop's progress.
 pub trait Progress {

@@ -9,9 +9,9 @@ use std::time::SystemTime;
 use hdrhistogram::Histogram;
 
 use super::cores::CoreRow;
-use super::result::{read_steps, StepResult};
 use crate::load::hlog::HlogWriter;
 use crate::record::load::{IntervalLine, IntervalSink};
+use crate::record::steps::{read_steps, StepResult};
 
 /// A run directory being written.
 #[derive(Debug)]

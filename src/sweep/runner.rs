@@ -14,11 +14,11 @@ use super::observer::StepObserver;
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{Plan, Series, TargetPlan};
 use super::progress::Progress;
-use super::result::{now_unix_s, StepResult, StepStatus};
 use super::rundir::{RunDir, StepSink};
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
 use crate::record::load::{IntervalLine, IntervalSink};
+use crate::record::steps::{now_unix_s, StepResult, StepStatus};
 
 /// A point of a series.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::{load_of, read_hlog, LoadPoint};
-use crate::sweep::result::StepResult;
+use crate::record::steps::StepResult;
 
 /// Percentiles of a load level's merged histogram, in µs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
