@@ -177,7 +177,7 @@ fn write_hlog(path: &Path, h: &Histogram<u64>) {
     let mut out = Vec::new();
     // Two intervals, so the reader has to add them up.
     let halves = [(0.5, h.clone()), (1.0, h.clone())];
-    stairbench::load::hlog::write_log(&mut out, SystemTime::now(), &halves).unwrap();
+    stairbench::record::hlog::write_log(&mut out, SystemTime::now(), &halves).unwrap();
     std::fs::write(path, out).unwrap();
 }
 

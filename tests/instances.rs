@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use stairbench::record::hlog::read_hlog_or_empty;
 use stairbench::record::steps::{read_steps, StepStatus};
-use stairbench::report::analysis::read_hlog;
 use stairbench::sweep::extra_observe::{
     ExtraObserver, ObserveEntry, ProcessSelector, ServerExtras,
 };
@@ -109,7 +109,7 @@ pid_file = "no-such.pid"
 
     // The step's log is the instances' logs added, and its figures come from that sum.
     let id = split["id"].as_str().unwrap();
-    let hist = |name: String| read_hlog(&out_dir.join("hist").join(name)).unwrap();
+    let hist = |name: String| read_hlog_or_empty(&out_dir.join("hist").join(name)).unwrap();
     let mut raw = hist(format!("{id}.i0.hlog"));
     raw.add(hist(format!("{id}.i1.hlog"))).unwrap();
     let merged = hist(format!("{id}.hlog"));

@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering;
 use anyhow::Context;
 use clap::Args;
 
-use super::hlog::HlogSink;
 use super::raw::RawSink;
 use super::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
+use crate::record::hlog::HlogSink;
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 
 /// Exit status when the load ran but more requests failed than `--max-error-ratio` allows.

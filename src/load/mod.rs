@@ -5,7 +5,6 @@
 mod accounting;
 pub mod cli;
 mod fdlimit;
-pub mod hlog;
 mod preload;
 pub mod protocol;
 pub mod raw;

@@ -176,7 +176,9 @@ impl MetricsSource {
         match self {
             MetricsSource::File { path, format } => {
                 if *format == MetricsFormat::Hlog {
-                    return crate::report::analysis::read_hlog(path).map(Snapshot::Hist);
+                    return crate::record::hlog::read_hlog_or_empty(path)
+                        .map(Snapshot::Hist)
+                        .map_err(|e| e.to_string());
                 }
                 let bytes = std::fs::read(path)
                     .map_err(|e| format!("cannot read the metrics file {}: {e}", path.display()))?;

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use hdrhistogram::Histogram;
 
 use super::cores::CoreRow;
-use crate::load::hlog::HlogWriter;
+use crate::record::hlog::HlogWriter;
 use crate::record::load::{IntervalLine, IntervalSink};
 use crate::record::steps::{read_steps, StepResult};
 
