@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use stairbench::sweep::profiling::{read_lines, PassRecord, ProfileLine};
+use stairbench::record::profiles::{read_lines, PassRecord, ProfileLine};
 
 const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
 

@@ -12,7 +12,8 @@ use super::render::{diff_stacks, write_diff_graph, write_flame_graph, GraphLabel
 use super::speedscope;
 use super::table::{deltas_markdown, share_deltas, top_functions};
 use super::transform::{Rename, Side, Transforms};
-use super::{capture, load, Event, FoldOptions, Folded};
+use super::{capture, load, FoldOptions, Folded};
+use crate::record::profiles::Event;
 
 /// Options of `stairbench flame`.
 #[derive(Debug, clap::Args)]

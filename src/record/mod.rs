@@ -7,4 +7,5 @@
 
 pub mod hlog;
 pub mod load;
+pub mod profiles;
 pub mod steps;

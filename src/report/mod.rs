@@ -31,7 +31,7 @@ pub struct RunData {
     /// The analysis of the steps (knee, USL, Little's law, modes, comparisons), when read.
     pub analysis: Option<analysis::RunAnalysis>,
     /// profiles.jsonl: the profile passes, differential graphs and levels not profiled.
-    pub profiles: Vec<crate::sweep::profiling::ProfileLine>,
+    pub profiles: Vec<crate::record::profiles::ProfileLine>,
 }
 
 impl RunData {
@@ -59,7 +59,7 @@ impl RunData {
             environment,
             notes,
             analysis: None,
-            profiles: crate::sweep::profiling::read_lines(dir),
+            profiles: crate::record::profiles::read_lines(dir),
         };
         run.analysis = Some(analysis::analyze(&run, Some(dir)));
         Ok(run)
