@@ -7,6 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
+use stairbench::record::rundir::RunDir;
 use stairbench::record::steps::StepStatus;
 use stairbench::sweep::driver::{Driver, FakeDriver};
 use stairbench::sweep::experiment::finish_dir;
@@ -14,7 +15,6 @@ use stairbench::sweep::observer::NullObserver;
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::progress::Quiet;
-use stairbench::sweep::rundir::RunDir;
 use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::server::FakeLauncher;
 use stairbench::sweep::spec::SpecFile;

@@ -430,7 +430,7 @@ fn bad_instances_metrics_and_observe_entries_are_located() {
 fn a_histogram_log_metrics_file_gives_the_windows_histogram() {
     use stairbench::record::load::{IntervalLine, IntervalSink};
     let dir = tempfile::tempdir().unwrap();
-    let run = stairbench::sweep::rundir::RunDir::create(Some(dir.path()), "t").unwrap();
+    let run = stairbench::record::rundir::RunDir::create(Some(dir.path()), "t").unwrap();
     let mut sink = run.step_sink("target").unwrap();
     let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
     h.record_n(2_000, 40).unwrap();

@@ -8,4 +8,5 @@
 pub mod hlog;
 pub mod load;
 pub mod profiles;
+pub mod rundir;
 pub mod steps;

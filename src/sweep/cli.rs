@@ -111,7 +111,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     // Chosen here rather than by the run, so the verdict can read the run's analysis.
     let out = args.out.unwrap_or_else(|| {
-        Path::new("results").join(format!("demo-{}", super::rundir::timestamp()))
+        Path::new("results").join(format!("demo-{}", crate::record::rundir::timestamp()))
     });
     let mut dest = Destination {
         out: Some(out.clone()),

@@ -16,9 +16,9 @@ use super::driver::{Driver, StepLoad, StepRequest};
 use super::extra_observe::{InstanceInfo, ServerExtras};
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{ClientPlan, Plan, Series, TargetPlan};
-use super::rundir::{RunDir, StepSink};
 use super::server::{Launcher, Server};
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
+use crate::record::rundir::{RunDir, StepSink};
 
 /// The name of instance `k` of `target` in results and file names.
 pub fn instance_label(target: &str, k: usize) -> String {

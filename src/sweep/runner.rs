@@ -14,10 +14,10 @@ use super::observer::StepObserver;
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{Plan, Series, TargetPlan};
 use super::progress::Progress;
-use super::rundir::{RunDir, StepSink};
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
 use crate::record::load::{IntervalLine, IntervalSink};
+use crate::record::rundir::{RunDir, StepSink};
 use crate::record::steps::{now_unix_s, StepResult, StepStatus};
 
 /// A point of a series.
