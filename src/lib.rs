@@ -13,6 +13,7 @@ pub mod machine;
 pub mod observe;
 pub mod process;
 pub mod profile;
+pub mod record;
 pub mod report;
 pub mod schema;
 pub mod serve;

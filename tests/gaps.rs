@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use stairbench::cli::run::write_reports;
+use stairbench::record::rundir::RunDir;
+use stairbench::record::steps::StepStatus;
 use stairbench::sweep::driver::{Driver, FakeDriver};
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::observer::NullObserver;
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::progress::Quiet;
-use stairbench::sweep::result::StepStatus;
-use stairbench::sweep::rundir::RunDir;
 use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::server::FakeLauncher;
 use stairbench::sweep::spec::SpecFile;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use stairbench::load::protocol::msgr::MsgrProto;
 use stairbench::load::protocol::{Protocol, Reply};
-use stairbench::load::{IntervalLine, IntervalSink, LoadConfig};
+use stairbench::load::LoadConfig;
+use stairbench::record::load::{IntervalLine, IntervalSink};
 use stairbench::serve::{spawn_msgr, Arch, MsgrOptions, MsgrServer};
 use stairbench::wire::msgr::{FrameHeader, HEADER_LEN};
 

@@ -10,15 +10,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use stairbench::cli::run::write_reports;
-use stairbench::load::IntervalSink;
+use stairbench::record::load::IntervalSink;
+use stairbench::record::rundir::RunDir;
+use stairbench::record::steps::{read_steps, StepResult, StepStatus};
+
 use stairbench::sweep::driver::{Driver, FakeDriver, StepLoad, StepRequest};
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::observer::NullObserver;
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::{Plan, Series};
 use stairbench::sweep::progress::Quiet;
-use stairbench::sweep::result::{read_steps, StepResult, StepStatus};
-use stairbench::sweep::rundir::RunDir;
 use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::server::{FakeLauncher, Launcher, ProcessLauncher};
 use stairbench::sweep::spec::SpecFile;

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::analyze::stats::{self, Summary, Verdict};
-use crate::sweep::result::{StepResult, StepStatus};
+use crate::record::steps::{StepResult, StepStatus};
 
 pub mod runs;
 pub mod spec;

@@ -12,9 +12,6 @@
 
 use std::path::Path;
 
-use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
-use hdrhistogram::serialization::Deserializer;
-use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::compare::spec::{spec_comparisons, ComparisonOutcome};
@@ -23,7 +20,8 @@ use crate::analyze::little::{self, LatencyUnit, LittleStep};
 use crate::analyze::modes::{self, Mode};
 use crate::analyze::stats::{self, Summary};
 use crate::analyze::usl::{self, UslFit};
-use crate::sweep::result::{read_steps, StepResult, StepStatus};
+use crate::record::hlog::read_hlog_or_empty;
+use crate::record::steps::{read_steps, StepResult, StepStatus};
 
 mod merged;
 pub mod peak;
@@ -326,7 +324,7 @@ fn load_points(steps: &[&StepResult]) -> Vec<LoadPoint> {
 }
 
 fn load_point(reps: &[&StepResult]) -> Option<LoadPoint> {
-    let figure = |f: fn(&crate::load::LoadReport) -> f64| {
+    let figure = |f: fn(&crate::record::load::LoadReport) -> f64| {
         let v: Vec<f64> = reps.iter().filter_map(|s| s.load.as_ref().map(f)).collect();
         stats::summarize(&v)
     };
@@ -472,7 +470,7 @@ fn step_modes(dir: &Path, steps: &[&StepResult], notes: &mut Vec<String>) -> Vec
         if !path.exists() {
             continue;
         }
-        match read_hlog(&path) {
+        match read_hlog_or_empty(&path) {
             Ok(h) => out.push(StepModes {
                 step: step.id.clone(),
                 clients: step.clients,
@@ -483,7 +481,7 @@ fn step_modes(dir: &Path, steps: &[&StepResult], notes: &mut Vec<String>) -> Vec
                     .map(ns_to_us)
                     .collect(),
             }),
-            Err(e) => notes.push(e),
+            Err(e) => notes.push(e.to_string()),
         }
     }
     out
@@ -497,31 +495,6 @@ fn ns_to_us(m: Mode) -> Mode {
         low: m.low / 1e3,
         high: m.high / 1e3,
     }
-}
-
-/// Every interval of an HdrHistogram interval log added into one histogram (values as
-/// logged: nanoseconds for stairbench's logs).
-pub fn read_hlog(path: &Path) -> Result<Histogram<u64>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let bad = |what: String| format!("{} is not a readable interval log: {what}", path.display());
-    let mut total = Histogram::<u64>::new(3).map_err(|e| bad(format!("{e:?}")))?;
-    let mut deserializer = Deserializer::new();
-    for entry in IntervalLogIterator::new(&bytes) {
-        let LogEntry::Interval(h) = entry.map_err(|e| bad(format!("{e:?}")))? else {
-            continue;
-        };
-        let raw = base64_decode(h.encoded_histogram()).ok_or_else(|| bad("bad base64".into()))?;
-        let hist: Histogram<u64> = deserializer
-            .deserialize(&mut raw.as_slice())
-            .map_err(|e| bad(format!("{e:?}")))?;
-        total.add(&hist).map_err(|e| bad(format!("{e:?}")))?;
-    }
-    Ok(total)
-}
-
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 /// A load level as the results table shows it: `4`, or `4 @ 2000/s` in open loop.
@@ -554,7 +527,7 @@ pub(crate) mod tests {
         let mut s = StepResult::empty(format!("t.p.c{clients}"), "t", "p", clients, 0);
         s.status = StepStatus::Ok;
         s.inflight = clients;
-        let mut load = crate::load::LoadReport {
+        let mut load = crate::record::load::LoadReport {
             throughput_rps: x,
             ..Default::default()
         };

@@ -8,12 +8,10 @@ use std::sync::atomic::Ordering;
 use anyhow::Context;
 use clap::Args;
 
-use crate::load::hlog::HlogSink;
 use crate::load::raw::RawSink;
-use crate::load::{
-    Distribution, IntervalLine, IntervalSink, LoadConfig, LoadError, LoadOutcome, LoadReport,
-    ProtoOptions,
-};
+use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
+use crate::record::hlog::HlogSink;
+use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 
 /// Exit status when the load ran but more requests failed than `--max-error-ratio` allows.
 pub const EXIT_ERRORS: u8 = 3;

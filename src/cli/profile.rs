@@ -12,7 +12,8 @@ use crate::profile::render::{diff_stacks, write_diff_graph, write_flame_graph, G
 use crate::profile::speedscope;
 use crate::profile::table::{deltas_markdown, share_deltas, top_functions};
 use crate::profile::transform::{Rename, Side, Transforms};
-use crate::profile::{capture, load, Event, FoldOptions, Folded};
+use crate::profile::{capture, load, FoldOptions, Folded};
+use crate::record::profiles::Event;
 
 /// Options of `stairbench flame`.
 #[derive(Debug, clap::Args)]

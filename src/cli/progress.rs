@@ -4,8 +4,8 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::record::steps::{StepResult, StepStatus};
 use crate::sweep::progress::Progress;
-use crate::sweep::result::{StepResult, StepStatus};
 
 /// An indicatif bar on stderr; one line per step when stderr is not a terminal.
 pub struct Bar {

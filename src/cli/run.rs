@@ -10,10 +10,10 @@ use anyhow::Context;
 use super::demo::{self, DemoShape};
 use super::progress::Bar;
 use crate::exit::{OrUsage as _, Outcome, UsageError};
+use crate::record::steps::StepStatus;
 use crate::sweep::experiment::{check_out, describe, run_plan, Destination, Finished};
 use crate::sweep::placement::TopologyPlacements;
 use crate::sweep::plan::Plan;
-use crate::sweep::result::StepStatus;
 use crate::sweep::runner::RunSummary;
 use crate::sweep::spec::SpecFile;
 
@@ -114,7 +114,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     // Chosen here rather than by the run, so the verdict can read the run's analysis.
     let out = args.out.unwrap_or_else(|| {
-        Path::new("results").join(format!("demo-{}", crate::sweep::rundir::timestamp()))
+        Path::new("results").join(format!("demo-{}", crate::record::rundir::timestamp()))
     });
     let mut dest = Destination {
         out: Some(out.clone()),

@@ -10,9 +10,9 @@ use hdrhistogram::Histogram;
 
 use super::target::Target;
 use super::worker::{IntervalMsg, Msg, Schedule, Totals, Worker};
-use super::{
-    ClientCpu, IntervalLine, IntervalSink, LatencyUs, LoadConfig, LoadError, LoadOutcome,
-    LoadReport, SCHEMA_VERSION,
+use super::{LoadConfig, LoadError, LoadOutcome};
+use crate::record::load::{
+    ClientCpu, IntervalLine, IntervalSink, LatencyUs, LoadReport, SCHEMA_VERSION,
 };
 
 /// A generator core busier than this measured the client rather than the server.

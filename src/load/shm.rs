@@ -12,7 +12,8 @@ use super::engine::{ThreadBody, Threads};
 use super::protocol::redis::SplitMix64;
 use super::recorder::Recorder;
 use super::worker::{Msg, Schedule};
-use super::{Distribution, IntervalSink, LoadConfig, LoadError, LoadOutcome};
+use super::{Distribution, LoadConfig, LoadError, LoadOutcome};
+use crate::record::load::IntervalSink;
 use crate::wire::shmkv::msg::{MAX_KEY, MAX_VALUE};
 use crate::wire::shmkv::{ShmkvClient, ShmkvError};
 

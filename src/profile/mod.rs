@@ -20,7 +20,7 @@ pub mod transform;
 
 use std::path::PathBuf;
 
-pub use capture::{capture, diff_dirs, Event, ProfileSummary};
+pub use capture::{capture, diff_dirs, ProfileSummary};
 pub use folded::Folded;
 pub use input::{load, InputFormat, InputReport, Loaded};
 pub use perf_script::FoldOptions;

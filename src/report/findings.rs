@@ -545,8 +545,8 @@ mod tests {
     use super::*;
     use crate::analyze::run::tests::ok_step;
     use crate::analyze::run::{analyze, USL_MIN_R2};
+    use crate::record::steps::StepResult;
     use crate::report::RunData;
-    use crate::sweep::result::StepResult;
 
     #[test]
     fn a_step_without_latency_still_counts_for_throughput() {

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::{findings, Exporter, RunData};
 use crate::analyze::run::{analyze, RunAnalysis};
-use crate::sweep::result::{StepResult, StepStatus};
+use crate::record::steps::{StepResult, StepStatus};
 
 /// The markdown exporter.
 #[derive(Debug, Clone, Copy)]

@@ -16,7 +16,7 @@ pub mod svg;
 use std::path::Path;
 
 use crate::analyze::run::{analyze, RunAnalysis};
-use crate::sweep::result::{read_steps, StepResult};
+use crate::record::steps::{read_steps, StepResult};
 
 /// What an exporter reads: everything in a run directory that is not raw per-second data.
 #[derive(Debug, Clone, Default)]
@@ -32,7 +32,7 @@ pub struct RunData {
     /// The analysis of the steps (knee, USL, Little's law, modes, comparisons), when read.
     pub analysis: Option<RunAnalysis>,
     /// profiles.jsonl: the profile passes, differential graphs and levels not profiled.
-    pub profiles: Vec<crate::sweep::profiling::ProfileLine>,
+    pub profiles: Vec<crate::record::profiles::ProfileLine>,
 }
 
 impl RunData {
@@ -60,7 +60,7 @@ impl RunData {
             environment,
             notes,
             analysis: None,
-            profiles: crate::sweep::profiling::read_lines(dir),
+            profiles: crate::record::profiles::read_lines(dir),
         };
         run.analysis = Some(analyze(&run.steps, Some(dir)));
         Ok(run)

@@ -8,7 +8,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use crate::load::external::OutputParser;
-use crate::load::{IntervalSink, LoadConfig, LoadReport, ProtoOptions};
+use crate::load::{LoadConfig, ProtoOptions};
+use crate::record::load::{IntervalSink, LoadReport};
 
 /// One step's load, as the step loop asks for it.
 #[derive(Debug, Clone)]
@@ -199,13 +200,13 @@ impl Driver for CommandDriver {
             sink.interval(line, &empty);
         }
         let r = &mut tool.report;
-        r.schema = crate::load::SCHEMA_VERSION;
+        r.schema = crate::record::load::SCHEMA_VERSION;
         r.url = line;
         r.connections = req.connections;
         r.threads = req.threads;
         r.depth = req.depth;
         r.rate_rps = req.rate_rps;
-        r.client_cpu = crate::load::ClientCpu {
+        r.client_cpu = crate::record::load::ClientCpu {
             user_s: cpu_s.0,
             sys_s: cpu_s.1,
             per_core_busy: busy_pct,
@@ -309,7 +310,7 @@ impl Driver for FakeDriver {
             Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
         let _ = hist.record_n((mean_us * 1000.0).max(1.0) as u64, (rps * secs) as u64);
         for i in 0..secs.ceil() as usize {
-            let line = crate::load::IntervalLine {
+            let line = crate::record::load::IntervalLine {
                 elapsed_s: (i + 1) as f64,
                 inflight: inflight as u64,
                 ops_per_s: rps,
@@ -318,7 +319,7 @@ impl Driver for FakeDriver {
             };
             sink.interval(&line, &hist);
         }
-        let latency = crate::load::LatencyUs {
+        let latency = crate::record::load::LatencyUs {
             mean: mean_us,
             p50: mean_us,
             p90: mean_us,
@@ -329,7 +330,7 @@ impl Driver for FakeDriver {
         };
         Ok(StepLoad {
             report: LoadReport {
-                schema: crate::load::SCHEMA_VERSION,
+                schema: crate::record::load::SCHEMA_VERSION,
                 url: req.url.clone(),
                 connections: req.connections,
                 threads: req.threads,

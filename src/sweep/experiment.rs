@@ -11,9 +11,9 @@ use super::observer::FullObserver;
 use super::placement::{PlacementSource, TopologyPlacements};
 use super::plan::{ClientPlan, Plan};
 use super::progress::Progress;
-use super::rundir::RunDir;
 use super::runner::{step_id, Point, RunSummary, Runner};
 use super::server::{Launcher, ProcessLauncher};
+use crate::record::rundir::RunDir;
 
 /// Where a run goes.
 #[derive(Debug, Clone, Default)]

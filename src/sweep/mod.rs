@@ -2,7 +2,8 @@
 //!
 //! A spec (TOML) is validated into a [`plan::Plan`]; [`runner::Runner`] walks it with a
 //! [`server::Launcher`], a [`driver::Driver`], a [`observer::StepObserver`] and a
-//! [`placement::PlacementSource`], each a trait with a fake, writing a [`rundir::RunDir`].
+//! [`placement::PlacementSource`], each a trait with a fake, writing a
+//! [`crate::record::rundir::RunDir`].
 
 pub mod cores;
 pub mod driver;
@@ -17,8 +18,6 @@ pub mod policy;
 pub mod profiling;
 pub mod progress;
 pub mod remote;
-pub mod result;
-pub mod rundir;
 pub mod runner;
 pub mod server;
 pub mod spec;

@@ -2,7 +2,7 @@
 //! each step's end), and [`Quiet`], which shows nothing (tests). The terminal's bar is the
 //! command's (`cli::progress`), so the runner knows no UI.
 
-use super::result::StepResult;
+use crate::record::steps::StepResult;
 
 /// Receives the loop's progress.
 pub trait Progress {

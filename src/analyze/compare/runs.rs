@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{relate, values_by_key, Metric, Relation, StepKey};
 use crate::analyze::stats::{self, Summary};
-use crate::sweep::result::{read_steps, StepResult};
+use crate::record::steps::{read_steps, StepResult};
 
 /// One run directory read for `stairbench compare`.
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{relate, values_by_key, Metric, Relation, Selector, StepKey};
-use crate::sweep::result::StepResult;
+use crate::record::steps::StepResult;
 
 /// One of the spec's `[[comparisons]]`, as written.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -1,7 +1,7 @@
 //! stairbench's own `stairbench load --json` output, so that a spec can run the engine as an
 //! external command (under another user, in a container) and keep every figure it prints.
 
-use crate::load::LoadReport;
+use crate::record::load::LoadReport;
 
 use super::{LatencyFields, OutputParser, ParseError, ParsedLoad, ToolLoad};
 

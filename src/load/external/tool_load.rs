@@ -1,7 +1,7 @@
 //! An external tool's run in the engine's layout: the [`ParsedLoad`] a parser read, turned
 //! into the [`LoadReport`] and per-second [`IntervalLine`]s a step records.
 
-use crate::load::{IntervalLine, LatencyUs, LoadReport};
+use crate::record::load::{IntervalLine, LatencyUs, LoadReport};
 
 use super::{ParseError, ParsedInterval, ParsedLoad};
 
@@ -51,12 +51,12 @@ fn report_of(p: &ParsedLoad) -> Result<LoadReport, ParseError> {
     let lat = |v: Option<f64>| v.unwrap_or(f64::NAN);
     let l = &p.latency_us;
     Ok(LoadReport {
-        schema: crate::load::SCHEMA_VERSION,
+        schema: crate::record::load::SCHEMA_VERSION,
         requests,
         // Tools do not count their writes: the completed requests stand in.
         sent: requests,
         errors: p.errors.clone(),
-        error_ratio: crate::load::error_ratio(requests, &p.errors),
+        error_ratio: crate::record::load::error_ratio(requests, &p.errors),
         duration_s: if duration_s.is_finite() {
             duration_s
         } else {

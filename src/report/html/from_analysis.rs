@@ -3,7 +3,7 @@
 
 use super::{Point, Series, UslCurve};
 use crate::analyze::run::{LoadPoint, RunAnalysis, SeriesAnalysis};
-use crate::sweep::result::{StepResult, StepStatus};
+use crate::record::steps::{StepResult, StepStatus};
 
 /// The page's series: one point per load level of the analysis (an open-loop series one per
 /// offered rate), its latency from the repetitions' histograms merged, its CPU per request
