@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cores;
 pub mod demo;
 pub mod driver;
+pub mod error;
 pub mod experiment;
 pub mod extra_observe;
 pub mod instances;
