@@ -495,6 +495,44 @@ mod tests {
     }
 
     #[test]
+    fn output_that_does_not_parse_is_a_parse_error() {
+        let mut driver = CommandDriver {
+            template: "echo not json".into(),
+            parser: Box::new(StairbenchJson),
+        };
+        let req = StepRequest {
+            step_id: "s".into(),
+            url: String::new(),
+            port: 1,
+            clients: 1,
+            connections: 1,
+            depth: 1,
+            threads: 1,
+            duration: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+            timeout: Duration::from_secs(1),
+            rate_rps: None,
+            client_cpus: crate::cpuset::allowed(),
+            out_dir: std::env::temp_dir(),
+            instances: Vec::new(),
+            group_cpus: Vec::new(),
+        };
+        struct Discard;
+        impl IntervalSink for Discard {
+            fn interval(&mut self, _: &crate::load::IntervalLine, _: &Histogram<u64>) {}
+        }
+        let err = driver
+            .run_step(&req, &mut Discard, &AtomicBool::new(false))
+            .err()
+            .unwrap();
+        assert!(matches!(err, StepError::Parse(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("its output did not parse"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn fills_placeholders() {
         let s = fill(
             "wrk -c{clients} -t{threads} http://127.0.0.1:{port}/",
