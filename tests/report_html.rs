@@ -119,8 +119,8 @@ fn report_data() -> ReportData {
     add_analysis(
         &mut data,
         &[("msgr-reactor".into(), "separated".into(), curve)],
-        vec![little],
     );
+    data.tables.push(little);
     data
 }
 

@@ -124,7 +124,7 @@ pub fn html_data(dir: &Path, run: &RunData) -> Result<html::ReportData, String> 
     let curves = html::from_analysis::usl_curves(a);
     // report.md's tables replace the adapter's and the analysis' own: one source for both.
     data.tables.clear();
-    html::adapter::add_analysis(&mut data, &curves, Vec::new());
+    html::adapter::add_analysis(&mut data, &curves);
     threads_condition(&mut data);
     data.conclusions = analysis::conclusions(a);
     let (sections, headings) = html::from_markdown::convert(&markdown::sections(run, a));

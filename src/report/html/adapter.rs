@@ -647,13 +647,8 @@ pub fn write_report(dir: &Path) -> Result<PathBuf, AdapterError> {
     Ok(path)
 }
 
-/// ADAPTER hook for the analysis: attach fitted curves by (target, placement) and append the
-/// analysis tables (Little's law, knee/USL summary) after the results.
-pub fn add_analysis(
-    data: &mut ReportData,
-    usl: &[(String, String, super::UslCurve)],
-    tables: Vec<Table>,
-) {
+/// Attaches the analysis' fitted USL curves to the series, by (target, placement).
+pub fn add_analysis(data: &mut ReportData, usl: &[(String, String, super::UslCurve)]) {
     for s in &mut data.series {
         if let Some((_, _, curve)) = usl
             .iter()
@@ -662,7 +657,6 @@ pub fn add_analysis(
             s.usl = Some(*curve);
         }
     }
-    data.tables.extend(tables);
 }
 
 #[cfg(test)]
