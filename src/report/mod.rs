@@ -100,8 +100,9 @@ pub fn write_all(dir: &Path, run: &RunData) -> std::io::Result<()> {
 
 /// report.html reads the raw files (intervals, histograms) as well as the steps.
 fn write_html(dir: &Path, run: &RunData) -> std::io::Result<()> {
-    let data = html_data(dir, run).map_err(std::io::Error::other)?;
-    let page = profiles::with_html(html::render(&data), &run.profiles);
+    let mut data = html_data(dir, run).map_err(std::io::Error::other)?;
+    data.profiles = run.profiles.clone();
+    let page = html::render(&data);
     std::fs::write(dir.join("report.html"), page)
 }
 
@@ -127,9 +128,7 @@ pub fn html_data(dir: &Path, run: &RunData) -> Result<html::ReportData, String> 
     html::adapter::add_analysis(&mut data, &curves);
     threads_condition(&mut data);
     data.conclusions = analysis::conclusions(a);
-    let (sections, headings) = html::from_markdown::convert(&markdown::sections(run, a));
-    data.sections_html = sections;
-    data.section_headings = headings;
+    data.markdown = html::from_markdown::convert(&markdown::sections(run, a));
     Ok(data)
 }
 
