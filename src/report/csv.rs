@@ -1,6 +1,8 @@
 //! `steps.csv`: one wide row per step (benchreport-style columns), for spreadsheets and awk.
 
-use super::{Exporter, RunData};
+use std::path::Path;
+
+use super::{ExportError, Exporter, RunData};
 use crate::sweep::result::StepResult;
 
 /// The CSV exporter.
@@ -40,7 +42,7 @@ impl Exporter for Csv {
         "steps.csv"
     }
 
-    fn render(&self, run: &RunData) -> String {
+    fn render(&self, _dir: &Path, run: &RunData) -> Result<String, ExportError> {
         let mut out = COLUMNS.join(",");
         out.push('\n');
         for step in &run.steps {
@@ -53,7 +55,7 @@ impl Exporter for Csv {
             );
             out.push('\n');
         }
-        out
+        Ok(out)
     }
 }
 

@@ -13,6 +13,9 @@ pub mod from_markdown;
 pub mod page;
 pub mod sections;
 
+use std::path::Path;
+
+use super::{analysis, markdown, ExportError, Exporter, RunData};
 use crate::sweep::profiling::ProfileLine;
 
 /// Everything the page shows.
@@ -165,6 +168,65 @@ pub struct Table {
 /// Renders the whole page.
 pub fn render(data: &ReportData) -> String {
     sections::page(data).to_html()
+}
+
+/// The HTML exporter: report.html.
+#[derive(Debug, Clone, Copy)]
+pub struct Html;
+
+impl Exporter for Html {
+    fn file_name(&self) -> &'static str {
+        "report.html"
+    }
+
+    fn render(&self, dir: &Path, run: &RunData) -> Result<String, ExportError> {
+        Ok(render(&report_data(dir, run)?))
+    }
+}
+
+/// The page of a run directory: its charts from the raw files, its series, conclusions and
+/// sections from the same analysis and markdown as report.md, its profiles from the run.
+pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::AdapterError> {
+    let mut data = adapter::from_run_dir(dir)?;
+    let computed;
+    let a = match &run.analysis {
+        Some(a) => a,
+        None => {
+            computed = analysis::analyze(run, Some(dir));
+            &computed
+        }
+    };
+    let spec = std::fs::read_to_string(dir.join("spec.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok());
+    data.series = from_analysis::series(a, &run.steps, spec.as_ref());
+    adapter::add_analysis(&mut data, &from_analysis::usl_curves(a));
+    // report.md's tables replace the adapter's and the analysis' own: one source for both.
+    data.tables.clear();
+    threads_condition(&mut data);
+    data.conclusions = analysis::conclusions(a);
+    data.markdown = from_markdown::convert(&markdown::sections(run, a));
+    data.profiles = run.profiles.clone();
+    Ok(data)
+}
+
+/// A conditions row saying how many server threads each series ran, when they follow the
+/// cpuset (otherwise the spec's fixed count is in the target's arguments).
+fn threads_condition(data: &mut ReportData) {
+    let known: Vec<String> = data
+        .series
+        .iter()
+        .filter_map(|s| {
+            let t = s.threads.as_ref()?;
+            Some(format!("{} / {}: {t}", s.target, s.placement))
+        })
+        .collect();
+    if !known.is_empty() {
+        data.conditions.push((
+            "Server --threads (follows the server cpuset)".into(),
+            known.join(", "),
+        ));
+    }
 }
 
 #[cfg(test)]

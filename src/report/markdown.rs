@@ -2,8 +2,9 @@
 //! (The reports issue adds the analysis tables.)
 
 use std::fmt::Write as _;
+use std::path::Path;
 
-use super::{analysis, Exporter, RunData};
+use super::{analysis, ExportError, Exporter, RunData};
 use crate::sweep::result::{StepResult, StepStatus};
 
 /// The markdown exporter.
@@ -15,7 +16,7 @@ impl Exporter for Markdown {
         "report.md"
     }
 
-    fn render(&self, run: &RunData) -> String {
+    fn render(&self, _dir: &Path, run: &RunData) -> Result<String, ExportError> {
         let computed;
         let analysis = match &run.analysis {
             Some(a) => a,
@@ -37,7 +38,7 @@ impl Exporter for Markdown {
         out.push_str(&analysis::conclusions_markdown(analysis));
         out.push_str(&sections(run, analysis));
         out.push_str(&super::profiles::markdown(&run.profiles));
-        out
+        Ok(out)
     }
 }
 
@@ -227,11 +228,12 @@ mod tests {
         let mut s = StepResult::empty("x".into(), "<script>", "shared", 2, 0);
         s.status = StepStatus::Failed;
         s.reason = Some("server died | badly\nmore".into());
-        let md = Markdown.render(&RunData {
+        let run = RunData {
             name: "t".into(),
             steps: vec![s],
             ..RunData::default()
-        });
+        };
+        let md = Markdown.render(Path::new("."), &run).unwrap();
         assert!(
             md.contains(
                 "| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly / more |"
