@@ -1,17 +1,17 @@
 //! report.html: one self-contained page (inline CSS and SVG, no script, no network) that a
 //! reader can open offline, print, or attach to an issue.
 //!
-//! [`ReportData`] is what the page shows; [`sections::page`] lays it out as one
-//! [`page::Page`]: a title, then its sections in order (the charts, report.md's sections, the
-//! tables, the profiles), each listing its headings in the table of contents.
-//! [`adapter::from_run_dir`] reads the raw files of a run directory into it.
+//! [`ReportData`] is what the page shows; [`render`] lays it out as one [`page::Page`]: a
+//! title, then its sections in order (the charts, report.md's sections, the tables, the
+//! profiles), each listing its headings in the table of contents. [`Html`] is the exporter;
+//! [`adapter::from_run_dir`] reads the raw files of a run directory into the data.
 
 pub mod adapter;
 mod charts;
 pub mod from_analysis;
 pub mod from_markdown;
 pub mod page;
-pub mod sections;
+mod sections;
 
 use std::path::Path;
 
@@ -165,7 +165,7 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
 }
 
-/// Renders the whole page.
+/// Renders the whole page: `data` laid out as its sections, written as one document.
 pub fn render(data: &ReportData) -> String {
     sections::page(data).to_html()
 }

@@ -38,6 +38,7 @@ fn load_x(p: &Point) -> f64 {
     p.rate_rps.unwrap_or(p.clients)
 }
 
+/// Per target, throughput against clients (or offered rate), with the fitted USL dashed.
 pub(super) fn throughput(page: &mut String, series: &[Series]) {
     for target in targets(series) {
         let of_target: Vec<&Series> = series.iter().filter(|s| s.target == target).collect();
@@ -116,6 +117,7 @@ fn saturated(s: &Series) -> Vec<bool> {
     s.points.iter().map(|p| p.client_saturated).collect()
 }
 
+/// Per target, median and p99 latency against throughput, each point labelled with its load.
 pub(super) fn latency(page: &mut String, series: &[Series]) {
     for target in targets(series) {
         let mut lines = Vec::new();
@@ -158,6 +160,7 @@ pub(super) fn latency(page: &mut String, series: &[Series]) {
     }
 }
 
+/// Per series, server CPU per request (user and sys stacked), one scale per target.
 pub(super) fn cpu(page: &mut String, series: &[Series]) {
     for target in targets(series) {
         let of_target: Vec<&Series> = series.iter().filter(|s| s.target == target).collect();
@@ -210,6 +213,7 @@ fn cpu_values(s: &Series, f: fn(&Point) -> Option<f64>) -> Vec<f64> {
     s.points.iter().map(|p| f(p).unwrap_or(0.0)).collect()
 }
 
+/// Per-core busy % of one step over its seconds (a sentence for one core).
 pub(super) fn heat_map(page: &mut String, heat: Option<&CoreHeatMap>) {
     let Some(h) = heat else {
         page.push_str("<p class=\"note\">No per-second per-core figures in this run.</p>");
@@ -263,6 +267,7 @@ fn single_core_sentence(page: &mut String, h: &CoreHeatMap) {
     let _ = write!(page, "<p>{}</p>", escape(&text));
 }
 
+/// Each step's latency histogram, folded but for the first.
 pub(super) fn histograms(page: &mut String, histograms: &[StepHistogram]) {
     if histograms.is_empty() {
         page.push_str("<p class=\"note\">No latency histograms in this run.</p>");
