@@ -1,8 +1,6 @@
 //! `steps.csv`: one wide row per step (benchreport-style columns), for spreadsheets and awk.
 
-use std::path::Path;
-
-use super::{ExportError, Exporter, RunData};
+use super::{Exporter, RunData};
 use crate::sweep::result::StepResult;
 
 /// The CSV exporter.
@@ -42,7 +40,7 @@ impl Exporter for Csv {
         "steps.csv"
     }
 
-    fn render(&self, _dir: &Path, run: &RunData) -> Result<String, ExportError> {
+    fn render(&self, _dir: &std::path::Path, run: &RunData) -> Result<String, super::ExportError> {
         let mut out = COLUMNS.join(",");
         out.push('\n');
         for step in &run.steps {

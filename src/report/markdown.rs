@@ -2,9 +2,8 @@
 //! (The reports issue adds the analysis tables.)
 
 use std::fmt::Write as _;
-use std::path::Path;
 
-use super::{analysis, ExportError, Exporter, RunData};
+use super::{analysis, Exporter, RunData};
 use crate::sweep::result::{StepResult, StepStatus};
 
 /// The markdown exporter.
@@ -16,7 +15,7 @@ impl Exporter for Markdown {
         "report.md"
     }
 
-    fn render(&self, _dir: &Path, run: &RunData) -> Result<String, ExportError> {
+    fn render(&self, _dir: &std::path::Path, run: &RunData) -> Result<String, super::ExportError> {
         let computed;
         let analysis = match &run.analysis {
             Some(a) => a,
@@ -233,7 +232,7 @@ mod tests {
             steps: vec![s],
             ..RunData::default()
         };
-        let md = Markdown.render(Path::new("."), &run).unwrap();
+        let md = Markdown.render(std::path::Path::new("."), &run).unwrap();
         assert!(
             md.contains(
                 "| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly / more |"
