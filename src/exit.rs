@@ -1,5 +1,7 @@
 //! The exit codes every command shares (README, "Exit codes"), so a script can tell a run
-//! that could not run from one whose server answered with errors.
+//! that could not run from one whose server answered with errors. Only the types: which
+//! error means which code is decided at the command edge (`cli::exit`), so this leaf
+//! imports nothing from the crate.
 
 use std::process::ExitCode;
 
@@ -39,21 +41,9 @@ impl Outcome {
     }
 }
 
-impl Outcome {
-    /// The outcome of a command that ended with `err`: 2 when a cause in its chain is a
-    /// usage or spec error (a bad command line, spec or input named on it), 1 otherwise (it
-    /// could not run: a write failed, the server did not answer).
-    pub fn of_error(err: &anyhow::Error) -> Outcome {
-        if err.chain().any(is_usage) {
-            Outcome::Usage
-        } else {
-            Outcome::Failure
-        }
-    }
-}
-
-/// A bad command line or input the command edge found, as a typed error so [`Outcome::of_error`]
-/// maps it to 2 (errors of the modules' own usage types are recognised as they are).
+/// A bad command line or input the command edge found, as a typed error so
+/// `cli::exit::outcome_of` maps it to 2 (errors of the modules' own usage types are recognised
+/// as they are).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
@@ -68,20 +58,6 @@ impl<T, E: std::fmt::Display> OrUsage<T> for Result<T, E> {
     fn or_usage(self) -> anyhow::Result<T> {
         self.map_err(|e| UsageError(format!("{e:#}")).into())
     }
-}
-
-/// True for the error types that mean "the command line or spec is wrong".
-fn is_usage(cause: &(dyn std::error::Error + 'static)) -> bool {
-    use crate::load::LoadError;
-    use crate::serve::shmkv::ShmkvError;
-    cause.is::<UsageError>()
-        || cause.is::<crate::sweep::spec::SpecError>()
-        || cause.is::<crate::cpuset::PinError>()
-        || cause.is::<crate::cpuset::CpuListError>()
-        || cause.is::<crate::serve::msgr::MsgrConfigError>()
-        || cause.is::<crate::report::compare::CompareError>()
-        || matches!(cause.downcast_ref(), Some(LoadError::BadInput(_)))
-        || matches!(cause.downcast_ref(), Some(ShmkvError::BadOption(_)))
 }
 
 impl From<Outcome> for ExitCode {
@@ -102,22 +78,5 @@ mod tests {
         assert_eq!(Outcome::first([Failure, Interrupted, Usage]).code(), 130);
         assert_eq!(Outcome::first([Failure, Usage]).code(), 2);
         assert_eq!(Outcome::first([]).code(), 0);
-    }
-
-    #[test]
-    fn usage_errors_anywhere_in_the_chain_are_2_others_1() {
-        use anyhow::Context;
-        let spec: anyhow::Result<()> = Err("bad key").or_usage();
-        let spec = spec.context("reading x.toml").unwrap_err();
-        assert_eq!(Outcome::of_error(&spec).code(), 2);
-        assert_eq!(spec.to_string(), "reading x.toml");
-        let io = std::io::Error::other("disk full");
-        let io = anyhow::Error::new(io).context("writing steps.jsonl");
-        assert_eq!(Outcome::of_error(&io).code(), 1);
-        let pin = crate::cpuset::PinError {
-            cpu: 7,
-            available: "0-1".into(),
-        };
-        assert_eq!(Outcome::of_error(&pin.into()).code(), 2);
     }
 }

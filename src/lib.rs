@@ -5,14 +5,19 @@
 
 pub mod analyze;
 pub mod cli;
+pub mod clock;
 pub mod cpuset;
 pub mod exit;
 pub mod load;
+pub mod machine;
 pub mod observe;
+pub mod process;
 pub mod profile;
+pub mod record;
 pub mod report;
 pub mod schema;
 pub mod serve;
 pub mod signals;
 pub mod sweep;
 pub mod units;
+pub mod wire;

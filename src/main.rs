@@ -7,11 +7,11 @@ fn main() -> ExitCode {
     match stairbench::cli::run(cli) {
         Ok(code) => code,
         Err(err) => {
-            if stairbench::cli::is_broken_pipe(&err) {
+            if stairbench::cli::exit::is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
             eprintln!("stairbench: error: {err:#}");
-            stairbench::exit::Outcome::of_error(&err).into()
+            stairbench::cli::exit::outcome_of(&err).into()
         }
     }
 }

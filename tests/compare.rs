@@ -11,9 +11,9 @@ use std::time::SystemTime;
 
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
-use stairbench::load::{LatencyUs, LoadReport};
-use stairbench::report::analysis::{analyze_run, RunAnalysis};
-use stairbench::sweep::result::{StepResult, StepStatus};
+use stairbench::analyze::run::{analyze_run, RunAnalysis};
+use stairbench::record::load::{LatencyUs, LoadReport};
+use stairbench::record::steps::{StepResult, StepStatus};
 
 const LAMBDA: f64 = 1000.0;
 const SIGMA: f64 = 0.05;
@@ -66,7 +66,7 @@ fn step(target: &str, clients: usize, rep: usize, x: f64, little_factor: f64) ->
     s.client_cpus = "0-1".into();
     let mean_us = s.inflight as f64 / x * 1e6 * little_factor;
     s.load = Some(LoadReport {
-        schema: stairbench::load::SCHEMA_VERSION,
+        schema: stairbench::record::load::SCHEMA_VERSION,
         connections: clients * 2,
         depth: 4,
         requests: x as u64,
@@ -177,7 +177,7 @@ fn write_hlog(path: &Path, h: &Histogram<u64>) {
     let mut out = Vec::new();
     // Two intervals, so the reader has to add them up.
     let halves = [(0.5, h.clone()), (1.0, h.clone())];
-    stairbench::load::hlog::write_log(&mut out, SystemTime::now(), &halves).unwrap();
+    stairbench::record::hlog::write_log(&mut out, SystemTime::now(), &halves).unwrap();
     std::fs::write(path, out).unwrap();
 }
 
@@ -192,10 +192,7 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_stairbench"))
 }
 
-fn series<'a>(
-    a: &'a RunAnalysis,
-    target: &str,
-) -> &'a stairbench::report::analysis::SeriesAnalysis {
+fn series<'a>(a: &'a RunAnalysis, target: &str) -> &'a stairbench::analyze::run::SeriesAnalysis {
     a.series.iter().find(|s| s.target == target).unwrap()
 }
 

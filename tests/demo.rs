@@ -82,7 +82,7 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
         // The servers' calibrated work per message is a floor under their CPU per request.
         for s in steps {
             let cpu_us = server_cpu_s(s) * 1e6 / s["requests"].as_f64().unwrap();
-            let floor_us = stairbench::sweep::demo::WORK_NS as f64 / 1000.0;
+            let floor_us = stairbench::cli::demo::WORK_NS as f64 / 1000.0;
             assert!(cpu_us >= 0.9 * floor_us, "{}: {cpu_us} µs/request", s["id"]);
         }
         let saturated = steps

@@ -6,7 +6,8 @@ mod common;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use stairbench::load::{self, IntervalLine, IntervalSink, LoadConfig, LoadReport};
+use stairbench::load::{self, LoadConfig};
+use stairbench::record::load::{IntervalLine, IntervalSink, LoadReport};
 
 struct NoLines;
 impl IntervalSink for NoLines {

@@ -16,9 +16,9 @@ use stairbench::profile::render::diff_stacks;
 use stairbench::profile::table::{share_deltas, top_functions};
 use stairbench::profile::transform::Rename;
 use stairbench::profile::{
-    capture, diff_dirs, input::load_bytes, load, speedscope, Event, FoldOptions, Folded, Side,
-    Transforms,
+    capture, diff_dirs, input::load_bytes, load, speedscope, FoldOptions, Folded, Side, Transforms,
 };
+use stairbench::record::profiles::Event;
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

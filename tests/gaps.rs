@@ -7,14 +7,15 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
+use stairbench::cli::run::write_reports;
+use stairbench::record::rundir::RunDir;
+use stairbench::record::steps::StepStatus;
 use stairbench::sweep::driver::{Driver, FakeDriver};
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::observer::NullObserver;
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::progress::Quiet;
-use stairbench::sweep::result::StepStatus;
-use stairbench::sweep::rundir::RunDir;
 use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::server::FakeLauncher;
 use stairbench::sweep::spec::SpecFile;
@@ -47,6 +48,7 @@ fn run_fake_on(plan: &Plan, dir: &Path, driver: &mut dyn Driver, cpus: Vec<usize
     };
     let summary = runner.run().unwrap();
     finish_dir(&rundir, &summary).unwrap();
+    write_reports(&rundir.path).unwrap();
     summary
 }
 

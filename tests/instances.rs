@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use stairbench::report::analysis::read_hlog;
+use stairbench::record::hlog::read_hlog_or_empty;
+use stairbench::record::steps::{read_steps, StepStatus};
 use stairbench::sweep::extra_observe::{
     ExtraObserver, ObserveEntry, ProcessSelector, ServerExtras,
 };
@@ -23,7 +24,6 @@ use stairbench::sweep::metrics::{difference, MetricsFormat, MetricsSource};
 use stairbench::sweep::observer::{NullObserver, StepObserver};
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
-use stairbench::sweep::result::{read_steps, StepStatus};
 use stairbench::sweep::spec::SpecFile;
 
 const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
@@ -109,7 +109,7 @@ pid_file = "no-such.pid"
 
     // The step's log is the instances' logs added, and its figures come from that sum.
     let id = split["id"].as_str().unwrap();
-    let hist = |name: String| read_hlog(&out_dir.join("hist").join(name)).unwrap();
+    let hist = |name: String| read_hlog_or_empty(&out_dir.join("hist").join(name)).unwrap();
     let mut raw = hist(format!("{id}.i0.hlog"));
     raw.add(hist(format!("{id}.i1.hlog"))).unwrap();
     let merged = hist(format!("{id}.hlog"));
@@ -298,10 +298,10 @@ fn the_builtin_servers_metrics_file_differences_match_its_counters() {
         proto: Default::default(),
     };
     struct Nothing;
-    impl stairbench::load::IntervalSink for Nothing {
+    impl stairbench::record::load::IntervalSink for Nothing {
         fn interval(
             &mut self,
-            _: &stairbench::load::IntervalLine,
+            _: &stairbench::record::load::IntervalLine,
             _: &hdrhistogram::Histogram<u64>,
         ) {
         }
@@ -428,9 +428,9 @@ fn bad_instances_metrics_and_observe_entries_are_located() {
 
 #[test]
 fn a_histogram_log_metrics_file_gives_the_windows_histogram() {
-    use stairbench::load::{IntervalLine, IntervalSink};
+    use stairbench::record::load::{IntervalLine, IntervalSink};
     let dir = tempfile::tempdir().unwrap();
-    let run = stairbench::sweep::rundir::RunDir::create(Some(dir.path()), "t").unwrap();
+    let run = stairbench::record::rundir::RunDir::create(Some(dir.path()), "t").unwrap();
     let mut sink = run.step_sink("target").unwrap();
     let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
     h.record_n(2_000, 40).unwrap();

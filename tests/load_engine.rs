@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use stairbench::load::{self, IntervalLine, IntervalSink, LoadConfig, LoadOutcome};
+use stairbench::load::{self, LoadConfig, LoadOutcome};
+use stairbench::record::load::{IntervalLine, IntervalSink};
 
 struct NoLines;
 impl IntervalSink for NoLines {

@@ -206,15 +206,11 @@ fn readers_take_compressed_and_legacy_uncompressed_logs() {
     legacy_log(&old, &[a.clone(), b.clone()]);
     let mut out = Vec::new();
     let halves = [(1.0, a), (2.0, b)];
-    stairbench::load::hlog::write_log(&mut out, SystemTime::now(), &halves).unwrap();
+    stairbench::record::hlog::write_log(&mut out, SystemTime::now(), &halves).unwrap();
     assert!(String::from_utf8_lossy(&out).contains(",HISTFA"));
     std::fs::write(&new, out).unwrap();
     for path in [&old, &new] {
-        let h = stairbench::report::analysis::read_hlog(path).unwrap();
-        assert_eq!((h.len(), h.max() / 1_000_000_000), (11, 7), "{path:?}");
-        let h = stairbench::report::html::adapter::read_hlog(path)
-            .unwrap()
-            .unwrap();
+        let h = stairbench::record::hlog::read_hlog(path).unwrap().unwrap();
         assert_eq!((h.len(), h.max() / 1_000_000_000), (11, 7), "{path:?}");
     }
 }

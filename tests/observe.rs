@@ -7,9 +7,9 @@ use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 use std::time::Duration;
 
-use stairbench::observe::procfs::{self, TreeSample};
+use stairbench::machine::procfs::{self, NetCounters, TreeSample};
 use stairbench::observe::{
-    environment, per_request, NetCounters, Observation, Observer, PerfCounters, TreeUsage,
+    environment, per_request, Observation, Observer, PerfCounters, TreeUsage,
 };
 
 /// /proc/PID/stat of a server (4242) and its worker child (4243), recorded before and after

@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use stairbench::sweep::parsers::{
-    parser_by_name, CrimsonMsgrParser, OutputParser, ParseError, ParsedLoad, RedisBenchmarkParser,
-    WrkParser,
+use stairbench::load::external::{
+    by_name as parser_by_name, CrimsonMsgrParser, OutputParser, ParseError, ParsedLoad,
+    RedisBenchmarkParser, WrkParser,
 };
 
 fn data(name: &str) -> String {
@@ -463,7 +463,7 @@ fn json_parser_reads_stairbench_load_output() {
         let load = parser
             .parse(&text)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let report: stairbench::load::LoadReport = serde_json::from_str(&text).unwrap();
+        let report: stairbench::record::load::LoadReport = serde_json::from_str(&text).unwrap();
         assert_eq!(load.requests, Some(report.requests), "{name}");
         assert_eq!(load.duration_s, Some(report.duration_s));
         assert_eq!(load.throughput_rps, Some(report.throughput_rps));

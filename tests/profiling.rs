@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use stairbench::sweep::profiling::{read_lines, PassRecord, ProfileLine};
+use stairbench::record::profiles::{read_lines, PassRecord, ProfileLine};
 
 const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
 
@@ -204,12 +204,12 @@ fn a_bad_profile_section_is_located() {
 
 #[test]
 fn with_fakes_a_pass_runs_after_the_series_and_a_target_without_pid_is_explained() {
+    use stairbench::record::rundir::RunDir;
     use stairbench::sweep::driver::FakeDriver;
     use stairbench::sweep::observer::NullObserver;
     use stairbench::sweep::placement::TopologyPlacements;
     use stairbench::sweep::plan::Plan;
     use stairbench::sweep::progress::Quiet;
-    use stairbench::sweep::rundir::RunDir;
     use stairbench::sweep::runner::Runner;
     use stairbench::sweep::server::FakeLauncher;
     use stairbench::sweep::spec::SpecFile;

@@ -72,7 +72,7 @@ fn regenerate_histograms() {
         let id = step["id"].as_str().unwrap();
         let path = fixture().join("hist").join(format!("{id}.hlog"));
         let mut out = std::fs::File::create(&path).unwrap();
-        stairbench::load::hlog::write_log(&mut out, start, &[(5.0, first), (10.0, second)])
+        stairbench::record::hlog::write_log(&mut out, start, &[(5.0, first), (10.0, second)])
             .unwrap();
     }
 }
@@ -85,7 +85,9 @@ fn fixture_histograms_hold_every_request() {
     for step in ok_steps() {
         let id = step["id"].as_str().unwrap();
         let path = fixture().join("hist").join(format!("{id}.hlog"));
-        let hist = adapter::read_hlog(&path).unwrap().expect("a histogram");
+        let hist = stairbench::record::hlog::read_hlog(&path)
+            .unwrap()
+            .expect("a histogram");
         assert_eq!(hist.len(), step["requests"].as_u64().unwrap(), "{id}");
         let buckets = adapter::log_buckets(&hist);
         assert_eq!(buckets.iter().map(|b| b.count).sum::<u64>(), hist.len());

@@ -6,10 +6,12 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use stairbench::load::protocol::msgr::{FrameHeader, MsgrProto, HEADER_LEN};
+use stairbench::load::protocol::msgr::MsgrProto;
 use stairbench::load::protocol::{Protocol, Reply};
-use stairbench::load::{IntervalLine, IntervalSink, LoadConfig};
+use stairbench::load::LoadConfig;
+use stairbench::record::load::{IntervalLine, IntervalSink};
 use stairbench::serve::{spawn_msgr, Arch, MsgrOptions, MsgrServer};
+use stairbench::wire::msgr::{FrameHeader, HEADER_LEN};
 
 /// The memory test reads the process's RSS: the other tests must not allocate meanwhile.
 static SERIAL: Mutex<()> = Mutex::new(());

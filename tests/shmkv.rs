@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stairbench::serve::shmkv::region::{Header, MAGIC};
-use stairbench::serve::shmkv::{region_path, spawn_shmkv, Arch, ShmkvArgs, ShmkvClient};
+use stairbench::serve::shmkv::{spawn_shmkv, ShmkvArgs};
+use stairbench::wire::shmkv::region::{Header, MAGIC};
+use stairbench::wire::shmkv::{region_path, Arch, ShmkvClient};
 
 const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
 const ARCHS: [&str; 2] = ["single", "per-worker"];

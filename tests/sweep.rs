@@ -9,15 +9,17 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use stairbench::load::IntervalSink;
+use stairbench::cli::run::write_reports;
+use stairbench::record::load::IntervalSink;
+use stairbench::record::rundir::RunDir;
+use stairbench::record::steps::{read_steps, StepResult, StepStatus};
+
 use stairbench::sweep::driver::{Driver, FakeDriver, StepLoad, StepRequest};
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::observer::NullObserver;
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::{Plan, Series};
 use stairbench::sweep::progress::Quiet;
-use stairbench::sweep::result::{read_steps, StepResult, StepStatus};
-use stairbench::sweep::rundir::RunDir;
 use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::server::{FakeLauncher, Launcher, ProcessLauncher};
 use stairbench::sweep::spec::SpecFile;
@@ -77,6 +79,7 @@ fn run_fake_on(
     };
     let summary = runner.run().unwrap();
     finish_dir(&rundir, &summary).unwrap();
+    write_reports(&rundir.path).unwrap();
     summary
 }
 
@@ -136,11 +139,11 @@ fn every_example_spec_plans_and_dry_runs() {
         }
     }
     assert!(n >= 6, "{n} examples");
-    let demo = plan(&stairbench::sweep::cli::demo_spec(false));
+    let demo = plan(&stairbench::cli::run::demo_spec(false));
     assert_eq!(demo.series, Series::Clients(vec![1, 2, 4, 8, 16, 32]));
     assert_eq!(demo.max_steps(), 60);
     assert!(demo.estimate() < Duration::from_secs(180));
-    assert!(plan(&stairbench::sweep::cli::demo_spec(true)).estimate() < Duration::from_secs(25));
+    assert!(plan(&stairbench::cli::run::demo_spec(true)).estimate() < Duration::from_secs(25));
 }
 
 #[test]
@@ -631,7 +634,7 @@ fn descendants(pid: i32) -> Vec<i32> {
     let mut out = vec![pid];
     let mut i = 0;
     while i < out.len() {
-        out.extend(stairbench::sweep::process::children_of(out[i]));
+        out.extend(stairbench::process::children_of(out[i]));
         i += 1;
     }
     out.remove(0);

@@ -5,9 +5,8 @@ mod common;
 use std::path::PathBuf;
 
 use stairbench::cpuset;
-use stairbench::sweep::topology::{
-    self, load_custom_table, Placement, PlacementError, Policy, Topology,
-};
+use stairbench::machine::topology::Topology;
+use stairbench::sweep::topology::{self, load_custom_table, Placement, PlacementError, Policy};
 
 fn fixture(name: &str) -> Topology {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -2,12 +2,15 @@
 //!
 //! Everything here is a pure function over numbers a run (or a table from elsewhere) already
 //! holds, so the report module, `compare` and `stairbench analyze` share one implementation and
-//! the tests can check it against independent methods.
+//! the tests can check it against independent methods. [`run`] applies them to a run
+//! directory's steps (analysis.json); [`compare`] sets steps and runs against each other. Both
+//! read the run's records and nothing above this layer: `report` renders what they find.
 
-pub mod cli;
+pub mod compare;
 pub mod knee;
 pub mod little;
 pub mod modes;
+pub mod run;
 pub mod series;
 pub mod stats;
 pub mod table;

@@ -10,9 +10,9 @@ use hdrhistogram::Histogram;
 
 use super::target::Target;
 use super::worker::{IntervalMsg, Msg, Schedule, Totals, Worker};
-use super::{
-    ClientCpu, IntervalLine, IntervalSink, LatencyUs, LoadConfig, LoadError, LoadOutcome,
-    LoadReport, SCHEMA_VERSION,
+use super::{LoadConfig, LoadError, LoadOutcome};
+use crate::record::load::{
+    ClientCpu, IntervalLine, IntervalSink, LatencyUs, LoadReport, SCHEMA_VERSION,
 };
 
 /// A generator core busier than this measured the client rather than the server.
@@ -43,7 +43,7 @@ pub fn run_at(
     stop: &AtomicBool,
 ) -> Result<LoadOutcome, LoadError> {
     if let Some(at) = start_at_unix_ns {
-        let ahead_ns = at - crate::sweep::remote::now_ns();
+        let ahead_ns = at - crate::clock::now_ns();
         if ahead_ns > MAX_START_WAIT.as_nanos() as i64 {
             return Err(LoadError::BadInput(format!(
                 "--start-at is {:.0} s ahead of this host's clock (at most {} s): do the clocks agree?",
@@ -160,9 +160,9 @@ impl Threads {
         }
         let connect = wait_ready(&self.rx, n);
         if let (Ok(_), Some(at)) = (&connect, start_at_unix_ns) {
-            crate::sweep::remote::sleep_until_ns(at);
+            crate::clock::sleep_until_ns(at);
         }
-        let started_unix_ns = crate::sweep::remote::now_ns();
+        let started_unix_ns = crate::clock::now_ns();
         let t0 = Instant::now();
         let _ = start.set(t0);
         barrier.wait();

@@ -3,9 +3,8 @@
 //! intended send time); one HdrHistogram per thread, merged; a line per second.
 
 mod accounting;
-pub mod cli;
+pub mod external;
 mod fdlimit;
-pub mod hlog;
 mod preload;
 pub mod protocol;
 pub mod raw;
@@ -14,13 +13,9 @@ pub mod shm;
 pub mod target;
 mod worker;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-/// Version of the JSON that `stairbench load --json` writes (see `schema/load.schema.json`).
-pub const SCHEMA_VERSION: u32 = 1;
+use crate::record::load::{IntervalLine, LoadReport};
 
 /// Everything one load run needs.
 #[derive(Debug, Clone)]
@@ -115,140 +110,6 @@ pub enum Distribution {
     Zipf(f64),
 }
 
-/// Latency figures in microseconds (floating point: sub-microsecond resolution is kept).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LatencyUs {
-    /// Mean latency.
-    pub mean: f64,
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 95th percentile.
-    pub p95: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// 99.9th percentile.
-    pub p999: f64,
-    /// Largest latency seen.
-    pub max: f64,
-}
-
-/// The generator's own CPU use over the measured window.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ClientCpu {
-    /// User CPU seconds of the whole generator process.
-    pub user_s: f64,
-    /// System CPU seconds of the whole generator process.
-    pub sys_s: f64,
-    /// Busy % of each generator thread (each pinned to one core when a cpuset is given);
-    /// open loop's spin before a due request is waiting, not counted.
-    pub per_core_busy: Vec<f64>,
-}
-
-/// The result of one load run: the JSON that `stairbench load --json` writes.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoadReport {
-    /// JSON layout version.
-    pub schema: u32,
-    /// Target URL.
-    pub url: String,
-    /// Connections opened.
-    pub connections: usize,
-    /// Generator threads.
-    pub threads: usize,
-    /// Requests in flight per connection.
-    pub depth: usize,
-    /// Open-loop target rate (requests/s), absent in closed loop.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_rps: Option<f64>,
-    /// Requests completed successfully in the measured window.
-    pub requests: u64,
-    /// Requests the server received: every request written to the wire (warm-up, `--preload`
-    /// and final drain included), a request written again after its connection closed counted
-    /// once, one written behind a closing reply and never written again not counted.
-    pub sent: u64,
-    /// Requests written a second time, on a new connection, because the server closed the one
-    /// they were written on before reading them (nginx's `keepalive_requests`).
-    #[serde(default)]
-    pub resent: u64,
-    /// Failed requests by kind (timeout, http_5xx, resp_error, closed, ...).
-    pub errors: BTreeMap<String, u64>,
-    /// Failed share of the measured window's requests: errors / (requests + errors).
-    #[serde(default)]
-    pub error_ratio: f64,
-    /// Redis only: GETs of the measured window that found their key (a bulk reply).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redis_hits: Option<u64>,
-    /// Redis only: GETs of the measured window whose key was absent (a nil reply); they are
-    /// successful requests, but measure a lookup that found nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redis_misses: Option<u64>,
-    /// Length of the measured window in seconds.
-    pub duration_s: f64,
-    /// Completed requests per second of the measured window.
-    pub throughput_rps: f64,
-    /// Bytes written in the measured window.
-    pub bytes_sent: u64,
-    /// Bytes read in the measured window.
-    pub bytes_received: u64,
-    /// Mean time to open a connection, seconds.
-    pub connect_time_s: f64,
-    /// Latency of completed requests (in open loop: from the intended send time).
-    pub latency_us: LatencyUs,
-    /// Open loop only: latency from the actual send time (what a naive tool reports).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uncorrected_latency_us: Option<LatencyUs>,
-    /// Open loop only: requests that left later than their intended time (no free connection).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub omitted: Option<u64>,
-    /// Open loop only: scheduled requests the generator got to more than max(100 µs, one
-    /// schedule interval) after their due time, although its timer wakes it before each
-    /// (it was busy or descheduled); a wait for a free connection is `omitted`, not this.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub late_sends: Option<u64>,
-    /// Open loop only: 99th percentile of how late the generator got to each scheduled
-    /// request after its due time (its send lag), µs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub send_lag_p99_us: Option<f64>,
-    /// The generator's CPU use.
-    pub client_cpu: ClientCpu,
-    /// The step measured the client, not the server: a CPU of the generator was over 90%
-    /// busy (its threads' busy time summed per CPU), or in open loop more than 1% of the
-    /// sends were late.
-    pub client_saturated: bool,
-}
-
-/// One per-second line of a running load.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct IntervalLine {
-    /// Seconds since the measured window started (negative during warm-up).
-    pub elapsed_s: f64,
-    /// Requests in flight at the end of the interval.
-    pub inflight: u64,
-    /// Completed requests per second in the interval.
-    pub ops_per_s: f64,
-    /// Megabytes (10^6) per second received in the interval.
-    pub mb_per_s: f64,
-    /// Mean latency in the interval, milliseconds.
-    pub mean_latency_ms: f64,
-    /// Errors in the interval.
-    pub errors: u64,
-    /// Busy % of each generator thread in the interval.
-    pub per_core_busy: Vec<f64>,
-}
-
-/// Receives the per-second lines (and their histograms, in nanoseconds) while a load runs.
-pub trait IntervalSink {
-    /// Called once per interval, in order.
-    fn interval(&mut self, line: &IntervalLine, hist_ns: &hdrhistogram::Histogram<u64>);
-    /// The measured window starts now (from drivers whose lines come late, e.g. from other
-    /// hosts, so the observers still start on time).
-    fn window_started(&mut self) {}
-    /// The measured window ends now (as `window_started`, for lines that come late).
-    fn window_ended(&mut self) {}
-}
-
 /// What a finished load run hands back beside its report.
 #[derive(Debug, Clone)]
 pub struct LoadOutcome {
@@ -263,7 +124,6 @@ pub struct LoadOutcome {
 }
 
 pub mod engine;
-pub use accounting::error_ratio;
 pub use engine::{run, run_at};
 
 /// Why a load run could not start or finish.

@@ -11,7 +11,8 @@ use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer}
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use super::{IntervalLine, IntervalSink, LoadOutcome};
+use super::LoadOutcome;
+use crate::record::load::{IntervalLine, IntervalSink};
 
 /// One line of the file.
 #[derive(Debug, Serialize, Deserialize)]

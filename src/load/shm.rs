@@ -12,9 +12,10 @@ use super::engine::{ThreadBody, Threads};
 use super::protocol::redis::SplitMix64;
 use super::recorder::Recorder;
 use super::worker::{Msg, Schedule};
-use super::{Distribution, IntervalSink, LoadConfig, LoadError, LoadOutcome};
-use crate::serve::shmkv::msg::{MAX_KEY, MAX_VALUE};
-use crate::serve::shmkv::{ShmkvClient, ShmkvError};
+use super::{Distribution, LoadConfig, LoadError, LoadOutcome};
+use crate::record::load::IntervalSink;
+use crate::wire::shmkv::msg::{MAX_KEY, MAX_VALUE};
+use crate::wire::shmkv::{ShmkvClient, ShmkvError};
 
 /// How long a client waits for the region to appear (a server just started).
 const ATTACH_WAIT: Duration = Duration::from_secs(5);
@@ -54,7 +55,7 @@ pub fn run(
 fn check(config: &LoadConfig) -> Result<String, LoadError> {
     let bad = |s: String| Err(LoadError::BadInput(s));
     let name = config.url.trim_start_matches("shm://").to_string();
-    if let Err(e) = crate::serve::shmkv::region_path(&name) {
+    if let Err(e) = crate::wire::shmkv::region_path(&name) {
         return bad(format!("bad URL {:?}: {e}", config.url));
     }
     let o = &config.proto;

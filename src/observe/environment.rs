@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sweep::topology::Topology;
+use crate::machine::topology::Topology;
 
 /// The machine and software a run was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,10 +5,8 @@
 //! (the server's process tree, /proc/stat, /proc/net/dev) and runs `perf stat` on the tree in
 //! between. What it costs is measured too: `observer_cpu_s`.
 
-pub mod cli;
 pub mod environment;
 pub mod perf;
-pub mod procfs;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,9 +14,10 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::machine::procfs::{self, CoreBusy, NetCounters};
+
 pub use environment::{environment, Environment};
 pub use perf::PerfCounters;
-pub use procfs::{CoreBusy, NetCounters};
 
 /// The server process tree's figures over the window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -15,36 +15,18 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use flate2::write::GzEncoder;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::input::load_bytes;
 use super::render::{diff_stacks, write_diff_graph, write_flame_graph, GraphLabels};
 use super::table::{deltas_markdown, share_deltas, top_functions, ShareDelta, TopFunctions};
 use super::transform::{Side, Transforms};
 use super::{FoldOptions, Folded, ProfileError};
+use crate::record::profiles::Event;
 
-/// What to record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Event {
-    /// CPU samples: `cycles`, or `cpu-clock` where the machine has no hardware PMU.
-    Cpu,
-    /// Context switches (why threads leave the CPU).
-    Cs,
-    /// Scheduler switches (`sched:sched_switch`): the stacks threads block in.
-    Offcpu,
-}
-
+// The enum is `record::profiles::Event` (profiles.jsonl names it); how perf calls it is
+// the capture's business, so that stays here.
 impl Event {
-    /// The file-name stem of this event's files.
-    pub fn stem(self) -> &'static str {
-        match self {
-            Event::Cpu => "cpu",
-            Event::Cs => "cs",
-            Event::Offcpu => "offcpu",
-        }
-    }
-
     fn perf_event(self) -> &'static str {
         match self {
             Event::Cpu => cpu_event(),
@@ -159,7 +141,7 @@ pub fn process_tree(roots: &[i32]) -> Vec<i32> {
     let parents = parent_map();
     let mut out: Vec<i32> = Vec::new();
     for &root in roots {
-        for pid in crate::observe::procfs::descendants(root, &parents) {
+        for pid in crate::machine::procfs::descendants(root, &parents) {
             if !out.contains(&pid) {
                 out.push(pid);
             }
@@ -179,7 +161,7 @@ fn parent_map() -> std::collections::BTreeMap<i32, i32> {
             let pid = e.file_name().to_str()?.parse().ok()?;
             // A process may end between listing and reading: leave it out.
             let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            Some((pid, crate::observe::procfs::parse_pid_stat(&stat)?.ppid))
+            Some((pid, crate::machine::procfs::parse_pid_stat(&stat)?.ppid))
         })
         .collect()
 }

@@ -10,7 +10,6 @@
 
 pub mod capture;
 pub mod categories;
-pub mod cli;
 pub mod folded;
 pub mod input;
 pub mod perf_script;
@@ -21,7 +20,7 @@ pub mod transform;
 
 use std::path::PathBuf;
 
-pub use capture::{capture, diff_dirs, Event, ProfileSummary};
+pub use capture::{capture, diff_dirs, ProfileSummary};
 pub use folded::Folded;
 pub use input::{load, InputFormat, InputReport, Loaded};
 pub use perf_script::FoldOptions;

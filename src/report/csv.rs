@@ -1,7 +1,7 @@
 //! `steps.csv`: one wide row per step (benchreport-style columns), for spreadsheets and awk.
 
 use super::{Exporter, RunData};
-use crate::sweep::result::StepResult;
+use crate::record::steps::StepResult;
 
 /// The CSV exporter.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +63,7 @@ fn row(s: &StepResult) -> Vec<String> {
             .map_or(String::new(), |x| format!("{x:.3}"))
     };
     let l = s.load.as_ref();
-    let lat = |f: fn(&crate::load::LatencyUs) -> f64| num(l.map(|l| f(&l.latency_us)));
+    let lat = |f: fn(&crate::record::load::LatencyUs) -> f64| num(l.map(|l| f(&l.latency_us)));
     vec![
         s.id.clone(),
         s.target.clone(),

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use super::markdown::escape;
-use crate::sweep::result::{StepResult, StepStatus};
+use crate::record::steps::{StepResult, StepStatus};
 
 /// Every section that has something to show.
 pub fn markdown(steps: &[StepResult]) -> String {
@@ -293,7 +293,7 @@ mod tests {
             let mut s = StepResult::empty(format!("{target}.c4"), target, "shared", 4, 0);
             s.status = StepStatus::Ok;
             s.server_cpus = "0-1".into();
-            s.load = Some(crate::load::LoadReport {
+            s.load = Some(crate::record::load::LoadReport {
                 throughput_rps: rps,
                 ..Default::default()
             });

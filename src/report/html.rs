@@ -15,8 +15,9 @@ mod sections;
 
 use std::path::Path;
 
-use super::{analysis, markdown, ExportError, Exporter, RunData};
-use crate::sweep::profiling::ProfileLine;
+use super::{findings, markdown, ExportError, Exporter, RunData};
+use crate::analyze::run::analyze;
+use crate::record::profiles::ProfileLine;
 
 /// Everything the page shows.
 #[derive(Debug, Clone, Default)]
@@ -192,7 +193,7 @@ pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::Ada
     let a = match &run.analysis {
         Some(a) => a,
         None => {
-            computed = analysis::analyze(run, Some(dir));
+            computed = analyze(&run.steps, Some(dir));
             &computed
         }
     };
@@ -204,7 +205,7 @@ pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::Ada
     // report.md's tables replace the adapter's and the analysis' own: one source for both.
     data.tables.clear();
     threads_condition(&mut data);
-    data.conclusions = analysis::conclusions(a);
+    data.conclusions = findings::conclusions(a);
     data.markdown = from_markdown::convert(&markdown::sections(run, a));
     data.profiles = run.profiles.clone();
     Ok(data)

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::{analysis, Exporter, RunData};
-use crate::sweep::result::{StepResult, StepStatus};
+use super::{findings, Exporter, RunData};
+use crate::analyze::run::{analyze, RunAnalysis};
+use crate::record::steps::{StepResult, StepStatus};
 
 /// The markdown exporter.
 #[derive(Debug, Clone, Copy)]
@@ -20,7 +21,7 @@ impl Exporter for Markdown {
         let analysis = match &run.analysis {
             Some(a) => a,
             None => {
-                computed = analysis::analyze(run, None);
+                computed = analyze(&run.steps, None);
                 &computed
             }
         };
@@ -34,7 +35,7 @@ impl Exporter for Markdown {
         if !run.notes.is_empty() {
             out.push('\n');
         }
-        out.push_str(&analysis::conclusions_markdown(analysis));
+        out.push_str(&findings::conclusions_markdown(analysis));
         out.push_str(&sections(run, analysis));
         out.push_str(&super::profiles::markdown(&run.profiles));
         Ok(out)
@@ -43,13 +44,13 @@ impl Exporter for Markdown {
 
 /// The sections after the conditions and conclusions (peaks, results, what steps carry beyond
 /// the load, the analysis): report.html shows the same ones.
-pub fn sections(run: &RunData, a: &analysis::RunAnalysis) -> String {
-    let mut out = analysis::peak_section(a);
+pub fn sections(run: &RunData, a: &RunAnalysis) -> String {
+    let mut out = findings::peak_section(a);
     out.push_str("## Results\n\n");
     results_table(&mut out, &run.steps);
     out.push_str(&super::extras::markdown(&run.steps));
     out.push('\n');
-    out.push_str(&analysis::render_markdown(a));
+    out.push_str(&findings::render_markdown(a));
     out
 }
 

@@ -3,19 +3,20 @@
 //! Each exporter turns the run's steps (and its spec and environment, when present) into
 //! one file; `stairbench report DIR` and the end of every run call [`write_all`].
 
-pub mod analysis;
-pub mod cli;
 pub mod compare;
 pub mod csv;
 pub mod extras;
+pub mod findings;
 pub mod html;
+pub mod json;
 pub mod markdown;
 pub mod profiles;
 pub mod svg;
 
 use std::path::Path;
 
-use crate::sweep::result::{read_steps, StepResult};
+use crate::analyze::run::{analyze, RunAnalysis};
+use crate::record::steps::{read_steps, StepResult};
 
 /// What an exporter reads: everything in a run directory that is not raw per-second data.
 #[derive(Debug, Clone, Default)]
@@ -29,9 +30,9 @@ pub struct RunData {
     /// Remarks of the run (rate-search results, early stops, interruption).
     pub notes: Vec<String>,
     /// The analysis of the steps (knee, USL, Little's law, modes, comparisons), when read.
-    pub analysis: Option<analysis::RunAnalysis>,
+    pub analysis: Option<RunAnalysis>,
     /// profiles.jsonl: the profile passes, differential graphs and levels not profiled.
-    pub profiles: Vec<crate::sweep::profiling::ProfileLine>,
+    pub profiles: Vec<crate::record::profiles::ProfileLine>,
 }
 
 impl RunData {
@@ -59,9 +60,9 @@ impl RunData {
             environment,
             notes,
             analysis: None,
-            profiles: crate::sweep::profiling::read_lines(dir),
+            profiles: crate::record::profiles::read_lines(dir),
         };
-        run.analysis = Some(analysis::analyze(&run, Some(dir)));
+        run.analysis = Some(analyze(&run.steps, Some(dir)));
         Ok(run)
     }
 }
@@ -88,7 +89,7 @@ pub fn exporters() -> Vec<Box<dyn Exporter>> {
     vec![
         Box::new(csv::Csv),
         Box::new(markdown::Markdown),
-        Box::new(analysis::Json),
+        Box::new(json::Json),
         Box::new(html::Html),
     ]
 }

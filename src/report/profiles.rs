@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::sweep::profiling::{DiffRecord, EventRecord, MissingRecord, PassRecord, ProfileLine};
+use crate::record::profiles::{DiffRecord, EventRecord, MissingRecord, PassRecord, ProfileLine};
 
 /// What a file of a profile directory is, for its link (None: not linked).
 fn file_label(name: &str) -> Option<&'static str> {
@@ -84,9 +84,9 @@ pub fn throughput_sentence(p: &PassRecord) -> String {
 
 fn profiled_name(p: &PassRecord) -> &'static str {
     match p.profiled {
-        crate::sweep::profiling::ProfileTarget::Server => "server",
-        crate::sweep::profiling::ProfileTarget::Client => "client",
-        crate::sweep::profiling::ProfileTarget::Both => "server and client",
+        crate::record::profiles::ProfileTarget::Server => "server",
+        crate::record::profiles::ProfileTarget::Client => "client",
+        crate::record::profiles::ProfileTarget::Both => "server and client",
     }
 }
 
@@ -353,8 +353,7 @@ fn esc(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::Event;
-    use crate::sweep::profiling::{DeltaRow, DiffEventRecord, FunctionRow, ProfileTarget};
+    use crate::record::profiles::{DeltaRow, DiffEventRecord, Event, FunctionRow, ProfileTarget};
 
     fn pass(ok: bool) -> PassRecord {
         PassRecord {

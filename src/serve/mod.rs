@@ -48,7 +48,7 @@ pub struct MsgrArgs {
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     pub bind: IpAddr,
     /// Largest payload_len or reply_len accepted; a larger frame closes its connection.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::load::protocol::msgr::DEFAULT_MAX_FRAME)]
+    #[arg(long, value_name = "BYTES", default_value_t = crate::wire::msgr::DEFAULT_MAX_FRAME)]
     pub max_frame: u32,
     /// CPU work done for every message before its reply, in ns of the thread's CPU time (a
     /// calibrated compute loop standing in for a real server's handling; pool: on a worker).
@@ -78,15 +78,8 @@ impl MsgrArgs {
     }
 }
 
-/// Runs a built-in server until SIGINT or SIGTERM.
-pub fn run(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
-        ServeCommand::Msgr(args) => run_msgr(&args),
-        ServeCommand::Shmkv(args) => shmkv::run(args),
-    }
-}
-
-fn run_msgr(args: &MsgrArgs) -> anyhow::Result<ExitCode> {
+/// Runs the messenger server until SIGINT or SIGTERM (`stairbench serve msgr`).
+pub fn run_msgr(args: &MsgrArgs) -> anyhow::Result<ExitCode> {
     // Blocked before any thread starts, so every server thread inherits the mask and the
     // signals wait for the main thread's sigwait.
     let signals = signals::block_termination()?;

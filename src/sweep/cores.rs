@@ -16,32 +16,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::rundir::StepSink;
-use crate::load::{IntervalLine, IntervalSink};
-use crate::observe::procfs::{self, CpuTimes};
-
-/// Busy % of each CPU of the server's and of the client's cpuset over one interval, in the
-/// cpusets' order; NaN for a CPU /proc/stat does not list.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct CoreRow {
-    /// Busy (user + system) % of each server CPU.
-    pub server_busy_pct: Vec<f64>,
-    /// Busy % of each client CPU.
-    pub client_busy_pct: Vec<f64>,
-}
-
-impl CoreRow {
-    /// The two CSV cells: the figures separated by spaces, one decimal.
-    pub fn cells(&self) -> (String, String) {
-        let join = |v: &[f64]| {
-            v.iter()
-                .map(|b| format!("{b:.1}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        (join(&self.server_busy_pct), join(&self.client_busy_pct))
-    }
-}
+use crate::machine::procfs::{self, CpuTimes};
+use crate::record::load::{IntervalLine, IntervalSink};
+use crate::record::rundir::{CoreRow, StepSink};
 
 /// Reads the per-CPU times (tests give recorded samples).
 pub type StatReader = Box<dyn FnMut() -> BTreeMap<usize, CpuTimes> + Send>;

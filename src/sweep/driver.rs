@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::load::{IntervalSink, LoadConfig, LoadReport, ProtoOptions};
+use crate::load::external::OutputParser;
+use crate::load::{LoadConfig, ProtoOptions};
+use crate::record::load::{IntervalSink, LoadReport};
 
 /// One step's load, as the step loop asks for it.
 #[derive(Debug, Clone)]
@@ -122,129 +124,12 @@ pub fn engine_config(proto: &ProtoOptions, req: &StepRequest) -> LoadConfig {
     }
 }
 
-/// An external tool's figures in the engine's layout.
-#[derive(Debug, Clone, Default)]
-pub struct ToolLoad {
-    /// The figures (latencies the tool did not print are NaN: unavailable, not zero).
-    pub report: LoadReport,
-    /// The periodic lines the tool printed, if any.
-    pub intervals: Vec<crate::load::IntervalLine>,
-    /// What the tool printed beyond the engine's fields (kept in the step's `tool` object).
-    pub extra: serde_json::Value,
-}
-
-/// Reads an external tool's output.
-pub trait OutputParse {
-    /// Parses everything the tool printed on stdout.
-    fn parse(&self, stdout: &str) -> Result<ToolLoad, String>;
-}
-
-/// The output of `stairbench load --json` (lets a spec run the engine as an external
-/// command, e.g. under another user or in a container).
-#[derive(Debug, Clone, Copy)]
-pub struct StairbenchJson;
-
-impl OutputParse for StairbenchJson {
-    fn parse(&self, stdout: &str) -> Result<ToolLoad, String> {
-        let report = serde_json::from_str(stdout.trim())
-            .map_err(|e| format!("not stairbench load JSON: {e}"))?;
-        Ok(ToolLoad {
-            report,
-            ..ToolLoad::default()
-        })
-    }
-}
-
-/// A parser of `sweep::parsers` (wrk, redis-benchmark, crimson-msgr, json, regex).
-pub struct ToolParser(Box<dyn super::parsers::OutputParser>);
-
-impl OutputParse for ToolParser {
-    fn parse(&self, stdout: &str) -> Result<ToolLoad, String> {
-        let parsed = self.0.parse(stdout).map_err(|e| e.to_string())?;
-        tool_load(parsed)
-    }
-}
-
-fn tool_load(p: super::parsers::ParsedLoad) -> Result<ToolLoad, String> {
-    let duration_s = p.duration_s.unwrap_or(f64::NAN);
-    let (requests, throughput_rps) = match (p.requests, p.throughput_rps) {
-        (Some(n), Some(t)) => (n, t),
-        (Some(n), None) if duration_s > 0.0 => (n, n as f64 / duration_s),
-        (None, Some(t)) if duration_s > 0.0 => ((t * duration_s).round() as u64, t),
-        _ => {
-            return Err(
-                "the output gave neither a request count with its duration nor a throughput".into(),
-            )
-        }
-    };
-    let lat = |v: Option<f64>| v.unwrap_or(f64::NAN);
-    let l = &p.latency_us;
-    let report = LoadReport {
-        schema: crate::load::SCHEMA_VERSION,
-        requests,
-        // Tools do not count their writes: the completed requests stand in.
-        sent: requests,
-        errors: p.errors.clone(),
-        error_ratio: crate::load::error_ratio(requests, &p.errors),
-        duration_s: if duration_s.is_finite() {
-            duration_s
-        } else {
-            0.0
-        },
-        throughput_rps,
-        bytes_received: p.bytes_received.unwrap_or(0),
-        connect_time_s: p.extra.get("connect_time_s").copied().unwrap_or(0.0),
-        latency_us: crate::load::LatencyUs {
-            mean: lat(l.mean),
-            p50: lat(l.p50),
-            p90: lat(l.p90),
-            p95: lat(l.p95),
-            p99: lat(l.p99),
-            p999: lat(l.p999),
-            max: lat(l.max),
-        },
-        ..LoadReport::default()
-    };
-    let intervals = p
-        .intervals
-        .iter()
-        .map(|i| crate::load::IntervalLine {
-            elapsed_s: i.elapsed_s,
-            inflight: i.inflight.unwrap_or(0),
-            ops_per_s: i.ops_per_s,
-            mb_per_s: i.mib_per_s.map_or(0.0, |m| m * 1.048_576),
-            mean_latency_ms: i.mean_latency_ms.unwrap_or(f64::NAN),
-            errors: 0,
-            per_core_busy: i.busy_pct.clone(),
-        })
-        .collect();
-    let mut extra = serde_json::to_value(&p).unwrap_or(serde_json::Value::Null);
-    if let Some(obj) = extra.as_object_mut() {
-        obj.remove("intervals");
-    }
-    Ok(ToolLoad {
-        report,
-        intervals,
-        extra,
-    })
-}
-
-/// Picks the parser of a spec's `client.parser`.
-pub fn parser_by_name(name: &str, options: &toml::Table) -> Result<Box<dyn OutputParse>, String> {
-    match name {
-        "stairbench" => Ok(Box::new(StairbenchJson)),
-        other => super::parsers::parser_by_name(other, options)
-            .map(|p| Box::new(ToolParser(p)) as Box<dyn OutputParse>)
-            .map_err(|e| format!("{e} (or stairbench, for `stairbench load --json`)")),
-    }
-}
-
 /// An external load command, its placeholders filled per step, pinned to the client CPUs.
 pub struct CommandDriver {
     /// The template.
     pub template: String,
-    /// The parser of its stdout.
-    pub parser: Box<dyn OutputParse>,
+    /// The parser of its stdout (`load::external::by_name`).
+    pub parser: Box<dyn OutputParser>,
 }
 
 impl CommandDriver {
@@ -284,7 +169,7 @@ impl Driver for CommandDriver {
         stop: &AtomicBool,
     ) -> Result<StepLoad, String> {
         let line = self.command_line(req);
-        let launch = super::process::Launch {
+        let launch = crate::process::Launch {
             name: format!("client command `{line}`"),
             program: "sh".into(),
             args: vec!["-c".into(), format!("exec {line}")],
@@ -296,14 +181,14 @@ impl Driver for CommandDriver {
         // Each CPU of the client's cpuset, over the tool's whole run (it cannot tell its
         // warm-up apart): a tool saturates when one of them is full, whatever the others do.
         let mut cores = super::cores::CoreSampler::start(&[], &req.client_cpus);
-        let mut child = super::process::ChildProc::spawn(&launch)
+        let mut child = crate::process::ChildProc::spawn(&launch)
             .map_err(|e| format!("cannot start {}: {e}", launch.name))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);
         let (exit, stdout) = child.wait(limit, stop)?;
         let cpu_after = children_cpu_s();
         let busy_pct = cores.sample().client_busy_pct;
         let cpu_s = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
-        let mut tool = self.parser.parse(&stdout).map_err(|e| {
+        let mut tool = self.parser.parse_report(&stdout).map_err(|e| {
             format!(
                 "{} {exit}; its output did not parse: {e}\n{}",
                 launch.name,
@@ -315,13 +200,13 @@ impl Driver for CommandDriver {
             sink.interval(line, &empty);
         }
         let r = &mut tool.report;
-        r.schema = crate::load::SCHEMA_VERSION;
+        r.schema = crate::record::load::SCHEMA_VERSION;
         r.url = line;
         r.connections = req.connections;
         r.threads = req.threads;
         r.depth = req.depth;
         r.rate_rps = req.rate_rps;
-        r.client_cpu = crate::load::ClientCpu {
+        r.client_cpu = crate::record::load::ClientCpu {
             user_s: cpu_s.0,
             sys_s: cpu_s.1,
             per_core_busy: busy_pct,
@@ -425,7 +310,7 @@ impl Driver for FakeDriver {
             Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
         let _ = hist.record_n((mean_us * 1000.0).max(1.0) as u64, (rps * secs) as u64);
         for i in 0..secs.ceil() as usize {
-            let line = crate::load::IntervalLine {
+            let line = crate::record::load::IntervalLine {
                 elapsed_s: (i + 1) as f64,
                 inflight: inflight as u64,
                 ops_per_s: rps,
@@ -434,7 +319,7 @@ impl Driver for FakeDriver {
             };
             sink.interval(&line, &hist);
         }
-        let latency = crate::load::LatencyUs {
+        let latency = crate::record::load::LatencyUs {
             mean: mean_us,
             p50: mean_us,
             p90: mean_us,
@@ -445,7 +330,7 @@ impl Driver for FakeDriver {
         };
         Ok(StepLoad {
             report: LoadReport {
-                schema: crate::load::SCHEMA_VERSION,
+                schema: crate::record::load::SCHEMA_VERSION,
                 url: req.url.clone(),
                 connections: req.connections,
                 threads: req.threads,

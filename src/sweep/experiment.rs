@@ -1,18 +1,19 @@
 //! One experiment end to end with the real collaborators: the run directory, the target
-//! processes, the driver, the observers, the step loop, the reports.
+//! processes, the driver, the observers, the step loop, the notes (the reports are written
+//! by the command, after).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use super::driver::{parser_by_name, CommandDriver, Driver, EngineDriver};
+use super::driver::{CommandDriver, Driver, EngineDriver};
 use super::observer::FullObserver;
 use super::placement::{PlacementSource, TopologyPlacements};
 use super::plan::{ClientPlan, Plan};
 use super::progress::Progress;
-use super::rundir::RunDir;
 use super::runner::{step_id, Point, RunSummary, Runner};
 use super::server::{Launcher, ProcessLauncher};
+use crate::record::rundir::RunDir;
 
 /// Where a run goes.
 #[derive(Debug, Clone, Default)]
@@ -41,7 +42,7 @@ pub fn run_plan(
     progress: &mut dyn Progress,
     stop: &AtomicBool,
 ) -> Result<Finished, String> {
-    super::process::become_subreaper();
+    crate::process::become_subreaper();
     let local = TopologyPlacements::detect(plan.custom.clone());
     let mut notes = Vec::new();
     let sessions = super::remote::session::connect_all(
@@ -93,7 +94,7 @@ pub fn run_plan(
         stop,
     };
     let result = runner.run();
-    super::process::reap_orphans();
+    crate::process::reap_orphans();
     let mut summary = result?;
     summary.findings.splice(0..0, dest.notes.iter().cloned());
     finish_dir(&dir, &summary)?;
@@ -180,13 +181,17 @@ fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
             options,
         } => Box::new(CommandDriver {
             template: template.clone(),
-            parser: parser_by_name(parser, options)
-                .map_err(|e| plan.spec.error_at(&["client", "parser"], e).to_string())?,
+            parser: crate::load::external::by_name(parser, options).map_err(|e| {
+                plan.spec
+                    .error_at(&["client", "parser"], e.to_string())
+                    .to_string()
+            })?,
         }),
     })
 }
 
-/// Writes the notes and the reports (also after an interruption).
+/// Writes notes.txt (also after an interruption). The reports are the command's to write
+/// (`cli::run::write_reports`), so the sweep never imports the report module.
 pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
     let mut notes = summary.findings.clone();
     if summary.interrupted {
@@ -202,9 +207,7 @@ pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
     write(
         "notes.txt",
         notes.iter().map(|n| format!("{n}\n")).collect(),
-    )?;
-    let run = crate::report::RunData::read(&dir.path)?;
-    crate::report::write_all(&dir.path, &run).map_err(|e| format!("writing the reports: {e}"))
+    )
 }
 
 /// The `--dry-run` text: every step with its cpusets and command, and the estimated time.

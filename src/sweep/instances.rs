@@ -16,9 +16,9 @@ use super::driver::{Driver, StepLoad, StepRequest};
 use super::extra_observe::{InstanceInfo, ServerExtras};
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{ClientPlan, Plan, Series, TargetPlan};
-use super::rundir::{RunDir, StepSink};
 use super::server::{Launcher, Server};
-use crate::load::{IntervalLine, IntervalSink, LoadReport};
+use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
+use crate::record::rundir::{RunDir, StepSink};
 
 /// The name of instance `k` of `target` in results and file names.
 pub fn instance_label(target: &str, k: usize) -> String {
@@ -262,7 +262,8 @@ pub fn driver_factory(client: &ClientPlan) -> DriverFactory {
             Arc::new(move || {
                 Ok(Box::new(super::driver::CommandDriver {
                     template: template.clone(),
-                    parser: super::driver::parser_by_name(&parser, &options)?,
+                    parser: crate::load::external::by_name(&parser, &options)
+                        .map_err(|e| e.to_string())?,
                 }) as Box<dyn Driver>)
             })
         }
@@ -592,14 +593,14 @@ fn merged_hist(loads: &[StepLoad]) -> Result<Option<Histogram<u64>>, String> {
 }
 
 /// Without histograms only the mean and the max merge exactly; percentiles are unavailable.
-fn mean_only_latency(reports: &[&LoadReport]) -> crate::load::LatencyUs {
+fn mean_only_latency(reports: &[&LoadReport]) -> crate::record::load::LatencyUs {
     let n: u64 = reports.iter().map(|r| r.requests).sum();
     let mean = reports
         .iter()
         .map(|r| r.latency_us.mean * r.requests as f64)
         .sum::<f64>()
         / n.max(1) as f64;
-    crate::load::LatencyUs {
+    crate::record::load::LatencyUs {
         mean,
         p50: f64::NAN,
         p90: f64::NAN,
@@ -626,7 +627,7 @@ fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
     let any_rate = reports.iter().any(|r| r.rate_rps.is_some());
     let any_omitted = reports.iter().any(|r| r.omitted.is_some());
     LoadReport {
-        schema: crate::load::SCHEMA_VERSION,
+        schema: crate::record::load::SCHEMA_VERSION,
         url: reports
             .iter()
             .map(|r| r.url.as_str())
@@ -639,7 +640,7 @@ fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
         requests: sum_u(|r| r.requests),
         sent: sum_u(|r| r.sent),
         resent: sum_u(|r| r.resent),
-        error_ratio: crate::load::error_ratio(sum_u(|r| r.requests), &errors),
+        error_ratio: crate::record::load::error_ratio(sum_u(|r| r.requests), &errors),
         redis_hits: reports.iter().map(|r| r.redis_hits).sum(),
         redis_misses: reports.iter().map(|r| r.redis_misses).sum(),
         errors,
@@ -652,7 +653,7 @@ fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
             .map(|r| r.connect_time_s * r.connections as f64)
             .sum::<f64>()
             / connections.max(1) as f64,
-        latency_us: crate::load::LatencyUs::default(),
+        latency_us: crate::record::load::LatencyUs::default(),
         // Uncorrected latencies come without their histogram: they cannot be merged exactly.
         uncorrected_latency_us: None,
         omitted: any_omitted.then(|| sum_u(|r| r.omitted.unwrap_or(0))),
@@ -662,7 +663,7 @@ fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
             .iter()
             .filter_map(|r| r.send_lag_p99_us)
             .reduce(f64::max),
-        client_cpu: crate::load::ClientCpu {
+        client_cpu: crate::record::load::ClientCpu {
             user_s: sum_f(|r| r.client_cpu.user_s),
             sys_s: sum_f(|r| r.client_cpu.sys_s),
             per_core_busy: reports

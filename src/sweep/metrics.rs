@@ -176,7 +176,9 @@ impl MetricsSource {
         match self {
             MetricsSource::File { path, format } => {
                 if *format == MetricsFormat::Hlog {
-                    return crate::report::analysis::read_hlog(path).map(Snapshot::Hist);
+                    return crate::record::hlog::read_hlog_or_empty(path)
+                        .map(Snapshot::Hist)
+                        .map_err(|e| e.to_string());
                 }
                 let bytes = std::fs::read(path)
                     .map_err(|e| format!("cannot read the metrics file {}: {e}", path.display()))?;
@@ -412,8 +414,8 @@ mod tests {
         assert!(note.contains("does not contain"), "{d}");
         assert!(d.get("count").is_none() && d.get("p99").is_none(), "{d}");
         // Rendered as the reason, never as figures.
-        let mut step = crate::sweep::result::StepResult::empty("s".into(), "t", "p", 1, 0);
-        step.status = crate::sweep::result::StepStatus::Ok;
+        let mut step = crate::record::steps::StepResult::empty("s".into(), "t", "p", 1, 0);
+        step.status = crate::record::steps::StepStatus::Ok;
         step.derived
             .insert("target_metrics".into(), json!({"server": d}));
         let md = crate::report::extras::markdown(&[step]);

@@ -2,27 +2,22 @@
 //!
 //! A spec (TOML) is validated into a [`plan::Plan`]; [`runner::Runner`] walks it with a
 //! [`server::Launcher`], a [`driver::Driver`], a [`observer::StepObserver`] and a
-//! [`placement::PlacementSource`], each a trait with a fake, writing a [`rundir::RunDir`].
+//! [`placement::PlacementSource`], each a trait with a fake, writing a
+//! [`crate::record::rundir::RunDir`].
 
-pub mod cli;
 pub mod cores;
-pub mod demo;
 pub mod driver;
 pub mod experiment;
 pub mod extra_observe;
 pub mod instances;
 pub mod metrics;
 pub mod observer;
-pub mod parsers;
 pub mod placement;
 pub mod plan;
 pub mod policy;
-pub mod process;
 pub mod profiling;
 pub mod progress;
 pub mod remote;
-pub mod result;
-pub mod rundir;
 pub mod runner;
 pub mod server;
 pub mod spec;

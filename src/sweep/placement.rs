@@ -9,7 +9,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::topology::{load_custom_table, CustomPlacement, Policy, Topology};
+use super::topology::{load_custom_table, CustomPlacement, Policy};
+use crate::machine::topology::Topology;
 
 /// The cpusets of one step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -8,7 +8,6 @@
 //! between the busy and the saturated level in `profiles/diff-<a>-vs-<b>/`.
 
 use std::fmt;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,15 +17,16 @@ use serde::{Deserialize, Serialize, Serializer};
 use super::driver::StepRequest;
 use super::placement::CpuPair;
 use super::plan::{ClientPlan, Plan, Series, TargetPlan};
-use super::result::StepResult;
 use super::runner::{step_id, Point, RunSummary, Runner};
 use super::server::Server;
 use super::spec::{SpecError, SpecFile};
-use crate::load::{IntervalLine, IntervalSink};
-use crate::profile::{Event, ProfileSummary};
-
-/// The file of profile passes in a run directory.
-pub const PROFILES_FILE: &str = "profiles.jsonl";
+use crate::profile::ProfileSummary;
+use crate::record::load::{IntervalLine, IntervalSink};
+use crate::record::profiles::{
+    append_line, read_lines, DeltaRow, DiffEventRecord, DiffRecord, Event, EventRecord,
+    FunctionRow, MissingRecord, PassRecord, ProfileLine, ProfileTarget,
+};
+use crate::record::steps::StepResult;
 
 /// Load kept running past `seconds` so perf's start-up (it reads symbols first) is covered.
 const PERF_START_ALLOWANCE: Duration = Duration::from_secs(1);
@@ -119,29 +119,6 @@ impl<'de> Deserialize<'de> for Level {
     }
 }
 
-/// Whose processes perf records.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProfileTarget {
-    /// The server process and its descendants.
-    #[default]
-    Server,
-    /// The load generator: stairbench itself (built-in engine) or the external tool.
-    Client,
-    /// Both, in one recording (the thread frames tell them apart).
-    Both,
-}
-
-impl ProfileTarget {
-    fn name(self) -> &'static str {
-        match self {
-            ProfileTarget::Server => "server",
-            ProfileTarget::Client => "client",
-            ProfileTarget::Both => "server and client",
-        }
-    }
-}
-
 /// The `[profile]` section, checked except against the series (see [`check`]); None when the
 /// spec has none.
 pub fn section(spec: &SpecFile) -> Result<Option<ProfileSpec>, SpecError> {
@@ -201,172 +178,6 @@ pub fn check(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// One line of `profiles.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum ProfileLine {
-    /// A profile pass at one level.
-    Pass(PassRecord),
-    /// The differential graphs between two profiled levels.
-    Diff(DiffRecord),
-    /// A level (or a whole series) that has no profile, and why.
-    Missing(MissingRecord),
-}
-
-/// A profile pass: an extra run at a measured level with perf recording.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PassRecord {
-    /// Id of the level's first measured step; the files are in `profiles/<step>/`.
-    pub step: String,
-    /// Target name.
-    pub target: String,
-    /// Placement name.
-    pub placement: String,
-    /// Clients of the level.
-    pub clients: usize,
-    /// Open-loop rate of the level (requests/s), absent in closed loop.
-    pub rate_rps: Option<f64>,
-    /// Why this level was profiled: `busy`, `saturated`, `requested` (a count in `at`).
-    pub levels: Vec<String>,
-    /// Whose processes were recorded.
-    pub profiled: ProfileTarget,
-    /// Seconds perf recorded.
-    pub seconds: f64,
-    /// The profile's directory relative to the run directory (`profiles/<step>`).
-    pub dir: String,
-    /// Mean throughput of the level's measured steps (requests/s, without the profiler).
-    pub step_throughput_rps: f64,
-    /// Throughput of the pass's whole load window (requests/s, perf starting then recording).
-    pub throughput_rps: Option<f64>,
-    /// Length of the pass's load window in seconds.
-    pub window_s: Option<f64>,
-    /// The pass produced a profile.
-    pub ok: bool,
-    /// Why it did not, or what was left out.
-    pub reason: Option<String>,
-    /// One entry per event recorded.
-    pub events: Vec<EventRecord>,
-}
-
-impl PassRecord {
-    /// The throughput change while profiling, in percent of the step's (negative: slower).
-    pub fn change_pct(&self) -> Option<f64> {
-        let during = self.throughput_rps?;
-        (self.step_throughput_rps > 0.0)
-            .then(|| 100.0 * (during - self.step_throughput_rps) / self.step_throughput_rps)
-    }
-}
-
-/// One recorded event of a pass.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EventRecord {
-    /// The event asked for.
-    pub event: Event,
-    /// The perf event recorded (`cycles`, `cpu-clock`, ...).
-    pub perf_event: String,
-    /// Samples recorded.
-    pub samples: u64,
-    /// perf script lines that could not be read.
-    pub garbled_lines: u64,
-    /// Files written, relative to the profile directory.
-    pub files: Vec<String>,
-    /// The functions with the largest inclusive share, largest first.
-    pub top: Vec<FunctionRow>,
-}
-
-/// A function's share of a profile.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FunctionRow {
-    /// The function.
-    pub name: String,
-    /// Share of the stacks it appears in, % of the total weight.
-    pub inclusive_pct: f64,
-    /// Share of the stacks it is the leaf of, % of the total weight.
-    pub self_pct: f64,
-}
-
-/// Differential graphs between two profiled levels (A, B).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DiffRecord {
-    /// Target name.
-    pub target: String,
-    /// Placement name.
-    pub placement: String,
-    /// Step of profile A (the lower load).
-    pub a: String,
-    /// Step of profile B (the higher load).
-    pub b: String,
-    /// What A is: `busy (4 clients)`.
-    pub a_label: String,
-    /// What B is.
-    pub b_label: String,
-    /// Directory relative to the run directory (`profiles/diff-<a>-vs-<b>`).
-    pub dir: String,
-    /// Why there is no graph, if there is none.
-    pub reason: Option<String>,
-    /// One entry per event both profiles have.
-    pub events: Vec<DiffEventRecord>,
-}
-
-/// One event's differential graph.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DiffEventRecord {
-    /// The event compared.
-    pub event: Event,
-    /// Files written, relative to the diff directory.
-    pub files: Vec<String>,
-    /// Functions whose inclusive share moved most (A %, B %, points), largest move first.
-    pub deltas: Vec<DeltaRow>,
-}
-
-/// A function's inclusive share in A and B.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeltaRow {
-    /// The function.
-    pub name: String,
-    /// Inclusive share in A, %.
-    pub a_pct: f64,
-    /// Inclusive share in B, %.
-    pub b_pct: f64,
-    /// B minus A, percentage points.
-    pub delta_points: f64,
-}
-
-/// A level without a profile.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MissingRecord {
-    /// Target name.
-    pub target: String,
-    /// Placement name.
-    pub placement: String,
-    /// The level asked for; None when the whole series has no profile.
-    pub level: Option<String>,
-    /// Why.
-    pub reason: String,
-}
-
-/// Reads `profiles.jsonl` of a run directory (empty when absent; unreadable lines skipped).
-pub fn read_lines(dir: &Path) -> Vec<ProfileLine> {
-    std::fs::read_to_string(dir.join(PROFILES_FILE))
-        .map(|t| {
-            t.lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn append_line(dir: &Path, line: &ProfileLine) -> Result<(), String> {
-    let mut text = serde_json::to_string(line).map_err(|e| e.to_string())?;
-    text.push('\n');
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(PROFILES_FILE))
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| format!("writing {PROFILES_FILE}: {e}"))
-}
-
 /// A level chosen for a pass.
 #[derive(Debug, Clone, PartialEq)]
 struct Choice {
@@ -385,11 +196,7 @@ fn choose(
     placement: &str,
     steps: &[StepResult],
 ) -> (Vec<Choice>, Vec<MissingRecord>) {
-    let run = crate::report::RunData {
-        steps: steps.to_vec(),
-        ..crate::report::RunData::default()
-    };
-    let analysis = crate::report::analysis::analyze(&run, None);
+    let analysis = crate::analyze::run::analyze(steps, None);
     let series = analysis
         .series
         .into_iter()
@@ -421,7 +228,7 @@ fn load(p: Point) -> f64 {
 
 fn level_point(
     level: Level,
-    s: &crate::report::analysis::SeriesAnalysis,
+    s: &crate::analyze::run::SeriesAnalysis,
 ) -> Result<(Point, f64), String> {
     let at = |value: f64| {
         s.points
@@ -676,7 +483,7 @@ impl Runner<'_> {
         cpus: &CpuPair,
         server: &mut dyn Server,
         rel_dir: &str,
-    ) -> Result<(crate::load::LoadReport, CaptureResult), String> {
+    ) -> Result<(crate::record::load::LoadReport, CaptureResult), String> {
         let req = self.pass_request(spec, target, choice, cpus, server.port());
         let whose = Whose {
             target: spec.target,
@@ -764,7 +571,11 @@ fn new_record(
     }
 }
 
-fn fill_record(rec: &mut PassRecord, load: crate::load::LoadReport, capture: CaptureResult) {
+fn fill_record(
+    rec: &mut PassRecord,
+    load: crate::record::load::LoadReport,
+    capture: CaptureResult,
+) {
     rec.throughput_rps = Some(load.throughput_rps);
     rec.window_s = Some(load.duration_s);
     match capture {
@@ -816,13 +627,13 @@ impl Whose {
     fn pids(&self) -> Result<Vec<i32>, String> {
         let parents = parent_map();
         let server = match self.server_pid {
-            Some(pid) => crate::observe::procfs::descendants(pid, &parents),
+            Some(pid) => crate::machine::procfs::descendants(pid, &parents),
             None if self.target == ProfileTarget::Client => Vec::new(),
             None => return Err("the target has no process id to record".into()),
         };
         let client = if self.external_client {
             let me = std::process::id() as i32;
-            crate::observe::procfs::descendants(me, &parents)
+            crate::machine::procfs::descendants(me, &parents)
                 .into_iter()
                 .filter(|p| *p != me && !server.contains(p) && !is_perf(*p))
                 .collect()
@@ -854,7 +665,7 @@ fn parent_map() -> std::collections::BTreeMap<i32, i32> {
         // A process may end between listing and reading: skip it.
         if let Some(stat) = std::fs::read_to_string(entry.path().join("stat"))
             .ok()
-            .and_then(|t| crate::observe::procfs::parse_pid_stat(&t))
+            .and_then(|t| crate::machine::procfs::parse_pid_stat(&t))
         {
             out.insert(pid, stat.ppid);
         }
@@ -981,7 +792,9 @@ pub fn describe(plan: &Plan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sweep::result::StepStatus;
+    use crate::record::profiles::PROFILES_FILE;
+    use crate::record::steps::StepStatus;
+    use std::io::Write as _;
 
     fn spec_file(profile: &str) -> Result<SpecFile, SpecError> {
         let text = format!(
@@ -1032,10 +845,10 @@ mod tests {
     fn step(clients: usize, thr: f64, cpu_pct: f64) -> StepResult {
         let mut s = StepResult::empty(format!("a.p.c{clients}.r0"), "a", "p", clients, 0);
         s.status = StepStatus::Ok;
-        s.load = Some(crate::load::LoadReport {
+        s.load = Some(crate::record::load::LoadReport {
             throughput_rps: thr,
             duration_s: 1.0,
-            ..crate::load::LoadReport::default()
+            ..crate::record::load::LoadReport::default()
         });
         s.server_cpus = "0".into();
         s.server = serde_json::json!({ "server_cpus_busy_pct": cpu_pct });

@@ -1,9 +1,8 @@
-//! Progress of a run: step i of N, ETA, live ops/s (an indicatif bar on a terminal, plain
-//! lines otherwise, nothing in tests).
+//! Progress of a run: what the step loop tells its [`Progress`] (step i of N, live ops/s,
+//! each step's end), and [`Quiet`], which shows nothing (tests). The terminal's bar is the
+//! command's (`cli::progress`), so the runner knows no UI.
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-
-use super::result::{StepResult, StepStatus};
+use crate::record::steps::StepResult;
 
 /// Receives the loop's progress.
 pub trait Progress {
@@ -32,82 +31,4 @@ impl Progress for Quiet {
     fn done(&mut self, _: &StepResult) {}
     fn note(&mut self, _: &str) {}
     fn finish(&mut self) {}
-}
-
-/// An indicatif bar on stderr; one line per step when stderr is not a terminal.
-pub struct Bar {
-    bar: ProgressBar,
-    label: String,
-    tty: bool,
-}
-
-impl Default for Bar {
-    fn default() -> Self {
-        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template("{pos}/{len} steps done [{bar:30}] ETA {eta} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        Bar {
-            bar,
-            label: String::new(),
-            tty,
-        }
-    }
-}
-
-impl Progress for Bar {
-    fn begin(&mut self, total: usize, done: usize) {
-        self.bar.set_length(total as u64);
-        self.bar.set_position(done as u64);
-        self.bar.reset_eta();
-    }
-    fn step(&mut self, label: &str) {
-        self.label = label.to_string();
-        self.bar.set_message(label.to_string());
-    }
-    fn live(&mut self, ops_per_s: f64) {
-        self.bar
-            .set_message(format!("{}: {:.0} ops/s", self.label, ops_per_s));
-    }
-    fn done(&mut self, step: &StepResult) {
-        self.bar.inc(1);
-        let what = match (step.status, step.throughput_rps()) {
-            (StepStatus::Ok, Some(t)) => format!("{t:.0} requests/s"),
-            // The whole reason: a target's last output lines are the cause of its failure.
-            (status, _) => format!(
-                "{status:?}: {}",
-                step.reason
-                    .as_deref()
-                    .unwrap_or("")
-                    .trim_end()
-                    .replace('\n', "\n    ")
-            ),
-        };
-        let line = format!(
-            "{} {} c={} rep {}: {what}",
-            step.target, step.placement, step.clients, step.rep
-        );
-        if self.tty {
-            self.bar.println(line);
-        } else {
-            eprintln!(
-                "[{}/{}] {line}",
-                self.bar.position(),
-                self.bar.length().unwrap_or(0)
-            );
-        }
-    }
-    fn note(&mut self, text: &str) {
-        if self.tty {
-            self.bar.println(format!("note: {text}"));
-        } else {
-            eprintln!("note: {text}");
-        }
-    }
-    fn finish(&mut self) {
-        self.bar.finish_and_clear();
-    }
 }

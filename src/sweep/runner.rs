@@ -14,11 +14,11 @@ use super::observer::StepObserver;
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{Plan, Series, TargetPlan};
 use super::progress::Progress;
-use super::result::{now_unix_s, StepResult, StepStatus};
-use super::rundir::{RunDir, StepSink};
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
-use crate::load::{IntervalLine, IntervalSink};
+use crate::record::load::{IntervalLine, IntervalSink};
+use crate::record::rundir::{RunDir, StepSink};
+use crate::record::steps::{now_unix_s, StepResult, StepStatus};
 
 /// A point of a series.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -392,7 +392,7 @@ impl Runner<'_> {
         cpus: &CpuPair,
         group_cpus: Vec<Vec<usize>>,
         server: &mut Box<dyn Server>,
-    ) -> Result<(crate::load::LoadReport, super::observer::Observed), String> {
+    ) -> Result<(crate::record::load::LoadReport, super::observer::Observed), String> {
         let connections = point.clients * self.plan.connections_per_client;
         let threads = self
             .plan
@@ -597,7 +597,7 @@ fn ok_throughputs(reps: &[StepResult]) -> Vec<f64> {
 
 /// Mean throughput, mean latency and mean p99 (ms) of a point's ok repetitions.
 fn aggregate(reps: &[StepResult]) -> Option<(f64, f64, f64)> {
-    let ok: Vec<&crate::load::LoadReport> = reps
+    let ok: Vec<&crate::record::load::LoadReport> = reps
         .iter()
         .filter(|s| s.status == StepStatus::Ok)
         .filter_map(|s| s.load.as_ref())
@@ -616,7 +616,7 @@ fn aggregate(reps: &[StepResult]) -> Option<(f64, f64, f64)> {
 /// The p99 of a run counting its timed-out requests, which the latency figures leave out: a
 /// timed-out request is slower than any target, so when over 1% of the requests tried timed
 /// out, the p99 is infinite.
-fn p99_with_timeouts_us(load: &crate::load::LoadReport) -> f64 {
+fn p99_with_timeouts_us(load: &crate::record::load::LoadReport) -> f64 {
     let timeouts = load.errors.get("timeout").copied().unwrap_or(0);
     let tried = load.requests + load.errors.values().sum::<u64>();
     if tried > 0 && timeouts as f64 / tried as f64 > 0.01 {
@@ -800,7 +800,7 @@ mod tests {
 
     #[test]
     fn timeouts_over_one_percent_miss_any_p99_target() {
-        let mut load = crate::load::LoadReport {
+        let mut load = crate::record::load::LoadReport {
             requests: 990,
             ..Default::default()
         };
@@ -814,7 +814,7 @@ mod tests {
     #[test]
     fn a_step_over_the_error_ratio_is_errors() {
         let mut step = StepResult::empty("s".into(), "t", "shared", 1, 0);
-        step.load = Some(crate::load::LoadReport {
+        step.load = Some(crate::record::load::LoadReport {
             requests: 98,
             errors: [("http_5xx".to_string(), 2)].into(),
             ..Default::default()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::driver::fill;
 use super::placement::CpuPair;
 use super::plan::{TargetKind, TargetPlan};
-use super::process::{free_port, port_open, ChildProc, Launch};
+use crate::process::{free_port, port_open, ChildProc, Launch};
 
 /// A running target.
 pub trait Server {

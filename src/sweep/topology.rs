@@ -1,4 +1,4 @@
-//! CPU topology from /sys and the cpusets of each placement policy.
+//! The cpusets of each placement policy, over the topology `machine::topology` reads.
 //!
 //! A placement gives the server and the client their cpusets. The rules reproduce seed 000's
 //! table: `separated` puts each side on its own physical cores (one thread per core), on
@@ -8,67 +8,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::str::FromStr;
 
-use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::cpuset;
-
-/// One online logical CPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cpu {
-    /// The kernel's CPU number.
-    pub id: usize,
-    /// The core id within its package (`topology/core_id`).
-    pub core_id: usize,
-    /// The physical package (socket) (`topology/physical_package_id`).
-    pub package: usize,
-    /// The NUMA node holding this CPU (0 when the machine reports none).
-    pub node: usize,
-    /// The SMT siblings of this CPU, itself included (`topology/thread_siblings_list`).
-    pub siblings: Vec<usize>,
-}
-
-/// One physical core: its hardware threads, lowest CPU number first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Core {
-    /// The physical package (socket).
-    pub package: usize,
-    /// The NUMA node of the core's first thread.
-    pub node: usize,
-    /// The logical CPUs of this core, sorted.
-    pub threads: Vec<usize>,
-}
-
-/// The machine's online CPUs, cores, packages and NUMA nodes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Topology {
-    /// Every online CPU, by CPU number.
-    pub cpus: Vec<Cpu>,
-}
-
-/// A topology that could not be read.
-#[derive(Debug, Error)]
-pub enum TopologyError {
-    /// A sysfs file was missing or unreadable.
-    #[error("cannot read {path}: {source} (is {root} a sysfs tree? pass --sysfs ROOT)")]
-    Read {
-        path: PathBuf,
-        root: PathBuf,
-        source: std::io::Error,
-    },
-    /// A sysfs file held something other than what the kernel writes there.
-    #[error("{path} holds {content:?}, expected {expected}")]
-    Parse {
-        path: PathBuf,
-        content: String,
-        expected: &'static str,
-    },
-}
+use crate::machine::topology::{Core, Cpu, Topology};
 
 /// A placement policy: how the server's and the client's cpusets are chosen. Written as its
 /// name ("separated", "balanced", "shared", or a custom table's policy name) in specs and JSON.
@@ -163,118 +109,9 @@ pub struct CustomPlacement {
     pub by_count: BTreeMap<usize, Placement>,
 }
 
+// The placement policies over a topology; the reader (`machine::topology`) knows nothing of
+// them, so they live here with the policies.
 impl Topology {
-    /// Reads the running machine's topology from /sys.
-    pub fn detect() -> Result<Topology, TopologyError> {
-        Topology::from_sysfs(Path::new("/sys"))
-    }
-
-    /// Reads the topology from a sysfs tree rooted at `root` (normally "/sys").
-    pub fn from_sysfs(root: &Path) -> Result<Topology, TopologyError> {
-        let cpu_dir = root.join("devices/system/cpu");
-        let online = read_cpu_list(root, &cpu_dir.join("online"))?;
-        let node_of = read_nodes(root)?;
-        let mut cpus = Vec::with_capacity(online.len());
-        for id in online {
-            let topo = cpu_dir.join(format!("cpu{id}/topology"));
-            let siblings = read_cpu_list(root, &topo.join("thread_siblings_list"))?;
-            cpus.push(Cpu {
-                id,
-                core_id: read_number(root, &topo.join("core_id"))?,
-                package: read_number(root, &topo.join("physical_package_id"))?,
-                node: node_of.get(&id).copied().unwrap_or(0),
-                siblings,
-            });
-        }
-        Ok(Topology::from_cpus(cpus))
-    }
-
-    /// Builds a topology from a list of CPUs (sorted by CPU number here).
-    pub fn from_cpus(mut cpus: Vec<Cpu>) -> Topology {
-        cpus.sort_by_key(|c| c.id);
-        Topology { cpus }
-    }
-
-    /// The online CPU numbers.
-    pub fn cpu_ids(&self) -> Vec<usize> {
-        self.cpus.iter().map(|c| c.id).collect()
-    }
-
-    /// The NUMA node numbers, ascending.
-    pub fn nodes(&self) -> Vec<usize> {
-        let set: BTreeSet<usize> = self.cpus.iter().map(|c| c.node).collect();
-        set.into_iter().collect()
-    }
-
-    /// The CPUs of one NUMA node.
-    pub fn node_cpus(&self, node: usize) -> Vec<usize> {
-        self.cpus
-            .iter()
-            .filter(|c| c.node == node)
-            .map(|c| c.id)
-            .collect()
-    }
-
-    /// The packages (sockets), ascending.
-    pub fn packages(&self) -> Vec<usize> {
-        let set: BTreeSet<usize> = self.cpus.iter().map(|c| c.package).collect();
-        set.into_iter().collect()
-    }
-
-    /// The physical cores, ordered by node, then by their lowest CPU number.
-    pub fn cores(&self) -> Vec<Core> {
-        let mut by_key: BTreeMap<(usize, usize), Vec<usize>> = BTreeMap::new();
-        for c in &self.cpus {
-            by_key.entry((c.package, c.core_id)).or_default().push(c.id);
-        }
-        let node_of: BTreeMap<usize, usize> = self.cpus.iter().map(|c| (c.id, c.node)).collect();
-        let mut cores: Vec<Core> = by_key
-            .into_iter()
-            .map(|((package, _), mut threads)| {
-                threads.sort_unstable();
-                Core {
-                    package,
-                    node: node_of[&threads[0]],
-                    threads,
-                }
-            })
-            .collect();
-        cores.sort_by_key(|c| (c.node, c.threads[0]));
-        cores
-    }
-
-    /// The most hardware threads any core has (1 without SMT).
-    pub fn threads_per_core(&self) -> usize {
-        self.cores()
-            .iter()
-            .map(|c| c.threads.len())
-            .max()
-            .unwrap_or(1)
-    }
-
-    /// True when some core runs more than one hardware thread.
-    pub fn smt(&self) -> bool {
-        self.threads_per_core() > 1
-    }
-
-    /// One line: CPUs, packages, cores, threads per core, nodes.
-    pub fn summary(&self) -> String {
-        let nodes = self.nodes().len();
-        format!(
-            "{} CPUs online ({}), {} package{}, {} physical cores, {} thread{} per core (SMT {}), {} NUMA node{}",
-            self.cpus.len(),
-            cpuset::format(&self.cpu_ids()),
-            self.packages().len(),
-            plural(self.packages().len()),
-            self.cores().len(),
-            self.threads_per_core(),
-            plural(self.threads_per_core()),
-            if self.smt() { "on" } else { "off" },
-            nodes,
-            plural(nodes),
-        )
-    }
-
     /// The cpusets `policy` gives with `count` CPUs per side (one CPU per client, as in seed 000).
     pub fn placement_for(
         &self,
@@ -673,86 +510,8 @@ impl FromStr for Policy {
     }
 }
 
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
-}
-
-fn read_text(root: &Path, path: &Path) -> Result<String, TopologyError> {
-    std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
-        path: path.to_path_buf(),
-        root: root.to_path_buf(),
-        source,
-    })
-}
-
-fn read_number(root: &Path, path: &Path) -> Result<usize, TopologyError> {
-    let text = read_text(root, path)?;
-    // Some platforms write -1 for an unknown package or core: treat it as 0.
-    match text.trim() {
-        "-1" => Ok(0),
-        t => t.parse().map_err(|_| TopologyError::Parse {
-            path: path.to_path_buf(),
-            content: text.trim().to_string(),
-            expected: "a number",
-        }),
-    }
-}
-
-fn read_cpu_list(root: &Path, path: &Path) -> Result<Vec<usize>, TopologyError> {
-    let text = read_text(root, path)?;
-    if text.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    cpuset::parse(text.trim()).map_err(|_| TopologyError::Parse {
-        path: path.to_path_buf(),
-        content: text.trim().to_string(),
-        expected: "a CPU list such as 0-3,8",
-    })
-}
-
-/// CPU → NUMA node, from /sys/devices/system/node/node*/cpulist (empty without NUMA support).
-fn read_nodes(root: &Path) -> Result<BTreeMap<usize, usize>, TopologyError> {
-    let dir = root.join("devices/system/node");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Ok(BTreeMap::new());
-    };
-    let mut node_of = BTreeMap::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(node) = name
-            .strip_prefix("node")
-            .and_then(|n| n.parse::<usize>().ok())
-        else {
-            continue;
-        };
-        for cpu in read_cpu_list(root, &entry.path().join("cpulist"))? {
-            node_of.insert(cpu, node);
-        }
-    }
-    Ok(node_of)
-}
-
 // ---------------------------------------------------------------------------------------
-// `stairbench topology`
-
-/// Options of `stairbench topology`.
-#[derive(Debug, clap::Args)]
-pub struct TopologyArgs {
-    /// Print JSON: cpus, nodes, smt and each placement's cpusets by side and client count
-    /// (`{"separated": {"server": {"2": "0-1"}, "client": {...}}}`, which a spec accepts back).
-    #[arg(long)]
-    pub json: bool,
-    /// Read the topology from this sysfs tree instead of /sys.
-    #[arg(long, value_name = "ROOT", default_value = "/sys")]
-    pub sysfs: PathBuf,
-    /// CPU counts per side to place (default: powers of two up to the CPU count, and the CPU count).
-    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
-    pub counts: Vec<usize>,
-}
+// `stairbench topology --json`: what another host's placements are computed from
 
 /// The JSON `stairbench topology --json` prints.
 #[derive(Debug, Serialize, Deserialize)]
@@ -781,36 +540,6 @@ pub struct TopologyReport {
     /// placements are computed from).
     #[serde(default)]
     pub cpu_list: Vec<Cpu>,
-}
-
-/// Prints the topology and the cpusets each policy gives for each count.
-pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
-    let topo = Topology::from_sysfs(&args.sysfs)
-        .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))
-        .map_err(|e| crate::exit::UsageError(format!("{e:#}")))?;
-    let counts = if args.counts.is_empty() {
-        default_counts(topo.cpus.len())
-    } else {
-        args.counts.clone()
-    };
-    let report = report(&topo, &counts);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_text(&topo, &report, &counts);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Powers of two up to `cpus`, then `cpus` itself.
-pub fn default_counts(cpus: usize) -> Vec<usize> {
-    let mut counts: Vec<usize> = std::iter::successors(Some(1usize), |n| n.checked_mul(2))
-        .take_while(|&n| n <= cpus)
-        .collect();
-    if counts.last() != Some(&cpus) && cpus > 0 {
-        counts.push(cpus);
-    }
-    counts
 }
 
 /// The topology and its placements for `counts`, as `stairbench topology --json` prints them.
@@ -858,40 +587,6 @@ pub fn report(topo: &Topology, counts: &[usize]) -> TopologyReport {
         skipped,
         note: topo.coincide_note(),
         cpu_list: topo.cpus.clone(),
-    }
-}
-
-fn print_text(topo: &Topology, report: &TopologyReport, counts: &[usize]) {
-    println!("{}", topo.summary());
-    for (node, cpus) in &report.node_cpus {
-        println!("  NUMA node {node}: {cpus}");
-    }
-    if let Some(note) = &report.note {
-        println!("note: {note}");
-    }
-    println!();
-    println!("{:<10} {:>5}  {:<32} client", "policy", "count", "server");
-    for policy in Policy::builtin() {
-        let name = policy.name();
-        for count in counts {
-            let key = count.to_string();
-            let cell = |side: &str| {
-                report.placements[name]
-                    .get(side)
-                    .and_then(|m| m.get(&key))
-                    .cloned()
-            };
-            match (cell("server"), cell("client")) {
-                (Some(s), Some(c)) => println!("{name:<10} {count:>5}  {s:<32} {c}"),
-                _ => {
-                    let why = report.skipped.get(name).and_then(|m| m.get(&key));
-                    println!(
-                        "{name:<10} {count:>5}  skipped: {}",
-                        why.map_or("", String::as_str)
-                    );
-                }
-            }
-        }
     }
 }
 
@@ -959,13 +654,6 @@ mod tests {
             machine(1, 2, 1).placement_for(&Policy::Balanced, 0),
             Err(PlacementError::ZeroCount)
         );
-    }
-
-    #[test]
-    fn default_counts_are_powers_of_two_then_all() {
-        assert_eq!(default_counts(112), vec![1, 2, 4, 8, 16, 32, 64, 112]);
-        assert_eq!(default_counts(2), vec![1, 2]);
-        assert_eq!(default_counts(32), vec![1, 2, 4, 8, 16, 32]);
     }
 
     #[test]

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::plan::Series;
 use super::spec::{SpecError, SpecFile};
-use crate::report::analysis::parse_comparison;
-use crate::report::compare::Selector;
+use crate::analyze::compare::spec::parse_comparison;
+use crate::analyze::compare::Selector;
 
 /// The spec's `[report]` section.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

@@ -12,12 +12,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
-use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::Histogram;
 use serde_json::Value;
 
 use super::{CoreHeatMap, LatencyBucket, Point, ReportData, Series, StepHistogram, Table};
+use crate::record::hlog::{read_hlog, HlogError};
 use crate::report::svg::format_number;
 
 /// Histogram buckets per doubling of latency (9% wide: enough to split 4–8 µs from 11–16 µs).
@@ -343,7 +342,7 @@ fn step_label(s: &Value) -> String {
         "{} · {} · {}",
         str_at(s, "target"),
         str_at(s, "placement"),
-        crate::report::analysis::peak::clients_text(clients)
+        crate::analyze::run::peak::clients_text(clients)
     );
     if let Some(rate) = f64_at(s, &["rate_rps"]) {
         label.push_str(&format!(" at {rate:.0} req/s offered"));
@@ -370,39 +369,13 @@ fn step_histogram(dir: &Path, s: &Value) -> Result<Option<StepHistogram>, Adapte
     }))
 }
 
-/// Merges every interval of an HdrHistogram interval log (values in nanoseconds).
-pub fn read_hlog(path: &Path) -> Result<Option<Histogram<u64>>, AdapterError> {
-    use base64::Engine as _;
-    let bytes = std::fs::read(path).map_err(|source| AdapterError::Read {
-        path: path.into(),
-        source,
-    })?;
-    let bad = |why: String| AdapterError::Hlog {
-        path: path.into(),
-        why,
-    };
-    let mut deserializer = Deserializer::new();
-    let mut merged: Option<Histogram<u64>> = None;
-    for entry in IntervalLogIterator::new(&bytes) {
-        let LogEntry::Interval(h) = entry.map_err(|e| bad(format!("{e:?}")))? else {
-            continue;
-        };
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(h.encoded_histogram())
-            .map_err(|e| bad(e.to_string()))?;
-        let hist: Histogram<u64> = deserializer
-            .deserialize(&mut raw.as_slice())
-            .map_err(|e| bad(format!("{e:?}")))?;
-        match merged.as_mut() {
-            Some(m) => m.add(&hist).map_err(|e| bad(format!("{e:?}")))?,
-            None => {
-                let mut first = hist;
-                first.auto(true);
-                merged = Some(first);
-            }
+impl From<HlogError> for AdapterError {
+    fn from(e: HlogError) -> Self {
+        match e {
+            HlogError::Read { path, source } => AdapterError::Read { path, source },
+            HlogError::Bad { path, why } => AdapterError::Hlog { path, why },
         }
     }
-    Ok(merged)
 }
 
 /// Log-spaced buckets in microseconds, [2^(k/8), 2^((k+1)/8)), only the non-empty ones.
@@ -466,7 +439,7 @@ pub fn heat_step<'a>(ok: &[&'a Value], spec: Option<&toml::Table>) -> Option<&'a
         .and_then(|s| s.get("report"))
         .and_then(|r| r.get("heat_map"))
         .and_then(|h| h.as_str())
-        .and_then(|h| h.parse::<crate::report::compare::Selector>().ok());
+        .and_then(|h| h.parse::<crate::analyze::compare::Selector>().ok());
     let first = ok.first()?;
     let wanted = |s: &&&Value| match &selector {
         Some(sel) => {

@@ -2,8 +2,8 @@
 //! same load levels, peaks and merged percentiles report.md prints.
 
 use super::{Point, Series, UslCurve};
-use crate::report::analysis::{LoadPoint, RunAnalysis, SeriesAnalysis};
-use crate::sweep::result::{StepResult, StepStatus};
+use crate::analyze::run::{LoadPoint, RunAnalysis, SeriesAnalysis};
+use crate::record::steps::{StepResult, StepStatus};
 
 /// The page's series: one point per load level of the analysis (an open-loop series one per
 /// offered rate), its latency from the repetitions' histograms merged, its CPU per request

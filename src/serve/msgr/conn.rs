@@ -4,7 +4,7 @@
 use std::io::{self, ErrorKind, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::load::protocol::msgr::FrameError;
+use crate::wire::msgr::FrameError;
 
 /// Read buffer of one event loop, shared by all its connections (the decoder keeps no payload).
 pub const READ_BUF_BYTES: usize = 64 * 1024;

@@ -1,6 +1,6 @@
 //! `stairbench serve msgr`: the length-prefixed messenger server in two architectures whose
 //! scaling the lab compares (seeds 000/001: Crimson's reactor against the async messenger).
-//! The frame format lives in [`crate::load::protocol::msgr`].
+//! The frame format lives in [`crate::wire::msgr`].
 
 mod conn;
 mod listen;
@@ -18,8 +18,8 @@ use anyhow::Context as _;
 use mio::{Events, Poll, Token, Waker};
 use thiserror::Error;
 
-use crate::load::protocol::msgr::DEFAULT_MAX_FRAME;
 use crate::serve::stats::{self, ThreadStat};
+use crate::wire::msgr::DEFAULT_MAX_FRAME;
 use conn::ConnCounters;
 
 const LISTENER: Token = Token(0);

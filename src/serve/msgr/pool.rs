@@ -12,8 +12,8 @@ use mio::{Interest, Poll, Waker};
 
 use super::conn::{self, Close, OutBuf, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
 use super::{accept_all, EventLoop, LoopShared, LISTENER};
-use crate::load::protocol::msgr::{encode_reply, RequestDecoder, HEADER_LEN};
 use crate::serve::stats::ThreadStat;
+use crate::wire::msgr::{encode_reply, RequestDecoder, HEADER_LEN};
 
 /// A connection stops being read while this many of its requests are with the workers.
 const MAX_IN_FLIGHT_PER_CONN: usize = 1024;

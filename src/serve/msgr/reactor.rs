@@ -10,8 +10,8 @@ use mio::{Interest, Poll};
 use super::conn::{self, Close, OutBuf, Slab, OUT_HIGH_WATER_BYTES, READ_BUF_BYTES};
 use super::work::Work;
 use super::{accept_all, EventLoop, LoopShared, LISTENER};
-use crate::load::protocol::msgr::{encode_reply, RequestDecoder};
 use crate::serve::stats::ThreadStat;
+use crate::wire::msgr::{encode_reply, RequestDecoder};
 
 struct Conn {
     stream: TcpStream,

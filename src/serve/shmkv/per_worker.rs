@@ -6,71 +6,17 @@
 //! than cores does not collapse. A cell whose owner process died is taken back by its
 //! worker; a dead client can only lose its own request.
 
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::msg::{serve, Request, Response};
-use super::region::Region;
-use super::sync::{futex_wait, futex_wake_all, pid_alive};
-use super::table::Table;
-use super::ShmkvError;
+use super::table::{serve, Table};
+use crate::wire::shmkv::per_worker::{block, Block, CELLS, SPIN, WORKER_NAP, YIELD};
+use crate::wire::shmkv::region::Region;
+use crate::wire::shmkv::sync::{futex_wait, futex_wake_all, pid_alive};
 
-/// Request/response cells per worker: the most clients one worker takes.
-pub const CELLS: usize = 64;
-/// Pure spinning before yielding.
-const SPIN: Duration = Duration::from_micros(4);
-/// Spinning with `sched_yield` before parking.
-const YIELD: Duration = Duration::from_micros(50);
-/// A parked worker wakes this often to notice a stop or dead clients.
-const WORKER_NAP: Duration = Duration::from_millis(20);
 /// How often a busy worker looks for dead clients.
 const REAP_EVERY: Duration = Duration::from_millis(100);
-
-#[repr(C, align(64))]
-struct BlockCtl {
-    /// Bumped by a client that finds the worker parked; the worker sleeps on it.
-    doorbell: AtomicU32,
-    worker_parked: AtomicU32,
-    /// One past the highest cell ever claimed: the worker scans no further.
-    cells_used: AtomicU32,
-}
-
-#[repr(C, align(64))]
-struct InCell {
-    /// The process owning the cell, 0 when free.
-    owner_pid: AtomicI32,
-    /// Bumped by the client when `req` holds a new request.
-    req_seq: AtomicU32,
-    req: UnsafeCell<Request>,
-}
-
-#[repr(C, align(64))]
-struct OutCell {
-    /// Set to the request's `req_seq` by the worker once `resp` holds its answer.
-    resp_seq: AtomicU32,
-    client_parked: AtomicU32,
-    resp: UnsafeCell<Response>,
-}
-
-/// One worker's block: its control line, its input ring, its output ring.
-#[repr(C)]
-pub struct Block {
-    ctl: BlockCtl,
-    input: [InCell; CELLS],
-    output: [OutCell; CELLS],
-}
-
-/// Bytes of one block.
-pub fn block_size() -> usize {
-    std::mem::size_of::<Block>()
-}
-
-fn block(region: &Region, i: usize) -> &Block {
-    // SAFETY: blocks are atomics and plain records; the region was sized for them.
-    unsafe { region.body::<Block>(i * block_size()) }
-}
 
 /// Runs worker `index` until `stop`.
 pub fn worker_loop(region: Arc<Region>, index: usize, table: Arc<Table>, stop: Arc<AtomicBool>) {
@@ -175,127 +121,6 @@ pub fn wake_all(region: &Region, workers: usize) {
         futex_wake_all(&b.ctl.doorbell);
         for cell in &b.output {
             futex_wake_all(&cell.resp_seq);
-        }
-    }
-}
-
-/// A client's end: one cell pair of one worker.
-pub struct Client {
-    region: Arc<Region>,
-    block: usize,
-    cell: usize,
-    seq: u32,
-    /// The last request was never answered: the cell cannot be handed back safely.
-    abandoned: bool,
-}
-
-impl Client {
-    /// Claims a free cell, starting at the next worker in round-robin order.
-    pub fn attach(region: Arc<Region>) -> Result<Client, ShmkvError> {
-        let h = region.header();
-        let workers = h.num_workers as usize;
-        let first = h.next_block.fetch_add(1, Ordering::Relaxed) as usize;
-        let pid = std::process::id() as i32;
-        for k in 0..workers {
-            let w = (first + k) % workers;
-            let b = block(&region, w);
-            for i in 0..CELLS {
-                let claimed = b.input[i]
-                    .owner_pid
-                    .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok();
-                if claimed {
-                    b.ctl.cells_used.fetch_max(i as u32 + 1, Ordering::AcqRel);
-                    let seq = b.input[i].req_seq.load(Ordering::Acquire);
-                    return Ok(Client {
-                        region,
-                        block: w,
-                        cell: i,
-                        seq,
-                        abandoned: false,
-                    });
-                }
-            }
-        }
-        Err(ShmkvError::Full {
-            clients: workers * CELLS,
-        })
-    }
-
-    /// Sends one request and waits for its answer, at most `timeout`.
-    pub fn call(
-        &mut self,
-        op: u32,
-        key: &[u8],
-        value: &[u8],
-        timeout: Duration,
-    ) -> Result<&Response, ShmkvError> {
-        if self.abandoned {
-            return Err(ShmkvError::Timeout);
-        }
-        let region = self.region.clone();
-        let b = block(&region, self.block);
-        let (inp, out) = (&b.input[self.cell], &b.output[self.cell]);
-        self.seq = self.seq.wrapping_add(1);
-        // SAFETY: the cell is ours and the worker has answered everything before.
-        unsafe { (*inp.req.get()).fill(op, key, value, self.cell as u32, self.seq as u64) };
-        inp.req_seq.store(self.seq, Ordering::SeqCst);
-        if b.ctl.worker_parked.load(Ordering::SeqCst) != 0 {
-            b.ctl.doorbell.fetch_add(1, Ordering::SeqCst);
-            futex_wake_all(&b.ctl.doorbell);
-        }
-        self.wait(out, timeout)?;
-        // SAFETY: published by the worker with release order; it will not write again
-        // until our next request.
-        Ok(unsafe { &*out.resp.get() })
-    }
-
-    fn wait(&mut self, out: &OutCell, timeout: Duration) -> Result<(), ShmkvError> {
-        let want = self.seq;
-        let start = Instant::now();
-        let mut n: u32 = 0;
-        loop {
-            if out.resp_seq.load(Ordering::Acquire) == want {
-                return Ok(());
-            }
-            n = n.wrapping_add(1);
-            if n & 31 != 0 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let waited = start.elapsed();
-            if waited < SPIN {
-                continue;
-            }
-            if waited < YIELD {
-                std::thread::yield_now();
-                continue;
-            }
-            if self.region.header().stopping.load(Ordering::Relaxed) != 0 {
-                return Err(ShmkvError::Stopped);
-            }
-            if waited >= timeout {
-                self.abandoned = true;
-                return Err(ShmkvError::Timeout);
-            }
-            out.client_parked.store(1, Ordering::SeqCst);
-            let seen = out.resp_seq.load(Ordering::SeqCst);
-            if seen != want {
-                futex_wait(&out.resp_seq, seen, (timeout - waited).min(WORKER_NAP));
-            }
-            out.client_parked.store(0, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        // A cell with a request still pending stays claimed until this process exits:
-        // handing it over would let the late answer reach the next owner.
-        if !self.abandoned {
-            block(&self.region, self.block).input[self.cell]
-                .owner_pid
-                .store(0, Ordering::Release);
         }
     }
 }

@@ -1,7 +1,11 @@
 //! The hash table: a fixed array of buckets, each behind its own lock, so workers touching
-//! different buckets never wait for each other.
+//! different buckets never wait for each other; and `serve`, which answers one request from it.
 
 use std::sync::Mutex;
+
+use crate::wire::shmkv::msg::{
+    Request, Response, OP_GET, OP_SET, ST_BAD_REQUEST, ST_NOT_FOUND, ST_OK,
+};
 
 /// A byte-key, byte-value hash table with one lock per bucket.
 pub struct Table {
@@ -64,9 +68,35 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
+/// Answers `req` from `table` into `resp` (status, value, and the routing fields).
+pub fn serve(table: &Table, req: &Request, resp: &mut Response) {
+    resp.client = req.client;
+    resp.seq = req.seq;
+    resp.value_len = 0;
+    let Some(key) = req.key() else {
+        resp.status = ST_BAD_REQUEST;
+        return;
+    };
+    resp.status = match req.op {
+        OP_GET => match table.get(key, &mut resp.value) {
+            Some(n) => {
+                resp.value_len = n as u32;
+                ST_OK
+            }
+            None => ST_NOT_FOUND,
+        },
+        OP_SET => {
+            table.set(key, &req.value[..req.value_len as usize]);
+            ST_OK
+        }
+        _ => ST_BAD_REQUEST,
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::shmkv::msg::{boxed, MAX_KEY};
 
     #[test]
     fn keys_in_one_bucket_stay_apart() {
@@ -84,5 +114,26 @@ mod tests {
     #[test]
     fn buckets_round_up() {
         assert_eq!(Table::new(1000).buckets.len(), 1024);
+    }
+
+    #[test]
+    fn set_then_get_and_bad_lengths() {
+        let table = Table::new(16);
+        let (mut req, mut resp) = (boxed::<Request>(), boxed::<Response>());
+        req.fill(OP_GET, b"k", b"", 3, 9);
+        serve(&table, &req, &mut resp);
+        assert_eq!((resp.status, resp.client, resp.seq), (ST_NOT_FOUND, 3, 9));
+        req.fill(OP_SET, b"k", b"hello", 3, 10);
+        serve(&table, &req, &mut resp);
+        assert_eq!(resp.status, ST_OK);
+        req.fill(OP_GET, b"k", b"", 3, 11);
+        serve(&table, &req, &mut resp);
+        assert_eq!(&resp.value[..resp.value_len as usize], b"hello");
+        req.key_len = MAX_KEY as u32 + 1;
+        serve(&table, &req, &mut resp);
+        assert_eq!(resp.status, ST_BAD_REQUEST);
+        req.fill(7, b"k", b"", 3, 12);
+        serve(&table, &req, &mut resp);
+        assert_eq!(resp.status, ST_BAD_REQUEST);
     }
 }

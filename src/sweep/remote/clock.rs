@@ -6,12 +6,12 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use super::ssh::{sh_c, truncate, Remote};
 use super::RemoteError;
+use crate::clock::now_ns;
 
 /// Round trips `clock_offset` makes (after one warm-up).
 pub const CLOCK_ROUNDS: usize = 8;
@@ -53,13 +53,6 @@ pub fn best_offset(samples: &[ClockSample]) -> Option<ClockOffset> {
         rtt_ns,
         rounds: samples.len(),
     })
-}
-
-/// The local wall clock, ns since the Unix epoch.
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 impl Remote {

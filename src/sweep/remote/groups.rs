@@ -11,9 +11,11 @@ use serde_json::{json, Value};
 
 use super::session::HostSession;
 use super::window::{plan_start, to_reference, window_overlap, Window, MIN_WINDOW_OVERLAP};
-use super::{now_ns, ClockOffset, RemoteStatus};
+use super::{ClockOffset, RemoteStatus};
+use crate::clock::now_ns;
 use crate::load::raw::RawLoad;
-use crate::load::{IntervalSink, ProtoOptions};
+use crate::load::ProtoOptions;
+use crate::record::load::IntervalSink;
 use crate::sweep::driver::{engine_config, Driver, StepLoad, StepRequest};
 use crate::sweep::instances::{instance_sinks, merge_loads, share, ChannelSink, Line, LineMerger};
 
@@ -282,7 +284,7 @@ fn remote_load(
     proto: &ProtoOptions,
     start_at_ns: i64,
     stop: &AtomicBool,
-) -> Result<(RawLoad, crate::load::LoadReport), String> {
+) -> Result<(RawLoad, crate::record::load::LoadReport), String> {
     let json_name = format!("{}.load.json", sub.step_id);
     let raw_name = format!("{}.raw.jsonl", sub.step_id);
     let mut args = load_args(sub, proto);
@@ -418,7 +420,7 @@ mod tests {
     #[derive(Parser)]
     struct Load {
         #[command(flatten)]
-        args: crate::load::cli::LoadArgs,
+        args: crate::cli::load::LoadArgs,
     }
 
     #[test]

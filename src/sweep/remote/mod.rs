@@ -17,12 +17,12 @@ pub mod session;
 pub mod ssh;
 pub mod window;
 
-pub use clock::{best_offset, now_ns, ClockOffset, ClockSample};
+pub use clock::{best_offset, ClockOffset, ClockSample};
 pub use host::{parse_hosts, validate_hosts, HostEntry, HostError, HostSpec, HostTable};
 pub use process::{RemoteProcess, RemoteStatus};
 pub use ssh::{CopyOutcome, Remote, RemoteOutput, REMOTE_BIN};
 pub use window::{
-    host_start_times, plan_start, sleep_until_ns, to_reference, window_overlap, StartPlan, Window,
+    host_start_times, plan_start, to_reference, window_overlap, StartPlan, Window,
     MIN_WINDOW_OVERLAP,
 };
 

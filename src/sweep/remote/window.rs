@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use super::clock::{now_ns, ClockOffset};
+use super::clock::ClockOffset;
+use crate::clock::now_ns;
 
 /// A step whose windows overlap less than this fraction fails.
 pub const MIN_WINDOW_OVERLAP: f64 = 0.95;
@@ -65,22 +66,6 @@ pub fn window_overlap(windows: &[Window]) -> f64 {
     common / (union_end - union_start) as f64
 }
 
-/// Sleeps until the local wall clock reads `target_ns` (returns at once if it is past). The
-/// last millisecond is spun, so the start is within microseconds of the target.
-pub fn sleep_until_ns(target_ns: i64) {
-    loop {
-        let left_ns = target_ns - now_ns();
-        if left_ns <= 0 {
-            return;
-        }
-        if left_ns > 1_000_000 {
-            std::thread::sleep(Duration::from_nanos((left_ns - 1_000_000) as u64));
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,14 +110,5 @@ mod tests {
         assert!(
             window_overlap(&[(0, 10 * s), (3 * s / 10, 10 * s + 3 * s / 10)]) < MIN_WINDOW_OVERLAP
         );
-    }
-
-    #[test]
-    fn sleep_until_reaches_the_target() {
-        let target = now_ns() + 20_000_000;
-        sleep_until_ns(target);
-        let late_ns = now_ns() - target;
-        assert!((0..50_000_000).contains(&late_ns), "late by {late_ns} ns");
-        sleep_until_ns(0);
     }
 }

@@ -270,6 +270,14 @@ pub fn sample_tree(proc_root: &Path, root: i32) -> Option<TreeSample> {
     Some(sample)
 }
 
+/// pid → parent pid of every process under the proc tree at `proc_root` ("/proc").
+pub fn parent_map(proc_root: &Path) -> BTreeMap<i32, i32> {
+    all_pid_stats(proc_root)
+        .into_iter()
+        .map(|(pid, s)| (pid, s.ppid))
+        .collect()
+}
+
 fn all_pid_stats(proc_root: &Path) -> BTreeMap<i32, PidStat> {
     let mut out = BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(proc_root) else {

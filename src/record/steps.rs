@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::load::{LatencyUs, LoadReport};
+use crate::record::load::{LatencyUs, LoadReport};
 
 /// Version of the `steps.jsonl` layout.
 pub const STEPS_SCHEMA_VERSION: u32 = 1;
@@ -94,9 +94,9 @@ impl StepResult {
     /// Failed requests over all requests tried: errors / (requests + errors); 0 when nothing
     /// was measured.
     pub fn error_ratio(&self) -> f64 {
-        self.load
-            .as_ref()
-            .map_or(0.0, |l| crate::load::error_ratio(l.requests, &l.errors))
+        self.load.as_ref().map_or(0.0, |l| {
+            crate::record::load::error_ratio(l.requests, &l.errors)
+        })
     }
 
     /// A derived figure by path, e.g. `["cpu_us_per_req", "total"]`.
@@ -215,7 +215,7 @@ impl StepResult {
 /// in the JSON and NaN here (unavailable, never zero).
 fn load_report(obj: &Map<String, Value>) -> Result<LoadReport, String> {
     let mut fields = obj.clone();
-    fields.insert("schema".into(), crate::load::SCHEMA_VERSION.into());
+    fields.insert("schema".into(), crate::record::load::SCHEMA_VERSION.into());
     let lat = fields.insert(
         "latency_us".into(),
         serde_json::to_value(LatencyUs::default()).unwrap_or(Value::Null),
@@ -296,7 +296,7 @@ mod tests {
         let mut step = StepResult::empty("a.shared.c4.r0".into(), "a", "shared", 4, 0);
         step.status = StepStatus::Ok;
         step.load = Some(LoadReport {
-            schema: crate::load::SCHEMA_VERSION,
+            schema: crate::record::load::SCHEMA_VERSION,
             requests: 100,
             sent: 110,
             resent: 7,
@@ -326,7 +326,7 @@ mod tests {
         let mut step = StepResult::empty("e".into(), "nginx", "shared", 1, 0);
         step.status = StepStatus::Errors;
         step.load = Some(LoadReport {
-            schema: crate::load::SCHEMA_VERSION,
+            schema: crate::record::load::SCHEMA_VERSION,
             requests: 75,
             errors: [("timeout".to_string(), 5), ("http_5xx".to_string(), 20)].into(),
             error_ratio: 0.25,

@@ -17,7 +17,7 @@ pub struct EnvironmentArgs {
 
 /// Prints this machine's environment: CPU, topology, governors, turbo, swap, perf, load.
 pub fn environment(args: EnvironmentArgs) -> anyhow::Result<ExitCode> {
-    let env = super::environment();
+    let env = crate::observe::environment();
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&env)?)?;
@@ -61,8 +61,11 @@ pub struct ObserveArgs {
 /// then prints the window's observation as JSON.
 pub fn observe(args: ObserveArgs) -> anyhow::Result<ExitCode> {
     let cpus = |l: &Option<crate::cpuset::CpuList>| l.as_ref().map_or(Vec::new(), |l| l.0.clone());
-    let mut obs =
-        super::Observer::prepare(args.pid, &cpus(&args.server_cpus), &cpus(&args.client_cpus));
+    let mut obs = crate::observe::Observer::prepare(
+        args.pid,
+        &cpus(&args.server_cpus),
+        &cpus(&args.client_cpus),
+    );
     // Tells the caller perf is attached: the window may start.
     println!("ready");
     std::io::stdout().flush()?;

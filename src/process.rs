@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use regex::Regex;
+
+use crate::machine::procfs;
 
 const TAIL_LINES: usize = 40;
 
@@ -303,31 +306,18 @@ pub fn reap_orphans() {
 
 /// `root`'s descendants (not `root` itself), from /proc.
 pub fn descendants(root: i32) -> Vec<i32> {
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        out.extend(children_of(out[i]));
-        i += 1;
-    }
-    out.remove(0);
-    out
+    let parents = procfs::parent_map(Path::new("/proc"));
+    // procfs lists the root first.
+    procfs::descendants(root, &parents).split_off(1)
 }
 
 /// Every process whose parent is `ppid` (from /proc).
 pub fn children_of(ppid: i32) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| parent_of(pid) == Some(ppid))
+    procfs::parent_map(Path::new("/proc"))
+        .into_iter()
+        .filter(|&(_, parent)| parent == ppid)
+        .map(|(pid, _)| pid)
         .collect()
-}
-
-/// The parent pid of a process, from /proc/<pid>/stat.
-pub fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A free TCP port on 127.0.0.1 (bound then released).

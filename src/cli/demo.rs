@@ -177,7 +177,7 @@ pub fn settle(cpus: &[usize], limit: Duration) -> Settled {
     loop {
         std::thread::sleep(Duration::from_millis(500));
         let after = proc_stat();
-        let busy = crate::observe::procfs::core_busy(&before, &after, cpus);
+        let busy = crate::machine::procfs::core_busy(&before, &after, cpus);
         let busy_pct = busy.iter().map(|c| c.busy_pct).sum::<f64>() / busy.len().max(1) as f64;
         let waited = start.elapsed();
         let settled = busy_pct < SETTLED_BUSY_PCT;
@@ -193,9 +193,9 @@ pub fn settle(cpus: &[usize], limit: Duration) -> Settled {
     }
 }
 
-fn proc_stat() -> std::collections::BTreeMap<usize, crate::observe::procfs::CpuTimes> {
+fn proc_stat() -> std::collections::BTreeMap<usize, crate::machine::procfs::CpuTimes> {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    crate::observe::procfs::parse_proc_stat(&text)
+    crate::machine::procfs::parse_proc_stat(&text)
 }
 
 fn load_average_1min() -> Option<f64> {

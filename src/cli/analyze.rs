@@ -9,9 +9,9 @@ use anyhow::Context;
 
 use crate::exit::OrUsage as _;
 
-use super::little::LatencyUnit;
-use super::series::{analyze_table, Analysis, AnalyzeOptions, GroupAnalysis};
-use super::table::Table;
+use crate::analyze::little::LatencyUnit;
+use crate::analyze::series::{analyze_table, Analysis, AnalyzeOptions, GroupAnalysis};
+use crate::analyze::table::Table;
 
 /// Options of `stairbench analyze`.
 #[derive(Debug, clap::Args)]

@@ -7,8 +7,9 @@ use std::path::Path;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{load_of, read_hlog, LoadPoint};
-use crate::sweep::result::StepResult;
+use super::{load_of, LoadPoint};
+use crate::record::hlog::read_hlog_or_empty;
+use crate::record::steps::StepResult;
 
 /// Percentiles of a load level's merged histogram, in µs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -84,10 +85,10 @@ fn merged(dir: &Path, reps: &[&StepResult], notes: &mut Vec<String>) -> Option<H
         if !path.exists() {
             return None;
         }
-        let h = match read_hlog(&path) {
+        let h = match read_hlog_or_empty(&path) {
             Ok(h) => h,
             Err(e) => {
-                notes.push(e);
+                notes.push(e.to_string());
                 return None;
             }
         };

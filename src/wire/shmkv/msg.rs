@@ -1,7 +1,5 @@
-//! The request and response records both designs place in shared memory, and how a server
-//! answers one from the hash table.
-
-use super::table::Table;
+//! The request and response records both designs place in shared memory. How a server
+//! answers one is the server's business (`serve::shmkv::table::serve`).
 
 /// Longest key a request may carry, bytes.
 pub const MAX_KEY: usize = 64;
@@ -58,7 +56,7 @@ impl Request {
     }
 
     /// The key, or `None` when the lengths are out of range.
-    fn key(&self) -> Option<&[u8]> {
+    pub fn key(&self) -> Option<&[u8]> {
         let k = self.key_len as usize;
         (k <= MAX_KEY && self.value_len as usize <= MAX_VALUE).then(|| &self.key[..k])
     }
@@ -100,31 +98,6 @@ pub trait Record {}
 impl Record for Request {}
 impl Record for Response {}
 
-/// Answers `req` from `table` into `resp` (status, value, and the routing fields).
-pub fn serve(table: &Table, req: &Request, resp: &mut Response) {
-    resp.client = req.client;
-    resp.seq = req.seq;
-    resp.value_len = 0;
-    let Some(key) = req.key() else {
-        resp.status = ST_BAD_REQUEST;
-        return;
-    };
-    resp.status = match req.op {
-        OP_GET => match table.get(key, &mut resp.value) {
-            Some(n) => {
-                resp.value_len = n as u32;
-                ST_OK
-            }
-            None => ST_NOT_FOUND,
-        },
-        OP_SET => {
-            table.set(key, &req.value[..req.value_len as usize]);
-            ST_OK
-        }
-        _ => ST_BAD_REQUEST,
-    };
-}
-
 /// Checks what a caller wants to send before it touches shared memory.
 pub fn check_sizes(key: &[u8], value: &[u8]) -> Result<(), super::ShmkvError> {
     if key.is_empty() || key.len() > MAX_KEY || value.len() > MAX_VALUE {
@@ -134,30 +107,4 @@ pub fn check_sizes(key: &[u8], value: &[u8]) -> Result<(), super::ShmkvError> {
         });
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn set_then_get_and_bad_lengths() {
-        let table = Table::new(16);
-        let (mut req, mut resp) = (boxed::<Request>(), boxed::<Response>());
-        req.fill(OP_GET, b"k", b"", 3, 9);
-        serve(&table, &req, &mut resp);
-        assert_eq!((resp.status, resp.client, resp.seq), (ST_NOT_FOUND, 3, 9));
-        req.fill(OP_SET, b"k", b"hello", 3, 10);
-        serve(&table, &req, &mut resp);
-        assert_eq!(resp.status, ST_OK);
-        req.fill(OP_GET, b"k", b"", 3, 11);
-        serve(&table, &req, &mut resp);
-        assert_eq!(&resp.value[..resp.value_len as usize], b"hello");
-        req.key_len = MAX_KEY as u32 + 1;
-        serve(&table, &req, &mut resp);
-        assert_eq!(resp.status, ST_BAD_REQUEST);
-        req.fill(7, b"k", b"", 3, 12);
-        serve(&table, &req, &mut resp);
-        assert_eq!(resp.status, ST_BAD_REQUEST);
-    }
 }

@@ -1,4 +1,6 @@
-//! `stairbench run` and `stairbench demo`.
+//! `stairbench run` and `stairbench demo`: the sweep runs the plan, then the reports are
+//! written from the run directory it leaves (`sweep::run` then `report::write_all`, joined
+//! here so neither imports the other).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -6,13 +8,14 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::demo::{self, DemoShape};
-use super::experiment::{check_out, describe, run_plan, Destination, Finished};
-use super::placement::TopologyPlacements;
-use super::plan::Plan;
 use super::progress::Bar;
-use super::result::StepStatus;
-use super::spec::SpecFile;
 use crate::exit::{OrUsage as _, Outcome, UsageError};
+use crate::record::steps::StepStatus;
+use crate::sweep::experiment::{check_out, describe, run_plan, Destination, Finished};
+use crate::sweep::placement::TopologyPlacements;
+use crate::sweep::plan::Plan;
+use crate::sweep::runner::RunSummary;
+use crate::sweep::spec::SpecFile;
 
 /// Options of `stairbench run`.
 #[derive(Debug, clap::Args)]
@@ -60,7 +63,7 @@ pub struct DemoArgs {
 }
 
 fn parse_dur(s: &str) -> Result<std::time::Duration, String> {
-    super::spec::parse_duration(s)
+    crate::sweep::spec::parse_duration(s)
 }
 
 /// Runs a spec.
@@ -111,7 +114,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     // Chosen here rather than by the run, so the verdict can read the run's analysis.
     let out = args.out.unwrap_or_else(|| {
-        Path::new("results").join(format!("demo-{}", super::rundir::timestamp()))
+        Path::new("results").join(format!("demo-{}", crate::record::rundir::timestamp()))
     });
     let mut dest = Destination {
         out: Some(out.clone()),
@@ -150,15 +153,24 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
     let mut bar = Bar::default();
     let Finished { dir, summary } =
         run_plan(plan, dest, &mut bar, stop).map_err(anyhow::Error::msg)?;
+    write_reports(&dir)?;
     print_summary(&summary, &dir);
     Ok(run_outcome(&summary).into())
 }
 
-fn print_summary(summary: &super::runner::RunSummary, dir: &Path) {
+/// Writes a finished (or interrupted) run directory's reports from its files (steps.jsonl,
+/// notes.txt, the raw files), as `stairbench report` rebuilds them.
+pub fn write_reports(dir: &Path) -> anyhow::Result<()> {
+    let run = crate::report::RunData::read(dir).map_err(anyhow::Error::msg)?;
+    crate::report::write_all(dir, &run)
+        .map_err(|e| anyhow::Error::msg(format!("writing the reports: {e}")))
+}
+
+fn print_summary(summary: &RunSummary, dir: &Path) {
     // The peaks as the reports define them (read back from the run directory, so the last
     // lines and report.md/report.html can never disagree).
-    if let Ok(analysis) = crate::report::analysis::analyze_run(dir) {
-        for line in crate::report::analysis::peak_lines(&analysis) {
+    if let Ok(analysis) = crate::analyze::run::analyze_run(dir) {
+        for line in crate::report::findings::peak_lines(&analysis) {
             println!("{line}");
         }
     }
@@ -191,7 +203,7 @@ fn status_words(status: StepStatus) -> &'static str {
 /// The run's exit code: 130 interrupted, 1 a step failed (or the run stopped on one), 3 a
 /// step's errors were over `max_error_ratio`, 0 every planned step ran (skips by policy
 /// included).
-pub fn run_outcome(summary: &super::runner::RunSummary) -> Outcome {
+pub fn run_outcome(summary: &RunSummary) -> Outcome {
     let has = |status| summary.steps.iter().any(|s| s.status == status);
     Outcome::first([
         if summary.interrupted {
@@ -217,7 +229,7 @@ fn stairbench_bin() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("STAIRBENCH_BIN") {
         return Ok(PathBuf::from(p));
     }
-    super::server::default_stairbench_bin()
+    crate::sweep::server::default_stairbench_bin()
         .or_else(|| std::env::current_exe().ok())
         .context("cannot find the stairbench binary for built-in servers; set STAIRBENCH_BIN")
 }

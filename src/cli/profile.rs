@@ -7,12 +7,13 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use super::categories;
-use super::render::{diff_stacks, write_diff_graph, write_flame_graph, GraphLabels};
-use super::speedscope;
-use super::table::{deltas_markdown, share_deltas, top_functions};
-use super::transform::{Rename, Side, Transforms};
-use super::{capture, load, Event, FoldOptions, Folded};
+use crate::profile::categories;
+use crate::profile::render::{diff_stacks, write_diff_graph, write_flame_graph, GraphLabels};
+use crate::profile::speedscope;
+use crate::profile::table::{deltas_markdown, share_deltas, top_functions};
+use crate::profile::transform::{Rename, Side, Transforms};
+use crate::profile::{capture, load, FoldOptions, Folded};
+use crate::record::profiles::Event;
 
 /// Options of `stairbench flame`.
 #[derive(Debug, clap::Args)]
@@ -276,7 +277,7 @@ pub fn profile(args: ProfileArgs) -> anyhow::Result<ExitCode> {
             .map_or(0, |d| d.as_secs());
         PathBuf::from(format!("profile-{}-{now}", args.pid[0]))
     });
-    let pids = super::capture::process_tree(&args.pid);
+    let pids = crate::profile::capture::process_tree(&args.pid);
     let summary = capture(&pids, args.seconds, &args.events, &dir)
         .with_context(|| format!("profiling pid {:?} for {} s", args.pid, args.seconds))?;
     let mut stdout = std::io::stdout().lock();

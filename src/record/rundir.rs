@@ -8,10 +8,33 @@ use std::time::SystemTime;
 
 use hdrhistogram::Histogram;
 
-use super::cores::CoreRow;
-use super::result::{read_steps, StepResult};
-use crate::load::hlog::HlogWriter;
-use crate::load::{IntervalLine, IntervalSink};
+use crate::record::hlog::HlogWriter;
+use crate::record::load::{IntervalLine, IntervalSink};
+use crate::record::steps::{read_steps, StepResult};
+
+/// Busy % of each CPU of the server's and of the client's cpuset over one interval, in the
+/// cpusets' order; NaN for a CPU /proc/stat does not list: the last two columns of a row of
+/// `intervals/<step>.csv`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CoreRow {
+    /// Busy (user + system) % of each server CPU.
+    pub server_busy_pct: Vec<f64>,
+    /// Busy % of each client CPU.
+    pub client_busy_pct: Vec<f64>,
+}
+
+impl CoreRow {
+    /// The two CSV cells: the figures separated by spaces, one decimal.
+    pub fn cells(&self) -> (String, String) {
+        let join = |v: &[f64]| {
+            v.iter()
+                .map(|b| format!("{b:.1}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        (join(&self.server_busy_pct), join(&self.client_busy_pct))
+    }
+}
 
 /// A run directory being written.
 #[derive(Debug)]

@@ -8,12 +8,10 @@ use std::sync::atomic::Ordering;
 use anyhow::Context;
 use clap::Args;
 
-use super::hlog::HlogSink;
-use super::raw::RawSink;
-use super::{
-    Distribution, IntervalLine, IntervalSink, LoadConfig, LoadError, LoadOutcome, LoadReport,
-    ProtoOptions,
-};
+use crate::load::raw::RawSink;
+use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
+use crate::record::hlog::HlogSink;
+use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 
 /// Exit status when the load ran but more requests failed than `--max-error-ratio` allows.
 pub const EXIT_ERRORS: u8 = 3;
@@ -180,7 +178,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|p| std::fs::File::create(p).with_context(|| format!("creating {}", p.display())))
         .transpose()?;
-    let outcome = match super::run_at(&config, args.start_at, &mut sink, stop) {
+    let outcome = match crate::load::run_at(&config, args.start_at, &mut sink, stop) {
         Ok(outcome) => outcome,
         Err(e @ LoadError::BadInput(_)) => return Err(e.into()),
         Err(e) => {

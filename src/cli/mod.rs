@@ -1,4 +1,18 @@
-//! Command-line definitions and dispatch; nothing else lives here.
+//! The commands (the top layer): clap definitions, one module per command, the exit-code
+//! classification and the progress bars. Every module below this one returns its own typed
+//! errors; `anyhow` is used here, at the command edge only.
+
+pub mod analyze;
+pub mod demo;
+pub mod exit;
+pub mod load;
+pub mod observe;
+pub mod profile;
+pub mod progress;
+pub mod report;
+pub mod run;
+pub mod serve;
+pub mod topology;
 
 use std::process::ExitCode;
 
@@ -16,57 +30,48 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)] // parsed once; boxing would only add noise
 pub enum Command {
     /// Drive load against one URL (http://, redis://, msgr://, shm://) and print its figures.
-    Load(crate::load::cli::LoadArgs),
+    Load(load::LoadArgs),
     /// Run a built-in reference server.
     #[command(subcommand)]
     Serve(crate::serve::ServeCommand),
     /// Run the experiment a spec file describes: a staircase of load per target and placement.
-    Run(crate::sweep::cli::RunArgs),
+    Run(run::RunArgs),
     /// Run a built-in experiment with no setup: the bundled messenger server's two designs
     /// (one event loop per core vs a shared worker pool), each on separate and on shared CPUs,
     /// at 1 to 64 clients; prints each series' peak and writes a run directory with its report.
-    Demo(crate::sweep::cli::DemoArgs),
+    Demo(run::DemoArgs),
     /// Print the machine's CPU topology and the cpusets each placement policy gives.
-    Topology(crate::sweep::topology::TopologyArgs),
+    Topology(topology::TopologyArgs),
     /// Rebuild a run directory's reports from its steps.jsonl and raw files.
-    Report(crate::report::cli::ReportArgs),
+    Report(report::ReportArgs),
     /// Compare run directories side by side, with ratios and noise verdicts.
-    Compare(crate::report::cli::CompareArgs),
+    Compare(report::CompareArgs),
     /// Analyse a CSV table from elsewhere: scalability fit, knee, Little's law.
-    Analyze(crate::analyze::cli::AnalyzeArgs),
+    Analyze(analyze::AnalyzeArgs),
     /// Fold perf samples and draw flame graphs (merged threads, coalesced towers, diffs).
-    Flame(crate::profile::cli::FlameArgs),
+    Flame(profile::FlameArgs),
     /// Profile a running process with perf and write its flame graphs.
-    Profile(crate::profile::cli::ProfileArgs),
+    Profile(profile::ProfileArgs),
     /// Print this machine's environment (CPU, topology, governors, perf, load) as a run keeps it.
-    Environment(crate::observe::cli::EnvironmentArgs),
+    Environment(observe::EnvironmentArgs),
     /// Measure a process tree and CPUs over a window started and ended on standard input.
-    Observe(crate::observe::cli::ObserveArgs),
+    Observe(observe::ObserveArgs),
 }
 
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Load(args) => crate::load::cli::run(args),
-        Command::Serve(cmd) => crate::serve::run(cmd),
-        Command::Run(args) => crate::sweep::cli::run(args),
-        Command::Demo(args) => crate::sweep::cli::demo(args),
-        Command::Topology(args) => crate::sweep::topology::run(args),
-        Command::Report(args) => crate::report::cli::report(args),
-        Command::Compare(args) => crate::report::cli::compare(args),
-        Command::Analyze(args) => crate::analyze::cli::run(args),
-        Command::Flame(args) => crate::profile::cli::flame(args),
-        Command::Profile(args) => crate::profile::cli::profile(args),
-        Command::Environment(args) => crate::observe::cli::environment(args),
-        Command::Observe(args) => crate::observe::cli::observe(args),
+        Command::Load(args) => load::run(args),
+        Command::Serve(cmd) => serve::run(cmd),
+        Command::Run(args) => run::run(args),
+        Command::Demo(args) => run::demo(args),
+        Command::Topology(args) => topology::run(args),
+        Command::Report(args) => report::report(args),
+        Command::Compare(args) => report::compare(args),
+        Command::Analyze(args) => analyze::run(args),
+        Command::Flame(args) => profile::flame(args),
+        Command::Profile(args) => profile::profile(args),
+        Command::Environment(args) => observe::environment(args),
+        Command::Observe(args) => observe::observe(args),
     }
-}
-
-/// True when the error is a closed stdout (`stairbench ... | head`), which is not a failure.
-pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }

@@ -1,22 +1,24 @@
 //! HdrHistogram interval logs (the format HdrHistogram's own tools read), one histogram per
-//! second of the measured window, values in nanoseconds.
+//! second of the measured window, values in nanoseconds: their writer and their one reader.
 //!
 //! Each interval is written as it closes, so memory does not grow with the run and a killed
 //! run keeps its log. Payloads are compressed V2 histograms (cookie 0x1c849304), the only form
-//! HdrHistogram's log readers (Java, Python) accept; stairbench's own readers also take the
-//! uncompressed V2 payloads (0x1c849303) that older run directories hold.
+//! HdrHistogram's log readers (Java, Python) accept; stairbench's one reader ([`read_hlog`])
+//! also takes the uncompressed V2 payloads (0x1c849303) that older run directories hold.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
-use hdrhistogram::serialization::V2DeflateSerializer;
+use hdrhistogram::serialization::interval_log::{
+    IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag,
+};
+use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
-use super::IntervalLine;
+use crate::record::load::IntervalLine;
 
 /// The max column is in milliseconds, as HdrHistogram's tools expect of nanosecond values.
 const MAX_VALUE_DIVISOR: f64 = 1e6;
@@ -130,6 +132,73 @@ pub fn write_log<W: Write>(
         log.write(*end_s, h).context("writing interval log")?;
     }
     Ok(())
+}
+
+/// Why an interval log could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HlogError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The log.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The file is not an interval log, or a histogram in it does not decode.
+    #[error("{} is not a readable interval log: {why}", path.display())]
+    Bad {
+        /// The log.
+        path: PathBuf,
+        /// What was wrong.
+        why: String,
+    },
+}
+
+/// Every interval of an interval log added into one histogram (values as logged: nanoseconds
+/// for stairbench's logs); None when the log holds no interval. Payloads may be compressed
+/// or uncompressed V2 histograms (the deserializer reads both cookies).
+pub fn read_hlog(path: &Path) -> Result<Option<Histogram<u64>>, HlogError> {
+    let bytes = std::fs::read(path).map_err(|source| HlogError::Read {
+        path: path.into(),
+        source,
+    })?;
+    let bad = |why: String| HlogError::Bad {
+        path: path.into(),
+        why,
+    };
+    // Auto-resizing, 3 digits like every histogram stairbench logs, so adding is exact.
+    let mut total = Histogram::<u64>::new(3).map_err(|e| bad(format!("{e:?}")))?;
+    let mut intervals = 0usize;
+    let mut deserializer = Deserializer::new();
+    for entry in IntervalLogIterator::new(&bytes) {
+        let LogEntry::Interval(h) = entry.map_err(|e| bad(format!("{e:?}")))? else {
+            continue;
+        };
+        let raw = base64_decode(h.encoded_histogram()).ok_or_else(|| bad("bad base64".into()))?;
+        let hist: Histogram<u64> = deserializer
+            .deserialize(&mut raw.as_slice())
+            .map_err(|e| bad(format!("{e:?}")))?;
+        total.add(&hist).map_err(|e| bad(format!("{e:?}")))?;
+        intervals += 1;
+    }
+    Ok((intervals > 0).then_some(total))
+}
+
+/// [`read_hlog`], with an empty histogram for a log that holds no interval.
+pub fn read_hlog_or_empty(path: &Path) -> Result<Histogram<u64>, HlogError> {
+    match read_hlog(path)? {
+        Some(h) => Ok(h),
+        None => Histogram::new(3).map_err(|e| HlogError::Bad {
+            path: path.into(),
+            why: format!("{e:?}"),
+        }),
+    }
+}
+
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 #[cfg(test)]

@@ -1,0 +1,353 @@
+//! `stairbench compare`'s findings: run directories read, their steps lined up on one metric
+//! against the first run's, the conditions that differ between them, and the steps that fail a
+//! `--fail-if-slower` gate. `report::compare` prints them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{relate, values_by_key, Metric, Relation, StepKey};
+use crate::analyze::stats::{self, Summary};
+use crate::record::steps::{read_steps, StepResult};
+
+/// One run directory read for `stairbench compare`.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Its path.
+    pub dir: PathBuf,
+    /// How it is called in tables and sentences (the directory's name, made unique).
+    pub label: String,
+    /// Its steps (steps.jsonl), in the order they ran.
+    pub steps: Vec<StepResult>,
+    /// Its environment.json, when present and readable.
+    pub environment: Option<Value>,
+    /// Its spec.toml as JSON, when present.
+    pub spec: Option<Value>,
+}
+
+/// What went wrong comparing runs.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// A run directory could not be read.
+    #[error("cannot read run directory {dir}: {reason}")]
+    Read {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Fewer than two runs.
+    #[error("compare needs at least two run directories, got {0}")]
+    TooFew(usize),
+    /// No step of a run lines up with the first run's steps.
+    #[error("no ok step of {other} matches a step of {first} on target, placement and clients (targets of {first}: {first_targets}; of {other}: {other_targets}); compare runs of the same spec")]
+    NothingMatches {
+        /// The first run's label.
+        first: String,
+        /// The other run's label.
+        other: String,
+        /// Targets of the first run.
+        first_targets: String,
+        /// Targets of the other.
+        other_targets: String,
+    },
+}
+
+/// Reads the run directories, labelling each by its directory name (numbered when two agree).
+pub fn read_runs(dirs: &[PathBuf]) -> Result<Vec<Run>, CompareError> {
+    if dirs.len() < 2 {
+        return Err(CompareError::TooFew(dirs.len()));
+    }
+    let mut runs = dirs
+        .iter()
+        .map(|d| read_run(d))
+        .collect::<Result<Vec<Run>, CompareError>>()?;
+    let labels: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    for (i, run) in runs.iter_mut().enumerate() {
+        if labels.iter().filter(|l| **l == run.label).count() > 1 {
+            run.label = format!("{} (#{})", run.label, i + 1);
+        }
+    }
+    Ok(runs)
+}
+
+/// One run directory: its steps, environment and spec, labelled by the directory's name.
+fn read_run(dir: &Path) -> Result<Run, CompareError> {
+    let steps = read_steps(&dir.join("steps.jsonl")).map_err(|reason| CompareError::Read {
+        dir: dir.to_path_buf(),
+        reason,
+    })?;
+    let environment = std::fs::read_to_string(dir.join("environment.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let label = dir
+        .canonicalize()
+        .unwrap_or_else(|_| dir.to_path_buf())
+        .file_name()
+        .map_or_else(
+            || dir.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+    let spec = std::fs::read_to_string(dir.join("spec.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|t| serde_json::to_value(t).ok());
+    Ok(Run {
+        dir: dir.to_path_buf(),
+        label,
+        steps,
+        environment,
+        spec,
+    })
+}
+
+/// One condition whose value differs between the runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EnvDifference {
+    /// Dotted key path: environment.json's own (`topology.summary`), or `spec.` and the
+    /// spec's key (`spec.duration`).
+    pub key: String,
+    /// Its value in each run, in order (None when the run does not have it).
+    pub values: Vec<Option<String>>,
+}
+
+/// The environment.json keys and spec.toml settings (flattened to dotted paths) whose values
+/// differ between runs. The spec's name, description and comparisons are not conditions.
+pub fn environment_differences(runs: &[Run]) -> Vec<EnvDifference> {
+    let flat: Vec<BTreeMap<String, String>> = runs
+        .iter()
+        .map(|r| {
+            let mut map = BTreeMap::new();
+            if let Some(env) = &r.environment {
+                flatten("", env, &mut map);
+            }
+            if let Some(Value::Object(spec)) = &r.spec {
+                for (k, v) in spec {
+                    if !matches!(k.as_str(), "name" | "description" | "comparisons") {
+                        flatten(&format!("spec.{k}"), v, &mut map);
+                    }
+                }
+            }
+            map
+        })
+        .collect();
+    let mut keys: Vec<&String> = flat.iter().flat_map(|m| m.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .map(|key| EnvDifference {
+            key: key.clone(),
+            values: flat.iter().map(|m| m.get(key).cloned()).collect(),
+        })
+        .filter(|d| d.values.iter().any(|v| *v != d.values[0]))
+        .collect()
+}
+
+fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        Value::Null => {}
+        Value::String(s) => {
+            out.insert(prefix.to_string(), s.clone());
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
+
+/// One step position lined up across the runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// Where the step sits.
+    #[serde(flatten)]
+    pub key: StepKey,
+    /// The metric in each run (mean, spread, 95% CI over repetitions); None where missing.
+    pub values: Vec<Option<Summary>>,
+    /// Each run against the first (index 0 is the first against itself, None).
+    pub against_first: Vec<Option<Relation>>,
+}
+
+/// A step slower than the first run's by more than the gate allows, outside noise.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GateFailure {
+    /// The slower run.
+    pub run: String,
+    /// Where.
+    #[serde(flatten)]
+    pub key: StepKey,
+    /// How much slower, percent of the first run's figure.
+    pub slower_pct: f64,
+    /// The noise verdict ("slower", or "no repetitions" when noise could not be judged).
+    pub verdict: String,
+}
+
+/// A run as named in a comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRef {
+    /// Its name in tables and sentences.
+    pub label: String,
+    /// Its directory.
+    pub dir: PathBuf,
+}
+
+/// Everything `stairbench compare` found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// The runs; the first is the reference.
+    pub runs: Vec<RunRef>,
+    /// Environment keys that differ.
+    pub environment_differences: Vec<EnvDifference>,
+    /// The metric compared.
+    pub metric: Metric,
+    /// One row per step position of any run, in key order.
+    pub rows: Vec<Row>,
+    /// Seed 002's sentences: each later run against the first, per matched step.
+    pub sentences: Vec<String>,
+    /// With `--fail-if-slower PCT`: the threshold.
+    pub gate_pct: Option<f64>,
+    /// With `--fail-if-slower`: the steps that break it.
+    pub gate_failures: Vec<GateFailure>,
+}
+
+/// Lines the runs up on `metric` and, with `gate_pct`, lists the steps that fail the gate.
+pub fn compare_runs(
+    runs: &[Run],
+    metric: Metric,
+    gate_pct: Option<f64>,
+) -> Result<Comparison, CompareError> {
+    let maps: Vec<BTreeMap<StepKey, Vec<f64>>> = runs
+        .iter()
+        .map(|r| values_by_key(&r.steps, metric))
+        .collect();
+    check_overlap(runs, &maps)?;
+    let mut keys: Vec<&StepKey> = maps.iter().flat_map(|m| m.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let rows: Vec<Row> = keys.into_iter().map(|k| row(k, &maps, metric)).collect();
+    let mut sentences = Vec::new();
+    let mut gate_failures = Vec::new();
+    for row in &rows {
+        for (i, rel) in later_runs(row) {
+            let sentence = rel.sentence(&runs[i].label, &runs[0].label);
+            sentences.push(format!("{}: {sentence}", row.key.label()));
+            if gate_pct.is_some_and(|pct| fails_gate(rel, pct)) {
+                gate_failures.push(GateFailure {
+                    run: runs[i].label.clone(),
+                    key: row.key.clone(),
+                    slower_pct: rel.slower_pct,
+                    verdict: rel.verdict.clone(),
+                });
+            }
+        }
+    }
+    Ok(Comparison {
+        runs: runs
+            .iter()
+            .map(|r| RunRef {
+                label: r.label.clone(),
+                dir: r.dir.clone(),
+            })
+            .collect(),
+        environment_differences: environment_differences(runs),
+        metric,
+        rows,
+        sentences,
+        gate_pct,
+        gate_failures,
+    })
+}
+
+/// The later runs' relations to the first in a row, with their run index.
+fn later_runs(row: &Row) -> impl Iterator<Item = (usize, &Relation)> {
+    row.against_first
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rel)| Some((i, rel.as_ref()?)))
+}
+
+/// Slower by more than `pct` and not within noise. Without repetitions the noise is
+/// unknown, so only the threshold protects against it.
+fn fails_gate(rel: &Relation, pct: f64) -> bool {
+    rel.slower_pct > pct && rel.within_noise != Some(true)
+}
+
+fn check_overlap(runs: &[Run], maps: &[BTreeMap<StepKey, Vec<f64>>]) -> Result<(), CompareError> {
+    let targets = |m: &BTreeMap<StepKey, Vec<f64>>| {
+        let mut t: Vec<&str> = m.keys().map(|k| k.target.as_str()).collect();
+        t.dedup();
+        if t.is_empty() {
+            "none with an ok step".to_string()
+        } else {
+            t.join(", ")
+        }
+    };
+    for (i, map) in maps.iter().enumerate().skip(1) {
+        if !map.keys().any(|k| maps[0].contains_key(k)) {
+            return Err(CompareError::NothingMatches {
+                first: runs[0].label.clone(),
+                other: runs[i].label.clone(),
+                first_targets: targets(&maps[0]),
+                other_targets: targets(map),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn row(key: &StepKey, maps: &[BTreeMap<StepKey, Vec<f64>>], metric: Metric) -> Row {
+    let first = maps[0].get(key);
+    Row {
+        key: key.clone(),
+        values: maps
+            .iter()
+            .map(|m| m.get(key).and_then(|v| stats::summarize(v)))
+            .collect(),
+        against_first: maps
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let (a, b) = (m.get(key)?, first?);
+                (i > 0).then(|| relate(metric, a, b)).flatten()
+            })
+            .collect(),
+    }
+}
+
+/// Reads the directories and compares them.
+pub fn compare_dirs(
+    dirs: &[PathBuf],
+    metric: Metric,
+    gate_pct: Option<f64>,
+) -> Result<Comparison, CompareError> {
+    compare_runs(&read_runs(dirs)?, metric, gate_pct)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_is_flattened() {
+        let mut map = BTreeMap::new();
+        flatten(
+            "",
+            &serde_json::json!({"a": {"b": 1, "c": null}, "d": "x"}),
+            &mut map,
+        );
+        assert_eq!(map.get("a.b").map(String::as_str), Some("1"));
+        assert_eq!(map.get("d").map(String::as_str), Some("x"));
+        assert!(!map.contains_key("a.c"));
+    }
+}

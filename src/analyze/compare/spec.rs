@@ -1,0 +1,167 @@
+//! The spec's `[[comparisons]]`: each entry read and checked (so `stairbench sweep` can reject
+//! a typo before the run), then resolved against the steps into seed 002's sentences
+//! ("alone at 1 thread is faster than one visitor at 1 thread: 1.64x") for analysis.json.
+
+use serde::{Deserialize, Serialize};
+
+use super::{relate, values_by_key, Metric, Relation, Selector, StepKey};
+use crate::record::steps::StepResult;
+
+/// One of the spec's `[[comparisons]]`, as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComparisonSpec {
+    /// A title for the comparison's sentences.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Side A: `TARGET[/PLACEMENT][@CLIENTS]` (also written `candidate`).
+    #[serde(alias = "candidate")]
+    pub a: String,
+    /// Side B, same form; a placement or client count left out is taken from A's step (also
+    /// written `baseline`).
+    #[serde(alias = "baseline")]
+    pub b: String,
+    /// A's name in the sentence (default: the selector).
+    #[serde(default)]
+    pub name_a: Option<String>,
+    /// B's name in the sentence.
+    #[serde(default)]
+    pub name_b: Option<String>,
+    /// The figure compared (default throughput_rps).
+    #[serde(default)]
+    pub metric: Metric,
+}
+
+/// One resolved comparison: A's steps against B's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ComparisonOutcome {
+    /// Seed 002's sentence, with the noise verdict when there are repetitions.
+    pub sentence: String,
+    /// The metric compared.
+    pub metric: Metric,
+    /// Where A's steps sit.
+    pub a: StepKey,
+    /// Where B's steps sit.
+    pub b: StepKey,
+    /// The ratio and verdict (speedup above 1: A is faster).
+    pub relation: Relation,
+}
+
+/// The outcomes of every `[[comparisons]]` entry of `spec`; an entry that does not parse or
+/// resolve is a note instead.
+pub fn spec_comparisons(
+    spec: &toml::Table,
+    steps: &[StepResult],
+    notes: &mut Vec<String>,
+) -> Vec<ComparisonOutcome> {
+    let Some(list) = spec.get("comparisons").and_then(|c| c.as_array()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, item) in list.iter().enumerate() {
+        match parse_comparison(item).and_then(|c| resolve(&c, steps)) {
+            Ok(mut found) => out.append(&mut found),
+            Err(e) => notes.push(format!("comparisons[{i}]: {e}")),
+        }
+    }
+    out
+}
+
+/// Reads one `[[comparisons]]` entry and checks its selectors, so a spec can be validated
+/// before the run: `a`/`candidate`, `b`/`baseline` as `TARGET[/PLACEMENT][@CLIENTS]`,
+/// optional `name`, `name_a`, `name_b`, `metric`.
+pub fn parse_comparison(item: &toml::Value) -> Result<ComparisonSpec, String> {
+    let spec: ComparisonSpec = item.clone().try_into().map_err(|e: toml::de::Error| {
+        format!(
+            "{} (expected a = \"TARGET[/PLACEMENT][@CLIENTS]\", b = ..., and optionally name, name_a, name_b, metric)",
+            e.message()
+        )
+    })?;
+    spec.a.parse::<Selector>()?;
+    spec.b.parse::<Selector>()?;
+    Ok(spec)
+}
+
+/// The outcomes of one comparison: one per step position of A that B also has.
+pub fn resolve(
+    spec: &ComparisonSpec,
+    steps: &[StepResult],
+) -> Result<Vec<ComparisonOutcome>, String> {
+    let a: Selector = spec.a.parse()?;
+    let b: Selector = spec.b.parse()?;
+    let all = values_by_key(steps, spec.metric);
+    let a_side: Vec<(&StepKey, &Vec<f64>)> = all.iter().filter(|(k, _)| a.selects(k)).collect();
+    if a_side.is_empty() {
+        return Err(format!("no ok step matches a = {:?}", spec.a));
+    }
+    let out: Vec<ComparisonOutcome> = a_side
+        .iter()
+        .filter_map(|&(a_key, a_vals)| {
+            let b_key = b.partner_of(a_key);
+            let relation = relate(spec.metric, a_vals, all.get(&b_key)?)?;
+            Some(ComparisonOutcome {
+                sentence: outcome_sentence(spec, a_key, &relation, a_side.len() > 1),
+                metric: spec.metric,
+                a: a_key.clone(),
+                b: b_key,
+                relation,
+            })
+        })
+        .collect();
+    if out.is_empty() {
+        return Err(format!(
+            "no ok step matches b = {:?} where a = {:?} has steps",
+            spec.b, spec.a
+        ));
+    }
+    Ok(out)
+}
+
+/// Seed 002's sentence, prefixed with where A's steps sit when the comparison spans several,
+/// and with the comparison's title.
+fn outcome_sentence(
+    spec: &ComparisonSpec,
+    a_key: &StepKey,
+    relation: &Relation,
+    several: bool,
+) -> String {
+    let mut sentence = relation.sentence(
+        spec.name_a.as_deref().unwrap_or(&spec.a),
+        spec.name_b.as_deref().unwrap_or(&spec.b),
+    );
+    if spec.metric == Metric::CpuUsPerReq {
+        sentence = cpu_words(&sentence);
+    }
+    if several {
+        sentence = format!("{}: {sentence}", a_key.label());
+    }
+    if let Some(title) = &spec.name {
+        sentence = format!("{title}: {sentence}");
+    }
+    sentence
+}
+
+/// CPU per request is a cost, not a speed: "reactor needs less CPU per request than pool".
+fn cpu_words(sentence: &str) -> String {
+    sentence
+        .replacen("is faster than", "needs less CPU per request than", 1)
+        .replacen("is slower than", "needs more CPU per request than", 1)
+        .replacen("is as fast as", "needs as much CPU per request as", 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comparison_entries_are_checked() {
+        let ok: toml::Value =
+            toml::from_str("a = \"x/shared@4\"\nbaseline = \"y\"\nmetric = \"p99\"").unwrap();
+        let c = parse_comparison(&ok).unwrap();
+        assert_eq!((c.b.as_str(), c.metric), ("y", Metric::P99));
+        let typo: toml::Value = toml::from_str("a = \"x\"\nb = \"y\"\nmetrc = \"p99\"").unwrap();
+        assert!(parse_comparison(&typo).unwrap_err().contains("metrc"));
+        let bad: toml::Value = toml::from_str("a = \"x@four\"\nb = \"y\"").unwrap();
+        assert!(parse_comparison(&bad).unwrap_err().contains("client count"));
+    }
+}

@@ -1,0 +1,571 @@
+//! The analysis of a run directory: every series (target × placement across client counts)
+//! read the way the seeds read their curves. Where throughput stops growing (knee, saturation,
+//! busy point, USL fit), whether the latency is explained by the requests in flight (Little's
+//! law), whether a step's latency is one population or two (from its histogram), and how noisy
+//! the repetitions were; then the spec's `[[comparisons]]` in seed 002's sentences.
+//!
+//! Steps that failed, were skipped, or whose load generator was saturated do not enter the
+//! fits: a saturated client measures the client, not the server.
+//!
+//! This module computes; `report` renders what it computed (report.md's sections, the
+//! conclusions, analysis.json).
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::compare::spec::{spec_comparisons, ComparisonOutcome};
+use crate::analyze::knee::{self, KneeSummary};
+use crate::analyze::little::{self, LatencyUnit, LittleStep};
+use crate::analyze::modes::{self, Mode};
+use crate::analyze::stats::{self, Summary};
+use crate::analyze::usl::{self, UslFit};
+use crate::record::hlog::read_hlog_or_empty;
+use crate::record::steps::{read_steps, StepResult, StepStatus};
+
+mod merged;
+pub mod peak;
+
+pub use merged::MergedLatency;
+pub use peak::Peak;
+
+/// Version of the analysis.json layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The analysis of a whole run (analysis.json).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RunAnalysis {
+    /// Version of this layout.
+    pub schema: u32,
+    /// One entry per target × placement, in the order the series first ran.
+    pub series: Vec<SeriesAnalysis>,
+    /// The spec's `[[comparisons]]`, resolved against the steps.
+    pub comparisons: Vec<ComparisonOutcome>,
+    /// What could not be analysed and why (unreadable histogram, bad comparison).
+    pub notes: Vec<String>,
+    /// The spec asked for `repetitions = "auto"` (report.md then says which steps needed
+    /// more runs; analysis.json has each point's `repetitions` already).
+    #[serde(skip)]
+    pub auto_repetitions: bool,
+}
+
+/// One series: a target under one placement across load levels.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeriesAnalysis {
+    /// Target name.
+    pub target: String,
+    /// Placement name.
+    pub placement: String,
+    /// Whether the series is open loop: its load levels are offered rates, not client counts.
+    pub open_loop: bool,
+    /// Per load level, the ok steps (repetitions) summarised, in load order.
+    pub points: Vec<LoadPoint>,
+    /// The series' peak: its best server-limited load level, with the levels left out named.
+    pub peak: Peak,
+    /// Steps (repetitions counted) the fits used: ok and not client-saturated.
+    pub fitted_steps: usize,
+    /// Universal Scalability Law fit of throughput (req/s) vs clients, each repetition a point.
+    pub usl: Option<UslFit>,
+    /// Why there is no USL fit (fewer than 4 points, open loop, ...).
+    pub usl_note: Option<String>,
+    /// Why the USL fit is not a finding (fewer than 5 server-limited load levels, or R² under
+    /// 0.9): the reports then show it with this caveat and without its "limited by" label.
+    pub usl_caveat: Option<String>,
+    /// Knees, maximum, saturation and busy points on the mean throughput per load level.
+    pub knee: Option<KneeSummary>,
+    /// Little's law at every ok closed-loop step, in load order.
+    pub little: Vec<LittleRow>,
+    /// Latency populations of every ok step with a histogram, in load order.
+    pub modes: Vec<StepModes>,
+}
+
+/// One load level of a series with its repetitions summarised.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadPoint {
+    /// Clients of the step.
+    pub clients: usize,
+    /// Offered rate (req/s) in open loop.
+    pub rate_rps: Option<f64>,
+    /// Ok steps at this level (repetitions).
+    pub repetitions: usize,
+    /// Throughput (req/s) over the repetitions: mean, spread, 95% CI.
+    pub throughput_rps: Summary,
+    /// Mean latency (µs) over the repetitions; None when the load tool did not report it.
+    pub mean_latency_us: Option<Summary>,
+    /// The repetitions' own p99 latencies (µs) summarised; its mean is not a p99 (see
+    /// `merged_latency_us`). None when not reported.
+    pub p99_latency_us: Option<Summary>,
+    /// Percentiles (µs) of the repetitions' histograms (hist/<step>.hlog) merged: the level's
+    /// latency. None when a repetition's log is missing or unreadable.
+    pub merged_latency_us: Option<MergedLatency>,
+    /// Lowest and highest p99 (µs) of the single repetitions, with 2 or more.
+    pub p99_reps_us: Option<[f64; 2]>,
+    /// Server CPU use in percent of the CPUs it was given (mean over repetitions), if observed.
+    pub server_cpu_pct: Option<f64>,
+    /// A repetition's load generator was saturated: the level is left out of the fits.
+    pub client_saturated: bool,
+    /// The throughput's coefficient of variation reached 3% over 2 or more repetitions.
+    pub noisy: bool,
+}
+
+/// Little's law at one step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LittleRow {
+    /// Step id (file stem of its raw files).
+    pub step: String,
+    /// Clients.
+    pub clients: usize,
+    /// Repetition index.
+    pub rep: usize,
+    /// Throughput X, req/s.
+    pub throughput_rps: f64,
+    /// The load generator was saturated at this step (a likely reason for a low ratio).
+    pub client_saturated: bool,
+    /// The load came from an external tool, whose latency and in-flight figures are its own
+    /// (the check then says something even when it holds).
+    pub external_client: bool,
+    /// The check: L, predicted and measured mean latency (µs), X·R / L and the flag.
+    #[serde(flatten)]
+    pub check: LittleStep,
+}
+
+/// The latency populations of one step's histogram.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepModes {
+    /// Step id.
+    pub step: String,
+    /// Clients.
+    pub clients: usize,
+    /// Repetition index.
+    pub rep: usize,
+    /// Offered rate (req/s) in open loop.
+    pub rate_rps: Option<f64>,
+    /// Populations, fastest first, values in µs: one, or two when the histogram is bimodal.
+    pub modes: Vec<Mode>,
+}
+
+/// What went wrong reading a run directory for its analysis.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    /// The run directory could not be read.
+    #[error("cannot read the run directory {dir}: {reason}")]
+    Read {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Reads a run directory's steps.jsonl and analyses it (with its histograms and spec).
+pub fn analyze_run(dir: &Path) -> Result<RunAnalysis, AnalysisError> {
+    let steps = read_steps(&dir.join("steps.jsonl")).map_err(|reason| AnalysisError::Read {
+        dir: dir.to_path_buf(),
+        reason,
+    })?;
+    Ok(analyze(&steps, Some(dir)))
+}
+
+/// Analyses a run's steps; with `dir`, also its histograms and its spec's comparisons.
+pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
+    let mut notes = Vec::new();
+    let spec = dir.and_then(|d| read_spec(d, &mut notes));
+    let series = series_keys(steps)
+        .into_iter()
+        .map(|(t, p)| analyze_series(steps, &t, &p, dir, spec.as_ref(), &mut notes))
+        .collect();
+    let comparisons = spec
+        .as_ref()
+        .map(|s| spec_comparisons(s, steps, &mut notes))
+        .unwrap_or_default();
+    RunAnalysis {
+        schema: SCHEMA_VERSION,
+        series,
+        comparisons,
+        notes,
+        auto_repetitions: spec
+            .as_ref()
+            .and_then(|s| s.get("repetitions"))
+            .and_then(|r| r.as_str())
+            == Some("auto"),
+    }
+}
+
+fn read_spec(dir: &Path, notes: &mut Vec<String>) -> Option<toml::Table> {
+    let text = std::fs::read_to_string(dir.join("spec.toml")).ok()?;
+    match text.parse::<toml::Table>() {
+        Ok(t) => Some(t),
+        Err(e) => {
+            notes.push(format!(
+                "spec.toml does not parse, comparisons skipped: {e}"
+            ));
+            None
+        }
+    }
+}
+
+/// (target, placement) pairs in the order they first appear.
+fn series_keys(steps: &[StepResult]) -> Vec<(String, String)> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for s in steps {
+        let key = (s.target.clone(), s.placement.clone());
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+fn analyze_series(
+    all: &[StepResult],
+    target: &str,
+    placement: &str,
+    dir: Option<&Path>,
+    spec: Option<&toml::Table>,
+    notes: &mut Vec<String>,
+) -> SeriesAnalysis {
+    let mut steps: Vec<&StepResult> = all
+        .iter()
+        .filter(|s| s.target == target && s.placement == placement)
+        .filter(|s| s.status == StepStatus::Ok && s.load.is_some())
+        .collect();
+    steps.sort_by(|a, b| load_of(a).total_cmp(&load_of(b)).then(a.rep.cmp(&b.rep)));
+    let open_loop = steps.iter().any(|s| s.rate_rps.is_some());
+    let mut points = load_points(&steps);
+    if let Some(dir) = dir {
+        merged::merge_repetitions(dir, &steps, &mut points, notes);
+    }
+    let fitted: Vec<&StepResult> = steps.iter().copied().filter(|s| !is_saturated(s)).collect();
+    let (usl, usl_note) = usl_fit(&fitted, open_loop);
+    let usl_caveat = usl.as_ref().and_then(|u| usl_caveat(u, &fitted));
+    SeriesAnalysis {
+        target: target.to_string(),
+        placement: placement.to_string(),
+        open_loop,
+        fitted_steps: fitted.len(),
+        peak: peak::peak(&points, error_levels(all, target, placement)),
+        usl,
+        usl_note,
+        usl_caveat,
+        knee: knee_summary(&points),
+        little: if open_loop {
+            Vec::new()
+        } else {
+            steps.iter().filter_map(|s| little_row(s, spec)).collect()
+        },
+        modes: dir.map_or_else(Vec::new, |d| step_modes(d, &steps, notes)),
+        points,
+    }
+}
+
+/// The load levels of a series whose steps ended with too many errors, in load order.
+fn error_levels(all: &[StepResult], target: &str, placement: &str) -> Vec<String> {
+    let mut errors: Vec<&StepResult> = all
+        .iter()
+        .filter(|s| s.target == target && s.placement == placement)
+        .filter(|s| s.status == StepStatus::Errors)
+        .collect();
+    errors.sort_by(|a, b| load_of(a).total_cmp(&load_of(b)));
+    let mut labels: Vec<String> = errors
+        .iter()
+        .map(|s| load_label(s.clients, s.rate_rps))
+        .collect();
+    labels.dedup();
+    labels
+}
+
+/// Fewest server-limited load levels for a USL fit to be read as a finding: a 3-parameter fit
+/// on 4 points always looks good.
+pub const USL_MIN_LEVELS: usize = 5;
+/// Lowest R² for a USL fit to be read as a finding.
+pub const USL_MIN_R2: f64 = 0.9;
+
+/// Why a fit is not a finding, if it is not.
+fn usl_caveat(fit: &UslFit, fitted: &[&StepResult]) -> Option<String> {
+    let mut levels: Vec<usize> = fitted.iter().map(|s| s.clients).collect();
+    levels.dedup();
+    let mut why = Vec::new();
+    if levels.len() < USL_MIN_LEVELS {
+        why.push(format!(
+            "fitted on {} server-limited client counts (fewer than {USL_MIN_LEVELS})",
+            levels.len()
+        ));
+    }
+    if fit.r2 < USL_MIN_R2 {
+        why.push(format!("R² {:.3} is under {USL_MIN_R2}", fit.r2));
+    }
+    (!why.is_empty()).then(|| {
+        format!(
+            "{}: the fit is not a finding, and what limits the series is not named",
+            why.join(" and ")
+        )
+    })
+}
+
+/// The load level of a step: its offered rate in open loop, else its clients.
+fn load_of(step: &StepResult) -> f64 {
+    step.rate_rps.unwrap_or(step.clients as f64)
+}
+
+fn is_saturated(step: &StepResult) -> bool {
+    step.load.as_ref().is_some_and(|l| l.client_saturated)
+}
+
+fn load_points(steps: &[&StepResult]) -> Vec<LoadPoint> {
+    let mut points: Vec<Option<LoadPoint>> = Vec::new();
+    let mut start = 0;
+    while start < steps.len() {
+        let load = load_of(steps[start]);
+        let end = start + steps[start..].partition_point(|s| load_of(s) == load);
+        points.push(load_point(&steps[start..end]));
+        start = end;
+    }
+    points.into_iter().flatten().collect()
+}
+
+fn load_point(reps: &[&StepResult]) -> Option<LoadPoint> {
+    let figure = |f: fn(&crate::record::load::LoadReport) -> f64| {
+        let v: Vec<f64> = reps.iter().filter_map(|s| s.load.as_ref().map(f)).collect();
+        stats::summarize(&v)
+    };
+    let throughput = figure(|l| l.throughput_rps)?;
+    let cpu: Vec<f64> = reps.iter().filter_map(|s| server_cpu_pct(s)).collect();
+    Some(LoadPoint {
+        clients: reps[0].clients,
+        rate_rps: reps[0].rate_rps,
+        repetitions: reps.len(),
+        throughput_rps: throughput,
+        mean_latency_us: figure(|l| l.latency_us.mean),
+        p99_latency_us: figure(|l| l.latency_us.p99),
+        merged_latency_us: None,
+        p99_reps_us: merged::p99_range(reps),
+        server_cpu_pct: stats::summarize(&cpu).map(|s| s.mean),
+        client_saturated: reps.iter().any(|s| is_saturated(s)),
+        noisy: throughput.n >= 2 && throughput.cv >= stats::AUTO_CV_TARGET,
+    })
+}
+
+/// Server CPU in percent of its cpuset: the process tree's user + sys time over the window
+/// (either observer's layout), else the busy % of the server's CPUs.
+pub fn server_cpu_pct(step: &StepResult) -> Option<f64> {
+    let s = &step.server;
+    let f = |path: &[&str]| {
+        let mut v = s;
+        for k in path {
+            v = v.get(k)?;
+        }
+        v.as_f64()
+    };
+    let cpus = crate::cpuset::parse(&step.server_cpus).map_or(0, |c| c.len());
+    let cpu_s = f(&["server", "user_s"])
+        .zip(f(&["server", "sys_s"]))
+        .or_else(|| f(&["cpu_user_s"]).zip(f(&["cpu_sys_s"])))
+        .map(|(u, s)| u + s);
+    if let (Some(cpu_s), Some(window_s)) = (cpu_s, f(&["window_s"])) {
+        if window_s > 0.0 && cpus > 0 {
+            return Some(cpu_s / window_s / cpus as f64 * 100.0);
+        }
+    }
+    f(&["server_cpus_busy_pct"]).or_else(|| {
+        let busy: Vec<f64> = s
+            .get("per_core_busy")?
+            .as_array()?
+            .iter()
+            .filter_map(|v| v.as_f64())
+            .collect();
+        stats::summarize(&busy).map(|b| b.mean)
+    })
+}
+
+fn usl_fit(steps: &[&StepResult], open_loop: bool) -> (Option<UslFit>, Option<String>) {
+    if open_loop {
+        return (
+            None,
+            Some("open loop: the USL is fitted on client counts in closed loop only".into()),
+        );
+    }
+    let points: Vec<(f64, f64)> = steps
+        .iter()
+        .filter_map(|s| Some((s.clients as f64, s.throughput_rps()?)))
+        .collect();
+    match usl::fit(&points) {
+        Ok(fit) => (Some(fit), None),
+        Err(usl::UslError::TooFewPoints { found }) => (
+            None,
+            Some(format!(
+                "fewer than {} points ({found}): no USL fit",
+                usl::MIN_POINTS
+            )),
+        ),
+        Err(e) => (None, Some(format!("no USL fit: {e}"))),
+    }
+}
+
+fn knee_summary(points: &[LoadPoint]) -> Option<KneeSummary> {
+    let steps: Vec<knee::Step> = points
+        .iter()
+        .filter(|p| !p.client_saturated)
+        .map(|p| knee::Step {
+            load: p.rate_rps.unwrap_or(p.clients as f64),
+            throughput: p.throughput_rps.mean,
+            latency: p.mean_latency_us.map(|s| s.mean),
+            server_cpu_pct: p.server_cpu_pct,
+        })
+        .collect();
+    knee::summarise(&steps)
+}
+
+fn little_row(step: &StepResult, spec: Option<&toml::Table>) -> Option<LittleRow> {
+    let load = step.load.as_ref()?;
+    if !(load.latency_us.mean.is_finite() && load.throughput_rps > 0.0) {
+        return None;
+    }
+    let inflight = inflight_of(step, spec)?;
+    Some(LittleRow {
+        step: step.id.clone(),
+        clients: step.clients,
+        rep: step.rep,
+        throughput_rps: load.throughput_rps,
+        client_saturated: load.client_saturated,
+        external_client: step.derived.contains_key("tool"),
+        check: little::check(
+            step.clients as f64,
+            inflight as f64,
+            load.throughput_rps,
+            load.latency_us.mean,
+            LatencyUnit::Us,
+        ),
+    })
+}
+
+/// Requests configured in flight: the step's own figure, else the engine's connections ×
+/// depth, else the spec's clients × connections_per_client × depth.
+fn inflight_of(step: &StepResult, spec: Option<&toml::Table>) -> Option<usize> {
+    if step.inflight > 0 {
+        return Some(step.inflight);
+    }
+    if let Some(l) = step.load.as_ref().filter(|l| l.connections > 0) {
+        return Some(l.connections * l.depth.max(1));
+    }
+    let spec = spec?;
+    let int = |t: &toml::Table, k: &str| t.get(k).and_then(|v| v.as_integer());
+    let target_depth = spec
+        .get("targets")
+        .and_then(|t| t.as_array())
+        .and_then(|ts| {
+            ts.iter()
+                .filter_map(|t| t.as_table())
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(&step.target))
+        })
+        .and_then(|t| int(t, "depth"));
+    let depth = target_depth.or_else(|| int(spec, "depth")).unwrap_or(1);
+    let conns = int(spec, "connections_per_client").unwrap_or(1);
+    usize::try_from(step.clients as i64 * conns * depth).ok()
+}
+
+fn step_modes(dir: &Path, steps: &[&StepResult], notes: &mut Vec<String>) -> Vec<StepModes> {
+    let mut out = Vec::new();
+    for step in steps {
+        let path = dir.join("hist").join(format!("{}.hlog", step.id));
+        if !path.exists() {
+            continue;
+        }
+        match read_hlog_or_empty(&path) {
+            Ok(h) => out.push(StepModes {
+                step: step.id.clone(),
+                clients: step.clients,
+                rep: step.rep,
+                rate_rps: step.rate_rps,
+                modes: modes::from_histogram(&h)
+                    .into_iter()
+                    .map(ns_to_us)
+                    .collect(),
+            }),
+            Err(e) => notes.push(e.to_string()),
+        }
+    }
+    out
+}
+
+fn ns_to_us(m: Mode) -> Mode {
+    Mode {
+        share: m.share,
+        centre: m.centre / 1e3,
+        mean: m.mean / 1e3,
+        low: m.low / 1e3,
+        high: m.high / 1e3,
+    }
+}
+
+/// A load level as the results table shows it: `4`, or `4 @ 2000/s` in open loop.
+pub fn load_label(clients: usize, rate_rps: Option<f64>) -> String {
+    match rate_rps {
+        Some(r) => format!("{clients} @ {r:.0}/s"),
+        None => clients.to_string(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    #[test]
+    fn server_cpu_from_either_layout() {
+        let mut s = StepResult::empty("x".into(), "t", "p", 1, 0);
+        s.server_cpus = "0-1".into();
+        s.server = serde_json::json!({"window_s": 2.0, "server": {"user_s": 1.0, "sys_s": 0.6}});
+        assert!((server_cpu_pct(&s).unwrap() - 40.0).abs() < 1e-9);
+        s.server = serde_json::json!({"window_s": 2.0, "cpu_user_s": 2.0, "cpu_sys_s": 0.0});
+        assert!((server_cpu_pct(&s).unwrap() - 50.0).abs() < 1e-9);
+        s.server = serde_json::json!({"per_core_busy": [10.0, 30.0]});
+        assert!((server_cpu_pct(&s).unwrap() - 20.0).abs() < 1e-9);
+        s.server = serde_json::Value::Null;
+        assert_eq!(server_cpu_pct(&s), None);
+    }
+
+    pub(crate) fn ok_step(clients: usize, x: f64, mean_us: f64) -> StepResult {
+        let mut s = StepResult::empty(format!("t.p.c{clients}"), "t", "p", clients, 0);
+        s.status = StepStatus::Ok;
+        s.inflight = clients;
+        let mut load = crate::record::load::LoadReport {
+            throughput_rps: x,
+            ..Default::default()
+        };
+        load.latency_us.mean = mean_us;
+        s.load = Some(load);
+        s
+    }
+
+    #[test]
+    fn open_loop_series_has_no_usl_and_no_littles_law() {
+        let steps: Vec<StepResult> = [1000.0f64, 2000.0, 3000.0, 4000.0]
+            .iter()
+            .map(|&rate| {
+                let mut s = ok_step(4, rate.min(2500.0), 100.0);
+                s.rate_rps = Some(rate);
+                s.id = format!("t.p.r{rate}");
+                s
+            })
+            .collect();
+        let s = &analyze(&steps, None).series[0];
+        assert!(s.open_loop);
+        assert!(s.usl.is_none() && s.usl_note.as_ref().unwrap().contains("open loop"));
+        assert!(s.little.is_empty());
+        assert_eq!(s.points.len(), 4);
+        // Throughput stops following the offered rate at 2500: saturated from 3000 on.
+        assert_eq!(s.knee.as_ref().unwrap().saturation, 3000.0);
+    }
+
+    #[test]
+    fn inflight_falls_back_to_the_spec() {
+        let s = StepResult::empty("x".into(), "db", "p", 3, 0);
+        let spec: toml::Table =
+            "depth = 4\nconnections_per_client = 2\n[[targets]]\nname = \"db\"\ndepth = 8\n"
+                .parse()
+                .unwrap();
+        assert_eq!(inflight_of(&s, Some(&spec)), Some(3 * 2 * 8));
+        let other = StepResult::empty("x".into(), "web", "p", 3, 0);
+        assert_eq!(inflight_of(&other, Some(&spec)), Some(3 * 2 * 4));
+        assert_eq!(inflight_of(&other, None), None);
+    }
+}

@@ -1,0 +1,62 @@
+//! Which exit code an error that ended a command means: the classification of the modules'
+//! typed errors into [`Outcome`]s. It lives at the command edge because it has to know every
+//! module's error types, which `crate::exit` (a leaf) must not import.
+
+use crate::exit::{Outcome, UsageError};
+
+/// The outcome of a command that ended with `err`: 2 when a cause in its chain is a usage or
+/// spec error (a bad command line, spec or input named on it), 1 otherwise (it could not run:
+/// a write failed, the server did not answer).
+pub fn outcome_of(err: &anyhow::Error) -> Outcome {
+    if err.chain().any(is_usage) {
+        Outcome::Usage
+    } else {
+        Outcome::Failure
+    }
+}
+
+/// True when the error is a closed stdout (`stairbench ... | head`), which is not a failure.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// True for the error types that mean "the command line or spec is wrong".
+fn is_usage(cause: &(dyn std::error::Error + 'static)) -> bool {
+    use crate::load::LoadError;
+    use crate::wire::shmkv::ShmkvError;
+    cause.is::<UsageError>()
+        || cause.is::<crate::sweep::spec::SpecError>()
+        || cause.is::<crate::cpuset::PinError>()
+        || cause.is::<crate::cpuset::CpuListError>()
+        || cause.is::<crate::serve::msgr::MsgrConfigError>()
+        || cause.is::<crate::analyze::compare::runs::CompareError>()
+        || matches!(cause.downcast_ref(), Some(LoadError::BadInput(_)))
+        || matches!(cause.downcast_ref(), Some(ShmkvError::BadOption(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::OrUsage as _;
+
+    #[test]
+    fn usage_errors_anywhere_in_the_chain_are_2_others_1() {
+        use anyhow::Context;
+        let spec: anyhow::Result<()> = Err("bad key").or_usage();
+        let spec = spec.context("reading x.toml").unwrap_err();
+        assert_eq!(outcome_of(&spec).code(), 2);
+        assert_eq!(spec.to_string(), "reading x.toml");
+        let io = std::io::Error::other("disk full");
+        let io = anyhow::Error::new(io).context("writing steps.jsonl");
+        assert_eq!(outcome_of(&io).code(), 1);
+        let pin = crate::cpuset::PinError {
+            cpu: 7,
+            available: "0-1".into(),
+        };
+        assert_eq!(outcome_of(&pin.into()).code(), 2);
+    }
+}

@@ -1,0 +1,101 @@
+//! `stairbench report` and `stairbench compare`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::analyze::compare::runs::{compare_dirs, Comparison};
+use crate::exit::UsageError;
+use crate::report::compare::{gate_message, render_text};
+
+/// Options of `stairbench report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// A run directory (with steps.jsonl).
+    pub dir: PathBuf,
+}
+
+/// Options of `stairbench compare`.
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// Run directories; the first is the reference the others are measured against.
+    #[arg(required = true, num_args = 2.., value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// The figure compared.
+    #[arg(long, value_enum, default_value = "throughput_rps")]
+    pub metric: crate::analyze::compare::Metric,
+    /// Exit 1 when a step of a later run is slower than the first run's by more than PCT
+    /// percent and the difference is not within noise (a gate for CI); without repetitions
+    /// the noise is unknown and the threshold alone decides.
+    #[arg(long, value_name = "PCT")]
+    pub fail_if_slower: Option<f64>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Rebuilds a run directory's report files from its steps.jsonl.
+pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let run = crate::report::RunData::read(&args.dir)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("reading run directory {}", args.dir.display()))
+        .map_err(|e| UsageError(format!("{e:#}")))?;
+    crate::report::write_all(&args.dir, &run)
+        .with_context(|| format!("writing reports into {}", args.dir.display()))?;
+    if let Some(analysis) = &run.analysis {
+        for line in crate::report::findings::peak_lines(analysis) {
+            println!("{line}");
+        }
+    }
+    for file in crate::report::written_files() {
+        println!("wrote {}", args.dir.join(file).display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Compares runs: prints the comparison (text or JSON); exit 1 when the
+/// `--fail-if-slower` gate fails.
+pub fn compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
+    let CompareArgs {
+        dirs,
+        metric,
+        fail_if_slower: gate_pct,
+        json,
+    } = args;
+    if let Some(pct) = gate_pct.filter(|p| !(p.is_finite() && *p >= 0.0)) {
+        return Err(UsageError(format!(
+            "--fail-if-slower {pct}: give a percentage of 0 or more, e.g. 5"
+        ))
+        .into());
+    }
+    let cmp = compare_dirs(&dirs, metric, gate_pct)?;
+    let mut stdout = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut stdout, &cmp)?;
+        writeln!(stdout)?;
+    } else {
+        write!(stdout, "{}", render_text(&cmp))?;
+    }
+    stdout.flush()?;
+    Ok(gate_outcome(&cmp, gate_pct))
+}
+
+/// Says whether the `--fail-if-slower` gate passed: exit 1 when it failed, else 0.
+fn gate_outcome(cmp: &Comparison, gate_pct: Option<f64>) -> ExitCode {
+    match (gate_message(cmp), gate_pct) {
+        (Some(message), _) => {
+            eprintln!("stairbench compare: FAILED: {message}");
+            ExitCode::from(1)
+        }
+        (None, Some(pct)) => {
+            eprintln!(
+                "stairbench compare: passed: no step slower than {} by more than {pct}% outside noise",
+                cmp.runs[0].label
+            );
+            ExitCode::SUCCESS
+        }
+        (None, None) => ExitCode::SUCCESS,
+    }
+}

@@ -1,0 +1,12 @@
+//! The run directory's files and their types (layer 2: imports only the leaf modules).
+//!
+//! A run directory holds `steps.jsonl` ([`steps`]), `profiles.jsonl` ([`profiles`]), one
+//! HdrHistogram interval log per step ([`hlog`]) and one per-second CSV per step; [`rundir`]
+//! writes them as a run goes. The load's own result types ([`load`]) live here too, because
+//! the step lines and the per-second files are made of them.
+
+pub mod hlog;
+pub mod load;
+pub mod profiles;
+pub mod rundir;
+pub mod steps;

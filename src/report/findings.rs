@@ -1,0 +1,673 @@
+//! The run's analysis as the reports say it: the conclusions, each series' peak, and
+//! report.md's analysis sections (knee and USL, Little's law, latency modes, noise,
+//! comparisons) as markdown, with the rows report.html renders from the same source. The
+//! figures are `analyze::run`'s; this module only words and lays them out.
+
+use std::fmt::Write as _;
+
+use super::compare::show_summary;
+use super::markdown::escape;
+use crate::analyze::compare::Metric;
+use crate::analyze::modes::Mode;
+use crate::analyze::run::peak::{self, Peak};
+use crate::analyze::run::{
+    load_label, LittleRow, LoadPoint, RunAnalysis, SeriesAnalysis, StepModes,
+};
+use crate::analyze::stats;
+
+/// Each series' peak in one sentence, then the comparisons and what Little's law found: the
+/// answers a reader wants first, in the order report.md and report.html show them.
+pub fn conclusions(a: &RunAnalysis) -> Vec<String> {
+    let mut out: Vec<String> = a.series.iter().map(series_conclusion).collect();
+    out.extend(a.comparisons.iter().map(|c| c.sentence.clone()));
+    let off = a
+        .series
+        .iter()
+        .flat_map(|s| &s.little)
+        .filter(|r| r.check.flag.is_some())
+        .count();
+    if off > 0 {
+        out.push(format!(
+            "Little's law is more than 10% off at {off} step(s): the latency is not what the requests in flight explain there (see its table)."
+        ));
+    }
+    out
+}
+
+fn series_conclusion(s: &SeriesAnalysis) -> String {
+    let p99 = s
+        .points
+        .iter()
+        .find(|p| Some(p.clients) == s.peak.clients && p.rate_rps == s.peak.rate_rps)
+        .map(|p| format!(", p99 {}", p.p99_text()))
+        .unwrap_or_default();
+    let mut text = format!(
+        "{} / {} peaks at {}{p99}",
+        s.target,
+        s.placement,
+        s.peak.headline()
+    );
+    if let Some(e) = s.peak.exclusions() {
+        text.push_str(&format!(" ({e})"));
+    }
+    text.push('.');
+    match (&s.usl, &s.usl_caveat) {
+        (Some(u), None) if u.dominant != "none" => text.push_str(&format!(
+            " The USL fit (R² {:.3}) says {} limits it.",
+            u.r2, u.dominant
+        )),
+        (Some(_), Some(_)) => text.push_str(" Its USL fit is not a finding (see the caveat)."),
+        _ => {}
+    }
+    text
+}
+
+/// Each series' peak as the run's last lines print it: "reactor / shared  peak 125351 req/s
+/// at 8 clients (left out: ...)".
+pub fn peak_lines(a: &RunAnalysis) -> Vec<String> {
+    a.series
+        .iter()
+        .map(|s| {
+            format!(
+                "{:>12} / {:<10} peak {}",
+                s.target,
+                s.placement,
+                s.peak.sentence()
+            )
+        })
+        .collect()
+}
+
+/// The conclusions as a markdown section.
+pub fn conclusions_markdown(a: &RunAnalysis) -> String {
+    let lines = conclusions(a);
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("## Conclusions\n\n");
+    for l in lines {
+        let _ = writeln!(out, "- {}", escape(&l));
+    }
+    out.push('\n');
+    out
+}
+
+/// The peak of each series as a header and rows of unescaped cells.
+pub fn peak_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
+    let header = [
+        "target",
+        "placement",
+        "peak (req/s)",
+        "at",
+        "p99 there",
+        "ok steps",
+        "left out",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = a
+        .series
+        .iter()
+        .map(|s| {
+            let at = s
+                .points
+                .iter()
+                .find(|p| Some(p.clients) == s.peak.clients && p.rate_rps == s.peak.rate_rps);
+            vec![
+                s.target.clone(),
+                s.placement.clone(),
+                opt(s.peak.throughput_rps, 0),
+                s.peak
+                    .clients
+                    .map_or("–".into(), |c| peak::level_text(c, s.peak.rate_rps)),
+                at.map_or("–".into(), LoadPoint::p99_text),
+                s.points
+                    .iter()
+                    .map(|p| p.repetitions)
+                    .sum::<usize>()
+                    .to_string(),
+                s.peak.exclusions().map_or("–".into(), |e| {
+                    e.trim_start_matches("left out: ").to_string()
+                }),
+            ]
+        })
+        .collect();
+    (header, rows)
+}
+
+/// "## Peak of each series" and its table: the one definition of a peak.
+pub fn peak_section(a: &RunAnalysis) -> String {
+    let mut out = String::new();
+    if a.series.is_empty() {
+        return out;
+    }
+    out.push_str("## Peak of each series\n\n");
+    out.push_str(PEAK_DEFINITION);
+    out.push_str("\n\n");
+    let (header, rows) = peak_rows(a);
+    markdown_table(&mut out, &header, &rows);
+    out.push('\n');
+    out
+}
+
+/// How the peak is defined, as the reports say it.
+pub const PEAK_DEFINITION: &str = "The peak is the highest mean throughput over the load levels \
+    that measured the server: levels whose load generator was saturated, or whose requests \
+    failed too often, are left out and named. Its p99 comes from the repetitions' histograms \
+    merged, with the single repetitions' p99 range beside it.";
+
+/// The analysis as markdown: scalability, Little's law, latency modes, noise, comparisons.
+pub fn render_markdown(a: &RunAnalysis) -> String {
+    let mut out = String::new();
+    if a.series.is_empty() {
+        return out;
+    }
+    scalability(&mut out, a);
+    little_section(&mut out, a);
+    modes_section(&mut out, a);
+    noise_section(&mut out, a);
+    comparisons_section(&mut out, a);
+    if !a.notes.is_empty() {
+        out.push_str("## Analysis notes\n\n");
+        for n in &a.notes {
+            let _ = writeln!(out, "- {}", escape(n));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("–".to_string(), |x| format!("{x:.digits$}"))
+}
+
+/// The knee/USL summary as a header and rows of unescaped cells, one row per series: the
+/// markdown and the HTML report both render it.
+pub fn scalability_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
+    let header = [
+        "target",
+        "placement",
+        "peak req/s (at)",
+        "saturation",
+        "throughput knee",
+        "latency knee",
+        "busy",
+        "λ req/s",
+        "σ",
+        "κ",
+        "N*",
+        "X(N*) req/s",
+        "R²",
+        "limited by",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = a
+        .series
+        .iter()
+        .map(|s| {
+            let k = s.knee.as_ref();
+            let u = s.usl.as_ref();
+            vec![
+                s.target.clone(),
+                s.placement.clone(),
+                peak_cell(&s.peak),
+                opt(k.map(|k| k.saturation), 0),
+                opt(k.and_then(|k| k.throughput_knee), 0),
+                opt(k.and_then(|k| k.latency_knee), 0),
+                opt(k.and_then(|k| k.busy), 0),
+                opt(u.map(|u| u.lambda), 0),
+                opt(u.map(|u| u.sigma), 4),
+                opt(u.map(|u| u.kappa), 6),
+                opt(u.and_then(|u| u.n_star), 1),
+                opt(u.and_then(|u| u.x_max), 0),
+                opt(u.map(|u| u.r2), 3),
+                match (u, &s.usl_caveat) {
+                    (Some(_), Some(_)) => "– (see caveat)".into(),
+                    (Some(u), None) => u.dominant.clone(),
+                    (None, _) => "–".into(),
+                },
+            ]
+        })
+        .collect();
+    (header, rows)
+}
+
+/// The peak as the scalability table shows it: "125351 (8)".
+fn peak_cell(p: &Peak) -> String {
+    match (p.throughput_rps, p.clients) {
+        (Some(x), Some(c)) => format!("{x:.0} ({})", load_label(c, p.rate_rps)),
+        _ => "–".into(),
+    }
+}
+
+/// A table of unescaped cells as markdown: the two name columns and the last (text) column
+/// left-aligned, the figures between them right-aligned.
+fn markdown_table(out: &mut String, header: &[String], rows: &[Vec<String>]) {
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let align: Vec<&str> = (0..header.len())
+        .map(|i| {
+            if i < 2 || i + 1 == header.len() {
+                "---"
+            } else {
+                "---:"
+            }
+        })
+        .collect();
+    let _ = writeln!(out, "| {} |", align.join(" | "));
+    for row in rows {
+        let cells: Vec<String> = row.iter().map(|c| escape(c)).collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+}
+
+fn scalability(out: &mut String, a: &RunAnalysis) {
+    out.push_str("## Scalability: knee and USL\n\n");
+    out.push_str(
+        "Throughput knee: where adding clients stops paying (Kneedle); saturation: the fewest \
+         clients within 5% of the maximum; busy: the most clients with the server's CPUs still \
+         under 70%. USL: X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted on every repetition; \
+         client-saturated steps are left out.\n\n",
+    );
+    let (header, rows) = scalability_rows(a);
+    markdown_table(out, &header, &rows);
+    out.push('\n');
+    for s in &a.series {
+        let name = format!("{} / {}", escape(&s.target), escape(&s.placement));
+        for line in series_remarks(s) {
+            let _ = writeln!(out, "- {name}: {}", escape(&line));
+        }
+    }
+    out.push('\n');
+}
+
+/// What the scalability table cannot hold, per series: why there is no USL fit or why it is
+/// not a finding, and the load levels left out of the peak and the fits.
+pub fn series_remarks(s: &SeriesAnalysis) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(note) = &s.usl_note {
+        lines.push(note.clone());
+    }
+    if let Some(caveat) = &s.usl_caveat {
+        lines.push(format!("USL caveat: {caveat}"));
+    }
+    if let Some(excluded) = s.peak.exclusions() {
+        lines.push(format!("{excluded} (from the peak and the fits)"));
+    }
+    lines
+}
+
+/// The Little's-law checks as a header and rows of unescaped cells, one row per closed-loop
+/// step in load order: the markdown and the HTML report both render it.
+pub fn little_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
+    let header = [
+        "target",
+        "placement",
+        "clients",
+        "rep",
+        "L",
+        "X (req/s)",
+        "predicted R (µs)",
+        "measured R (µs)",
+        "X·R / L",
+        "flag",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows = a
+        .series
+        .iter()
+        .flat_map(|s| {
+            s.little.iter().map(move |r| {
+                let c = &r.check;
+                vec![
+                    s.target.clone(),
+                    s.placement.clone(),
+                    r.clients.to_string(),
+                    r.rep.to_string(),
+                    format!("{:.0}", c.inflight),
+                    format!("{:.0}", r.throughput_rps),
+                    format!("{:.1}", c.predicted_latency),
+                    format!("{:.1}", c.measured_latency),
+                    format!("{:.2}", c.ratio),
+                    little_flag(r),
+                ]
+            })
+        })
+        .collect();
+    (header, rows)
+}
+
+/// Whether the Little's-law table tells something: a row is off, or its figures come from an
+/// external tool. A closed loop of our own engine holds by construction (X·R/L = 1.00 at every
+/// step), so then one line says so.
+pub fn little_informative(a: &RunAnalysis) -> bool {
+    a.series
+        .iter()
+        .flat_map(|s| &s.little)
+        .any(|r| r.external_client || r.check.flag.is_some() || (r.check.ratio - 1.0).abs() > 0.1)
+}
+
+/// The one line shown instead of a table of 1.00s.
+pub fn little_holds_line(a: &RunAnalysis) -> String {
+    let steps = a.series.iter().map(|s| s.little.len()).sum::<usize>();
+    format!(
+        "Little's law holds: X·R/L is within 10% of 1 at every one of the {steps} closed-loop \
+         steps (L = clients × connections × depth requests in flight, X the throughput, R the \
+         mean latency), so the latency is what the requests in flight explain."
+    )
+}
+
+fn little_section(out: &mut String, a: &RunAnalysis) {
+    out.push_str("## Little's law\n\n");
+    let (header, rows) = little_rows(a);
+    if rows.is_empty() {
+        out.push_str("No closed-loop step with an in-flight count: nothing to check.\n\n");
+        return;
+    }
+    if !little_informative(a) {
+        let _ = writeln!(out, "{}\n", little_holds_line(a));
+        return;
+    }
+    out.push_str(
+        "L = clients × connections × depth; the law predicts a mean latency of L / X. \
+         X·R / L is 1.00 when it holds; a flag marks more than 10% off.\n\n",
+    );
+    markdown_table(out, &header, &rows);
+    out.push('\n');
+}
+
+fn little_flag(r: &LittleRow) -> String {
+    let flag = r.check.flag.clone().unwrap_or_default();
+    match (r.client_saturated, flag.is_empty()) {
+        (false, _) => flag,
+        (true, true) => "client saturated".to_string(),
+        (true, false) => format!("client saturated; {flag}"),
+    }
+}
+
+fn show_mode(m: &Mode) -> String {
+    format!(
+        "{:.0}% at {:.1} µs ({:.1}–{:.1})",
+        m.share * 100.0,
+        m.centre,
+        m.low,
+        m.high
+    )
+}
+
+fn modes_section(out: &mut String, a: &RunAnalysis) {
+    let rows: Vec<(&SeriesAnalysis, &StepModes)> = a
+        .series
+        .iter()
+        .flat_map(|s| s.modes.iter().map(move |m| (s, m)))
+        .filter(|(_, m)| !m.modes.is_empty())
+        .collect();
+    out.push_str("## Latency modes\n\n");
+    if rows.is_empty() {
+        out.push_str("No step histogram (hist/*.hlog) to read.\n\n");
+        return;
+    }
+    let bimodal = rows.iter().filter(|(_, m)| m.modes.len() > 1).count();
+    let _ = writeln!(
+        out,
+        "Populations in each step's latency histogram: {bimodal} of {} steps have two \
+         (a fast and a slow population, as a round-trip histogram split by a cache miss).\n",
+        rows.len()
+    );
+    out.push_str("| target | placement | clients | rep | populations | fast (share at peak, range) | slow (share at peak, range) |\n");
+    out.push_str("| --- | --- | ---: | ---: | ---: | --- | --- |\n");
+    for (s, m) in rows {
+        let slow = m.modes.get(1).map_or("–".to_string(), show_mode);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {slow} |",
+            escape(&s.target),
+            escape(&s.placement),
+            load_label(m.clients, m.rate_rps),
+            m.rep,
+            m.modes.len(),
+            show_mode(&m.modes[0]),
+        );
+    }
+    out.push('\n');
+}
+
+fn noise_section(out: &mut String, a: &RunAnalysis) {
+    out.push_str("## Noisy steps\n\n");
+    let repeated = a
+        .series
+        .iter()
+        .flat_map(|s| &s.points)
+        .any(|p| p.repetitions >= 2);
+    if !repeated {
+        out.push_str(
+            "No repetitions: the spread of a step is unknown (set `repetitions` to 2 or more).\n\n",
+        );
+        return;
+    }
+    if a.auto_repetitions {
+        auto_repetitions_table(out, a);
+    }
+    let repeated: Vec<(&SeriesAnalysis, &LoadPoint)> = a
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(move |p| (s, p)))
+        .filter(|(_, p)| p.repetitions >= 2)
+        .collect();
+    let noisy = repeated.iter().filter(|(_, p)| p.noisy).count();
+    if noisy == 0 {
+        out.push_str("Every repeated step's throughput varied by less than 3% (CV).\n\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "{noisy} load level(s) varied by 3% or more (CV) over their repetitions: do not read a knee into them.\n"
+        );
+    }
+    out.push_str(
+        "Each repeated level: its p99 from the repetitions' histograms merged, the single \
+         repetitions' p99 range beside it.\n\n",
+    );
+    out.push_str(
+        "| target | placement | clients | repetitions | throughput (req/s, mean ± 95% CI) | CV | p99 (reps) | noisy |\n",
+    );
+    out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
+    for (s, p) in repeated {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.1}% | {} | {} |",
+            escape(&s.target),
+            escape(&s.placement),
+            load_label(p.clients, p.rate_rps),
+            p.repetitions,
+            show_summary(&p.throughput_rps, Metric::ThroughputRps),
+            p.throughput_rps.cv * 100.0,
+            p.p99_text(),
+            if p.noisy { "yes" } else { "no" }
+        );
+    }
+    out.push('\n');
+}
+
+/// Under `repetitions = "auto"`: the steps that needed more than the 2 runs a spread needs,
+/// and whether they settled under the CV target or stopped at the cap still noisy.
+fn auto_repetitions_table(out: &mut String, a: &RunAnalysis) {
+    let _ = write!(
+        out,
+        "`repetitions = \"auto\"`: each step ran until its throughput's CV fell under {:.0}% (2 to {} runs). ",
+        stats::AUTO_CV_TARGET * 100.0,
+        stats::AUTO_MAX_REPETITIONS
+    );
+    let more: Vec<(&SeriesAnalysis, &LoadPoint)> = a
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(move |p| (s, p)))
+        .filter(|(_, p)| p.repetitions > 2)
+        .collect();
+    if more.is_empty() {
+        out.push_str("Every step settled after 2 runs.\n\n");
+        return;
+    }
+    out.push_str("Steps that needed more runs:\n\n");
+    out.push_str("| target | placement | clients | runs | CV | outcome |\n| --- | --- | ---: | ---: | ---: | --- |\n");
+    for (s, p) in more {
+        let outcome = if p.noisy {
+            format!("still noisy after {} runs", p.repetitions)
+        } else {
+            "settled".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.1}% | {outcome} |",
+            escape(&s.target),
+            escape(&s.placement),
+            load_label(p.clients, p.rate_rps),
+            p.repetitions,
+            p.throughput_rps.cv * 100.0
+        );
+    }
+    out.push('\n');
+}
+
+fn comparisons_section(out: &mut String, a: &RunAnalysis) {
+    if a.comparisons.is_empty() {
+        return;
+    }
+    out.push_str("## Comparisons\n\n");
+    for c in &a.comparisons {
+        let _ = writeln!(out, "- {}", escape(&c.sentence));
+    }
+    out.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::run::tests::ok_step;
+    use crate::analyze::run::{analyze, USL_MIN_R2};
+    use crate::record::steps::StepResult;
+    use crate::report::RunData;
+
+    #[test]
+    fn a_step_without_latency_still_counts_for_throughput() {
+        let steps = vec![
+            ok_step(1, 100.0, 10_000.0),
+            ok_step(2, 190.0, f64::NAN),
+            ok_step(3, 260.0, 11_538.0),
+            ok_step(4, 300.0, 13_333.0),
+        ];
+        let run = RunData {
+            steps,
+            ..RunData::default()
+        };
+        let a = analyze(&run.steps, None);
+        let s = &a.series[0];
+        assert_eq!(s.points.len(), 4);
+        assert_eq!(s.points[1].mean_latency_us, None);
+        assert!(s.usl.is_some(), "{:?}", s.usl_note);
+        let little: Vec<usize> = s.little.iter().map(|r| r.clients).collect();
+        assert_eq!(little, [1, 3, 4]);
+        assert!((s.little[0].check.ratio - 1.0).abs() < 1e-9);
+        let md = render_markdown(&a);
+        assert!(
+            md.contains("No repetitions: the spread of a step is unknown"),
+            "{md}"
+        );
+        // Every row is 1.00: one line instead of the table.
+        assert!(md.contains("Little's law holds"), "{md}");
+        assert!(!md.contains("| t | p | 4 | 0 | 4 | 300 |"), "{md}");
+    }
+
+    #[test]
+    fn littles_law_table_only_when_it_tells_something() {
+        let steps = || vec![ok_step(1, 100.0, 10_000.0), ok_step(2, 200.0, 10_000.0)];
+        let md = |steps: Vec<StepResult>| {
+            render_markdown(&analyze(
+                &RunData {
+                    steps,
+                    ..RunData::default()
+                }
+                .steps,
+                None,
+            ))
+        };
+        let holds = md(steps());
+        assert!(holds.contains("within 10% of 1 at every one of the 2 closed-loop steps"));
+        assert!(!holds.contains("| X·R / L |"), "{holds}");
+        // One row 50% off: the table, with every row.
+        let mut off = steps();
+        off[1].load.as_mut().unwrap().latency_us.mean = 15_000.0;
+        let table = md(off);
+        assert!(
+            table.contains("| t | p | 2 | 0 | 2 | 200 | 10000.0 | 15000.0 | 1.50 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| t | p | 1 | 0 | 1 | 100 | 10000.0 | 10000.0 | 1.00 |"),
+            "{table}"
+        );
+        // An external tool's figures: the table even when every row holds.
+        let mut external = steps();
+        external[0]
+            .derived
+            .insert("tool".into(), serde_json::json!({}));
+        assert!(md(external).contains("| X·R / L |"));
+    }
+
+    #[test]
+    fn usl_on_four_levels_carries_its_caveat_and_no_limit_label() {
+        // A clean contention curve: the fit is excellent, but 4 levels do not make a finding.
+        let x = |n: f64| 1000.0 * n / (1.0 + 0.2 * (n - 1.0));
+        let run = |levels: &[usize]| RunData {
+            steps: levels
+                .iter()
+                .map(|&n| ok_step(n, x(n as f64), 1000.0))
+                .collect(),
+            ..RunData::default()
+        };
+        let four = analyze(&run(&[1, 2, 4, 8]).steps, None);
+        let s = &four.series[0];
+        assert!(s.usl.as_ref().unwrap().r2 > 0.99);
+        let caveat = s.usl_caveat.as_deref().expect("a caveat");
+        assert!(
+            caveat.contains("4 server-limited client counts"),
+            "{caveat}"
+        );
+        let (_, rows) = scalability_rows(&four);
+        assert_eq!(rows[0].last().unwrap(), "– (see caveat)");
+        let md = render_markdown(&four);
+        assert!(
+            md.contains("USL caveat: fitted on 4 server-limited"),
+            "{md}"
+        );
+        // Six levels and a good fit: a finding, with its label.
+        let six = analyze(&run(&[1, 2, 4, 8, 16, 32]).steps, None);
+        assert_eq!(six.series[0].usl_caveat, None);
+        let (_, rows) = scalability_rows(&six);
+        assert_eq!(rows[0].last().unwrap(), "contention");
+        // A poor fit on many levels: R² names the caveat.
+        let noisy: Vec<usize> = vec![1, 2, 3, 4, 5, 6];
+        let mut bad = run(&noisy);
+        for (i, s) in bad.steps.iter_mut().enumerate() {
+            s.load.as_mut().unwrap().throughput_rps = if i % 2 == 0 { 1000.0 } else { 3000.0 };
+        }
+        let a = analyze(&bad.steps, None);
+        if let Some(u) = &a.series[0].usl {
+            assert!(u.r2 < USL_MIN_R2);
+            assert!(a.series[0].usl_caveat.as_deref().unwrap().contains("R²"));
+        }
+    }
+
+    #[test]
+    fn names_are_escaped() {
+        let mut step = ok_step(1, 100.0, 10_000.0);
+        step.target = "<script>|x".into();
+        let run = RunData {
+            steps: vec![step],
+            ..RunData::default()
+        };
+        let md = render_markdown(&analyze(&run.steps, None));
+        assert!(md.contains("| &lt;script&gt;\\|x | p |"), "{md}");
+        assert!(!md.contains("<script>"));
+    }
+}

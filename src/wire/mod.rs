@@ -1,0 +1,6 @@
+//! Formats both sides of a connection speak: the messenger frame codec (`msgr`) and the
+//! shared-memory key-value region (`shmkv`). The load generator and the servers import these;
+//! neither imports the other.
+
+pub mod msgr;
+pub mod shmkv;
