@@ -11,7 +11,6 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context;
 use hdrhistogram::serialization::interval_log::{
     IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag,
 };
@@ -95,10 +94,10 @@ pub struct HlogSink {
 
 impl HlogSink {
     /// Creates the log file now, so a bad path fails before the load starts.
-    pub fn create(path: &Path) -> anyhow::Result<Self> {
-        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    pub fn create(path: &Path) -> io::Result<Self> {
+        let file = File::create(path).map_err(|e| context(e, "creating", path))?;
         let writer = HlogWriter::begin(BufWriter::new(file), SystemTime::now())
-            .with_context(|| format!("writing {}", path.display()))?;
+            .map_err(|e| context(e, "writing", path))?;
         Ok(HlogSink {
             writer,
             error: None,
@@ -113,12 +112,20 @@ impl HlogSink {
     }
 
     /// Reports the first write error, if any.
-    pub fn finish(self) -> anyhow::Result<()> {
+    pub fn finish(self) -> io::Result<()> {
         match self.error {
-            Some(e) => Err(e).context("writing the interval log"),
+            Some(e) => Err(io::Error::new(
+                e.kind(),
+                format!("writing the interval log: {e}"),
+            )),
             None => Ok(()),
         }
     }
+}
+
+/// `e` with what was being done to which file, as anyhow's context would print it.
+fn context(e: io::Error, doing: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{doing} {}: {e}", path.display()))
 }
 
 /// Writes `(end of interval in s, histogram)` pairs as an interval log.
@@ -126,10 +133,10 @@ pub fn write_log<W: Write>(
     out: &mut W,
     start: SystemTime,
     hists: &[(f64, Histogram<u64>)],
-) -> anyhow::Result<()> {
-    let mut log = HlogWriter::begin(out, start).context("writing interval log")?;
+) -> io::Result<()> {
+    let mut log = HlogWriter::begin(out, start)?;
     for (end_s, h) in hists {
-        log.write(*end_s, h).context("writing interval log")?;
+        log.write(*end_s, h)?;
     }
     Ok(())
 }
