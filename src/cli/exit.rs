@@ -33,6 +33,10 @@ fn is_usage(cause: &(dyn std::error::Error + 'static)) -> bool {
         || cause.is::<crate::cpuset::PinError>()
         || cause.is::<crate::cpuset::CpuListError>()
         || cause.is::<crate::serve::msgr::MsgrConfigError>()
+        || matches!(
+            cause.downcast_ref(),
+            Some(crate::serve::msgr::MsgrError::Config(_))
+        )
         || cause.is::<crate::analyze::compare::runs::CompareError>()
         || matches!(cause.downcast_ref(), Some(LoadError::BadInput(_)))
         || matches!(cause.downcast_ref(), Some(ShmkvError::BadOption(_)))

@@ -1,15 +1,91 @@
-//! `stairbench serve`: dispatches to the built-in servers. Their options ([`ServeCommand`]
-//! and its `*Args`) stay beside the servers, since the sweep checks a spec's `builtin` against
-//! them too.
+//! `stairbench serve`: runs a built-in server until SIGINT or SIGTERM. The servers and their
+//! options ([`ServeCommand`] and its `*Args`) live in `serve`, since the sweep checks a spec's
+//! `builtin` against them too; this is the command around them.
 
+use std::io::Write as _;
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use crate::serve::ServeCommand;
+use anyhow::Context as _;
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::serve::shmkv::{spawn_shmkv, ShmkvArgs};
+use crate::serve::{spawn_msgr, Arch, MsgrArgs, ServeCommand};
 
 /// Runs a built-in server until SIGINT or SIGTERM.
 pub fn run(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        ServeCommand::Msgr(args) => crate::serve::run_msgr(&args),
-        ServeCommand::Shmkv(args) => crate::serve::shmkv::run(args),
+        ServeCommand::Msgr(args) => msgr(&args),
+        ServeCommand::Shmkv(args) => shmkv(args),
     }
+}
+
+/// Runs the messenger server until SIGINT or SIGTERM (`stairbench serve msgr`).
+fn msgr(args: &MsgrArgs) -> anyhow::Result<ExitCode> {
+    // Blocked before any thread starts, so every server thread inherits the mask and the
+    // signals wait for the main thread's sigwait.
+    let signals = block_termination()?;
+    let server = spawn_msgr(args.options())?;
+    let mut out = std::io::stdout().lock();
+    write!(
+        out,
+        "listening on {} arch={} threads={}",
+        server.addr(),
+        args.arch.name(),
+        args.threads
+    )?;
+    if args.arch == Arch::Pool {
+        write!(out, " io-threads={}", args.io_threads)?;
+    }
+    writeln!(out)?;
+    out.flush()?;
+    drop(out);
+    let signal = wait(&signals)?;
+    eprintln!("{signal}: stopping");
+    let stats = server.stats();
+    server.stop();
+    eprintln!(
+        "served {} requests on {} connections ({} refused, {} truncated, {} socket errors)",
+        stats.ops, stats.accepted, stats.refused, stats.truncated, stats.io_errors
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `stairbench serve shmkv` until SIGINT or SIGTERM.
+fn shmkv(args: ShmkvArgs) -> anyhow::Result<ExitCode> {
+    let stop = crate::signals::stop_flag();
+    let server = spawn_shmkv(&args).with_context(|| format!("starting shmkv {:?}", args.name))?;
+    eprintln!(
+        "shmkv: serving {} ({}, {} worker{}), pid {}; clients use shm://{}",
+        server.path(),
+        args.arch.name(),
+        args.workers,
+        if args.workers == 1 { "" } else { "s" },
+        std::process::id(),
+        args.name
+    );
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(server);
+    eprintln!("shmkv: stopped; region removed");
+    Ok(ExitCode::SUCCESS)
+}
+
+// SIGINT/SIGTERM for a server run from the command line: blocked in every thread and taken
+// synchronously by the main thread with sigwait, so no handler runs in a signal context.
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and the threads it starts later).
+fn block_termination() -> anyhow::Result<SigSet> {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.thread_block().context("cannot block SIGINT/SIGTERM")?;
+    Ok(set)
+}
+
+/// Waits for one of the blocked signals.
+fn wait(set: &SigSet) -> anyhow::Result<Signal> {
+    set.wait().context("waiting for SIGINT/SIGTERM failed")
 }

@@ -3,12 +3,9 @@
 
 pub mod msgr;
 pub mod shmkv;
-mod signals;
 pub mod stats;
 
-use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::ExitCode;
 use std::time::Duration;
 
 pub use msgr::{spawn_msgr, Arch, MsgrOptions, MsgrServer, MsgrStats};
@@ -76,35 +73,4 @@ impl MsgrArgs {
             metrics_file: self.metrics.clone(),
         }
     }
-}
-
-/// Runs the messenger server until SIGINT or SIGTERM (`stairbench serve msgr`).
-pub fn run_msgr(args: &MsgrArgs) -> anyhow::Result<ExitCode> {
-    // Blocked before any thread starts, so every server thread inherits the mask and the
-    // signals wait for the main thread's sigwait.
-    let signals = signals::block_termination()?;
-    let server = spawn_msgr(args.options())?;
-    let mut out = std::io::stdout().lock();
-    write!(
-        out,
-        "listening on {} arch={} threads={}",
-        server.addr(),
-        args.arch.name(),
-        args.threads
-    )?;
-    if args.arch == Arch::Pool {
-        write!(out, " io-threads={}", args.io_threads)?;
-    }
-    writeln!(out)?;
-    out.flush()?;
-    drop(out);
-    let signal = signals::wait(&signals)?;
-    eprintln!("{signal}: stopping");
-    let stats = server.stats();
-    server.stop();
-    eprintln!(
-        "served {} requests on {} connections ({} refused, {} truncated, {} socket errors)",
-        stats.ops, stats.accepted, stats.refused, stats.truncated, stats.io_errors
-    );
-    Ok(ExitCode::SUCCESS)
 }

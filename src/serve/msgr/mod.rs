@@ -14,7 +14,6 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use mio::{Events, Poll, Token, Waker};
 use thiserror::Error;
 
@@ -102,6 +101,38 @@ pub enum MsgrConfigError {
         /// The CPUs this process may use, as a list.
         allowed: String,
     },
+}
+
+/// Why a msgr server could not start.
+#[derive(Debug, Error)]
+pub enum MsgrError {
+    /// Its options are wrong (a usage error).
+    #[error(transparent)]
+    Config(#[from] MsgrConfigError),
+    /// The OS refused something it needs, with what it was doing.
+    #[error("{what}")]
+    Os {
+        /// What it was doing ("cannot listen on 127.0.0.1:7000 (is the port in use?)").
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<std::io::Error> for MsgrError {
+    fn from(source: std::io::Error) -> Self {
+        MsgrError::Os {
+            what: "the server could not start".into(),
+            source,
+        }
+    }
+}
+
+/// `map_err` for an OS error with what was being done.
+fn doing(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MsgrError {
+    let what = what.into();
+    move |source| MsgrError::Os { what, source }
 }
 
 impl MsgrOptions {
@@ -296,14 +327,16 @@ impl Drop for MsgrServer {
 }
 
 /// Starts a msgr server; it runs on its own threads until stopped or dropped.
-pub fn spawn_msgr(opts: MsgrOptions) -> anyhow::Result<MsgrServer> {
+pub fn spawn_msgr(opts: MsgrOptions) -> Result<MsgrServer, MsgrError> {
     opts.validate()?;
     let loops = match opts.arch {
         Arch::Reactor => opts.threads,
         Arch::Pool => opts.io_threads,
     };
-    let listeners = listen::reuseport_listeners(opts.addr, loops)
-        .with_context(|| format!("cannot listen on {} (is the port in use?)", opts.addr))?;
+    let listeners = listen::reuseport_listeners(opts.addr, loops).map_err(doing(format!(
+        "cannot listen on {} (is the port in use?)",
+        opts.addr
+    )))?;
     let addr = listeners[0].local_addr()?;
     let shared = Arc::new(LoopShared {
         stop: AtomicBool::new(false),
@@ -334,8 +367,10 @@ pub fn spawn_msgr(opts: MsgrOptions) -> anyhow::Result<MsgrServer> {
     if let Some(path) = &opts.metrics_file {
         let (tx, rx) = mpsc::channel();
         let every = Duration::from_millis(200);
-        let handle = stats::spawn_metrics_writer(server.stats.clone(), path.clone(), every, rx)
-            .with_context(|| format!("cannot write the metrics file {}", path.display()))?;
+        let handle =
+            stats::spawn_metrics_writer(server.stats.clone(), path.clone(), every, rx).map_err(
+                doing(format!("cannot write the metrics file {}", path.display())),
+            )?;
         server.metrics_writer = Some((tx, handle));
     }
     Ok(server)
@@ -347,7 +382,7 @@ fn spawn_pinned(
     stat: Arc<ThreadStat>,
     cpu: Option<usize>,
     body: impl FnOnce() + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), MsgrError> {
     server.stats.push(stat.clone());
     let name = stat.name.clone();
     let handle = std::thread::Builder::new()
@@ -361,13 +396,13 @@ fn spawn_pinned(
             stat.register_current_thread();
             body();
         })
-        .with_context(|| "cannot start a server thread")?;
+        .map_err(doing("cannot start a server thread"))?;
     server.threads.push(handle);
     Ok(())
 }
 
-fn new_poll(server: &mut MsgrServer) -> anyhow::Result<(Poll, Arc<Waker>)> {
-    let poll = Poll::new().context("cannot create an event loop (epoll)")?;
+fn new_poll(server: &mut MsgrServer) -> Result<(Poll, Arc<Waker>), MsgrError> {
+    let poll = Poll::new().map_err(doing("cannot create an event loop (epoll)"))?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     server.wakers.push(waker.clone());
     Ok((poll, waker))
@@ -377,7 +412,7 @@ fn start_reactors(
     server: &mut MsgrServer,
     opts: &MsgrOptions,
     listeners: Vec<mio::net::TcpListener>,
-) -> anyhow::Result<()> {
+) -> Result<(), MsgrError> {
     for (i, listener) in listeners.into_iter().enumerate() {
         let (poll, _) = new_poll(server)?;
         let shared = server.shared.clone();
@@ -392,7 +427,7 @@ fn start_pool(
     server: &mut MsgrServer,
     opts: &MsgrOptions,
     listeners: Vec<mio::net::TcpListener>,
-) -> anyhow::Result<()> {
+) -> Result<(), MsgrError> {
     let queue = Arc::new(pool::SharedQueue::default());
     server.queue = Some(queue.clone());
     let mut polls = Vec::new();

@@ -6,13 +6,9 @@ pub mod per_worker;
 pub mod single;
 pub mod table;
 
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
-
-use anyhow::Context;
 
 use crate::wire::shmkv::region::{Region, HEADER_BYTES};
 use crate::wire::shmkv::{Arch, ShmkvError};
@@ -134,25 +130,4 @@ impl Drop for ShmkvServer {
         }
         self.region.unlink();
     }
-}
-
-/// Runs `stairbench serve shmkv` until SIGINT or SIGTERM.
-pub fn run(args: ShmkvArgs) -> anyhow::Result<ExitCode> {
-    let stop = crate::signals::stop_flag();
-    let server = spawn_shmkv(&args).with_context(|| format!("starting shmkv {:?}", args.name))?;
-    eprintln!(
-        "shmkv: serving {} ({}, {} worker{}), pid {}; clients use shm://{}",
-        server.path(),
-        args.arch.name(),
-        args.workers,
-        if args.workers == 1 { "" } else { "s" },
-        std::process::id(),
-        args.name
-    );
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    drop(server);
-    eprintln!("shmkv: stopped; region removed");
-    Ok(ExitCode::SUCCESS)
 }
