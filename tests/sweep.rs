@@ -14,9 +14,9 @@ use stairbench::record::load::IntervalSink;
 use stairbench::record::rundir::RunDir;
 use stairbench::record::steps::{read_steps, StepResult, StepStatus};
 
+use stairbench::observe::step::NullObserver;
 use stairbench::sweep::driver::{Driver, FakeDriver, StepLoad, StepRequest};
 use stairbench::sweep::experiment::finish_dir;
-use stairbench::sweep::observer::NullObserver;
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::{Plan, Series};
 use stairbench::sweep::progress::Quiet;

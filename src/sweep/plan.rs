@@ -50,7 +50,7 @@ pub struct TargetPlan {
     /// Which copy this is, when the launcher starts one instance of a split target.
     pub instance: Option<usize>,
     /// Metrics the target reports itself (built-in msgr servers: a JSON file, always).
-    pub metrics: Option<super::metrics::MetricsPlan>,
+    pub metrics: Option<crate::observe::metrics::MetricsPlan>,
     /// The `[hosts]` entry it runs on (None: this machine).
     pub host: Option<String>,
 }
@@ -156,7 +156,7 @@ pub struct Plan {
     /// Server restarts.
     pub restart: Restart,
     /// Further processes to observe.
-    pub observe: Vec<super::extra_observe::ObserveEntry>,
+    pub observe: Vec<crate::observe::extra::ObserveEntry>,
     /// Other hosts and the client groups' hosts.
     pub hosts: super::remote::plan::HostPlan,
 }
@@ -216,7 +216,8 @@ impl Plan {
         let hosts = super::remote::plan::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
         let mut observe = Vec::new();
         for (i, o) in s.observe.iter().enumerate() {
-            let entry = super::extra_observe::ObserveEntry::from_spec(o, &spec_dir(&spec))
+            let entry = o
+                .entry(&spec_dir(&spec))
                 .map_err(|e| spec.error_at(&["observe", &i.to_string()], e))?;
             observe.push(entry);
         }
@@ -426,15 +427,13 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         return Err(at("instances", "expected at least 1".into()));
     }
     let metrics = match &t.metrics {
-        Some(m) => Some(
-            super::metrics::MetricsPlan::from_spec(m).map_err(|e| at("metrics", e.to_string()))?,
-        ),
+        Some(m) => Some(m.plan().map_err(|e| at("metrics", e))?),
         // The built-in msgr server writes its per-thread counters when asked (into a file on
         // this machine: not for a server on another host).
         None if t.host.is_none() && matches!(&kind, TargetKind::Builtin(a) if a[0] == "msgr") => {
-            Some(super::metrics::MetricsPlan::File {
+            Some(crate::observe::metrics::MetricsPlan::File {
                 template: "{metrics}".into(),
-                format: super::metrics::MetricsFormat::Json,
+                format: crate::observe::metrics::MetricsFormat::Json,
             })
         }
         None => None,

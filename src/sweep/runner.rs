@@ -10,12 +10,12 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use super::driver::{Driver, StepRequest};
-use super::observer::StepObserver;
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{Plan, Series, TargetPlan};
 use super::progress::Progress;
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
+use crate::observe::step::{Observed, StepObserver};
 use crate::record::load::{IntervalLine, IntervalSink};
 use crate::record::rundir::{RunDir, StepSink};
 use crate::record::steps::{now_unix_s, StepResult, StepStatus};
@@ -392,7 +392,7 @@ impl Runner<'_> {
         cpus: &CpuPair,
         group_cpus: Vec<Vec<usize>>,
         server: &mut Box<dyn Server>,
-    ) -> Result<(crate::record::load::LoadReport, super::observer::Observed), String> {
+    ) -> Result<(crate::record::load::LoadReport, Observed), String> {
         let connections = point.clients * self.plan.connections_per_client;
         let threads = self
             .plan
@@ -480,7 +480,7 @@ impl Runner<'_> {
             .map_err(|e| format!("writing the step's files: {e}"))?;
         let load = result?;
         let mut observed = observed;
-        super::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
+        crate::observe::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
         observed.derived.extend(load.extra);
         Ok((load.report, observed))
     }
@@ -506,7 +506,7 @@ struct LoopSink<'a> {
     /// The server's cpus when it runs on this machine (empty otherwise).
     local_server: Vec<usize>,
     /// The per-core busy % columns, from the observers' start.
-    cores: Option<super::cores::CoreColumns>,
+    cores: Option<crate::observe::cores::CoreColumns>,
     /// The driver's lines come while it runs.
     live: bool,
 }
@@ -515,7 +515,7 @@ impl LoopSink<'_> {
     fn start_observer(&mut self) {
         self.observer
             .start(self.pid, &self.cpus.server, &self.cpus.client);
-        self.cores = Some(super::cores::CoreColumns::start(
+        self.cores = Some(crate::observe::cores::CoreColumns::start(
             self.live,
             &self.local_server,
             &self.cpus.client,
