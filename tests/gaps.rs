@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use stairbench::cli::run::write_reports;
+use stairbench::observe::step::NullObserver;
 use stairbench::record::rundir::RunDir;
 use stairbench::record::steps::StepStatus;
 use stairbench::sweep::driver::{Driver, FakeDriver};
 use stairbench::sweep::experiment::finish_dir;
-use stairbench::sweep::observer::NullObserver;
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::progress::Quiet;

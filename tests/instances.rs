@@ -14,14 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use stairbench::observe::extra::{ExtraObserver, ObserveEntry, ProcessSelector};
+use stairbench::observe::metrics::{difference, MetricsFormat, MetricsSource, Snapshot};
+use stairbench::observe::step::{NullObserver, ServerExtras, StepObserver};
 use stairbench::record::hlog::read_hlog_or_empty;
-use stairbench::record::steps::{read_steps, StepStatus};
-use stairbench::sweep::extra_observe::{
-    ExtraObserver, ObserveEntry, ProcessSelector, ServerExtras,
-};
+use stairbench::record::steps::{read_steps, StepResult, StepStatus};
 use stairbench::sweep::instances::check_fit;
-use stairbench::sweep::metrics::{difference, MetricsFormat, MetricsSource};
-use stairbench::sweep::observer::{NullObserver, StepObserver};
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::spec::SpecFile;
@@ -451,4 +449,31 @@ fn a_histogram_log_metrics_file_gives_the_windows_histogram() {
     let d = difference(&before, &source.snapshot().unwrap());
     assert_eq!(d["count"], 5, "{d}");
     assert!(d["p50"].as_u64().unwrap() >= 69_000, "{d}");
+}
+
+#[test]
+fn a_failed_histogram_subtraction_is_unavailable_not_the_whole_run() {
+    use hdrhistogram::Histogram;
+    use serde_json::json;
+    // The start holds values the end lacks (the target restarted): no window histogram.
+    let mut start = Histogram::<u64>::new(3).unwrap();
+    start.record_n(1_000, 50).unwrap();
+    let mut end = Histogram::<u64>::new(3).unwrap();
+    end.record_n(9_000, 10).unwrap();
+    let d = difference(&Snapshot::Hist(start), &Snapshot::Hist(end));
+    let note = d["note"].as_str().unwrap();
+    assert!(note.starts_with("unavailable: "), "{d}");
+    assert!(note.contains("does not contain"), "{d}");
+    assert!(d.get("count").is_none() && d.get("p99").is_none(), "{d}");
+    // Rendered as the reason, never as figures.
+    let mut step = StepResult::empty("s".into(), "t", "p", 1, 0);
+    step.status = StepStatus::Ok;
+    step.derived
+        .insert("target_metrics".into(), json!({"server": d}));
+    let md = stairbench::report::extras::markdown(&[step]);
+    assert!(
+        md.contains("| s | — | server | unavailable: the histogram at the window"),
+        "{md}"
+    );
+    assert!(!md.contains("count="), "{md}");
 }

@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use stairbench::cli::run::write_reports;
+use stairbench::observe::step::NullObserver;
 use stairbench::record::load::IntervalSink;
 use stairbench::record::rundir::RunDir;
 use stairbench::record::steps::{read_steps, ErrorKind, StepResult, StepStatus};
 use stairbench::sweep::driver::{Driver, EngineDriver, FakeDriver, StepLoad, StepRequest};
 use stairbench::sweep::error::StepError;
 use stairbench::sweep::experiment::finish_dir;
-use stairbench::sweep::observer::NullObserver;
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::{Plan, Series};
 use stairbench::sweep::progress::Quiet;

@@ -4,9 +4,20 @@
 //! it, so nothing of the ramp-up or the teardown is counted. It samples /proc at both ends
 //! (the server's process tree, /proc/stat, /proc/net/dev) and runs `perf stat` on the tree in
 //! between. What it costs is measured too: `observer_cpu_s`.
+//!
+//! Around it: [`step`] (the step loop's [`step::StepObserver`] trait and its observers),
+//! [`extra`] (`[[observe]]` processes, a split target's instances, the target's metrics),
+//! [`metrics`] (the target's own metrics: files, endpoints, window differences), [`cores`]
+//! (per-core busy % columns of the intervals CSV), [`perf`] and [`environment`]. This module
+//! imports only the layers below it (machine, record, cpuset); the spec sections that
+//! configure it are parsed by `sweep`.
 
+pub mod cores;
 pub mod environment;
+pub mod extra;
+pub mod metrics;
 pub mod perf;
+pub mod step;
 
 use std::collections::BTreeMap;
 use std::path::Path;

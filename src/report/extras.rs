@@ -257,7 +257,7 @@ fn target_metrics(out: &mut String, steps: &[StepResult]) {
 
 /// `key=value` pairs; a `busy_ns` leaf also shows as a share of the window.
 fn metric_text(v: &Value, window_s: f64) -> String {
-    crate::sweep::metrics::leaves(v)
+    crate::observe::metrics::leaves(v)
         .into_iter()
         .map(|(k, x)| {
             if k.ends_with("busy_ns") && window_s > 0.0 {

@@ -217,7 +217,7 @@ impl CommandDriver {
         let cpu_before = children_cpu_s();
         // Each CPU of the client's cpuset, over the tool's whole run (it cannot tell its
         // warm-up apart): a tool saturates when one of them is full, whatever the others do.
-        let mut cores = super::cores::CoreSampler::start(&[], &req.client_cpus);
+        let mut cores = crate::observe::cores::CoreSampler::start(&[], &req.client_cpus);
         let mut child = crate::process::ChildProc::spawn(&launch)
             .map_err(|e| StepError::Load(format!("cannot start {}: {e}", launch.name)))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);

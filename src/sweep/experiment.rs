@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use super::driver::{CommandDriver, Driver, EngineDriver};
-use super::observer::FullObserver;
 use super::placement::{PlacementSource, TopologyPlacements};
 use super::plan::{ClientPlan, Plan};
 use super::progress::Progress;
 use super::runner::{step_id, Point, RunSummary, Runner};
 use super::server::{Launcher, ProcessLauncher};
+use crate::observe::step::FullObserver;
 use crate::record::rundir::RunDir;
 
 /// Where a run goes.
@@ -54,7 +54,7 @@ pub fn run_plan(
     let mut driver = run_driver(plan, &sessions)?;
     let mut launcher = host_launcher(plan, dir.path.clone(), &sessions);
     let mut observer = super::remote::observer::HostObserver::new(
-        super::extra_observe::ExtraObserver::new(FullObserver::default(), plan.observe.clone()),
+        crate::observe::extra::ExtraObserver::new(FullObserver::default(), plan.observe.clone()),
     );
     let mut runner = Runner {
         plan,

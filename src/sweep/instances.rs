@@ -14,10 +14,10 @@ use serde_json::{json, Map, Value};
 
 use super::driver::{Driver, StepLoad, StepRequest};
 use super::error::StepError;
-use super::extra_observe::{InstanceInfo, ServerExtras};
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{ClientPlan, Plan, Series, TargetPlan};
 use super::server::{Launcher, Server};
+use crate::observe::step::{InstanceInfo, ServerExtras};
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 use crate::record::rundir::{RunDir, StepSink};
 

@@ -1,18 +1,14 @@
 //! Experiments: the spec, CPU placements, target processes, the step loop, the run directory.
 //!
 //! A spec (TOML) is validated into a [`plan::Plan`]; [`runner::Runner`] walks it with a
-//! [`server::Launcher`], a [`driver::Driver`], a [`observer::StepObserver`] and a
+//! [`server::Launcher`], a [`driver::Driver`], a [`crate::observe::step::StepObserver`] and a
 //! [`placement::PlacementSource`], each a trait with a fake, writing a
 //! [`crate::record::rundir::RunDir`].
 
-pub mod cores;
 pub mod driver;
 pub mod error;
 pub mod experiment;
-pub mod extra_observe;
 pub mod instances;
-pub mod metrics;
-pub mod observer;
 pub mod placement;
 pub mod plan;
 pub mod policy;

@@ -11,6 +11,8 @@ use super::placement::CustomTable;
 use super::policy::Repetitions;
 use super::spec::{OnFailure, Restart, SpecError, SpecFile, StopWhen};
 use crate::load::{Distribution, ProtoOptions};
+use crate::observe::extra::ObserveEntry;
+use crate::observe::metrics::MetricsPlan;
 
 /// How a target is started.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,7 +52,7 @@ pub struct TargetPlan {
     /// Which copy this is, when the launcher starts one instance of a split target.
     pub instance: Option<usize>,
     /// Metrics the target reports itself (built-in msgr servers: a JSON file, always).
-    pub metrics: Option<super::metrics::MetricsPlan>,
+    pub metrics: Option<MetricsPlan>,
     /// The `[hosts]` entry it runs on (None: this machine).
     pub host: Option<String>,
 }
@@ -156,7 +158,7 @@ pub struct Plan {
     /// Server restarts.
     pub restart: Restart,
     /// Further processes to observe.
-    pub observe: Vec<super::extra_observe::ObserveEntry>,
+    pub observe: Vec<ObserveEntry>,
     /// Other hosts and the client groups' hosts.
     pub hosts: super::remote::plan::HostPlan,
 }
@@ -377,10 +379,11 @@ fn check_placements(
 }
 
 /// The spec's `[[observe]]` entries, checked.
-fn observe_entries(spec: &SpecFile) -> Result<Vec<super::extra_observe::ObserveEntry>, SpecError> {
+fn observe_entries(spec: &SpecFile) -> Result<Vec<ObserveEntry>, SpecError> {
     let mut observe = Vec::new();
     for (i, o) in spec.spec.observe.iter().enumerate() {
-        let entry = super::extra_observe::ObserveEntry::from_spec(o, &spec_dir(spec))
+        let entry = o
+            .entry(&spec_dir(spec))
             .map_err(|e| spec.error_at(&["observe", &i.to_string()], e))?;
         observe.push(entry);
     }
@@ -491,18 +494,15 @@ fn target_metrics(
     i: usize,
     t: &super::spec::TargetSpec,
     kind: &TargetKind,
-) -> Result<Option<super::metrics::MetricsPlan>, SpecError> {
+) -> Result<Option<MetricsPlan>, SpecError> {
     Ok(match &t.metrics {
-        Some(m) => Some(
-            super::metrics::MetricsPlan::from_spec(m)
-                .map_err(|e| target_error(spec, i, "metrics", e.to_string()))?,
-        ),
+        Some(m) => Some(m.plan().map_err(|e| target_error(spec, i, "metrics", e))?),
         // The built-in msgr server writes its per-thread counters when asked (into a file on
         // this machine: not for a server on another host).
         None if t.host.is_none() && matches!(kind, TargetKind::Builtin(a) if a[0] == "msgr") => {
-            Some(super::metrics::MetricsPlan::File {
+            Some(MetricsPlan::File {
                 template: "{metrics}".into(),
-                format: super::metrics::MetricsFormat::Json,
+                format: crate::observe::metrics::MetricsFormat::Json,
             })
         }
         None => None,

@@ -11,12 +11,12 @@ use hdrhistogram::Histogram;
 
 use super::driver::{Driver, StepLoad, StepRequest};
 use super::error::StepError;
-use super::observer::{Observed, StepObserver};
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{Plan, Series, TargetPlan};
 use super::progress::Progress;
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
+use crate::observe::step::{Observed, StepObserver};
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 use crate::record::rundir::{RunDir, StepSink};
 use crate::record::steps::{now_unix_s, StepResult, StepStatus};
@@ -611,7 +611,7 @@ struct LoopSink<'a> {
     /// The server's cpus when it runs on this machine (empty otherwise).
     local_server: Vec<usize>,
     /// The per-core busy % columns, from the observers' start.
-    cores: Option<super::cores::CoreColumns>,
+    cores: Option<crate::observe::cores::CoreColumns>,
     /// The driver's lines come while it runs.
     live: bool,
 }
@@ -620,7 +620,7 @@ impl LoopSink<'_> {
     fn start_observer(&mut self) {
         self.observer
             .start(self.pid, &self.cpus.server, &self.cpus.client);
-        self.cores = Some(super::cores::CoreColumns::start(
+        self.cores = Some(crate::observe::cores::CoreColumns::start(
             self.live,
             &self.local_server,
             &self.cpus.client,
@@ -644,7 +644,7 @@ impl LoopSink<'_> {
             .finish(hist)
             .map_err(|e| StepError::io("writing the step's files", e))?;
         let load = result?;
-        super::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
+        crate::observe::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
         observed.derived.extend(load.extra);
         Ok((load.report, observed))
     }

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use super::driver::fill;
 use super::placement::CpuPair;
 use super::plan::{TargetKind, TargetPlan};
+use crate::observe::metrics::{metrics_path, MetricsPlan, MetricsSource};
+use crate::observe::step::ServerExtras;
 use crate::process::{free_port, port_open, ChildProc, Launch};
 
 /// A running target.
@@ -21,8 +23,8 @@ pub trait Server {
     /// Ends it and everything it started.
     fn stop(&mut self);
     /// Its instances (when split) and its metrics sources.
-    fn extras(&self) -> super::extra_observe::ServerExtras {
-        super::extra_observe::ServerExtras::default()
+    fn extras(&self) -> ServerExtras {
+        ServerExtras::default()
     }
 }
 
@@ -53,7 +55,7 @@ impl ProcessLauncher {
     /// The run directory's file for the target's `{metrics}`.
     fn metrics_file(&self, target: &TargetPlan) -> PathBuf {
         let ext = target.metrics.as_ref().map_or("json", |m| m.extension());
-        super::metrics::metrics_path(&self.out_dir, &target.name, target.instance, ext)
+        metrics_path(&self.out_dir, &target.name, target.instance, ext)
     }
 
     /// The command line of `target` (a built-in server pins itself with --cpuset; a command is
@@ -74,7 +76,7 @@ impl ProcessLauncher {
                 if !args.iter().any(|a| a == "--threads") {
                     argv.extend(["--threads".into(), cpus.server.len().to_string()]);
                 }
-                if let Some(super::metrics::MetricsPlan::File { template, .. }) = &target.metrics {
+                if let Some(MetricsPlan::File { template, .. }) = &target.metrics {
                     if args[0] == "msgr" && !args.iter().any(|a| a == "--metrics") {
                         argv.extend(["--metrics".into(), template.replace("{metrics}", &metrics)]);
                     }
@@ -265,7 +267,7 @@ fn address_open(addr: &str) -> bool {
 pub struct ProcessServer {
     child: ChildProc,
     port: u16,
-    metrics: Option<(String, super::metrics::MetricsSource)>,
+    metrics: Option<(String, MetricsSource)>,
 }
 
 impl Server for ProcessServer {
@@ -286,8 +288,8 @@ impl Server for ProcessServer {
     fn stop(&mut self) {
         self.child.stop(Duration::from_secs(2));
     }
-    fn extras(&self) -> super::extra_observe::ServerExtras {
-        super::extra_observe::ServerExtras {
+    fn extras(&self) -> ServerExtras {
+        ServerExtras {
             instances: Vec::new(),
             metrics: self.metrics.iter().cloned().collect(),
             remote: None,

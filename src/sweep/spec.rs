@@ -9,6 +9,9 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use crate::observe::extra::{ObserveEntry, ProcessSelector};
+use crate::observe::metrics::{parse_url, MetricsFormat, MetricsPlan};
+
 /// A spec file as written (before validation into a [`super::plan::Plan`]).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -81,7 +84,7 @@ pub struct Spec {
     pub report: Option<super::validate::ReportSpec>,
     /// Further processes measured like the server (by pid file, command name or pids command).
     #[serde(default)]
-    pub observe: Vec<super::extra_observe::ObserveSpec>,
+    pub observe: Vec<ObserveSpec>,
     /// Profile passes at chosen load levels (see `sweep::profiling`).
     #[serde(default)]
     pub profile: Option<super::profiling::ProfileSpec>,
@@ -140,7 +143,7 @@ pub struct TargetSpec {
     /// Metrics the target reports itself: `{ file = "{metrics}", format = "json" | "hlog" }`
     /// or `{ url = "http://127.0.0.1:{port}/metrics" }`.
     #[serde(default)]
-    pub metrics: Option<super::metrics::MetricsSpec>,
+    pub metrics: Option<MetricsSpec>,
     /// The `[hosts]` entry the server runs on (this machine when absent).
     #[serde(default)]
     pub host: Option<String>,
@@ -159,6 +162,88 @@ pub struct ReadySpec {
     /// Give up after this long.
     #[serde(default)]
     pub timeout: Option<Dur>,
+}
+
+/// `metrics = { file = "{metrics}", format = "json" }` or `metrics = { url = "..." }`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSpec {
+    /// A file the target writes; `{metrics}` is a path in the run directory (also given to
+    /// the target's command through the same placeholder).
+    #[serde(default)]
+    pub file: Option<String>,
+    /// Format of the file: `json` (default) or `hlog` (an HdrHistogram interval log).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// A loopback HTTP URL answering JSON; `{port}` is the target's port.
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+impl MetricsSpec {
+    /// Checks it into the observers' plan of where the target's metrics come from.
+    pub fn plan(&self) -> Result<MetricsPlan, String> {
+        let bad = |m: &str| Err(m.to_string());
+        match (&self.file, &self.url) {
+            (Some(_), Some(_)) => bad("give file = \"{metrics}\" or url = \"http://127.0.0.1:{port}/metrics\", not both"),
+            (None, None) => bad("expected file = \"{metrics}\" (with format = \"json\" or \"hlog\") or url = \"http://127.0.0.1:{port}/metrics\""),
+            (Some(file), None) => {
+                let format = match self.format.as_deref() {
+                    None | Some("json") => MetricsFormat::Json,
+                    Some("hlog") => MetricsFormat::Hlog,
+                    Some(other) => return bad(&format!("format {other:?}: expected \"json\" or \"hlog\"")),
+                };
+                Ok(MetricsPlan::File { template: file.clone(), format })
+            }
+            (None, Some(url)) => {
+                if self.format.as_deref().is_some_and(|f| f != "json") {
+                    return bad("a metrics url answers JSON: leave format out");
+                }
+                parse_url(&url.replace("{port}", "1"))?;
+                Ok(MetricsPlan::Url(url.clone()))
+            }
+        }
+    }
+}
+
+/// An `[[observe]]` entry as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObserveSpec {
+    /// Name in the results.
+    pub name: String,
+    /// A file holding the process id (relative to the spec file).
+    #[serde(default)]
+    pub pid_file: Option<PathBuf>,
+    /// The process's command name, as in /proc/PID/comm (every match is observed).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// A shell command that prints process ids.
+    #[serde(default)]
+    pub pids_command: Option<String>,
+}
+
+impl ObserveSpec {
+    /// Checks it into the observers' entry; relative pid files are read from `spec_dir`.
+    pub fn entry(&self, spec_dir: &Path) -> Result<ObserveEntry, String> {
+        let selector = match (&self.pid_file, &self.command, &self.pids_command) {
+            (Some(f), None, None) => ProcessSelector::PidFile(spec_dir.join(f)),
+            (None, Some(c), None) if !c.is_empty() => ProcessSelector::Command(c.clone()),
+            (None, None, Some(c)) if !c.trim().is_empty() => {
+                ProcessSelector::PidsCommand(c.clone())
+            }
+            _ => {
+                return Err(format!(
+                    "observe {:?}: give exactly one of pid_file = \"...\", command = \"name\" or pids_command = \"...\"",
+                    self.name
+                ))
+            }
+        };
+        Ok(ObserveEntry {
+            name: self.name.clone(),
+            selector,
+        })
+    }
 }
 
 /// A cpuset table file in seed 000's format and the policy key to read from it.
@@ -730,5 +815,39 @@ mod tests {
         let f = parse("name = \"x\"\n\n[[targets]]\nname = \"a\"\nbuiltin = \"nope\"\n").unwrap();
         let msg = f.error_at(&["targets", "0", "builtin"], "bad").to_string();
         assert_eq!(msg, "t.toml:5:11: targets[0].builtin: bad");
+    }
+
+    #[test]
+    fn an_entry_needs_one_selector() {
+        let spec = ObserveSpec {
+            name: "db".into(),
+            pid_file: Some("db.pid".into()),
+            command: Some("postgres".into()),
+            pids_command: None,
+        };
+        let err = spec.entry(Path::new("/s")).unwrap_err();
+        assert!(err.contains("exactly one"), "{err}");
+    }
+
+    #[test]
+    fn spec_needs_one_source() {
+        use crate::observe::metrics::MetricsSource;
+        let none = MetricsSpec::default().plan().unwrap_err();
+        assert!(none.contains("expected file"), "{none}");
+        let spec = MetricsSpec {
+            file: Some("{metrics}".into()),
+            format: Some("hlog".into()),
+            url: None,
+        };
+        let plan = spec.plan().unwrap();
+        assert_eq!(plan.extension(), "hlog");
+        let src = plan.resolve(Path::new("/r/metrics/a.hlog"), 80);
+        assert_eq!(
+            src,
+            MetricsSource::File {
+                path: "/r/metrics/a.hlog".into(),
+                format: MetricsFormat::Hlog
+            }
+        );
     }
 }

@@ -8,9 +8,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use serde_json::{json, Value};
 
 use super::server::RemoteTarget;
+use crate::observe::step::{Observed, ServerExtras, StepObserver};
 use crate::observe::Observation;
-use crate::sweep::extra_observe::ServerExtras;
-use crate::sweep::observer::{Observed, StepObserver};
 
 /// Passes everything to `inner`, except a remote server's own figures, which come from its
 /// host.
@@ -92,7 +91,12 @@ impl<O: StepObserver> HostObserver<O> {
 
 impl<O: StepObserver> StepObserver for HostObserver<O> {
     fn server_extras(&mut self, extras: &ServerExtras) {
-        self.remote = extras.remote.clone();
+        // Only this module's launcher puts a RemoteTarget there (observe holds it opaque).
+        self.remote = extras
+            .remote
+            .as_ref()
+            .and_then(|r| r.downcast_ref::<RemoteTarget>())
+            .cloned();
         self.inner.server_extras(extras);
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::session::{HostSession, Sessions};
 use super::{RemoteProcess, RemoteStatus};
-use crate::sweep::extra_observe::ServerExtras;
+use crate::observe::step::ServerExtras;
 use crate::sweep::placement::CpuPair;
 use crate::sweep::plan::{TargetKind, TargetPlan};
 use crate::sweep::server::{Launcher, ProcessLauncher, Server};
@@ -193,10 +193,10 @@ impl Server for RemoteServer {
     }
     fn extras(&self) -> ServerExtras {
         ServerExtras {
-            remote: Some(RemoteTarget {
+            remote: Some(Arc::new(RemoteTarget {
                 session: self.session.clone(),
                 pid: self.process.pgid(),
-            }),
+            })),
             ..ServerExtras::default()
         }
     }

@@ -9,24 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-
-/// `metrics = { file = "{metrics}", format = "json" }` or `metrics = { url = "..." }`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetricsSpec {
-    /// A file the target writes; `{metrics}` is a path in the run directory (also given to
-    /// the target's command through the same placeholder).
-    #[serde(default)]
-    pub file: Option<String>,
-    /// Format of the file: `json` (default) or `hlog` (an HdrHistogram interval log).
-    #[serde(default)]
-    pub format: Option<String>,
-    /// A loopback HTTP URL answering JSON; `{port}` is the target's port.
-    #[serde(default)]
-    pub url: Option<String>,
-}
 
 /// Format of a metrics file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,39 +34,7 @@ pub enum MetricsPlan {
     Url(String),
 }
 
-/// Why a metrics spec is unusable.
-#[derive(Debug, thiserror::Error)]
-pub enum MetricsError {
-    /// Bad spec.
-    #[error("{0}")]
-    Spec(String),
-}
-
 impl MetricsPlan {
-    /// Checks a spec.
-    pub fn from_spec(spec: &MetricsSpec) -> Result<MetricsPlan, MetricsError> {
-        let bad = |m: &str| Err(MetricsError::Spec(m.to_string()));
-        match (&spec.file, &spec.url) {
-            (Some(_), Some(_)) => bad("give file = \"{metrics}\" or url = \"http://127.0.0.1:{port}/metrics\", not both"),
-            (None, None) => bad("expected file = \"{metrics}\" (with format = \"json\" or \"hlog\") or url = \"http://127.0.0.1:{port}/metrics\""),
-            (Some(file), None) => {
-                let format = match spec.format.as_deref() {
-                    None | Some("json") => MetricsFormat::Json,
-                    Some("hlog") => MetricsFormat::Hlog,
-                    Some(other) => return bad(&format!("format {other:?}: expected \"json\" or \"hlog\"")),
-                };
-                Ok(MetricsPlan::File { template: file.clone(), format })
-            }
-            (None, Some(url)) => {
-                if spec.format.as_deref().is_some_and(|f| f != "json") {
-                    return bad("a metrics url answers JSON: leave format out");
-                }
-                parse_url(&url.replace("{port}", "1")).map_err(MetricsError::Spec)?;
-                Ok(MetricsPlan::Url(url.clone()))
-            }
-        }
-    }
-
     /// The concrete source for one launch: `path` is the run directory's file for
     /// `{metrics}`, `port` the target's port.
     pub fn resolve(&self, path: &Path, port: u16) -> MetricsSource {
@@ -402,31 +353,6 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_histogram_subtraction_is_unavailable_not_the_whole_run() {
-        // The start holds values the end lacks (the target restarted): no window histogram.
-        let mut start = Histogram::<u64>::new(3).unwrap();
-        start.record_n(1_000, 50).unwrap();
-        let mut end = Histogram::<u64>::new(3).unwrap();
-        end.record_n(9_000, 10).unwrap();
-        let d = difference(&Snapshot::Hist(start), &Snapshot::Hist(end));
-        let note = d["note"].as_str().unwrap();
-        assert!(note.starts_with("unavailable: "), "{d}");
-        assert!(note.contains("does not contain"), "{d}");
-        assert!(d.get("count").is_none() && d.get("p99").is_none(), "{d}");
-        // Rendered as the reason, never as figures.
-        let mut step = crate::record::steps::StepResult::empty("s".into(), "t", "p", 1, 0);
-        step.status = crate::record::steps::StepStatus::Ok;
-        step.derived
-            .insert("target_metrics".into(), json!({"server": d}));
-        let md = crate::report::extras::markdown(&[step]);
-        assert!(
-            md.contains("| s | — | server | unavailable: the histogram at the window"),
-            "{md}"
-        );
-        assert!(!md.contains("count="), "{md}");
-    }
-
-    #[test]
     fn only_loopback_urls() {
         assert!(parse_url("http://127.0.0.1:9/metrics").is_ok());
         assert!(parse_url("http://[::1]:9/").is_ok());
@@ -438,26 +364,5 @@ mod tests {
     #[test]
     fn chunked_bodies_are_joined() {
         assert_eq!(dechunk("3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n"), "{\"a\":1}");
-    }
-
-    #[test]
-    fn spec_needs_one_source() {
-        let none = MetricsPlan::from_spec(&MetricsSpec::default()).unwrap_err();
-        assert!(none.to_string().contains("expected file"), "{none}");
-        let spec = MetricsSpec {
-            file: Some("{metrics}".into()),
-            format: Some("hlog".into()),
-            url: None,
-        };
-        let plan = MetricsPlan::from_spec(&spec).unwrap();
-        assert_eq!(plan.extension(), "hlog");
-        let src = plan.resolve(Path::new("/r/metrics/a.hlog"), 80);
-        assert_eq!(
-            src,
-            MetricsSource::File {
-                path: "/r/metrics/a.hlog".into(),
-                format: MetricsFormat::Hlog
-            }
-        );
     }
 }

@@ -1,9 +1,14 @@
-//! What the step loop measures beside the load, behind [`StepObserver`]: the `observe`
-//! module's observer in real runs (the server's process tree, per-core busy %, perf
+//! What the step loop measures beside the load, behind [`StepObserver`]: the
+//! [`super::Observer`] in real runs (the server's process tree, per-core busy %, perf
 //! counters, loopback packets, and per-request figures as seed 003's benchreport columns),
 //! nothing in the fake-driver tests.
 
+use std::any::Any;
+use std::sync::Arc;
+
 use serde_json::{json, Map, Value};
+
+use super::metrics::MetricsSource;
 
 /// Figures of one measured window.
 #[derive(Debug, Clone, Default)]
@@ -14,10 +19,40 @@ pub struct Observed {
     pub derived: Map<String, Value>,
 }
 
+/// What the running server offers beside its own pid: its instances and metrics sources.
+#[derive(Debug, Clone, Default)]
+pub struct ServerExtras {
+    /// Each instance of a split target (empty for a single one).
+    pub instances: Vec<InstanceInfo>,
+    /// Metrics sources, by label (the target's name, or `name.iK` for an instance).
+    pub metrics: Vec<(String, MetricsSource)>,
+    /// The server runs on another host: observed there, not here. What reaching that host
+    /// takes belongs to the caller (sweep's hosts), so it is held opaque here; the caller's
+    /// own observer downcasts it.
+    pub remote: Option<RemoteServer>,
+}
+
+/// A server on another host, as its launcher describes it to its observer (see
+/// [`ServerExtras::remote`]).
+pub type RemoteServer = Arc<dyn Any + Send + Sync>;
+
+/// One instance of a split target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceInfo {
+    /// Label in the results (`name.iK`).
+    pub label: String,
+    /// Its process.
+    pub pid: Option<i32>,
+    /// Its port.
+    pub port: u16,
+    /// Its CPUs.
+    pub cpus: Vec<usize>,
+}
+
 /// Watches one step's measured window.
 pub trait StepObserver {
     /// Told, before each step, what the server offers beyond its pid (instances, metrics).
-    fn server_extras(&mut self, _extras: &super::extra_observe::ServerExtras) {}
+    fn server_extras(&mut self, _extras: &ServerExtras) {}
     /// Gets ready before the load starts (costly set-up such as attaching perf, so that it
     /// does not fall inside the measured window). Optional: `start` works without it.
     fn prepare(
@@ -36,7 +71,7 @@ pub trait StepObserver {
     fn finish(&mut self, requests: u64) -> Observed;
 }
 
-/// The `observe` module's observer: /proc, `perf stat` (software and, where the machine has
+/// The [`super::Observer`]: /proc, `perf stat` (software and, where the machine has
 /// them, hardware counters), loopback packets; derived per-request figures.
 #[derive(Debug, Default)]
 pub struct FullObserver {

@@ -5,29 +5,11 @@
 
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::metrics::{difference, MetricsSource, Snapshot};
-use super::observer::{Observed, StepObserver};
-use crate::observe::{Observation, TreeUsage};
-
-/// An `[[observe]]` entry as written.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ObserveSpec {
-    /// Name in the results.
-    pub name: String,
-    /// A file holding the process id (relative to the spec file).
-    #[serde(default)]
-    pub pid_file: Option<PathBuf>,
-    /// The process's command name, as in /proc/PID/comm (every match is observed).
-    #[serde(default)]
-    pub command: Option<String>,
-    /// A shell command that prints process ids.
-    #[serde(default)]
-    pub pids_command: Option<String>,
-}
+use super::metrics::{difference, Snapshot};
+use super::step::{Observed, ServerExtras, StepObserver};
+use super::{Observation, TreeUsage};
 
 /// How an observed process is found, at the start of each step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,27 +32,6 @@ pub struct ObserveEntry {
 }
 
 impl ObserveEntry {
-    /// Checks an entry; relative pid files are read from `spec_dir`.
-    pub fn from_spec(spec: &ObserveSpec, spec_dir: &std::path::Path) -> Result<Self, String> {
-        let selector = match (&spec.pid_file, &spec.command, &spec.pids_command) {
-            (Some(f), None, None) => ProcessSelector::PidFile(spec_dir.join(f)),
-            (None, Some(c), None) if !c.is_empty() => ProcessSelector::Command(c.clone()),
-            (None, None, Some(c)) if !c.trim().is_empty() => {
-                ProcessSelector::PidsCommand(c.clone())
-            }
-            _ => {
-                return Err(format!(
-                    "observe {:?}: give exactly one of pid_file = \"...\", command = \"name\" or pids_command = \"...\"",
-                    spec.name
-                ))
-            }
-        };
-        Ok(ObserveEntry {
-            name: spec.name.clone(),
-            selector,
-        })
-    }
-
     /// The pids it names now, or why there are none.
     pub fn pids(&self) -> Result<Vec<i32>, String> {
         let pids = match &self.selector {
@@ -131,30 +92,6 @@ pub fn pids_by_comm(name: &str) -> Vec<i32> {
     pids
 }
 
-/// What the running server offers beside its own pid: its instances and metrics sources.
-#[derive(Debug, Clone, Default)]
-pub struct ServerExtras {
-    /// Each instance of a split target (empty for a single one).
-    pub instances: Vec<InstanceInfo>,
-    /// Metrics sources, by label (the target's name, or `name.iK` for an instance).
-    pub metrics: Vec<(String, MetricsSource)>,
-    /// The server runs on another host: observed there, not here.
-    pub remote: Option<super::remote::server::RemoteTarget>,
-}
-
-/// One instance of a split target.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InstanceInfo {
-    /// Label in the results (`name.iK`).
-    pub label: String,
-    /// Its process.
-    pub pid: Option<i32>,
-    /// Its port.
-    pub port: u16,
-    /// Its CPUs.
-    pub cpus: Vec<usize>,
-}
-
 /// The step loop's observer plus the `[[observe]]` processes, the instances and the
 /// target's metrics.
 pub struct ExtraObserver<O: StepObserver> {
@@ -163,7 +100,7 @@ pub struct ExtraObserver<O: StepObserver> {
     /// The `[[observe]]` entries.
     pub entries: Vec<ObserveEntry>,
     extras: ServerExtras,
-    running: Vec<(String, Result<crate::observe::Observer, String>)>,
+    running: Vec<(String, Result<super::Observer, String>)>,
     before: Vec<(String, Result<Snapshot, String>)>,
 }
 
@@ -265,16 +202,14 @@ fn sum_instances(observed: &mut Observed, trees: &[TreeUsage], requests: u64) {
         "server: the sum of {} instances' process trees (pid is the first one's; see `observed`)",
         trees.len()
     ));
-    if let Ok(Value::Object(per)) =
-        serde_json::to_value(crate::observe::per_request(&obs, requests))
-    {
+    if let Ok(Value::Object(per)) = serde_json::to_value(super::per_request(&obs, requests)) {
         observed.derived.extend(per);
     }
     observed.server = serde_json::to_value(&obs).unwrap_or(Value::Null);
 }
 
-fn observer_of(pid: i32) -> crate::observe::Observer {
-    crate::observe::Observer::start(Some(pid), &[], &[])
+fn observer_of(pid: i32) -> super::Observer {
+    super::Observer::start(Some(pid), &[], &[])
 }
 
 impl<O: StepObserver> StepObserver for ExtraObserver<O> {
@@ -330,18 +265,6 @@ mod tests {
     #[test]
     fn pids_are_read_from_text() {
         assert_eq!(parse_pids("12\n 34 x -5\n"), vec![12, 34]);
-    }
-
-    #[test]
-    fn an_entry_needs_one_selector() {
-        let spec = ObserveSpec {
-            name: "db".into(),
-            pid_file: Some("db.pid".into()),
-            command: Some("postgres".into()),
-            pids_command: None,
-        };
-        let err = ObserveEntry::from_spec(&spec, std::path::Path::new("/s")).unwrap_err();
-        assert!(err.contains("exactly one"), "{err}");
     }
 
     #[test]

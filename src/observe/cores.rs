@@ -1,5 +1,5 @@
 //! The server's and the client's per-core busy % second by second over a step's measured
-//! window, from /proc/stat (the `observe` module's parser), written as the
+//! window, from /proc/stat (`machine::procfs`'s parser), written as the
 //! `server_per_core_busy` and `client_per_core_busy` columns of `intervals/<step>.csv`: the
 //! report's heat map shows where the server's cores were busy while the load ran.
 //!
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::{read_proc_stat, thread_cpu_s};
 use crate::machine::procfs::{self, CpuTimes};
 use crate::record::load::{IntervalLine, IntervalSink};
 use crate::record::rundir::{CoreRow, StepSink};
@@ -71,13 +72,6 @@ impl CoreSampler {
     }
 }
 
-/// CPU time of the calling thread, in seconds.
-fn thread_cpu_s() -> f64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(|t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
-        .unwrap_or(0.0)
-}
-
 /// Adds the sampling's CPU to a step's `observer_cpu_s` (when the observers reported one).
 pub fn add_observer_cpu(derived: &mut serde_json::Map<String, serde_json::Value>, cpu_s: f64) {
     if let Some(v) = derived.get_mut("observer_cpu_s") {
@@ -98,12 +92,6 @@ fn busy_of(
                 .map_or(f64::NAN, |b| b.busy_pct)
         })
         .collect()
-}
-
-fn read_proc_stat() -> BTreeMap<usize, CpuTimes> {
-    std::fs::read_to_string("/proc/stat")
-        .map(|t| procfs::parse_proc_stat(&t))
-        .unwrap_or_default()
 }
 
 /// A thread sampling once per `period` until finished; each row is stamped with the seconds
