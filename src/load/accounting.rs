@@ -1,7 +1,7 @@
 //! The request bookkeeping a load's report carries beside its latencies: re-sends, the error
 //! ratio and, for redis, the GETs that found their key.
 
-use super::worker::Totals;
+use super::recorder::Totals;
 use super::LoadConfig;
 use crate::record::load::{error_ratio, LoadReport};
 

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::recorder::{IntervalMsg, Msg, Schedule, Totals};
 use super::target::Target;
-use super::worker::{IntervalMsg, Msg, Schedule, Totals, Worker};
+use super::worker::Worker;
 use super::{LoadConfig, LoadError, LoadOutcome};
 use crate::record::load::{
     ClientCpu, IntervalLine, IntervalSink, LatencyUs, LoadReport, SCHEMA_VERSION,

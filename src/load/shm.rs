@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::engine::{ThreadBody, Threads};
 use super::protocol::redis::SplitMix64;
-use super::recorder::Recorder;
-use super::worker::{Msg, Schedule};
+use super::recorder::{Msg, Recorder, Schedule};
 use super::{Distribution, LoadConfig, LoadError, LoadOutcome};
 use crate::record::load::IntervalSink;
 use crate::wire::shmkv::msg::{MAX_KEY, MAX_VALUE};

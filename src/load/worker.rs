@@ -5,7 +5,7 @@
 //! read shorter than the buffer means the socket is drained, and the replies that one read
 //! brings are answered by one write.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +13,6 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
@@ -21,7 +20,7 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use super::protocol::{Protocol, Reply};
-use super::recorder::Recorder;
+use super::recorder::{thread_cpu_ns, Msg, Recorder, Schedule};
 use super::target::Target;
 use super::{LoadConfig, LoadError};
 
@@ -36,121 +35,6 @@ const SPIN_NS: u64 = 50_000;
 const LATE_SEND_NS: u64 = 100_000;
 /// How often timeouts and reconnections are looked after.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
-
-/// The schedule every thread shares, in nanoseconds since the common start `t0`.
-#[derive(Debug)]
-pub(super) struct Schedule {
-    /// Ends of the per-second intervals; the last one is the end of the measured window.
-    pub boundaries_ns: Vec<u64>,
-    /// Index of the first interval of the measured window.
-    pub first_measured: usize,
-    pub warmup_end_ns: u64,
-    pub measure_end_ns: u64,
-    pub timeout_ns: u64,
-    pub hist_max_ns: u64,
-}
-
-impl Schedule {
-    pub fn new(config: &LoadConfig) -> Self {
-        let warmup_end_ns = config.warmup.as_nanos() as u64;
-        let measure_end_ns = warmup_end_ns + config.duration.as_nanos() as u64;
-        let mut boundaries_ns = second_marks(0, warmup_end_ns);
-        let first_measured = boundaries_ns.len();
-        boundaries_ns.extend(second_marks(warmup_end_ns, measure_end_ns));
-        let timeout_ns = config.timeout.as_nanos() as u64;
-        Schedule {
-            boundaries_ns,
-            first_measured,
-            warmup_end_ns,
-            measure_end_ns,
-            timeout_ns,
-            hist_max_ns: (timeout_ns * 2).max(1_000_000_000),
-        }
-    }
-
-    /// Start of interval `i`.
-    pub fn interval_start_ns(&self, i: usize) -> u64 {
-        if i == 0 {
-            0
-        } else {
-            self.boundaries_ns[i - 1]
-        }
-    }
-
-    /// A histogram sized for the usual range that grows when a latency exceeds it: open-loop
-    /// latency includes the wait in the backlog, which no timeout bounds.
-    pub fn new_hist(&self) -> Histogram<u64> {
-        let mut h =
-            Histogram::new_with_bounds(1, self.hist_max_ns, 3).expect("valid histogram bounds");
-        h.auto(true);
-        h
-    }
-}
-
-/// Whole-second marks after `from` up to and including `to`.
-fn second_marks(from: u64, to: u64) -> Vec<u64> {
-    let mut marks = Vec::new();
-    let mut t = from;
-    while t < to {
-        t = (t + 1_000_000_000).min(to);
-        marks.push(t);
-    }
-    marks
-}
-
-/// What a thread tells the engine.
-pub(super) enum Msg {
-    /// Connections are open (or could not be opened).
-    Ready(Result<f64, LoadError>),
-    /// One interval's figures.
-    Interval(Box<IntervalMsg>),
-    /// The thread has finished.
-    Done(Box<Totals>),
-}
-
-/// One thread's figures for one interval.
-pub(super) struct IntervalMsg {
-    pub index: usize,
-    pub hist: Histogram<u64>,
-    pub uncorrected: Option<Histogram<u64>>,
-    pub ops: u64,
-    pub lat_sum_ns: u64,
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-    pub errors: u64,
-    pub inflight: u64,
-    /// CPU time of each reporting thread in the interval: (thread, ns).
-    pub cpu_ns: Vec<(usize, u64)>,
-    pub wall_ns: u64,
-}
-
-/// One thread's totals.
-#[derive(Default)]
-pub(super) struct Totals {
-    /// The reporting thread (its CPU is `cpuset[thread % len]` when pinned).
-    pub thread: usize,
-    /// Requests the server received (a re-sent one once, a withdrawn one not at all).
-    pub sent: u64,
-    /// Requests written again on a new connection after the server closed theirs unread.
-    pub resent: u64,
-    /// Redis GETs in the window that found their key.
-    pub redis_hits: u64,
-    /// Redis GETs in the window answered nil.
-    pub redis_misses: u64,
-    pub requests: u64,
-    pub errors: BTreeMap<String, u64>,
-    pub omitted: u64,
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-    pub window_user_s: f64,
-    pub window_sys_s: f64,
-    pub window_cpu_s: f64,
-    pub window_end_ns: u64,
-    /// Open loop: sends that left late with a connection free (the generator lagged).
-    pub late_sends: u64,
-    /// Open loop: delay of each scheduled send after its due time, ns (window only).
-    pub send_lag: Option<Histogram<u64>>,
-}
 
 /// A request on the wire.
 struct Pending {
@@ -842,23 +726,6 @@ fn io_error(context: &str, source: io::Error) -> LoadError {
         context: context.to_string(),
         source,
     }
-}
-
-/// CPU time of the calling thread, nanoseconds.
-pub(super) fn thread_cpu_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
-}
-
-/// User, system and total CPU seconds of the calling thread.
-pub(super) fn thread_rusage() -> (f64, f64, f64) {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into the struct we own.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    let (u, s) = (secs(ru.ru_utime), secs(ru.ru_stime));
-    (u, s, thread_cpu_ns() as f64 / 1e9)
 }
 
 /// The CLOCK_MONOTONIC reading of an `Instant` (they share the clock on Linux).

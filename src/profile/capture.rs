@@ -18,6 +18,7 @@ use flate2::write::GzEncoder;
 use serde::Serialize;
 
 use super::input::load_bytes;
+use super::perf_script::SCRIPT_FIELDS;
 use super::render::{diff_stacks, write_diff_graph, write_flame_graph, GraphLabels};
 use super::table::{deltas_markdown, share_deltas, top_functions, ShareDelta, TopFunctions};
 use super::transform::{Side, Transforms};
@@ -151,7 +152,7 @@ pub fn process_tree(roots: &[i32]) -> Vec<i32> {
 }
 
 /// pid → parent pid of every process under /proc.
-fn parent_map() -> std::collections::BTreeMap<i32, i32> {
+pub(super) fn parent_map() -> std::collections::BTreeMap<i32, i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Default::default();
     };
@@ -358,10 +359,6 @@ fn first_line(text: &str) -> &str {
         .unwrap_or(text)
         .trim()
 }
-
-/// The fields inferno reads, the PID for `--pid`, and no tracepoint payload (which inferno
-/// would take for a frame).
-pub(crate) const SCRIPT_FIELDS: &str = "comm,pid,tid,time,period,event,ip,sym,dso";
 
 fn process_event(event: Event, data: &Path, out_dir: &Path) -> Result<EventProfile, ProfileError> {
     let described = format!("perf script -F {SCRIPT_FIELDS} -i {}", data.display());

@@ -150,8 +150,7 @@ fn gunzip(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, ProfileError> {
 /// Runs `perf script` on a perf.data, with the PID beside the TID so `--pid` works.
 fn perf_script_of(path: &Path) -> Result<Vec<u8>, ProfileError> {
     // the fields inferno reads (no tracepoint payload); older recordings may lack one of them
-    perf_script_with(path, super::capture::SCRIPT_FIELDS)
-        .or_else(|_| perf_script_with(path, "+pid"))
+    perf_script_with(path, perf_script::SCRIPT_FIELDS).or_else(|_| perf_script_with(path, "+pid"))
 }
 
 fn perf_script_with(path: &Path, fields: &str) -> Result<Vec<u8>, ProfileError> {

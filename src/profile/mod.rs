@@ -5,13 +5,15 @@
 //! [`input`] reads perf script text (plain or gzip), perf.data or folded stacks into a
 //! [`Folded`] set (inferno folds, so the stacks equal `inferno-collapse-perf`'s), [`transform`]
 //! merges threads, coalesces towers and splits user from kernel, [`render`] draws flame graphs
-//! and differential graphs, [`table`] lists function shares, [`speedscope`] exports, and
-//! [`capture`] runs `perf record` around a process for the runner and `stairbench profile`.
+//! and differential graphs, [`table`] lists function shares, [`speedscope`] exports,
+//! [`capture`] runs `perf record` around a process for the runner and `stairbench profile`, and
+//! [`passes`] plans the runner's profile passes (which levels, whose processes, their records).
 
 pub mod capture;
 pub mod categories;
 pub mod folded;
 pub mod input;
+pub mod passes;
 pub mod perf_script;
 pub mod render;
 pub mod speedscope;

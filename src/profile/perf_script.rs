@@ -18,6 +18,10 @@ use inferno::collapse::Collapse;
 use super::folded::{clip, Folded, GARBLED_EXAMPLES};
 use super::ProfileError;
 
+/// The fields inferno reads, the PID for `--pid`, and no tracepoint payload (which inferno
+/// would take for a frame).
+pub(super) const SCRIPT_FIELDS: &str = "comm,pid,tid,time,period,event,ip,sym,dso";
+
 /// Options that change how samples are folded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FoldOptions {

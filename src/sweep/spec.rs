@@ -87,7 +87,7 @@ pub struct Spec {
     pub observe: Vec<ObserveSpec>,
     /// Profile passes at chosen load levels (see `sweep::profiling`).
     #[serde(default)]
-    pub profile: Option<super::profiling::ProfileSpec>,
+    pub profile: Option<crate::profile::passes::ProfileSpec>,
     /// Other hosts reached over ssh, by name: `name = "ssh://user@address:port"` or a table
     /// with `url`, `identity_file`, `workdir`, `known_hosts_file`.
     #[serde(default)]
