@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids_named, wait_for_named, wait_ns_holds_only, with_lab};
-use stairbench::sweep::remote::{
+use stairbench::sweep::hosts::{
     plan_start, to_reference, window_overlap, CopyOutcome, HostSpec, Remote, RemoteError,
     RemoteStatus, Window, MIN_WINDOW_OVERLAP,
 };

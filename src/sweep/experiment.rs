@@ -45,7 +45,7 @@ pub fn run_plan(
     crate::process::become_subreaper();
     let local = TopologyPlacements::detect(plan.custom.clone());
     let mut notes = Vec::new();
-    let sessions = super::remote::session::connect_all(
+    let sessions = super::hosts::session::connect_all(
         &plan.hosts.hosts,
         &plan.stairbench_bin,
         &plan.custom,
@@ -54,13 +54,13 @@ pub fn run_plan(
     for n in &notes {
         progress.note(n);
     }
-    let placements = super::remote::session::HostPlacements {
+    let placements = super::hosts::session::HostPlacements {
         local: &local,
         sessions: &sessions,
     };
     super::instances::check_fit(plan, &placements)?;
     let mut dir = open_dir(plan, dest, &sessions)?;
-    let mut driver = super::remote::groups::GroupDriver {
+    let mut driver = super::hosts::groups::GroupDriver {
         single: Box::new(super::instances::SplitDriver {
             single: make_driver(plan)?,
             make: super::instances::driver_factory(&plan.client),
@@ -71,7 +71,7 @@ pub fn run_plan(
             ClientPlan::Command { .. } => crate::load::ProtoOptions::default(),
         },
     };
-    let mut launcher = super::remote::server::HostLauncher {
+    let mut launcher = super::hosts::server::HostLauncher {
         local: super::instances::SplitLauncher {
             inner: ProcessLauncher {
                 stairbench_bin: plan.stairbench_bin.clone(),
@@ -80,7 +80,7 @@ pub fn run_plan(
         },
         sessions: &sessions,
     };
-    let mut observer = super::remote::observer::HostObserver::new(
+    let mut observer = super::hosts::observer::HostObserver::new(
         super::extra_observe::ExtraObserver::new(FullObserver::default(), plan.observe.clone()),
     );
     let mut runner = Runner {
@@ -107,9 +107,9 @@ pub fn run_plan(
 /// Where each client group runs.
 fn group_hosts(
     plan: &Plan,
-    sessions: &super::remote::session::Sessions,
-) -> Vec<super::remote::groups::GroupHost> {
-    use super::remote::groups::GroupHost;
+    sessions: &super::hosts::session::Sessions,
+) -> Vec<super::hosts::groups::GroupHost> {
+    use super::hosts::groups::GroupHost;
     plan.hosts
         .client_groups
         .iter()
@@ -124,7 +124,7 @@ fn group_hosts(
 }
 
 /// This machine's environment, and each host's under `hosts`.
-fn environment_json(sessions: &super::remote::session::Sessions) -> String {
+fn environment_json(sessions: &super::hosts::session::Sessions) -> String {
     let mut env = serde_json::to_value(crate::observe::environment()).unwrap_or_default();
     if let (serde_json::Value::Object(m), false) =
         (&mut env, sessions.up.is_empty() && sessions.down.is_empty())
@@ -137,7 +137,7 @@ fn environment_json(sessions: &super::remote::session::Sessions) -> String {
 fn open_dir(
     plan: &Plan,
     dest: &Destination,
-    sessions: &super::remote::session::Sessions,
+    sessions: &super::hosts::session::Sessions,
 ) -> Result<RunDir, String> {
     if let Some(path) = &dest.resume {
         if !path.join("steps.jsonl").exists() {
@@ -212,8 +212,8 @@ pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
 
 /// The `--dry-run` text: every step with its cpusets and command, and the estimated time.
 pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
-    let no_sessions = super::remote::session::Sessions::default();
-    let launcher = super::remote::server::HostLauncher {
+    let no_sessions = super::hosts::session::Sessions::default();
+    let launcher = super::hosts::server::HostLauncher {
         local: super::instances::SplitLauncher {
             inner: ProcessLauncher {
                 stairbench_bin: plan.stairbench_bin.clone(),

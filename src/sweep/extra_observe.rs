@@ -139,7 +139,7 @@ pub struct ServerExtras {
     /// Metrics sources, by label (the target's name, or `name.iK` for an instance).
     pub metrics: Vec<(String, MetricsSource)>,
     /// The server runs on another host: observed there, not here.
-    pub remote: Option<super::remote::server::RemoteTarget>,
+    pub remote: Option<super::hosts::server::RemoteTarget>,
 }
 
 /// One instance of a split target.

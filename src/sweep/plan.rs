@@ -158,7 +158,7 @@ pub struct Plan {
     /// Further processes to observe.
     pub observe: Vec<super::extra_observe::ObserveEntry>,
     /// Other hosts and the client groups' hosts.
-    pub hosts: super::remote::plan::HostPlan,
+    pub hosts: super::hosts::plan::HostPlan,
 }
 
 /// The line a built-in server prints once it listens; group 1 is the port.
@@ -213,7 +213,7 @@ impl Plan {
         super::validate::comparisons(&spec, &series)?;
         super::validate::report(&spec, &series)?;
         let client = client(&spec)?;
-        let hosts = super::remote::plan::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
+        let hosts = super::hosts::plan::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
         let mut observe = Vec::new();
         for (i, o) in s.observe.iter().enumerate() {
             let entry = super::extra_observe::ObserveEntry::from_spec(o, &spec_dir(&spec))

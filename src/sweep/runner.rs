@@ -406,7 +406,7 @@ impl Runner<'_> {
             .host
             .as_ref()
             .and_then(|h| self.plan.hosts.hosts.get(h));
-        let url = super::remote::plan::fill_host(&target.url, host);
+        let url = super::hosts::plan::fill_host(&target.url, host);
         // What this machine's observers watch: the server when it runs here, the client
         // when its (first) group does.
         let groups = &self.plan.hosts.client_groups;
