@@ -88,7 +88,7 @@ pub struct Spec {
     /// Other hosts reached over ssh, by name: `name = "ssh://user@address:port"` or a table
     /// with `url`, `identity_file`, `workdir`, `known_hosts_file`.
     #[serde(default)]
-    pub hosts: BTreeMap<String, super::hosts::HostEntry>,
+    pub hosts: BTreeMap<String, crate::remote::HostEntry>,
 }
 
 fn default_duration() -> Dur {

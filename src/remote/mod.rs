@@ -1,0 +1,72 @@
+//! Transport to other machines over SSH: a host's address (`ssh://user@address:port`, the
+//! `[hosts]` table's entries), commands and long-running process trees on it, copies with scp,
+//! the host's clock offset, and the arithmetic of starting windows together on several clocks.
+//! It knows nothing of experiments; `sweep::hosts` puts the plan's targets and groups on hosts.
+//!
+//! The engine is the OpenSSH client (`ssh`, `scp`), as CBT and pbench use it, not a protocol
+//! of our own: whatever the user's ssh reaches (keys, agents, jump hosts in ~/.ssh/config),
+//! stairbench reaches. Each call is one ssh session with `BatchMode=yes`, so nothing ever
+//! waits for a password.
+
+pub mod clock;
+pub mod host;
+pub mod process;
+pub mod ssh;
+pub mod window;
+
+pub use clock::{best_offset, ClockOffset, ClockSample};
+pub use host::{parse_hosts, validate_hosts, HostEntry, HostError, HostSpec, HostTable};
+pub use process::{RemoteProcess, RemoteStatus};
+pub use ssh::{CopyOutcome, Remote, RemoteOutput, REMOTE_BIN};
+pub use window::{
+    host_start_times, plan_start, to_reference, window_overlap, StartPlan, Window,
+    MIN_WINDOW_OVERLAP,
+};
+
+use thiserror::Error;
+
+/// Something that went wrong on the way to a host or on it.
+#[derive(Debug, Error)]
+pub enum RemoteError {
+    /// A local program (ssh, scp, cksum) could not be started.
+    #[error("cannot run {program}: {source} (install the OpenSSH client: apt-get install openssh-client)")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    /// ssh could not connect or log in (its status 255).
+    #[error("host {host:?} ({url}) cannot be reached over ssh: {detail} (check the address, that sshd runs there and that the key is authorized)")]
+    Unreachable {
+        host: String,
+        url: String,
+        detail: String,
+    },
+    /// A remote command exited with a non-zero status (`None`: killed by a signal).
+    #[error("on host {host:?}, `{command}` failed with status {}: {stderr}", code.map_or("none (killed)".to_string(), |c| c.to_string()))]
+    Command {
+        host: String,
+        command: String,
+        code: Option<i32>,
+        stderr: String,
+    },
+    /// scp failed.
+    #[error("host {host:?}: {what} with scp failed: {detail}")]
+    Copy {
+        host: String,
+        what: String,
+        detail: String,
+    },
+    /// A remote command answered something other than what it should print.
+    #[error("host {host:?}: unexpected output of `{what}`: {detail}")]
+    Protocol {
+        host: String,
+        what: String,
+        detail: String,
+    },
+    /// A local step (finding or reading the binary) failed.
+    #[error("{what}: {source}")]
+    Local {
+        what: String,
+        source: std::io::Error,
+    },
+}
