@@ -14,7 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 use hdrhistogram::Histogram;
 use serde_json::Value;
 use stairbench::report::html::adapter::{self, add_analysis};
-use stairbench::report::html::{render, ReportData, Table, UslCurve};
+use stairbench::report::html::{render, Html, ReportData, Table, UslCurve};
+use stairbench::report::{Exporter, RunData};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -121,8 +122,8 @@ fn report_data() -> ReportData {
     add_analysis(
         &mut data,
         &[("msgr-reactor".into(), "separated".into(), curve)],
-        vec![little],
     );
+    data.tables.push(little);
     data
 }
 
@@ -151,8 +152,8 @@ fn heat_map_step_can_be_chosen_and_report_written() {
     for name in ["steps.jsonl", "spec.toml", "environment.json"] {
         std::fs::copy(fixture().join(name), copy.path().join(name)).unwrap();
     }
-    let written = adapter::write_report(copy.path()).unwrap();
-    let page = std::fs::read_to_string(written).unwrap();
+    let run = RunData::read(copy.path()).unwrap();
+    let page = Html.render(copy.path(), &run).unwrap();
     assert!(
         page.contains("No latency histograms"),
         "no hist/ in the copy"

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use stairbench::cli::run::write_reports;
 use stairbench::record::load::IntervalSink;
 use stairbench::record::rundir::RunDir;
-use stairbench::record::steps::{read_steps, StepResult, StepStatus};
-
-use stairbench::sweep::driver::{Driver, FakeDriver, StepLoad, StepRequest};
+use stairbench::record::steps::{read_steps, ErrorKind, StepResult, StepStatus};
+use stairbench::sweep::driver::{Driver, EngineDriver, FakeDriver, StepLoad, StepRequest};
+use stairbench::sweep::error::StepError;
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::observer::NullObserver;
 use stairbench::sweep::placement::TopologyPlacements;
@@ -433,6 +433,54 @@ fn on_failure_stop_ends_the_run_and_launch_failures_skip_their_series() {
     );
 }
 
+#[test]
+fn a_failed_step_records_its_error_kind() {
+    // The target does not start: `launch`; the series' later steps are skipped, with no kind.
+    let dir = tempfile::tempdir().unwrap();
+    let mut launcher = FakeLauncher {
+        fail_launch: Some(1),
+        ..FakeLauncher::default()
+    };
+    let one = "name = \"k\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2]\nplacements = [\"shared\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr --arch reactor\"\n";
+    run_fake(
+        &plan(one),
+        dir.path(),
+        &mut FakeDriver::new(|c| c as f64),
+        &mut launcher,
+        &AtomicBool::new(false),
+    );
+    let steps = read_steps(&dir.path().join("steps.jsonl")).unwrap();
+    assert_eq!(steps[0].status, StepStatus::Failed);
+    assert_eq!(steps[0].error_kind, Some(ErrorKind::Launch));
+    assert_eq!(steps[1].status, StepStatus::Skipped);
+    assert_eq!(steps[1].error_kind, None);
+    let text = std::fs::read_to_string(dir.path().join("steps.jsonl")).unwrap();
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains(r#""error_kind":"launch""#),
+        "{text}"
+    );
+    assert_eq!(text.matches("error_kind").count(), 1, "{text}");
+    assert_eq!(schema_errors(dir.path()), Vec::<String>::new());
+
+    // The load cannot connect (nothing listens on the fake server's port): `load`.
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(&one.replace("clients = [1, 2]", "clients = [1]"));
+    run_fake(
+        &p,
+        dir.path(),
+        &mut EngineDriver::default(),
+        &mut FakeLauncher::default(),
+        &AtomicBool::new(false),
+    );
+    let steps = read_steps(&dir.path().join("steps.jsonl")).unwrap();
+    assert_eq!(steps[0].status, StepStatus::Failed, "{:?}", steps[0]);
+    assert_eq!(steps[0].error_kind, Some(ErrorKind::Load), "{:?}", steps[0]);
+    assert_eq!(schema_errors(dir.path()), Vec::<String>::new());
+}
+
 /// A driver that checks the run directory before each step and stops the run at step `stop_at`.
 struct Checking {
     inner: FakeDriver,
@@ -448,7 +496,7 @@ impl Driver for Checking {
         req: &StepRequest,
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
-    ) -> Result<StepLoad, String> {
+    ) -> Result<StepLoad, StepError> {
         let on_disk = read_steps(&self.dir.join("steps.jsonl")).map_or(0, |s| s.len());
         assert_eq!(
             on_disk, self.calls,
@@ -525,7 +573,7 @@ fn a_server_that_dies_fails_its_step_with_its_stderr_tail() {
             req: &StepRequest,
             sink: &mut dyn IntervalSink,
             stop: &AtomicBool,
-        ) -> Result<StepLoad, String> {
+        ) -> Result<StepLoad, StepError> {
             std::thread::sleep(Duration::from_millis(800));
             self.0.run_step(req, sink, stop)
         }
@@ -1137,7 +1185,15 @@ fn duration_and_clients_override_the_spec_for_a_quick_trial() {
 
 /// sweep::driver's helpers (were its unit tests): the saturation rule and command placeholders.
 mod driver_helpers {
-    use stairbench::sweep::driver::{any_cpu_saturated, fill, shell_word};
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use hdrhistogram::Histogram;
+    use stairbench::record::load::IntervalSink;
+    use stairbench::sweep::driver::{
+        any_cpu_saturated, fill, shell_word, CommandDriver, Driver, StepRequest,
+    };
+    use stairbench::sweep::error::StepError;
 
     #[test]
     fn a_tool_is_saturated_when_one_of_its_cpus_is_full_not_their_average() {
@@ -1146,6 +1202,45 @@ mod driver_helpers {
         assert!(!any_cpu_saturated(&[89.0, 89.0]));
         assert!(!any_cpu_saturated(&[]));
         assert!(!any_cpu_saturated(&[f64::NAN, 50.0]));
+    }
+
+    #[test]
+    fn output_that_does_not_parse_is_a_parse_error() {
+        let mut driver = CommandDriver {
+            template: "echo not json".into(),
+            parser: Box::new(stairbench::load::external::StairbenchJson),
+        };
+        let req = StepRequest {
+            step_id: "s".into(),
+            url: String::new(),
+            port: 1,
+            clients: 1,
+            connections: 1,
+            depth: 1,
+            threads: 1,
+            duration: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+            timeout: Duration::from_secs(1),
+            rate_rps: None,
+            client_cpus: stairbench::cpuset::allowed(),
+            out_dir: std::env::temp_dir(),
+            instances: Vec::new(),
+            group_cpus: Vec::new(),
+        };
+        struct Discard;
+        impl IntervalSink for Discard {
+            fn interval(&mut self, _: &stairbench::record::load::IntervalLine, _: &Histogram<u64>) {
+            }
+        }
+        let err = driver
+            .run_step(&req, &mut Discard, &AtomicBool::new(false))
+            .err()
+            .unwrap();
+        assert!(matches!(err, StepError::Parse(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("its output did not parse"),
+            "{err}"
+        );
     }
 
     #[test]

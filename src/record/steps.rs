@@ -28,6 +28,22 @@ pub enum StepStatus {
     Skipped,
 }
 
+/// What kind of error failed a step (`error_kind` in `steps.jsonl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorKind {
+    /// The target did not start or crashed.
+    Launch,
+    /// The load could not run or connect.
+    Load,
+    /// An external tool's output could not be parsed.
+    Parse,
+    /// Another host (ssh, a host that is down, a client group there).
+    Remote,
+    /// Writing the run directory.
+    Io,
+}
+
 /// One finished step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepResult {
@@ -55,6 +71,8 @@ pub struct StepResult {
     pub status: StepStatus,
     /// Why it failed or was skipped.
     pub reason: Option<String>,
+    /// What kind of error failed it (absent on a step that did not fail).
+    pub error_kind: Option<ErrorKind>,
     /// The load generator's figures (absent when nothing was measured).
     pub load: Option<LoadReport>,
     /// The server's observed figures over the measured window (JSON object, or null).
@@ -80,6 +98,7 @@ impl StepResult {
             started_unix_s: now_unix_s(),
             status: StepStatus::Skipped,
             reason: None,
+            error_kind: None,
             load: None,
             server: Value::Null,
             derived: Map::new(),
@@ -126,6 +145,10 @@ impl StepResult {
         obj.insert("status".into(), status);
         if let Some(reason) = &self.reason {
             obj.insert("reason".into(), reason.clone().into());
+        }
+        if let Some(kind) = self.error_kind {
+            let kind = serde_json::to_value(kind).unwrap_or(Value::Null);
+            obj.insert("error_kind".into(), kind);
         }
         if let Some(load) = &self.load {
             if let Ok(Value::Object(fields)) = serde_json::to_value(load) {
@@ -204,6 +227,9 @@ impl StepResult {
                 .get("reason")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            error_kind: obj
+                .get("error_kind")
+                .and_then(|k| serde_json::from_value(k.clone()).ok()),
             load,
             server: obj.get("server").cloned().unwrap_or(Value::Null),
             derived,
@@ -257,6 +283,7 @@ const KNOWN_KEYS: &[&str] = &[
     "started_unix_s",
     "status",
     "reason",
+    "error_kind",
     "server",
     "error_ratio",
 ];

@@ -40,7 +40,7 @@ impl Exporter for Csv {
         "steps.csv"
     }
 
-    fn render(&self, run: &RunData) -> String {
+    fn render(&self, _dir: &std::path::Path, run: &RunData) -> Result<String, super::ExportError> {
         let mut out = COLUMNS.join(",");
         out.push('\n');
         for step in &run.steps {
@@ -53,7 +53,7 @@ impl Exporter for Csv {
             );
             out.push('\n');
         }
-        out
+        Ok(out)
     }
 }
 

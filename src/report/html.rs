@@ -1,13 +1,23 @@
 //! report.html: one self-contained page (inline CSS and SVG, no script, no network) that a
 //! reader can open offline, print, or attach to an issue.
 //!
-//! The page is drawn from [`ReportData`], a flat description of what to show, so the
-//! analysis can fill the tables and fitted curves without this module knowing how they were
-//! computed. [`adapter::from_run_dir`] builds it from a run directory.
+//! [`ReportData`] is what the page shows; [`render`] lays it out as one [`page::Page`]: a
+//! title, then its sections in order (the charts, report.md's sections, the tables, the
+//! profiles), each listing its headings in the table of contents. [`Html`] is the exporter;
+//! [`adapter::from_run_dir`] reads the raw files of a run directory into the data.
 
-use std::fmt::Write as _;
+pub mod adapter;
+mod charts;
+pub mod from_analysis;
+pub mod from_markdown;
+pub mod page;
+mod sections;
 
-use super::svg::{self, escape, Axis, LineChart, LineSeries, Scale};
+use std::path::Path;
+
+use super::{findings, markdown, ExportError, Exporter, RunData};
+use crate::analyze::run::analyze;
+use crate::record::profiles::ProfileLine;
 
 /// Everything the page shows.
 #[derive(Debug, Clone, Default)]
@@ -31,9 +41,9 @@ pub struct ReportData {
     /// The answers first: each series' peak and the comparisons, one sentence each.
     pub conclusions: Vec<String>,
     /// report.md's sections (peaks, results, analysis...) as HTML, shown after the charts.
-    pub sections_html: String,
-    /// The `##` headings of `sections_html`, for the table of contents.
-    pub section_headings: Vec<from_markdown::Heading>,
+    pub markdown: page::Section,
+    /// profiles.jsonl's records, shown last (no section when empty).
+    pub profiles: Vec<ProfileLine>,
 }
 
 /// One target under one placement, across client counts.
@@ -156,479 +166,69 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
 }
 
-const CSS: &str = r#"
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #1a1a1a; line-height: 1.45; }
-h1 { font-size: 1.6em; margin-bottom: .2em; }
-h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
-h3 { font-size: 1.05em; margin: 1.2em 0 .4em; }
-table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em; }
-th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-th { background: #f2f2f2; }
-.notes { background: #fff8e1; border-left: 4px solid #e6a700; padding: .5em 1em; }
-.note { color: #555; font-size: .9em; }
-figure { margin: .5em 0 1.5em; page-break-inside: avoid; break-inside: avoid; }
-svg.chart { width: 100%; height: auto; background: #fff; }
-svg .point-label { font-size: 10px; fill: #555; }
-nav.toc { background: #f7f7f7; padding: .4em 1em; font-size: .9em; }
-nav.toc ol { margin: .2em 0; padding-left: 1.4em; columns: 2; }
-.conclusions li { margin: .2em 0; }
-table { display: block; overflow-x: auto; }
-svg .chart-title { font-size: 14px; font-weight: 600; }
-svg .tick { font-size: 11px; fill: #444; }
-svg .axis-label { font-size: 12px; fill: #222; }
-svg .legend-text { font-size: 11px; fill: #222; }
-svg .no-data { font-size: 14px; fill: #888; }
-svg .grid line { stroke: #e6e6e6; stroke-width: 1; }
-svg .frame { fill: none; stroke: #999; }
-details { margin: .3em 0; }
-summary { cursor: pointer; }
-@media (max-width: 600px) { nav.toc ol { columns: 1; } body { padding: 0 .5em; } }
-@media print { body { max-width: none; margin: 0; } h2 { page-break-after: avoid; } }
-"#;
-
-/// Renders the whole page.
+/// Renders the whole page: `data` laid out as its sections, written as one document.
 pub fn render(data: &ReportData) -> String {
-    let mut page = String::new();
-    page_head(&mut page, &data.title);
-    let _ = write!(page, "<h1>{}</h1>", escape(&data.title));
-    if let Some(d) = &data.description {
-        let _ = write!(page, "<p>{}</p>", escape(d));
-    }
-    notes_section(&mut page, &data.notes);
-    toc(&mut page, data);
-    conclusions_section(&mut page, &data.conclusions);
-    conditions_section(&mut page, &data.conditions);
-    throughput_section(&mut page, &data.series);
-    latency_section(&mut page, &data.series);
-    cpu_section(&mut page, &data.series);
-    heat_map_section(&mut page, data.heat_map.as_ref());
-    histogram_section(&mut page, &data.histograms);
-    page.push_str(&data.sections_html);
-    for table in &data.tables {
-        table_section(&mut page, table);
-    }
-    page.push_str("</body></html>\n");
-    page
+    sections::page(data).to_html()
 }
 
-/// The page's own sections: (anchor id, heading).
-const CHART_SECTIONS: [(&str, &str); 6] = [
-    ("conditions", "Measurement conditions"),
-    ("throughput", "Throughput"),
-    ("latency", "Latency response curves"),
-    ("cpu", "Server CPU per request"),
-    ("cores", "Per-core busy % over time"),
-    ("histograms", "Latency histograms"),
-];
+/// The HTML exporter: report.html.
+#[derive(Debug, Clone, Copy)]
+pub struct Html;
 
-fn toc(page: &mut String, data: &ReportData) {
-    page.push_str("<nav class=\"toc\"><strong>Contents</strong><ol>");
-    if !data.conclusions.is_empty() {
-        page.push_str("<li><a href=\"#conclusions\">Conclusions</a></li>");
+impl Exporter for Html {
+    fn file_name(&self) -> &'static str {
+        "report.html"
     }
-    for (id, title) in CHART_SECTIONS {
-        let _ = write!(page, "<li><a href=\"#{id}\">{title}</a></li>");
+
+    fn render(&self, dir: &Path, run: &RunData) -> Result<String, ExportError> {
+        Ok(render(&report_data(dir, run)?))
     }
-    for h in &data.section_headings {
-        let _ = write!(page, "<li><a href=\"#{}\">{}</a></li>", h.id, h.text);
-    }
-    for t in &data.tables {
-        let _ = write!(
-            page,
-            "<li><a href=\"#{}\">{}</a></li>",
-            from_markdown::slug(&t.title),
-            escape(&t.title)
-        );
-    }
-    page.push_str("</ol></nav>");
 }
 
-fn conclusions_section(page: &mut String, lines: &[String]) {
-    if lines.is_empty() {
-        return;
-    }
-    page.push_str("<h2 id=\"conclusions\">Conclusions</h2><ul class=\"conclusions\">");
-    for l in lines {
-        let _ = write!(page, "<li>{}</li>", escape(l));
-    }
-    page.push_str("</ul>");
-}
-
-fn page_head(page: &mut String, title: &str) {
-    let _ = write!(
-        page,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} — stairbench report</title><style>{CSS}</style></head><body>",
-        escape(title)
-    );
-}
-
-fn notes_section(page: &mut String, notes: &[String]) {
-    if notes.is_empty() {
-        return;
-    }
-    page.push_str(r#"<div class="notes"><ul>"#);
-    for n in notes {
-        let _ = write!(page, "<li>{}</li>", escape(n));
-    }
-    page.push_str("</ul></div>");
-}
-
-fn conditions_section(page: &mut String, conditions: &[(String, String)]) {
-    page.push_str("<h2 id=\"conditions\">Measurement conditions</h2>");
-    let table = Table {
-        title: String::new(),
-        note: String::new(),
-        header: vec!["Parameter".into(), "Value".into()],
-        rows: conditions
-            .iter()
-            .map(|(k, v)| vec![k.clone(), v.clone()])
-            .collect(),
+/// The page of a run directory: its charts from the raw files, its series, conclusions and
+/// sections from the same analysis and markdown as report.md, its profiles from the run.
+pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::AdapterError> {
+    let mut data = adapter::from_run_dir(dir)?;
+    let computed;
+    let a = match &run.analysis {
+        Some(a) => a,
+        None => {
+            computed = analyze(&run.steps, Some(dir));
+            &computed
+        }
     };
-    table_html(page, &table, false);
+    let spec = std::fs::read_to_string(dir.join("spec.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok());
+    data.series = from_analysis::series(a, &run.steps, spec.as_ref());
+    adapter::add_analysis(&mut data, &from_analysis::usl_curves(a));
+    // report.md's tables replace the adapter's and the analysis' own: one source for both.
+    data.tables.clear();
+    threads_condition(&mut data);
+    data.conclusions = findings::conclusions(a);
+    data.markdown = from_markdown::convert(&markdown::sections(run, a));
+    data.profiles = run.profiles.clone();
+    Ok(data)
 }
 
-/// Targets in order of first appearance.
-fn targets(series: &[Series]) -> Vec<&str> {
-    let mut names: Vec<&str> = Vec::new();
-    for s in series {
-        if !names.contains(&s.target.as_str()) {
-            names.push(&s.target);
-        }
-    }
-    names
-}
-
-fn figure(page: &mut String, svg: &str, caption: &str) {
-    let _ = write!(
-        page,
-        "<figure>{svg}<figcaption class=\"note\">{}</figcaption></figure>",
-        escape(caption)
-    );
-}
-
-/// A point's label on a chart: its client count, or its offered rate in open loop.
-fn point_label(p: &Point) -> String {
-    match p.rate_rps {
-        Some(r) => format!("{}/s", svg::format_number(r)),
-        None => svg::format_number(p.clients),
-    }
-}
-
-/// Where a point sits along a load axis: its offered rate in open loop, else its clients.
-fn load_x(p: &Point) -> f64 {
-    p.rate_rps.unwrap_or(p.clients)
-}
-
-fn throughput_section(page: &mut String, series: &[Series]) {
-    page.push_str("<h2 id=\"throughput\">Throughput</h2>");
-    for target in targets(series) {
-        let of_target: Vec<&Series> = series.iter().filter(|s| s.target == target).collect();
-        let open = of_target.iter().any(|s| s.open_loop());
-        let mut lines = Vec::new();
-        for (i, s) in of_target.iter().enumerate() {
-            lines.push(LineSeries {
-                name: s.legend(),
-                points: s
-                    .points
-                    .iter()
-                    .map(|p| (load_x(p), p.throughput_rps))
-                    .collect(),
-                color: i,
-                dashed: false,
-                markers: true,
-                hollow: saturated(s),
-                labels: Vec::new(),
-            });
-            if let Some(usl) = s.usl.filter(|_| !open) {
-                lines.push(usl_line(s, usl, i));
-            }
-        }
-        let (x, caption) = if open {
-            (
-                Axis::with_scale("offered rate (requests/s)", Scale::Log10),
-                "One line per placement, one point per offered rate; hollow markers: the load generator was saturated (not the server's limit).",
-            )
-        } else {
-            (
-                Axis::with_scale("clients", Scale::Log2),
-                "One line per placement; dashed: the fitted Universal Scalability Law; hollow markers: the load generator was saturated (not the server's limit).",
-            )
-        };
-        let chart = LineChart {
-            title: format!("{target}: throughput"),
-            x,
-            y: Axis::linear("requests/s"),
-            series: lines,
-        };
-        figure(page, &svg::line_chart(&chart), caption);
-    }
-}
-
-/// The USL curve sampled along the series' client range (log-spaced, so it is smooth on a
-/// log axis).
-fn usl_line(s: &Series, usl: UslCurve, color: usize) -> LineSeries {
-    let lo = s
-        .points
+/// A conditions row saying how many server threads each series ran, when they follow the
+/// cpuset (otherwise the spec's fixed count is in the target's arguments).
+fn threads_condition(data: &mut ReportData) {
+    let known: Vec<String> = data
+        .series
         .iter()
-        .map(|p| p.clients)
-        .fold(f64::INFINITY, f64::min);
-    let hi = s.points.iter().map(|p| p.clients).fold(0.0, f64::max);
-    let points = if lo.is_finite() && lo > 0.0 && hi >= lo {
-        (0..=48)
-            .map(|i| {
-                let n = lo * (hi / lo).powf(i as f64 / 48.0);
-                (n, usl.throughput(n))
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
-    LineSeries {
-        name: format!("{} (USL fit)", s.placement),
-        points,
-        color,
-        dashed: true,
-        markers: false,
-        hollow: Vec::new(),
-        labels: Vec::new(),
-    }
-}
-
-fn saturated(s: &Series) -> Vec<bool> {
-    s.points.iter().map(|p| p.client_saturated).collect()
-}
-
-fn latency_section(page: &mut String, series: &[Series]) {
-    page.push_str("<h2 id=\"latency\">Latency response curves</h2>");
-    for target in targets(series) {
-        let mut lines = Vec::new();
-        for (i, s) in series.iter().filter(|s| s.target == target).enumerate() {
-            for (pct, dashed) in [("p50", false), ("p99", true)] {
-                lines.push(LineSeries {
-                    name: format!("{} {pct}", s.legend()),
-                    points: s
-                        .points
-                        .iter()
-                        .map(|p| {
-                            let lat = if dashed { p.p99_us } else { p.p50_us };
-                            (p.throughput_rps, lat)
-                        })
-                        .collect(),
-                    color: i,
-                    dashed,
-                    markers: true,
-                    hollow: saturated(s),
-                    // One label per point is enough: on the p99 line, above the median's.
-                    labels: if dashed {
-                        s.points.iter().map(point_label).collect()
-                    } else {
-                        Vec::new()
-                    },
-                });
-            }
-        }
-        let chart = LineChart {
-            title: format!("{target}: latency vs throughput"),
-            x: Axis::linear("requests/s"),
-            y: Axis::with_scale("latency (µs, log scale)", Scale::Log10),
-            series: lines,
-        };
-        figure(
-            page,
-            &svg::line_chart(&chart),
-            "Each point is one load level, labelled with its clients (or offered rate); solid: median, dashed: 99th percentile, both from the repetitions' histograms merged; hollow markers: the load generator was saturated.",
-        );
-    }
-}
-
-fn cpu_section(page: &mut String, series: &[Series]) {
-    page.push_str("<h2 id=\"cpu\">Server CPU per request</h2>");
-    for target in targets(series) {
-        let of_target: Vec<&Series> = series.iter().filter(|s| s.target == target).collect();
-        // One y-scale for a target's charts, so its placements compare at a glance.
-        let y_max = of_target
-            .iter()
-            .flat_map(|s| &s.points)
-            .map(|p| p.cpu_us_per_req_user.unwrap_or(0.0) + p.cpu_us_per_req_sys.unwrap_or(0.0))
-            .filter(|v| v.is_finite())
-            .fold(0.0, f64::max);
-        for s in of_target {
-            cpu_chart(page, s, y_max);
-        }
-    }
-}
-
-fn cpu_chart(page: &mut String, s: &Series, y_max: f64) {
-    if !s.points.iter().any(|p| p.cpu_us_per_req_user.is_some()) {
-        let _ = write!(
-            page,
-            "<p class=\"note\">{} · {}: no CPU figures (no server process was watched).</p>",
-            escape(&s.target),
-            escape(&s.placement)
-        );
-        return;
-    }
-    let chart = svg::StackedBars {
-        title: format!("{} · {}: CPU per request", s.target, s.legend()),
-        x_label: if s.open_loop() {
-            "offered rate (requests/s)".into()
-        } else {
-            "clients".into()
-        },
-        y_label: "server CPU µs per request".into(),
-        categories: s.points.iter().map(point_label).collect(),
-        layers: vec![
-            ("user".into(), cpu_values(s, |p| p.cpu_us_per_req_user)),
-            ("sys".into(), cpu_values(s, |p| p.cpu_us_per_req_sys)),
-        ],
-        y_max: Some(y_max),
-    };
-    figure(
-        page,
-        &svg::stacked_bar_chart(&chart),
-        "Server CPU time per completed request, split into user and kernel time; the charts of one target share their scale.",
-    );
-}
-
-fn cpu_values(s: &Series, f: fn(&Point) -> Option<f64>) -> Vec<f64> {
-    s.points.iter().map(|p| f(p).unwrap_or(0.0)).collect()
-}
-
-fn heat_map_section(page: &mut String, heat: Option<&CoreHeatMap>) {
-    page.push_str("<h2 id=\"cores\">Per-core busy % over time</h2>");
-    let Some(h) = heat else {
-        page.push_str("<p class=\"note\">No per-second per-core figures in this run.</p>");
-        return;
-    };
-    if h.cores.len() == 1 {
-        single_core_sentence(page, h);
-        return;
-    }
-    let chart = svg::HeatMap {
-        title: h.label.clone(),
-        x_label: "seconds into the measured window".into(),
-        columns: h.seconds.iter().map(|s| svg::format_number(*s)).collect(),
-        rows: h.cores.clone(),
-        values: h.busy_pct.clone(),
-    };
-    figure(
-        page,
-        &svg::heat_map(&chart),
-        &format!("Step {}: busy % of each core, second by second.", h.step_id),
-    );
-}
-
-/// One core is a row of numbers, not a map: say them.
-fn single_core_sentence(page: &mut String, h: &CoreHeatMap) {
-    let values: Vec<f64> = h.busy_pct[0]
-        .iter()
-        .copied()
-        .filter(|v| v.is_finite())
+        .filter_map(|s| {
+            let t = s.threads.as_ref()?;
+            Some(format!("{} / {}: {t}", s.target, s.placement))
+        })
         .collect();
-    let (lo, hi) = values
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-            (a.min(*v), b.max(*v))
-        });
-    let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
-    let text = if values.is_empty() {
-        format!("{}: one core, no busy figures.", h.label)
-    } else {
-        format!(
-            "{}: one core ({}), busy {mean:.0}% on average over {} ({lo:.0}–{hi:.0}%).",
-            h.label,
-            h.cores[0],
-            if values.len() == 1 {
-                "1 second".to_string()
-            } else {
-                format!("{} seconds", values.len())
-            }
-        )
-    };
-    let _ = write!(page, "<p>{}</p>", escape(&text));
-}
-
-fn histogram_section(page: &mut String, histograms: &[StepHistogram]) {
-    page.push_str("<h2 id=\"histograms\">Latency histograms</h2>");
-    if histograms.is_empty() {
-        page.push_str("<p class=\"note\">No latency histograms in this run.</p>");
-    }
-    for (i, h) in histograms.iter().enumerate() {
-        let total: u64 = h.buckets.iter().map(|b| b.count).sum();
-        let chart = svg::HistogramBars {
-            title: h.label.clone(),
-            x_label: "latency (µs, log scale)".into(),
-            buckets: h
-                .buckets
-                .iter()
-                .map(|b| (b.lo_us, b.hi_us, b.count))
-                .collect(),
-        };
-        // The first one is open so that the page shows what the others look like.
-        let open = if i == 0 { " open" } else { "" };
-        let _ = write!(
-            page,
-            "<details{open}><summary>{} ({} requests)</summary>",
-            escape(&h.label),
-            total
-        );
-        figure(
-            page,
-            &svg::histogram(&chart),
-            &format!("Step {}", h.step_id),
-        );
-        page.push_str("</details>");
+    if !known.is_empty() {
+        data.conditions.push((
+            "Server --threads (follows the server cpuset)".into(),
+            known.join(", "),
+        ));
     }
 }
-
-fn table_section(page: &mut String, table: &Table) {
-    let _ = write!(
-        page,
-        "<h2 id=\"{}\">{}</h2>",
-        from_markdown::slug(&table.title),
-        escape(&table.title)
-    );
-    if !table.note.is_empty() {
-        let _ = write!(page, "<p class=\"note\">{}</p>", escape(&table.note));
-    }
-    table_html(page, table, true);
-}
-
-/// Writes a table; `align_numbers` right-aligns cells that read as numbers.
-fn table_html(page: &mut String, table: &Table, align_numbers: bool) {
-    page.push_str("<table><thead><tr>");
-    for h in &table.header {
-        let _ = write!(page, "<th>{}</th>", escape(h));
-    }
-    page.push_str("</tr></thead><tbody>");
-    for row in &table.rows {
-        page.push_str("<tr>");
-        let width = table.header.len().max(row.len());
-        for i in 0..width {
-            let cell = row.get(i).map_or("", String::as_str);
-            let class = if align_numbers && looks_numeric(cell) {
-                " class=\"num\""
-            } else {
-                ""
-            };
-            let _ = write!(page, "<td{class}>{}</td>", escape(cell));
-        }
-        page.push_str("</tr>");
-    }
-    page.push_str("</tbody></table>");
-}
-
-fn looks_numeric(cell: &str) -> bool {
-    let t = cell.trim().trim_end_matches(['k', 'M', 'G', '%', 'x']);
-    !t.is_empty() && t.parse::<f64>().is_ok()
-}
-
-pub mod adapter;
-pub mod from_analysis;
-pub mod from_markdown;
 
 #[cfg(test)]
 mod tests {
@@ -776,7 +376,7 @@ mod tests {
     #[test]
     fn usl_curve_spans_the_measured_clients() {
         let data = sample();
-        let line = usl_line(&data.series[0], data.series[0].usl.unwrap(), 0);
+        let line = charts::usl_line(&data.series[0], data.series[0].usl.unwrap(), 0);
         assert!(line.dashed);
         let first = line.points.first().unwrap();
         let last = line.points.last().unwrap();

@@ -12,7 +12,7 @@ impl Exporter for Json {
         "analysis.json"
     }
 
-    fn render(&self, run: &RunData) -> String {
+    fn render(&self, _dir: &std::path::Path, run: &RunData) -> Result<String, super::ExportError> {
         let computed;
         let analysis = match &run.analysis {
             Some(a) => a,
@@ -23,6 +23,6 @@ impl Exporter for Json {
         };
         let mut text = serde_json::to_string_pretty(analysis).unwrap_or_default();
         text.push('\n');
-        text
+        Ok(text)
     }
 }

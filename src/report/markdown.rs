@@ -16,7 +16,7 @@ impl Exporter for Markdown {
         "report.md"
     }
 
-    fn render(&self, run: &RunData) -> String {
+    fn render(&self, _dir: &std::path::Path, run: &RunData) -> Result<String, super::ExportError> {
         let computed;
         let analysis = match &run.analysis {
             Some(a) => a,
@@ -38,7 +38,7 @@ impl Exporter for Markdown {
         out.push_str(&findings::conclusions_markdown(analysis));
         out.push_str(&sections(run, analysis));
         out.push_str(&super::profiles::markdown(&run.profiles));
-        out
+        Ok(out)
     }
 }
 
@@ -228,11 +228,12 @@ mod tests {
         let mut s = StepResult::empty("x".into(), "<script>", "shared", 2, 0);
         s.status = StepStatus::Failed;
         s.reason = Some("server died | badly\nmore".into());
-        let md = Markdown.render(&RunData {
+        let run = RunData {
             name: "t".into(),
             steps: vec![s],
             ..RunData::default()
-        });
+        };
+        let md = Markdown.render(std::path::Path::new("."), &run).unwrap();
         assert!(
             md.contains(
                 "| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly / more |"

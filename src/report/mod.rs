@@ -67,88 +67,46 @@ impl RunData {
     }
 }
 
+/// Why an exporter could not render its file.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The raw files the page reads (histograms, per-second figures) could not be read.
+    #[error(transparent)]
+    RunDir(#[from] html::adapter::AdapterError),
+}
+
 /// Turns a run into one file.
 pub trait Exporter {
     /// File name in the run directory.
     fn file_name(&self) -> &'static str;
-    /// The file's contents.
-    fn render(&self, run: &RunData) -> String;
+    /// The file's contents; `dir` is the run directory, read by an exporter that shows its raw
+    /// files as well as `run` (the page's histograms and per-core figures).
+    fn render(&self, dir: &Path, run: &RunData) -> Result<String, ExportError>;
 }
 
-/// Every exporter this module has.
+/// Every exporter this module has, in the order [`write_all`] writes their files.
 pub fn exporters() -> Vec<Box<dyn Exporter>> {
     vec![
         Box::new(csv::Csv),
         Box::new(markdown::Markdown),
         Box::new(json::Json),
+        Box::new(html::Html),
     ]
 }
 
 /// The files [`write_all`] writes into a run directory, in that order.
 pub fn written_files() -> Vec<&'static str> {
-    let mut files: Vec<&'static str> = exporters().iter().map(|e| e.file_name()).collect();
-    files.push("report.html");
-    files
+    exporters().iter().map(|e| e.file_name()).collect()
 }
 
 /// Writes every exporter's file into `dir`.
 pub fn write_all(dir: &Path, run: &RunData) -> std::io::Result<()> {
     for e in exporters() {
-        std::fs::write(dir.join(e.file_name()), e.render(run))?;
+        // The message alone: an io::Error of the error itself would print its source twice.
+        let text = e
+            .render(dir, run)
+            .map_err(|err| std::io::Error::other(err.to_string()))?;
+        std::fs::write(dir.join(e.file_name()), text)?;
     }
-    write_html(dir, run)
-}
-
-/// report.html reads the raw files (intervals, histograms) as well as the steps.
-fn write_html(dir: &Path, run: &RunData) -> std::io::Result<()> {
-    let data = html_data(dir, run).map_err(std::io::Error::other)?;
-    let page = profiles::with_html(html::render(&data), &run.profiles);
-    std::fs::write(dir.join("report.html"), page)
-}
-
-/// The page of a run directory: its charts from the raw files, its series, conclusions and
-/// sections from the same analysis and markdown as report.md.
-pub fn html_data(dir: &Path, run: &RunData) -> Result<html::ReportData, String> {
-    let mut data = html::adapter::from_run_dir(dir).map_err(|e| e.to_string())?;
-    let computed;
-    let a = match &run.analysis {
-        Some(a) => a,
-        None => {
-            computed = analyze(&run.steps, Some(dir));
-            &computed
-        }
-    };
-    let spec = std::fs::read_to_string(dir.join("spec.toml"))
-        .ok()
-        .and_then(|t| t.parse::<toml::Table>().ok());
-    data.series = html::from_analysis::series(a, &run.steps, spec.as_ref());
-    let curves = html::from_analysis::usl_curves(a);
-    // report.md's tables replace the adapter's and the analysis' own: one source for both.
-    data.tables.clear();
-    html::adapter::add_analysis(&mut data, &curves, Vec::new());
-    threads_condition(&mut data);
-    data.conclusions = findings::conclusions(a);
-    let (sections, headings) = html::from_markdown::convert(&markdown::sections(run, a));
-    data.sections_html = sections;
-    data.section_headings = headings;
-    Ok(data)
-}
-
-/// A conditions row saying how many server threads each series ran, when they follow the
-/// cpuset (otherwise the spec's fixed count is in the target's arguments).
-fn threads_condition(data: &mut html::ReportData) {
-    let known: Vec<String> = data
-        .series
-        .iter()
-        .filter_map(|s| {
-            let t = s.threads.as_ref()?;
-            Some(format!("{} / {}: {t}", s.target, s.placement))
-        })
-        .collect();
-    if !known.is_empty() {
-        data.conditions.push((
-            "Server --threads (follows the server cpuset)".into(),
-            known.join(", "),
-        ));
-    }
+    Ok(())
 }

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::load::external::OutputParser;
+use super::error::StepError;
+use crate::load::external::{OutputParser, ToolLoad};
 use crate::load::{LoadConfig, ProtoOptions};
-use crate::record::load::{IntervalSink, LoadReport};
+use crate::record::load::{ClientCpu, IntervalSink, LoadReport};
 
 /// One step's load, as the step loop asks for it.
 #[derive(Debug, Clone)]
@@ -59,13 +60,13 @@ pub struct StepLoad {
 
 /// Runs the load of one step.
 pub trait Driver {
-    /// Runs to completion or until `stop`; an error is the step's failure reason.
+    /// Runs to completion or until `stop`; an error is the step's failure, by kind.
     fn run_step(
         &mut self,
         req: &StepRequest,
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
-    ) -> Result<StepLoad, String>;
+    ) -> Result<StepLoad, StepError>;
 
     /// It reports per-second lines with latency histograms while it runs (an external tool's
     /// lines, if any, come after it ends, without histograms).
@@ -97,9 +98,10 @@ impl Driver for EngineDriver {
         req: &StepRequest,
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
-    ) -> Result<StepLoad, String> {
+    ) -> Result<StepLoad, StepError> {
         let config = engine_config(&self.proto, req);
-        let outcome = crate::load::run(&config, sink, stop).map_err(|e| e.to_string())?;
+        let outcome =
+            crate::load::run(&config, sink, stop).map_err(|e| StepError::Load(e.to_string()))?;
         Ok(StepLoad {
             report: outcome.report,
             hist_ns: Some(outcome.hist_ns),
@@ -167,8 +169,43 @@ impl Driver for CommandDriver {
         req: &StepRequest,
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
-    ) -> Result<StepLoad, String> {
+    ) -> Result<StepLoad, StepError> {
         let line = self.command_line(req);
+        let (mut tool, client_cpu) = self.run_tool(&line, req, stop)?;
+        let empty = Histogram::<u64>::new(3).map_err(|e| StepError::Load(e.to_string()))?;
+        for interval in &tool.intervals {
+            sink.interval(interval, &empty);
+        }
+        let r = &mut tool.report;
+        r.schema = crate::record::load::SCHEMA_VERSION;
+        r.url = line;
+        r.connections = req.connections;
+        r.threads = req.threads;
+        r.depth = req.depth;
+        r.rate_rps = req.rate_rps;
+        r.client_saturated = any_cpu_saturated(&client_cpu.per_core_busy);
+        r.client_cpu = client_cpu;
+        let mut extra = serde_json::Map::new();
+        extra.insert("tool".into(), tool.extra);
+        // The observers ran from the tool's start to its end, and its counts cover its
+        // whole run too: per-request figures are over that span, and the step says so.
+        extra.insert("window".into(), WHOLE_RUN_WINDOW.into());
+        Ok(StepLoad {
+            report: tool.report,
+            hist_ns: None,
+            extra,
+        })
+    }
+}
+
+impl CommandDriver {
+    /// Runs the command line to its end and parses its output; with the CPU it used.
+    fn run_tool(
+        &self,
+        line: &str,
+        req: &StepRequest,
+        stop: &AtomicBool,
+    ) -> Result<(ToolLoad, ClientCpu), StepError> {
         let launch = crate::process::Launch {
             name: format!("client command `{line}`"),
             program: "sh".into(),
@@ -182,46 +219,23 @@ impl Driver for CommandDriver {
         // warm-up apart): a tool saturates when one of them is full, whatever the others do.
         let mut cores = super::cores::CoreSampler::start(&[], &req.client_cpus);
         let mut child = crate::process::ChildProc::spawn(&launch)
-            .map_err(|e| format!("cannot start {}: {e}", launch.name))?;
+            .map_err(|e| StepError::Load(format!("cannot start {}: {e}", launch.name)))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);
-        let (exit, stdout) = child.wait(limit, stop)?;
+        let (exit, stdout) = child.wait(limit, stop).map_err(StepError::Load)?;
         let cpu_after = children_cpu_s();
-        let busy_pct = cores.sample().client_busy_pct;
-        let cpu_s = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
-        let mut tool = self.parser.parse_report(&stdout).map_err(|e| {
-            format!(
+        let client_cpu = ClientCpu {
+            user_s: cpu_after.0 - cpu_before.0,
+            sys_s: cpu_after.1 - cpu_before.1,
+            per_core_busy: cores.sample().client_busy_pct,
+        };
+        let tool = self.parser.parse_report(&stdout).map_err(|e| {
+            StepError::Parse(format!(
                 "{} {exit}; its output did not parse: {e}\n{}",
                 launch.name,
                 child.output_tail()
-            )
+            ))
         })?;
-        let empty = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-        for line in &tool.intervals {
-            sink.interval(line, &empty);
-        }
-        let r = &mut tool.report;
-        r.schema = crate::record::load::SCHEMA_VERSION;
-        r.url = line;
-        r.connections = req.connections;
-        r.threads = req.threads;
-        r.depth = req.depth;
-        r.rate_rps = req.rate_rps;
-        r.client_cpu = crate::record::load::ClientCpu {
-            user_s: cpu_s.0,
-            sys_s: cpu_s.1,
-            per_core_busy: busy_pct,
-        };
-        r.client_saturated = any_cpu_saturated(&r.client_cpu.per_core_busy);
-        let mut extra = serde_json::Map::new();
-        extra.insert("tool".into(), tool.extra);
-        // The observers ran from the tool's start to its end, and its counts cover its
-        // whole run too: per-request figures are over that span, and the step says so.
-        extra.insert("window".into(), WHOLE_RUN_WINDOW.into());
-        Ok(StepLoad {
-            report: tool.report,
-            hist_ns: None,
-            extra,
-        })
+        Ok((tool, client_cpu))
     }
 }
 
@@ -297,17 +311,20 @@ impl Driver for FakeDriver {
         req: &StepRequest,
         sink: &mut dyn IntervalSink,
         _stop: &AtomicBool,
-    ) -> Result<StepLoad, String> {
+    ) -> Result<StepLoad, StepError> {
         self.seen.push(req.clone());
         if self.fail_ids.contains(&req.step_id) {
-            return Err(format!("scripted failure of {}", req.step_id));
+            return Err(StepError::Load(format!(
+                "scripted failure of {}",
+                req.step_id
+            )));
         }
         let rps = req.rate_rps.unwrap_or_else(|| (self.rps_for)(req.clients));
         let secs = req.duration.as_secs_f64();
         let inflight = (req.connections * req.depth) as f64;
         let mean_us = if rps > 0.0 { inflight / rps * 1e6 } else { 0.0 };
-        let mut hist =
-            Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+            .map_err(|e| StepError::Load(e.to_string()))?;
         let _ = hist.record_n((mean_us * 1000.0).max(1.0) as u64, (rps * secs) as u64);
         for i in 0..secs.ceil() as usize {
             let line = crate::record::load::IntervalLine {

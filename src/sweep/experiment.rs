@@ -44,42 +44,15 @@ pub fn run_plan(
 ) -> Result<Finished, String> {
     crate::process::become_subreaper();
     let local = TopologyPlacements::detect(plan.custom.clone());
-    let mut notes = Vec::new();
-    let sessions = super::hosts::session::connect_all(
-        &plan.hosts.hosts,
-        &plan.stairbench_bin,
-        &plan.custom,
-        &mut |n| notes.push(n),
-    );
-    for n in &notes {
-        progress.note(n);
-    }
+    let sessions = connect_hosts(plan, progress);
     let placements = super::hosts::session::HostPlacements {
         local: &local,
         sessions: &sessions,
     };
     super::instances::check_fit(plan, &placements)?;
     let mut dir = open_dir(plan, dest, &sessions)?;
-    let mut driver = super::hosts::groups::GroupDriver {
-        single: Box::new(super::instances::SplitDriver {
-            single: make_driver(plan)?,
-            make: super::instances::driver_factory(&plan.client),
-        }),
-        groups: group_hosts(plan, &sessions),
-        proto: match &plan.client {
-            ClientPlan::Engine { proto } => proto.clone(),
-            ClientPlan::Command { .. } => crate::load::ProtoOptions::default(),
-        },
-    };
-    let mut launcher = super::hosts::server::HostLauncher {
-        local: super::instances::SplitLauncher {
-            inner: ProcessLauncher {
-                stairbench_bin: plan.stairbench_bin.clone(),
-                out_dir: dir.path.clone(),
-            },
-        },
-        sessions: &sessions,
-    };
+    let mut driver = run_driver(plan, &sessions)?;
+    let mut launcher = host_launcher(plan, dir.path.clone(), &sessions);
     let mut observer = super::hosts::observer::HostObserver::new(
         super::extra_observe::ExtraObserver::new(FullObserver::default(), plan.observe.clone()),
     );
@@ -102,6 +75,57 @@ pub fn run_plan(
         dir: dir.path.clone(),
         summary,
     })
+}
+
+/// Connects to the plan's other hosts; what it learns on the way goes to the console.
+fn connect_hosts(plan: &Plan, progress: &mut dyn Progress) -> super::hosts::session::Sessions {
+    let mut notes = Vec::new();
+    let sessions = super::hosts::session::connect_all(
+        &plan.hosts.hosts,
+        &plan.stairbench_bin,
+        &plan.custom,
+        &mut |n| notes.push(n),
+    );
+    for n in &notes {
+        progress.note(n);
+    }
+    sessions
+}
+
+/// The run's driver: the plan's client, split across instances, and across client groups
+/// when the plan has them.
+fn run_driver(
+    plan: &Plan,
+    sessions: &super::hosts::session::Sessions,
+) -> Result<super::hosts::groups::GroupDriver, String> {
+    Ok(super::hosts::groups::GroupDriver {
+        single: Box::new(super::instances::SplitDriver {
+            single: make_driver(plan)?,
+            make: super::instances::driver_factory(&plan.client),
+        }),
+        groups: group_hosts(plan, sessions),
+        proto: match &plan.client {
+            ClientPlan::Engine { proto } => proto.clone(),
+            ClientPlan::Command { .. } => crate::load::ProtoOptions::default(),
+        },
+    })
+}
+
+/// The run's launcher: targets here as split processes, the others over ssh.
+fn host_launcher<'s>(
+    plan: &Plan,
+    out_dir: PathBuf,
+    sessions: &'s super::hosts::session::Sessions,
+) -> super::hosts::server::HostLauncher<'s, super::instances::SplitLauncher<ProcessLauncher>> {
+    super::hosts::server::HostLauncher {
+        local: super::instances::SplitLauncher {
+            inner: ProcessLauncher {
+                stairbench_bin: plan.stairbench_bin.clone(),
+                out_dir,
+            },
+        },
+        sessions,
+    }
 }
 
 /// Where each client group runs.
@@ -212,16 +236,16 @@ pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
 
 /// The `--dry-run` text: every step with its cpusets and command, and the estimated time.
 pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
-    let no_sessions = super::hosts::session::Sessions::default();
-    let launcher = super::hosts::server::HostLauncher {
-        local: super::instances::SplitLauncher {
-            inner: ProcessLauncher {
-                stairbench_bin: plan.stairbench_bin.clone(),
-                out_dir: Path::new("<run dir>").to_path_buf(),
-            },
-        },
-        sessions: &no_sessions,
-    };
+    let mut out = describe_header(plan, placements);
+    let skipped = describe_steps(plan, placements, &mut out);
+    out.push_str(&super::profiling::describe(plan));
+    out.push_str(&describe_estimate(plan, skipped));
+    out
+}
+
+/// The dry run's first lines: the hosts, a refusal, the size of the experiment, the
+/// placements' notes.
+fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
     let mut out = String::new();
     if !plan.hosts.hosts.is_empty() {
         let _ = writeln!(
@@ -251,6 +275,13 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
             let _ = writeln!(out, "note: {note}");
         }
     }
+    out
+}
+
+/// Each series' steps with their cpusets and server command; the count of skipped points.
+fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut String) -> usize {
+    let no_sessions = super::hosts::session::Sessions::default();
+    let launcher = host_launcher(plan, Path::new("<run dir>").to_path_buf(), &no_sessions);
     let mut skipped = 0;
     for target in &plan.targets {
         for placement in &plan.placements {
@@ -277,7 +308,12 @@ pub fn describe(plan: &Plan, placements: &dyn PlacementSource) -> String {
             }
         }
     }
-    out.push_str(&super::profiling::describe(plan));
+    skipped
+}
+
+/// The dry run's estimated time, over the steps this machine can run.
+fn describe_estimate(plan: &Plan, skipped: usize) -> String {
+    let mut out = String::new();
     // A skipped point skips all its runs; a rate search's points are counted at their maximum.
     let points = dry_points(plan).len().max(1);
     let runnable = plan.max_steps().saturating_sub(

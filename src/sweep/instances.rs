@@ -13,6 +13,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use super::driver::{Driver, StepLoad, StepRequest};
+use super::error::StepError;
 use super::extra_observe::{InstanceInfo, ServerExtras};
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{ClientPlan, Plan, Series, TargetPlan};
@@ -294,11 +295,11 @@ impl Driver for SplitDriver {
         req: &StepRequest,
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
-    ) -> Result<StepLoad, String> {
+    ) -> Result<StepLoad, StepError> {
         if req.instances.len() <= 1 {
             return self.single.run_step(req, sink, stop);
         }
-        run_split(&self.make, self.single.live_intervals(), req, sink, stop)
+        self.run_split(req, sink, stop)
     }
 }
 
@@ -382,53 +383,61 @@ impl WindowSpan {
     }
 }
 
-fn run_split(
-    make: &DriverFactory,
-    live: bool,
-    req: &StepRequest,
-    sink: &mut dyn IntervalSink,
-    stop: &AtomicBool,
-) -> Result<StepLoad, String> {
-    let n = req.instances.len();
-    if req.connections < n {
-        return Err(format!(
-            "{n} instances need at least {n} connections; this step opens {}",
-            req.connections
-        ));
-    }
-    let subs: Vec<StepRequest> = (0..n).map(|k| sub_request(req, k)).collect();
-    let mut merger = LineMerger::new(n, instance_sinks(&subs, req, live));
-    let (tx, rx) = mpsc::channel::<Line>();
-    let results: Vec<Result<StepLoad, String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = subs
-            .iter()
-            .enumerate()
-            .map(|(k, sub)| {
-                let mut chan = ChannelSink { k, tx: tx.clone() };
-                let make = make.clone();
-                scope.spawn(move || make()?.run_step(sub, &mut chan, stop))
-            })
-            .collect();
-        drop(tx);
-        let mut span = WindowSpan {
-            parts: n,
-            started: 0,
-            ended: 0,
-        };
-        for msg in rx {
-            span.on(msg, &mut merger, sink);
+impl SplitDriver {
+    /// Runs each instance's share in its own thread with its own driver; merges their lines
+    /// as they come and their loads at the end.
+    fn run_split(
+        &self,
+        req: &StepRequest,
+        sink: &mut dyn IntervalSink,
+        stop: &AtomicBool,
+    ) -> Result<StepLoad, StepError> {
+        let n = req.instances.len();
+        if req.connections < n {
+            return Err(StepError::Load(format!(
+                "{n} instances need at least {n} connections; this step opens {}",
+                req.connections
+            )));
         }
-        merger.flush(sink);
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("the load thread panicked".into()))
-            })
-            .collect()
-    });
-    merger.finish_instances();
-    merge_loads(results, &subs)
+        let subs: Vec<StepRequest> = (0..n).map(|k| sub_request(req, k)).collect();
+        let live = self.single.live_intervals();
+        let mut merger = LineMerger::new(n, instance_sinks(&subs, req, live));
+        let (tx, rx) = mpsc::channel::<Line>();
+        let results: Vec<Result<StepLoad, StepError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = subs
+                .iter()
+                .enumerate()
+                .map(|(k, sub)| {
+                    let mut chan = ChannelSink { k, tx: tx.clone() };
+                    let make = self.make.clone();
+                    scope.spawn(move || {
+                        make()
+                            .map_err(StepError::Load)?
+                            .run_step(sub, &mut chan, stop)
+                    })
+                })
+                .collect();
+            drop(tx);
+            let mut span = WindowSpan {
+                parts: n,
+                started: 0,
+                ended: 0,
+            };
+            for msg in rx {
+                span.on(msg, &mut merger, sink);
+            }
+            merger.flush(sink);
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(StepError::Load("the load thread panicked".into())))
+                })
+                .collect()
+        });
+        merger.finish_instances();
+        merge_loads(results, &subs)
+    }
 }
 
 /// Each instance's own per-second CSV and histogram log (`<step>.iK`), when the run
@@ -541,24 +550,29 @@ pub fn merge_lines(row: &[(IntervalLine, Histogram<u64>)]) -> (IntervalLine, His
     (line, hist)
 }
 
-/// The step's load from its instances' loads.
+/// The step's load from its instances' loads; when some failed, their errors joined, of the
+/// first one's kind.
 pub fn merge_loads(
-    results: Vec<Result<StepLoad, String>>,
+    results: Vec<Result<StepLoad, StepError>>,
     subs: &[StepRequest],
-) -> Result<StepLoad, String> {
+) -> Result<StepLoad, StepError> {
     let mut loads = Vec::new();
     let mut failures = Vec::new();
+    let mut kind = None;
     for (k, r) in results.into_iter().enumerate() {
         match r {
             Ok(l) => loads.push(l),
-            Err(why) => failures.push(format!("instance {k} (port {}): {why}", subs[k].port)),
+            Err(why) => {
+                kind.get_or_insert(why.kind());
+                failures.push(format!("instance {k} (port {}): {why}", subs[k].port));
+            }
         }
     }
-    if !failures.is_empty() {
-        return Err(failures.join("; "));
+    if let Some(kind) = kind {
+        return Err(StepError::new(kind, failures.join("; ")));
     }
     let reports: Vec<&LoadReport> = loads.iter().map(|l| &l.report).collect();
-    let hist = merged_hist(&loads)?;
+    let hist = merged_hist(&loads).map_err(StepError::Load)?;
     let mut report = sum_reports(&reports);
     report.latency_us = match &hist {
         Some(h) if !h.is_empty() => crate::load::engine::latency_us(h),

@@ -7,6 +7,7 @@
 
 pub mod cores;
 pub mod driver;
+pub mod error;
 pub mod experiment;
 pub mod extra_observe;
 pub mod hosts;

@@ -173,53 +173,18 @@ impl Plan {
         let s = spec.spec.clone();
         let series = series(&spec)?;
         super::profiling::check(&spec, &series)?;
-        if s.depth == 0
-            || s.connections_per_client == 0
-            || s.targets.iter().any(|t| t.depth == Some(0))
-        {
-            let key = if s.depth == 0 {
-                "depth"
-            } else {
-                "connections_per_client"
-            };
-            return Err(spec.error_at(&[key], "expected at least 1"));
-        }
-        if s.duration.0.is_zero() {
-            return Err(spec.error_at(&["duration"], "expected a measured window longer than 0s"));
-        }
-        if !(0.0..=1.0).contains(&s.max_error_ratio) {
-            return Err(spec.error_at(
-                &["max_error_ratio"],
-                "expected a share of requests between 0 and 1, e.g. 0.01",
-            ));
-        }
-        if s.targets.is_empty() {
-            return Err(spec.error_at(&[], "no [[targets]]: expected at least one target"));
-        }
+        check_sizes(&spec)?;
         let mut targets = Vec::new();
         for (i, t) in s.targets.iter().enumerate() {
             targets.push(target(&spec, i, t)?);
         }
         let custom = custom_tables(&spec)?;
-        for (i, p) in s.placements.iter().enumerate() {
-            let known = matches!(p.as_str(), "shared" | "separated" | "balanced");
-            if !known && !custom.contains_key(p) {
-                return Err(spec.error_at(
-                    &["placements", &i.to_string()],
-                    format!("unknown placement {p:?}: expected shared, separated, balanced or a name defined in [custom_placements]"),
-                ));
-            }
-        }
+        check_placements(&spec, &custom)?;
         super::validate::comparisons(&spec, &series)?;
         super::validate::report(&spec, &series)?;
         let client = client(&spec)?;
         let hosts = super::hosts::plan::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
-        let mut observe = Vec::new();
-        for (i, o) in s.observe.iter().enumerate() {
-            let entry = super::extra_observe::ObserveEntry::from_spec(o, &spec_dir(&spec))
-                .map_err(|e| spec.error_at(&["observe", &i.to_string()], e))?;
-            observe.push(entry);
-        }
+        let observe = observe_entries(&spec)?;
         Ok(Plan {
             name: s.name.clone(),
             stairbench_bin,
@@ -366,34 +331,70 @@ fn series(spec: &SpecFile) -> Result<Series, SpecError> {
     }
 }
 
+/// Refuses counts of 0 (depth, connections per client), an empty measured window, an error
+/// ratio that is not a share, and a spec without targets.
+fn check_sizes(spec: &SpecFile) -> Result<(), SpecError> {
+    let s = &spec.spec;
+    if s.depth == 0 || s.connections_per_client == 0 || s.targets.iter().any(|t| t.depth == Some(0))
+    {
+        let key = if s.depth == 0 {
+            "depth"
+        } else {
+            "connections_per_client"
+        };
+        return Err(spec.error_at(&[key], "expected at least 1"));
+    }
+    if s.duration.0.is_zero() {
+        return Err(spec.error_at(&["duration"], "expected a measured window longer than 0s"));
+    }
+    if !(0.0..=1.0).contains(&s.max_error_ratio) {
+        return Err(spec.error_at(
+            &["max_error_ratio"],
+            "expected a share of requests between 0 and 1, e.g. 0.01",
+        ));
+    }
+    if s.targets.is_empty() {
+        return Err(spec.error_at(&[], "no [[targets]]: expected at least one target"));
+    }
+    Ok(())
+}
+
+/// Refuses a placement that is neither built in nor defined in `[custom_placements]`.
+fn check_placements(
+    spec: &SpecFile,
+    custom: &BTreeMap<String, CustomTable>,
+) -> Result<(), SpecError> {
+    for (i, p) in spec.spec.placements.iter().enumerate() {
+        let known = matches!(p.as_str(), "shared" | "separated" | "balanced");
+        if !known && !custom.contains_key(p) {
+            return Err(spec.error_at(
+                &["placements", &i.to_string()],
+                format!("unknown placement {p:?}: expected shared, separated, balanced or a name defined in [custom_placements]"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The spec's `[[observe]]` entries, checked.
+fn observe_entries(spec: &SpecFile) -> Result<Vec<super::extra_observe::ObserveEntry>, SpecError> {
+    let mut observe = Vec::new();
+    for (i, o) in spec.spec.observe.iter().enumerate() {
+        let entry = super::extra_observe::ObserveEntry::from_spec(o, &spec_dir(spec))
+            .map_err(|e| spec.error_at(&["observe", &i.to_string()], e))?;
+        observe.push(entry);
+    }
+    Ok(observe)
+}
+
+/// The error of key `key` of target `i`.
+fn target_error(spec: &SpecFile, i: usize, key: &str, msg: String) -> SpecError {
+    spec.error_at(&["targets", &i.to_string(), key], msg)
+}
+
 fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<TargetPlan, SpecError> {
-    let idx = i.to_string();
-    let at = |key: &str, msg: String| spec.error_at(&["targets", &idx, key], msg);
-    let kind = match (&t.builtin, &t.command) {
-        (Some(b), None) => {
-            let args: Vec<String> = b.split_whitespace().map(str::to_string).collect();
-            match args.first() {
-                Some(k) if BUILTIN_SERVERS.contains(&k.as_str()) => {
-                    check_serve_args(&args).map_err(|e| at("builtin", e))?;
-                    TargetKind::Builtin(args)
-                }
-                _ => return Err(at("builtin", format!("{b:?}: expected a built-in server ({}) and its options, e.g. \"msgr --arch reactor\"", BUILTIN_SERVERS.join(", ")))),
-            }
-        }
-        (None, Some(c)) if !c.trim().is_empty() => TargetKind::Command(c.clone()),
-        (Some(_), Some(_)) => {
-            return Err(at("command", "give builtin or command, not both".into()))
-        }
-        _ => {
-            return Err(at(
-                "name",
-                format!(
-                    "target {:?} has neither builtin = \"...\" nor command = \"...\"",
-                    t.name
-                ),
-            ))
-        }
-    };
+    let at = |key: &str, msg: String| target_error(spec, i, key, msg);
+    let kind = target_kind(spec, i, t)?;
     let port_from_log =
         matches!(kind, TargetKind::Builtin(_)) && t.port.is_none() && t.ready.is_none();
     let mut ready = t.ready.clone().unwrap_or_default();
@@ -404,46 +405,22 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
     let ready_log = match &ready.log {
         Some(re) => Some(Regex::new(re).map_err(|e| {
             spec.error_at(
-                &["targets", &idx, "ready", "log"],
+                &["targets", &i.to_string(), "ready", "log"],
                 format!("bad regex: {e}"),
             )
         })?),
         None => None,
     };
-    let url = match (&t.url, &spec.spec.client.url, &kind) {
-        (Some(u), _, _) | (None, Some(u), _) => u.clone(),
-        (None, None, TargetKind::Builtin(args)) if t.host.is_some() => {
-            format!("{}://{{host}}:{{port}}", args[0])
-        }
-        (None, None, TargetKind::Builtin(args)) => format!("{}://127.0.0.1:{{port}}", args[0]),
-        (None, None, TargetKind::Command(_)) if spec.spec.client.command.is_some() => String::new(),
-        (None, None, TargetKind::Command(_)) => {
-            return Err(at("url", "a command target needs url = \"http://127.0.0.1:{port}/\" (or client.url) for the built-in engine".into()))
-        }
-    };
+    let url = target_url(spec, i, t, &kind)?;
     let instances = t.instances.unwrap_or(1);
     if instances == 0 {
         return Err(at("instances", "expected at least 1".into()));
     }
-    let metrics = match &t.metrics {
-        Some(m) => Some(
-            super::metrics::MetricsPlan::from_spec(m).map_err(|e| at("metrics", e.to_string()))?,
-        ),
-        // The built-in msgr server writes its per-thread counters when asked (into a file on
-        // this machine: not for a server on another host).
-        None if t.host.is_none() && matches!(&kind, TargetKind::Builtin(a) if a[0] == "msgr") => {
-            Some(super::metrics::MetricsPlan::File {
-                template: "{metrics}".into(),
-                format: super::metrics::MetricsFormat::Json,
-            })
-        }
-        None => None,
-    };
     Ok(TargetPlan {
         host: t.host.clone(),
         instances,
         instance: None,
-        metrics,
+        metrics: target_metrics(spec, i, t, &kind)?,
         name: t.name.clone(),
         kind,
         port: t.port,
@@ -454,6 +431,81 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         url,
         depth: t.depth.unwrap_or(spec.spec.depth),
         spec_dir: spec_dir(spec),
+    })
+}
+
+/// What target `i` runs: a built-in server (its options checked) or a command.
+fn target_kind(
+    spec: &SpecFile,
+    i: usize,
+    t: &super::spec::TargetSpec,
+) -> Result<TargetKind, SpecError> {
+    let at = |key: &str, msg: String| target_error(spec, i, key, msg);
+    match (&t.builtin, &t.command) {
+        (Some(b), None) => {
+            let args: Vec<String> = b.split_whitespace().map(str::to_string).collect();
+            match args.first() {
+                Some(k) if BUILTIN_SERVERS.contains(&k.as_str()) => {
+                    check_serve_args(&args).map_err(|e| at("builtin", e))?;
+                    Ok(TargetKind::Builtin(args))
+                }
+                _ => Err(at("builtin", format!("{b:?}: expected a built-in server ({}) and its options, e.g. \"msgr --arch reactor\"", BUILTIN_SERVERS.join(", ")))),
+            }
+        }
+        (None, Some(c)) if !c.trim().is_empty() => Ok(TargetKind::Command(c.clone())),
+        (Some(_), Some(_)) => Err(at("command", "give builtin or command, not both".into())),
+        _ => Err(at(
+            "name",
+            format!(
+                "target {:?} has neither builtin = \"...\" nor command = \"...\"",
+                t.name
+            ),
+        )),
+    }
+}
+
+/// The url the built-in engine loads target `i` at: its own, the client's, or a built-in
+/// server's default.
+fn target_url(
+    spec: &SpecFile,
+    i: usize,
+    t: &super::spec::TargetSpec,
+    kind: &TargetKind,
+) -> Result<String, SpecError> {
+    Ok(match (&t.url, &spec.spec.client.url, kind) {
+        (Some(u), _, _) | (None, Some(u), _) => u.clone(),
+        (None, None, TargetKind::Builtin(args)) if t.host.is_some() => {
+            format!("{}://{{host}}:{{port}}", args[0])
+        }
+        (None, None, TargetKind::Builtin(args)) => format!("{}://127.0.0.1:{{port}}", args[0]),
+        (None, None, TargetKind::Command(_)) if spec.spec.client.command.is_some() => String::new(),
+        (None, None, TargetKind::Command(_)) => {
+            return Err(target_error(spec, i, "url", "a command target needs url = \"http://127.0.0.1:{port}/\" (or client.url) for the built-in engine".into()))
+        }
+    })
+}
+
+/// Where target `i`'s own metrics come from, if anywhere.
+fn target_metrics(
+    spec: &SpecFile,
+    i: usize,
+    t: &super::spec::TargetSpec,
+    kind: &TargetKind,
+) -> Result<Option<super::metrics::MetricsPlan>, SpecError> {
+    Ok(match &t.metrics {
+        Some(m) => Some(
+            super::metrics::MetricsPlan::from_spec(m)
+                .map_err(|e| target_error(spec, i, "metrics", e.to_string()))?,
+        ),
+        // The built-in msgr server writes its per-thread counters when asked (into a file on
+        // this machine: not for a server on another host).
+        None if t.host.is_none() && matches!(kind, TargetKind::Builtin(a) if a[0] == "msgr") => {
+            Some(super::metrics::MetricsPlan::File {
+                template: "{metrics}".into(),
+                format: super::metrics::MetricsFormat::Json,
+            })
+        }
+        None => None,
     })
 }
 

@@ -507,7 +507,7 @@ impl Runner<'_> {
                 .unwrap_or_else(|_| Err("the profiler thread panicked".into()));
             (load, capture)
         });
-        Ok((load?.report, capture))
+        Ok((load.map_err(|e| e.to_string())?.report, capture))
     }
 
     fn pass_request(

@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::driver::{Driver, StepRequest};
-use super::observer::StepObserver;
+use super::driver::{Driver, StepLoad, StepRequest};
+use super::error::StepError;
+use super::observer::{Observed, StepObserver};
 use super::placement::{CpuPair, PlacementSource};
 use super::plan::{Plan, Series, TargetPlan};
 use super::progress::Progress;
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
-use crate::record::load::{IntervalLine, IntervalSink};
+use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 use crate::record::rundir::{RunDir, StepSink};
 use crate::record::steps::{now_unix_s, StepResult, StepStatus};
 
@@ -92,46 +93,135 @@ pub fn step_id(target: &str, placement: &str, point: Point, rep: usize) -> Strin
     }
 }
 
-/// A step's cpusets: the server's and first client group's pair, and each group's own.
-type StepCpus = (CpuPair, Vec<Vec<usize>>);
+/// Which step: its series (target, placement), its point and repetition, and its id. What
+/// the step loop's functions pass instead of the loose parameters.
+#[derive(Debug, Clone)]
+pub struct StepKey<'p> {
+    /// The target.
+    pub target: &'p TargetPlan,
+    /// The placement's name.
+    pub placement: &'p str,
+    /// Clients and rate.
+    pub point: Point,
+    /// Repetition index, from 0.
+    pub rep: usize,
+    /// The step's id (the file stem of its raw files).
+    pub id: String,
+}
 
-/// The state of one (target, placement) series while it runs.
-struct SeriesState {
+impl<'p> StepKey<'p> {
+    /// The key of repetition `rep` of `point` in the series (target, placement).
+    pub fn new(target: &'p TargetPlan, placement: &'p str, point: Point, rep: usize) -> Self {
+        StepKey {
+            target,
+            placement,
+            point,
+            rep,
+            id: step_id(&target.name, placement, point, rep),
+        }
+    }
+
+    /// The progress bar's line for it.
+    fn label(&self) -> String {
+        let rate = self
+            .point
+            .rate_rps
+            .map_or(String::new(), |r| format!(" rate={r:.0}"));
+        format!(
+            "{} {} c={}{rate}",
+            self.target.name, self.placement, self.point.clients
+        )
+    }
+}
+
+/// A step's cpusets.
+struct StepCpus {
+    /// The server's on its host and the first client group's on its own.
+    pair: CpuPair,
+    /// Each client group's on its own host (empty without client groups).
+    groups: Vec<Vec<usize>>,
+}
+
+/// Why a step did not measure: skipped (not run, with why) or failed (with its error).
+enum StepEnd {
+    Skipped(String),
+    Failed(StepError),
+}
+
+/// What the whole run carries from series to series.
+struct RunState {
+    /// Every step in the run directory so far, by id (resumed ones included).
+    done: BTreeMap<String, StepResult>,
+    /// What the run returns.
+    summary: RunSummary,
+}
+
+/// One (target, placement) series while it runs.
+struct SeriesRun<'p> {
+    target: &'p TargetPlan,
+    placement: &'p str,
+    /// Its server while one runs, and the cpus it runs on.
     server: Option<Box<dyn Server>>,
     server_cpus: Option<Vec<usize>>,
+    /// Why its server did not start: its later steps are skipped.
     launch_failed: Option<String>,
+    /// Why it saturated: its later points are skipped.
+    saturated: Option<String>,
+    /// Its points, one at a time.
+    points: PointGen,
+    /// Mean throughput and latency of each point measured, and those points.
+    history: Vec<(f64, f64)>,
+    history_points: Vec<Point>,
+}
+
+impl<'p> SeriesRun<'p> {
+    fn new(target: &'p TargetPlan, placement: &'p str, series: &Series) -> Self {
+        SeriesRun {
+            target,
+            placement,
+            server: None,
+            server_cpus: None,
+            launch_failed: None,
+            saturated: None,
+            points: PointGen::new(series),
+            history: Vec::new(),
+            history_points: Vec::new(),
+        }
+    }
 }
 
 impl Runner<'_> {
     /// Runs every series; results already in the directory (`--resume`) are kept and skipped.
     pub fn run(&mut self) -> Result<RunSummary, String> {
-        let mut done: BTreeMap<String, StepResult> = self
+        let done: BTreeMap<String, StepResult> = self
             .dir
             .steps()?
             .into_iter()
             .map(|s| (s.id.clone(), s))
             .collect();
-        let mut summary = RunSummary::default();
-        self.progress.begin(self.plan.max_steps(), done.len());
+        let mut run = RunState {
+            done,
+            summary: RunSummary::default(),
+        };
+        self.progress.begin(self.plan.max_steps(), run.done.len());
         if self.plan.compares_balanced_and_separated() {
             for note in self.placements.notes() {
-                self.progress.note(&note);
-                summary.findings.push(note);
+                self.note(&mut run.summary, note);
             }
         }
-        'all: for target in &self.plan.targets {
-            for placement in &self.plan.placements {
-                let end = self.run_series(target, placement, &mut done, &mut summary)?;
-                if end {
+        let plan = self.plan;
+        'all: for target in &plan.targets {
+            for placement in &plan.placements {
+                if self.run_series(target, placement, &mut run)? {
                     break 'all;
                 }
             }
         }
         let mut steps: Vec<StepResult> = self.dir.steps()?;
         steps.sort_by(|a, b| a.started_unix_s.total_cmp(&b.started_unix_s));
-        summary.steps = steps;
+        run.summary.steps = steps;
         self.progress.finish();
-        Ok(summary)
+        Ok(run.summary)
     }
 
     /// Runs one series; true when the whole run must end.
@@ -139,320 +229,292 @@ impl Runner<'_> {
         &mut self,
         target: &TargetPlan,
         placement: &str,
-        done: &mut BTreeMap<String, StepResult>,
-        summary: &mut RunSummary,
+        run: &mut RunState,
     ) -> Result<bool, String> {
-        let mut state = SeriesState {
-            server: None,
-            server_cpus: None,
-            launch_failed: None,
-        };
-        let mut points = PointGen::new(&self.plan.series);
-        let mut history: Vec<(f64, f64)> = Vec::new();
-        let mut history_points: Vec<Point> = Vec::new();
-        let mut saturated: Option<String> = None;
+        let mut series = SeriesRun::new(target, placement, &self.plan.series);
         let mut end_run = false;
-        while let Some(point) = points.next() {
-            let mut reps = Vec::new();
-            for rep in 0..self.plan.repetitions.max_runs() {
-                if !self.plan.repetitions.again(rep, &ok_throughputs(&reps)) {
-                    break;
-                }
-                if self.stop.load(Ordering::Relaxed) {
-                    summary.interrupted = true;
+        while let Some(point) = series.points.next() {
+            match self.run_point(&mut series, point, run)? {
+                Some(reps) => self.after_point(&mut series, point, &reps, &mut run.summary),
+                None => {
                     end_run = true;
                     break;
                 }
-                let id = step_id(&target.name, placement, point, rep);
-                if let Some(prev) = done.get(&id) {
-                    reps.push(prev.clone());
-                    continue;
-                }
-                let step = match &saturated {
-                    Some(why) => self.skipped(&id, target, placement, point, rep, why.clone()),
-                    None => self.one_step(&id, target, placement, point, rep, &mut state),
-                };
-                if self.stop.load(Ordering::Relaxed) {
-                    summary.interrupted = true;
-                    end_run = true;
-                    break;
-                }
-                self.dir
-                    .append(&step)
-                    .map_err(|e| format!("writing steps.jsonl: {e}"))?;
-                self.progress.done(&step);
-                done.insert(id, step.clone());
-                let failed = step.status == StepStatus::Failed;
-                reps.push(step);
-                if failed && self.plan.on_failure == OnFailure::Stop {
-                    summary.stopped_on_failure = true;
-                    end_run = true;
-                    break;
-                }
-                if saturated.is_none() && !self.plan.cooldown.is_zero() {
-                    self.sleep(self.plan.cooldown);
-                }
-            }
-            if end_run {
-                break;
-            }
-            let agg = aggregate(&reps);
-            points.observe(point, agg.map(|a| a.2));
-            if let Some((thr, lat, _)) = agg {
-                history.push((thr, lat));
-                history_points.push(point);
-            }
-            if saturated.is_none()
-                && self.plan.stop_when == Some(StopWhen::Saturated)
-                && is_saturated(&history)
-            {
-                let from = history_points[history_points.len() - 3];
-                let why = super::policy::saturation_note(from, point, &points.remaining());
-                self.progress
-                    .note(&format!("{} / {placement}: {why}", target.name));
-                summary
-                    .findings
-                    .push(format!("{} / {placement}: {why}", target.name));
-                saturated = Some(why);
             }
         }
-        if let Some(found) = points.finding(&target.name, placement) {
-            self.progress.note(&found);
-            summary.findings.push(found);
+        if let Some(found) = series.points.finding(&target.name, placement) {
+            self.note(&mut run.summary, found);
         }
         if !end_run {
             self.profile_series(
                 target,
                 placement,
-                &mut state.server,
-                &mut state.server_cpus,
-                summary,
+                &mut series.server,
+                &mut series.server_cpus,
+                &mut run.summary,
             )?;
         }
-        if let Some(mut s) = state.server.take() {
+        if let Some(mut s) = series.server.take() {
             s.stop();
         }
         Ok(end_run)
     }
 
-    fn skipped(
-        &self,
-        id: &str,
-        target: &TargetPlan,
-        placement: &str,
+    /// Runs a point's repetitions, each recorded as it ends; None when the run must end
+    /// (Ctrl-C, or a failure under `on_failure = "stop"`).
+    fn run_point(
+        &mut self,
+        series: &mut SeriesRun,
         point: Point,
-        rep: usize,
-        why: String,
-    ) -> StepResult {
-        let mut step =
-            StepResult::empty(id.to_string(), &target.name, placement, point.clients, rep);
+        run: &mut RunState,
+    ) -> Result<Option<Vec<StepResult>>, String> {
+        let mut reps = Vec::new();
+        for rep in 0..self.plan.repetitions.max_runs() {
+            if !self.plan.repetitions.again(rep, &ok_throughputs(&reps)) {
+                break;
+            }
+            if self.interrupted(&mut run.summary) {
+                return Ok(None);
+            }
+            let key = StepKey::new(series.target, series.placement, point, rep);
+            if let Some(prev) = run.done.get(&key.id) {
+                reps.push(prev.clone());
+                continue;
+            }
+            let step = match &series.saturated {
+                Some(why) => self.skipped(&key, why.clone()),
+                None => self.one_step(&key, series),
+            };
+            // A step cut short by Ctrl-C is not recorded: --resume runs it again.
+            if self.interrupted(&mut run.summary) {
+                return Ok(None);
+            }
+            self.record(&step, run)?;
+            let failed = step.status == StepStatus::Failed;
+            reps.push(step);
+            if failed && self.plan.on_failure == OnFailure::Stop {
+                run.summary.stopped_on_failure = true;
+                return Ok(None);
+            }
+            if series.saturated.is_none() && !self.plan.cooldown.is_zero() {
+                self.sleep(self.plan.cooldown);
+            }
+        }
+        Ok(Some(reps))
+    }
+
+    /// True (and the summary says so) once Ctrl-C has been pressed.
+    fn interrupted(&self, summary: &mut RunSummary) -> bool {
+        let stopped = self.stop.load(Ordering::Relaxed);
+        summary.interrupted |= stopped;
+        stopped
+    }
+
+    /// Appends a finished step to steps.jsonl (on disk before the next starts) and shows it.
+    fn record(&mut self, step: &StepResult, run: &mut RunState) -> Result<(), String> {
+        self.dir
+            .append(step)
+            .map_err(|e| format!("writing steps.jsonl: {e}"))?;
+        self.progress.done(step);
+        run.done.insert(step.id.clone(), step.clone());
+        Ok(())
+    }
+
+    /// Feeds a point's repetitions back: the rate search's next point, and the saturation
+    /// check that skips the rest of the series.
+    fn after_point(
+        &mut self,
+        series: &mut SeriesRun,
+        point: Point,
+        reps: &[StepResult],
+        summary: &mut RunSummary,
+    ) {
+        let agg = aggregate(reps);
+        series.points.observe(point, agg.map(|a| a.2));
+        if let Some((thr, lat, _)) = agg {
+            series.history.push((thr, lat));
+            series.history_points.push(point);
+        }
+        if series.saturated.is_none()
+            && self.plan.stop_when == Some(StopWhen::Saturated)
+            && is_saturated(&series.history)
+        {
+            let from = series.history_points[series.history_points.len() - 3];
+            let why = super::policy::saturation_note(from, point, &series.points.remaining());
+            let line = format!("{} / {}: {why}", series.target.name, series.placement);
+            self.note(summary, line);
+            series.saturated = Some(why);
+        }
+    }
+
+    /// A line for the console and the run's notes.
+    fn note(&mut self, summary: &mut RunSummary, line: String) {
+        self.progress.note(&line);
+        summary.findings.push(line);
+    }
+
+    /// The step's line before it runs: its identity, status `skipped`.
+    fn blank(&self, key: &StepKey) -> StepResult {
+        let (target, point) = (key.target, key.point);
+        let mut step = StepResult::empty(
+            key.id.clone(),
+            &target.name,
+            key.placement,
+            point.clients,
+            key.rep,
+        );
         step.rate_rps = point.rate_rps;
         step.inflight = point.clients * self.plan.connections_per_client * target.depth;
-        step.status = StepStatus::Skipped;
+        step
+    }
+
+    /// A step not run, with why.
+    fn skipped(&self, key: &StepKey, why: String) -> StepResult {
+        let mut step = self.blank(key);
         step.reason = Some(why);
         step
     }
 
-    fn one_step(
-        &mut self,
-        id: &str,
-        target: &TargetPlan,
-        placement: &str,
-        point: Point,
-        rep: usize,
-        state: &mut SeriesState,
-    ) -> StepResult {
-        let mut step = self.skipped(id, target, placement, point, rep, String::new());
-        step.reason = None;
-        self.progress.step(&format!(
-            "{} {placement} c={}{}",
-            target.name,
-            point.clients,
-            point
-                .rate_rps
-                .map_or(String::new(), |r| format!(" rate={r:.0}"))
-        ));
-        let (cpus, group_cpus) = match self.step_cpus(target, placement, point) {
-            Ok(c) => c,
-            Err((status, why)) => {
-                step.status = status;
-                step.reason = Some(why);
-                return step;
-            }
-        };
-        step.server_cpus = crate::cpuset::format(&cpus.server);
-        step.client_cpus = crate::cpuset::format(&cpus.client);
-        if let Some(why) = &state.launch_failed {
-            step.reason = Some(format!("target did not start: {why}"));
-            return step;
-        }
-        let server = match self.ensure_server(target, &cpus, point.clients, state) {
-            Ok(s) => s,
-            Err(why) => {
+    /// Runs one step; a step that did not measure says why (and, failed, its error's kind).
+    fn one_step(&mut self, key: &StepKey, series: &mut SeriesRun) -> StepResult {
+        let mut step = self.blank(key);
+        self.progress.step(&key.label());
+        match self.try_step(key, series, &mut step) {
+            Ok(()) => {}
+            Err(StepEnd::Skipped(why)) => step.reason = Some(why),
+            Err(StepEnd::Failed(e)) => {
                 step.status = StepStatus::Failed;
-                step.reason = Some(why);
-                return step;
-            }
-        };
-        step.started_unix_s = now_unix_s();
-        let outcome = self.measure(id, target, point, &cpus, group_cpus, server);
-        if let Some(why) = server.died() {
-            step.status = StepStatus::Failed;
-            step.reason = Some(format!("the server died during the step: {why}"));
-            state.server = None;
-            return step;
-        }
-        match outcome {
-            Ok((load, observed)) => {
-                step.load = Some(load);
-                step.server = observed.server;
-                step.derived = observed.derived;
-                (step.status, step.reason) = verdict(&step, self.plan.max_error_ratio);
-            }
-            Err(why) => {
-                step.status = StepStatus::Failed;
-                step.reason = Some(why);
-            }
-        }
-        if self.plan.restart == Restart::Step {
-            if let Some(mut s) = state.server.take() {
-                s.stop();
+                step.reason = Some(e.to_string());
+                step.error_kind = Some(e.kind());
             }
         }
         step
+    }
+
+    /// The step's cpusets, its server (started or reused), its load with the observers on.
+    fn try_step(
+        &mut self,
+        key: &StepKey,
+        series: &mut SeriesRun,
+        step: &mut StepResult,
+    ) -> Result<(), StepEnd> {
+        let cpus = self.step_cpus(key)?;
+        step.server_cpus = crate::cpuset::format(&cpus.pair.server);
+        step.client_cpus = crate::cpuset::format(&cpus.pair.client);
+        if let Some(why) = &series.launch_failed {
+            return Err(StepEnd::Skipped(format!("target did not start: {why}")));
+        }
+        let server = self
+            .ensure_server(key, &cpus.pair, series)
+            .map_err(StepEnd::Failed)?;
+        step.started_unix_s = now_unix_s();
+        let outcome = self.measure(key, cpus, server);
+        if let Some(why) = server.died() {
+            series.server = None;
+            let why = format!("the server died during the step: {why}");
+            return Err(StepEnd::Failed(StepError::Launch(why)));
+        }
+        if self.plan.restart == Restart::Step {
+            if let Some(mut s) = series.server.take() {
+                s.stop();
+            }
+        }
+        let (load, observed) = outcome.map_err(StepEnd::Failed)?;
+        step.load = Some(load);
+        step.server = observed.server;
+        step.derived = observed.derived;
+        (step.status, step.reason) = verdict(step, self.plan.max_error_ratio);
+        Ok(())
     }
 
     /// The step's cpusets (the server's on its host, the first client group's on its own) and
     /// each client group's. A host that is down fails the step; a placement the hosts cannot
     /// give skips it.
-    fn step_cpus(
-        &self,
-        target: &TargetPlan,
-        placement: &str,
-        point: Point,
-    ) -> Result<StepCpus, (StepStatus, String)> {
-        let follow = self.plan.cpus_follow_clients.then_some(point.clients);
+    fn step_cpus(&self, key: &StepKey) -> Result<StepCpus, StepEnd> {
+        let target = key.target;
+        let follow = self.plan.cpus_follow_clients.then_some(key.point.clients);
         let groups = &self.plan.hosts.client_groups;
         let hosts = target.host.iter().chain(groups.iter().flatten());
         if let Some(why) = hosts.filter_map(|h| self.placements.host_down(h)).next() {
-            return Err((StepStatus::Failed, why));
+            return Err(StepEnd::Failed(StepError::Remote(why)));
         }
         let server_host = target.host.as_deref();
         let on = |client_host: Option<&str>| {
             self.placements
-                .cpus_on(server_host, client_host, placement, follow)
-                .map_err(|why| (StepStatus::Skipped, why))
+                .cpus_on(server_host, client_host, key.placement, follow)
         };
-        let cpus = on(groups.first().and_then(Option::as_deref))?;
-        let group_cpus = groups
+        let pair = on(groups.first().and_then(Option::as_deref)).map_err(StepEnd::Skipped)?;
+        let groups = groups
             .iter()
             .map(|g| on(g.as_deref()).map(|p| p.client))
             .collect::<Result<_, _>>()
-            .map_err(|(status, why)| (status, format!("a client group: {why}")))?;
-        Ok((cpus, group_cpus))
+            .map_err(|why| StepEnd::Skipped(format!("a client group: {why}")))?;
+        Ok(StepCpus { pair, groups })
     }
 
+    /// The series' server when it still runs on these cpus (and `restart` keeps it), else a
+    /// new one. A launch that fails is remembered: the series' later steps are skipped.
     fn ensure_server<'s>(
         &mut self,
-        target: &TargetPlan,
+        key: &StepKey,
         cpus: &CpuPair,
-        clients: usize,
-        state: &'s mut SeriesState,
-    ) -> Result<&'s mut Box<dyn Server>, String> {
-        let stale = state.server_cpus.as_ref() != Some(&cpus.server);
-        if let Some(s) = state.server.as_mut() {
+        series: &'s mut SeriesRun,
+    ) -> Result<&'s mut Box<dyn Server>, StepError> {
+        let stale = series.server_cpus.as_ref() != Some(&cpus.server);
+        if let Some(s) = series.server.as_mut() {
             if let Some(why) = s.died() {
-                state.server = None;
-                return Err(format!("the server had died: {why}"));
+                series.server = None;
+                return Err(StepError::Launch(format!("the server had died: {why}")));
             }
         }
-        if stale || state.server.is_none() || self.plan.restart == Restart::Step {
-            if let Some(mut old) = state.server.take() {
+        if stale || series.server.is_none() || self.plan.restart == Restart::Step {
+            if let Some(mut old) = series.server.take() {
                 old.stop();
             }
-            match self.launcher.launch(target, cpus, clients, self.stop) {
+            let launched = self
+                .launcher
+                .launch(key.target, cpus, key.point.clients, self.stop);
+            match launched {
                 Ok(s) => {
-                    state.server = Some(s);
-                    state.server_cpus = Some(cpus.server.clone());
+                    series.server = Some(s);
+                    series.server_cpus = Some(cpus.server.clone());
                 }
                 Err(why) => {
-                    state.launch_failed = Some(first_line(&why));
-                    return Err(why);
+                    series.launch_failed = Some(first_line(&why));
+                    return Err(StepError::Launch(why));
                 }
             }
         }
-        state.server.as_mut().ok_or_else(|| "no server".to_string())
+        series
+            .server
+            .as_mut()
+            .ok_or_else(|| StepError::Launch("no server".to_string()))
     }
 
+    /// Runs the step's load with the observers on over its measured window; the load's
+    /// figures and the observers'.
     fn measure(
         &mut self,
-        id: &str,
-        target: &TargetPlan,
-        point: Point,
-        cpus: &CpuPair,
-        group_cpus: Vec<Vec<usize>>,
+        key: &StepKey,
+        cpus: StepCpus,
         server: &mut Box<dyn Server>,
-    ) -> Result<(crate::record::load::LoadReport, super::observer::Observed), String> {
-        let connections = point.clients * self.plan.connections_per_client;
-        let threads = self
-            .plan
-            .client_threads
-            .unwrap_or(cpus.client.len())
-            .clamp(1, connections);
-        let port = server.port();
-        let extras = server.extras();
-        self.observer.server_extras(&extras);
-        let host = target
-            .host
-            .as_ref()
-            .and_then(|h| self.plan.hosts.hosts.get(h));
-        let url = super::hosts::plan::fill_host(&target.url, host);
-        // What this machine's observers watch: the server when it runs here, the client
-        // when its (first) group does.
-        let groups = &self.plan.hosts.client_groups;
-        let local_client = match groups.iter().position(Option::is_none) {
-            _ if groups.is_empty() => cpus.client.clone(),
-            Some(k) => group_cpus[k].clone(),
-            None => Vec::new(),
-        };
-        let local_server = if target.host.is_none() {
-            cpus.server.clone()
-        } else {
-            Vec::new()
-        };
-        let req = StepRequest {
-            instances: super::instances::addrs(&extras, &url),
-            group_cpus,
-            step_id: id.to_string(),
-            url: url.replace("{port}", &port.to_string()),
-            port,
-            clients: point.clients,
-            connections,
-            depth: target.depth,
-            threads,
-            duration: self.plan.duration,
-            warmup: self.plan.warmup,
-            timeout: self.plan.timeout,
-            rate_rps: point.rate_rps,
-            client_cpus: cpus.client.clone(),
-            out_dir: self.dir.path.clone(),
-        };
-        let mut sink = self
+    ) -> Result<(LoadReport, Observed), StepError> {
+        self.observer.server_extras(&server.extras());
+        let (watched, local_server) = self.watched_cpus(key, &cpus);
+        let req = self.step_request(key, cpus, &**server);
+        let observe_now = self.observers_start_now(&req);
+        let mut files = self
             .dir
-            .step_sink(id)
-            .map_err(|e| format!("writing the step's files: {e}"))?;
-        sink.log_histograms = self.driver.live_intervals();
-        let pid = server.pid();
+            .step_sink(&key.id)
+            .map_err(|e| StepError::io("writing the step's files", e))?;
+        files.log_histograms = self.driver.live_intervals();
         let mut sink = LoopSink {
-            inner: sink,
+            inner: files,
             observer: &mut *self.observer,
             progress: &mut *self.progress,
             started: false,
-            pid,
-            cpus: CpuPair {
-                server: cpus.server.clone(),
-                client: local_client,
-            },
+            pid: server.pid(),
+            cpus: watched,
             local_server,
             cores: None,
             live: self.driver.live_intervals(),
@@ -460,29 +522,72 @@ impl Runner<'_> {
         // perf attaches now, before the load: its start-up must not fall inside the window.
         sink.observer
             .prepare(sink.pid, &sink.cpus.server, &sink.cpus.client);
-        // Client groups start their windows at a planned instant and say so (window_started).
-        let grouped = !self.plan.hosts.client_groups.is_empty();
-        // A driver that signals its window (the built-in engine) starts them itself, after
-        // connecting and warming up; others start them now or at their first window line.
-        let signals = self.driver.signals_window(&req);
-        if !grouped && !signals && (self.plan.warmup.is_zero() || !self.driver.live_intervals()) {
+        if observe_now {
             sink.start_observer();
         }
         let result = self.driver.run_step(&req, &mut sink, self.stop);
-        if !sink.started {
-            sink.start_observer();
+        sink.end(result)
+    }
+
+    /// What this machine's observers watch: the server's cpus (on its host) with this
+    /// machine's client cpus (its client group's, when one runs here), and the server's cpus
+    /// when it runs here (empty otherwise).
+    fn watched_cpus(&self, key: &StepKey, cpus: &StepCpus) -> (CpuPair, Vec<usize>) {
+        let groups = &self.plan.hosts.client_groups;
+        let client = match groups.iter().position(Option::is_none) {
+            _ if groups.is_empty() => cpus.pair.client.clone(),
+            Some(k) => cpus.groups[k].clone(),
+            None => Vec::new(),
+        };
+        let local_server = if key.target.host.is_none() {
+            cpus.pair.server.clone()
+        } else {
+            Vec::new()
+        };
+        let pair = CpuPair {
+            server: cpus.pair.server.clone(),
+            client,
+        };
+        (pair, local_server)
+    }
+
+    /// The observers start before the load unless something starts them at the window:
+    /// client groups at their planned instant, a driver that signals its window (the built-in
+    /// engine) after connecting and warming up, others at their first window line.
+    fn observers_start_now(&self, req: &StepRequest) -> bool {
+        let grouped = !self.plan.hosts.client_groups.is_empty();
+        let signals = self.driver.signals_window(req);
+        !grouped && !signals && (self.plan.warmup.is_zero() || !self.driver.live_intervals())
+    }
+
+    /// The driver's request for the step.
+    fn step_request(&self, key: &StepKey, cpus: StepCpus, server: &dyn Server) -> StepRequest {
+        let connections = key.point.clients * self.plan.connections_per_client;
+        let threads = self
+            .plan
+            .client_threads
+            .unwrap_or(cpus.pair.client.len())
+            .clamp(1, connections);
+        let port = server.port();
+        let host = (key.target.host.as_ref()).and_then(|h| self.plan.hosts.hosts.get(h));
+        let url = super::hosts::plan::fill_host(&key.target.url, host);
+        StepRequest {
+            instances: super::instances::addrs(&server.extras(), &url),
+            group_cpus: cpus.groups,
+            step_id: key.id.clone(),
+            url: url.replace("{port}", &port.to_string()),
+            port,
+            clients: key.point.clients,
+            connections,
+            depth: key.target.depth,
+            threads,
+            duration: self.plan.duration,
+            warmup: self.plan.warmup,
+            timeout: self.plan.timeout,
+            rate_rps: key.point.rate_rps,
+            client_cpus: cpus.pair.client,
+            out_dir: self.dir.path.clone(),
         }
-        let requests = result.as_ref().map_or(0, |l| l.report.requests);
-        let observed = sink.observer.finish(requests);
-        let hist = result.as_ref().ok().and_then(|l| l.hist_ns.clone());
-        let cores_cpu_s = sink
-            .finish(hist)
-            .map_err(|e| format!("writing the step's files: {e}"))?;
-        let load = result?;
-        let mut observed = observed;
-        super::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
-        observed.derived.extend(load.extra);
-        Ok((load.report, observed))
     }
 
     fn sleep(&self, d: Duration) {
@@ -521,6 +626,27 @@ impl LoopSink<'_> {
             &self.cpus.client,
         ));
         self.started = true;
+    }
+
+    /// Once the load is over: the observers' figures (started now if the window never
+    /// began), the step's files flushed, the load's figures.
+    fn end(
+        mut self,
+        result: Result<StepLoad, StepError>,
+    ) -> Result<(LoadReport, Observed), StepError> {
+        if !self.started {
+            self.start_observer();
+        }
+        let requests = result.as_ref().map_or(0, |l| l.report.requests);
+        let mut observed = self.observer.finish(requests);
+        let hist = result.as_ref().ok().and_then(|l| l.hist_ns.clone());
+        let cores_cpu_s = self
+            .finish(hist)
+            .map_err(|e| StepError::io("writing the step's files", e))?;
+        let load = result?;
+        super::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
+        observed.derived.extend(load.extra);
+        Ok((load.report, observed))
     }
 
     /// Flushes the step's files; returns the CPU seconds the per-core sampling used.

@@ -1,12 +1,13 @@
-//! ADAPTER (to finish at merge): builds [`ReportData`] from a run directory as the runner
-//! writes it today (steps.jsonl, environment.json, spec.toml, intervals/<id>.csv,
-//! hist/<id>.hlog).
+//! Reads a run directory's files as the runner writes them (steps.jsonl, environment.json,
+//! spec.toml, notes.txt, intervals/<id>.csv, hist/<id>.hlog) into [`ReportData`]: the title,
+//! notes and measurement conditions, the latency histograms, the per-core heat map, and
+//! series and a results table of its own.
 //!
-//! It reads steps.jsonl as plain JSON so it does not depend on the runner's types; once
-//! `report::RunData` and the analysis are merged it should take those instead. What it does
-//! not fill yet: `Series::usl` and the Little's-law and knee/USL tables (the analysis adds
-//! them with [`add_analysis`]). The heat map shows the server's cores (the runner's
-//! `server_per_core_busy` column), or the load generator's threads in older run directories.
+//! It reads steps.jsonl as plain JSON so it does not depend on the runner's types. The HTML
+//! exporter ([`super::report_data`]) replaces the series and tables with the analysis' (the
+//! same as report.md's) and attaches the fitted curves with [`add_analysis`]. The heat map
+//! shows the server's cores (the runner's `server_per_core_busy` column), or the load
+//! generator's threads in older run directories.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,14 +28,6 @@ pub enum AdapterError {
     /// A file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The report could not be written.
-    #[error("cannot write {path}: {source}")]
-    Write {
         /// The file.
         path: PathBuf,
         /// Why.
@@ -609,24 +602,8 @@ fn results_table(steps: &[Value]) -> Table {
     }
 }
 
-/// Writes `report.html` into the run directory; returns its path.
-pub fn write_report(dir: &Path) -> Result<PathBuf, AdapterError> {
-    let data = from_run_dir(dir)?;
-    let path = dir.join("report.html");
-    std::fs::write(&path, super::render(&data)).map_err(|source| AdapterError::Write {
-        path: path.clone(),
-        source,
-    })?;
-    Ok(path)
-}
-
-/// ADAPTER hook for the analysis: attach fitted curves by (target, placement) and append the
-/// analysis tables (Little's law, knee/USL summary) after the results.
-pub fn add_analysis(
-    data: &mut ReportData,
-    usl: &[(String, String, super::UslCurve)],
-    tables: Vec<Table>,
-) {
+/// Attaches the analysis' fitted USL curves to the series, by (target, placement).
+pub fn add_analysis(data: &mut ReportData, usl: &[(String, String, super::UslCurve)]) {
     for s in &mut data.series {
         if let Some((_, _, curve)) = usl
             .iter()
@@ -635,7 +612,6 @@ pub fn add_analysis(
             s.usl = Some(*curve);
         }
     }
-    data.tables.extend(tables);
 }
 
 #[cfg(test)]

@@ -6,17 +6,10 @@
 
 use std::fmt::Write as _;
 
-/// A heading of the converted sections: its anchor id and text (escaped).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Heading {
-    /// The anchor id.
-    pub id: String,
-    /// The heading's text, HTML-escaped.
-    pub text: String,
-}
+use super::page::{Heading, Section};
 
-/// The HTML of `md`, and its `##` headings in order.
-pub fn convert(md: &str) -> (String, Vec<Heading>) {
+/// `md` as one section of the page, its `##` headings listed in the contents in order.
+pub fn convert(md: &str) -> Section {
     let mut html = String::new();
     let mut headings = Vec::new();
     let lines: Vec<&str> = md.lines().collect();
@@ -44,7 +37,10 @@ pub fn convert(md: &str) -> (String, Vec<Heading>) {
             i = paragraph(&lines, i, &mut html);
         }
     }
-    (html, headings)
+    Section {
+        contents: headings,
+        html,
+    }
 }
 
 /// An anchor id from a heading: lower-case letters and digits joined by dashes.
@@ -160,7 +156,10 @@ mod tests {
     #[test]
     fn headings_tables_items_and_escapes() {
         let md = "## Peak of each series\n\nThe `peak` is\nhere.\n\n| target | x |\n| --- | ---: |\n| a\\|b &lt;s&gt; | 12 |\n\n- one <b>\n";
-        let (html, headings) = convert(md);
+        let Section {
+            contents: headings,
+            html,
+        } = convert(md);
         assert_eq!(headings[0].id, "s-peak-of-each-series");
         assert!(
             html.contains("<p>The <code>peak</code> is here.</p>"),

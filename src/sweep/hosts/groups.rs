@@ -17,6 +17,7 @@ use crate::record::load::IntervalSink;
 use crate::remote::window::{plan_start, to_reference, window_overlap, Window, MIN_WINDOW_OVERLAP};
 use crate::remote::{ClockOffset, RemoteStatus};
 use crate::sweep::driver::{engine_config, Driver, StepLoad, StepRequest};
+use crate::sweep::error::StepError;
 use crate::sweep::instances::{instance_sinks, merge_loads, share, ChannelSink, Line, LineMerger};
 
 /// Time from planning a step's common start to the start: enough for ssh to log in and the
@@ -80,10 +81,23 @@ impl Driver for GroupDriver {
         req: &StepRequest,
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
-    ) -> Result<StepLoad, String> {
+    ) -> Result<StepLoad, StepError> {
         if self.groups.is_empty() {
             return self.single.run_step(req, sink, stop);
         }
+        // A step with client groups runs on other hosts: its failures are remote ones.
+        self.run_groups(req, sink, stop).map_err(StepError::Remote)
+    }
+}
+
+impl GroupDriver {
+    /// Runs each group's share at one planned instant and merges their loads.
+    fn run_groups(
+        &mut self,
+        req: &StepRequest,
+        sink: &mut dyn IntervalSink,
+        stop: &AtomicBool,
+    ) -> Result<StepLoad, String> {
         let n = self.groups.len();
         if req.connections < n {
             return Err(format!(
@@ -142,9 +156,7 @@ impl Driver for GroupDriver {
         merger.finish_instances();
         self.merge(results, &subs)
     }
-}
 
-impl GroupDriver {
     fn merge(
         &self,
         results: Vec<Result<GroupLoad, String>>,
@@ -177,7 +189,7 @@ impl GroupDriver {
                 describe_windows(&windows)
             ));
         }
-        let mut merged = merge_loads(loads, subs)?;
+        let mut merged = merge_loads(loads, subs).map_err(|e| e.to_string())?;
         let per_instance = merged.extra.remove("per_instance");
         let mut per_host: Vec<Value> = match per_instance {
             Some(Value::Array(v)) => v,

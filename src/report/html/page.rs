@@ -1,0 +1,139 @@
+//! The page as one model: a title, its notes, then its sections in order, each with its
+//! entries in the table of contents. [`Page::to_html`] writes the self-contained document.
+
+use std::fmt::Write as _;
+
+use crate::report::svg::escape;
+
+/// A heading listed in the table of contents.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Heading {
+    /// The anchor id.
+    pub id: String,
+    /// The heading's text, HTML-escaped.
+    pub text: String,
+}
+
+/// One part of the page: its HTML and what the table of contents lists of it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Section {
+    /// Its entries in the table of contents, in order: one per `<h2>` it holds that is listed.
+    pub contents: Vec<Heading>,
+    /// Its HTML, headings included.
+    pub html: String,
+}
+
+impl Section {
+    /// A section under one `<h2>` heading (text escaped here), listed in the contents.
+    pub fn titled(id: &str, title: &str, body: &str) -> Section {
+        let heading = Heading {
+            id: id.to_string(),
+            text: escape(title),
+        };
+        Section {
+            html: format!("<h2 id=\"{}\">{}</h2>{body}", heading.id, heading.text),
+            contents: vec![heading],
+        }
+    }
+
+    /// The same section, not listed in the table of contents.
+    pub fn unlisted(self) -> Section {
+        Section {
+            contents: Vec::new(),
+            ..self
+        }
+    }
+}
+
+/// The whole page.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    /// Page title (the experiment's name).
+    pub title: String,
+    /// Free text under the title.
+    pub description: Option<String>,
+    /// Warnings and remarks, shown above the contents.
+    pub notes: Vec<String>,
+    /// The sections, in display order.
+    pub sections: Vec<Section>,
+}
+
+const CSS: &str = r#"
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #1a1a1a; line-height: 1.45; }
+h1 { font-size: 1.6em; margin-bottom: .2em; }
+h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+h3 { font-size: 1.05em; margin: 1.2em 0 .4em; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em; }
+th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f2f2f2; }
+.notes { background: #fff8e1; border-left: 4px solid #e6a700; padding: .5em 1em; }
+.note { color: #555; font-size: .9em; }
+figure { margin: .5em 0 1.5em; page-break-inside: avoid; break-inside: avoid; }
+svg.chart { width: 100%; height: auto; background: #fff; }
+svg .point-label { font-size: 10px; fill: #555; }
+nav.toc { background: #f7f7f7; padding: .4em 1em; font-size: .9em; }
+nav.toc ol { margin: .2em 0; padding-left: 1.4em; columns: 2; }
+.conclusions li { margin: .2em 0; }
+table { display: block; overflow-x: auto; }
+svg .chart-title { font-size: 14px; font-weight: 600; }
+svg .tick { font-size: 11px; fill: #444; }
+svg .axis-label { font-size: 12px; fill: #222; }
+svg .legend-text { font-size: 11px; fill: #222; }
+svg .no-data { font-size: 14px; fill: #888; }
+svg .grid line { stroke: #e6e6e6; stroke-width: 1; }
+svg .frame { fill: none; stroke: #999; }
+details { margin: .3em 0; }
+summary { cursor: pointer; }
+@media (max-width: 600px) { nav.toc ol { columns: 1; } body { padding: 0 .5em; } }
+@media print { body { max-width: none; margin: 0; } h2 { page-break-after: avoid; } }
+"#;
+
+impl Page {
+    /// The HTML document: head and style, title, notes, contents, then every section.
+    pub fn to_html(&self) -> String {
+        let mut page = String::new();
+        head(&mut page, &self.title);
+        let _ = write!(page, "<h1>{}</h1>", escape(&self.title));
+        if let Some(d) = &self.description {
+            let _ = write!(page, "<p>{}</p>", escape(d));
+        }
+        notes(&mut page, &self.notes);
+        contents(&mut page, &self.sections);
+        for s in &self.sections {
+            page.push_str(&s.html);
+        }
+        page.push_str("</body></html>\n");
+        page
+    }
+}
+
+fn head(page: &mut String, title: &str) {
+    let _ = write!(
+        page,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} — stairbench report</title><style>{CSS}</style></head><body>",
+        escape(title)
+    );
+}
+
+fn notes(page: &mut String, notes: &[String]) {
+    if notes.is_empty() {
+        return;
+    }
+    page.push_str(r#"<div class="notes"><ul>"#);
+    for n in notes {
+        let _ = write!(page, "<li>{}</li>", escape(n));
+    }
+    page.push_str("</ul></div>");
+}
+
+/// The table of contents: every listed heading of the sections, in order.
+fn contents(page: &mut String, sections: &[Section]) {
+    page.push_str("<nav class=\"toc\"><strong>Contents</strong><ol>");
+    for h in sections.iter().flat_map(|s| &s.contents) {
+        let _ = write!(page, "<li><a href=\"#{}\">{}</a></li>", h.id, h.text);
+    }
+    page.push_str("</ol></nav>");
+}
