@@ -14,6 +14,7 @@ pub mod observe;
 pub mod process;
 pub mod profile;
 pub mod record;
+pub mod remote;
 pub mod report;
 pub mod schema;
 pub mod serve;

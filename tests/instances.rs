@@ -477,3 +477,114 @@ fn a_failed_histogram_subtraction_is_unavailable_not_the_whole_run() {
     );
     assert!(!md.contains("count="), "{md}");
 }
+
+/// Split shares and the exact merge of instances' figures (were sweep::instances' unit tests).
+mod merge_units {
+    use hdrhistogram::Histogram;
+    use serde_json::Map;
+
+    use stairbench::record::load::{IntervalLine, LoadReport};
+    use stairbench::sweep::driver::{StepLoad, StepRequest};
+    use stairbench::sweep::instances::{
+        client_shares, merge_lines, merge_loads, split_cpus, sub_request, InstanceAddr,
+    };
+
+    #[test]
+    fn cpus_split_in_equal_contiguous_shares() {
+        assert_eq!(split_cpus(&[0, 1, 2, 3], 2), vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(split_cpus(&[0, 1, 2], 2), vec![vec![0, 1], vec![2]]);
+        assert_eq!(client_shares(&[5], 2), vec![vec![5], vec![5]]);
+    }
+
+    fn hist(values: &[u64]) -> Histogram<u64> {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        for v in values {
+            h.record(*v).unwrap();
+        }
+        h
+    }
+
+    #[test]
+    fn lines_merge_with_their_histograms() {
+        let a = IntervalLine {
+            elapsed_s: 1.0,
+            ops_per_s: 100.0,
+            inflight: 2,
+            ..IntervalLine::default()
+        };
+        let b = IntervalLine {
+            elapsed_s: 1.01,
+            ops_per_s: 300.0,
+            inflight: 3,
+            ..IntervalLine::default()
+        };
+        let (line, h) = merge_lines(&[(a, hist(&[1_000_000])), (b, hist(&[3_000_000; 3]))]);
+        assert_eq!(line.ops_per_s, 400.0);
+        assert_eq!(line.inflight, 5);
+        assert_eq!(h.len(), 4);
+        assert!(
+            (line.mean_latency_ms - 2.5).abs() < 0.01,
+            "{}",
+            line.mean_latency_ms
+        );
+    }
+
+    #[test]
+    fn loads_sum_and_percentiles_come_from_the_merged_histogram() {
+        let load = |rps: f64, n: u64, values: &[u64]| StepLoad {
+            report: LoadReport {
+                requests: n,
+                sent: n + 3,
+                resent: 2,
+                errors: [("timeout".to_string(), 1)].into(),
+                throughput_rps: rps,
+                connections: 1,
+                threads: 1,
+                ..LoadReport::default()
+            },
+            hist_ns: Some(hist(values)),
+            extra: Map::new(),
+        };
+        // One fast instance, one slow: the merged p99 is the slow one's, not an average.
+        let fast = load(900.0, 99, &[1_000; 99]);
+        let slow = load(10.0, 1, &[50_000_000]);
+        let req = StepRequest {
+            step_id: "s".into(),
+            url: String::new(),
+            port: 1,
+            clients: 2,
+            connections: 2,
+            depth: 1,
+            threads: 2,
+            duration: std::time::Duration::from_secs(1),
+            warmup: std::time::Duration::ZERO,
+            timeout: std::time::Duration::from_secs(1),
+            rate_rps: None,
+            client_cpus: vec![0, 1],
+            out_dir: std::path::PathBuf::new(),
+            group_cpus: Vec::new(),
+            instances: vec![
+                InstanceAddr {
+                    port: 1,
+                    url: "msgr://127.0.0.1:1".into(),
+                },
+                InstanceAddr {
+                    port: 2,
+                    url: "msgr://127.0.0.1:2".into(),
+                },
+            ],
+        };
+        let subs: Vec<StepRequest> = (0..2).map(|k| sub_request(&req, k)).collect();
+        assert_eq!(subs[1].port, 2);
+        assert_eq!(subs[1].client_cpus, vec![1]);
+        let merged = merge_loads(vec![Ok(fast), Ok(slow)], &subs).unwrap();
+        assert_eq!(merged.report.throughput_rps, 910.0);
+        assert_eq!(merged.report.requests, 100);
+        assert_eq!((merged.report.sent, merged.report.resent), (106, 4));
+        assert_eq!(merged.report.error_ratio, 2.0 / 102.0);
+        assert_eq!(merged.hist_ns.as_ref().unwrap().len(), 100);
+        assert!(merged.report.latency_us.max > 49_000.0);
+        assert!(merged.report.latency_us.p50 < 2.0);
+        assert_eq!(merged.extra["per_instance"].as_array().unwrap().len(), 2);
+    }
+}

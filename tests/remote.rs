@@ -9,10 +9,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids_named, wait_for_named, wait_ns_holds_only, with_lab};
-use stairbench::sweep::remote::{
+use stairbench::remote::{
     plan_start, to_reference, window_overlap, CopyOutcome, HostSpec, Remote, RemoteError,
     RemoteStatus, Window, MIN_WINDOW_OVERLAP,
 };
+use stairbench::sweep::hosts::session::topology_json;
 
 const GRACE: Duration = Duration::from_secs(2);
 
@@ -167,7 +168,7 @@ fn the_binary_is_copied_once_and_runs_there() {
             .unwrap();
         assert_eq!(version, String::from_utf8_lossy(&local.stdout));
 
-        let topo = remote.topology_json().unwrap();
+        let topo = topology_json(&remote).unwrap();
         let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
         assert!(
             topo.cpus >= cpus,

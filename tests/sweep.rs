@@ -1182,3 +1182,278 @@ fn duration_and_clients_override_the_spec_for_a_quick_trial() {
     assert_eq!(p.series, Series::Clients(vec![2, 3]));
     assert!(p.with_clients(&[0]).is_err());
 }
+
+/// sweep::driver's helpers (were its unit tests): the saturation rule and command placeholders.
+mod driver_helpers {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use hdrhistogram::Histogram;
+    use stairbench::record::load::IntervalSink;
+    use stairbench::sweep::driver::{
+        any_cpu_saturated, fill, shell_word, CommandDriver, Driver, StepRequest,
+    };
+    use stairbench::sweep::error::StepError;
+
+    #[test]
+    fn a_tool_is_saturated_when_one_of_its_cpus_is_full_not_their_average() {
+        // The old rule, CPU time over the cores: (95 + 10) / 2 = 52.5% → not saturated.
+        assert!(any_cpu_saturated(&[95.0, 10.0]));
+        assert!(!any_cpu_saturated(&[89.0, 89.0]));
+        assert!(!any_cpu_saturated(&[]));
+        assert!(!any_cpu_saturated(&[f64::NAN, 50.0]));
+    }
+
+    #[test]
+    fn output_that_does_not_parse_is_a_parse_error() {
+        let mut driver = CommandDriver {
+            template: "echo not json".into(),
+            parser: Box::new(stairbench::load::external::StairbenchJson),
+        };
+        let req = StepRequest {
+            step_id: "s".into(),
+            url: String::new(),
+            port: 1,
+            clients: 1,
+            connections: 1,
+            depth: 1,
+            threads: 1,
+            duration: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+            timeout: Duration::from_secs(1),
+            rate_rps: None,
+            client_cpus: stairbench::cpuset::allowed(),
+            out_dir: std::env::temp_dir(),
+            instances: Vec::new(),
+            group_cpus: Vec::new(),
+        };
+        struct Discard;
+        impl IntervalSink for Discard {
+            fn interval(&mut self, _: &stairbench::record::load::IntervalLine, _: &Histogram<u64>) {
+            }
+        }
+        let err = driver
+            .run_step(&req, &mut Discard, &AtomicBool::new(false))
+            .err()
+            .unwrap();
+        assert!(matches!(err, StepError::Parse(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("its output did not parse"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn fills_placeholders() {
+        let s = fill(
+            "wrk -c{clients} -t{threads} http://127.0.0.1:{port}/",
+            &[
+                ("clients", "8".into()),
+                ("threads", "2".into()),
+                ("port", "8080".into()),
+            ],
+        );
+        assert_eq!(s, "wrk -c8 -t2 http://127.0.0.1:8080/");
+    }
+
+    #[test]
+    fn placeholders_are_single_shell_words_and_run_nothing() {
+        let nasty = "/tmp/it's a $(touch PWNED) `x` dir";
+        let line = fill("printf %s {out}", &[("out", nasty.into())]);
+        let out = std::process::Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), nasty);
+        assert_eq!(shell_word("/srv/run-1/a.b"), "/srv/run-1/a.b");
+        assert_eq!(shell_word(""), "''");
+    }
+}
+
+/// Plan::new on small specs (were sweep::plan's unit tests).
+mod plan_units {
+    use std::path::{Path, PathBuf};
+
+    use stairbench::sweep::plan::{Plan, Series};
+    use stairbench::sweep::spec::{SpecError, SpecFile};
+
+    fn plan(text: &str) -> Result<Plan, SpecError> {
+        Plan::new(
+            SpecFile::parse(Path::new("s.toml"), text)?,
+            PathBuf::from("stairbench"),
+        )
+    }
+
+    #[test]
+    fn the_issue_example_plans() {
+        let p = plan("name = \"interrupt\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
+        assert_eq!(p.series, Series::Clients(vec![1, 2, 4, 8, 16, 32]));
+        assert_eq!(p.max_steps(), 6);
+        assert_eq!(p.targets[0].url, "msgr://127.0.0.1:{port}");
+        assert!(p.targets[0].port_from_log && !p.targets[0].ready_tcp);
+    }
+
+    #[test]
+    fn unknown_placement_is_located() {
+        let err = plan("name = \"x\"\nclients = [1]\nplacements = [\"shared\", \"sideways\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.starts_with("s.toml:3:25: placements[1]: unknown placement"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn find_series() {
+        let p = plan("name = \"x\"\nclients = 4\nrate = { from = 1000, to = 64000 }\nfind = { p99_ms = 10 }\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n").unwrap();
+        assert!(matches!(
+            p.series,
+            Series::Find {
+                clients: 4,
+                max_steps: 7,
+                ..
+            }
+        ));
+    }
+}
+
+/// The series policies: repetitions and the saturation note (were sweep::policy's unit tests).
+mod policy_units {
+    use serde::Deserialize;
+    use stairbench::sweep::policy::{saturation_note, Repetitions};
+    use stairbench::sweep::runner::Point;
+
+    fn c(clients: usize) -> Point {
+        Point {
+            clients,
+            rate_rps: None,
+        }
+    }
+
+    #[test]
+    fn saturation_note_names_exactly_the_skipped_points() {
+        let note = saturation_note(c(2), c(8), &[c(16), c(32)]);
+        assert!(note.contains("from 2 clients to 8 clients"), "{note}");
+        assert!(note.ends_with("skipped: 16, 32 clients"), "{note}");
+        let last = saturation_note(c(16), c(64), &[]);
+        assert!(last.ends_with("none skipped"), "{last}");
+        assert!(!last.contains("larger counts"), "{last}");
+        let rate = |r| Point {
+            clients: 4,
+            rate_rps: Some(r),
+        };
+        let note = saturation_note(rate(1000.0), rate(3000.0), &[rate(4000.0)]);
+        assert!(
+            note.contains("from 1000 requests/s to 3000 requests/s"),
+            "{note}"
+        );
+        assert!(note.ends_with("skipped: 4000 requests/s"), "{note}");
+    }
+
+    #[test]
+    fn repetitions_read_a_count_or_auto() {
+        #[derive(Deserialize)]
+        struct T {
+            r: Repetitions,
+        }
+        let read = |s: &str| toml::from_str::<T>(&format!("r = {s}")).map(|t| t.r);
+        assert_eq!(read("3").unwrap(), Repetitions::Fixed(3));
+        assert_eq!(read("\"auto\"").unwrap(), Repetitions::Auto);
+        assert!(read("0").is_err());
+        assert!(read("\"often\"")
+            .unwrap_err()
+            .message()
+            .contains("\"auto\""));
+    }
+
+    #[test]
+    fn auto_repeats_until_settled_or_five_runs() {
+        let auto = Repetitions::Auto;
+        assert!(auto.again(0, &[]));
+        assert!(auto.again(1, &[100.0]));
+        assert!(!auto.again(2, &[100.0, 101.0]));
+        assert!(auto.again(2, &[100.0, 120.0]));
+        assert!(!auto.again(5, &[100.0, 150.0, 50.0, 120.0, 80.0]));
+        // A failed run ends the point.
+        assert!(!auto.again(2, &[100.0]));
+        assert_eq!(auto.max_runs(), 5);
+        let fixed = Repetitions::Fixed(2);
+        assert!(fixed.again(1, &[100.0]) && !fixed.again(2, &[100.0, 300.0]));
+    }
+}
+
+/// Placements over a plain list of CPUs (was a unit test of sweep::placement).
+mod placement_units {
+    use std::collections::BTreeMap;
+
+    use stairbench::sweep::placement::{CpuPair, PlacementSource, TopologyPlacements};
+
+    #[test]
+    fn two_cpus() {
+        let p = TopologyPlacements::with_cpus(vec![0, 1], BTreeMap::new());
+        assert_eq!(
+            p.cpus("separated", None).unwrap(),
+            CpuPair {
+                server: vec![0],
+                client: vec![1]
+            }
+        );
+        assert_eq!(
+            p.cpus("shared", None).unwrap(),
+            CpuPair {
+                server: vec![0, 1],
+                client: vec![0, 1]
+            }
+        );
+        assert!(p
+            .cpus("separated", Some(2))
+            .unwrap_err()
+            .contains("needs 4 CPUs"));
+        assert!(p.cpus("nope", None).is_err());
+    }
+}
+
+/// Spec reading: located errors and the duration notation (were sweep::spec's unit tests).
+mod spec_units {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use stairbench::sweep::spec::{format_duration, SpecError, SpecFile};
+
+    fn parse(text: &str) -> Result<SpecFile, SpecError> {
+        SpecFile::parse(Path::new("t.toml"), text)
+    }
+
+    #[test]
+    fn durations_format_in_spec_notation() {
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+    }
+
+    #[test]
+    fn unknown_key_is_located() {
+        let err =
+            parse("name = \"x\"\n[[targets]]\nname = \"a\"\nbuiltn = \"msgr\"\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("t.toml:4:1: targets[0].builtn:"), "{msg}");
+        assert!(msg.contains("unknown field"), "{msg}");
+    }
+
+    #[test]
+    fn bad_duration_is_located() {
+        let err = parse("name = \"x\"\nduration = \"2 parsecs\"\ntargets = []\n").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("t.toml:2:12: duration:"), "{msg}");
+        assert!(msg.contains("unknown unit"), "{msg}");
+    }
+
+    #[test]
+    fn error_at_names_a_later_problem() {
+        let f = parse("name = \"x\"\n\n[[targets]]\nname = \"a\"\nbuiltin = \"nope\"\n").unwrap();
+        let msg = f.error_at(&["targets", "0", "builtin"], "bad").to_string();
+        assert_eq!(msg, "t.toml:5:11: targets[0].builtin: bad");
+    }
+}

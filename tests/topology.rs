@@ -334,3 +334,85 @@ fn topology_command_prints_json_and_text() {
         "{err}"
     );
 }
+
+/// The placement policies over machines built in memory (were sweep::topology's unit tests).
+mod policy_units {
+    use stairbench::machine::topology::{Cpu, Topology};
+    use stairbench::sweep::topology::{PlacementError, Policy};
+
+    /// A machine built in memory: `nodes` nodes × `cores` cores × `threads` threads, numbered
+    /// as Linux numbers Intel machines (all first threads, then all second threads).
+    fn machine(nodes: usize, cores: usize, threads: usize) -> Topology {
+        let per_thread = nodes * cores;
+        let mut cpus = Vec::new();
+        for t in 0..threads {
+            for n in 0..nodes {
+                for c in 0..cores {
+                    let first = n * cores + c;
+                    cpus.push(Cpu {
+                        id: t * per_thread + first,
+                        core_id: c,
+                        package: n,
+                        node: n,
+                        siblings: (0..threads).map(|k| k * per_thread + first).collect(),
+                    });
+                }
+            }
+        }
+        Topology::from_cpus(cpus)
+    }
+
+    #[test]
+    fn one_node_smt_separated_uses_first_threads_only() {
+        let topo = machine(1, 4, 2);
+        let p = topo.placement_for(&Policy::Separated, 2).unwrap();
+        assert_eq!(p.server, vec![0, 1]);
+        assert_eq!(p.client, vec![2, 3]);
+        let b = topo.placement_for(&Policy::Balanced, 2).unwrap();
+        assert_eq!(b.server, vec![0, 4]);
+        assert_eq!(b.client, vec![1, 5]);
+        assert!(topo.coincide_note().is_none());
+    }
+
+    #[test]
+    fn odd_count_splits_the_last_core() {
+        let topo = machine(2, 4, 2);
+        let b = topo.placement_for(&Policy::Balanced, 3).unwrap();
+        assert_eq!(b.server.len(), 3);
+        assert_eq!(b.client.len(), 3);
+        assert!(b.server.iter().all(|c| !b.client.contains(c)));
+    }
+
+    #[test]
+    fn balanced_falls_back_when_the_aligned_start_runs_off_a_node() {
+        // 2 nodes × 3 cores, no SMT, 3 per side: server takes 2+1, the aligned start (2)
+        // leaves room for only 1+1, so the client takes the free cores instead.
+        let topo = machine(2, 3, 1);
+        let b = topo.placement_for(&Policy::Balanced, 3).unwrap();
+        let mut all: Vec<usize> = b.server.iter().chain(&b.client).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn zero_count_is_an_error() {
+        assert_eq!(
+            machine(1, 2, 1).placement_for(&Policy::Balanced, 0),
+            Err(PlacementError::ZeroCount)
+        );
+    }
+
+    #[test]
+    fn policy_names_round_trip() {
+        for name in ["separated", "balanced", "shared", "mine"] {
+            assert_eq!(name.parse::<Policy>().unwrap().name(), name);
+            let json = format!("{name:?}");
+            let p: Policy = serde_json::from_str(&json).unwrap();
+            assert_eq!(serde_json::to_string(&p).unwrap(), json);
+        }
+        assert_eq!(
+            serde_json::from_str::<Policy>("\"shared\"").unwrap(),
+            Policy::Shared
+        );
+    }
+}

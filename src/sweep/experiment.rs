@@ -45,7 +45,7 @@ pub fn run_plan(
     crate::process::become_subreaper();
     let local = TopologyPlacements::detect(plan.custom.clone());
     let sessions = connect_hosts(plan, progress);
-    let placements = super::remote::session::HostPlacements {
+    let placements = super::hosts::session::HostPlacements {
         local: &local,
         sessions: &sessions,
     };
@@ -53,7 +53,7 @@ pub fn run_plan(
     let mut dir = open_dir(plan, dest, &sessions)?;
     let mut driver = run_driver(plan, &sessions)?;
     let mut launcher = host_launcher(plan, dir.path.clone(), &sessions);
-    let mut observer = super::remote::observer::HostObserver::new(
+    let mut observer = super::hosts::observer::HostObserver::new(
         crate::observe::extra::ExtraObserver::new(FullObserver::default(), plan.observe.clone()),
     );
     let mut runner = Runner {
@@ -78,9 +78,9 @@ pub fn run_plan(
 }
 
 /// Connects to the plan's other hosts; what it learns on the way goes to the console.
-fn connect_hosts(plan: &Plan, progress: &mut dyn Progress) -> super::remote::session::Sessions {
+fn connect_hosts(plan: &Plan, progress: &mut dyn Progress) -> super::hosts::session::Sessions {
     let mut notes = Vec::new();
-    let sessions = super::remote::session::connect_all(
+    let sessions = super::hosts::session::connect_all(
         &plan.hosts.hosts,
         &plan.stairbench_bin,
         &plan.custom,
@@ -96,9 +96,9 @@ fn connect_hosts(plan: &Plan, progress: &mut dyn Progress) -> super::remote::ses
 /// when the plan has them.
 fn run_driver(
     plan: &Plan,
-    sessions: &super::remote::session::Sessions,
-) -> Result<super::remote::groups::GroupDriver, String> {
-    Ok(super::remote::groups::GroupDriver {
+    sessions: &super::hosts::session::Sessions,
+) -> Result<super::hosts::groups::GroupDriver, String> {
+    Ok(super::hosts::groups::GroupDriver {
         single: Box::new(super::instances::SplitDriver {
             single: make_driver(plan)?,
             make: super::instances::driver_factory(&plan.client),
@@ -115,9 +115,9 @@ fn run_driver(
 fn host_launcher<'s>(
     plan: &Plan,
     out_dir: PathBuf,
-    sessions: &'s super::remote::session::Sessions,
-) -> super::remote::server::HostLauncher<'s, super::instances::SplitLauncher<ProcessLauncher>> {
-    super::remote::server::HostLauncher {
+    sessions: &'s super::hosts::session::Sessions,
+) -> super::hosts::server::HostLauncher<'s, super::instances::SplitLauncher<ProcessLauncher>> {
+    super::hosts::server::HostLauncher {
         local: super::instances::SplitLauncher {
             inner: ProcessLauncher {
                 stairbench_bin: plan.stairbench_bin.clone(),
@@ -131,9 +131,9 @@ fn host_launcher<'s>(
 /// Where each client group runs.
 fn group_hosts(
     plan: &Plan,
-    sessions: &super::remote::session::Sessions,
-) -> Vec<super::remote::groups::GroupHost> {
-    use super::remote::groups::GroupHost;
+    sessions: &super::hosts::session::Sessions,
+) -> Vec<super::hosts::groups::GroupHost> {
+    use super::hosts::groups::GroupHost;
     plan.hosts
         .client_groups
         .iter()
@@ -148,7 +148,7 @@ fn group_hosts(
 }
 
 /// This machine's environment, and each host's under `hosts`.
-fn environment_json(sessions: &super::remote::session::Sessions) -> String {
+fn environment_json(sessions: &super::hosts::session::Sessions) -> String {
     let mut env = serde_json::to_value(crate::observe::environment()).unwrap_or_default();
     if let (serde_json::Value::Object(m), false) =
         (&mut env, sessions.up.is_empty() && sessions.down.is_empty())
@@ -161,7 +161,7 @@ fn environment_json(sessions: &super::remote::session::Sessions) -> String {
 fn open_dir(
     plan: &Plan,
     dest: &Destination,
-    sessions: &super::remote::session::Sessions,
+    sessions: &super::hosts::session::Sessions,
 ) -> Result<RunDir, String> {
     if let Some(path) = &dest.resume {
         if !path.join("steps.jsonl").exists() {
@@ -280,7 +280,7 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
 
 /// Each series' steps with their cpusets and server command; the count of skipped points.
 fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut String) -> usize {
-    let no_sessions = super::remote::session::Sessions::default();
+    let no_sessions = super::hosts::session::Sessions::default();
     let launcher = host_launcher(plan, Path::new("<run dir>").to_path_buf(), &no_sessions);
     let mut skipped = 0;
     for target in &plan.targets {

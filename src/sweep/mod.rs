@@ -8,13 +8,13 @@
 pub mod driver;
 pub mod error;
 pub mod experiment;
+pub mod hosts;
 pub mod instances;
 pub mod placement;
 pub mod plan;
 pub mod policy;
 pub mod profiling;
 pub mod progress;
-pub mod remote;
 pub mod runner;
 pub mod server;
 pub mod spec;

@@ -227,30 +227,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn two_cpus() {
-        let p = TopologyPlacements::with_cpus(vec![0, 1], BTreeMap::new());
-        assert_eq!(
-            p.cpus("separated", None).unwrap(),
-            CpuPair {
-                server: vec![0],
-                client: vec![1]
-            }
-        );
-        assert_eq!(
-            p.cpus("shared", None).unwrap(),
-            CpuPair {
-                server: vec![0, 1],
-                client: vec![0, 1]
-            }
-        );
-        assert!(p
-            .cpus("separated", Some(2))
-            .unwrap_err()
-            .contains("needs 4 CPUs"));
-        assert!(p.cpus("nope", None).is_err());
-    }
-
-    #[test]
     fn custom_table_from_seed_format() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");

@@ -160,7 +160,7 @@ pub struct Plan {
     /// Further processes to observe.
     pub observe: Vec<ObserveEntry>,
     /// Other hosts and the client groups' hosts.
-    pub hosts: super::remote::plan::HostPlan,
+    pub hosts: super::hosts::plan::HostPlan,
 }
 
 /// The line a built-in server prints once it listens; group 1 is the port.
@@ -185,7 +185,7 @@ impl Plan {
         super::validate::comparisons(&spec, &series)?;
         super::validate::report(&spec, &series)?;
         let client = client(&spec)?;
-        let hosts = super::remote::plan::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
+        let hosts = super::hosts::plan::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
         let observe = observe_entries(&spec)?;
         Ok(Plan {
             name: s.name.clone(),
@@ -605,51 +605,4 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
         proto.msg_size = m;
     }
     Ok(ClientPlan::Engine { proto })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::Path;
-
-    fn plan(text: &str) -> Result<Plan, SpecError> {
-        Plan::new(
-            SpecFile::parse(Path::new("s.toml"), text)?,
-            PathBuf::from("stairbench"),
-        )
-    }
-
-    #[test]
-    fn the_issue_example_plans() {
-        let p = plan("name = \"interrupt\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
-        assert_eq!(p.series, Series::Clients(vec![1, 2, 4, 8, 16, 32]));
-        assert_eq!(p.max_steps(), 6);
-        assert_eq!(p.targets[0].url, "msgr://127.0.0.1:{port}");
-        assert!(p.targets[0].port_from_log && !p.targets[0].ready_tcp);
-    }
-
-    #[test]
-    fn unknown_placement_is_located() {
-        let err = plan("name = \"x\"\nclients = [1]\nplacements = [\"shared\", \"sideways\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n")
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(
-            err.starts_with("s.toml:3:25: placements[1]: unknown placement"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn find_series() {
-        let p = plan("name = \"x\"\nclients = 4\nrate = { from = 1000, to = 64000 }\nfind = { p99_ms = 10 }\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n").unwrap();
-        assert!(matches!(
-            p.series,
-            Series::Find {
-                clients: 4,
-                max_steps: 7,
-                ..
-            }
-        ));
-    }
 }

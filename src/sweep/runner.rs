@@ -570,7 +570,7 @@ impl Runner<'_> {
             .clamp(1, connections);
         let port = server.port();
         let host = (key.target.host.as_ref()).and_then(|h| self.plan.hosts.hosts.get(h));
-        let url = super::remote::plan::fill_host(&key.target.url, host);
+        let url = super::hosts::plan::fill_host(&key.target.url, host);
         StepRequest {
             instances: super::instances::addrs(&server.extras(), &url),
             group_cpus: cpus.groups,

@@ -91,7 +91,7 @@ pub struct Spec {
     /// Other hosts reached over ssh, by name: `name = "ssh://user@address:port"` or a table
     /// with `url`, `identity_file`, `workdir`, `known_hosts_file`.
     #[serde(default)]
-    pub hosts: BTreeMap<String, super::remote::HostEntry>,
+    pub hosts: BTreeMap<String, crate::remote::HostEntry>,
 }
 
 fn default_duration() -> Dur {
@@ -763,16 +763,6 @@ fn span_in(value: &toml::Spanned<DeValue<'_>>, keys: &[&str]) -> std::ops::Range
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<SpecFile, SpecError> {
-        SpecFile::parse(Path::new("t.toml"), text)
-    }
-
-    #[test]
-    fn durations_format_in_spec_notation() {
-        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
-        assert_eq!(format_duration(Duration::from_secs(2)), "2s");
-    }
-
     #[test]
     fn count_ranges() {
         let r = |from, to, step, double| CountRange {
@@ -791,30 +781,6 @@ mod tests {
         );
         assert!(r(1, 4, None, false).expand().is_err());
         assert!(r(4, 1, Some(1), false).expand().is_err());
-    }
-
-    #[test]
-    fn unknown_key_is_located() {
-        let err =
-            parse("name = \"x\"\n[[targets]]\nname = \"a\"\nbuiltn = \"msgr\"\n").unwrap_err();
-        let msg = err.to_string();
-        assert!(msg.starts_with("t.toml:4:1: targets[0].builtn:"), "{msg}");
-        assert!(msg.contains("unknown field"), "{msg}");
-    }
-
-    #[test]
-    fn bad_duration_is_located() {
-        let err = parse("name = \"x\"\nduration = \"2 parsecs\"\ntargets = []\n").unwrap_err();
-        let msg = err.to_string();
-        assert!(msg.starts_with("t.toml:2:12: duration:"), "{msg}");
-        assert!(msg.contains("unknown unit"), "{msg}");
-    }
-
-    #[test]
-    fn error_at_names_a_later_problem() {
-        let f = parse("name = \"x\"\n\n[[targets]]\nname = \"a\"\nbuiltin = \"nope\"\n").unwrap();
-        let msg = f.error_at(&["targets", "0", "builtin"], "bad").to_string();
-        assert_eq!(msg, "t.toml:5:11: targets[0].builtin: bad");
     }
 
     #[test]

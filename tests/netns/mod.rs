@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sched::{setns, CloneFlags};
-use stairbench::sweep::remote::HostSpec;
+use stairbench::remote::HostSpec;
 
 const SSHD: &str = "/usr/sbin/sshd";
 

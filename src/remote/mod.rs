@@ -1,5 +1,7 @@
-//! Other hosts over SSH: the `[hosts]` table, commands and long-running processes on a host,
-//! copies with scp, the host's clock offset, and starting measured windows together.
+//! Transport to other machines over SSH: a host's address (`ssh://user@address:port`, the
+//! `[hosts]` table's entries), commands and long-running process trees on it, copies with scp,
+//! the host's clock offset, and the arithmetic of starting windows together on several clocks.
+//! It knows nothing of experiments; `sweep::hosts` puts the plan's targets and groups on hosts.
 //!
 //! The engine is the OpenSSH client (`ssh`, `scp`), as CBT and pbench use it, not a protocol
 //! of our own: whatever the user's ssh reaches (keys, agents, jump hosts in ~/.ssh/config),
@@ -7,13 +9,8 @@
 //! waits for a password.
 
 pub mod clock;
-pub mod groups;
 pub mod host;
-pub mod observer;
-pub mod plan;
 pub mod process;
-pub mod server;
-pub mod session;
 pub mod ssh;
 pub mod window;
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::host::{validate_hosts, HostEntry, HostSpec, HostTable};
+use crate::remote::host::{validate_hosts, HostEntry, HostSpec, HostTable};
 use crate::sweep::plan::TargetPlan;
 use crate::sweep::spec::{SpecError, SpecFile};
 

@@ -11,7 +11,6 @@ use serde::de::DeserializeOwned;
 
 use super::host::HostSpec;
 use super::RemoteError;
-use crate::sweep::topology::TopologyReport;
 
 /// Seconds ssh waits for the TCP connection (`ConnectTimeout`).
 pub const CONNECT_TIMEOUT_S: u32 = 5;
@@ -112,12 +111,6 @@ impl Remote {
         let mut cmd = self.scp_command();
         cmd.arg(source).arg(local_path);
         self.scp(cmd, &format!("fetching {}", remote_path.display()))
-    }
-
-    /// The host's CPU topology and placements, from `stairbench topology --json` run there
-    /// (copy the binary first).
-    pub fn topology_json(&self) -> Result<TopologyReport, RemoteError> {
-        self.run_json(&format!("./{REMOTE_BIN} topology --json"))
     }
 
     /// Runs `command` and reads its stdout as JSON of type `T`.

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::session::{HostSession, Sessions};
-use super::{RemoteProcess, RemoteStatus};
 use crate::observe::step::ServerExtras;
+use crate::remote::{RemoteProcess, RemoteStatus, REMOTE_BIN};
 use crate::sweep::placement::CpuPair;
 use crate::sweep::plan::{TargetKind, TargetPlan};
 use crate::sweep::server::{Launcher, ProcessLauncher, Server};
@@ -74,7 +74,7 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
 /// The shell line that starts `target` in the host's working directory.
 fn remote_line(target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
     let launcher = ProcessLauncher {
-        stairbench_bin: PathBuf::from(format!("./{}", super::REMOTE_BIN)),
+        stairbench_bin: PathBuf::from(format!("./{}", REMOTE_BIN)),
         out_dir: PathBuf::from("."),
     };
     let port = target.port.map_or("0".to_string(), |p| p.to_string());
@@ -85,7 +85,10 @@ fn remote_line(target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
             argv.extend(["--bind".into(), "0.0.0.0".into()]);
         }
     }
-    let quoted: Vec<String> = argv.iter().map(|a| super::ssh::shell_quote(a)).collect();
+    let quoted: Vec<String> = argv
+        .iter()
+        .map(|a| crate::remote::ssh::shell_quote(a))
+        .collect();
     match &target.kind {
         TargetKind::Builtin(_) => quoted.join(" "),
         TargetKind::Command(_) => format!(

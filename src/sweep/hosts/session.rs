@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::{ClockOffset, HostSpec, Remote, REMOTE_BIN};
+use crate::remote::{ClockOffset, HostSpec, Remote, RemoteError, REMOTE_BIN};
 use crate::sweep::placement::{CpuPair, CustomTable, PlacementSource, TopologyPlacements};
 use crate::sweep::topology::TopologyReport;
 
@@ -35,7 +35,7 @@ impl HostSession {
         let mut line = format!("./{REMOTE_BIN}");
         for a in args {
             line.push(' ');
-            line.push_str(&super::ssh::shell_quote(a));
+            line.push_str(&crate::remote::ssh::shell_quote(a));
         }
         line
     }
@@ -127,7 +127,7 @@ pub fn connect(
     let copied = remote
         .copy_binary_if_missing(stairbench_bin)
         .map_err(|e| e.to_string())?;
-    let topology: TopologyReport = remote.topology_json().map_err(|e| e.to_string())?;
+    let topology = topology_json(&remote).map_err(|e| e.to_string())?;
     let mut environment: Value = remote
         .run_json(&format!("./{REMOTE_BIN} environment --json"))
         .map_err(|e| e.to_string())?;
@@ -143,6 +143,12 @@ pub fn connect(
         offset,
         environment,
     })
+}
+
+/// The host's CPU topology and placements, from `stairbench topology --json` run there
+/// (copy the binary first). Here and not in `remote`, which knows nothing of placements.
+pub fn topology_json(remote: &Remote) -> Result<TopologyReport, RemoteError> {
+    remote.run_json(&format!("./{REMOTE_BIN} topology --json"))
 }
 
 /// Placements over this machine and the connected hosts.

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::session::HostSession;
-use super::window::{plan_start, to_reference, window_overlap, Window, MIN_WINDOW_OVERLAP};
-use super::{ClockOffset, RemoteStatus};
 use crate::clock::now_ns;
 use crate::load::raw::RawLoad;
 use crate::load::ProtoOptions;
 use crate::record::load::IntervalSink;
+use crate::remote::window::{plan_start, to_reference, window_overlap, Window, MIN_WINDOW_OVERLAP};
+use crate::remote::{ClockOffset, RemoteStatus};
 use crate::sweep::driver::{engine_config, Driver, StepLoad, StepRequest};
 use crate::sweep::error::StepError;
 use crate::sweep::instances::{instance_sinks, merge_loads, share, ChannelSink, Line, LineMerger};
@@ -348,9 +348,10 @@ fn remote_load(
             .remote
             .fetch(Path::new(name), &local)
             .map_err(|e| e.to_string())?;
-        let _ = session
-            .remote
-            .run(&format!("rm -f -- {}", super::ssh::shell_quote(name)));
+        let _ = session.remote.run(&format!(
+            "rm -f -- {}",
+            crate::remote::ssh::shell_quote(name)
+        ));
         std::fs::read_to_string(&local).map_err(|e| format!("reading {}: {e}", local.display()))
     };
     let report = serde_json::from_str(&fetch(&json_name)?)

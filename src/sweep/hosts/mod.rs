@@ -1,0 +1,10 @@
+//! The plan on other hosts: the `[hosts]` a spec's targets and client groups name, connected
+//! once per run (binary, topology, clock offset), targets started there, client groups run
+//! there with their windows started together, and remote targets observed where they run.
+//! The ssh transport itself is `crate::remote`.
+
+pub mod groups;
+pub mod observer;
+pub mod plan;
+pub mod server;
+pub mod session;
