@@ -15,7 +15,6 @@ pub mod process;
 pub mod profile;
 pub mod record;
 pub mod report;
-pub mod schema;
 pub mod serve;
 pub mod signals;
 pub mod sweep;

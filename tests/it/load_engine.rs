@@ -2,7 +2,7 @@
 //! `Connection: close`, garbage replies, timeouts, and coordinated omission through a
 //! stalling proxy.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -300,23 +300,19 @@ fn open_loop_corrects_for_coordinated_omission() {
 #[test]
 fn json_matches_the_checked_in_schema() {
     let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../schema/load.schema.json")).unwrap();
+        serde_json::from_str(include_str!("../../schema/load.schema.json")).unwrap();
     let port = msgr_echo(Arc::new(AtomicU64::new(0)));
     for rate in [None, Some(2000.0)] {
         let mut c = config(format!("msgr://127.0.0.1:{port}"));
         c.duration = Duration::from_millis(400);
         c.rate_rps = rate;
         let doc = serde_json::to_value(run(c).report).unwrap();
-        let errors = stairbench::schema::validate(&schema, &doc);
+        let errors = crate::schema::validate(&schema, &doc);
         assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
     }
     // The checker does catch a broken document.
     let broken = serde_json::json!({"schema": 1, "requests": -1});
-    assert!(stairbench::schema::validate(&schema, &broken).len() > 5);
-}
-
-fn stairbench() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_stairbench"))
+    assert!(crate::schema::validate(&schema, &broken).len() > 5);
 }
 
 #[test]
@@ -324,7 +320,7 @@ fn cli_writes_json_and_an_interval_log_that_reads_back() {
     let port = msgr_echo(Arc::new(AtomicU64::new(0)));
     let dir = tempfile::tempdir().unwrap();
     let (json, hlog) = (dir.path().join("r.json"), dir.path().join("r.hlog"));
-    let out = stairbench()
+    let out = common::cli_cmd()
         .args([
             "load",
             &format!("msgr://127.0.0.1:{port}"),
@@ -381,7 +377,7 @@ fn cli_bad_input_is_one_sentence_and_exit_2() {
         vec!["load", "msgr://127.0.0.1:1", "-d", "5 parsecs"],
         vec!["load", "redis://127.0.0.1:1", "--distribution", "zipf:2"],
     ] {
-        let out = stairbench().args(&args).output().unwrap();
+        let out = common::cli(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{stderr}");

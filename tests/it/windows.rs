@@ -2,7 +2,7 @@
 //! exit codes by kind of error, client saturation judged per CPU, and observers that cover
 //! the load's measured window.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
@@ -44,14 +44,6 @@ fn the_readiness_error_names_the_address_of_the_users_url() {
     );
 }
 
-fn stairbench(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(common::stairbench_bin())
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn exit_codes_2_for_a_spec_error_1_for_what_could_not_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -82,18 +74,18 @@ fn exit_codes_2_for_a_spec_error_1_for_what_could_not_run() {
     // Nothing listens: the load could not run (1); a bad URL stays a usage error (2).
     let port = common::free_port().to_string();
     let url = format!("http://127.0.0.1:{port}/");
-    let out = stairbench(&["load", &url, "-d", "1s"]);
+    let out = common::cli(&["load", &url, "-d", "1s"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("ECONNREFUSED"), "{stderr}");
-    let out = stairbench(&["load", "gopher://127.0.0.1:1/"]);
+    let out = common::cli(&["load", "gopher://127.0.0.1:1/"]);
     assert_eq!(out.status.code(), Some(2));
 
     // Other commands: a missing input named on the command line is usage (2).
-    let out = stairbench(&["topology", "--sysfs", "/nonexistent-sysfs"]);
+    let out = common::cli(&["topology", "--sysfs", "/nonexistent-sysfs"]);
     assert_eq!(out.status.code(), Some(2));
     let missing = dir.path().join("missing.csv");
-    let out = stairbench(&["analyze", missing.to_str().unwrap(), "--x", "clients"]);
+    let out = common::cli(&["analyze", missing.to_str().unwrap(), "--x", "clients"]);
     assert_eq!(out.status.code(), Some(2));
 }
 

@@ -1,8 +1,10 @@
 //! The built-in msgr servers, in-process through `spawn_msgr`, and the real binary once.
 
+use crate::common;
+
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -268,14 +270,13 @@ fn stop_closes_connections_and_frees_the_port() {
 
 #[test]
 fn bad_cpuset_is_one_sentence_and_exit_2() {
-    let bin = env!("CARGO_BIN_EXE_stairbench");
     for args in [
         &["--cpuset", "0-x"][..],
         &["--cpuset", "4095"],
         &["--arch", "fork"],
         &["--threads", "0"],
     ] {
-        let out = Command::new(bin)
+        let out = common::cli_cmd()
             .args(["serve", "msgr"])
             .args(args)
             .output()
@@ -294,9 +295,8 @@ fn bad_cpuset_is_one_sentence_and_exit_2() {
 #[test]
 fn binary_prints_its_port_serves_and_exits_0_on_sigterm() {
     let _g = serial();
-    let bin = env!("CARGO_BIN_EXE_stairbench");
     for arch in ["reactor", "pool"] {
-        let mut child = Command::new(bin)
+        let mut child = common::cli_cmd()
             .args([
                 "serve",
                 "msgr",
@@ -453,7 +453,7 @@ fn metrics_file_is_rewritten_while_the_reactor_is_busy() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.json");
     let cpu = stairbench::cpuset::allowed()[0];
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stairbench"));
+    let mut cmd = common::cli_cmd();
     cmd.args(["serve", "msgr", "--threads", "1", "--port", "0"])
         .args(["--cpuset", &cpu.to_string(), "--metrics"])
         .arg(&path)

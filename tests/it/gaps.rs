@@ -2,7 +2,7 @@
 //! checked before a run, the server's per-core busy % per second and the heat-map step, and
 //! the example specs.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -20,11 +20,9 @@ use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::server::FakeLauncher;
 use stairbench::sweep::spec::SpecFile;
 
-const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
-
 fn plan(text: &str) -> Plan {
     let spec = SpecFile::parse(Path::new("spec.toml"), text).unwrap_or_else(|e| panic!("{e}"));
-    Plan::new(spec, PathBuf::from(BIN)).unwrap_or_else(|e| panic!("{e}"))
+    Plan::new(spec, common::stairbench_bin()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs the loop with a fake driver and launcher over 4 CPUs, then writes the reports.
@@ -162,7 +160,7 @@ fn spec_error(text: &str) -> String {
         Ok(spec) => spec,
         Err(e) => return e.to_string(),
     };
-    match Plan::new(spec, PathBuf::from(BIN)) {
+    match Plan::new(spec, common::stairbench_bin()) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("accepted a bad spec:\n{text}"),
     }
@@ -303,7 +301,7 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn dry_run(path: &Path) -> String {
-    let out = std::process::Command::new(BIN)
+    let out = common::cli_cmd()
         .args(["run", "--dry-run"])
         .arg(path)
         .output()
@@ -350,7 +348,7 @@ fn the_seed_000_table_example_skips_what_this_machine_lacks_visibly() {
 #[test]
 fn the_rate_search_example_bisects_between_its_bounds() {
     let path = example("msgr-rate-search.toml");
-    let p = Plan::new(SpecFile::read(&path).unwrap(), PathBuf::from(BIN)).unwrap();
+    let p = Plan::new(SpecFile::read(&path).unwrap(), common::stairbench_bin()).unwrap();
     match p.series {
         stairbench::sweep::plan::Series::Find { lo, hi, p99_ms, .. } => {
             assert!(lo < hi && p99_ms > 0.0)

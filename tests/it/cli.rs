@@ -2,17 +2,10 @@
 //! help says what things are without the project's private vocabulary, and `report DIR` says
 //! what it wrote.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn stairbench(args: &[&str]) -> Output {
-    Command::new(common::stairbench_bin())
-        .args(args)
-        .output()
-        .unwrap()
-}
+use std::process::Output;
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -20,7 +13,7 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn a_negative_rate_is_refused_as_not_positive() {
-    let out = stairbench(&["load", "msgr://127.0.0.1:9", "--rate", "-5"]);
+    let out = common::cli(&["load", "msgr://127.0.0.1:9", "--rate", "-5"]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(
@@ -32,7 +25,7 @@ fn a_negative_rate_is_refused_as_not_positive() {
         !err.contains("-- -5"),
         "clap's advice for positionals: {err}"
     );
-    let out = stairbench(&["load", "msgr://127.0.0.1:9", "--rate", "0"]);
+    let out = common::cli(&["load", "msgr://127.0.0.1:9", "--rate", "0"]);
     assert!(
         stderr(&out).contains("expected a positive number"),
         "{}",
@@ -44,7 +37,7 @@ fn a_negative_rate_is_refused_as_not_positive() {
 fn a_missing_spec_file_is_one_sentence_with_its_path() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.toml");
-    let out = stairbench(&["run", missing.to_str().unwrap()]);
+    let out = common::cli(&["run", missing.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert_eq!(
@@ -81,7 +74,7 @@ fn help_texts_say_what_things_are() {
     for command in commands {
         let mut args = command.to_vec();
         args.push("--help");
-        let out = stairbench(&args);
+        let out = common::cli(&args);
         common::assert_success(&out);
         let help = String::from_utf8_lossy(&out.stdout).to_lowercase();
         for word in PRIVATE_WORDS {
@@ -91,7 +84,7 @@ fn help_texts_say_what_things_are() {
             );
         }
     }
-    let demo = String::from_utf8_lossy(&stairbench(&["demo", "--help"]).stdout)
+    let demo = String::from_utf8_lossy(&common::cli(&["demo", "--help"]).stdout)
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
@@ -109,7 +102,7 @@ fn report_prints_every_file_it_wrote() {
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report"),
         &run,
     );
-    let out = stairbench(&["report", run.to_str().unwrap()]);
+    let out = common::cli(&["report", run.to_str().unwrap()]);
     common::assert_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     // The series' peaks come first, then one line per file.

@@ -1,6 +1,7 @@
-//! Support shared by the integration tests (`mod common;`): nginx and redis on loopback,
+//! Support shared by the integration tests (`crate::common`): nginx and redis on loopback,
 //! each in the foreground in its own process group on a free port, with its counters read
-//! over a plain TCP connection; the path of the stairbench binary, and running it on a spec.
+//! over a plain TCP connection; running the stairbench binary ([`cli`], [`cli_cmd`]);
+//! golden files, rewritten under `STAIRBENCH_BLESS=1` ([`bless_or_compare`]).
 //!
 //! A server is ended with its whole process group when dropped, and also when the thread that
 //! started it ends (PR_SET_PDEATHSIG): keep it inside the test that uses it, not in a static.
@@ -11,8 +12,7 @@
 //! [`skip_or_fail`]: outside CI it is skipped with the reason; in CI (`CI=true`), where
 //! `.ci/run` installs everything, it fails with the reason instead.
 
-#![allow(dead_code)] // each test binary uses its own part of this module
-
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -45,16 +45,56 @@ pub fn stairbench_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_stairbench"))
 }
 
-/// `stairbench run SPEC --out OUT_DIR`, finished, its standard input closed.
-pub fn run_spec(spec: &Path, out_dir: &Path) -> Output {
+/// A `Command` for the stairbench binary, for a test that sets env, stdin or spawns it.
+pub fn cli_cmd() -> Command {
     Command::new(stairbench_bin())
-        .arg("run")
-        .arg(spec)
-        .arg("--out")
-        .arg(out_dir)
+}
+
+/// `stairbench ARGS...`, finished, its standard input closed (a command that reads stdin
+/// must not wait on the test harness's).
+pub fn cli<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
+    cli_cmd()
+        .args(args)
         .stdin(Stdio::null())
         .output()
-        .unwrap()
+        .expect("running stairbench")
+}
+
+/// `stairbench run SPEC --out OUT_DIR`, finished, its standard input closed.
+pub fn run_spec(spec: &Path, out_dir: &Path) -> Output {
+    cli(&[
+        OsStr::new("run"),
+        spec.as_os_str(),
+        OsStr::new("--out"),
+        out_dir.as_os_str(),
+    ])
+}
+
+/// The variable that rewrites golden files instead of comparing with them.
+pub const BLESS_VAR: &str = "STAIRBENCH_BLESS";
+
+/// True under `STAIRBENCH_BLESS=1`: tests rewrite their golden files and generated fixtures.
+pub fn blessing() -> bool {
+    std::env::var_os(BLESS_VAR).is_some()
+}
+
+/// Compares `actual` with the golden file at `path`, or writes it there under
+/// `STAIRBENCH_BLESS=1` (also creating its directory).
+#[track_caller]
+pub fn bless_or_compare(path: &Path, actual: &str) {
+    if blessing() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e} ({BLESS_VAR}=1 writes it)", path.display()));
+    assert_eq!(
+        actual,
+        expected,
+        "{} differs ({BLESS_VAR}=1 accepts the new output)",
+        path.display()
+    );
 }
 
 /// The lines of a run directory's steps.jsonl, as JSON.
@@ -265,6 +305,7 @@ pub struct Nginx {
     /// Its listening port on 127.0.0.1.
     pub port: u16,
     /// Config, logs, pid file and the served file.
+    #[allow(dead_code)] // held, not read: the dir lives as long as the server
     pub dir: tempfile::TempDir,
     /// The master process (leader of the group its worker is in).
     pub process: ServerProcess,
@@ -396,6 +437,7 @@ pub struct Redis {
     /// Its listening port on 127.0.0.1.
     pub port: u16,
     /// Its working directory and log.
+    #[allow(dead_code)] // held, not read: the dir lives as long as the server
     pub dir: tempfile::TempDir,
     /// The server process (leader of its own group).
     pub process: ServerProcess,

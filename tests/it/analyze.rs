@@ -1,10 +1,9 @@
 //! The analysis of series against independent references: a brute-force USL fit, the seeds'
 //! own Little's law columns, histograms with known populations, and the command line.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use stairbench::analyze::knee::{self, Shape, Step};
 use stairbench::analyze::little::{self, LatencyUnit};
@@ -497,17 +496,10 @@ fn comparison_sentences_and_noise() {
     );
 }
 
-fn stairbench(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_stairbench"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn binary_prints_json_of_the_documented_shape() {
     let file = data("crimson.csv");
-    let out = stairbench(&[
+    let out = common::cli(&[
         "analyze",
         file.to_str().unwrap(),
         "--x",
@@ -559,7 +551,7 @@ fn binary_prints_json_of_the_documented_shape() {
 #[test]
 fn binary_prints_readable_tables() {
     let file = data("crimson.csv");
-    let out = stairbench(&[
+    let out = common::cli(&[
         "analyze",
         file.to_str().unwrap(),
         "--x",
@@ -584,7 +576,7 @@ fn binary_prints_readable_tables() {
 #[test]
 fn binary_names_unknown_column_and_exits_2() {
     let file = data("crimson.csv");
-    let out = stairbench(&[
+    let out = common::cli(&[
         "analyze",
         file.to_str().unwrap(),
         "--x",
@@ -599,7 +591,7 @@ fn binary_names_unknown_column_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "clients,x\n1,2\n2\n").unwrap();
-    let out = stairbench(&[
+    let out = common::cli(&[
         "analyze",
         bad.to_str().unwrap(),
         "--x",
@@ -619,7 +611,7 @@ fn own_steps_csv(dir: &std::path::Path) -> PathBuf {
         &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/report"),
         &run,
     );
-    let out = stairbench(&["report", run.to_str().unwrap()]);
+    let out = common::cli(&["report", run.to_str().unwrap()]);
     common::assert_success(&out);
     run.join("steps.csv")
 }
@@ -633,7 +625,7 @@ fn binary_reads_its_own_steps_csv_grouped_by_two_columns() {
         text.contains(",failed,,,"),
         "a failed step leaves empty cells: {text}"
     );
-    let out = stairbench(&[
+    let out = common::cli(&[
         "analyze",
         csv.to_str().unwrap(),
         "--x",
@@ -701,7 +693,7 @@ fn binary_leaves_out_rows_with_empty_cells_and_says_how_many() {
         "clients,tput,lat\n1,10,1\n2,19,\n4,35,1.2\n8,60,1.5\n16,70,2.5\n32,,\n",
     )
     .unwrap();
-    let out = stairbench(&[
+    let out = common::cli(&[
         "analyze",
         file.to_str().unwrap(),
         "--x",

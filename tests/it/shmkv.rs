@@ -1,7 +1,7 @@
 //! The shared-memory hash-table server, both architectures: real server processes, clients
 //! in this process and in `stairbench load` processes.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -14,7 +14,6 @@ use stairbench::serve::shmkv::{spawn_shmkv, ShmkvArgs};
 use stairbench::wire::shmkv::region::{Header, MAGIC};
 use stairbench::wire::shmkv::{region_path, Arch, ShmkvClient};
 
-const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
 const ARCHS: [&str; 2] = ["single", "per-worker"];
 
 fn unique(tag: &str) -> String {
@@ -35,7 +34,7 @@ impl Server {
     /// Starts a server and waits until a client can attach (retrying any error: a stale
     /// region may be there until the server replaces it).
     fn start_named(arch: &str, workers: usize, name: &str) -> Server {
-        let child = Command::new(BIN)
+        let child = common::cli_cmd()
             .args(["serve", "shmkv", "--arch", arch, "--name", name])
             .args(["--workers", &workers.to_string()])
             .stderr(Stdio::piped())
@@ -200,7 +199,7 @@ fn load_process_reports_sub_microsecond_latency_fields() {
     for arch in ARCHS {
         let server = Server::start(arch, 1, &format!("load-{arch}"));
         let url = format!("shm://{}", server.name);
-        let out = Command::new(BIN)
+        let out = common::cli_cmd()
             .args(["load", &url, "-c", "2", "-d", "1s", "--keys", "100"])
             .args([
                 "--read-ratio",
@@ -242,7 +241,7 @@ fn a_killed_client_process_does_not_wedge_the_server() {
         let server = Server::start(arch, 1, &format!("kill-{arch}"));
         let url = format!("shm://{}", server.name);
         for round in 0..3 {
-            let mut load = Command::new(BIN)
+            let mut load = common::cli_cmd()
                 .args([
                     "load",
                     &url,
@@ -284,7 +283,7 @@ fn write_region(name: &str, bytes: &[u8]) -> String {
 }
 
 fn serve_stderr(name: &str) -> (bool, String) {
-    let out = Command::new(BIN)
+    let out = common::cli_cmd()
         .args(["serve", "shmkv", "--name", name])
         .stdin(Stdio::null())
         .output()

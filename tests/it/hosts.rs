@@ -1,21 +1,19 @@
 //! Runs over other hosts: specs with `[hosts]`, targets and client groups on network-namespace
-//! hosts with Debian's sshd (see tests/netns). Skipped with a reason when not root or without
+//! hosts with Debian's sshd (see tests/it/netns.rs). Skipped with a reason when not root or without
 //! sshd. The hosts share this machine's CPUs and clock: these tests check correctness, not
 //! speed. The spec checks at the end need no hosts.
 
-mod common;
-mod netns;
+use crate::common;
+use crate::netns;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids, with_lab, Lab};
 use serde_json::Value;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::spec::SpecFile;
-
-const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
 
 /// A `[hosts]` entry for a lab host.
 fn host_entry(lab: &Lab, name: &str) -> String {
@@ -78,8 +76,8 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
         let step = &steps[0];
         assert_eq!(step["status"], "ok", "{step}");
         let schema: Value =
-            serde_json::from_str(include_str!("../schema/steps.schema.json")).unwrap();
-        let problems = stairbench::schema::validate(&schema, step);
+            serde_json::from_str(include_str!("../../schema/steps.schema.json")).unwrap();
+        let problems = crate::schema::validate(&schema, step);
         assert!(problems.is_empty(), "{problems:?}");
         let per_host = step["per_host"].as_array().expect("per_host");
         let hosts: Vec<&str> = per_host
@@ -168,7 +166,7 @@ fn a_killed_remote_server_fails_its_step_and_the_run_goes_on() {
         let spec = lab.dir.path().join("spec.toml");
         std::fs::write(&spec, text).unwrap();
         let out_dir = lab.dir.path().join("run");
-        let child = Command::new(BIN)
+        let child = common::cli_cmd()
             .arg("run")
             .arg(&spec)
             .arg("--out")
@@ -256,7 +254,7 @@ fn an_unreachable_host_fails_its_steps_with_the_reason() {
 
 fn plan_error(text: &str) -> String {
     let file = SpecFile::parse(Path::new("s.toml"), text).map_err(|e| e.to_string());
-    match file.and_then(|f| Plan::new(f, PathBuf::from(BIN)).map_err(|e| e.to_string())) {
+    match file.and_then(|f| Plan::new(f, common::stairbench_bin()).map_err(|e| e.to_string())) {
         Ok(_) => panic!("accepted: {text}"),
         Err(e) => e,
     }

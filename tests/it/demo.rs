@@ -2,15 +2,13 @@
 //! climb to steps where the server's CPU is the busier side, few steps saturate the generator,
 //! and the report carries the comparison's verdict.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
 
 /// The server's CPU seconds over a step's window: perf's task clock where perf ran (exact),
 /// else /proc's user + system time (10-ms ticks: coarse when a loaded machine leaves the server
@@ -56,7 +54,7 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("demo");
     let start = Instant::now();
-    let out = Command::new(BIN)
+    let out = common::cli_cmd()
         .args(["demo", "--quick", "--out"])
         .arg(&out_dir)
         .output()
@@ -128,7 +126,7 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
     )));
     assert_eq!(schema_errors(&steps), Vec::<String>::new());
 
-    let again = Command::new(BIN)
+    let again = common::cli_cmd()
         .args(["demo", "--quick", "--out"])
         .arg(&out_dir)
         .output()
@@ -139,10 +137,11 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
 }
 
 fn schema_errors(steps: &[Value]) -> Vec<String> {
-    let schema: Value = serde_json::from_str(include_str!("../schema/steps.schema.json")).unwrap();
+    let schema: Value =
+        serde_json::from_str(include_str!("../../schema/steps.schema.json")).unwrap();
     steps
         .iter()
-        .flat_map(|s| stairbench::schema::validate(&schema, s))
+        .flat_map(|s| crate::schema::validate(&schema, s))
         .collect()
 }
 
@@ -152,7 +151,9 @@ fn on_one_cpu_the_demo_names_no_winner() {
         return common::skip_or_fail("taskset is missing");
     };
     let out = Command::new(taskset)
-        .args(["-c", "0", BIN, "demo", "--quick", "--dry-run"])
+        .args(["-c", "0"])
+        .arg(common::stairbench_bin())
+        .args(["demo", "--quick", "--dry-run"])
         .output()
         .unwrap();
     common::assert_success(&out);

@@ -1,11 +1,11 @@
-//! The test helpers of tests/common themselves: nginx and redis start on a free loopback
+//! The test helpers of `common` (tests/it/common.rs) themselves: nginx and redis start on a free loopback
 //! port, their counters move by exactly what was sent, and dropping them leaves no process.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 
-use common::{group_members, http_get, parse_stub_requests, start_nginx, start_redis};
+use crate::common::{group_members, http_get, parse_stub_requests, start_nginx, start_redis};
 
 fn is_gone(pid: i32) -> bool {
     !Path::new(&format!("/proc/{pid}")).exists()

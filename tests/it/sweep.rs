@@ -1,7 +1,7 @@
 //! The staircase runner: specs, plans, the step loop with fakes, the run directory, and real
 //! runs of the binary (a short sweep, an interruption, a dying server).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,21 +24,19 @@ use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::server::{FakeLauncher, Launcher, ProcessLauncher};
 use stairbench::sweep::spec::SpecFile;
 
-const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
-
 fn plan(text: &str) -> Plan {
     plan_at(Path::new("spec.toml"), text)
 }
 
 fn plan_at(path: &Path, text: &str) -> Plan {
     let spec = SpecFile::parse(path, text).unwrap_or_else(|e| panic!("{e}"));
-    Plan::new(spec, PathBuf::from(BIN)).unwrap_or_else(|e| panic!("{e}"))
+    Plan::new(spec, common::stairbench_bin()).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn spec_error(text: &str) -> String {
     match SpecFile::parse(Path::new("bad.toml"), text) {
         Err(e) => e.to_string(),
-        Ok(spec) => match Plan::new(spec, PathBuf::from(BIN)) {
+        Ok(spec) => match Plan::new(spec, common::stairbench_bin()) {
             Err(e) => e.to_string(),
             Ok(_) => panic!("accepted a bad spec:\n{text}"),
         },
@@ -85,10 +83,10 @@ fn run_fake_on(
 
 fn schema_errors(dir: &Path) -> Vec<String> {
     let schema: serde_json::Value =
-        serde_json::from_str(include_str!("../schema/steps.schema.json")).unwrap();
+        serde_json::from_str(include_str!("../../schema/steps.schema.json")).unwrap();
     let text = std::fs::read_to_string(dir.join("steps.jsonl")).unwrap();
     text.lines()
-        .flat_map(|l| stairbench::schema::validate(&schema, &serde_json::from_str(l).unwrap()))
+        .flat_map(|l| crate::schema::validate(&schema, &serde_json::from_str(l).unwrap()))
         .collect()
 }
 
@@ -123,7 +121,7 @@ fn every_example_spec_plans_and_dry_runs() {
                 "{}: no comment header saying what it is and how to run it",
                 path.display()
             );
-            let out = Command::new(BIN)
+            let out = common::cli_cmd()
                 .args(["run", "--dry-run"])
                 .arg(&path)
                 .output()
@@ -252,7 +250,7 @@ fn fake_loop_writes_each_step_and_the_reports() {
         "{report}"
     );
     std::fs::remove_file(dir.path().join("report.md")).unwrap();
-    let out = Command::new(BIN)
+    let out = common::cli_cmd()
         .arg("report")
         .arg(dir.path())
         .output()
@@ -531,7 +529,7 @@ fn a_server_that_dies_fails_its_step_with_its_stderr_tail() {
         }
     }
     let mut launcher = ProcessLauncher {
-        stairbench_bin: BIN.into(),
+        stairbench_bin: common::stairbench_bin(),
         out_dir: dir.path().into(),
     };
     // A real server is pinned: the placement uses this machine's CPUs.
@@ -571,10 +569,7 @@ fn a_server_that_dies_fails_its_step_with_its_stderr_tail() {
 
 #[test]
 fn dry_run_prints_steps_cpusets_commands_and_time() {
-    let out = Command::new(BIN)
-        .args(["demo", "--quick", "--dry-run"])
-        .output()
-        .unwrap();
+    let out = common::cli(&["demo", "--quick", "--dry-run"]);
     common::assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("reactor.separated.c8.r0"), "{text}");
@@ -655,7 +650,7 @@ fn interrupt(spec_text: &str, dir: &Path) -> (PathBuf, usize) {
     let spec = dir.join("interrupt.toml");
     std::fs::write(&spec, spec_text).unwrap();
     let out_dir = dir.join("run");
-    let mut child = Command::new(BIN)
+    let mut child = common::cli_cmd()
         .arg("run")
         .arg(&spec)
         .arg("--out")
@@ -720,7 +715,7 @@ fn redis_sweep_interrupted_then_resumed() {
     let dir = tempfile::tempdir().unwrap();
     let text = format!("name = \"redis\"\nduration = \"1s\"\nwarmup = \"200ms\"\nclients = [1, 2, 4, 8, 16, 32]\nplacements = [\"separated\"]\n{REDIS_TARGET}");
     let (out_dir, before) = interrupt(&text, dir.path());
-    let out = Command::new(BIN)
+    let out = common::cli_cmd()
         .arg("run")
         .arg("--resume")
         .arg(&out_dir)
@@ -846,7 +841,7 @@ fn killed_outright_its_servers_die_too() {
     let spec = dir.path().join("kill.toml");
     std::fs::write(&spec, format!("name = \"kill\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 4]\n{REDIS_TARGET}")).unwrap();
     let out_dir = dir.path().join("run");
-    let mut child = Command::new(BIN)
+    let mut child = common::cli_cmd()
         .arg("run")
         .arg(&spec)
         .arg("--out")
@@ -1042,7 +1037,7 @@ fn paths_with_quotes_spaces_and_dollars_are_single_words_and_run_nothing() {
     std::fs::write(nasty.join("nginx-wrk.toml"), text).unwrap();
     // The default output directory (relative, under the nasty one) and a relative spec path:
     // `{out}` and `{spec_dir}` must reach nginx.sh absolute and whole.
-    let out = Command::new(BIN)
+    let out = common::cli_cmd()
         .args(["run", "nginx-wrk.toml"])
         .current_dir(&nasty)
         .stdin(std::process::Stdio::null())
@@ -1103,7 +1098,7 @@ fn every_example_runs_from_the_repository_root_with_a_short_duration() {
             continue;
         }
         // wrk takes whole seconds only.
-        let out = Command::new(BIN)
+        let out = common::cli_cmd()
             .current_dir(root)
             .args(["run", "--duration", "1s", "--clients", "2", "--out"])
             .arg(dir.path().join(&name))

@@ -1,6 +1,6 @@
 //! Observation: derived metrics from recorded /proc samples, and a live busy process.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt as _;

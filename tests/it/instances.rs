@@ -3,11 +3,11 @@
 //! the refused oversubscription, observed `sleep` processes, the built-in server's metrics
 //! file and a metrics endpoint served by the test.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,8 +25,6 @@ use stairbench::sweep::observer::{NullObserver, StepObserver};
 use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::spec::SpecFile;
-
-const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
 
 /// A `sleep` child that is killed when dropped.
 struct Sleeper(std::process::Child);
@@ -163,9 +161,10 @@ pid_file = "no-such.pid"
         server_ops > 0 && ratio < 1.3,
         "server ops / client requests = {ratio}"
     );
-    let schema: Value = serde_json::from_str(include_str!("../schema/steps.schema.json")).unwrap();
+    let schema: Value =
+        serde_json::from_str(include_str!("../../schema/steps.schema.json")).unwrap();
     for s in &steps {
-        let errors = stairbench::schema::validate(&schema, s);
+        let errors = crate::schema::validate(&schema, s);
         assert!(errors.is_empty(), "{errors:?}");
     }
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
@@ -193,7 +192,7 @@ instances = 64
 #[test]
 fn instances_that_do_not_fit_are_refused_before_anything_starts() {
     let spec = SpecFile::parse(Path::new("s.toml"), OVERSUBSCRIBED).unwrap();
-    let plan = Plan::new(spec, PathBuf::from(BIN)).unwrap();
+    let plan = Plan::new(spec, common::stairbench_bin()).unwrap();
     let placements = TopologyPlacements::with_cpus(vec![0, 1], Default::default());
     let err = check_fit(&plan, &placements).unwrap_err();
     assert!(
@@ -397,7 +396,7 @@ fn spec_error(extra: &str) -> String {
         Ok(s) => s,
         Err(e) => return e.to_string(),
     };
-    match Plan::new(spec, PathBuf::from(BIN)) {
+    match Plan::new(spec, common::stairbench_bin()) {
         Ok(_) => panic!("accepted:\n{text}"),
         Err(e) => e.to_string(),
     }

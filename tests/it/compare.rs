@@ -3,10 +3,9 @@
 //! Scalability Law curve exactly, latencies that obey Little's law exactly (but one step), seed
 //! 004's bimodal RTT histogram, a client-saturated step and a noisy one.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::SystemTime;
 
 use hdrhistogram::Histogram;
@@ -188,10 +187,6 @@ fn fixture(kernel: &str, scale: &dyn Fn(usize) -> f64) -> (tempfile::TempDir, Pa
     (tmp, dir)
 }
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_stairbench"))
-}
-
 fn series<'a>(a: &'a RunAnalysis, target: &str) -> &'a stairbench::analyze::run::SeriesAnalysis {
     a.series.iter().find(|s| s.target == target).unwrap()
 }
@@ -318,7 +313,7 @@ fn littles_law_modes_noise_and_comparisons() {
 #[test]
 fn report_writes_analysis_json_and_the_golden_markdown_sections() {
     let (_tmp, dir) = fixture("Linux 6.1", &|_| 1.0);
-    let out = bin().arg("report").arg(&dir).output().unwrap();
+    let out = common::cli_cmd().arg("report").arg(&dir).output().unwrap();
     common::assert_success(&out);
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("analysis.json")).unwrap()).unwrap();
@@ -326,7 +321,7 @@ fn report_writes_analysis_json_and_the_golden_markdown_sections() {
     let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/analysis.schema.json");
     let schema: Value =
         serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
-    let errors = stairbench::schema::validate(&schema, &json);
+    let errors = crate::schema::validate(&schema, &json);
     assert!(
         errors.is_empty(),
         "analysis.json against its schema: {errors:#?}"
@@ -334,7 +329,7 @@ fn report_writes_analysis_json_and_the_golden_markdown_sections() {
     let mut broken = json.clone();
     broken["series"][0]["usl"]["sigma"] = json!(-1.0);
     broken["series"][0]["points"][0]["extra"] = json!(1);
-    assert_eq!(stairbench::schema::validate(&schema, &broken).len(), 2);
+    assert_eq!(crate::schema::validate(&schema, &broken).len(), 2);
     assert_eq!(json["series"][0]["target"], "alpha");
     assert!(json["series"][0]["usl"]["kappa"].as_f64().unwrap() > 0.0);
     assert_eq!(
@@ -360,16 +355,7 @@ fn report_writes_analysis_json_and_the_golden_markdown_sections() {
     }
     let golden =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/compare/report_analysis.md");
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
-        std::fs::write(&golden, sections).unwrap();
-    }
-    let want = std::fs::read_to_string(&golden)
-        .expect("golden file missing: run with UPDATE_GOLDEN=1 to write it");
-    assert_eq!(
-        sections, want,
-        "report.md's analysis changed; UPDATE_GOLDEN=1 to accept"
-    );
+    common::bless_or_compare(&golden, sections);
 }
 
 /// B is 10% slower than A at 4 clients (beyond noise), 7% slower at 16 clients (within the
@@ -390,7 +376,7 @@ fn a_and_b() -> (tempfile::TempDir, tempfile::TempDir, PathBuf, PathBuf) {
 #[test]
 fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
     let (_ta, _tb, a, b) = a_and_b();
-    let out = bin()
+    let out = common::cli_cmd()
         .arg("compare")
         .arg(&a)
         .arg(&b)
@@ -423,7 +409,12 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
     assert_eq!(rel("alpha", 8)["verdict"], "within noise");
     assert_eq!(rel("beta", 2)["verdict"], "no repetitions");
 
-    let text = bin().arg("compare").arg(&a).arg(&b).output().unwrap();
+    let text = common::cli_cmd()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.find("## Differences in environment").unwrap()
@@ -441,7 +432,7 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
     assert!(text.contains("alpha/shared at 16 clients: run-Linux-6.8 is slower than run-Linux-6.1: 0.93x (within noise)"), "{text}");
 
     // On p99 the 10% lower throughput is a latency 1/0.9 higher: 0.90x as fast again.
-    let p99 = bin()
+    let p99 = common::cli_cmd()
         .arg("compare")
         .arg(&a)
         .arg(&b)
@@ -463,7 +454,7 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
 fn the_gate_fails_only_beyond_its_threshold_and_the_noise() {
     let (_ta, _tb, a, b) = a_and_b();
     let gate = |pct: &str| {
-        bin()
+        common::cli_cmd()
             .arg("compare")
             .arg(&a)
             .arg(&b)
@@ -493,7 +484,7 @@ fn the_gate_fails_only_beyond_its_threshold_and_the_noise() {
     );
     assert!(String::from_utf8_lossy(&pass.stderr).contains("passed"));
     // A run against itself passes at 0%.
-    let same = bin()
+    let same = common::cli_cmd()
         .arg("compare")
         .arg(&a)
         .arg(&a)
@@ -516,11 +507,16 @@ fn compare_refuses_runs_with_nothing_in_common() {
         })
         .collect();
     write_run(&other, &steps, "Linux 6.1");
-    let out = bin().arg("compare").arg(&a).arg(&other).output().unwrap();
+    let out = common::cli_cmd()
+        .arg("compare")
+        .arg(&a)
+        .arg(&other)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no ok step of other matches"), "{stderr}");
-    let missing = bin()
+    let missing = common::cli_cmd()
         .arg("compare")
         .arg(&a)
         .arg(tmp.path().join("nope"))
@@ -555,7 +551,7 @@ b = "reactor@1"
     .unwrap();
     let dirs = [tmp.path().join("run1"), tmp.path().join("run2")];
     for dir in &dirs {
-        let out = bin()
+        let out = common::cli_cmd()
             .arg("run")
             .arg(&spec)
             .arg("--out")
@@ -588,10 +584,10 @@ b = "reactor@1"
     let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/analysis.schema.json");
     let schema: Value =
         serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
-    let errors = stairbench::schema::validate(&schema, &json);
+    let errors = crate::schema::validate(&schema, &json);
     assert!(errors.is_empty(), "{errors:#?}");
 
-    let out = bin()
+    let out = common::cli_cmd()
         .arg("compare")
         .args(&dirs)
         .arg("--json")
@@ -644,7 +640,7 @@ fn one_peak_in_the_last_lines_report_md_and_report_html() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     write_run(&dir, &peak_steps(), "Linux 6.1");
-    let out = bin().arg("report").arg(&dir).output().unwrap();
+    let out = common::cli_cmd().arg("report").arg(&dir).output().unwrap();
     common::assert_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let headline = format!("{:.0} req/s at 8 clients", usl(8.0));
@@ -705,7 +701,7 @@ fn report_html_has_every_section_of_report_md() {
         std::fs::copy(report_fixture.join(f), fixture_copy.path().join(f)).unwrap();
     }
     for dir in [dir.as_path(), fixture_copy.path()] {
-        common::assert_success(&bin().arg("report").arg(dir).output().unwrap());
+        common::assert_success(&common::cli_cmd().arg("report").arg(dir).output().unwrap());
         let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
         let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
         let md_h = headings(&md, false);
@@ -762,7 +758,7 @@ fn repetitions_merge_their_histograms_for_percentiles() {
             &reps_hist(50, *tail),
         );
     }
-    common::assert_success(&bin().arg("report").arg(&dir).output().unwrap());
+    common::assert_success(&common::cli_cmd().arg("report").arg(&dir).output().unwrap());
     let a = analyze_run(&dir).unwrap();
     let p = &series(&a, "alpha").points[0];
     let want_p99 = merged.value_at_quantile(0.99) as f64 / 1e3;

@@ -1,11 +1,10 @@
 //! Remote hosts over real ssh: namespaces on this machine, each with Debian's sshd (see
-//! tests/netns). Skipped with a reason when not root, without `ip netns`, or without sshd.
+//! tests/it/netns.rs). Skipped with a reason when not root, without `ip netns`, or without sshd.
 //! The hosts share this machine's CPUs and clock: these tests check correctness, not speed.
 
-mod common;
-mod netns;
+use crate::common;
+use crate::netns;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids_named, wait_for_named, wait_ns_holds_only, with_lab};
@@ -15,10 +14,6 @@ use stairbench::sweep::remote::{
 };
 
 const GRACE: Duration = Duration::from_secs(2);
-
-fn stairbench_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_stairbench"))
-}
 
 #[test]
 fn a_command_runs_on_two_hosts() {
@@ -145,7 +140,7 @@ fn a_host_whose_sshd_dies_is_a_lost_connection() {
 fn the_binary_is_copied_once_and_runs_there() {
     with_lab(&["a"], &[], |lab| {
         let remote = Remote::new(lab.host("a").spec.clone());
-        let bin = stairbench_bin();
+        let bin = common::stairbench_bin();
         assert_eq!(
             remote.copy_binary_if_missing(&bin).unwrap(),
             CopyOutcome::Copied

@@ -2,10 +2,10 @@
 //! present, and the page loaded in headless Chromium without console errors.
 //!
 //! The fixture's HdrHistogram logs are generated from its steps.jsonl; regenerate them with
-//! `STAIRBENCH_REGEN_FIXTURE=1 cargo test --test report_html -- --test-threads=1` (one thread:
+//! `STAIRBENCH_BLESS=1 cargo test --test it report_html:: -- --test-threads=1` (one thread:
 //! the other tests read the logs being rewritten).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -78,7 +78,7 @@ fn regenerate_histograms() {
 
 #[test]
 fn fixture_histograms_hold_every_request() {
-    if std::env::var_os("STAIRBENCH_REGEN_FIXTURE").is_some() {
+    if common::blessing() {
         regenerate_histograms();
     }
     for step in ok_steps() {

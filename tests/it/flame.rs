@@ -1,11 +1,11 @@
 //! Flame graphs: folding against inferno's own output, transforms, diffs, speedscope, bad input,
 //! and a real perf capture of a small multi-threaded program (tests/data/flame/workers.c).
 //!
-//! Golden files live in tests/data/flame/; `STAIRBENCH_BLESS=1 cargo test --test flame`
+//! Golden files live in tests/data/flame/; `STAIRBENCH_BLESS=1 cargo test --test it flame::`
 //! rewrites the ones this crate produces (never `workers.inferno.folded`, which is
 //! `inferno-collapse-perf`'s output for the checked-in capture).
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -33,18 +33,6 @@ fn capture_text() -> Vec<u8> {
         .read_to_end(&mut text)
         .unwrap();
     text
-}
-
-/// Compares with a golden file, or rewrites it under STAIRBENCH_BLESS=1.
-fn golden(name: &str, actual: &str) {
-    let path = data(name);
-    if std::env::var_os("STAIRBENCH_BLESS").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (STAIRBENCH_BLESS=1 writes it)", path.display()));
-    assert_eq!(actual, expected, "{} differs", path.display());
 }
 
 fn tool(name: &str) -> bool {
@@ -119,8 +107,8 @@ fn large_input_folded_in_chunks_equals_inferno() {
 #[test]
 fn golden_transforms_of_the_checked_in_capture() {
     let plain = load(&data("workers.perf-script.gz"), FoldOptions::default()).unwrap();
-    golden(
-        "workers.merged-coalesced.folded",
+    common::bless_or_compare(
+        &data("workers.merged-coalesced.folded"),
         &merged_coalesced().apply(&plain.folded).to_text(),
     );
     let marked = FoldOptions {
@@ -134,13 +122,13 @@ fn golden_transforms_of_the_checked_in_capture() {
             merge_threads: true,
             ..Transforms::default()
         };
-        golden(
-            &format!("workers.{side:?}.folded").to_lowercase(),
+        common::bless_or_compare(
+            &data(&format!("workers.{side:?}.folded").to_lowercase()),
             &t.apply(&marked.folded).to_text(),
         );
     }
-    golden(
-        "workers.top.md",
+    common::bless_or_compare(
+        &data("workers.top.md"),
         &top_functions(&plain.folded, 8).to_markdown(),
     );
 }
@@ -296,10 +284,7 @@ fn empty_input_is_a_clear_error() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("empty") && err.contains("empty.txt"), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_stairbench"))
-        .args(["flame", empty.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = common::cli(&["flame", empty.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("empty"));
 }
@@ -394,10 +379,7 @@ fn check_never_panics(input: &[u8]) {
 }
 
 fn stairbench(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_stairbench"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = common::cli(args);
     assert!(
         out.status.success(),
         "stairbench {args:?}: {}",
@@ -585,8 +567,7 @@ fn profile_pid_of_nginx_master_records_its_worker() {
         .into_iter()
         .find(|p| *p != master)
         .expect("nginx's worker") as u32;
-    let bin = env!("CARGO_BIN_EXE_stairbench");
-    let mut load = Command::new(bin)
+    let mut load = common::cli_cmd()
         .args(["load", &nginx.url("/"), "-c", "4", "-d", "4s", "-q"])
         .stdout(Stdio::null())
         .spawn()
@@ -594,7 +575,7 @@ fn profile_pid_of_nginx_master_records_its_worker() {
     std::thread::sleep(Duration::from_millis(500));
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("profile");
-    let out = Command::new(bin)
+    let out = common::cli_cmd()
         .args(["profile", "--pid", &master.to_string(), "--seconds", "1"])
         .arg("-o")
         .arg(&out_dir)

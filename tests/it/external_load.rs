@@ -1,7 +1,7 @@
 //! The load engine against real nginx and redis on loopback: what it says it sent is what
 //! the server counted, with keep-alive connections closed by nginx and pipelined RESP.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! HdrHistogram's own readers decode, both payload forms read back, open-loop late sends,
 //! per-CPU client saturation, and pins that fail loudly.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -16,10 +16,6 @@ use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use hdrhistogram::serialization::V2Serializer;
 use hdrhistogram::Histogram;
 
-fn stairbench() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_stairbench"))
-}
-
 /// `stairbench serve msgr` on a free port, killed when dropped.
 struct Msgr {
     child: Child,
@@ -28,7 +24,7 @@ struct Msgr {
 
 impl Msgr {
     fn start(extra: &[&str]) -> Msgr {
-        let mut child = stairbench()
+        let mut child = common::cli_cmd()
             .args(["serve", "msgr", "--port", "0"])
             .args(extra)
             .stdout(Stdio::piped())
@@ -62,14 +58,14 @@ impl Drop for Msgr {
 
 /// `stairbench load URL ARGS --json FILE`, its report.
 fn load_json(url: &str, args: &[&str], dir: &Path) -> (Output, serde_json::Value) {
-    load_json_with(stairbench(), url, args, dir)
+    load_json_with(common::cli_cmd(), url, args, dir)
 }
 
 /// `load_json` with the generator favoured by the scheduler (nice -10, when root): on a
 /// machine loaded by others, its wake-ups are then not delayed by milliseconds.
 fn load_json_favoured(url: &str, args: &[&str], dir: &Path) -> (Output, serde_json::Value) {
     use std::os::unix::process::CommandExt;
-    let mut cmd = stairbench();
+    let mut cmd = common::cli_cmd();
     // SAFETY: only setpriority, async-signal-safe, between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -322,7 +318,7 @@ fn shm_clients_pinned_to_one_cpu_are_judged_as_one_cpu() {
         return;
     };
     let name = format!("t{}-lh-sat", std::process::id());
-    let mut server = stairbench()
+    let mut server = common::cli_cmd()
         .args(["serve", "shmkv", "--name", &name, "--cpuset"])
         .arg(server_cpu.to_string())
         .stderr(Stdio::null())
@@ -331,7 +327,7 @@ fn shm_clients_pinned_to_one_cpu_are_judged_as_one_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("shm://{name}");
     let cpu = client_cpu.to_string();
-    let out = stairbench()
+    let out = common::cli_cmd()
         .args(["load", &url, "-q", "-c", "5", "-d", "2", "--cpuset", &cpu])
         .arg("--json")
         .arg(dir.path().join("shm.json"))
@@ -375,7 +371,7 @@ fn a_pin_to_a_cpu_the_machine_lacks_is_an_error_naming_it() {
         vec!["serve", "msgr", "--port", "0", "--cpuset", &cpu],
         vec!["serve", "shmkv", "--name", &name, "--cpuset", &cpu],
     ] {
-        let out = stairbench()
+        let out = common::cli_cmd()
             .args(&args)
             .stdin(Stdio::null())
             .output()

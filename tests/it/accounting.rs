@@ -2,25 +2,21 @@
 //! `--max-error-ratio`, 1 when the load cannot run), redis GET hits and misses with and
 //! without `--preload`, and the open-file limit checked before any connection is made.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-fn stairbench() -> Command {
-    Command::new(common::stairbench_bin())
-}
 
 /// `stairbench load URL ARGS... --json FILE`: (exit status, stdout, stderr, the JSON if any).
 fn load(url: &str, args: &[&str]) -> (Option<i32>, String, String, Option<Value>) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
-    let out = stairbench()
+    let out = common::cli_cmd()
         .args(["load", url, "-q"])
         .args(args)
         .arg("--json")
@@ -39,8 +35,9 @@ fn load(url: &str, args: &[&str]) -> (Option<i32>, String, String, Option<Value>
 }
 
 fn assert_schema(doc: &Value) {
-    let schema: Value = serde_json::from_str(include_str!("../schema/load.schema.json")).unwrap();
-    let errors = stairbench::schema::validate(&schema, doc);
+    let schema: Value =
+        serde_json::from_str(include_str!("../../schema/load.schema.json")).unwrap();
+    let errors = crate::schema::validate(&schema, doc);
     assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
 }
 
@@ -141,7 +138,7 @@ fn preload_is_refused_for_other_protocols() {
 /// `stairbench load` with RLIMIT_NOFILE set to (soft, hard) before it starts: its output
 /// and the peak RSS of the process in KiB.
 fn load_with_nofile(soft: u64, hard: u64, args: &[&str]) -> (Option<i32>, String, String, i64) {
-    let mut cmd = stairbench();
+    let mut cmd = common::cli_cmd();
     cmd.arg("load")
         .args(args)
         .stdout(Stdio::piped())
@@ -221,7 +218,7 @@ fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
 
 #[test]
 fn help_and_scheme_errors_list_shm() {
-    let out = stairbench().args(["load", "--help"]).output().unwrap();
+    let out = common::cli(&["load", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("shm://NAME"), "{help}");
     assert!(

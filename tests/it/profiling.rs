@@ -2,14 +2,12 @@
 //! section, checked through the run directory and report.md. Skipped with a reason where perf
 //! cannot record.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
 
 use stairbench::record::profiles::{read_lines, PassRecord, ProfileLine};
-
-const BIN: &str = env!("CARGO_BIN_EXE_stairbench");
 
 /// Why perf cannot record here, if it cannot.
 fn perf_unusable() -> Option<String> {
@@ -43,7 +41,7 @@ fn run(dir: &Path, text: &str, path: Option<&str>) -> std::path::PathBuf {
     let spec = dir.join("spec.toml");
     std::fs::write(&spec, text).unwrap();
     let out = dir.join("out");
-    let mut cmd = Command::new(BIN);
+    let mut cmd = common::cli_cmd();
     cmd.arg("run").arg(&spec).arg("--out").arg(&out);
     if let Some(p) = path {
         cmd.env("PATH", p);
@@ -166,7 +164,7 @@ fn dry_run_lists_the_profile_passes() {
         spec("[1, 2, 4]", "at = [\"busy\", 4]\nseconds = 3\n"),
     )
     .unwrap();
-    let out = Command::new(BIN)
+    let out = common::cli_cmd()
         .args(["run", "--dry-run"])
         .arg(&spec_path)
         .output()
@@ -188,7 +186,7 @@ fn a_bad_profile_section_is_located() {
     let tmp = tempfile::tempdir().unwrap();
     let spec_path = tmp.path().join("bad.toml");
     std::fs::write(&spec_path, spec("[1, 2]", "at = [3]\n")).unwrap();
-    let out = Command::new(BIN)
+    let out = common::cli_cmd()
         .args(["run", "--dry-run"])
         .arg(&spec_path)
         .output()
@@ -217,7 +215,7 @@ fn with_fakes_a_pass_runs_after_the_series_and_a_target_without_pid_is_explained
 
     let text = spec("[1, 2, 4]", "at = [2]\nseconds = 0.2\n");
     let spec = SpecFile::parse(Path::new("spec.toml"), &text).unwrap();
-    let plan = Plan::new(spec, BIN.into()).unwrap();
+    let plan = Plan::new(spec, common::stairbench_bin()).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let mut dir = RunDir::create(Some(tmp.path()), &plan.name).unwrap();
     let mut driver = FakeDriver::new(|c| 1000.0 * c as f64);
