@@ -527,3 +527,84 @@ fn read_resp_reply(stream: &mut TcpStream) -> std::io::Result<String> {
     stream.read_exact(&mut body)?;
     Ok(String::from_utf8_lossy(&body[..len]).into_owned())
 }
+
+/// A mock machine for [`mock_sysfs`]: the shape of its CPUs, numbered as Linux numbers them
+/// on x86 (every core's first thread, socket by socket, then every core's second thread).
+struct MockMachine {
+    /// The name tests ask for.
+    name: &'static str,
+    /// Sockets (`physical_package_id` 0..sockets).
+    sockets: usize,
+    /// Cores per socket (`core_id` 0..cores, per socket).
+    cores: usize,
+    /// Two threads per core when true, one when false.
+    smt: bool,
+    /// Each NUMA node's cpulist, node 0 first.
+    nodes: &'static [&'static str],
+}
+
+/// The machines the topology tests read: seed 000's (2 sockets × 28 cores × 2 threads), seed
+/// 004's (AMD EPYC 9354P: 32 cores, SMT off, NPS2) and a 2-core development machine.
+const MOCK_MACHINES: &[MockMachine] = &[
+    MockMachine {
+        name: "seed000",
+        sockets: 2,
+        cores: 28,
+        smt: true,
+        nodes: &["0-27,56-83", "28-55,84-111"],
+    },
+    MockMachine {
+        name: "amd32",
+        sockets: 1,
+        cores: 32,
+        smt: false,
+        nodes: &["0-15", "16-31"],
+    },
+    MockMachine {
+        name: "two_core",
+        sockets: 1,
+        cores: 2,
+        smt: false,
+        nodes: &["0-1"],
+    },
+];
+
+/// A temp dir laid out as the /sys of the named mock machine, with only the files
+/// `Topology::from_sysfs` reads (`cpu/online`, each CPU's `core_id`, `physical_package_id`
+/// and `thread_siblings_list`, each node's `cpulist`). Keep it alive while it is read.
+pub fn mock_sysfs(name: &str) -> tempfile::TempDir {
+    let machine = MOCK_MACHINES
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no mock machine {name}"));
+    let dir = tempfile::tempdir().unwrap();
+    let cpu_dir = dir.path().join("devices/system/cpu");
+    let firsts = machine.sockets * machine.cores;
+    let threads = if machine.smt { 2 } else { 1 };
+    write_file(
+        &cpu_dir.join("online"),
+        &format!("0-{}", firsts * threads - 1),
+    );
+    for first in 0..firsts {
+        let siblings: Vec<usize> = (0..threads).map(|t| first + t * firsts).collect();
+        let list = siblings.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        for &cpu in &siblings {
+            let topo = cpu_dir.join(format!("cpu{cpu}/topology"));
+            write_file(&topo.join("core_id"), &(first % machine.cores).to_string());
+            let package = (first / machine.cores).to_string();
+            write_file(&topo.join("physical_package_id"), &package);
+            write_file(&topo.join("thread_siblings_list"), &list.join(","));
+        }
+    }
+    for (node, cpulist) in machine.nodes.iter().enumerate() {
+        let path = format!("devices/system/node/node{node}/cpulist");
+        write_file(&dir.path().join(path), cpulist);
+    }
+    dir
+}
+
+/// Writes `text` and a newline (as the kernel's one-line files end), creating the directory.
+fn write_file(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, format!("{text}\n")).unwrap();
+}
