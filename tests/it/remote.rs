@@ -156,10 +156,7 @@ fn the_binary_is_copied_once_and_runs_there() {
             CopyOutcome::Copied
         );
         let version = remote.run("./stairbench --version").unwrap().stdout;
-        let local = std::process::Command::new(&bin)
-            .arg("--version")
-            .output()
-            .unwrap();
+        let local = common::cli(&["--version"]);
         assert_eq!(version, String::from_utf8_lossy(&local.stdout));
 
         let topo = remote.topology_json().unwrap();
