@@ -16,7 +16,6 @@ pub mod profile;
 pub mod record;
 pub mod remote;
 pub mod report;
-pub mod schema;
 pub mod serve;
 pub mod signals;
 pub mod sweep;

@@ -1,0 +1,300 @@
+//! Runs over other hosts: specs with `[hosts]`, targets and client groups on network-namespace
+//! hosts with Debian's sshd (see tests/it/netns.rs). Skipped with a reason when not root or without
+//! sshd. The hosts share this machine's CPUs and clock: these tests check correctness, not
+//! speed. The spec checks at the end need no hosts.
+
+use crate::common;
+use crate::netns;
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use netns::{describe, ns_pids, with_lab, Lab};
+use serde_json::Value;
+use stairbench::sweep::plan::Plan;
+use stairbench::sweep::spec::SpecFile;
+
+/// A `[hosts]` entry for a lab host.
+fn host_entry(lab: &Lab, name: &str) -> String {
+    let spec = &lab.host(name).spec;
+    format!(
+        "{name} = {{ url = \"{}\", identity_file = \"{}\", workdir = \"{}\", known_hosts_file = \"{}\" }}\n",
+        spec.url(),
+        spec.identity_file.as_ref().unwrap().display(),
+        spec.workdir.display(),
+        spec.known_hosts_file.as_ref().unwrap().display()
+    )
+}
+
+fn run(spec_text: &str, dir: &Path) -> (Output, PathBuf) {
+    let spec = dir.join("spec.toml");
+    std::fs::write(&spec, spec_text).unwrap();
+    let out_dir = dir.join("run");
+    (common::run_spec(&spec, &out_dir), out_dir)
+}
+
+/// The stairbench processes left in a namespace (sshd and its sessions excepted).
+fn stairbench_in(ns: &str) -> Vec<String> {
+    ns_pids(ns)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() != "sshd")
+        })
+        .map(describe)
+        .filter(|d| d.contains("stairbench") && !d.contains("sshd"))
+        .collect()
+}
+
+fn wait_clean(ns: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = stairbench_in(ns);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
+    with_lab(&["srv", "cli"], &[], |lab| {
+        let text = format!(
+            "name = \"two-hosts\"\nduration = \"2s\"\nwarmup = \"1s\"\nclients = [2]\n\
+             placements = [\"shared\"]\n[hosts]\n{}{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n\
+             [[client.groups]]\nhost = \"local\"\n[[client.groups]]\nhost = \"cli\"\n",
+            host_entry(lab, "srv"),
+            host_entry(lab, "cli"),
+        );
+        let (out, dir) = run(&text, lab.dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let steps = common::steps_json(&dir);
+        assert_eq!(steps.len(), 1);
+        let step = &steps[0];
+        assert_eq!(step["status"], "ok", "{step}");
+        let schema: Value =
+            serde_json::from_str(include_str!("../../schema/steps.schema.json")).unwrap();
+        let problems = crate::schema::validate(&schema, step);
+        assert!(problems.is_empty(), "{problems:?}");
+        let per_host = step["per_host"].as_array().expect("per_host");
+        let hosts: Vec<&str> = per_host
+            .iter()
+            .map(|p| p["host"].as_str().unwrap())
+            .collect();
+        assert_eq!(hosts, ["local", "cli"]);
+        let sum = |k: &str| per_host.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
+        assert!(sum("requests") > 0, "{step}");
+        assert_eq!(step["requests"].as_u64().unwrap(), sum("requests"));
+        assert_eq!(step["sent"].as_u64().unwrap(), sum("sent"));
+        assert_eq!(step["connections"].as_u64().unwrap(), sum("connections"));
+        // Percentiles come from the added histograms: the merged median lies between the
+        // groups' medians, and the max is the larger max.
+        let p = |v: &Value, k: &str| v["latency_us"][k].as_f64().unwrap();
+        let (lo, hi) = (p(&per_host[0], "p50"), p(&per_host[1], "p50"));
+        let p50 = p(step, "p50");
+        assert!(
+            p50 >= lo.min(hi) && p50 <= lo.max(hi),
+            "{p50} not in [{lo}, {hi}]"
+        );
+        let max = p(&per_host[0], "max").max(p(&per_host[1], "max"));
+        assert_eq!(p(step, "max"), max);
+        assert!(step["window_overlap"].as_f64().unwrap() >= 0.95, "{step}");
+        eprintln!(
+            "figures: window overlap {}, groups {} + {} req/s = {} req/s",
+            step["window_overlap"],
+            per_host[0]["throughput_rps"],
+            per_host[1]["throughput_rps"],
+            step["throughput_rps"]
+        );
+        // The server was observed on its host.
+        assert_eq!(step["server"]["host"], "srv", "{step}");
+        // Observed over the planned 2 s window, not until the remote files were fetched.
+        let window_s = step["server"]["window_s"].as_f64().unwrap();
+        eprintln!("figures: remote server observed for {window_s} s");
+        assert!((1.8..2.4).contains(&window_s), "{window_s}");
+        assert!(
+            step["server"]["server"]["user_s"].as_f64().is_some(),
+            "{step}"
+        );
+        assert!(
+            step["cpu_us_per_req"]["total"].as_f64().unwrap() > 0.0,
+            "{step}"
+        );
+        // The remote group's JSON and raw record were brought back.
+        let id = step["id"].as_str().unwrap();
+        for f in [format!("{id}.g1.load.json"), format!("{id}.g1.raw.jsonl")] {
+            assert!(dir.join("hosts").join(&f).is_file(), "{f} missing");
+        }
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(
+            report.contains("## Client groups") && report.contains("| cli |"),
+            "{report}"
+        );
+        let env: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("environment.json")).unwrap())
+                .unwrap();
+        for h in ["srv", "cli"] {
+            eprintln!(
+                "figures: {h} clock offset {}",
+                env["hosts"][h]["clock_offset"]
+            );
+            assert!(
+                env["hosts"][h]["clock_offset"]["offset_ns"].is_i64(),
+                "{env}"
+            );
+            assert!(env["hosts"][h]["cpus"].as_u64().unwrap() > 0, "{env}");
+        }
+        for h in ["srv", "cli"] {
+            let left = wait_clean(&lab.host(h).ns);
+            assert!(left.is_empty(), "left on {h}: {left:?}");
+        }
+    });
+}
+
+#[test]
+fn a_killed_remote_server_fails_its_step_and_the_run_goes_on() {
+    with_lab(&["srv"], &[], |lab| {
+        let text = format!(
+            "name = \"killed\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 3, 4]\n\
+             placements = [\"shared\"]\n[hosts]\n{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
+            host_entry(lab, "srv"),
+        );
+        let spec = lab.dir.path().join("spec.toml");
+        std::fs::write(&spec, text).unwrap();
+        let out_dir = lab.dir.path().join("run");
+        let child = common::cli_cmd()
+            .arg("run")
+            .arg(&spec)
+            .arg("--out")
+            .arg(&out_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Kill the server once the first step is on disk.
+        let ns = lab.host("srv").ns.clone();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::fs::read_to_string(out_dir.join("steps.jsonl")).map_or(0, |s| s.lines().count())
+            < 1
+        {
+            assert!(Instant::now() < deadline, "no step finished");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let server = ns_pids(&ns)
+            .into_iter()
+            .find(|&p| describe(p).contains(" serve msgr"))
+            .expect("the server runs in the host's namespace");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(server as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // A failed step makes the run exit 1; the other steps still ran.
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&out_dir);
+        assert_eq!(steps.len(), 4, "{steps:?}");
+        assert_eq!(steps[0]["status"], "ok", "{}", steps[0]);
+        let failed: Vec<&Value> = steps.iter().filter(|s| s["status"] == "failed").collect();
+        assert!(!failed.is_empty(), "{steps:?}");
+        let reason = failed[0]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("host srv") && reason.contains("killed by signal 9"),
+            "{reason}"
+        );
+        // The server is started again for the next step.
+        assert_eq!(steps[3]["status"], "ok", "{}", steps[3]);
+        let left = wait_clean(&ns);
+        assert!(left.is_empty(), "left on srv: {left:?}");
+    });
+}
+
+#[test]
+fn an_unreachable_host_fails_its_steps_with_the_reason() {
+    with_lab(&["cli"], &["gone"], |lab| {
+        let gone = &lab.host("gone").spec;
+        let text = format!(
+            "name = \"gone\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2]\n\
+             placements = [\"shared\"]\n[hosts]\n{}gone = {{ url = \"{}\", identity_file = \"{}\" }}\n\
+             [[targets]]\nname = \"here\"\nbuiltin = \"msgr --arch reactor --bind 0.0.0.0\"\n\
+             url = \"msgr://10.213.1.1:{{port}}\"\n\
+             [[targets]]\nname = \"there\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"gone\"\n\
+             [[client.groups]]\nhost = \"cli\"\n",
+            host_entry(lab, "cli"),
+            gone.url(),
+            gone.identity_file.as_ref().unwrap().display(),
+        );
+        let (out, dir) = run(&text, lab.dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // A failed step makes the run exit 1; the other steps still ran.
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&dir);
+        assert_eq!(steps.len(), 4, "{steps:?}");
+        for s in steps.iter().filter(|s| s["target"] == "here") {
+            assert_eq!(s["status"], "ok", "{s}");
+            assert_eq!(s["per_host"][0]["host"], "cli", "{s}");
+        }
+        for s in steps.iter().filter(|s| s["target"] == "there") {
+            assert_eq!(s["status"], "failed", "{s}");
+            let reason = s["reason"].as_str().unwrap();
+            assert!(
+                reason.contains("\"gone\"") && reason.contains("cannot be reached"),
+                "{reason}"
+            );
+        }
+        assert!(stderr.contains("host gone"), "{stderr}");
+    });
+}
+
+fn plan_error(text: &str) -> String {
+    let file = SpecFile::parse(Path::new("s.toml"), text).map_err(|e| e.to_string());
+    match file.and_then(|f| Plan::new(f, common::stairbench_bin()).map_err(|e| e.to_string())) {
+        Ok(_) => panic!("accepted: {text}"),
+        Err(e) => e,
+    }
+}
+
+const TARGET: &str = "[[targets]]\nname = \"t\"\nbuiltin = \"msgr\"\n";
+
+#[test]
+fn bad_hosts_are_refused_before_anything_starts() {
+    let base = "name = \"x\"\nclients = [1]\n";
+    let e = plan_error(&format!("{base}{TARGET}host = \"nowhere\"\n"));
+    assert!(
+        e.contains("targets[0].host") && e.contains("\"nowhere\"") && e.contains("[hosts]"),
+        "{e}"
+    );
+    let e = plan_error(&format!(
+        "{base}[hosts]\na = \"ssh://root@10.0.0.1\"\n{TARGET}[[client.groups]]\nhost = \"b\"\n"
+    ));
+    assert!(
+        e.contains("client.groups[0].host") && e.contains("defined: a"),
+        "{e}"
+    );
+    let e = plan_error(&format!("{base}[hosts]\na = \"http://10.0.0.1\"\n{TARGET}"));
+    assert!(e.contains("hosts.a") && e.contains("ssh://"), "{e}");
+    let e = plan_error(&format!(
+        "{base}[hosts]\na = {{ url = \"ssh://10.0.0.1\", identity_file = \"/no/such/key\" }}\n{TARGET}"
+    ));
+    assert!(
+        e.contains("identity file") && e.contains("/no/such/key"),
+        "{e}"
+    );
+    let e = plan_error(&format!(
+        "{base}[hosts]\na = \"ssh://10.0.0.1\"\n{TARGET}host = \"a\"\ninstances = 2\n"
+    ));
+    assert!(e.contains("instances"), "{e}");
+    let e = plan_error(&format!(
+        "{base}[hosts]\na = \"ssh://10.0.0.1\"\n{TARGET}[[client.groups]]\nhost = \"a\"\n"
+    ));
+    assert!(
+        e.contains("loopback") && e.contains("targets[0].url"),
+        "{e}"
+    );
+}

@@ -1,0 +1,36 @@
+//! The one integration test binary (`cargo test --test it`), one module per area, as ripgrep
+//! does: one link of the library instead of one per file. Run one area with a filter, e.g.
+//! `cargo test --release --test it sweep::`.
+//!
+//! Shared support: [`common`] (servers on loopback, running the CLI, blessing golden files,
+//! generated mock /sys trees), [`netns`] (ssh hosts in network namespaces) and [`schema`] (the
+//! JSON-Schema checker for the files stairbench writes).
+
+mod common;
+mod netns;
+mod schema;
+
+mod accounting;
+mod analyze;
+mod cli;
+mod compare;
+mod demo;
+mod external_load;
+mod external_servers;
+mod flame;
+mod gaps;
+mod hosts;
+mod instances;
+mod layering;
+mod load_engine;
+mod load_histograms;
+mod observe;
+mod parsers;
+mod profiling;
+mod remote;
+mod report_html;
+mod serve_msgr;
+mod shmkv;
+mod sweep;
+mod topology;
+mod windows;

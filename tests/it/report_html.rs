@@ -1,0 +1,352 @@
+//! report.html from a hand-written run directory (tests/data/report): escaping, every chart
+//! present, and the page loaded in headless Chromium without console errors.
+//!
+//! The fixture's HdrHistogram logs are generated from its steps.jsonl; regenerate them with
+//! `STAIRBENCH_BLESS=1 cargo test --test it report_html:: -- --test-threads=1` (one thread:
+//! the other tests read the logs being rewritten).
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use hdrhistogram::Histogram;
+use serde_json::Value;
+use stairbench::report::html::adapter::{self, add_analysis};
+use stairbench::report::html::{render, Html, ReportData, Table, UslCurve};
+use stairbench::report::{Exporter, RunData};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report")
+}
+
+/// The fixture's complete steps (the torn last line left out).
+fn ok_steps() -> Vec<Value> {
+    std::fs::read_to_string(fixture().join("steps.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|s| s["status"] == "ok")
+        .collect()
+}
+
+/// A bimodal latency population whose count is the step's request count: a fast mode at
+/// 0.7× the mean latency (55%) and a slow one at 1.5× (45%), as seed 004's histogram.
+fn synthetic_histogram(step: &Value) -> Histogram<u64> {
+    let requests = step["requests"].as_u64().unwrap();
+    let mean_ns = step["latency_us"]["mean"].as_f64().unwrap() * 1000.0;
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+    let weights = [1u64, 2, 3, 4, 5, 4, 3, 2, 1];
+    let total_w: u64 = weights.iter().sum();
+    let mut left = requests;
+    for (centre, share) in [(0.7, 0.55), (1.5, 0.45)] {
+        let mode = (requests as f64 * share) as u64;
+        for (i, w) in weights.iter().enumerate() {
+            let n = (mode * w / total_w).min(left);
+            let v = mean_ns * centre * (0.8 + 0.05 * i as f64);
+            h.record_n(v as u64, n).unwrap();
+            left -= n;
+        }
+    }
+    h.record_n((mean_ns * 0.7) as u64, left).unwrap();
+    h
+}
+
+fn regenerate_histograms() {
+    for step in ok_steps() {
+        let hist = synthetic_histogram(&step);
+        let start = SystemTime::UNIX_EPOCH
+            + Duration::from_secs_f64(step["started_unix_s"].as_f64().unwrap());
+        // Two intervals, so reading the log must merge them.
+        let mut first = Histogram::<u64>::new_from(&hist);
+        let mut second = Histogram::<u64>::new_from(&hist);
+        for (i, v) in hist.iter_recorded().enumerate() {
+            let target = if i % 2 == 0 { &mut first } else { &mut second };
+            target
+                .record_n(v.value_iterated_to(), v.count_at_value())
+                .unwrap();
+        }
+        let id = step["id"].as_str().unwrap();
+        let path = fixture().join("hist").join(format!("{id}.hlog"));
+        let mut out = std::fs::File::create(&path).unwrap();
+        stairbench::record::hlog::write_log(&mut out, start, &[(5.0, first), (10.0, second)])
+            .unwrap();
+    }
+}
+
+#[test]
+fn fixture_histograms_hold_every_request() {
+    if common::blessing() {
+        regenerate_histograms();
+    }
+    for step in ok_steps() {
+        let id = step["id"].as_str().unwrap();
+        let path = fixture().join("hist").join(format!("{id}.hlog"));
+        let hist = stairbench::record::hlog::read_hlog(&path)
+            .unwrap()
+            .expect("a histogram");
+        assert_eq!(hist.len(), step["requests"].as_u64().unwrap(), "{id}");
+        let buckets = adapter::log_buckets(&hist);
+        assert_eq!(buckets.iter().map(|b| b.count).sum::<u64>(), hist.len());
+    }
+}
+
+/// The fixture as the analysis would complete it: a USL curve and a Little's-law table
+/// computed here from the points (X·R / L with R ≈ p50, good enough to fill a table).
+fn report_data() -> ReportData {
+    let mut data = adapter::from_run_dir(&fixture()).unwrap();
+    let curve = UslCurve {
+        lambda: 42000.0,
+        sigma: 0.04,
+        kappa: 0.003,
+    };
+    let mut little = Table {
+        title: "Little's law".into(),
+        note: "X·R / L: 1.0 when the law holds.".into(),
+        header: vec!["series".into(), "clients".into(), "X·R/L".into()],
+        rows: Vec::new(),
+    };
+    for s in &data.series {
+        for p in &s.points {
+            let ratio = p.throughput_rps * p.p50_us / 1e6 / p.clients;
+            little.rows.push(vec![
+                format!("{} · {}", s.target, s.placement),
+                p.clients.to_string(),
+                format!("{ratio:.2}"),
+            ]);
+        }
+    }
+    add_analysis(
+        &mut data,
+        &[("msgr-reactor".into(), "separated".into(), curve)],
+    );
+    data.tables.push(little);
+    data
+}
+
+/// Charts the page should hold: per target throughput and latency, CPU per series with CPU
+/// figures, the heat map, one histogram per step.
+fn expected_charts(data: &ReportData) -> usize {
+    let mut targets: Vec<&str> = data.series.iter().map(|s| s.target.as_str()).collect();
+    targets.dedup();
+    let cpu = data
+        .series
+        .iter()
+        .filter(|s| s.points.iter().any(|p| p.cpu_us_per_req_user.is_some()))
+        .count();
+    2 * targets.len() + cpu + usize::from(data.heat_map.is_some()) + data.histograms.len()
+}
+
+#[test]
+fn heat_map_step_can_be_chosen_and_report_written() {
+    let id = "msgr-reactor.shared.c2.r0";
+    let data = adapter::from_run_dir_with(&fixture(), Some(id)).unwrap();
+    let heat = data.heat_map.expect("a heat map");
+    assert_eq!(heat.step_id, id);
+    // Two busy values over client cpus 0-3: not one per CPU, so numbered, not named.
+    assert_eq!(heat.cores, ["#0", "#1"]);
+    let copy = tempfile::tempdir().unwrap();
+    for name in ["steps.jsonl", "spec.toml", "environment.json"] {
+        std::fs::copy(fixture().join(name), copy.path().join(name)).unwrap();
+    }
+    let run = RunData::read(copy.path()).unwrap();
+    let page = Html.render(copy.path(), &run).unwrap();
+    assert!(
+        page.contains("No latency histograms"),
+        "no hist/ in the copy"
+    );
+    assert!(
+        page.contains("No per-second per-core figures"),
+        "no intervals/ in the copy"
+    );
+}
+
+#[test]
+fn fixture_page_is_escaped_and_complete() {
+    let data = report_data();
+    assert_eq!(data.histograms.len(), ok_steps().len());
+    assert_eq!(data.series.len(), 3, "reactor × 2 placements, <script> × 1");
+    assert!(data.series[0].usl.is_some());
+    // 13 complete steps plus the failed one; the torn line is ignored.
+    assert_eq!(data.tables[0].rows.len(), ok_steps().len() + 1);
+    let heat = data.heat_map.as_ref().expect("a heat map");
+    assert_eq!(heat.cores, ["cpu2", "cpu3"]);
+    assert_eq!(heat.seconds.len(), 10, "warm-up line left out");
+
+    let page = render(&data);
+    assert!(
+        !page.to_lowercase().contains("<script"),
+        "markup from data leaked"
+    );
+    assert!(page.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"));
+    assert!(page.contains("server exited with status 1 &lt;oops&gt;"));
+    assert!(page.contains("&lt;another busy process?&gt;"));
+    assert!(page.contains("AMD EPYC 9354P"));
+    assert!(page.contains("(USL fit)"));
+    assert!(page.contains("Little&#39;s law"));
+    assert_eq!(page.matches("<svg ").count(), expected_charts(&data));
+    // Self-contained: the SVG namespace is the only URL, nothing is loaded from elsewhere.
+    assert!(!page.contains(" src="), "an external resource");
+    assert!(
+        page.split(" href=\"").skip(1).all(|h| h.starts_with('#')),
+        "a link out of the page"
+    );
+    assert!(page.contains("<nav class=\"toc\">"), "a table of contents");
+    let urls = page.matches("http://").count() + page.matches("https://").count();
+    assert_eq!(
+        urls,
+        page.matches("xmlns=\"http://www.w3.org/2000/svg\"").count()
+    );
+    assert_eq!(page, render(&data), "deterministic");
+}
+
+/// Runs Chromium with a time limit; returns (stdout, stderr).
+fn chromium(args: &[String]) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("stdout");
+    let err_path = dir.path().join("stderr");
+    let mut child = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("start chromium");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+            assert!(status.success(), "chromium failed: {status}\n{err}");
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium took more than 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (
+        std::fs::read_to_string(&out_path).unwrap(),
+        std::fs::read_to_string(&err_path).unwrap(),
+    )
+}
+
+/// Chromium's log lines for the page's console messages and load failures.
+fn console_errors(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| {
+            l.contains(":CONSOLE")
+                || l.contains("Uncaught")
+                || l.contains("net::ERR_")
+                || l.contains("Failed to load")
+        })
+        .collect()
+}
+
+/// (width, height) of the viewBox of every `<svg` element in `dom` that is drawn as wide as
+/// the page (`width="100%"`, its height following the viewBox's proportions); (0, 0) for one
+/// that is not.
+fn svg_sizes(dom: &str) -> Vec<(f64, f64)> {
+    let re = regex::Regex::new(r#"<svg\b[^>]*>"#).unwrap();
+    let view_box = regex::Regex::new(r#"\sviewBox="0 0 ([0-9.]+) ([0-9.]+)""#).unwrap();
+    re.find_iter(dom)
+        .map(|m| {
+            let tag = m.as_str();
+            match view_box.captures(tag) {
+                Some(c) if tag.contains(r#" width="100%""#) => {
+                    (c[1].parse().unwrap_or(0.0), c[2].parse().unwrap_or(0.0))
+                }
+                _ => (0.0, 0.0),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn page_renders_in_headless_chromium() {
+    if !Path::new(CHROMIUM).exists() {
+        common::skip_or_fail(format!(
+            "{CHROMIUM} is missing (apt-get install -y chromium)"
+        ));
+        return;
+    }
+    let data = report_data();
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    std::fs::write(&page, render(&data)).unwrap();
+    let url = format!("file://{}", page.display());
+
+    let (dom, stderr) = chromium(&["--dump-dom".into(), url.clone()]);
+    assert!(console_errors(&stderr).is_empty(), "{stderr}");
+    assert!(!dom.contains("<script"), "a script element in the DOM");
+    let sizes = svg_sizes(&dom);
+    assert_eq!(
+        sizes.len(),
+        expected_charts(&data),
+        "every chart in the DOM"
+    );
+    assert!(sizes.iter().all(|(w, h)| *w > 0.0 && *h > 0.0), "{sizes:?}");
+
+    let shot = dir.path().join("page.png");
+    let (_, stderr) = chromium(&[
+        format!("--screenshot={}", shot.display()),
+        "--window-size=1200,3000".into(),
+        url,
+    ]);
+    assert!(console_errors(&stderr).is_empty(), "{stderr}");
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+    assert!(
+        png.len() > 10_000,
+        "a nearly empty screenshot: {} bytes",
+        png.len()
+    );
+    if let Some(copy) = std::env::var_os("STAIRBENCH_SCREENSHOT_TO") {
+        let copy = PathBuf::from(copy);
+        std::fs::copy(&shot, &copy).unwrap();
+        std::fs::copy(&page, copy.with_extension("html")).unwrap();
+    }
+}
+
+/// The detector above must see a page's console errors, or its silence proves nothing.
+#[test]
+fn console_error_detector_sees_a_script_error() {
+    if !Path::new(CHROMIUM).exists() {
+        common::skip_or_fail(format!(
+            "{CHROMIUM} is missing (apt-get install -y chromium)"
+        ));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("bad.html");
+    std::fs::write(
+        &page,
+        "<!DOCTYPE html><html><body><script>console.error('boom'); nope();</script></body></html>",
+    )
+    .unwrap();
+    let (_, stderr) = chromium(&["--dump-dom".into(), format!("file://{}", page.display())]);
+    let errors = console_errors(&stderr);
+    assert!(errors.iter().any(|l| l.contains("boom")), "{stderr}");
+    assert!(errors.iter().any(|l| l.contains("Uncaught")), "{stderr}");
+}
