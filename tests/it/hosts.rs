@@ -298,3 +298,56 @@ fn bad_hosts_are_refused_before_anything_starts() {
         "{e}"
     );
 }
+
+/// What a remote client group is told to run parses as `stairbench load`'s own options.
+mod group_load_args {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use clap::Parser;
+    use stairbench::load::ProtoOptions;
+    use stairbench::sweep::driver::StepRequest;
+    use stairbench::sweep::hosts::groups::load_args;
+
+    /// `stairbench load`'s own options, to read back what a remote group is told.
+    #[derive(Parser)]
+    struct Load {
+        #[command(flatten)]
+        args: stairbench::cli::load::LoadArgs,
+    }
+
+    #[test]
+    fn remote_loads_exit_0_whatever_their_error_ratio_and_keep_preload() {
+        let sub = StepRequest {
+            step_id: "s".into(),
+            url: "redis://127.0.0.1:6379".into(),
+            port: 6379,
+            clients: 1,
+            connections: 2,
+            depth: 1,
+            threads: 1,
+            duration: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+            timeout: Duration::from_secs(1),
+            rate_rps: None,
+            client_cpus: Vec::new(),
+            out_dir: PathBuf::new(),
+            instances: Vec::new(),
+            group_cpus: Vec::new(),
+        };
+        let proto = ProtoOptions {
+            preload: true,
+            ..ProtoOptions::default()
+        };
+        let args = load_args(&sub, &proto);
+        assert_eq!(args[0], "load");
+        let parsed = Load::try_parse_from(
+            std::iter::once("stairbench").chain(args[1..].iter().map(String::as_str)),
+        )
+        .unwrap()
+        .args;
+        // The step counts the group's errors; an exit status of 3 would fail the whole step.
+        assert_eq!(parsed.max_error_ratio, 1.0);
+        assert!(parsed.config().proto.preload);
+    }
+}

@@ -361,7 +361,7 @@ fn remote_load(
 }
 
 /// `stairbench load` arguments for a group's share of a step.
-fn load_args(sub: &StepRequest, proto: &ProtoOptions) -> Vec<String> {
+pub fn load_args(sub: &StepRequest, proto: &ProtoOptions) -> Vec<String> {
     let secs = |d: Duration| format!("{}ms", d.as_millis());
     let mut args: Vec<String> = vec![
         "load".into(),
@@ -422,52 +422,4 @@ fn load_args(sub: &StepRequest, proto: &ProtoOptions) -> Vec<String> {
 /// Where the fetched files of a step's groups go.
 pub fn hosts_dir(out_dir: &Path) -> PathBuf {
     out_dir.join("hosts")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    /// `stairbench load`'s own options, to read back what a remote group is told.
-    #[derive(Parser)]
-    struct Load {
-        #[command(flatten)]
-        args: crate::cli::load::LoadArgs,
-    }
-
-    #[test]
-    fn remote_loads_exit_0_whatever_their_error_ratio_and_keep_preload() {
-        let sub = StepRequest {
-            step_id: "s".into(),
-            url: "redis://127.0.0.1:6379".into(),
-            port: 6379,
-            clients: 1,
-            connections: 2,
-            depth: 1,
-            threads: 1,
-            duration: Duration::from_secs(1),
-            warmup: Duration::ZERO,
-            timeout: Duration::from_secs(1),
-            rate_rps: None,
-            client_cpus: Vec::new(),
-            out_dir: PathBuf::new(),
-            instances: Vec::new(),
-            group_cpus: Vec::new(),
-        };
-        let proto = ProtoOptions {
-            preload: true,
-            ..ProtoOptions::default()
-        };
-        let args = load_args(&sub, &proto);
-        assert_eq!(args[0], "load");
-        let parsed = Load::try_parse_from(
-            std::iter::once("stairbench").chain(args[1..].iter().map(String::as_str)),
-        )
-        .unwrap()
-        .args;
-        // The step counts the group's errors; an exit status of 3 would fail the whole step.
-        assert_eq!(parsed.max_error_ratio, 1.0);
-        assert!(parsed.config().proto.preload);
-    }
 }
