@@ -11,6 +11,7 @@ pub mod exit;
 pub mod load;
 pub mod machine;
 pub mod observe;
+pub mod placement;
 pub mod process;
 pub mod profile;
 pub mod record;

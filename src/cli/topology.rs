@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 
 use crate::machine::topology::Topology;
-use crate::sweep::topology::{report, Policy, TopologyReport};
+use crate::placement::{report, Policy, TopologyReport};
 
 /// Options of `stairbench topology`.
 #[derive(Debug, clap::Args)]

@@ -13,7 +13,7 @@ use super::target::Target;
 use super::worker::Worker;
 use super::{LoadConfig, LoadError, LoadOutcome};
 use crate::record::load::{
-    ClientCpu, IntervalLine, IntervalSink, LatencyUs, LoadReport, SCHEMA_VERSION,
+    latency_us, ClientCpu, IntervalLine, IntervalSink, LoadReport, SCHEMA_VERSION,
 };
 
 /// A generator core busier than this measured the client rather than the server.
@@ -21,28 +21,12 @@ const SATURATED_BUSY_PCT: f64 = 90.0;
 /// Open loop: more late sends than this share of all sends measured the client.
 const SATURATED_LATE_SHARE: f64 = 0.01;
 
-/// Runs one load to completion (warm-up, measured window, drain). `stop` ends it early
-/// (Ctrl-C): the figures of what was measured so far are still returned.
-pub fn run(
-    config: &LoadConfig,
-    sink: &mut dyn IntervalSink,
-    stop: &AtomicBool,
-) -> Result<LoadOutcome, LoadError> {
-    run_at(config, None, sink, stop)
-}
-
 /// The longest wait for a `start_at_unix_ns` start: further off, the clocks or the caller are
 /// wrong, and waiting would only hide it.
 pub const MAX_START_WAIT: Duration = Duration::from_secs(120);
 
-/// `run`, with the warm-up starting when the wall clock reads `start_at_unix_ns` (after the
-/// connections are open), so loads on several hosts measure the same window.
-pub fn run_at(
-    config: &LoadConfig,
-    start_at_unix_ns: Option<i64>,
-    sink: &mut dyn IntervalSink,
-    stop: &AtomicBool,
-) -> Result<LoadOutcome, LoadError> {
+/// Refuses a `start_at_unix_ns` further off than [`MAX_START_WAIT`].
+pub fn check_start_at(start_at_unix_ns: Option<i64>) -> Result<(), LoadError> {
     if let Some(at) = start_at_unix_ns {
         let ahead_ns = at - crate::clock::now_ns();
         if ahead_ns > MAX_START_WAIT.as_nanos() as i64 {
@@ -53,9 +37,17 @@ pub fn run_at(
             )));
         }
     }
-    if config.url.starts_with("shm://") {
-        return super::shm::run(config, sink, stop);
-    }
+    Ok(())
+}
+
+/// A load over sockets (every scheme but `shm://`), its warm-up starting at
+/// `start_at_unix_ns` when given (see [`super::run_at`]).
+pub fn run_sockets(
+    config: &LoadConfig,
+    start_at_unix_ns: Option<i64>,
+    sink: &mut dyn IntervalSink,
+    stop: &AtomicBool,
+) -> Result<LoadOutcome, LoadError> {
     let config = Arc::new(validate(config)?);
     let target = Arc::new(Target::parse(&config.url, &config.proto)?);
     // Before any per-connection state is allocated.
@@ -525,23 +517,6 @@ fn pct(part: f64, whole: f64) -> f64 {
         (100.0 * part / whole).min(100.0)
     } else {
         0.0
-    }
-}
-
-/// Summarises a nanosecond histogram in microseconds.
-pub fn latency_us(h: &Histogram<u64>) -> LatencyUs {
-    if h.is_empty() {
-        return LatencyUs::default();
-    }
-    let q = |p: f64| h.value_at_quantile(p) as f64 / 1e3;
-    LatencyUs {
-        mean: h.mean() / 1e3,
-        p50: q(0.50),
-        p90: q(0.90),
-        p95: q(0.95),
-        p99: q(0.99),
-        p999: q(0.999),
-        max: h.max() as f64 / 1e3,
     }
 }
 

@@ -15,7 +15,9 @@ mod worker;
 
 use std::time::Duration;
 
-use crate::record::load::{IntervalLine, LoadReport};
+use std::sync::atomic::AtomicBool;
+
+use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 
 /// Everything one load run needs.
 #[derive(Debug, Clone)]
@@ -124,7 +126,31 @@ pub struct LoadOutcome {
 }
 
 pub mod engine;
-pub use engine::{run, run_at};
+
+/// Runs one load to completion (warm-up, measured window, drain). `stop` ends it early
+/// (Ctrl-C): the figures of what was measured so far are still returned.
+pub fn run(
+    config: &LoadConfig,
+    sink: &mut dyn IntervalSink,
+    stop: &AtomicBool,
+) -> Result<LoadOutcome, LoadError> {
+    run_at(config, None, sink, stop)
+}
+
+/// `run`, with the warm-up starting when the wall clock reads `start_at_unix_ns` (after the
+/// connections are open), so loads on several hosts measure the same window.
+pub fn run_at(
+    config: &LoadConfig,
+    start_at_unix_ns: Option<i64>,
+    sink: &mut dyn IntervalSink,
+    stop: &AtomicBool,
+) -> Result<LoadOutcome, LoadError> {
+    engine::check_start_at(start_at_unix_ns)?;
+    if config.url.starts_with("shm://") {
+        return shm::run(config, sink, stop);
+    }
+    engine::run_sockets(config, start_at_unix_ns, sink, stop)
+}
 
 /// Why a load run could not start or finish.
 #[derive(Debug, thiserror::Error)]

@@ -416,7 +416,7 @@ mod tests {
             panic!("no interval")
         };
         assert_eq!(m.hist.len(), 2);
-        let max_s = crate::load::engine::latency_us(&m.hist).max / 1e6;
+        let max_s = crate::record::load::latency_us(&m.hist).max / 1e6;
         assert!((4.99..5.01).contains(&max_s), "max {max_s} s");
     }
 }

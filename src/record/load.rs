@@ -155,6 +155,23 @@ pub fn error_ratio(requests: u64, errors: &BTreeMap<String, u64>) -> f64 {
     }
 }
 
+/// Summarises a nanosecond histogram in microseconds.
+pub fn latency_us(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
+    if h.is_empty() {
+        return LatencyUs::default();
+    }
+    let q = |p: f64| h.value_at_quantile(p) as f64 / 1e3;
+    LatencyUs {
+        mean: h.mean() / 1e3,
+        p50: q(0.50),
+        p90: q(0.90),
+        p95: q(0.95),
+        p99: q(0.99),
+        p999: q(0.999),
+        max: h.max() as f64 / 1e3,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

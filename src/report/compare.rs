@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::markdown::escape;
+use super::cell::escape;
 use crate::analyze::compare::runs::Comparison;
 use crate::analyze::compare::Metric;
 use crate::analyze::stats::Summary;

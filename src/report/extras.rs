@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::markdown::escape;
+use super::cell::escape;
 use crate::record::steps::{StepResult, StepStatus};
 
 /// Every section that has something to show.

@@ -5,8 +5,8 @@
 
 use std::fmt::Write as _;
 
+use super::cell::escape;
 use super::compare::show_summary;
-use super::markdown::escape;
 use crate::analyze::compare::Metric;
 use crate::analyze::modes::Mode;
 use crate::analyze::run::peak::{self, Peak};

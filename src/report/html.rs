@@ -385,4 +385,25 @@ mod tests {
         // X(1) = λ.
         assert!((usl.throughput(1.0) - usl.lambda).abs() < 1e-9);
     }
+
+    #[test]
+    fn the_profiles_section_goes_before_the_end_of_the_body() {
+        use crate::record::profiles::MissingRecord;
+        let page_of = |profiles| {
+            render(&ReportData {
+                profiles,
+                ..Default::default()
+            })
+        };
+        let page = page_of(vec![ProfileLine::Missing(MissingRecord {
+            target: "a".into(),
+            placement: "q".into(),
+            level: None,
+            reason: "perf is not installed".into(),
+        })]);
+        let at = page.find("<h2 id=\"profiles\">").unwrap();
+        assert!(at < page.find("</body>").unwrap());
+        assert!(page.contains("<li>a / q: no profile: perf is not installed</li>"));
+        assert!(!page_of(Vec::new()).contains("id=\"profiles\""));
+    }
 }

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use super::cell::escape;
 use super::{findings, Exporter, RunData};
 use crate::analyze::run::{analyze, RunAnalysis};
 use crate::record::steps::{StepResult, StepStatus};
@@ -208,15 +209,6 @@ fn results_table(out: &mut String, steps: &[StepResult]) {
             s.client_cpus,
         );
     }
-}
-
-/// Makes text safe in a markdown table cell (and inert as HTML).
-pub fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('|', "\\|")
-        .replace('\n', " ")
 }
 
 #[cfg(test)]

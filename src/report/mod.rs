@@ -3,6 +3,7 @@
 //! Each exporter turns the run's steps (and its spec and environment, when present) into
 //! one file; `stairbench report DIR` and the end of every run call [`write_all`].
 
+pub mod cell;
 pub mod compare;
 pub mod csv;
 pub mod extras;

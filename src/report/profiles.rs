@@ -448,20 +448,12 @@ mod tests {
     }
 
     #[test]
-    fn html_section_goes_before_the_end_of_the_body() {
-        let page_of = |profiles| {
-            crate::report::html::render(&crate::report::html::ReportData {
-                profiles,
-                ..Default::default()
-            })
-        };
-        let page = page_of(lines());
-        let at = page.find("<h2 id=\"profiles\">").unwrap();
-        assert!(at < page.find("</body>").unwrap());
-        assert!(page.contains("<a href=\"profiles/a.p.c4.r0/cpu.svg\">flame graph</a>"));
-        assert!(page.contains("<img src=\"profiles/a.p.c4.r0/cpu.svg\""));
-        assert!(page.contains("a&lt;b&gt;"));
-        assert!(page.contains("<li>a / q: no profile: perf is not installed</li>"));
-        assert!(!page_of(Vec::new()).contains("id=\"profiles\""));
+    fn html_section_links_the_graphs_and_says_why_a_level_is_missing() {
+        let section = html(&lines());
+        assert!(section.contains("<a href=\"profiles/a.p.c4.r0/cpu.svg\">flame graph</a>"));
+        assert!(section.contains("<img src=\"profiles/a.p.c4.r0/cpu.svg\""));
+        assert!(section.contains("a&lt;b&gt;"));
+        assert!(section.contains("<li>a / q: no profile: perf is not installed</li>"));
+        assert_eq!(html(&[]), "");
     }
 }

@@ -42,9 +42,18 @@ pub struct StepRequest {
     /// The run directory.
     pub out_dir: PathBuf,
     /// The instances of a split target (empty for a single server).
-    pub instances: Vec<super::instances::InstanceAddr>,
+    pub instances: Vec<InstanceAddr>,
     /// Each client group's cpuset on its own host (empty without client groups).
     pub group_cpus: Vec<Vec<usize>>,
+}
+
+/// Where one instance of a step's target listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceAddr {
+    /// Its port.
+    pub port: u16,
+    /// The engine's URL for it.
+    pub url: String,
 }
 
 /// A step's load figures.

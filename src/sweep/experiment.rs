@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use super::driver::{CommandDriver, Driver, EngineDriver};
-use super::placement::{PlacementSource, TopologyPlacements};
+use super::plan::Point;
 use super::plan::{ClientPlan, Plan};
 use super::progress::Progress;
-use super::runner::{step_id, Point, RunSummary, Runner};
+use super::runner::{step_id, RunSummary, Runner};
 use super::server::{Launcher, ProcessLauncher};
 use crate::observe::step::FullObserver;
+use crate::placement::{PlacementSource, TopologyPlacements};
 use crate::record::rundir::RunDir;
 
 /// Where a run goes.

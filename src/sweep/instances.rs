@@ -12,19 +12,14 @@ use std::sync::{mpsc, Arc};
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
-use super::driver::{Driver, StepLoad, StepRequest};
+use super::driver::{Driver, InstanceAddr, StepLoad, StepRequest};
 use super::error::StepError;
-use super::placement::{CpuPair, PlacementSource};
 use super::plan::{ClientPlan, Plan, Series, TargetPlan};
-use super::server::{Launcher, Server};
+use super::server::{instance_label, Launcher, Server};
 use crate::observe::step::{InstanceInfo, ServerExtras};
+use crate::placement::{CpuPair, PlacementSource};
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 use crate::record::rundir::{RunDir, StepSink};
-
-/// The name of instance `k` of `target` in results and file names.
-pub fn instance_label(target: &str, k: usize) -> String {
-    format!("{target}.i{k}")
-}
 
 /// `n` contiguous shares of `cpus`, as equal as the count allows (the first ones take the
 /// remainder). Needs `cpus.len() >= n`.
@@ -217,15 +212,6 @@ impl Server for MultiServer {
         }
         extras
     }
-}
-
-/// Where one instance of a step's target listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceAddr {
-    /// Its port.
-    pub port: u16,
-    /// The engine's URL for it.
-    pub url: String,
 }
 
 /// The instances' addresses of a step (empty for a single server).
@@ -575,7 +561,7 @@ pub fn merge_loads(
     let hist = merged_hist(&loads).map_err(StepError::Load)?;
     let mut report = sum_reports(&reports);
     report.latency_us = match &hist {
-        Some(h) if !h.is_empty() => crate::load::engine::latency_us(h),
+        Some(h) if !h.is_empty() => crate::record::load::latency_us(h),
         _ => mean_only_latency(&reports),
     };
     let per_instance: Vec<Value> = loads

@@ -2,7 +2,7 @@
 //!
 //! A spec (TOML) is validated into a [`plan::Plan`]; [`runner::Runner`] walks it with a
 //! [`server::Launcher`], a [`driver::Driver`], a [`crate::observe::step::StepObserver`] and a
-//! [`placement::PlacementSource`], each a trait with a fake, writing a
+//! [`crate::placement::PlacementSource`], each a trait with a fake, writing a
 //! [`crate::record::rundir::RunDir`].
 
 pub mod driver;
@@ -10,13 +10,9 @@ pub mod error;
 pub mod experiment;
 pub mod hosts;
 pub mod instances;
-pub mod placement;
 pub mod plan;
-pub mod policy;
 pub mod profiling;
 pub mod progress;
 pub mod runner;
 pub mod server;
 pub mod spec;
-pub mod topology;
-pub mod validate;

@@ -14,77 +14,19 @@
 use std::time::Duration;
 
 use super::driver::StepRequest;
-use super::placement::CpuPair;
-use super::plan::{ClientPlan, Plan, Series, TargetPlan};
-use super::runner::{step_id, Point, RunSummary, Runner};
+use super::plan::profile::section;
+use super::plan::Point;
+use super::plan::{ClientPlan, Plan, TargetPlan};
+use super::runner::{step_id, RunSummary, Runner};
 use super::server::Server;
-use super::spec::{SpecError, SpecFile};
+use crate::placement::CpuPair;
 use crate::profile::passes::{
-    choose, fill_record, new_record, CaptureResult, Choice, Level, Log, MeasuredLevel, PassLoad,
+    choose, fill_record, new_record, CaptureResult, Choice, Log, MeasuredLevel, PassLoad,
     ProfileSpec, SeriesLevels, Whose, PERF_START_ALLOWANCE,
 };
 use crate::record::load::{IntervalLine, IntervalSink};
 use crate::record::profiles::{PassRecord, ProfileLine};
 use crate::record::steps::StepResult;
-
-/// The `[profile]` section, checked except against the series (see [`check`]); None when the
-/// spec has none.
-pub fn section(spec: &SpecFile) -> Result<Option<ProfileSpec>, SpecError> {
-    let Some(p) = &spec.spec.profile else {
-        return Ok(None);
-    };
-    if p.at.is_empty() {
-        return Err(spec.error_at(
-            &["profile", "at"],
-            "no level to profile: expected at = [\"busy\", \"saturated\"] or client counts",
-        ));
-    }
-    if let Some(i) = p.at.iter().position(|l| *l == Level::Clients(0)) {
-        return Err(spec.error_at(&["profile", "at", &i.to_string()], "a count of 0 clients"));
-    }
-    if !p.seconds.is_finite() || p.seconds <= 0.0 {
-        return Err(spec.error_at(
-            &["profile", "seconds"],
-            format!("{}: expected seconds > 0, e.g. seconds = 10", p.seconds),
-        ));
-    }
-    if p.events.is_empty() {
-        return Err(spec.error_at(
-            &["profile", "events"],
-            "no event: expected events = [\"cpu\"] (and, where permitted, \"cs\", \"offcpu\")",
-        ));
-    }
-    Ok(Some(p.clone()))
-}
-
-/// Checks the `[profile]` section against the series: client counts must be steps of it.
-pub fn check(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
-    let Some(p) = section(spec)? else {
-        return Ok(());
-    };
-    for (i, level) in p.at.iter().enumerate() {
-        let Level::Clients(n) = level else { continue };
-        let key = i.to_string();
-        match series {
-            Series::Clients(counts) if counts.contains(n) => {}
-            Series::Clients(counts) => {
-                return Err(spec.error_at(
-                    &["profile", "at", &key],
-                    format!(
-                    "{n} clients is not a step of the series {counts:?}: profile a measured level"
-                ),
-                ))
-            }
-            _ => {
-                return Err(spec.error_at(
-                    &["profile", "at", &key],
-                    "a rate series has one client count: profile it at \"busy\" or \"saturated\"",
-                ))
-            }
-        }
-    }
-    Ok(())
-}
 
 /// What choosing levels needs of the series' analysis: its measured levels (named by their
 /// first step) and its busy and saturation points; None when the series has no measured step.
@@ -336,8 +278,12 @@ pub fn describe(plan: &Plan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::passes::Level;
     use crate::record::profiles::{Event, ProfileTarget};
     use crate::record::steps::StepStatus;
+    use crate::sweep::plan::profile::check;
+    use crate::sweep::plan::Series;
+    use crate::sweep::spec::{SpecError, SpecFile};
     use std::path::Path;
 
     fn spec_file(profile: &str) -> Result<SpecFile, SpecError> {

@@ -11,24 +11,15 @@ use hdrhistogram::Histogram;
 
 use super::driver::{Driver, StepLoad, StepRequest};
 use super::error::StepError;
-use super::placement::{CpuPair, PlacementSource};
-use super::plan::{Plan, Series, TargetPlan};
+use super::plan::{Plan, Point, Series, TargetPlan};
 use super::progress::Progress;
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
 use crate::observe::step::{Observed, StepObserver};
+use crate::placement::{CpuPair, PlacementSource};
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 use crate::record::rundir::{RunDir, StepSink};
 use crate::record::steps::{now_unix_s, StepResult, StepStatus};
-
-/// A point of a series.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Point {
-    /// Clients.
-    pub clients: usize,
-    /// Open-loop rate, requests/s.
-    pub rate_rps: Option<f64>,
-}
 
 /// How a run ended.
 #[derive(Debug, Default)]
@@ -340,7 +331,7 @@ impl Runner<'_> {
             && is_saturated(&series.history)
         {
             let from = series.history_points[series.history_points.len() - 3];
-            let why = super::policy::saturation_note(from, point, &series.points.remaining());
+            let why = super::plan::saturation_note(from, point, &series.points.remaining());
             let line = format!("{} / {}: {why}", series.target.name, series.placement);
             self.note(summary, line);
             series.saturated = Some(why);
@@ -570,7 +561,7 @@ impl Runner<'_> {
             .clamp(1, connections);
         let port = server.port();
         let host = (key.target.host.as_ref()).and_then(|h| self.plan.hosts.hosts.get(h));
-        let url = super::hosts::plan::fill_host(&key.target.url, host);
+        let url = super::plan::hosts::fill_host(&key.target.url, host);
         StepRequest {
             instances: super::instances::addrs(&server.extras(), &url),
             group_cpus: cpus.groups,

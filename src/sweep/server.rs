@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::driver::fill;
-use super::placement::CpuPair;
 use super::plan::{TargetKind, TargetPlan};
 use crate::observe::metrics::{metrics_path, MetricsPlan, MetricsSource};
 use crate::observe::step::ServerExtras;
+use crate::placement::CpuPair;
 use crate::process::{free_port, port_open, ChildProc, Launch};
 
 /// A running target.
@@ -157,7 +157,7 @@ impl Launcher for ProcessLauncher {
         }
         server.metrics = target.metrics.as_ref().map(|m| {
             let label = match target.instance {
-                Some(k) => super::instances::instance_label(&target.name, k),
+                Some(k) => instance_label(&target.name, k),
                 None => target.name.clone(),
             };
             (label, m.resolve(&self.metrics_file(target), server.port))
@@ -358,6 +358,11 @@ pub fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     path.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The name of instance `k` of `target` in results and file names.
+pub fn instance_label(target: &str, k: usize) -> String {
+    format!("{target}.i{k}")
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use crate::analyze::stats::{self, AUTO_MAX_REPETITIONS};
 use crate::observe::extra::{ObserveEntry, ProcessSelector};
 use crate::observe::metrics::{parse_url, MetricsFormat, MetricsPlan};
 
@@ -33,7 +34,7 @@ pub struct Spec {
     /// Runs of each step: a number, or `"auto"` (until the throughput's CV is under 3%, at
     /// most 5 runs).
     #[serde(default)]
-    pub repetitions: super::policy::Repetitions,
+    pub repetitions: Repetitions,
     /// The staircase: client counts.
     #[serde(default)]
     pub clients: Option<Counts>,
@@ -81,7 +82,7 @@ pub struct Spec {
     pub comparisons: Vec<toml::Table>,
     /// What the report shows (`heat_map = "TARGET/PLACEMENT@CLIENTS"`).
     #[serde(default)]
-    pub report: Option<super::validate::ReportSpec>,
+    pub report: Option<ReportSpec>,
     /// Further processes measured like the server (by pid file, command name or pids command).
     #[serde(default)]
     pub observe: Vec<ObserveSpec>,
@@ -757,6 +758,104 @@ fn span_in(value: &toml::Spanned<DeValue<'_>>, keys: &[&str]) -> std::ops::Range
         _ => None,
     };
     next.map_or_else(|| value.span(), |v| span_in(v, rest))
+}
+
+/// `repetitions` in a spec: a fixed count, or `"auto"` (repeat until the throughput's CV is
+/// under 3%, at most 5 runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repetitions {
+    /// Exactly this many runs of each point.
+    Fixed(usize),
+    /// Runs until the throughput settles (see [`stats::repeat_again`]).
+    Auto,
+}
+
+impl Default for Repetitions {
+    fn default() -> Self {
+        Repetitions::Fixed(1)
+    }
+}
+
+impl Repetitions {
+    /// Runs of a point at most (the dry-run estimate assumes them all).
+    pub fn max_runs(self) -> usize {
+        match self {
+            Repetitions::Fixed(n) => n,
+            Repetitions::Auto => AUTO_MAX_REPETITIONS,
+        }
+    }
+
+    /// Whether another run of a point is due after `runs` runs whose ok throughputs (req/s)
+    /// are `ok_rps`. Under `auto`, a run that failed or was skipped ends the point: repeating
+    /// a failure does not make it settle.
+    pub fn again(self, runs: usize, ok_rps: &[f64]) -> bool {
+        match self {
+            Repetitions::Fixed(n) => runs < n,
+            Repetitions::Auto => ok_rps.len() == runs && stats::repeat_again(ok_rps),
+        }
+    }
+
+    /// How the plan shows a point's runs: `1 run`, `3 runs` or `2 to 5 runs (auto: ...)`.
+    pub fn describe(self) -> String {
+        match self {
+            Repetitions::Fixed(1) => "1 run".into(),
+            Repetitions::Fixed(n) => format!("{n} runs"),
+            Repetitions::Auto => format!(
+                "2 to {AUTO_MAX_REPETITIONS} runs (auto: until the throughput's CV < {:.0}%)",
+                stats::AUTO_CV_TARGET * 100.0
+            ),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Repetitions {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Repetitions;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number of runs (1 or more) or \"auto\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Repetitions, E> {
+                usize::try_from(v)
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .map(Repetitions::Fixed)
+                    .ok_or_else(|| E::custom(format!("{v}: expected at least 1, or \"auto\"")))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Repetitions, E> {
+                self.visit_i64(i64::try_from(v).unwrap_or(i64::MAX))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Repetitions, E> {
+                match v {
+                    "auto" => Ok(Repetitions::Auto),
+                    other => Err(E::custom(format!(
+                        "{other:?}: expected a number of runs or \"auto\""
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for Repetitions {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Repetitions::Fixed(n) => s.serialize_u64(*n as u64),
+            Repetitions::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+/// The spec's `[report]` section.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportSpec {
+    /// The step whose per-core busy % the heat map shows, `TARGET[/PLACEMENT][@CLIENTS]`
+    /// (the busiest matching step; default: the busiest step of the first series).
+    #[serde(default)]
+    pub heat_map: Option<String>,
 }
 
 #[cfg(test)]

@@ -9,11 +9,11 @@ use std::sync::atomic::AtomicBool;
 
 use stairbench::cli::run::write_reports;
 use stairbench::observe::step::NullObserver;
+use stairbench::placement::TopologyPlacements;
 use stairbench::record::rundir::RunDir;
 use stairbench::record::steps::StepStatus;
 use stairbench::sweep::driver::{Driver, FakeDriver};
 use stairbench::sweep::experiment::finish_dir;
-use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::progress::Quiet;
 use stairbench::sweep::runner::{RunSummary, Runner};

@@ -17,10 +17,10 @@ use serde_json::Value;
 use stairbench::observe::extra::{ExtraObserver, ObserveEntry, ProcessSelector};
 use stairbench::observe::metrics::{difference, MetricsFormat, MetricsSource, Snapshot};
 use stairbench::observe::step::{NullObserver, ServerExtras, StepObserver};
+use stairbench::placement::TopologyPlacements;
 use stairbench::record::hlog::read_hlog_or_empty;
 use stairbench::record::steps::{read_steps, StepResult, StepStatus};
 use stairbench::sweep::instances::check_fit;
-use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::spec::SpecFile;
 
@@ -483,9 +483,9 @@ mod merge_units {
     use serde_json::Map;
 
     use stairbench::record::load::{IntervalLine, LoadReport};
-    use stairbench::sweep::driver::{StepLoad, StepRequest};
+    use stairbench::sweep::driver::{InstanceAddr, StepLoad, StepRequest};
     use stairbench::sweep::instances::{
-        client_shares, merge_lines, merge_loads, split_cpus, sub_request, InstanceAddr,
+        client_shares, merge_lines, merge_loads, split_cpus, sub_request,
     };
 
     #[test]

@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use stairbench::cli::run::write_reports;
 use stairbench::observe::step::NullObserver;
+use stairbench::placement::TopologyPlacements;
 use stairbench::record::load::IntervalSink;
 use stairbench::record::rundir::RunDir;
 use stairbench::record::steps::{read_steps, ErrorKind, StepResult, StepStatus};
 use stairbench::sweep::driver::{Driver, EngineDriver, FakeDriver, StepLoad, StepRequest};
 use stairbench::sweep::error::StepError;
 use stairbench::sweep::experiment::finish_dir;
-use stairbench::sweep::placement::TopologyPlacements;
 use stairbench::sweep::plan::{Plan, Series};
 use stairbench::sweep::progress::Quiet;
 use stairbench::sweep::runner::{RunSummary, Runner};
@@ -1318,8 +1318,9 @@ mod plan_units {
 /// The series policies: repetitions and the saturation note (were sweep::policy's unit tests).
 mod policy_units {
     use serde::Deserialize;
-    use stairbench::sweep::policy::{saturation_note, Repetitions};
-    use stairbench::sweep::runner::Point;
+    use stairbench::sweep::plan::saturation_note;
+    use stairbench::sweep::plan::Point;
+    use stairbench::sweep::spec::Repetitions;
 
     fn c(clients: usize) -> Point {
         Point {
@@ -1384,7 +1385,7 @@ mod policy_units {
 mod placement_units {
     use std::collections::BTreeMap;
 
-    use stairbench::sweep::placement::{CpuPair, PlacementSource, TopologyPlacements};
+    use stairbench::placement::{CpuPair, PlacementSource, TopologyPlacements};
 
     #[test]
     fn two_cpus() {

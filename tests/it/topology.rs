@@ -4,7 +4,7 @@ use crate::common;
 
 use stairbench::cpuset;
 use stairbench::machine::topology::Topology;
-use stairbench::sweep::topology::{self, load_custom_table, Placement, PlacementError, Policy};
+use stairbench::placement::{self, load_custom_table, Placement, PlacementError, Policy};
 
 fn fixture(name: &str) -> Topology {
     let root = common::mock_sysfs(name);
@@ -242,7 +242,7 @@ fn custom_table_errors_name_the_entry() {
 #[test]
 fn report_holds_seed000_table_format() {
     let topo = fixture("seed000");
-    let report = topology::report(&topo, &[2, 4, 29]);
+    let report = placement::report(&topo, &[2, 4, 29]);
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["cpus"], 112);
     assert_eq!(json["nodes"], 2);
@@ -323,7 +323,7 @@ fn topology_command_prints_json_and_text() {
 /// The placement policies over machines built in memory (were sweep::topology's unit tests).
 mod policy_units {
     use stairbench::machine::topology::{Cpu, Topology};
-    use stairbench::sweep::topology::{PlacementError, Policy};
+    use stairbench::placement::{PlacementError, Policy};
 
     /// A machine built in memory: `nodes` nodes × `cores` cores × `threads` threads, numbered
     /// as Linux numbers Intel machines (all first threads, then all second threads).

@@ -38,7 +38,7 @@ pub enum GroupHost {
 impl GroupHost {
     fn name(&self) -> &str {
         match self {
-            GroupHost::Local => super::plan::LOCAL,
+            GroupHost::Local => crate::sweep::plan::hosts::LOCAL,
             GroupHost::Remote(s) => s.name(),
             GroupHost::Down(name, _) => name,
         }

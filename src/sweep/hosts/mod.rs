@@ -5,6 +5,5 @@
 
 pub mod groups;
 pub mod observer;
-pub mod plan;
 pub mod server;
 pub mod session;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::session::{HostSession, Sessions};
 use crate::observe::step::ServerExtras;
+use crate::placement::CpuPair;
 use crate::remote::{RemoteProcess, RemoteStatus, REMOTE_BIN};
-use crate::sweep::placement::CpuPair;
 use crate::sweep::plan::{TargetKind, TargetPlan};
 use crate::sweep::server::{Launcher, ProcessLauncher, Server};
 

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use crate::placement::TopologyReport;
+use crate::placement::{CpuPair, CustomTable, PlacementSource, TopologyPlacements};
 use crate::remote::{ClockOffset, HostSpec, Remote, RemoteError, REMOTE_BIN};
-use crate::sweep::placement::{CpuPair, CustomTable, PlacementSource, TopologyPlacements};
-use crate::sweep::topology::TopologyReport;
 
 /// One connected host.
 #[derive(Debug)]

@@ -2,22 +2,10 @@
 //! the run starts: a typo in a target's name would otherwise surface only after an hour of
 //! measuring, as a note in the report.
 
-use serde::{Deserialize, Serialize};
-
-use super::plan::Series;
-use super::spec::{SpecError, SpecFile};
+use super::Series;
 use crate::analyze::compare::spec::parse_comparison;
 use crate::analyze::compare::Selector;
-
-/// The spec's `[report]` section.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReportSpec {
-    /// The step whose per-core busy % the heat map shows, `TARGET[/PLACEMENT][@CLIENTS]`
-    /// (the busiest matching step; default: the busiest step of the first series).
-    #[serde(default)]
-    pub heat_map: Option<String>,
-}
+use crate::sweep::spec::{SpecError, SpecFile};
 
 /// Checks `[report] heat_map` like a comparison's selector.
 pub fn report(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {

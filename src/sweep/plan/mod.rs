@@ -1,18 +1,63 @@
 //! A spec checked and resolved into what the step loop runs: targets with their launch
 //! recipes, placements, the series of step points, the client, and the policies.
 
+pub mod hosts;
+pub mod profile;
+pub mod validate;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use regex::Regex;
 
-use super::placement::CustomTable;
-use super::policy::Repetitions;
-use super::spec::{OnFailure, Restart, SpecError, SpecFile, StopWhen};
+use super::spec::{OnFailure, Repetitions, Restart, SpecError, SpecFile, StopWhen};
 use crate::load::{Distribution, ProtoOptions};
 use crate::observe::extra::ObserveEntry;
 use crate::observe::metrics::MetricsPlan;
+use crate::placement::CustomTable;
+
+/// A point of a series.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// Clients.
+    pub clients: usize,
+    /// Open-loop rate, requests/s.
+    pub rate_rps: Option<f64>,
+}
+
+/// A point as a sentence names it: `16 clients` or `4000 requests/s`.
+pub fn point_label(p: Point) -> String {
+    match p.rate_rps {
+        Some(r) => format!("{r:.0} requests/s"),
+        None => format!("{} clients", p.clients),
+    }
+}
+
+/// The note of a series stopped by `stop_when = "saturated"`: the flat stretch, then exactly
+/// the points left out (or that none were).
+pub fn saturation_note(from: Point, at: Point, skipped: &[Point]) -> String {
+    let stretch = format!(
+        "stop_when = \"saturated\": from {} to {} throughput grew under 5% per step while latency grew",
+        point_label(from),
+        point_label(at)
+    );
+    if skipped.is_empty() {
+        return format!("{stretch}; that was the last step of the series, none skipped");
+    }
+    let counts: Vec<String> = skipped
+        .iter()
+        .map(|p| match p.rate_rps {
+            Some(r) => format!("{r:.0}"),
+            None => p.clients.to_string(),
+        })
+        .collect();
+    let unit = match skipped[0].rate_rps {
+        Some(_) => "requests/s",
+        None => "clients",
+    };
+    format!("{stretch}; skipped: {} {unit}", counts.join(", "))
+}
 
 /// How a target is started.
 #[derive(Debug, Clone, PartialEq)]
@@ -160,7 +205,7 @@ pub struct Plan {
     /// Further processes to observe.
     pub observe: Vec<ObserveEntry>,
     /// Other hosts and the client groups' hosts.
-    pub hosts: super::hosts::plan::HostPlan,
+    pub hosts: hosts::HostPlan,
 }
 
 /// The line a built-in server prints once it listens; group 1 is the port.
@@ -174,7 +219,7 @@ impl Plan {
     pub fn new(spec: SpecFile, stairbench_bin: PathBuf) -> Result<Plan, SpecError> {
         let s = spec.spec.clone();
         let series = series(&spec)?;
-        super::profiling::check(&spec, &series)?;
+        profile::check(&spec, &series)?;
         check_sizes(&spec)?;
         let mut targets = Vec::new();
         for (i, t) in s.targets.iter().enumerate() {
@@ -182,10 +227,10 @@ impl Plan {
         }
         let custom = custom_tables(&spec)?;
         check_placements(&spec, &custom)?;
-        super::validate::comparisons(&spec, &series)?;
-        super::validate::report(&spec, &series)?;
+        validate::comparisons(&spec, &series)?;
+        validate::report(&spec, &series)?;
         let client = client(&spec)?;
-        let hosts = super::hosts::plan::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
+        let hosts = hosts::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
         let observe = observe_entries(&spec)?;
         Ok(Plan {
             name: s.name.clone(),

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::topology::{load_custom_table, CustomPlacement, Policy};
+use super::policy::{load_custom_table, CustomPlacement, Policy};
 use crate::machine::topology::Topology;
 
 /// The cpusets of one step.
@@ -113,7 +113,7 @@ impl TopologyPlacements {
 
     /// Placements from another host's topology (its `stairbench topology --json`).
     pub fn from_report(
-        report: &super::topology::TopologyReport,
+        report: &super::policy::TopologyReport,
         custom: BTreeMap<String, CustomTable>,
     ) -> Self {
         let topology = Topology::from_cpus(report.cpu_list.clone());
@@ -195,7 +195,7 @@ impl PlacementSource for TopologyPlacements {
                 Some(table) => {
                     let pair = table.cpus(count)?;
                     if let Some(topo) = &self.topology {
-                        let placement = super::topology::Placement {
+                        let placement = super::policy::Placement {
                             server: pair.server.clone(),
                             client: pair.client.clone(),
                         };

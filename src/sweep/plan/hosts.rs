@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::TargetPlan;
 use crate::remote::host::{validate_hosts, HostEntry, HostSpec, HostTable};
-use crate::sweep::plan::TargetPlan;
 use crate::sweep::spec::{SpecError, SpecFile};
 
 /// The name a client group may give for this machine.
