@@ -5,6 +5,7 @@
 mod accounting;
 pub mod external;
 mod fdlimit;
+pub mod merge;
 mod preload;
 pub mod protocol;
 pub mod raw;

@@ -482,11 +482,10 @@ mod merge_units {
     use hdrhistogram::Histogram;
     use serde_json::Map;
 
+    use stairbench::load::merge::merge_lines;
     use stairbench::record::load::{IntervalLine, LoadReport};
     use stairbench::sweep::driver::{InstanceAddr, StepLoad, StepRequest};
-    use stairbench::sweep::instances::{
-        client_shares, merge_lines, merge_loads, split_cpus, sub_request,
-    };
+    use stairbench::sweep::instances::{client_shares, merge_loads, split_cpus, sub_request};
 
     #[test]
     fn cpus_split_in_equal_contiguous_shares() {

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::session::HostSession;
 use crate::clock::now_ns;
+use crate::load::merge::{ChannelSink, Line, LineMerger};
 use crate::load::raw::RawLoad;
 use crate::load::ProtoOptions;
 use crate::record::load::IntervalSink;
@@ -18,7 +19,7 @@ use crate::remote::window::{plan_start, to_reference, window_overlap, Window, MI
 use crate::remote::{ClockOffset, RemoteStatus};
 use crate::sweep::driver::{engine_config, Driver, StepLoad, StepRequest};
 use crate::sweep::error::StepError;
-use crate::sweep::instances::{instance_sinks, merge_loads, share, ChannelSink, Line, LineMerger};
+use crate::sweep::instances::{instance_sinks, merge_loads, share};
 
 /// Time from planning a step's common start to the start: enough for ssh to log in and the
 /// generators to connect.
@@ -125,25 +126,7 @@ impl GroupDriver {
                 })
                 .collect();
             drop(tx);
-            // The observers follow the planned window, not the lines (which come at the end).
-            let (mut started, mut ended) = (false, false);
-            loop {
-                if !started && now_ns() >= window_start_ns {
-                    sink.window_started();
-                    started = true;
-                }
-                if started && !ended && now_ns() >= window_end_ns {
-                    sink.window_ended();
-                    ended = true;
-                }
-                match rx.recv_timeout(Duration::from_millis(5)) {
-                    Ok(Line::Interval(k, line, hist)) => merger.push(k, line, hist, sink),
-                    // The parts' own signals: the planned window above is the step's.
-                    Ok(Line::WindowStarted | Line::WindowEnded) => {}
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            }
+            follow_planned_window(&rx, (window_start_ns, window_end_ns), &mut merger, sink);
             merger.flush(sink);
             handles
                 .into_iter()
@@ -320,6 +303,20 @@ fn remote_load(
         + sub.duration
         + sub.timeout
         + Duration::from_secs(30);
+    wait_for_load(&mut process, deadline, stop)?;
+    let fetch = |name: &str| fetch_file(session, &hosts_dir(&sub.out_dir), name);
+    let report = serde_json::from_str(&fetch(&json_name)?)
+        .map_err(|e| format!("{json_name} from the host: {e}"))?;
+    let raw = crate::load::raw::read(&fetch(&raw_name)?)?;
+    Ok((raw, report))
+}
+
+/// Waits for the remote `stairbench load` to exit 0, stopping it on Ctrl-C or past `deadline`.
+fn wait_for_load(
+    process: &mut crate::remote::process::RemoteProcess,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> Result<(), String> {
     let status = loop {
         let status = process.wait_timeout(Duration::from_millis(50));
         if status != RemoteStatus::Running {
@@ -340,24 +337,50 @@ fn remote_load(
             process.last_output(5).join(" | ")
         ));
     }
-    let dir = hosts_dir(&sub.out_dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let fetch = |name: &str| -> Result<String, String> {
-        let local = dir.join(name);
-        session
-            .remote
-            .fetch(Path::new(name), &local)
-            .map_err(|e| e.to_string())?;
-        let _ = session.remote.run(&format!(
-            "rm -f -- {}",
-            crate::remote::ssh::shell_quote(name)
-        ));
-        std::fs::read_to_string(&local).map_err(|e| format!("reading {}: {e}", local.display()))
-    };
-    let report = serde_json::from_str(&fetch(&json_name)?)
-        .map_err(|e| format!("{json_name} from the host: {e}"))?;
-    let raw = crate::load::raw::read(&fetch(&raw_name)?)?;
-    Ok((raw, report))
+    Ok(())
+}
+
+/// Copies `name` from the host's working directory into `dir`, removes it there, and reads it.
+fn fetch_file(session: &HostSession, dir: &Path, name: &str) -> Result<String, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let local = dir.join(name);
+    session
+        .remote
+        .fetch(Path::new(name), &local)
+        .map_err(|e| e.to_string())?;
+    let _ = session.remote.run(&format!(
+        "rm -f -- {}",
+        crate::remote::ssh::shell_quote(name)
+    ));
+    std::fs::read_to_string(&local).map_err(|e| format!("reading {}: {e}", local.display()))
+}
+
+/// Merges the groups' lines as they come while signalling the planned window to the
+/// observers: the window follows the clock, not the lines (which come at the end).
+fn follow_planned_window(
+    rx: &mpsc::Receiver<Line>,
+    (window_start_ns, window_end_ns): (i64, i64),
+    merger: &mut LineMerger,
+    sink: &mut dyn IntervalSink,
+) {
+    let (mut started, mut ended) = (false, false);
+    loop {
+        if !started && now_ns() >= window_start_ns {
+            sink.window_started();
+            started = true;
+        }
+        if started && !ended && now_ns() >= window_end_ns {
+            sink.window_ended();
+            ended = true;
+        }
+        match rx.recv_timeout(Duration::from_millis(5)) {
+            Ok(Line::Interval(k, line, hist)) => merger.push(k, line, hist, sink),
+            // The parts' own signals: the planned window above is the step's.
+            Ok(Line::WindowStarted | Line::WindowEnded) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
 }
 
 /// `stairbench load` arguments for a group's share of a step.
