@@ -143,14 +143,7 @@ fn layering() {
 /// A file's module as a graph node: its top-level module and the one below it
 /// (`src/sweep/plan/hosts.rs` → `sweep::plan`, `src/load/mod.rs` → `load`).
 fn node_of(src: &Path, file: &Path) -> String {
-    let rel = file.strip_prefix(src).unwrap().with_extension("");
-    let mut parts: Vec<String> = rel
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    if parts.last().is_some_and(|p| p == "mod") {
-        parts.pop();
-    }
+    let mut parts = module_path(src, file);
     parts.truncate(2);
     parts.join("::")
 }
