@@ -185,8 +185,10 @@ fn the_observers_window_is_the_loads_measured_window() {
         let windows = windows_of_a_run(dir.path(), warmup, instances);
         assert!(!windows.is_empty());
         for (observed_s, duration_s) in windows {
+            // The bug this guards against added 156-188 ms; 50 ms leaves room for a thread
+            // woken late on a loaded 2-core machine (0.964 s seen at load average 13).
             assert!(
-                (observed_s - duration_s).abs() < 0.020,
+                (observed_s - duration_s).abs() < 0.050,
                 "warm-up {warmup}, {instances} instance(s): observed {observed_s} s, \
                  load window {duration_s} s"
             );
