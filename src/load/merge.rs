@@ -124,9 +124,10 @@ impl LineMerger {
         out.interval(&line, &hist);
     }
 
-    pub fn finish_instances(self) {
+    /// Flushes each part's own files; they are named `.partial` unless every part `complete`d.
+    pub fn finish_instances(self, complete: bool) {
         for s in self.sinks.into_iter().flatten() {
-            let _ = s.finish();
+            let _ = s.finish(complete);
         }
     }
 }

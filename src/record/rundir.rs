@@ -101,6 +101,7 @@ impl RunDir {
         )?;
         Ok(StepSink {
             csv,
+            csv_path: self.path.join("intervals").join(format!("{step_id}.csv")),
             hlog_path: self.path.join("hist").join(format!("{step_id}.hlog")),
             hlog: None,
             start: SystemTime::now(),
@@ -113,6 +114,7 @@ impl RunDir {
 /// (a one-hour `--hold` keeps nothing in memory).
 pub struct StepSink {
     csv: BufWriter<File>,
+    csv_path: PathBuf,
     hlog_path: PathBuf,
     hlog: Option<HlogWriter<BufWriter<File>>>,
     start: SystemTime,
@@ -186,12 +188,30 @@ impl StepSink {
         log.write(end_s, hist_ns)
     }
 
-    /// Flushes the files.
-    pub fn finish(mut self) -> std::io::Result<()> {
+    /// Flushes the files. A step that did not complete keeps them as `<step>.partial.csv` and
+    /// `<step>.partial.hlog`, so nothing that looks like a result is left beside a failed line
+    /// of steps.jsonl; a step that completes removes an earlier attempt's partial files.
+    pub fn finish(mut self, complete: bool) -> std::io::Result<()> {
         self.csv.flush()?;
         // Every interval-log line was flushed as it was written.
+        drop(self.hlog.take());
+        for path in [&self.csv_path, &self.hlog_path] {
+            let partial = partial_path(path);
+            if complete {
+                let _ = std::fs::remove_file(&partial);
+            } else if path.exists() {
+                std::fs::rename(path, &partial)?;
+            }
+        }
         Ok(())
     }
+}
+
+/// `dir/<step>.csv` → `dir/<step>.partial.csv`.
+fn partial_path(path: &Path) -> PathBuf {
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let ext = path.extension().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!("{stem}.partial.{ext}"))
 }
 
 fn sanitize(name: &str) -> String {
@@ -253,7 +273,7 @@ mod tests {
             };
             sink.interval(&line, &h);
         }
-        sink.finish().unwrap();
+        sink.finish(true).unwrap();
         let bytes = std::fs::read(dir.path().join("hist/s.hlog")).unwrap();
         let starts: Vec<f64> = IntervalLogIterator::new(&bytes)
             .filter_map(|e| match e {

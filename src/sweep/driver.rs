@@ -323,6 +323,13 @@ impl Driver for FakeDriver {
     ) -> Result<StepLoad, StepError> {
         self.seen.push(req.clone());
         if self.fail_ids.contains(&req.step_id) {
+            // As a load that dies inside its window: one second's line, then the error.
+            let hist = Histogram::<u64>::new(3).map_err(|e| StepError::Load(e.to_string()))?;
+            let line = crate::record::load::IntervalLine {
+                elapsed_s: 1.0,
+                ..Default::default()
+            };
+            sink.interval(&line, &hist);
             return Err(StepError::Load(format!(
                 "scripted failure of {}",
                 req.step_id

@@ -361,7 +361,7 @@ impl SplitDriver {
                 })
                 .collect()
         });
-        merger.finish_instances();
+        merger.finish_instances(results.iter().all(Result::is_ok));
         merge_loads(results, &subs)
     }
 }

@@ -632,7 +632,7 @@ impl LoopSink<'_> {
         let mut observed = self.observer.finish(requests);
         let hist = result.as_ref().ok().and_then(|l| l.hist_ns.clone());
         let cores_cpu_s = self
-            .finish(hist)
+            .finish(hist, result.is_ok())
             .map_err(|e| StepError::io("writing the step's files", e))?;
         let load = result?;
         crate::observe::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
@@ -640,15 +640,16 @@ impl LoopSink<'_> {
         Ok((load.report, observed))
     }
 
-    /// Flushes the step's files; returns the CPU seconds the per-core sampling used.
-    fn finish(self, hist: Option<Histogram<u64>>) -> std::io::Result<f64> {
+    /// Flushes the step's files (named `.partial` unless the load `complete`d); returns the
+    /// CPU seconds the per-core sampling used.
+    fn finish(self, hist: Option<Histogram<u64>>, complete: bool) -> std::io::Result<f64> {
         let mut inner = self.inner;
         let cores_cpu_s = self.cores.map_or(0.0, |c| c.finish(&mut inner));
         // An external tool gives no per-second histograms: log its whole-window one.
         if let Some(h) = hist {
             inner.ensure_one(h)?;
         }
-        inner.finish()?;
+        inner.finish(complete)?;
         Ok(cores_cpu_s)
     }
 }

@@ -444,7 +444,7 @@ fn a_histogram_log_metrics_file_gives_the_windows_histogram() {
     let mut later = hdrhistogram::Histogram::<u64>::new(3).unwrap();
     later.record_n(70_000, 5).unwrap();
     sink.interval(&line(2.0), &later);
-    sink.finish().unwrap();
+    sink.finish(true).unwrap();
     let d = difference(&before, &source.snapshot().unwrap());
     assert_eq!(d["count"], 5, "{d}");
     assert!(d["p50"].as_u64().unwrap() >= 69_000, "{d}");

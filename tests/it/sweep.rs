@@ -432,6 +432,31 @@ fn on_failure_stop_ends_the_run_and_launch_failures_skip_their_series() {
 }
 
 #[test]
+fn a_failed_step_leaves_its_lines_as_partial_files_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut driver = FakeDriver::new(|c| c as f64 * 100.0);
+    driver.fail_ids.push("a.shared.c2.r0".into());
+    let one = "name = \"k\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2]\nplacements = [\"shared\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr --arch reactor\"\n";
+    run_fake(
+        &plan(one),
+        dir.path(),
+        &mut driver,
+        &mut FakeLauncher::default(),
+        &AtomicBool::new(false),
+    );
+    let steps = read_steps(&dir.path().join("steps.jsonl")).unwrap();
+    assert_eq!(steps[1].status, StepStatus::Failed);
+    let exists = |rel: &str| dir.path().join(rel).exists();
+    // The completed step keeps its files; the failed one's second is there, marked partial.
+    assert!(exists("intervals/a.shared.c1.r0.csv") && exists("hist/a.shared.c1.r0.hlog"));
+    assert!(!exists("intervals/a.shared.c2.r0.csv") && !exists("hist/a.shared.c2.r0.hlog"));
+    let partial =
+        std::fs::read_to_string(dir.path().join("intervals/a.shared.c2.r0.partial.csv")).unwrap();
+    assert_eq!(partial.lines().count(), 2, "{partial}");
+    assert!(exists("hist/a.shared.c2.r0.partial.hlog"));
+}
+
+#[test]
 fn a_failed_step_records_its_error_kind() {
     // The target does not start: `launch`; the series' later steps are skipped, with no kind.
     let dir = tempfile::tempdir().unwrap();

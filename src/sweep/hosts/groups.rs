@@ -136,7 +136,7 @@ impl GroupDriver {
                 })
                 .collect()
         });
-        merger.finish_instances();
+        merger.finish_instances(results.iter().all(Result::is_ok));
         self.merge(results, &subs)
     }
 
