@@ -288,6 +288,28 @@ mod tests {
     }
 
     #[test]
+    fn an_incomplete_step_is_partial_and_a_completed_retry_removes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::create(Some(dir.path()), "t").unwrap();
+        let h = Histogram::<u64>::new(3).unwrap();
+        let line = IntervalLine {
+            elapsed_s: 1.0,
+            ..IntervalLine::default()
+        };
+        let exists = |rel: &str| dir.path().join(rel).exists();
+        let mut sink = run.step_sink("s").unwrap();
+        sink.interval(&line, &h);
+        sink.finish(false).unwrap();
+        assert!(exists("intervals/s.partial.csv") && exists("hist/s.partial.hlog"));
+        assert!(!exists("intervals/s.csv") && !exists("hist/s.hlog"));
+        let mut sink = run.step_sink("s").unwrap();
+        sink.interval(&line, &h);
+        sink.finish(true).unwrap();
+        assert!(exists("intervals/s.csv") && exists("hist/s.hlog"));
+        assert!(!exists("intervals/s.partial.csv") && !exists("hist/s.partial.hlog"));
+    }
+
+    #[test]
     fn civil_dates() {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(20_779), (2026, 11, 22));
