@@ -190,11 +190,11 @@ impl ChildProc {
         let start = Instant::now();
         while self.exited().is_none() {
             if stop.load(Ordering::Relaxed) {
-                self.stop(Duration::from_millis(500));
+                let _ = self.stop(Duration::from_millis(500));
                 return Err(format!("{} interrupted", self.name));
             }
             if start.elapsed() > limit {
-                self.stop(Duration::from_millis(500));
+                let _ = self.stop(Duration::from_millis(500));
                 return Err(format!("{} did not finish within {limit:?}", self.name));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -212,20 +212,23 @@ impl ChildProc {
     }
 
     /// Ends the child's whole process group: SIGTERM, then SIGKILL after `grace`, then reaps.
-    /// Descendants that left the group (setsid) are ended one by one.
-    pub fn stop(&mut self, grace: Duration) {
+    /// Descendants that left the group (setsid) are ended one by one. True when the child
+    /// was still running `grace` after SIGTERM and had to be killed.
+    pub fn stop(&mut self, grace: Duration) -> bool {
         let pgid = Pid::from_raw(self.pid());
         let tree = if self.exit.is_none() {
             descendants(self.pid())
         } else {
             Vec::new()
         };
+        let mut ignored_term = false;
         if self.exited().is_none() {
             let _ = killpg(pgid, Signal::SIGTERM);
             let start = Instant::now();
             while self.exited().is_none() && start.elapsed() < grace {
                 std::thread::sleep(Duration::from_millis(10));
             }
+            ignored_term = self.exited().is_none();
         }
         // Stragglers of the group (forked workers) go too, even when the leader has exited.
         let _ = killpg(pgid, Signal::SIGKILL);
@@ -242,12 +245,13 @@ impl ChildProc {
         }
         self.drain_output(Duration::from_millis(500));
         reap_orphans();
+        ignored_term
     }
 }
 
 impl Drop for ChildProc {
     fn drop(&mut self) {
-        self.stop(Duration::from_millis(500));
+        let _ = self.stop(Duration::from_millis(500));
     }
 }
 
@@ -353,9 +357,38 @@ mod tests {
         }
         assert!(child.log_matched());
         let pid = child.pid();
-        child.stop(Duration::from_millis(200));
+        assert!(
+            !child.stop(Duration::from_millis(200)),
+            "sh ends on SIGTERM"
+        );
         assert!(child.exited().is_some());
         assert!(child.output_tail().contains("started"));
         assert!(children_of(pid).is_empty());
+    }
+
+    #[test]
+    fn a_child_that_ignores_sigterm_is_killed_after_the_grace() {
+        let launch = Launch {
+            name: "stubborn".into(),
+            program: "sh".into(),
+            args: vec![
+                "-c".into(),
+                "trap '' TERM; echo started >&2; sleep 30".into(),
+            ],
+            ready_log: Some(Regex::new("started").unwrap()),
+            ..Launch::default()
+        };
+        let mut child = ChildProc::spawn(&launch).unwrap();
+        let start = Instant::now();
+        while !child.log_matched() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let stopping = Instant::now();
+        assert!(
+            child.stop(Duration::from_millis(300)),
+            "it had to be killed"
+        );
+        assert!(stopping.elapsed() >= Duration::from_millis(300));
+        assert!(child.exited().is_some());
     }
 }

@@ -196,10 +196,13 @@ impl Server for MultiServer {
                 .map(|why| format!("instance {}: {why}", p.label))
         })
     }
-    fn stop(&mut self) {
-        for p in &mut self.parts {
-            p.server.stop();
-        }
+    fn stop(&mut self) -> Option<String> {
+        let notes: Vec<String> = self
+            .parts
+            .iter_mut()
+            .filter_map(|p| p.server.stop())
+            .collect();
+        (!notes.is_empty()).then(|| notes.join("; "))
     }
     fn extras(&self) -> ServerExtras {
         let mut extras = ServerExtras::default();

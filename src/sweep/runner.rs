@@ -163,6 +163,8 @@ struct SeriesRun<'p> {
     /// Mean throughput and latency of each point measured, and those points.
     history: Vec<(f64, f64)>,
     history_points: Vec<Point>,
+    /// What stopping its servers had to do beyond SIGTERM (a server killed after the grace).
+    stop_notes: Vec<String>,
 }
 
 impl<'p> SeriesRun<'p> {
@@ -177,7 +179,31 @@ impl<'p> SeriesRun<'p> {
             points: PointGen::new(series),
             history: Vec::new(),
             history_points: Vec::new(),
+            stop_notes: Vec::new(),
         }
+    }
+
+    /// Stops the series' server, if one runs, keeping what stopping it had to do.
+    fn stop_server(&mut self) {
+        if let Some(note) = self.server.take().and_then(|mut s| s.stop()) {
+            self.stop_notes.push(note);
+        }
+    }
+
+    /// The stop notes as run notes: each distinct one once, with how often it happened.
+    fn take_stop_notes(&mut self) -> Vec<String> {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for n in self.stop_notes.drain(..) {
+            *counts.entry(n).or_insert(0) += 1;
+        }
+        let series = format!("{} / {}", self.target.name, self.placement);
+        counts
+            .into_iter()
+            .map(|(n, k)| match k {
+                1 => format!("{series}: {n}"),
+                k => format!("{series}: {n} ({k} times)"),
+            })
+            .collect()
     }
 }
 
@@ -245,8 +271,9 @@ impl Runner<'_> {
                 &mut run.summary,
             )?;
         }
-        if let Some(mut s) = series.server.take() {
-            s.stop();
+        series.stop_server();
+        for note in series.take_stop_notes() {
+            self.note(&mut run.summary, note);
         }
         Ok(end_run)
     }
@@ -406,9 +433,7 @@ impl Runner<'_> {
             return Err(StepEnd::Failed(StepError::Launch(why)));
         }
         if self.plan.restart == Restart::Step {
-            if let Some(mut s) = series.server.take() {
-                s.stop();
-            }
+            series.stop_server();
         }
         let (load, observed) = outcome.map_err(StepEnd::Failed)?;
         step.load = Some(load);
@@ -459,9 +484,7 @@ impl Runner<'_> {
             }
         }
         if stale || series.server.is_none() || self.plan.restart == Restart::Step {
-            if let Some(mut old) = series.server.take() {
-                old.stop();
-            }
+            series.stop_server();
             let launched = self
                 .launcher
                 .launch(key.target, cpus, key.point.clients, self.stop);

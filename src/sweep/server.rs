@@ -20,13 +20,16 @@ pub trait Server {
     fn port(&self) -> u16;
     /// Why it is gone, with the tail of its output, if it has died.
     fn died(&mut self) -> Option<String>;
-    /// Ends it and everything it started.
-    fn stop(&mut self);
+    /// Ends it and everything it started; says so when it ignored SIGTERM and was killed.
+    fn stop(&mut self) -> Option<String>;
     /// Its instances (when split) and its metrics sources.
     fn extras(&self) -> ServerExtras {
         ServerExtras::default()
     }
 }
+
+/// How long a target has to exit after SIGTERM before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Starts targets.
 pub trait Launcher {
@@ -285,8 +288,14 @@ impl Server for ProcessServer {
             self.child.output_tail()
         ))
     }
-    fn stop(&mut self) {
-        self.child.stop(Duration::from_secs(2));
+    fn stop(&mut self) -> Option<String> {
+        self.child.stop(STOP_GRACE).then(|| {
+            format!(
+                "{} ignored SIGTERM for {} s and was killed (SIGKILL)",
+                self.child.name(),
+                STOP_GRACE.as_secs()
+            )
+        })
     }
     fn extras(&self) -> ServerExtras {
         ServerExtras {
@@ -320,7 +329,9 @@ impl Server for FakeServer {
     fn died(&mut self) -> Option<String> {
         None
     }
-    fn stop(&mut self) {}
+    fn stop(&mut self) -> Option<String> {
+        None
+    }
 }
 
 impl Launcher for FakeLauncher {

@@ -1478,3 +1478,28 @@ mod spec_units {
         assert_eq!(msg, "t.toml:5:11: targets[0].builtin: bad");
     }
 }
+
+#[test]
+fn a_target_that_ignores_sigterm_is_killed_after_the_grace_and_the_report_says_so() {
+    // Python keeps an ignored SIGTERM ignored (it installs a handler for SIGINT only).
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("stubborn");
+    std::fs::create_dir(&marker).unwrap();
+    let spec = dir.path().join("stubborn.toml");
+    std::fs::write(&spec, format!("name = \"stubborn\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1]\n[[targets]]\nname = \"stubborn\"\ncommand = \"sh -c \\\"trap '' TERM; exec python3 -m http.server {{port}} --bind 127.0.0.1 --directory {}\\\"\"\nurl = \"http://127.0.0.1:{{port}}/\"\n", marker.display())).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    let note = "ignored SIGTERM for 2 s and was killed (SIGKILL)";
+    let notes = std::fs::read_to_string(out_dir.join("notes.txt")).unwrap();
+    assert!(notes.contains(note), "{notes}");
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(report.contains(note), "{report}");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| c.replace('\0', " "))
+        .filter(|c| c.contains(&marker.display().to_string()) && c.contains("http.server"))
+        .collect();
+    assert!(left.is_empty(), "left running: {left:?}");
+}

@@ -191,8 +191,9 @@ impl Server for RemoteServer {
             )),
         }
     }
-    fn stop(&mut self) {
+    fn stop(&mut self) -> Option<String> {
         self.process.stop();
+        None
     }
     fn extras(&self) -> ServerExtras {
         ServerExtras {
