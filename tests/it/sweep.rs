@@ -1490,7 +1490,7 @@ fn a_target_that_ignores_sigterm_is_killed_after_the_grace_and_the_report_says_s
     let out_dir = dir.path().join("run");
     let out = common::run_spec(&spec, &out_dir);
     common::assert_success(&out);
-    let note = "ignored SIGTERM for 2 s and was killed (SIGKILL)";
+    let note = "stubborn / shared: target \"stubborn\" ignored SIGTERM for 2 s and was killed (SIGKILL)";
     let notes = std::fs::read_to_string(out_dir.join("notes.txt")).unwrap();
     assert!(notes.contains(note), "{notes}");
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
