@@ -1490,7 +1490,8 @@ fn a_target_that_ignores_sigterm_is_killed_after_the_grace_and_the_report_says_s
     let out_dir = dir.path().join("run");
     let out = common::run_spec(&spec, &out_dir);
     common::assert_success(&out);
-    let note = "stubborn / shared: target \"stubborn\" ignored SIGTERM for 2 s and was killed (SIGKILL)";
+    let note =
+        "stubborn / shared: target \"stubborn\" ignored SIGTERM for 2 s and was killed (SIGKILL)";
     let notes = std::fs::read_to_string(out_dir.join("notes.txt")).unwrap();
     assert!(notes.contains(note), "{notes}");
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
@@ -1502,4 +1503,76 @@ fn a_target_that_ignores_sigterm_is_killed_after_the_grace_and_the_report_says_s
         .filter(|c| c.contains(&marker.display().to_string()) && c.contains("http.server"))
         .collect();
     assert!(left.is_empty(), "left running: {left:?}");
+}
+
+#[test]
+fn killed_outright_mid_step_it_leaves_no_process_and_resume_redoes_only_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("killed.toml");
+    std::fs::write(&spec, "name = \"killed\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 4]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
+    let out_dir = dir.path().join("run");
+    let mut child = common::cli_cmd()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .spawn()
+        .unwrap();
+    let steps_file = out_dir.join("steps.jsonl");
+    let start = Instant::now();
+    while std::fs::read_to_string(&steps_file).map_or(0, |t| t.lines().count()) < 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no step finished"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Inside the second step's window.
+    std::thread::sleep(Duration::from_millis(300));
+    let below = descendants(child.id() as i32);
+    assert!(!below.is_empty(), "the server should be running");
+    let first = std::fs::read_to_string(&steps_file).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let start = Instant::now();
+    let alive = |pids: &[i32]| -> Vec<i32> {
+        pids.iter()
+            .copied()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .is_ok_and(|s| !s.contains(") Z "))
+            })
+            .collect()
+    };
+    while !alive(&below).is_empty() && start.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(alive(&below), Vec::<i32>::new(), "outlived stairbench");
+    let out = common::cli_cmd()
+        .arg("run")
+        .arg("--resume")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    let after = std::fs::read_to_string(&steps_file).unwrap();
+    assert!(
+        after.starts_with(&first),
+        "the finished steps are kept as they were"
+    );
+    let steps = read_steps(&steps_file).unwrap();
+    let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "reactor.shared.c1.r0",
+            "reactor.shared.c2.r0",
+            "reactor.shared.c4.r0"
+        ]
+    );
+    assert!(steps.iter().all(|s| s.status == StepStatus::Ok));
 }
