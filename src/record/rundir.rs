@@ -192,9 +192,11 @@ impl StepSink {
     /// `<step>.partial.hlog`, so nothing that looks like a result is left beside a failed line
     /// of steps.jsonl; a step that completes removes an earlier attempt's partial files.
     pub fn finish(mut self, complete: bool) -> std::io::Result<()> {
-        self.csv.flush()?;
+        let flushed = self.csv.flush();
         // Every interval-log line was flushed as it was written.
         drop(self.hlog.take());
+        // Files that could not be written whole (a full disk) are partial too.
+        let complete = complete && flushed.is_ok();
         for path in [&self.csv_path, &self.hlog_path] {
             let partial = partial_path(path);
             if complete {
@@ -203,7 +205,7 @@ impl StepSink {
                 std::fs::rename(path, &partial)?;
             }
         }
-        Ok(())
+        flushed
     }
 }
 

@@ -19,7 +19,7 @@ use crate::observe::step::{Observed, StepObserver};
 use crate::placement::{CpuPair, PlacementSource};
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 use crate::record::rundir::{RunDir, StepSink};
-use crate::record::steps::{now_unix_s, StepResult, StepStatus};
+use crate::record::steps::{now_unix_s, ErrorKind, StepResult, StepStatus};
 
 /// How a run ended.
 #[derive(Debug, Default)]
@@ -307,6 +307,14 @@ impl Runner<'_> {
             if self.interrupted(&mut run.summary) {
                 return Ok(None);
             }
+            // Nor is one whose files could not be written: the next would fail alike.
+            if step.error_kind == Some(ErrorKind::Io) {
+                let why = step
+                    .reason
+                    .as_deref()
+                    .unwrap_or("writing the run directory");
+                return Err(self.cannot_write(&format!("step {}: {why}", key.id)));
+            }
             self.record(&step, run)?;
             let failed = step.status == StepStatus::Failed;
             reps.push(step);
@@ -321,6 +329,16 @@ impl Runner<'_> {
         Ok(Some(reps))
     }
 
+    /// The error that ends a run whose directory cannot be written (a full disk): what
+    /// failed, and how to go on once there is room.
+    fn cannot_write(&self, what: &str) -> String {
+        format!(
+            "{what}; the run stopped, its finished steps are in {}: free space, then continue with `stairbench run --resume {}`",
+            self.dir.path.join("steps.jsonl").display(),
+            self.dir.path.display()
+        )
+    }
+
     /// True (and the summary says so) once Ctrl-C has been pressed.
     fn interrupted(&self, summary: &mut RunSummary) -> bool {
         let stopped = self.stop.load(Ordering::Relaxed);
@@ -332,7 +350,7 @@ impl Runner<'_> {
     fn record(&mut self, step: &StepResult, run: &mut RunState) -> Result<(), String> {
         self.dir
             .append(step)
-            .map_err(|e| format!("writing steps.jsonl: {e}"))?;
+            .map_err(|e| self.cannot_write(&format!("writing steps.jsonl: {e}")))?;
         self.progress.done(step);
         run.done.insert(step.id.clone(), step.clone());
         Ok(())
@@ -669,10 +687,10 @@ impl LoopSink<'_> {
         let mut inner = self.inner;
         let cores_cpu_s = self.cores.map_or(0.0, |c| c.finish(&mut inner));
         // An external tool gives no per-second histograms: log its whole-window one.
-        if let Some(h) = hist {
-            inner.ensure_one(h)?;
-        }
-        inner.finish(complete)?;
+        let logged = hist.map_or(Ok(()), |h| inner.ensure_one(h));
+        // The files are closed (and named partial) even when that failed.
+        let finished = inner.finish(complete && logged.is_ok());
+        logged.and(finished)?;
         Ok(cores_cpu_s)
     }
 }

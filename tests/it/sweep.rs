@@ -5,7 +5,7 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -1575,4 +1575,109 @@ fn killed_outright_mid_step_it_leaves_no_process_and_resume_redoes_only_the_rest
         ]
     );
     assert!(steps.iter().all(|s| s.status == StepStatus::Ok));
+}
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Result<SmallDisk, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cannot mount a tmpfs (needs root): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(SmallDisk { dir })
+    }
+
+    /// Writes a file until the disk is full.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.dir.path().join("filler");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let block = [0u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[test]
+fn a_full_disk_stops_the_run_keeping_every_finished_step_and_resume_goes_on() {
+    let disk = match SmallDisk::mount("2m") {
+        Ok(d) => d,
+        Err(why) => return common::skip_or_fail(why),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("full.toml");
+    std::fs::write(&spec, "name = \"full\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 4]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
+    let out_dir = disk.dir.path().join("run");
+    let child = common::cli_cmd()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let steps_file = out_dir.join("steps.jsonl");
+    let start = Instant::now();
+    while std::fs::read_to_string(&steps_file).map_or(0, |t| t.lines().count()) < 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no step finished"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let first = std::fs::read_to_string(&steps_file).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let filler = disk.fill();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(
+        stderr.contains("continue with `stairbench run --resume"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&steps_file).unwrap(), first);
+    assert!(!out_dir.join("intervals/reactor.shared.c2.r0.csv").exists());
+    assert!(!out_dir.join("hist/reactor.shared.c2.r0.hlog").exists());
+    std::fs::remove_file(filler).unwrap();
+    let out = common::cli_cmd()
+        .arg("run")
+        .arg("--resume")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    let steps = read_steps(&steps_file).unwrap();
+    let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "reactor.shared.c1.r0",
+            "reactor.shared.c2.r0",
+            "reactor.shared.c4.r0"
+        ]
+    );
+    assert!(steps.iter().all(|s| s.status == StepStatus::Ok));
+    assert!(!out_dir
+        .join("intervals/reactor.shared.c2.r0.partial.csv")
+        .exists());
 }
