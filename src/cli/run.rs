@@ -31,7 +31,8 @@ pub struct RunArgs {
     /// Continue an interrupted run from its last finished step.
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     pub resume: Option<PathBuf>,
-    /// Keep one client count for a long study (with --duration).
+    /// Keep one client count for a long study (with --duration); a spec's open-loop `rate`
+    /// series is held at its last rate.
     #[arg(
         long,
         value_name = "CLIENTS",

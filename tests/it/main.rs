@@ -31,6 +31,7 @@ mod remote;
 mod report_html;
 mod serve_msgr;
 mod shmkv;
+mod soak;
 mod sweep;
 mod topology;
 mod windows;

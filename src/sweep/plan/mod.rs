@@ -261,7 +261,14 @@ impl Plan {
 
     /// Keeps one level for long study: one client count, one repetition, a long window.
     pub fn hold(&mut self, clients: usize, duration: Duration) {
-        self.series = Series::Clients(vec![clients]);
+        self.series = match &self.series {
+            // An open-loop series stays open loop: held at its last (highest) rate.
+            Series::Rates { rates, .. } => Series::Rates {
+                rates: rates.last().copied().into_iter().collect(),
+                clients,
+            },
+            _ => Series::Clients(vec![clients]),
+        };
         self.repetitions = Repetitions::Fixed(1);
         self.duration = duration;
         self.stop_when = None;
