@@ -65,7 +65,7 @@ fn a_held_run_keeps_its_memory_and_descriptors_flat() {
     while let Some((rss_kib, fds)) = footprint(child.id()) {
         let t = start.elapsed().as_secs_f64();
         // The first 15 s settle (connections, the first histograms); then sample.
-        if t >= 15.0 && t < 60.0 {
+        if (15.0..60.0).contains(&t) {
             samples.push((t, rss_kib, fds));
         }
         assert!(
