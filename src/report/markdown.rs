@@ -176,16 +176,17 @@ fn results_table(out: &mut String, steps: &[StepResult]) {
         let l = s.load.as_ref();
         let status = match (&s.status, &s.reason) {
             (StepStatus::Ok, _) => "ok".to_string(),
+            // The status in lower case; the reason as written (an error names files, hosts
+            // and programs, whose case matters).
             (st, r) => format!(
-                "{:?}: {}",
-                st,
+                "{}: {}",
+                format!("{st:?}").to_lowercase(),
                 r.as_deref()
                     .unwrap_or("")
                     .lines()
                     .collect::<Vec<_>>()
                     .join(" / ")
-            )
-            .to_lowercase(),
+            ),
         };
         let clients = match s.rate_rps {
             Some(r) => format!("{} @ {r:.0}/s", s.clients),
@@ -219,7 +220,7 @@ mod tests {
     fn a_failed_step_shows_its_reason_escaped() {
         let mut s = StepResult::empty("x".into(), "<script>", "shared", 2, 0);
         s.status = StepStatus::Failed;
-        s.reason = Some("server died | badly\nmore".into());
+        s.reason = Some("server died | badly\nssh: Connection refused".into());
         let run = RunData {
             name: "t".into(),
             steps: vec![s],
@@ -228,7 +229,7 @@ mod tests {
         let md = Markdown.render(std::path::Path::new("."), &run).unwrap();
         assert!(
             md.contains(
-                "| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly / more |"
+                "| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly / ssh: Connection refused |"
             ),
             "{md}"
         );
