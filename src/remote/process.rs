@@ -214,6 +214,16 @@ impl RemoteProcess {
         tail.lines.iter().skip(skip).cloned().collect()
     }
 
+    /// How the command ended (`status`), followed by its last `n` lines joined with `sep`,
+    /// unless the status quotes them already: a lost session ends with ssh's own words, which
+    /// are said once.
+    pub fn ending(&self, status: &RemoteStatus, n: usize, sep: &str) -> String {
+        match status {
+            RemoteStatus::ConnectionLost(_) => status.to_string(),
+            _ => format!("{status}{sep}{}", self.last_output(n).join(sep)),
+        }
+    }
+
     /// The status now, without waiting.
     pub fn try_status(&mut self) -> RemoteStatus {
         if let Some(status) = &self.status {

@@ -218,7 +218,9 @@ impl Remote {
 
     fn scp_command(&self) -> Command {
         let mut cmd = Command::new("scp");
-        cmd.args(["-q", "-P", &self.spec.port.to_string()]);
+        // Not -q: it would hide scp's reason ("Connection refused") behind "Connection closed".
+        // Its output is not a terminal, so there is no progress meter to silence.
+        cmd.args(["-P", &self.spec.port.to_string()]);
         cmd.args(self.common_options());
         cmd.arg("--");
         cmd

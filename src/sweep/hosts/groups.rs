@@ -333,8 +333,8 @@ fn wait_for_load(
     };
     if status != RemoteStatus::Exited(0) {
         return Err(format!(
-            "stairbench load {status}: {}",
-            process.last_output(5).join(" | ")
+            "stairbench load {}",
+            process.ending(&status, 5, " | ")
         ));
     }
     Ok(())

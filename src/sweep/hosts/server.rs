@@ -185,9 +185,9 @@ impl Server for RemoteServer {
         match self.process.try_status() {
             RemoteStatus::Running => None,
             status => Some(format!(
-                "on host {}: {status}; its output ends with:\n{}",
+                "on host {}: {}",
                 self.session.name(),
-                self.tail()
+                self.process.ending(&status, 20, "\n")
             )),
         }
     }
