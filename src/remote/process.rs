@@ -218,10 +218,7 @@ impl RemoteProcess {
     /// unless the status quotes them already: a lost session ends with ssh's own words, which
     /// are said once.
     pub fn ending(&self, status: &RemoteStatus, n: usize, sep: &str) -> String {
-        match status {
-            RemoteStatus::ConnectionLost(_) => status.to_string(),
-            _ => format!("{status}{sep}{}", self.last_output(n).join(sep)),
-        }
+        ending(status, &self.last_output(n), sep)
     }
 
     /// The status now, without waiting.
@@ -285,6 +282,16 @@ impl RemoteProcess {
     }
 }
 
+/// `status`, then `lines` joined with `sep`; a lost session's status holds ssh's last words
+/// already, which are said once.
+fn ending(status: &RemoteStatus, lines: &[String], sep: &str) -> String {
+    match status {
+        RemoteStatus::ConnectionLost(_) => status.to_string(),
+        _ if lines.is_empty() => status.to_string(),
+        _ => format!("{status}{sep}{}", lines.join(sep)),
+    }
+}
+
 fn last_lines(lines: &VecDeque<String>, n: usize) -> String {
     let skip = lines.len().saturating_sub(n);
     let text: Vec<&str> = lines.iter().skip(skip).map(String::as_str).collect();
@@ -316,6 +323,25 @@ mod tests {
         assert_eq!(tail.lines.front().unwrap(), "line 5");
         assert_eq!(tail.exit_code, Some(137));
         assert_eq!(last_lines(&tail.lines, 2), "line 203 | line 204");
+    }
+
+    #[test]
+    fn a_lost_session_says_ssh_s_words_once() {
+        let words = "Connection to 10.213.2.2 closed by remote host.";
+        let lines = vec![words.to_string()];
+        let lost = RemoteStatus::ConnectionLost(last_lines(&lines.clone().into(), 3));
+        let text = ending(&lost, &lines, " | ");
+        assert_eq!(text.matches(words).count(), 1, "{text}");
+        assert_eq!(
+            text,
+            format!("its ssh session ended (host down or unreachable?): {words}")
+        );
+        let exited = ending(&RemoteStatus::Exited(2), &["bad option".into()], " | ");
+        assert_eq!(exited, "exited with status 2 | bad option");
+        assert_eq!(
+            ending(&RemoteStatus::Killed(9), &[], " | "),
+            "killed by signal 9"
+        );
     }
 
     /// The wrapper itself, run by a local sh: the group id comes first, the command's output

@@ -113,6 +113,31 @@ impl Remote {
         self.scp(cmd, &format!("fetching {}", remote_path.display()))
     }
 
+    /// Reads the files `names` (relative paths are under the working directory) and removes
+    /// them there, over one ssh session whatever their number; their contents in order. Each
+    /// is sent as its size in bytes on a line, then its bytes, so any content comes back whole.
+    pub fn take_files(&self, names: &[&str]) -> Result<Vec<Vec<u8>>, RemoteError> {
+        let what = format!("reading {}", names.join(", "));
+        let out = self.output(&self.in_workdir(&take_files_line(names)))?;
+        if !out.status.success() {
+            return Err(RemoteError::Command {
+                host: self.spec.name.clone(),
+                command: what,
+                code: out.status.code(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().into(),
+            });
+        }
+        split_sized(&out.stdout, names.len()).ok_or_else(|| RemoteError::Protocol {
+            host: self.spec.name.clone(),
+            what,
+            detail: format!(
+                "{} bytes that are not {} sized files",
+                out.stdout.len(),
+                names.len()
+            ),
+        })
+    }
+
     /// Runs `command` and reads its stdout as JSON of type `T`.
     pub fn run_json<T: DeserializeOwned>(&self, command: &str) -> Result<T, RemoteError> {
         let out = self.run(command)?;
@@ -266,6 +291,32 @@ impl Remote {
     }
 }
 
+/// The shell line that prints each of `names` as its size on a line and its bytes, then
+/// removes them; it fails on the first that cannot be read.
+fn take_files_line(names: &[&str]) -> String {
+    let script = "for f; do n=$(wc -c < \"$f\") || exit 1; printf '%s\\n' \"$n\"; \
+                  cat -- \"$f\" || exit 1; done; rm -f -- \"$@\"";
+    sh_c(script, names)
+}
+
+/// `n` parts each written as `SIZE\n` followed by SIZE bytes; `None` unless `bytes` is
+/// exactly that.
+fn split_sized(mut bytes: &[u8], n: usize) -> Option<Vec<Vec<u8>>> {
+    let mut parts = Vec::with_capacity(n);
+    for _ in 0..n {
+        let eol = bytes.iter().position(|&b| b == b'\n')?;
+        let size: usize = std::str::from_utf8(&bytes[..eol])
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let body = bytes.get(eol + 1..eol + 1 + size)?;
+        parts.push(body.to_vec());
+        bytes = &bytes[eol + 1 + size..];
+    }
+    bytes.is_empty().then_some(parts)
+}
+
 /// `--version` and `cksum` of a local binary, in the form `remote_fingerprint` prints.
 fn local_fingerprint(bin: &Path) -> Result<String, RemoteError> {
     let version = local_output(Command::new(bin).arg("--version"), bin)?;
@@ -341,6 +392,64 @@ mod tests {
         let line = Remote::new(spec).in_workdir("pwd; echo 'a b'");
         let out = sh(&line);
         assert_eq!(out, format!("{}\na b\n", dir.path().join("w").display()));
+    }
+
+    #[test]
+    fn sized_parts_come_back_whole_or_not_at_all() {
+        let bytes = b"3\nabc0\n5\nx\ny\0z";
+        let parts = split_sized(bytes, 3).unwrap();
+        assert_eq!(parts, [b"abc".to_vec(), Vec::new(), b"x\ny\0z".to_vec()]);
+        assert_eq!(split_sized(bytes, 2), None, "bytes left over");
+        assert_eq!(split_sized(b"4\nabc", 1), None, "cut short");
+        assert_eq!(split_sized(b"x\nabc", 1), None, "no size");
+    }
+
+    /// `take_files`' remote line, run by a local sh in the working directory: the files in
+    /// order, sized, then removed; a missing file is an error that names it.
+    #[test]
+    fn the_take_files_line_sends_sizes_and_removes_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.json"), "{\"x\": 1}\n").unwrap();
+        std::fs::write(dir.path().join("b.jsonl"), "").unwrap();
+        let spec = HostSpec {
+            workdir: dir.path().to_path_buf(),
+            ..HostSpec::parse("h", "ssh://u@h").unwrap()
+        };
+        let remote = Remote::new(spec);
+        let line = remote.in_workdir(&take_files_line(&["a.json", "b.jsonl"]));
+        let out = Command::new("sh").arg("-c").arg(&line).output().unwrap();
+        assert!(out.status.success());
+        let parts = split_sized(&out.stdout, 2).unwrap();
+        assert_eq!(parts, [b"{\"x\": 1}\n".to_vec(), Vec::new()]);
+        assert!(!dir.path().join("a.json").exists() && !dir.path().join("b.jsonl").exists());
+        let line = remote.in_workdir(&take_files_line(&["gone.json"]));
+        let out = Command::new("sh").arg("-c").arg(&line).output().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("gone.json"));
+    }
+
+    /// A refused connection: the fetch (scp) and the one-session fetch (ssh) both say so, in
+    /// ssh's words, once.
+    #[test]
+    fn a_refused_fetch_keeps_ssh_s_reason() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        }; // closed again: nothing listens there
+        let dir = tempfile::tempdir().unwrap();
+        let spec = HostSpec {
+            known_hosts_file: Some(dir.path().join("known")),
+            ..HostSpec::parse("h", &format!("ssh://u@127.0.0.1:{port}")).unwrap()
+        };
+        let remote = Remote::new(spec);
+        let e = remote
+            .fetch(Path::new("x.json"), &dir.path().join("x.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Connection refused"), "{e}");
+        let e = remote.take_files(&["x.json"]).unwrap_err().to_string();
+        assert_eq!(e.matches("Connection refused").count(), 1, "{e}");
+        assert!(e.contains("cannot be reached over ssh"), "{e}");
     }
 
     #[test]

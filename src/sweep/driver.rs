@@ -88,6 +88,12 @@ pub trait Driver {
     fn signals_window(&self, _req: &StepRequest) -> bool {
         false
     }
+
+    /// Lines for the run's notes that came up while running steps (a host marked down); the
+    /// step loop takes them after each step.
+    fn take_notes(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The built-in load engine.

@@ -70,7 +70,12 @@ pub fn run_plan(
     let result = runner.run();
     crate::process::reap_orphans();
     let mut summary = result?;
-    summary.findings.splice(0..0, dest.notes.iter().cloned());
+    // A host that could not be set up is in the notes as well as on the console.
+    let down =
+        (sessions.down.iter()).map(|(name, why)| format!("host {name}: {why}; its steps fail"));
+    summary
+        .findings
+        .splice(0..0, dest.notes.iter().cloned().chain(down));
     finish_dir(&dir, &summary)?;
     Ok(Finished {
         dir: dir.path.clone(),
@@ -99,17 +104,17 @@ fn run_driver(
     plan: &Plan,
     sessions: &super::hosts::session::Sessions,
 ) -> Result<super::hosts::groups::GroupDriver, String> {
-    Ok(super::hosts::groups::GroupDriver {
-        single: Box::new(super::instances::SplitDriver {
+    Ok(super::hosts::groups::GroupDriver::new(
+        Box::new(super::instances::SplitDriver {
             single: make_driver(plan)?,
             make: super::instances::driver_factory(&plan.client),
         }),
-        groups: group_hosts(plan, sessions),
-        proto: match &plan.client {
+        group_hosts(plan, sessions),
+        match &plan.client {
             ClientPlan::Engine { proto } => proto.clone(),
             ClientPlan::Command { .. } => crate::load::ProtoOptions::default(),
         },
-    })
+    ))
 }
 
 /// The run's launcher: targets here as split processes, the others over ssh.

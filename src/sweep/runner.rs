@@ -303,6 +303,9 @@ impl Runner<'_> {
                 Some(why) => self.skipped(&key, why.clone()),
                 None => self.one_step(&key, series),
             };
+            for note in self.driver.take_notes() {
+                self.note(&mut run.summary, note);
+            }
             // A step cut short by Ctrl-C is not recorded: --resume runs it again.
             if self.interrupted(&mut run.summary) {
                 return Ok(None);

@@ -1,29 +1,35 @@
 //! Client groups: a step's load split over this machine and other hosts, every group's
 //! measured window started together (each host's clock offset applied), the windows checked
-//! to overlap, and the groups' results merged exactly (histograms added).
+//! to overlap, and the groups' results merged exactly (histograms added). A group that fails
+//! stops the step's other groups at once; a host that fails two steps in a row is marked down
+//! for the rest of the run.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::remote_group::{remote_load, settle_fetched};
 use super::session::HostSession;
 use crate::clock::now_ns;
 use crate::load::merge::{ChannelSink, Line, LineMerger};
-use crate::load::raw::RawLoad;
 use crate::load::ProtoOptions;
 use crate::record::load::IntervalSink;
 use crate::remote::window::{plan_start, to_reference, window_overlap, Window, MIN_WINDOW_OVERLAP};
-use crate::remote::{ClockOffset, RemoteStatus};
+use crate::remote::ClockOffset;
 use crate::sweep::driver::{engine_config, Driver, StepLoad, StepRequest};
 use crate::sweep::error::StepError;
 use crate::sweep::instances::{instance_sinks, merge_loads, share};
 
 /// Time from planning a step's common start to the start: enough for ssh to log in and the
 /// generators to connect.
-const START_LEAD: Duration = Duration::from_secs(3);
+pub const START_LEAD: Duration = Duration::from_secs(3);
+
+/// Steps in a row a host may fail (ssh lost or unreachable) before it is marked down for the
+/// rest of the run: it is tried once more at the step after its first failure.
+pub const FAILED_STEPS_BEFORE_DOWN: u32 = 2;
 
 /// Where one client group runs.
 #[derive(Debug, Clone)]
@@ -32,7 +38,7 @@ pub enum GroupHost {
     Local,
     /// A connected host.
     Remote(Arc<HostSession>),
-    /// A host that could not be set up, and why.
+    /// A host that could not be set up, or was marked down during the run, and why.
     Down(String, String),
 }
 
@@ -54,6 +60,18 @@ impl GroupHost {
     }
 }
 
+/// Why a client group gave no load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupFailure {
+    /// Its host: ssh could not reach it, or its session was lost (counts toward marking the
+    /// host down).
+    Host(String),
+    /// The load itself, or its files (the host answered).
+    Load(String),
+    /// Stopped because another group failed, or by Ctrl-C.
+    Stopped,
+}
+
 /// Runs steps over the client groups (or with `single` when the plan has none).
 pub struct GroupDriver {
     /// The driver of steps without client groups.
@@ -62,6 +80,23 @@ pub struct GroupDriver {
     pub groups: Vec<GroupHost>,
     /// The engine's protocol options.
     pub proto: ProtoOptions,
+    /// Each host's failed steps in a row.
+    pub failed_in_a_row: BTreeMap<String, u32>,
+    /// Lines for the run's notes (a host marked down), taken by the step loop.
+    pub notes: Vec<String>,
+}
+
+impl GroupDriver {
+    /// A driver over `groups` (none: `single` runs every step).
+    pub fn new(single: Box<dyn Driver>, groups: Vec<GroupHost>, proto: ProtoOptions) -> Self {
+        GroupDriver {
+            single,
+            groups,
+            proto,
+            failed_in_a_row: BTreeMap::new(),
+            notes: Vec::new(),
+        }
+    }
 }
 
 /// One group's load and its measured window in the local clock.
@@ -89,10 +124,15 @@ impl Driver for GroupDriver {
         // A step with client groups runs on other hosts: its failures are remote ones.
         self.run_groups(req, sink, stop).map_err(StepError::Remote)
     }
+
+    fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
+    }
 }
 
 impl GroupDriver {
-    /// Runs each group's share at one planned instant and merges their loads.
+    /// Runs each group's share at one planned instant and merges their loads. The first
+    /// group to fail stops the others.
     fn run_groups(
         &mut self,
         req: &StepRequest,
@@ -106,6 +146,9 @@ impl GroupDriver {
                 req.connections
             ));
         }
+        if let Some(why) = self.down_reason() {
+            return Err(why);
+        }
         let subs: Vec<StepRequest> = (0..n).map(|k| group_request(req, k, n)).collect();
         let offsets: Vec<ClockOffset> = self.groups.iter().map(GroupHost::offset).collect();
         let start = plan_start(START_LEAD, &offsets);
@@ -113,7 +156,9 @@ impl GroupDriver {
         let window_end_ns = window_start_ns + req.duration.as_nanos() as i64;
         let mut merger = LineMerger::new(n, instance_sinks(&subs, req, true));
         let (tx, rx) = mpsc::channel::<Line>();
-        let results: Vec<Result<GroupLoad, String>> = std::thread::scope(|scope| {
+        // Set by Ctrl-C or by the first group that fails: the others stop at once.
+        let halt = AtomicBool::new(false);
+        let results: Vec<Result<GroupLoad, GroupFailure>> = std::thread::scope(|scope| {
             let handles: Vec<_> = subs
                 .iter()
                 .zip(&self.groups)
@@ -121,47 +166,111 @@ impl GroupDriver {
                 .enumerate()
                 .map(|(k, ((sub, host), &at))| {
                     let tx = tx.clone();
-                    let proto = &self.proto;
-                    scope.spawn(move || run_group(host, sub, proto, at, k, tx, stop))
+                    let (proto, halt) = (&self.proto, &halt);
+                    scope.spawn(move || {
+                        let result = run_group(host, sub, proto, at, k, tx, halt);
+                        if result.is_err() {
+                            halt.store(true, Ordering::Relaxed);
+                        }
+                        result
+                    })
                 })
                 .collect();
             drop(tx);
-            follow_planned_window(&rx, (window_start_ns, window_end_ns), &mut merger, sink);
+            let window = (window_start_ns, window_end_ns);
+            follow_planned_window(&rx, window, &mut merger, sink, (stop, &halt));
             merger.flush(sink);
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("the load thread panicked".into()))
+                    h.join().unwrap_or_else(|_| {
+                        Err(GroupFailure::Load("the load thread panicked".into()))
+                    })
                 })
                 .collect()
         });
-        merger.finish_instances(results.iter().all(Result::is_ok));
-        self.merge(results, &subs)
+        self.count_host_failures(&results);
+        let merged = if stop.load(Ordering::Relaxed) {
+            Err("interrupted".to_string())
+        } else {
+            self.merge(results, &subs)
+        };
+        merger.finish_instances(merged.is_ok());
+        settle_fetched(&req.out_dir, &subs, merged.is_ok());
+        merged
+    }
+
+    /// Why the step cannot run: a group's host is down.
+    fn down_reason(&self) -> Option<String> {
+        self.groups.iter().enumerate().find_map(|(k, g)| match g {
+            GroupHost::Down(name, why) => Some(format!("client group {k} (host {name}): {why}")),
+            _ => None,
+        })
+    }
+
+    /// Counts each host's failed steps in a row; a host at `FAILED_STEPS_BEFORE_DOWN` is
+    /// marked down (its groups' later steps fail at once) and the run's notes say so.
+    fn count_host_failures(&mut self, results: &[Result<GroupLoad, GroupFailure>]) {
+        let mut down = Vec::new();
+        for (k, r) in results.iter().enumerate() {
+            let name = self.groups[k].name().to_string();
+            match r {
+                Ok(_) => {
+                    self.failed_in_a_row.remove(&name);
+                }
+                Err(GroupFailure::Host(why)) => {
+                    let count = self.failed_in_a_row.entry(name.clone()).or_insert(0);
+                    *count += 1;
+                    if *count == FAILED_STEPS_BEFORE_DOWN {
+                        down.push((name, why.clone()));
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        for (name, why) in down {
+            self.notes.push(format!(
+                "host {name}: marked down for the rest of the run after failing \
+                 {FAILED_STEPS_BEFORE_DOWN} steps in a row; its client group's later steps \
+                 fail at once. Last reason: {why}"
+            ));
+            let why = format!(
+                "marked down after failing {FAILED_STEPS_BEFORE_DOWN} steps in a row: {why}"
+            );
+            for g in self.groups.iter_mut().filter(|g| g.name() == name) {
+                *g = GroupHost::Down(name.clone(), why.clone());
+            }
+        }
     }
 
     fn merge(
         &self,
-        results: Vec<Result<GroupLoad, String>>,
+        results: Vec<Result<GroupLoad, GroupFailure>>,
         subs: &[StepRequest],
     ) -> Result<StepLoad, String> {
         let mut windows = Vec::new();
         let mut loads = Vec::new();
         let mut failures = Vec::new();
+        let mut stopped = 0;
         for (k, r) in results.into_iter().enumerate() {
+            let host = self.groups[k].name();
             match r {
                 Ok((load, window)) => {
                     windows.push(window);
                     loads.push(Ok(load));
                 }
-                Err(why) => failures.push(format!(
-                    "client group {k} (host {}): {why}",
-                    self.groups[k].name()
-                )),
+                Err(GroupFailure::Host(why) | GroupFailure::Load(why)) => {
+                    failures.push(format!("client group {k} (host {host}): {why}"))
+                }
+                Err(GroupFailure::Stopped) => stopped += 1,
             }
         }
         if !failures.is_empty() {
-            return Err(failures.join("; "));
+            let mut why = failures.join("; ");
+            if stopped > 0 {
+                why.push_str(&format!("; the other {stopped} group(s) were stopped"));
+            }
+            return Err(why);
         }
         let overlap = window_overlap(&windows);
         if overlap < MIN_WINDOW_OVERLAP {
@@ -231,7 +340,8 @@ fn group_request(req: &StepRequest, k: usize, n: usize) -> StepRequest {
     }
 }
 
-/// Runs one group: here with the engine, on a host with `stairbench load` over ssh.
+/// Runs one group: here with the engine, on a host with `stairbench load` over ssh. `halt`
+/// stops it early.
 fn run_group(
     host: &GroupHost,
     sub: &StepRequest,
@@ -239,14 +349,17 @@ fn run_group(
     start_at_ns: i64,
     k: usize,
     tx: mpsc::Sender<Line>,
-    stop: &AtomicBool,
-) -> Result<GroupLoad, String> {
+    halt: &AtomicBool,
+) -> Result<GroupLoad, GroupFailure> {
     let mut chan = ChannelSink { k, tx };
     match host {
         GroupHost::Local => {
             let config = engine_config(proto, sub);
-            let outcome = crate::load::run_at(&config, Some(start_at_ns), &mut chan, stop)
-                .map_err(|e| e.to_string())?;
+            let outcome = crate::load::run_at(&config, Some(start_at_ns), &mut chan, halt)
+                .map_err(|e| GroupFailure::Load(e.to_string()))?;
+            if halt.load(Ordering::Relaxed) {
+                return Err(GroupFailure::Stopped);
+            }
             let load = StepLoad {
                 report: outcome.report,
                 hist_ns: Some(outcome.hist_ns),
@@ -255,7 +368,7 @@ fn run_group(
             Ok((load, outcome.window_unix_ns))
         }
         GroupHost::Remote(session) => {
-            let raw = remote_load(session, sub, proto, start_at_ns, stop)?;
+            let raw = remote_load(session, sub, proto, start_at_ns, halt)?;
             for (line, hist) in &raw.0.lines {
                 chan.interval(line, hist);
             }
@@ -267,109 +380,31 @@ fn run_group(
             };
             Ok((load, window))
         }
-        GroupHost::Down(name, why) => Err(format!("host {name:?}: {why}")),
+        GroupHost::Down(name, why) => Err(GroupFailure::Host(format!("host {name:?}: {why}"))),
     }
-}
-
-/// Runs `stairbench load` on the host, waits for it (ending it on Ctrl-C or when it overruns)
-/// and fetches its JSON and raw record into the run directory's `hosts/`.
-fn remote_load(
-    session: &HostSession,
-    sub: &StepRequest,
-    proto: &ProtoOptions,
-    start_at_ns: i64,
-    stop: &AtomicBool,
-) -> Result<(RawLoad, crate::record::load::LoadReport), String> {
-    let json_name = format!("{}.load.json", sub.step_id);
-    let raw_name = format!("{}.raw.jsonl", sub.step_id);
-    let mut args = load_args(sub, proto);
-    args.extend([
-        "--start-at".into(),
-        start_at_ns.to_string(),
-        "--json".into(),
-        json_name.clone(),
-        "--raw".into(),
-        raw_name.clone(),
-        "--quiet".into(),
-    ]);
-    let line = session.command(&args);
-    let mut process = session
-        .remote
-        .spawn(&line, Duration::from_secs(2))
-        .map_err(|e| e.to_string())?;
-    let deadline = Instant::now()
-        + START_LEAD
-        + sub.warmup
-        + sub.duration
-        + sub.timeout
-        + Duration::from_secs(30);
-    wait_for_load(&mut process, deadline, stop)?;
-    let fetch = |name: &str| fetch_file(session, &hosts_dir(&sub.out_dir), name);
-    let report = serde_json::from_str(&fetch(&json_name)?)
-        .map_err(|e| format!("{json_name} from the host: {e}"))?;
-    let raw = crate::load::raw::read(&fetch(&raw_name)?)?;
-    Ok((raw, report))
-}
-
-/// Waits for the remote `stairbench load` to exit 0, stopping it on Ctrl-C or past `deadline`.
-fn wait_for_load(
-    process: &mut crate::remote::process::RemoteProcess,
-    deadline: Instant,
-    stop: &AtomicBool,
-) -> Result<(), String> {
-    let status = loop {
-        let status = process.wait_timeout(Duration::from_millis(50));
-        if status != RemoteStatus::Running {
-            break status;
-        }
-        if stop.load(Ordering::Relaxed) {
-            process.stop();
-            return Err("interrupted".into());
-        }
-        if Instant::now() > deadline {
-            process.stop();
-            return Err("stairbench load did not end in time; it was stopped".into());
-        }
-    };
-    if status != RemoteStatus::Exited(0) {
-        return Err(format!(
-            "stairbench load {}",
-            process.ending(&status, 5, " | ")
-        ));
-    }
-    Ok(())
-}
-
-/// Copies `name` from the host's working directory into `dir`, removes it there, and reads it.
-fn fetch_file(session: &HostSession, dir: &Path, name: &str) -> Result<String, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let local = dir.join(name);
-    session
-        .remote
-        .fetch(Path::new(name), &local)
-        .map_err(|e| e.to_string())?;
-    let _ = session.remote.run(&format!(
-        "rm -f -- {}",
-        crate::remote::ssh::shell_quote(name)
-    ));
-    std::fs::read_to_string(&local).map_err(|e| format!("reading {}: {e}", local.display()))
 }
 
 /// Merges the groups' lines as they come while signalling the planned window to the
-/// observers: the window follows the clock, not the lines (which come at the end).
+/// observers: the window follows the clock, not the lines (which come at the end). Ctrl-C
+/// (`stop`) sets `halt`; once `halt` is set (a group failed) a started window ends at once.
 fn follow_planned_window(
     rx: &mpsc::Receiver<Line>,
     (window_start_ns, window_end_ns): (i64, i64),
     merger: &mut LineMerger,
     sink: &mut dyn IntervalSink,
+    (stop, halt): (&AtomicBool, &AtomicBool),
 ) {
     let (mut started, mut ended) = (false, false);
     loop {
-        if !started && now_ns() >= window_start_ns {
+        if stop.load(Ordering::Relaxed) {
+            halt.store(true, Ordering::Relaxed);
+        }
+        let halted = halt.load(Ordering::Relaxed);
+        if !started && !halted && now_ns() >= window_start_ns {
             sink.window_started();
             started = true;
         }
-        if started && !ended && now_ns() >= window_end_ns {
+        if started && !ended && (halted || now_ns() >= window_end_ns) {
             sink.window_ended();
             ended = true;
         }
@@ -440,9 +475,4 @@ pub fn load_args(sub: &StepRequest, proto: &ProtoOptions) -> Vec<String> {
         args.push("--preload".into());
     }
     args
-}
-
-/// Where the fetched files of a step's groups go.
-pub fn hosts_dir(out_dir: &Path) -> PathBuf {
-    out_dir.join("hosts")
 }

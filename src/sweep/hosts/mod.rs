@@ -5,5 +5,6 @@
 
 pub mod groups;
 pub mod observer;
+pub mod remote_group;
 pub mod server;
 pub mod session;

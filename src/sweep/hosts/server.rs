@@ -184,10 +184,14 @@ impl Server for RemoteServer {
     fn died(&mut self) -> Option<String> {
         match self.process.try_status() {
             RemoteStatus::Running => None,
+            // A lost session's status quotes ssh's last words: they are said once.
+            status @ RemoteStatus::ConnectionLost(_) => {
+                Some(format!("on host {}: {status}", self.session.name()))
+            }
             status => Some(format!(
-                "on host {}: {}",
+                "on host {}: {status}; its output ends with:\n{}",
                 self.session.name(),
-                self.process.ending(&status, 20, "\n")
+                self.tail()
             )),
         }
     }

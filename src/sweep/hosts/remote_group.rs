@@ -1,0 +1,145 @@
+//! A client group on another host: `stairbench load` started there over ssh, waited for
+//! (stopped at once when the step's other groups fail, or past a deadline), and its JSON and
+//! raw record brought back into the run directory's `hosts/` over one ssh session.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::groups::{load_args, GroupFailure, START_LEAD};
+use super::session::HostSession;
+use crate::load::raw::RawLoad;
+use crate::load::ProtoOptions;
+use crate::record::load::LoadReport;
+use crate::remote::process::RemoteProcess;
+use crate::remote::{RemoteError, RemoteStatus};
+use crate::sweep::driver::StepRequest;
+
+/// Time past the window and the request timeout a remote load may take to end before it is
+/// stopped (its connections drain, it writes its files).
+const OVERRUN: Duration = Duration::from_secs(30);
+
+/// Runs `stairbench load` on the host, waits for it (ending it when `halt` is set or when it
+/// overruns) and fetches its JSON and raw record into the run directory's `hosts/`.
+pub fn remote_load(
+    session: &HostSession,
+    sub: &StepRequest,
+    proto: &ProtoOptions,
+    start_at_ns: i64,
+    halt: &AtomicBool,
+) -> Result<(RawLoad, LoadReport), GroupFailure> {
+    let [json_name, raw_name] = file_names(&sub.step_id);
+    let mut args = load_args(sub, proto);
+    args.extend([
+        "--start-at".into(),
+        start_at_ns.to_string(),
+        "--json".into(),
+        json_name.clone(),
+        "--raw".into(),
+        raw_name.clone(),
+        "--quiet".into(),
+    ]);
+    let line = session.command(&args);
+    let mut process = session
+        .remote
+        .spawn(&line, Duration::from_secs(2))
+        .map_err(spawn_failure)?;
+    let deadline = Instant::now() + START_LEAD + sub.warmup + sub.duration + sub.timeout + OVERRUN;
+    wait_for_load(&mut process, deadline, halt)?;
+    let texts = take_files(session, &hosts_dir(&sub.out_dir), &[&json_name, &raw_name])?;
+    let report = serde_json::from_str(&texts[0])
+        .map_err(|e| GroupFailure::Load(format!("{json_name} from the host: {e}")))?;
+    let raw = crate::load::raw::read(&texts[1]).map_err(GroupFailure::Load)?;
+    Ok((raw, report))
+}
+
+/// A host that ssh cannot reach is the host's failure; anything else is the load's.
+fn spawn_failure(e: RemoteError) -> GroupFailure {
+    match e {
+        RemoteError::Unreachable { .. } => GroupFailure::Host(e.to_string()),
+        e => GroupFailure::Load(e.to_string()),
+    }
+}
+
+/// The names of a group's JSON report and raw record, on the host and in `hosts/`.
+fn file_names(sub_id: &str) -> [String; 2] {
+    [format!("{sub_id}.load.json"), format!("{sub_id}.raw.jsonl")]
+}
+
+/// Waits for the remote `stairbench load` to exit 0, stopping it when `halt` is set or past
+/// `deadline`. A lost ssh session is the host's failure, with ssh's reason said once.
+fn wait_for_load(
+    process: &mut RemoteProcess,
+    deadline: Instant,
+    halt: &AtomicBool,
+) -> Result<(), GroupFailure> {
+    let status = loop {
+        let status = process.wait_timeout(Duration::from_millis(20));
+        if status != RemoteStatus::Running {
+            break status;
+        }
+        if halt.load(Ordering::Relaxed) {
+            process.stop();
+            return Err(GroupFailure::Stopped);
+        }
+        if Instant::now() > deadline {
+            process.stop();
+            return Err(GroupFailure::Load(
+                "stairbench load did not end in time; it was stopped".into(),
+            ));
+        }
+    };
+    let why = format!("stairbench load {}", process.ending(&status, 5, " | "));
+    match status {
+        RemoteStatus::Exited(0) => Ok(()),
+        RemoteStatus::ConnectionLost(_) => Err(GroupFailure::Host(why)),
+        _ => Err(GroupFailure::Load(why)),
+    }
+}
+
+/// Brings `names` from the host's working directory into `dir` over one ssh session (they are
+/// removed there) and returns their text.
+fn take_files(
+    session: &HostSession,
+    dir: &Path,
+    names: &[&str],
+) -> Result<Vec<String>, GroupFailure> {
+    let bodies = session.remote.take_files(names).map_err(|e| match e {
+        RemoteError::Unreachable { .. } => GroupFailure::Host(format!("fetching its files: {e}")),
+        e => GroupFailure::Load(format!("fetching its files: {e}")),
+    })?;
+    let local = |e: std::io::Error, path: &Path| {
+        GroupFailure::Load(format!("writing {}: {e}", path.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| local(e, dir))?;
+    let mut texts = Vec::new();
+    for (name, body) in names.iter().zip(bodies) {
+        let path = dir.join(name);
+        std::fs::write(&path, &body).map_err(|e| local(e, &path))?;
+        texts.push(String::from_utf8_lossy(&body).into_owned());
+    }
+    Ok(texts)
+}
+
+/// Where the fetched files of a step's groups go.
+pub fn hosts_dir(out_dir: &Path) -> PathBuf {
+    out_dir.join("hosts")
+}
+
+/// After the step: a failed step's fetched files are renamed `<group>.partial.load.json` and
+/// `<group>.partial.raw.jsonl` (nothing that looks like a result beside a failed line); a step
+/// that completed removes an earlier attempt's partial ones.
+pub fn settle_fetched(out_dir: &Path, subs: &[StepRequest], complete: bool) {
+    let dir = hosts_dir(out_dir);
+    for sub in subs {
+        let partial = file_names(&format!("{}.partial", sub.step_id));
+        for (name, partial) in file_names(&sub.step_id).iter().zip(partial) {
+            let (path, partial) = (dir.join(name), dir.join(partial));
+            if complete {
+                let _ = std::fs::remove_file(&partial);
+            } else if path.exists() {
+                let _ = std::fs::rename(&path, &partial);
+            }
+        }
+    }
+}
