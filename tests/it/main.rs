@@ -24,6 +24,7 @@ mod instances;
 mod layering;
 mod load_engine;
 mod load_histograms;
+mod many_hosts;
 mod observe;
 mod parsers;
 mod profiling;
