@@ -305,6 +305,7 @@ fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut Strin
                             plan.repetitions.describe(),
                             launcher.describe(target, &cpus, point.clients)
                         );
+                        describe_groups(plan, point, out);
                     }
                     Err(why) => {
                         skipped += 1;
@@ -317,6 +318,17 @@ fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut Strin
     skipped
 }
 
+/// A step's client groups and their shares, when the plan has groups.
+fn describe_groups(plan: &Plan, point: Point, out: &mut String) {
+    let groups = &plan.hosts.client_groups;
+    if !groups.is_empty() {
+        let connections = point.clients * plan.connections_per_client;
+        let step = (point.clients, connections, point.rate_rps);
+        let line = super::hosts::groups::describe_shares(step, groups);
+        let _ = writeln!(out, "    {line}");
+    }
+}
+
 /// The dry run's estimated time, over the steps this machine can run.
 fn describe_estimate(plan: &Plan, skipped: usize) -> String {
     let mut out = String::new();
@@ -325,10 +337,21 @@ fn describe_estimate(plan: &Plan, skipped: usize) -> String {
     let runnable = plan.max_steps().saturating_sub(
         skipped * plan.max_steps() / (points * plan.targets.len() * plan.placements.len()).max(1),
     );
-    let secs = plan.estimate_for(runnable).as_secs();
+    let (set_up, per_step) = super::hosts::groups::hosts_overhead(&plan.hosts);
+    let total = plan.estimate_for(runnable) + set_up + per_step * runnable as u32;
+    let secs = total.as_secs();
+    let hosts = if set_up.is_zero() {
+        String::new()
+    } else {
+        format!(
+            " (with about {} s of host set-up and {} s a step of common-start lead and fetches)",
+            set_up.as_secs(),
+            per_step.as_secs()
+        )
+    };
     let _ = writeln!(
         out,
-        "\nestimated time: about {}m{:02}s",
+        "\nestimated time: about {}m{:02}s{hosts}",
         secs / 60,
         secs % 60
     );

@@ -351,3 +351,28 @@ mod group_load_args {
         assert!(parsed.config().proto.preload);
     }
 }
+
+#[test]
+fn the_dry_run_lists_the_groups_shares_and_counts_the_hosts_time() {
+    let out = common::cli(&["run", "examples/two-hosts.toml", "--dry-run"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // clients = [2, 4, 8, 16], one connection each, split between here and "cli".
+    for want in [
+        "client groups (clients/connections each): local 1/1, cli 1/1",
+        "client groups (clients/connections each): local 8/8, cli 8/8",
+    ] {
+        assert!(text.contains(want), "{want} missing: {text}");
+    }
+    // Four steps of 1 s warm-up and 5 s window, plus the hosts' set-up once and, per step,
+    // the 3 s common-start lead and the fetch: at least 4 × 6 + 4 × 3 = 36 s.
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("estimated time"))
+        .unwrap();
+    let about = line.split("about ").nth(1).unwrap();
+    let (m, rest) = about.split_once('m').unwrap();
+    let secs: u64 = m.parse::<u64>().unwrap() * 60 + rest[..2].parse::<u64>().unwrap();
+    assert!(secs >= 36 + 8, "{line}");
+    assert!(line.contains("host set-up"), "{line}");
+}
