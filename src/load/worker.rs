@@ -25,7 +25,16 @@ use super::target::Target;
 use super::{LoadConfig, LoadError};
 
 const TIMER: Token = Token(usize::MAX);
+/// The thread's one read buffer: every connection reads into it, and only the bytes of a reply
+/// cut by the end of a read stay with the connection (in `Conn::partial`). 64 KiB per thread,
+/// not per connection: an idle or keep-alive connection holds no buffer at all.
 const READ_CHUNK: usize = 64 * 1024;
+/// Most bytes one connection may hold of a reply not yet whole: a server sending an endless
+/// body or endless headers costs this much at most, then the connection is reset with
+/// `reply_too_large`.
+pub(super) const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
+/// A write buffer grown past this (a deep pipeline of big requests) is freed once flushed.
+const KEEP_WBUF_BYTES: usize = 16 * 1024;
 /// Open loop: the timer is set this much before a request is due and the loop polls without
 /// sleeping for the rest, because a timerfd wake-up comes tens of µs late on a VM and that
 /// lateness would count as the server's latency.
@@ -45,9 +54,9 @@ struct Pending {
 struct Conn {
     stream: Option<TcpStream>,
     proto: Box<dyn Protocol>,
-    rbuf: Vec<u8>,
-    rstart: usize,
-    rend: usize,
+    /// The start of a reply a read cut short; empty (no allocation) between replies.
+    partial: Vec<u8>,
+    /// Requests not yet written; sized to the requests, not reserved up front.
     wbuf: Vec<u8>,
     wpos: usize,
     pending: VecDeque<Pending>,
@@ -67,6 +76,8 @@ pub(super) struct Worker {
     tx: Sender<Msg>,
     poll: Poll,
     conns: Vec<Conn>,
+    /// The read buffer all this thread's connections share (see [`READ_CHUNK`]).
+    scratch: Vec<u8>,
     t0: Instant,
     open: Option<OpenLoop>,
     rec: Recorder,
@@ -153,10 +164,8 @@ impl Worker {
             .map(|i| Conn {
                 stream: None,
                 proto: target.connection(i, &config.proto),
-                rbuf: vec![0; READ_CHUNK],
-                rstart: 0,
-                rend: 0,
-                wbuf: Vec::with_capacity(4096),
+                partial: Vec::new(),
+                wbuf: Vec::new(),
                 wpos: 0,
                 pending: VecDeque::with_capacity(config.depth),
                 connecting: false,
@@ -183,6 +192,7 @@ impl Worker {
             tx,
             poll,
             conns,
+            scratch: vec![0; READ_CHUNK],
             t0: Instant::now(),
             open,
             rec,
@@ -282,8 +292,7 @@ impl Worker {
         conn.stream = Some(stream);
         conn.connecting = true;
         conn.closing = false;
-        conn.rstart = 0;
-        conn.rend = 0;
+        conn.partial = Vec::new();
         conn.wbuf.clear();
         conn.wpos = 0;
         Ok(())
@@ -423,20 +432,19 @@ impl Worker {
 
     /// Reads until the socket is drained, completing every whole reply.
     fn read_replies(&mut self, i: usize, now: u64) {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        self.read_into(i, &mut scratch, now);
+        self.scratch = scratch;
+    }
+
+    fn read_into(&mut self, i: usize, scratch: &mut [u8], now: u64) {
         loop {
-            let conn = &mut self.conns[i];
-            make_room(conn);
-            let space = conn.rbuf.len() - conn.rend;
-            let stream = conn.stream.as_mut().expect("open stream");
-            match stream.read(&mut conn.rbuf[conn.rend..]) {
+            let stream = self.conns[i].stream.as_mut().expect("open stream");
+            match stream.read(scratch) {
                 Ok(0) => return self.reset(i, "closed", now),
                 Ok(n) => {
-                    conn.rend += n;
                     self.rec.bytes_in(n, now);
-                    if !self.parse_replies(i, now) {
-                        return;
-                    }
-                    if n < space {
+                    if !self.take_bytes(i, &scratch[..n], now) || n < scratch.len() {
                         return;
                     }
                 }
@@ -447,20 +455,46 @@ impl Worker {
         }
     }
 
-    /// Completes the whole replies in the buffer. False when the connection was reset.
-    fn parse_replies(&mut self, i: usize, now: u64) -> bool {
-        loop {
-            let conn = &mut self.conns[i];
-            if conn.rstart == conn.rend {
-                conn.rstart = 0;
-                conn.rend = 0;
-                return true;
+    /// Completes the whole replies that `read` (just received) ends, keeping the start of a
+    /// cut one. False when the connection was reset or reopened.
+    fn take_bytes(&mut self, i: usize, read: &[u8], now: u64) -> bool {
+        if self.conns[i].partial.is_empty() {
+            // The common case: whole replies straight from the thread's buffer, no copy.
+            let Some(used) = self.parse_replies(i, read, now) else {
+                return false;
+            };
+            if used < read.len() {
+                self.conns[i].partial.extend_from_slice(&read[used..]);
             }
-            match conn.proto.parse_reply(&conn.rbuf[conn.rstart..conn.rend]) {
-                Reply::Incomplete => return true,
+            return true;
+        }
+        let mut buf = std::mem::take(&mut self.conns[i].partial);
+        if buf.len() + read.len() > MAX_REPLY_BYTES {
+            self.reset(i, "reply_too_large", now);
+            return false;
+        }
+        buf.extend_from_slice(read);
+        let Some(used) = self.parse_replies(i, &buf, now) else {
+            return false;
+        };
+        if used < buf.len() {
+            buf.drain(..used);
+            // Freed once whole (below); until then it holds one reply's bytes at most.
+            self.conns[i].partial = buf;
+        }
+        true
+    }
+
+    /// Completes the whole replies at the front of `buf`: the bytes they used, or `None`
+    /// when the connection was reset or reopened.
+    fn parse_replies(&mut self, i: usize, buf: &[u8], now: u64) -> Option<usize> {
+        let mut at = 0;
+        while at < buf.len() {
+            match self.conns[i].proto.parse_reply(&buf[at..]) {
+                Reply::Incomplete => break,
                 Reply::Invalid(kind) => {
                     self.reset(i, kind, now);
-                    return false;
+                    return None;
                 }
                 Reply::Done {
                     len,
@@ -468,10 +502,10 @@ impl Worker {
                     close,
                     found,
                 } => {
-                    conn.rstart += len;
-                    let Some(p) = conn.pending.pop_front() else {
+                    at += len;
+                    let Some(p) = self.conns[i].pending.pop_front() else {
                         self.reset(i, "unexpected_reply", now);
-                        return false;
+                        return None;
                     };
                     self.complete(&p, now, error);
                     if let Some(found) = found {
@@ -479,11 +513,16 @@ impl Worker {
                     }
                     if close {
                         self.reopen_after_close(i, now);
-                        return false;
+                        return None;
                     }
                 }
             }
         }
+        if buf.len() - at > MAX_REPLY_BYTES {
+            self.reset(i, "reply_too_large", now);
+            return None;
+        }
+        Some(at)
     }
 
     fn complete(&mut self, p: &Pending, now: u64, error: Option<&'static str>) {
@@ -554,6 +593,9 @@ impl Worker {
         if conn.wpos == conn.wbuf.len() {
             conn.wbuf.clear();
             conn.wpos = 0;
+            if conn.wbuf.capacity() > KEEP_WBUF_BYTES {
+                conn.wbuf = Vec::new();
+            }
         }
     }
 
@@ -594,6 +636,7 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut s);
         }
         self.conns[i].connecting = false;
+        self.conns[i].partial = Vec::new();
     }
 
     fn reconnect(&mut self, i: usize, now: u64) {
@@ -691,22 +734,6 @@ impl Worker {
 
 fn usable(conn: &Conn) -> bool {
     conn.stream.is_some() && !conn.connecting && !conn.closing
-}
-
-/// Makes room at the end of the read buffer: compacts, or grows when one reply fills it.
-fn make_room(conn: &mut Conn) {
-    if conn.rend < conn.rbuf.len() {
-        return;
-    }
-    if conn.rstart > 0 {
-        conn.rbuf.copy_within(conn.rstart..conn.rend, 0);
-        conn.rend -= conn.rstart;
-        conn.rstart = 0;
-    } else {
-        // Grows only with bytes actually received, so a hostile length costs nothing.
-        let len = conn.rbuf.len();
-        conn.rbuf.resize(len * 2, 0);
-    }
 }
 
 /// Whether a non-blocking connect has completed.

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Memory and CPU per connection at many connections: stairbench load vs wrk on nginx, the same
+# N connections and one generator thread each, alternating runs. For each run: the peak RSS
+# (GNU time's maximum resident set) and its share per connection, the CPU (user + system,
+# start to exit) per completed request; then the medians and the ratios stairbench/wrk
+# (goal: RSS <= 1.0x wrk's at each N).
+#
+# A count that needs more open files than the hard limit allows (the generator and nginx each
+# need one per connection) is skipped with the reason; `ulimit -Hn` is the limit.
+#
+# Usage (after `cargo build --release`): bench/conns.sh
+# Settings (environment): CONNS="1000 10000 50000" RUNS=3 DURATION=5 SERVER_CPU=0 CLIENT_CPU=1
+#                         STAIRBENCH=target/release/stairbench EXTRA_ARGS= (more stairbench args)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONNS=${CONNS:-1000 10000 50000}
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-5}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+STAIRBENCH=${STAIRBENCH:-target/release/stairbench}
+EXTRA_ARGS=${EXTRA_ARGS:-}
+
+die() { echo "conns: $*" >&2; exit 1; }
+program() { command -v "$1" 2>/dev/null || { [ -x "/usr/sbin/$1" ] && echo "/usr/sbin/$1"; } || return 1; }
+
+NGINX=$(program nginx) || die "nginx not found (apt-get install nginx-light)"
+WRK=$(program wrk) || die "wrk not found (apt-get install wrk)"
+[ -x "$STAIRBENCH" ] || die "$STAIRBENCH not found: run cargo build --release first"
+[ -x /usr/bin/time ] || die "needs GNU time (/usr/bin/time) for the peak RSS"
+
+WORK=$(mktemp -d /tmp/stairbench-conns.XXXXXX)
+chmod 755 "$WORK" # nginx's worker runs as nobody when started by root
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+
+HARD_FDS=$(ulimit -Hn)
+ulimit -n "$HARD_FDS"
+
+start_nginx() { # PORT CONNECTIONS
+    mkdir -p "$WORK/root"
+    printf 'hello\n' >"$WORK/root/index.html"
+    cat >"$WORK/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile $(($2 + 1000));
+pid $WORK/nginx.pid;
+error_log $WORK/error.log;
+events { worker_connections $(($2 + 500)); }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 300s;
+    client_body_temp_path $WORK/client_body;
+    proxy_temp_path $WORK/proxy;
+    fastcgi_temp_path $WORK/fastcgi;
+    uwsgi_temp_path $WORK/uwsgi;
+    scgi_temp_path $WORK/scgi;
+    server {
+        listen 127.0.0.1:$1 backlog=65535;
+        root $WORK/root;
+        location / { index index.html; }
+    }
+}
+EOF
+    setsid taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" \
+        </dev/null >"$WORK/nginx.log" 2>&1 &
+    SERVER_PID=$!
+    wait_port "$1"
+}
+
+stop_nginx() {
+    kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+}
+
+# timed OUT CMD...: runs CMD under GNU time; OUT.time gets "peak_kb cpu_us".
+timed() {
+    local out=$1
+    shift
+    /usr/bin/time -f '%M %U %S' -o "$out.raw" -- "$@" >"$out" 2>&1 || true
+    tail -1 "$out.raw" | awk '{ printf "%d %.0f\n", $1, ($2 + $3) * 1e6 }' >"$out.time"
+}
+
+# run_wrk N URL CONNS: prints "requests peak_kb cpu_us"
+run_wrk() {
+    local out="$WORK/wrk.$3.$1"
+    timed "$out" taskset -c "$CLIENT_CPU" "$WRK" -t1 -c"$3" -d"${DURATION}s" --timeout 10s "$2"
+    local requests
+    requests=$(awk '/ requests in / { print $1 }' "$out")
+    [ -n "$requests" ] || die "unreadable wrk output: $(cat "$out")"
+    grep -E 'Socket errors|Non-2xx' "$out" >&2 || true
+    echo "$requests $(cat "$out.time")"
+}
+
+json_number() { grep -oE "\"$2\"[[:space:]]*:[[:space:]]*[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*:[[:space:]]*//'; }
+
+# run_stairbench N URL CONNS: prints "requests peak_kb cpu_us"
+run_stairbench() {
+    local out="$WORK/stairbench.$3.$1"
+    # shellcheck disable=SC2086
+    timed "$out" taskset -c "$CLIENT_CPU" "$STAIRBENCH" load "$2" -c "$3" -t 1 -d "$DURATION" \
+        --timeout 10s --json "$out.json" $EXTRA_ARGS
+    local requests
+    requests=$(json_number "$out.json" requests 2>/dev/null || true)
+    [ -n "$requests" ] || die "unreadable stairbench JSON: $(cat "$out.json" "$out" 2>/dev/null)"
+    local errors
+    errors=$(grep -o '"errors": {[^}]*}' "$out.json" | head -1 || true)
+    [ "$errors" = '"errors": {}' ] || echo "stairbench errors: $errors" >&2
+    echo "$requests $(cat "$out.time")"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+report_run() { # TOOL N CONNS "requests peak_kb cpu_us"
+    set -- "$1" "$2" "$3" $4
+    awk -v t="$1" -v n="$2" -v c="$3" -v q="$4" -v kb="$5" -v cpu="$6" 'BEGIN {
+        printf "%-11s %6d conns run %d: peak RSS %8.1f MB (%6.2f KB/conn)  %9d requests  %7.3f CPU µs/request\n",
+            t, c, n, kb / 1024, kb / c, q, (q > 0 ? cpu / q : 0) }'
+}
+
+echo "nginx (1 worker) on core $SERVER_CPU; generators (1 thread) on core $CLIENT_CPU;" \
+    "${DURATION}s per run, $RUNS runs each; open-file hard limit $HARD_FDS"
+summary=""
+for conns in $CONNS; do
+    if [ $((conns + 200)) -gt "$HARD_FDS" ]; then
+        echo "skipped $conns connections: needs $((conns + 200)) open files per process, the hard limit is $HARD_FDS"
+        summary+="$(printf '%6d connections: skipped (open-file hard limit %d)' "$conns" "$HARD_FDS")"$'\n'
+        continue
+    fi
+    port=$(free_port)
+    start_nginx "$port" "$conns"
+    url="http://127.0.0.1:$port/"
+    : >"$WORK/wrk.$conns.results"
+    : >"$WORK/stairbench.$conns.results"
+    for n in $(seq "$RUNS"); do
+        result=$(run_wrk "$n" "$url" "$conns")
+        report_run wrk "$n" "$conns" "$result"
+        echo "$result" >>"$WORK/wrk.$conns.results"
+        result=$(run_stairbench "$n" "$url" "$conns")
+        report_run stairbench "$n" "$conns" "$result"
+        echo "$result" >>"$WORK/stairbench.$conns.results"
+    done
+    stop_nginx
+    med() { awk "{ print $2 }" "$1" | median; }
+    wk=$(med "$WORK/wrk.$conns.results" '$2')
+    sk=$(med "$WORK/stairbench.$conns.results" '$2')
+    wc=$(med "$WORK/wrk.$conns.results" '($1 > 0 ? $3 / $1 : 0)')
+    sc=$(med "$WORK/stairbench.$conns.results" '($1 > 0 ? $3 / $1 : 0)')
+    summary+=$(awk -v c="$conns" -v wk="$wk" -v sk="$sk" -v wc="$wc" -v sc="$sc" 'BEGIN {
+        printf "%6d connections: peak RSS wrk %.1f MB (%.2f KB/conn), stairbench %.1f MB (%.2f KB/conn), ratio %.2f%s; CPU µs/request wrk %.3f, stairbench %.3f, ratio %.2f",
+            c, wk / 1024, wk / c, sk / 1024, sk / c, sk / wk, (sk <= wk ? "" : " (OVER 1.0)"), wc, sc, (wc > 0 ? sc / wc : 0) }')$'\n'
+done
+printf '\nmedians\n%s' "$summary"
