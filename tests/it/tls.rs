@@ -173,6 +173,33 @@ fn https_sent_equals_nginx_count_and_handshakes_are_measured_apart() {
     assert_eq!(u(&doc, "tls_resumed"), 0, "{doc:#}");
     let hs = &doc["tls_handshake_us"];
     assert!(hs["p50"].as_f64().unwrap() > 0.0, "{doc:#}");
+    // Responses of many records (300 kB) at depth 4: reads that stop inside a record.
+    let big = vec![b'x'; 300_000];
+    std::fs::write(nginx.dir.path().join("root/big.bin"), &big).unwrap();
+    let before = nginx.stub_requests();
+    let big_url = format!("https://localhost:{port}/big.bin");
+    let (big_doc, _) = load_json(&[
+        &big_url,
+        "--cacert",
+        path(&certs.ca()),
+        "-c",
+        "2",
+        "--depth",
+        "4",
+        "-d",
+        "1s",
+    ]);
+    let after = nginx.stub_requests();
+    assert_eq!(u(&big_doc, "sent"), after - before - 1, "{big_doc:#}");
+    assert_eq!(big_doc["errors"], serde_json::json!({}), "{big_doc:#}");
+    let requests = u(&big_doc, "requests");
+    assert!(requests > 10, "{big_doc:#}");
+    // Every byte of every body (and its head) was read, nothing more: the window's bytes
+    // are those of the requests completed in it, give or take the 8 in flight at each edge.
+    let bytes = u(&big_doc, "bytes_received");
+    let low = requests.saturating_sub(8) * 300_000;
+    let high = (requests + 8) * 301_000;
+    assert!((low..=high).contains(&bytes), "{big_doc:#}");
     let schema: Value =
         serde_json::from_str(include_str!("../../schema/load.schema.json")).unwrap();
     let problems = crate::schema::validate(&schema, &doc);
