@@ -23,7 +23,7 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// Options of `stairbench load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target: http://HOST:PORT/PATH, redis://HOST:PORT, msgr://HOST:PORT or shm://NAME
+    /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, redis://HOST:PORT, msgr://HOST:PORT or shm://NAME
     /// (a `stairbench serve shmkv` region).
     pub url: String,
     /// Connections in total.
@@ -103,6 +103,29 @@ pub struct LoadArgs {
     /// Request and reply payload size in bytes.
     #[arg(long, default_value_t = 4096, help_heading = "msgr")]
     pub msg_size: usize,
+    /// TLS and connection options.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// TLS (`https://`) and connection-reuse options of `stairbench load`.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// Accept any server certificate (self-signed, expired, another name).
+    #[arg(long, help_heading = "TLS")]
+    pub insecure: bool,
+    /// Verify the server's certificate with the CA certificates of this PEM file (instead of
+    /// the system's).
+    #[arg(long, value_name = "FILE", help_heading = "TLS")]
+    pub cacert: Option<PathBuf>,
+    /// Resume TLS sessions on reconnects (abbreviated handshakes); without it every
+    /// connection makes a full handshake.
+    #[arg(long, help_heading = "TLS")]
+    pub tls_resume: bool,
+    /// HTTP: send every request on a new connection (`Connection: close`; --depth 1), so each
+    /// pays a connection set-up and, over TLS, a handshake.
+    #[arg(long, help_heading = "HTTP")]
+    pub new_connection_per_request: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -157,6 +180,12 @@ impl LoadArgs {
                 seed: self.seed,
                 msg_size: self.msg_size,
                 preload: self.preload,
+                tls: crate::load::tls::TlsOptions {
+                    insecure: self.tls.insecure,
+                    cacert: self.tls.cacert.clone(),
+                    resume: self.tls.tls_resume,
+                },
+                new_connection_per_request: self.tls.new_connection_per_request,
             },
         }
     }
@@ -354,6 +383,13 @@ fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<(
         r.sent, r.resent, r.errors, r.error_ratio
     )?;
     print_lookups(r, out)?;
+    if let (Some(n), Some(h)) = (r.tls_handshakes, &r.tls_handshake_us) {
+        writeln!(
+            out,
+            "  TLS handshakes: {n} (whole run, {} resumed), us: p50 {:.1}  p99 {:.1}  max {:.1} (not in the request latency)",
+            r.tls_resumed.unwrap_or(0), h.p50, h.p99, h.max
+        )?;
+    }
     writeln!(
         out,
         "  client cpu: user {:.2} s, sys {:.2} s, busy {}{}",

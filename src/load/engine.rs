@@ -50,6 +50,13 @@ pub fn run_sockets(
 ) -> Result<LoadOutcome, LoadError> {
     let config = Arc::new(validate(config)?);
     let target = Arc::new(Target::parse(&config.url, &config.proto)?);
+    if let Some(tls) = &target.tls {
+        super::tls::probe(
+            target.addr,
+            tls,
+            config.timeout.min(Duration::from_secs(10)),
+        )?;
+    }
     // Before any per-connection state is allocated.
     super::fdlimit::ensure(config.connections, config.threads)?;
     let preloaded = super::preload::run(&config, &target)?;
@@ -199,6 +206,9 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
     }
     if config.depth == 0 {
         return bad("--depth must be at least 1");
+    }
+    if config.proto.new_connection_per_request && config.depth > 1 {
+        return bad("--new-connection-per-request sends one request per connection: use --depth 1");
     }
     if config.duration.is_zero() {
         return bad("--duration must be longer than zero");
@@ -401,6 +411,7 @@ impl Merger {
         report.duration_s = end_ns.saturating_sub(self.sched.warmup_end_ns) as f64 / 1e9;
         let mut per_core = Vec::new();
         let mut send_lag = config.rate_rps.map(|_| self.sched.new_hist());
+        let mut handshakes: Option<Histogram<u64>> = None;
         for t in &self.totals {
             report.sent += t.sent;
             report.requests += t.requests;
@@ -414,12 +425,22 @@ impl Merger {
             if let (Some(all), Some(h)) = (&mut send_lag, &t.send_lag) {
                 let _ = all.add(h);
             }
+            if let Some(h) = &t.tls_handshake {
+                let _ = handshakes
+                    .get_or_insert_with(|| self.sched.new_hist())
+                    .add(h);
+            }
             for (k, v) in &t.errors {
                 *report.errors.entry(k.clone()).or_default() += v;
             }
             per_core.push(pct(t.window_cpu_s, report.duration_s));
         }
         super::accounting::fill(&mut report, &self.totals, config);
+        if let Some(h) = &handshakes {
+            report.tls_handshakes = Some(h.len());
+            report.tls_resumed = Some(self.totals.iter().map(|t| t.tls_resumed).sum());
+            report.tls_handshake_us = Some(latency_us(h));
+        }
         report.throughput_rps = if report.duration_s > 0.0 {
             report.requests as f64 / report.duration_s
         } else {

@@ -255,6 +255,10 @@ pub fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
             .iter()
             .filter_map(|r| r.send_lag_p99_us)
             .reduce(f64::max),
+        tls_handshakes: reports.iter().map(|r| r.tls_handshakes).sum(),
+        tls_resumed: reports.iter().map(|r| r.tls_resumed).sum(),
+        // The handshake percentiles come without their histograms: not merged.
+        tls_handshake_us: None,
         client_cpu: crate::record::load::ClientCpu {
             user_s: sum_f(|r| r.client_cpu.user_s),
             sys_s: sum_f(|r| r.client_cpu.sys_s),

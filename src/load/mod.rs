@@ -12,6 +12,8 @@ pub mod raw;
 mod recorder;
 pub mod shm;
 pub mod target;
+pub mod tls;
+mod transport;
 mod worker;
 
 use std::time::Duration;
@@ -23,7 +25,7 @@ use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 /// Everything one load run needs.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
-    /// Target URL: `http://`, `redis://`, `msgr://` (the scheme picks the protocol).
+    /// Target URL: `http://`, `https://`, `redis://`, `msgr://` (the scheme picks the protocol).
     pub url: String,
     /// Total connections, spread over the threads.
     pub connections: usize,
@@ -68,6 +70,11 @@ pub struct ProtoOptions {
     pub msg_size: usize,
     /// Redis: SET every key of the key space before the load starts (so GETs find them).
     pub preload: bool,
+    /// TLS options (`https://`).
+    pub tls: tls::TlsOptions,
+    /// HTTP: every request on a new connection (`Connection: close`), so each pays a
+    /// connection set-up (and a TLS handshake).
+    pub new_connection_per_request: bool,
 }
 
 impl Default for ProtoOptions {
@@ -83,6 +90,8 @@ impl Default for ProtoOptions {
             seed: 1,
             msg_size: 4096,
             preload: false,
+            tls: tls::TlsOptions::default(),
+            new_connection_per_request: false,
         }
     }
 }

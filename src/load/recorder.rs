@@ -124,6 +124,10 @@ pub(super) struct Totals {
     pub late_sends: u64,
     /// Open loop: delay of each scheduled send after its due time, ns (window only).
     pub send_lag: Option<Histogram<u64>>,
+    /// TLS: the duration of every handshake of the run (the first connections' included), ns.
+    pub tls_handshake: Option<Histogram<u64>>,
+    /// TLS: handshakes of the run that resumed a session.
+    pub tls_resumed: u64,
 }
 
 /// Records `ns` in an auto-resizing histogram; clips only if the histogram cannot grow
@@ -218,6 +222,17 @@ impl Recorder {
     /// One request written again after its connection closed unread (counted by `sent` too).
     pub fn resent(&mut self) {
         self.totals.resent += 1;
+    }
+
+    /// A TLS handshake completed in `ns` (counted whenever it happened: most happen as the
+    /// connections open, before the window); `resumed` when it resumed a session.
+    pub fn tls_handshake(&mut self, ns: u64, resumed: bool) {
+        self.totals.tls_resumed += u64::from(resumed);
+        let h = self
+            .totals
+            .tls_handshake
+            .get_or_insert_with(|| self.sched.new_hist());
+        record(h, ns.max(1));
     }
 
     /// A redis GET answered: its key was `found` or not.

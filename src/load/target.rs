@@ -3,6 +3,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use super::protocol::{http::Http, msgr::MsgrProto, redis, Protocol};
+use super::tls::TlsClient;
 use super::{LoadError, ProtoOptions};
 
 /// A parsed target: where to connect and how to build each connection's protocol.
@@ -10,6 +11,8 @@ use super::{LoadError, ProtoOptions};
 pub struct Target {
     /// The resolved address.
     pub addr: SocketAddr,
+    /// TLS over the connections (`https://`).
+    pub tls: Option<TlsClient>,
     kind: Kind,
 }
 
@@ -25,7 +28,7 @@ impl Target {
     pub fn parse(url: &str, opts: &ProtoOptions) -> Result<Target, LoadError> {
         let bad = |why: String| LoadError::BadInput(format!("bad URL {url:?}: {why}"));
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            bad("expected SCHEME://HOST:PORT (http, redis, msgr) or shm://NAME".into())
+            bad("expected SCHEME://HOST:PORT (http, https, redis, msgr) or shm://NAME".into())
         })?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -33,17 +36,18 @@ impl Target {
         };
         let default_port = match scheme {
             "http" => 80,
+            "https" => 443,
             "redis" => 6379,
             "msgr" => 9000,
             other => {
                 return Err(bad(format!(
-                    "unknown scheme {other:?}; use http, redis, msgr or shm"
+                    "unknown scheme {other:?}; use http, https, redis, msgr or shm"
                 )))
             }
         };
         let addr = resolve(authority, default_port).map_err(bad)?;
         let kind = match scheme {
-            "http" => Kind::Http {
+            "http" | "https" => Kind::Http {
                 host: authority.to_string(),
                 path: path.to_string(),
             },
@@ -58,7 +62,23 @@ impl Target {
                 "--preload works with redis:// targets only".into(),
             ));
         }
-        Ok(Target { addr, kind })
+        let tls = match scheme {
+            "https" => Some(TlsClient::new(
+                host_of(authority),
+                &[b"http/1.1"],
+                &opts.tls,
+            )?),
+            _ => {
+                super::tls::check_unused(&opts.tls)?;
+                None
+            }
+        };
+        if opts.new_connection_per_request && !matches!(kind, Kind::Http { .. }) {
+            return Err(LoadError::BadInput(
+                "--new-connection-per-request works with http:// and https:// targets only".into(),
+            ));
+        }
+        Ok(Target { addr, tls, kind })
     }
 
     /// The key space of a redis target.
@@ -72,13 +92,19 @@ impl Target {
     /// The protocol state of connection number `index`.
     pub fn connection(&self, index: usize, opts: &ProtoOptions) -> Box<dyn Protocol> {
         match &self.kind {
-            Kind::Http { host, path } => Box::new(Http::new(
-                &opts.method,
-                host,
-                path,
-                &opts.headers,
-                opts.body.as_deref(),
-            )),
+            Kind::Http { host, path } => {
+                let mut headers = opts.headers.clone();
+                if opts.new_connection_per_request {
+                    headers.push("Connection: close".into());
+                }
+                Box::new(Http::new(
+                    &opts.method,
+                    host,
+                    path,
+                    &headers,
+                    opts.body.as_deref(),
+                ))
+            }
             Kind::Redis(space) => Box::new(redis::Redis::new(
                 space.clone(),
                 opts.read_ratio,
@@ -87,6 +113,20 @@ impl Target {
             )),
             Kind::Msgr => Box::new(MsgrProto::new(opts.msg_size)),
         }
+    }
+}
+
+/// The host of `host:port`, `[v6]:port`, `host` or `[v6]`.
+fn host_of(authority: &str) -> &str {
+    match authority.rsplit_once(':') {
+        Some((host, port)) if !port.ends_with(']') && !host.is_empty() && host != "[" => {
+            if host.starts_with('[') || !host.contains(':') {
+                host
+            } else {
+                authority
+            }
+        }
+        _ => authority,
     }
 }
 
@@ -135,6 +175,21 @@ mod tests {
             6379
         );
         assert_eq!(Target::parse("msgr://[::1]:7", &o).unwrap().addr.port(), 7);
+        let https = Target::parse("https://127.0.0.1/", &o).unwrap();
+        assert_eq!(https.addr.port(), 443);
+        assert!(https.tls.is_some());
+        assert!(Target::parse("http://127.0.0.1/", &o)
+            .unwrap()
+            .tls
+            .is_none());
+    }
+
+    #[test]
+    fn hosts_without_ports() {
+        assert_eq!(host_of("localhost:8443"), "localhost");
+        assert_eq!(host_of("localhost"), "localhost");
+        assert_eq!(host_of("[::1]:443"), "[::1]");
+        assert_eq!(host_of("[::1]"), "[::1]");
     }
 
     #[test]

@@ -6,14 +6,13 @@
 //! brings are answered by one write.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use nix::sys::time::TimeSpec;
@@ -22,6 +21,7 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use super::protocol::{Protocol, Reply};
 use super::recorder::{thread_cpu_ns, Msg, Recorder, Schedule};
 use super::target::Target;
+use super::transport::{connect_error_kind, error_kind, Stream};
 use super::{LoadConfig, LoadError};
 
 const TIMER: Token = Token(usize::MAX);
@@ -52,7 +52,7 @@ struct Pending {
 }
 
 struct Conn {
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
     proto: Box<dyn Protocol>,
     /// The start of a reply a read cut short; empty (no allocation) between replies.
     partial: Vec<u8>,
@@ -259,11 +259,15 @@ impl Worker {
                 if !conn.connecting {
                     continue;
                 }
-                match established(conn.stream.as_ref().expect("connecting stream")) {
+                let stream = conn.stream.as_mut().expect("connecting stream");
+                match stream.established() {
                     Ok(true) => {
                         conn.connecting = false;
                         waiting -= 1;
                         total_s += started.elapsed().as_secs_f64();
+                        if let Some(h) = stream.take_handshake() {
+                            self.rec.tls_handshake(h.duration_ns, h.resumed);
+                        }
                     }
                     Ok(false) => {}
                     Err(source) => return Err(self.connect_error(source)),
@@ -281,8 +285,7 @@ impl Worker {
     }
 
     fn connect(&mut self, i: usize) -> io::Result<()> {
-        let mut stream = TcpStream::connect(self.target.addr)?;
-        stream.set_nodelay(true)?;
+        let mut stream = Stream::connect(self.target.addr, self.target.tls.as_ref())?;
         self.poll.registry().register(
             &mut stream,
             Token(i),
@@ -416,14 +419,18 @@ impl Worker {
     }
 
     fn on_connected(&mut self, i: usize, now: u64) {
-        match established(self.conns[i].stream.as_ref().expect("stream")) {
+        let stream = self.conns[i].stream.as_mut().expect("stream");
+        match stream.established() {
             Ok(true) => {
+                if let Some(h) = stream.take_handshake() {
+                    self.rec.tls_handshake(h.duration_ns, h.resumed);
+                }
                 self.conns[i].connecting = false;
                 self.refill(i, now);
             }
             Ok(false) => {}
-            Err(_) => {
-                self.count_error("connect", now);
+            Err(e) => {
+                self.count_error(connect_error_kind(&e), now);
                 self.drop_stream(i);
                 self.conns[i].retry_at_ns = now + HOUSEKEEPING_NS;
             }
@@ -444,13 +451,18 @@ impl Worker {
                 Ok(0) => return self.reset(i, "closed", now),
                 Ok(n) => {
                     self.rec.bytes_in(n, now);
-                    if !self.take_bytes(i, &scratch[..n], now) || n < scratch.len() {
+                    if !self.take_bytes(i, &scratch[..n], now) {
+                        return;
+                    }
+                    // A TLS stream may hold decrypted bytes the socket read already brought.
+                    let drained = self.conns[i].stream.as_ref().is_none_or(Stream::drained);
+                    if n < scratch.len() && drained {
                         return;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.reset(i, "io_error", now),
+                Err(e) => return self.reset(i, error_kind(&e), now),
             }
         }
     }
@@ -579,6 +591,14 @@ impl Worker {
         let Some(stream) = conn.stream.as_mut() else {
             return;
         };
+        if conn.connecting {
+            return;
+        }
+        match stream.flush_pending() {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) => return self.reset(i, error_kind(&e), now),
+        }
         while conn.wpos < conn.wbuf.len() && !conn.connecting {
             match stream.write(&conn.wbuf[conn.wpos..]) {
                 Ok(n) => {
@@ -587,7 +607,7 @@ impl Worker {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.reset(i, "io_error", now),
+                Err(e) => return self.reset(i, error_kind(&e), now),
             }
         }
         if conn.wpos == conn.wbuf.len() {
@@ -734,18 +754,6 @@ impl Worker {
 
 fn usable(conn: &Conn) -> bool {
     conn.stream.is_some() && !conn.connecting && !conn.closing
-}
-
-/// Whether a non-blocking connect has completed.
-fn established(stream: &TcpStream) -> io::Result<bool> {
-    if let Some(e) = stream.take_error()? {
-        return Err(e);
-    }
-    match stream.peer_addr() {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-        Err(e) => Err(e),
-    }
 }
 
 fn io_error(context: &str, source: io::Error) -> LoadError {

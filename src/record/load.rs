@@ -106,6 +106,17 @@ pub struct LoadReport {
     /// request after its due time (its send lag), µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_lag_p99_us: Option<f64>,
+    /// TLS only: handshakes completed over the whole run (the first connections' included,
+    /// so not only the window's); absent without TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_handshakes: Option<u64>,
+    /// TLS only: how many of `tls_handshakes` resumed a session (`--tls-resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_resumed: Option<u64>,
+    /// TLS only: duration of those handshakes, from the TCP connection to the end of the
+    /// handshake, µs (not part of `latency_us`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_handshake_us: Option<LatencyUs>,
     /// The generator's CPU use.
     pub client_cpu: ClientCpu,
     /// The step measured the client, not the server: a CPU of the generator was over 90%

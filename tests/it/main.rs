@@ -34,5 +34,6 @@ mod serve_msgr;
 mod shmkv;
 mod soak;
 mod sweep;
+mod tls;
 mod topology;
 mod windows;
