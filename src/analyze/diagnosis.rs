@@ -65,7 +65,7 @@ pub enum Confidence {
 /// One figure a diagnosis rests on.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evidence {
-    /// What was measured (`busiest_thread_cpu_pct`, `server_cpus_busy_pct`, ...).
+    /// What was measured (`busiest_thread_cpu_pct`, `server_cpu_pct`, ...).
     pub metric: String,
     /// Its value (units in the metric's name).
     pub value: f64,
@@ -259,12 +259,12 @@ fn client(c: &Ctx) -> Option<Found> {
         let mut because = format!("the load generator was saturated at {} clients", l.clients);
         if let Some(cpu) = l.client_cpu_pct {
             evidence.push(ev(
-                "client_cpus_busy_pct",
+                "client_cpu_pct",
                 cpu,
                 Some(l.clients),
-                "busy % of the client's CPUs",
+                "the load generator's own CPU, % of its cpuset",
             ));
-            because.push_str(&format!(" (its CPUs {cpu:.0}% busy)"));
+            because.push_str(&format!(" (it used {cpu:.0}% of its CPUs)"));
         }
         return Some(Found {
             limit: Limit::Client,
@@ -285,11 +285,11 @@ fn client(c: &Ctx) -> Option<Found> {
                 limit: Limit::Client,
                 confidence: Confidence::Medium,
                 evidence: vec![
-                    ev("client_cpus_busy_pct", cpu, Some(top.clients), "the client's own CPUs were full"),
-                    ev("server_cpus_busy_pct", server, Some(top.clients), "the server's CPUs had room"),
+                    ev("client_cpu_pct", cpu, Some(top.clients), "the load generator's own CPU, % of its cpuset"),
+                    ev("server_cpu_pct", server, Some(top.clients), "the server's own CPU, % of its cpuset"),
                 ],
                 because: format!(
-                    "the client's CPUs are {cpu:.0}% busy while the server's are {server:.0}%: a client limit, not the server's"
+                    "the load generator uses {cpu:.0}% of its CPUs while the server uses {server:.0}% of its own: a client limit, not the server's"
                 ),
             });
         }
@@ -445,10 +445,10 @@ fn one_thread(c: &Ctx) -> Option<Found> {
     )];
     if let Some(p) = cpuset {
         evidence.push(ev(
-            "server_cpus_busy_pct",
+            "server_cpu_pct",
             p,
             Some(top.clients),
-            "busy % of the server's cpuset",
+            "the server's own CPU, % of its cpuset",
         ));
     }
     let mut because = format!("its busiest thread ({thread}) is {pct:.0}% of one CPU");
@@ -498,10 +498,10 @@ fn server_cpu(c: &Ctx) -> Option<Found> {
         },
         evidence: vec![
             ev(
-                "server_cpus_busy_pct",
+                "server_cpu_pct",
                 busy,
                 Some(top.clients),
-                "busy % of the server's cpuset",
+                "the server's own CPU, % of its cpuset",
             ),
             ev(
                 "cpu_us_per_req",
@@ -616,10 +616,10 @@ fn outside(c: &Ctx) -> Option<Found> {
     }
     let mut evidence = vec![
         ev(
-            "server_cpus_busy_pct",
+            "server_cpu_pct",
             server,
             Some(top.clients),
-            "the server's CPUs were not busy",
+            "the server's own CPU, % of its cpuset",
         ),
         ev(
             "mean_latency_us",
@@ -640,13 +640,13 @@ fn outside(c: &Ctx) -> Option<Found> {
             "X·R / L: the latency is the requests in flight over the throughput",
         ),
     ];
-    let mut sides = format!("server CPUs {server:.0}%");
+    let mut sides = format!("server {server:.0}% of its CPUs");
     if let Some(p) = top.client_cpu_pct {
         evidence.push(ev(
-            "client_cpus_busy_pct",
+            "client_cpu_pct",
             p,
             Some(top.clients),
-            "the client's CPUs were not busy",
+            "the load generator's own CPU, % of its cpuset",
         ));
         sides.push_str(&format!(", client CPUs {p:.0}%"));
     }
@@ -676,11 +676,11 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
         "client_saturated",
         0.0,
         at,
-        "client: the load generator was not saturated and Little's law holds",
+        "client: the load generator was not saturated, its CPU had room and Little's law held",
     )];
     out.push(match top.server_cpu_pct {
-        Some(p) => ev("server_cpus_busy_pct", p, at, format!("server_cpu: the cpuset was {p:.0}% busy (a limit needs {BUSY_PCT:.0}% and a flat CPU per request); outside: it needs under {IDLE_PCT:.0}%")),
-        None => missing("server_cpus_busy_pct", "server_cpu, outside: the server's CPU was not observed"),
+        Some(p) => ev("server_cpu_pct", p, at, format!("server_cpu: the cpuset was {p:.0}% busy (a limit needs {BUSY_PCT:.0}% and a flat CPU per request); outside: it needs under {IDLE_PCT:.0}%")),
+        None => missing("server_cpu_pct", "server_cpu, outside: the server's CPU was not observed"),
     });
     out.push(match &top.busiest {
         Some((name, p)) => ev("busiest_thread_cpu_pct", *p, at, format!("one_thread: the busiest thread ({name}) was {p:.0}% of one CPU (a limit needs {THREAD_BUSY_PCT:.0}%)")),
@@ -768,7 +768,7 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
             .map_or(0, |c| c.len()),
         client_saturated: p.client_saturated,
         client_cpu_pct: if separate {
-            mean(&|s| s.server.get("client_cpus_busy_pct")?.as_f64())
+            mean(&|s| client_cpu_pct(s))
         } else {
             None
         },
@@ -780,6 +780,17 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
         little_ratio: little_mean(|r| r.check.ratio),
         inflight: little_mean(|r| r.check.inflight),
     }
+}
+
+/// The load generator's own CPU (the engine's threads, or the external tool's process) in
+/// percent of its cpuset over the step: not the CPUs' busy %, which counts every other
+/// process on them too.
+fn client_cpu_pct(s: &StepResult) -> Option<f64> {
+    let load = s.load.as_ref()?;
+    let cpus = crate::cpuset::parse(&s.client_cpus).ok()?.len();
+    (load.duration_s > 0.0 && cpus > 0).then(|| {
+        100.0 * (load.client_cpu.user_s + load.client_cpu.sys_s) / load.duration_s / cpus as f64
+    })
 }
 
 /// `12.3k req/s`.

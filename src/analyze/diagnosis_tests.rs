@@ -49,8 +49,11 @@ fn step(s: &S) -> StepResult {
     let mut load = crate::record::load::LoadReport {
         throughput_rps: s.x,
         client_saturated: s.saturated,
+        duration_s: 2.0,
         ..Default::default()
     };
+    // The generator's own CPU over its 2 s on its one CPU.
+    load.client_cpu.user_s = 2.0 * s.client_busy_pct / 100.0;
     load.latency_us.mean = s.latency_us.unwrap_or(s.clients as f64 / s.x * 1e6);
     r.load = Some(load);
     let mut threads = json!({"groups": [], "busiest": null, "run_delay_s": null,
@@ -132,7 +135,7 @@ fn busy_cpuset_at_flat_cpu_per_request() {
     }));
     assert_eq!(d.limit, Limit::ServerCpu);
     assert_eq!(d.confidence, Confidence::High);
-    assert_eq!(metric(&d, "server_cpus_busy_pct").value, 96.0);
+    assert_eq!(metric(&d, "server_cpu_pct").value, 96.0);
     assert!(d
         .sentence
         .contains("its 2 CPUs are 96% busy while CPU per request stays at 63.0 µs"));
@@ -249,7 +252,7 @@ fn nothing_fits_and_each_limit_says_what_ruled_it_out() {
     );
     for m in [
         "client_saturated",
-        "server_cpus_busy_pct",
+        "server_cpu_pct",
         "busiest_thread_cpu_pct",
         "run_delay_pct",
         "cpu_us_per_req",
@@ -257,7 +260,7 @@ fn nothing_fits_and_each_limit_says_what_ruled_it_out() {
     ] {
         metric(&d, m);
     }
-    assert_eq!(metric(&d, "server_cpus_busy_pct").value, 75.0);
+    assert_eq!(metric(&d, "server_cpu_pct").value, 75.0);
     assert!(d.sentence.contains("undetermined"));
 }
 
