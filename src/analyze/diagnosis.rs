@@ -217,10 +217,15 @@ impl Ctx<'_> {
     fn separate_client(&self) -> bool {
         self.top().client_cpu_pct.is_some()
     }
+    /// Throughput stopped growing after the knee: at most 25% more at the last level than
+    /// at the knee, and the last level within 10% of the best past it.
     fn flat_throughput(&self) -> bool {
         let past = self.past_knee();
         let max = past.iter().map(|l| l.throughput_rps).fold(0.0, f64::max);
-        past.len() >= 2 && past.iter().all(|l| l.throughput_rps >= 0.9 * max)
+        let (knee, top) = (&past[0], self.top());
+        past.len() >= 2
+            && top.throughput_rps <= (1.0 + FLAT_GROWTH) * knee.throughput_rps
+            && top.throughput_rps >= 0.9 * max
     }
 }
 

@@ -222,6 +222,23 @@ fn neither_side_busy_and_latency_as_littles_law_says() {
 }
 
 #[test]
+fn a_pipeline_still_creeping_up_past_its_knee_is_outside() {
+    // Recorded (rounded) from examples/limits-outside.toml on a loaded machine: 2 places held
+    // 2 ms each; throughput still creeps up 15% after the knee.
+    let shape: Vec<S> = [(1, 109.0), (2, 372.0), (4, 576.0), (8, 659.0), (16, 665.0)]
+        .iter()
+        .map(|&(c, x)| {
+            let mut s = base(c, x);
+            s.busy_pct = 15.0;
+            s.client_busy_pct = 7.0;
+            s
+        })
+        .collect();
+    let d = diagnose_all(&shape);
+    assert_eq!((d.limit, d.knee_clients), (Limit::Outside, Some(4)));
+}
+
+#[test]
 fn saturated_generator_or_too_few_in_flight() {
     let d = diagnose_all(&bending(|i, s| s.saturated = i >= 3));
     assert_eq!(d.limit, Limit::Client);

@@ -15,6 +15,7 @@ mod analyze;
 mod cli;
 mod compare;
 mod demo;
+mod diagnosis;
 mod external_load;
 mod external_servers;
 mod flame;
