@@ -7,6 +7,7 @@
 //! read the run's records and nothing above this layer: `report` renders what they find.
 
 pub mod compare;
+pub mod diagnosis;
 pub mod knee;
 pub mod little;
 pub mod modes;

@@ -39,6 +39,8 @@ pub struct RunAnalysis {
     pub schema: u32,
     /// One entry per target × placement, in the order the series first ran.
     pub series: Vec<SeriesAnalysis>,
+    /// Why each series stops scaling: one diagnosis per series, in the same order.
+    pub diagnosis: Vec<crate::analyze::diagnosis::Diagnosis>,
     /// The spec's `[[comparisons]]`, resolved against the steps.
     pub comparisons: Vec<ComparisonOutcome>,
     /// What could not be analysed and why (unreadable histogram, bad comparison).
@@ -170,10 +172,11 @@ pub fn analyze_run(dir: &Path) -> Result<RunAnalysis, AnalysisError> {
 pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
     let mut notes = Vec::new();
     let spec = dir.and_then(|d| read_spec(d, &mut notes));
-    let series = series_keys(steps)
+    let series: Vec<SeriesAnalysis> = series_keys(steps)
         .into_iter()
         .map(|(t, p)| analyze_series(steps, &t, &p, dir, spec.as_ref(), &mut notes))
         .collect();
+    let diagnosis = series.iter().map(|s| diagnose_series(s, steps)).collect();
     let comparisons = spec
         .as_ref()
         .map(|s| spec_comparisons(s, steps, &mut notes))
@@ -181,6 +184,7 @@ pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
     RunAnalysis {
         schema: SCHEMA_VERSION,
         series,
+        diagnosis,
         comparisons,
         notes,
         auto_repetitions: spec
@@ -256,6 +260,18 @@ fn analyze_series(
         modes: dir.map_or_else(Vec::new, |d| step_modes(d, &steps, notes)),
         points,
     }
+}
+
+fn diagnose_series(
+    series: &SeriesAnalysis,
+    all: &[StepResult],
+) -> crate::analyze::diagnosis::Diagnosis {
+    let steps: Vec<&StepResult> = all
+        .iter()
+        .filter(|s| s.target == series.target && s.placement == series.placement)
+        .filter(|s| s.status == StepStatus::Ok && s.load.is_some())
+        .collect();
+    crate::analyze::diagnosis::diagnose(series, &steps)
 }
 
 /// The load levels of a series whose steps ended with too many errors, in load order.

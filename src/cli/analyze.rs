@@ -1,4 +1,5 @@
-//! `stairbench analyze FILE.csv`: the series analysis on a table from elsewhere.
+//! `stairbench analyze FILE.csv`: the series analysis on a table from elsewhere;
+//! `stairbench analyze DIR`: a run directory's diagnoses (see [`super::diagnose`]).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -16,14 +17,15 @@ use crate::analyze::table::Table;
 /// Options of `stairbench analyze`.
 #[derive(Debug, clap::Args)]
 pub struct AnalyzeArgs {
-    /// The CSV table: a header line of column names, then one row per step.
+    /// The CSV table: a header line of column names, then one row per step; or a run
+    /// directory, whose diagnoses are printed (why each series stops scaling).
     pub file: PathBuf,
-    /// Column of the load level (clients).
+    /// Column of the load level (clients); required for a CSV table.
     #[arg(long, value_name = "COL")]
-    pub x: String,
-    /// Column of the throughput.
+    pub x: Option<String>,
+    /// Column of the throughput; required for a CSV table.
     #[arg(long, value_name = "COL")]
-    pub throughput: String,
+    pub throughput: Option<String>,
     /// Multiply the throughput column by K to get operations per second (1000 for kIOPS); used
     /// by Little's law only, the USL is reported in the column's own units.
     #[arg(long, value_name = "K", default_value_t = 1.0)]
@@ -60,8 +62,8 @@ pub struct AnalyzeArgs {
 impl AnalyzeArgs {
     fn options(&self) -> AnalyzeOptions {
         AnalyzeOptions {
-            x: self.x.clone(),
-            throughput: self.throughput.clone(),
+            x: self.x.clone().unwrap_or_default(),
+            throughput: self.throughput.clone().unwrap_or_default(),
             throughput_scale: self.throughput_scale,
             latency: self.latency.clone(),
             latency_unit: self.latency_unit,
@@ -75,6 +77,16 @@ impl AnalyzeArgs {
 
 /// Analyses a CSV table and prints the result.
 pub fn run(args: AnalyzeArgs) -> anyhow::Result<ExitCode> {
+    if args.file.is_dir() {
+        return super::diagnose::run(&args.file, args.json);
+    }
+    if args.x.is_none() || args.throughput.is_none() {
+        return Err(crate::exit::UsageError(format!(
+            "analyze {}: a CSV table needs --x COL and --throughput COL (a run directory needs neither)",
+            args.file.display()
+        ))
+        .into());
+    }
     if !(args.throughput_scale.is_finite() && args.throughput_scale > 0.0) {
         return Err(crate::exit::UsageError(format!(
             "--throughput-scale must be a positive number (1000 for kIOPS), not {}",
@@ -208,6 +220,7 @@ fn used_columns(table: &Table, args: &AnalyzeArgs) -> anyhow::Result<Vec<(usize,
     let named = [&args.latency, &args.inflight, &args.server_cpu];
     [&args.x, &args.throughput]
         .into_iter()
+        .flatten()
         .chain(named.into_iter().flatten())
         .chain(&args.group)
         .map(|c| Ok((table.index(c)?, c.clone())))

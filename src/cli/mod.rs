@@ -4,6 +4,7 @@
 
 pub mod analyze;
 pub mod demo;
+pub mod diagnose;
 pub mod exit;
 pub mod load;
 pub mod observe;
@@ -46,7 +47,8 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Compare run directories side by side, with ratios and noise verdicts.
     Compare(report::CompareArgs),
-    /// Analyse a CSV table from elsewhere: scalability fit, knee, Little's law.
+    /// Analyse a CSV table from elsewhere (scalability fit, knee, Little's law), or print a run
+    /// directory's diagnoses (why each series stops scaling).
     Analyze(analyze::AnalyzeArgs),
     /// Fold perf samples and draw flame graphs (merged threads, coalesced towers, diffs).
     Flame(profile::FlameArgs),

@@ -6,6 +6,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::threads::{parse_schedstat, parse_task_stat, TaskSample};
+
 /// The counters of one process from /proc/PID/stat, in clock ticks and fault counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PidStat {
@@ -189,6 +191,8 @@ pub struct TreeSample {
     pub processes: BTreeMap<i32, PidStat>,
     /// (voluntary, involuntary) context switches of every thread of the tree, by (pid, tid).
     pub threads: BTreeMap<(i32, i32), (u64, u64)>,
+    /// Every thread's name, CPU time and run-queue wait, by (pid, tid).
+    pub tasks: BTreeMap<(i32, i32), TaskSample>,
 }
 
 /// The change of a process tree's counters over a window.
@@ -263,8 +267,11 @@ pub fn sample_tree(proc_root: &Path, root: i32) -> Option<TreeSample> {
     let mut sample = TreeSample::default();
     for pid in descendants(root, &parents) {
         sample.processes.insert(pid, stats[&pid]);
-        for (tid, cs) in thread_switches(proc_root, pid) {
-            sample.threads.insert((pid, tid), cs);
+        for (tid, task) in read_tasks(proc_root, pid) {
+            sample
+                .threads
+                .insert((pid, tid), (task.voluntary_cs, task.involuntary_cs));
+            sample.tasks.insert((pid, tid), task);
         }
     }
     Some(sample)
@@ -302,7 +309,7 @@ fn all_pid_stats(proc_root: &Path) -> BTreeMap<i32, PidStat> {
     out
 }
 
-fn thread_switches(proc_root: &Path, pid: i32) -> Vec<(i32, (u64, u64))> {
+fn read_tasks(proc_root: &Path, pid: i32) -> Vec<(i32, TaskSample)> {
     let Ok(entries) = std::fs::read_dir(proc_root.join(format!("{pid}/task"))) else {
         return Vec::new();
     };
@@ -310,10 +317,25 @@ fn thread_switches(proc_root: &Path, pid: i32) -> Vec<(i32, (u64, u64))> {
         .flatten()
         .filter_map(|e| {
             let tid = e.file_name().to_str()?.parse::<i32>().ok()?;
-            let text = std::fs::read_to_string(e.path().join("status")).ok()?;
-            Some((tid, parse_status_ctxt(&text)?))
+            Some((tid, read_task(&e.path())?))
         })
         .collect()
+}
+
+/// One thread's files (a thread that ended between listing and reading is None).
+fn read_task(dir: &Path) -> Option<TaskSample> {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let (voluntary_cs, involuntary_cs) = parse_status_ctxt(&read("status")?)?;
+    let (name, cpu_ticks) = parse_task_stat(&read("stat")?)?;
+    let sched = read("schedstat").and_then(|t| parse_schedstat(&t));
+    Some(TaskSample {
+        name,
+        cpu_ticks,
+        run_ns: sched.map(|s| s.0),
+        wait_ns: sched.map(|s| s.1),
+        voluntary_cs,
+        involuntary_cs,
+    })
 }
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, 100 on almost every Linux).

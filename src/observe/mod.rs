@@ -26,6 +26,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::machine::procfs::{self, CoreBusy, NetCounters};
+use crate::machine::threads::{self, ThreadUsage};
 
 pub use environment::{environment, Environment};
 pub use perf::PerfCounters;
@@ -60,6 +61,10 @@ pub struct Observation {
     pub window_s: f64,
     /// The server's process tree (None when no server pid was given or it had ended).
     pub server: Option<TreeUsage>,
+    /// The server tree's threads grouped by merged name: CPU, busiest thread, run-queue wait
+    /// (None when the tree was not observed at both ends).
+    #[serde(default)]
+    pub threads: Option<ThreadUsage>,
     /// Busy % of each of the server's CPUs over the window (from /proc/stat).
     pub server_cpus: Vec<CoreBusy>,
     /// Busy % of each of the client's CPUs over the window (from /proc/stat).
@@ -168,6 +173,7 @@ impl Observer {
         let lo_after = read_loopback();
         let mut notes = Vec::new();
         let server = self.server_usage(tree_after.as_ref(), &mut notes);
+        let threads = self.thread_usage(tree_after.as_ref(), window_s);
         let (counters, perf_cpu_s) = self.finish_perf(&mut notes);
         let server_cpus = procfs::core_busy(&self.cpu_times, &cpu_after, &self.server_cpus);
         let client_cpus = procfs::core_busy(&self.cpu_times, &cpu_after, &self.client_cpus);
@@ -182,6 +188,7 @@ impl Observer {
         Observation {
             window_s,
             server,
+            threads,
             server_cpus_busy_pct: mean_busy(&server_cpus),
             client_cpus_busy_pct: mean_busy(&client_cpus),
             server_cpus,
@@ -226,6 +233,17 @@ impl Observer {
         })
     }
 
+    fn thread_usage(
+        &self,
+        after: Option<&procfs::TreeSample>,
+        window_s: f64,
+    ) -> Option<ThreadUsage> {
+        let (Some(before), Some(after)) = (&self.tree, after) else {
+            return None;
+        };
+        Some(thread_usage(before, after, window_s))
+    }
+
     fn finish_perf(&mut self, notes: &mut Vec<String>) -> (PerfCounters, f64) {
         let Some(perf) = self.perf.take() else {
             let note = match (&self.perf_note, self.server_pid) {
@@ -248,6 +266,16 @@ impl Observer {
     }
 }
 
+/// The threads of a tree between two samples, grouped by merged name.
+pub fn thread_usage(
+    before: &procfs::TreeSample,
+    after: &procfs::TreeSample,
+    window_s: f64,
+) -> ThreadUsage {
+    let deltas = threads::task_deltas(&before.tasks, &after.tasks, procfs::ticks_per_s());
+    threads::thread_usage(&deltas, window_s)
+}
+
 /// Figures per request, as seed 003's benchreport columns; None where an input is unavailable.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PerRequest {
@@ -255,6 +283,16 @@ pub struct PerRequest {
     pub cpu_us_per_req: CpuUsPerReq,
     /// Server context switches per request (perf's count, else /proc's voluntary + involuntary).
     pub cs_per_req: Option<f64>,
+    /// Server voluntary context switches per request (a thread blocked; /proc).
+    #[serde(default)]
+    pub voluntary_cs_per_req: Option<f64>,
+    /// Server involuntary context switches per request (a thread was preempted; /proc).
+    #[serde(default)]
+    pub involuntary_cs_per_req: Option<f64>,
+    /// Time the server's threads spent runnable but waiting for a CPU, per request, in
+    /// microseconds (schedstat; None where the kernel has none).
+    #[serde(default)]
+    pub run_delay_us_per_req: Option<f64>,
     /// Server CPU migrations per request (perf).
     pub migr_per_req: Option<f64>,
     /// Instructions per cycle.
@@ -300,6 +338,13 @@ pub fn per_request(obs: &Observation, requests: u64) -> PerRequest {
             total: per(server.map(|s| (s.user_s + s.sys_s) * 1e6)),
         },
         cs_per_req: per(cs.map(|v| v as f64)),
+        voluntary_cs_per_req: per(server.map(|s| s.voluntary_cs as f64)),
+        involuntary_cs_per_req: per(server.map(|s| s.involuntary_cs as f64)),
+        run_delay_us_per_req: per(obs
+            .threads
+            .as_ref()
+            .and_then(|t| t.run_delay_s)
+            .map(|s| s * 1e6)),
         migr_per_req: per(p.cpu_migrations.map(|v| v as f64)),
         ipc: ratio(p.instructions, p.cycles),
         iprc: ratio(p.instructions, p.ref_cycles),

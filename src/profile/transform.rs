@@ -121,18 +121,8 @@ impl Transforms {
     }
 }
 
-/// `worker-3`, `worker_3`, `worker#3` → `worker`; a name that is only digits stays.
-pub fn merge_thread_name(name: &str) -> &str {
-    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-    if digits == 0 || digits + 1 >= name.len() {
-        return name;
-    }
-    let cut = name.len() - digits - 1;
-    match name.as_bytes()[cut] {
-        b'-' | b'_' | b'#' => &name[..cut],
-        _ => name,
-    }
-}
+/// The thread-name merging rule, shared with the per-thread CPU figures of `observe`.
+pub use crate::machine::threads::merge_thread_name;
 
 /// `comm-PID` or `comm-PID/TID` → (`comm`, `-PID/TID`).
 fn split_pid_suffix(thread: &str) -> (String, &str) {
@@ -304,17 +294,6 @@ mod tests {
         .apply(&input);
         assert_eq!(out.to_text(), "t;a [2];b 3\nt;a [3];b [2] 4\nt;c 1\n");
         assert_eq!(out.total(), input.total());
-    }
-
-    #[test]
-    fn merge_threads_drops_numeric_suffixes_only() {
-        assert_eq!(merge_thread_name("worker-12"), "worker");
-        assert_eq!(merge_thread_name("msgr-worker-3"), "msgr-worker");
-        assert_eq!(merge_thread_name("pool_1"), "pool");
-        assert_eq!(merge_thread_name("reactor#0"), "reactor");
-        assert_eq!(merge_thread_name("h2o"), "h2o");
-        assert_eq!(merge_thread_name("-1"), "-1");
-        assert_eq!(merge_thread_name("java"), "java");
     }
 
     #[test]

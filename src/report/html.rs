@@ -42,6 +42,10 @@ pub struct ReportData {
     pub conclusions: Vec<String>,
     /// report.md's sections (peaks, results, analysis...) as HTML, shown after the charts.
     pub markdown: page::Section,
+    /// Why each series stops scaling, the page's first section (None: no series).
+    pub diagnosis: Option<page::Section>,
+    /// The per-thread busy charts, after the other charts (None: no step recorded threads).
+    pub thread_charts: Option<page::Section>,
     /// profiles.jsonl's records, shown last (no section when empty).
     pub profiles: Vec<ProfileLine>,
 }
@@ -206,6 +210,8 @@ pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::Ada
     data.tables.clear();
     threads_condition(&mut data);
     data.conclusions = findings::conclusions(a);
+    data.diagnosis = super::diagnosis::html(a);
+    data.thread_charts = super::diagnosis::thread_charts(&run.steps, a);
     data.markdown = from_markdown::convert(&markdown::sections(run, a));
     data.profiles = run.profiles.clone();
     Ok(data)

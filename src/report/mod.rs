@@ -6,6 +6,7 @@
 pub mod cell;
 pub mod compare;
 pub mod csv;
+pub mod diagnosis;
 pub mod extras;
 pub mod findings;
 pub mod html;

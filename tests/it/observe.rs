@@ -44,6 +44,7 @@ fn sample(stats: &[(i32, &str)], threads: &[ThreadSwitches]) -> TreeSample {
             .iter()
             .map(|&(k, (v, i))| (k, procfs::parse_status_ctxt(&status(v, i)).unwrap()))
             .collect::<BTreeMap<_, _>>(),
+        tasks: BTreeMap::new(),
     }
 }
 
@@ -103,6 +104,7 @@ fn recorded_observation(tree_after: &TreeSample, perf_csv: &str) -> Observation 
             minor_faults: d.minor_faults,
             major_faults: d.major_faults,
         }),
+        threads: None,
         server_cpus: procfs::core_busy(&cpus_before, &cpus_after, &[0]),
         client_cpus: procfs::core_busy(&cpus_before, &cpus_after, &[1]),
         server_cpus_busy_pct: None,

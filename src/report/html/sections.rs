@@ -19,11 +19,13 @@ pub fn page(data: &ReportData) -> Page {
 
 fn sections(data: &ReportData) -> Vec<Section> {
     let mut out = Vec::new();
+    out.extend(data.diagnosis.clone());
     if !data.conclusions.is_empty() {
         out.push(conclusions(&data.conclusions));
     }
     out.push(conditions(&data.conditions));
     out.extend(chart_sections(data));
+    out.extend(data.thread_charts.clone());
     out.push(data.markdown.clone());
     out.extend(data.tables.iter().map(table));
     if !data.profiles.is_empty() {

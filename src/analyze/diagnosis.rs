@@ -1,0 +1,823 @@
+//! Why a series stops scaling: rules over its steps' evidence (throughput, CPU per request,
+//! the busiest server thread, run-queue wait, context switches, Little's law, the USL fit)
+//! that name the limit it hit at its knee, with the figures that support it, in seed 002's
+//! and 004's way of reasoning, and `undetermined`, with the figures that ruled each limit
+//! out, when none fits. A diagnosis is never more confident than its evidence: without a
+//! knee it is at most `low`.
+
+use serde::Serialize;
+
+use super::run::{LoadPoint, SeriesAnalysis};
+use crate::record::steps::StepResult;
+
+/// A cpuset at least this busy (percent) has no room left.
+pub const BUSY_PCT: f64 = 90.0;
+/// A thread at least this busy (percent of one CPU) is saturated.
+pub const THREAD_BUSY_PCT: f64 = 90.0;
+/// Neither side counts as busy below this (percent).
+pub const IDLE_PCT: f64 = 60.0;
+/// CPU or context switches per request that grow less than this (fraction) stay flat.
+pub const FLAT_GROWTH: f64 = 0.25;
+/// Run-queue wait per request must grow at least this many times from the first level.
+pub const RUN_DELAY_GROWTH: f64 = 2.0;
+/// Server threads waiting for a CPU on average, per CPU of its cpuset, for oversubscription.
+pub const WAITING_PER_CPU: f64 = 0.5;
+/// USL σ above this is "clearly above zero".
+pub const SIGMA_CLEAR: f64 = 0.03;
+/// Throughput below this fraction of the peak after it has fallen.
+pub const RETROGRADE_FRACTION: f64 = 0.9;
+
+/// What a series ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The load generator (or the external tool) was saturated, or fewer requests were in
+    /// flight than configured.
+    Client,
+    /// The server's CPUs were busy at a flat CPU per request.
+    ServerCpu,
+    /// One server thread was saturated while its cpuset had room.
+    OneThread,
+    /// CPU or blocking per request grew while throughput stopped growing.
+    Contention,
+    /// Throughput fell after its peak (USL κ > 0).
+    Coherency,
+    /// More runnable server threads than CPUs: run-queue wait per request grew.
+    Oversubscription,
+    /// Neither side busy, flat throughput, latency growing as Little's law predicts.
+    Outside,
+    /// No rule fits.
+    Undetermined,
+}
+
+/// How far the evidence goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    /// One figure, or no knee.
+    Low,
+    /// The deciding figure with a margin.
+    Medium,
+    /// The deciding figure with a margin and a second one agreeing.
+    High,
+}
+
+/// One figure a diagnosis rests on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Evidence {
+    /// What was measured (`busiest_thread_cpu_pct`, `server_cpu_pct`, ...).
+    pub metric: String,
+    /// Its value (units in the metric's name).
+    pub value: f64,
+    /// The load level (clients) it was measured at; None for a series-wide figure (USL).
+    pub at_clients: Option<usize>,
+    /// What it shows.
+    pub note: String,
+}
+
+/// The diagnosis of one series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// Target name.
+    pub target: String,
+    /// Placement name.
+    pub placement: String,
+    /// Clients at the knee of throughput; None when the curve has no knee.
+    pub knee_clients: Option<usize>,
+    /// The limit it hit.
+    pub limit: Limit,
+    /// How far the evidence goes.
+    pub confidence: Confidence,
+    /// The figures it rests on (for `undetermined`, those that ruled each limit out); never
+    /// empty.
+    pub evidence: Vec<Evidence>,
+    /// The diagnosis in one sentence, printed verbatim at the top of the reports.
+    pub sentence: String,
+}
+
+/// One load level's evidence, repetitions averaged.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Level {
+    clients: usize,
+    throughput_rps: f64,
+    latency_us: Option<f64>,
+    server_cpu_pct: Option<f64>,
+    server_cpus: usize,
+    client_saturated: bool,
+    client_cpu_pct: Option<f64>,
+    cpu_us_per_req: Option<f64>,
+    voluntary_cs_per_req: Option<f64>,
+    run_delay_us_per_req: Option<f64>,
+    run_delay_pct: Option<f64>,
+    busiest: Option<(String, f64)>,
+    little_ratio: Option<f64>,
+    inflight: Option<f64>,
+}
+
+/// Diagnoses a series from its analysis and its ok steps.
+pub fn diagnose(series: &SeriesAnalysis, steps: &[&StepResult]) -> Diagnosis {
+    let levels: Vec<Level> = series
+        .points
+        .iter()
+        .map(|p| level(p, series, steps))
+        .collect();
+    let knee = series.knee.as_ref().and_then(|k| k.throughput_knee);
+    let knee_index = knee.and_then(|k| series.points.iter().position(|p| load_of(p) >= k));
+    let name = format!("{}/{}", series.target, series.placement);
+    let Some(top) = levels.last() else {
+        return Diagnosis {
+            target: series.target.clone(),
+            placement: series.placement.clone(),
+            knee_clients: None,
+            limit: Limit::Undetermined,
+            confidence: Confidence::Low,
+            evidence: vec![Evidence {
+                metric: "ok_steps".into(),
+                value: 0.0,
+                at_clients: None,
+                note: "no step measured anything".into(),
+            }],
+            sentence: format!("{name}: no step measured anything, so nothing can be said."),
+        };
+    };
+    let ctx = Ctx {
+        levels: &levels,
+        from: knee_index.unwrap_or(levels.len() - 1),
+        series,
+    };
+    let found = RULES.iter().find_map(|rule| rule(&ctx));
+    let knee_clients = knee_index.map(|i| levels[i].clients);
+    let opening = match knee_clients {
+        Some(k) => format!("{name} stops scaling at {k} clients"),
+        None => format!(
+            "{name} shows no knee up to {} clients (throughput {})",
+            top.clients,
+            rps(top.throughput_rps)
+        ),
+    };
+    let (limit, mut confidence, evidence, because) = match found {
+        Some(f) => (f.limit, f.confidence, f.evidence, f.because),
+        None => {
+            let evidence = ruled_out(&ctx);
+            (
+                Limit::Undetermined,
+                Confidence::Low,
+                evidence,
+                "no rule fits the evidence (the figures that ruled each limit out are listed): undetermined".to_string(),
+            )
+        }
+    };
+    if knee_clients.is_none() {
+        confidence = confidence.min(Confidence::Low);
+    }
+    Diagnosis {
+        target: series.target.clone(),
+        placement: series.placement.clone(),
+        knee_clients,
+        limit,
+        confidence,
+        evidence,
+        sentence: format!("{opening}: {because}."),
+    }
+}
+
+/// What a rule found.
+struct Found {
+    limit: Limit,
+    confidence: Confidence,
+    evidence: Vec<Evidence>,
+    because: String,
+}
+
+/// The series as the rules read it: its levels, and where the saturated part starts (the
+/// knee, or the last level without one).
+struct Ctx<'a> {
+    levels: &'a [Level],
+    from: usize,
+    series: &'a SeriesAnalysis,
+}
+
+impl Ctx<'_> {
+    fn top(&self) -> &Level {
+        &self.levels[self.levels.len() - 1]
+    }
+    fn first(&self) -> &Level {
+        &self.levels[0]
+    }
+    fn past_knee(&self) -> &[Level] {
+        &self.levels[self.from..]
+    }
+    /// Growth of a figure from the first level to the last one, as a fraction.
+    fn growth(&self, f: fn(&Level) -> Option<f64>) -> Option<(f64, f64, f64)> {
+        let a = f(self.first())?;
+        let b = f(self.top())?;
+        (a > 0.0 && self.levels.len() >= 2).then(|| (a, b, b / a - 1.0))
+    }
+    /// The series ran on its own CPUs, apart from the client's.
+    fn separate_client(&self) -> bool {
+        self.top().client_cpu_pct.is_some()
+    }
+    /// Throughput stopped growing after the knee: at most 25% more at the last level than
+    /// at the knee, and the last level within 10% of the best past it.
+    fn flat_throughput(&self) -> bool {
+        let past = self.past_knee();
+        let max = past.iter().map(|l| l.throughput_rps).fold(0.0, f64::max);
+        let (knee, top) = (&past[0], self.top());
+        past.len() >= 2
+            && top.throughput_rps <= (1.0 + FLAT_GROWTH) * knee.throughput_rps
+            && top.throughput_rps >= 0.9 * max
+    }
+}
+
+type Rule = fn(&Ctx) -> Option<Found>;
+
+/// In the order they are tried: a saturated client hides everything; a fall after the peak
+/// is the most specific shape; a queue of runnable threads makes a cpuset look busy.
+const RULES: [Rule; 7] = [
+    client,
+    coherency,
+    oversubscription,
+    one_thread,
+    server_cpu,
+    contention,
+    outside,
+];
+
+fn ev(metric: &str, value: f64, at: Option<usize>, note: impl Into<String>) -> Evidence {
+    Evidence {
+        metric: metric.into(),
+        value,
+        at_clients: at,
+        note: note.into(),
+    }
+}
+
+fn client(c: &Ctx) -> Option<Found> {
+    // Saturated levels are left out of the knee: the first one names the client's limit.
+    if let Some(l) = c.levels.iter().find(|l| l.client_saturated) {
+        let mut evidence = vec![ev(
+            "client_saturated",
+            1.0,
+            Some(l.clients),
+            "the load generator's own CPUs were saturated",
+        )];
+        let mut because = format!("the load generator was saturated at {} clients", l.clients);
+        if let Some(cpu) = l.client_cpu_pct {
+            evidence.push(ev(
+                "client_cpu_pct",
+                cpu,
+                Some(l.clients),
+                "the load generator's own CPU, % of its cpuset",
+            ));
+            because.push_str(&format!(" (it used {cpu:.0}% of its CPUs)"));
+        }
+        return Some(Found {
+            limit: Limit::Client,
+            confidence: if evidence.len() > 1 {
+                Confidence::High
+            } else {
+                Confidence::Medium
+            },
+            evidence,
+            because: format!("{because}: a client limit, not the server's"),
+        });
+    }
+    let top = c.top();
+    if let Some(cpu) = top.client_cpu_pct.filter(|&p| p >= BUSY_PCT) {
+        let server = top.server_cpu_pct.unwrap_or(0.0);
+        if server < BUSY_PCT {
+            return Some(Found {
+                limit: Limit::Client,
+                confidence: Confidence::Medium,
+                evidence: vec![
+                    ev("client_cpu_pct", cpu, Some(top.clients), "the load generator's own CPU, % of its cpuset"),
+                    ev("server_cpu_pct", server, Some(top.clients), "the server's own CPU, % of its cpuset"),
+                ],
+                because: format!(
+                    "the load generator uses {cpu:.0}% of its CPUs while the server uses {server:.0}% of its own: a client limit, not the server's"
+                ),
+            });
+        }
+    }
+    let ratio = top.little_ratio?;
+    (ratio < 1.0 - 2.0 * super::little::TOLERANCE).then(|| {
+        let inflight = top.inflight.unwrap_or(0.0);
+        Found {
+            limit: Limit::Client,
+            confidence: Confidence::Medium,
+            evidence: vec![ev(
+                "little_ratio",
+                ratio,
+                Some(top.clients),
+                "X·R / L: fewer requests in flight than configured",
+            )],
+            because: format!(
+                "by Little's law only {:.1} of the {inflight:.0} configured requests were in flight at {} clients: the client did not keep its load up",
+                ratio * inflight,
+                top.clients
+            ),
+        }
+    })
+}
+
+fn coherency(c: &Ctx) -> Option<Found> {
+    let (peak_i, peak) = c
+        .levels
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.throughput_rps.total_cmp(&b.1.throughput_rps))?;
+    let top = c.top();
+    if peak_i + 1 >= c.levels.len()
+        || top.throughput_rps >= RETROGRADE_FRACTION * peak.throughput_rps
+    {
+        return None;
+    }
+    let mut evidence = vec![
+        ev(
+            "throughput_rps",
+            peak.throughput_rps,
+            Some(peak.clients),
+            "the peak",
+        ),
+        ev(
+            "throughput_rps",
+            top.throughput_rps,
+            Some(top.clients),
+            "after the peak",
+        ),
+    ];
+    let usl = c.series.usl.as_ref().filter(|u| u.kappa > 0.0);
+    let mut because = format!(
+        "throughput falls from {} at {} clients to {} at {}",
+        rps(peak.throughput_rps),
+        peak.clients,
+        rps(top.throughput_rps),
+        top.clients
+    );
+    if let Some(u) = usl {
+        evidence.push(ev(
+            "usl_kappa",
+            u.kappa,
+            None,
+            "coherency coefficient of the USL fit",
+        ));
+        because.push_str(&format!(" (USL κ = {:.3}", u.kappa));
+        if let Some(n) = u.n_star {
+            evidence.push(ev("usl_n_star", n, None, "load of the USL's peak"));
+            because.push_str(&format!(", N* = {n:.1}"));
+        }
+        because.push(')');
+    }
+    Some(Found {
+        limit: Limit::Coherency,
+        confidence: if usl.is_some() && c.series.usl_caveat.is_none() {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        },
+        evidence,
+        because: format!("{because}: coherency/crosstalk"),
+    })
+}
+
+fn oversubscription(c: &Ctx) -> Option<Found> {
+    let (a, b, growth) = c.growth(|l| l.run_delay_us_per_req)?;
+    let top = c.top();
+    let waiting = top.run_delay_pct? / 100.0;
+    let per_cpu = waiting / top.server_cpus.max(1) as f64;
+    if growth + 1.0 < RUN_DELAY_GROWTH || per_cpu < WAITING_PER_CPU {
+        return None;
+    }
+    let evidence = vec![
+        ev(
+            "run_delay_us_per_req",
+            a,
+            Some(c.first().clients),
+            "run-queue wait per request at the first level",
+        ),
+        ev(
+            "run_delay_us_per_req",
+            b,
+            Some(top.clients),
+            "run-queue wait per request at the last level",
+        ),
+        ev(
+            "run_delay_pct",
+            waiting * 100.0,
+            Some(top.clients),
+            "server threads' run-queue wait, % of the window",
+        ),
+    ];
+    Some(Found {
+        limit: Limit::Oversubscription,
+        confidence: if per_cpu >= 2.0 * WAITING_PER_CPU {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        },
+        evidence,
+        because: format!(
+            "its threads wait on the run queue {} per request at {} clients against {} at {} ({waiting:.1} threads waiting on average for {} CPU{}): more runnable threads than CPUs (oversubscription)",
+            us(b),
+            top.clients,
+            us(a),
+            c.first().clients,
+            top.server_cpus,
+            if top.server_cpus == 1 { "" } else { "s" }
+        ),
+    })
+}
+
+fn one_thread(c: &Ctx) -> Option<Found> {
+    let top = c.top();
+    let (thread, pct) = top.busiest.clone()?;
+    if pct < THREAD_BUSY_PCT {
+        return None;
+    }
+    let cpuset = top.server_cpu_pct;
+    // With room in the cpuset, or a one-CPU cpuset that this thread fills on its own
+    // (adding CPUs would not help it either).
+    let room = cpuset.is_some_and(|p| p < BUSY_PCT);
+    let alone = top.server_cpus == 1;
+    if !room && !alone {
+        return None;
+    }
+    let mut evidence = vec![ev(
+        "busiest_thread_cpu_pct",
+        pct,
+        Some(top.clients),
+        format!("thread {thread}, % of one CPU"),
+    )];
+    if let Some(p) = cpuset {
+        evidence.push(ev(
+            "server_cpu_pct",
+            p,
+            Some(top.clients),
+            "the server's own CPU, % of its cpuset",
+        ));
+    }
+    let mut because = format!("its busiest thread ({thread}) is {pct:.0}% of one CPU");
+    if let Some(p) = cpuset.filter(|_| room) {
+        because.push_str(&format!(
+            " while its {} CPUs are {p:.0}% busy",
+            top.server_cpus
+        ));
+    }
+    let flat = c
+        .growth(|l| l.cpu_us_per_req)
+        .filter(|g| g.2.abs() < FLAT_GROWTH);
+    if let Some((_, b, _)) = flat {
+        evidence.push(ev(
+            "cpu_us_per_req",
+            b,
+            Some(top.clients),
+            "server CPU per request stays flat",
+        ));
+        because.push_str(&format!(" and CPU per request stays at {}", us(b)));
+    }
+    Some(Found {
+        limit: Limit::OneThread,
+        confidence: if flat.is_some() && room {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        },
+        evidence,
+        because: format!("{because}: a single-thread limit"),
+    })
+}
+
+fn server_cpu(c: &Ctx) -> Option<Found> {
+    let top = c.top();
+    let busy = top.server_cpu_pct.filter(|&p| p >= BUSY_PCT)?;
+    let (_, b, g) = c.growth(|l| l.cpu_us_per_req)?;
+    if g.abs() >= FLAT_GROWTH {
+        return None;
+    }
+    Some(Found {
+        limit: Limit::ServerCpu,
+        confidence: if c.flat_throughput() {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        },
+        evidence: vec![
+            ev(
+                "server_cpu_pct",
+                busy,
+                Some(top.clients),
+                "the server's own CPU, % of its cpuset",
+            ),
+            ev(
+                "cpu_us_per_req",
+                b,
+                Some(top.clients),
+                format!(
+                    "server CPU per request, {:+.0}% from the first level",
+                    100.0 * g
+                ),
+            ),
+        ],
+        because: format!(
+            "its {} CPU{} {} {busy:.0}% busy while CPU per request stays at {}: a server CPU limit",
+            top.server_cpus,
+            if top.server_cpus == 1 { "" } else { "s" },
+            if top.server_cpus == 1 { "is" } else { "are" },
+            us(b)
+        ),
+    })
+}
+
+fn contention(c: &Ctx) -> Option<Found> {
+    if !c.flat_throughput() {
+        return None;
+    }
+    let top = c.top();
+    let cpu = c
+        .growth(|l| l.cpu_us_per_req)
+        .filter(|g| g.2 >= FLAT_GROWTH);
+    let cs = c
+        .growth(|l| l.voluntary_cs_per_req)
+        .filter(|g| g.2 >= 2.0 * FLAT_GROWTH);
+    if cpu.is_none() && cs.is_none() {
+        return None;
+    }
+    let mut evidence = Vec::new();
+    let mut parts = Vec::new();
+    if let Some((a, b, _)) = cpu {
+        evidence.push(ev(
+            "cpu_us_per_req",
+            a,
+            Some(c.first().clients),
+            "server CPU per request at the first level",
+        ));
+        evidence.push(ev(
+            "cpu_us_per_req",
+            b,
+            Some(top.clients),
+            "server CPU per request at the last level",
+        ));
+        parts.push(format!("CPU per request grows from {} to {}", us(a), us(b)));
+    }
+    if let Some((a, b, _)) = cs {
+        evidence.push(ev(
+            "voluntary_cs_per_req",
+            b,
+            Some(top.clients),
+            format!("voluntary switches per request ({a:.2} at the first level)"),
+        ));
+        parts.push(format!(
+            "voluntary switches per request from {a:.2} to {b:.2}"
+        ));
+    }
+    let sigma = c
+        .series
+        .usl
+        .as_ref()
+        .map(|u| u.sigma)
+        .filter(|&s| s > SIGMA_CLEAR);
+    let mut because = format!(
+        "{} while throughput stays near {}",
+        parts.join(" and "),
+        rps(top.throughput_rps)
+    );
+    if let Some(s) = sigma {
+        evidence.push(ev(
+            "usl_sigma",
+            s,
+            None,
+            "contention coefficient of the USL fit",
+        ));
+        because.push_str(&format!(" (USL σ = {s:.3})"));
+    }
+    Some(Found {
+        limit: Limit::Contention,
+        confidence: if sigma.is_some() && c.series.usl_caveat.is_none() {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        },
+        evidence,
+        because: format!("{because}: contention"),
+    })
+}
+
+fn outside(c: &Ctx) -> Option<Found> {
+    let top = c.top();
+    let server = top.server_cpu_pct?;
+    if server >= IDLE_PCT || !c.flat_throughput() {
+        return None;
+    }
+    if top.client_cpu_pct.is_some_and(|p| p >= IDLE_PCT) {
+        return None;
+    }
+    if top.busiest.as_ref().is_some_and(|b| b.1 >= THREAD_BUSY_PCT) {
+        return None;
+    }
+    let (a, b, g) = c.growth(|l| l.latency_us)?;
+    let ratio = top.little_ratio?;
+    if g < FLAT_GROWTH || (ratio - 1.0).abs() > 2.0 * super::little::TOLERANCE {
+        return None;
+    }
+    let mut evidence = vec![
+        ev(
+            "server_cpu_pct",
+            server,
+            Some(top.clients),
+            "the server's own CPU, % of its cpuset",
+        ),
+        ev(
+            "mean_latency_us",
+            a,
+            Some(c.first().clients),
+            "mean latency at the first level",
+        ),
+        ev(
+            "mean_latency_us",
+            b,
+            Some(top.clients),
+            "mean latency at the last level",
+        ),
+        ev(
+            "little_ratio",
+            ratio,
+            Some(top.clients),
+            "X·R / L: the latency is the requests in flight over the throughput",
+        ),
+    ];
+    let mut sides = format!("server {server:.0}% of its CPUs");
+    if let Some(p) = top.client_cpu_pct {
+        evidence.push(ev(
+            "client_cpu_pct",
+            p,
+            Some(top.clients),
+            "the load generator's own CPU, % of its cpuset",
+        ));
+        sides.push_str(&format!(", client CPUs {p:.0}%"));
+    }
+    Some(Found {
+        limit: Limit::Outside,
+        confidence: if c.separate_client() {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        },
+        evidence,
+        because: format!(
+            "neither side is busy ({sides}) while throughput stays near {} and mean latency grows from {} to {} as Little's law predicts (X·R/L = {ratio:.2}): the limit is outside both processes",
+            rps(top.throughput_rps),
+            us(a),
+            us(b)
+        ),
+    })
+}
+
+/// For `undetermined`: the figure that ruled out each limit, or that it was missing.
+fn ruled_out(c: &Ctx) -> Vec<Evidence> {
+    let top = c.top();
+    let at = Some(top.clients);
+    let missing = |metric: &str, why: &str| ev(metric, f64::NAN, at, why);
+    let mut out = vec![ev(
+        "client_saturated",
+        0.0,
+        at,
+        "client: the load generator was not saturated, its CPU had room and Little's law held",
+    )];
+    out.push(match top.server_cpu_pct {
+        Some(p) => ev("server_cpu_pct", p, at, format!("server_cpu: the cpuset was {p:.0}% busy (a limit needs {BUSY_PCT:.0}% and a flat CPU per request); outside: it needs under {IDLE_PCT:.0}%")),
+        None => missing("server_cpu_pct", "server_cpu, outside: the server's CPU was not observed"),
+    });
+    out.push(match &top.busiest {
+        Some((name, p)) => ev("busiest_thread_cpu_pct", *p, at, format!("one_thread: the busiest thread ({name}) was {p:.0}% of one CPU (a limit needs {THREAD_BUSY_PCT:.0}%)")),
+        None => missing("busiest_thread_cpu_pct", "one_thread: no per-thread figures"),
+    });
+    out.push(match top.run_delay_pct {
+        Some(p) => ev("run_delay_pct", p, at, "oversubscription: run-queue wait did not grow enough per request, or too few threads waited"),
+        None => missing("run_delay_pct", "oversubscription: no run-queue figures (schedstat)"),
+    });
+    out.push(match c.growth(|l| l.cpu_us_per_req) {
+        Some((_, b, g)) => ev(
+            "cpu_us_per_req",
+            b,
+            at,
+            format!(
+                "contention: CPU per request changed {:+.0}% with throughput {}",
+                100.0 * g,
+                if c.flat_throughput() {
+                    "flat"
+                } else {
+                    "still moving"
+                }
+            ),
+        ),
+        None => missing("cpu_us_per_req", "contention: no CPU per request"),
+    });
+    out.push(ev(
+        "throughput_rps",
+        top.throughput_rps,
+        at,
+        "coherency: throughput did not fall 10% below its peak",
+    ));
+    out
+}
+
+fn load_of(p: &LoadPoint) -> f64 {
+    p.rate_rps.unwrap_or(p.clients as f64)
+}
+
+fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level {
+    let reps: Vec<&StepResult> = steps
+        .iter()
+        .copied()
+        .filter(|s| s.clients == p.clients && s.rate_rps == p.rate_rps)
+        .collect();
+    let mean = |f: &dyn Fn(&StepResult) -> Option<f64>| {
+        let v: Vec<f64> = reps
+            .iter()
+            .filter_map(|s| f(s))
+            .filter(|x| x.is_finite())
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let little: Vec<&super::run::LittleRow> = series
+        .little
+        .iter()
+        .filter(|r| r.clients == p.clients)
+        .collect();
+    let little_mean = |f: fn(&super::run::LittleRow) -> f64| {
+        (!little.is_empty()).then(|| little.iter().map(|r| f(r)).sum::<f64>() / little.len() as f64)
+    };
+    let busiest = reps
+        .iter()
+        .filter_map(|s| {
+            let b = s.server.get("threads")?.get("busiest")?;
+            Some((
+                b.get("name")?.as_str()?.to_string(),
+                b.get("cpu_pct")?.as_f64()?,
+            ))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let separate = reps.first().is_some_and(|s| {
+        let server = crate::cpuset::parse(&s.server_cpus).unwrap_or_default();
+        let client = crate::cpuset::parse(&s.client_cpus).unwrap_or_default();
+        !client.is_empty() && !server.is_empty() && !client.iter().any(|c| server.contains(c))
+    });
+    Level {
+        clients: p.clients,
+        throughput_rps: p.throughput_rps.mean,
+        latency_us: p.mean_latency_us.map(|s| s.mean),
+        server_cpu_pct: p.server_cpu_pct,
+        server_cpus: reps
+            .first()
+            .and_then(|s| crate::cpuset::parse(&s.server_cpus).ok())
+            .map_or(0, |c| c.len()),
+        client_saturated: p.client_saturated,
+        client_cpu_pct: if separate {
+            mean(&|s| client_cpu_pct(s))
+        } else {
+            None
+        },
+        cpu_us_per_req: mean(&|s| s.derived_f64(&["cpu_us_per_req", "total"])),
+        voluntary_cs_per_req: mean(&|s| s.derived_f64(&["voluntary_cs_per_req"])),
+        run_delay_us_per_req: mean(&|s| s.derived_f64(&["run_delay_us_per_req"])),
+        run_delay_pct: mean(&|s| s.server.get("threads")?.get("run_delay_pct")?.as_f64()),
+        busiest,
+        little_ratio: little_mean(|r| r.check.ratio),
+        inflight: little_mean(|r| r.check.inflight),
+    }
+}
+
+/// The load generator's own CPU (the engine's threads, or the external tool's process) in
+/// percent of its cpuset over the step: not the CPUs' busy %, which counts every other
+/// process on them too.
+fn client_cpu_pct(s: &StepResult) -> Option<f64> {
+    let load = s.load.as_ref()?;
+    let cpus = crate::cpuset::parse(&s.client_cpus).ok()?.len();
+    (load.duration_s > 0.0 && cpus > 0).then(|| {
+        100.0 * (load.client_cpu.user_s + load.client_cpu.sys_s) / load.duration_s / cpus as f64
+    })
+}
+
+/// `12.3k req/s`.
+fn rps(x: f64) -> String {
+    if x >= 1e4 {
+        format!("{:.1}k req/s", x / 1e3)
+    } else {
+        format!("{x:.0} req/s")
+    }
+}
+
+/// `7.7 µs`, `1.2 ms`.
+fn us(x: f64) -> String {
+    if x >= 1e4 {
+        format!("{:.1} ms", x / 1e3)
+    } else if x >= 100.0 {
+        format!("{x:.0} µs")
+    } else {
+        format!("{x:.1} µs")
+    }
+}
+
+#[cfg(test)]
+#[path = "diagnosis_tests.rs"]
+mod tests;

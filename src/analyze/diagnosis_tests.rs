@@ -1,0 +1,305 @@
+//! Synthetic series, one per limit, through the whole run analysis.
+
+use serde_json::json;
+
+use super::*;
+use crate::analyze::run::analyze;
+use crate::record::steps::StepStatus;
+
+/// One synthetic step's figures; latency follows Little's law unless set.
+#[derive(Clone)]
+struct S {
+    clients: usize,
+    x: f64,
+    latency_us: Option<f64>,
+    server_cpus: &'static str,
+    client_cpus: &'static str,
+    busy_pct: f64,
+    client_busy_pct: f64,
+    cpu_us: f64,
+    vol_cs: f64,
+    busiest: Option<(&'static str, f64)>,
+    run_delay: Option<(f64, f64)>,
+    saturated: bool,
+}
+
+fn base(clients: usize, x: f64) -> S {
+    S {
+        clients,
+        x,
+        latency_us: None,
+        server_cpus: "0-1",
+        client_cpus: "2",
+        busy_pct: 50.0,
+        client_busy_pct: 20.0,
+        cpu_us: 40.0,
+        vol_cs: 1.0,
+        busiest: None,
+        run_delay: None,
+        saturated: false,
+    }
+}
+
+fn step(s: &S) -> StepResult {
+    let mut r = StepResult::empty(format!("t.p.c{}", s.clients), "web", "sep", s.clients, 0);
+    r.status = StepStatus::Ok;
+    r.inflight = s.clients;
+    r.server_cpus = s.server_cpus.into();
+    r.client_cpus = s.client_cpus.into();
+    let mut load = crate::record::load::LoadReport {
+        throughput_rps: s.x,
+        client_saturated: s.saturated,
+        duration_s: 2.0,
+        ..Default::default()
+    };
+    // The generator's own CPU over its 2 s on its one CPU.
+    load.client_cpu.user_s = 2.0 * s.client_busy_pct / 100.0;
+    load.latency_us.mean = s.latency_us.unwrap_or(s.clients as f64 / s.x * 1e6);
+    r.load = Some(load);
+    let mut threads = json!({"groups": [], "busiest": null, "run_delay_s": null,
+        "run_delay_pct": null, "cpu_source": "schedstat"});
+    if let Some((name, pct)) = s.busiest {
+        threads["busiest"] =
+            json!({"name": name, "group": name, "pid": 1, "tid": 1, "cpu_pct": pct});
+    }
+    if let Some((_, pct)) = s.run_delay {
+        threads["run_delay_pct"] = json!(pct);
+    }
+    r.server = json!({"server_cpus_busy_pct": s.busy_pct,
+        "client_cpus_busy_pct": s.client_busy_pct, "threads": threads});
+    r.derived.insert(
+        "cpu_us_per_req".into(),
+        json!({"user": null, "sys": null, "total": s.cpu_us}),
+    );
+    r.derived
+        .insert("voluntary_cs_per_req".into(), json!(s.vol_cs));
+    if let Some((us, _)) = s.run_delay {
+        r.derived.insert("run_delay_us_per_req".into(), json!(us));
+    }
+    r
+}
+
+fn diagnose_all(shape: &[S]) -> Diagnosis {
+    let steps: Vec<StepResult> = shape.iter().map(step).collect();
+    let a = analyze(&steps, None);
+    let d = a.diagnosis[0].clone();
+    assert!(!d.evidence.is_empty(), "{d:?}");
+    assert!(d.sentence.starts_with("web/sep "), "{}", d.sentence);
+    d
+}
+
+/// 1..16 clients, throughput bending at 4 clients.
+fn bending(mut each: impl FnMut(usize, &mut S)) -> Vec<S> {
+    [(1, 10e3), (2, 19e3), (4, 30e3), (8, 31e3), (16, 31e3)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(c, x))| {
+            let mut s = base(c, x);
+            each(i, &mut s);
+            s
+        })
+        .collect()
+}
+
+fn metric<'a>(d: &'a Diagnosis, name: &str) -> &'a Evidence {
+    d.evidence
+        .iter()
+        .rev()
+        .find(|e| e.metric == name)
+        .unwrap_or_else(|| panic!("no {name} in {:?}", d.evidence))
+}
+
+#[test]
+fn one_busy_thread_with_room_in_the_cpuset() {
+    let d = diagnose_all(&bending(|i, s| {
+        s.busiest = Some(("reactor-0", [30.0, 55.0, 92.0, 96.0, 97.0][i]));
+        s.busy_pct = [15.0, 28.0, 47.0, 49.0, 50.0][i];
+        s.cpu_us = 7.7;
+    }));
+    assert_eq!((d.limit, d.knee_clients), (Limit::OneThread, Some(4)));
+    assert_eq!(d.confidence, Confidence::High);
+    assert_eq!(metric(&d, "busiest_thread_cpu_pct").value, 97.0);
+    assert_eq!(
+        d.sentence,
+        "web/sep stops scaling at 4 clients: its busiest thread (reactor-0) is 97% of one CPU \
+         while its 2 CPUs are 50% busy and CPU per request stays at 7.7 µs: a single-thread limit."
+    );
+}
+
+#[test]
+fn busy_cpuset_at_flat_cpu_per_request() {
+    let d = diagnose_all(&bending(|i, s| {
+        s.busiest = Some(("worker-1", 50.0));
+        s.busy_pct = [30.0, 60.0, 92.0, 95.0, 96.0][i];
+        s.cpu_us = [60.0, 61.0, 62.0, 61.0, 63.0][i];
+    }));
+    assert_eq!(d.limit, Limit::ServerCpu);
+    assert_eq!(d.confidence, Confidence::High);
+    assert_eq!(metric(&d, "server_cpu_pct").value, 96.0);
+    assert!(d
+        .sentence
+        .contains("its 2 CPUs are 96% busy while CPU per request stays at 63.0 µs"));
+}
+
+#[test]
+fn cpu_per_request_growing_at_flat_throughput() {
+    let d = diagnose_all(&bending(|i, s| {
+        s.busy_pct = [30.0, 60.0, 92.0, 95.0, 96.0][i];
+        s.cpu_us = [20.0, 22.0, 30.0, 45.0, 70.0][i];
+        s.vol_cs = [1.0, 1.1, 1.5, 2.5, 4.0][i];
+    }));
+    assert_eq!(d.limit, Limit::Contention);
+    assert!(d.confidence >= Confidence::Medium);
+    assert_eq!(metric(&d, "cpu_us_per_req").value, 70.0);
+    assert!(
+        d.sentence
+            .contains("CPU per request grows from 20.0 µs to 70.0 µs"),
+        "{}",
+        d.sentence
+    );
+}
+
+#[test]
+fn throughput_falling_after_its_peak() {
+    let shape: Vec<S> = [
+        (1, 10e3),
+        (2, 19e3),
+        (4, 30e3),
+        (8, 32e3),
+        (16, 24e3),
+        (32, 18e3),
+    ]
+    .iter()
+    .map(|&(c, x)| base(c, x))
+    .collect();
+    let d = diagnose_all(&shape);
+    assert_eq!((d.limit, d.knee_clients), (Limit::Coherency, Some(4)));
+    assert_eq!(metric(&d, "throughput_rps").value, 18e3);
+    assert!(d
+        .sentence
+        .contains("throughput falls from 32.0k req/s at 8 clients to 18.0k req/s at 32"));
+}
+
+#[test]
+fn run_queue_wait_growing_with_more_threads_than_cpus() {
+    let d = diagnose_all(&bending(|i, s| {
+        s.server_cpus = "1";
+        s.busy_pct = 98.0;
+        s.busiest = Some(("pool-3", 20.0));
+        s.run_delay = Some(
+            [
+                (1.0, 5.0),
+                (2.0, 10.0),
+                (10.0, 80.0),
+                (30.0, 150.0),
+                (60.0, 300.0),
+            ][i],
+        );
+    }));
+    assert_eq!(d.limit, Limit::Oversubscription);
+    assert_eq!(d.confidence, Confidence::High);
+    assert_eq!(metric(&d, "run_delay_us_per_req").value, 60.0);
+    assert!(
+        d.sentence
+            .contains("3.0 threads waiting on average for 1 CPU"),
+        "{}",
+        d.sentence
+    );
+}
+
+#[test]
+fn neither_side_busy_and_latency_as_littles_law_says() {
+    let d = diagnose_all(&bending(|i, s| {
+        s.busy_pct = [5.0, 9.0, 14.0, 15.0, 15.0][i];
+        s.client_busy_pct = 10.0;
+        s.busiest = Some(("srv", 12.0));
+    }));
+    assert_eq!(d.limit, Limit::Outside);
+    assert_eq!(d.confidence, Confidence::High);
+    let lat = metric(&d, "mean_latency_us").value;
+    assert!((lat - 16.0 / 31e3 * 1e6).abs() < 1e-6, "{lat}");
+    assert!(d.sentence.contains("outside both processes"));
+}
+
+#[test]
+fn a_pipeline_still_creeping_up_past_its_knee_is_outside() {
+    // Recorded (rounded) from examples/limits-outside.toml on a loaded machine: 2 places held
+    // 2 ms each; throughput still creeps up 15% after the knee.
+    let shape: Vec<S> = [(1, 109.0), (2, 372.0), (4, 576.0), (8, 659.0), (16, 665.0)]
+        .iter()
+        .map(|&(c, x)| {
+            let mut s = base(c, x);
+            s.busy_pct = 15.0;
+            s.client_busy_pct = 7.0;
+            s
+        })
+        .collect();
+    let d = diagnose_all(&shape);
+    assert_eq!((d.limit, d.knee_clients), (Limit::Outside, Some(4)));
+}
+
+#[test]
+fn saturated_generator_or_too_few_in_flight() {
+    let d = diagnose_all(&bending(|i, s| s.saturated = i >= 3));
+    assert_eq!(d.limit, Limit::Client);
+    assert_eq!(metric(&d, "client_saturated").at_clients, Some(8));
+    // Little's law: only half the configured requests were in flight.
+    let d = diagnose_all(&bending(|_, s| {
+        s.latency_us = Some(s.clients as f64 / s.x * 0.5e6)
+    }));
+    assert_eq!(d.limit, Limit::Client);
+    assert!((metric(&d, "little_ratio").value - 0.5).abs() < 1e-9);
+    assert!(
+        d.sentence
+            .contains("only 8.0 of the 16 configured requests"),
+        "{}",
+        d.sentence
+    );
+}
+
+#[test]
+fn nothing_fits_and_each_limit_says_what_ruled_it_out() {
+    let d = diagnose_all(&bending(|_, s| {
+        s.busy_pct = 75.0;
+        s.client_busy_pct = 70.0;
+    }));
+    assert_eq!(
+        (d.limit, d.confidence),
+        (Limit::Undetermined, Confidence::Low)
+    );
+    for m in [
+        "client_saturated",
+        "server_cpu_pct",
+        "busiest_thread_cpu_pct",
+        "run_delay_pct",
+        "cpu_us_per_req",
+        "throughput_rps",
+    ] {
+        metric(&d, m);
+    }
+    assert_eq!(metric(&d, "server_cpu_pct").value, 75.0);
+    assert!(d.sentence.contains("undetermined"));
+}
+
+#[test]
+fn no_knee_is_never_more_than_low() {
+    let shape: Vec<S> = [1, 2, 4, 8]
+        .iter()
+        .map(|&c| {
+            let mut s = base(c, 10e3 * c as f64);
+            s.busiest = Some(("srv", 95.0));
+            s.server_cpus = "1";
+            s.cpu_us = 9.0;
+            s
+        })
+        .collect();
+    let d = diagnose_all(&shape);
+    assert_eq!(d.knee_clients, None);
+    assert_eq!(d.confidence, Confidence::Low);
+    assert!(
+        d.sentence
+            .starts_with("web/sep shows no knee up to 8 clients"),
+        "{}",
+        d.sentence
+    );
+}

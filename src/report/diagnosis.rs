@@ -1,0 +1,274 @@
+//! The diagnoses at the top of the reports (each series' sentence verbatim, then its limit,
+//! confidence and evidence), `stairbench analyze DIR`'s text, and report.html's per-thread
+//! busy charts (one per series, stacked by merged thread name, one bar per step).
+
+use std::fmt::Write as _;
+
+use super::cell::escape;
+use super::html::page::Section;
+use super::svg;
+use crate::analyze::diagnosis::{Diagnosis, Evidence};
+use crate::analyze::run::RunAnalysis;
+use crate::record::steps::{StepResult, StepStatus};
+
+/// Thread groups drawn by name in a chart; the rest are summed as `other`.
+const NAMED_GROUPS: usize = 7;
+
+/// `limit one_thread, confidence high`.
+fn verdict(d: &Diagnosis) -> String {
+    format!(
+        "limit {}, confidence {}",
+        name(&d.limit),
+        name(&d.confidence)
+    )
+}
+
+/// The snake_case name an enum is written as in analysis.json.
+fn name<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// One figure as text: `busiest_thread_cpu_pct = 97.3 at 8 clients (thread redis-server)`.
+fn evidence_text(e: &Evidence) -> String {
+    let value = if e.value.is_finite() {
+        svg::format_number(e.value)
+    } else {
+        "not measured".into()
+    };
+    let at = e
+        .at_clients
+        .map_or(String::new(), |c| format!(" at {c} clients"));
+    format!("{} = {value}{at} ({})", e.metric, e.note)
+}
+
+/// report.md's opening section: each sentence verbatim, its verdict and evidence under it.
+pub fn markdown(a: &RunAnalysis) -> String {
+    if a.diagnosis.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("## Why it stops scaling\n\n");
+    for d in &a.diagnosis {
+        let _ = writeln!(out, "{}\n", escape(&d.sentence));
+        let figures: Vec<String> = d
+            .evidence
+            .iter()
+            .map(|e| escape(&evidence_text(e)))
+            .collect();
+        let _ = writeln!(out, "- {}: {}\n", verdict(d), figures.join("; "));
+    }
+    out
+}
+
+/// `stairbench analyze DIR`'s output: per series, the sentence, its verdict and evidence.
+pub fn text(a: &RunAnalysis) -> String {
+    let mut out = String::new();
+    for d in &a.diagnosis {
+        let _ = writeln!(out, "{}\n  {}", d.sentence, verdict(d));
+        for e in &d.evidence {
+            let _ = writeln!(out, "  - {}", evidence_text(e));
+        }
+    }
+    if out.is_empty() {
+        out.push_str("no series: the run directory has no steps\n");
+    }
+    out
+}
+
+/// report.html's opening section: each sentence verbatim, its verdict and evidence folded.
+pub fn html(a: &RunAnalysis) -> Option<Section> {
+    if a.diagnosis.is_empty() {
+        return None;
+    }
+    let mut body = String::new();
+    for d in &a.diagnosis {
+        let _ = write!(
+            body,
+            "<p class=\"diagnosis\"><strong>{}</strong></p><details><summary>{}</summary><ul>",
+            svg::escape(&d.sentence),
+            svg::escape(&verdict(d))
+        );
+        for e in &d.evidence {
+            let _ = write!(body, "<li>{}</li>", svg::escape(&evidence_text(e)));
+        }
+        body.push_str("</ul></details>");
+    }
+    Some(Section::titled("diagnosis", "Why it stops scaling", &body))
+}
+
+/// One chart per series: the server threads' CPU (percent of one CPU) at each step, stacked
+/// by merged thread name. None when no step recorded its threads.
+pub fn thread_charts(steps: &[StepResult], a: &RunAnalysis) -> Option<Section> {
+    let mut body = String::new();
+    for s in &a.series {
+        let of_series: Vec<&StepResult> = steps
+            .iter()
+            .filter(|x| x.target == s.target && x.placement == s.placement)
+            .filter(|x| x.status == StepStatus::Ok && x.server.get("threads").is_some())
+            .collect();
+        if let Some(chart) = thread_chart(&s.target, &s.placement, &of_series) {
+            let _ = write!(
+                body,
+                "<figure>{}<figcaption class=\"note\">{}</figcaption></figure>",
+                svg::stacked_bar_chart(&chart),
+                svg::escape(
+                    "CPU of the server's threads over each step's window, in percent of one CPU \
+                     (100 = one CPU fully busy), stacked by thread name with numbered threads \
+                     merged (reactor-0..7 → reactor), as in the flame graphs; one bar per step."
+                )
+            );
+        }
+    }
+    (!body.is_empty()).then(|| Section::titled("threads", "Server threads", &body))
+}
+
+fn thread_chart(target: &str, placement: &str, steps: &[&StepResult]) -> Option<svg::StackedBars> {
+    let groups: Vec<Vec<(String, f64)>> = steps.iter().map(|s| step_groups(s)).collect();
+    if groups.iter().all(Vec::is_empty) {
+        return None;
+    }
+    let mut totals: Vec<(String, f64)> = Vec::new();
+    for (name, pct) in groups.iter().flatten() {
+        match totals.iter_mut().find(|t| &t.0 == name) {
+            Some(t) => t.1 += pct,
+            None => totals.push((name.clone(), *pct)),
+        }
+    }
+    totals.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let named: Vec<String> = totals
+        .iter()
+        .take(NAMED_GROUPS)
+        .map(|t| t.0.clone())
+        .collect();
+    let mut layers: Vec<(String, Vec<f64>)> = named
+        .iter()
+        .map(|n| {
+            let values = groups
+                .iter()
+                .map(|g| g.iter().filter(|x| &x.0 == n).map(|x| x.1).sum())
+                .collect();
+            (n.clone(), values)
+        })
+        .collect();
+    if totals.len() > NAMED_GROUPS {
+        let other = groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .filter(|x| !named.contains(&x.0))
+                    .map(|x| x.1)
+                    .sum()
+            })
+            .collect();
+        layers.push(("other".into(), other));
+    }
+    Some(svg::StackedBars {
+        title: format!("{target} · {placement}: server threads' CPU"),
+        x_label: "clients (one bar per step)".into(),
+        y_label: "% of one CPU".into(),
+        categories: steps.iter().map(|s| step_label(s)).collect(),
+        layers,
+        y_max: None,
+    })
+}
+
+fn step_label(s: &StepResult) -> String {
+    let load = match s.rate_rps {
+        Some(r) => format!("{}/s", svg::format_number(r)),
+        None => s.clients.to_string(),
+    };
+    if s.rep > 0 {
+        format!("{load} #{}", s.rep + 1)
+    } else {
+        load
+    }
+}
+
+/// (merged thread name, % of one CPU) of a step's server threads.
+fn step_groups(s: &StepResult) -> Vec<(String, f64)> {
+    let Some(groups) = s
+        .server
+        .get("threads")
+        .and_then(|t| t.get("groups"))
+        .and_then(|g| g.as_array())
+    else {
+        return Vec::new();
+    };
+    groups
+        .iter()
+        .filter_map(|g| {
+            Some((
+                g.get("name")?.as_str()?.to_string(),
+                g.get("cpu_pct")?.as_f64()?,
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::diagnosis::{Confidence, Limit};
+    use serde_json::json;
+
+    fn diagnosis() -> Diagnosis {
+        Diagnosis {
+            target: "redis".into(),
+            placement: "separated".into(),
+            knee_clients: Some(4),
+            limit: Limit::OneThread,
+            confidence: Confidence::High,
+            evidence: vec![Evidence {
+                metric: "busiest_thread_cpu_pct".into(),
+                value: 97.0,
+                at_clients: Some(8),
+                note: "thread redis-server, % of one CPU".into(),
+            }],
+            sentence: "redis/separated stops scaling at 4 clients: its busiest thread (redis-server) is 97% of one CPU: a single-thread limit.".into(),
+        }
+    }
+
+    #[test]
+    fn sentences_come_verbatim_with_their_verdict() {
+        let a = RunAnalysis {
+            diagnosis: vec![diagnosis()],
+            ..RunAnalysis::default()
+        };
+        let md = markdown(&a);
+        assert!(md.starts_with("## Why it stops scaling\n\nredis/separated stops scaling at 4 clients: its busiest thread (redis-server) is 97% of one CPU: a single-thread limit.\n"));
+        assert!(md.contains("- limit one_thread, confidence high: busiest_thread_cpu_pct = 97 at 8 clients (thread redis-server, % of one CPU)"), "{md}");
+        let t = text(&a);
+        assert!(
+            t.contains(
+                "  limit one_thread, confidence high\n  - busiest_thread_cpu_pct = 97 at 8 clients"
+            ),
+            "{t}"
+        );
+        assert!(html(&a)
+            .unwrap()
+            .html
+            .contains("<strong>redis/separated stops scaling at 4 clients"));
+        assert_eq!(markdown(&RunAnalysis::default()), "");
+    }
+
+    #[test]
+    fn thread_chart_stacks_merged_names_per_step() {
+        let step = |clients: usize, reactor: f64| {
+            let mut s = StepResult::empty(format!("s{clients}"), "t", "p", clients, 0);
+            s.status = StepStatus::Ok;
+            s.server = json!({"threads": {"groups": [
+                {"name": "reactor", "cpu_pct": reactor}, {"name": "main", "cpu_pct": 1.0}]}});
+            s
+        };
+        let steps = [step(1, 40.0), step(2, 80.0)];
+        let refs: Vec<&StepResult> = steps.iter().collect();
+        let chart = thread_chart("t", "p", &refs).unwrap();
+        assert_eq!(chart.categories, vec!["1", "2"]);
+        assert_eq!(chart.layers[0], ("reactor".to_string(), vec![40.0, 80.0]));
+        assert_eq!(chart.layers[1], ("main".to_string(), vec![1.0, 1.0]));
+        let none = [StepResult::empty("x".into(), "t", "p", 1, 0)];
+        assert!(thread_chart("t", "p", &none.iter().collect::<Vec<_>>()).is_none());
+    }
+}

@@ -1,0 +1,86 @@
+//! Issue 13's demonstrations: small versions of examples/limits-*.toml run on real software,
+//! each checked for the limit its diagnosis names and one key figure of its evidence.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common;
+
+/// Runs examples/NAME.toml with 1 s steps; its first diagnosis, or None when a program it
+/// needs is missing (skipped outside CI).
+fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
+    if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
+        common::skip_or_fail(format!("{missing} is not installed"));
+        return None;
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let spec = std::fs::read_to_string(examples.join(format!("{name}.toml")))
+        .unwrap()
+        .replace("duration = \"2s\"", "duration = \"1s\"")
+        .replace("{spec_dir}", examples.to_str().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = dir.path().join("spec.toml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let out = dir.path().join("run");
+    common::assert_success(&common::run_spec(&spec_path, &out));
+    let printed = common::cli(&["analyze".as_ref(), out.as_os_str(), "--json".as_ref()]);
+    common::assert_success(&printed);
+    let list: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    let d = list[0].clone();
+    eprintln!("{name}: {}", d["sentence"]);
+    Some(d)
+}
+
+/// The value of the last evidence entry named `metric`.
+fn figure(d: &Value, metric: &str) -> f64 {
+    d["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["metric"] == metric)
+        .and_then(|e| e["value"].as_f64())
+        .unwrap_or_else(|| panic!("no {metric} in {d:#}"))
+}
+
+#[test]
+fn redis_main_thread_is_one_thread() {
+    let Some(d) = diagnose_example("limits-redis", &["redis-server"]) else {
+        return;
+    };
+    assert_eq!(d["limit"], "one_thread", "{d:#}");
+    assert!(figure(&d, "busiest_thread_cpu_pct") >= 90.0, "{d:#}");
+}
+
+#[test]
+fn pool_with_more_workers_than_cpus_is_oversubscribed() {
+    let Some(d) = diagnose_example("limits-pool", &[]) else {
+        return;
+    };
+    assert_eq!(d["limit"], "oversubscription", "{d:#}");
+    assert!(figure(&d, "run_delay_pct") >= 50.0, "{d:#}");
+}
+
+#[test]
+fn nginx_and_wrk_on_shared_cpus_fill_them() {
+    let Some(d) = diagnose_example("limits-nginx", &["nginx", "wrk"]) else {
+        return;
+    };
+    match d["limit"].as_str().unwrap() {
+        "client" => assert_eq!(figure(&d, "client_saturated"), 1.0, "{d:#}"),
+        "server_cpu" => assert!(figure(&d, "server_cpu_pct") >= 90.0, "{d:#}"),
+        other => panic!("nginx + wrk: {other}: {d:#}"),
+    }
+}
+
+#[test]
+fn a_delaying_pipeline_is_outside_both_processes() {
+    let Some(d) = diagnose_example("limits-outside", &["nginx", "python3"]) else {
+        return;
+    };
+    assert_eq!(d["limit"], "outside", "{d:#}");
+    let ratio = figure(&d, "little_ratio");
+    assert!((0.8..1.2).contains(&ratio), "{d:#}");
+    assert!(figure(&d, "server_cpu_pct") < 60.0, "{d:#}");
+}
