@@ -4,11 +4,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
 
 use crate::load::raw::RawSink;
+use crate::load::template::RequestFile;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
 use crate::record::hlog::HlogSink;
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
@@ -100,6 +102,14 @@ pub struct LoadArgs {
     /// count in `sent`.
     #[arg(long, help_heading = "Redis")]
     pub preload: bool,
+    /// Requests from FILE (HTTP requests or redis commands with placeholders, see README)
+    /// instead of --method/--body or redis's GET/SET; -H headers are added to each.
+    #[arg(long, value_name = "FILE", help_heading = "Templates")]
+    pub requests: Option<PathBuf>,
+    /// How each connection picks from --requests: weighted (at random by weight) or
+    /// sequential (in file order).
+    #[arg(long, default_value = "weighted", help_heading = "Templates")]
+    pub order: crate::load::template::Order,
     /// Request and reply payload size in bytes.
     #[arg(long, default_value_t = 4096, help_heading = "msgr")]
     pub msg_size: usize,
@@ -131,7 +141,8 @@ fn parse_distribution(s: &str) -> Result<Distribution, String> {
 }
 
 impl LoadArgs {
-    /// The engine configuration these options describe.
+    /// The engine configuration these options describe (`--requests` is read by
+    /// [`LoadArgs::read_requests`]).
     pub fn config(&self) -> LoadConfig {
         let threads = self
             .threads
@@ -157,14 +168,27 @@ impl LoadArgs {
                 seed: self.seed,
                 msg_size: self.msg_size,
                 preload: self.preload,
+                requests: None,
+                order: self.order,
             },
         }
+    }
+
+    /// Reads and checks the `--requests` file (an error names its file and line).
+    pub fn read_requests(&self) -> Result<Option<Arc<RequestFile>>, LoadError> {
+        let Some(path) = &self.requests else {
+            return Ok(None);
+        };
+        RequestFile::read(path)
+            .map(|f| Some(Arc::new(f)))
+            .map_err(|e| LoadError::BadInput(e.to_string()))
     }
 }
 
 /// Runs one load, printing a line per second and a summary.
 pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
-    let config = args.config();
+    let mut config = args.config();
+    config.proto.requests = args.read_requests()?;
     let stop = crate::signals::stop_flag();
     let mut sink = LineSink {
         quiet: args.quiet,

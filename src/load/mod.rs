@@ -12,6 +12,7 @@ pub mod raw;
 mod recorder;
 pub mod shm;
 pub mod target;
+pub mod template;
 mod worker;
 
 use std::time::Duration;
@@ -68,6 +69,10 @@ pub struct ProtoOptions {
     pub msg_size: usize,
     /// Redis: SET every key of the key space before the load starts (so GETs find them).
     pub preload: bool,
+    /// `--requests`: the request file (HTTP requests or redis commands) instead of the above.
+    pub requests: Option<std::sync::Arc<template::RequestFile>>,
+    /// How each connection picks from `requests`.
+    pub order: template::Order,
 }
 
 impl Default for ProtoOptions {
@@ -83,6 +88,8 @@ impl Default for ProtoOptions {
             seed: 1,
             msg_size: 4096,
             preload: false,
+            requests: None,
+            order: template::Order::Weighted,
         }
     }
 }
@@ -148,6 +155,11 @@ pub fn run_at(
 ) -> Result<LoadOutcome, LoadError> {
     engine::check_start_at(start_at_unix_ns)?;
     if config.url.starts_with("shm://") {
+        if config.proto.requests.is_some() {
+            return Err(LoadError::BadInput(
+                "--requests works with http:// and redis:// targets only".into(),
+            ));
+        }
         return shm::run(config, sink, stop);
     }
     engine::run_sockets(config, start_at_unix_ns, sink, stop)

@@ -1,8 +1,10 @@
 //! Target URLs: the scheme picks the protocol; each connection gets its own protocol state.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 
 use super::protocol::{http::Http, msgr::MsgrProto, redis, Protocol};
+use super::template::{self, Framing};
 use super::{LoadError, ProtoOptions};
 
 /// A parsed target: where to connect and how to build each connection's protocol.
@@ -11,6 +13,8 @@ pub struct Target {
     /// The resolved address.
     pub addr: SocketAddr,
     kind: Kind,
+    /// `--requests`, compiled for this target's protocol.
+    templates: Option<Arc<template::Compiled>>,
 }
 
 #[derive(Debug, Clone)]
@@ -58,7 +62,12 @@ impl Target {
                 "--preload works with redis:// targets only".into(),
             ));
         }
-        Ok(Target { addr, kind })
+        let templates = templates(opts, &kind)?;
+        Ok(Target {
+            addr,
+            kind,
+            templates,
+        })
     }
 
     /// The key space of a redis target.
@@ -71,6 +80,10 @@ impl Target {
 
     /// The protocol state of connection number `index`.
     pub fn connection(&self, index: usize, opts: &ProtoOptions) -> Box<dyn Protocol> {
+        let seed = opts.seed.wrapping_mul(1000).wrapping_add(index as u64);
+        if let Some(t) = &self.templates {
+            return t.connection(index, seed);
+        }
         match &self.kind {
             Kind::Http { host, path } => Box::new(Http::new(
                 &opts.method,
@@ -83,11 +96,36 @@ impl Target {
                 space.clone(),
                 opts.read_ratio,
                 opts.value_size,
-                opts.seed.wrapping_mul(1000).wrapping_add(index as u64),
+                seed,
             )),
             Kind::Msgr => Box::new(MsgrProto::new(opts.msg_size)),
         }
     }
+}
+
+/// The request file compiled for the target's protocol.
+fn templates(
+    opts: &ProtoOptions,
+    kind: &Kind,
+) -> Result<Option<Arc<template::Compiled>>, LoadError> {
+    let Some(file) = &opts.requests else {
+        return Ok(None);
+    };
+    let framing = match kind {
+        Kind::Http { host, .. } => Framing::Http {
+            host,
+            headers: &opts.headers,
+        },
+        Kind::Redis(_) => Framing::Resp,
+        Kind::Msgr => {
+            return Err(LoadError::BadInput(
+                "--requests works with http:// and redis:// targets only".into(),
+            ))
+        }
+    };
+    template::compile(file, opts.order, framing)
+        .map(|c| Some(Arc::new(c)))
+        .map_err(|e| LoadError::BadInput(e.to_string()))
 }
 
 fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, String> {

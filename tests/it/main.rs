@@ -33,5 +33,6 @@ mod serve_msgr;
 mod shmkv;
 mod soak;
 mod sweep;
+mod templates;
 mod topology;
 mod windows;
