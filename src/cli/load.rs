@@ -51,6 +51,13 @@ pub struct LoadArgs {
     // advice to write `-- -5`.
     #[arg(long, allow_negative_numbers = true, value_parser = parse_rate)]
     pub rate: Option<f64>,
+    /// Open loop: evenly spaced requests (uniform) or seeded exponential gaps (poisson).
+    #[arg(long, default_value = "uniform")]
+    pub arrivals: crate::load::arrivals::Arrivals,
+    /// Ramp linearly from FROM to TO over DURATION from the start of the measured window, then
+    /// hold TO: the rate with --rate (replacing its value), else the connections (TO are opened).
+    #[arg(long, value_name = "FROM:TO:DURATION")]
+    pub ramp: Option<crate::load::arrivals::Ramp>,
     /// Pin the generator threads to these CPUs (e.g. 1 or 2-3).
     #[arg(long)]
     pub cpuset: Option<crate::cpuset::CpuList>,
@@ -157,6 +164,8 @@ impl LoadArgs {
             depth: self.depth,
             rate_rps: self.rate,
             cpuset: self.cpuset.clone().map(|c| c.0),
+            arrivals: self.arrivals,
+            ramp: self.ramp,
             proto: ProtoOptions {
                 method: self.method.clone(),
                 headers: self.headers.clone(),

@@ -3,6 +3,7 @@
 //! intended send time); one HdrHistogram per thread, merged; a line per second.
 
 mod accounting;
+pub mod arrivals;
 pub mod external;
 mod fdlimit;
 pub mod merge;
@@ -42,6 +43,10 @@ pub struct LoadConfig {
     pub rate_rps: Option<f64>,
     /// CPUs to pin the generator threads to, one thread per CPU round-robin.
     pub cpuset: Option<Vec<usize>>,
+    /// Open loop: how the gaps between requests are drawn.
+    pub arrivals: arrivals::Arrivals,
+    /// A linear ramp of the rate (open loop) or of the working connections (closed loop).
+    pub ramp: Option<arrivals::Ramp>,
     /// Protocol options.
     pub proto: ProtoOptions,
 }
@@ -106,6 +111,8 @@ impl Default for LoadConfig {
             depth: 1,
             rate_rps: None,
             cpuset: None,
+            arrivals: arrivals::Arrivals::Uniform,
+            ramp: None,
             proto: ProtoOptions::default(),
         }
     }
@@ -158,6 +165,11 @@ pub fn run_at(
         if config.proto.requests.is_some() {
             return Err(LoadError::BadInput(
                 "--requests works with http:// and redis:// targets only".into(),
+            ));
+        }
+        if config.ramp.is_some() || config.arrivals != arrivals::Arrivals::Uniform {
+            return Err(LoadError::BadInput(
+                "--ramp and --arrivals poisson work with socket targets, not shm://".into(),
             ));
         }
         return shm::run(config, sink, stop);

@@ -12,6 +12,7 @@ mod schema;
 
 mod accounting;
 mod analyze;
+mod arrivals;
 mod cli;
 mod compare;
 mod demo;
