@@ -4,11 +4,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
 
 use crate::load::raw::RawSink;
+use crate::load::template::RequestFile;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
 use crate::record::hlog::HlogSink;
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
@@ -49,6 +51,13 @@ pub struct LoadArgs {
     // advice to write `-- -5`.
     #[arg(long, allow_negative_numbers = true, value_parser = parse_rate)]
     pub rate: Option<f64>,
+    /// Open loop: evenly spaced requests (uniform) or seeded exponential gaps (poisson).
+    #[arg(long, default_value = "uniform")]
+    pub arrivals: crate::load::arrivals::Arrivals,
+    /// Ramp linearly from FROM to TO over DURATION from the start of the measured window, then
+    /// hold TO: the rate with --rate (replacing its value), else the connections (TO are opened).
+    #[arg(long, value_name = "FROM:TO:DURATION")]
+    pub ramp: Option<crate::load::arrivals::Ramp>,
     /// Pin the generator threads to these CPUs (e.g. 1 or 2-3).
     #[arg(long)]
     pub cpuset: Option<crate::cpuset::CpuList>,
@@ -100,6 +109,14 @@ pub struct LoadArgs {
     /// count in `sent`.
     #[arg(long, help_heading = "Redis")]
     pub preload: bool,
+    /// Requests from FILE (HTTP requests or redis commands with placeholders, see README)
+    /// instead of --method/--body or redis's GET/SET; -H headers are added to each.
+    #[arg(long, value_name = "FILE", help_heading = "Templates")]
+    pub requests: Option<PathBuf>,
+    /// How each connection picks from --requests: weighted (at random by weight) or
+    /// sequential (in file order).
+    #[arg(long, default_value = "weighted", help_heading = "Templates")]
+    pub order: crate::load::template::Order,
     /// Request and reply payload size in bytes.
     #[arg(long, default_value_t = 4096, help_heading = "msgr")]
     pub msg_size: usize,
@@ -154,7 +171,8 @@ fn parse_distribution(s: &str) -> Result<Distribution, String> {
 }
 
 impl LoadArgs {
-    /// The engine configuration these options describe.
+    /// The engine configuration these options describe (`--requests` is read by
+    /// [`LoadArgs::read_requests`]).
     pub fn config(&self) -> LoadConfig {
         let threads = self
             .threads
@@ -169,6 +187,8 @@ impl LoadArgs {
             depth: self.depth,
             rate_rps: self.rate,
             cpuset: self.cpuset.clone().map(|c| c.0),
+            arrivals: self.arrivals,
+            ramp: self.ramp,
             proto: ProtoOptions {
                 method: self.method.clone(),
                 headers: self.headers.clone(),
@@ -186,14 +206,27 @@ impl LoadArgs {
                     resume: self.tls.tls_resume,
                 },
                 new_connection_per_request: self.tls.new_connection_per_request,
+                requests: None,
+                order: self.order,
             },
         }
+    }
+
+    /// Reads and checks the `--requests` file (an error names its file and line).
+    pub fn read_requests(&self) -> Result<Option<Arc<RequestFile>>, LoadError> {
+        let Some(path) = &self.requests else {
+            return Ok(None);
+        };
+        RequestFile::read(path)
+            .map(|f| Some(Arc::new(f)))
+            .map_err(|e| LoadError::BadInput(e.to_string()))
     }
 }
 
 /// Runs one load, printing a line per second and a summary.
 pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
-    let config = args.config();
+    let mut config = args.config();
+    config.proto.requests = args.read_requests()?;
     let stop = crate::signals::stop_flag();
     let mut sink = LineSink {
         quiet: args.quiet,

@@ -70,8 +70,6 @@ pub fn run_sockets(
         let n = config.connections / config.threads
             + usize::from(t < config.connections % config.threads);
         let rate = config.rate_rps.map(|r| r / config.threads as f64);
-        // Threads' schedules interleave so the union of sends is evenly spaced.
-        let phase_ns = config.rate_rps.map_or(0.0, |r| t as f64 * 1e9 / r);
         let worker = Worker::new(
             config.clone(),
             target.clone(),
@@ -82,7 +80,6 @@ pub fn run_sockets(
             first_conn,
             n,
             rate,
-            phase_ns,
         )
         .map_err(|source| LoadError::Io {
             context: "creating an event loop".into(),
@@ -224,6 +221,7 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
     }
     check_cpus(config)?;
     let mut c = config.clone();
+    super::arrivals::apply(&mut c).map_err(LoadError::BadInput)?;
     c.threads = c.threads.clamp(1, c.connections);
     Ok(c)
 }

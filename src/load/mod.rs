@@ -3,6 +3,7 @@
 //! intended send time); one HdrHistogram per thread, merged; a line per second.
 
 mod accounting;
+pub mod arrivals;
 pub mod external;
 mod fdlimit;
 pub mod merge;
@@ -12,6 +13,7 @@ pub mod raw;
 mod recorder;
 pub mod shm;
 pub mod target;
+pub mod template;
 pub mod tls;
 mod transport;
 mod worker;
@@ -43,6 +45,10 @@ pub struct LoadConfig {
     pub rate_rps: Option<f64>,
     /// CPUs to pin the generator threads to, one thread per CPU round-robin.
     pub cpuset: Option<Vec<usize>>,
+    /// Open loop: how the gaps between requests are drawn.
+    pub arrivals: arrivals::Arrivals,
+    /// A linear ramp of the rate (open loop) or of the working connections (closed loop).
+    pub ramp: Option<arrivals::Ramp>,
     /// Protocol options.
     pub proto: ProtoOptions,
 }
@@ -75,6 +81,10 @@ pub struct ProtoOptions {
     /// HTTP: every request on a new connection (`Connection: close`), so each pays a
     /// connection set-up (and a TLS handshake).
     pub new_connection_per_request: bool,
+    /// `--requests`: the request file (HTTP requests or redis commands) instead of the above.
+    pub requests: Option<std::sync::Arc<template::RequestFile>>,
+    /// How each connection picks from `requests`.
+    pub order: template::Order,
 }
 
 impl Default for ProtoOptions {
@@ -92,6 +102,8 @@ impl Default for ProtoOptions {
             preload: false,
             tls: tls::TlsOptions::default(),
             new_connection_per_request: false,
+            requests: None,
+            order: template::Order::Weighted,
         }
     }
 }
@@ -108,6 +120,8 @@ impl Default for LoadConfig {
             depth: 1,
             rate_rps: None,
             cpuset: None,
+            arrivals: arrivals::Arrivals::Uniform,
+            ramp: None,
             proto: ProtoOptions::default(),
         }
     }
@@ -157,6 +171,16 @@ pub fn run_at(
 ) -> Result<LoadOutcome, LoadError> {
     engine::check_start_at(start_at_unix_ns)?;
     if config.url.starts_with("shm://") {
+        if config.proto.requests.is_some() {
+            return Err(LoadError::BadInput(
+                "--requests works with http:// and redis:// targets only".into(),
+            ));
+        }
+        if config.ramp.is_some() || config.arrivals != arrivals::Arrivals::Uniform {
+            return Err(LoadError::BadInput(
+                "--ramp and --arrivals poisson work with socket targets, not shm://".into(),
+            ));
+        }
         return shm::run(config, sink, stop);
     }
     engine::run_sockets(config, start_at_unix_ns, sink, stop)

@@ -1,8 +1,10 @@
 //! Target URLs: the scheme picks the protocol; each connection gets its own protocol state.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 
 use super::protocol::{http::Http, msgr::MsgrProto, redis, Protocol};
+use super::template::{self, Framing};
 use super::tls::TlsClient;
 use super::{LoadError, ProtoOptions};
 
@@ -14,6 +16,8 @@ pub struct Target {
     /// TLS over the connections (`https://`).
     pub tls: Option<TlsClient>,
     kind: Kind,
+    /// `--requests`, compiled for this target's protocol.
+    templates: Option<Arc<template::Compiled>>,
 }
 
 #[derive(Debug, Clone)]
@@ -78,7 +82,13 @@ impl Target {
                 "--new-connection-per-request works with http:// and https:// targets only".into(),
             ));
         }
-        Ok(Target { addr, tls, kind })
+        let templates = templates(opts, &kind)?;
+        Ok(Target {
+            addr,
+            tls,
+            kind,
+            templates,
+        })
     }
 
     /// The key space of a redis target.
@@ -91,12 +101,13 @@ impl Target {
 
     /// The protocol state of connection number `index`.
     pub fn connection(&self, index: usize, opts: &ProtoOptions) -> Box<dyn Protocol> {
+        let seed = opts.seed.wrapping_mul(1000).wrapping_add(index as u64);
+        if let Some(t) = &self.templates {
+            return t.connection(index, seed);
+        }
         match &self.kind {
             Kind::Http { host, path } => {
-                let mut headers = opts.headers.clone();
-                if opts.new_connection_per_request {
-                    headers.push("Connection: close".into());
-                }
+                let headers = http_headers(opts);
                 Box::new(Http::new(
                     &opts.method,
                     host,
@@ -109,7 +120,7 @@ impl Target {
                 space.clone(),
                 opts.read_ratio,
                 opts.value_size,
-                opts.seed.wrapping_mul(1000).wrapping_add(index as u64),
+                seed,
             )),
             Kind::Msgr => Box::new(MsgrProto::new(opts.msg_size)),
         }
@@ -128,6 +139,42 @@ fn host_of(authority: &str) -> &str {
         }
         _ => authority,
     }
+}
+
+/// The headers of every HTTP request: the user's, plus `Connection: close` when each
+/// request gets its own connection.
+fn http_headers(opts: &ProtoOptions) -> Vec<String> {
+    let mut headers = opts.headers.clone();
+    if opts.new_connection_per_request {
+        headers.push("Connection: close".into());
+    }
+    headers
+}
+
+/// The request file compiled for the target's protocol.
+fn templates(
+    opts: &ProtoOptions,
+    kind: &Kind,
+) -> Result<Option<Arc<template::Compiled>>, LoadError> {
+    let Some(file) = &opts.requests else {
+        return Ok(None);
+    };
+    let headers = http_headers(opts);
+    let framing = match kind {
+        Kind::Http { host, .. } => Framing::Http {
+            host,
+            headers: &headers,
+        },
+        Kind::Redis(_) => Framing::Resp,
+        Kind::Msgr => {
+            return Err(LoadError::BadInput(
+                "--requests works with http:// and redis:// targets only".into(),
+            ))
+        }
+    };
+    template::compile(file, opts.order, framing)
+        .map(|c| Some(Arc::new(c)))
+        .map_err(|e| LoadError::BadInput(e.to_string()))
 }
 
 fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, String> {

@@ -18,6 +18,7 @@ use mio::{Events, Interest, Poll, Token};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
+use super::arrivals::{ConnRamp, Cursor, RateCurve};
 use super::protocol::{Protocol, Reply};
 use super::recorder::{thread_cpu_ns, Msg, Recorder, Schedule};
 use super::target::Target;
@@ -86,14 +87,20 @@ pub(super) struct Worker {
     /// Requests withdrawn from `sent` when a closing reply left them unread: the next writes,
     /// up to this many, are their re-sends.
     resend_owed: u64,
+    /// Closed loop under `--ramp`: which connections work when.
+    ramp: Option<ConnRamp>,
 }
 
-/// Open-loop pacing. Request `i` of the schedule is due at `phase + i × period`, so the
-/// requests waiting for a free connection are the index range `dispatched..issued`: nothing
-/// grows with overload.
+/// Open-loop pacing. Request `i` of the schedule is due at a time the arrival cursors
+/// compute from `i` alone, so the requests waiting for a free connection are the index range
+/// `dispatched..issued`: nothing grows with overload.
 struct OpenLoop {
+    /// Due time of request `issued` (the next to release).
+    issue: Cursor,
+    /// Due time of request `dispatched` (the next waiting one to send).
+    dispatch: Cursor,
+    /// The mean gap at the final rate, ns.
     period_ns: f64,
-    phase_ns: f64,
     /// Requests released by the schedule so far.
     issued: u64,
     /// Requests of the schedule sent so far.
@@ -107,12 +114,31 @@ struct OpenLoop {
 }
 
 impl OpenLoop {
-    fn due_ns(&self, i: u64) -> u64 {
-        (self.phase_ns + i as f64 * self.period_ns) as u64
+    fn new(config: &LoadConfig, thread: usize) -> Self {
+        let rate = config.rate_rps.unwrap_or(0.0);
+        let curve = RateCurve::new(rate, config.ramp.as_ref(), config.warmup, config.threads);
+        let seed = config.proto.seed.wrapping_mul(0x9E37_79B9) ^ (0x5EED_0000 + thread as u64);
+        let cursor = Cursor::new(curve, config.arrivals, thread, config.threads, seed);
+        OpenLoop {
+            issue: cursor.clone(),
+            dispatch: cursor,
+            period_ns: curve.final_period_ns(),
+            issued: 0,
+            dispatched: 0,
+            counted_upto: 0,
+            resend: VecDeque::new(),
+            free: VecDeque::new(),
+        }
     }
 
     fn next_due_ns(&self) -> u64 {
-        self.due_ns(self.issued)
+        self.issue.due_ns()
+    }
+
+    /// Releases the next request of the schedule.
+    fn release(&mut self) {
+        self.issued += 1;
+        self.issue.advance();
     }
 
     fn has_waiting(&self) -> bool {
@@ -125,7 +151,9 @@ impl OpenLoop {
             return intended;
         }
         self.dispatched += 1;
-        self.due_ns(self.dispatched - 1)
+        let due = self.dispatch.due_ns();
+        self.dispatch.advance();
+        due
     }
 
     /// Requests released but neither sent nor counted yet.
@@ -157,7 +185,6 @@ impl Worker {
         first_conn: usize,
         n_conns: usize,
         rate_rps: Option<f64>,
-        phase_ns: f64,
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
         let conns = (first_conn..first_conn + n_conns)
@@ -174,15 +201,8 @@ impl Worker {
                 in_free_queue: false,
             })
             .collect();
-        let open = rate_rps.map(|r| OpenLoop {
-            period_ns: 1e9 / r,
-            phase_ns,
-            issued: 0,
-            dispatched: 0,
-            counted_upto: 0,
-            resend: VecDeque::new(),
-            free: VecDeque::new(),
-        });
+        let open = rate_rps.map(|_| OpenLoop::new(&config, thread));
+        let ramp = ConnRamp::new(&config, thread);
         let rec = Recorder::new(sched.clone(), tx.clone(), thread, open.is_some());
         Ok(Worker {
             config,
@@ -199,6 +219,7 @@ impl Worker {
             timer: None,
             timer_armed_ns: 0,
             resend_owed: 0,
+            ramp,
         })
     }
 
@@ -559,7 +580,8 @@ impl Worker {
             self.dispatch(now);
         } else if now < self.rec.end_ns {
             let depth = self.config.depth;
-            while usable(&self.conns[i]) && self.conns[i].pending.len() < depth {
+            let active = self.ramp.as_ref().is_none_or(|r| r.active(i, now));
+            while active && usable(&self.conns[i]) && self.conns[i].pending.len() < depth {
                 self.send(i, now, now);
             }
         }
@@ -669,9 +691,12 @@ impl Worker {
         }
     }
 
-    /// Timeouts, reconnection retries.
+    /// Timeouts, reconnection retries, connections a ramp has just let in.
     fn housekeeping(&mut self, now: u64) {
         for i in 0..self.conns.len() {
+            if self.ramp.is_some() && self.conns[i].pending.is_empty() {
+                self.refill(i, now);
+            }
             let conn = &self.conns[i];
             if conn.stream.is_none() {
                 if now >= conn.retry_at_ns && now < self.rec.end_ns {
@@ -697,7 +722,7 @@ impl Worker {
             let lag_ns = now - open.next_due_ns();
             let late = lag_ns > open.late_threshold_ns();
             self.rec.scheduled_send(lag_ns, late, now);
-            open.issued += 1;
+            open.release();
         }
         self.dispatch(now);
     }

@@ -138,6 +138,7 @@ pub fn engine_config(proto: &ProtoOptions, req: &StepRequest) -> LoadConfig {
         rate_rps: req.rate_rps,
         cpuset: Some(req.client_cpus.clone()),
         proto: proto.clone(),
+        ..LoadConfig::default()
     }
 }
 

@@ -310,6 +310,13 @@ pub struct ClientSpec {
     /// msgr payload size in bytes.
     #[serde(default)]
     pub msg_size: Option<usize>,
+    /// A request file (HTTP requests or redis commands with placeholders), relative to the
+    /// spec; replaces method/headers/body and redis's GET/SET.
+    #[serde(default)]
+    pub requests: Option<PathBuf>,
+    /// How each connection picks from `requests`: "weighted" (default) or "sequential".
+    #[serde(default)]
+    pub order: Option<String>,
     /// Client groups, each on a host (this machine when it names none); a step's clients,
     /// connections and rate are split equally among them and their results merged exactly.
     #[serde(default)]

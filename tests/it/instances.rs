@@ -293,6 +293,7 @@ fn the_builtin_servers_metrics_file_differences_match_its_counters() {
         rate_rps: None,
         cpuset: None,
         proto: Default::default(),
+        ..Default::default()
     };
     struct Nothing;
     impl stairbench::record::load::IntervalSink for Nothing {

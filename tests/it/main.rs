@@ -12,6 +12,7 @@ mod schema;
 
 mod accounting;
 mod analyze;
+mod arrivals;
 mod cli;
 mod compare;
 mod demo;
@@ -35,7 +36,8 @@ mod serve_msgr;
 mod shmkv;
 mod soak;
 mod sweep;
-mod tls;
+mod templates;
 mod threads;
+mod tls;
 mod topology;
 mod windows;

@@ -39,7 +39,13 @@ impl KeySpace {
         self.keys
     }
 
-    fn draw(&self, rng: &mut SplitMix64) -> u64 {
+    /// Digits of a key's number (`keys - 1` written out; smaller numbers are zero-padded).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Draws a key number below `keys`.
+    pub fn draw(&self, rng: &mut SplitMix64) -> u64 {
         match &self.zipf {
             None => rng.next_u64() % self.keys,
             Some(z) => z.draw(rng.next_f64()),
@@ -109,20 +115,25 @@ impl Protocol for Redis {
     }
 
     fn parse_reply(&mut self, buf: &[u8]) -> Reply {
-        match parse_value(buf, 0, 0) {
-            Ok(Some((len, kind))) => Reply::Done {
-                len,
-                error: (kind == Value::Error).then_some("resp_error"),
-                close: false,
-                found: match kind {
-                    Value::Bulk => Some(true),
-                    Value::Nil => Some(false),
-                    _ => None,
-                },
+        parse_resp(buf)
+    }
+}
+
+/// Frames one RESP reply at the front of `buf`.
+pub fn parse_resp(buf: &[u8]) -> Reply {
+    match parse_value(buf, 0, 0) {
+        Ok(Some((len, kind))) => Reply::Done {
+            len,
+            error: (kind == Value::Error).then_some("resp_error"),
+            close: false,
+            found: match kind {
+                Value::Bulk => Some(true),
+                Value::Nil => Some(false),
+                _ => None,
             },
-            Ok(None) => Reply::Incomplete,
-            Err(kind) => Reply::Invalid(kind),
-        }
+        },
+        Ok(None) => Reply::Incomplete,
+        Err(kind) => Reply::Invalid(kind),
     }
 }
 

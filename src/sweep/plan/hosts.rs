@@ -89,6 +89,13 @@ fn check_supported(
              command cannot be split into groups",
         ));
     }
+    if plan.remote_clients() && s.client.requests.is_some() {
+        return Err(spec.error_at(
+            &["client", "requests"],
+            "a request file is read on this machine; client groups on other hosts cannot use \
+             it yet",
+        ));
+    }
     for (i, t) in targets.iter().enumerate() {
         let at = |key: &str, why: String| spec.error_at(&["targets", &i.to_string(), key], why);
         let url = t.url.as_str();

@@ -587,6 +587,23 @@ fn check_serve_args(args: &[String]) -> Result<(), String> {
     }
 }
 
+/// `[client] requests` and `order`: the file is read and checked now, relative to the spec.
+fn requests(spec: &SpecFile, proto: &mut ProtoOptions) -> Result<(), SpecError> {
+    let c = &spec.spec.client;
+    if let Some(o) = &c.order {
+        proto.order = o
+            .parse()
+            .map_err(|e: String| spec.error_at(&["client", "order"], e))?;
+    }
+    if let Some(file) = &c.requests {
+        let path = spec_dir(spec).join(file);
+        let read = crate::load::template::RequestFile::read(&path)
+            .map_err(|e| spec.error_at(&["client", "requests"], e.to_string()))?;
+        proto.requests = Some(std::sync::Arc::new(read));
+    }
+    Ok(())
+}
+
 fn spec_dir(spec: &SpecFile) -> PathBuf {
     let dir = spec.path.parent().map(PathBuf::from).unwrap_or_default();
     let dir = if dir.as_os_str().is_empty() {
@@ -656,5 +673,6 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     if let Some(m) = c.msg_size {
         proto.msg_size = m;
     }
+    requests(spec, &mut proto)?;
     Ok(ClientPlan::Engine { proto })
 }
