@@ -5,6 +5,7 @@
 mod accounting;
 pub mod external;
 mod fdlimit;
+pub mod kvd;
 pub mod merge;
 mod preload;
 pub mod protocol;
@@ -149,6 +150,9 @@ pub fn run_at(
     engine::check_start_at(start_at_unix_ns)?;
     if config.url.starts_with("shm://") {
         return shm::run(config, sink, stop);
+    }
+    if config.url.starts_with("kvd://") {
+        return kvd::run(config, sink, stop);
     }
     engine::run_sockets(config, start_at_unix_ns, sink, stop)
 }

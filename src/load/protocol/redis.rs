@@ -39,7 +39,8 @@ impl KeySpace {
         self.keys
     }
 
-    fn draw(&self, rng: &mut SplitMix64) -> u64 {
+    /// The next key number, drawn with `rng`.
+    pub fn draw(&self, rng: &mut SplitMix64) -> u64 {
         match &self.zipf {
             None => rng.next_u64() % self.keys,
             Some(z) => z.draw(rng.next_f64()),
