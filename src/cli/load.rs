@@ -25,8 +25,8 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// Options of `stairbench load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, redis://HOST:PORT, msgr://HOST:PORT or shm://NAME
-    /// (a `stairbench serve shmkv` region).
+    /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, redis://HOST:PORT, msgr://HOST:PORT,
+    /// shm://NAME (a `stairbench serve shmkv` region) or kvd://NAME (a `stairbench serve kvd` daemon).
     pub url: String,
     /// Connections in total.
     #[arg(short, long, default_value_t = 10)]
@@ -90,9 +90,9 @@ pub struct LoadArgs {
     /// HTTP request body.
     #[arg(long, help_heading = "HTTP")]
     pub body: Option<String>,
-    /// Number of distinct keys.
-    #[arg(long, default_value_t = 1024, help_heading = "Redis")]
-    pub keys: u64,
+    /// Number of distinct keys [default: 1024; kvd://: the daemon's keys per rank × ranks].
+    #[arg(long, help_heading = "Redis")]
+    pub keys: Option<u64>,
     /// Share of GETs (the rest are SETs), 0 to 1.
     #[arg(long, default_value_t = 1.0, help_heading = "Redis")]
     pub read_ratio: f64,
@@ -193,7 +193,12 @@ impl LoadArgs {
                 method: self.method.clone(),
                 headers: self.headers.clone(),
                 body: self.body.clone(),
-                keys: self.keys,
+                // 0 asks kvd:// for its daemons' whole key space.
+                keys: self.keys.unwrap_or(if self.url.starts_with("kvd://") {
+                    0
+                } else {
+                    1024
+                }),
                 read_ratio: self.read_ratio,
                 value_size: self.value_size,
                 distribution: self.distribution,

@@ -18,6 +18,7 @@ pub fn run(cmd: ServeCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         ServeCommand::Msgr(args) => msgr(&args),
         ServeCommand::Shmkv(args) => shmkv(args),
+        ServeCommand::Kvd(args) => kvd(&args),
     }
 }
 
@@ -70,6 +71,31 @@ fn shmkv(args: ShmkvArgs) -> anyhow::Result<ExitCode> {
     }
     drop(server);
     eprintln!("shmkv: stopped; region removed");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `stairbench serve kvd` until SIGINT or SIGTERM.
+fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
+    let stop = crate::signals::stop_flag();
+    let server = crate::serve::kvd::spawn_kvd(args)
+        .with_context(|| format!("starting kvd rank {} ({:?})", args.rank, args.name))?;
+    eprintln!(
+        "kvd: rank {} of {} serving {}, pid {}; clients use kvd://{}",
+        args.rank,
+        args.ranks.split(',').count(),
+        server.path(),
+        std::process::id(),
+        args.name
+    );
+    while !stop.load(Ordering::Relaxed) && !server.finished() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let c = server.shared.counters();
+    drop(server);
+    eprintln!(
+        "kvd: stopped; region removed; {} requests ({} local, {} remote), {} from peers, {} misses, {} peer_down",
+        c.shm_requests, c.local, c.remote, c.incoming, c.misses, c.peer_down
+    );
     Ok(ExitCode::SUCCESS)
 }
 

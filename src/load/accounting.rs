@@ -9,7 +9,7 @@ use crate::record::load::{error_ratio, LoadReport};
 /// counts `sent`, `requests` and `errors` are already summed).
 pub(super) fn fill(report: &mut LoadReport, totals: &[Totals], config: &LoadConfig) {
     report.resent = totals.iter().map(|t| t.resent).sum();
-    if config.url.starts_with("redis://") {
+    if config.url.starts_with("redis://") || config.url.starts_with("kvd://") {
         report.redis_hits = Some(totals.iter().map(|t| t.redis_hits).sum());
         report.redis_misses = Some(totals.iter().map(|t| t.redis_misses).sum());
     }

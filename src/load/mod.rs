@@ -6,6 +6,7 @@ mod accounting;
 pub mod arrivals;
 pub mod external;
 mod fdlimit;
+pub mod kvd;
 pub mod merge;
 mod preload;
 pub mod protocol;
@@ -182,6 +183,9 @@ pub fn run_at(
             ));
         }
         return shm::run(config, sink, stop);
+    }
+    if config.url.starts_with("kvd://") {
+        return kvd::run(config, sink, stop);
     }
     engine::run_sockets(config, start_at_unix_ns, sink, stop)
 }

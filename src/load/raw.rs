@@ -6,8 +6,6 @@
 
 use std::io::Write;
 
-use base64::Engine as _;
-use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -104,22 +102,12 @@ pub fn read(text: &str) -> Result<RawLoad, String> {
 }
 
 fn encode(hist: &Histogram<u64>) -> String {
-    let mut bytes = Vec::new();
-    // Serializing into a Vec cannot fail for a valid histogram.
-    let _ = V2DeflateSerializer::new().serialize(hist, &mut bytes);
-    base64::engine::general_purpose::STANDARD.encode(bytes)
+    crate::record::hist_b64::encode(hist)
 }
 
 fn decode(text: &str) -> Result<Histogram<u64>, String> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .map_err(|e| format!("bad base64 histogram: {e}"))?;
-    let mut hist: Histogram<u64> = Deserializer::new()
-        .deserialize(&mut bytes.as_slice())
-        .map_err(|e| format!("bad histogram: {e:?}"))?;
-    // Merged with other hosts' histograms, whose range may be wider.
-    hist.auto(true);
-    Ok(hist)
+    // Auto-resizing: merged with other hosts' histograms, whose range may be wider.
+    crate::record::hist_b64::decode(text)
 }
 
 #[cfg(test)]

@@ -146,7 +146,7 @@ impl MetricsSource {
 /// counts from 0; others keep their end value); for histograms, the window's own summary.
 pub fn difference(before: &Snapshot, after: &Snapshot) -> Value {
     match (before, after) {
-        (Snapshot::Json(a), Snapshot::Json(b)) => json_difference(Some(a), b),
+        (Snapshot::Json(a), Snapshot::Json(b)) => json_window(a, b),
         (Snapshot::Hist(a), Snapshot::Hist(b)) => {
             let mut window = b.clone();
             match window.subtract(a) {
@@ -162,6 +162,54 @@ pub fn difference(before: &Snapshot, after: &Snapshot) -> Value {
             unavailable("the metrics changed format between the window's edges")
         }
     }
+}
+
+/// A JSON snapshot's window: numeric leaves subtracted, except two top-level objects a
+/// target may add: `gauges` (values now: the end's are kept) and `histograms` (name →
+/// HdrHistogram since the start, V2-deflate + base64: each becomes the window's summary, its
+/// histogram under `hdr`), so one target reports several named histograms.
+fn json_window(before: &Value, after: &Value) -> Value {
+    let mut out = json_difference(Some(before), after);
+    if let (Some(g), Value::Object(m)) = (after.get("gauges"), &mut out) {
+        m.insert("gauges".into(), g.clone());
+    }
+    if let (Some(Value::Object(hists)), Value::Object(m)) = (after.get("histograms"), &mut out) {
+        let window: Map<String, Value> = hists
+            .iter()
+            .map(|(name, end)| {
+                let start = before.get("histograms").and_then(|h| h.get(name));
+                (name.clone(), hist_window(start, end))
+            })
+            .collect();
+        m.insert("histograms".into(), Value::Object(window));
+    }
+    out
+}
+
+/// The window of one named histogram: its summary plus the window's histogram (`hdr`).
+fn hist_window(start: Option<&Value>, end: &Value) -> Value {
+    use crate::record::hist_b64::{decode, encode};
+    let decoded = |v: &Value| {
+        v.as_str()
+            .ok_or("not a string".to_string())
+            .and_then(decode)
+    };
+    let mut window = match decoded(end) {
+        Ok(h) => h,
+        Err(e) => return unavailable(&format!("the histogram at the window's end: {e}")),
+    };
+    if let Some(start) = start {
+        let subtracted =
+            decoded(start).and_then(|a| window.subtract(&a).map_err(|e| format!("{e:?}")));
+        if let Err(e) = subtracted {
+            return unavailable(&format!(
+                "the histogram at the window's end does not contain the one at its start ({e}); was the target restarted?"
+            ));
+        }
+    }
+    let mut summary = hist_summary(&window);
+    summary["hdr"] = json!(encode(&window));
+    summary
 }
 
 /// A difference that could not be taken: `note` says why (the reports show it in place of
@@ -350,6 +398,34 @@ mod tests {
         let d = difference(&Snapshot::Hist(start), &Snapshot::Hist(end));
         assert_eq!(d["count"], 10);
         assert!((8_990..=9_010).contains(&d["p50"].as_u64().unwrap()), "{d}");
+    }
+
+    #[test]
+    fn named_histograms_give_their_windows_and_gauges_keep_their_end() {
+        use crate::record::hist_b64::{decode, encode};
+        let mut start = Histogram::<u64>::new(3).unwrap();
+        start.record_n(1_000, 50).unwrap();
+        let mut end = start.clone();
+        end.record_n(9_000, 10).unwrap();
+        let a = json!({"counters": {"loops": 5}, "gauges": {"inflight": 3},
+            "histograms": {"rtt": encode(&start)}});
+        let b = json!({"counters": {"loops": 8}, "gauges": {"inflight": 2},
+            "histograms": {"rtt": encode(&end), "new": encode(&start)}});
+        let d = difference(&Snapshot::Json(a), &Snapshot::Json(b));
+        assert_eq!(d["counters"]["loops"], 3);
+        assert_eq!(d["gauges"]["inflight"], 2);
+        assert_eq!(d["histograms"]["rtt"]["count"], 10);
+        assert_eq!(d["histograms"]["new"]["count"], 50);
+        let window = decode(d["histograms"]["rtt"]["hdr"].as_str().unwrap()).unwrap();
+        assert_eq!(window.len(), 10);
+        // A restarted target: the end holds less than the start.
+        let c = json!({"histograms": {"rtt": encode(&end)}});
+        let e = json!({"histograms": {"rtt": encode(&start)}});
+        let d = difference(&Snapshot::Json(c), &Snapshot::Json(e));
+        assert!(d["histograms"]["rtt"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("unavailable"));
     }
 
     #[test]

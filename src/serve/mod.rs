@@ -1,6 +1,7 @@
 //! Built-in reference servers, started by `stairbench serve` or in-process by tests and the
 //! sweep (see [`msgr::spawn_msgr`]).
 
+pub mod kvd;
 pub mod msgr;
 pub mod shmkv;
 pub mod stats;
@@ -20,6 +21,9 @@ pub enum ServeCommand {
     Msgr(MsgrArgs),
     /// Shared-memory hash-table server: one shared request channel, or rings per worker.
     Shmkv(shmkv::ShmkvArgs),
+    /// Seed 004's key-value daemon: shared-memory clients, key k on rank k mod ranks, remote
+    /// keys forwarded over TCP to their rank's daemon; per-request phase histograms.
+    Kvd(kvd::KvdArgs),
 }
 
 /// Options of `stairbench serve msgr`.

@@ -135,15 +135,20 @@ pub fn metrics_json(threads: &[Arc<ThreadStat>]) -> serde_json::Value {
 /// Writes `metrics_json` to `path` now, whole: a temporary file beside it (`FILE.tmp`)
 /// renamed over it, so a reader never sees half a file.
 pub fn write_metrics(path: &std::path::Path, threads: &[Arc<ThreadStat>]) -> std::io::Result<()> {
+    write_json(path, &metrics_json(threads))
+}
+
+/// Writes `value` to `path` whole: `FILE.tmp` renamed over it.
+pub fn write_json(path: &std::path::Path, value: &serde_json::Value) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
-    std::fs::write(&tmp, metrics_json(threads).to_string())?;
+    std::fs::write(&tmp, value.to_string())?;
     std::fs::rename(&tmp, path)
 }
 
 /// Lets the calling thread run on every CPU its cgroup allows, whatever affinity the
 /// process was started with (the kernel drops the CPUs the cgroup does not allow).
-fn run_on_any_cpu() -> nix::Result<()> {
+pub fn run_on_any_cpu() -> nix::Result<()> {
     let mut all = nix::sched::CpuSet::new();
     for cpu in 0..nix::sched::CpuSet::count() {
         all.set(cpu)?;

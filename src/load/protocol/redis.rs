@@ -44,7 +44,7 @@ impl KeySpace {
         self.width
     }
 
-    /// Draws a key number below `keys`.
+    /// The next key number, drawn with `rng`.
     pub fn draw(&self, rng: &mut SplitMix64) -> u64 {
         match &self.zipf {
             None => rng.next_u64() % self.keys,

@@ -72,7 +72,7 @@ pub fn spawn_shmkv(opts: &ShmkvArgs) -> Result<ShmkvServer, ShmkvError> {
     let stop = Arc::new(AtomicBool::new(false));
     let spawned = match opts.arch {
         Arch::Single => single::spawn(region.clone(), table, stop.clone(), opts.workers, cpus),
-        Arch::PerWorker => spawn_per_worker(&region, &table, &stop, opts.workers, cpus),
+        Arch::PerWorker | Arch::Kvd => spawn_per_worker(&region, &table, &stop, opts.workers, cpus),
     };
     let threads = spawned.map_err(|source| ShmkvError::Io {
         context: "starting the server threads".into(),
@@ -123,7 +123,7 @@ impl Drop for ShmkvServer {
         self.region.header().stopping.store(1, Ordering::SeqCst);
         match self.arch {
             Arch::Single => single::wake_all(&self.region),
-            Arch::PerWorker => per_worker::wake_all(&self.region, self.workers),
+            Arch::PerWorker | Arch::Kvd => per_worker::wake_all(&self.region, self.workers),
         }
         for t in self.threads.drain(..) {
             let _ = t.join();

@@ -100,7 +100,7 @@ fn serve_pending(b: &Block, table: &Table) -> usize {
 }
 
 /// Frees the cells of clients whose process is gone, dropping any request they left.
-fn reap_dead(b: &Block) {
+pub fn reap_dead(b: &Block) {
     let used = (b.ctl.cells_used.load(Ordering::Acquire) as usize).min(CELLS);
     for i in 0..used {
         let pid = b.input[i].owner_pid.load(Ordering::Acquire);

@@ -17,13 +17,20 @@ use std::time::{Duration, Instant};
 use msg::{Response, OP_GET, OP_SET, ST_NOT_FOUND, ST_OK};
 use region::{Region, HEADER_BYTES};
 
-/// The two architectures of seed 002.
+/// Bytes after a kvd region's block for the daemon's rank record.
+pub const KVD_INFO_BYTES: usize = 64;
+
+/// The two architectures of seed 002, and the kvd daemon's region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Arch {
     /// One request channel, one response channel, a dispatcher and K workers.
     Single,
     /// One block of input/output rings per worker; clients attach round-robin.
     PerWorker,
+    /// A `serve kvd` daemon: one per-worker block (its daemon thread is the worker) and
+    /// the daemon's rank record after it (`wire::kvd::KvdInfo`).
+    #[value(skip)]
+    Kvd,
 }
 
 impl Arch {
@@ -31,6 +38,7 @@ impl Arch {
         match self {
             Arch::Single => 1,
             Arch::PerWorker => 2,
+            Arch::Kvd => 3,
         }
     }
 
@@ -38,6 +46,7 @@ impl Arch {
         match code {
             1 => Some(Arch::Single),
             2 => Some(Arch::PerWorker),
+            3 => Some(Arch::Kvd),
             _ => None,
         }
     }
@@ -47,6 +56,7 @@ impl Arch {
         match self {
             Arch::Single => "single",
             Arch::PerWorker => "per-worker",
+            Arch::Kvd => "kvd",
         }
     }
 
@@ -57,6 +67,10 @@ impl Arch {
             Arch::PerWorker => {
                 let b = per_worker::block_size();
                 (b, HEADER_BYTES + workers * b)
+            }
+            Arch::Kvd => {
+                let b = per_worker::block_size();
+                (b, HEADER_BYTES + workers * b + KVD_INFO_BYTES)
             }
         }
     }
@@ -147,7 +161,9 @@ impl ShmkvClient {
         let region = Arc::new(region);
         let kind = match arch {
             Arch::Single => ClientKind::Single(single::Client::attach(region)?),
-            Arch::PerWorker => ClientKind::PerWorker(per_worker::Client::attach(region)?),
+            Arch::PerWorker | Arch::Kvd => {
+                ClientKind::PerWorker(per_worker::Client::attach(region)?)
+            }
         };
         Ok(ShmkvClient {
             kind,

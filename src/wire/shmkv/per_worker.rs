@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::msg::{Request, Response};
 use super::region::Region;
-use super::sync::{futex_wait, futex_wake_all};
+use super::sync::{futex_wait, futex_wake_all, pid_alive};
 use super::ShmkvError;
 
 /// Request/response cells per worker: the most clients one worker takes.
@@ -134,12 +134,18 @@ impl Client {
         value: &[u8],
         timeout: Duration,
     ) -> Result<&Response, ShmkvError> {
+        self.send(op, key, value)?;
+        self.wait_answer(timeout)?;
+        Ok(self.response())
+    }
+
+    /// Posts one request without waiting (answered when [`Client::answered`] says so).
+    pub fn send(&mut self, op: u32, key: &[u8], value: &[u8]) -> Result<(), ShmkvError> {
         if self.abandoned {
             return Err(ShmkvError::Timeout);
         }
-        let region = self.region.clone();
-        let b = block(&region, self.block);
-        let (inp, out) = (&b.input[self.cell], &b.output[self.cell]);
+        let b = block(&self.region, self.block);
+        let inp = &b.input[self.cell];
         self.seq = self.seq.wrapping_add(1);
         // SAFETY: the cell is ours and the worker has answered everything before.
         unsafe { (*inp.req.get()).fill(op, key, value, self.cell as u32, self.seq as u64) };
@@ -148,10 +154,36 @@ impl Client {
             b.ctl.doorbell.fetch_add(1, Ordering::SeqCst);
             futex_wake_all(&b.ctl.doorbell);
         }
-        self.wait(out, timeout)?;
+        Ok(())
+    }
+
+    /// Waits for the answer to the last request posted, at most `timeout`.
+    pub fn wait_answer(&mut self, timeout: Duration) -> Result<(), ShmkvError> {
+        let region = self.region.clone();
+        self.wait(&block(&region, self.block).output[self.cell], timeout)
+    }
+
+    /// Whether the last request posted has its answer.
+    pub fn answered(&self) -> bool {
+        let out = &block(&self.region, self.block).output[self.cell];
+        out.resp_seq.load(Ordering::Acquire) == self.seq
+    }
+
+    /// The answer to the last request, once [`Client::answered`].
+    pub fn response(&self) -> &Response {
         // SAFETY: published by the worker with release order; it will not write again
         // until our next request.
-        Ok(unsafe { &*out.resp.get() })
+        unsafe { &*block(&self.region, self.block).output[self.cell].resp.get() }
+    }
+
+    /// Gives up on the last request (timed out): the cell stays claimed until exit.
+    pub fn abandon(&mut self) {
+        self.abandoned = true;
+    }
+
+    /// The region this client is attached to.
+    pub fn region(&self) -> &Region {
+        &self.region
     }
 
     fn wait(&mut self, out: &OutCell, timeout: Duration) -> Result<(), ShmkvError> {
@@ -175,7 +207,10 @@ impl Client {
                 std::thread::yield_now();
                 continue;
             }
-            if self.region.header().stopping.load(Ordering::Relaxed) != 0 {
+            let h = self.region.header();
+            if h.stopping.load(Ordering::Relaxed) != 0
+                || !pid_alive(h.server_pid.load(Ordering::Relaxed))
+            {
                 return Err(ShmkvError::Stopped);
             }
             if waited >= timeout {

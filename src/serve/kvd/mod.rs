@@ -1,0 +1,227 @@
+//! `stairbench serve kvd`: seed 004's key-value daemon. One daemon thread per rank polls its
+//! local clients' slots in shared memory (the `per-worker` design of `serve shmkv`: one
+//! block, the daemon is its worker) and one TCP connection per peer rank; key k belongs to
+//! rank k mod ranks. Local keys are answered from the rank's table, remote ones forwarded to
+//! their owner and the reply written back to the client's slot. Inside the daemon every
+//! remote request is timed (RTT, call_to_flush, flush_to_cb; the owner's
+//! incoming_turnaround) into HdrHistograms written to `--metrics FILE` ([`metrics`]).
+
+pub mod daemon;
+pub mod metrics;
+pub mod peers;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::wire::kvd::{set_info, Arch};
+use crate::wire::shmkv::region::{Region, HEADER_BYTES};
+use crate::wire::shmkv::ShmkvError;
+
+/// How long a rank waits for its peers at start.
+pub const PEER_WAIT: Duration = Duration::from_secs(10);
+
+/// Options of `stairbench serve kvd`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KvdArgs {
+    /// This daemon's rank: its position in --ranks, from 0.
+    #[arg(long, default_value_t = 0)]
+    pub rank: u32,
+    /// Every rank's address, host:port, in the same order on every rank (this rank listens
+    /// on its own). One address: a single rank, no network.
+    #[arg(long, value_name = "HOST:PORT,...", default_value = "127.0.0.1:0")]
+    pub ranks: String,
+    /// Region name: the region is /dev/shm/stairbench.shmkv.NAME; clients use kvd://NAME.
+    #[arg(long)]
+    pub name: String,
+    /// Pin the daemon thread to these CPUs (e.g. 0).
+    #[arg(long, value_name = "LIST")]
+    pub cpuset: Option<crate::cpuset::CpuList>,
+    /// Keys each rank holds: key k lives on rank k mod ranks, in slot k div ranks.
+    #[arg(long, default_value_t = 1024)]
+    pub keys_per_rank: u64,
+    /// Flush the peer connections once per poll loop (the default: a doorbell per loop).
+    #[arg(long, overrides_with = "no_batch")]
+    pub batch: bool,
+    /// Flush every forwarded request and reply at once.
+    #[arg(long)]
+    pub no_batch: bool,
+    /// JSON file of the daemon's counters, gauges and phase histograms, rewritten every 200 ms.
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Option<PathBuf>,
+    /// Ignored (the daemon's port is in --ranks): accepted so that a runner giving every
+    /// built-in server a `--port` can start this one too.
+    #[arg(long, hide = true)]
+    pub port: Option<u16>,
+}
+
+/// Why the kvd daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KvdError {
+    /// An option is unusable.
+    #[error("{0}")]
+    BadOption(String),
+    /// A peer could not be reached or answered wrongly at start.
+    #[error("{0}")]
+    Peer(String),
+    /// The shared-memory region.
+    #[error(transparent)]
+    Region(#[from] ShmkvError),
+    /// A system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A running daemon (in this process). Dropping it stops it and removes the region.
+pub struct KvdServer {
+    region: Arc<Region>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    writer: Option<JoinHandle<()>>,
+    /// The daemon's shared counters.
+    pub shared: Arc<metrics::Shared>,
+}
+
+/// The rank list as addresses, checked.
+pub fn parse_ranks(list: &str, rank: u32) -> Result<Vec<SocketAddr>, KvdError> {
+    let bad = KvdError::BadOption;
+    let addrs = list
+        .split(',')
+        .map(|a| {
+            a.trim()
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut i| i.next())
+                .ok_or_else(|| bad(format!("--ranks: {a:?} is not HOST:PORT")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if rank as usize >= addrs.len() {
+        return Err(bad(format!(
+            "--rank {rank} is not in --ranks ({} rank{}: 0 to {})",
+            addrs.len(),
+            if addrs.len() == 1 { "" } else { "s" },
+            addrs.len() - 1
+        )));
+    }
+    if addrs.len() > 1 && addrs.iter().any(|a| a.port() == 0) {
+        return Err(bad(
+            "--ranks: every rank needs a port when there are several".into(),
+        ));
+    }
+    Ok(addrs)
+}
+
+/// Connects to the peers, creates the region and starts the daemon thread.
+pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
+    let addrs = parse_ranks(&opts.ranks, opts.rank)?;
+    if opts.keys_per_rank == 0 || opts.keys_per_rank > 1 << 24 {
+        return Err(KvdError::BadOption(format!(
+            "--keys-per-rank must be between 1 and {}, got {}",
+            1 << 24,
+            opts.keys_per_rank
+        )));
+    }
+    let cpus = opts
+        .cpuset
+        .as_ref()
+        .map(|c| c.0.clone())
+        .unwrap_or_default();
+    if opts.cpuset.is_some() && cpus.is_empty() {
+        return Err(KvdError::BadOption("--cpuset is empty".into()));
+    }
+    crate::cpuset::check_available(&cpus).map_err(|e| KvdError::BadOption(e.to_string()))?;
+    // The region first: a name in use fails before the peers are disturbed.
+    let (block, len) = Arch::Kvd.layout(1);
+    let region = Arc::new(Region::create(&opts.name, len - HEADER_BYTES)?);
+    let peers = peers::connect_all(opts.rank, &opts.ranks, &addrs, PEER_WAIT)?;
+    set_info(&region, opts.rank, addrs.len() as u32, opts.keys_per_rank);
+    region.publish(Arch::Kvd, 1, block);
+    let stop = Arc::new(AtomicBool::new(false));
+    let shared = Arc::new(metrics::Shared::new(format!("kvd-r{}", opts.rank)));
+    let config = daemon::Config {
+        rank: opts.rank,
+        ranks: addrs.len() as u32,
+        keys_per_rank: opts.keys_per_rank,
+        batch: !opts.no_batch,
+    };
+    let (r, s, sh) = (region.clone(), stop.clone(), shared.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("kvd-r{}", opts.rank))
+        .spawn(move || {
+            if !cpus.is_empty() {
+                let _ = crate::cpuset::pin_current_thread_to(&cpus);
+            }
+            daemon::run(config, r, peers, sh, s)
+        })
+        .map_err(|source| KvdError::Io {
+            context: "starting the daemon thread".into(),
+            source,
+        })?;
+    let writer = match &opts.metrics {
+        Some(path) => Some(
+            metrics::spawn_writer(shared.clone(), path.clone(), stop.clone()).map_err(
+                |source| KvdError::Io {
+                    context: format!("cannot write the metrics file {}", path.display()),
+                    source,
+                },
+            )?,
+        ),
+        None => None,
+    };
+    Ok(KvdServer {
+        region,
+        stop,
+        thread: Some(thread),
+        writer,
+        shared,
+    })
+}
+
+impl KvdServer {
+    /// The region's path in /dev/shm.
+    pub fn path(&self) -> &str {
+        &self.region.path
+    }
+
+    /// Whether the daemon thread has ended (it only ends on stop).
+    pub fn finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+}
+
+impl Drop for KvdServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.region.header().stopping.store(1, Ordering::SeqCst);
+        crate::serve::shmkv::per_worker::wake_all(&self.region, 1);
+        for t in [self.thread.take(), self.writer.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = t.join();
+        }
+        self.region.unlink();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_lists_are_checked() {
+        assert_eq!(parse_ranks("127.0.0.1:1,127.0.0.1:2", 1).unwrap().len(), 2);
+        let msg = |l: &str, r| parse_ranks(l, r).unwrap_err().to_string();
+        assert!(msg("127.0.0.1:1", 1).contains("--rank 1 is not in --ranks"));
+        assert!(msg("127.0.0.1:1,nonsense", 0).contains("\"nonsense\""));
+        assert!(msg("127.0.0.1:0,127.0.0.1:2", 0).contains("port"));
+    }
+}
