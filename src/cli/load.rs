@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use anyhow::Context;
 use clap::Args;
 
+use crate::analyze::thresholds::{self, Threshold, ThresholdVerdict};
 use crate::load::raw::RawSink;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
 use crate::record::hlog::HlogSink;
@@ -66,9 +67,14 @@ pub struct LoadArgs {
     /// the connections are open: loads on several hosts then measure the same window.
     #[arg(long, value_name = "UNIX_NS")]
     pub start_at: Option<i64>,
-    /// No per-second lines.
-    #[arg(short, long)]
-    pub quiet: bool,
+    /// -q: no per-second lines; -v: accepted, as on `run` (load prints them all already).
+    #[command(flatten)]
+    pub verbosity: super::shell::Verbosity,
+    /// A pass/fail gate on the result, METRIC OP VALUE (e.g. 'p99_ms<5', 'throughput_rps>=1000';
+    /// metrics p99_ms, p50_ms, throughput_rps, error_ratio); exit 4 when one is not met
+    /// (repeatable).
+    #[arg(long = "threshold", value_name = "EXPR", value_parser = parse_threshold)]
+    pub thresholds: Vec<Threshold>,
     /// Exit with status 3 when errors / (requests + errors) in the measured window is above R.
     #[arg(long, value_name = "R", default_value_t = 0.01, value_parser = parse_ratio)]
     pub max_error_ratio: f64,
@@ -110,6 +116,17 @@ fn parse_rate(s: &str) -> Result<f64, String> {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
         _ => Err("expected a positive number of requests per second (e.g. 5000)".into()),
     }
+}
+
+fn parse_threshold(s: &str) -> Result<Threshold, String> {
+    let t: Threshold = s.parse()?;
+    if t.metric.needs_server() {
+        return Err(format!(
+            "{}: load does not observe the server; check it in a run spec's [[thresholds]]",
+            t.metric.name()
+        ));
+    }
+    Ok(t)
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {
@@ -167,7 +184,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let config = args.config();
     let stop = crate::signals::stop_flag();
     let mut sink = LineSink {
-        quiet: args.quiet,
+        quiet: args.verbosity.quiet,
         header_done: false,
         hlog: args.hist_log.as_deref().map(HlogSink::create).transpose()?,
         raw: args.raw.as_ref().map(|_| RawSink::default()),
@@ -198,8 +215,12 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let json_on_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let mut out = summary_output(json_on_stdout);
     print_summary(&outcome, &mut out)?;
+    let verdicts = load_verdicts(&args.thresholds, &outcome.report);
+    for v in &verdicts {
+        writeln!(out, "threshold: {}", v.short_sentence())?;
+    }
     if let Some(path) = &args.json {
-        write_json(path, &outcome)?;
+        write_json(path, &outcome, &verdicts)?;
     }
     let code = exit_code(
         &outcome.report,
@@ -213,7 +234,25 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             outcome.report.error_ratio, args.max_error_ratio
         )?;
     }
+    let code = match code {
+        0 => super::gates::threshold_outcome(&verdicts).code(),
+        c => c,
+    };
     Ok(ExitCode::from(code))
+}
+
+/// The thresholds checked against the load's result, as a run checks one step.
+fn load_verdicts(list: &[Threshold], report: &LoadReport) -> Vec<ThresholdVerdict> {
+    let mut step = crate::record::steps::StepResult::empty(
+        "load".into(),
+        &report.url,
+        "",
+        report.connections.max(1),
+        0,
+    );
+    step.status = crate::record::steps::StepStatus::Ok;
+    step.load = Some(report.clone());
+    thresholds::evaluate(list, &[step])
 }
 
 /// 130 when interrupted, 3 when too many requests failed, else 0.
@@ -256,8 +295,16 @@ fn print_lookups(r: &LoadReport, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_json(path: &std::path::Path, outcome: &LoadOutcome) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(&outcome.report)? + "\n";
+fn write_json(
+    path: &std::path::Path,
+    outcome: &LoadOutcome,
+    verdicts: &[ThresholdVerdict],
+) -> anyhow::Result<()> {
+    let mut json = serde_json::to_value(&outcome.report)?;
+    if let (Some(obj), false) = (json.as_object_mut(), verdicts.is_empty()) {
+        obj.insert("thresholds".into(), serde_json::to_value(verdicts)?);
+    }
+    let text = serde_json::to_string_pretty(&json)? + "\n";
     if path.as_os_str() == "-" {
         std::io::stdout().write_all(text.as_bytes())?;
     } else {

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use super::demo::{self, DemoShape};
+use super::gates;
 use super::progress::Bar;
+use crate::analyze::run::RunAnalysis;
 use crate::exit::{OrUsage as _, Outcome, UsageError};
 use crate::placement::TopologyPlacements;
 use crate::record::steps::StepStatus;
@@ -47,6 +49,9 @@ pub struct RunArgs {
     /// Client counts instead of the spec's staircase, e.g. 1,4 (a rate series: its one count).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub clients: Option<Vec<usize>>,
+    /// Write the thresholds' verdicts as JUnit XML (one test case per threshold).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 /// Options of `stairbench demo`.
@@ -92,7 +97,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         resume: args.resume,
         ..Destination::default()
     };
-    execute(&plan, &dest, args.dry_run)
+    let outputs = Outputs { junit: args.junit };
+    execute(&plan, &dest, args.dry_run, &outputs)
 }
 
 /// Runs the demo: reactor vs pool messenger servers, each on its own CPUs (see
@@ -111,7 +117,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         println!("{}", notes[0]);
     }
     if args.dry_run {
-        return execute(&plan, &Destination::default(), true);
+        return execute(&plan, &Destination::default(), true, &Outputs::default());
     }
     // Chosen here rather than by the run, so the verdict can read the run's analysis.
     let out = args.out.unwrap_or_else(|| {
@@ -126,7 +132,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("{}", settled.note(&cpus));
     notes.push(settled.note(&cpus));
     dest.notes = notes;
-    let code = execute(&plan, &dest, false)?;
+    let code = execute(&plan, &dest, false, &Outputs::default())?;
     for line in demo::verdict(&out, !settled.settled) {
         println!("verdict: {line}");
     }
@@ -141,7 +147,19 @@ pub fn demo_spec(quick: bool) -> String {
     })
 }
 
-fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<ExitCode> {
+/// What a run writes besides its run directory.
+#[derive(Debug, Default)]
+struct Outputs {
+    /// `--junit FILE`.
+    junit: Option<PathBuf>,
+}
+
+fn execute(
+    plan: &Plan,
+    dest: &Destination,
+    dry_run: bool,
+    outputs: &Outputs,
+) -> anyhow::Result<ExitCode> {
     if dry_run {
         let placements = TopologyPlacements::detect(plan.custom.clone());
         print!("{}", describe(plan, &placements));
@@ -155,8 +173,16 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
     let Finished { dir, summary } =
         run_plan(plan, dest, &mut bar, stop).map_err(anyhow::Error::msg)?;
     write_reports(&dir)?;
-    print_summary(&summary, &dir);
-    Ok(run_outcome(&summary).into())
+    // The figures as the reports define them (read back from the run directory, so the last
+    // lines and report.md/report.html can never disagree).
+    let analysis = crate::analyze::run::analyze_run(&dir).ok();
+    let verdicts = analysis.as_ref().map_or(&[][..], |a| &a.thresholds[..]);
+    print_summary(&summary, &dir, analysis.as_ref());
+    if let Some(path) = &outputs.junit {
+        let cases = crate::report::junit::threshold_cases(verdicts);
+        gates::write_junit(path, &plan.name, &cases)?;
+    }
+    Ok(Outcome::first([run_outcome(&summary), gates::threshold_outcome(verdicts)]).into())
 }
 
 /// Writes a finished (or interrupted) run directory's reports from its files (steps.jsonl,
@@ -167,17 +193,19 @@ pub fn write_reports(dir: &Path) -> anyhow::Result<()> {
         .map_err(|e| anyhow::Error::msg(format!("writing the reports: {e}")))
 }
 
-fn print_summary(summary: &RunSummary, dir: &Path) {
-    // The peaks as the reports define them (read back from the run directory, so the last
-    // lines and report.md/report.html can never disagree).
-    if let Ok(analysis) = crate::analyze::run::analyze_run(dir) {
-        for line in crate::report::findings::peak_lines(&analysis) {
+fn print_summary(summary: &RunSummary, dir: &Path, analysis: Option<&RunAnalysis>) {
+    if let Some(analysis) = analysis {
+        for line in crate::report::findings::peak_lines(analysis) {
             println!("{line}");
         }
+        gates::print_thresholds(&analysis.thresholds);
     }
     println!("run directory: {}", dir.display());
     println!("report:        {}", dir.join("report.html").display());
     println!("               {}", dir.join("report.md").display());
+    if let Some(why) = &summary.threshold_abort {
+        eprintln!("aborted: {why}");
+    }
     if summary.interrupted {
         eprintln!(
             "interrupted: the finished steps are kept; continue with --resume {}",

@@ -38,6 +38,8 @@ pub struct ReportData {
     pub heat_map: Option<CoreHeatMap>,
     /// Tables (results, Little's law, knee/USL summary), in display order.
     pub tables: Vec<Table>,
+    /// The thresholds' verdicts, shown first: (passed, sentence).
+    pub thresholds: Vec<(bool, String)>,
     /// The answers first: each series' peak and the comparisons, one sentence each.
     pub conclusions: Vec<String>,
     /// report.md's sections (peaks, results, analysis...) as HTML, shown after the charts.
@@ -206,6 +208,7 @@ pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::Ada
     data.tables.clear();
     threads_condition(&mut data);
     data.conclusions = findings::conclusions(a);
+    data.thresholds = super::gates::lines(a);
     data.markdown = from_markdown::convert(&markdown::sections(run, a));
     data.profiles = run.profiles.clone();
     Ok(data)

@@ -15,6 +15,7 @@ use super::plan::{Plan, Point, Series, TargetPlan};
 use super::progress::Progress;
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
+use crate::analyze::thresholds;
 use crate::observe::step::{Observed, StepObserver};
 use crate::placement::{CpuPair, PlacementSource};
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
@@ -30,6 +31,8 @@ pub struct RunSummary {
     pub interrupted: bool,
     /// A failure ended it (`on_failure = "stop"`).
     pub stopped_on_failure: bool,
+    /// A breached `abort = true` threshold ended it: why.
+    pub threshold_abort: Option<String>,
     /// Lines worth reporting (rate-search results, early stops).
     pub findings: Vec<String>,
 }
@@ -315,11 +318,18 @@ impl Runner<'_> {
                     .unwrap_or("writing the run directory");
                 return Err(self.cannot_write(&format!("step {}: {why}", key.id)));
             }
+            let step = self.with_threshold_checks(step);
             self.record(&step, run)?;
             let failed = step.status == StepStatus::Failed;
+            let abort = thresholds::abort_reason(&self.plan.thresholds, &step);
             reps.push(step);
             if failed && self.plan.on_failure == OnFailure::Stop {
                 run.summary.stopped_on_failure = true;
+                return Ok(None);
+            }
+            if let Some(why) = abort {
+                self.note(&mut run.summary, why.clone());
+                run.summary.threshold_abort = Some(why);
                 return Ok(None);
             }
             if series.saturated.is_none() && !self.plan.cooldown.is_zero() {
@@ -327,6 +337,14 @@ impl Runner<'_> {
             }
         }
         Ok(Some(reps))
+    }
+
+    /// The step with its thresholds' checks (the `thresholds` array of its steps.jsonl line).
+    fn with_threshold_checks(&self, mut step: StepResult) -> StepResult {
+        if let Some(checks) = thresholds::step_checks(&self.plan.thresholds, &step) {
+            step.derived.insert("thresholds".into(), checks);
+        }
+        step
     }
 
     /// The error that ends a run whose directory cannot be written (a full disk): what
