@@ -1,6 +1,7 @@
 //! The command edge of thresholds and JUnit files: the verdicts printed, the exit code they
 //! give (4 when one is not met), and `--junit FILE` written.
 
+use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
@@ -9,11 +10,12 @@ use crate::analyze::thresholds::ThresholdVerdict;
 use crate::exit::Outcome;
 use crate::report::junit::{self, Case};
 
-/// Prints one line per threshold on standard output.
-pub fn print_thresholds(verdicts: &[ThresholdVerdict]) {
+/// Prints one line per threshold.
+pub fn print_thresholds(verdicts: &[ThresholdVerdict], out: &mut dyn Write) -> std::io::Result<()> {
     for v in verdicts {
-        println!("threshold: {}", v.sentence());
+        writeln!(out, "threshold: {}", v.sentence())?;
     }
+    Ok(())
 }
 
 /// 4 (a threshold) when a threshold was breached or not measured, else 0.

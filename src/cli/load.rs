@@ -8,11 +8,13 @@ use std::sync::atomic::Ordering;
 use anyhow::Context;
 use clap::Args;
 
+use super::live::LiveOutputs;
 use crate::analyze::thresholds::{self, Threshold, ThresholdVerdict};
 use crate::load::raw::RawSink;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
 use crate::record::hlog::HlogSink;
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
+use crate::sweep::progress::LiveStep;
 
 /// Exit status when the load ran but more requests failed than `--max-error-ratio` allows.
 pub const EXIT_ERRORS: u8 = 3;
@@ -70,6 +72,9 @@ pub struct LoadArgs {
     /// -q: no per-second lines; -v: accepted, as on `run` (load prints them all already).
     #[command(flatten)]
     pub verbosity: super::shell::Verbosity,
+    /// --json-lines, --metrics-listen.
+    #[command(flatten)]
+    pub live: super::live::LiveArgs,
     /// A pass/fail gate on the result, METRIC OP VALUE (e.g. 'p99_ms<5', 'throughput_rps>=1000';
     /// metrics p99_ms, p50_ms, throughput_rps, error_ratio); exit 4 when one is not met
     /// (repeatable).
@@ -183,7 +188,16 @@ impl LoadArgs {
 pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let config = args.config();
     let stop = crate::signals::stop_flag();
+    let live_step = LiveStep {
+        target: config.url.clone(),
+        placement: String::new(),
+        clients: config.connections,
+        rep: 0,
+        rate_rps: config.rate_rps,
+    };
     let mut sink = LineSink {
+        live: args.live.open()?,
+        live_step,
         quiet: args.verbosity.quiet,
         header_done: false,
         hlog: args.hist_log.as_deref().map(HlogSink::create).transpose()?,
@@ -212,7 +226,9 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             .and_then(|()| out.flush())
             .context("writing the --raw file")?;
     }
-    let json_on_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    sink.live.done(&sink.live_step, &outcome.report);
+    let json_on_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-")
+        || args.live.json_lines_on_stdout();
     let mut out = summary_output(json_on_stdout);
     print_summary(&outcome, &mut out)?;
     let verdicts = load_verdicts(&args.thresholds, &outcome.report);
@@ -315,6 +331,8 @@ fn write_json(
 
 /// Prints the per-second lines in perf-crimson-msgr's shape, and feeds the interval log.
 struct LineSink {
+    live: LiveOutputs,
+    live_step: LiveStep,
     quiet: bool,
     header_done: bool,
     hlog: Option<HlogSink>,
@@ -331,6 +349,7 @@ impl IntervalSink for LineSink {
                 h.interval(line, hist_ns);
             }
         }
+        self.live.interval(&self.live_step, line, hist_ns);
         if self.quiet {
             return;
         }

@@ -82,3 +82,12 @@ pub fn interactive_stderr() -> bool {
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_definitions_are_consistent() {
+        use clap::CommandFactory as _;
+        super::super::Cli::command().debug_assert();
+    }
+}

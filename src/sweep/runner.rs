@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use super::driver::{Driver, StepLoad, StepRequest};
 use super::error::StepError;
 use super::plan::{Plan, Point, Series, TargetPlan};
-use super::progress::Progress;
+use super::progress::{LiveStep, Progress};
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
 use crate::analyze::thresholds;
@@ -116,6 +116,16 @@ impl<'p> StepKey<'p> {
     }
 
     /// The progress bar's line for it.
+    fn live_step(&self) -> LiveStep {
+        LiveStep {
+            target: self.target.name.clone(),
+            placement: self.placement.to_string(),
+            clients: self.point.clients,
+            rep: self.rep,
+            rate_rps: self.point.rate_rps,
+        }
+    }
+
     fn label(&self) -> String {
         let rate = self
             .point
@@ -568,6 +578,7 @@ impl Runner<'_> {
             local_server,
             cores: None,
             live: self.driver.live_intervals(),
+            step: key.live_step(),
         };
         // perf attaches now, before the load: its start-up must not fall inside the window.
         sink.observer
@@ -664,6 +675,8 @@ struct LoopSink<'a> {
     cores: Option<crate::observe::cores::CoreColumns>,
     /// The driver's lines come while it runs.
     live: bool,
+    /// The step's labels for the progress' per-second lines.
+    step: LiveStep,
 }
 
 impl LoopSink<'_> {
@@ -725,6 +738,7 @@ impl IntervalSink for LoopSink<'_> {
             self.start_observer();
         }
         self.progress.live(line.ops_per_s);
+        self.progress.interval(&self.step, line, hist_ns);
     }
 
     fn window_started(&mut self) {

@@ -51,7 +51,7 @@ fn schema(name: &str) -> Value {
 }
 
 /// The JUnit file parsed: (test cases as (name, failure message), the suite's `failures`).
-fn junit_cases(path: &Path) -> (Vec<(String, Option<String>)>, usize) {
+pub fn junit_cases(path: &Path) -> (Vec<(String, Option<String>)>, usize) {
     use quick_xml::events::Event;
     let xml = std::fs::read_to_string(path).unwrap();
     let mut reader = quick_xml::Reader::from_str(&xml);

@@ -23,6 +23,7 @@ mod gates;
 mod hosts;
 mod instances;
 mod layering;
+mod live;
 mod load_engine;
 mod load_histograms;
 mod observe;
