@@ -15,6 +15,7 @@ pub mod run;
 pub mod series;
 pub mod stats;
 pub mod table;
+pub mod thresholds;
 pub mod usl;
 
 pub use series::{analyze_table, Analysis, AnalyzeError, AnalyzeOptions, GroupAnalysis};

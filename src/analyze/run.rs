@@ -45,6 +45,8 @@ pub struct RunAnalysis {
     pub comparisons: Vec<ComparisonOutcome>,
     /// What could not be analysed and why (unreadable histogram, bad comparison).
     pub notes: Vec<String>,
+    /// The spec's `[[thresholds]]`, each with its verdict and the worst value measured.
+    pub thresholds: Vec<super::thresholds::ThresholdVerdict>,
     /// The spec asked for `repetitions = "auto"` (report.md then says which steps needed
     /// more runs; analysis.json has each point's `repetitions` already).
     #[serde(skip)]
@@ -181,17 +183,37 @@ pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
         .as_ref()
         .map(|s| spec_comparisons(s, steps, &mut notes))
         .unwrap_or_default();
+    let thresholds = spec
+        .as_ref()
+        .map(|s| spec_thresholds(s, steps, &mut notes))
+        .unwrap_or_default();
     RunAnalysis {
         schema: SCHEMA_VERSION,
         series,
         diagnosis,
         comparisons,
         notes,
+        thresholds,
         auto_repetitions: spec
             .as_ref()
             .and_then(|s| s.get("repetitions"))
             .and_then(|r| r.as_str())
             == Some("auto"),
+    }
+}
+
+/// The verdicts of the spec's `[[thresholds]]` (a note when they do not parse).
+fn spec_thresholds(
+    spec: &toml::Table,
+    steps: &[StepResult],
+    notes: &mut Vec<String>,
+) -> Vec<super::thresholds::ThresholdVerdict> {
+    match super::thresholds::from_spec(spec) {
+        Ok(t) => super::thresholds::evaluate(&t, steps),
+        Err(e) => {
+            notes.push(e);
+            Vec::new()
+        }
     }
 }
 

@@ -9,11 +9,14 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 
+use super::live::LiveOutputs;
+use crate::analyze::thresholds::{self, Threshold, ThresholdVerdict};
 use crate::load::raw::RawSink;
 use crate::load::template::RequestFile;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
 use crate::record::hlog::HlogSink;
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
+use crate::sweep::progress::LiveStep;
 
 /// Exit status when the load ran but more requests failed than `--max-error-ratio` allows.
 pub const EXIT_ERRORS: u8 = 3;
@@ -75,9 +78,17 @@ pub struct LoadArgs {
     /// the connections are open: loads on several hosts then measure the same window.
     #[arg(long, value_name = "UNIX_NS")]
     pub start_at: Option<i64>,
-    /// No per-second lines.
-    #[arg(short, long)]
-    pub quiet: bool,
+    /// -q: no per-second lines; -v: accepted, as on `run` (load prints them all already).
+    #[command(flatten)]
+    pub verbosity: super::shell::Verbosity,
+    /// --json-lines, --metrics-listen.
+    #[command(flatten)]
+    pub live: super::live::LiveArgs,
+    /// A pass/fail gate on the result, METRIC OP VALUE (e.g. 'p99_ms<5', 'throughput_rps>=1000';
+    /// metrics p99_ms, p50_ms, throughput_rps, error_ratio); exit 4 when one is not met
+    /// (repeatable).
+    #[arg(long = "threshold", value_name = "EXPR", value_parser = parse_threshold)]
+    pub thresholds: Vec<Threshold>,
     /// Exit with status 3 when errors / (requests + errors) in the measured window is above R.
     #[arg(long, value_name = "R", default_value_t = 0.01, value_parser = parse_ratio)]
     pub max_error_ratio: f64,
@@ -150,6 +161,17 @@ fn parse_rate(s: &str) -> Result<f64, String> {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
         _ => Err("expected a positive number of requests per second (e.g. 5000)".into()),
     }
+}
+
+fn parse_threshold(s: &str) -> Result<Threshold, String> {
+    let t: Threshold = s.parse()?;
+    if t.metric.needs_server() {
+        return Err(format!(
+            "{}: load does not observe the server; check it in a run spec's [[thresholds]]",
+            t.metric.name()
+        ));
+    }
+    Ok(t)
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {
@@ -233,8 +255,17 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.config();
     config.proto.requests = args.read_requests()?;
     let stop = crate::signals::stop_flag();
+    let live_step = LiveStep {
+        target: config.url.clone(),
+        placement: String::new(),
+        clients: config.connections,
+        rep: 0,
+        rate_rps: config.rate_rps,
+    };
     let mut sink = LineSink {
-        quiet: args.quiet,
+        live: args.live.open()?,
+        live_step,
+        quiet: args.verbosity.quiet,
         header_done: false,
         hlog: args.hist_log.as_deref().map(HlogSink::create).transpose()?,
         raw: args.raw.as_ref().map(|_| RawSink::default()),
@@ -262,11 +293,17 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             .and_then(|()| out.flush())
             .context("writing the --raw file")?;
     }
-    let json_on_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    sink.live.done(&sink.live_step, &outcome.report);
+    let json_on_stdout = args.json.as_deref().is_some_and(|p| p.as_os_str() == "-")
+        || args.live.json_lines_on_stdout();
     let mut out = summary_output(json_on_stdout);
     print_summary(&outcome, &mut out)?;
+    let verdicts = load_verdicts(&args.thresholds, &outcome.report);
+    for v in &verdicts {
+        writeln!(out, "threshold: {}", v.short_sentence())?;
+    }
     if let Some(path) = &args.json {
-        write_json(path, &outcome)?;
+        write_json(path, &outcome, &verdicts)?;
     }
     let code = exit_code(
         &outcome.report,
@@ -280,7 +317,25 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             outcome.report.error_ratio, args.max_error_ratio
         )?;
     }
+    let code = match code {
+        0 => super::gates::threshold_outcome(&verdicts).code(),
+        c => c,
+    };
     Ok(ExitCode::from(code))
+}
+
+/// The thresholds checked against the load's result, as a run checks one step.
+fn load_verdicts(list: &[Threshold], report: &LoadReport) -> Vec<ThresholdVerdict> {
+    let mut step = crate::record::steps::StepResult::empty(
+        "load".into(),
+        &report.url,
+        "",
+        report.connections.max(1),
+        0,
+    );
+    step.status = crate::record::steps::StepStatus::Ok;
+    step.load = Some(report.clone());
+    thresholds::evaluate(list, &[step])
 }
 
 /// 130 when interrupted, 3 when too many requests failed, else 0.
@@ -323,8 +378,16 @@ fn print_lookups(r: &LoadReport, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_json(path: &std::path::Path, outcome: &LoadOutcome) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(&outcome.report)? + "\n";
+fn write_json(
+    path: &std::path::Path,
+    outcome: &LoadOutcome,
+    verdicts: &[ThresholdVerdict],
+) -> anyhow::Result<()> {
+    let mut json = serde_json::to_value(&outcome.report)?;
+    if let (Some(obj), false) = (json.as_object_mut(), verdicts.is_empty()) {
+        obj.insert("thresholds".into(), serde_json::to_value(verdicts)?);
+    }
+    let text = serde_json::to_string_pretty(&json)? + "\n";
     if path.as_os_str() == "-" {
         std::io::stdout().write_all(text.as_bytes())?;
     } else {
@@ -335,6 +398,8 @@ fn write_json(path: &std::path::Path, outcome: &LoadOutcome) -> anyhow::Result<(
 
 /// Prints the per-second lines in perf-crimson-msgr's shape, and feeds the interval log.
 struct LineSink {
+    live: LiveOutputs,
+    live_step: LiveStep,
     quiet: bool,
     header_done: bool,
     hlog: Option<HlogSink>,
@@ -351,6 +416,7 @@ impl IntervalSink for LineSink {
                 h.interval(line, hist_ns);
             }
         }
+        self.live.interval(&self.live_step, line, hist_ns);
         if self.quiet {
             return;
         }

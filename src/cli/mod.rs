@@ -6,13 +6,17 @@ pub mod analyze;
 pub mod demo;
 pub mod diagnose;
 pub mod exit;
+pub mod gates;
+pub mod live;
 pub mod load;
+pub mod metrics;
 pub mod observe;
 pub mod profile;
 pub mod progress;
 pub mod report;
 pub mod run;
 pub mod serve;
+pub mod shell;
 pub mod topology;
 
 use std::process::ExitCode;
@@ -21,7 +25,7 @@ use clap::{Parser, Subcommand};
 
 /// A performance lab for client/server systems: staircase load, observation, analysis, profiles.
 #[derive(Debug, Parser)]
-#[command(name = "stairbench", version, about, long_about = None)]
+#[command(name = "stairbench", version = env!("STAIRBENCH_VERSION"), about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -58,6 +62,10 @@ pub enum Command {
     Environment(observe::EnvironmentArgs),
     /// Measure a process tree and CPUs over a window started and ended on standard input.
     Observe(observe::ObserveArgs),
+    /// Print a shell completion script (bash, zsh, fish) on standard output.
+    Completions(shell::CompletionsArgs),
+    /// Print the man page (roff) on standard output, or write one per command with --dir.
+    Man(shell::ManArgs),
 }
 
 /// Runs one parsed command line.
@@ -75,5 +83,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Profile(args) => profile::profile(args),
         Command::Environment(args) => observe::environment(args),
         Command::Observe(args) => observe::observe(args),
+        Command::Completions(args) => shell::completions(args),
+        Command::Man(args) => shell::man(args),
     }
 }

@@ -7,17 +7,31 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use crate::record::steps::{StepResult, StepStatus};
 use crate::sweep::progress::Progress;
 
-/// An indicatif bar on stderr; one line per step when stderr is not a terminal.
+/// An indicatif bar on stderr; one line per step when stderr is not a terminal or `CI` is
+/// set (no bar redrawn into a log); nothing but notes with `-q`.
 pub struct Bar {
     bar: ProgressBar,
     label: String,
     tty: bool,
+    quiet: bool,
 }
 
 impl Default for Bar {
     fn default() -> Self {
-        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        Bar::new(false)
+    }
+}
+
+impl Bar {
+    /// A bar; `quiet` shows only the notes.
+    pub fn new(quiet: bool) -> Self {
+        let tty = super::shell::interactive_stderr() && !quiet;
+        let target = if tty {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = ProgressBar::with_draw_target(Some(0), target);
         bar.set_style(
             ProgressStyle::with_template("{pos}/{len} steps done [{bar:30}] ETA {eta} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -27,6 +41,7 @@ impl Default for Bar {
             bar,
             label: String::new(),
             tty,
+            quiet,
         }
     }
 }
@@ -59,6 +74,9 @@ impl Progress for Bar {
                     .replace('\n', "\n    ")
             ),
         };
+        if self.quiet {
+            return;
+        }
         let line = format!(
             "{} {} c={} rep {}: {what}",
             step.target, step.placement, step.clients, step.rep

@@ -34,6 +34,10 @@ pub struct CompareArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Write the comparison as JUnit XML: one test case per step of each later run, failed
+    /// when it breaks --fail-if-slower.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 /// Rebuilds a run directory's report files from its steps.jsonl.
@@ -63,6 +67,7 @@ pub fn compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
         metric,
         fail_if_slower: gate_pct,
         json,
+        junit,
     } = args;
     if let Some(pct) = gate_pct.filter(|p| !(p.is_finite() && *p >= 0.0)) {
         return Err(UsageError(format!(
@@ -79,6 +84,10 @@ pub fn compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
         write!(stdout, "{}", render_text(&cmp))?;
     }
     stdout.flush()?;
+    if let Some(path) = &junit {
+        let cases = crate::report::junit::comparison_cases(&cmp);
+        super::gates::write_junit(path, "compare", &cases)?;
+    }
     Ok(gate_outcome(&cmp, gate_pct))
 }
 

@@ -2,13 +2,18 @@
 //! written from the run directory it leaves (`sweep::run` then `report::write_all`, joined
 //! here so neither imports the other).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 
 use super::demo::{self, DemoShape};
+use super::gates;
+use super::live::{Live, LiveArgs};
 use super::progress::Bar;
+use super::shell::Verbosity;
+use crate::analyze::run::RunAnalysis;
 use crate::exit::{OrUsage as _, Outcome, UsageError};
 use crate::placement::TopologyPlacements;
 use crate::record::steps::StepStatus;
@@ -47,6 +52,15 @@ pub struct RunArgs {
     /// Client counts instead of the spec's staircase, e.g. 1,4 (a rate series: its one count).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub clients: Option<Vec<usize>>,
+    /// Write the thresholds' verdicts as JUnit XML (one test case per threshold).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// -q: no progress; -v: every per-second line too.
+    #[command(flatten)]
+    pub verbosity: Verbosity,
+    /// --json-lines, --metrics-listen.
+    #[command(flatten)]
+    pub live: LiveArgs,
 }
 
 /// Options of `stairbench demo`.
@@ -61,6 +75,9 @@ pub struct DemoArgs {
     /// Print the plan only.
     #[arg(long)]
     pub dry_run: bool,
+    /// -q: no progress; -v: every per-second line too.
+    #[command(flatten)]
+    pub verbosity: Verbosity,
 }
 
 fn parse_dur(s: &str) -> Result<std::time::Duration, String> {
@@ -92,7 +109,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         resume: args.resume,
         ..Destination::default()
     };
-    execute(&plan, &dest, args.dry_run)
+    let outputs = Outputs {
+        junit: args.junit,
+        verbosity: args.verbosity,
+        live: args.live,
+    };
+    execute(&plan, &dest, args.dry_run, &outputs)
 }
 
 /// Runs the demo: reactor vs pool messenger servers, each on its own CPUs (see
@@ -111,7 +133,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         println!("{}", notes[0]);
     }
     if args.dry_run {
-        return execute(&plan, &Destination::default(), true);
+        return execute(&plan, &Destination::default(), true, &Outputs::default());
     }
     // Chosen here rather than by the run, so the verdict can read the run's analysis.
     let out = args.out.unwrap_or_else(|| {
@@ -126,7 +148,11 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("{}", settled.note(&cpus));
     notes.push(settled.note(&cpus));
     dest.notes = notes;
-    let code = execute(&plan, &dest, false)?;
+    let outputs = Outputs {
+        verbosity: args.verbosity,
+        ..Outputs::default()
+    };
+    let code = execute(&plan, &dest, false, &outputs)?;
     for line in demo::verdict(&out, !settled.settled) {
         println!("verdict: {line}");
     }
@@ -141,7 +167,23 @@ pub fn demo_spec(quick: bool) -> String {
     })
 }
 
-fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<ExitCode> {
+/// What a run writes besides its run directory.
+#[derive(Debug, Default)]
+struct Outputs {
+    /// `--junit FILE`.
+    junit: Option<PathBuf>,
+    /// `-q`, `-v`.
+    verbosity: Verbosity,
+    /// `--json-lines`, `--metrics-listen`.
+    live: LiveArgs,
+}
+
+fn execute(
+    plan: &Plan,
+    dest: &Destination,
+    dry_run: bool,
+    outputs: &Outputs,
+) -> anyhow::Result<ExitCode> {
     if dry_run {
         let placements = TopologyPlacements::detect(plan.custom.clone());
         print!("{}", describe(plan, &placements));
@@ -151,12 +193,27 @@ fn execute(plan: &Plan, dest: &Destination, dry_run: bool) -> anyhow::Result<Exi
     // a failure of the run (1), found by run_plan.
     check_out(dest).or_usage()?;
     let stop = crate::signals::stop_flag();
-    let mut bar = Bar::default();
+    let bar = Bar::new(outputs.verbosity.quiet);
+    let mut progress = Live::new(bar, outputs.live.open()?, outputs.verbosity.verbose);
     let Finished { dir, summary } =
-        run_plan(plan, dest, &mut bar, stop).map_err(anyhow::Error::msg)?;
+        run_plan(plan, dest, &mut progress, stop).map_err(anyhow::Error::msg)?;
     write_reports(&dir)?;
-    print_summary(&summary, &dir);
-    Ok(run_outcome(&summary).into())
+    // The figures as the reports define them (read back from the run directory, so the last
+    // lines and report.md/report.html can never disagree).
+    let analysis = crate::analyze::run::analyze_run(&dir).ok();
+    let verdicts = analysis.as_ref().map_or(&[][..], |a| &a.thresholds[..]);
+    // With the JSON lines on standard output, the words go to standard error.
+    let mut out: Box<dyn Write> = if outputs.live.json_lines_on_stdout() {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    print_summary(&summary, &dir, analysis.as_ref(), &mut out)?;
+    if let Some(path) = &outputs.junit {
+        let cases = crate::report::junit::threshold_cases(verdicts);
+        gates::write_junit(path, &plan.name, &cases)?;
+    }
+    Ok(Outcome::first([run_outcome(&summary), gates::threshold_outcome(verdicts)]).into())
 }
 
 /// Writes a finished (or interrupted) run directory's reports from its files (steps.jsonl,
@@ -167,17 +224,24 @@ pub fn write_reports(dir: &Path) -> anyhow::Result<()> {
         .map_err(|e| anyhow::Error::msg(format!("writing the reports: {e}")))
 }
 
-fn print_summary(summary: &RunSummary, dir: &Path) {
-    // The peaks as the reports define them (read back from the run directory, so the last
-    // lines and report.md/report.html can never disagree).
-    if let Ok(analysis) = crate::analyze::run::analyze_run(dir) {
-        for line in crate::report::findings::peak_lines(&analysis) {
-            println!("{line}");
+fn print_summary(
+    summary: &RunSummary,
+    dir: &Path,
+    analysis: Option<&RunAnalysis>,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    if let Some(analysis) = analysis {
+        for line in crate::report::findings::peak_lines(analysis) {
+            writeln!(out, "{line}")?;
         }
+        gates::print_thresholds(&analysis.thresholds, out)?;
     }
-    println!("run directory: {}", dir.display());
-    println!("report:        {}", dir.join("report.html").display());
-    println!("               {}", dir.join("report.md").display());
+    writeln!(out, "run directory: {}", dir.display())?;
+    writeln!(out, "report:        {}", dir.join("report.html").display())?;
+    writeln!(out, "               {}", dir.join("report.md").display())?;
+    if let Some(why) = &summary.threshold_abort {
+        eprintln!("aborted: {why}");
+    }
     if summary.interrupted {
         eprintln!(
             "interrupted: the finished steps are kept; continue with --resume {}",
@@ -190,6 +254,7 @@ fn print_summary(summary: &RunSummary, dir: &Path) {
             eprintln!("{n} step(s) {}; see the report", status_words(status));
         }
     }
+    Ok(())
 }
 
 fn status_words(status: StepStatus) -> &'static str {

@@ -38,6 +38,8 @@ pub struct ReportData {
     pub heat_map: Option<CoreHeatMap>,
     /// Tables (results, Little's law, knee/USL summary), in display order.
     pub tables: Vec<Table>,
+    /// The thresholds' verdicts, shown first: (passed, sentence).
+    pub thresholds: Vec<(bool, String)>,
     /// The answers first: each series' peak and the comparisons, one sentence each.
     pub conclusions: Vec<String>,
     /// report.md's sections (peaks, results, analysis...) as HTML, shown after the charts.
@@ -212,6 +214,7 @@ pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::Ada
     data.conclusions = findings::conclusions(a);
     data.diagnosis = super::diagnosis::html(a);
     data.thread_charts = super::diagnosis::thread_charts(&run.steps, a);
+    data.thresholds = super::gates::lines(a);
     data.markdown = from_markdown::convert(&markdown::sections(run, a));
     data.profiles = run.profiles.clone();
     Ok(data)

@@ -28,6 +28,7 @@ impl Exporter for Markdown {
         };
         let mut out = format!("# {}\n\n", escape(&run.name));
         out.push_str(&super::diagnosis::markdown(analysis));
+        out.push_str(&super::gates::markdown(analysis));
         conditions(&mut out, run);
         let _ = writeln!(out, "{}\n", step_counts(&run.steps));
         observer_cost(&mut out, &run.steps);

@@ -2,7 +2,24 @@
 //! each step's end), and [`Quiet`], which shows nothing (tests). The terminal's bar is the
 //! command's (`cli::progress`), so the runner knows no UI.
 
+use crate::record::load::IntervalLine;
 use crate::record::steps::StepResult;
+
+/// Which step a per-second line belongs to (the labels of `--json-lines` and
+/// `--metrics-listen`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LiveStep {
+    /// Target name.
+    pub target: String,
+    /// Placement name.
+    pub placement: String,
+    /// Clients of the step.
+    pub clients: usize,
+    /// Repetition index, from 0.
+    pub rep: usize,
+    /// Open-loop rate (requests/s), absent in closed loop.
+    pub rate_rps: Option<f64>,
+}
 
 /// Receives the loop's progress.
 pub trait Progress {
@@ -12,6 +29,15 @@ pub trait Progress {
     fn step(&mut self, label: &str);
     /// A per-second throughput figure of the running step.
     fn live(&mut self, ops_per_s: f64);
+    /// A per-second line of the running step, with its latency histogram (ns); ignored
+    /// unless the progress shows or exports them.
+    fn interval(
+        &mut self,
+        _step: &LiveStep,
+        _line: &IntervalLine,
+        _hist_ns: &hdrhistogram::Histogram<u64>,
+    ) {
+    }
     /// A step ended.
     fn done(&mut self, step: &StepResult);
     /// A remark for the user.

@@ -12,9 +12,10 @@ use hdrhistogram::Histogram;
 use super::driver::{Driver, StepLoad, StepRequest};
 use super::error::StepError;
 use super::plan::{Plan, Point, Series, TargetPlan};
-use super::progress::Progress;
+use super::progress::{LiveStep, Progress};
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
+use crate::analyze::thresholds;
 use crate::observe::step::{Observed, StepObserver};
 use crate::placement::{CpuPair, PlacementSource};
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
@@ -30,6 +31,8 @@ pub struct RunSummary {
     pub interrupted: bool,
     /// A failure ended it (`on_failure = "stop"`).
     pub stopped_on_failure: bool,
+    /// A breached `abort = true` threshold ended it: why.
+    pub threshold_abort: Option<String>,
     /// Lines worth reporting (rate-search results, early stops).
     pub findings: Vec<String>,
 }
@@ -113,6 +116,16 @@ impl<'p> StepKey<'p> {
     }
 
     /// The progress bar's line for it.
+    fn live_step(&self) -> LiveStep {
+        LiveStep {
+            target: self.target.name.clone(),
+            placement: self.placement.to_string(),
+            clients: self.point.clients,
+            rep: self.rep,
+            rate_rps: self.point.rate_rps,
+        }
+    }
+
     fn label(&self) -> String {
         let rate = self
             .point
@@ -318,11 +331,18 @@ impl Runner<'_> {
                     .unwrap_or("writing the run directory");
                 return Err(self.cannot_write(&format!("step {}: {why}", key.id)));
             }
+            let step = self.with_threshold_checks(step);
             self.record(&step, run)?;
             let failed = step.status == StepStatus::Failed;
+            let abort = thresholds::abort_reason(&self.plan.thresholds, &step);
             reps.push(step);
             if failed && self.plan.on_failure == OnFailure::Stop {
                 run.summary.stopped_on_failure = true;
+                return Ok(None);
+            }
+            if let Some(why) = abort {
+                self.note(&mut run.summary, why.clone());
+                run.summary.threshold_abort = Some(why);
                 return Ok(None);
             }
             if series.saturated.is_none() && !self.plan.cooldown.is_zero() {
@@ -330,6 +350,14 @@ impl Runner<'_> {
             }
         }
         Ok(Some(reps))
+    }
+
+    /// The step with its thresholds' checks (the `thresholds` array of its steps.jsonl line).
+    fn with_threshold_checks(&self, mut step: StepResult) -> StepResult {
+        if let Some(checks) = thresholds::step_checks(&self.plan.thresholds, &step) {
+            step.derived.insert("thresholds".into(), checks);
+        }
+        step
     }
 
     /// The error that ends a run whose directory cannot be written (a full disk): what
@@ -553,6 +581,7 @@ impl Runner<'_> {
             local_server,
             cores: None,
             live: self.driver.live_intervals(),
+            step: key.live_step(),
         };
         // perf attaches now, before the load: its start-up must not fall inside the window.
         sink.observer
@@ -649,6 +678,8 @@ struct LoopSink<'a> {
     cores: Option<crate::observe::cores::CoreColumns>,
     /// The driver's lines come while it runs.
     live: bool,
+    /// The step's labels for the progress' per-second lines.
+    step: LiveStep,
 }
 
 impl LoopSink<'_> {
@@ -710,6 +741,7 @@ impl IntervalSink for LoopSink<'_> {
             self.start_observer();
         }
         self.progress.live(line.ops_per_s);
+        self.progress.interval(&self.step, line, hist_ns);
     }
 
     fn window_started(&mut self) {

@@ -80,6 +80,9 @@ pub struct Spec {
     /// Comparisons for the report (kept as written; the reports read them).
     #[serde(default)]
     pub comparisons: Vec<toml::Table>,
+    /// Pass/fail gates on the figures (a breached one exits 4; `abort = true` ends the run).
+    #[serde(default)]
+    pub thresholds: Vec<crate::analyze::thresholds::Threshold>,
     /// What the report shows (`heat_map = "TARGET/PLACEMENT@CLIENTS"`).
     #[serde(default)]
     pub report: Option<ReportSpec>,

@@ -495,6 +495,39 @@ fn the_gate_fails_only_beyond_its_threshold_and_the_noise() {
 }
 
 #[test]
+fn compare_junit_has_a_case_per_step_and_fails_the_gated_one() {
+    let (_ta, _tb, a, b) = a_and_b();
+    let tmp = tempfile::tempdir().unwrap();
+    let junit = tmp.path().join("compare.xml");
+    let out = common::cli_cmd()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .args(["--fail-if-slower", "5", "--json", "--junit"])
+        .arg(&junit)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let cmp: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (cases, failures) = crate::gates::junit_cases(&junit);
+    // One case per row the later run shares with the first; the one gate failure failed.
+    let shared = cmp["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| !r["against_first"][1].is_null())
+        .count();
+    assert_eq!((cases.len(), failures), (shared, 1));
+    let failed: Vec<&(String, Option<String>)> = cases.iter().filter(|c| c.1.is_some()).collect();
+    assert_eq!(failed[0].0, "alpha/shared at 4 clients");
+    let message = failed[0].1.as_deref().unwrap();
+    assert!(
+        message.starts_with("10.0% slower than run-Linux-6.1"),
+        "{message}"
+    );
+}
+
+#[test]
 fn compare_refuses_runs_with_nothing_in_common() {
     let (_ta, a) = fixture("Linux 6.1", &|_| 1.0);
     let tmp = tempfile::tempdir().unwrap();

@@ -75,6 +75,8 @@ svg .point-label { font-size: 10px; fill: #555; }
 nav.toc { background: #f7f7f7; padding: .4em 1em; font-size: .9em; }
 nav.toc ol { margin: .2em 0; padding-left: 1.4em; columns: 2; }
 .conclusions li { margin: .2em 0; }
+.thresholds li.pass { color: #1a7f37; }
+.thresholds li.fail { color: #cf222e; font-weight: bold; }
 table { display: block; overflow-x: auto; }
 svg .chart-title { font-size: 14px; font-weight: 600; }
 svg .tick { font-size: 11px; fill: #444; }

@@ -20,6 +20,9 @@ pub fn page(data: &ReportData) -> Page {
 fn sections(data: &ReportData) -> Vec<Section> {
     let mut out = Vec::new();
     out.extend(data.diagnosis.clone());
+    if !data.thresholds.is_empty() {
+        out.push(thresholds(&data.thresholds));
+    }
     if !data.conclusions.is_empty() {
         out.push(conclusions(&data.conclusions));
     }
@@ -58,6 +61,20 @@ fn chart_sections(data: &ReportData) -> [Section; 5] {
             charts::histograms(p, &data.histograms)
         }),
     ]
+}
+
+/// The thresholds' verdicts, each marked passed or failed.
+fn thresholds(lines: &[(bool, String)]) -> Section {
+    titled("thresholds", "Thresholds", |p| {
+        let failed = lines.iter().filter(|(ok, _)| !ok).count();
+        let summary = crate::report::gates::summary(failed, lines.len());
+        let _ = write!(p, "<p>{}</p><ul class=\"thresholds\">", escape(&summary));
+        for (ok, l) in lines {
+            let class = if *ok { "pass" } else { "fail" };
+            let _ = write!(p, "<li class=\"{class}\">{}</li>", escape(l));
+        }
+        p.push_str("</ul>");
+    })
 }
 
 fn conclusions(lines: &[String]) -> Section {

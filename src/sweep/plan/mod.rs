@@ -206,6 +206,8 @@ pub struct Plan {
     pub observe: Vec<ObserveEntry>,
     /// Other hosts and the client groups' hosts.
     pub hosts: hosts::HostPlan,
+    /// The spec's `[[thresholds]]`, checked against its targets, placements and levels.
+    pub thresholds: Vec<crate::analyze::thresholds::Threshold>,
 }
 
 /// The line a built-in server prints once it listens; group 1 is the port.
@@ -229,6 +231,7 @@ impl Plan {
         check_placements(&spec, &custom)?;
         validate::comparisons(&spec, &series)?;
         validate::report(&spec, &series)?;
+        validate::thresholds(&spec, &series)?;
         let client = client(&spec)?;
         let hosts = hosts::plan_hosts(&spec, &spec_dir(&spec), &targets)?;
         let observe = observe_entries(&spec)?;
@@ -255,6 +258,7 @@ impl Plan {
             restart: s.restart,
             observe,
             hosts,
+            thresholds: s.thresholds.clone(),
             spec,
         })
     }

@@ -17,6 +17,63 @@ pub fn report(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
     selector_fits(spec, series, &selector).map_err(at)
 }
 
+/// Checks every `[[thresholds]]` entry's selectors: its target and placement exist, and its
+/// `at` is a client count (or a rate, in an open-loop series) the series steps through.
+pub fn thresholds(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
+    use crate::analyze::thresholds::At;
+    let s = &spec.spec;
+    for (i, t) in s.thresholds.iter().enumerate() {
+        let idx = i.to_string();
+        let at = |key: &str, message: String| spec.error_at(&["thresholds", &idx, key], message);
+        if let Some(target) = &t.target {
+            if !s.targets.iter().any(|x| x.name == *target) {
+                let names: Vec<&str> = s.targets.iter().map(|x| x.name.as_str()).collect();
+                let why = format!(
+                    "unknown target {target:?}: expected one of {}",
+                    names.join(", ")
+                );
+                return Err(at("target", why));
+            }
+        }
+        if let Some(p) = &t.placement {
+            if !s.placements.contains(p) {
+                let why = format!(
+                    "unknown placement {p:?}: the spec's placements are {}",
+                    s.placements.join(", ")
+                );
+                return Err(at("placement", why));
+            }
+        }
+        if !t.value.is_finite() {
+            return Err(at("value", "expected a finite number".into()));
+        }
+        if let (At::Level(level), Some(levels)) = (t.at, series_levels(series)) {
+            if !levels
+                .iter()
+                .any(|l| (l - level).abs() <= 1e-9 * level.max(1.0))
+            {
+                let list: Vec<String> = levels.iter().map(|l| l.to_string()).collect();
+                let why = format!(
+                    "no step runs at {level}: the series steps through {}",
+                    list.join(", ")
+                );
+                return Err(at("at", why));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The load levels a series steps through (client counts, or rates), when known before it
+/// runs (a rate search's are not).
+fn series_levels(series: &Series) -> Option<Vec<f64>> {
+    match series {
+        Series::Clients(c) => Some(c.iter().map(|&n| n as f64).collect()),
+        Series::Rates { rates, .. } => Some(rates.clone()),
+        Series::Find { .. } => None,
+    }
+}
+
 /// Checks every `[[comparisons]]` entry: its keys (the report's parser), and that its
 /// selectors name targets and placements of the spec and client counts of its series.
 pub fn comparisons(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
