@@ -342,14 +342,38 @@ impl GroupDriver {
                 m.insert("group".into(), json!(k));
                 m.insert("host".into(), json!(self.groups[k].name()));
                 m.insert("window_unix_ns".into(), json!(windows[k]));
+                let busy = &merged_busy(&subs[k], m);
+                m.insert("client_busy_pct".into(), json!(busy));
             }
         }
+        // Threads of different hosts side by side mean nothing: each host's are in per_host.
+        merged.report.client_cpu.per_core_busy.clear();
         merged
             .extra
             .insert("per_host".into(), Value::Array(per_host));
         merged.extra.insert("window_overlap".into(), json!(overlap));
         Ok(merged)
     }
+}
+
+/// A group's generator busy % per CPU of its host (its threads' busy % summed over the CPU
+/// each is pinned to, `cpus[t % len]`; by thread when it has no cpuset).
+fn merged_busy(sub: &StepRequest, entry: &serde_json::Map<String, Value>) -> BTreeMap<String, f64> {
+    let threads: Vec<f64> = entry
+        .get("client_cpu")
+        .and_then(|c| c.get("per_core_busy"))
+        .and_then(Value::as_array)
+        .map(|v| v.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    let mut busy = BTreeMap::new();
+    for (t, pct) in threads.iter().enumerate() {
+        let key = match sub.client_cpus.len() {
+            0 => format!("thread {t}"),
+            n => format!("cpu {}", sub.client_cpus[t % n]),
+        };
+        *busy.entry(key).or_insert(0.0) += pct;
+    }
+    busy
 }
 
 fn describe_windows(windows: &[Window]) -> String {
