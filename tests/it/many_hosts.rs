@@ -356,3 +356,43 @@ fn in_parallel(lab: &Lab, hosts: &[&str], f: impl Fn(&Remote) + Sync) -> f64 {
     });
     t.elapsed().as_secs_f64()
 }
+
+/// A host that vanishes without closing its connections (its link down: no reset, no FIN):
+/// ssh's keep-alive ends the session within about 3 × 2 s, and the process says so.
+#[test]
+fn a_host_whose_network_vanishes_is_noticed_within_the_keep_alive() {
+    with_lab(&["gone"], &[], |lab| {
+        let host = lab.host("gone");
+        let remote = Remote::new(host.spec.clone());
+        let mut process = remote.spawn("sleep 60", Duration::from_secs(1)).unwrap();
+        let links = std::process::Command::new("ip")
+            .args(["-n", &host.ns, "-o", "link", "show"])
+            .output()
+            .unwrap();
+        let links = String::from_utf8_lossy(&links.stdout);
+        let link = links
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|name| name.split('@').next().unwrap())
+            .find(|name| *name != "lo")
+            .expect("the host's veth")
+            .to_string();
+        let t = Instant::now();
+        let down = std::process::Command::new("ip")
+            .args(["-n", &host.ns, "link", "set", "dev", &link, "down"])
+            .status()
+            .unwrap();
+        assert!(down.success());
+        let status = process.wait_timeout(Duration::from_secs(20));
+        let took = t.elapsed();
+        eprintln!(
+            "figures: a vanished host's session ended after {:.1} s: {status}",
+            took.as_secs_f64()
+        );
+        assert!(
+            matches!(status, stairbench::remote::RemoteStatus::ConnectionLost(_)),
+            "{status:?}"
+        );
+        assert!(took < Duration::from_secs(12), "{took:?}");
+    });
+}
