@@ -220,11 +220,16 @@ pub fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
     let any_omitted = reports.iter().any(|r| r.omitted.is_some());
     LoadReport {
         schema: crate::record::load::SCHEMA_VERSION,
-        url: reports
-            .iter()
-            .map(|r| r.url.as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
+        // Each URL once (client groups share one); a step line lists its parts' URLs.
+        url: reports.iter().fold(String::new(), |mut urls, r| {
+            if !urls.split(' ').any(|u| u == r.url) {
+                if !urls.is_empty() {
+                    urls.push(' ');
+                }
+                urls.push_str(&r.url);
+            }
+            urls
+        }),
         connections,
         threads: reports.iter().map(|r| r.threads).sum(),
         depth: reports.first().map_or(1, |r| r.depth),

@@ -118,6 +118,25 @@ impl StepResult {
         })
     }
 
+    /// The URLs the step's load went to, each once in order: the parts' (`per_host`,
+    /// `per_instance`) when it was split, else the load's one.
+    pub fn urls(&self) -> Vec<String> {
+        let mut urls: Vec<String> = Vec::new();
+        for key in ["per_host", "per_instance"] {
+            let parts = self.derived.get(key).and_then(Value::as_array);
+            for url in parts.into_iter().flatten().filter_map(|p| p.get("url")) {
+                let url = url.as_str().unwrap_or_default().to_string();
+                if !urls.contains(&url) {
+                    urls.push(url);
+                }
+            }
+        }
+        if urls.is_empty() {
+            urls.extend(self.load.as_ref().map(|l| l.url.clone()));
+        }
+        urls
+    }
+
     /// A derived figure by path, e.g. `["cpu_us_per_req", "total"]`.
     pub fn derived_f64(&self, path: &[&str]) -> Option<f64> {
         let (first, rest) = path.split_first()?;
@@ -162,6 +181,7 @@ impl StepResult {
         }
         if self.load.is_some() {
             obj.insert("error_ratio".into(), self.error_ratio().into());
+            obj.insert("url".into(), self.urls().into());
         }
         // The planned rate wins over the engine's echo of it.
         if let Some(rate) = self.rate_rps {
@@ -241,6 +261,11 @@ impl StepResult {
 /// in the JSON and NaN here (unavailable, never zero).
 fn load_report(obj: &Map<String, Value>) -> Result<LoadReport, String> {
     let mut fields = obj.clone();
+    // `url` is a list; runs before it was kept one string (several URLs joined by spaces).
+    if let Some(Value::Array(urls)) = fields.get("url") {
+        let urls: Vec<&str> = urls.iter().filter_map(Value::as_str).collect();
+        fields.insert("url".into(), urls.join(" ").into());
+    }
     fields.insert("schema".into(), crate::record::load::SCHEMA_VERSION.into());
     let lat = fields.insert(
         "latency_us".into(),
@@ -317,6 +342,34 @@ pub fn now_unix_s() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_is_a_list_and_an_old_string_still_reads() {
+        let mut step = StepResult::empty("a.shared.c4.r0".into(), "a", "shared", 4, 0);
+        step.status = StepStatus::Ok;
+        step.load = Some(LoadReport {
+            url: "msgr://10.0.0.2:7000".into(),
+            throughput_rps: 5.0,
+            ..LoadReport::default()
+        });
+        let parts: Vec<Value> = ["msgr://10.0.0.2:7000", "msgr://10.0.0.2:7000"]
+            .iter()
+            .map(|u| serde_json::json!({ "url": u }))
+            .collect();
+        step.derived.insert("per_host".into(), Value::Array(parts));
+        let json = step.to_json();
+        assert_eq!(json["url"], serde_json::json!(["msgr://10.0.0.2:7000"]));
+        let back = StepResult::from_json(&json).unwrap();
+        assert_eq!(back.urls(), ["msgr://10.0.0.2:7000"]);
+        // A run written before: one string, read whole (an external tool's command line has
+        // spaces too).
+        let mut old = json.clone();
+        old["url"] = "msgr://127.0.0.1:7000 msgr://127.0.0.1:7001".into();
+        old.as_object_mut().unwrap().remove("per_host");
+        let back = StepResult::from_json(&old).unwrap();
+        assert_eq!(back.throughput_rps(), Some(5.0));
+        assert_eq!(back.to_json()["url"].as_array().unwrap().len(), 1);
+    }
 
     #[test]
     fn round_trips_through_json() {

@@ -152,7 +152,9 @@ impl Remote {
     pub fn ssh_command(&self) -> Command {
         let mut cmd = Command::new("ssh");
         cmd.args(["-T", "-p", &self.spec.port.to_string()]);
-        cmd.args(self.common_options());
+        // INFO: a session that ends says why ("Connection to ... closed by remote host.",
+        // "Timeout, server ... not responding."); ERROR would end it without a word.
+        cmd.args(self.common_options("INFO"));
         cmd.arg("--").arg(self.spec.destination(false));
         cmd
     }
@@ -206,10 +208,14 @@ impl Remote {
 
     /// The error for a host ssh could not reach or log in to.
     pub(crate) fn unreachable(&self, stderr: &str) -> RemoteError {
+        let detail = match stderr.trim() {
+            "" => "ssh ended with status 255 without a word".into(),
+            words => words.into(),
+        };
         RemoteError::Unreachable {
             host: self.spec.name.clone(),
             url: self.spec.url(),
-            detail: stderr.trim().into(),
+            detail,
         }
     }
 
@@ -218,14 +224,15 @@ impl Remote {
         self.spec.workdir.join(path)
     }
 
-    fn common_options(&self) -> Vec<String> {
+    /// The options of every ssh and scp call, with ssh's `LogLevel`.
+    fn common_options(&self, log_level: &str) -> Vec<String> {
         let mut opts: Vec<String> = [
             "BatchMode=yes".to_string(),
             "StrictHostKeyChecking=accept-new".into(),
             format!("ConnectTimeout={CONNECT_TIMEOUT_S}"),
             format!("ServerAliveInterval={SERVER_ALIVE_S}"),
             "ServerAliveCountMax=3".into(),
-            "LogLevel=ERROR".into(),
+            format!("LogLevel={log_level}"),
         ]
         .into_iter()
         .flat_map(|o| ["-o".to_string(), o])
@@ -246,7 +253,7 @@ impl Remote {
         // Not -q: it would hide scp's reason ("Connection refused") behind "Connection closed".
         // Its output is not a terminal, so there is no progress meter to silence.
         cmd.args(["-P", &self.spec.port.to_string()]);
-        cmd.args(self.common_options());
+        cmd.args(self.common_options("ERROR"));
         cmd.arg("--");
         cmd
     }

@@ -57,6 +57,7 @@ pub fn run_plan(
     let mut observer = super::hosts::observer::HostObserver::new(
         crate::observe::extra::ExtraObserver::new(FullObserver::default(), plan.observe.clone()),
     );
+    observer.remote_clients = plan.hosts.remote_clients();
     let mut runner = Runner {
         plan,
         dir: &mut dir,

@@ -5,7 +5,7 @@
 //! for the rest of the run.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -24,8 +24,12 @@ use crate::sweep::error::StepError;
 use crate::sweep::instances::{instance_sinks, merge_loads, share};
 
 /// Time from planning a step's common start to the start: enough for ssh to log in and the
-/// generators to connect.
+/// generators to connect. It grows to twice the slowest remote start seen (a loaded machine
+/// logs in slowly), up to `MAX_START_LEAD`.
 pub const START_LEAD: Duration = Duration::from_secs(3);
+
+/// The longest common-start lead.
+pub const MAX_START_LEAD: Duration = Duration::from_secs(20);
 
 /// Steps in a row a host may fail (ssh lost or unreachable) before it is marked down for the
 /// rest of the run: it is tried once more at the step after its first failure.
@@ -133,18 +137,35 @@ pub struct GroupDriver {
     pub failed_in_a_row: BTreeMap<String, u32>,
     /// Lines for the run's notes (a host marked down), taken by the step loop.
     pub notes: Vec<String>,
+    /// The slowest remote start seen (an ssh login, or a remote load's start up to its
+    /// process group).
+    pub slowest_start: Duration,
 }
 
 impl GroupDriver {
     /// A driver over `groups` (none: `single` runs every step).
     pub fn new(single: Box<dyn Driver>, groups: Vec<GroupHost>, proto: ProtoOptions) -> Self {
+        let slowest_start = (groups.iter())
+            .filter_map(|g| match g {
+                GroupHost::Remote(s) => Some(s.login),
+                _ => None,
+            })
+            .max()
+            .unwrap_or_default();
         GroupDriver {
             single,
             groups,
             proto,
             failed_in_a_row: BTreeMap::new(),
             notes: Vec::new(),
+            slowest_start,
         }
+    }
+
+    /// The common-start lead of the next step: `START_LEAD`, or twice the slowest remote start
+    /// seen, at most `MAX_START_LEAD`.
+    pub fn start_lead(&self) -> Duration {
+        (self.slowest_start * 2).clamp(START_LEAD, MAX_START_LEAD)
     }
 }
 
@@ -200,13 +221,15 @@ impl GroupDriver {
         }
         let subs: Vec<StepRequest> = (0..n).map(|k| group_request(req, k, n)).collect();
         let offsets: Vec<ClockOffset> = self.groups.iter().map(GroupHost::offset).collect();
-        let start = plan_start(START_LEAD, &offsets);
+        let lead = self.start_lead();
+        let start = plan_start(lead, &offsets);
         let window_start_ns = start.common_start_ns + req.warmup.as_nanos() as i64;
         let window_end_ns = window_start_ns + req.duration.as_nanos() as i64;
         let mut merger = LineMerger::new(n, instance_sinks(&subs, req, true));
         let (tx, rx) = mpsc::channel::<Line>();
         // Set by Ctrl-C or by the first group that fails: the others stop at once.
         let halt = AtomicBool::new(false);
+        let slowest_start_ns = AtomicU64::new(0);
         let results: Vec<Result<GroupLoad, GroupFailure>> = std::thread::scope(|scope| {
             let handles: Vec<_> = subs
                 .iter()
@@ -215,9 +238,10 @@ impl GroupDriver {
                 .enumerate()
                 .map(|(k, ((sub, host), &at))| {
                     let tx = tx.clone();
-                    let (proto, halt) = (&self.proto, &halt);
+                    let (proto, halt, slowest) = (&self.proto, &halt, &slowest_start_ns);
+                    let start = GroupStart { at, lead, slowest };
                     scope.spawn(move || {
-                        let result = run_group(host, sub, proto, at, k, tx, halt);
+                        let result = run_group(host, sub, proto, start, k, tx, halt);
                         if result.is_err() {
                             halt.store(true, Ordering::Relaxed);
                         }
@@ -238,6 +262,8 @@ impl GroupDriver {
                 })
                 .collect()
         });
+        let slowest = Duration::from_nanos(slowest_start_ns.load(Ordering::Relaxed));
+        self.slowest_start = self.slowest_start.max(slowest);
         self.count_host_failures(&results);
         let merged = if stop.load(Ordering::Relaxed) {
             Err("interrupted".to_string())
@@ -342,14 +368,38 @@ impl GroupDriver {
                 m.insert("group".into(), json!(k));
                 m.insert("host".into(), json!(self.groups[k].name()));
                 m.insert("window_unix_ns".into(), json!(windows[k]));
+                let busy = &merged_busy(&subs[k], m);
+                m.insert("client_busy_pct".into(), json!(busy));
             }
         }
+        // Threads of different hosts side by side mean nothing: each host's are in per_host.
+        merged.report.client_cpu.per_core_busy.clear();
         merged
             .extra
             .insert("per_host".into(), Value::Array(per_host));
         merged.extra.insert("window_overlap".into(), json!(overlap));
         Ok(merged)
     }
+}
+
+/// A group's generator busy % per CPU of its host (its threads' busy % summed over the CPU
+/// each is pinned to, `cpus[t % len]`; by thread when it has no cpuset).
+fn merged_busy(sub: &StepRequest, entry: &serde_json::Map<String, Value>) -> BTreeMap<String, f64> {
+    let threads: Vec<f64> = entry
+        .get("client_cpu")
+        .and_then(|c| c.get("per_core_busy"))
+        .and_then(Value::as_array)
+        .map(|v| v.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    let mut busy = BTreeMap::new();
+    for (t, pct) in threads.iter().enumerate() {
+        let key = match sub.client_cpus.len() {
+            0 => format!("thread {t}"),
+            n => format!("cpu {}", sub.client_cpus[t % n]),
+        };
+        *busy.entry(key).or_insert(0.0) += pct;
+    }
+    busy
 }
 
 fn describe_windows(windows: &[Window]) -> String {
@@ -389,13 +439,24 @@ fn group_request(req: &StepRequest, k: usize, n: usize) -> StepRequest {
     }
 }
 
+/// When a group starts: the instant in its host's clock (`at`, ns), the lead it was planned
+/// with, and where a remote group records how long its start took (ns, the slowest kept).
+pub struct GroupStart<'a> {
+    /// The common start in the group's host's clock, ns since the Unix epoch.
+    pub at: i64,
+    /// The common-start lead of the step.
+    pub lead: Duration,
+    /// The slowest remote start of the step so far, ns.
+    pub slowest: &'a AtomicU64,
+}
+
 /// Runs one group: here with the engine, on a host with `stairbench load` over ssh. `halt`
 /// stops it early.
 fn run_group(
     host: &GroupHost,
     sub: &StepRequest,
     proto: &ProtoOptions,
-    start_at_ns: i64,
+    start: GroupStart,
     k: usize,
     tx: mpsc::Sender<Line>,
     halt: &AtomicBool,
@@ -404,7 +465,7 @@ fn run_group(
     match host {
         GroupHost::Local => {
             let config = engine_config(proto, sub);
-            let outcome = crate::load::run_at(&config, Some(start_at_ns), &mut chan, halt)
+            let outcome = crate::load::run_at(&config, Some(start.at), &mut chan, halt)
                 .map_err(|e| GroupFailure::Load(e.to_string()))?;
             if halt.load(Ordering::Relaxed) {
                 return Err(GroupFailure::Stopped);
@@ -417,7 +478,7 @@ fn run_group(
             Ok((load, outcome.window_unix_ns))
         }
         GroupHost::Remote(session) => {
-            let raw = remote_load(session, sub, proto, start_at_ns, halt)?;
+            let raw = remote_load(session, sub, proto, &start, halt)?;
             for (line, hist) in &raw.0.lines {
                 chan.interval(line, hist);
             }

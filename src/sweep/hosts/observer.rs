@@ -16,6 +16,8 @@ use crate::observe::Observation;
 pub struct HostObserver<O: StepObserver> {
     /// The local observers.
     pub inner: O,
+    /// Some client group runs on another host: this machine's `lo` does not carry its load.
+    pub remote_clients: bool,
     remote: Option<RemoteTarget>,
     running: Option<Running>,
 }
@@ -31,6 +33,7 @@ impl<O: StepObserver> HostObserver<O> {
     pub fn new(inner: O) -> Self {
         HostObserver {
             inner,
+            remote_clients: false,
             remote: None,
             running: None,
         }
@@ -132,7 +135,11 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
 
     fn finish(&mut self, requests: u64) -> Observed {
         if self.remote.is_none() {
-            return self.inner.finish(requests);
+            let mut observed = self.inner.finish(requests);
+            if self.remote_clients {
+                loopback_unavailable(&mut observed, "client groups on other hosts");
+            }
+            return observed;
         }
         let remote = self.remote_observation();
         let mut observed = self.inner.finish(requests);
@@ -143,7 +150,10 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
             .unwrap_or(0.0);
         let host = self.remote.as_ref().map(|r| r.session.name().to_string());
         match remote {
-            Ok(obs) => {
+            Ok(mut obs) => {
+                // Its `lo` carries none of the load's traffic, which reaches it over the network.
+                obs.loopback = None;
+                obs.notes.push(LOOPBACK_NOTE.into());
                 if let Ok(Value::Object(per)) =
                     serde_json::to_value(crate::observe::per_request(&obs, requests))
                 {
@@ -164,5 +174,25 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
             }
         }
         observed
+    }
+}
+
+/// Why a step over other hosts has no loopback packet counts.
+const LOOPBACK_NOTE: &str = "loopback packets unavailable: the load crosses the network \
+                             between hosts, not `lo`";
+
+/// Marks the loopback counters and packets per request unavailable (null, never 0): the
+/// load's traffic went over the network (`why`), not over this machine's `lo`.
+fn loopback_unavailable(observed: &mut Observed, why: &str) {
+    observed.derived.insert("pkts_per_req".into(), Value::Null);
+    if let Value::Object(m) = &mut observed.server {
+        m.insert("loopback".into(), Value::Null);
+        let note = json!(format!("{LOOPBACK_NOTE} ({why})"));
+        match m.get_mut("notes") {
+            Some(Value::Array(notes)) => notes.push(note),
+            _ => {
+                m.insert("notes".into(), json!([note]));
+            }
+        }
     }
 }

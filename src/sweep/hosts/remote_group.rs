@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::groups::{load_args, GroupFailure, START_LEAD};
+use super::groups::{load_args, GroupFailure, GroupStart};
 use super::session::HostSession;
 use crate::load::raw::RawLoad;
 use crate::load::ProtoOptions;
@@ -25,14 +25,14 @@ pub fn remote_load(
     session: &HostSession,
     sub: &StepRequest,
     proto: &ProtoOptions,
-    start_at_ns: i64,
+    start: &GroupStart,
     halt: &AtomicBool,
 ) -> Result<(RawLoad, LoadReport), GroupFailure> {
     let [json_name, raw_name] = file_names(&sub.step_id);
     let mut args = load_args(sub, proto);
     args.extend([
         "--start-at".into(),
-        start_at_ns.to_string(),
+        start.at.to_string(),
         "--json".into(),
         json_name.clone(),
         "--raw".into(),
@@ -40,11 +40,14 @@ pub fn remote_load(
         "--quiet".into(),
     ]);
     let line = session.command(&args);
+    let spawned = Instant::now();
     let mut process = session
         .remote
         .spawn(&line, Duration::from_secs(2))
         .map_err(spawn_failure)?;
-    let deadline = Instant::now() + START_LEAD + sub.warmup + sub.duration + sub.timeout + OVERRUN;
+    let took_ns = spawned.elapsed().as_nanos() as u64;
+    start.slowest.fetch_max(took_ns, Ordering::Relaxed);
+    let deadline = Instant::now() + start.lead + sub.warmup + sub.duration + sub.timeout + OVERRUN;
     wait_for_load(&mut process, deadline, halt)?;
     let texts = take_files(session, &hosts_dir(&sub.out_dir), &[&json_name, &raw_name])?;
     let report = serde_json::from_str(&texts[0])

@@ -22,6 +22,8 @@ pub struct HostSession {
     pub placements: TopologyPlacements,
     /// Its `stairbench environment --json`, its clock offset and whether the binary was copied.
     pub environment: Value,
+    /// How long its first ssh login took (the common-start lead covers a few).
+    pub login: std::time::Duration,
 }
 
 impl HostSession {
@@ -123,7 +125,9 @@ pub fn connect(
     custom: &BTreeMap<String, CustomTable>,
 ) -> Result<HostSession, String> {
     let remote = Remote::new(spec);
+    let t = std::time::Instant::now();
     remote.check().map_err(|e| e.to_string())?;
+    let login = t.elapsed();
     let copied = remote
         .copy_binary_if_missing(stairbench_bin)
         .map_err(|e| e.to_string())?;
@@ -142,6 +146,7 @@ pub fn connect(
         remote,
         offset,
         environment,
+        login,
     })
 }
 
