@@ -34,6 +34,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// body or endless headers costs this much at most, then the connection is reset with
 /// `reply_too_large`.
 pub(super) const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
+/// Reads one connection may make in a row (1 MiB) before the others' turn: a server sending
+/// without pause must not hold the thread (its per-second lines, timeouts, other connections).
+const MAX_READS_PER_TURN: usize = 16;
 /// A write buffer grown past this (a deep pipeline of big requests) is freed once flushed.
 const KEEP_WBUF_BYTES: usize = 16 * 1024;
 /// Open loop: the timer is set this much before a request is due and the loop polls without
@@ -79,6 +82,9 @@ pub(super) struct Worker {
     conns: Vec<Conn>,
     /// The read buffer all this thread's connections share (see [`READ_CHUNK`]).
     scratch: Vec<u8>,
+    /// Connections whose turn ended with bytes still unread (and whether the peer had
+    /// closed): read again before the next wait, since an edge-triggered socket will not say.
+    unread: Vec<(usize, bool)>,
     t0: Instant,
     open: Option<OpenLoop>,
     rec: Recorder,
@@ -213,6 +219,7 @@ impl Worker {
             poll,
             conns,
             scratch: vec![0; READ_CHUNK],
+            unread: Vec::new(),
             t0: Instant::now(),
             open,
             rec,
@@ -359,8 +366,11 @@ impl Worker {
             for ev in events.iter() {
                 match ev.token() {
                     TIMER => self.drain_timer(),
-                    Token(i) => self.on_event(i, now),
+                    Token(i) => self.on_event(i, ev.is_read_closed(), now),
                 }
+            }
+            for (i, read_closed) in std::mem::take(&mut self.unread) {
+                self.on_event(i, read_closed, now);
             }
             self.count_omitted(now);
         }
@@ -375,6 +385,9 @@ impl Worker {
     }
 
     fn next_wake_ns(&self, now: u64, housekeeping: u64) -> u64 {
+        if !self.unread.is_empty() {
+            return now;
+        }
         let mut wake = housekeeping;
         if let Some(b) = self.rec.next_boundary_ns() {
             wake = wake.min(b);
@@ -425,7 +438,9 @@ impl Worker {
         self.timer_armed_ns = 0;
     }
 
-    fn on_event(&mut self, i: usize, now: u64) {
+    /// `read_closed`: the peer's FIN (or a reset) came with this event; it may have come with
+    /// the last bytes, in which case no later event would tell.
+    fn on_event(&mut self, i: usize, read_closed: bool, now: u64) {
         if i >= self.conns.len() || self.conns[i].stream.is_none() {
             return;
         }
@@ -433,7 +448,7 @@ impl Worker {
             self.on_connected(i, now);
             return;
         }
-        self.read_replies(i, now);
+        self.read_replies(i, read_closed, now);
         if self.conns[i].stream.is_some() && !self.conns[i].connecting {
             self.refill(i, now);
         }
@@ -458,15 +473,17 @@ impl Worker {
         }
     }
 
-    /// Reads until the socket is drained, completing every whole reply.
-    fn read_replies(&mut self, i: usize, now: u64) {
+    /// Reads until the socket is drained, completing every whole reply; when the peer closed,
+    /// until the end of the stream (a short read does not mean drained then: the FIN is
+    /// still to be read, and an edge-triggered socket would not tell again).
+    fn read_replies(&mut self, i: usize, read_closed: bool, now: u64) {
         let mut scratch = std::mem::take(&mut self.scratch);
-        self.read_into(i, &mut scratch, now);
+        self.read_into(i, &mut scratch, read_closed, now);
         self.scratch = scratch;
     }
 
-    fn read_into(&mut self, i: usize, scratch: &mut [u8], now: u64) {
-        loop {
+    fn read_into(&mut self, i: usize, scratch: &mut [u8], to_eof: bool, now: u64) {
+        for _ in 0..MAX_READS_PER_TURN {
             let stream = self.conns[i].stream.as_mut().expect("open stream");
             match stream.read(scratch) {
                 Ok(0) => return self.reset(i, "closed", now),
@@ -477,7 +494,7 @@ impl Worker {
                     }
                     // A TLS stream may hold decrypted bytes the socket read already brought.
                     let drained = self.conns[i].stream.as_ref().is_none_or(Stream::drained);
-                    if n < scratch.len() && drained {
+                    if n < scratch.len() && !to_eof && drained {
                         return;
                     }
                 }
@@ -486,6 +503,7 @@ impl Worker {
                 Err(e) => return self.reset(i, error_kind(&e), now),
             }
         }
+        self.unread.push((i, to_eof));
     }
 
     /// Completes the whole replies that `read` (just received) ends, keeping the start of a

@@ -22,6 +22,7 @@ mod external_servers;
 mod flame;
 mod gaps;
 mod gates;
+mod hostile;
 mod hosts;
 mod instances;
 mod layering;
