@@ -188,7 +188,12 @@ pub fn probe(
     sock.set_read_timeout(Some(timeout))
         .and_then(|()| sock.set_write_timeout(Some(timeout)))
         .map_err(connect_error)?;
-    let mut session = tls.session().map_err(connect_error)?;
+    // Its session is not kept: with --tls-resume, the load's first connections would
+    // otherwise resume it rather than make the full handshakes they would without a probe.
+    let mut config = (*tls.config).clone();
+    config.resumption = Resumption::disabled();
+    let mut session = ClientConnection::new(Arc::new(config), tls.server_name.clone())
+        .map_err(|e| connect_error(io::Error::other(e)))?;
     while session.is_handshaking() {
         if let Err(e) = session.complete_io(&mut sock) {
             return Err(handshake_failed(addr, tls, &e));
