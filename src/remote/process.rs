@@ -90,6 +90,11 @@ impl Tail {
             self.exit_code = code.trim().parse().ok();
             return;
         }
+        // ssh's note (at LogLevel INFO) that it accepted a new host key, as told to: not the
+        // command's output.
+        if line.starts_with("Warning: Permanently added ") {
+            return;
+        }
         if self.lines.len() == TAIL_LINES {
             self.lines.pop_front();
         }
@@ -318,6 +323,9 @@ mod tests {
         for i in 0..TAIL_LINES + 5 {
             tail.push(format!("line {i}"));
         }
+        tail.push(
+            "Warning: Permanently added '10.0.0.2' (ED25519) to the list of known hosts.".into(),
+        );
         tail.push(format!("{EXIT_PREFIX}137"));
         assert_eq!(tail.lines.len(), TAIL_LINES);
         assert_eq!(tail.lines.front().unwrap(), "line 5");

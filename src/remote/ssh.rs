@@ -200,10 +200,14 @@ impl Remote {
                 program: "ssh".into(),
                 source,
             })?;
+        let stderr = without_key_note(&out.stderr);
         if out.status.code() == Some(255) {
-            return Err(self.unreachable(&String::from_utf8_lossy(&out.stderr)));
+            return Err(self.unreachable(&stderr));
         }
-        Ok(out)
+        Ok(Output {
+            stderr: stderr.into_bytes(),
+            ..out
+        })
     }
 
     /// The error for a host ssh could not reach or log in to.
@@ -322,6 +326,15 @@ fn split_sized(mut bytes: &[u8], n: usize) -> Option<Vec<Vec<u8>>> {
         bytes = &bytes[eol + 1 + size..];
     }
     bytes.is_empty().then_some(parts)
+}
+
+/// ssh's stderr without its note (at LogLevel INFO) that it accepted a new host key, as
+/// `StrictHostKeyChecking=accept-new` tells it to: not the command's words.
+fn without_key_note(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .split_inclusive('\n')
+        .filter(|l| !l.starts_with("Warning: Permanently added "))
+        .collect()
 }
 
 /// `--version` and `cksum` of a local binary, in the form `remote_fingerprint` prints.

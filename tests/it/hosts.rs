@@ -102,6 +102,18 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
         let max = p(&per_host[0], "max").max(p(&per_host[1], "max"));
         assert_eq!(p(step, "max"), max);
         assert!(step["window_overlap"].as_f64().unwrap() >= 0.95, "{step}");
+        // One URL, listed once; each host's generator busy % per CPU; no loopback figures
+        // for a load that crossed hosts (null, never 0).
+        assert_eq!(step["url"].as_array().map(Vec::len), Some(1), "{step}");
+        for p in per_host {
+            let busy = p["client_busy_pct"].as_object().expect("client_busy_pct");
+            assert!(
+                !busy.is_empty() && busy.keys().all(|k| k.starts_with("cpu ")),
+                "{p}"
+            );
+        }
+        assert!(step["pkts_per_req"].is_null(), "{step}");
+        assert!(step["server"]["loopback"].is_null(), "{step}");
         eprintln!(
             "figures: window overlap {}, groups {} + {} req/s = {} req/s",
             step["window_overlap"],

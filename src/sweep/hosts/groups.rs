@@ -586,3 +586,41 @@ pub fn load_args(sub: &StepRequest, proto: &ProtoOptions) -> Vec<String> {
     }
     args
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_s_busy_is_summed_per_cpu_of_its_host() {
+        let req = StepRequest {
+            step_id: "s".into(),
+            url: "msgr://10.0.0.2:7000".into(),
+            port: 7000,
+            clients: 3,
+            connections: 3,
+            depth: 1,
+            threads: 3,
+            duration: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+            timeout: Duration::from_secs(1),
+            rate_rps: None,
+            client_cpus: vec![2, 5],
+            out_dir: std::path::PathBuf::new(),
+            instances: Vec::new(),
+            group_cpus: Vec::new(),
+        };
+        let entry = json!({ "client_cpu": { "per_core_busy": [40.0, 30.0, 20.0] } });
+        let busy = merged_busy(&req, entry.as_object().unwrap());
+        // Threads 0 and 2 run on CPU 2, thread 1 on CPU 5.
+        assert_eq!(busy.get("cpu 2"), Some(&60.0));
+        assert_eq!(busy.get("cpu 5"), Some(&30.0));
+        let no_cpuset = StepRequest {
+            client_cpus: Vec::new(),
+            ..req
+        };
+        let busy = merged_busy(&no_cpuset, entry.as_object().unwrap());
+        assert_eq!(busy.len(), 3);
+        assert_eq!(busy.get("thread 1"), Some(&30.0));
+    }
+}
