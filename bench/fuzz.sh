@@ -35,7 +35,7 @@ seed() {
 
 literal() { # CORPUS_DIR NAME TEXT (printf escapes)
     mkdir -p "$1"
-    printf "$3" >"$1/seed-$2"
+    printf -- "$3" >"$1/seed-$2"
 }
 
 make_corpora() {
