@@ -9,14 +9,14 @@
 # need one per connection) is skipped with the reason; `ulimit -Hn` is the limit.
 #
 # Usage (after `cargo build --release`): bench/conns.sh
-# Settings (environment): CONNS="1000 10000 50000" RUNS=3 DURATION=5 SERVER_CPU=0 CLIENT_CPU=1
+# Settings (environment): CONNS="1000 10000 50000" RUNS=3 DURATION=8 SERVER_CPU=0 CLIENT_CPU=1
 #                         STAIRBENCH=target/release/stairbench EXTRA_ARGS= (more stairbench args)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CONNS=${CONNS:-1000 10000 50000}
 RUNS=${RUNS:-3}
-DURATION=${DURATION:-5}
+DURATION=${DURATION:-8}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 STAIRBENCH=${STAIRBENCH:-target/release/stairbench}
@@ -68,8 +68,28 @@ EOF
     setsid taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" \
         </dev/null >"$WORK/nginx.log" 2>&1 &
     SERVER_PID=$!
-    wait_port "$1"
+    for _ in $(seq 200); do
+        port_is_open "$1" && return 0
+        nginx_alive || return 1
+        sleep 0.05
+    done
+    return 1
 }
+
+# start_nginx_retrying PORT CONNECTIONS: nginx has been seen to exit at start, silently, on the
+# shared machine; three tries.
+start_nginx_retrying() {
+    for _ in 1 2 3; do
+        start_nginx "$@" && return
+        echo "conns: nginx exited at start ($(cat "$WORK/error.log" 2>/dev/null)); again" >&2
+        stop_nginx
+    done
+    die "nginx did not start"
+}
+
+# nginx_alive: whether the server still runs (it can die under a loaded machine; the caller
+# then starts it again and repeats the run).
+nginx_alive() { [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; }
 
 stop_nginx() {
     kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
@@ -107,9 +127,7 @@ run_stairbench() {
     local requests
     requests=$(json_number "$out.json" requests 2>/dev/null || true)
     [ -n "$requests" ] || die "unreadable stairbench JSON: $(cat "$out.json" "$out" 2>/dev/null)"
-    local errors
-    errors=$(grep -o '"errors": {[^}]*}' "$out.json" | head -1 || true)
-    [ "$errors" = '"errors": {}' ] || echo "stairbench errors: $errors" >&2
+    python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["errors"]; e and print("stairbench errors:", e, file=sys.stderr)' "$out.json" || true
     echo "$requests $(cat "$out.time")"
 }
 
@@ -132,7 +150,7 @@ for conns in $CONNS; do
         continue
     fi
     port=$(free_port)
-    start_nginx "$port" "$conns"
+    start_nginx_retrying "$port" "$conns"
     url="http://127.0.0.1:$port/"
     : >"$WORK/wrk.$conns.results"
     : >"$WORK/stairbench.$conns.results"

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target (fuzz/fuzz_targets) for SECONDS each, one job, seeded from
+# tests/data, and prints each target's execution count. A crash stops with libFuzzer's report
+# and the input under fuzz/artifacts/TARGET/ (make it a regression test).
+#
+# Usage: bench/fuzz.sh [SECONDS]   (default 60)   env: TARGETS="http_response ..." (default all)
+# Needs cargo-fuzz (`cargo install cargo-fuzz --locked`); on a stable toolchain it is run with
+# RUSTC_BOOTSTRAP=1 (cargo-fuzz needs -Z flags). Built without a sanitizer (the parsers are safe
+# Rust; it runs several times faster) and with debug assertions (overflow checks).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH=${1:-60}
+ALL="http_response resp_reply msgr_frame spec_toml tool_output run_files flame"
+TARGETS=${TARGETS:-$ALL}
+command -v cargo-fuzz >/dev/null || { echo "fuzz: needs cargo-fuzz: cargo install cargo-fuzz --locked" >&2; exit 2; }
+export RUSTC_BOOTSTRAP=1
+
+# seed CORPUS_DIR SELECTOR_BYTE FILES...: copies FILES into the corpus, each prefixed with the
+# selector byte (octal, e.g. 000) when one is given ("" for none).
+seed() {
+    local dir=$1 sel=$2
+    shift 2
+    mkdir -p "$dir"
+    for f in "$@"; do
+        [ -f "$f" ] || continue
+        local name
+        name="$dir/seed-$(basename "$f")-$sel"
+        if [ -n "$sel" ]; then
+            { printf "\\$sel"; cat "$f"; } >"$name"
+        else
+            cp "$f" "$name"
+        fi
+    done
+}
+
+literal() { # CORPUS_DIR NAME TEXT (printf escapes)
+    mkdir -p "$1"
+    printf -- "$3" >"$1/seed-$2"
+}
+
+make_corpora() {
+    local c=fuzz/corpus
+    literal $c/http_response cl 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello'
+    literal $c/http_response chunked 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'
+    literal $c/http_response close 'HTTP/1.0 503 Busy\r\nConnection: close\r\nContent-Length: 0\r\n\r\n'
+    literal $c/resp_reply bulk '$5\r\nhello\r\n'
+    literal $c/resp_reply nil '$-1\r\n'
+    literal $c/resp_reply array '*2\r\n+OK\r\n:12\r\n'
+    literal $c/resp_reply error '-ERR x\r\n'
+    literal $c/msgr_frame reply '\100\0\0\0\0\0\0\0'
+    literal $c/msgr_frame request '\4\0\0\0\4\0\0\0abcd'
+    seed $c/spec_toml "" tests/data/sweep/*.toml examples/*.toml
+    seed $c/tool_output 000 tests/data/parsers/wrk_*
+    seed $c/tool_output 001 tests/data/parsers/redis_benchmark_*
+    seed $c/tool_output 002 tests/data/parsers/crimson_msgr_*
+    seed $c/tool_output 003 tests/data/parsers/stairbench_load_*.json
+    seed $c/tool_output 005 tests/data/parsers/stairbench_load_*.json
+    seed $c/run_files 000 tests/data/report/hist/*.hlog
+    seed $c/run_files 001 tests/data/report/steps.jsonl
+    seed $c/run_files 002 tests/data/sweep/*cpusets*.json
+    literal $c/run_files cpus '\0030-3,8,10-11'
+    if [ ! -s $c/flame/seed-workers ] && [ -f tests/data/flame/workers.perf-script.gz ]; then
+        mkdir -p $c/flame
+        gunzip -c tests/data/flame/workers.perf-script.gz >$c/flame/seed-workers
+    fi
+}
+
+make_corpora
+summary=""
+for t in $TARGETS; do
+    log=$(mktemp)
+    echo "== $t: ${SECONDS_EACH}s"
+    if ! cargo fuzz run --fuzz-dir fuzz --sanitizer none --debug-assertions "$t" "fuzz/corpus/$t" -- -max_total_time="$SECONDS_EACH" \
+        -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 >"$log" 2>&1; then
+        tail -40 "$log"
+        echo "fuzz: $t FAILED (input under fuzz/artifacts/$t/)" >&2
+        exit 1
+    fi
+    runs=$(awk '/^stat::number_of_executed_units:/ { print $2 }' "$log" | tail -1)
+    summary+=$(printf '%-14s %12s executions in %s s' "$t" "${runs:-?}" "$SECONDS_EACH")$'\n'
+    rm -f "$log"
+done
+printf '\n%s' "$summary"
