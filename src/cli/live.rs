@@ -11,6 +11,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::metrics::MetricsEndpoint;
+use super::progress::Bar;
 use crate::record::load::{IntervalLine, LoadReport};
 use crate::record::steps::StepResult;
 use crate::sweep::progress::{LiveStep, Progress};
@@ -161,18 +162,18 @@ impl JsonLines {
 }
 
 /// The progress of a run with its live outputs: the bar shows, the outputs export.
-pub struct Live<P: Progress> {
+pub struct Live {
     /// The progress shown.
-    pub inner: P,
+    pub inner: Bar,
     /// The outputs fed.
     pub outputs: LiveOutputs,
     /// `-v`: every per-second line on standard error too.
     pub verbose: bool,
 }
 
-impl<P: Progress> Live<P> {
+impl Live {
     /// Wraps `inner`.
-    pub fn new(inner: P, outputs: LiveOutputs, verbose: bool) -> Self {
+    pub fn new(inner: Bar, outputs: LiveOutputs, verbose: bool) -> Self {
         Live {
             inner,
             outputs,
@@ -181,7 +182,7 @@ impl<P: Progress> Live<P> {
     }
 }
 
-impl<P: Progress> Progress for Live<P> {
+impl Progress for Live {
     fn begin(&mut self, total: usize, done: usize) {
         self.inner.begin(total, done);
     }
@@ -193,7 +194,7 @@ impl<P: Progress> Progress for Live<P> {
     }
     fn interval(&mut self, step: &LiveStep, line: &IntervalLine, hist_ns: &Histogram<u64>) {
         if self.verbose {
-            self.inner.note(&format!(
+            self.inner.line(&format!(
                 "{} {} c={} rep {}: {:>6.1} s {:>11.1} ops/s {:>8.3} ms mean, {} in flight, {} errors",
                 step.target,
                 step.placement,

@@ -46,6 +46,17 @@ impl Bar {
     }
 }
 
+impl Bar {
+    /// A line above the bar (or on its own without one), e.g. `-v`'s per-second lines.
+    pub fn line(&mut self, text: &str) {
+        if self.tty {
+            self.bar.println(text);
+        } else {
+            eprintln!("{text}");
+        }
+    }
+}
+
 impl Progress for Bar {
     fn begin(&mut self, total: usize, done: usize) {
         self.bar.set_length(total as u64);

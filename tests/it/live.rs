@@ -252,7 +252,7 @@ fn completions_for_three_shells_and_the_man_page() {
         common::assert_success(&out);
         let script = String::from_utf8(out.stdout).unwrap();
         assert!(
-            script.contains("stairbench") && script.contains("--metrics-listen"),
+            script.contains("stairbench") && script.contains("metrics-listen"),
             "{shell}"
         );
         match common::find_program(shell) {
