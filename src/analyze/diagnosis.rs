@@ -19,9 +19,10 @@ pub const IDLE_PCT: f64 = 60.0;
 /// CPU or context switches per request that grow less than this (fraction) stay flat.
 pub const FLAT_GROWTH: f64 = 0.25;
 /// Run-queue wait per request must grow at least this many times from the first level.
-pub const RUN_DELAY_GROWTH: f64 = 2.0;
-/// Server threads waiting for a CPU on average, per CPU of its cpuset, for oversubscription.
-pub const WAITING_PER_CPU: f64 = 0.5;
+pub const RUN_DELAY_GROWTH: f64 = 1.5;
+/// Server threads waiting for a CPU on average, per CPU of its cpuset, for oversubscription:
+/// one thread waiting all the time for each CPU.
+pub const WAITING_PER_CPU: f64 = 1.0;
 /// USL σ above this is "clearly above zero".
 pub const SIGMA_CLEAR: f64 = 0.03;
 /// Throughput below this fraction of the peak after it has fallen.
