@@ -328,7 +328,8 @@ fn coherency(c: &Ctx) -> Option<Found> {
         .enumerate()
         .max_by(|a, b| a.1.throughput_rps.total_cmp(&b.1.throughput_rps))?;
     let top = c.top();
-    if peak_i + 1 >= c.levels.len()
+    // Two levels past the peak, the last well below it: one low step is noise, not a fall.
+    if peak_i + 2 >= c.levels.len()
         || top.throughput_rps >= RETROGRADE_FRACTION * peak.throughput_rps
     {
         return None;
@@ -534,9 +535,12 @@ fn contention(c: &Ctx) -> Option<Found> {
         return None;
     }
     let top = c.top();
+    // Growing CPU per request limits throughput only where the CPU is the scarce resource;
+    // blocking (voluntary switches) can limit it with idle CPUs.
+    let busy = top.server_cpu_pct.is_some_and(|p| p >= IDLE_PCT);
     let cpu = c
         .growth(|l| l.cpu_us_per_req)
-        .filter(|g| g.2 >= FLAT_GROWTH);
+        .filter(|g| busy && g.2 >= FLAT_GROWTH);
     let cs = c
         .growth(|l| l.voluntary_cs_per_req)
         .filter(|g| g.2 >= 2.0 * FLAT_GROWTH);
