@@ -686,8 +686,16 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
         "client_saturated",
         0.0,
         at,
-        "client: the load generator was not saturated, its CPU had room and Little's law held",
+        "client: no level had the load generator saturated or its own CPU at 90% of its cpuset",
     )];
+    if let Some(r) = top.little_ratio {
+        out.push(ev(
+            "little_ratio",
+            r,
+            at,
+            "client: X·R / L did not show fewer requests in flight than configured; outside: it needs latency growing with X·R / L within 20% of 1",
+        ));
+    }
     out.push(match top.server_cpu_pct {
         Some(p) => ev("server_cpu_pct", p, at, format!("server_cpu: the cpuset was {p:.0}% busy (a limit needs {BUSY_PCT:.0}% and a flat CPU per request); outside: it needs under {IDLE_PCT:.0}%")),
         None => missing("server_cpu_pct", "server_cpu, outside: the server's CPU was not observed"),
