@@ -2,10 +2,14 @@
 //! each checked for the limit its diagnosis names and one key figure of its evidence.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
 use crate::common;
+
+/// One demonstration at a time: two at once on 2 CPUs would measure each other.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs examples/NAME.toml with 1 s steps (under `chrt -f 5` where possible); its first diagnosis, or None when a program it
 /// needs is missing (skipped outside CI).
@@ -14,6 +18,7 @@ fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
         common::skip_or_fail(format!("{missing} is not installed"));
         return None;
     }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let spec = std::fs::read_to_string(examples.join(format!("{name}.toml")))
         .unwrap()
