@@ -32,7 +32,11 @@ def connect():
 
 
 def serve(client):
-    up = connect()
+    try:
+        up = connect()
+    except OSError:
+        client.close()
+        return
     try:
         while True:
             request = client.recv(65536)

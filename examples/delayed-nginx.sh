@@ -2,6 +2,10 @@
 # nginx behind a delaying pipeline, for examples/limits-outside.toml: nginx listens on a unix
 # socket in the run directory, delay-proxy.py on the port stairbench chose, with SLOTS places
 # held DELAY_MS each.   delayed-nginx.sh OUT_DIR PORT SLOTS DELAY_MS
+# The proxy is started from a subshell that exits at once, so it is reparented to stairbench
+# (the subreaper) and is not part of the observed server tree, which is nginx alone: the
+# pipeline is outside both the server and the client. It stays in the target's process group
+# and ends with it.
 set -e
 prefix="$1/nginx-$2"
 mkdir -p "$prefix/tmp"
@@ -24,7 +28,6 @@ http {
     }
 }
 CONF
-nginx -p "$prefix" -c "$prefix/nginx.conf" &
-i=0
-while [ ! -S "$prefix/nginx.sock" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-exec python3 "$(dirname "$0")/delay-proxy.py" "$2" "$prefix/nginx.sock" "$3" "$4"
+rm -f "$prefix/nginx.sock"
+(python3 "$(dirname "$0")/delay-proxy.py" "$2" "$prefix/nginx.sock" "$3" "$4" &)
+exec nginx -p "$prefix" -c "$prefix/nginx.conf"

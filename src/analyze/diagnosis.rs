@@ -19,9 +19,10 @@ pub const IDLE_PCT: f64 = 60.0;
 /// CPU or context switches per request that grow less than this (fraction) stay flat.
 pub const FLAT_GROWTH: f64 = 0.25;
 /// Run-queue wait per request must grow at least this many times from the first level.
-pub const RUN_DELAY_GROWTH: f64 = 2.0;
-/// Server threads waiting for a CPU on average, per CPU of its cpuset, for oversubscription.
-pub const WAITING_PER_CPU: f64 = 0.5;
+pub const RUN_DELAY_GROWTH: f64 = 1.5;
+/// Server threads waiting for a CPU on average, per CPU of its cpuset, for oversubscription:
+/// one thread waiting all the time for each CPU.
+pub const WAITING_PER_CPU: f64 = 1.0;
 /// USL σ above this is "clearly above zero".
 pub const SIGMA_CLEAR: f64 = 0.03;
 /// Throughput below this fraction of the peak after it has fallen.
@@ -327,7 +328,8 @@ fn coherency(c: &Ctx) -> Option<Found> {
         .enumerate()
         .max_by(|a, b| a.1.throughput_rps.total_cmp(&b.1.throughput_rps))?;
     let top = c.top();
-    if peak_i + 1 >= c.levels.len()
+    // Two levels past the peak, the last well below it: one low step is noise, not a fall.
+    if peak_i + 2 >= c.levels.len()
         || top.throughput_rps >= RETROGRADE_FRACTION * peak.throughput_rps
     {
         return None;
@@ -533,9 +535,12 @@ fn contention(c: &Ctx) -> Option<Found> {
         return None;
     }
     let top = c.top();
+    // Growing CPU per request limits throughput only where the CPU is the scarce resource;
+    // blocking (voluntary switches) can limit it with idle CPUs.
+    let busy = top.server_cpu_pct.is_some_and(|p| p >= IDLE_PCT);
     let cpu = c
         .growth(|l| l.cpu_us_per_req)
-        .filter(|g| g.2 >= FLAT_GROWTH);
+        .filter(|g| busy && g.2 >= FLAT_GROWTH);
     let cs = c
         .growth(|l| l.voluntary_cs_per_req)
         .filter(|g| g.2 >= 2.0 * FLAT_GROWTH);
@@ -681,8 +686,16 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
         "client_saturated",
         0.0,
         at,
-        "client: the load generator was not saturated, its CPU had room and Little's law held",
+        "client: no level had the load generator saturated or its own CPU at 90% of its cpuset",
     )];
+    if let Some(r) = top.little_ratio {
+        out.push(ev(
+            "little_ratio",
+            r,
+            at,
+            "client: X·R / L did not show fewer requests in flight than configured; outside: it needs latency growing with X·R / L within 20% of 1",
+        ));
+    }
     out.push(match top.server_cpu_pct {
         Some(p) => ev("server_cpu_pct", p, at, format!("server_cpu: the cpuset was {p:.0}% busy (a limit needs {BUSY_PCT:.0}% and a flat CPU per request); outside: it needs under {IDLE_PCT:.0}%")),
         None => missing("server_cpu_pct", "server_cpu, outside: the server's CPU was not observed"),

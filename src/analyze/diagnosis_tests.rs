@@ -150,6 +150,13 @@ fn cpu_per_request_growing_at_flat_throughput() {
     }));
     assert_eq!(d.limit, Limit::Contention);
     assert!(d.confidence >= Confidence::Medium);
+    // The same growth on a server with idle CPUs is not what stopped it.
+    let idle = diagnose_all(&bending(|i, s| {
+        s.busy_pct = 20.0;
+        s.client_busy_pct = 70.0;
+        s.cpu_us = [20.0, 22.0, 30.0, 45.0, 70.0][i];
+    }));
+    assert_eq!(idle.limit, Limit::Undetermined, "{}", idle.sentence);
     assert_eq!(metric(&d, "cpu_us_per_req").value, 70.0);
     assert!(
         d.sentence
@@ -174,6 +181,9 @@ fn throughput_falling_after_its_peak() {
     .collect();
     let d = diagnose_all(&shape);
     assert_eq!((d.limit, d.knee_clients), (Limit::Coherency, Some(4)));
+    // One low last step is not a fall.
+    let d = diagnose_all(&shape[..5]);
+    assert_ne!(d.limit, Limit::Coherency, "{}", d.sentence);
     assert_eq!(metric(&d, "throughput_rps").value, 18e3);
     assert!(d
         .sentence

@@ -2,18 +2,23 @@
 //! each checked for the limit its diagnosis names and one key figure of its evidence.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
 use crate::common;
 
-/// Runs examples/NAME.toml with 1 s steps; its first diagnosis, or None when a program it
+/// One demonstration at a time: two at once on 2 CPUs would measure each other.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs examples/NAME.toml with 1 s steps (under `chrt -f 5` where possible); its first diagnosis, or None when a program it
 /// needs is missing (skipped outside CI).
 fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
     if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
         common::skip_or_fail(format!("{missing} is not installed"));
         return None;
     }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let spec = std::fs::read_to_string(examples.join(format!("{name}.toml")))
         .unwrap()
@@ -23,13 +28,36 @@ fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
     let spec_path = dir.path().join("spec.toml");
     std::fs::write(&spec_path, spec).unwrap();
     let out = dir.path().join("run");
-    common::assert_success(&common::run_spec(&spec_path, &out));
+    common::assert_success(&run_favoured(&spec_path, &out));
     let printed = common::cli(&["analyze".as_ref(), out.as_os_str(), "--json".as_ref()]);
     common::assert_success(&printed);
     let list: Value = serde_json::from_slice(&printed.stdout).unwrap();
     let d = list[0].clone();
     eprintln!("{name}: {}", d["sentence"]);
     Some(d)
+}
+
+/// `stairbench run SPEC --out OUT` under SCHED_FIFO priority 5 where `chrt` may set it
+/// (other jobs then cannot delay its wake-ups and the figures are the software's, as the
+/// demo's README figures are measured), else at normal priority.
+fn run_favoured(spec: &Path, out: &Path) -> std::process::Output {
+    let fifo_works = std::process::Command::new("chrt")
+        .args(["-f", "5", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !fifo_works {
+        return common::run_spec(spec, out);
+    }
+    std::process::Command::new("chrt")
+        .args(["-f", "5"])
+        .arg(common::stairbench_bin())
+        .arg("run")
+        .arg(spec)
+        .arg("--out")
+        .arg(out)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
 }
 
 /// The value of the last evidence entry named `metric`.
@@ -59,7 +87,7 @@ fn pool_with_more_workers_than_cpus_is_oversubscribed() {
         return;
     };
     assert_eq!(d["limit"], "oversubscription", "{d:#}");
-    assert!(figure(&d, "run_delay_pct") >= 50.0, "{d:#}");
+    assert!(figure(&d, "run_delay_pct") >= 100.0, "{d:#}");
 }
 
 #[test]
