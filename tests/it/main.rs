@@ -21,6 +21,7 @@ mod flame;
 mod gaps;
 mod hosts;
 mod instances;
+mod kvd;
 mod layering;
 mod load_engine;
 mod load_histograms;

@@ -52,6 +52,9 @@ pub struct KvdArgs {
     /// JSON file of the daemon's counters, gauges and phase histograms, rewritten every 200 ms.
     #[arg(long, value_name = "FILE")]
     pub metrics: Option<PathBuf>,
+    /// How long to wait for the peers at start, ms (tests shorten it).
+    #[arg(long, hide = true, default_value_t = PEER_WAIT.as_millis() as u64)]
+    pub peer_wait_ms: u64,
     /// Ignored (the daemon's port is in --ranks): accepted so that a runner giving every
     /// built-in server a `--port` can start this one too.
     #[arg(long, hide = true)]
@@ -141,7 +144,8 @@ pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
     // The region first: a name in use fails before the peers are disturbed.
     let (block, len) = Arch::Kvd.layout(1);
     let region = Arc::new(Region::create(&opts.name, len - HEADER_BYTES)?);
-    let peers = peers::connect_all(opts.rank, &opts.ranks, &addrs, PEER_WAIT)?;
+    let wait = Duration::from_millis(opts.peer_wait_ms);
+    let peers = peers::connect_all(opts.rank, &opts.ranks, &addrs, wait)?;
     set_info(&region, opts.rank, addrs.len() as u32, opts.keys_per_rank);
     region.publish(Arch::Kvd, 1, block);
     let stop = Arc::new(AtomicBool::new(false));
