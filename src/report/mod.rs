@@ -10,6 +10,7 @@ pub mod extras;
 pub mod findings;
 pub mod html;
 pub mod json;
+pub mod kvd;
 pub mod markdown;
 pub mod profiles;
 pub mod svg;

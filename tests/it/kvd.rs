@@ -334,3 +334,48 @@ fn foreign_and_stale_regions_are_refused() {
     assert_eq!(call(&mut c, OP_SET, 3, b"v").0, ST_OK);
     assert_eq!(call(&mut c, OP_GET, 3, b""), (ST_OK, b"v".to_vec()));
 }
+
+#[test]
+fn the_two_rank_example_runs_small_and_reports_seed_004s_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kvd-two-ranks.toml"),
+    )
+    .unwrap();
+    let (p0, p1) = (common::free_port(), common::free_port());
+    let name = unique("example");
+    let small = example
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("warmup = \"1s\"", "warmup = \"200ms\"")
+        .replace("clients = [2, 4, 8, 16, 32]", "clients = [2, 4]")
+        .replace(
+            "127.0.0.1:17301,127.0.0.1:17302",
+            &format!("127.0.0.1:{p0},127.0.0.1:{p1}"),
+        )
+        .replace("sb-kvd", &name);
+    assert!(small.contains(&name) && small.contains("clients = [2, 4]"));
+    let spec = dir.path().join("kvd.toml");
+    std::fs::write(&spec, small).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    let steps = common::steps_json(&out_dir);
+    assert_eq!(steps.len(), 4);
+    for s in &steps {
+        assert_eq!(s["status"], "ok", "{s}");
+        let m = &s["target_metrics"]["kvd"];
+        assert!(m["histograms"]["rtt"]["count"].as_u64().unwrap() > 0, "{m}");
+        assert_eq!(m["gauges"]["ranks"], 2, "{m}");
+    }
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    for p in ["shared", "separated"] {
+        for t in ["RTT scaling", "Little's law", "Phases"] {
+            assert!(report.contains(&format!("### {t} ({p})")), "{t} ({p})");
+        }
+    }
+    assert!(
+        report.contains("RTT histogram at 2 clients/rank"),
+        "{report}"
+    );
+    assert!(report.contains("| 1 | "), "clients/rank 1 row: {report}");
+}

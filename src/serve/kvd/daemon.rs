@@ -242,6 +242,7 @@ impl Daemon {
                 .flatten()
                 .filter(|p| p.stream.is_some())
                 .count() as u64,
+            ranks: self.cfg.ranks as u64,
         };
         shared.publish(&self.counters, gauges, &mut self.phases);
     }
