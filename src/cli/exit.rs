@@ -40,6 +40,10 @@ fn is_usage(cause: &(dyn std::error::Error + 'static)) -> bool {
         || cause.is::<crate::analyze::compare::runs::CompareError>()
         || matches!(cause.downcast_ref(), Some(LoadError::BadInput(_)))
         || matches!(cause.downcast_ref(), Some(ShmkvError::BadOption(_)))
+        || matches!(
+            cause.downcast_ref(),
+            Some(crate::serve::kvd::KvdError::BadOption(_))
+        )
 }
 
 #[cfg(test)]

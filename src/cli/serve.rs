@@ -77,6 +77,18 @@ fn shmkv(args: ShmkvArgs) -> anyhow::Result<ExitCode> {
 /// Runs `stairbench serve kvd` until SIGINT or SIGTERM.
 fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
     let stop = crate::signals::stop_flag();
+    let mut peers = Vec::new();
+    if args.spawn_peers && args.rank == 0 {
+        let exe = std::env::current_exe().context("finding this program to start the peers")?;
+        for a in crate::serve::kvd::peer_args(args) {
+            let child = std::process::Command::new(&exe)
+                .args(&a)
+                .spawn()
+                .with_context(|| format!("starting the peer `{}`", a.join(" ")))?;
+            peers.push(child);
+        }
+    }
+    let _peers = StopOnDrop(peers);
     let server = crate::serve::kvd::spawn_kvd(args)
         .with_context(|| format!("starting kvd rank {} ({:?})", args.rank, args.name))?;
     eprintln!(
@@ -97,6 +109,21 @@ fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
         c.shm_requests, c.local, c.remote, c.incoming, c.misses, c.peer_down
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The peers rank 0 started: SIGTERM and reaped when it ends.
+struct StopOnDrop(Vec<std::process::Child>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+        }
+        for c in &mut self.0 {
+            let _ = c.wait();
+        }
+    }
 }
 
 // SIGINT/SIGTERM for a server run from the command line: blocked in every thread and taken

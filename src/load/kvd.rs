@@ -1,4 +1,5 @@
-//! `kvd://NAME`: load on a `serve kvd` daemon through its shared-memory slots. Each
+//! `kvd://NAME[,NAME...]`: load on `serve kvd` daemons through their shared-memory slots
+//! (several names: client i uses daemon i mod names, so one load drives every rank). Each
 //! connection is a client thread holding `--depth` slots (1 by default: seed 004's QD 1),
 //! drawing keys from the whole key space (`--keys`, default keys-per-rank × ranks, so most
 //! requests of a multi-rank run are remote) with its own generator seeded `seed × 1000 + i`.
@@ -30,12 +31,12 @@ pub fn run(
     sink: &mut dyn IntervalSink,
     stop: &AtomicBool,
 ) -> Result<LoadOutcome, LoadError> {
-    let name = check(config)?;
+    let names = check(config)?;
     // The key space needs the daemon's rank count: read it once here.
     let keys = match config.proto.keys {
         0 => {
-            let a = attach(&name, ATTACH_WAIT.min(config.timeout))
-                .map_err(|e| LoadError::BadInput(format!("kvd://{name}: {e}")))?;
+            let a = attach(&names[0], ATTACH_WAIT.min(config.timeout))
+                .map_err(|e| LoadError::BadInput(format!("kvd://{}: {e}", names[0])))?;
             a.keys_per_rank * a.ranks as u64
         }
         k => k,
@@ -58,7 +59,8 @@ pub fn run(
     let (tx, rx) = channel();
     let bodies: Vec<ThreadBody> = (0..config.connections)
         .map(|i| {
-            let client = ClientThread::new(&config, &name, &space, i, &sched, &stop_flag, &tx);
+            let name = &names[i % names.len()];
+            let client = ClientThread::new(&config, name, &space, i, &sched, &stop_flag, &tx);
             Box::new(move |b, s| client.run(b, s)) as ThreadBody
         })
         .collect();
@@ -72,12 +74,19 @@ pub fn run(
     threads.drive(&config, &sched, None, sink, stop)
 }
 
-/// The daemon's name, once the options are known to suit a kvd client.
-fn check(config: &LoadConfig) -> Result<String, LoadError> {
+/// The daemons' names, once the options are known to suit a kvd client.
+fn check(config: &LoadConfig) -> Result<Vec<String>, LoadError> {
     let bad = |s: String| Err(LoadError::BadInput(s));
-    let name = config.url.trim_start_matches("kvd://").to_string();
-    if let Err(e) = crate::wire::shmkv::region_path(&name) {
-        return bad(format!("bad URL {:?}: {e}", config.url));
+    let names: Vec<String> = config
+        .url
+        .trim_start_matches("kvd://")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    for name in &names {
+        if let Err(e) = crate::wire::shmkv::region_path(name) {
+            return bad(format!("bad URL {:?}: {e}", config.url));
+        }
     }
     let o = &config.proto;
     if config.connections == 0 || config.duration.is_zero() || config.timeout.is_zero() {
@@ -107,7 +116,7 @@ fn check(config: &LoadConfig) -> Result<String, LoadError> {
         return bad("--cpuset is empty".into());
     }
     super::engine::check_cpus(config)?;
-    Ok(name)
+    Ok(names)
 }
 
 fn key_width(keys: u64) -> usize {
@@ -338,7 +347,12 @@ mod tests {
             url: "kvd://x".into(),
             ..LoadConfig::default()
         };
-        assert_eq!(check(&ok).unwrap(), "x");
+        assert_eq!(check(&ok).unwrap(), ["x"]);
+        let two = LoadConfig {
+            url: "kvd://a,a-r1".into(),
+            ..ok.clone()
+        };
+        assert_eq!(check(&two).unwrap(), ["a", "a-r1"]);
         let msg = |c: LoadConfig| check(&c).unwrap_err().to_string();
         assert!(msg(LoadConfig {
             rate_rps: Some(10.0),

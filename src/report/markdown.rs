@@ -52,6 +52,7 @@ pub fn sections(run: &RunData, a: &RunAnalysis) -> String {
     out.push_str("## Results\n\n");
     results_table(&mut out, &run.steps);
     out.push_str(&super::extras::markdown(&run.steps));
+    out.push_str(&super::kvd::markdown(&run.steps));
     out.push('\n');
     out.push_str(&findings::render_markdown(a));
     out

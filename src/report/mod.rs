@@ -13,6 +13,7 @@ pub mod gates;
 pub mod html;
 pub mod json;
 pub mod junit;
+pub mod kvd;
 pub mod markdown;
 pub mod profiles;
 pub mod svg;

@@ -80,7 +80,8 @@ impl ProcessLauncher {
                     argv.extend(["--threads".into(), cpus.server.len().to_string()]);
                 }
                 if let Some(MetricsPlan::File { template, .. }) = &target.metrics {
-                    if args[0] == "msgr" && !args.iter().any(|a| a == "--metrics") {
+                    let writes_metrics = args[0] == "msgr" || args[0] == "kvd";
+                    if writes_metrics && !args.iter().any(|a| a == "--metrics") {
                         argv.extend(["--metrics".into(), template.replace("{metrics}", &metrics)]);
                     }
                 }

@@ -25,6 +25,7 @@ mod gates;
 mod hostile;
 mod hosts;
 mod instances;
+mod kvd;
 mod layering;
 mod live;
 mod load_engine;

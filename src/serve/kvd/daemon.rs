@@ -189,7 +189,9 @@ impl Daemon {
             })
             .collect();
         let b = block(region, 0);
-        let seen = std::array::from_fn(|i| b.input[i].req_seq.load(Ordering::Acquire));
+        // What is answered: a request posted between the region's publication and now is
+        // still to serve.
+        let seen = std::array::from_fn(|i| b.output[i].resp_seq.load(Ordering::Acquire));
         Daemon {
             cfg,
             table: vec![None; cfg.keys_per_rank as usize],
@@ -240,6 +242,7 @@ impl Daemon {
                 .flatten()
                 .filter(|p| p.stream.is_some())
                 .count() as u64,
+            ranks: self.cfg.ranks as u64,
         };
         shared.publish(&self.counters, gauges, &mut self.phases);
     }

@@ -61,6 +61,8 @@ pub struct Gauges {
     pub inflight: u64,
     /// Peers connected.
     pub peers_up: u64,
+    /// Ranks in all (this one included).
+    pub ranks: u64,
 }
 
 /// The four phase histograms, ns.

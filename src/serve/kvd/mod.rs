@@ -52,6 +52,18 @@ pub struct KvdArgs {
     /// JSON file of the daemon's counters, gauges and phase histograms, rewritten every 200 ms.
     #[arg(long, value_name = "FILE")]
     pub metrics: Option<PathBuf>,
+    /// Rank 0 starts the other ranks itself, as child processes of this binary on this host
+    /// (regions NAME-r1, ...; metrics FILE.r1, ...; same --cpuset), stopped with it: one
+    /// command for a runner that starts one process per target.
+    #[arg(long)]
+    pub spawn_peers: bool,
+    /// Ignored (one daemon thread per rank): accepted so that a runner giving every built-in
+    /// server `--threads` can start this one too.
+    #[arg(long, hide = true)]
+    pub threads: Option<usize>,
+    /// How long to wait for the peers at start, ms (tests shorten it).
+    #[arg(long, hide = true, default_value_t = PEER_WAIT.as_millis() as u64)]
+    pub peer_wait_ms: u64,
     /// Ignored (the daemon's port is in --ranks): accepted so that a runner giving every
     /// built-in server a `--port` can start this one too.
     #[arg(long, hide = true)]
@@ -141,7 +153,8 @@ pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
     // The region first: a name in use fails before the peers are disturbed.
     let (block, len) = Arch::Kvd.layout(1);
     let region = Arc::new(Region::create(&opts.name, len - HEADER_BYTES)?);
-    let peers = peers::connect_all(opts.rank, &opts.ranks, &addrs, PEER_WAIT)?;
+    let wait = Duration::from_millis(opts.peer_wait_ms);
+    let peers = peers::connect_all(opts.rank, &opts.ranks, &addrs, wait)?;
     set_info(&region, opts.rank, addrs.len() as u32, opts.keys_per_rank);
     region.publish(Arch::Kvd, 1, block);
     let stop = Arc::new(AtomicBool::new(false));
@@ -183,6 +196,33 @@ pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
         writer,
         shared,
     })
+}
+
+/// The command lines of the ranks rank 0 starts with `--spawn-peers` (after the program).
+pub fn peer_args(opts: &KvdArgs) -> Vec<Vec<String>> {
+    let n = opts.ranks.split(',').count();
+    (1..n)
+        .map(|j| {
+            let mut a: Vec<String> = ["serve", "kvd", "--rank", &j.to_string()]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            a.extend(["--ranks".into(), opts.ranks.clone()]);
+            a.extend(["--name".into(), format!("{}-r{j}", opts.name)]);
+            a.extend(["--keys-per-rank".into(), opts.keys_per_rank.to_string()]);
+            a.extend(["--peer-wait-ms".into(), opts.peer_wait_ms.to_string()]);
+            if let Some(c) = &opts.cpuset {
+                a.extend(["--cpuset".into(), crate::cpuset::format(&c.0)]);
+            }
+            if opts.no_batch {
+                a.push("--no-batch".into());
+            }
+            if let Some(m) = &opts.metrics {
+                a.extend(["--metrics".into(), format!("{}.r{j}", m.display())]);
+            }
+            a
+        })
+        .collect()
 }
 
 impl KvdServer {

@@ -47,7 +47,7 @@ pub fn connect_all(
         source,
     })?;
     for (j, addr) in addrs.iter().enumerate().take(rank as usize) {
-        let stream = connect_until(rank, j as u32, *addr, deadline)?;
+        let stream = connect_until(rank, j as u32, *addr, deadline, wait)?;
         peers[j] = Some(handshake(rank, &list, stream, Some(j as u32), *addr)?);
     }
     listener
@@ -78,7 +78,7 @@ pub fn connect_all(
                     return Err(KvdError::Peer(format!(
                         "rank {rank}: rank {missing} ({}) did not connect within {} s; is it running with the same --ranks?",
                         addrs[missing],
-                        wait.as_secs()
+                        wait.as_secs_f64()
                     )));
                 }
                 std::thread::sleep(Duration::from_millis(5));
@@ -99,6 +99,7 @@ fn connect_until(
     peer: u32,
     addr: SocketAddr,
     deadline: Instant,
+    wait: Duration,
 ) -> Result<TcpStream, KvdError> {
     loop {
         match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
@@ -106,15 +107,13 @@ fn connect_until(
             Err(e) if Instant::now() >= deadline => {
                 return Err(KvdError::Peer(format!(
                     "rank {rank}: could not reach rank {peer} at {addr} within {} s: {e}",
-                    PEER_WAIT_S
+                    wait.as_secs_f64()
                 )))
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
     }
 }
-
-const PEER_WAIT_S: u64 = super::PEER_WAIT.as_secs();
 
 /// Sends our hello, reads theirs, checks rank and list. `expect` is the rank we dialled.
 fn handshake(
@@ -148,7 +147,7 @@ fn handshake(
         .map_err(io(format!("rank {rank}: reading the rank list of {who}")))?;
     let their_list = String::from_utf8_lossy(&text);
     if their_list != list {
-        return Err(KvdError::Peer(format!(
+        return Err(KvdError::BadOption(format!(
             "rank {rank}: rank list mismatch with rank {theirs}: it has --ranks {their_list:?}, this rank has {list:?}; give every rank the same list in the same order"
         )));
     }

@@ -214,7 +214,7 @@ pub struct Plan {
 const LISTENING: &str = r"^listening on \S+:(\d+)";
 
 /// Known built-in server kinds (the first word of `builtin`).
-pub const BUILTIN_SERVERS: &[&str] = &["msgr", "shmkv"];
+pub const BUILTIN_SERVERS: &[&str] = &["msgr", "shmkv", "kvd"];
 
 impl Plan {
     /// Validates a spec; `stairbench_bin` is the binary for built-in servers.
@@ -553,9 +553,11 @@ fn target_metrics(
 ) -> Result<Option<MetricsPlan>, SpecError> {
     Ok(match &t.metrics {
         Some(m) => Some(m.plan().map_err(|e| target_error(spec, i, "metrics", e))?),
-        // The built-in msgr server writes its per-thread counters when asked (into a file on
+        // The built-in msgr server and kvd daemon write their counters when asked (into a file on
         // this machine: not for a server on another host).
-        None if t.host.is_none() && matches!(kind, TargetKind::Builtin(a) if a[0] == "msgr") => {
+        None if t.host.is_none()
+            && matches!(kind, TargetKind::Builtin(a) if a[0] == "msgr" || a[0] == "kvd") =>
+        {
             Some(MetricsPlan::File {
                 template: "{metrics}".into(),
                 format: crate::observe::metrics::MetricsFormat::Json,

@@ -1,0 +1,223 @@
+//! report.md's "kvd daemon" section: seed 004's tables from the target metrics of a
+//! `serve kvd` target (its phase histograms, in-flight sum and remote counters over each
+//! step's measured window): RTT scaling, Little's law, the RTT histogram's modes at the
+//! highest client count, and the phase table per placement.
+
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde_json::Value;
+
+use crate::record::steps::{StepResult, StepStatus};
+
+/// One step's daemon figures.
+struct Row<'a> {
+    step: &'a StepResult,
+    /// Clients per rank.
+    per_rank: f64,
+    rtt: Histogram<u64>,
+    phases_p50_us: [Option<f64>; 3],
+    remote_per_s: f64,
+    inflight_mean: Option<f64>,
+}
+
+fn hist(m: &Value, name: &str) -> Option<Histogram<u64>> {
+    let text = m.get("histograms")?.get(name)?.get("hdr")?.as_str()?;
+    crate::record::hist_b64::decode(text).ok()
+}
+
+fn p50_us(m: &Value, name: &str) -> Option<f64> {
+    let h = hist(m, name)?;
+    (!h.is_empty()).then(|| h.value_at_quantile(0.5) as f64 / 1e3)
+}
+
+fn row(step: &StepResult) -> Option<Row<'_>> {
+    let Some(Value::Object(all)) = step.derived.get("target_metrics") else {
+        return None;
+    };
+    let m = all
+        .values()
+        .find(|v| v.pointer("/histograms/rtt/hdr").is_some())?;
+    let rtt = hist(m, "rtt")?;
+    let window_s = step.load.as_ref().map_or(0.0, |l| l.duration_s);
+    let counter = |k: &str| m.pointer(&format!("/counters/{k}")).and_then(Value::as_f64);
+    let ranks = m
+        .pointer("/gauges/ranks")
+        .and_then(Value::as_f64)
+        .unwrap_or(1.0);
+    let loops = counter("loops").filter(|&l| l > 0.0);
+    Some(Row {
+        step,
+        per_rank: step.clients as f64 / ranks.max(1.0),
+        rtt,
+        phases_p50_us: [
+            p50_us(m, "call_to_flush"),
+            p50_us(m, "flush_to_cb"),
+            p50_us(m, "incoming_turnaround"),
+        ],
+        remote_per_s: counter("remote_done").unwrap_or(0.0) / window_s.max(1e-9),
+        inflight_mean: loops.and_then(|l| Some(counter("inflight_sum")? / l)),
+    })
+}
+
+fn us(x: Option<f64>) -> String {
+    x.map_or("—".into(), |v| format!("{v:.2}"))
+}
+
+fn rps(step: &StepResult) -> String {
+    step.throughput_rps()
+        .map_or("—".into(), |t| format!("{t:.0}"))
+}
+
+/// The section, when a step has a kvd daemon's metrics.
+pub fn markdown(steps: &[StepResult]) -> String {
+    let rows: Vec<Row> = steps
+        .iter()
+        .filter(|s| s.status == StepStatus::Ok)
+        .filter_map(row)
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n## kvd daemon (rank 0's own timings over each window)\n\n\
+         RTT is the daemon's time from queuing a remote request to reading its reply; \
+         call_to_flush + flush_to_cb = RTT; incoming_turnaround is the owner's time from \
+         reading a request to flushing its reply; ONE_WAY = (flush_to_cb − turnaround) / 2. \
+         On a machine with one NUMA node the placements differ by CPUs only (`shared`: clients \
+         on the daemons' CPUs; `separated`: kept off them), not by memory node.\n",
+    );
+    let mut placements: Vec<&str> = rows.iter().map(|r| r.step.placement.as_str()).collect();
+    placements.dedup();
+    for p in placements {
+        let of: Vec<&Row> = rows.iter().filter(|r| r.step.placement == p).collect();
+        scaling(&mut out, p, &of);
+        little(&mut out, p, &of);
+        phases(&mut out, p, &of);
+        if let Some(top) = of.iter().max_by_key(|r| r.step.clients) {
+            modes(&mut out, p, top);
+        }
+    }
+    out
+}
+
+fn scaling(out: &mut String, p: &str, rows: &[&Row]) {
+    let _ = write!(out, "\n### RTT scaling ({p})\n\n| clients/rank | RTT p50 (µs) | RTT mean (µs) | total req/s | remote req/s (rank 0) |\n| ---: | ---: | ---: | ---: | ---: |\n");
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {:.2} | {} | {:.0} |",
+            r.per_rank,
+            r.rtt.value_at_quantile(0.5) as f64 / 1e3,
+            r.rtt.mean() / 1e3,
+            rps(r.step),
+            r.remote_per_s
+        );
+    }
+}
+
+fn little(out: &mut String, p: &str, rows: &[&Row]) {
+    let _ = write!(out, "\n### Little's law ({p}): in-flight = λ × RTT\n\n| clients/rank | in-flight (daemon mean) | λ remote (req/s) | RTT predicted (µs) | RTT measured mean (µs) |\n| ---: | ---: | ---: | ---: | ---: |\n");
+    for r in rows {
+        let predicted = r
+            .inflight_mean
+            .filter(|_| r.remote_per_s > 0.0)
+            .map(|l| l / r.remote_per_s * 1e6);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} | {} | {:.2} |",
+            r.per_rank,
+            r.inflight_mean.map_or("—".into(), |l| format!("{l:.2}")),
+            r.remote_per_s,
+            us(predicted),
+            r.rtt.mean() / 1e3
+        );
+    }
+}
+
+fn phases(out: &mut String, p: &str, rows: &[&Row]) {
+    let _ = write!(out, "\n### Phases ({p}), p50\n\n| clients/rank | call_to_flush (µs) | flush_to_cb (µs) | turnaround (µs) | ONE_WAY (µs) | total req/s |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in rows {
+        let [c2f, f2c, turn] = r.phases_p50_us;
+        let one_way = f2c.zip(turn).map(|(f, t)| (f - t) / 2.0);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            r.per_rank,
+            us(c2f),
+            us(f2c),
+            us(turn),
+            us(one_way),
+            rps(r.step)
+        );
+    }
+}
+
+/// Peaks of the RTT histogram in 1 µs buckets (as seed 004's), split at the deepest valley
+/// between the two highest peaks; one population when no valley is below half the lower peak.
+pub fn rtt_modes(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+    let top = h.value_at_quantile(0.999) / 1000 + 1;
+    let buckets: Vec<u64> = (0..=top)
+        .map(|b| h.count_between(b * 1000, b * 1000 + 999))
+        .collect();
+    let total: u64 = buckets.iter().sum::<u64>().max(1);
+    let first = (0..buckets.len()).max_by_key(|&i| buckets[i]).unwrap_or(0);
+    // The second peak: the highest bucket with a valley under half of it towards the first.
+    let second = (0..buckets.len())
+        .filter(|&i| i != first)
+        .filter(|&i| {
+            let (lo, hi) = (i.min(first), i.max(first));
+            let valley = buckets[lo..=hi].iter().min().copied().unwrap_or(0);
+            valley * 2 < buckets[i].min(buckets[first])
+        })
+        .max_by_key(|&i| buckets[i]);
+    let Some(second) = second.filter(|&i| buckets[i] * 20 >= total) else {
+        return vec![(first as f64, 1.0)];
+    };
+    let (lo, hi) = (first.min(second), first.max(second));
+    let split = (lo..=hi).min_by_key(|&i| buckets[i]).unwrap_or(lo);
+    let below: u64 = buckets[..split].iter().sum();
+    vec![
+        (lo as f64, below as f64 / total as f64),
+        (hi as f64, 1.0 - below as f64 / total as f64),
+    ]
+}
+
+fn modes(out: &mut String, p: &str, r: &Row) {
+    let m = rtt_modes(&r.rtt);
+    let _ = write!(
+        out,
+        "\n### RTT histogram at {} clients/rank ({p}): {}\n\n| population | peak (µs bucket) | share |\n| --- | ---: | ---: |\n",
+        r.per_rank,
+        if m.len() == 2 { "bimodal" } else { "one mode" }
+    );
+    for (i, (peak, share)) in m.iter().enumerate() {
+        let name = match (m.len(), i) {
+            (1, _) => "all",
+            (_, 0) => "fast",
+            _ => "slow",
+        };
+        let _ = writeln!(out, "| {name} | {peak:.0} | {:.0}% |", share * 100.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_populations_are_split_at_their_valley() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        h.record_n(6_000, 180).unwrap();
+        h.record_n(9_000, 10).unwrap();
+        h.record_n(14_000, 820).unwrap();
+        let m = rtt_modes(&h);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!((m[0].0, m[1].0), (6.0, 14.0));
+        assert!((m[0].1 - 180.0 / 1010.0).abs() < 1e-9, "{m:?}");
+        let mut one = Histogram::<u64>::new(3).unwrap();
+        one.record_n(5_000, 100).unwrap();
+        one.record_n(6_000, 80).unwrap();
+        assert_eq!(rtt_modes(&one), vec![(5.0, 1.0)]);
+    }
+}

@@ -1,0 +1,381 @@
+//! `serve kvd` with two ranks on loopback (two processes), clients in this process and in
+//! `stairbench load kvd://` processes; a killed peer; bad input.
+
+use crate::common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use stairbench::wire::kvd::{attach, encode_hello, ST_PEER_DOWN};
+use stairbench::wire::shmkv::msg::{OP_GET, OP_SET, ST_NOT_FOUND, ST_OK};
+use stairbench::wire::shmkv::per_worker::Client;
+use stairbench::wire::shmkv::region_path;
+
+const T: Duration = Duration::from_secs(5);
+
+fn unique(tag: &str) -> String {
+    format!("t{}-kvd-{tag}", std::process::id())
+}
+
+/// A `stairbench serve kvd` process, killed when dropped.
+struct Rank {
+    child: Child,
+    name: String,
+}
+
+impl Rank {
+    fn spawn(rank: u32, ranks: &str, name: &str, extra: &[&str]) -> Rank {
+        let child = common::cli_cmd()
+            .args([
+                "serve",
+                "kvd",
+                "--rank",
+                &rank.to_string(),
+                "--ranks",
+                ranks,
+            ])
+            .args(["--name", name])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start serve kvd");
+        Rank {
+            child,
+            name: name.to_string(),
+        }
+    }
+
+    /// A slot on this rank's daemon, once its region is up (a stale one may be there until
+    /// the daemon replaces it).
+    fn client(&self) -> Client {
+        let until = Instant::now() + Duration::from_secs(15);
+        loop {
+            match attach(&self.name, Duration::from_secs(15)) {
+                Ok(a) => return Client::attach(a.region).expect("a slot"),
+                Err(e) if Instant::now() > until => panic!("rank never ready: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
+    /// SIGTERM, the exit status within 10 s (no hang), and stderr.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.finish()
+    }
+
+    /// The exit status within 15 s (no hang) and stderr.
+    fn finish(&mut self) -> (std::process::ExitStatus, String) {
+        let until = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < until, "serve kvd did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        let _ = self.child.stderr.take().unwrap().read_to_string(&mut err);
+        (status, err)
+    }
+}
+
+impl Drop for Rank {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Ok(p) = region_path(&self.name) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn two_addrs() -> String {
+    format!(
+        "127.0.0.1:{},127.0.0.1:{}",
+        common::free_port(),
+        common::free_port()
+    )
+}
+
+fn key(k: u64) -> Vec<u8> {
+    format!("key:{k:04}").into_bytes()
+}
+
+/// (status, value) of one request.
+fn call(c: &mut Client, op: u32, k: u64, value: &[u8]) -> (u32, Vec<u8>) {
+    let r = c.call(op, &key(k), value, T).expect("an answer");
+    (r.status, r.value[..r.value_len as usize].to_vec())
+}
+
+#[test]
+fn a_set_on_one_rank_is_seen_by_a_get_on_the_other() {
+    let ranks = two_addrs();
+    let (n0, n1) = (unique("see0"), unique("see1"));
+    let metrics = tempfile::tempdir().unwrap();
+    let m0 = metrics.path().join("r0.json");
+    let r0 = Rank::spawn(0, &ranks, &n0, &["--metrics", m0.to_str().unwrap()]);
+    let r1 = Rank::spawn(1, &ranks, &n1, &["--no-batch"]);
+    // A key never SET is a miss, on either rank, local or remote.
+    let mut probe = r0.client();
+    assert_eq!(call(&mut probe, OP_GET, 2046, b"").0, ST_NOT_FOUND);
+    assert_eq!(call(&mut probe, OP_GET, 2047, b"").0, ST_NOT_FOUND);
+    // Stress: writers on both ranks, each key written by one writer only, each value read
+    // back through the other rank's daemon right after its SET was answered.
+    let writers = 4u64;
+    let until = Instant::now() + Duration::from_millis(1500);
+    let threads: Vec<_> = (0..writers)
+        .map(|w| {
+            let (mut mine, mut other) = if w % 2 == 0 {
+                (r0.client(), r1.client())
+            } else {
+                (r1.client(), r0.client())
+            };
+            std::thread::spawn(move || {
+                let mut checked = 0u64;
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let k = (n * writers + w) % 2000;
+                    let value = format!("w{w}-n{n}").into_bytes();
+                    assert_eq!(call(&mut mine, OP_SET, k, &value).0, ST_OK);
+                    let (st, got) = call(&mut other, OP_GET, k, b"");
+                    assert_eq!((st, &got), (ST_OK, &value), "key {k}");
+                    checked += 1;
+                    n += 1;
+                }
+                checked
+            })
+        })
+        .collect();
+    let checked: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(checked > 100, "only {checked} SET/GET pairs checked");
+    // The load generator against rank 0, its JSON as for every protocol.
+    let out = common::cli(&[
+        "load",
+        &format!("kvd://{n0}"),
+        "--connections",
+        "2",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--read-ratio",
+        "0.5",
+        "--json",
+        "-",
+    ]);
+    common::assert_success(&out);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["requests"].as_u64().unwrap() > 50, "{report}");
+    assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+    // The daemon's metrics: remote requests timed, in each phase.
+    std::thread::sleep(Duration::from_millis(400));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&m0).unwrap()).unwrap();
+    assert!(m["counters"]["remote_done"].as_u64().unwrap() > 50, "{m}");
+    for h in ["rtt", "call_to_flush", "flush_to_cb", "incoming_turnaround"] {
+        let hist =
+            stairbench::record::hist_b64::decode(m["histograms"][h].as_str().unwrap()).unwrap();
+        assert!(hist.len() > 50, "{h}: {}", hist.len());
+    }
+    let rtt =
+        stairbench::record::hist_b64::decode(m["histograms"]["rtt"].as_str().unwrap()).unwrap();
+    let f2c =
+        stairbench::record::hist_b64::decode(m["histograms"]["flush_to_cb"].as_str().unwrap())
+            .unwrap();
+    assert!(f2c.value_at_quantile(0.5) <= rtt.value_at_quantile(0.5));
+    let (s0, e0) = r0.stop();
+    let (s1, _) = r1.stop();
+    assert!(s0.success() && s1.success(), "{e0}");
+    assert!(e0.contains("remote"), "{e0}");
+}
+
+#[test]
+fn a_killed_peer_fails_its_requests_and_local_keys_keep_working() {
+    let ranks = two_addrs();
+    let (n0, n1) = (unique("kill0"), unique("kill1"));
+    let mut r0 = Rank::spawn(0, &ranks, &n0, &[]);
+    let r1 = Rank::spawn(1, &ranks, &n1, &[]);
+    let mut c = r0.client();
+    assert_eq!(call(&mut c, OP_SET, 1, b"remote").0, ST_OK);
+    // A load running while rank 1 dies: it ends on time, with peer_down errors.
+    let load = common::cli_cmd()
+        .args(["load", &format!("kvd://{n0}"), "--connections", "2"])
+        .args(["--duration", "2s", "--warmup", "0s", "--json", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    drop(r1);
+    let began = Instant::now();
+    let out = load.wait_with_output().unwrap();
+    assert!(began.elapsed() < Duration::from_secs(10), "the load hung");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["errors"]["peer_down"].as_u64().unwrap_or(0) > 0,
+        "{report}"
+    );
+    assert!(report["requests"].as_u64().unwrap() > 0, "{report}");
+    // Remote keys fail at once, local ones are served.
+    assert_eq!(call(&mut c, OP_GET, 1, b"").0, ST_PEER_DOWN);
+    assert_eq!(call(&mut c, OP_SET, 2, b"local").0, ST_OK);
+    assert_eq!(call(&mut c, OP_GET, 2, b""), (ST_OK, b"local".to_vec()));
+    drop(c);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(r0.child.id() as i32, libc::SIGTERM) };
+    let (status, err) = r0.finish();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("rank 1 (127.0.0.1:"), "{err}");
+    assert!(err.contains("failed"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn rank_lists_that_differ_are_refused_on_both_sides() {
+    let a = two_addrs();
+    let b = format!("{a},127.0.0.1:{}", common::free_port());
+    let mut r0 = Rank::spawn(0, &a, &unique("mis0"), &["--peer-wait-ms", "5000"]);
+    let mut r1 = Rank::spawn(1, &b, &unique("mis1"), &["--peer-wait-ms", "5000"]);
+    let (s0, e0) = r0.finish();
+    let (s1, e1) = r1.finish();
+    for (s, e) in [(s0, e0), (s1, e1)] {
+        assert_eq!(s.code(), Some(2), "{e}");
+        assert!(e.contains("rank list mismatch"), "{e}");
+        assert!(!e.contains("panicked"), "{e}");
+    }
+}
+
+#[test]
+fn a_peer_down_at_start_is_named() {
+    let ranks = two_addrs();
+    let peer = ranks.split(',').next().unwrap().to_string();
+    let mut r1 = Rank::spawn(1, &ranks, &unique("down1"), &["--peer-wait-ms", "500"]);
+    let (s, e) = r1.finish();
+    assert_eq!(s.code(), Some(1), "{e}");
+    assert!(
+        e.contains(&format!("could not reach rank 0 at {peer} within 0.5 s")),
+        "{e}"
+    );
+    let mut r0 = Rank::spawn(0, &ranks, &unique("down0"), &["--peer-wait-ms", "500"]);
+    let (s, e) = r0.finish();
+    assert_eq!(s.code(), Some(1), "{e}");
+    assert!(e.contains("rank 1 (127.0.0.1:"), "{e}");
+    assert!(e.contains("did not connect within 0.5 s"), "{e}");
+}
+
+#[test]
+fn a_malformed_frame_drops_the_peer_and_nothing_else() {
+    let ranks = two_addrs();
+    let n0 = unique("bad0");
+    let r0 = Rank::spawn(0, &ranks, &n0, &[]);
+    // This test plays rank 1: a proper hello, then a frame of an unknown kind.
+    let addr0 = ranks.split(',').next().unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        match TcpStream::connect(addr0) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("rank 0 never listened: {e}"),
+        }
+    };
+    let mut hello = Vec::new();
+    encode_hello(&mut hello, 1, &ranks);
+    s.write_all(&hello).unwrap();
+    let mut theirs = vec![0u8; hello.len()];
+    s.read_exact(&mut theirs).unwrap();
+    let mut c = r0.client();
+    s.write_all(&[8, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    // The daemon drops the connection and keeps serving.
+    let mut rest = Vec::new();
+    s.set_read_timeout(Some(T)).unwrap();
+    let _ = s.read_to_end(&mut rest);
+    assert_eq!(call(&mut c, OP_SET, 4, b"x").0, ST_OK);
+    assert_eq!(call(&mut c, OP_GET, 5, b"").0, ST_PEER_DOWN);
+    drop(c);
+    let (status, err) = r0.stop();
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("rank 1 (127.0.0.1:") && err.contains("malformed frame: unknown frame kind 9"),
+        "{err}"
+    );
+}
+
+#[test]
+fn foreign_and_stale_regions_are_refused() {
+    // Foreign: not a stairbench region at all.
+    let name = unique("foreign");
+    let path = region_path(&name).unwrap();
+    std::fs::write(&path, vec![7u8; 8192]).unwrap();
+    let out = common::cli(&["load", &format!("kvd://{name}"), "--duration", "1s"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is not a usable stairbench shmkv region"),
+        "{err}"
+    );
+    // Stale: a daemon killed without cleaning up.
+    let name = unique("stale");
+    let mut r = Rank::spawn(0, "127.0.0.1:0", &name, &[]);
+    drop(r.client());
+    r.child.kill().unwrap();
+    let _ = r.child.wait();
+    let out = common::cli(&["load", &format!("kvd://{name}"), "--duration", "1s"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is stale"), "{err}");
+    // A new daemon of that name replaces the stale region and serves.
+    let r = Rank::spawn(0, "127.0.0.1:0", &name, &[]);
+    let mut c = r.client();
+    assert_eq!(call(&mut c, OP_SET, 3, b"v").0, ST_OK);
+    assert_eq!(call(&mut c, OP_GET, 3, b""), (ST_OK, b"v".to_vec()));
+}
+
+#[test]
+fn the_two_rank_example_runs_small_and_reports_seed_004s_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kvd-two-ranks.toml"),
+    )
+    .unwrap();
+    let (p0, p1) = (common::free_port(), common::free_port());
+    let name = unique("example");
+    let small = example
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("warmup = \"1s\"", "warmup = \"200ms\"")
+        .replace("clients = [2, 4, 8, 16, 32]", "clients = [2, 4]")
+        .replace(
+            "127.0.0.1:17301,127.0.0.1:17302",
+            &format!("127.0.0.1:{p0},127.0.0.1:{p1}"),
+        )
+        .replace("sb-kvd", &name);
+    assert!(small.contains(&name) && small.contains("clients = [2, 4]"));
+    let spec = dir.path().join("kvd.toml");
+    std::fs::write(&spec, small).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    let steps = common::steps_json(&out_dir);
+    assert_eq!(steps.len(), 4);
+    for s in &steps {
+        assert_eq!(s["status"], "ok", "{s}");
+        let m = &s["target_metrics"]["kvd"];
+        assert!(m["histograms"]["rtt"]["count"].as_u64().unwrap() > 0, "{m}");
+        assert_eq!(m["gauges"]["ranks"], 2, "{m}");
+    }
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    for p in ["shared", "separated"] {
+        for t in ["RTT scaling", "Little's law", "Phases"] {
+            assert!(report.contains(&format!("### {t} ({p})")), "{t} ({p})");
+        }
+    }
+    assert!(
+        report.contains("RTT histogram at 2 clients/rank"),
+        "{report}"
+    );
+    assert!(report.contains("| 1 | "), "clients/rank 1 row: {report}");
+}
