@@ -23,7 +23,7 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// Options of `stairbench load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, redis://HOST:PORT, msgr://HOST:PORT or shm://NAME
+    /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, h2c://HOST:PORT/PATH, redis://HOST:PORT, msgr://HOST:PORT or shm://NAME
     /// (a `stairbench serve shmkv` region).
     pub url: String,
     /// Connections in total.
@@ -126,6 +126,10 @@ pub struct TlsArgs {
     /// pays a connection set-up and, over TLS, a handshake.
     #[arg(long, help_heading = "HTTP")]
     pub new_connection_per_request: bool,
+    /// HTTP/2 with prior knowledge on http:// (the same as h2c://); streams per connection =
+    /// --depth; closed loop only.
+    #[arg(long, help_heading = "HTTP")]
+    pub http2: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -186,6 +190,7 @@ impl LoadArgs {
                     resume: self.tls.tls_resume,
                 },
                 new_connection_per_request: self.tls.new_connection_per_request,
+                http2: self.tls.http2,
             },
         }
     }

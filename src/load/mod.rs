@@ -5,6 +5,7 @@
 mod accounting;
 pub mod external;
 mod fdlimit;
+mod h2;
 pub mod merge;
 mod preload;
 pub mod protocol;
@@ -75,6 +76,8 @@ pub struct ProtoOptions {
     /// HTTP: every request on a new connection (`Connection: close`), so each pays a
     /// connection set-up (and a TLS handshake).
     pub new_connection_per_request: bool,
+    /// HTTP/2: with prior knowledge on `http://` (as `h2c://`), by ALPN on `https://`.
+    pub http2: bool,
 }
 
 impl Default for ProtoOptions {
@@ -92,6 +95,7 @@ impl Default for ProtoOptions {
             preload: false,
             tls: tls::TlsOptions::default(),
             new_connection_per_request: false,
+            http2: false,
         }
     }
 }

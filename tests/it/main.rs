@@ -19,6 +19,7 @@ mod external_load;
 mod external_servers;
 mod flame;
 mod gaps;
+mod h2;
 mod hosts;
 mod instances;
 mod layering;
