@@ -28,8 +28,9 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// Options of `stairbench load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, redis://HOST:PORT, msgr://HOST:PORT,
-    /// shm://NAME (a `stairbench serve shmkv` region) or kvd://NAME (a `stairbench serve kvd` daemon).
+    /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, h2c://HOST:PORT/PATH,
+    /// redis://HOST:PORT, msgr://HOST:PORT, shm://NAME (a `stairbench serve shmkv` region) or
+    /// kvd://NAME (a `stairbench serve kvd` daemon).
     pub url: String,
     /// Connections in total.
     #[arg(short, long, default_value_t = 10)]
@@ -154,6 +155,10 @@ pub struct TlsArgs {
     /// pays a connection set-up and, over TLS, a handshake.
     #[arg(long, help_heading = "HTTP")]
     pub new_connection_per_request: bool,
+    /// HTTP/2 with prior knowledge on http:// (the same as h2c://); streams per connection =
+    /// --depth; closed loop only.
+    #[arg(long, help_heading = "HTTP")]
+    pub http2: bool,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -235,6 +240,7 @@ impl LoadArgs {
                 new_connection_per_request: self.tls.new_connection_per_request,
                 requests: None,
                 order: self.order,
+                http2: self.tls.http2,
             },
         }
     }

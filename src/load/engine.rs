@@ -69,6 +69,20 @@ pub fn run_sockets(
     for t in 0..config.threads {
         let n = config.connections / config.threads
             + usize::from(t < config.connections % config.threads);
+        if target.http2 {
+            let worker = super::h2::H2Worker::new(
+                config.clone(),
+                target.clone(),
+                sched.clone(),
+                stop_flag.clone(),
+                tx.clone(),
+                t,
+                n,
+            );
+            bodies.push(Box::new(move |b, s| worker.run(b, s)));
+            first_conn += n;
+            continue;
+        }
         let rate = config.rate_rps.map(|r| r / config.threads as f64);
         let worker = Worker::new(
             config.clone(),
@@ -203,6 +217,10 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
     }
     if config.depth == 0 {
         return bad("--depth must be at least 1");
+    }
+    let http2 = config.proto.http2 || config.url.starts_with("h2c://");
+    if http2 && config.rate_rps.is_some() {
+        return bad("--rate (open loop) is not available with HTTP/2 yet: HTTP/2 runs closed loop");
     }
     if config.proto.new_connection_per_request && config.depth > 1 {
         return bad("--new-connection-per-request sends one request per connection: use --depth 1");

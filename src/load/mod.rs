@@ -6,6 +6,7 @@ mod accounting;
 pub mod arrivals;
 pub mod external;
 mod fdlimit;
+mod h2;
 pub mod kvd;
 pub mod merge;
 mod preload;
@@ -86,6 +87,8 @@ pub struct ProtoOptions {
     pub requests: Option<std::sync::Arc<template::RequestFile>>,
     /// How each connection picks from `requests`.
     pub order: template::Order,
+    /// HTTP/2: with prior knowledge on `http://` (as `h2c://`), by ALPN on `https://`.
+    pub http2: bool,
 }
 
 impl Default for ProtoOptions {
@@ -105,6 +108,7 @@ impl Default for ProtoOptions {
             new_connection_per_request: false,
             requests: None,
             order: template::Order::Weighted,
+            http2: false,
         }
     }
 }

@@ -15,6 +15,8 @@ pub struct Target {
     pub addr: SocketAddr,
     /// TLS over the connections (`https://`).
     pub tls: Option<TlsClient>,
+    /// HTTP/2 (`h2c://`, or `--http2`).
+    pub http2: bool,
     kind: Kind,
     /// `--requests`, compiled for this target's protocol.
     templates: Option<Arc<template::Compiled>>,
@@ -32,7 +34,7 @@ impl Target {
     pub fn parse(url: &str, opts: &ProtoOptions) -> Result<Target, LoadError> {
         let bad = |why: String| LoadError::BadInput(format!("bad URL {url:?}: {why}"));
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            bad("expected SCHEME://HOST:PORT (http, https, redis, msgr) or shm://NAME".into())
+            bad("expected SCHEME://HOST:PORT (http, https, h2c, redis, msgr) or shm://NAME".into())
         })?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -41,17 +43,18 @@ impl Target {
         let default_port = match scheme {
             "http" => 80,
             "https" => 443,
+            "h2c" => 80,
             "redis" => 6379,
             "msgr" => 9000,
             other => {
                 return Err(bad(format!(
-                    "unknown scheme {other:?}; use http, https, redis, msgr or shm"
+                    "unknown scheme {other:?}; use http, https, h2c, redis, msgr or shm"
                 )))
             }
         };
         let addr = resolve(authority, default_port).map_err(bad)?;
         let kind = match scheme {
-            "http" | "https" => Kind::Http {
+            "http" | "https" | "h2c" => Kind::Http {
                 host: authority.to_string(),
                 path: path.to_string(),
             },
@@ -83,9 +86,31 @@ impl Target {
             ));
         }
         let templates = templates(opts, &kind)?;
+        let http2 = scheme == "h2c" || opts.http2;
+        if http2 && !matches!(kind, Kind::Http { .. }) {
+            return Err(LoadError::BadInput(
+                "--http2 works with http:// and https:// targets only".into(),
+            ));
+        }
+        if http2 && tls.is_some() {
+            return Err(LoadError::BadInput(
+                "HTTP/2 over TLS (https:// with --http2) is not available yet: use h2c:// (HTTP/2 without TLS)".into(),
+            ));
+        }
+        if http2 && opts.requests.is_some() {
+            return Err(LoadError::BadInput(
+                "--requests works with HTTP/1.1 and redis only (not with HTTP/2 yet)".into(),
+            ));
+        }
+        if http2 && opts.new_connection_per_request {
+            return Err(LoadError::BadInput(
+                "--new-connection-per-request works with HTTP/1.1 only".into(),
+            ));
+        }
         Ok(Target {
             addr,
             tls,
+            http2,
             kind,
             templates,
         })
@@ -97,6 +122,40 @@ impl Target {
             Kind::Redis(space) => Some(space),
             _ => None,
         }
+    }
+
+    /// HTTP/2: the request every stream sends, and its body.
+    pub fn http2_request(&self, opts: &ProtoOptions) -> (http::Request<()>, Option<bytes::Bytes>) {
+        let Kind::Http { host, path } = &self.kind else {
+            unreachable!("HTTP/2 is checked to be HTTP by Target::parse");
+        };
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut req = http::Request::builder()
+            .method(opts.method.as_str())
+            .uri(format!("{scheme}://{host}{path}"));
+        for h in &opts.headers {
+            let Some((name, value)) = h.split_once(':') else {
+                continue;
+            };
+            let name = name.trim();
+            // Connection-specific headers are forbidden in HTTP/2; the host is :authority.
+            let hop = [
+                "connection",
+                "host",
+                "keep-alive",
+                "transfer-encoding",
+                "upgrade",
+            ];
+            if !hop.iter().any(|h| name.eq_ignore_ascii_case(h)) {
+                req = req.header(name, value.trim());
+            }
+        }
+        let body = opts.body.as_ref().map(|b| bytes::Bytes::from(b.clone()));
+        if let Some(b) = &body {
+            req = req.header("content-length", b.len());
+        }
+        let req = req.body(()).unwrap_or_else(|_| http::Request::new(()));
+        (req, body)
     }
 
     /// The protocol state of connection number `index`.

@@ -22,6 +22,7 @@ mod external_servers;
 mod flame;
 mod gaps;
 mod gates;
+mod h2;
 mod hostile;
 mod hosts;
 mod instances;

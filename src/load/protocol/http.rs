@@ -94,7 +94,8 @@ pub fn parse_response(buf: &[u8]) -> Reply {
     }
 }
 
-fn status_error(status: u16) -> Option<&'static str> {
+/// The error kind of an HTTP status (`None` for 2xx).
+pub(crate) fn status_error(status: u16) -> Option<&'static str> {
     match status {
         200..=299 => None,
         100..=199 => Some("http_1xx"),

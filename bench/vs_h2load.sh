@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# stairbench load vs h2load (nghttp2) over HTTP/2 with prior knowledge (h2c) on nginx: nginx
+# (1 worker, `listen PORT http2`) on core 0, the generator on core 1, the same connections ×
+# streams, alternating runs. For each run: requests/s and the generator's whole process CPU
+# (user + system, start to exit) per completed request; then the medians and the ratios
+# stairbench/h2load. (HTTP/2 over TLS is not available in stairbench yet.)
+#
+# Usage (after `cargo build --release`): bench/vs_h2load.sh
+# Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=16 STREAMS=8 SERVER_CPU=0 CLIENT_CPU=1
+#                         CPU_METHOD=perf STAIRBENCH=target/release/stairbench
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-5}
+CONNECTIONS=${CONNECTIONS:-16}
+STREAMS=${STREAMS:-8}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+STAIRBENCH=${STAIRBENCH:-target/release/stairbench}
+
+die() { echo "vs_h2load: $*" >&2; exit 1; }
+
+program() { # the path of $1, looking in sbin too (Debian's nginx)
+    command -v "$1" 2>/dev/null || { [ -x "/usr/sbin/$1" ] && echo "/usr/sbin/$1"; } || return 1
+}
+
+NGINX=$(program nginx) || die "nginx not found (apt-get install nginx-light)"
+H2LOAD=$(program h2load) || die "h2load not found (apt-get install nghttp2-client)"
+[ -x "$STAIRBENCH" ] || die "$STAIRBENCH not found: run cargo build --release first"
+
+WORK=$(mktemp -d /tmp/stairbench-vs-h2load.XXXXXX)
+chmod 755 "$WORK" # nginx's worker runs as nobody when started by root
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+
+start_nginx() {
+    mkdir -p "$WORK/root"
+    printf 'hello\n' >"$WORK/root/index.html"
+    cat >"$WORK/nginx.conf" <<CONF
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile 8192;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/client_body;
+    proxy_temp_path $WORK/proxy;
+    fastcgi_temp_path $WORK/fastcgi;
+    uwsgi_temp_path $WORK/uwsgi;
+    scgi_temp_path $WORK/scgi;
+    server {
+        listen 127.0.0.1:$1 http2;
+        keepalive_requests 1000000;
+        root $WORK/root;
+        location / { index index.html; }
+    }
+}
+CONF
+    setsid taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" \
+        </dev/null >"$WORK/nginx.log" 2>&1 &
+    SERVER_PID=$!
+    wait_port "$1"
+}
+
+# run_h2load N URL: prints "requests req_per_s cpu_us"
+run_h2load() {
+    local out="$WORK/h2load.$1"
+    measured "$out.cpu" taskset -c "$CLIENT_CPU" "$H2LOAD" -t1 -c"$CONNECTIONS" -m"$STREAMS" \
+        -D"$DURATION" "$2" >"$out"
+    local requests rps
+    requests=$(awk '/^requests:/ { print $8 }' "$out")
+    rps=$(awk '/^finished in/ { gsub(",", "", $4); print $4 }' "$out")
+    [ -n "$requests" ] && [ -n "$rps" ] || die "unreadable h2load output: $(cat "$out")"
+    echo "$requests $rps $(cat "$out.cpu")"
+}
+
+json_number() {
+    grep -oE "\"$2\"[[:space:]]*:[[:space:]]*[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*:[[:space:]]*//'
+}
+
+# run_stairbench N URL: prints "requests req_per_s cpu_us"
+run_stairbench() {
+    local out="$WORK/stairbench.$1"
+    measured "$out.cpu" taskset -c "$CLIENT_CPU" "$STAIRBENCH" load "$2" -c "$CONNECTIONS" -t 1 \
+        --depth "$STREAMS" -d "$DURATION" --json "$out.json" >"$out" 2>&1
+    local requests rps
+    requests=$(json_number "$out.json" requests)
+    rps=$(json_number "$out.json" throughput_rps)
+    [ -n "$requests" ] && [ -n "$rps" ] || die "unreadable stairbench JSON: $(cat "$out.json" "$out")"
+    echo "$requests $rps $(cat "$out.cpu")"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+report_run() { # TOOL N "requests rps cpu_us"
+    set -- "$1" "$2" $3
+    awk -v t="$1" -v n="$2" -v q="$3" -v r="$4" -v c="$5" 'BEGIN {
+        printf "%-11s run %d: %10.0f req/s  %9d requests  %8.3f CPU µs/request\n", t, n, r, q, c / q }'
+}
+
+PORT=$(free_port)
+start_nginx "$PORT"
+echo "nginx (h2c) on core $SERVER_CPU, port $PORT; generators on core $CLIENT_CPU;" \
+    "$CONNECTIONS connections × $STREAMS streams, ${DURATION}s per run, $RUNS runs each; CPU by $CPU_METHOD"
+: >"$WORK/h2load.results"
+: >"$WORK/stairbench.results"
+for n in $(seq "$RUNS"); do
+    result=$(run_h2load "$n" "http://127.0.0.1:$PORT/")
+    report_run h2load "$n" "$result"
+    echo "$result" >>"$WORK/h2load.results"
+    result=$(run_stairbench "$n" "h2c://127.0.0.1:$PORT/")
+    report_run stairbench "$n" "$result"
+    echo "$result" >>"$WORK/stairbench.results"
+done
+
+summary() { # FILE: "median_rps median_cpu_us_per_req"
+    echo "$(awk '{ print $2 }' "$1" | median) $(awk '{ print $3 / $1 }' "$1" | median)"
+}
+read -r h_rps h_cpu <<<"$(summary "$WORK/h2load.results")"
+read -r sb_rps sb_cpu <<<"$(summary "$WORK/stairbench.results")"
+awk -v hr="$h_rps" -v hc="$h_cpu" -v sr="$sb_rps" -v sc="$sb_cpu" 'BEGIN {
+    printf "\nmedians\n"
+    printf "  h2load      %10.0f req/s  %8.3f CPU µs/request\n", hr, hc
+    printf "  stairbench  %10.0f req/s  %8.3f CPU µs/request\n", sr, sc
+    printf "ratios stairbench/h2load: req/s %.3f, CPU per request %.3f\n", sr / hr, sc / hc
+    ok = (sc / hc <= 1.0 && sr >= hr)
+    printf "target (CPU per request <= 1.0x h2load, req/s >= h2load): %s\n", ok ? "met" : "NOT met"
+}'
