@@ -93,20 +93,26 @@ fn rate_and_cv(times: &[Instant]) -> (f64, f64) {
 #[test]
 fn poisson_keeps_the_rate_with_exponential_gaps() {
     let (port, seen) = server(|| Duration::ZERO);
+    // The server reads each request on a thread of its own: on a busy machine that blurs the
+    // gaps (reads delayed then coalesced), so few connections, wide gaps, and bounds that
+    // still tell exponential gaps (cv 1) from even ones (cv 0); the schedule's own cv is
+    // checked exactly in `load::arrivals`' unit tests.
     for (arrivals, cv_range) in [
-        (Arrivals::Poisson, 0.8..1.25),
-        (Arrivals::Uniform, 0.0..0.5),
+        (Arrivals::Poisson, 0.75..1.6),
+        (Arrivals::Uniform, 0.0..0.6),
     ] {
         seen.lock().unwrap().clear();
-        let (r, _) = run(&open_loop(port, 1000.0, arrivals));
+        let mut config = open_loop(port, 500.0, arrivals);
+        config.connections = 4;
+        let (r, _) = run(&config);
         let times = seen.lock().unwrap().clone();
         assert_eq!(times.len() as u64, r.sent, "{arrivals:?}");
         let (rate, cv) = rate_and_cv(&times);
-        assert!((rate - 1000.0).abs() < 100.0, "{arrivals:?}: {rate} req/s");
+        assert!((rate - 500.0).abs() < 50.0, "{arrivals:?}: {rate} req/s");
         assert!(cv_range.contains(&cv), "{arrivals:?}: gaps' cv {cv}");
         assert!(r.errors.is_empty(), "{:?}", r.errors);
         assert!(
-            (r.throughput_rps - 1000.0).abs() < 100.0,
+            (r.throughput_rps - 500.0).abs() < 50.0,
             "{}",
             r.throughput_rps
         );
