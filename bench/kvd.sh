@@ -20,7 +20,7 @@ die() { echo "kvd.sh: $*" >&2; exit 1; }
 p50_client_us() { python3 -c 'import json,sys; print(json.load(sys.stdin)["latency_us"]["p50"])'; }
 p50_daemon_us() {
     python3 - "$1" <<'PY'
-import json, sys, base64, zlib, struct
+import json, sys
 from hdrh.histogram import HdrHistogram
 m = json.load(open(sys.argv[1]))
 h = HdrHistogram.decode(m["histograms"]["rtt"])
@@ -58,7 +58,6 @@ SERVER_PID=$kvd_pid
 wait_port "$mport"
 remote=(); ping=()
 for _ in $(seq "$ROUNDS"); do
-    cp /dev/null "$WORK/m0.json"
     "$BIN" load "kvd://$name,$name-r1" --connections 2 --duration "${SECS}s" --warmup 1s \
         --read-ratio 0.5 --json - >/dev/null 2>&1
     sleep 0.3
