@@ -43,8 +43,8 @@ pub const SET_UP_ESTIMATE: Duration = Duration::from_secs(8);
 /// group, in parallel).
 pub const FETCH_ESTIMATE: Duration = Duration::from_secs(1);
 
-/// What other hosts add to a run of `steps` steps: the set-up once (when there are hosts),
-/// and per step with remote client groups the common-start lead and the fetch.
+/// What other hosts add to a run: the set-up once (when there are hosts), and
+/// per step with client groups the common-start lead (and with remote ones the fetch).
 pub fn hosts_overhead(hosts: &crate::sweep::plan::hosts::HostPlan) -> (Duration, Duration) {
     let set_up = if hosts.hosts.is_empty() {
         Duration::ZERO
