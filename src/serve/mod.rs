@@ -21,8 +21,8 @@ pub enum ServeCommand {
     Msgr(MsgrArgs),
     /// Shared-memory hash-table server: one shared request channel, or rings per worker.
     Shmkv(shmkv::ShmkvArgs),
-    /// Seed 004's key-value daemon: shared-memory clients, key k on rank k mod ranks, remote
-    /// keys forwarded over TCP to their rank's daemon; per-request phase histograms.
+    /// Key-value daemon of several ranks: shared-memory clients, key k on rank k mod ranks,
+    /// remote keys forwarded over TCP to their rank's daemon; per-request phase histograms.
     Kvd(kvd::KvdArgs),
 }
 
