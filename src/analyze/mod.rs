@@ -7,7 +7,6 @@
 //! read the run's records and nothing above this layer: `report` renders what they find.
 
 pub mod compare;
-pub mod diagnosis;
 pub mod knee;
 pub mod little;
 pub mod modes;
@@ -18,4 +17,6 @@ pub mod table;
 pub mod thresholds;
 pub mod usl;
 
+/// Why each series stops scaling (it lives beside the run analysis it reads).
+pub use run::diagnosis;
 pub use series::{analyze_table, Analysis, AnalyzeError, AnalyzeOptions, GroupAnalysis};

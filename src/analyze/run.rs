@@ -23,6 +23,7 @@ use crate::analyze::usl::{self, UslFit};
 use crate::record::hlog::read_hlog_or_empty;
 use crate::record::steps::{read_steps, StepResult, StepStatus};
 
+pub mod diagnosis;
 mod merged;
 pub mod peak;
 
@@ -40,7 +41,7 @@ pub struct RunAnalysis {
     /// One entry per target × placement, in the order the series first ran.
     pub series: Vec<SeriesAnalysis>,
     /// Why each series stops scaling: one diagnosis per series, in the same order.
-    pub diagnosis: Vec<crate::analyze::diagnosis::Diagnosis>,
+    pub diagnosis: Vec<diagnosis::Diagnosis>,
     /// The spec's `[[comparisons]]`, resolved against the steps.
     pub comparisons: Vec<ComparisonOutcome>,
     /// What could not be analysed and why (unreadable histogram, bad comparison).
@@ -284,16 +285,13 @@ fn analyze_series(
     }
 }
 
-fn diagnose_series(
-    series: &SeriesAnalysis,
-    all: &[StepResult],
-) -> crate::analyze::diagnosis::Diagnosis {
+fn diagnose_series(series: &SeriesAnalysis, all: &[StepResult]) -> diagnosis::Diagnosis {
     let steps: Vec<&StepResult> = all
         .iter()
         .filter(|s| s.target == series.target && s.placement == series.placement)
         .filter(|s| s.status == StepStatus::Ok && s.load.is_some())
         .collect();
-    crate::analyze::diagnosis::diagnose(series, &steps)
+    diagnosis::diagnose(series, &steps)
 }
 
 /// The load levels of a series whose steps ended with too many errors, in load order.

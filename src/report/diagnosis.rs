@@ -5,7 +5,6 @@
 use std::fmt::Write as _;
 
 use super::cell::escape;
-use super::html::page::Section;
 use super::svg;
 use crate::analyze::diagnosis::{Diagnosis, Evidence};
 use crate::analyze::run::RunAnalysis;
@@ -77,8 +76,9 @@ pub fn text(a: &RunAnalysis) -> String {
     out
 }
 
-/// report.html's opening section: each sentence verbatim, its verdict and evidence folded.
-pub fn html(a: &RunAnalysis) -> Option<Section> {
+/// The body of report.html's opening section: each sentence verbatim, its verdict and
+/// evidence folded.
+pub fn html(a: &RunAnalysis) -> Option<String> {
     if a.diagnosis.is_empty() {
         return None;
     }
@@ -95,12 +95,13 @@ pub fn html(a: &RunAnalysis) -> Option<Section> {
         }
         body.push_str("</ul></details>");
     }
-    Some(Section::titled("diagnosis", "Why it stops scaling", &body))
+    Some(body)
 }
 
-/// One chart per series: the server threads' CPU (percent of one CPU) at each step, stacked
-/// by merged thread name. None when no step recorded its threads.
-pub fn thread_charts(steps: &[StepResult], a: &RunAnalysis) -> Option<Section> {
+/// One chart per series (the body of report.html's section): the server threads' CPU
+/// (percent of one CPU) at each step, stacked by merged thread name. None when no step
+/// recorded its threads.
+pub fn thread_charts(steps: &[StepResult], a: &RunAnalysis) -> Option<String> {
     let mut body = String::new();
     for s in &a.series {
         let of_series: Vec<&StepResult> = steps
@@ -121,7 +122,7 @@ pub fn thread_charts(steps: &[StepResult], a: &RunAnalysis) -> Option<Section> {
             );
         }
     }
-    (!body.is_empty()).then(|| Section::titled("threads", "Server threads", &body))
+    (!body.is_empty()).then_some(body)
 }
 
 fn thread_chart(target: &str, placement: &str, steps: &[&StepResult]) -> Option<svg::StackedBars> {
@@ -248,7 +249,6 @@ mod tests {
         );
         assert!(html(&a)
             .unwrap()
-            .html
             .contains("<strong>redis/separated stops scaling at 4 clients"));
         assert_eq!(markdown(&RunAnalysis::default()), "");
     }

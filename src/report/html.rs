@@ -212,8 +212,10 @@ pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::Ada
     data.tables.clear();
     threads_condition(&mut data);
     data.conclusions = findings::conclusions(a);
-    data.diagnosis = super::diagnosis::html(a);
-    data.thread_charts = super::diagnosis::thread_charts(&run.steps, a);
+    data.diagnosis = super::diagnosis::html(a)
+        .map(|body| page::Section::titled("diagnosis", "Why it stops scaling", &body));
+    data.thread_charts = super::diagnosis::thread_charts(&run.steps, a)
+        .map(|body| page::Section::titled("threads", "Server threads", &body));
     data.thresholds = super::gates::lines(a);
     data.markdown = from_markdown::convert(&markdown::sections(run, a));
     data.profiles = run.profiles.clone();

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::run::{LoadPoint, SeriesAnalysis};
+use super::{LittleRow, LoadPoint, SeriesAnalysis};
 use crate::record::steps::StepResult;
 
 /// A cpuset at least this busy (percent) has no room left.
@@ -301,7 +301,7 @@ fn client(c: &Ctx) -> Option<Found> {
         }
     }
     let ratio = top.little_ratio?;
-    (ratio < 1.0 - 2.0 * super::little::TOLERANCE).then(|| {
+    (ratio < 1.0 - 2.0 * crate::analyze::little::TOLERANCE).then(|| {
         let inflight = top.inflight.unwrap_or(0.0);
         Found {
             limit: Limit::Client,
@@ -621,7 +621,7 @@ fn outside(c: &Ctx) -> Option<Found> {
     }
     let (a, b, g) = c.growth(|l| l.latency_us)?;
     let ratio = top.little_ratio?;
-    if g < FLAT_GROWTH || (ratio - 1.0).abs() > 2.0 * super::little::TOLERANCE {
+    if g < FLAT_GROWTH || (ratio - 1.0).abs() > 2.0 * crate::analyze::little::TOLERANCE {
         return None;
     }
     let mut evidence = vec![
@@ -752,12 +752,12 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
             .collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
-    let little: Vec<&super::run::LittleRow> = series
+    let little: Vec<&LittleRow> = series
         .little
         .iter()
         .filter(|r| r.clients == p.clients)
         .collect();
-    let little_mean = |f: fn(&super::run::LittleRow) -> f64| {
+    let little_mean = |f: fn(&LittleRow) -> f64| {
         (!little.is_empty()).then(|| little.iter().map(|r| f(r)).sum::<f64>() / little.len() as f64)
     };
     let busiest = reps
