@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::remote_group::{remote_load, settle_fetched};
+pub use super::remote_group::load_args;
+use super::remote_group::{remote_load, settle_fetched, GroupFailure, GroupStart};
 use super::session::HostSession;
 use crate::clock::now_ns;
 use crate::load::merge::{ChannelSink, Line, LineMerger};
@@ -111,18 +112,6 @@ impl GroupHost {
             _ => ClockOffset::default(),
         }
     }
-}
-
-/// Why a client group gave no load.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GroupFailure {
-    /// Its host: ssh could not reach it, or its session was lost (counts toward marking the
-    /// host down).
-    Host(String),
-    /// The load itself, or its files (the host answered).
-    Load(String),
-    /// Stopped because another group failed, or by Ctrl-C.
-    Stopped,
 }
 
 /// Runs steps over the client groups (or with `single` when the plan has none).
@@ -439,17 +428,6 @@ fn group_request(req: &StepRequest, k: usize, n: usize) -> StepRequest {
     }
 }
 
-/// When a group starts: the instant in its host's clock (`at`, ns), the lead it was planned
-/// with, and where a remote group records how long its start took (ns, the slowest kept).
-pub struct GroupStart<'a> {
-    /// The common start in the group's host's clock, ns since the Unix epoch.
-    pub at: i64,
-    /// The common-start lead of the step.
-    pub lead: Duration,
-    /// The slowest remote start of the step so far, ns.
-    pub slowest: &'a AtomicU64,
-}
-
 /// Runs one group: here with the engine, on a host with `stairbench load` over ssh. `halt`
 /// stops it early.
 fn run_group(
@@ -526,65 +504,6 @@ fn follow_planned_window(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-}
-
-/// `stairbench load` arguments for a group's share of a step.
-pub fn load_args(sub: &StepRequest, proto: &ProtoOptions) -> Vec<String> {
-    let secs = |d: Duration| format!("{}ms", d.as_millis());
-    let mut args: Vec<String> = vec![
-        "load".into(),
-        sub.url.clone(),
-        "--connections".into(),
-        sub.connections.to_string(),
-        "--threads".into(),
-        sub.threads.to_string(),
-        "--duration".into(),
-        secs(sub.duration),
-        "--warmup".into(),
-        secs(sub.warmup),
-        "--timeout".into(),
-        secs(sub.timeout),
-        "--depth".into(),
-        sub.depth.to_string(),
-    ];
-    if !sub.client_cpus.is_empty() {
-        args.extend(["--cpuset".into(), crate::cpuset::format(&sub.client_cpus)]);
-    }
-    if let Some(r) = sub.rate_rps {
-        args.extend(["--rate".into(), r.to_string()]);
-    }
-    args.extend(["--method".into(), proto.method.clone()]);
-    for h in &proto.headers {
-        args.extend(["--header".into(), h.clone()]);
-    }
-    if let Some(b) = &proto.body {
-        args.extend(["--body".into(), b.clone()]);
-    }
-    let distribution = match proto.distribution {
-        crate::load::Distribution::Uniform => "uniform".to_string(),
-        crate::load::Distribution::Zipf(t) => format!("zipf:{t}"),
-    };
-    args.extend([
-        "--keys".into(),
-        proto.keys.to_string(),
-        "--read-ratio".into(),
-        proto.read_ratio.to_string(),
-        "--value-size".into(),
-        proto.value_size.to_string(),
-        "--distribution".into(),
-        distribution,
-        "--seed".into(),
-        proto.seed.to_string(),
-        "--msg-size".into(),
-        proto.msg_size.to_string(),
-        // The step records the group's errors; the exit status must only say it ran.
-        "--max-error-ratio".into(),
-        "1".into(),
-    ]);
-    if proto.preload {
-        args.push("--preload".into());
-    }
-    args
 }
 
 #[cfg(test)]

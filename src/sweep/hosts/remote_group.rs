@@ -1,12 +1,12 @@
 //! A client group on another host: `stairbench load` started there over ssh, waited for
 //! (stopped at once when the step's other groups fail, or past a deadline), and its JSON and
-//! raw record brought back into the run directory's `hosts/` over one ssh session.
+//! raw record brought back into the run directory's `hosts/` over one ssh session. Also the
+//! `stairbench load` arguments of a group and why a group gives no load (`GroupFailure`).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::groups::{load_args, GroupFailure, GroupStart};
 use super::session::HostSession;
 use crate::load::raw::RawLoad;
 use crate::load::ProtoOptions;
@@ -14,6 +14,29 @@ use crate::record::load::LoadReport;
 use crate::remote::process::RemoteProcess;
 use crate::remote::{RemoteError, RemoteStatus};
 use crate::sweep::driver::StepRequest;
+
+/// Why a client group gave no load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupFailure {
+    /// Its host: ssh could not reach it, or its session was lost (counts toward marking the
+    /// host down).
+    Host(String),
+    /// The load itself, or its files (the host answered).
+    Load(String),
+    /// Stopped because another group failed, or by Ctrl-C.
+    Stopped,
+}
+
+/// When a group starts: the instant in its host's clock (`at`, ns), the lead it was planned
+/// with, and where a remote group records how long its start took (ns, the slowest kept).
+pub struct GroupStart<'a> {
+    /// The common start in the group's host's clock, ns since the Unix epoch.
+    pub at: i64,
+    /// The common-start lead of the step.
+    pub lead: Duration,
+    /// The slowest remote start of the step so far, ns.
+    pub slowest: &'a AtomicU64,
+}
 
 /// Time past the window and the request timeout a remote load may take to end before it is
 /// stopped (its connections drain, it writes its files).
@@ -145,4 +168,63 @@ pub fn settle_fetched(out_dir: &Path, subs: &[StepRequest], complete: bool) {
             }
         }
     }
+}
+
+/// `stairbench load` arguments for a group's share of a step.
+pub fn load_args(sub: &StepRequest, proto: &ProtoOptions) -> Vec<String> {
+    let secs = |d: Duration| format!("{}ms", d.as_millis());
+    let mut args: Vec<String> = vec![
+        "load".into(),
+        sub.url.clone(),
+        "--connections".into(),
+        sub.connections.to_string(),
+        "--threads".into(),
+        sub.threads.to_string(),
+        "--duration".into(),
+        secs(sub.duration),
+        "--warmup".into(),
+        secs(sub.warmup),
+        "--timeout".into(),
+        secs(sub.timeout),
+        "--depth".into(),
+        sub.depth.to_string(),
+    ];
+    if !sub.client_cpus.is_empty() {
+        args.extend(["--cpuset".into(), crate::cpuset::format(&sub.client_cpus)]);
+    }
+    if let Some(r) = sub.rate_rps {
+        args.extend(["--rate".into(), r.to_string()]);
+    }
+    args.extend(["--method".into(), proto.method.clone()]);
+    for h in &proto.headers {
+        args.extend(["--header".into(), h.clone()]);
+    }
+    if let Some(b) = &proto.body {
+        args.extend(["--body".into(), b.clone()]);
+    }
+    let distribution = match proto.distribution {
+        crate::load::Distribution::Uniform => "uniform".to_string(),
+        crate::load::Distribution::Zipf(t) => format!("zipf:{t}"),
+    };
+    args.extend([
+        "--keys".into(),
+        proto.keys.to_string(),
+        "--read-ratio".into(),
+        proto.read_ratio.to_string(),
+        "--value-size".into(),
+        proto.value_size.to_string(),
+        "--distribution".into(),
+        distribution,
+        "--seed".into(),
+        proto.seed.to_string(),
+        "--msg-size".into(),
+        proto.msg_size.to_string(),
+        // The step records the group's errors; the exit status must only say it ran.
+        "--max-error-ratio".into(),
+        "1".into(),
+    ]);
+    if proto.preload {
+        args.push("--preload".into());
+    }
+    args
 }
