@@ -232,13 +232,15 @@ impl Ctx<'_> {
 
 type Rule = fn(&Ctx) -> Option<Found>;
 
-/// In the order they are tried: a saturated client hides everything; a fall after the peak
-/// is the most specific shape; a queue of runnable threads makes a cpuset look busy.
+/// In the order they are tried: a saturated client hides everything; a queue of runnable
+/// threads makes a cpuset look busy; a saturated single thread is the limit even when
+/// throughput then falls (noise, or that thread doing more per request); a fall after the
+/// peak is the most specific of the rest.
 const RULES: [Rule; 7] = [
     client,
-    coherency,
     oversubscription,
     one_thread,
+    coherency,
     server_cpu,
     contention,
     outside,
