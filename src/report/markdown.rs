@@ -27,8 +27,9 @@ impl Exporter for Markdown {
             }
         };
         let mut out = format!("# {}\n\n", escape(&run.name));
-        out.push_str(&super::diagnosis::markdown(analysis));
+        // The gate a CI job reads first, then why the curve stops: both before any table.
         out.push_str(&super::gates::markdown(analysis));
+        out.push_str(&super::diagnosis::markdown(analysis));
         conditions(&mut out, run);
         let _ = writeln!(out, "{}\n", step_counts(&run.steps));
         observer_cost(&mut out, &run.steps);

@@ -19,10 +19,10 @@ pub fn page(data: &ReportData) -> Page {
 
 fn sections(data: &ReportData) -> Vec<Section> {
     let mut out = Vec::new();
-    out.extend(data.diagnosis.clone());
     if !data.thresholds.is_empty() {
         out.push(thresholds(&data.thresholds));
     }
+    out.extend(data.diagnosis.clone());
     if !data.conclusions.is_empty() {
         out.push(conclusions(&data.conclusions));
     }
