@@ -16,7 +16,6 @@ mod arrivals;
 mod cli;
 mod compare;
 mod demo;
-mod diagnosis;
 mod external_load;
 mod external_servers;
 mod flame;
