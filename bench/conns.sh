@@ -116,8 +116,6 @@ run_wrk() {
     echo "$requests $(cat "$out.time")"
 }
 
-json_number() { grep -oE "\"$2\"[[:space:]]*:[[:space:]]*[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*:[[:space:]]*//'; }
-
 # run_stairbench N URL CONNS: prints "requests peak_kb cpu_us"
 run_stairbench() {
     local out="$WORK/stairbench.$3.$1"
@@ -130,8 +128,6 @@ run_stairbench() {
     python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["errors"]; e and print("stairbench errors:", e, file=sys.stderr)' "$out.json" || true
     echo "$requests $(cat "$out.time")"
 }
-
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 report_run() { # TOOL N CONNS "requests peak_kb cpu_us"
     set -- "$1" "$2" "$3" $4

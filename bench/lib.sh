@@ -68,3 +68,20 @@ measured() {
     esac
     [ -s "$cpu_file" ] || die "could not read the CPU time of: $* ($(cat "$raw" 2>/dev/null))"
 }
+
+# json_number FILE KEY: the first number stored under KEY in a JSON file.
+json_number() {
+    grep -oE "\"$2\"[[:space:]]*:[[:space:]]*[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*:[[:space:]]*//'
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+report_run() { # TOOL N "requests rps cpu_us"
+    set -- "$1" "$2" $3
+    awk -v t="$1" -v n="$2" -v q="$3" -v r="$4" -v c="$5" 'BEGIN {
+        printf "%-11s run %d: %10.0f req/s  %9d requests  %8.3f CPU µs/request\n", t, n, r, q, c / q }'
+}
+
+summary() { # FILE: "median_rps median_cpu_us_per_req"
+    echo "$(awk '{ print $2 }' "$1" | median) $(awk '{ print $3 / $1 }' "$1" | median)"
+}

@@ -37,11 +37,6 @@ wait_port "$PORT"
 URL="redis://127.0.0.1:$PORT"
 printf 'SET key:{uniform:1024} {rand:60}-{seq}\n' >"$WORK/req.txt"
 
-# json_number FILE KEY: the first number under KEY in the load JSON.
-json_number() {
-    grep -oE "\"$2\"[[:space:]]*:[[:space:]]*[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*:[[:space:]]*//'
-}
-
 # run NAME N ARGS...: prints "requests req_per_s cpu_us_per_request"
 run() {
     local out="$WORK/$1.$2.json"
@@ -55,8 +50,6 @@ run() {
     s=$(json_number "$out" sys_s)
     awk -v q="$q" -v r="$r" -v u="$u" -v s="$s" 'BEGIN { printf "%d %.0f %.4f\n", q, r, (u + s) * 1e6 / q }'
 }
-
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 echo "redis on core $SERVER_CPU, generator on core $CLIENT_CPU; $CONNECTIONS connections, depth $DEPTH," \
     "${DURATION}s per run, $RUNS runs each, alternating"

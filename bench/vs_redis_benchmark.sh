@@ -54,9 +54,6 @@ run_redis_benchmark() {
 }
 
 # json_number FILE KEY: a top-level number of the load JSON.
-json_number() {
-    grep -oE "\"$2\"[[:space:]]*:[[:space:]]*[0-9.eE+-]+" "$1" | head -1 | sed -E 's/.*:[[:space:]]*//'
-}
 
 # run_stairbench N URL: prints "requests req_per_s cpu_us"
 run_stairbench() {
@@ -68,14 +65,6 @@ run_stairbench() {
     rps=$(json_number "$out.json" throughput_rps)
     [ -n "$requests" ] && [ -n "$rps" ] || die "unreadable stairbench JSON: $(cat "$out.json" "$out")"
     echo "$requests $rps $(cat "$out.cpu")"
-}
-
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-
-report_run() { # TOOL N "requests rps cpu_us"
-    set -- "$1" "$2" $3
-    awk -v t="$1" -v n="$2" -v q="$3" -v r="$4" -v c="$5" 'BEGIN {
-        printf "%-11s run %d: %10.0f req/s  %9d requests  %8.3f CPU µs/request\n", t, n, r, q, c / q }'
 }
 
 PORT=$(free_port)
@@ -95,9 +84,6 @@ for n in $(seq "$RUNS"); do
     echo "$result" >>"$WORK/stairbench.results"
 done
 
-summary() { # FILE: "median_rps median_cpu_us_per_req"
-    echo "$(awk '{ print $2 }' "$1" | median) $(awk '{ print $3 / $1 }' "$1" | median)"
-}
 read -r tool_rps tool_cpu <<<"$(summary "$WORK/redis-benchmark.results")"
 read -r sb_rps sb_cpu <<<"$(summary "$WORK/stairbench.results")"
 awk -v wr="$tool_rps" -v wc="$tool_cpu" -v sr="$sb_rps" -v sc="$sb_cpu" 'BEGIN {
