@@ -188,6 +188,12 @@ impl Threads {
         let mut window = WindowSignal::new(t0, sched);
         merger.collect(&self.rx, sink, stop, &self.stop_flag, &mut window);
         handles.into_iter().for_each(|h| drop(h.join()));
+        if merger.totals.len() < config.threads {
+            return Err(LoadError::LostThread {
+                reported: merger.totals.len(),
+                threads: config.threads,
+            });
+        }
         Ok(merger.finish(
             config,
             connect_s / config.connections as f64,

@@ -220,6 +220,15 @@ pub enum LoadError {
         /// Connections that fit under the hard limit.
         usable: u64,
     },
+    /// A generator thread ended without its totals (it panicked or returned early): the
+    /// figures would silently leave its requests out.
+    #[error("only {reported} of {threads} generator threads reported their totals: the load's figures would be incomplete")]
+    LostThread {
+        /// Threads whose totals arrived.
+        reported: usize,
+        /// Threads started.
+        threads: usize,
+    },
     /// Any other I/O failure of the engine itself.
     #[error("{context}")]
     Io {

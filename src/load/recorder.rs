@@ -374,8 +374,10 @@ impl Recorder {
         self.interval += 1;
     }
 
-    /// Sends the thread's totals (its CPU over the window included).
-    pub fn finish(mut self) {
+    /// Sends the thread's totals (its CPU over the window included). Takes `&mut self`: the
+    /// HTTP/2 thread's recorder sits behind a shared pointer that a reconnecting task may still
+    /// hold when the load ends.
+    pub fn finish(&mut self) {
         let (u1, s1, c1) = thread_rusage();
         if let Some((u0, s0, c0)) = self.window_rusage {
             self.totals.window_user_s = u1 - u0;
@@ -383,7 +385,9 @@ impl Recorder {
             self.totals.window_cpu_s = (c1 - c0 - self.window_idle_ns as f64 / 1e9).max(0.0);
         }
         self.totals.window_end_ns = self.end_ns;
-        let _ = self.tx.send(Msg::Done(Box::new(self.totals)));
+        let _ = self
+            .tx
+            .send(Msg::Done(Box::new(std::mem::take(&mut self.totals))));
     }
 }
 
