@@ -91,24 +91,32 @@ fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
     let _peers = StopOnDrop(peers);
     let server = crate::serve::kvd::spawn_kvd(args)
         .with_context(|| format!("starting kvd rank {} ({:?})", args.rank, args.name))?;
-    eprintln!(
+    say_line(&format!(
         "kvd: rank {} of {} serving {}, pid {}; clients use kvd://{}",
         args.rank,
         args.ranks.split(',').count(),
         server.path(),
         std::process::id(),
         args.name
-    );
+    ));
     while !stop.load(Ordering::Relaxed) && !server.finished() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let c = server.shared.counters();
     drop(server);
-    eprintln!(
+    say_line(&format!(
         "kvd: stopped; region removed; {} requests ({} local, {} remote), {} from peers, {} misses, {} peer_down",
         c.shm_requests, c.local, c.remote, c.incoming, c.misses, c.peer_down
-    );
+    ));
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line to stderr in one write: the ranks rank 0 starts share its stderr, and
+/// `eprintln!` writes piece by piece, so their ready lines interleaved mid-line and the
+/// runner's ready-line probe missed them.
+fn say_line(line: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// The peers rank 0 started: SIGTERM and reaped when it ends.
