@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 use super::engine::{ThreadBody, Threads};
 use super::protocol::redis::{KeySpace, SplitMix64};
 use super::recorder::{Msg, Recorder, Schedule};
+use super::shm::key_width;
 use super::{LoadConfig, LoadError, LoadOutcome};
 use crate::record::load::IntervalSink;
 use crate::wire::kvd::{attach, ST_PEER_DOWN};
-use crate::wire::shmkv::msg::{MAX_KEY, MAX_VALUE, OP_GET, OP_SET, ST_NOT_FOUND, ST_OK};
+use crate::wire::shmkv::msg::{MAX_KEY, OP_GET, OP_SET, ST_NOT_FOUND, ST_OK};
 use crate::wire::shmkv::per_worker::Client;
 use crate::wire::shmkv::sync::pid_alive;
 use crate::wire::shmkv::ShmkvError;
@@ -88,7 +89,6 @@ fn check(config: &LoadConfig) -> Result<Vec<String>, LoadError> {
             return bad(format!("bad URL {:?}: {e}", config.url));
         }
     }
-    let o = &config.proto;
     if config.connections == 0 || config.duration.is_zero() || config.timeout.is_zero() {
         return bad("--connections, --duration and --timeout must be above zero".into());
     }
@@ -101,26 +101,8 @@ fn check(config: &LoadConfig) -> Result<Vec<String>, LoadError> {
             crate::wire::shmkv::per_worker::CELLS
         ));
     }
-    if !(0.0..=1.0).contains(&o.read_ratio) {
-        return bad(format!(
-            "--read-ratio must be between 0 and 1, got {}",
-            o.read_ratio
-        ));
-    }
-    if o.value_size > MAX_VALUE {
-        return bad(format!(
-            "--value-size is at most {MAX_VALUE} bytes for kvd://"
-        ));
-    }
-    if config.cpuset.as_ref().is_some_and(|c| c.is_empty()) {
-        return bad("--cpuset is empty".into());
-    }
-    super::engine::check_cpus(config)?;
+    super::shm::check_slot_options(config, "kvd://")?;
     Ok(names)
-}
-
-fn key_width(keys: u64) -> usize {
-    (keys.max(1) - 1).to_string().len()
 }
 
 /// One request slot of a client thread.

@@ -67,28 +67,36 @@ fn check(config: &LoadConfig) -> Result<String, LoadError> {
     if o.distribution != Distribution::Uniform {
         return bad("shm:// draws keys uniformly: drop --distribution".into());
     }
+    if o.keys == 0 || key_width(o.keys) + 4 > MAX_KEY {
+        return bad(format!("--keys must be between 1 and 10^{}", MAX_KEY - 4));
+    }
+    check_slot_options(config, "shm://")?;
+    Ok(name)
+}
+
+/// The checks every shared-memory client shares (`shm://`, `kvd://`): read ratio, value size,
+/// the generator's CPUs.
+pub(super) fn check_slot_options(config: &LoadConfig, scheme: &str) -> Result<(), LoadError> {
+    let bad = |s: String| Err(LoadError::BadInput(s));
+    let o = &config.proto;
     if !(0.0..=1.0).contains(&o.read_ratio) {
         return bad(format!(
             "--read-ratio must be between 0 and 1, got {}",
             o.read_ratio
         ));
     }
-    if o.keys == 0 || key_width(o.keys) + 4 > MAX_KEY {
-        return bad(format!("--keys must be between 1 and 10^{}", MAX_KEY - 4));
-    }
     if o.value_size > MAX_VALUE {
         return bad(format!(
-            "--value-size is at most {MAX_VALUE} bytes for shm://"
+            "--value-size is at most {MAX_VALUE} bytes for {scheme}"
         ));
     }
     if config.cpuset.as_ref().is_some_and(|c| c.is_empty()) {
         return bad("--cpuset is empty".into());
     }
-    super::engine::check_cpus(config)?;
-    Ok(name)
+    super::engine::check_cpus(config)
 }
 
-fn key_width(keys: u64) -> usize {
+pub(super) fn key_width(keys: u64) -> usize {
     (keys.max(1) - 1).to_string().len()
 }
 
