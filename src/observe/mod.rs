@@ -95,8 +95,15 @@ pub struct Observer {
     perf: Option<perf::PerfStat>,
     perf_note: Option<String>,
     started: Instant,
+    /// How long after the window's start perf acknowledged `enable` (its counts begin then).
+    perf_late_s: f64,
     own_cpu_s: f64,
 }
+
+/// perf's counts are kept only if perf started counting within this share of the window: a
+/// perf slow to acknowledge (a loaded machine) would otherwise count a shorter span than
+/// the requests they are divided by.
+const PERF_LATE_MAX_SHARE: f64 = 0.02;
 
 impl Observer {
     /// Starts observing now: [`Observer::prepare`] then [`Observer::begin`].
@@ -141,24 +148,28 @@ impl Observer {
             perf,
             perf_note,
             started: Instant::now(),
+            perf_late_s: 0.0,
             own_cpu_s: thread_cpu_s() - cpu0,
         }
     }
 
-    /// The window starts: perf's counters are enabled and /proc is sampled.
+    /// The window starts: /proc is sampled, then perf's counters are enabled. /proc comes
+    /// first because the window is timed from it: waiting for perf's acknowledgement first
+    /// started the window up to 50 ms late on a loaded machine (observed 0.95 s for 1 s).
     pub fn begin(&mut self) {
         let cpu0 = thread_cpu_s();
-        if let Some(perf) = &mut self.perf {
-            if let Err(why) = perf.enable() {
-                self.perf_note = Some(why);
-            }
-        }
         self.tree = self
             .server_pid
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
         self.cpu_times = read_proc_stat();
         self.loopback = read_loopback();
         self.started = Instant::now();
+        if let Some(perf) = &mut self.perf {
+            if let Err(why) = perf.enable() {
+                self.perf_note = Some(why);
+            }
+            self.perf_late_s = self.started.elapsed().as_secs_f64();
+        }
         self.own_cpu_s += thread_cpu_s() - cpu0;
     }
 
@@ -174,7 +185,11 @@ impl Observer {
         let mut notes = Vec::new();
         let server = self.server_usage(tree_after.as_ref(), &mut notes);
         let threads = self.thread_usage(tree_after.as_ref(), window_s);
-        let (counters, perf_cpu_s) = self.finish_perf(&mut notes);
+        let (mut counters, perf_cpu_s) = self.finish_perf(&mut notes);
+        if self.perf_late_s > PERF_LATE_MAX_SHARE * window_s {
+            let note = drop_counts(&mut counters, self.perf_late_s);
+            notes.push(note);
+        }
         let server_cpus = procfs::core_busy(&self.cpu_times, &cpu_after, &self.server_cpus);
         let client_cpus = procfs::core_busy(&self.cpu_times, &cpu_after, &self.client_cpus);
         let loopback = match (&self.loopback, &lo_after) {
@@ -264,6 +279,24 @@ impl Observer {
         notes.extend(result.counters.note.clone());
         (result.counters, result.perf_cpu_s)
     }
+}
+
+/// Leaves out perf's counts (context switches, migrations, faults, cache loads...) that covered less
+/// than the window because perf started `late_s` into it; ratios of two counts (IPC and the
+/// like) cover the same span and stay. Returns the note saying so.
+fn drop_counts(counters: &mut PerfCounters, late_s: f64) -> String {
+    counters.context_switches = None;
+    counters.cpu_migrations = None;
+    counters.page_faults = None;
+    counters.task_clock_ms = None;
+    counters.branch_misses = None;
+    counters.llc_loads = None;
+    format!(
+        "perf started counting {:.0} ms into the window (slow to acknowledge on a busy \
+         machine): its counts are left out, its ratios (IPC and the like) kept; context \
+         switches come from /proc",
+        late_s * 1e3
+    )
 }
 
 /// The threads of a tree between two samples, grouped by merged name.
@@ -374,4 +407,57 @@ fn thread_cpu_s() -> f64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
         .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observation(perf: PerfCounters) -> Observation {
+        Observation {
+            window_s: 1.0,
+            server: Some(TreeUsage {
+                pid: 1,
+                processes: 1,
+                threads: 2,
+                user_s: 0.5,
+                sys_s: 0.25,
+                voluntary_cs: 300,
+                involuntary_cs: 100,
+                minor_faults: 0,
+                major_faults: 0,
+            }),
+            threads: None,
+            server_cpus: Vec::new(),
+            client_cpus: Vec::new(),
+            server_cpus_busy_pct: None,
+            client_cpus_busy_pct: None,
+            loopback: None,
+            perf,
+            observer_cpu_s: 0.0,
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_late_perfs_counts_give_way_to_procs_and_its_ratios_stay() {
+        let mut perf = PerfCounters {
+            context_switches: Some(350),
+            cpu_migrations: Some(7),
+            cycles: Some(2_000),
+            instructions: Some(3_000),
+            ..PerfCounters::default()
+        };
+        assert_eq!(
+            per_request(&observation(perf.clone()), 100).cs_per_req,
+            Some(3.5)
+        );
+        let note = drop_counts(&mut perf, 0.05);
+        assert!(note.contains("50 ms into the window"), "{note}");
+        let per = per_request(&observation(perf), 100);
+        // /proc's voluntary + involuntary over the whole window, not perf's shorter count.
+        assert_eq!(per.cs_per_req, Some(4.0));
+        assert_eq!(per.migr_per_req, None);
+        assert_eq!(per.ipc, Some(1.5));
+    }
 }
