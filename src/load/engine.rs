@@ -383,7 +383,7 @@ impl Merger {
                 self.pending.insert(index, (1, m));
             }
             Some((n, mut acc)) => {
-                merge_interval(&mut acc, m, &self.sched);
+                merge_interval(&mut acc, m);
                 self.pending.insert(index, (n + 1, acc));
             }
         }
@@ -408,10 +408,6 @@ impl Merger {
             self.intervals.push(line.clone());
         }
         sink.interval(&line, &m.hist);
-        self.sched.recycle(m.hist);
-        if let Some(h) = m.uncorrected {
-            self.sched.recycle(h);
-        }
     }
 
     fn finish(self, config: &LoadConfig, connect_time_s: f64, started_unix_ns: i64) -> LoadOutcome {
@@ -519,14 +515,10 @@ fn late_share(late_sends: Option<u64>, send_lag: Option<&Histogram<u64>>) -> f64
     }
 }
 
-fn merge_interval(acc: &mut IntervalMsg, m: IntervalMsg, sched: &Schedule) {
+fn merge_interval(acc: &mut IntervalMsg, m: IntervalMsg) {
     let _ = acc.hist.add(&m.hist);
     if let (Some(a), Some(b)) = (&mut acc.uncorrected, &m.uncorrected) {
         let _ = a.add(b);
-    }
-    sched.recycle(m.hist);
-    if let Some(h) = m.uncorrected {
-        sched.recycle(h);
     }
     acc.ops += m.ops;
     acc.lat_sum_ns += m.lat_sum_ns;

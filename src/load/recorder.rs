@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use hdrhistogram::Histogram;
 
@@ -22,15 +22,7 @@ pub(super) struct Schedule {
     pub measure_end_ns: u64,
     pub timeout_ns: u64,
     pub hist_max_ns: u64,
-    /// Histograms the engine has merged, handed back for the threads' next intervals. Each
-    /// is about 200 KB; allocating two per thread per second left the threads' malloc
-    /// arenas a pair larger after any moment the engine fell behind (a 30-minute soak's RSS
-    /// stepped up 1.1 MB at minute 3 and stayed there).
-    pool: Mutex<Vec<Histogram<u64>>>,
 }
-
-/// Merged histograms kept for reuse: enough for every thread's pair in a few seconds.
-const POOL_MAX: usize = 64;
 
 impl Schedule {
     pub fn new(config: &LoadConfig) -> Self {
@@ -47,7 +39,6 @@ impl Schedule {
             measure_end_ns,
             timeout_ns,
             hist_max_ns: (timeout_ns * 2).max(1_000_000_000),
-            pool: Mutex::new(Vec::new()),
         }
     }
 
@@ -62,25 +53,11 @@ impl Schedule {
 
     /// A histogram sized for the usual range that grows when a latency exceeds it: open-loop
     /// latency includes the wait in the backlog, which no timeout bounds.
-    /// Taken from the pool of merged ones when it has one.
     pub fn new_hist(&self) -> Histogram<u64> {
-        if let Some(mut h) = self.pool.lock().ok().and_then(|mut p| p.pop()) {
-            h.reset();
-            return h;
-        }
         let mut h =
             Histogram::new_with_bounds(1, self.hist_max_ns, 3).expect("valid histogram bounds");
         h.auto(true);
         h
-    }
-
-    /// Hands a histogram the engine no longer needs back for reuse by [`Schedule::new_hist`].
-    pub fn recycle(&self, h: Histogram<u64>) {
-        if let Ok(mut pool) = self.pool.lock() {
-            if pool.len() < POOL_MAX {
-                pool.push(h);
-            }
-        }
     }
 }
 
@@ -460,27 +437,5 @@ mod tests {
         assert_eq!(m.hist.len(), 2);
         let max_s = crate::record::load::latency_us(&m.hist).max / 1e6;
         assert!((4.99..5.01).contains(&max_s), "max {max_s} s");
-    }
-
-    #[test]
-    fn a_recycled_histogram_comes_back_empty_and_the_pool_is_bounded() {
-        let sched = Schedule::new(&LoadConfig::default());
-        let mut h = sched.new_hist();
-        h.record(5_000_000_000).unwrap();
-        let grown = h.distinct_values();
-        sched.recycle(h);
-        let again = sched.new_hist();
-        assert_eq!(again.len(), 0);
-        assert_eq!(again.max(), 0);
-        // The very one, grown range and all: nothing was allocated.
-        assert_eq!(again.distinct_values(), grown);
-        assert!(sched.pool.lock().unwrap().is_empty());
-        for _ in 0..POOL_MAX + 5 {
-            sched.recycle(sched.new_hist());
-        }
-        assert_eq!(sched.pool.lock().unwrap().len(), 1);
-        let many: Vec<_> = (0..POOL_MAX + 5).map(|_| sched.new_hist()).collect();
-        many.into_iter().for_each(|h| sched.recycle(h));
-        assert_eq!(sched.pool.lock().unwrap().len(), POOL_MAX);
     }
 }
