@@ -4,9 +4,10 @@
 #     as `serve shmkv` per-worker);
 #  2. two ranks, remote keys: rank 0's daemon-measured RTT p50 against the plain TCP ping-pong
 #     the same two daemons run at start over the same connection with frames of the same size
-#     (--ping-pong), ROUNDS fresh pairs per waiting policy (--poll adaptive, spin), alternated;
+#     (--ping-pong), ROUNDS fresh pairs per configuration (--poll adaptive/spin, daemons unpinned
+#     or one CPU each), alternated;
 #     medians, ratio goal ≤ 1.2.
-# Usage: bench/kvd.sh [ROUNDS] [SECONDS]     (default 3 rounds of 3 s; PIN=0,1 the daemons' CPUs)
+# Usage: bench/kvd.sh [ROUNDS] [SECONDS]     (default 3 rounds of 3 s; CONFIGS, PINGS: see part 2)
 set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-3}
@@ -33,11 +34,21 @@ start() { # command..., sets SERVER_PID (its own process group)
     setsid "$@" >"$WORK/server.log" 2>&1 &
     SERVER_PID=$!
 }
+ready() { # ranks: waits for each rank's ready line in the server log; fails if it exits
+    for _ in $(seq 300); do
+        [ "$(grep -c '^kvd: rank .* serving' "$WORK/server.log" 2>/dev/null)" -ge "$1" ] && return
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "kvd did not start: $(tail -3 "$WORK/server.log")" >&2
+    return 1
+}
 stop() { kill -TERM -- "-$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=; }
 
 # 1. single rank, local keys.
 name=bench-kvd-$$
 start "$BIN" serve kvd --name "$name"
+ready 1 || die "see above"
 local_p50=()
 for _ in $(seq "$ROUNDS"); do
     local_p50+=("$("$BIN" load "kvd://$name" --connections 1 --duration "${SECS}s" --warmup 1s \
@@ -46,19 +57,27 @@ done
 stop
 local_med=$(printf '%s\n' "${local_p50[@]}" | median)
 
-# 2. two ranks, alternated per round: a fresh pair of daemons (rank 0 starts rank 1, one CPU
-#    of $PIN each), first their ping-pong at start (--ping-pong: GET-sized frames, 36 B out and
-#    28 B back, bounced over the very connection the daemons then use, by the very threads),
-#    then a load of one QD 1 client per rank (half its keys remote); rank 0's metrics give both
-#    p50s. Each round runs both waiting policies, adaptive then spin (--poll).
-PIN=${PIN:-0,1}
+# 2. two ranks, alternated per round: a fresh pair of daemons (rank 0 starts rank 1), first
+#    their ping-pong at start (--ping-pong: GET-sized frames, 36 B out and 28 B back, bounced
+#    over the very connection the daemons then use, by the very threads), then a load of one
+#    QD 1 client per rank (half its keys remote); rank 0's metrics give both p50s. Each round
+#    runs every configuration of CONFIGS, "POLL:CPUSET" (empty cpuset: unpinned; "0,1": one
+#    CPU per daemon thread).
+CONFIGS=${CONFIGS:-"adaptive: adaptive:0,1 spin: spin:0,1"}
 PINGS=${PINGS:-2000}
-round() { # mode → "ping_p50_us rtt_p50_us"
-    local p0 p1
-    p0=$(free_port); p1=$(free_port)
-    rm -f "$WORK/m.json"
-    start "$BIN" serve kvd --spawn-peers --ranks "127.0.0.1:$p0,127.0.0.1:$p1" --name "$name" \
-        --metrics "$WORK/m.json" --ping-pong "$PINGS" --poll "$1" --cpuset "$PIN"
+round() { # poll mode, cpuset → "ping_p50_us rtt_p50_us"
+    local p0 p1 pin=()
+    [ -n "$2" ] && pin=(--cpuset "$2")
+    for try in 1 2 3; do # a port taken meanwhile by another process: new ports
+        p0=$(free_port); p1=$(free_port)
+        [ "$p0" = "$p1" ] && continue
+        rm -f "$WORK/m.json"
+        start "$BIN" serve kvd --spawn-peers --ranks "127.0.0.1:$p0,127.0.0.1:$p1" --name "$name" \
+            --metrics "$WORK/m.json" --ping-pong "$PINGS" --poll "$1" "${pin[@]}"
+        ready 2 && break
+        stop
+        [ "$try" = 3 ] && die "kvd did not start three times"
+    done
     "$BIN" load "kvd://$name,$name-r1" --connections 2 --duration "${SECS}s" --warmup 1s \
         --read-ratio 0.5 --json - >/dev/null 2>"$WORK/load.log" || die "load: $(cat "$WORK/load.log")"
     sleep 0.4
@@ -68,18 +87,18 @@ round() { # mode → "ping_p50_us rtt_p50_us"
 }
 declare -A ping remote
 for _ in $(seq "$ROUNDS"); do
-    for mode in adaptive spin; do
-        read -r p r < <(round "$mode")
-        ping[$mode]+="$p "; remote[$mode]+="$r "
+    for c in $CONFIGS; do
+        read -r p r < <(round "${c%%:*}" "${c#*:}")
+        ping[$c]+="$p "; remote[$c]+="$r "
     done
 done
 echo "single rank, local keys: client RTT p50 ${local_med} µs (rounds: ${local_p50[*]}; goal ≤ 1 µs)"
-for mode in adaptive spin; do
+for c in $CONFIGS; do
     # shellcheck disable=SC2086
-    pm=$(printf '%s\n' ${ping[$mode]} | median)
+    pm=$(printf '%s\n' ${ping[$c]} | median)
     # shellcheck disable=SC2086
-    rm_=$(printf '%s\n' ${remote[$mode]} | median)
-    echo "two ranks, --poll $mode, daemons on CPUs $PIN: remote RTT p50 $rm_ µs (rounds: ${remote[$mode]})"
-    echo "  ping-pong at start, same threads and connection, $PINGS round trips: p50 $pm µs (rounds: ${ping[$mode]})"
+    rm_=$(printf '%s\n' ${remote[$c]} | median)
+    d=${c#*:}; echo "two ranks, --poll ${c%%:*}, daemons on CPUs ${d:-any}: remote RTT p50 $rm_ µs (rounds: ${remote[$c]})"
+    echo "  their ping-pong at start ($PINGS round trips): p50 $pm µs (rounds: ${ping[$c]})"
     python3 -c "print(f'  ratio remote / ping-pong: {$rm_/$pm:.2f} (goal ≤ 1.2)')"
 done

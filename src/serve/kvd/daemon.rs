@@ -561,9 +561,7 @@ impl Daemon {
                 let n = value.len().min(MAX_VALUE);
                 resp.value[..n].copy_from_slice(&value[..n]);
                 resp.value_len = n as u32;
-                if status as u32 == ST_NOT_FOUND {
-                    self.counters.misses += 1;
-                }
+                // A miss is counted by the key's owner (`local`), once.
                 answer(b, i, q.seq, status as u32);
                 Ok(())
             }

@@ -283,6 +283,33 @@ impl Drop for KvdServer {
 mod tests {
     use super::*;
 
+    fn args(line: &str) -> KvdArgs {
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            kvd: KvdArgs,
+        }
+        <Line as clap::Parser>::parse_from(std::iter::once("kvd").chain(line.split(' '))).kvd
+    }
+
+    #[test]
+    fn spawned_ranks_get_a_cpu_each_when_there_are_enough() {
+        let two = "--spawn-peers --ranks 127.0.0.1:1,127.0.0.1:2 --name n --ping-pong 5";
+        let spread = args(&format!("{two} --cpuset 2,3"));
+        assert_eq!(rank_cpus(&spread, &[2, 3], 0), Some(vec![2]));
+        let peer = &peer_args(&spread)[0];
+        let at = peer.iter().position(|a| a == "--cpuset").unwrap();
+        assert_eq!(peer[at + 1], "3");
+        let at = peer.iter().position(|a| a == "--ping-pong").unwrap();
+        assert_eq!(peer[at + 1], "5");
+        // One CPU for two ranks: they share it.
+        let shared = args(&format!("{two} --cpuset 2 --poll spin"));
+        assert_eq!(rank_cpus(&shared, &[2], 0), None);
+        let peer = &peer_args(&shared)[0];
+        assert!(peer.windows(2).any(|w| w == ["--cpuset", "2"]), "{peer:?}");
+        assert!(peer.windows(2).any(|w| w == ["--poll", "spin"]), "{peer:?}");
+    }
+
     #[test]
     fn rank_lists_are_checked() {
         assert_eq!(parse_ranks("127.0.0.1:1,127.0.0.1:2", 1).unwrap().len(), 2);
