@@ -43,6 +43,15 @@ ready() { # ranks: waits for each rank's ready line in the server log; fails if 
     echo "kvd did not start: $(tail -3 "$WORK/server.log")" >&2
     return 1
 }
+pinged() { # waits for rank 0's ping-pong at start to end (clients would wait behind it)
+    for _ in $(seq 600); do
+        grep -q 'ping-pong with rank 1' "$WORK/server.log" 2>/dev/null && return
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "no ping-pong line: $(tail -3 "$WORK/server.log")" >&2
+    return 1
+}
 stop() { kill -TERM -- "-$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=; }
 
 # 1. single rank, local keys.
@@ -62,19 +71,19 @@ local_med=$(printf '%s\n' "${local_p50[@]}" | median)
 #    over the very connection the daemons then use, by the very threads), then a load of one
 #    QD 1 client per rank (half its keys remote); rank 0's metrics give both p50s. Each round
 #    runs every configuration of CONFIGS, "POLL:CPUSET" (empty cpuset: unpinned; "0,1": one
-#    CPU per daemon thread).
+#    CPU per daemon thread, --cpu-per-rank).
 CONFIGS=${CONFIGS:-"adaptive: adaptive:0,1 spin: spin:0,1"}
 PINGS=${PINGS:-2000}
 round() { # poll mode, cpuset → "ping_p50_us rtt_p50_us"
     local p0 p1 pin=()
-    [ -n "$2" ] && pin=(--cpuset "$2")
+    [ -n "$2" ] && pin=(--cpuset "$2" --cpu-per-rank)
     for try in 1 2 3; do # a port taken meanwhile by another process: new ports
         p0=$(free_port); p1=$(free_port)
         [ "$p0" = "$p1" ] && continue
         rm -f "$WORK/m.json"
         start "$BIN" serve kvd --spawn-peers --ranks "127.0.0.1:$p0,127.0.0.1:$p1" --name "$name" \
             --metrics "$WORK/m.json" --ping-pong "$PINGS" --poll "$1" "${pin[@]}"
-        ready 2 && break
+        ready 2 && pinged && break
         stop
         [ "$try" = 3 ] && die "kvd did not start three times"
     done

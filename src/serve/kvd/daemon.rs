@@ -490,6 +490,16 @@ impl Daemon {
                 wire.pong().map(|_| ())
             };
             let left = std::mem::take(&mut wire.input);
+            if done.is_ok() && j > self.cfg.rank as usize && self.cfg.ping_pong > 0 {
+                let h = &self.phases.0[PING_PONG];
+                let line = format!(
+                    "kvd rank {}: ping-pong with rank {j}: {} round trips of 36/28-byte frames, p50 {:.2} µs\n",
+                    self.cfg.rank,
+                    h.len(),
+                    h.value_at_quantile(0.5) as f64 / 1e3
+                );
+                let _ = std::io::stderr().write_all(line.as_bytes());
+            }
             match done {
                 Err(why) => self.fail_peer(j, b, &why),
                 Ok(()) if !left.is_empty() => {

@@ -68,6 +68,10 @@ pub struct KvdArgs {
     /// command for a runner that starts one process per target.
     #[arg(long)]
     pub spawn_peers: bool,
+    /// With --spawn-peers and at least one CPU per rank in --cpuset: rank j's daemon thread
+    /// gets the list's j-th CPU to itself (else every rank gets the whole list).
+    #[arg(long)]
+    pub cpu_per_rank: bool,
     /// Ignored (one daemon thread per rank): accepted so that a runner giving every built-in
     /// server `--threads` can start this one too.
     #[arg(long, hide = true)]
@@ -244,12 +248,12 @@ pub fn peer_args(opts: &KvdArgs) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// With `--spawn-peers` and at least one CPU per rank in `--cpuset`, rank `j`'s daemon
-/// thread gets the list's j-th CPU to itself (two polling daemons on one CPU take turns by
-/// time slice); `None` when they share the list.
+/// With `--spawn-peers --cpu-per-rank` and at least one CPU per rank in `--cpuset`, rank
+/// `j`'s daemon thread gets the list's j-th CPU to itself; `None` when they share the list.
 fn rank_cpus(opts: &KvdArgs, cpus: &[usize], j: usize) -> Option<Vec<usize>> {
     let ranks = opts.ranks.split(',').count();
-    (opts.spawn_peers && ranks > 1 && cpus.len() >= ranks).then(|| vec![cpus[j]])
+    let spread = opts.spawn_peers && opts.cpu_per_rank && ranks > 1 && cpus.len() >= ranks;
+    spread.then(|| vec![cpus[j]])
 }
 
 impl KvdServer {
@@ -295,7 +299,11 @@ mod tests {
     #[test]
     fn spawned_ranks_get_a_cpu_each_when_there_are_enough() {
         let two = "--spawn-peers --ranks 127.0.0.1:1,127.0.0.1:2 --name n --ping-pong 5";
-        let spread = args(&format!("{two} --cpuset 2,3"));
+        assert_eq!(
+            rank_cpus(&args(&format!("{two} --cpuset 2,3")), &[2, 3], 0),
+            None
+        );
+        let spread = args(&format!("{two} --cpuset 2,3 --cpu-per-rank"));
         assert_eq!(rank_cpus(&spread, &[2, 3], 0), Some(vec![2]));
         let peer = &peer_args(&spread)[0];
         let at = peer.iter().position(|a| a == "--cpuset").unwrap();
