@@ -44,7 +44,7 @@ const PARK: Duration = Duration::from_micros(100);
 /// request waits at most this.
 const PARK_ALONE: Duration = Duration::from_millis(1);
 /// Longest poll(2) for peers while every client waits for a remote answer, ms.
-const PARK_POLL_MS: u8 = 1;
+const PARK_POLL_MS: u16 = 1;
 /// How often the daemon looks for dead clients.
 const REAP_EVERY: Duration = Duration::from_millis(100);
 
@@ -142,7 +142,7 @@ pub fn run(
         if idle < SPIN || (d.inflight > 0 && cfg.poll == PollMode::Spin) {
             std::hint::spin_loop();
         } else if d.inflight > 0 && d.only_peers_can_wake(b) {
-            wait_for_peers(&d.peers);
+            poll_peers(&d.peers, PARK_POLL_MS);
         } else if idle < YIELD || d.inflight > 0 {
             std::thread::yield_now();
         } else {
@@ -155,18 +155,20 @@ pub fn run(
     }
 }
 
-/// Blocks in poll(2) until a peer sends something (at most [`PARK`], so stop, publishing and
-/// reaping stay on time).
-fn wait_for_peers(peers: &[Option<Peer>]) {
+/// Blocks in poll(2) until a peer sends something or `ms` pass; false (at once) without
+/// peers.
+fn poll_peers(peers: &[Option<Peer>], ms: u16) -> bool {
     let mut fds: Vec<PollFd<'_>> = peers
         .iter()
         .flatten()
         .filter_map(|p| p.stream.as_ref())
         .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
         .collect();
-    if !fds.is_empty() {
-        let _ = poll(&mut fds, PollTimeout::from(PARK_POLL_MS));
+    if fds.is_empty() {
+        return false;
     }
+    let _ = poll(&mut fds, PollTimeout::from(ms));
+    true
 }
 
 /// Waits for work: with clients attached, until one rings or [`PARK`] passes (then the
@@ -177,18 +179,10 @@ fn park(b: &Block, seen: &[u32; CELLS], peers: &[Option<Peer>]) {
     let bell = b.ctl.doorbell.load(Ordering::SeqCst);
     b.ctl.worker_parked.store(1, Ordering::SeqCst);
     if (0..used).all(|i| b.input[i].req_seq.load(Ordering::SeqCst) == seen[i]) {
-        let mut fds: Vec<PollFd<'_>> = peers
-            .iter()
-            .flatten()
-            .filter_map(|p| p.stream.as_ref())
-            .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
-            .collect();
         if clients {
             futex_wait(&b.ctl.doorbell, bell, PARK);
-        } else if fds.is_empty() {
+        } else if !poll_peers(peers, PARK_ALONE.as_millis() as u16) {
             futex_wait(&b.ctl.doorbell, bell, WORKER_NAP);
-        } else {
-            let _ = poll(&mut fds, PollTimeout::from(PARK_ALONE.as_millis() as u16));
         }
     }
     b.ctl.worker_parked.store(0, Ordering::SeqCst);
