@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use stairbench::wire::kvd::{attach, encode_hello, ST_PEER_DOWN};
+use stairbench::wire::kvd::{attach, decode, encode_hello, encode_response, Frame, ST_PEER_DOWN};
 use stairbench::wire::shmkv::msg::{OP_GET, OP_SET, ST_NOT_FOUND, ST_OK};
 use stairbench::wire::shmkv::per_worker::Client;
 use stairbench::wire::shmkv::region_path;
@@ -299,7 +299,18 @@ fn a_malformed_frame_drops_the_peer_and_nothing_else() {
     s.write_all(&hello).unwrap();
     let mut theirs = vec![0u8; hello.len()];
     s.read_exact(&mut theirs).unwrap();
+    // Rank 0's ping-pong at start: its last ping (36 bytes), echoed, so the bad frame below
+    // reaches its poll loop.
+    let mut ping = [0u8; 36];
+    s.read_exact(&mut ping).unwrap();
+    let Ok(Some((Frame::Request { id, op, value, .. }, 36))) = decode(&ping) else {
+        panic!("not a ping: {ping:?}");
+    };
+    let mut echo = Vec::new();
+    encode_response(&mut echo, id, op, value);
+    s.write_all(&echo).unwrap();
     let mut c = r0.client();
+    assert_eq!(call(&mut c, OP_SET, 6, b"y").0, ST_OK);
     s.write_all(&[8, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]).unwrap();
     // The daemon drops the connection and keeps serving.
     let mut rest = Vec::new();
