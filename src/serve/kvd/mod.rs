@@ -297,7 +297,7 @@ mod tests {
     }
 
     #[test]
-    fn spawned_ranks_get_a_cpu_each_when_there_are_enough() {
+    fn spawned_ranks_get_a_cpu_each_only_with_cpu_per_rank() {
         let two = "--spawn-peers --ranks 127.0.0.1:1,127.0.0.1:2 --name n --ping-pong 5";
         assert_eq!(
             rank_cpus(&args(&format!("{two} --cpuset 2,3")), &[2, 3], 0),
