@@ -88,7 +88,7 @@ fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
             peers.push(child);
         }
     }
-    let _peers = StopOnDrop(peers);
+    let mut peers = StopOnDrop(peers);
     let server = crate::serve::kvd::spawn_kvd(args)
         .with_context(|| format!("starting kvd rank {} ({:?})", args.rank, args.name))?;
     say_line(&format!(
@@ -99,8 +99,14 @@ fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
         std::process::id(),
         args.name
     ));
-    while !stop.load(Ordering::Relaxed) && !server.finished() {
+    let mut peer_exit = None;
+    while !stop.load(Ordering::Relaxed) && !server.finished() && peer_exit.is_none() {
         std::thread::sleep(Duration::from_millis(50));
+        peer_exit = peers.exited();
+    }
+    if peer_exit.is_some() {
+        // Time for the daemon to read the connection's end and fail its requests.
+        std::thread::sleep(Duration::from_millis(200));
     }
     let c = server.shared.counters();
     drop(server);
@@ -108,6 +114,11 @@ fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
         "kvd: stopped; region removed; {} requests ({} local, {} remote), {} from peers, {} misses, {} peer_down",
         c.shm_requests, c.local, c.remote, c.incoming, c.misses, c.peer_down
     ));
+    if let Some(why) = peer_exit {
+        // The ranks started together are one target: one of them gone fails it, by name.
+        say_line(&format!("kvd: stopping rank 0 because {why}"));
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -121,6 +132,16 @@ fn say_line(line: &str) {
 
 /// The peers rank 0 started: SIGTERM and reaped when it ends.
 struct StopOnDrop(Vec<std::process::Child>);
+
+impl StopOnDrop {
+    /// The first peer that has exited, as a phrase naming it.
+    fn exited(&mut self) -> Option<String> {
+        self.0.iter_mut().enumerate().find_map(|(i, c)| {
+            let status = c.try_wait().ok()??;
+            Some(format!("rank {} (pid {}) exited: {status}", i + 1, c.id()))
+        })
+    }
+}
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {

@@ -10,9 +10,11 @@ use serde_json::Value;
 
 use crate::record::steps::{StepResult, StepStatus};
 
-/// One step's daemon figures.
+/// One step's figures of one rank's daemon.
 struct Row<'a> {
     step: &'a StepResult,
+    /// The daemon's rank (its metrics' label when it does not say).
+    rank: String,
     /// Clients per rank.
     per_rank: f64,
     rtt: Histogram<u64>,
@@ -31,14 +33,23 @@ fn p50_us(m: &Value, name: &str) -> Option<f64> {
     (!h.is_empty()).then(|| h.value_at_quantile(0.5) as f64 / 1e3)
 }
 
-fn row(step: &StepResult) -> Option<Row<'_>> {
+/// The step's rows: one per kvd daemon whose metrics reached it (every rank of a target
+/// that starts its peers).
+fn rows(step: &StepResult) -> Vec<Row<'_>> {
     let Some(Value::Object(all)) = step.derived.get("target_metrics") else {
-        return None;
+        return Vec::new();
     };
-    let m = all
-        .values()
-        .find(|v| v.pointer("/histograms/rtt/hdr").is_some())?;
+    all.iter()
+        .filter_map(|(label, m)| row(step, label, m))
+        .collect()
+}
+
+fn row<'a>(step: &'a StepResult, label: &str, m: &Value) -> Option<Row<'a>> {
     let rtt = hist(m, "rtt")?;
+    let rank = m
+        .pointer("/gauges/rank")
+        .and_then(Value::as_u64)
+        .map_or_else(|| label.to_string(), |r| format!("rank {r}"));
     let window_s = step.load.as_ref().map_or(0.0, |l| l.duration_s);
     let counter = |k: &str| m.pointer(&format!("/counters/{k}")).and_then(Value::as_f64);
     let ranks = m
@@ -48,6 +59,7 @@ fn row(step: &StepResult) -> Option<Row<'_>> {
     let loops = counter("loops").filter(|&l| l > 0.0);
     Some(Row {
         step,
+        rank,
         per_rank: step.clients as f64 / ranks.max(1.0),
         rtt,
         phases_p50_us: [
@@ -74,35 +86,45 @@ pub fn markdown(steps: &[StepResult]) -> String {
     let rows: Vec<Row> = steps
         .iter()
         .filter(|s| s.status == StepStatus::Ok)
-        .filter_map(row)
+        .flat_map(rows)
         .collect();
     if rows.is_empty() {
         return String::new();
     }
     let mut out = String::from(
-        "\n## kvd daemon (rank 0's own timings over each window)\n\n\
+        "\n## kvd daemon (each rank's own timings over each window)\n\n\
          RTT is the daemon's time from queuing a remote request to reading its reply; \
          call_to_flush + flush_to_cb = RTT; incoming_turnaround is the owner's time from \
          reading a request to flushing its reply; ONE_WAY = (flush_to_cb − turnaround) / 2. \
          On a machine with one NUMA node the placements differ by CPUs only (`shared`: clients \
          on the daemons' CPUs; `separated`: kept off them), not by memory node.\n",
     );
-    let mut placements: Vec<&str> = rows.iter().map(|r| r.step.placement.as_str()).collect();
-    placements.dedup();
-    for p in placements {
-        let of: Vec<&Row> = rows.iter().filter(|r| r.step.placement == p).collect();
-        scaling(&mut out, p, &of);
-        little(&mut out, p, &of);
-        phases(&mut out, p, &of);
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for r in &rows {
+        let g = (r.step.placement.as_str(), r.rank.as_str());
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    groups.sort_by(|a, b| a.1.cmp(b.1));
+    for (placement, rank) in groups {
+        let of: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.step.placement == placement && r.rank == rank)
+            .collect();
+        let p = format!("{placement}, {rank}");
+        scaling(&mut out, &p, &of);
+        little(&mut out, &p, &of);
+        phases(&mut out, &p, &of);
         if let Some(top) = of.iter().max_by_key(|r| r.step.clients) {
-            modes(&mut out, p, top);
+            modes(&mut out, &p, top);
         }
     }
     out
 }
 
 fn scaling(out: &mut String, p: &str, rows: &[&Row]) {
-    let _ = write!(out, "\n### RTT scaling ({p})\n\n| clients/rank | RTT p50 (µs) | RTT mean (µs) | total req/s | remote req/s (rank 0) |\n| ---: | ---: | ---: | ---: | ---: |\n");
+    let _ = write!(out, "\n### RTT scaling ({p})\n\n| clients/rank | RTT p50 (µs) | RTT mean (µs) | total req/s | remote req/s (this rank) |\n| ---: | ---: | ---: | ---: | ---: |\n");
     for r in rows {
         let _ = writeln!(
             out,

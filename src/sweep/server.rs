@@ -127,13 +127,19 @@ impl Launcher for ProcessLauncher {
             None => free_port().map_err(|e| format!("no free TCP port on 127.0.0.1: {e}"))?,
         };
         let argv = self.argv(target, cpus, clients, &port.to_string());
-        if target.metrics.is_some() {
+        if let Some(m) = &target.metrics {
             let file = self.metrics_file(target);
             if let Some(dir) = file.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
             // A file left by an earlier launch would be read as this one's.
             let _ = std::fs::remove_file(&file);
+            let source = m.resolve(&file, 0);
+            for (_, s) in spawned_ranks_metrics(target, "", &source) {
+                if let MetricsSource::File { path, .. } = s {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
         }
         let launch = Launch {
             name: format!("target {:?}", target.name),
@@ -153,19 +159,21 @@ impl Launcher for ProcessLauncher {
         let mut server = ProcessServer {
             child,
             port,
-            metrics: None,
+            metrics: Vec::new(),
         };
         wait_ready(&mut server, target, stop)?;
         if target.port_from_log {
             server.port = listening_port(&server.child, target)?;
         }
-        server.metrics = target.metrics.as_ref().map(|m| {
+        if let Some(m) = &target.metrics {
             let label = match target.instance {
                 Some(k) => instance_label(&target.name, k),
                 None => target.name.clone(),
             };
-            (label, m.resolve(&self.metrics_file(target), server.port))
-        });
+            let source = m.resolve(&self.metrics_file(target), server.port);
+            server.metrics = spawned_ranks_metrics(target, &label, &source);
+            server.metrics.insert(0, (label, source));
+        }
         Ok(Box::new(server))
     }
 
@@ -271,7 +279,39 @@ fn address_open(addr: &str) -> bool {
 pub struct ProcessServer {
     child: ChildProc,
     port: u16,
-    metrics: Option<(String, MetricsSource)>,
+    metrics: Vec<(String, MetricsSource)>,
+}
+
+/// The metrics files of the ranks a built-in kvd target with `--spawn-peers` starts itself
+/// (rank j writes FILE.rj), labelled `LABEL.rj`, so every rank's daemon figures reach the step.
+fn spawned_ranks_metrics(
+    target: &TargetPlan,
+    label: &str,
+    source: &MetricsSource,
+) -> Vec<(String, MetricsSource)> {
+    let (TargetKind::Builtin(args), MetricsSource::File { path, format }) = (&target.kind, source)
+    else {
+        return Vec::new();
+    };
+    if args[0] != "kvd" || !args.iter().any(|a| a == "--spawn-peers") {
+        return Vec::new();
+    }
+    let ranks = args
+        .iter()
+        .position(|a| a == "--ranks")
+        .and_then(|i| args.get(i + 1))
+        .map_or(1, |list| list.split(',').count());
+    (1..ranks)
+        .map(|j| {
+            let mut file = path.clone().into_os_string();
+            file.push(format!(".r{j}"));
+            let source = MetricsSource::File {
+                path: file.into(),
+                format: *format,
+            };
+            (format!("{label}.r{j}"), source)
+        })
+        .collect()
 }
 
 impl Server for ProcessServer {
@@ -301,7 +341,7 @@ impl Server for ProcessServer {
     fn extras(&self) -> ServerExtras {
         ServerExtras {
             instances: Vec::new(),
-            metrics: self.metrics.iter().cloned().collect(),
+            metrics: self.metrics.clone(),
             remote: None,
         }
     }

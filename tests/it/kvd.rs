@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use stairbench::wire::kvd::{attach, encode_hello, ST_PEER_DOWN};
+use stairbench::wire::kvd::{attach, decode, encode_hello, encode_response, Frame, ST_PEER_DOWN};
 use stairbench::wire::shmkv::msg::{OP_GET, OP_SET, ST_NOT_FOUND, ST_OK};
 use stairbench::wire::shmkv::per_worker::Client;
 use stairbench::wire::shmkv::region_path;
@@ -117,7 +117,13 @@ fn a_set_on_one_rank_is_seen_by_a_get_on_the_other() {
     let (n0, n1) = (unique("see0"), unique("see1"));
     let metrics = tempfile::tempdir().unwrap();
     let m0 = metrics.path().join("r0.json");
-    let r0 = Rank::spawn(0, &ranks, &n0, &["--metrics", m0.to_str().unwrap()]);
+    let pings = ["--ping-pong", "300"];
+    let r0 = Rank::spawn(
+        0,
+        &ranks,
+        &n0,
+        &[&["--metrics", m0.to_str().unwrap()][..], &pings].concat(),
+    );
     let r1 = Rank::spawn(1, &ranks, &n1, &["--no-batch"]);
     // A key never SET is a miss, on either rank, local or remote.
     let mut probe = r0.client();
@@ -187,6 +193,12 @@ fn a_set_on_one_rank_is_seen_by_a_get_on_the_other() {
         stairbench::record::hist_b64::decode(m["histograms"]["flush_to_cb"].as_str().unwrap())
             .unwrap();
     assert!(f2c.value_at_quantile(0.5) <= rtt.value_at_quantile(0.5));
+    // The ping-pong at start: rank 0 pinged rank 1 exactly 300 times (the last ping, which
+    // ends it, is not timed).
+    let ping = stairbench::record::hist_b64::decode(m["histograms"]["ping_pong"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(ping.len(), 300);
+    assert!(ping.min() > 0);
     let (s0, e0) = r0.stop();
     let (s1, _) = r1.stop();
     assert!(s0.success() && s1.success(), "{e0}");
@@ -287,7 +299,18 @@ fn a_malformed_frame_drops_the_peer_and_nothing_else() {
     s.write_all(&hello).unwrap();
     let mut theirs = vec![0u8; hello.len()];
     s.read_exact(&mut theirs).unwrap();
+    // Rank 0's ping-pong at start: its last ping (36 bytes), echoed, so the bad frame below
+    // reaches its poll loop.
+    let mut ping = [0u8; 36];
+    s.read_exact(&mut ping).unwrap();
+    let Ok(Some((Frame::Request { id, op, value, .. }, 36))) = decode(&ping) else {
+        panic!("not a ping: {ping:?}");
+    };
+    let mut echo = Vec::new();
+    encode_response(&mut echo, id, op, value);
+    s.write_all(&echo).unwrap();
     let mut c = r0.client();
+    assert_eq!(call(&mut c, OP_SET, 6, b"y").0, ST_OK);
     s.write_all(&[8, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0]).unwrap();
     // The daemon drops the connection and keeps serving.
     let mut rest = Vec::new();
@@ -363,19 +386,99 @@ fn the_two_rank_example_runs_small_and_reports_seed_004s_tables() {
     assert_eq!(steps.len(), 4);
     for s in &steps {
         assert_eq!(s["status"], "ok", "{s}");
-        let m = &s["target_metrics"]["kvd"];
-        assert!(m["histograms"]["rtt"]["count"].as_u64().unwrap() > 0, "{m}");
-        assert_eq!(m["gauges"]["ranks"], 2, "{m}");
+        // Both ranks' daemons: rank 0 is the target, rank 1 the process it started.
+        for (label, rank) in [("kvd", 0), ("kvd.r1", 1)] {
+            let m = &s["target_metrics"][label];
+            assert!(m["histograms"]["rtt"]["count"].as_u64().unwrap() > 0, "{m}");
+            assert_eq!(m["gauges"]["ranks"], 2, "{m}");
+            assert_eq!(m["gauges"]["rank"], rank, "{m}");
+        }
     }
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     for p in ["shared", "separated"] {
-        for t in ["RTT scaling", "Little's law", "Phases"] {
-            assert!(report.contains(&format!("### {t} ({p})")), "{t} ({p})");
+        for rank in ["rank 0", "rank 1"] {
+            for t in ["RTT scaling", "Little's law", "Phases"] {
+                let title = format!("### {t} ({p}, {rank})");
+                assert!(report.contains(&title), "{title}: {report}");
+            }
         }
     }
     assert!(
-        report.contains("RTT histogram at 2 clients/rank"),
+        report.contains("RTT histogram at 2 clients/rank (shared, rank 1)"),
         "{report}"
     );
     assert!(report.contains("| 1 | "), "clients/rank 1 row: {report}");
+}
+
+/// The pid of the process whose command line holds `word`, if one runs.
+fn pid_with_arg(word: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        cmd.split(|&b| b == 0)
+            .any(|a| a == word.as_bytes())
+            .then_some(pid)
+    })
+}
+
+#[test]
+fn a_spawned_rank_killed_mid_step_fails_the_step_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p0, p1) = (common::free_port(), common::free_port());
+    let name = unique("midrun");
+    let spec = dir.path().join("kvd.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"name = "kvd-killed"
+duration = "4s"
+warmup = "0s"
+clients = [2]
+depth = 1
+
+[[targets]]
+name = "kvd"
+builtin = "kvd --spawn-peers --ranks 127.0.0.1:{p0},127.0.0.1:{p1} --name {name}"
+url = "kvd://{name},{name}-r1"
+ready = {{ log = "^kvd: rank 0" }}
+
+[client]
+keys = 2048
+"#
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("run");
+    let rank1 = format!("{name}-r1");
+    let killer = std::thread::spawn(move || {
+        // Rank 1 once the step's load is under way.
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if let Some(pid) = pid_with_arg(&rank1) {
+                if region_path(&rank1).is_ok_and(|p| std::path::Path::new(&p).exists()) {
+                    std::thread::sleep(Duration::from_millis(1500));
+                    // SAFETY: a process this test's run started.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    });
+    let began = Instant::now();
+    let out = common::run_spec(&spec, &out_dir);
+    assert!(killer.join().unwrap(), "rank 1 never ran");
+    assert!(began.elapsed() < Duration::from_secs(40), "the run hung");
+    let steps = common::steps_json(&out_dir);
+    assert_eq!(steps.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    let s = &steps[0];
+    assert_eq!(s["status"], "failed", "{s}");
+    let reason = s["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("rank 1 (pid"), "{reason}");
+    assert!(reason.contains("signal: 9"), "{reason}");
+    assert!(
+        reason.contains(&format!("rank 1 (127.0.0.1:{p1}) failed")),
+        "{reason}"
+    );
 }

@@ -22,8 +22,14 @@ pub const PUBLISH_EVERY: Duration = Duration::from_millis(20);
 /// How often the metrics file is rewritten.
 pub const WRITE_EVERY: Duration = Duration::from_millis(200);
 
-/// The phase histograms' names, in the order of [`Phases`]' fields.
-pub const PHASES: [&str; 4] = ["rtt", "call_to_flush", "flush_to_cb", "incoming_turnaround"];
+/// The phase histograms' names (and the ping-pong at start, [`super::calibrate`]), in the order of [`Phases`]' fields.
+pub const PHASES: [&str; 5] = [
+    "rtt",
+    "call_to_flush",
+    "flush_to_cb",
+    "incoming_turnaround",
+    "ping_pong",
+];
 
 /// Totals since the start.
 #[derive(Debug, Default, Clone, Copy, serde::Serialize)]
@@ -63,11 +69,13 @@ pub struct Gauges {
     pub peers_up: u64,
     /// Ranks in all (this one included).
     pub ranks: u64,
+    /// This daemon's rank.
+    pub rank: u64,
 }
 
-/// The four phase histograms, ns.
+/// The four phase histograms and the ping-pong's, ns.
 #[derive(Debug, Clone)]
-pub struct Phases(pub [Histogram<u64>; 4]);
+pub struct Phases(pub [Histogram<u64>; 5]);
 
 impl Phases {
     /// Empty histograms (3 significant digits, growing as needed).
@@ -77,7 +85,7 @@ impl Phases {
             h.auto(true);
             h
         };
-        Phases([h(), h(), h(), h()])
+        Phases([h(), h(), h(), h(), h()])
     }
 
     /// Records `ns` into phase `i` (an index into [`PHASES`]).

@@ -6,6 +6,7 @@
 //! remote request is timed (RTT, call_to_flush, flush_to_cb; the owner's
 //! incoming_turnaround) into HdrHistograms written to `--metrics FILE` ([`metrics`]).
 
+pub mod calibrate;
 pub mod daemon;
 pub mod metrics;
 pub mod peers;
@@ -49,6 +50,16 @@ pub struct KvdArgs {
     /// Flush every forwarded request and reply at once.
     #[arg(long)]
     pub no_batch: bool,
+    /// At start, bounce a GET-sized frame this many times over each peer connection (the
+    /// lower rank of a pair pings, one frame in flight) and keep the round trips as the
+    /// `ping_pong` histogram: the plain TCP ping-pong between these same processes.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub ping_pong: u64,
+    /// How the daemon waits when idle with remote requests in flight: `adaptive` spins a
+    /// few µs, then blocks in poll(2) on the peers when every client waits for a peer
+    /// (yields otherwise); `spin` never blocks.
+    #[arg(long, value_enum, default_value = "adaptive")]
+    pub poll: calibrate::PollMode,
     /// JSON file of the daemon's counters, gauges and phase histograms, rewritten every 200 ms.
     #[arg(long, value_name = "FILE")]
     pub metrics: Option<PathBuf>,
@@ -57,6 +68,10 @@ pub struct KvdArgs {
     /// command for a runner that starts one process per target.
     #[arg(long)]
     pub spawn_peers: bool,
+    /// With --spawn-peers and at least one CPU per rank in --cpuset: rank j's daemon thread
+    /// gets the list's j-th CPU to itself (else every rank gets the whole list).
+    #[arg(long)]
+    pub cpu_per_rank: bool,
     /// Ignored (one daemon thread per rank): accepted so that a runner giving every built-in
     /// server `--threads` can start this one too.
     #[arg(long, hide = true)]
@@ -150,6 +165,7 @@ pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
         return Err(KvdError::BadOption("--cpuset is empty".into()));
     }
     crate::cpuset::check_available(&cpus).map_err(|e| KvdError::BadOption(e.to_string()))?;
+    let cpus = rank_cpus(opts, &cpus, 0).unwrap_or(cpus);
     // The region first: a name in use fails before the peers are disturbed.
     let (block, len) = Arch::Kvd.layout(1);
     let region = Arc::new(Region::create(&opts.name, len - HEADER_BYTES)?);
@@ -164,6 +180,8 @@ pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
         ranks: addrs.len() as u32,
         keys_per_rank: opts.keys_per_rank,
         batch: !opts.no_batch,
+        ping_pong: opts.ping_pong,
+        poll: opts.poll,
     };
     let (r, s, sh) = (region.clone(), stop.clone(), shared.clone());
     let thread = std::thread::Builder::new()
@@ -212,7 +230,12 @@ pub fn peer_args(opts: &KvdArgs) -> Vec<Vec<String>> {
             a.extend(["--keys-per-rank".into(), opts.keys_per_rank.to_string()]);
             a.extend(["--peer-wait-ms".into(), opts.peer_wait_ms.to_string()]);
             if let Some(c) = &opts.cpuset {
-                a.extend(["--cpuset".into(), crate::cpuset::format(&c.0)]);
+                let cpus = rank_cpus(opts, &c.0, j).unwrap_or_else(|| c.0.clone());
+                a.extend(["--cpuset".into(), crate::cpuset::format(&cpus)]);
+            }
+            a.extend(["--ping-pong".into(), opts.ping_pong.to_string()]);
+            if opts.poll == calibrate::PollMode::Spin {
+                a.extend(["--poll".into(), "spin".into()]);
             }
             if opts.no_batch {
                 a.push("--no-batch".into());
@@ -223,6 +246,14 @@ pub fn peer_args(opts: &KvdArgs) -> Vec<Vec<String>> {
             a
         })
         .collect()
+}
+
+/// With `--spawn-peers --cpu-per-rank` and at least one CPU per rank in `--cpuset`, rank
+/// `j`'s daemon thread gets the list's j-th CPU to itself; `None` when they share the list.
+fn rank_cpus(opts: &KvdArgs, cpus: &[usize], j: usize) -> Option<Vec<usize>> {
+    let ranks = opts.ranks.split(',').count();
+    let spread = opts.spawn_peers && opts.cpu_per_rank && ranks > 1 && cpus.len() >= ranks;
+    spread.then(|| vec![cpus[j]])
 }
 
 impl KvdServer {
@@ -255,6 +286,37 @@ impl Drop for KvdServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn args(line: &str) -> KvdArgs {
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            kvd: KvdArgs,
+        }
+        <Line as clap::Parser>::parse_from(std::iter::once("kvd").chain(line.split(' '))).kvd
+    }
+
+    #[test]
+    fn spawned_ranks_get_a_cpu_each_only_with_cpu_per_rank() {
+        let two = "--spawn-peers --ranks 127.0.0.1:1,127.0.0.1:2 --name n --ping-pong 5";
+        assert_eq!(
+            rank_cpus(&args(&format!("{two} --cpuset 2,3")), &[2, 3], 0),
+            None
+        );
+        let spread = args(&format!("{two} --cpuset 2,3 --cpu-per-rank"));
+        assert_eq!(rank_cpus(&spread, &[2, 3], 0), Some(vec![2]));
+        let peer = &peer_args(&spread)[0];
+        let at = peer.iter().position(|a| a == "--cpuset").unwrap();
+        assert_eq!(peer[at + 1], "3");
+        let at = peer.iter().position(|a| a == "--ping-pong").unwrap();
+        assert_eq!(peer[at + 1], "5");
+        // One CPU for two ranks: they share it.
+        let shared = args(&format!("{two} --cpuset 2 --poll spin"));
+        assert_eq!(rank_cpus(&shared, &[2], 0), None);
+        let peer = &peer_args(&shared)[0];
+        assert!(peer.windows(2).any(|w| w == ["--cpuset", "2"]), "{peer:?}");
+        assert!(peer.windows(2).any(|w| w == ["--poll", "spin"]), "{peer:?}");
+    }
 
     #[test]
     fn rank_lists_are_checked() {
