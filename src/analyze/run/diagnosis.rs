@@ -660,7 +660,7 @@ fn outside(c: &Ctx) -> Option<Found> {
             Some(top.clients),
             "the load generator's own CPU, % of its cpuset",
         ));
-        sides.push_str(&format!(", client CPUs {p:.0}%"));
+        sides.push_str(&format!(", client {p:.0}% of its own"));
     }
     Some(Found {
         limit: Limit::Outside,

@@ -229,6 +229,12 @@ fn neither_side_busy_and_latency_as_littles_law_says() {
     let lat = metric(&d, "mean_latency_us").value;
     assert!((lat - 16.0 / 31e3 * 1e6).abs() < 1e-6, "{lat}");
     assert!(d.sentence.contains("outside both processes"));
+    assert!(
+        d.sentence
+            .contains("neither side is busy (server 15% of its CPUs, client 10% of its own)"),
+        "{}",
+        d.sentence
+    );
 }
 
 #[test]
