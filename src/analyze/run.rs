@@ -179,7 +179,12 @@ pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
         .into_iter()
         .map(|(t, p)| analyze_series(steps, &t, &p, dir, spec.as_ref(), &mut notes))
         .collect();
-    let diagnosis = series.iter().map(|s| diagnose_series(s, steps)).collect();
+    let mut diagnosis: Vec<_> = series.iter().map(|s| diagnose_series(s, steps)).collect();
+    let ok: Vec<&StepResult> = steps
+        .iter()
+        .filter(|s| s.status == StepStatus::Ok && s.load.is_some())
+        .collect();
+    diagnosis::add_wakeup_sentences(&mut diagnosis, &ok);
     let comparisons = spec
         .as_ref()
         .map(|s| spec_comparisons(s, steps, &mut notes))

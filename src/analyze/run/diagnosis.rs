@@ -833,6 +833,10 @@ fn us(x: f64) -> String {
     }
 }
 
+#[path = "diagnosis_wakeup.rs"]
+mod wakeup;
+pub use wakeup::add_wakeup_sentences;
+
 #[cfg(test)]
 #[path = "diagnosis_tests.rs"]
 mod tests;
