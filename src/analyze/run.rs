@@ -179,7 +179,15 @@ pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
         .into_iter()
         .map(|(t, p)| analyze_series(steps, &t, &p, dir, spec.as_ref(), &mut notes))
         .collect();
-    let diagnosis = series.iter().map(|s| diagnose_series(s, steps)).collect();
+    let mut diagnosis: Vec<_> = series
+        .iter()
+        .map(|s| diagnose_series(s, steps, dir))
+        .collect();
+    let ok: Vec<&StepResult> = steps
+        .iter()
+        .filter(|s| s.status == StepStatus::Ok && s.load.is_some())
+        .collect();
+    diagnosis::add_wakeup_sentences(&mut diagnosis, &ok);
     let comparisons = spec
         .as_ref()
         .map(|s| spec_comparisons(s, steps, &mut notes))
@@ -285,13 +293,18 @@ fn analyze_series(
     }
 }
 
-fn diagnose_series(series: &SeriesAnalysis, all: &[StepResult]) -> diagnosis::Diagnosis {
+fn diagnose_series(
+    series: &SeriesAnalysis,
+    all: &[StepResult],
+    dir: Option<&Path>,
+) -> diagnosis::Diagnosis {
     let steps: Vec<&StepResult> = all
         .iter()
         .filter(|s| s.target == series.target && s.placement == series.placement)
         .filter(|s| s.status == StepStatus::Ok && s.load.is_some())
         .collect();
-    diagnosis::diagnose(series, &steps)
+    let profile = dir.and_then(|d| diagnosis::profile::read(d, &series.target, &series.placement));
+    diagnosis::diagnose_with_profile(series, &steps, profile.as_ref())
 }
 
 /// The load levels of a series whose steps ended with too many errors, in load order.

@@ -54,6 +54,9 @@ pub struct EventProfile {
     pub files: Vec<String>,
     /// The top functions of the merged stacks.
     pub top: TopFunctions,
+    /// % of the weight in stacks with a lock, futex or scheduler frame (the built-in `sync`
+    /// category, `categories::SYNC_PATTERN`).
+    pub sync_pct: f64,
 }
 
 /// What `capture` recorded and wrote.
@@ -442,6 +445,7 @@ fn process_event(event: Event, data: &Path, out_dir: &Path) -> Result<EventProfi
         garbled_lines: loaded.report.garbled_lines,
         files,
         top,
+        sync_pct: super::categories::sync_pct(&merged),
     })
 }
 

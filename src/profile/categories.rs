@@ -92,6 +92,30 @@ pub fn shares(folded: &Folded, categories: &[Category]) -> Vec<CategoryShare> {
         .collect()
 }
 
+/// The built-in lock, futex and scheduler frames (issue 13's contention evidence): glibc's
+/// and the kernel's futex and mutex paths, the JVM's parking and monitors, and the kernel's
+/// scheduler entry points (a thread switching out or waking another one).
+pub const SYNC_PATTERN: &str = concat!(
+    r"futex|__lll_lock|__lll_unlock|pthread_mutex|pthread_cond|pthread_rwlock|pthread_spin",
+    r"|sem_wait|sem_post|Parker::park|Unsafe_Park|Unsafe_Unpark|ObjectMonitor|ObjectSynchronizer",
+    r"|^(schedule|__schedule|schedule_timeout|schedule_hrtimeout_range|schedule_hrtimeout_range_clock",
+    r"|do_sched_yield|__x64_sys_sched_yield|finish_task_switch(\.isra\.0)?|try_to_wake_up",
+    r"|pick_next_task_fair|native_queued_spin_lock_slowpath|_raw_spin_lock)$",
+);
+
+/// The built-in category: `sync`, [`SYNC_PATTERN`].
+pub fn sync_category() -> Category {
+    Category {
+        name: "sync".into(),
+        pattern: Regex::new(SYNC_PATTERN).expect("the built-in pattern compiles"),
+    }
+}
+
+/// % of the total weight in samples with a lock, futex or scheduler frame.
+pub fn sync_pct(folded: &Folded) -> f64 {
+    shares(folded, &[sync_category()])[0].inclusive_pct
+}
+
 /// A markdown table of category shares.
 pub fn to_markdown(shares: &[CategoryShare]) -> String {
     let mut out =
@@ -129,6 +153,25 @@ mod tests {
         let sum: f64 = s.iter().map(|x| x.attributed_pct).sum();
         assert!((sum - 100.0).abs() < 1e-9);
         assert!(parse("nocolon").is_err());
+        assert!(parse(&format!("sync: {SYNC_PATTERN}")).is_ok());
         assert!(parse("x: (").is_err());
+    }
+
+    #[test]
+    fn lock_futex_and_scheduler_frames_count_once_per_sample() {
+        // Tomcat's busiest stack recorded by examples/tomcat.toml (a pool thread parking), a
+        // glibc mutex, a wait in epoll, work, and names that only look like the scheduler's.
+        let f = Folded::from_pairs([
+            ("tomcat-exec;__futex_abstimed_wait_common;entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_futex;do_futex;futex_wait;__futex_wait;futex_do_wait;schedule;__schedule;finish_task_switch.isra.0".to_string(), 5),
+            ("app;main;__lll_lock_wait".to_string(), 2),
+            ("app;main;epoll_wait;schedule_hrtimeout_range;schedule".to_string(), 1),
+            ("app;main;parse_request".to_string(), 2),
+            ("app;main;scheduler_loop;pick_next_task_fair_wrapper".to_string(), 10),
+        ]);
+        assert_eq!(sync_pct(&f), 40.0);
+        assert_eq!(
+            sync_pct(&Folded::from_pairs([("t;work".to_string(), 1)])),
+            0.0
+        );
     }
 }

@@ -368,6 +368,7 @@ fn event_record(e: &EventProfile) -> EventRecord {
                 self_pct: f.self_pct,
             })
             .collect(),
+        sync_pct: Some(e.sync_pct),
     }
 }
 

@@ -127,6 +127,10 @@ pub struct EventRecord {
     pub files: Vec<String>,
     /// The functions with the largest inclusive share, largest first.
     pub top: Vec<FunctionRow>,
+    /// % of the weight in stacks with a lock, futex or scheduler frame (the built-in `sync`
+    /// category); absent in runs recorded before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_pct: Option<f64>,
 }
 
 /// A function's share of a profile.

@@ -382,6 +382,7 @@ mod tests {
                     inclusive_pct: 50.0,
                     self_pct: 12.5,
                 }],
+                sync_pct: Some(3.0),
             }],
         }
     }

@@ -43,5 +43,6 @@ mod sweep;
 mod templates;
 mod threads;
 mod tls;
+mod tomcat;
 mod topology;
 mod windows;

@@ -117,6 +117,15 @@ struct Level {
 
 /// Diagnoses a series from its analysis and its ok steps.
 pub fn diagnose(series: &SeriesAnalysis, steps: &[&StepResult]) -> Diagnosis {
+    diagnose_with_profile(series, steps, None)
+}
+
+/// Diagnoses a series from its analysis, its ok steps and what its profile passes show.
+pub fn diagnose_with_profile(
+    series: &SeriesAnalysis,
+    steps: &[&StepResult],
+    profile: Option<&ProfileEvidence>,
+) -> Diagnosis {
     let levels: Vec<Level> = series
         .points
         .iter()
@@ -145,6 +154,7 @@ pub fn diagnose(series: &SeriesAnalysis, steps: &[&StepResult]) -> Diagnosis {
         levels: &levels,
         from: knee_index.unwrap_or(levels.len() - 1),
         series,
+        profile,
     };
     let found = RULES.iter().find_map(|rule| rule(&ctx));
     let knee_clients = knee_index.map(|i| levels[i].clients);
@@ -156,7 +166,7 @@ pub fn diagnose(series: &SeriesAnalysis, steps: &[&StepResult]) -> Diagnosis {
             rps(top.throughput_rps)
         ),
     };
-    let (limit, mut confidence, evidence, because) = match found {
+    let (limit, mut confidence, mut evidence, because) = match found {
         Some(f) => (f.limit, f.confidence, f.evidence, f.because),
         None => {
             let evidence = ruled_out(&ctx);
@@ -170,6 +180,9 @@ pub fn diagnose(series: &SeriesAnalysis, steps: &[&StepResult]) -> Diagnosis {
     };
     if knee_clients.is_none() {
         confidence = confidence.min(Confidence::Low);
+    }
+    if let Some(p) = profile {
+        evidence.extend(p.evidence());
     }
     Diagnosis {
         target: series.target.clone(),
@@ -196,6 +209,7 @@ struct Ctx<'a> {
     levels: &'a [Level],
     from: usize,
     series: &'a SeriesAnalysis,
+    profile: Option<&'a ProfileEvidence>,
 }
 
 impl Ctx<'_> {
@@ -583,6 +597,14 @@ fn contention(c: &Ctx) -> Option<Found> {
         .as_ref()
         .map(|u| u.sigma)
         .filter(|&s| s > SIGMA_CLEAR);
+    // Supporting evidence only: the profile's lock share grew between its two levels.
+    let locks = c.profile.filter(|p| p.sync_grew());
+    if let Some(p) = locks {
+        parts.push(format!(
+            "lock, futex and scheduler frames from {:.1}% to {:.1}% of CPU samples ({} clients to {})",
+            p.a.sync_pct, p.b.sync_pct, p.a.clients, p.b.clients
+        ));
+    }
     let mut because = format!(
         "{} while throughput stays near {}",
         parts.join(" and "),
@@ -599,7 +621,7 @@ fn contention(c: &Ctx) -> Option<Found> {
     }
     Some(Found {
         limit: Limit::Contention,
-        confidence: if sigma.is_some() && c.series.usl_caveat.is_none() {
+        confidence: if (sigma.is_some() && c.series.usl_caveat.is_none()) || locks.is_some() {
             Confidence::High
         } else {
             Confidence::Medium
@@ -660,7 +682,7 @@ fn outside(c: &Ctx) -> Option<Found> {
             Some(top.clients),
             "the load generator's own CPU, % of its cpuset",
         ));
-        sides.push_str(&format!(", client CPUs {p:.0}%"));
+        sides.push_str(&format!(", client {p:.0}% of its own"));
     }
     Some(Found {
         limit: Limit::Outside,
@@ -832,6 +854,14 @@ fn us(x: f64) -> String {
         format!("{x:.1} µs")
     }
 }
+
+#[path = "diagnosis_profile.rs"]
+pub mod profile;
+pub use profile::ProfileEvidence;
+
+#[path = "diagnosis_wakeup.rs"]
+mod wakeup;
+pub use wakeup::add_wakeup_sentences;
 
 #[cfg(test)]
 #[path = "diagnosis_tests.rs"]

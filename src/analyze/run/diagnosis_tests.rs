@@ -229,6 +229,12 @@ fn neither_side_busy_and_latency_as_littles_law_says() {
     let lat = metric(&d, "mean_latency_us").value;
     assert!((lat - 16.0 / 31e3 * 1e6).abs() < 1e-6, "{lat}");
     assert!(d.sentence.contains("outside both processes"));
+    assert!(
+        d.sentence
+            .contains("neither side is busy (server 15% of its CPUs, client 10% of its own)"),
+        "{}",
+        d.sentence
+    );
 }
 
 #[test]
@@ -312,4 +318,61 @@ fn no_knee_is_never_more_than_low() {
         "{}",
         d.sentence
     );
+}
+
+/// A profile whose lock share went from `a` % at 4 clients to `b` % at 16.
+fn profile(a: f64, b: f64) -> ProfileEvidence {
+    let level = |clients, label: &str, sync_pct| profile::ProfiledLevel {
+        clients,
+        label: label.into(),
+        sync_pct,
+    };
+    ProfileEvidence {
+        a: level(4, "busy (4 clients)", a),
+        b: level(16, "saturated (16 clients)", b),
+        growers: vec![("futex_wait".into(), 1.0, 9.0)],
+    }
+}
+
+#[test]
+fn a_growing_lock_share_supports_contention_and_names_nothing_alone() {
+    let contended: Vec<StepResult> = bending(|i, s| {
+        s.busy_pct = [30.0, 60.0, 92.0, 95.0, 96.0][i];
+        s.cpu_us = [20.0, 22.0, 30.0, 45.0, 70.0][i];
+    })
+    .iter()
+    .map(step)
+    .collect();
+    let series = analyze(&contended, None).series.remove(0);
+    let refs: Vec<&StepResult> = contended.iter().collect();
+    let with = diagnose_with_profile(&series, &refs, Some(&profile(3.0, 14.0)));
+    assert_eq!(
+        (with.limit, with.confidence),
+        (Limit::Contention, Confidence::High)
+    );
+    assert!(
+        with.sentence.contains(
+            "and lock, futex and scheduler frames from 3.0% to 14.0% of CPU samples (4 clients to 16)"
+        ),
+        "{}",
+        with.sentence
+    );
+    assert_eq!(metric(&with, "profile_growth_points").value, 8.0);
+    let flat = diagnose_with_profile(&series, &refs, Some(&profile(3.0, 4.0)));
+    assert_eq!(flat.limit, Limit::Contention);
+    assert!(!flat.sentence.contains("futex"), "{}", flat.sentence);
+    assert_eq!(metric(&flat, "sync_frames_pct").value, 4.0);
+    // A lock share growing at a busy cpuset with a flat CPU per request stays server_cpu.
+    let busy: Vec<StepResult> = bending(|i, s| {
+        s.busy_pct = [30.0, 60.0, 92.0, 95.0, 96.0][i];
+        s.cpu_us = 20.0;
+    })
+    .iter()
+    .map(step)
+    .collect();
+    let series = analyze(&busy, None).series.remove(0);
+    let refs: Vec<&StepResult> = busy.iter().collect();
+    let d = diagnose_with_profile(&series, &refs, Some(&profile(3.0, 14.0)));
+    assert_eq!(d.limit, Limit::ServerCpu, "{}", d.sentence);
+    assert_eq!(metric(&d, "sync_frames_pct").value, 14.0);
 }

@@ -1,0 +1,92 @@
+//! Seed 003's experiment on real software: a short examples/tomcat.toml (Debian's tomcat10
+//! started by examples/tomcat.sh) through the built-in HTTP client, with its profile passes
+//! and its diagnosis.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common;
+
+/// Where Debian's tomcat10 puts catalina.sh.
+const CATALINA: &str = "/usr/share/tomcat10/bin/catalina.sh";
+
+/// Tomcat and a JVM are installed (else skipped outside CI, failed in it).
+pub fn tomcat_available() -> bool {
+    if !Path::new(CATALINA).is_file() || common::find_program("java").is_none() {
+        common::skip_or_fail("tomcat10 (with a java runtime) is not installed");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
+    if !tomcat_available() {
+        return;
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let spec = std::fs::read_to_string(examples.join("tomcat.toml"))
+        .unwrap()
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("warmup = \"3s\"", "warmup = \"1s\"")
+        .replace(
+            "clients = [1, 2, 4, 8, 16, 32, 64, 128]",
+            "clients = [1, 8]",
+        )
+        .replace("seconds = 5", "seconds = 1")
+        .replace("{spec_dir}", examples.to_str().unwrap());
+    assert!(spec.contains("clients = [1, 8]") && spec.contains("seconds = 1"));
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = dir.path().join("tomcat.toml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let out = dir.path().join("run");
+    common::assert_success(&common::run_spec(&spec_path, &out));
+
+    let steps = common::steps_json(&out);
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    for s in &steps {
+        assert_eq!(s["status"], "ok", "{s:#}");
+        assert!(s["requests"].as_u64().unwrap() > 0, "{s:#}");
+        // The connector's pool, named by tomcat.sh, shows as one merged thread group.
+        let groups = s["server"]["threads"]["groups"].as_array().unwrap();
+        assert!(
+            groups.iter().any(|g| g["name"] == "tomcat-exec"),
+            "{groups:?}"
+        );
+    }
+
+    let lines = std::fs::read_to_string(out.join("profiles.jsonl")).unwrap();
+    let passes: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["kind"] == "pass")
+        .collect();
+    assert!(!passes.is_empty(), "{lines}");
+    for p in &passes {
+        if p["ok"] == true {
+            let d = out.join(p["dir"].as_str().unwrap());
+            for f in ["cpu.user.svg", "cpu.kernel.svg"] {
+                assert!(d.join(f).is_file(), "{} has no {f}", d.display());
+            }
+        } else {
+            // Without perf the run goes on and says why (CI has perf: it must work there).
+            assert!(!common::in_ci(), "{p:#}");
+            assert!(p["reason"].as_str().is_some_and(|r| !r.is_empty()), "{p:#}");
+        }
+    }
+
+    let printed = common::cli(&["analyze".as_ref(), out.as_os_str(), "--json".as_ref()]);
+    common::assert_success(&printed);
+    let list: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    let d = &list[0];
+    assert_eq!(d["target"], "tomcat", "{d:#}");
+    assert!(!d["evidence"].as_array().unwrap().is_empty(), "{d:#}");
+    let sentence = d["sentence"].as_str().unwrap();
+    assert!(sentence.starts_with("tomcat/separated "), "{sentence}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains(sentence),
+        "report.md does not open with the diagnosis"
+    );
+}
