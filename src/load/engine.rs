@@ -51,11 +51,14 @@ pub fn run_sockets(
     let config = Arc::new(validate(config)?);
     let target = Arc::new(Target::parse(&config.url, &config.proto)?);
     if let Some(tls) = &target.tls {
-        super::tls::probe(
+        let alpn = super::tls::probe(
             target.addr,
             tls,
             config.timeout.min(Duration::from_secs(10)),
         )?;
+        if target.http2 {
+            super::h2::check_alpn(&target, alpn.as_deref())?;
+        }
     }
     // Before any per-connection state is allocated.
     super::fdlimit::ensure(config.connections, config.threads)?;
@@ -77,6 +80,7 @@ pub fn run_sockets(
                 stop_flag.clone(),
                 tx.clone(),
                 t,
+                first_conn,
                 n,
             );
             bodies.push(Box::new(move |b, s| worker.run(b, s)));

@@ -34,6 +34,7 @@ use tokio::net::TcpStream;
 
 use super::recorder::{Msg, Recorder, Schedule};
 use super::target::Target;
+use super::template::H2Requests;
 use super::{LoadConfig, LoadError};
 
 /// Receive windows large enough that flow control never paces a benchmark (h2load's
@@ -51,6 +52,8 @@ pub(super) struct H2Worker {
     stop: Arc<AtomicBool>,
     tx: Sender<Msg>,
     thread: usize,
+    /// The load-wide number of the thread's first connection (seeds its templates).
+    first_conn: usize,
     n_conns: usize,
 }
 
@@ -65,8 +68,11 @@ struct Shared {
     inflight: Cell<u64>,
     /// Requests withdrawn from `sent` (refused unprocessed): the next sends re-send them.
     resend_owed: Cell<u64>,
+    /// Without `--requests`: the request every stream sends, and its body.
     request: http::Request<()>,
     body: Option<Bytes>,
+    /// With `--requests`: each connection's requests.
+    templates: Vec<RefCell<H2Requests>>,
 }
 
 /// One connection: its handle while open, and a generation number so a failure is acted on
@@ -84,6 +90,7 @@ impl H2Worker {
         stop: Arc<AtomicBool>,
         tx: Sender<Msg>,
         thread: usize,
+        first_conn: usize,
         n_conns: usize,
     ) -> Self {
         H2Worker {
@@ -93,6 +100,7 @@ impl H2Worker {
             stop,
             tx,
             thread,
+            first_conn,
             n_conns,
         }
     }
@@ -138,6 +146,10 @@ impl H2Worker {
             resend_owed: Cell::new(0),
             request,
             body,
+            templates: (self.first_conn..self.first_conn + self.n_conns)
+                .filter_map(|c| self.target.http2_templates(c, &self.config.proto))
+                .map(RefCell::new)
+                .collect(),
         });
         let ready = connect_all(&shared).await;
         let ok = ready.is_ok();
@@ -179,6 +191,14 @@ impl H2Worker {
 impl Shared {
     fn now_ns(&self) -> u64 {
         self.t0.get().elapsed().as_nanos() as u64
+    }
+
+    /// The next request of connection `conn`, and its body.
+    fn next_request(&self, conn: usize) -> (http::Request<()>, Option<Bytes>) {
+        match self.templates.get(conn) {
+            Some(t) => t.borrow_mut().next(),
+            None => (self.request.clone(), self.body.clone()),
+        }
     }
 
     /// One request taken by `h2`; the first `resend_owed` ones re-send refused requests.
@@ -225,12 +245,44 @@ async fn connect_all(shared: &Rc<Shared>) -> Result<f64, LoadError> {
     Ok(total_s)
 }
 
-/// Opens connection `conn` (generation `generation`) and starts its driver.
+/// Opens connection `conn` (generation `generation`): TCP, TLS when the target has it (its
+/// handshake recorded as for HTTP/1.1, ALPN checked to be `h2`), then HTTP/2.
 async fn open(shared: &Rc<Shared>, conn: usize, generation: u64) -> io::Result<SendRequest<Bytes>> {
     let tcp = TcpStream::connect(shared.target.addr).await?;
     tcp.set_nodelay(true)?;
+    let Some(tls) = &shared.target.tls else {
+        return start(shared, conn, generation, tcp).await;
+    };
+    let started = Instant::now();
+    let stream = tokio_rustls::TlsConnector::from(tls.config())
+        .connect(tls.server_name(), tcp)
+        .await?;
+    let session = stream.get_ref().1;
+    if session.alpn_protocol() != Some(H2_ALPN) {
+        return Err(io::Error::other(not_h2(
+            tls.host(),
+            session.alpn_protocol(),
+        )));
+    }
+    let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    let handshake_ns = started.elapsed().as_nanos() as u64;
+    shared.rec.borrow_mut().tls_handshake(handshake_ns, resumed);
+    start(shared, conn, generation, stream).await
+}
+
+/// The HTTP/2 preface and settings over `io` (plaintext: its bytes are counted as
+/// HTTP/1.1's are), and the connection's driver.
+async fn start<S>(
+    shared: &Rc<Shared>,
+    conn: usize,
+    generation: u64,
+    io: S,
+) -> io::Result<SendRequest<Bytes>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     let io = Counted {
-        inner: tcp,
+        inner: io,
         shared: Rc::downgrade(shared),
     };
     let (send, connection) = h2::client::Builder::new()
@@ -249,6 +301,26 @@ async fn open(shared: &Rc<Shared>, conn: usize, generation: u64) -> io::Result<S
     Ok(send)
 }
 
+/// HTTP/2's ALPN protocol name.
+const H2_ALPN: &[u8] = b"h2";
+
+/// The sentence for a TLS server that chose `alpn` rather than `h2`.
+fn not_h2(host: &str, alpn: Option<&[u8]>) -> String {
+    let chose = match alpn {
+        Some(p) => format!("chose {} by ALPN", String::from_utf8_lossy(p)),
+        None => "chose no protocol by ALPN".to_string(),
+    };
+    format!("{host} does not speak HTTP/2 over TLS (the server {chose}): drop --http2 for HTTP/1.1")
+}
+
+/// After the probe's handshake: the server must have chosen `h2`.
+pub(super) fn check_alpn(target: &Target, alpn: Option<&[u8]>) -> Result<(), LoadError> {
+    match &target.tls {
+        Some(tls) if alpn != Some(H2_ALPN) => Err(LoadError::BadInput(not_h2(tls.host(), alpn))),
+        _ => Ok(()),
+    }
+}
+
 /// Reopens connection `conn` until it opens or the window ends.
 async fn reopen(shared: Rc<Shared>, conn: usize, generation: u64) {
     loop {
@@ -264,8 +336,9 @@ async fn reopen(shared: Rc<Shared>, conn: usize, generation: u64) {
                 }
                 return;
             }
-            Err(_) => {
-                shared.rec.borrow_mut().error("connect", now);
+            Err(e) => {
+                let kind = super::transport::connect_error_kind(&e);
+                shared.rec.borrow_mut().error(kind, now);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -309,17 +382,17 @@ async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
                 continue;
             }
         };
-        let (response, mut body_stream) =
-            match send.send_request(shared.request.clone(), shared.body.is_none()) {
-                Ok(r) => r,
-                // Not taken: the connection is going away; nothing was sent.
-                Err(_) => {
-                    shared.connection_lost(conn, generation);
-                    continue;
-                }
-            };
-        if let Some(body) = &shared.body {
-            let _ = body_stream.send_data(body.clone(), true);
+        let (request, body) = shared.next_request(conn);
+        let (response, mut body_stream) = match send.send_request(request, body.is_none()) {
+            Ok(r) => r,
+            // Not taken: the connection is going away; nothing was sent.
+            Err(_) => {
+                shared.connection_lost(conn, generation);
+                continue;
+            }
+        };
+        if let Some(body) = body {
+            let _ = body_stream.send_data(body, true);
         }
         shared.count_sent();
         let sent_ns = shared.now_ns();
@@ -409,12 +482,12 @@ async fn tick(shared: Rc<Shared>) {
 }
 
 /// The connection's socket, counting the bytes that cross it.
-struct Counted {
-    inner: TcpStream,
+struct Counted<S> {
+    inner: S,
     shared: std::rc::Weak<Shared>,
 }
 
-impl Counted {
+impl<S> Counted<S> {
     fn count(&self, n: usize, incoming: bool) {
         if let Some(shared) = self.shared.upgrade() {
             let now = shared.now_ns();
@@ -428,7 +501,7 @@ impl Counted {
     }
 }
 
-impl AsyncRead for Counted {
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -444,7 +517,7 @@ impl AsyncRead for Counted {
     }
 }
 
-impl AsyncWrite for Counted {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
