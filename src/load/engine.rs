@@ -80,8 +80,7 @@ pub fn run_sockets(
                 stop_flag.clone(),
                 tx.clone(),
                 t,
-                first_conn,
-                n,
+                first_conn..first_conn + n,
             );
             bodies.push(Box::new(move |b, s| worker.run(b, s)));
             first_conn += n;

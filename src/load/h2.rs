@@ -19,6 +19,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::io;
+use std::ops::Range;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,9 +53,8 @@ pub(super) struct H2Worker {
     stop: Arc<AtomicBool>,
     tx: Sender<Msg>,
     thread: usize,
-    /// The load-wide number of the thread's first connection (seeds its templates).
-    first_conn: usize,
-    n_conns: usize,
+    /// The load-wide numbers of the thread's connections (they seed their templates).
+    conns: Range<usize>,
 }
 
 /// What the tasks of one thread share.
@@ -90,8 +90,7 @@ impl H2Worker {
         stop: Arc<AtomicBool>,
         tx: Sender<Msg>,
         thread: usize,
-        first_conn: usize,
-        n_conns: usize,
+        conns: Range<usize>,
     ) -> Self {
         H2Worker {
             config,
@@ -100,8 +99,7 @@ impl H2Worker {
             stop,
             tx,
             thread,
-            first_conn,
-            n_conns,
+            conns,
         }
     }
 
@@ -134,7 +132,9 @@ impl H2Worker {
             stop: self.stop.clone(),
             t0: Cell::new(Instant::now()),
             rec: RefCell::new(rec),
-            conns: (0..self.n_conns)
+            conns: self
+                .conns
+                .clone()
                 .map(|_| {
                     RefCell::new(Slot {
                         send: None,
@@ -146,7 +146,9 @@ impl H2Worker {
             resend_owed: Cell::new(0),
             request,
             body,
-            templates: (self.first_conn..self.first_conn + self.n_conns)
+            templates: self
+                .conns
+                .clone()
                 .filter_map(|c| self.target.http2_templates(c, &self.config.proto))
                 .map(RefCell::new)
                 .collect(),
@@ -162,7 +164,7 @@ impl H2Worker {
         shared.t0.set(t0);
         shared.rec.borrow_mut().start();
         let mut loops = Vec::new();
-        for conn in 0..self.n_conns {
+        for conn in 0..self.conns.len() {
             for stream in 0..self.config.depth {
                 loops.push(tokio::task::spawn_local(request_loop(
                     shared.clone(),
@@ -196,7 +198,7 @@ impl Shared {
     /// The next request of connection `conn`, and its body.
     fn next_request(&self, conn: usize) -> (http::Request<()>, Option<Bytes>) {
         match self.templates.get(conn) {
-            Some(t) => t.borrow_mut().next(),
+            Some(t) => t.borrow_mut().next_request(),
             None => (self.request.clone(), self.body.clone()),
         }
     }

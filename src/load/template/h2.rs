@@ -184,7 +184,7 @@ impl Compiled {
 
 impl H2Requests {
     /// The next request and its body.
-    pub fn next(&mut self) -> (Request<()>, Option<Bytes>) {
+    pub fn next_request(&mut self) -> (Request<()>, Option<Bytes>) {
         let i = self.conn.render();
         // Every request was built once by `check` when compiled; placeholders add only
         // characters valid in any field.
@@ -263,7 +263,7 @@ mod tests {
         )
         .unwrap();
         let mut r = c.h2_connection(7, 1);
-        let (req, body) = r.next();
+        let (req, body) = r.next_request();
         assert_eq!(req.method(), Method::POST);
         assert_eq!(req.uri().to_string(), "https://h:1/i/0?c=7");
         let key = req.headers()["x-key"].to_str().unwrap();
@@ -272,14 +272,14 @@ mod tests {
         assert!(req.headers().get("connection").is_none());
         assert_eq!(body.as_deref(), Some(&b"id=0"[..]));
         assert_eq!(req.headers()[CONTENT_LENGTH], "4");
-        let (req, body) = r.next();
+        let (req, body) = r.next_request();
         assert_eq!(req.uri().to_string(), "https://other:2/");
         assert!(req.headers().get("host").is_none() && body.is_none());
         // {seq} once per request, the body's length following its digits.
         for _ in 0..18 {
-            r.next();
+            r.next_request();
         }
-        let (req, body) = r.next();
+        let (req, body) = r.next_request();
         assert_eq!(req.uri().path(), "/i/10");
         assert_eq!(body.as_deref(), Some(&b"id=10"[..]));
         assert_eq!(req.headers()[CONTENT_LENGTH], "5");
