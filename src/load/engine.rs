@@ -228,8 +228,8 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
         return bad("--depth must be at least 1");
     }
     let http2 = config.proto.http2 || config.url.starts_with("h2c://");
-    if http2 && config.rate_rps.is_some() {
-        return bad("--rate (open loop) is not available with HTTP/2 yet: HTTP/2 runs closed loop");
+    if http2 && config.ramp.is_some() && config.rate_rps.is_none() {
+        return bad("--ramp without --rate (a ramp of connections) is not available with HTTP/2: give --rate to ramp the rate");
     }
     if config.proto.new_connection_per_request && config.depth > 1 {
         return bad("--new-connection-per-request sends one request per connection: use --depth 1");

@@ -33,6 +33,8 @@ use h2::client::SendRequest;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+mod open;
+
 use super::recorder::{Msg, Recorder, Schedule};
 use super::target::Target;
 use super::template::H2Requests;
@@ -73,6 +75,8 @@ struct Shared {
     body: Option<Bytes>,
     /// With `--requests`: each connection's requests.
     templates: Vec<RefCell<H2Requests>>,
+    /// Open loop (`--rate`): the schedule the streams take their requests from.
+    open: Option<open::Open>,
 }
 
 /// One connection: its handle while open, and a generation number so a failure is acted on
@@ -124,7 +128,8 @@ impl H2Worker {
     }
 
     async fn run_async(self, barrier: Arc<Barrier>, start: Arc<OnceLock<Instant>>) {
-        let rec = Recorder::new(self.sched.clone(), self.tx.clone(), self.thread, false);
+        let open_loop = self.config.rate_rps.is_some();
+        let rec = Recorder::new(self.sched.clone(), self.tx.clone(), self.thread, open_loop);
         let (request, body) = self.target.http2_request(&self.config.proto);
         let shared = Rc::new(Shared {
             config: self.config.clone(),
@@ -152,6 +157,7 @@ impl H2Worker {
                 .filter_map(|c| self.target.http2_templates(c, &self.config.proto))
                 .map(RefCell::new)
                 .collect(),
+            open: open_loop.then(|| open::Open::new(&self.config, self.thread)),
         });
         let ready = connect_all(&shared).await;
         let ok = ready.is_ok();
@@ -174,10 +180,12 @@ impl H2Worker {
             }
         }
         let ticker = tokio::task::spawn_local(tick(shared.clone()));
+        let pacer = tokio::task::spawn_local(open::pace(shared.clone()));
         for l in loops {
             let _ = l.await;
         }
         ticker.abort();
+        pacer.abort();
         let now = shared.now_ns();
         let end = shared.rec.borrow().end_ns;
         shared.rec.borrow_mut().cross_boundaries(now.max(end), || 0);
@@ -200,6 +208,14 @@ impl Shared {
         match self.templates.get(conn) {
             Some(t) => t.borrow_mut().next_request(),
             None => (self.request.clone(), self.body.clone()),
+        }
+    }
+
+    /// Open loop: a request taken from the schedule goes back to it (not sent, or refused
+    /// unprocessed).
+    fn put_back(&self, intended_ns: Option<u64>) {
+        if let (Some(open), Some(t)) = (&self.open, intended_ns) {
+            open.put_back(t);
         }
     }
 
@@ -384,11 +400,20 @@ async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
                 continue;
             }
         };
+        // Open loop: a free stream waits for the next request due.
+        let intended_ns = match &shared.open {
+            Some(open) => match open.take().await {
+                Some(t) => Some(t),
+                None => return,
+            },
+            None => None,
+        };
         let (request, body) = shared.next_request(conn);
         let (response, mut body_stream) = match send.send_request(request, body.is_none()) {
             Ok(r) => r,
             // Not taken: the connection is going away; nothing was sent.
             Err(_) => {
+                shared.put_back(intended_ns);
                 shared.connection_lost(conn, generation);
                 continue;
             }
@@ -408,13 +433,14 @@ async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
         let mut rec = shared.rec.borrow_mut();
         match outcome {
             Outcome::Status(status) => match super::protocol::http::status_error(status) {
-                None => rec.success(now - sent_ns, now - sent_ns, now),
+                None => rec.success(now - intended_ns.unwrap_or(sent_ns), now - sent_ns, now),
                 Some(kind) => rec.error(kind, now),
             },
             Outcome::Refused => {
                 rec.withdraw(1);
                 shared.resend_owed.set(shared.resend_owed.get() + 1);
                 drop(rec);
+                shared.put_back(intended_ns);
                 shared.connection_lost(conn, generation);
             }
             Outcome::Failed(kind) => rec.error(kind, now),

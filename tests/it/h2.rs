@@ -79,8 +79,8 @@ fn h2c_sent_equals_nginx_count_at_depth_8_across_goaways() {
 fn http2_bad_input_is_one_sentence_and_exit_2() {
     for (args, says) in [
         (
-            vec!["h2c://127.0.0.1:1/", "--rate", "100"],
-            "not available with HTTP/2 yet",
+            vec!["h2c://127.0.0.1:1/", "--ramp", "1:4:1s"],
+            "not available with HTTP/2",
         ),
         (
             vec!["redis://127.0.0.1:1", "--http2"],
@@ -242,4 +242,44 @@ fn h2c_request_templates_reach_nginx_and_sent_is_its_log() {
             .all(|l| l.contains("\" 200 ") || l.contains("\" 201 ")),
         "{text}"
     );
+}
+
+#[test]
+fn h2_open_loop_latency_counts_from_the_intended_time_through_stalls() {
+    let port = common::free_port();
+    let Some(nginx) = common::start_nginx_with(&format!("listen 127.0.0.1:{port} http2;")) else {
+        return;
+    };
+    // All traffic stalls for the first 200 ms of every second.
+    let proxy = crate::load_engine::stalling_proxy(port, std::time::Duration::from_millis(200));
+    let before = nginx.stub_requests();
+    let doc = load_json(&[
+        &format!("h2c://127.0.0.1:{proxy}/"),
+        "--rate",
+        "500",
+        "-c",
+        "1",
+        "--depth",
+        "2",
+        "-d",
+        "3s",
+    ]);
+    let after = nginx.stub_requests();
+    assert_eq!(u(&doc, "sent"), after - before - 1, "{doc:#}");
+    assert_eq!(doc["errors"], serde_json::json!({}), "{doc:#}");
+    let corrected = doc["latency_us"]["p99"].as_f64().unwrap();
+    let uncorrected = doc["uncorrected_latency_us"]["p99"].as_f64().unwrap();
+    // The slowest 1% were due early in a stall and waited most of it; only the 2 streams'
+    // requests sent as it began waited once sent.
+    assert!(
+        corrected > 100_000.0,
+        "corrected p99 {corrected} us: {doc:#}"
+    );
+    assert!(
+        uncorrected < corrected / 2.0,
+        "uncorrected p99 {uncorrected} us: {doc:#}"
+    );
+    assert!(u(&doc, "omitted") > 0, "requests due in a stall: {doc:#}");
+    let rate = doc["throughput_rps"].as_f64().unwrap();
+    assert!((rate - 500.0).abs() < 75.0, "{doc:#}");
 }
