@@ -376,6 +376,9 @@ enum Outcome {
 /// Stream `stream` of connection `conn`: one request at a time until the window ends.
 async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
     let timeout = shared.config.timeout;
+    // The connection's handle, kept while its generation lasts (a clone and its drop take
+    // `h2`'s lock twice per request otherwise).
+    let mut handle: Option<(u64, SendRequest<Bytes>)> = None;
     loop {
         let now = shared.now_ns();
         if shared.stop.load(Ordering::Relaxed) {
@@ -384,22 +387,27 @@ async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
         if now >= shared.rec.borrow().end_ns {
             return;
         }
-        let (send, generation) = {
-            let slot = shared.conns[conn].borrow();
-            (slot.send.clone(), slot.generation)
-        };
+        let generation = shared.conns[conn].borrow().generation;
+        if handle.as_ref().map(|h| h.0) != Some(generation) {
+            handle = shared.conns[conn]
+                .borrow()
+                .send
+                .clone()
+                .map(|s| (generation, s));
+        }
         // No connection (being reopened), or more streams than the server allows.
-        let Some(send) = send.filter(|s| stream < s.current_max_send_streams()) else {
+        let Some((_, send)) = handle
+            .as_mut()
+            .filter(|(_, s)| stream < s.current_max_send_streams())
+        else {
             tokio::time::sleep(RETRY).await;
             continue;
         };
-        let mut send = match send.ready().await {
-            Ok(s) => s,
-            Err(_) => {
-                shared.connection_lost(conn, generation);
-                continue;
-            }
-        };
+        if std::future::poll_fn(|cx| send.poll_ready(cx)).await.is_err() {
+            handle = None;
+            shared.connection_lost(conn, generation);
+            continue;
+        }
         // Open loop: a free stream waits for the next request due.
         let intended_ns = match &shared.open {
             Some(open) => match open.take().await {
@@ -413,6 +421,7 @@ async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
             Ok(r) => r,
             // Not taken: the connection is going away; nothing was sent.
             Err(_) => {
+                handle = None;
                 shared.put_back(intended_ns);
                 shared.connection_lost(conn, generation);
                 continue;

@@ -153,6 +153,8 @@ pub fn compile(
         let shared = Arc::new(compiled);
         super::h2::check(file, &shared)?;
         compiled = Arc::into_inner(shared).expect("the check's renderer is dropped");
+        // The check drew `{seq}` values: the load's start at 0.
+        compiled.seq = AtomicU64::new(0);
     }
     Ok(compiled)
 }
