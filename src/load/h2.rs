@@ -403,7 +403,10 @@ async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
             tokio::time::sleep(RETRY).await;
             continue;
         };
-        if std::future::poll_fn(|cx| send.poll_ready(cx)).await.is_err() {
+        if std::future::poll_fn(|cx| send.poll_ready(cx))
+            .await
+            .is_err()
+        {
             handle = None;
             shared.connection_lost(conn, generation);
             continue;
