@@ -1,4 +1,5 @@
-//! HTTP/2 generator threads (`h2c://`, `--http2`), with the `h2` crate.
+//! HTTP/2 generator threads (`h2c://`, `--http2` on `http://` or, over TLS with `h2` chosen by
+//! ALPN, on `https://`), with the `h2` crate (and `tokio-rustls` for TLS).
 //!
 //! Why a different loop: `h2` (framing, HPACK, flow control, stream limits, GOAWAY) is
 //! written for tokio's I/O traits, and writing HTTP/2 by hand is what the project avoids.
@@ -15,7 +16,9 @@
 //! bodies' capacity is released as they are read. A request is counted in `sent` when `h2`
 //! takes it; when the server refuses it unprocessed (a GOAWAY naming a lower last stream, or
 //! RST_STREAM REFUSED_STREAM) it leaves `sent` and is sent again (counted once more in `sent`
-//! and in `resent`), as for an HTTP/1.1 `Connection: close`. Closed loop only for now.
+//! and in `resent`), as for an HTTP/1.1 `Connection: close`. With `--rate`, a free stream
+//! waits for the next request the schedule releases ([`open`]); with `--requests`, each
+//! connection renders its own (`template::H2Requests`).
 
 use std::cell::{Cell, RefCell};
 use std::io;
