@@ -3,7 +3,7 @@
 # (1 worker, `listen PORT http2`) on core 0, the generator on core 1, the same connections ×
 # streams, alternating runs. For each run: requests/s and the generator's whole process CPU
 # (user + system, start to exit) per completed request; then the medians and the ratios
-# stairbench/h2load. (HTTP/2 over TLS is not available in stairbench yet.)
+# stairbench/h2load.
 #
 # Usage (after `cargo build --release`): bench/vs_h2load.sh
 # Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=16 STREAMS=8 SERVER_CPU=0 CLIENT_CPU=1

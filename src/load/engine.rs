@@ -51,11 +51,14 @@ pub fn run_sockets(
     let config = Arc::new(validate(config)?);
     let target = Arc::new(Target::parse(&config.url, &config.proto)?);
     if let Some(tls) = &target.tls {
-        super::tls::probe(
+        let alpn = super::tls::probe(
             target.addr,
             tls,
             config.timeout.min(Duration::from_secs(10)),
         )?;
+        if target.http2 {
+            super::h2::check_alpn(&target, alpn.as_deref())?;
+        }
     }
     // Before any per-connection state is allocated.
     super::fdlimit::ensure(config.connections, config.threads)?;
@@ -77,7 +80,7 @@ pub fn run_sockets(
                 stop_flag.clone(),
                 tx.clone(),
                 t,
-                n,
+                first_conn..first_conn + n,
             );
             bodies.push(Box::new(move |b, s| worker.run(b, s)));
             first_conn += n;
@@ -225,8 +228,8 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
         return bad("--depth must be at least 1");
     }
     let http2 = config.proto.http2 || config.url.starts_with("h2c://");
-    if http2 && config.rate_rps.is_some() {
-        return bad("--rate (open loop) is not available with HTTP/2 yet: HTTP/2 runs closed loop");
+    if http2 && config.ramp.is_some() && config.rate_rps.is_none() {
+        return bad("--ramp without --rate (a ramp of connections) is not available with HTTP/2: give --rate to ramp the rate");
     }
     if config.proto.new_connection_per_request && config.depth > 1 {
         return bad("--new-connection-per-request sends one request per connection: use --depth 1");

@@ -1,4 +1,5 @@
-//! HTTP/2 generator threads (`h2c://`, `--http2`), with the `h2` crate.
+//! HTTP/2 generator threads (`h2c://`, `--http2` on `http://` or, over TLS with `h2` chosen by
+//! ALPN, on `https://`), with the `h2` crate (and `tokio-rustls` for TLS).
 //!
 //! Why a different loop: `h2` (framing, HPACK, flow control, stream limits, GOAWAY) is
 //! written for tokio's I/O traits, and writing HTTP/2 by hand is what the project avoids.
@@ -15,10 +16,13 @@
 //! bodies' capacity is released as they are read. A request is counted in `sent` when `h2`
 //! takes it; when the server refuses it unprocessed (a GOAWAY naming a lower last stream, or
 //! RST_STREAM REFUSED_STREAM) it leaves `sent` and is sent again (counted once more in `sent`
-//! and in `resent`), as for an HTTP/1.1 `Connection: close`. Closed loop only for now.
+//! and in `resent`), as for an HTTP/1.1 `Connection: close`. With `--rate`, a free stream
+//! waits for the next request the schedule releases ([`open`]); with `--requests`, each
+//! connection renders its own (`template::H2Requests`).
 
 use std::cell::{Cell, RefCell};
 use std::io;
+use std::ops::Range;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,8 +36,11 @@ use h2::client::SendRequest;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+mod open;
+
 use super::recorder::{Msg, Recorder, Schedule};
 use super::target::Target;
+use super::template::H2Requests;
 use super::{LoadConfig, LoadError};
 
 /// Receive windows large enough that flow control never paces a benchmark (h2load's
@@ -51,7 +58,8 @@ pub(super) struct H2Worker {
     stop: Arc<AtomicBool>,
     tx: Sender<Msg>,
     thread: usize,
-    n_conns: usize,
+    /// The load-wide numbers of the thread's connections (they seed their templates).
+    conns: Range<usize>,
 }
 
 /// What the tasks of one thread share.
@@ -65,8 +73,13 @@ struct Shared {
     inflight: Cell<u64>,
     /// Requests withdrawn from `sent` (refused unprocessed): the next sends re-send them.
     resend_owed: Cell<u64>,
+    /// Without `--requests`: the request every stream sends, and its body.
     request: http::Request<()>,
     body: Option<Bytes>,
+    /// With `--requests`: each connection's requests.
+    templates: Vec<RefCell<H2Requests>>,
+    /// Open loop (`--rate`): the schedule the streams take their requests from.
+    open: Option<open::Open>,
 }
 
 /// One connection: its handle while open, and a generation number so a failure is acted on
@@ -84,7 +97,7 @@ impl H2Worker {
         stop: Arc<AtomicBool>,
         tx: Sender<Msg>,
         thread: usize,
-        n_conns: usize,
+        conns: Range<usize>,
     ) -> Self {
         H2Worker {
             config,
@@ -93,7 +106,7 @@ impl H2Worker {
             stop,
             tx,
             thread,
-            n_conns,
+            conns,
         }
     }
 
@@ -118,7 +131,8 @@ impl H2Worker {
     }
 
     async fn run_async(self, barrier: Arc<Barrier>, start: Arc<OnceLock<Instant>>) {
-        let rec = Recorder::new(self.sched.clone(), self.tx.clone(), self.thread, false);
+        let open_loop = self.config.rate_rps.is_some();
+        let rec = Recorder::new(self.sched.clone(), self.tx.clone(), self.thread, open_loop);
         let (request, body) = self.target.http2_request(&self.config.proto);
         let shared = Rc::new(Shared {
             config: self.config.clone(),
@@ -126,7 +140,9 @@ impl H2Worker {
             stop: self.stop.clone(),
             t0: Cell::new(Instant::now()),
             rec: RefCell::new(rec),
-            conns: (0..self.n_conns)
+            conns: self
+                .conns
+                .clone()
                 .map(|_| {
                     RefCell::new(Slot {
                         send: None,
@@ -138,6 +154,13 @@ impl H2Worker {
             resend_owed: Cell::new(0),
             request,
             body,
+            templates: self
+                .conns
+                .clone()
+                .filter_map(|c| self.target.http2_templates(c, &self.config.proto))
+                .map(RefCell::new)
+                .collect(),
+            open: open_loop.then(|| open::Open::new(&self.config, self.thread)),
         });
         let ready = connect_all(&shared).await;
         let ok = ready.is_ok();
@@ -150,7 +173,7 @@ impl H2Worker {
         shared.t0.set(t0);
         shared.rec.borrow_mut().start();
         let mut loops = Vec::new();
-        for conn in 0..self.n_conns {
+        for conn in 0..self.conns.len() {
             for stream in 0..self.config.depth {
                 loops.push(tokio::task::spawn_local(request_loop(
                     shared.clone(),
@@ -160,10 +183,12 @@ impl H2Worker {
             }
         }
         let ticker = tokio::task::spawn_local(tick(shared.clone()));
+        let pacer = tokio::task::spawn_local(open::pace(shared.clone()));
         for l in loops {
             let _ = l.await;
         }
         ticker.abort();
+        pacer.abort();
         let now = shared.now_ns();
         let end = shared.rec.borrow().end_ns;
         shared.rec.borrow_mut().cross_boundaries(now.max(end), || 0);
@@ -179,6 +204,22 @@ impl H2Worker {
 impl Shared {
     fn now_ns(&self) -> u64 {
         self.t0.get().elapsed().as_nanos() as u64
+    }
+
+    /// The next request of connection `conn`, and its body.
+    fn next_request(&self, conn: usize) -> (http::Request<()>, Option<Bytes>) {
+        match self.templates.get(conn) {
+            Some(t) => t.borrow_mut().next_request(),
+            None => (self.request.clone(), self.body.clone()),
+        }
+    }
+
+    /// Open loop: a request taken from the schedule goes back to it (not sent, or refused
+    /// unprocessed).
+    fn put_back(&self, intended_ns: Option<u64>) {
+        if let (Some(open), Some(t)) = (&self.open, intended_ns) {
+            open.put_back(t);
+        }
     }
 
     /// One request taken by `h2`; the first `resend_owed` ones re-send refused requests.
@@ -225,12 +266,44 @@ async fn connect_all(shared: &Rc<Shared>) -> Result<f64, LoadError> {
     Ok(total_s)
 }
 
-/// Opens connection `conn` (generation `generation`) and starts its driver.
+/// Opens connection `conn` (generation `generation`): TCP, TLS when the target has it (its
+/// handshake recorded as for HTTP/1.1, ALPN checked to be `h2`), then HTTP/2.
 async fn open(shared: &Rc<Shared>, conn: usize, generation: u64) -> io::Result<SendRequest<Bytes>> {
     let tcp = TcpStream::connect(shared.target.addr).await?;
     tcp.set_nodelay(true)?;
+    let Some(tls) = &shared.target.tls else {
+        return start(shared, conn, generation, tcp).await;
+    };
+    let started = Instant::now();
+    let stream = tokio_rustls::TlsConnector::from(tls.config())
+        .connect(tls.server_name(), tcp)
+        .await?;
+    let session = stream.get_ref().1;
+    if session.alpn_protocol() != Some(H2_ALPN) {
+        return Err(io::Error::other(not_h2(
+            tls.host(),
+            session.alpn_protocol(),
+        )));
+    }
+    let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    let handshake_ns = started.elapsed().as_nanos() as u64;
+    shared.rec.borrow_mut().tls_handshake(handshake_ns, resumed);
+    start(shared, conn, generation, stream).await
+}
+
+/// The HTTP/2 preface and settings over `io` (plaintext: its bytes are counted as
+/// HTTP/1.1's are), and the connection's driver.
+async fn start<S>(
+    shared: &Rc<Shared>,
+    conn: usize,
+    generation: u64,
+    io: S,
+) -> io::Result<SendRequest<Bytes>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     let io = Counted {
-        inner: tcp,
+        inner: io,
         shared: Rc::downgrade(shared),
     };
     let (send, connection) = h2::client::Builder::new()
@@ -249,6 +322,26 @@ async fn open(shared: &Rc<Shared>, conn: usize, generation: u64) -> io::Result<S
     Ok(send)
 }
 
+/// HTTP/2's ALPN protocol name.
+const H2_ALPN: &[u8] = b"h2";
+
+/// The sentence for a TLS server that chose `alpn` rather than `h2`.
+fn not_h2(host: &str, alpn: Option<&[u8]>) -> String {
+    let chose = match alpn {
+        Some(p) => format!("chose {} by ALPN", String::from_utf8_lossy(p)),
+        None => "chose no protocol by ALPN".to_string(),
+    };
+    format!("{host} does not speak HTTP/2 over TLS (the server {chose}): drop --http2 for HTTP/1.1")
+}
+
+/// After the probe's handshake: the server must have chosen `h2`.
+pub(super) fn check_alpn(target: &Target, alpn: Option<&[u8]>) -> Result<(), LoadError> {
+    match &target.tls {
+        Some(tls) if alpn != Some(H2_ALPN) => Err(LoadError::BadInput(not_h2(tls.host(), alpn))),
+        _ => Ok(()),
+    }
+}
+
 /// Reopens connection `conn` until it opens or the window ends.
 async fn reopen(shared: Rc<Shared>, conn: usize, generation: u64) {
     loop {
@@ -264,8 +357,9 @@ async fn reopen(shared: Rc<Shared>, conn: usize, generation: u64) {
                 }
                 return;
             }
-            Err(_) => {
-                shared.rec.borrow_mut().error("connect", now);
+            Err(e) => {
+                let kind = super::transport::connect_error_kind(&e);
+                shared.rec.borrow_mut().error(kind, now);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -285,6 +379,9 @@ enum Outcome {
 /// Stream `stream` of connection `conn`: one request at a time until the window ends.
 async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
     let timeout = shared.config.timeout;
+    // The connection's handle, kept while its generation lasts (a clone and its drop take
+    // `h2`'s lock twice per request otherwise).
+    let mut handle: Option<(u64, SendRequest<Bytes>)> = None;
     loop {
         let now = shared.now_ns();
         if shared.stop.load(Ordering::Relaxed) {
@@ -293,33 +390,51 @@ async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
         if now >= shared.rec.borrow().end_ns {
             return;
         }
-        let (send, generation) = {
-            let slot = shared.conns[conn].borrow();
-            (slot.send.clone(), slot.generation)
-        };
+        let generation = shared.conns[conn].borrow().generation;
+        if handle.as_ref().map(|h| h.0) != Some(generation) {
+            handle = shared.conns[conn]
+                .borrow()
+                .send
+                .clone()
+                .map(|s| (generation, s));
+        }
         // No connection (being reopened), or more streams than the server allows.
-        let Some(send) = send.filter(|s| stream < s.current_max_send_streams()) else {
+        let Some((_, send)) = handle
+            .as_mut()
+            .filter(|(_, s)| stream < s.current_max_send_streams())
+        else {
             tokio::time::sleep(RETRY).await;
             continue;
         };
-        let mut send = match send.ready().await {
-            Ok(s) => s,
+        if std::future::poll_fn(|cx| send.poll_ready(cx))
+            .await
+            .is_err()
+        {
+            handle = None;
+            shared.connection_lost(conn, generation);
+            continue;
+        }
+        // Open loop: a free stream waits for the next request due.
+        let intended_ns = match &shared.open {
+            Some(open) => match open.take().await {
+                Some(t) => Some(t),
+                None => return,
+            },
+            None => None,
+        };
+        let (request, body) = shared.next_request(conn);
+        let (response, mut body_stream) = match send.send_request(request, body.is_none()) {
+            Ok(r) => r,
+            // Not taken: the connection is going away; nothing was sent.
             Err(_) => {
+                handle = None;
+                shared.put_back(intended_ns);
                 shared.connection_lost(conn, generation);
                 continue;
             }
         };
-        let (response, mut body_stream) =
-            match send.send_request(shared.request.clone(), shared.body.is_none()) {
-                Ok(r) => r,
-                // Not taken: the connection is going away; nothing was sent.
-                Err(_) => {
-                    shared.connection_lost(conn, generation);
-                    continue;
-                }
-            };
-        if let Some(body) = &shared.body {
-            let _ = body_stream.send_data(body.clone(), true);
+        if let Some(body) = body {
+            let _ = body_stream.send_data(body, true);
         }
         shared.count_sent();
         let sent_ns = shared.now_ns();
@@ -333,13 +448,14 @@ async fn request_loop(shared: Rc<Shared>, conn: usize, stream: usize) {
         let mut rec = shared.rec.borrow_mut();
         match outcome {
             Outcome::Status(status) => match super::protocol::http::status_error(status) {
-                None => rec.success(now - sent_ns, now - sent_ns, now),
+                None => rec.success(now - intended_ns.unwrap_or(sent_ns), now - sent_ns, now),
                 Some(kind) => rec.error(kind, now),
             },
             Outcome::Refused => {
                 rec.withdraw(1);
                 shared.resend_owed.set(shared.resend_owed.get() + 1);
                 drop(rec);
+                shared.put_back(intended_ns);
                 shared.connection_lost(conn, generation);
             }
             Outcome::Failed(kind) => rec.error(kind, now),
@@ -409,12 +525,12 @@ async fn tick(shared: Rc<Shared>) {
 }
 
 /// The connection's socket, counting the bytes that cross it.
-struct Counted {
-    inner: TcpStream,
+struct Counted<S> {
+    inner: S,
     shared: std::rc::Weak<Shared>,
 }
 
-impl Counted {
+impl<S> Counted<S> {
     fn count(&self, n: usize, incoming: bool) {
         if let Some(shared) = self.shared.upgrade() {
             let now = shared.now_ns();
@@ -428,7 +544,7 @@ impl Counted {
     }
 }
 
-impl AsyncRead for Counted {
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -444,7 +560,7 @@ impl AsyncRead for Counted {
     }
 }
 
-impl AsyncWrite for Counted {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -4,7 +4,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use super::protocol::{http::Http, msgr::MsgrProto, redis, Protocol};
-use super::template::{self, Framing};
+use super::template::{self, Framing, H2Requests};
 use super::tls::TlsClient;
 use super::{LoadError, ProtoOptions};
 
@@ -70,6 +70,13 @@ impl Target {
             ));
         }
         let tls = match scheme {
+            // HTTP/1.1 offered too with --http2: a server without h2 then says so by choosing
+            // it, and the probe's error can name what the server speaks.
+            "https" if opts.http2 => Some(TlsClient::new(
+                host_of(authority),
+                &[b"h2", b"http/1.1"],
+                &opts.tls,
+            )?),
             "https" => Some(TlsClient::new(
                 host_of(authority),
                 &[b"http/1.1"],
@@ -85,21 +92,11 @@ impl Target {
                 "--new-connection-per-request works with http:// and https:// targets only".into(),
             ));
         }
-        let templates = templates(opts, &kind)?;
         let http2 = scheme == "h2c" || opts.http2;
+        let templates = templates(opts, &kind, http2.then_some(scheme))?;
         if http2 && !matches!(kind, Kind::Http { .. }) {
             return Err(LoadError::BadInput(
                 "--http2 works with http:// and https:// targets only".into(),
-            ));
-        }
-        if http2 && tls.is_some() {
-            return Err(LoadError::BadInput(
-                "HTTP/2 over TLS (https:// with --http2) is not available yet: use h2c:// (HTTP/2 without TLS)".into(),
-            ));
-        }
-        if http2 && opts.requests.is_some() {
-            return Err(LoadError::BadInput(
-                "--requests works with HTTP/1.1 and redis only (not with HTTP/2 yet)".into(),
             ));
         }
         if http2 && opts.new_connection_per_request {
@@ -139,14 +136,7 @@ impl Target {
             };
             let name = name.trim();
             // Connection-specific headers are forbidden in HTTP/2; the host is :authority.
-            let hop = [
-                "connection",
-                "host",
-                "keep-alive",
-                "transfer-encoding",
-                "upgrade",
-            ];
-            if !hop.iter().any(|h| name.eq_ignore_ascii_case(h)) {
+            if !template::is_connection_specific(name.as_bytes()) {
                 req = req.header(name, value.trim());
             }
         }
@@ -158,9 +148,15 @@ impl Target {
         (req, body)
     }
 
+    /// HTTP/2 with `--requests`: connection number `index`'s requests.
+    pub fn http2_templates(&self, index: usize, opts: &ProtoOptions) -> Option<H2Requests> {
+        let t = self.templates.as_ref()?;
+        Some(t.h2_connection(index, connection_seed(index, opts)))
+    }
+
     /// The protocol state of connection number `index`.
     pub fn connection(&self, index: usize, opts: &ProtoOptions) -> Box<dyn Protocol> {
-        let seed = opts.seed.wrapping_mul(1000).wrapping_add(index as u64);
+        let seed = connection_seed(index, opts);
         if let Some(t) = &self.templates {
             return t.connection(index, seed);
         }
@@ -184,6 +180,11 @@ impl Target {
             Kind::Msgr => Box::new(MsgrProto::new(opts.msg_size)),
         }
     }
+}
+
+/// The seed of connection number `index`'s generator.
+fn connection_seed(index: usize, opts: &ProtoOptions) -> u64 {
+    opts.seed.wrapping_mul(1000).wrapping_add(index as u64)
 }
 
 /// The host of `host:port`, `[v6]:port`, `host` or `[v6]`.
@@ -211,21 +212,28 @@ fn http_headers(opts: &ProtoOptions) -> Vec<String> {
 }
 
 /// The request file compiled for the target's protocol.
+/// `http2_scheme`: the URL's scheme when the target speaks HTTP/2.
 fn templates(
     opts: &ProtoOptions,
     kind: &Kind,
+    http2_scheme: Option<&str>,
 ) -> Result<Option<Arc<template::Compiled>>, LoadError> {
     let Some(file) = &opts.requests else {
         return Ok(None);
     };
     let headers = http_headers(opts);
-    let framing = match kind {
-        Kind::Http { host, .. } => Framing::Http {
+    let framing = match (kind, http2_scheme) {
+        (Kind::Http { host, .. }, Some(scheme)) => Framing::Http2 {
+            scheme: if scheme == "https" { "https" } else { "http" },
+            authority: host,
+            headers: &headers,
+        },
+        (Kind::Http { host, .. }, None) => Framing::Http {
             host,
             headers: &headers,
         },
-        Kind::Redis(_) => Framing::Resp,
-        Kind::Msgr => {
+        (Kind::Redis(_), _) => Framing::Resp,
+        (Kind::Msgr, _) => {
             return Err(LoadError::BadInput(
                 "--requests works with http:// and redis:// targets only".into(),
             ))

@@ -42,7 +42,7 @@ const KEEP_WBUF_BYTES: usize = 16 * 1024;
 /// Open loop: the timer is set this much before a request is due and the loop polls without
 /// sleeping for the rest, because a timerfd wake-up comes tens of µs late on a VM and that
 /// lateness would count as the server's latency.
-const SPIN_NS: u64 = 50_000;
+pub(super) const SPIN_NS: u64 = 50_000;
 /// A send this much after its due time (or one schedule interval, if longer) with a
 /// connection free was late because of the generator, not the server.
 const LATE_SEND_NS: u64 = 100_000;
@@ -99,8 +99,8 @@ pub(super) struct Worker {
 
 /// Open-loop pacing. Request `i` of the schedule is due at a time the arrival cursors
 /// compute from `i` alone, so the requests waiting for a free connection are the index range
-/// `dispatched..issued`: nothing grows with overload.
-struct OpenLoop {
+/// `dispatched..issued`: nothing grows with overload. The HTTP/2 threads pace with it too.
+pub(super) struct OpenLoop {
     /// Due time of request `issued` (the next to release).
     issue: Cursor,
     /// Due time of request `dispatched` (the next waiting one to send).
@@ -115,12 +115,12 @@ struct OpenLoop {
     counted_upto: u64,
     /// Intended times of requests the server never read (it closed first), sent again
     /// before the schedule's: at most one pipeline per close, and already counted.
-    resend: VecDeque<u64>,
+    pub(super) resend: VecDeque<u64>,
     free: VecDeque<usize>,
 }
 
 impl OpenLoop {
-    fn new(config: &LoadConfig, thread: usize) -> Self {
+    pub(super) fn new(config: &LoadConfig, thread: usize) -> Self {
         let rate = config.rate_rps.unwrap_or(0.0);
         let curve = RateCurve::new(rate, config.ramp.as_ref(), config.warmup, config.threads);
         let seed = config.proto.seed.wrapping_mul(0x9E37_79B9) ^ (0x5EED_0000 + thread as u64);
@@ -137,12 +137,12 @@ impl OpenLoop {
         }
     }
 
-    fn next_due_ns(&self) -> u64 {
+    pub(super) fn next_due_ns(&self) -> u64 {
         self.issue.due_ns()
     }
 
     /// Releases the next request of the schedule.
-    fn release(&mut self) {
+    pub(super) fn release(&mut self) {
         self.issued += 1;
         self.issue.advance();
     }
@@ -152,7 +152,7 @@ impl OpenLoop {
     }
 
     /// Takes the next waiting request's intended time.
-    fn take_waiting(&mut self) -> u64 {
+    pub(super) fn take_waiting(&mut self) -> u64 {
         if let Some(intended) = self.resend.pop_front() {
             return intended;
         }
@@ -169,12 +169,18 @@ impl OpenLoop {
 
     /// Counts the scheduled requests left waiting that were not counted before.
     fn newly_waiting(&mut self) -> u64 {
-        let from = self.counted_upto.max(self.dispatched);
-        self.counted_upto = self.issued;
+        self.newly_waiting_beyond(0)
+    }
+
+    /// The same, but the next `taken` waiting requests are about to be sent (HTTP/2: streams
+    /// already waiting for them), so they did not wait.
+    pub(super) fn newly_waiting_beyond(&mut self, taken: u64) -> u64 {
+        let from = self.counted_upto.max(self.dispatched + taken);
+        self.counted_upto = self.issued.max(self.counted_upto);
         self.issued.saturating_sub(from)
     }
 
-    fn late_threshold_ns(&self) -> u64 {
+    pub(super) fn late_threshold_ns(&self) -> u64 {
         LATE_SEND_NS.max(self.period_ns as u64)
     }
 }
@@ -807,7 +813,7 @@ fn io_error(context: &str, source: io::Error) -> LoadError {
 }
 
 /// The CLOCK_MONOTONIC reading of an `Instant` (they share the clock on Linux).
-fn instant_to_monotonic(at: Instant) -> Duration {
+pub(super) fn instant_to_monotonic(at: Instant) -> Duration {
     let now = Instant::now();
     let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))

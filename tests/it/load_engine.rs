@@ -228,7 +228,7 @@ fn a_target_that_is_down_is_a_clear_error() {
 }
 
 /// Forwards to `backend`, stalling all traffic for `stall` at the start of every second.
-fn stalling_proxy(backend: u16, stall: Duration) -> u16 {
+pub fn stalling_proxy(backend: u16, stall: Duration) -> u16 {
     let stalled = Arc::new(AtomicBool::new(false));
     let flag = stalled.clone();
     thread::spawn(move || loop {

@@ -2,10 +2,12 @@
 //! does: one link of the library instead of one per file. Run one area with a filter, e.g.
 //! `cargo test --release --test it sweep::`.
 //!
-//! Shared support: [`common`] (servers on loopback, running the CLI, blessing golden files,
-//! generated mock /sys trees), [`netns`] (ssh hosts in network namespaces) and [`schema`] (the
-//! JSON-Schema checker for the files stairbench writes).
+//! Shared support: [`certs`] (test certificates, nginx over TLS), [`common`] (servers on
+//! loopback, running the CLI, blessing golden files, generated mock /sys trees), [`netns`]
+//! (ssh hosts in network namespaces) and [`schema`] (the JSON-Schema checker for the files
+//! stairbench writes).
 
+mod certs;
 mod common;
 mod netns;
 mod schema;

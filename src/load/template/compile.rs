@@ -35,6 +35,16 @@ pub enum Framing<'a> {
     },
     /// RESP commands (redis).
     Resp,
+    /// HTTP/2: each request's method, path, header values and body rendered apart, then
+    /// made into an `http::Request` (see [`super::h2`]).
+    Http2 {
+        /// `http` or `https`.
+        scheme: &'a str,
+        /// The `:authority` (unless the file sets `Host`).
+        authority: &'a str,
+        /// Headers added to every request (`-H`).
+        headers: &'a [String],
+    },
 }
 
 /// The requests of a file, ready to render; shared by every connection of a load.
@@ -49,17 +59,21 @@ pub struct Compiled {
     /// Random characters `{rand:N}` copies from.
     rand_pool: Vec<u8>,
     resp: bool,
+    /// HTTP/2: what every request shares (scheme, authority, `-H` headers).
+    pub(super) h2: Option<super::h2::Common>,
     /// Most placeholders in one request (the per-connection value buffer's size).
     max_slots: usize,
 }
 
 #[derive(Debug)]
-struct Req {
+pub(super) struct Req {
     /// Whether the request uses `{seq}` (one value per request).
     has_seq: bool,
     pieces: Vec<Piece>,
     gens: Vec<Gen>,
     groups: Vec<Group>,
+    /// HTTP/2: the header names and where the fields rendered between marks go.
+    pub(super) h2: Option<super::h2::Shape>,
 }
 
 #[derive(Debug)]
@@ -69,6 +83,8 @@ enum Piece {
     Gen(usize),
     /// The decimal length of a sized group.
     Len(usize),
+    /// HTTP/2: the end of a field (its offset is kept in the render's marks).
+    Mark,
 }
 
 /// A sized part: its length is `fixed` plus the digits of its variable-width slots.
@@ -90,6 +106,7 @@ pub fn compile(
         .map(|e| match framing {
             Framing::Http { host, headers } => http(file, e, host, headers),
             Framing::Resp => resp(file, e),
+            Framing::Http2 { .. } => super::h2::req(file, e),
         })
         .collect::<Result<Vec<_>, _>>()?;
     let cum_weights = file
@@ -114,20 +131,37 @@ pub fn compile(
         write_rand(&mut pool, RAND_OFFSETS + n, &mut SplitMix64(0x7E57_DA7A));
         pool
     });
-    Ok(Compiled {
+    let h2 = match framing {
+        Framing::Http2 {
+            scheme,
+            authority,
+            headers,
+        } => Some(super::h2::Common::new(scheme, authority, headers)?),
+        _ => None,
+    };
+    let mut compiled = Compiled {
         reqs,
         cum_weights,
         order,
         seq: AtomicU64::new(0),
         rand_pool,
         resp: matches!(framing, Framing::Resp),
+        h2,
         max_slots,
-    })
+    };
+    if compiled.h2.is_some() {
+        let shared = Arc::new(compiled);
+        super::h2::check(file, &shared)?;
+        compiled = Arc::into_inner(shared).expect("the check's renderer is dropped");
+        // The check drew `{seq}` values: the load's start at 0.
+        compiled.seq = AtomicU64::new(0);
+    }
+    Ok(compiled)
 }
 
 /// Builds a request's pieces.
 #[derive(Default)]
-struct Builder {
+pub(super) struct Builder {
     req: Option<Req>,
     lit: Vec<u8>,
 }
@@ -139,6 +173,7 @@ impl Builder {
             pieces: Vec::new(),
             gens: Vec::new(),
             groups: Vec::new(),
+            h2: None,
         })
     }
 
@@ -204,7 +239,14 @@ impl Builder {
         self.text(text, None);
     }
 
-    fn finish(mut self) -> Req {
+    /// HTTP/2: adds `text` as a field (it ends with a mark).
+    pub(super) fn field(&mut self, text: &Text) {
+        self.text(text, None);
+        self.flush();
+        self.req().pieces.push(Piece::Mark);
+    }
+
+    pub(super) fn finish(mut self) -> Req {
         self.flush();
         self.req().pieces.shrink_to_fit();
         self.req.take().expect("request started")
@@ -260,7 +302,7 @@ fn http(file: &RequestFile, e: &Entry, host: &str, extra: &[String]) -> Result<R
 }
 
 /// The name of a `Name: value` header (its leading literal, up to the colon).
-fn header_name(h: &Text) -> &[u8] {
+pub(super) fn header_name(h: &Text) -> &[u8] {
     match h.0.first() {
         Some(Part::Lit(b)) => b.split(|&c| c == b':').next().unwrap_or(b).trim_ascii(),
         _ => b"",
@@ -287,7 +329,11 @@ fn resp(file: &RequestFile, e: &Entry) -> Result<Req, TemplateError> {
 impl Compiled {
     /// Connection number `conn`'s renderer, its generator seeded with `seed`.
     pub fn connection(self: &Arc<Self>, conn: usize, seed: u64) -> Box<dyn Protocol> {
-        Box::new(TemplateConn {
+        Box::new(self.renderer(conn, seed))
+    }
+
+    pub(super) fn renderer(self: &Arc<Self>, conn: usize, seed: u64) -> TemplateConn {
+        TemplateConn {
             compiled: self.clone(),
             rng: SplitMix64(seed),
             conn: conn as u64,
@@ -296,7 +342,13 @@ impl Compiled {
             seq_end: 0,
             buf: Vec::with_capacity(1024),
             vals: vec![0; self.max_slots],
-        })
+            marks: Vec::new(),
+        }
+    }
+
+    /// The request at `i` (in file order).
+    pub(super) fn req(&self, i: usize) -> &Req {
+        &self.reqs[i]
     }
 
     /// Number of requests in the file.
@@ -311,8 +363,8 @@ impl Compiled {
 }
 
 /// One connection's requests drawn from a compiled file.
-struct TemplateConn {
-    compiled: Arc<Compiled>,
+pub(super) struct TemplateConn {
+    pub(super) compiled: Arc<Compiled>,
     rng: SplitMix64,
     conn: u64,
     /// The next request in sequential order.
@@ -320,8 +372,10 @@ struct TemplateConn {
     /// The next `{seq}` value, and the end of the block it is taken from.
     seq: u64,
     seq_end: u64,
-    buf: Vec<u8>,
+    pub(super) buf: Vec<u8>,
     vals: Vec<u64>,
+    /// HTTP/2: the end offset in `buf` of each field rendered.
+    pub(super) marks: Vec<usize>,
 }
 
 impl TemplateConn {
@@ -354,9 +408,16 @@ impl TemplateConn {
     }
 }
 
-impl Protocol for TemplateConn {
-    fn next_request(&mut self) -> &[u8] {
+impl TemplateConn {
+    /// Renders the next request into `buf` (and its fields' ends into `marks`); its index.
+    pub(super) fn render(&mut self) -> usize {
         let i = self.pick();
+        self.render_at(i);
+        i
+    }
+
+    /// Renders request `i`.
+    pub(super) fn render_at(&mut self, i: usize) {
         let seq = if self.compiled.reqs[i].has_seq {
             self.next_seq()
         } else {
@@ -373,6 +434,7 @@ impl Protocol for TemplateConn {
             };
         }
         self.buf.clear();
+        self.marks.clear();
         for piece in &req.pieces {
             match piece {
                 Piece::Lit(b) => self.buf.extend_from_slice(b),
@@ -394,8 +456,15 @@ impl Protocol for TemplateConn {
                             .sum::<usize>();
                     write_decimal(&mut self.buf, len as u64);
                 }
+                Piece::Mark => self.marks.push(self.buf.len()),
             }
         }
+    }
+}
+
+impl Protocol for TemplateConn {
+    fn next_request(&mut self) -> &[u8] {
+        self.render();
         &self.buf
     }
 

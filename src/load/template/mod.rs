@@ -22,11 +22,13 @@
 //! double quotes grouping an argument with spaces.
 
 mod compile;
+mod h2;
 mod parse;
 
 use std::path::{Path, PathBuf};
 
 pub use compile::{compile, Compiled, Framing};
+pub use h2::{is_connection_specific, H2Requests};
 
 use super::protocol::redis::KeySpace;
 
