@@ -6,15 +6,22 @@
 # (goal: RSS <= 1.0x wrk's at each N).
 #
 # A count that needs more open files than the hard limit allows (the generator and nginx each
-# need one per connection) is skipped with the reason; `ulimit -Hn` is the limit.
+# need one per connection) is skipped with the reason; `ulimit -Hn` is the limit (20,000 in
+# the container this was written in: 18,000 is the most it runs).
+#
+# stairbench opens its connections at CONNECT_RATE a second (--connect-rate: a burst of
+# thousands of connects overflows nginx's listen backlog, capped by net.core.somaxconn) and
+# its set-up time (`setup_s`) is printed; wrk opens them all at once.
 #
 # Usage (after `cargo build --release`): bench/conns.sh
-# Settings (environment): CONNS="1000 10000 50000" RUNS=3 DURATION=8 SERVER_CPU=0 CLIENT_CPU=1
+# Settings (environment): CONNS="1000 10000 18000 50000" RUNS=3 DURATION=8 SERVER_CPU=0 CLIENT_CPU=1
+#                         CONNECT_RATE=5000
 #                         STAIRBENCH=target/release/stairbench EXTRA_ARGS= (more stairbench args)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CONNS=${CONNS:-1000 10000 50000}
+CONNS=${CONNS:-1000 10000 18000 50000}
+CONNECT_RATE=${CONNECT_RATE:-5000}
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-8}
 SERVER_CPU=${SERVER_CPU:-0}
@@ -121,11 +128,12 @@ run_stairbench() {
     local out="$WORK/stairbench.$3.$1"
     # shellcheck disable=SC2086
     timed "$out" taskset -c "$CLIENT_CPU" "$STAIRBENCH" load "$2" -c "$3" -t 1 -d "$DURATION" \
-        --timeout 10s --json "$out.json" $EXTRA_ARGS
+        --timeout 10s --connect-rate "$CONNECT_RATE" --json "$out.json" $EXTRA_ARGS
     local requests
     requests=$(json_number "$out.json" requests 2>/dev/null || true)
     [ -n "$requests" ] || die "unreadable stairbench JSON: $(cat "$out.json" "$out" 2>/dev/null)"
     python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["errors"]; e and print("stairbench errors:", e, file=sys.stderr)' "$out.json" || true
+    echo "stairbench set-up: $(json_number "$out.json" setup_s) s for $3 connections at --connect-rate $CONNECT_RATE" >&2
     echo "$requests $(cat "$out.time")"
 }
 
