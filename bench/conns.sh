@@ -83,11 +83,13 @@ EOF
     return 1
 }
 
-# start_nginx_retrying PORT CONNECTIONS: nginx has been seen to exit at start, silently, on the
-# shared machine; three tries.
+# start_nginx_retrying CONNECTIONS: nginx has been seen to exit at start, silently, on the
+# shared machine, or to find its port taken (a free port is one of the ephemeral ports the
+# previous count's connections used); three tries, each on a new port, left in PORT.
 start_nginx_retrying() {
     for _ in 1 2 3; do
-        start_nginx "$@" && return
+        PORT=$(free_port)
+        start_nginx "$PORT" "$@" && return
         echo "conns: nginx exited at start ($(cat "$WORK/error.log" 2>/dev/null)); again" >&2
         stop_nginx
     done
@@ -153,9 +155,8 @@ for conns in $CONNS; do
         summary+="$(printf '%6d connections: skipped (open-file hard limit %d)' "$conns" "$HARD_FDS")"$'\n'
         continue
     fi
-    port=$(free_port)
-    start_nginx_retrying "$port" "$conns"
-    url="http://127.0.0.1:$port/"
+    start_nginx_retrying "$conns"
+    url="http://127.0.0.1:$PORT/"
     : >"$WORK/wrk.$conns.results"
     : >"$WORK/stairbench.$conns.results"
     for n in $(seq "$RUNS"); do

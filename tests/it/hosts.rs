@@ -388,3 +388,82 @@ fn the_dry_run_lists_the_groups_shares_and_counts_the_hosts_time() {
     assert!(secs >= 36 + 8, "{line}");
     assert!(line.contains("host set-up"), "{line}");
 }
+
+#[test]
+fn a_server_host_lost_mid_step_is_tried_once_more_then_marked_down() {
+    with_lab(&["srv"], &[], |lab| {
+        let text = format!(
+            "name = \"lost\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 3, 4, 5]\n\
+             placements = [\"shared\"]\n[hosts]\n{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
+            host_entry(lab, "srv"),
+        );
+        let spec = lab.dir.path().join("spec.toml");
+        std::fs::write(&spec, text).unwrap();
+        let out_dir = lab.dir.path().join("run");
+        let started = Instant::now();
+        let child = common::cli_cmd()
+            .arg("run")
+            .arg(&spec)
+            .arg("--out")
+            .arg(&out_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::fs::read_to_string(out_dir.join("steps.jsonl")).map_or(0, |s| s.lines().count())
+            < 1
+        {
+            assert!(Instant::now() < deadline, "no step finished");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Into the second step's window, the host dies: every process there, sshd included.
+        std::thread::sleep(Duration::from_millis(800));
+        for pid in ns_pids(&lab.host("srv").ns) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let took = started.elapsed();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&out_dir);
+        let status: Vec<&str> = steps
+            .iter()
+            .map(|s| s["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            status,
+            ["ok", "failed", "failed", "failed", "failed"],
+            "{steps:#?}"
+        );
+        let reason = |k: usize| steps[k]["reason"].as_str().unwrap().to_string();
+        // Lost mid-step: ssh's reason; tried once more: cannot be reached; then down at once.
+        assert!(
+            reason(1).contains("host srv") && reason(1).contains("ssh session ended"),
+            "{}",
+            reason(1)
+        );
+        assert!(reason(2).contains("cannot be reached"), "{}", reason(2));
+        for k in [3, 4] {
+            assert!(
+                reason(k).contains("\"srv\" was marked down after failing 2 steps in a row"),
+                "{}",
+                reason(k)
+            );
+        }
+        let notes = std::fs::read_to_string(out_dir.join("notes.txt")).unwrap();
+        assert!(
+            notes.contains(
+                "host srv: marked down for the rest of the run after failing 2 steps in a row"
+            ),
+            "{notes}"
+        );
+        // Nothing waited for the lost host: one step, a retry, two that fail at once.
+        assert!(took < Duration::from_secs(60), "{took:?}");
+    });
+}
