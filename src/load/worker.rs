@@ -273,6 +273,7 @@ impl Worker {
         let mut opened_at = Vec::with_capacity(n);
         let mut total_s = 0.0;
         let mut waiting = 0;
+        let mut oldest = 0;
         let mut events = Events::with_capacity(1024);
         while opened_at.len() < n || waiting > 0 {
             let now = Instant::now();
@@ -288,7 +289,7 @@ impl Worker {
             let next_open = gap
                 .filter(|_| opened_at.len() < n)
                 .map(|g| started + g * opened_at.len() as u32);
-            let deadline = self.connect_deadline(&opened_at, limit)?;
+            let deadline = self.connect_deadline(&opened_at, &mut oldest, limit)?;
             let wake = next_open.map_or(deadline, |o| o.min(deadline));
             self.poll
                 .poll(&mut events, Some(wake.saturating_duration_since(now)))
@@ -318,17 +319,21 @@ impl Worker {
     }
 
     /// When the oldest connection still connecting times out (`limit` after its connect);
-    /// an error once that is past.
+    /// an error once that is past. `oldest` is where the search starts (connections before it are established: they are
+    /// opened in index order, so it only moves forward); it is left at the one found.
     fn connect_deadline(
         &self,
         opened_at: &[Instant],
+        oldest: &mut usize,
         limit: Duration,
     ) -> Result<Instant, LoadError> {
-        let oldest = (0..opened_at.len()).find(|&i| self.conns[i].connecting);
-        let Some(i) = oldest else {
+        while *oldest < opened_at.len() && !self.conns[*oldest].connecting {
+            *oldest += 1;
+        }
+        let Some(opened) = opened_at.get(*oldest) else {
             return Ok(Instant::now() + limit);
         };
-        let deadline = opened_at[i] + limit;
+        let deadline = *opened + limit;
         if Instant::now() < deadline {
             return Ok(deadline);
         }
