@@ -106,6 +106,17 @@ stop_nginx() {
     SERVER_PID=
 }
 
+# settle PORT: waits (at most 60 s) until nginx holds fewer than 10 connections on PORT: after
+# a run of 18,000 connections it takes seconds to close them all, and until then it is at its
+# worker_connections and accepts nothing (the next run's connects time out).
+settle() {
+    for _ in $(seq 600); do
+        [ "$(ss -tnH state established "( sport = :$1 )" | wc -l)" -lt 10 ] && return
+        sleep 0.1
+    done
+    echo "conns: nginx still held $(ss -tnH state established "( sport = :$1 )" | wc -l) connections after 60 s" >&2
+}
+
 # timed OUT CMD...: runs CMD under GNU time; OUT.time gets "peak_kb cpu_us".
 timed() {
     local out=$1
@@ -160,9 +171,11 @@ for conns in $CONNS; do
     : >"$WORK/wrk.$conns.results"
     : >"$WORK/stairbench.$conns.results"
     for n in $(seq "$RUNS"); do
+        settle "$PORT"
         result=$(run_wrk "$n" "$url" "$conns")
         report_run wrk "$n" "$conns" "$result"
         echo "$result" >>"$WORK/wrk.$conns.results"
+        settle "$PORT"
         result=$(run_stairbench "$n" "$url" "$conns")
         report_run stairbench "$n" "$conns" "$result"
         echo "$result" >>"$WORK/stairbench.$conns.results"

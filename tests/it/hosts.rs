@@ -166,6 +166,31 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
     });
 }
 
+/// Starts `stairbench run` on the spec `text` (output piped) and returns once its first step
+/// is on disk, with the run directory.
+fn spawn_past_first_step(lab: &Lab, text: &str) -> (std::process::Child, PathBuf) {
+    let spec = lab.dir.path().join("spec.toml");
+    std::fs::write(&spec, text).unwrap();
+    let out_dir = lab.dir.path().join("run");
+    let child = common::cli_cmd()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(out_dir.join("steps.jsonl")).map_or(0, |s| s.lines().count()) < 1
+    {
+        assert!(Instant::now() < deadline, "no step finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, out_dir)
+}
+
 #[test]
 fn a_killed_remote_server_fails_its_step_and_the_run_goes_on() {
     with_lab(&["srv"], &[], |lab| {
@@ -175,28 +200,9 @@ fn a_killed_remote_server_fails_its_step_and_the_run_goes_on() {
              [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
             host_entry(lab, "srv"),
         );
-        let spec = lab.dir.path().join("spec.toml");
-        std::fs::write(&spec, text).unwrap();
-        let out_dir = lab.dir.path().join("run");
-        let child = common::cli_cmd()
-            .arg("run")
-            .arg(&spec)
-            .arg("--out")
-            .arg(&out_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let (child, out_dir) = spawn_past_first_step(lab, &text);
         // Kill the server once the first step is on disk.
         let ns = lab.host("srv").ns.clone();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::fs::read_to_string(out_dir.join("steps.jsonl")).map_or(0, |s| s.lines().count())
-            < 1
-        {
-            assert!(Instant::now() < deadline, "no step finished");
-            std::thread::sleep(Duration::from_millis(50));
-        }
         let server = ns_pids(&ns)
             .into_iter()
             .find(|&p| describe(p).contains(" serve msgr"))
@@ -398,34 +404,13 @@ fn a_server_host_lost_mid_step_is_tried_once_more_then_marked_down() {
              [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
             host_entry(lab, "srv"),
         );
-        let spec = lab.dir.path().join("spec.toml");
-        std::fs::write(&spec, text).unwrap();
-        let out_dir = lab.dir.path().join("run");
         let started = Instant::now();
-        let child = common::cli_cmd()
-            .arg("run")
-            .arg(&spec)
-            .arg("--out")
-            .arg(&out_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::fs::read_to_string(out_dir.join("steps.jsonl")).map_or(0, |s| s.lines().count())
-            < 1
-        {
-            assert!(Instant::now() < deadline, "no step finished");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (child, out_dir) = spawn_past_first_step(lab, &text);
         // Into the second step's window, the host dies: every process there, sshd included.
         std::thread::sleep(Duration::from_millis(800));
         for pid in ns_pids(&lab.host("srv").ns) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         }
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
