@@ -395,19 +395,42 @@ fn the_dry_run_lists_the_groups_shares_and_counts_the_hosts_time() {
     assert!(line.contains("host set-up"), "{line}");
 }
 
+/// Established TCP connections in namespace `ns` other than ssh's (local port 22).
+fn load_connections_in(ns: &str) -> usize {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "ss", "-tnH", "state", "established"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(2)
+                .is_some_and(|a| !a.ends_with(":22"))
+        })
+        .count()
+}
+
 #[test]
 fn a_server_host_lost_mid_step_is_tried_once_more_then_marked_down() {
     with_lab(&["srv"], &[], |lab| {
         let text = format!(
-            "name = \"lost\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 3, 4, 5]\n\
+            "name = \"lost\"\nduration = \"3s\"\nwarmup = \"0s\"\nclients = [1, 2, 3, 4, 5]\n\
              placements = [\"shared\"]\n[hosts]\n{}\
              [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
             host_entry(lab, "srv"),
         );
         let started = Instant::now();
         let (child, out_dir) = spawn_past_first_step(lab, &text);
-        // Into the second step's window, the host dies: every process there, sshd included.
-        std::thread::sleep(Duration::from_millis(800));
+        // Once the second step's 2 connections are open (its window running), the host dies:
+        // every process there, sshd included.
+        let ns = lab.host("srv").ns.clone();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while load_connections_in(&ns) < 2 {
+            assert!(Instant::now() < deadline, "the second step did not connect");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
         for pid in ns_pids(&lab.host("srv").ns) {
             let pid = nix::unistd::Pid::from_raw(pid as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
