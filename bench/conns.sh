@@ -6,15 +6,22 @@
 # (goal: RSS <= 1.0x wrk's at each N).
 #
 # A count that needs more open files than the hard limit allows (the generator and nginx each
-# need one per connection) is skipped with the reason; `ulimit -Hn` is the limit.
+# need one per connection) is skipped with the reason; `ulimit -Hn` is the limit (20,000 in
+# the container this was written in: 18,000 is the most it runs).
+#
+# stairbench opens its connections at CONNECT_RATE a second (--connect-rate: a burst of
+# thousands of connects overflows nginx's listen backlog, capped by net.core.somaxconn) and
+# its set-up time (`setup_s`) is printed; wrk opens them all at once.
 #
 # Usage (after `cargo build --release`): bench/conns.sh
-# Settings (environment): CONNS="1000 10000 50000" RUNS=3 DURATION=8 SERVER_CPU=0 CLIENT_CPU=1
+# Settings (environment): CONNS="1000 10000 18000 50000" RUNS=3 DURATION=8 SERVER_CPU=0 CLIENT_CPU=1
+#                         CONNECT_RATE=5000
 #                         STAIRBENCH=target/release/stairbench EXTRA_ARGS= (more stairbench args)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CONNS=${CONNS:-1000 10000 50000}
+CONNS=${CONNS:-1000 10000 18000 50000}
+CONNECT_RATE=${CONNECT_RATE:-5000}
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-8}
 SERVER_CPU=${SERVER_CPU:-0}
@@ -76,11 +83,13 @@ EOF
     return 1
 }
 
-# start_nginx_retrying PORT CONNECTIONS: nginx has been seen to exit at start, silently, on the
-# shared machine; three tries.
+# start_nginx_retrying CONNECTIONS: nginx has been seen to exit at start, silently, on the
+# shared machine, or to find its port taken (a free port is one of the ephemeral ports the
+# previous count's connections used); three tries, each on a new port, left in PORT.
 start_nginx_retrying() {
     for _ in 1 2 3; do
-        start_nginx "$@" && return
+        PORT=$(free_port)
+        start_nginx "$PORT" "$@" && return
         echo "conns: nginx exited at start ($(cat "$WORK/error.log" 2>/dev/null)); again" >&2
         stop_nginx
     done
@@ -95,6 +104,17 @@ stop_nginx() {
     kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=
+}
+
+# settle PORT: waits (at most 60 s) until nginx holds fewer than 10 connections on PORT: after
+# a run of 18,000 connections it takes seconds to close them all, and until then it is at its
+# worker_connections and accepts nothing (the next run's connects time out).
+settle() {
+    for _ in $(seq 600); do
+        [ "$(ss -tnH state established "( sport = :$1 )" | wc -l)" -lt 10 ] && return
+        sleep 0.1
+    done
+    echo "conns: nginx still held $(ss -tnH state established "( sport = :$1 )" | wc -l) connections after 60 s" >&2
 }
 
 # timed OUT CMD...: runs CMD under GNU time; OUT.time gets "peak_kb cpu_us".
@@ -121,11 +141,12 @@ run_stairbench() {
     local out="$WORK/stairbench.$3.$1"
     # shellcheck disable=SC2086
     timed "$out" taskset -c "$CLIENT_CPU" "$STAIRBENCH" load "$2" -c "$3" -t 1 -d "$DURATION" \
-        --timeout 10s --json "$out.json" $EXTRA_ARGS
+        --timeout 10s --connect-rate "$CONNECT_RATE" --json "$out.json" $EXTRA_ARGS
     local requests
     requests=$(json_number "$out.json" requests 2>/dev/null || true)
     [ -n "$requests" ] || die "unreadable stairbench JSON: $(cat "$out.json" "$out" 2>/dev/null)"
     python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["errors"]; e and print("stairbench errors:", e, file=sys.stderr)' "$out.json" || true
+    echo "stairbench set-up: $(json_number "$out.json" setup_s) s for $3 connections at --connect-rate $CONNECT_RATE" >&2
     echo "$requests $(cat "$out.time")"
 }
 
@@ -145,15 +166,16 @@ for conns in $CONNS; do
         summary+="$(printf '%6d connections: skipped (open-file hard limit %d)' "$conns" "$HARD_FDS")"$'\n'
         continue
     fi
-    port=$(free_port)
-    start_nginx_retrying "$port" "$conns"
-    url="http://127.0.0.1:$port/"
+    start_nginx_retrying "$conns"
+    url="http://127.0.0.1:$PORT/"
     : >"$WORK/wrk.$conns.results"
     : >"$WORK/stairbench.$conns.results"
     for n in $(seq "$RUNS"); do
+        settle "$PORT"
         result=$(run_wrk "$n" "$url" "$conns")
         report_run wrk "$n" "$conns" "$result"
         echo "$result" >>"$WORK/wrk.$conns.results"
+        settle "$PORT"
         result=$(run_stairbench "$n" "$url" "$conns")
         report_run stairbench "$n" "$conns" "$result"
         echo "$result" >>"$WORK/stairbench.$conns.results"

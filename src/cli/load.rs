@@ -159,6 +159,23 @@ pub struct TlsArgs {
     /// --depth; closed loop only.
     #[arg(long, help_heading = "HTTP")]
     pub http2: bool,
+    /// Connect from these local addresses, round-robin: a range A-B and/or a comma list (e.g.
+    /// 127.0.0.2-127.0.0.9); each holds up to 90% of the ephemeral port range to the target.
+    /// Without it, a loopback target with more connections than one address holds is reached
+    /// from 127.0.0.1, .2, ... as many as needed.
+    #[arg(long, value_name = "ADDRS", help_heading = "Connections")]
+    pub source_addrs: Option<crate::load::sources::SourceAddrs>,
+    /// Open at most N connections per second (in total), instead of all at once: a burst of
+    /// thousands of connects overflows the server's listen backlog. The set-up time is reported.
+    #[arg(long, value_name = "N", value_parser = parse_connect_rate, help_heading = "Connections")]
+    pub connect_rate: Option<f64>,
+}
+
+fn parse_connect_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r >= 1.0 => Ok(r),
+        _ => Err("expected connections per second, at least 1 (e.g. 2000)".into()),
+    }
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
@@ -242,6 +259,10 @@ impl LoadArgs {
                 order: self.order,
                 http2: self.tls.http2,
             },
+            connect: crate::load::sources::ConnectOptions {
+                source_addrs: self.tls.source_addrs.clone().map_or(Vec::new(), |s| s.0),
+                connect_rate: self.tls.connect_rate,
+            },
         }
     }
 
@@ -285,6 +306,10 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let outcome = match crate::load::run_at(&config, args.start_at, &mut sink, stop) {
         Ok(outcome) => outcome,
         Err(e @ LoadError::BadInput(_)) => return Err(e.into()),
+        Err(e @ LoadError::Stopped) => {
+            eprintln!("stairbench: {e}");
+            return Ok(ExitCode::from(EXIT_INTERRUPTED));
+        }
         Err(e) => {
             eprintln!("stairbench: error: {:#}", anyhow::Error::from(e));
             return Ok(ExitCode::from(EXIT_CANNOT_RUN));
@@ -493,6 +518,13 @@ fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<(
         r.sent, r.resent, r.errors, r.error_ratio
     )?;
     print_lookups(r, out)?;
+    writeln!(
+        out,
+        "  set-up: {} connections open in {:.3} s (mean connect {:.3} ms)",
+        r.connections,
+        r.setup_s,
+        r.connect_time_s * 1e3
+    )?;
     if let (Some(n), Some(h)) = (r.tls_handshakes, &r.tls_handshake_us) {
         writeln!(
             out,

@@ -49,7 +49,14 @@ pub fn run_sockets(
     stop: &AtomicBool,
 ) -> Result<LoadOutcome, LoadError> {
     let config = Arc::new(validate(config)?);
-    let target = Arc::new(Target::parse(&config.url, &config.proto)?);
+    let mut target = Target::parse(&config.url, &config.proto)?;
+    target.sources = super::sources::plan(
+        &config.connect.source_addrs,
+        target.addr,
+        config.connections,
+        super::sources::ephemeral_ports(),
+    )?;
+    let target = Arc::new(target);
     if let Some(tls) = &target.tls {
         let alpn = super::tls::probe(
             target.addr,
@@ -145,6 +152,7 @@ impl Threads {
         stop: &AtomicBool,
     ) -> Result<LoadOutcome, LoadError> {
         let n = self.bodies.len();
+        let setup_started = Instant::now();
         let barrier = Arc::new(Barrier::new(n + 1));
         let start = Arc::new(OnceLock::new());
         let mut handles = Vec::new();
@@ -173,8 +181,14 @@ impl Threads {
             }
         }
         let connect = wait_ready(&self.rx, n);
+        let setup_s = setup_started.elapsed().as_secs_f64();
         if let (Ok(_), Some(at)) = (&connect, start_at_unix_ns) {
-            crate::clock::sleep_until_ns(at);
+            if !crate::clock::sleep_until_ns_unless(at, stop) {
+                // No start time: the threads return without a window.
+                barrier.wait();
+                handles.into_iter().for_each(|h| drop(h.join()));
+                return Err(LoadError::Stopped);
+            }
         }
         let started_unix_ns = crate::clock::now_ns();
         let t0 = Instant::now();
@@ -200,6 +214,7 @@ impl Threads {
         Ok(merger.finish(
             config,
             connect_s / config.connections as f64,
+            setup_s,
             started_unix_ns,
         ))
     }
@@ -413,7 +428,13 @@ impl Merger {
         sink.interval(&line, &m.hist);
     }
 
-    fn finish(self, config: &LoadConfig, connect_time_s: f64, started_unix_ns: i64) -> LoadOutcome {
+    fn finish(
+        self,
+        config: &LoadConfig,
+        connect_time_s: f64,
+        setup_s: f64,
+        started_unix_ns: i64,
+    ) -> LoadOutcome {
         let mut report = LoadReport {
             schema: SCHEMA_VERSION,
             url: config.url.clone(),
@@ -422,6 +443,7 @@ impl Merger {
             depth: config.depth,
             rate_rps: config.rate_rps,
             connect_time_s,
+            setup_s,
             latency_us: latency_us(&self.hist),
             uncorrected_latency_us: self.uncorrected.as_ref().map(latency_us),
             omitted: config.rate_rps.map(|_| 0),

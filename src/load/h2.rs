@@ -80,6 +80,8 @@ struct Shared {
     templates: Vec<RefCell<H2Requests>>,
     /// Open loop (`--rate`): the schedule the streams take their requests from.
     open: Option<open::Open>,
+    /// This thread's index (with a connection's, picks its source address).
+    thread: usize,
 }
 
 /// One connection: its handle while open, and a generation number so a failure is acted on
@@ -161,6 +163,7 @@ impl H2Worker {
                 .map(RefCell::new)
                 .collect(),
             open: open_loop.then(|| open::Open::new(&self.config, self.thread)),
+            thread: self.thread,
         });
         let ready = connect_all(&shared).await;
         let ok = ready.is_ok();
@@ -250,8 +253,13 @@ impl Shared {
 /// settings); the seconds they took in total.
 async fn connect_all(shared: &Rc<Shared>) -> Result<f64, LoadError> {
     let timeout = shared.config.timeout.min(Duration::from_secs(10));
+    let gap = shared.config.connect.gap_per_thread(shared.config.threads);
+    let first = Instant::now();
     let mut total_s = 0.0;
     for conn in 0..shared.conns.len() {
+        if let Some(g) = gap {
+            tokio::time::sleep_until((first + g * conn as u32).into()).await;
+        }
         let started = Instant::now();
         let send = tokio::time::timeout(timeout, open(shared, conn, 0))
             .await
@@ -269,7 +277,18 @@ async fn connect_all(shared: &Rc<Shared>) -> Result<f64, LoadError> {
 /// Opens connection `conn` (generation `generation`): TCP, TLS when the target has it (its
 /// handshake recorded as for HTTP/1.1, ALPN checked to be `h2`), then HTTP/2.
 async fn open(shared: &Rc<Shared>, conn: usize, generation: u64) -> io::Result<SendRequest<Bytes>> {
-    let tcp = TcpStream::connect(shared.target.addr).await?;
+    let index = conn * shared.config.threads + shared.thread;
+    let tcp = match super::sources::source_of(&shared.target.sources, index) {
+        None => TcpStream::connect(shared.target.addr).await?,
+        Some(source) => {
+            let sock = match source {
+                std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+                std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+            };
+            super::sources::bind_source(&sock, source)?;
+            sock.connect(shared.target.addr).await?
+        }
+    };
     tcp.set_nodelay(true)?;
     let Some(tls) = &shared.target.tls else {
         return start(shared, conn, generation, tcp).await;

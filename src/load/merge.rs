@@ -250,6 +250,8 @@ pub fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
             .map(|r| r.connect_time_s * r.connections as f64)
             .sum::<f64>()
             / connections.max(1) as f64,
+        // The hosts open their connections at the same time: the slowest one's set-up.
+        setup_s: reports.iter().map(|r| r.setup_s).fold(0.0, f64::max),
         latency_us: crate::record::load::LatencyUs::default(),
         // Uncorrected latencies come without their histogram: they cannot be merged exactly.
         uncorrected_latency_us: None,

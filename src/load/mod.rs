@@ -14,6 +14,7 @@ pub mod protocol;
 pub mod raw;
 mod recorder;
 pub mod shm;
+pub mod sources;
 pub mod target;
 pub mod template;
 pub mod tls;
@@ -53,6 +54,8 @@ pub struct LoadConfig {
     pub ramp: Option<arrivals::Ramp>,
     /// Protocol options.
     pub proto: ProtoOptions,
+    /// Source addresses and pacing of the connections (`--source-addrs`, `--connect-rate`).
+    pub connect: sources::ConnectOptions,
 }
 
 /// Options of the wire protocols; each protocol reads the ones it knows.
@@ -128,6 +131,7 @@ impl Default for LoadConfig {
             arrivals: arrivals::Arrivals::Uniform,
             ramp: None,
             proto: ProtoOptions::default(),
+            connect: sources::ConnectOptions::default(),
         }
     }
 }
@@ -175,6 +179,13 @@ pub fn run_at(
     stop: &AtomicBool,
 ) -> Result<LoadOutcome, LoadError> {
     engine::check_start_at(start_at_unix_ns)?;
+    let shared_memory = config.url.starts_with("shm://") || config.url.starts_with("kvd://");
+    if shared_memory && config.connect != sources::ConnectOptions::default() {
+        return Err(LoadError::BadInput(
+            "--source-addrs and --connect-rate work with socket targets, not shm:// or kvd://"
+                .into(),
+        ));
+    }
     if config.url.starts_with("shm://") {
         if config.proto.requests.is_some() {
             return Err(LoadError::BadInput(
@@ -208,6 +219,21 @@ pub enum LoadError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// Connections still not established `limit_s` after their connect.
+    #[error("cannot connect to {addr}: {established} of {connections} connections of a thread were established, the others not within {limit_s} s of their connect (the server did not accept in time{})", if *.connections > 1000 { "; a burst of connects overflows the listen backlog: pace them with --connect-rate" } else { "" })]
+    ConnectTimeout {
+        /// The address tried.
+        addr: String,
+        /// The thread's connections established.
+        established: usize,
+        /// The thread's connections.
+        connections: usize,
+        /// How long each may take.
+        limit_s: f64,
+    },
+    /// Stopped (Ctrl-C, or another client group failed) while waiting for the common start.
+    #[error("stopped before the common start: nothing was measured")]
+    Stopped,
     /// Too few file descriptors for the connections asked for, even at the hard limit.
     #[error("{connections} connections need {needed} open files, but this process may open at most {hard_limit} (hard RLIMIT_NOFILE): raise it (`ulimit -n {needed}` as root, or LimitNOFILE= for a service) or use at most {usable} connections")]
     FdLimit {

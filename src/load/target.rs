@@ -17,6 +17,8 @@ pub struct Target {
     pub tls: Option<TlsClient>,
     /// HTTP/2 (`h2c://`, or `--http2`).
     pub http2: bool,
+    /// Source addresses the connections take round-robin (empty: the kernel's choice).
+    pub sources: Vec<std::net::IpAddr>,
     kind: Kind,
     /// `--requests`, compiled for this target's protocol.
     templates: Option<Arc<template::Compiled>>,
@@ -108,6 +110,7 @@ impl Target {
             addr,
             tls,
             http2,
+            sources: Vec::new(),
             kind,
             templates,
         })

@@ -12,7 +12,7 @@
 //! the handshake) is kept for the load's `tls_handshake_us`.
 
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use mio::event::Source;
@@ -61,9 +61,17 @@ struct Tls {
 }
 
 impl Stream {
-    /// Starts a non-blocking connection to `addr`, with TLS when `tls` is given.
-    pub fn connect(addr: SocketAddr, tls: Option<&TlsClient>) -> io::Result<Stream> {
-        let sock = TcpStream::connect(addr)?;
+    /// Starts a non-blocking connection to `addr` (from `source` when given), with TLS when
+    /// `tls` is given.
+    pub fn connect(
+        addr: SocketAddr,
+        source: Option<IpAddr>,
+        tls: Option<&TlsClient>,
+    ) -> io::Result<Stream> {
+        let sock = match source {
+            None => TcpStream::connect(addr)?,
+            Some(src) => TcpStream::from_std(super::sources::connect_from(addr, src)?),
+        };
         sock.set_nodelay(true)?;
         let tls = match tls {
             Some(client) => Some(Box::new(Tls {

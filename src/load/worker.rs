@@ -95,6 +95,8 @@ pub(super) struct Worker {
     resend_owed: u64,
     /// Closed loop under `--ramp`: which connections work when.
     ramp: Option<ConnRamp>,
+    /// Index of this thread's first connection over the whole load (picks its source).
+    first_conn: usize,
 }
 
 /// Open-loop pacing. Request `i` of the schedule is due at a time the arrival cursors
@@ -233,6 +235,7 @@ impl Worker {
             timer_armed_ns: 0,
             resend_owed: 0,
             ramp,
+            first_conn,
         })
     }
 
@@ -266,30 +269,40 @@ impl Worker {
         self.t0.elapsed().as_nanos() as u64
     }
 
-    /// Opens every connection and waits until all are established.
+    /// Opens every connection (paced by `--connect-rate`) and waits until all are
+    /// established; the seconds each took from its own connect, summed.
     fn connect_all(&mut self) -> Result<f64, LoadError> {
         let started = Instant::now();
-        let deadline = started + self.config.timeout.min(Duration::from_secs(10));
+        let gap = self.config.connect.gap_per_thread(self.config.threads);
+        let limit = self.config.timeout.min(Duration::from_secs(10));
+        let n = self.conns.len();
+        let mut opened_at = Vec::with_capacity(n);
         let mut total_s = 0.0;
-        for i in 0..self.conns.len() {
-            self.connect(i)
-                .map_err(|source| self.connect_error(source))?;
-        }
-        let mut waiting = self.conns.len();
+        let mut waiting = 0;
+        let mut oldest = 0;
         let mut events = Events::with_capacity(1024);
-        while waiting > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(self.connect_error(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "connection timed out",
-                )));
+        while opened_at.len() < n || waiting > 0 {
+            let now = Instant::now();
+            // Open every connection due by now (all of them at once when not paced).
+            while opened_at.len() < n
+                && gap.is_none_or(|g| now >= started + g * opened_at.len() as u32)
+            {
+                self.connect(opened_at.len())
+                    .map_err(|source| self.connect_error(source))?;
+                opened_at.push(Instant::now());
+                waiting += 1;
             }
+            let next_open = gap
+                .filter(|_| opened_at.len() < n)
+                .map(|g| started + g * opened_at.len() as u32);
+            let deadline = self.connect_deadline(&opened_at, &mut oldest, limit)?;
+            let wake = next_open.map_or(deadline, |o| o.min(deadline));
             self.poll
-                .poll(&mut events, Some(left))
+                .poll(&mut events, Some(wake.saturating_duration_since(now)))
                 .map_err(|source| io_error("polling connections", source))?;
             for ev in events.iter() {
-                let conn = &mut self.conns[ev.token().0];
+                let i = ev.token().0;
+                let conn = &mut self.conns[i];
                 if !conn.connecting {
                     continue;
                 }
@@ -298,7 +311,7 @@ impl Worker {
                     Ok(true) => {
                         conn.connecting = false;
                         waiting -= 1;
-                        total_s += started.elapsed().as_secs_f64();
+                        total_s += opened_at[i].elapsed().as_secs_f64();
                         if let Some(h) = stream.take_handshake() {
                             self.rec.tls_handshake(h.duration_ns, h.resumed);
                         }
@@ -311,6 +324,36 @@ impl Worker {
         Ok(total_s)
     }
 
+    /// When the oldest connection still connecting times out (`limit` after its connect);
+    /// an error once that is past. `oldest` is where the search starts (connections before it are established: they are
+    /// opened in index order, so it only moves forward); it is left at the one found.
+    fn connect_deadline(
+        &self,
+        opened_at: &[Instant],
+        oldest: &mut usize,
+        limit: Duration,
+    ) -> Result<Instant, LoadError> {
+        while *oldest < opened_at.len() && !self.conns[*oldest].connecting {
+            *oldest += 1;
+        }
+        let Some(opened) = opened_at.get(*oldest) else {
+            return Ok(Instant::now() + limit);
+        };
+        let deadline = *opened + limit;
+        if Instant::now() < deadline {
+            return Ok(deadline);
+        }
+        let established = (0..opened_at.len())
+            .filter(|&i| !self.conns[i].connecting)
+            .count();
+        Err(LoadError::ConnectTimeout {
+            addr: self.target.addr.to_string(),
+            established,
+            connections: self.conns.len(),
+            limit_s: limit.as_secs_f64(),
+        })
+    }
+
     fn connect_error(&self, source: io::Error) -> LoadError {
         LoadError::Connect {
             addr: self.target.addr.to_string(),
@@ -319,7 +362,8 @@ impl Worker {
     }
 
     fn connect(&mut self, i: usize) -> io::Result<()> {
-        let mut stream = Stream::connect(self.target.addr, self.target.tls.as_ref())?;
+        let source = super::sources::source_of(&self.target.sources, self.first_conn + i);
+        let mut stream = Stream::connect(self.target.addr, source, self.target.tls.as_ref())?;
         self.poll.registry().register(
             &mut stream,
             Token(i),

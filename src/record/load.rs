@@ -89,6 +89,10 @@ pub struct LoadReport {
     pub bytes_received: u64,
     /// Mean time to open a connection, seconds.
     pub connect_time_s: f64,
+    /// Time to open all the connections, from the first connect to the last one established
+    /// (paced by `--connect-rate`), seconds; 0 from a tool that does not say.
+    #[serde(default)]
+    pub setup_s: f64,
     /// Latency of completed requests (in open loop: from the intended send time).
     pub latency_us: LatencyUs,
     /// Open loop only: latency from the actual send time (what a naive tool reports).

@@ -132,6 +132,7 @@ fn host_launcher<'s>(
             },
         },
         sessions,
+        health: Default::default(),
     }
 }
 

@@ -316,7 +316,8 @@ impl Runner<'_> {
                 Some(why) => self.skipped(&key, why.clone()),
                 None => self.one_step(&key, series),
             };
-            for note in self.driver.take_notes() {
+            let notes = self.driver.take_notes();
+            for note in notes.into_iter().chain(self.launcher.take_notes()) {
                 self.note(&mut run.summary, note);
             }
             // A step cut short by Ctrl-C is not recorded: --resume runs it again.
@@ -468,6 +469,9 @@ impl Runner<'_> {
         let cpus = self.step_cpus(key)?;
         step.server_cpus = crate::cpuset::format(&cpus.pair.server);
         step.client_cpus = crate::cpuset::format(&cpus.pair.client);
+        if let Some(why) = self.launcher.host_down(key.target) {
+            return Err(StepEnd::Failed(StepError::Remote(why)));
+        }
         if let Some(why) = &series.launch_failed {
             return Err(StepEnd::Skipped(format!("target did not start: {why}")));
         }
@@ -477,7 +481,11 @@ impl Runner<'_> {
         step.started_unix_s = now_unix_s();
         let outcome = self.measure(key, cpus, server);
         if let Some(why) = server.died() {
+            let lost = server.host_lost();
             series.server = None;
+            if lost {
+                self.launcher.host_lost(key.target, &why);
+            }
             let why = format!("the server died during the step: {why}");
             return Err(StepEnd::Failed(StepError::Launch(why)));
         }
@@ -528,6 +536,9 @@ impl Runner<'_> {
         let stale = series.server_cpus.as_ref() != Some(&cpus.server);
         if let Some(s) = series.server.as_mut() {
             if let Some(why) = s.died() {
+                if s.host_lost() {
+                    self.launcher.host_lost(key.target, &why);
+                }
                 series.server = None;
                 return Err(StepError::Launch(format!("the server had died: {why}")));
             }

@@ -26,6 +26,10 @@ pub trait Server {
     fn extras(&self) -> ServerExtras {
         ServerExtras::default()
     }
+    /// Whether it is gone because its host was lost (a remote target whose ssh session ended).
+    fn host_lost(&mut self) -> bool {
+        false
+    }
 }
 
 /// How long a target has to exit after SIGTERM before it is killed.
@@ -43,6 +47,19 @@ pub trait Launcher {
     ) -> Result<Box<dyn Server>, String>;
     /// The command line it would run (for `--dry-run`).
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String;
+    /// `target`'s host was lost during a step (`why`): the next start there is its last try.
+    fn host_lost(&mut self, target: &TargetPlan, why: &str) {
+        let _ = (target, why);
+    }
+    /// Why `target`'s host is marked down (its steps then fail at once), if it is.
+    fn host_down(&self, target: &TargetPlan) -> Option<String> {
+        let _ = target;
+        None
+    }
+    /// Notes for the run (a host marked down), each once.
+    fn take_notes(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Launches targets as child processes.

@@ -166,6 +166,31 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
     });
 }
 
+/// Starts `stairbench run` on the spec `text` (output piped) and returns once its first step
+/// is on disk, with the run directory.
+fn spawn_past_first_step(lab: &Lab, text: &str) -> (std::process::Child, PathBuf) {
+    let spec = lab.dir.path().join("spec.toml");
+    std::fs::write(&spec, text).unwrap();
+    let out_dir = lab.dir.path().join("run");
+    let child = common::cli_cmd()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(out_dir.join("steps.jsonl")).map_or(0, |s| s.lines().count()) < 1
+    {
+        assert!(Instant::now() < deadline, "no step finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, out_dir)
+}
+
 #[test]
 fn a_killed_remote_server_fails_its_step_and_the_run_goes_on() {
     with_lab(&["srv"], &[], |lab| {
@@ -175,28 +200,9 @@ fn a_killed_remote_server_fails_its_step_and_the_run_goes_on() {
              [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
             host_entry(lab, "srv"),
         );
-        let spec = lab.dir.path().join("spec.toml");
-        std::fs::write(&spec, text).unwrap();
-        let out_dir = lab.dir.path().join("run");
-        let child = common::cli_cmd()
-            .arg("run")
-            .arg(&spec)
-            .arg("--out")
-            .arg(&out_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let (child, out_dir) = spawn_past_first_step(lab, &text);
         // Kill the server once the first step is on disk.
         let ns = lab.host("srv").ns.clone();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::fs::read_to_string(out_dir.join("steps.jsonl")).map_or(0, |s| s.lines().count())
-            < 1
-        {
-            assert!(Instant::now() < deadline, "no step finished");
-            std::thread::sleep(Duration::from_millis(50));
-        }
         let server = ns_pids(&ns)
             .into_iter()
             .find(|&p| describe(p).contains(" serve msgr"))
@@ -387,4 +393,85 @@ fn the_dry_run_lists_the_groups_shares_and_counts_the_hosts_time() {
     let secs: u64 = m.parse::<u64>().unwrap() * 60 + rest[..2].parse::<u64>().unwrap();
     assert!(secs >= 36 + 8, "{line}");
     assert!(line.contains("host set-up"), "{line}");
+}
+
+/// Established TCP connections in namespace `ns` other than ssh's (local port 22).
+fn load_connections_in(ns: &str) -> usize {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "ss", "-tnH", "state", "established"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(2)
+                .is_some_and(|a| !a.ends_with(":22"))
+        })
+        .count()
+}
+
+#[test]
+fn a_server_host_lost_mid_step_is_tried_once_more_then_marked_down() {
+    with_lab(&["srv"], &[], |lab| {
+        let text = format!(
+            "name = \"lost\"\nduration = \"3s\"\nwarmup = \"0s\"\nclients = [1, 2, 3, 4, 5]\n\
+             placements = [\"shared\"]\n[hosts]\n{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
+            host_entry(lab, "srv"),
+        );
+        let started = Instant::now();
+        let (child, out_dir) = spawn_past_first_step(lab, &text);
+        // Once the second step's 2 connections are open (its window running), the host dies:
+        // every process there, sshd included.
+        let ns = lab.host("srv").ns.clone();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while load_connections_in(&ns) < 2 {
+            assert!(Instant::now() < deadline, "the second step did not connect");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        for pid in ns_pids(&lab.host("srv").ns) {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let took = started.elapsed();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&out_dir);
+        let status: Vec<&str> = steps
+            .iter()
+            .map(|s| s["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            status,
+            ["ok", "failed", "failed", "failed", "failed"],
+            "{steps:#?}"
+        );
+        let reason = |k: usize| steps[k]["reason"].as_str().unwrap().to_string();
+        // Lost mid-step: ssh's reason; tried once more: cannot be reached; then down at once.
+        assert!(
+            reason(1).contains("host srv") && reason(1).contains("ssh session ended"),
+            "{}",
+            reason(1)
+        );
+        assert!(reason(2).contains("cannot be reached"), "{}", reason(2));
+        for k in [3, 4] {
+            assert!(
+                reason(k).contains("\"srv\" was marked down after failing 2 steps in a row"),
+                "{}",
+                reason(k)
+            );
+        }
+        let notes = std::fs::read_to_string(out_dir.join("notes.txt")).unwrap();
+        assert!(
+            notes.contains(
+                "host srv: marked down for the rest of the run after failing 2 steps in a row"
+            ),
+            "{notes}"
+        );
+        // Nothing waited for the lost host: one step, a retry, two that fail at once.
+        assert!(took < Duration::from_secs(60), "{took:?}");
+    });
 }

@@ -41,6 +41,7 @@ mod report_html;
 mod serve_msgr;
 mod shmkv;
 mod soak;
+mod sources;
 mod sweep;
 mod templates;
 mod threads;

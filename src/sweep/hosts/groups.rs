@@ -443,8 +443,12 @@ fn run_group(
     match host {
         GroupHost::Local => {
             let config = engine_config(proto, sub);
-            let outcome = crate::load::run_at(&config, Some(start.at), &mut chan, halt)
-                .map_err(|e| GroupFailure::Load(e.to_string()))?;
+            let outcome = crate::load::run_at(&config, Some(start.at), &mut chan, halt).map_err(
+                |e| match e {
+                    crate::load::LoadError::Stopped => GroupFailure::Stopped,
+                    e => GroupFailure::Load(e.to_string()),
+                },
+            )?;
             if halt.load(Ordering::Relaxed) {
                 return Err(GroupFailure::Stopped);
             }

@@ -7,4 +7,5 @@ pub mod groups;
 pub mod observer;
 pub mod remote_group;
 pub mod server;
+pub mod server_health;
 pub mod session;

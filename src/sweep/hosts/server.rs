@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::server_health::ServerHosts;
 use super::session::{HostSession, Sessions};
 use crate::observe::step::ServerExtras;
 use crate::placement::CpuPair;
-use crate::remote::{RemoteProcess, RemoteStatus, REMOTE_BIN};
+use crate::remote::{RemoteError, RemoteProcess, RemoteStatus, REMOTE_BIN};
 use crate::sweep::plan::{TargetKind, TargetPlan};
 use crate::sweep::server::{Launcher, ProcessLauncher, Server};
 
@@ -32,6 +33,8 @@ pub struct HostLauncher<'a, L: Launcher> {
     pub local: L,
     /// The connected hosts.
     pub sessions: &'a Sessions,
+    /// Target hosts lost in a step, and those marked down.
+    pub health: ServerHosts,
 }
 
 impl<L: Launcher> Launcher for HostLauncher<'_, L> {
@@ -45,22 +48,58 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
         let Some(host) = &target.host else {
             return self.local.launch(target, cpus, clients, stop);
         };
+        if let Some(why) = self.health.down_reason(host) {
+            return Err(why);
+        }
         let session = self
             .sessions
             .get(host)
             .map_err(|why| format!("host {host:?}: {why}"))?;
         let line = remote_line(target, cpus, clients);
-        let process = session
-            .remote
-            .spawn(&line, STOP_GRACE)
-            .map_err(|e| format!("cannot start target {:?}: {e}", target.name))?;
+        let process = match session.remote.spawn(&line, STOP_GRACE) {
+            Ok(p) => p,
+            Err(e) => {
+                let why = format!("cannot start target {:?}: {e}", target.name);
+                if matches!(e, RemoteError::Unreachable { .. }) {
+                    self.health.failed(host, &why);
+                }
+                return Err(why);
+            }
+        };
         let mut server = RemoteServer {
             port: target.port.unwrap_or(0),
             session,
             process,
         };
-        server.wait_ready(target, stop)?;
-        Ok(Box::new(server))
+        match server.wait_ready(target, stop) {
+            Ok(()) => {
+                self.health.ok(host);
+                Ok(Box::new(server))
+            }
+            Err(why) => {
+                if server.host_lost() || self.health.on_probation(host) {
+                    self.health.failed(host, first_line(&why));
+                }
+                Err(why)
+            }
+        }
+    }
+
+    fn host_lost(&mut self, target: &TargetPlan, why: &str) {
+        if let Some(host) = &target.host {
+            self.health.failed(host, why);
+        }
+    }
+
+    fn host_down(&self, target: &TargetPlan) -> Option<String> {
+        target
+            .host
+            .as_deref()
+            .and_then(|h| self.health.down_reason(h))
+    }
+
+    fn take_notes(&mut self) -> Vec<String> {
+        self.health.take_notes()
     }
 
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
@@ -69,6 +108,10 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
             None => self.local.describe(target, cpus, clients),
         }
     }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
 }
 
 /// The shell line that starts `target` in the host's working directory.
@@ -198,6 +241,9 @@ impl Server for RemoteServer {
     fn stop(&mut self) -> Option<String> {
         self.process.stop();
         None
+    }
+    fn host_lost(&mut self) -> bool {
+        matches!(self.process.try_status(), RemoteStatus::ConnectionLost(_))
     }
     fn extras(&self) -> ServerExtras {
         ServerExtras {
