@@ -298,10 +298,13 @@ fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut Strin
                 let id = step_id(&target.name, placement, point, 0);
                 match placements.cpus(placement, follow) {
                     Ok(cpus) => {
+                        let server_cpus = match target.kind.is_running() {
+                            true => "(its own)".to_string(),
+                            false => crate::cpuset::format(&cpus.server),
+                        };
                         let _ = writeln!(
                             out,
-                            "  {id}: server cpus {} client cpus {}, {}\n    server: {}",
-                            crate::cpuset::format(&cpus.server),
+                            "  {id}: server cpus {server_cpus} client cpus {}, {}\n    server: {}",
                             crate::cpuset::format(&cpus.client),
                             plan.repetitions.describe(),
                             launcher.describe(target, &cpus, point.clients)

@@ -26,6 +26,15 @@ pub trait Server {
     fn extras(&self) -> ServerExtras {
         ServerExtras::default()
     }
+    /// The CPUs it runs on when they are its own, not the placement's (a server already
+    /// running: its process tree's affinity, empty when it is not observed).
+    fn own_cpus(&self) -> Option<Vec<usize>> {
+        None
+    }
+    /// Why its server-side figures are not observed, when they are not.
+    fn not_observed(&self) -> Option<String> {
+        None
+    }
 }
 
 /// How long a target has to exit after SIGTERM before it is killed.
@@ -103,6 +112,7 @@ impl ProcessLauncher {
                 );
                 vec!["sh".into(), "-c".into(), format!("exec {line}")]
             }
+            TargetKind::Running(r) => vec![super::running::describe(r)],
         }
     }
 }
@@ -115,6 +125,9 @@ impl Launcher for ProcessLauncher {
         clients: usize,
         stop: &AtomicBool,
     ) -> Result<Box<dyn Server>, String> {
+        if let TargetKind::Running(r) = &target.kind {
+            return super::running::attach(target, r);
+        }
         let port = match target.port {
             None if target.port_from_log => 0,
             Some(p) if port_open(p) => {
@@ -170,6 +183,9 @@ impl Launcher for ProcessLauncher {
     }
 
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
+        if let TargetKind::Running(r) = &target.kind {
+            return super::running::describe(r);
+        }
         let port = match target.port {
             Some(p) => p.to_string(),
             None if target.port_from_log => "0".to_string(),

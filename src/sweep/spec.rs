@@ -151,6 +151,15 @@ pub struct TargetSpec {
     /// The `[hosts]` entry the server runs on (this machine when absent).
     #[serde(default)]
     pub host: Option<String>,
+    /// A server already running (url, no builtin or command): its process id.
+    #[serde(default)]
+    pub pid: Option<i32>,
+    /// A server already running: a file holding its process id (relative to the spec).
+    #[serde(default)]
+    pub pidfile: Option<PathBuf>,
+    /// A server already running: its process name, as in /proc/PID/comm.
+    #[serde(default)]
+    pub process: Option<String>,
 }
 
 /// Readiness probe of a target.

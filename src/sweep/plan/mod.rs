@@ -66,6 +66,15 @@ pub enum TargetKind {
     Builtin(Vec<String>),
     /// A shell command template.
     Command(String),
+    /// A server already running (`url` with no builtin or command): nothing is started.
+    Running(crate::sweep::running::Running),
+}
+
+impl TargetKind {
+    /// The server already runs: stairbench neither starts nor places it.
+    pub fn is_running(&self) -> bool {
+        matches!(self, TargetKind::Running(_))
+    }
 }
 
 /// A target ready to launch.
@@ -500,6 +509,9 @@ fn target_kind(
     t: &super::spec::TargetSpec,
 ) -> Result<TargetKind, SpecError> {
     let at = |key: &str, msg: String| target_error(spec, i, key, msg);
+    if t.builtin.is_some() || t.command.is_some() {
+        crate::sweep::running::refuse_watch(spec, i, t)?;
+    }
     match (&t.builtin, &t.command) {
         (Some(b), None) => {
             let args: Vec<String> = b.split_whitespace().map(str::to_string).collect();
@@ -513,13 +525,8 @@ fn target_kind(
         }
         (None, Some(c)) if !c.trim().is_empty() => Ok(TargetKind::Command(c.clone())),
         (Some(_), Some(_)) => Err(at("command", "give builtin or command, not both".into())),
-        _ => Err(at(
-            "name",
-            format!(
-                "target {:?} has neither builtin = \"...\" nor command = \"...\"",
-                t.name
-            ),
-        )),
+        (None, None) => crate::sweep::running::plan_running(spec, i, t).map(TargetKind::Running),
+        (None, Some(_)) => Err(at("command", "expected a command line, not an empty one".into())),
     }
 }
 
@@ -538,6 +545,7 @@ fn target_url(
         }
         (None, None, TargetKind::Builtin(args)) => format!("{}://127.0.0.1:{{port}}", args[0]),
         (None, None, TargetKind::Command(_)) if spec.spec.client.command.is_some() => String::new(),
+        (None, None, TargetKind::Running(_)) => String::new(),
         (None, None, TargetKind::Command(_)) => {
             return Err(target_error(spec, i, "url", "a command target needs url = \"http://127.0.0.1:{port}/\" (or client.url) for the built-in engine".into()))
         }
@@ -610,7 +618,7 @@ fn requests(spec: &SpecFile, proto: &mut ProtoOptions) -> Result<(), SpecError> 
     Ok(())
 }
 
-fn spec_dir(spec: &SpecFile) -> PathBuf {
+pub(crate) fn spec_dir(spec: &SpecFile) -> PathBuf {
     let dir = spec.path.parent().map(PathBuf::from).unwrap_or_default();
     let dir = if dir.as_os_str().is_empty() {
         PathBuf::from(".")
