@@ -35,6 +35,7 @@ mod observe;
 mod parsers;
 mod profiling;
 mod remote;
+mod running;
 mod report_html;
 mod serve_msgr;
 mod shmkv;
