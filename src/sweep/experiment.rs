@@ -112,7 +112,7 @@ fn run_driver(
         }),
         group_hosts(plan, sessions),
         match &plan.client {
-            ClientPlan::Engine { proto } => proto.clone(),
+            ClientPlan::Engine { proto, .. } => proto.clone(),
             ClientPlan::Command { .. } => crate::load::ProtoOptions::default(),
         },
     ))
@@ -203,8 +203,9 @@ pub fn check_out(dest: &Destination) -> Result<(), String> {
 
 fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
     Ok(match &plan.client {
-        ClientPlan::Engine { proto } => Box::new(EngineDriver {
+        ClientPlan::Engine { proto, arrivals } => Box::new(EngineDriver {
             proto: proto.clone(),
+            arrivals: *arrivals,
         }),
         ClientPlan::Command {
             template,
@@ -277,6 +278,13 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
         plan.placements.len(),
         plan.max_steps()
     );
+    if let ClientPlan::Engine {
+        arrivals: crate::load::arrivals::Arrivals::Poisson,
+        ..
+    } = &plan.client
+    {
+        let _ = writeln!(out, "arrivals: poisson (seeded exponential gaps at each step's rate)");
+    }
     if plan.compares_balanced_and_separated() {
         for note in placements.notes() {
             let _ = writeln!(out, "note: {note}");

@@ -329,6 +329,13 @@ pub struct ClientSpec {
     /// How each connection picks from `requests`: "weighted" (default) or "sequential".
     #[serde(default)]
     pub order: Option<String>,
+    /// How open-loop requests are spaced: "uniform" (default) or "poisson" (seeded
+    /// exponential gaps); open-loop `rate` series only.
+    #[serde(default)]
+    pub arrivals: Option<String>,
+    /// Refused with its reason: a ramp inside a step would mix load levels in its figures.
+    #[serde(default)]
+    pub ramp: Option<String>,
     /// Client groups, each on a host (this machine when it names none); a step's clients,
     /// connections and rate are split equally among them and their results merged exactly.
     #[serde(default)]

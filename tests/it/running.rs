@@ -295,3 +295,46 @@ fn keys_that_do_not_fit_a_server_already_running_are_refused_where_written() {
         );
     }
 }
+
+/// The redis-server `examples/running-redis.toml` expects, as its header starts it (in the
+/// foreground here, so it ends with the test); None when redis-server is not installed.
+pub fn example_server() -> Option<ExampleRedis> {
+    const ARGS: &str = "--port 6390 --bind 127.0.0.1 --save '' --appendonly no --pidfile /tmp/stairbench-redis-6390.pid";
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/running-redis.toml");
+    let header = std::fs::read_to_string(example).unwrap();
+    assert!(
+        header.contains(&format!("redis-server {ARGS} --daemonize yes")),
+        "the example's header starts its server otherwise"
+    );
+    let program = common::find_program("redis-server")?;
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", 6390)).is_err(),
+        "port 6390, which examples/running-redis.toml loads, is already taken"
+    );
+    let child = Command::new(program)
+        .args(ARGS.split(' ').map(|a| if a == "''" { "" } else { a }))
+        .args(["--daemonize", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = ExampleRedis(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", 6390)).is_err()
+        || !Path::new("/tmp/stairbench-redis-6390.pid").exists()
+    {
+        assert!(Instant::now() < deadline, "redis-server did not listen on 6390");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(server)
+}
+
+/// The example's redis-server, killed on drop.
+pub struct ExampleRedis(Child);
+
+impl Drop for ExampleRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -1,6 +1,7 @@
 //! A spec checked and resolved into what the step loop runs: targets with their launch
 //! recipes, placements, the series of step points, the client, and the policies.
 
+pub mod arrivals;
 pub mod hosts;
 pub mod profile;
 pub mod validate;
@@ -117,6 +118,8 @@ pub enum ClientPlan {
     Engine {
         /// Protocol options.
         proto: ProtoOptions,
+        /// How open-loop requests are spaced.
+        arrivals: crate::load::arrivals::Arrivals,
     },
     /// An external command and the name of its parser.
     Command {
@@ -647,6 +650,10 @@ fn custom_tables(spec: &SpecFile) -> Result<BTreeMap<String, CustomTable>, SpecE
 
 fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     let c = &spec.spec.client;
+    let arrivals = arrivals::arrivals(spec)?;
+    if c.command.is_some() && c.arrivals.is_some() {
+        return Err(spec.error_at(&["client", "arrivals"], "arrivals is an option of the built-in engine; an external client command spaces its requests itself"));
+    }
     if let Some(template) = &c.command {
         let parser = c.parser.clone().ok_or_else(|| {
             spec.error_at(&["client", "command"], "an external client needs parser = \"wrk\" (or redis-benchmark, crimson-msgr, json, regex, stairbench)")
@@ -688,5 +695,5 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
         proto.msg_size = m;
     }
     requests(spec, &mut proto)?;
-    Ok(ClientPlan::Engine { proto })
+    Ok(ClientPlan::Engine { proto, arrivals })
 }
