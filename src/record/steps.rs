@@ -111,7 +111,9 @@ impl StepResult {
 
     /// Why the step's server-side figures were not observed, if they were not.
     pub fn server_not_observed(&self) -> Option<&str> {
-        self.derived.get(SERVER_NOT_OBSERVED).and_then(Value::as_str)
+        self.derived
+            .get(SERVER_NOT_OBSERVED)
+            .and_then(Value::as_str)
     }
 
     /// Throughput of an ok step.

@@ -283,7 +283,10 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
         ..
     } = &plan.client
     {
-        let _ = writeln!(out, "arrivals: poisson (seeded exponential gaps at each step's rate)");
+        let _ = writeln!(
+            out,
+            "arrivals: poisson (seeded exponential gaps at each step's rate)"
+        );
     }
     if plan.compares_balanced_and_separated() {
         for note in placements.notes() {

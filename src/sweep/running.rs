@@ -83,7 +83,10 @@ impl Watch {
 /// The one process tree named `name`: the matches whose parent is not a match (nginx's
 /// master, not its workers); an error when there is none or more than one.
 fn process_root(name: &str) -> Result<i32, String> {
-    let pids: Vec<i32> = pids_by_comm(name).into_iter().filter(|p| alive(*p)).collect();
+    let pids: Vec<i32> = pids_by_comm(name)
+        .into_iter()
+        .filter(|p| alive(*p))
+        .collect();
     let parents = crate::machine::procfs::parent_map(Path::new("/proc"));
     let roots: Vec<i32> = pids
         .iter()
@@ -110,7 +113,9 @@ fn alive(pid: i32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
-    let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
     pid > 0 && state.is_some_and(|s| s != "Z" && s != "X")
 }
 
@@ -142,7 +147,12 @@ pub fn plan_running(spec: &SpecFile, i: usize, t: &TargetSpec) -> Result<Running
         ("host", t.host.is_some(), "observing a server already running on another host is not supported yet: leave host out, the url names its address (its server-side figures are then not observed)"),
     ];
     if let Some((key, _, why)) = refused.iter().find(|(_, given, _)| *given) {
-        return Err(at(key, format!("a server already running (url with no builtin or command) takes no {key}: {why}")));
+        return Err(at(
+            key,
+            format!(
+                "a server already running (url with no builtin or command) takes no {key}: {why}"
+            ),
+        ));
     }
     if t.metrics.as_ref().is_some_and(|m| m.file.is_some()) {
         return Err(at("metrics", "a server already running cannot be given a {metrics} file: use metrics = { url = \"...\" }".into()));
@@ -205,7 +215,8 @@ pub fn preflight(plan: &Plan) -> Result<(), SpecError> {
         let TargetKind::Running(r) = &t.kind else {
             continue;
         };
-        let at = |key: &str, msg: String| plan.spec.error_at(&["targets", &i.to_string(), key], msg);
+        let at =
+            |key: &str, msg: String| plan.spec.error_at(&["targets", &i.to_string(), key], msg);
         if !answers(&r.address) {
             return Err(at("url", format!("nothing answers at {} (target {:?}, a server already running): start it, or correct the url", r.address, t.name)));
         }
@@ -232,7 +243,11 @@ pub fn attach(target: &TargetPlan, running: &Running) -> Result<Box<dyn Server>,
     }
     let pid = match &running.watch {
         Some(w) => Some(w.resolve().map_err(|why| {
-            format!("target {:?}, observed by {}: {why}", target.name, w.describe())
+            format!(
+                "target {:?}, observed by {}: {why}",
+                target.name,
+                w.describe()
+            )
         })?),
         None => None,
     };
@@ -254,10 +269,7 @@ pub fn describe(running: &Running) -> String {
         Some(w) => format!("observed by {} (found again at each step)", w.describe()),
         None => "not observed (no pid, pidfile or process)".into(),
     };
-    format!(
-        "already running at {}, not started; {how}",
-        running.address
-    )
+    format!("already running at {}, not started; {how}", running.address)
 }
 
 /// The CPUs a process tree may run on: the union of its processes' affinities.
@@ -298,7 +310,9 @@ impl Server for RunningServer {
     }
     fn died(&mut self) -> Option<String> {
         let pid = self.pid.filter(|p| !alive(*p))?;
-        Some(format!("process {pid}, which was observed as the server, has ended"))
+        Some(format!(
+            "process {pid}, which was observed as the server, has ended"
+        ))
     }
     fn stop(&mut self) -> Option<String> {
         None
@@ -319,7 +333,11 @@ impl Server for RunningServer {
 
 /// Marks a measured step's server-side figures as not observed: the reason at the top level
 /// (`server_not_observed`) and among the server's notes.
-pub fn mark_not_observed(server: &mut Value, derived: &mut serde_json::Map<String, Value>, why: &str) {
+pub fn mark_not_observed(
+    server: &mut Value,
+    derived: &mut serde_json::Map<String, Value>,
+    why: &str,
+) {
     derived.insert(crate::record::steps::SERVER_NOT_OBSERVED.into(), json!(why));
     if let Value::Object(m) = server {
         match m.get_mut("notes") {
@@ -359,7 +377,9 @@ mod tests {
 
     #[test]
     fn a_missing_process_name_is_an_error() {
-        let err = Watch::Process("no-such-proc-x".into()).resolve().unwrap_err();
+        let err = Watch::Process("no-such-proc-x".into())
+            .resolve()
+            .unwrap_err();
         assert!(err.contains("no running process is named"), "{err}");
     }
 

@@ -245,21 +245,30 @@ fn a_spec_spaces_its_rate_series_by_poisson_arrivals() {
     assert!((0.75..1.6).contains(&cv), "gaps' cv {cv}: not exponential");
 
     for (client, expected) in [
-        ("ramp = \"100:500:1s\"", "a ramp inside a step would mix levels"),
+        (
+            "ramp = \"100:500:1s\"",
+            "a ramp inside a step would mix levels",
+        ),
         ("arrivals = \"bursty\"", "use uniform or poisson"),
     ] {
         let bad = text.replace("arrivals = \"poisson\"", client);
         let err = plan_error(&bad);
-        assert!(err.contains(expected) && err.contains("spec.toml:12:"), "{err}");
+        assert!(
+            err.contains(expected) && err.contains("spec.toml:12:"),
+            "{err}"
+        );
     }
     let closed = text.replace("rate = [500]", "");
     let err = plan_error(&closed);
-    assert!(err.contains("needs a rate series") && err.contains("client.arrivals"), "{err}");
+    assert!(
+        err.contains("needs a rate series") && err.contains("client.arrivals"),
+        "{err}"
+    );
 }
 
 fn plan_error(text: &str) -> String {
-    let spec = stairbench::sweep::spec::SpecFile::parse(std::path::Path::new("spec.toml"), text)
-        .unwrap();
+    let spec =
+        stairbench::sweep::spec::SpecFile::parse(std::path::Path::new("spec.toml"), text).unwrap();
     match stairbench::sweep::plan::Plan::new(spec, "/bin/true".into()) {
         Ok(_) => panic!("accepted: {text}"),
         Err(e) => e.to_string(),

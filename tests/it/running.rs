@@ -55,7 +55,10 @@ fn a_url_alone_runs_with_server_figures_not_observed() {
         assert_eq!(s["cpu_us_per_req"]["total"], Value::Null, "{s}");
         assert_eq!(s["cs_per_req"], Value::Null, "{s}");
         assert_eq!(s["server"]["server"], Value::Null, "{s}");
-        assert_eq!(s["server_cpus"], "", "a server not observed has no cpus: {s}");
+        assert_eq!(
+            s["server_cpus"], "",
+            "a server not observed has no cpus: {s}"
+        );
         assert!(s["requests"].as_u64().unwrap() > 0, "{s}");
         sent += s["sent"].as_u64().unwrap();
     }
@@ -123,7 +126,10 @@ fn a_pid_and_a_pidfile_give_server_cpu_per_request() {
         assert!(!cpus.is_empty());
     }
     // nginx's pid file names its master; its worker, which does the work, is in its tree.
-    let pidfile = format!("pidfile = \"{}\"", nginx.dir.path().join("nginx.pid").display());
+    let pidfile = format!(
+        "pidfile = \"{}\"",
+        nginx.dir.path().join("nginx.pid").display()
+    );
     let path = spec(dir.path(), &nginx.url("/"), &pidfile, "[2]");
     for (cpu, _) in observed_cpu(&path, &dir.path().join("pidfile")) {
         assert!(cpu > 0.5 && cpu < 1000.0, "{cpu} µs/request");
@@ -200,12 +206,7 @@ fn a_process_name_is_found_at_each_step() {
 fn an_unreachable_url_exits_2_before_any_load_naming_target_and_address() {
     let dir = tempfile::tempdir().unwrap();
     let port = common::free_port();
-    let path = spec(
-        dir.path(),
-        &format!("http://127.0.0.1:{port}/"),
-        "",
-        "[1]",
-    );
+    let path = spec(dir.path(), &format!("http://127.0.0.1:{port}/"), "", "[1]");
     let out_dir = dir.path().join("out");
     let out = common::run_spec(&path, &out_dir);
     let err = stderr(&out);
@@ -266,17 +267,32 @@ fn dry_run_says_the_server_is_not_started_and_how_it_is_observed() {
         )),
         "{text}"
     );
-    assert!(text.contains("srv.shared.c4.r0: server cpus (its own) client cpus"), "{text}");
+    assert!(
+        text.contains("srv.shared.c4.r0: server cpus (its own) client cpus"),
+        "{text}"
+    );
 }
 
 #[test]
 fn keys_that_do_not_fit_a_server_already_running_are_refused_where_written() {
     let cases = [
-        ("url = \"redis://127.0.0.1:{port}\"", "takes no placeholders"),
-        ("url = \"redis://127.0.0.1:6379\"\nport = 6379", "takes no port"),
-        ("url = \"redis://127.0.0.1:6379\"\nhost = \"b\"", "another host is not supported yet"),
+        (
+            "url = \"redis://127.0.0.1:{port}\"",
+            "takes no placeholders",
+        ),
+        (
+            "url = \"redis://127.0.0.1:6379\"\nport = 6379",
+            "takes no port",
+        ),
+        (
+            "url = \"redis://127.0.0.1:6379\"\nhost = \"b\"",
+            "another host is not supported yet",
+        ),
         ("url = \"shm://ring\"", "reached over TCP"),
-        ("url = \"redis://127.0.0.1:6379\"\npid = 1\nprocess = \"x\"", "not several"),
+        (
+            "url = \"redis://127.0.0.1:6379\"\npid = 1\nprocess = \"x\"",
+            "not several",
+        ),
         ("builtin = \"msgr\"\npid = 1", "a target stairbench starts"),
         ("", "has neither builtin"),
     ];
@@ -323,7 +339,10 @@ pub fn example_server() -> Option<ExampleRedis> {
     while std::net::TcpStream::connect(("127.0.0.1", 6390)).is_err()
         || !Path::new("/tmp/stairbench-redis-6390.pid").exists()
     {
-        assert!(Instant::now() < deadline, "redis-server did not listen on 6390");
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not listen on 6390"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     Some(server)

@@ -149,7 +149,11 @@ pub fn diagnose(series: &SeriesAnalysis, steps: &[&StepResult]) -> Diagnosis {
     // Without the server's figures only the client's side can be told: the server-side
     // rules would read absent figures as evidence.
     let unobserved = steps.iter().find_map(|s| s.server_not_observed());
-    let rules = if unobserved.is_some() { &RULES[..1] } else { &RULES[..] };
+    let rules = if unobserved.is_some() {
+        &RULES[..1]
+    } else {
+        &RULES[..]
+    };
     let found = rules.iter().find_map(|rule| rule(&ctx));
     let knee_clients = knee_index.map(|i| levels[i].clients);
     let opening = match knee_clients {
@@ -687,8 +691,17 @@ fn outside(c: &Ctx) -> Option<Found> {
 /// and no server-side limit can be told.
 fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String) {
     let at = Some(c.top().clients);
-    let mut evidence = vec![ev("server_observed", 0.0, at, format!("server-side limits: not observed ({why})"))];
-    evidence.extend(ruled_out(c).into_iter().filter(|e| e.metric == "client_saturated" || e.metric == "little_ratio"));
+    let mut evidence = vec![ev(
+        "server_observed",
+        0.0,
+        at,
+        format!("server-side limits: not observed ({why})"),
+    )];
+    evidence.extend(
+        ruled_out(c)
+            .into_iter()
+            .filter(|e| e.metric == "client_saturated" || e.metric == "little_ratio"),
+    );
     let because = "the server was not observed (a server already running with no pid, pidfile or process), so only a client-side limit can be told and none was found: undetermined".to_string();
     (Limit::Undetermined, Confidence::Low, evidence, because)
 }

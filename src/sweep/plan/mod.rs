@@ -529,7 +529,10 @@ fn target_kind(
         (None, Some(c)) if !c.trim().is_empty() => Ok(TargetKind::Command(c.clone())),
         (Some(_), Some(_)) => Err(at("command", "give builtin or command, not both".into())),
         (None, None) => crate::sweep::running::plan_running(spec, i, t).map(TargetKind::Running),
-        (None, Some(_)) => Err(at("command", "expected a command line, not an empty one".into())),
+        (None, Some(_)) => Err(at(
+            "command",
+            "expected a command line, not an empty one".into(),
+        )),
     }
 }
 
