@@ -329,6 +329,13 @@ pub struct ClientSpec {
     /// How each connection picks from `requests`: "weighted" (default) or "sequential".
     #[serde(default)]
     pub order: Option<String>,
+    /// TLS (`https://`): accept any server certificate.
+    #[serde(default)]
+    pub insecure: Option<bool>,
+    /// TLS (`https://`): verify the server against this PEM file's CA certificates
+    /// (relative to the spec) instead of the system's.
+    #[serde(default)]
+    pub cacert: Option<PathBuf>,
     /// How open-loop requests are spaced: "uniform" (default) or "poisson" (seeded
     /// exponential gaps); open-loop `rate` series only.
     #[serde(default)]

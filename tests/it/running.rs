@@ -357,3 +357,44 @@ impl Drop for ExampleRedis {
         let _ = self.0.wait();
     }
 }
+
+/// `[client] cacert` and `insecure` reach the engine: an nginx with a certificate of the
+/// test's own CA (already running, as a target given by url) is loaded over TLS with either;
+/// a cacert file that is not one is refused where it is written.
+#[test]
+fn a_spec_loads_https_with_its_cacert_or_insecure() {
+    let Some(certs) = crate::tls::make_certs() else {
+        return;
+    };
+    let Some((_nginx, tls_port)) = crate::tls::start_nginx_tls(&certs, "", "") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(certs.dir.path().join("ca.pem"), dir.path().join("ca.pem")).unwrap();
+    let url = format!("https://localhost:{tls_port}/");
+    for (client, name) in [
+        ("cacert = \"ca.pem\"", "cacert"),
+        ("insecure = true", "insecure"),
+    ] {
+        let path = spec(dir.path(), &url, &format!("\n[client]\n{client}"), "[1]");
+        let out_dir = dir.path().join(name);
+        common::assert_success(&common::run_spec(&path, &out_dir));
+        let steps = common::steps_json(&out_dir);
+        assert_eq!(steps[0]["status"], "ok", "{name}: {}", steps[0]);
+        assert!(steps[0]["requests"].as_u64().unwrap() > 0);
+        assert!(
+            steps[0]["tls_handshakes"].as_u64().unwrap() >= 1,
+            "{}",
+            steps[0]
+        );
+    }
+    std::fs::write(dir.path().join("bad.pem"), "not a certificate\n").unwrap();
+    let path = spec(dir.path(), &url, "\n[client]\ncacert = \"bad.pem\"", "[1]");
+    let out = common::run_spec(&path, &dir.path().join("bad"));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("client.cacert") && err.contains("spec.toml:11:"),
+        "{err}"
+    );
+}

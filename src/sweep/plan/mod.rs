@@ -624,6 +624,23 @@ fn requests(spec: &SpecFile, proto: &mut ProtoOptions) -> Result<(), SpecError> 
     Ok(())
 }
 
+/// `[client] insecure` and `cacert` (read now, relative to the spec: a file that is not a PEM
+/// CA certificate is refused before any step).
+fn tls(spec: &SpecFile, proto: &mut ProtoOptions) -> Result<(), SpecError> {
+    let c = &spec.spec.client;
+    proto.tls.insecure = c.insecure.unwrap_or(false);
+    if let Some(file) = &c.cacert {
+        let at = |why: String| spec.error_at(&["client", "cacert"], why);
+        if proto.tls.insecure {
+            return Err(at("give cacert or insecure = true, not both".into()));
+        }
+        proto.tls.cacert = Some(spec_dir(spec).join(file));
+        crate::load::tls::TlsClient::new("localhost", &[], &proto.tls)
+            .map_err(|e| at(e.to_string()))?;
+    }
+    Ok(())
+}
+
 pub(crate) fn spec_dir(spec: &SpecFile) -> PathBuf {
     let dir = spec.path.parent().map(PathBuf::from).unwrap_or_default();
     let dir = if dir.as_os_str().is_empty() {
@@ -656,6 +673,14 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     let arrivals = arrivals::arrivals(spec)?;
     if c.command.is_some() && c.arrivals.is_some() {
         return Err(spec.error_at(&["client", "arrivals"], "arrivals is an option of the built-in engine; an external client command spaces its requests itself"));
+    }
+    if c.command.is_some() && (c.insecure.is_some() || c.cacert.is_some()) {
+        let key = if c.cacert.is_some() {
+            "cacert"
+        } else {
+            "insecure"
+        };
+        return Err(spec.error_at(&["client", key], "insecure and cacert are options of the built-in engine; give an external client command its own TLS options"));
     }
     if let Some(template) = &c.command {
         let parser = c.parser.clone().ok_or_else(|| {
@@ -698,5 +723,6 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
         proto.msg_size = m;
     }
     requests(spec, &mut proto)?;
+    tls(spec, &mut proto)?;
     Ok(ClientPlan::Engine { proto, arrivals })
 }
