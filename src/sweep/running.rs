@@ -162,9 +162,13 @@ pub fn plan_running(spec: &SpecFile, i: usize, t: &TargetSpec) -> Result<Running
     }
     let target = crate::load::target::Target::parse(url, &crate::load::ProtoOptions::default())
         .map_err(|e| at("url", format!("{e} (a server already running is reached over TCP: http, https, h2c, redis or msgr)")))?;
+    let watch = watch(spec, i, t)?;
+    if watch.is_none() && spec.spec.profile.is_some() {
+        return Err(spec.error_at(&["profile"], format!("profile passes record the server's process: target {:?} (a server already running) needs pid, pidfile or process to say which", t.name)));
+    }
     Ok(Running {
         address: target.addr,
-        watch: watch(spec, i, t)?,
+        watch,
     })
 }
 

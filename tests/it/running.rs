@@ -294,6 +294,10 @@ fn keys_that_do_not_fit_a_server_already_running_are_refused_where_written() {
             "not several",
         ),
         ("builtin = \"msgr\"\npid = 1", "a target stairbench starts"),
+        (
+            "url = \"redis://127.0.0.1:6379\"\n[profile]\nat = [1]",
+            "needs pid, pidfile or process",
+        ),
         ("", "has neither builtin"),
     ];
     for (target, expected) in cases {
