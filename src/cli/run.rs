@@ -193,7 +193,7 @@ fn execute(
     // a failure of the run (1), found by run_plan.
     check_out(dest).or_usage()?;
     // Servers already running answer, and their processes exist, before any load (exit 2).
-    crate::sweep::running::preflight(plan)?;
+    crate::sweep::plan::running::preflight(plan)?;
     let stop = crate::signals::stop_flag();
     let bar = Bar::new(outputs.verbosity.quiet);
     let mut progress = Live::new(bar, outputs.live.open()?, outputs.verbosity.verbose);

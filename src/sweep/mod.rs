@@ -14,6 +14,5 @@ pub mod plan;
 pub mod profiling;
 pub mod progress;
 pub mod runner;
-pub mod running;
 pub mod server;
 pub mod spec;

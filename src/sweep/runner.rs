@@ -495,7 +495,7 @@ impl Runner<'_> {
         step.server = observed.server;
         step.derived = observed.derived;
         if let Some(why) = not_observed {
-            super::running::mark_not_observed(&mut step.server, &mut step.derived, &why);
+            super::server::running::mark_not_observed(&mut step.server, &mut step.derived, &why);
         }
         (step.status, step.reason) = verdict(step, self.plan.max_error_ratio);
         Ok(())

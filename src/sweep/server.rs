@@ -1,6 +1,8 @@
 //! Targets as processes: launched pinned to their cpuset, probed until ready, watched for
 //! an early death (reported with the tail of their output), ended as a process group.
 
+pub mod running;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -112,7 +114,7 @@ impl ProcessLauncher {
                 );
                 vec!["sh".into(), "-c".into(), format!("exec {line}")]
             }
-            TargetKind::Running(r) => vec![super::running::describe(r)],
+            TargetKind::Running(r) => vec![running::describe(r)],
         }
     }
 }
@@ -126,7 +128,7 @@ impl Launcher for ProcessLauncher {
         stop: &AtomicBool,
     ) -> Result<Box<dyn Server>, String> {
         if let TargetKind::Running(r) = &target.kind {
-            return super::running::attach(target, r);
+            return running::attach(target, r);
         }
         let port = match target.port {
             None if target.port_from_log => 0,
@@ -184,7 +186,7 @@ impl Launcher for ProcessLauncher {
 
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
         if let TargetKind::Running(r) = &target.kind {
-            return super::running::describe(r);
+            return running::describe(r);
         }
         let port = match target.port {
             Some(p) => p.to_string(),

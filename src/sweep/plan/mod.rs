@@ -4,6 +4,7 @@
 pub mod arrivals;
 pub mod hosts;
 pub mod profile;
+pub mod running;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -68,7 +69,7 @@ pub enum TargetKind {
     /// A shell command template.
     Command(String),
     /// A server already running (`url` with no builtin or command): nothing is started.
-    Running(crate::sweep::running::Running),
+    Running(running::Running),
 }
 
 impl TargetKind {
@@ -513,7 +514,7 @@ fn target_kind(
 ) -> Result<TargetKind, SpecError> {
     let at = |key: &str, msg: String| target_error(spec, i, key, msg);
     if t.builtin.is_some() || t.command.is_some() {
-        crate::sweep::running::refuse_watch(spec, i, t)?;
+        running::refuse_watch(spec, i, t)?;
     }
     match (&t.builtin, &t.command) {
         (Some(b), None) => {
@@ -528,7 +529,7 @@ fn target_kind(
         }
         (None, Some(c)) if !c.trim().is_empty() => Ok(TargetKind::Command(c.clone())),
         (Some(_), Some(_)) => Err(at("command", "give builtin or command, not both".into())),
-        (None, None) => crate::sweep::running::plan_running(spec, i, t).map(TargetKind::Running),
+        (None, None) => running::plan_running(spec, i, t).map(TargetKind::Running),
         (None, Some(_)) => Err(at(
             "command",
             "expected a command line, not an empty one".into(),
