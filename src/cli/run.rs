@@ -192,6 +192,8 @@ fn execute(
     // A directory already holding a run is a usage error (2); one that cannot be written is
     // a failure of the run (1), found by run_plan.
     check_out(dest).or_usage()?;
+    // Servers already running answer, and their processes exist, before any load (exit 2).
+    crate::sweep::plan::running::preflight(plan)?;
     let stop = crate::signals::stop_flag();
     let bar = Bar::new(outputs.verbosity.quiet);
     let mut progress = Live::new(bar, outputs.live.open()?, outputs.verbosity.verbose);

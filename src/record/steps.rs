@@ -12,6 +12,10 @@ use crate::record::load::{LatencyUs, LoadReport};
 /// Version of the `steps.jsonl` layout.
 pub const STEPS_SCHEMA_VERSION: u32 = 1;
 
+/// The key of a step whose server-side figures were not observed (a server already running
+/// with no process to observe it by): the reason; those figures are null.
+pub const SERVER_NOT_OBSERVED: &str = "server_not_observed";
+
 /// How a step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -103,6 +107,13 @@ impl StepResult {
             server: Value::Null,
             derived: Map::new(),
         }
+    }
+
+    /// Why the step's server-side figures were not observed, if they were not.
+    pub fn server_not_observed(&self) -> Option<&str> {
+        self.derived
+            .get(SERVER_NOT_OBSERVED)
+            .and_then(Value::as_str)
     }
 
     /// Throughput of an ok step.

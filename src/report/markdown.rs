@@ -32,6 +32,7 @@ impl Exporter for Markdown {
         out.push_str(&super::diagnosis::markdown(analysis));
         conditions(&mut out, run);
         let _ = writeln!(out, "{}\n", step_counts(&run.steps));
+        not_observed(&mut out, &run.steps);
         observer_cost(&mut out, &run.steps);
         for note in &run.notes {
             let _ = writeln!(out, "- {}", escape(note));
@@ -77,6 +78,22 @@ pub fn step_counts(steps: &[StepResult]) -> String {
         e => text.push_str(&format!(" {e} steps ended with too many errors.")),
     }
     text
+}
+
+/// The targets whose server-side figures were not observed, with why (once each).
+fn not_observed(out: &mut String, steps: &[StepResult]) {
+    let mut seen: Vec<&str> = Vec::new();
+    for s in steps {
+        if let (Some(why), false) = (s.server_not_observed(), seen.contains(&s.target.as_str())) {
+            seen.push(&s.target);
+            let _ = writeln!(
+                out,
+                "Target {}: server-side figures not observed ({}).\n",
+                escape(&s.target),
+                escape(why)
+            );
+        }
+    }
 }
 
 /// What stairbench's own observers cost, so it can be weighed against the figures.
@@ -207,12 +224,21 @@ fn results_table(out: &mut String, steps: &[StepResult]) {
             f(l.map(|l| l.latency_us.mean), 1),
             f(l.map(|l| l.latency_us.p50), 1),
             f(l.map(|l| l.latency_us.p99), 1),
-            f(s.derived_f64(&["cpu_us_per_req", "total"]), 2),
-            f(s.derived_f64(&["cs_per_req"]), 3),
+            server_cell(s, f(s.derived_f64(&["cpu_us_per_req", "total"]), 2)),
+            server_cell(s, f(s.derived_f64(&["cs_per_req"]), 3)),
             l.map_or("–", |l| if l.client_saturated { "yes" } else { "no" }),
-            s.server_cpus,
+            server_cell(s, s.server_cpus.clone()),
             s.client_cpus,
         );
+    }
+}
+
+/// A server-side cell: "not observed" when the step's server was not (a server already
+/// running with no process to observe it by).
+fn server_cell(s: &StepResult, cell: String) -> String {
+    match s.server_not_observed() {
+        Some(_) => "not observed".into(),
+        None => cell,
     }
 }
 

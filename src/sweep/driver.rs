@@ -101,6 +101,8 @@ pub trait Driver {
 pub struct EngineDriver {
     /// Protocol options from the spec's client section.
     pub proto: ProtoOptions,
+    /// How open-loop requests are spaced (`[client] arrivals`).
+    pub arrivals: crate::load::arrivals::Arrivals,
 }
 
 impl Driver for EngineDriver {
@@ -114,7 +116,10 @@ impl Driver for EngineDriver {
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
     ) -> Result<StepLoad, StepError> {
-        let config = engine_config(&self.proto, req);
+        let config = LoadConfig {
+            arrivals: self.arrivals,
+            ..engine_config(&self.proto, req)
+        };
         let outcome =
             crate::load::run(&config, sink, stop).map_err(|e| StepError::Load(e.to_string()))?;
         Ok(StepLoad {

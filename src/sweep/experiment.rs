@@ -112,7 +112,7 @@ fn run_driver(
         }),
         group_hosts(plan, sessions),
         match &plan.client {
-            ClientPlan::Engine { proto } => proto.clone(),
+            ClientPlan::Engine { proto, .. } => proto.clone(),
             ClientPlan::Command { .. } => crate::load::ProtoOptions::default(),
         },
     ))
@@ -204,8 +204,9 @@ pub fn check_out(dest: &Destination) -> Result<(), String> {
 
 fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
     Ok(match &plan.client {
-        ClientPlan::Engine { proto } => Box::new(EngineDriver {
+        ClientPlan::Engine { proto, arrivals } => Box::new(EngineDriver {
             proto: proto.clone(),
+            arrivals: *arrivals,
         }),
         ClientPlan::Command {
             template,
@@ -278,6 +279,16 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
         plan.placements.len(),
         plan.max_steps()
     );
+    if let ClientPlan::Engine {
+        arrivals: crate::load::arrivals::Arrivals::Poisson,
+        ..
+    } = &plan.client
+    {
+        let _ = writeln!(
+            out,
+            "arrivals: poisson (seeded exponential gaps at each step's rate)"
+        );
+    }
     if plan.compares_balanced_and_separated() {
         for note in placements.notes() {
             let _ = writeln!(out, "note: {note}");
@@ -299,10 +310,13 @@ fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut Strin
                 let id = step_id(&target.name, placement, point, 0);
                 match placements.cpus(placement, follow) {
                     Ok(cpus) => {
+                        let server_cpus = match target.kind.is_running() {
+                            true => "(its own)".to_string(),
+                            false => crate::cpuset::format(&cpus.server),
+                        };
                         let _ = writeln!(
                             out,
-                            "  {id}: server cpus {} client cpus {}, {}\n    server: {}",
-                            crate::cpuset::format(&cpus.server),
+                            "  {id}: server cpus {server_cpus} client cpus {}, {}\n    server: {}",
                             crate::cpuset::format(&cpus.client),
                             plan.repetitions.describe(),
                             launcher.describe(target, &cpus, point.clients)

@@ -237,11 +237,12 @@ pub type DriverFactory = Arc<dyn Fn() -> Result<Box<dyn Driver>, String> + Send 
 /// The factory of a plan's client.
 pub fn driver_factory(client: &ClientPlan) -> DriverFactory {
     match client {
-        ClientPlan::Engine { proto } => {
-            let proto = proto.clone();
+        ClientPlan::Engine { proto, arrivals } => {
+            let (proto, arrivals) = (proto.clone(), *arrivals);
             Arc::new(move || {
                 Ok(Box::new(super::driver::EngineDriver {
                     proto: proto.clone(),
+                    arrivals,
                 }) as Box<dyn Driver>)
             })
         }

@@ -466,7 +466,7 @@ impl Runner<'_> {
         series: &mut SeriesRun,
         step: &mut StepResult,
     ) -> Result<(), StepEnd> {
-        let cpus = self.step_cpus(key)?;
+        let mut cpus = self.step_cpus(key)?;
         step.server_cpus = crate::cpuset::format(&cpus.pair.server);
         step.client_cpus = crate::cpuset::format(&cpus.pair.client);
         if let Some(why) = self.launcher.host_down(key.target) {
@@ -478,6 +478,12 @@ impl Runner<'_> {
         let server = self
             .ensure_server(key, &cpus.pair, series)
             .map_err(StepEnd::Failed)?;
+        // A server already running is on its own CPUs: the placement is the client's only.
+        if let Some(own) = server.own_cpus() {
+            cpus.pair.server = own;
+            step.server_cpus = crate::cpuset::format(&cpus.pair.server);
+        }
+        let not_observed = server.not_observed();
         step.started_unix_s = now_unix_s();
         let outcome = self.measure(key, cpus, server);
         if let Some(why) = server.died() {
@@ -496,6 +502,9 @@ impl Runner<'_> {
         step.load = Some(load);
         step.server = observed.server;
         step.derived = observed.derived;
+        if let Some(why) = not_observed {
+            super::server::running::mark_not_observed(&mut step.server, &mut step.derived, &why);
+        }
         (step.status, step.reason) = verdict(step, self.plan.max_error_ratio);
         Ok(())
     }
@@ -543,7 +552,9 @@ impl Runner<'_> {
                 return Err(StepError::Launch(format!("the server had died: {why}")));
             }
         }
-        if stale || series.server.is_none() || self.plan.restart == Restart::Step {
+        // A server already running is found again at each step (its pid may have changed).
+        let running = key.target.kind.is_running();
+        if stale || running || series.server.is_none() || self.plan.restart == Restart::Step {
             series.stop_server();
             let launched = self
                 .launcher
@@ -553,6 +564,8 @@ impl Runner<'_> {
                     series.server = Some(s);
                     series.server_cpus = Some(cpus.server.clone());
                 }
+                // A server already running may answer again at the next step.
+                Err(why) if running => return Err(StepError::Launch(why)),
                 Err(why) => {
                     series.launch_failed = Some(first_line(&why));
                     return Err(StepError::Launch(why));

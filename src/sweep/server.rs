@@ -1,6 +1,8 @@
 //! Targets as processes: launched pinned to their cpuset, probed until ready, watched for
 //! an early death (reported with the tail of their output), ended as a process group.
 
+pub mod running;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -29,6 +31,15 @@ pub trait Server {
     /// Whether it is gone because its host was lost (a remote target whose ssh session ended).
     fn host_lost(&mut self) -> bool {
         false
+    }
+    /// The CPUs it runs on when they are its own, not the placement's (a server already
+    /// running: its process tree's affinity, empty when it is not observed).
+    fn own_cpus(&self) -> Option<Vec<usize>> {
+        None
+    }
+    /// Why its server-side figures are not observed, when they are not.
+    fn not_observed(&self) -> Option<String> {
+        None
     }
 }
 
@@ -120,6 +131,7 @@ impl ProcessLauncher {
                 );
                 vec!["sh".into(), "-c".into(), format!("exec {line}")]
             }
+            TargetKind::Running(r) => vec![running::describe(r)],
         }
     }
 }
@@ -132,6 +144,9 @@ impl Launcher for ProcessLauncher {
         clients: usize,
         stop: &AtomicBool,
     ) -> Result<Box<dyn Server>, String> {
+        if let TargetKind::Running(r) = &target.kind {
+            return running::attach(target, r);
+        }
         let port = match target.port {
             None if target.port_from_log => 0,
             Some(p) if port_open(p) => {
@@ -195,6 +210,9 @@ impl Launcher for ProcessLauncher {
     }
 
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
+        if let TargetKind::Running(r) = &target.kind {
+            return running::describe(r);
+        }
         let port = match target.port {
             Some(p) => p.to_string(),
             None if target.port_from_log => "0".to_string(),

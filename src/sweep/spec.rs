@@ -151,6 +151,15 @@ pub struct TargetSpec {
     /// The `[hosts]` entry the server runs on (this machine when absent).
     #[serde(default)]
     pub host: Option<String>,
+    /// A server already running (url, no builtin or command): its process id.
+    #[serde(default)]
+    pub pid: Option<i32>,
+    /// A server already running: a file holding its process id (relative to the spec).
+    #[serde(default)]
+    pub pidfile: Option<PathBuf>,
+    /// A server already running: its process name, as in /proc/PID/comm.
+    #[serde(default)]
+    pub process: Option<String>,
 }
 
 /// Readiness probe of a target.
@@ -320,6 +329,20 @@ pub struct ClientSpec {
     /// How each connection picks from `requests`: "weighted" (default) or "sequential".
     #[serde(default)]
     pub order: Option<String>,
+    /// TLS (`https://`): accept any server certificate.
+    #[serde(default)]
+    pub insecure: Option<bool>,
+    /// TLS (`https://`): verify the server against this PEM file's CA certificates
+    /// (relative to the spec) instead of the system's.
+    #[serde(default)]
+    pub cacert: Option<PathBuf>,
+    /// How open-loop requests are spaced: "uniform" (default) or "poisson" (seeded
+    /// exponential gaps); open-loop `rate` series only.
+    #[serde(default)]
+    pub arrivals: Option<String>,
+    /// Refused with its reason: a ramp inside a step would mix load levels in its figures.
+    #[serde(default)]
+    pub ramp: Option<String>,
     /// Client groups, each on a host (this machine when it names none); a step's clients,
     /// connections and rate are split equally among them and their results merged exactly.
     #[serde(default)]

@@ -216,3 +216,61 @@ fn bad_arrivals_and_ramps_are_usage_errors() {
         );
     }
 }
+
+/// A spec's `[client] arrivals = "poisson"` spaces its rate series' requests by exponential
+/// gaps (the target: this test's own server, already running); `ramp` and Poisson arrivals
+/// without a rate series are refused where they are written.
+#[test]
+fn a_spec_spaces_its_rate_series_by_poisson_arrivals() {
+    let (port, seen) = server(|| Duration::ZERO);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.toml");
+    let text = format!(
+        "name = \"poisson\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = 4\nrate = [500]\n\n[[targets]]\nname = \"t\"\nurl = \"http://127.0.0.1:{port}/\"\n\n[client]\narrivals = \"poisson\"\n"
+    );
+    std::fs::write(&spec, &text).unwrap();
+    let dry = common::cli(&[
+        std::ffi::OsStr::new("run"),
+        std::ffi::OsStr::new("--dry-run"),
+        spec.as_os_str(),
+    ]);
+    assert!(String::from_utf8_lossy(&dry.stdout).contains("arrivals: poisson"));
+    let out = dir.path().join("out");
+    common::assert_success(&common::run_spec(&spec, &out));
+    let steps = common::steps_json(&out);
+    let times = seen.lock().unwrap().clone();
+    assert_eq!(times.len() as u64, steps[0]["sent"].as_u64().unwrap());
+    let (rate, cv) = rate_and_cv(&times);
+    assert!((rate - 500.0).abs() < 50.0, "{rate} req/s");
+    assert!((0.75..1.6).contains(&cv), "gaps' cv {cv}: not exponential");
+
+    for (client, expected) in [
+        (
+            "ramp = \"100:500:1s\"",
+            "a ramp inside a step would mix levels",
+        ),
+        ("arrivals = \"bursty\"", "use uniform or poisson"),
+    ] {
+        let bad = text.replace("arrivals = \"poisson\"", client);
+        let err = plan_error(&bad);
+        assert!(
+            err.contains(expected) && err.contains("spec.toml:12:"),
+            "{err}"
+        );
+    }
+    let closed = text.replace("rate = [500]", "");
+    let err = plan_error(&closed);
+    assert!(
+        err.contains("needs a rate series") && err.contains("client.arrivals"),
+        "{err}"
+    );
+}
+
+fn plan_error(text: &str) -> String {
+    let spec =
+        stairbench::sweep::spec::SpecFile::parse(std::path::Path::new("spec.toml"), text).unwrap();
+    match stairbench::sweep::plan::Plan::new(spec, "/bin/true".into()) {
+        Ok(_) => panic!("accepted: {text}"),
+        Err(e) => e.to_string(),
+    }
+}

@@ -38,6 +38,7 @@ mod parsers;
 mod profiling;
 mod remote;
 mod report_html;
+mod running;
 mod serve_msgr;
 mod shmkv;
 mod soak;

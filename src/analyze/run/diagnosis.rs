@@ -156,7 +156,15 @@ pub fn diagnose_with_profile(
         series,
         profile,
     };
-    let found = RULES.iter().find_map(|rule| rule(&ctx));
+    // Without the server's figures only the client's side can be told: the server-side
+    // rules would read absent figures as evidence.
+    let unobserved = steps.iter().find_map(|s| s.server_not_observed());
+    let rules = if unobserved.is_some() {
+        &RULES[..1]
+    } else {
+        &RULES[..]
+    };
+    let found = rules.iter().find_map(|rule| rule(&ctx));
     let knee_clients = knee_index.map(|i| levels[i].clients);
     let opening = match knee_clients {
         Some(k) => format!("{name} stops scaling at {k} clients"),
@@ -168,15 +176,15 @@ pub fn diagnose_with_profile(
     };
     let (limit, mut confidence, mut evidence, because) = match found {
         Some(f) => (f.limit, f.confidence, f.evidence, f.because),
-        None => {
-            let evidence = ruled_out(&ctx);
-            (
+        None => match unobserved {
+            Some(why) => not_observed(&ctx, why),
+            None => (
                 Limit::Undetermined,
                 Confidence::Low,
-                evidence,
+                ruled_out(&ctx),
                 "no rule fits the evidence (the figures that ruled each limit out are listed): undetermined".to_string(),
-            )
-        }
+            ),
+        },
     };
     if knee_clients.is_none() {
         confidence = confidence.min(Confidence::Low);
@@ -699,6 +707,25 @@ fn outside(c: &Ctx) -> Option<Found> {
             us(b)
         ),
     })
+}
+
+/// `undetermined` for a series whose server was not observed: no client limit was found,
+/// and no server-side limit can be told.
+fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String) {
+    let at = Some(c.top().clients);
+    let mut evidence = vec![ev(
+        "server_observed",
+        0.0,
+        at,
+        format!("server-side limits: not observed ({why})"),
+    )];
+    evidence.extend(
+        ruled_out(c)
+            .into_iter()
+            .filter(|e| e.metric == "client_saturated" || e.metric == "little_ratio"),
+    );
+    let because = "the server was not observed (a server already running with no pid, pidfile or process), so only a client-side limit can be told and none was found: undetermined".to_string();
+    (Limit::Undetermined, Confidence::Low, evidence, because)
 }
 
 /// For `undetermined`: the figure that ruled out each limit, or that it was missing.

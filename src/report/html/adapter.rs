@@ -574,7 +574,10 @@ fn result_row(s: &Value) -> Vec<String> {
         fmt(&["throughput_rps"]),
         fmt(&["latency_us", "p50"]),
         fmt(&["latency_us", "p99"]),
-        fmt(&["cpu_us_per_req", "total"]),
+        match s["server_not_observed"].as_str() {
+            Some(_) => "not observed".to_string(),
+            None => fmt(&["cpu_us_per_req", "total"]),
+        },
         status,
     ]
 }

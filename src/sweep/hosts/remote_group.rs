@@ -226,5 +226,8 @@ pub fn load_args(sub: &StepRequest, proto: &ProtoOptions) -> Vec<String> {
     if proto.preload {
         args.push("--preload".into());
     }
+    if proto.tls.insecure {
+        args.push("--insecure".into());
+    }
     args
 }

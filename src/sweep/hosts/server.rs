@@ -133,7 +133,7 @@ fn remote_line(target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
         .map(|a| crate::remote::ssh::shell_quote(a))
         .collect();
     match &target.kind {
-        TargetKind::Builtin(_) => quoted.join(" "),
+        TargetKind::Builtin(_) | TargetKind::Running(_) => quoted.join(" "),
         TargetKind::Command(_) => format!(
             "taskset -c {} {}",
             crate::cpuset::format(&cpus.server),

@@ -96,6 +96,13 @@ fn check_supported(
              it yet",
         ));
     }
+    if plan.remote_clients() && s.client.cacert.is_some() {
+        return Err(spec.error_at(
+            &["client", "cacert"],
+            "a CA certificate file is read on this machine; client groups on other hosts cannot \
+             use it yet (insecure = true works there)",
+        ));
+    }
     for (i, t) in targets.iter().enumerate() {
         let at = |key: &str, why: String| spec.error_at(&["targets", &i.to_string(), key], why);
         let url = t.url.as_str();

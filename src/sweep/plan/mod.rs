@@ -1,8 +1,10 @@
 //! A spec checked and resolved into what the step loop runs: targets with their launch
 //! recipes, placements, the series of step points, the client, and the policies.
 
+pub mod arrivals;
 pub mod hosts;
 pub mod profile;
+pub mod running;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -66,6 +68,15 @@ pub enum TargetKind {
     Builtin(Vec<String>),
     /// A shell command template.
     Command(String),
+    /// A server already running (`url` with no builtin or command): nothing is started.
+    Running(running::Running),
+}
+
+impl TargetKind {
+    /// The server already runs: stairbench neither starts nor places it.
+    pub fn is_running(&self) -> bool {
+        matches!(self, TargetKind::Running(_))
+    }
 }
 
 /// A target ready to launch.
@@ -108,6 +119,8 @@ pub enum ClientPlan {
     Engine {
         /// Protocol options.
         proto: ProtoOptions,
+        /// How open-loop requests are spaced.
+        arrivals: crate::load::arrivals::Arrivals,
     },
     /// An external command and the name of its parser.
     Command {
@@ -500,6 +513,9 @@ fn target_kind(
     t: &super::spec::TargetSpec,
 ) -> Result<TargetKind, SpecError> {
     let at = |key: &str, msg: String| target_error(spec, i, key, msg);
+    if t.builtin.is_some() || t.command.is_some() {
+        running::refuse_watch(spec, i, t)?;
+    }
     match (&t.builtin, &t.command) {
         (Some(b), None) => {
             let args: Vec<String> = b.split_whitespace().map(str::to_string).collect();
@@ -513,12 +529,10 @@ fn target_kind(
         }
         (None, Some(c)) if !c.trim().is_empty() => Ok(TargetKind::Command(c.clone())),
         (Some(_), Some(_)) => Err(at("command", "give builtin or command, not both".into())),
-        _ => Err(at(
-            "name",
-            format!(
-                "target {:?} has neither builtin = \"...\" nor command = \"...\"",
-                t.name
-            ),
+        (None, None) => running::plan_running(spec, i, t).map(TargetKind::Running),
+        (None, Some(_)) => Err(at(
+            "command",
+            "expected a command line, not an empty one".into(),
         )),
     }
 }
@@ -538,6 +552,7 @@ fn target_url(
         }
         (None, None, TargetKind::Builtin(args)) => format!("{}://127.0.0.1:{{port}}", args[0]),
         (None, None, TargetKind::Command(_)) if spec.spec.client.command.is_some() => String::new(),
+        (None, None, TargetKind::Running(_)) => String::new(),
         (None, None, TargetKind::Command(_)) => {
             return Err(target_error(spec, i, "url", "a command target needs url = \"http://127.0.0.1:{port}/\" (or client.url) for the built-in engine".into()))
         }
@@ -610,7 +625,24 @@ fn requests(spec: &SpecFile, proto: &mut ProtoOptions) -> Result<(), SpecError> 
     Ok(())
 }
 
-fn spec_dir(spec: &SpecFile) -> PathBuf {
+/// `[client] insecure` and `cacert` (read now, relative to the spec: a file that is not a PEM
+/// CA certificate is refused before any step).
+fn tls(spec: &SpecFile, proto: &mut ProtoOptions) -> Result<(), SpecError> {
+    let c = &spec.spec.client;
+    proto.tls.insecure = c.insecure.unwrap_or(false);
+    if let Some(file) = &c.cacert {
+        let at = |why: String| spec.error_at(&["client", "cacert"], why);
+        if proto.tls.insecure {
+            return Err(at("give cacert or insecure = true, not both".into()));
+        }
+        proto.tls.cacert = Some(spec_dir(spec).join(file));
+        crate::load::tls::TlsClient::new("localhost", &[], &proto.tls)
+            .map_err(|e| at(e.to_string()))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn spec_dir(spec: &SpecFile) -> PathBuf {
     let dir = spec.path.parent().map(PathBuf::from).unwrap_or_default();
     let dir = if dir.as_os_str().is_empty() {
         PathBuf::from(".")
@@ -639,6 +671,18 @@ fn custom_tables(spec: &SpecFile) -> Result<BTreeMap<String, CustomTable>, SpecE
 
 fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     let c = &spec.spec.client;
+    let arrivals = arrivals::arrivals(spec)?;
+    if c.command.is_some() && c.arrivals.is_some() {
+        return Err(spec.error_at(&["client", "arrivals"], "arrivals is an option of the built-in engine; an external client command spaces its requests itself"));
+    }
+    if c.command.is_some() && (c.insecure.is_some() || c.cacert.is_some()) {
+        let key = if c.cacert.is_some() {
+            "cacert"
+        } else {
+            "insecure"
+        };
+        return Err(spec.error_at(&["client", key], "insecure and cacert are options of the built-in engine; give an external client command its own TLS options"));
+    }
     if let Some(template) = &c.command {
         let parser = c.parser.clone().ok_or_else(|| {
             spec.error_at(&["client", "command"], "an external client needs parser = \"wrk\" (or redis-benchmark, crimson-msgr, json, regex, stairbench)")
@@ -680,5 +724,6 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
         proto.msg_size = m;
     }
     requests(spec, &mut proto)?;
-    Ok(ClientPlan::Engine { proto })
+    tls(spec, &mut proto)?;
+    Ok(ClientPlan::Engine { proto, arrivals })
 }
