@@ -170,23 +170,28 @@ pub fn read_hlog(path: &Path) -> Result<Option<Histogram<u64>>, HlogError> {
         path: path.into(),
         source,
     })?;
-    let bad = |why: String| HlogError::Bad {
+    parse_hlog(&bytes).map_err(|why| HlogError::Bad {
         path: path.into(),
         why,
-    };
+    })
+}
+
+/// [`read_hlog`] on a log's bytes: Err is what was wrong (without the file's name).
+pub fn parse_hlog(bytes: &[u8]) -> Result<Option<Histogram<u64>>, String> {
+    let bad = |e: &dyn std::fmt::Debug| format!("{e:?}");
     // Auto-resizing, 3 digits like every histogram stairbench logs, so adding is exact.
-    let mut total = Histogram::<u64>::new(3).map_err(|e| bad(format!("{e:?}")))?;
+    let mut total = Histogram::<u64>::new(3).map_err(|e| bad(&e))?;
     let mut intervals = 0usize;
     let mut deserializer = Deserializer::new();
-    for entry in IntervalLogIterator::new(&bytes) {
-        let LogEntry::Interval(h) = entry.map_err(|e| bad(format!("{e:?}")))? else {
+    for entry in IntervalLogIterator::new(bytes) {
+        let LogEntry::Interval(h) = entry.map_err(|e| bad(&e))? else {
             continue;
         };
-        let raw = base64_decode(h.encoded_histogram()).ok_or_else(|| bad("bad base64".into()))?;
+        let raw = base64_decode(h.encoded_histogram()).ok_or_else(|| "bad base64".to_string())?;
         let hist: Histogram<u64> = deserializer
             .deserialize(&mut raw.as_slice())
-            .map_err(|e| bad(format!("{e:?}")))?;
-        total.add(&hist).map_err(|e| bad(format!("{e:?}")))?;
+            .map_err(|e| bad(&e))?;
+        total.add(&hist).map_err(|e| bad(&e))?;
         intervals += 1;
     }
     Ok((intervals > 0).then_some(total))
@@ -244,5 +249,33 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text.matches("#[StartTime").count(), 1);
         assert!(text.contains("Tag=latency,1.000,1.000,"));
+    }
+
+    #[test]
+    fn the_file_reader_and_the_bytes_reader_agree() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        h.record(1_500).unwrap();
+        let mut out = Vec::new();
+        let mut log = HlogWriter::begin(&mut out, SystemTime::now()).unwrap();
+        log.write(1.0, &h).unwrap();
+        log.write(2.0, &h).unwrap();
+        drop(log);
+        let from_bytes = parse_hlog(&out).unwrap().unwrap();
+        assert_eq!(from_bytes.len(), 2);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.hlog");
+        std::fs::write(&path, &out).unwrap();
+        assert_eq!(read_hlog(&path).unwrap().unwrap(), from_bytes);
+        // No interval: None; a garbled payload: the file's error names the file.
+        assert!(parse_hlog(b"#[StartTime: 1.0]\n").unwrap().is_none());
+        std::fs::write(&path, "Tag=latency,1.0,1.0,1.0,!!!\n").unwrap();
+        let err = read_hlog(&path).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "{} is not a readable interval log:",
+                path.display()
+            )),
+            "{err}"
+        );
     }
 }
