@@ -236,8 +236,8 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn each_interval_is_on_disk_when_written_and_compressed() {
+    /// A log of two one-second intervals, each one value of 1,500.
+    fn two_intervals_of_1500() -> Vec<u8> {
         let mut h = Histogram::<u64>::new(3).unwrap();
         h.record(1_500).unwrap();
         let mut out = Vec::new();
@@ -245,6 +245,12 @@ mod tests {
         log.write(1.0, &h).unwrap();
         log.write(2.0, &h).unwrap();
         drop(log);
+        out
+    }
+
+    #[test]
+    fn each_interval_is_on_disk_when_written_and_compressed() {
+        let out = two_intervals_of_1500();
         assert_eq!(cookies(&out), [0x1c84_9304, 0x1c84_9304]);
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text.matches("#[StartTime").count(), 1);
@@ -253,13 +259,7 @@ mod tests {
 
     #[test]
     fn the_file_reader_and_the_bytes_reader_agree() {
-        let mut h = Histogram::<u64>::new(3).unwrap();
-        h.record(1_500).unwrap();
-        let mut out = Vec::new();
-        let mut log = HlogWriter::begin(&mut out, SystemTime::now()).unwrap();
-        log.write(1.0, &h).unwrap();
-        log.write(2.0, &h).unwrap();
-        drop(log);
+        let out = two_intervals_of_1500();
         let from_bytes = parse_hlog(&out).unwrap().unwrap();
         assert_eq!(from_bytes.len(), 2);
         let dir = tempfile::tempdir().unwrap();

@@ -664,7 +664,13 @@ impl SpecFile {
     /// An error about the value at a key path (e.g. `["targets", "0", "builtin"]`).
     pub fn error_at(&self, keys: &[&str], message: impl Into<String>) -> SpecError {
         let span = span_of(&self.text, keys).unwrap_or(0..0);
-        located(&self.path, &self.text, span, message.into(), render_path(keys))
+        located(
+            &self.path,
+            &self.text,
+            span,
+            message.into(),
+            render_path(keys),
+        )
     }
 }
 
