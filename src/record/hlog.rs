@@ -188,8 +188,9 @@ pub fn parse_hlog(bytes: &[u8]) -> Result<Option<Histogram<u64>>, String> {
             continue;
         };
         let raw = base64_decode(h.encoded_histogram()).ok_or_else(|| "bad base64".to_string())?;
+        let payload = bounded_v2(&raw)?;
         let hist: Histogram<u64> = deserializer
-            .deserialize(&mut raw.as_slice())
+            .deserialize(&mut payload.as_slice())
             .map_err(|e| bad(&e))?;
         total.add(&hist).map_err(|e| bad(&e))?;
         intervals += 1;
@@ -206,6 +207,45 @@ pub fn read_hlog_or_empty(path: &Path) -> Result<Histogram<u64>, HlogError> {
             why: format!("{e:?}"),
         }),
     }
+}
+
+/// Bytes of a V2 histogram's header: cookie, payload length, normalizing offset, digits,
+/// lowest and highest value, integer-to-double ratio.
+const V2_HEADER_BYTES: usize = 40;
+/// The most a compressed payload may inflate to: a 5-digit histogram of the whole u64 range
+/// takes about 57 MB; more is a zip bomb.
+const MAX_INFLATED_BYTES: u64 = 64 << 20;
+
+/// A payload as an uncompressed V2 histogram (inflated, when compressed) whose stated payload
+/// length it holds: the deserializer allocates the length it is told (found by fuzzing: a
+/// 200-byte log asked for 4 GB).
+fn bounded_v2(raw: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let word = |b: &[u8], at: usize| {
+        b.get(at..at + 4)
+            .map(|w| u32::from_be_bytes(w.try_into().expect("4 bytes")))
+            .ok_or_else(|| format!("a histogram payload of {} bytes is cut short", b.len()))
+    };
+    let inner = if word(raw, 0)? & !0xf0 == 0x1c84_9304 {
+        let len = word(raw, 4)? as usize;
+        let data = &raw[8..];
+        let mut out = Vec::new();
+        flate2::read::ZlibDecoder::new(&data[..len.min(data.len())])
+            .take(MAX_INFLATED_BYTES)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("a histogram payload does not inflate: {e}"))?;
+        out
+    } else {
+        raw.to_vec()
+    };
+    let stated = word(&inner, 4)? as usize;
+    let held = inner.len().saturating_sub(V2_HEADER_BYTES);
+    if stated > held {
+        return Err(format!(
+            "a histogram payload says it holds {stated} bytes but holds {held}"
+        ));
+    }
+    Ok(inner)
 }
 
 fn base64_decode(text: &str) -> Option<Vec<u8>> {
@@ -277,5 +317,16 @@ mod tests {
             )),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_payload_stating_more_bytes_than_it_holds_is_refused_without_allocating_them() {
+        // Found by the run_files fuzz target: the deserializer allocated the 4 GB it was told.
+        let log = include_bytes!("../../tests/data/fuzz/hlog-payload-4gb.hlog");
+        let err = parse_hlog(log).unwrap_err();
+        assert!(err.contains("but holds"), "{err}");
+        // Whole logs, compressed or not, still read.
+        let h = parse_hlog(&two_intervals_of_1500()).unwrap().unwrap();
+        assert_eq!((h.len(), h.max()), (2, h.highest_equivalent(1_500)));
     }
 }
