@@ -329,4 +329,18 @@ mod tests {
         let h = parse_hlog(&two_intervals_of_1500()).unwrap().unwrap();
         assert_eq!((h.len(), h.max()), (2, h.highest_equivalent(1_500)));
     }
+
+    #[test]
+    fn every_checked_in_log_still_reads() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/report/hist");
+        let mut read = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "hlog") {
+                assert!(read_hlog(&path).unwrap().is_some(), "{}", path.display());
+                read += 1;
+            }
+        }
+        assert!(read > 0);
+    }
 }
