@@ -46,35 +46,8 @@ HARD_FDS=$(ulimit -Hn)
 ulimit -n "$HARD_FDS"
 
 start_nginx() { # PORT CONNECTIONS
-    mkdir -p "$WORK/root"
-    printf 'hello\n' >"$WORK/root/index.html"
-    cat >"$WORK/nginx.conf" <<EOF
-daemon off;
-master_process on;
-worker_processes 1;
-worker_rlimit_nofile $(($2 + 1000));
-pid $WORK/nginx.pid;
-error_log $WORK/error.log;
-events { worker_connections $(($2 + 500)); }
-http {
-    access_log off;
-    keepalive_requests 1000000;
-    keepalive_timeout 300s;
-    client_body_temp_path $WORK/client_body;
-    proxy_temp_path $WORK/proxy;
-    fastcgi_temp_path $WORK/fastcgi;
-    uwsgi_temp_path $WORK/uwsgi;
-    scgi_temp_path $WORK/scgi;
-    server {
-        listen 127.0.0.1:$1 backlog=65535;
-        root $WORK/root;
-        location / { index index.html; }
-    }
-}
-EOF
-    setsid taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" \
-        </dev/null >"$WORK/nginx.log" 2>&1 &
-    SERVER_PID=$!
+    nginx_launch "127.0.0.1:$1 backlog=65535" "keepalive_requests 1000000; keepalive_timeout 300s;" \
+        $(($2 + 500)) $(($2 + 1000))
     for _ in $(seq 200); do
         port_is_open "$1" && return 0
         nginx_alive || return 1

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target (fuzz/fuzz_targets) for SECONDS each, one job, seeded from
-# tests/data, and prints each target's execution count. A crash stops with libFuzzer's report
-# and the input under fuzz/artifacts/TARGET/ (make it a regression test).
+# tests/data, and prints each target's executions, time, rate, corpus size and peak RSS. A
+# crash, timeout (10 s per input) or out-of-memory (2 GB) stops with libFuzzer's report and the
+# input under fuzz/artifacts/TARGET/ (make it a regression test).
 #
-# Usage: bench/fuzz.sh [SECONDS]   (default 60)   env: TARGETS="http_response ..." (default all)
+# Usage: bench/fuzz.sh [SECONDS]   (default 60)   env: TARGETS="http_response ..." (default all),
+#   RUNS=N: stop a target after N executions instead (SECONDS then only bounds it; 0 = none).
+#   The campaign in README: RUNS=10000000 SECONDS=0 for all but flame, flame 3600 s.
 # Needs cargo-fuzz (`cargo install cargo-fuzz --locked`); on a stable toolchain it is run with
 # RUSTC_BOOTSTRAP=1 (cargo-fuzz needs -Z flags). Built without a sanitizer (the parsers are safe
 # Rust; it runs several times faster) and with debug assertions (overflow checks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
-ALL="http_response resp_reply msgr_frame spec_toml tool_output run_files flame"
+ALL="http_response resp_reply msgr_frame shm_header spec_toml tool_output run_files flame"
+RUNS=${RUNS:-}
 TARGETS=${TARGETS:-$ALL}
 command -v cargo-fuzz >/dev/null || { echo "fuzz: needs cargo-fuzz: cargo install cargo-fuzz --locked" >&2; exit 2; }
 export RUSTC_BOOTSTRAP=1
@@ -59,6 +63,7 @@ make_corpora() {
     seed $c/run_files 001 tests/data/report/steps.jsonl
     seed $c/run_files 002 tests/data/sweep/*cpusets*.json
     literal $c/run_files cpus '\0030-3,8,10-11'
+    seed $c/shm_header "" tests/data/shmkv/*.hdr
     if [ ! -s $c/flame/seed-workers ] && [ -f tests/data/flame/workers.perf-script.gz ]; then
         mkdir -p $c/flame
         gunzip -c tests/data/flame/workers.perf-script.gz >$c/flame/seed-workers
@@ -69,15 +74,23 @@ make_corpora
 summary=""
 for t in $TARGETS; do
     log=$(mktemp)
-    echo "== $t: ${SECONDS_EACH}s"
-    if ! cargo fuzz run --fuzz-dir fuzz --sanitizer none --debug-assertions "$t" "fuzz/corpus/$t" -- -max_total_time="$SECONDS_EACH" \
+    limits=(-max_total_time="$SECONDS_EACH")
+    [ -n "$RUNS" ] && limits+=(-runs="$RUNS")
+    echo "== $t: ${limits[*]}"
+    start=$(date +%s)
+    if ! cargo fuzz run --fuzz-dir fuzz --sanitizer none --debug-assertions "$t" "fuzz/corpus/$t" -- "${limits[@]}" \
         -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 >"$log" 2>&1; then
         tail -40 "$log"
         echo "fuzz: $t FAILED (input under fuzz/artifacts/$t/)" >&2
         exit 1
     fi
     runs=$(awk '/^stat::number_of_executed_units:/ { print $2 }' "$log" | tail -1)
-    summary+=$(printf '%-14s %12s executions in %s s' "$t" "${runs:-?}" "$SECONDS_EACH")$'\n'
+    rss=$(awk '/^stat::peak_rss_mb:/ { print $2 }' "$log" | tail -1)
+    secs=$(awk '/^Done [0-9]+ runs in/ { print $5 }' "$log" | tail -1)
+    [ -n "$secs" ] || secs=$(($(date +%s) - start))
+    files=$(find "fuzz/corpus/$t" -type f | wc -l)
+    summary+=$(printf '%-14s %12s executions in %6s s (%s/s), corpus %5s inputs, peak RSS %s MB' \
+        "$t" "${runs:-?}" "$secs" "$(( ${runs:-0} / (secs > 0 ? secs : 1) ))" "$files" "${rss:-?}")$'\n'
     rm -f "$log"
 done
 printf '\n%s' "$summary"

@@ -85,3 +85,40 @@ report_run() { # TOOL N "requests rps cpu_us"
 summary() { # FILE: "median_rps median_cpu_us_per_req"
     echo "$(awk '{ print $2 }' "$1" | median) $(awk '{ print $3 / $1 }' "$1" | median)"
 }
+
+# nginx_launch LISTEN [HTTP_LINES] [WORKER_CONNECTIONS] [RLIMIT_NOFILE]: writes
+# $WORK/nginx.conf (one worker, no access log, temp paths and root under $WORK, index.html
+# "hello"), listening on LISTEN (e.g. "127.0.0.1:8080 http2"), with HTTP_LINES added to its
+# http block; starts nginx ($NGINX) on core $SERVER_CPU in its own process group
+# (SERVER_PID) and returns at once: the caller waits for the port.
+nginx_launch() {
+    local listen=$1 http_lines=${2:-} conns=${3:-4096} nofile=${4:-8192}
+    mkdir -p "$WORK/root"
+    printf 'hello\n' >"$WORK/root/index.html"
+    cat >"$WORK/nginx.conf" <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile $nofile;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log;
+events { worker_connections $conns; }
+http {
+    access_log off;
+    $http_lines
+    client_body_temp_path $WORK/client_body;
+    proxy_temp_path $WORK/proxy;
+    fastcgi_temp_path $WORK/fastcgi;
+    uwsgi_temp_path $WORK/uwsgi;
+    scgi_temp_path $WORK/scgi;
+    server {
+        listen $listen;
+        root $WORK/root;
+        location / { index index.html; }
+    }
+}
+EOF
+    setsid taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" \
+        </dev/null >"$WORK/nginx.log" 2>&1 &
+    SERVER_PID=$!
+}

@@ -35,34 +35,7 @@ chmod 755 "$WORK" # nginx's worker runs as nobody when started by root
 source bench/lib.sh
 
 start_nginx() {
-    mkdir -p "$WORK/root"
-    printf 'hello\n' >"$WORK/root/index.html"
-    cat >"$WORK/nginx.conf" <<CONF
-daemon off;
-master_process on;
-worker_processes 1;
-worker_rlimit_nofile 8192;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/client_body;
-    proxy_temp_path $WORK/proxy;
-    fastcgi_temp_path $WORK/fastcgi;
-    uwsgi_temp_path $WORK/uwsgi;
-    scgi_temp_path $WORK/scgi;
-    server {
-        listen 127.0.0.1:$1 http2;
-        keepalive_requests 1000000;
-        root $WORK/root;
-        location / { index index.html; }
-    }
-}
-CONF
-    setsid taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" \
-        </dev/null >"$WORK/nginx.log" 2>&1 &
-    SERVER_PID=$!
+    nginx_launch "127.0.0.1:$1 http2" "keepalive_requests 1000000;"
     wait_port "$1"
 }
 

@@ -58,33 +58,7 @@ start_nginx() {
         make_certs
         listen="$listen ssl; ssl_certificate $WORK/leaf.pem; ssl_certificate_key $WORK/leaf.key"
     fi
-    mkdir -p "$WORK/root"
-    printf 'hello\n' >"$WORK/root/index.html"
-    cat >"$WORK/nginx.conf" <<EOF
-daemon off;
-master_process on;
-worker_processes 1;
-worker_rlimit_nofile 8192;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/client_body;
-    proxy_temp_path $WORK/proxy;
-    fastcgi_temp_path $WORK/fastcgi;
-    uwsgi_temp_path $WORK/uwsgi;
-    scgi_temp_path $WORK/scgi;
-    server {
-        listen $listen;
-        root $WORK/root;
-        location / { index index.html; }
-    }
-}
-EOF
-    setsid taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" \
-        </dev/null >"$WORK/nginx.log" 2>&1 &
-    SERVER_PID=$!
+    nginx_launch "$listen"
     wait_port "$port"
 }
 

@@ -448,9 +448,11 @@ fn parse_side(
 /// Parses a CPU list keeping the order written ("0,56,28,84" stays in that order).
 fn parse_ordered(list: &str) -> Result<Vec<usize>, cpuset::CpuListError> {
     let mut out = Vec::new();
+    // A set, not `out.contains`: "0-4095,0-4095,..." was quadratic (seconds per entry).
+    let mut seen = std::collections::HashSet::new();
     for part in list.split(',') {
         for cpu in cpuset::parse(part)? {
-            if !out.contains(&cpu) {
+            if seen.insert(cpu) {
                 out.push(cpu);
             }
         }

@@ -170,23 +170,29 @@ pub fn read_hlog(path: &Path) -> Result<Option<Histogram<u64>>, HlogError> {
         path: path.into(),
         source,
     })?;
-    let bad = |why: String| HlogError::Bad {
+    parse_hlog(&bytes).map_err(|why| HlogError::Bad {
         path: path.into(),
         why,
-    };
+    })
+}
+
+/// [`read_hlog`] on a log's bytes: Err is what was wrong (without the file's name).
+pub fn parse_hlog(bytes: &[u8]) -> Result<Option<Histogram<u64>>, String> {
+    let bad = |e: &dyn std::fmt::Debug| format!("{e:?}");
     // Auto-resizing, 3 digits like every histogram stairbench logs, so adding is exact.
-    let mut total = Histogram::<u64>::new(3).map_err(|e| bad(format!("{e:?}")))?;
+    let mut total = Histogram::<u64>::new(3).map_err(|e| bad(&e))?;
     let mut intervals = 0usize;
     let mut deserializer = Deserializer::new();
-    for entry in IntervalLogIterator::new(&bytes) {
-        let LogEntry::Interval(h) = entry.map_err(|e| bad(format!("{e:?}")))? else {
+    for entry in IntervalLogIterator::new(bytes) {
+        let LogEntry::Interval(h) = entry.map_err(|e| bad(&e))? else {
             continue;
         };
-        let raw = base64_decode(h.encoded_histogram()).ok_or_else(|| bad("bad base64".into()))?;
+        let raw = base64_decode(h.encoded_histogram()).ok_or_else(|| "bad base64".to_string())?;
+        let payload = bounded_v2(&raw)?;
         let hist: Histogram<u64> = deserializer
-            .deserialize(&mut raw.as_slice())
-            .map_err(|e| bad(format!("{e:?}")))?;
-        total.add(&hist).map_err(|e| bad(format!("{e:?}")))?;
+            .deserialize(&mut payload.as_slice())
+            .map_err(|e| bad(&e))?;
+        total.add(&hist).map_err(|e| bad(&e))?;
         intervals += 1;
     }
     Ok((intervals > 0).then_some(total))
@@ -201,6 +207,45 @@ pub fn read_hlog_or_empty(path: &Path) -> Result<Histogram<u64>, HlogError> {
             why: format!("{e:?}"),
         }),
     }
+}
+
+/// Bytes of a V2 histogram's header: cookie, payload length, normalizing offset, digits,
+/// lowest and highest value, integer-to-double ratio.
+const V2_HEADER_BYTES: usize = 40;
+/// The most a compressed payload may inflate to: a 5-digit histogram of the whole u64 range
+/// takes about 57 MB; more is a zip bomb.
+const MAX_INFLATED_BYTES: u64 = 64 << 20;
+
+/// A payload as an uncompressed V2 histogram (inflated, when compressed) whose stated payload
+/// length it holds: the deserializer allocates the length it is told (found by fuzzing: a
+/// 200-byte log asked for 4 GB).
+fn bounded_v2(raw: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let word = |b: &[u8], at: usize| {
+        b.get(at..at + 4)
+            .map(|w| u32::from_be_bytes(w.try_into().expect("4 bytes")))
+            .ok_or_else(|| format!("a histogram payload of {} bytes is cut short", b.len()))
+    };
+    let inner = if word(raw, 0)? & !0xf0 == 0x1c84_9304 {
+        let len = word(raw, 4)? as usize;
+        let data = &raw[8..];
+        let mut out = Vec::new();
+        flate2::read::ZlibDecoder::new(&data[..len.min(data.len())])
+            .take(MAX_INFLATED_BYTES)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("a histogram payload does not inflate: {e}"))?;
+        out
+    } else {
+        raw.to_vec()
+    };
+    let stated = word(&inner, 4)? as usize;
+    let held = inner.len().saturating_sub(V2_HEADER_BYTES);
+    if stated > held {
+        return Err(format!(
+            "a histogram payload says it holds {stated} bytes but holds {held}"
+        ));
+    }
+    Ok(inner)
 }
 
 fn base64_decode(text: &str) -> Option<Vec<u8>> {
@@ -231,8 +276,8 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn each_interval_is_on_disk_when_written_and_compressed() {
+    /// A log of two one-second intervals, each one value of 1,500.
+    fn two_intervals_of_1500() -> Vec<u8> {
         let mut h = Histogram::<u64>::new(3).unwrap();
         h.record(1_500).unwrap();
         let mut out = Vec::new();
@@ -240,9 +285,62 @@ mod tests {
         log.write(1.0, &h).unwrap();
         log.write(2.0, &h).unwrap();
         drop(log);
+        out
+    }
+
+    #[test]
+    fn each_interval_is_on_disk_when_written_and_compressed() {
+        let out = two_intervals_of_1500();
         assert_eq!(cookies(&out), [0x1c84_9304, 0x1c84_9304]);
         let text = String::from_utf8(out).unwrap();
         assert_eq!(text.matches("#[StartTime").count(), 1);
         assert!(text.contains("Tag=latency,1.000,1.000,"));
+    }
+
+    #[test]
+    fn the_file_reader_and_the_bytes_reader_agree() {
+        let out = two_intervals_of_1500();
+        let from_bytes = parse_hlog(&out).unwrap().unwrap();
+        assert_eq!(from_bytes.len(), 2);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.hlog");
+        std::fs::write(&path, &out).unwrap();
+        assert_eq!(read_hlog(&path).unwrap().unwrap(), from_bytes);
+        // No interval: None; a garbled payload: the file's error names the file.
+        assert!(parse_hlog(b"#[StartTime: 1.0]\n").unwrap().is_none());
+        std::fs::write(&path, "Tag=latency,1.0,1.0,1.0,!!!\n").unwrap();
+        let err = read_hlog(&path).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "{} is not a readable interval log:",
+                path.display()
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_payload_stating_more_bytes_than_it_holds_is_refused_without_allocating_them() {
+        // Found by the run_files fuzz target: the deserializer allocated the 4 GB it was told.
+        let log = include_bytes!("../../tests/data/fuzz/hlog-payload-4gb.hlog");
+        let err = parse_hlog(log).unwrap_err();
+        assert!(err.contains("but holds"), "{err}");
+        // Whole logs, compressed or not, still read.
+        let h = parse_hlog(&two_intervals_of_1500()).unwrap().unwrap();
+        assert_eq!((h.len(), h.max()), (2, h.highest_equivalent(1_500)));
+    }
+
+    #[test]
+    fn every_checked_in_log_still_reads() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/report/hist");
+        let mut read = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "hlog") {
+                assert!(read_hlog(&path).unwrap().is_some(), "{}", path.display());
+                read += 1;
+            }
+        }
+        assert!(read > 0);
     }
 }

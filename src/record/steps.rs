@@ -328,16 +328,18 @@ const KNOWN_KEYS: &[&str] = &[
 pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepResult>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse_steps(&text).map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))
+}
+
+/// [`read_steps`] on a file's text: Err is the 1-based line and what is wrong with it.
+pub fn parse_steps(text: &str) -> Result<Vec<StepResult>, (usize, String)> {
     let mut steps = Vec::new();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     for (i, line) in lines.iter().enumerate() {
         match serde_json::from_str::<Value>(line) {
-            Ok(v) => steps.push(
-                StepResult::from_json(&v)
-                    .map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?,
-            ),
+            Ok(v) => steps.push(StepResult::from_json(&v).map_err(|e| (i + 1, e))?),
             Err(_) if i + 1 == lines.len() => break,
-            Err(e) => return Err(format!("{}:{}: {e}", path.display(), i + 1)),
+            Err(e) => return Err((i + 1, e.to_string())),
         }
     }
     Ok(steps)
@@ -444,5 +446,25 @@ mod tests {
         assert!(json["latency_us"]["p999"].is_null());
         let back = StepResult::from_json(&json).unwrap();
         assert!(back.load.unwrap().latency_us.p999.is_nan());
+    }
+
+    #[test]
+    fn the_text_reader_locates_a_bad_line_and_skips_a_torn_last_one() {
+        let mut step = StepResult::empty("a.shared.c4.r0".into(), "a", "shared", 4, 0);
+        step.status = StepStatus::Ok;
+        let line = step.to_json().to_string();
+        let steps = parse_steps(&format!("{line}\n\n{line}\n{{\"torn")).unwrap();
+        assert_eq!(steps.len(), 2);
+        assert_eq!(
+            parse_steps(&format!("{line}\nnot json\n{line}\n"))
+                .unwrap_err()
+                .0,
+            2
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("steps.jsonl");
+        std::fs::write(&path, format!("not json\n{line}\n")).unwrap();
+        let err = read_steps(&path).unwrap_err();
+        assert!(err.starts_with(&format!("{}:1: ", path.display())), "{err}");
     }
 }

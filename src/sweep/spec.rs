@@ -665,10 +665,17 @@ impl SpecFile {
 
     /// Parses spec text; `path` is used in messages and to resolve relative files.
     pub fn parse(path: &Path, text: &str) -> Result<SpecFile, SpecError> {
-        let spec: Spec = toml::from_str(text).map_err(|e| {
+        let located_by = |e: toml::de::Error, key: Option<String>| {
             let span = e.span().unwrap_or(0..0);
-            let message = e.message().trim().to_string();
-            located(path, text, span, message)
+            let key = key.unwrap_or_else(|| "(top)".into());
+            located(path, text, span, e.message().trim().to_string(), key)
+        };
+        // The text is parsed once: a syntax error has no key path, and a type error finds its
+        // key in the same tree (a second parse per error was half of a failed load's time).
+        let doc = DeTable::parse(text).map_err(|e| located_by(e, None))?;
+        let spec = Spec::deserialize(toml::de::Deserializer::from(doc.clone())).map_err(|e| {
+            let key = key_path_in(doc.get_ref(), e.span().unwrap_or(0..0).start);
+            located_by(e, key)
         })?;
         Ok(SpecFile {
             path: path.to_path_buf(),
@@ -680,17 +687,24 @@ impl SpecFile {
     /// An error about the value at a key path (e.g. `["targets", "0", "builtin"]`).
     pub fn error_at(&self, keys: &[&str], message: impl Into<String>) -> SpecError {
         let span = span_of(&self.text, keys).unwrap_or(0..0);
-        let mut err = located(&self.path, &self.text, span, message.into());
-        if let SpecError::Invalid { key, .. } = &mut err {
-            *key = render_path(keys);
-        }
-        err
+        located(
+            &self.path,
+            &self.text,
+            span,
+            message.into(),
+            render_path(keys),
+        )
     }
 }
 
-fn located(path: &Path, text: &str, span: std::ops::Range<usize>, message: String) -> SpecError {
+fn located(
+    path: &Path,
+    text: &str,
+    span: std::ops::Range<usize>,
+    message: String,
+    key: String,
+) -> SpecError {
     let (line, column) = line_col(text, span.start);
-    let key = key_path_at(text, span.start).unwrap_or_else(|| "(top)".into());
     SpecError::Invalid {
         file: path.to_path_buf(),
         line,
@@ -728,10 +742,9 @@ type DeTable<'i> = toml::de::DeTable<'i>;
 type DeValue<'i> = toml::de::DeValue<'i>;
 
 /// The dotted path of the deepest key whose key or value covers `offset`.
-fn key_path_at(text: &str, offset: usize) -> Option<String> {
-    let doc = DeTable::parse(text).ok()?;
+fn key_path_in(doc: &DeTable<'_>, offset: usize) -> Option<String> {
     let mut path = Vec::new();
-    walk_table(doc.get_ref(), offset, &mut path);
+    walk_table(doc, offset, &mut path);
     (!path.is_empty()).then(|| render_path(&path.iter().map(String::as_str).collect::<Vec<_>>()))
 }
 

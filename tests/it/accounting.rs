@@ -12,27 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// `stairbench load URL ARGS... --json FILE`: (exit status, stdout, stderr, the JSON if any).
-fn load(url: &str, args: &[&str]) -> (Option<i32>, String, String, Option<Value>) {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("r.json");
-    let out = common::cli_cmd()
-        .args(["load", url, "-q"])
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let doc = std::fs::read(&json)
-        .ok()
-        .map(|b| serde_json::from_slice(&b).unwrap());
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        doc,
-    )
-}
+use common::load_json as load;
 
 fn assert_schema(doc: &Value) {
     let schema: Value =

@@ -106,6 +106,32 @@ pub fn steps_json(dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `stairbench load URL -q ARGS... --json FILE`: (exit status, stdout, stderr, the JSON if
+/// any was written).
+pub fn load_json(
+    url: &str,
+    args: &[&str],
+) -> (Option<i32>, String, String, Option<serde_json::Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let out = cli_cmd()
+        .args(["load", url, "-q"])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let doc = std::fs::read(&json)
+        .ok()
+        .map(|b| serde_json::from_slice(&b).unwrap());
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        doc,
+    )
+}
+
 /// Fails the test, with the command's standard error, unless it exited with status 0.
 #[track_caller]
 pub fn assert_success(out: &Output) {

@@ -11,23 +11,8 @@ use crate::common;
 
 /// `stairbench load URL -q ARGS --json FILE`: (exit status, stderr, JSON).
 fn load(url: &str, args: &[&str]) -> (Option<i32>, String, Option<Value>) {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("r.json");
-    let out = common::cli_cmd()
-        .args(["load", url, "-q"])
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let doc = std::fs::read(&json)
-        .ok()
-        .map(|b| serde_json::from_slice(&b).unwrap());
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        doc,
-    )
+    let (code, _, stderr, doc) = common::load_json(url, args);
+    (code, stderr, doc)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {

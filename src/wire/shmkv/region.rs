@@ -142,7 +142,7 @@ impl Region {
             shm_name: shm,
             owner: false.into(),
         };
-        let arch = region.check_header()?;
+        let arch = region.check_mapped_header()?;
         Ok((region, arch))
     }
 
@@ -195,45 +195,72 @@ impl Region {
         header.magic.store(MAGIC, Ordering::Release);
     }
 
-    fn check_header(&self) -> Result<Arch, ShmkvError> {
-        let h = self.header();
-        let foreign = |why: String| ShmkvError::Foreign {
-            path: self.path.clone(),
-            why,
-        };
-        let magic = h.magic.load(Ordering::Acquire);
-        if magic == 0 {
+    /// Checks the mapped header: the acquire load of `magic` orders the reads of the fields
+    /// the server wrote before it, then [`check_header`] reads a copy of them.
+    fn check_mapped_header(&self) -> Result<Arch, ShmkvError> {
+        if self.header().magic.load(Ordering::Acquire) == 0 {
             return Err(ShmkvError::NotReady(self.path.clone()));
         }
-        if magic != MAGIC {
-            return Err(foreign(format!("bad magic {magic:#018x}")));
-        }
-        if h.version != LAYOUT_VERSION {
-            return Err(foreign(format!(
-                "layout version {} but this stairbench reads version {LAYOUT_VERSION}",
-                h.version
-            )));
-        }
-        if h.total_size != self.len as u64 {
-            return Err(foreign(format!(
-                "header says {} bytes but the object is {}",
-                h.total_size, self.len
-            )));
-        }
-        let arch = Arch::from_code(h.arch)
-            .ok_or_else(|| foreign(format!("unknown architecture code {}", h.arch)))?;
-        let (block, expected_len) = arch.layout(h.num_workers as usize);
-        if h.num_workers == 0 || h.block_size as usize != block || expected_len != self.len {
-            return Err(foreign(format!(
-                "{} workers of {} bytes do not match this build's {}-byte {} blocks",
-                h.num_workers,
-                h.block_size,
-                block,
-                arch.name()
-            )));
-        }
-        Ok(arch)
+        let mut fixed = [0u8; HEADER_FIXED_BYTES];
+        // SAFETY: the mapping is at least HEADER_BYTES long, and these bytes are written only
+        // before `magic` is published (the atomics that change later lie after them).
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr, fixed.as_mut_ptr(), HEADER_FIXED_BYTES) };
+        check_header(&fixed, self.len, &self.path)
     }
+}
+
+/// The header's bytes that never change once published: `magic` up to `server_pid`.
+pub const HEADER_FIXED_BYTES: usize = std::mem::offset_of!(Header, server_pid);
+
+/// Checks a region's header from its first bytes (at least [`HEADER_FIXED_BYTES`]) against
+/// the region's size: its magic, layout version, architecture, and that the workers and
+/// block size it states are this build's layout of exactly `region_len` bytes. `path` names
+/// the region in errors. Returns the architecture the header states.
+pub fn check_header(header: &[u8], region_len: usize, path: &str) -> Result<Arch, ShmkvError> {
+    let foreign = |why: String| ShmkvError::Foreign {
+        path: path.to_string(),
+        why,
+    };
+    if header.len() < HEADER_FIXED_BYTES {
+        return Err(foreign(format!(
+            "its header is {} bytes, shorter than {HEADER_FIXED_BYTES}",
+            header.len()
+        )));
+    }
+    let u32_at = |at: usize| u32::from_ne_bytes(header[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_ne_bytes(header[at..at + 8].try_into().expect("8 bytes"));
+    let magic = u64_at(std::mem::offset_of!(Header, magic));
+    let version = u32_at(std::mem::offset_of!(Header, version));
+    let arch_code = u32_at(std::mem::offset_of!(Header, arch));
+    let num_workers = u32_at(std::mem::offset_of!(Header, num_workers));
+    let block_size = u32_at(std::mem::offset_of!(Header, block_size));
+    let total_size = u64_at(std::mem::offset_of!(Header, total_size));
+    if magic == 0 {
+        return Err(ShmkvError::NotReady(path.to_string()));
+    }
+    if magic != MAGIC {
+        return Err(foreign(format!("bad magic {magic:#018x}")));
+    }
+    if version != LAYOUT_VERSION {
+        return Err(foreign(format!(
+            "layout version {version} but this stairbench reads version {LAYOUT_VERSION}"
+        )));
+    }
+    if total_size != region_len as u64 {
+        return Err(foreign(format!(
+            "header says {total_size} bytes but the object is {region_len}"
+        )));
+    }
+    let arch = Arch::from_code(arch_code)
+        .ok_or_else(|| foreign(format!("unknown architecture code {arch_code}")))?;
+    let (block, expected_len) = arch.layout(num_workers as usize);
+    if num_workers == 0 || block_size as usize != block || expected_len != region_len {
+        return Err(foreign(format!(
+            "{num_workers} workers of {block_size} bytes do not match this build's {block}-byte {} blocks",
+            arch.name()
+        )));
+    }
+    Ok(arch)
 }
 
 impl Region {
@@ -326,6 +353,87 @@ mod tests {
     fn header_fits_before_the_body() {
         assert_eq!(std::mem::offset_of!(Header, magic), 0);
         assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
+    }
+
+    /// The fixed header bytes a server of this build publishes for `arch` with `workers`.
+    fn header_bytes(arch: Arch, workers: u32) -> Vec<u8> {
+        let (block, len) = arch.layout(workers as usize);
+        let mut b = Vec::new();
+        b.extend(MAGIC.to_ne_bytes());
+        b.extend(LAYOUT_VERSION.to_ne_bytes());
+        b.extend(arch.code().to_ne_bytes());
+        b.extend(workers.to_ne_bytes());
+        b.extend((block as u32).to_ne_bytes());
+        b.extend((len as u64).to_ne_bytes());
+        assert_eq!(b.len(), HEADER_FIXED_BYTES);
+        b
+    }
+
+    fn why(r: Result<Arch, ShmkvError>) -> String {
+        r.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_published_header_checks_from_its_bytes() {
+        for (arch, workers) in [(Arch::Single, 1), (Arch::PerWorker, 4), (Arch::Kvd, 2)] {
+            let b = header_bytes(arch, workers);
+            let len = arch.layout(workers as usize).1;
+            assert_eq!(check_header(&b, len, "r").unwrap(), arch);
+            // The rest of the header page (the live atomics) is not looked at.
+            let mut page = b.clone();
+            page.resize(HEADER_BYTES, 0xff);
+            assert_eq!(check_header(&page, len, "r").unwrap(), arch);
+        }
+    }
+
+    #[test]
+    fn a_bad_header_says_what_is_wrong() {
+        let len = Arch::PerWorker.layout(4).1;
+        let good = header_bytes(Arch::PerWorker, 4);
+        let with = |at: usize, bytes: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            b
+        };
+        assert!(why(check_header(&good[..31], len, "r")).contains("shorter than 32"));
+        assert!(matches!(
+            check_header(&with(0, &[0; 8]), len, "r"),
+            Err(ShmkvError::NotReady(_))
+        ));
+        assert!(why(check_header(&with(0, b"NOTSHMKV"), len, "r")).contains("bad magic"));
+        assert!(
+            why(check_header(&with(8, &9u32.to_ne_bytes()), len, "r")).contains("layout version 9")
+        );
+        assert!(why(check_header(&good, len + 1, "r")).contains("but the object is"));
+        assert!(why(check_header(&with(12, &7u32.to_ne_bytes()), len, "r"))
+            .contains("unknown architecture code 7"));
+        // Workers and block size that disagree with the size, and zero workers.
+        assert!(why(check_header(&with(16, &5u32.to_ne_bytes()), len, "r")).contains("5 workers"));
+        assert!(why(check_header(&with(20, &1u32.to_ne_bytes()), len, "r")).contains("of 1 bytes"));
+        let zero = header_bytes(Arch::PerWorker, 0);
+        let zero_len = Arch::PerWorker.layout(0).1;
+        assert!(why(check_header(&zero, zero_len, "r")).contains("0 workers"));
+    }
+
+    #[test]
+    fn the_shm_header_seed_corpus_is_this_builds_layout() {
+        // bench/fuzz.sh seeds the shm_header target with these files; STAIRBENCH_BLESS=1
+        // rewrites them when the layout changes.
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/shmkv");
+        for (file, arch, workers) in [
+            ("single.hdr", Arch::Single, 1),
+            ("per_worker4.hdr", Arch::PerWorker, 4),
+            ("kvd2.hdr", Arch::Kvd, 2),
+        ] {
+            if std::env::var_os("STAIRBENCH_BLESS").is_some() {
+                std::fs::create_dir_all(dir).unwrap();
+                std::fs::write(format!("{dir}/{file}"), header_bytes(arch, workers)).unwrap();
+            }
+            let bytes = std::fs::read(format!("{dir}/{file}")).unwrap();
+            assert_eq!(bytes, header_bytes(arch, workers), "{file}");
+            let len = arch.layout(workers as usize).1;
+            assert_eq!(check_header(&bytes, len, file).unwrap(), arch);
+        }
     }
 
     #[test]
