@@ -504,6 +504,12 @@ impl Merger {
             || late_share(report.late_sends, send_lag.as_ref()) > SATURATED_LATE_SHARE;
         report.client_cpu = ClientCpu {
             per_core_busy: per_core,
+            busiest_thread_pct: self
+                .totals
+                .iter()
+                .map(|t| pct(t.window_cpu_s, report.duration_s))
+                .reduce(f64::max),
+            run_delay_pct: run_delay_pct(&self.totals, report.duration_s),
             ..report.client_cpu
         };
         let window_start_ns = started_unix_ns + self.sched.warmup_end_ns as i64;
@@ -530,6 +536,15 @@ fn busy_by_cpu(config: &LoadConfig, totals: &[Totals], duration_s: f64) -> Vec<f
         *busy_s.entry(cpus[t.thread % cpus.len()]).or_default() += t.window_cpu_s;
     }
     busy_s.values().map(|&s| pct(s, duration_s)).collect()
+}
+
+/// The threads' run-queue wait over the window, summed, % of the window (None when a thread
+/// had no schedstat).
+fn run_delay_pct(totals: &[Totals], duration_s: f64) -> Option<f64> {
+    let waits: Option<Vec<f64>> = totals.iter().map(|t| t.window_run_delay_s).collect();
+    waits
+        .filter(|w| !w.is_empty())
+        .map(|w| pct(w.iter().sum(), duration_s))
 }
 
 /// Late sends as a share of the window's scheduled sends.

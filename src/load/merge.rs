@@ -273,6 +273,15 @@ pub fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
                 .iter()
                 .flat_map(|r| r.client_cpu.per_core_busy.clone())
                 .collect(),
+            // Parts on different hosts or CPUs: the worst part's figure.
+            busiest_thread_pct: reports
+                .iter()
+                .filter_map(|r| r.client_cpu.busiest_thread_pct)
+                .reduce(f64::max),
+            run_delay_pct: reports
+                .iter()
+                .filter_map(|r| r.client_cpu.run_delay_pct)
+                .reduce(f64::max),
         },
         client_saturated: reports.iter().any(|r| r.client_saturated),
     }

@@ -120,6 +120,9 @@ pub(super) struct Totals {
     pub window_sys_s: f64,
     pub window_cpu_s: f64,
     pub window_end_ns: u64,
+    /// Time this thread waited runnable for a CPU over the window, seconds (None without
+    /// schedstat).
+    pub window_run_delay_s: Option<f64>,
     /// Open loop: sends that left late with a connection free (the generator lagged).
     pub late_sends: u64,
     /// Open loop: delay of each scheduled send after its due time, ns (window only).
@@ -161,6 +164,8 @@ pub(super) struct Recorder {
     /// The same over the measured window, ns.
     window_idle_ns: u64,
     window_rusage: Option<(f64, f64, f64)>,
+    /// The thread's run-queue wait at the window's start, ns.
+    window_run_delay_ns: Option<u64>,
 }
 
 impl Recorder {
@@ -188,6 +193,7 @@ impl Recorder {
             idle_ns: 0,
             window_idle_ns: 0,
             window_rusage: None,
+            window_run_delay_ns: None,
         }
     }
 
@@ -333,6 +339,7 @@ impl Recorder {
         }
         if now >= self.sched.warmup_end_ns && self.window_rusage.is_none() {
             self.window_rusage = Some(thread_rusage());
+            self.window_run_delay_ns = thread_run_delay_ns();
         }
     }
 
@@ -384,6 +391,9 @@ impl Recorder {
             self.totals.window_sys_s = s1 - s0;
             self.totals.window_cpu_s = (c1 - c0 - self.window_idle_ns as f64 / 1e9).max(0.0);
         }
+        if let (Some(d0), Some(d1)) = (self.window_run_delay_ns, thread_run_delay_ns()) {
+            self.totals.window_run_delay_s = Some(d1.saturating_sub(d0) as f64 / 1e9);
+        }
         self.totals.window_end_ns = self.end_ns;
         let _ = self
             .tx
@@ -396,6 +406,13 @@ pub(super) fn thread_cpu_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)
+}
+
+/// Time the calling thread has waited runnable for a CPU, ns: the second figure of
+/// /proc/thread-self/schedstat (None where the kernel keeps no schedstat).
+pub(super) fn thread_run_delay_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// User, system and total CPU seconds of the calling thread.

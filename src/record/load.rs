@@ -39,6 +39,14 @@ pub struct ClientCpu {
     /// Busy % of each generator thread (each pinned to one core when a cpuset is given);
     /// open loop's spin before a due request is waiting, not counted.
     pub per_core_busy: Vec<f64>,
+    /// The busiest generator thread's CPU over the window, % of one CPU (built-in engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busiest_thread_pct: Option<f64>,
+    /// Time the generator threads were runnable but waiting for a CPU (schedstat), summed
+    /// over threads, % of the window: 100 means one thread waited all the time (built-in
+    /// engine, where the kernel keeps schedstat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_delay_pct: Option<f64>,
 }
 
 /// The result of one load run: the JSON that `stairbench load --json` writes.

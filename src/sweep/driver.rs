@@ -248,6 +248,7 @@ impl CommandDriver {
             user_s: cpu_after.0 - cpu_before.0,
             sys_s: cpu_after.1 - cpu_before.1,
             per_core_busy: cores.sample().client_busy_pct,
+            ..ClientCpu::default()
         };
         let tool = self.parser.parse_report(&stdout).map_err(|e| {
             StepError::Parse(format!(

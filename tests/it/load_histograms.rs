@@ -381,3 +381,40 @@ fn a_pin_to_a_cpu_the_machine_lacks_is_an_error_naming_it() {
         assert!(stderr.contains(&want), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn generator_threads_sharing_one_cpu_show_their_wait_for_it() {
+    let _turn = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((server_cpu, client_cpu)) = two_cpus() else {
+        return;
+    };
+    let server = Msgr::start(&["--cpuset", &server_cpu.to_string()]);
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = client_cpu.to_string();
+    let threads_on_one_cpu = |threads: &str| {
+        let (_, report) = load_json_favoured(
+            &server.url(),
+            &["-c", "6", "-t", threads, "-d", "1", "--cpuset", &cpu],
+            dir.path(),
+        );
+        let c = &report["client_cpu"];
+        (
+            c["busiest_thread_pct"].as_f64().unwrap(),
+            c["run_delay_pct"].as_f64().unwrap(),
+        )
+    };
+    // Three busy threads on one CPU: at most one runs at a time, so together they wait
+    // well over a window's worth.
+    let (busiest, wait) = threads_on_one_cpu("3");
+    assert!(busiest > 5.0 && busiest < 80.0, "busiest {busiest}%");
+    assert!(
+        wait > 50.0,
+        "three threads on one CPU waited {wait}% of the window"
+    );
+    let (alone, alone_wait) = threads_on_one_cpu("1");
+    assert!(
+        alone > busiest,
+        "one thread {alone}% vs one of three {busiest}%"
+    );
+    assert!(alone_wait < wait, "alone {alone_wait}% vs three {wait}%");
+}

@@ -106,6 +106,10 @@ struct Level {
     server_cpus: usize,
     client_saturated: bool,
     client_cpu_pct: Option<f64>,
+    /// The built-in generator's busiest thread, % of one CPU.
+    client_busiest_pct: Option<f64>,
+    /// The built-in generator's threads' run-queue wait, % of the window.
+    client_run_delay_pct: Option<f64>,
     cpu_us_per_req: Option<f64>,
     voluntary_cs_per_req: Option<f64>,
     run_delay_us_per_req: Option<f64>,
@@ -277,6 +281,27 @@ fn ev(metric: &str, value: f64, at: Option<usize>, note: impl Into<String>) -> E
     }
 }
 
+/// The built-in generator's own threads at level `l`: its busiest thread and the time its
+/// threads waited for a CPU (a generator sharing its CPUs is late for that reason).
+fn client_thread_evidence(l: &Level, evidence: &mut Vec<Evidence>) {
+    if let Some(busiest) = l.client_busiest_pct {
+        evidence.push(ev(
+            "client_busiest_thread_pct",
+            busiest,
+            Some(l.clients),
+            "the load generator's busiest thread, % of one CPU",
+        ));
+    }
+    if let Some(wait) = l.client_run_delay_pct {
+        evidence.push(ev(
+            "client_run_delay_pct",
+            wait,
+            Some(l.clients),
+            "the load generator's threads waiting for a CPU, % of the window",
+        ));
+    }
+}
+
 fn client(c: &Ctx) -> Option<Found> {
     // Saturated levels are left out of the knee: the first one names the client's limit.
     if let Some(l) = c.levels.iter().find(|l| l.client_saturated) {
@@ -296,6 +321,7 @@ fn client(c: &Ctx) -> Option<Found> {
             ));
             because.push_str(&format!(" (it used {cpu:.0}% of its CPUs)"));
         }
+        client_thread_evidence(l, &mut evidence);
         return Some(Found {
             limit: Limit::Client,
             confidence: if evidence.len() > 1 {
@@ -722,7 +748,7 @@ fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String
     evidence.extend(
         ruled_out(c)
             .into_iter()
-            .filter(|e| e.metric == "client_saturated" || e.metric == "little_ratio"),
+            .filter(|e| e.metric.starts_with("client_") || e.metric == "little_ratio"),
     );
     let because = "the server was not observed (a server already running with no pid, pidfile or process), so only a client-side limit can be told and none was found: undetermined".to_string();
     (Limit::Undetermined, Confidence::Low, evidence, because)
@@ -739,6 +765,7 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
         at,
         "client: no level had the load generator saturated or its own CPU at 90% of its cpuset",
     )];
+    client_thread_evidence(top, &mut out);
     if let Some(r) = top.little_ratio {
         out.push(ev(
             "little_ratio",
@@ -841,6 +868,8 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
         } else {
             None
         },
+        client_busiest_pct: mean(&|s| s.load.as_ref()?.client_cpu.busiest_thread_pct),
+        client_run_delay_pct: mean(&|s| s.load.as_ref()?.client_cpu.run_delay_pct),
         cpu_us_per_req: mean(&|s| s.derived_f64(&["cpu_us_per_req", "total"])),
         voluntary_cs_per_req: mean(&|s| s.derived_f64(&["voluntary_cs_per_req"])),
         run_delay_us_per_req: mean(&|s| s.derived_f64(&["run_delay_us_per_req"])),

@@ -376,3 +376,42 @@ fn a_growing_lock_share_supports_contention_and_names_nothing_alone() {
     assert_eq!(d.limit, Limit::ServerCpu, "{}", d.sentence);
     assert_eq!(metric(&d, "sync_frames_pct").value, 14.0);
 }
+
+#[test]
+fn the_built_in_generators_own_threads_are_evidence_where_it_gave_them() {
+    let with_threads = |i: usize, s: &S| {
+        let mut r = step(s);
+        let cpu = &mut r.load.as_mut().unwrap().client_cpu;
+        cpu.busiest_thread_pct = Some(60.0 + 10.0 * i as f64);
+        cpu.run_delay_pct = Some(5.0 * i as f64);
+        r
+    };
+    let diagnose_threads = |shape: &[S]| {
+        let steps: Vec<StepResult> = shape
+            .iter()
+            .enumerate()
+            .map(|(i, s)| with_threads(i, s))
+            .collect();
+        analyze(&steps, None).diagnosis[0].clone()
+    };
+    // A saturated generator: its busiest thread and its wait at the level it saturated.
+    let d = diagnose_threads(&bending(|i, s| s.saturated = i >= 3));
+    assert_eq!(d.limit, Limit::Client);
+    let busiest = metric(&d, "client_busiest_thread_pct");
+    assert_eq!((busiest.value, busiest.at_clients), (90.0, Some(8)));
+    assert_eq!(metric(&d, "client_run_delay_pct").value, 15.0);
+    // Nothing fits: they are among what ruled the client out, at the last level.
+    let d = diagnose_threads(&bending(|_, s| {
+        s.busy_pct = 75.0;
+        s.client_busy_pct = 70.0;
+    }));
+    assert_eq!(d.limit, Limit::Undetermined);
+    assert_eq!(metric(&d, "client_busiest_thread_pct").value, 100.0);
+    assert_eq!(metric(&d, "client_run_delay_pct").at_clients, Some(16));
+    // An external tool gives neither: no such evidence.
+    let d = diagnose_all(&bending(|i, s| s.saturated = i >= 3));
+    assert!(!d
+        .evidence
+        .iter()
+        .any(|e| e.metric.starts_with("client_busiest")));
+}
