@@ -542,9 +542,10 @@ fn busy_by_cpu(config: &LoadConfig, totals: &[Totals], duration_s: f64) -> Vec<f
 /// had no schedstat).
 fn run_delay_pct(totals: &[Totals], duration_s: f64) -> Option<f64> {
     let waits: Option<Vec<f64>> = totals.iter().map(|t| t.window_run_delay_s).collect();
+    // Not capped at 100 as busy % is: several threads can wait at once.
     waits
-        .filter(|w| !w.is_empty())
-        .map(|w| pct(w.iter().sum(), duration_s))
+        .filter(|w| !w.is_empty() && duration_s > 0.0)
+        .map(|w| 100.0 * w.iter().sum::<f64>() / duration_s)
 }
 
 /// Late sends as a share of the window's scheduled sends.
