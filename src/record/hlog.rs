@@ -189,9 +189,14 @@ pub fn parse_hlog(bytes: &[u8]) -> Result<Option<Histogram<u64>>, String> {
         };
         let raw = base64_decode(h.encoded_histogram()).ok_or_else(|| "bad base64".to_string())?;
         let payload = bounded_v2(&raw)?;
-        let hist: Histogram<u64> = deserializer
-            .deserialize(&mut payload.as_slice())
-            .map_err(|e| bad(&e))?;
+        // hdrhistogram's decoder negates a run-length it read as i64::MIN (found by the
+        // run_files fuzz target): a panic with overflow checks, a wrapped value without.
+        // Either way the payload is bad, and one bad interval must not take the process down.
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            deserializer.deserialize::<u64, _>(&mut payload.as_slice())
+        }))
+        .map_err(|_| "a histogram payload its decoder cannot read".to_string())?;
+        let hist: Histogram<u64> = decoded.map_err(|e| bad(&e))?;
         total.add(&hist).map_err(|e| bad(&e))?;
         intervals += 1;
     }
@@ -328,6 +333,14 @@ mod tests {
         // Whole logs, compressed or not, still read.
         let h = parse_hlog(&two_intervals_of_1500()).unwrap().unwrap();
         assert_eq!((h.len(), h.max()), (2, h.highest_equivalent(1_500)));
+    }
+
+    #[test]
+    fn a_zero_run_the_decoder_cannot_negate_is_an_error_not_a_panic() {
+        // Found by the run_files fuzz target: a run of i64::MIN zeros.
+        let log = include_bytes!("../../tests/data/fuzz/hlog-zero-run-overflow.hlog");
+        let err = parse_hlog(log).unwrap_err();
+        assert!(!err.is_empty());
     }
 
     #[test]

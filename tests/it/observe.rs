@@ -373,20 +373,24 @@ fn perf_counts_only_from_begin_not_from_prepare() {
     // The spinner runs 600 ms while perf is attached but disabled: none of it may count.
     std::thread::sleep(Duration::from_millis(600));
     observer.begin();
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(1000));
     let obs = observer.finish();
     let _ = child.kill();
     let _ = child.wait();
+    let late = obs.notes.iter().any(|n| n.contains("into the window"));
     match obs.perf.task_clock_ms {
         Some(ms) => assert!(
             ms <= obs.window_s * 1000.0 + 50.0,
             "task-clock {ms} ms over a {} s window",
             obs.window_s
         ),
+        // perf acknowledged `enable` over 20 ms late (a busy machine): its counts are left
+        // out, and the note says so.
+        None if late => assert!(obs.perf.context_switches.is_none(), "{:?}", obs.perf),
         None => common::skip_or_fail(format!("perf could not count here: {:?}", obs.perf.note)),
     }
     assert!(
-        obs.window_s < 0.5,
+        obs.window_s < 1.3,
         "the window starts at begin: {}",
         obs.window_s
     );
