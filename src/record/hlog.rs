@@ -245,7 +245,9 @@ fn bounded_v2(raw: &[u8]) -> Result<Vec<u8>, String> {
             "a histogram payload says it holds {stated} bytes but holds {held}"
         ));
     }
-    if has_unnegatable_zero_run(&inner[V2_HEADER_BYTES..V2_HEADER_BYTES + stated]) {
+    // A payload shorter than its header is left to the decoder, which says so.
+    let counts = inner.get(V2_HEADER_BYTES..V2_HEADER_BYTES + stated);
+    if counts.is_some_and(has_unnegatable_zero_run) {
         return Err("a histogram payload holds a run of zeros no histogram can have".into());
     }
     Ok(inner)
@@ -369,6 +371,10 @@ mod tests {
         let log = include_bytes!("../../tests/data/fuzz/hlog-zero-run-overflow-2.hlog");
         let err = parse_hlog(log).unwrap_err();
         assert!(err.contains("no histogram can have"), "{err}");
+        // Found by the fuzzer in the first version of that check: a payload shorter than the
+        // header was sliced past its end.
+        let log = include_bytes!("../../tests/data/fuzz/hlog-shorter-than-its-header.hlog");
+        assert!(parse_hlog(log).is_err());
         // The varint of u64::MAX is eight 0xff bytes with their continuation bits, then one
         // whole; one short of it is a count, not that run.
         assert!(has_unnegatable_zero_run(&[
