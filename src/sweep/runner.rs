@@ -506,6 +506,9 @@ impl Runner<'_> {
             super::server::running::mark_not_observed(&mut step.server, &mut step.derived, &why);
         }
         (step.status, step.reason) = verdict(step, self.plan.max_error_ratio);
+        if step.status == StepStatus::Failed {
+            step.error_kind = Some(ErrorKind::Load);
+        }
         Ok(())
     }
 
@@ -784,9 +787,17 @@ impl IntervalSink for LoopSink<'_> {
     }
 }
 
-/// The status of a measured step: `errors` when its failed requests are over the allowed
-/// share (so the analysis leaves it out), `ok` otherwise.
+/// The status of a measured step: `failed` when nothing completed in its window (no figure
+/// of it means anything: a server still starting or stalled), `errors` when its failed
+/// requests are over the allowed share (so the analysis leaves it out), `ok` otherwise.
 pub fn verdict(step: &StepResult, max_error_ratio: f64) -> (StepStatus, Option<String>) {
+    if let Some(l) = step.load.as_ref() {
+        if l.requests == 0 && l.errors.values().sum::<u64>() == 0 {
+            let why = "no request completed and none failed in the window: the server answered \
+                       nothing (still starting, or stalled)";
+            return (StepStatus::Failed, Some(why.to_string()));
+        }
+    }
     let ratio = step.error_ratio();
     if ratio <= max_error_ratio {
         return (StepStatus::Ok, None);
@@ -1043,5 +1054,21 @@ mod tests {
         assert!(why
             .unwrap()
             .contains("2.0% of requests failed (http_5xx 2)"));
+    }
+
+    #[test]
+    fn a_step_where_nothing_completed_or_failed_is_failed() {
+        let mut step = StepResult::empty("s".into(), "t", "shared", 1, 0);
+        step.load = Some(crate::record::load::LoadReport::default());
+        let (status, why) = verdict(&step, 1.0);
+        assert_eq!(status, StepStatus::Failed);
+        assert!(why.unwrap().contains("answered nothing"));
+        step.load
+            .as_mut()
+            .unwrap()
+            .errors
+            .insert("timeout".into(), 3);
+        assert_eq!(verdict(&step, 1.0).0, StepStatus::Ok);
+        assert_eq!(verdict(&step, 0.5).0, StepStatus::Errors);
     }
 }
