@@ -94,7 +94,9 @@ pub struct KneeSummary {
     pub max_throughput_at: f64,
     /// Smallest load whose throughput is within 5% of the maximum.
     pub saturation: f64,
-    /// Largest load whose server CPU was still below 70%; None without CPU figures or if none was.
+    /// Largest load whose server CPU was still below 70% and that is below `saturation` (a
+    /// server that never reaches 70% is busiest just before it saturates); None without CPU
+    /// figures or if no load qualifies.
     pub busy: Option<f64>,
 }
 
@@ -127,18 +129,21 @@ pub fn summarise(steps: &[Step]) -> Option<KneeSummary> {
         .iter()
         .filter_map(|s| Some((s.load, s.server_cpu_pct?)))
         .collect();
+    let saturation = saturation_point(
+        &steps
+            .iter()
+            .map(|s| (s.load, s.throughput))
+            .collect::<Vec<_>>(),
+    )?;
+    // Profiled as "busy" against "saturated": the busy level must lie below the other.
+    let below: Vec<(f64, f64)> = cpu.into_iter().filter(|p| p.0 < saturation).collect();
     Some(KneeSummary {
         throughput_knee: kneedle(&rising, Shape::ConcaveIncreasing).map(|i| rising[i].0),
         latency_knee: latency_knee(&steps),
         max_throughput: max_step.throughput,
         max_throughput_at: max_step.load,
-        saturation: saturation_point(
-            &steps
-                .iter()
-                .map(|s| (s.load, s.throughput))
-                .collect::<Vec<_>>(),
-        )?,
-        busy: (!cpu.is_empty()).then(|| busy_point(&cpu)).flatten(),
+        saturation,
+        busy: busy_point(&below),
     })
 }
 
@@ -293,5 +298,27 @@ mod tests {
         assert_eq!(busy_point(&cpu), Some(4.0));
         assert_eq!(busy_point(&cpu[..3]), Some(4.0));
         assert_eq!(busy_point(&[(1.0, 90.0)]), None);
+    }
+
+    #[test]
+    fn a_server_that_never_gets_busy_is_profiled_busy_below_its_saturation() {
+        // Flat from 4 clients on while the server stays at 30% (a limit outside it): the
+        // busy level is the last one before saturation, never at or above it.
+        let step = |load: f64, throughput: f64| Step {
+            load,
+            throughput,
+            latency: None,
+            server_cpu_pct: Some(30.0),
+        };
+        let steps = [
+            step(1.0, 10.0),
+            step(2.0, 19.0),
+            step(4.0, 30.0),
+            step(8.0, 30.0),
+        ];
+        let knee = summarise(&steps).unwrap();
+        assert_eq!(knee.saturation, 4.0);
+        assert_eq!(knee.busy, Some(2.0));
+        assert_eq!(summarise(&steps[2..]).unwrap().busy, None);
     }
 }
