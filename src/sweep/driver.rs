@@ -103,6 +103,8 @@ pub struct EngineDriver {
     pub proto: ProtoOptions,
     /// How open-loop requests are spaced (`[client] arrivals`).
     pub arrivals: crate::load::arrivals::Arrivals,
+    /// How connections are opened (`[client] source_addrs`, `connect_rate`).
+    pub connect: crate::load::sources::ConnectOptions,
 }
 
 impl Driver for EngineDriver {
@@ -118,6 +120,7 @@ impl Driver for EngineDriver {
     ) -> Result<StepLoad, StepError> {
         let config = LoadConfig {
             arrivals: self.arrivals,
+            connect: self.connect.clone(),
             ..engine_config(&self.proto, req)
         };
         let outcome =

@@ -204,9 +204,14 @@ pub fn check_out(dest: &Destination) -> Result<(), String> {
 
 fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
     Ok(match &plan.client {
-        ClientPlan::Engine { proto, arrivals } => Box::new(EngineDriver {
+        ClientPlan::Engine {
+            proto,
+            arrivals,
+            connect,
+        } => Box::new(EngineDriver {
             proto: proto.clone(),
             arrivals: *arrivals,
+            connect: connect.clone(),
         }),
         ClientPlan::Command {
             template,
@@ -288,6 +293,15 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
             out,
             "arrivals: poisson (seeded exponential gaps at each step's rate)"
         );
+    }
+    if let ClientPlan::Engine { connect, .. } = &plan.client {
+        if let Some(rate) = connect.connect_rate {
+            let _ = writeln!(out, "connections: opened at {rate}/s in total");
+        }
+        if !connect.source_addrs.is_empty() {
+            let addrs: Vec<String> = connect.source_addrs.iter().map(|a| a.to_string()).collect();
+            let _ = writeln!(out, "connections: from {}", addrs.join(", "));
+        }
     }
     if plan.compares_balanced_and_separated() {
         for note in placements.notes() {

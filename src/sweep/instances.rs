@@ -237,12 +237,17 @@ pub type DriverFactory = Arc<dyn Fn() -> Result<Box<dyn Driver>, String> + Send 
 /// The factory of a plan's client.
 pub fn driver_factory(client: &ClientPlan) -> DriverFactory {
     match client {
-        ClientPlan::Engine { proto, arrivals } => {
-            let (proto, arrivals) = (proto.clone(), *arrivals);
+        ClientPlan::Engine {
+            proto,
+            arrivals,
+            connect,
+        } => {
+            let (proto, arrivals, connect) = (proto.clone(), *arrivals, connect.clone());
             Arc::new(move || {
                 Ok(Box::new(super::driver::EngineDriver {
                     proto: proto.clone(),
                     arrivals,
+                    connect: connect.clone(),
                 }) as Box<dyn Driver>)
             })
         }

@@ -343,6 +343,14 @@ pub struct ClientSpec {
     /// Refused with its reason: a ramp inside a step would mix load levels in its figures.
     #[serde(default)]
     pub ramp: Option<String>,
+    /// Local addresses the built-in engine connects from, round-robin (`load --source-addrs`
+    /// syntax: `127.0.0.2-127.0.0.9`, or a comma list).
+    #[serde(default)]
+    pub source_addrs: Option<String>,
+    /// Connections the built-in engine opens per second (`load --connect-rate`); all at once
+    /// when absent.
+    #[serde(default)]
+    pub connect_rate: Option<f64>,
     /// Client groups, each on a host (this machine when it names none); a step's clients,
     /// connections and rate are split equally among them and their results merged exactly.
     #[serde(default)]

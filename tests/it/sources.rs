@@ -224,3 +224,101 @@ fn a_stop_ends_the_wait_for_the_common_start() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     drop(listener);
 }
+
+/// A keep-alive HTTP server answering every read with an empty 200; records each
+/// connection's source address.
+fn http_server_recording_sources() -> (u16, Arc<std::sync::Mutex<Vec<std::net::IpAddr>>>) {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            record.lock().unwrap().push(s.peer_addr().unwrap().ip());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while matches!(s.read(&mut buf), Ok(n) if n > 0) {
+                    let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+                    if s.write_all(reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// `[client] source_addrs` and `connect_rate` in a spec reach the engine: 20 connections
+/// come from the two given addresses, 10 each, and open over about half a second at 40/s; the
+/// options are refused where they cannot apply, at their key.
+#[test]
+fn a_spec_spreads_and_paces_its_connections() {
+    let (port, seen) = http_server_recording_sources();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.toml");
+    let text = format!(
+        "name = \"paced\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [20]\n\n[[targets]]\nname = \"t\"\nurl = \"http://127.0.0.1:{port}/\"\n\n[client]\nsource_addrs = \"127.0.0.2-127.0.0.3\"\nconnect_rate = 40\n"
+    );
+    std::fs::write(&spec, &text).unwrap();
+    let dry = common::cli(&[
+        std::ffi::OsStr::new("run"),
+        std::ffi::OsStr::new("--dry-run"),
+        spec.as_os_str(),
+    ]);
+    let plan = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        plan.contains("connections: opened at 40/s") && plan.contains("127.0.0.2, 127.0.0.3"),
+        "{plan}"
+    );
+    let out = dir.path().join("out");
+    common::assert_success(&common::run_spec(&spec, &out));
+    let steps = common::steps_json(&out);
+    assert_eq!(steps[0]["status"], "ok", "{}", steps[0]);
+    let setup_s = steps[0]["setup_s"].as_f64().unwrap();
+    // 20 connects 25 ms apart: the last starts 475 ms after the first.
+    assert!((0.4..3.0).contains(&setup_s), "set-up {setup_s} s");
+    let sources = seen.lock().unwrap().clone();
+    let from = |a: &str| sources.iter().filter(|ip| ip.to_string() == a).count();
+    // The runner's reachability checks before the run connect from the kernel's choice
+    // (127.0.0.1); every load connection comes from the two given addresses.
+    let checks = from("127.0.0.1");
+    assert_eq!(
+        (from("127.0.0.2"), from("127.0.0.3"), sources.len() - checks),
+        (10, 10, 20),
+        "{sources:?}"
+    );
+
+    for (bad, expected, key) in [
+        ("connect_rate = 0.5", "at least 1", "client.connect_rate"),
+        (
+            "source_addrs = \"127.0.0.9-127.0.0.2\"",
+            "bad source address",
+            "client.source_addrs",
+        ),
+    ] {
+        let line = if key.ends_with("rate") {
+            "connect_rate = 40"
+        } else {
+            "source_addrs = \"127.0.0.2-127.0.0.3\""
+        };
+        let err = plan_error(&text.replace(line, bad));
+        assert!(err.contains(expected) && err.contains(key), "{err}");
+    }
+    let grouped = format!("{text}\n[[client.groups]]\n\n[[client.groups]]\n");
+    let err = plan_error(&grouped);
+    assert!(
+        err.contains("client groups") && err.contains("spec.toml:11:"),
+        "{err}"
+    );
+}
+
+fn plan_error(text: &str) -> String {
+    let spec =
+        stairbench::sweep::spec::SpecFile::parse(std::path::Path::new("spec.toml"), text).unwrap();
+    match stairbench::sweep::plan::Plan::new(spec, "/bin/true".into()) {
+        Ok(_) => panic!("accepted: {text}"),
+        Err(e) => e.to_string(),
+    }
+}

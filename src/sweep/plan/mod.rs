@@ -2,6 +2,7 @@
 //! recipes, placements, the series of step points, the client, and the policies.
 
 pub mod arrivals;
+pub mod connect;
 pub mod hosts;
 pub mod profile;
 pub mod running;
@@ -121,6 +122,8 @@ pub enum ClientPlan {
         proto: ProtoOptions,
         /// How open-loop requests are spaced.
         arrivals: crate::load::arrivals::Arrivals,
+        /// How connections are opened (source addresses, pacing).
+        connect: crate::load::sources::ConnectOptions,
     },
     /// An external command and the name of its parser.
     Command {
@@ -672,6 +675,7 @@ fn custom_tables(spec: &SpecFile) -> Result<BTreeMap<String, CustomTable>, SpecE
 fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     let c = &spec.spec.client;
     let arrivals = arrivals::arrivals(spec)?;
+    let connect = connect::connect(spec)?;
     if c.command.is_some() && c.arrivals.is_some() {
         return Err(spec.error_at(&["client", "arrivals"], "arrivals is an option of the built-in engine; an external client command spaces its requests itself"));
     }
@@ -725,5 +729,9 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     }
     requests(spec, &mut proto)?;
     tls(spec, &mut proto)?;
-    Ok(ClientPlan::Engine { proto, arrivals })
+    Ok(ClientPlan::Engine {
+        proto,
+        arrivals,
+        connect,
+    })
 }
