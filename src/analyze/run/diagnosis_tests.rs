@@ -141,6 +141,26 @@ fn busy_cpuset_at_flat_cpu_per_request() {
         .contains("its 2 CPUs are 96% busy while CPU per request stays at 63.0 µs"));
 }
 
+/// Seed 003's Tomcat shape: the one CPU saturates while each request costs less as more
+/// are served per wake-up; still a CPU limit, said with both figures, never `high`.
+#[test]
+fn busy_cpuset_at_falling_cpu_per_request() {
+    let d = diagnose_all(&bending(|i, s| {
+        s.busiest = Some(("http-nio", 15.0));
+        s.busy_pct = [30.0, 60.0, 92.0, 95.0, 96.0][i];
+        s.cpu_us = [38.9, 30.0, 20.0, 15.0, 12.2][i];
+    }));
+    assert_eq!(d.limit, Limit::ServerCpu, "{}", d.sentence);
+    assert_eq!(d.confidence, Confidence::Medium);
+    assert!(
+        d.sentence.contains(
+            "96% busy while CPU per request falls from 38.9 µs to 12.2 µs (more requests served per wake-up)"
+        ),
+        "{}",
+        d.sentence
+    );
+}
+
 #[test]
 fn cpu_per_request_growing_at_flat_throughput() {
     let d = diagnose_all(&bending(|i, s| {
