@@ -87,7 +87,7 @@ summary() { # FILE: "median_rps median_cpu_us_per_req"
 }
 
 # nginx_launch LISTEN [HTTP_LINES] [WORKER_CONNECTIONS] [RLIMIT_NOFILE]: writes
-# $WORK/nginx.conf (one worker, no access log, temp paths and root under $WORK, index.html
+# $WORK/nginx.conf ($NGINX_WORKERS workers, default one; no access log, temp paths and root under $WORK, index.html
 # "hello"), listening on LISTEN (e.g. "127.0.0.1:8080 http2"), with HTTP_LINES added to its
 # http block; starts nginx ($NGINX) on core $SERVER_CPU in its own process group
 # (SERVER_PID) and returns at once: the caller waits for the port.
@@ -98,7 +98,7 @@ nginx_launch() {
     cat >"$WORK/nginx.conf" <<EOF
 daemon off;
 master_process on;
-worker_processes 1;
+worker_processes ${NGINX_WORKERS:-1};
 worker_rlimit_nofile $nofile;
 pid $WORK/nginx.pid;
 error_log $WORK/error.log;

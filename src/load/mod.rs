@@ -220,7 +220,7 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// Connections still not established `limit_s` after their connect.
-    #[error("cannot connect to {addr}: {established} of {connections} connections of a thread were established, the others not within {limit_s} s of their connect (the server did not accept in time{})", if *.connections > 1000 { "; a burst of connects overflows the listen backlog: pace them with --connect-rate" } else { "" })]
+    #[error("cannot connect to {addr}: {established} of {connections} connections of a thread were established, the others not within {limit_s} s of their connect (the server did not accept in time{})", if *.connections > 10000 { "; a burst of connects overflows the listen backlog: pace them with --connect-rate; past about 14,000 connections from one source address to one destination, spread them over more with --source-addrs" } else if *.connections > 1000 { "; a burst of connects overflows the listen backlog: pace them with --connect-rate" } else { "" })]
     ConnectTimeout {
         /// The address tried.
         addr: String,
