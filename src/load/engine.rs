@@ -1,5 +1,6 @@
 //! Runs the generator threads and merges what they report.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{channel, Receiver};
@@ -341,15 +342,15 @@ impl WindowSignal {
 }
 
 /// One interval some threads have reported: their figures summed, their histograms merged.
+/// Their histograms stay counts until the last thread's arrive: rebuilt at once, an interval
+/// a slow thread held back kept two ~200 KB histograms each (a soak's heap grew 416 KB).
 struct Pending {
-    /// Threads that have reported it.
-    threads: usize,
-    /// Their figures summed (its counts already replayed into the histograms).
+    /// Their figures summed (without the counts, kept below).
     msg: IntervalMsg,
-    /// Latencies from the intended send time, ns.
-    hist: Histogram<u64>,
-    /// Open loop: latencies from the actual send time, ns.
-    uncorrected: Option<Histogram<u64>>,
+    /// Each thread's latencies from the intended send time, in order of arrival.
+    hist: Vec<Counts>,
+    /// Open loop: each thread's latencies from the actual send time, in order of arrival.
+    uncorrected: Vec<Counts>,
 }
 
 /// Histograms the merger rebuilds the threads' intervals into, reused from one second to
@@ -363,8 +364,9 @@ struct HistPool {
     fresh_len: usize,
 }
 
-/// Spare histograms the merger keeps: a pair per interval pending, plus the scratch one.
-const SPARE_HISTS_MAX: usize = 8;
+/// Spare histograms the merger keeps: it rebuilds one interval at a time, into at most four
+/// (a merged pair and a scratch one for each).
+const SPARE_HISTS_MAX: usize = 4;
 
 impl HistPool {
     fn new(sched: &Arc<Schedule>) -> Self {
@@ -457,35 +459,23 @@ impl Merger {
 
     fn add(&mut self, mut m: IntervalMsg, sink: &mut dyn IntervalSink) {
         let index = m.index;
-        let hist_counts = std::mem::take(&mut m.hist);
-        let uncorrected_counts = m.uncorrected.take();
-        match self.pending.get_mut(&index) {
-            None => {
-                let hist = self.pool.rebuilt(&hist_counts);
-                let uncorrected = uncorrected_counts.as_ref().map(|c| self.pool.rebuilt(c));
-                let first = Pending {
-                    threads: 1,
-                    msg: m,
-                    hist,
-                    uncorrected,
-                };
-                self.pending.insert(index, first);
-            }
-            Some(p) => {
-                self.pool.add(&mut p.hist, &hist_counts);
-                if let (Some(a), Some(c)) = (&mut p.uncorrected, &uncorrected_counts) {
-                    self.pool.add(a, c);
-                }
+        let hist = std::mem::take(&mut m.hist);
+        let uncorrected = m.uncorrected.take();
+        let p = match self.pending.entry(index) {
+            Entry::Vacant(slot) => slot.insert(Pending {
+                msg: m,
+                hist: Vec::with_capacity(self.threads),
+                uncorrected: Vec::new(),
+            }),
+            Entry::Occupied(slot) => {
+                let p = slot.into_mut();
                 merge_interval(&mut p.msg, m);
-                p.threads += 1;
+                p
             }
-        }
-        // Read: the buffers go back to the threads.
-        self.sched.recycle_counts(hist_counts);
-        if let Some(c) = uncorrected_counts {
-            self.sched.recycle_counts(c);
-        }
-        if self.pending[&index].threads == self.threads {
+        };
+        p.hist.push(hist);
+        p.uncorrected.extend(uncorrected);
+        if p.hist.len() == self.threads {
             self.emit(index, sink);
         }
     }
@@ -494,21 +484,43 @@ impl Merger {
         let Some(p) = self.pending.remove(&index) else {
             return;
         };
-        let measured = index >= self.sched.first_measured;
-        if measured {
-            let _ = self.hist.add(&p.hist);
-            if let (Some(total), Some(h)) = (&mut self.uncorrected, &p.uncorrected) {
+        // As the threads' histograms were merged when they sent them whole: the first to
+        // arrive, the others added to it in their order of arrival.
+        let hist = self
+            .merged(p.hist)
+            .unwrap_or_else(|| self.sched.new_hist());
+        let uncorrected = self.merged(p.uncorrected);
+        if index >= self.sched.first_measured {
+            let _ = self.hist.add(&hist);
+            if let (Some(total), Some(h)) = (&mut self.uncorrected, &uncorrected) {
                 let _ = total.add(h);
             }
         }
         // The line goes to the sink only: kept here, a long run's lines grew its memory
         // (about 100 bytes a second, steps of 70 and 150 KB as the vector doubled).
         let line = interval_line(&self.sched, &p.msg);
-        sink.interval(&line, &p.hist);
-        self.pool.give(p.hist);
-        if let Some(h) = p.uncorrected {
+        sink.interval(&line, &hist);
+        self.pool.give(hist);
+        if let Some(h) = uncorrected {
             self.pool.give(h);
         }
+        if self.pending.is_empty() && self.sched.take_surplus() {
+            release_freed_memory();
+        }
+    }
+
+    /// The threads' counts merged into one histogram (None without counts); their buffers
+    /// go back to the threads.
+    fn merged(&mut self, counts: Vec<Counts>) -> Option<Histogram<u64>> {
+        let mut counts = counts.into_iter();
+        let first = counts.next()?;
+        let mut merged = self.pool.rebuilt(&first);
+        self.sched.recycle_counts(first);
+        for c in counts {
+            self.pool.add(&mut merged, &c);
+            self.sched.recycle_counts(c);
+        }
+        Some(merged)
     }
 
     fn finish(
@@ -603,6 +615,21 @@ impl Merger {
         }
     }
 }
+
+/// Gives the memory malloc holds free back to the system. Called once the engine has caught
+/// up after falling behind: the buffers the threads allocated meanwhile are free again, and
+/// glibc would otherwise keep each arena at its high-water mark for the rest of the run (a
+/// soak's RSS stepped up after each moment the engine fell behind and stayed there).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_freed_memory() {
+    // SAFETY: malloc_trim only walks and releases the allocator's own free chunks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_freed_memory() {}
 
 /// Busy % of each CPU of the cpuset, its threads' busy time summed (threads sharing a CPU
 /// share its 100%); of each thread when unpinned.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hdrhistogram::Histogram;
@@ -30,6 +30,9 @@ pub(super) struct Schedule {
     /// would let every moment the engine fell behind add buffers for good (a pool of 64 grew
     /// a 30-minute soak's RSS by 1% in 12 minutes); fewer would allocate every second.
     counts_per_interval: AtomicUsize,
+    /// Whether a buffer was dropped, the spares being full: one a thread allocated while the
+    /// engine fell behind (see [`Schedule::take_surplus`]).
+    surplus: AtomicBool,
 }
 
 impl Schedule {
@@ -49,6 +52,7 @@ impl Schedule {
             hist_max_ns: (timeout_ns * 2).max(1_000_000_000),
             spare_counts: Mutex::new(Vec::new()),
             counts_per_interval: AtomicUsize::new(0),
+            surplus: AtomicBool::new(false),
         }
     }
 
@@ -95,8 +99,16 @@ impl Schedule {
         if let Ok(mut spare) = self.spare_counts.lock() {
             if spare.len() < self.counts_per_interval.load(Ordering::Relaxed) {
                 spare.push(counts.buckets);
+            } else {
+                self.surplus.store(true, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Whether buffers beyond the spares were dropped since the last call: the threads
+    /// allocated while the engine fell behind, and that memory is free again.
+    pub fn take_surplus(&self) -> bool {
+        self.surplus.swap(false, Ordering::Relaxed)
     }
 }
 
