@@ -486,9 +486,7 @@ impl Merger {
         };
         // As the threads' histograms were merged when they sent them whole: the first to
         // arrive, the others added to it in their order of arrival.
-        let hist = self
-            .merged(p.hist)
-            .unwrap_or_else(|| self.sched.new_hist());
+        let hist = self.merged(p.hist).unwrap_or_else(|| self.sched.new_hist());
         let uncorrected = self.merged(p.uncorrected);
         if index >= self.sched.first_measured {
             let _ = self.hist.add(&hist);
@@ -764,7 +762,9 @@ mod tests {
 
     /// A latency: mostly 20 us to 5 ms, now and then beyond the histograms' 1 s range.
     fn latency_ns(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let r = *seed >> 33;
         match r % 500 {
             0 => 1_000_000_000 + r % 40_000_000_000,
@@ -804,7 +804,11 @@ mod tests {
                     let now = second * 1_000_000_000 + k * 1_000_000;
                     let (lat, unc) = (latency_ns(&mut seed), latency_ns(&mut seed) / 3);
                     // Thread 2 alone, at second 4, past the range (its histogram grows).
-                    let lat = if second == 4 && t == 2 && k == 0 { 90_000_000_000 } else { lat };
+                    let lat = if second == 4 && t == 2 && k == 0 {
+                        90_000_000_000
+                    } else {
+                        lat
+                    };
                     rec.success(lat, unc, now);
                     if rec.in_window(now) {
                         let _ = fresh[t].record(lat);
@@ -836,12 +840,23 @@ mod tests {
             }
         }
         assert_eq!(logged.0.len(), 7);
-        assert!(expected.iter().any(|e| e[24..32] != expected[0][24..32]), "no interval grew");
+        assert!(
+            expected.iter().any(|e| e[24..32] != expected[0][24..32]),
+            "no interval grew"
+        );
         for (i, (got, want)) in logged.0.iter().zip(&expected).enumerate() {
             // The header (range included) and the counts; only the first bytes when they differ.
-            assert!(got == want, "interval {i}: {:?} vs {:?}", &got[..40], &want[..40]);
+            assert!(
+                got == want,
+                "interval {i}: {:?} vs {:?}",
+                &got[..40],
+                &want[..40]
+            );
         }
-        assert!(v2(&merger.hist) == v2(&window), "the window's histogram differs");
+        assert!(
+            v2(&merger.hist) == v2(&window),
+            "the window's histogram differs"
+        );
         assert_eq!(latency_us(&merger.hist), latency_us(&window));
         let uncorrected = merger.uncorrected.as_ref().unwrap();
         assert_eq!(latency_us(uncorrected), latency_us(&window_uncorrected));

@@ -4,8 +4,8 @@
 //! live here too: the recorder fills them, and the loops and the engine read them.
 
 use std::collections::BTreeMap;
-use std::sync::mpsc::Sender;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
 use hdrhistogram::Histogram;
