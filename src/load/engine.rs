@@ -1,5 +1,6 @@
 //! Runs the generator threads and merges what they report.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{channel, Receiver};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::recorder::{IntervalMsg, Msg, Schedule, Totals};
+use super::recorder::{Counts, IntervalMsg, Msg, Schedule, Totals};
 use super::target::Target;
 use super::worker::Worker;
 use super::{LoadConfig, LoadError, LoadOutcome};
@@ -340,14 +341,76 @@ impl WindowSignal {
     }
 }
 
+/// One interval some threads have reported: their figures summed, their histograms merged.
+/// Their histograms stay counts until the last thread's arrive: rebuilt at once, an interval
+/// a slow thread held back kept two ~200 KB histograms each (a soak's heap grew 416 KB).
+struct Pending {
+    /// Their figures summed (without the counts, kept below).
+    msg: IntervalMsg,
+    /// Each thread's latencies from the intended send time, in order of arrival.
+    hist: Vec<Counts>,
+    /// Open loop: each thread's latencies from the actual send time, in order of arrival.
+    uncorrected: Vec<Counts>,
+}
+
+/// Histograms the merger rebuilds the threads' intervals into, reused from one second to
+/// the next so the engine does not allocate two ~200 KB histograms per thread per second
+/// either.
+struct HistPool {
+    sched: Arc<Schedule>,
+    /// Empty histograms as [`Schedule::new_hist`] makes them.
+    spare: Vec<Histogram<u64>>,
+    /// The counts array length of a histogram that never grew.
+    fresh_len: usize,
+}
+
+/// Spare histograms the merger keeps: it rebuilds one interval at a time, into at most four
+/// (a merged pair and a scratch one for each).
+const SPARE_HISTS_MAX: usize = 4;
+
+impl HistPool {
+    fn new(sched: &Arc<Schedule>) -> Self {
+        HistPool {
+            sched: sched.clone(),
+            spare: Vec::new(),
+            fresh_len: sched.new_hist().distinct_values(),
+        }
+    }
+
+    /// The histogram the thread would have sent: a fresh one with `counts` recorded.
+    fn rebuilt(&mut self, counts: &Counts) -> Histogram<u64> {
+        let mut h = self.spare.pop().unwrap_or_else(|| self.sched.new_hist());
+        counts.replay(&mut h);
+        h
+    }
+
+    /// Takes `h` back once read. One that grew past the usual range (an outlier) is dropped,
+    /// not kept: a reused histogram must be exactly a fresh one, its range included, since
+    /// the interval log writes the range and merging depends on it.
+    fn give(&mut self, mut h: Histogram<u64>) {
+        let fresh = h.high() == self.sched.hist_max_ns && h.distinct_values() == self.fresh_len;
+        if fresh && self.spare.len() < SPARE_HISTS_MAX {
+            h.reset();
+            self.spare.push(h);
+        }
+    }
+
+    /// Adds `counts` to `into` as adding the thread's own histogram did.
+    fn add(&mut self, into: &mut Histogram<u64>, counts: &Counts) {
+        let h = self.rebuilt(counts);
+        let _ = into.add(&h);
+        self.give(h);
+    }
+}
+
 /// Merges the threads' intervals into per-second lines and the window's histograms.
 struct Merger {
     threads: usize,
     sched: Arc<Schedule>,
-    pending: BTreeMap<usize, (usize, IntervalMsg)>,
+    pending: BTreeMap<usize, Pending>,
+    pool: HistPool,
     hist: Histogram<u64>,
     uncorrected: Option<Histogram<u64>>,
-    intervals: Vec<IntervalLine>,
     totals: Vec<Totals>,
 }
 
@@ -357,9 +420,9 @@ impl Merger {
             threads: config.threads,
             sched: sched.clone(),
             pending: BTreeMap::new(),
+            pool: HistPool::new(sched),
             hist: sched.new_hist(),
             uncorrected: config.rate_rps.map(|_| sched.new_hist()),
-            intervals: Vec::new(),
             totals: Vec::new(),
         }
     }
@@ -394,38 +457,68 @@ impl Merger {
         }
     }
 
-    fn add(&mut self, m: IntervalMsg, sink: &mut dyn IntervalSink) {
+    fn add(&mut self, mut m: IntervalMsg, sink: &mut dyn IntervalSink) {
         let index = m.index;
-        match self.pending.remove(&index) {
-            None => {
-                self.pending.insert(index, (1, m));
+        let hist = std::mem::take(&mut m.hist);
+        let uncorrected = m.uncorrected.take();
+        let p = match self.pending.entry(index) {
+            Entry::Vacant(slot) => slot.insert(Pending {
+                msg: m,
+                hist: Vec::with_capacity(self.threads),
+                uncorrected: Vec::new(),
+            }),
+            Entry::Occupied(slot) => {
+                let p = slot.into_mut();
+                merge_interval(&mut p.msg, m);
+                p
             }
-            Some((n, mut acc)) => {
-                merge_interval(&mut acc, m);
-                self.pending.insert(index, (n + 1, acc));
-            }
-        }
-        if self.pending[&index].0 == self.threads {
+        };
+        p.hist.push(hist);
+        p.uncorrected.extend(uncorrected);
+        if p.hist.len() == self.threads {
             self.emit(index, sink);
         }
     }
 
     fn emit(&mut self, index: usize, sink: &mut dyn IntervalSink) {
-        let Some((_, m)) = self.pending.remove(&index) else {
+        let Some(p) = self.pending.remove(&index) else {
             return;
         };
-        let measured = index >= self.sched.first_measured;
-        if measured {
-            let _ = self.hist.add(&m.hist);
-            if let (Some(total), Some(h)) = (&mut self.uncorrected, &m.uncorrected) {
+        // As the threads' histograms were merged when they sent them whole: the first to
+        // arrive, the others added to it in their order of arrival.
+        let hist = self.merged(p.hist).unwrap_or_else(|| self.sched.new_hist());
+        let uncorrected = self.merged(p.uncorrected);
+        if index >= self.sched.first_measured {
+            let _ = self.hist.add(&hist);
+            if let (Some(total), Some(h)) = (&mut self.uncorrected, &uncorrected) {
                 let _ = total.add(h);
             }
         }
-        let line = interval_line(&self.sched, &m);
-        if measured {
-            self.intervals.push(line.clone());
+        // The line goes to the sink only: kept here, a long run's lines grew its memory
+        // (about 100 bytes a second, steps of 70 and 150 KB as the vector doubled).
+        let line = interval_line(&self.sched, &p.msg);
+        sink.interval(&line, &hist);
+        self.pool.give(hist);
+        if let Some(h) = uncorrected {
+            self.pool.give(h);
         }
-        sink.interval(&line, &m.hist);
+        if self.pending.is_empty() && self.sched.take_surplus() {
+            release_freed_memory();
+        }
+    }
+
+    /// The threads' counts merged into one histogram (None without counts); their buffers
+    /// go back to the threads.
+    fn merged(&mut self, counts: Vec<Counts>) -> Option<Histogram<u64>> {
+        let mut counts = counts.into_iter();
+        let first = counts.next()?;
+        let mut merged = self.pool.rebuilt(&first);
+        self.sched.recycle_counts(first);
+        for c in counts {
+            self.pool.add(&mut merged, &c);
+            self.sched.recycle_counts(c);
+        }
+        Some(merged)
     }
 
     fn finish(
@@ -517,10 +610,24 @@ impl Merger {
             window_unix_ns: (window_start_ns, started_unix_ns + end_ns as i64),
             report,
             hist_ns: self.hist,
-            intervals: self.intervals,
         }
     }
 }
+
+/// Gives the memory malloc holds free back to the system. Called once the engine has caught
+/// up after falling behind: the buffers the threads allocated meanwhile are free again, and
+/// glibc would otherwise keep each arena at its high-water mark for the rest of the run (a
+/// soak's RSS stepped up after each moment the engine fell behind and stayed there).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_freed_memory() {
+    // SAFETY: malloc_trim only walks and releases the allocator's own free chunks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_freed_memory() {}
 
 /// Busy % of each CPU of the cpuset, its threads' busy time summed (threads sharing a CPU
 /// share its 100%); of each thread when unpinned.
@@ -556,11 +663,8 @@ fn late_share(late_sends: Option<u64>, send_lag: Option<&Histogram<u64>>) -> f64
     }
 }
 
+/// Sums `m`'s figures into `acc` (the histograms are merged apart, see [`Merger::add`]).
 fn merge_interval(acc: &mut IntervalMsg, m: IntervalMsg) {
-    let _ = acc.hist.add(&m.hist);
-    if let (Some(a), Some(b)) = (&mut acc.uncorrected, &m.uncorrected) {
-        let _ = a.add(b);
-    }
     acc.ops += m.ops;
     acc.lat_sum_ns += m.lat_sum_ns;
     acc.bytes_sent += m.bytes_sent;
@@ -607,6 +711,7 @@ fn pct(part: f64, whole: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc::channel;
 
     fn thread_busy(thread: usize, cpu_s: f64) -> Totals {
         Totals {
@@ -635,6 +740,128 @@ mod tests {
         assert!((busy[0] - 57.0).abs() < 1e-9 && (busy[1] - 38.0).abs() < 1e-9);
         // Unpinned threads may each have a CPU of their own.
         assert_eq!(busy_by_cpu(&LoadConfig::default(), &totals, 1.0).len(), 5);
+    }
+
+    /// The V2 bytes of `h` (what `--hist-log` writes, before compression).
+    fn v2(h: &Histogram<u64>) -> Vec<u8> {
+        use hdrhistogram::serialization::{Serializer, V2Serializer};
+        let mut out = Vec::new();
+        V2Serializer::new().serialize(h, &mut out).unwrap();
+        out
+    }
+
+    /// Collects the V2 bytes of each interval's histogram the sink is given.
+    #[derive(Default)]
+    struct Logged(Vec<Vec<u8>>);
+
+    impl IntervalSink for Logged {
+        fn interval(&mut self, _: &IntervalLine, hist_ns: &Histogram<u64>) {
+            self.0.push(v2(hist_ns));
+        }
+    }
+
+    /// A latency: mostly 20 us to 5 ms, now and then beyond the histograms' 1 s range.
+    fn latency_ns(seed: &mut u64) -> u64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let r = *seed >> 33;
+        match r % 500 {
+            0 => 1_000_000_000 + r % 40_000_000_000,
+            _ => 20_000 + r % 5_000_000,
+        }
+    }
+
+    #[test]
+    fn merged_intervals_are_the_histograms_the_threads_used_to_send_byte_for_byte() {
+        use super::super::recorder::Recorder;
+        let config = LoadConfig {
+            threads: 3,
+            rate_rps: Some(1000.0),
+            warmup: Duration::from_secs(1),
+            duration: Duration::from_secs(6),
+            timeout: Duration::from_millis(100),
+            ..LoadConfig::default()
+        };
+        let sched = Arc::new(Schedule::new(&config));
+        assert_eq!(sched.hist_max_ns, 1_000_000_000);
+        let (tx, rx) = channel();
+        let mut recs: Vec<Recorder> = (0..3)
+            .map(|t| Recorder::new(sched.clone(), tx.clone(), t, true))
+            .collect();
+        let mut merger = Merger::new(&config, &sched);
+        let mut logged = Logged::default();
+        // What the threads sent before: a fresh histogram per thread and interval, the first
+        // to arrive merged with the others in their order of arrival.
+        let mut expected: Vec<Vec<u8>> = Vec::new();
+        let mut window = sched.new_hist();
+        let mut window_uncorrected = sched.new_hist();
+        let mut seed = 17;
+        for second in 0..7u64 {
+            let mut fresh: Vec<Histogram<u64>> = (0..3).map(|_| sched.new_hist()).collect();
+            for (t, rec) in recs.iter_mut().enumerate() {
+                for k in 0..300 + 100 * t as u64 {
+                    let now = second * 1_000_000_000 + k * 1_000_000;
+                    let (lat, unc) = (latency_ns(&mut seed), latency_ns(&mut seed) / 3);
+                    // Thread 2 alone, at second 4, past the range (its histogram grows).
+                    let lat = if second == 4 && t == 2 && k == 0 {
+                        90_000_000_000
+                    } else {
+                        lat
+                    };
+                    rec.success(lat, unc, now);
+                    if rec.in_window(now) {
+                        let _ = fresh[t].record(lat);
+                        let _ = window_uncorrected.record(unc);
+                    }
+                }
+            }
+            // A different thread arrives first each second.
+            let order: Vec<usize> = (0..3).map(|i| (i + second as usize) % 3).collect();
+            let mut merged: Option<Histogram<u64>> = None;
+            for &t in &order {
+                recs[t].cross_boundaries((second + 1) * 1_000_000_000, || 0);
+                let Ok(Msg::Interval(m)) = rx.try_recv() else {
+                    panic!("no interval")
+                };
+                merger.add(*m, &mut logged);
+                let h = std::mem::replace(&mut fresh[t], sched.new_hist());
+                match &mut merged {
+                    None => merged = Some(h),
+                    Some(acc) => acc.add(&h).unwrap(),
+                }
+            }
+            let merged = merged.unwrap();
+            if second >= 1 {
+                window.add(&merged).unwrap();
+                expected.push(v2(&merged));
+            } else {
+                expected.push(v2(&sched.new_hist()));
+            }
+        }
+        assert_eq!(logged.0.len(), 7);
+        assert!(
+            expected.iter().any(|e| e[24..32] != expected[0][24..32]),
+            "no interval grew"
+        );
+        for (i, (got, want)) in logged.0.iter().zip(&expected).enumerate() {
+            // The header (range included) and the counts; only the first bytes when they differ.
+            assert!(
+                got == want,
+                "interval {i}: {:?} vs {:?}",
+                &got[..40],
+                &want[..40]
+            );
+        }
+        assert!(
+            v2(&merger.hist) == v2(&window),
+            "the window's histogram differs"
+        );
+        assert_eq!(latency_us(&merger.hist), latency_us(&window));
+        let uncorrected = merger.uncorrected.as_ref().unwrap();
+        assert_eq!(latency_us(uncorrected), latency_us(&window_uncorrected));
+        // The merger kept what it rebuilt into, never more than its bound.
+        assert!((1..=SPARE_HISTS_MAX).contains(&merger.pool.spare.len()));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use std::sync::atomic::AtomicBool;
 
-use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
+use crate::record::load::{IntervalSink, LoadReport};
 
 /// Everything one load run needs.
 #[derive(Debug, Clone)]
@@ -152,8 +152,6 @@ pub struct LoadOutcome {
     pub report: LoadReport,
     /// All latencies of the measured window, nanoseconds (corrected in open loop).
     pub hist_ns: hdrhistogram::Histogram<u64>,
-    /// The per-second lines of the measured window.
-    pub intervals: Vec<IntervalLine>,
     /// The measured window on this host's wall clock, (start, end) in ns since the Unix epoch.
     pub window_unix_ns: (i64, i64),
 }

@@ -130,7 +130,6 @@ mod tests {
         let outcome = LoadOutcome {
             report: Default::default(),
             hist_ns: h.clone(),
-            intervals: Vec::new(),
             window_unix_ns: (10, 20),
         };
         let mut out = Vec::new();
