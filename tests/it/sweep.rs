@@ -1250,6 +1250,7 @@ mod driver_helpers {
             out_dir: std::env::temp_dir(),
             instances: Vec::new(),
             group_cpus: Vec::new(),
+            group_targets: Vec::new(),
         };
         struct Discard;
         impl IntervalSink for Discard {
