@@ -78,7 +78,8 @@ fn wait_clean(ns: &str) -> Vec<String> {
 }
 
 /// One rank's daemon over a step's window: both ranks, remote requests both ways, no failure.
-fn check_rank(step: &Value, label: &str, rank: u64) -> (f64, f64) {
+/// Its RTT and turnaround p50 (µs) and remote requests answered.
+fn check_rank(step: &Value, label: &str, rank: u64) -> (f64, f64, u64) {
     let m = &step["target_metrics"][label];
     assert_eq!(m["gauges"]["rank"], rank, "{label}: {m}");
     assert_eq!(m["gauges"]["ranks"], 2, "{label}: {m}");
@@ -107,7 +108,7 @@ fn check_rank(step: &Value, label: &str, rank: u64) -> (f64, f64) {
         .unwrap()
         / 1e3;
     assert!(p50_us > 0.0 && turnaround_us > 0.0, "{label}: {m}");
-    (p50_us, turnaround_us)
+    (p50_us, turnaround_us, counter("remote_done"))
 }
 
 #[test]
@@ -151,10 +152,10 @@ fn the_two_host_example_runs_small_with_each_rank_on_its_host() {
                 .collect();
             let want = [format!("kvd://{name}"), format!("kvd://{name}-r1")];
             assert_eq!(urls, want, "{step}");
-            let (r0, t0) = check_rank(step, "kvd", 0);
-            let (r1, t1) = check_rank(step, "kvd.r1", 1);
+            let (r0, t0, n0) = check_rank(step, "kvd", 0);
+            let (r1, t1, n1) = check_rank(step, "kvd.r1", 1);
             eprintln!(
-                "figures: {per_rank} clients/rank: {:.0} req/s, RTT p50 rank 0 {r0:.1} µs, rank 1 {r1:.1} µs; turnaround p50 {t0:.1} / {t1:.1} µs",
+                "figures: {per_rank} clients/rank: {:.0} req/s, remote answered {n0} / {n1}, RTT p50 rank 0 {r0:.1} µs, rank 1 {r1:.1} µs; turnaround p50 {t0:.1} / {t1:.1} µs",
                 step["throughput_rps"].as_f64().unwrap()
             );
             // Rank 0 is the step's server, observed on its host; rank 1 is observed on its own.
