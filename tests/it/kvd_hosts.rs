@@ -183,6 +183,64 @@ fn the_two_host_example_runs_small_with_each_rank_on_its_host() {
     });
 }
 
+#[test]
+fn a_rank_killed_on_its_host_fails_the_step_with_its_name_and_the_next_step_runs() {
+    with_lab(&["a", "b"], &[], |lab| {
+        let name = format!("sbt-kvdk-{}", std::process::id());
+        let text = small_example(lab, &name).replace("clients = [2, 4]", "clients = [2, 4, 6]");
+        let spec = lab.dir.path().join("kvd.toml");
+        std::fs::write(&spec, text).unwrap();
+        let dir = lab.dir.path().join("run");
+        let child = common::cli_cmd()
+            .arg("run")
+            .arg(&spec)
+            .arg("--out")
+            .arg(&dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+        while std::fs::read_to_string(dir.join("steps.jsonl")).map_or(0, |s| s.lines().count()) < 1
+        {
+            assert!(std::time::Instant::now() < deadline, "no step finished");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // Rank 1 runs on host b only.
+        let rank1 = ns_pids(&lab.host("b").ns)
+            .into_iter()
+            .find(|&p| describe(p).contains(" serve kvd"))
+            .expect("rank 1 runs in host b's namespace");
+        assert!(describe(rank1).contains(&format!("{name}-r1")));
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(rank1 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // A failed step makes the run exit 1; the other steps still ran.
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&dir);
+        assert_eq!(steps.len(), 3, "{steps:?}");
+        assert_eq!(steps[0]["status"], "ok", "{}", steps[0]);
+        assert_eq!(steps[1]["status"], "failed", "{}", steps[1]);
+        let reason = steps[1]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("rank 1 on host b") && reason.contains("killed by signal 9"),
+            "{reason}"
+        );
+        // Both ranks are started again for the next step.
+        assert_eq!(steps[2]["status"], "ok", "{}", steps[2]);
+        check_rank(&steps[2], "kvd.r1", 1);
+        for h in ["a", "b"] {
+            let left = wait_clean(&lab.host(h).ns);
+            assert!(left.is_empty(), "left on {h}: {left:?}");
+        }
+    });
+}
+
 fn plan_error(text: &str) -> String {
     let file = SpecFile::parse(Path::new("s.toml"), text).map_err(|e| e.to_string());
     match file.and_then(|f| Plan::new(f, common::stairbench_bin()).map_err(|e| e.to_string())) {
