@@ -6,6 +6,9 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
 use clap::Args;
+use serde_json::{json, Value};
+
+use crate::observe::metrics::{difference, MetricsFormat, MetricsSource};
 
 /// Options of `stairbench environment`.
 #[derive(Debug, Args)]
@@ -54,6 +57,10 @@ pub struct ObserveArgs {
     /// CPUs whose busy % is reported as the client's.
     #[arg(long)]
     pub client_cpus: Option<crate::cpuset::CpuList>,
+    /// A JSON metrics file the server rewrites (as `serve kvd --metrics`): read at both edges
+    /// of the window, its difference printed under `target_metrics` (one per file, in order).
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Vec<std::path::PathBuf>,
 }
 
 /// Attaches (perf with its counters off) at once, starts the window at the line `start` on
@@ -71,21 +78,40 @@ pub fn observe(args: ObserveArgs) -> anyhow::Result<ExitCode> {
     std::io::stdout().flush()?;
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
-    let mut begun = false;
+    let sources: Vec<MetricsSource> = (args.metrics.iter())
+        .map(|path| MetricsSource::File {
+            path: path.clone(),
+            format: MetricsFormat::Json,
+        })
+        .collect();
+    let snapshots = || -> Vec<_> { sources.iter().map(MetricsSource::snapshot_fresh).collect() };
+    let mut before = None;
     while let Some(Ok(line)) = lines.next() {
         match line.trim() {
-            "start" if !begun => {
+            "start" if before.is_none() => {
                 obs.begin();
-                begun = true;
+                // After the observers: waiting for a file's rewrite must not delay them.
+                before = Some(snapshots());
             }
             "stop" => break,
             _ => {}
         }
     }
-    if !begun {
+    let before = before.unwrap_or_else(|| {
         obs.begin();
-    }
+        snapshots()
+    });
     let observation = obs.finish();
-    println!("{}", serde_json::to_string(&observation)?);
+    let mut out = serde_json::to_value(&observation)?;
+    if !sources.is_empty() {
+        let windows: Vec<Value> = (before.into_iter().zip(snapshots()))
+            .map(|pair| match pair {
+                (Ok(a), Ok(b)) => difference(&a, &b),
+                (Err(why), _) | (_, Err(why)) => json!({ "note": why }),
+            })
+            .collect();
+        out["target_metrics"] = Value::Array(windows);
+    }
+    println!("{}", serde_json::to_string(&out)?);
     Ok(ExitCode::SUCCESS)
 }

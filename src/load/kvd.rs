@@ -26,9 +26,11 @@ use crate::wire::shmkv::ShmkvError;
 /// How long a client waits for the region to appear (a daemon just started).
 const ATTACH_WAIT: Duration = Duration::from_secs(5);
 
-/// Runs one load on `kvd://NAME` (called by the engine for that scheme).
+/// Runs one load on `kvd://NAME` (called by the engine for that scheme), its warm-up started
+/// at `start_at_unix_ns` when given (client groups on several hosts start together).
 pub fn run(
     config: &LoadConfig,
+    start_at_unix_ns: Option<i64>,
     sink: &mut dyn IntervalSink,
     stop: &AtomicBool,
 ) -> Result<LoadOutcome, LoadError> {
@@ -72,7 +74,7 @@ pub fn run(
         stop_flag,
         rx,
     };
-    threads.drive(&config, &sched, None, sink, stop)
+    threads.drive(&config, &sched, start_at_unix_ns, sink, stop)
 }
 
 /// The daemons' names, once the options are known to suit a kvd client.

@@ -195,10 +195,10 @@ pub fn run_at(
                 "--ramp and --arrivals poisson work with socket targets, not shm://".into(),
             ));
         }
-        return shm::run(config, sink, stop);
+        return shm::run(config, start_at_unix_ns, sink, stop);
     }
     if config.url.starts_with("kvd://") {
-        return kvd::run(config, sink, stop);
+        return kvd::run(config, start_at_unix_ns, sink, stop);
     }
     engine::run_sockets(config, start_at_unix_ns, sink, stop)
 }

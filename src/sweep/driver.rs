@@ -45,6 +45,19 @@ pub struct StepRequest {
     pub instances: Vec<InstanceAddr>,
     /// Each client group's cpuset on its own host (empty without client groups).
     pub group_cpus: Vec<Vec<usize>>,
+    /// What each client group loads when it differs from `url` (a kvd target over several
+    /// hosts: its host's rank); empty: every group loads `url`.
+    pub group_targets: Vec<GroupTarget>,
+}
+
+/// What one client group loads instead of the step's url.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupTarget {
+    /// The engine's URL for this group.
+    pub url: String,
+    /// Added to the spec's seed (a kvd rank's number: client i of rank r draws with
+    /// (seed + r) × 1000 + i, seed 004's seeding when the spec's seed is 0).
+    pub seed_offset: u64,
 }
 
 /// Where one instance of a step's target listens.

@@ -250,6 +250,7 @@ impl Runner<'_> {
             // A profile pass loads one server (a split target's first instance).
             instances: Vec::new(),
             group_cpus: Vec::new(),
+            group_targets: Vec::new(),
         }
     }
 }

@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 
 use super::driver::{Driver, StepLoad, StepRequest};
 use super::error::StepError;
-use super::plan::{Plan, Point, Series, TargetPlan};
+use super::plan::{Plan, Point, Series, TargetKind, TargetPlan};
 use super::progress::{LiveStep, Progress};
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
@@ -665,6 +665,7 @@ impl Runner<'_> {
         StepRequest {
             instances: super::instances::addrs(&server.extras(), &url),
             group_cpus: cpus.groups,
+            group_targets: self.group_targets(key.target),
             step_id: key.id.clone(),
             url: url.replace("{port}", &port.to_string()),
             port,
@@ -679,6 +680,30 @@ impl Runner<'_> {
             client_cpus: cpus.pair.client,
             out_dir: self.dir.path.clone(),
         }
+    }
+
+    /// A kvd target over several hosts: each client group loads the rank on its own host
+    /// (the plan refused groups on a host without one), seeded with that rank.
+    fn group_targets(&self, target: &TargetPlan) -> Vec<super::driver::GroupTarget> {
+        let TargetKind::Builtin(args) = &target.kind else {
+            return Vec::new();
+        };
+        if target.rank_hosts.is_empty() {
+            return Vec::new();
+        }
+        let groups = &self.plan.hosts.client_groups;
+        groups
+            .iter()
+            .map(|g| {
+                let rank = (target.rank_hosts.iter())
+                    .position(|h| g.as_deref() == Some(h.as_str()))
+                    .unwrap_or(0);
+                super::driver::GroupTarget {
+                    url: super::plan::ranks::rank_url(args, rank),
+                    seed_offset: rank as u64,
+                }
+            })
+            .collect()
     }
 
     fn sleep(&self, d: Duration) {

@@ -151,6 +151,10 @@ pub struct TargetSpec {
     /// The `[hosts]` entry the server runs on (this machine when absent).
     #[serde(default)]
     pub host: Option<String>,
+    /// A built-in kvd target whose ranks run on other hosts: rank j on `rank_hosts[j]`, each
+    /// started there by the runner (`--rank j`, region NAME-rj, its own metrics file).
+    #[serde(default)]
+    pub rank_hosts: Option<Vec<String>>,
     /// A server already running (url, no builtin or command): its process id.
     #[serde(default)]
     pub pid: Option<i32>,

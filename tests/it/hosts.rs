@@ -352,6 +352,7 @@ mod group_load_args {
             out_dir: PathBuf::new(),
             instances: Vec::new(),
             group_cpus: Vec::new(),
+            group_targets: Vec::new(),
         };
         let proto = ProtoOptions {
             preload: true,

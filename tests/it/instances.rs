@@ -562,6 +562,7 @@ mod merge_units {
             client_cpus: vec![0, 1],
             out_dir: std::path::PathBuf::new(),
             group_cpus: Vec::new(),
+            group_targets: Vec::new(),
             instances: vec![
                 InstanceAddr {
                     port: 1,

@@ -28,6 +28,7 @@ mod hostile;
 mod hosts;
 mod instances;
 mod kvd;
+mod kvd_hosts;
 mod layering;
 mod live;
 mod load_engine;

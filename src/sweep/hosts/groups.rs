@@ -227,10 +227,11 @@ impl GroupDriver {
                 .enumerate()
                 .map(|(k, ((sub, host), &at))| {
                     let tx = tx.clone();
-                    let (proto, halt, slowest) = (&self.proto, &halt, &slowest_start_ns);
+                    let proto = group_proto(&self.proto, req, k);
+                    let (halt, slowest) = (&halt, &slowest_start_ns);
                     let start = GroupStart { at, lead, slowest };
                     scope.spawn(move || {
-                        let result = run_group(host, sub, proto, start, k, tx, halt);
+                        let result = run_group(host, sub, &proto, start, k, tx, halt);
                         if result.is_err() {
                             halt.store(true, Ordering::Relaxed);
                         }
@@ -422,10 +423,24 @@ fn group_request(req: &StepRequest, k: usize, n: usize) -> StepRequest {
             .clamp(1, connections.max(1)),
         rate_rps: req.rate_rps.map(|r| r / n as f64),
         client_cpus: req.group_cpus.get(k).cloned().unwrap_or_default(),
+        url: req
+            .group_targets
+            .get(k)
+            .map_or_else(|| req.url.clone(), |t| t.url.clone()),
         instances: Vec::new(),
         group_cpus: Vec::new(),
+        group_targets: Vec::new(),
         ..req.clone()
     }
+}
+
+/// Group `k`'s protocol options: the spec's, its seed moved by the group's target's offset.
+fn group_proto(proto: &ProtoOptions, req: &StepRequest, k: usize) -> ProtoOptions {
+    let mut proto = proto.clone();
+    if let Some(t) = req.group_targets.get(k) {
+        proto.seed = proto.seed.wrapping_add(t.seed_offset);
+    }
+    proto
 }
 
 /// Runs one group: here with the engine, on a host with `stairbench load` over ssh. `halt`
@@ -532,6 +547,7 @@ mod tests {
             out_dir: std::path::PathBuf::new(),
             instances: Vec::new(),
             group_cpus: Vec::new(),
+            group_targets: Vec::new(),
         };
         let entry = json!({ "client_cpu": { "per_core_busy": [40.0, 30.0, 20.0] } });
         let busy = merged_busy(&req, entry.as_object().unwrap());

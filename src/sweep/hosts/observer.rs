@@ -5,21 +5,22 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::server::RemoteTarget;
 use crate::observe::step::{Observed, ServerExtras, StepObserver};
 use crate::observe::Observation;
 
 /// Passes everything to `inner`, except a remote server's own figures, which come from its
-/// host.
+/// host (a kvd target over several hosts: each rank's from its own).
 pub struct HostObserver<O: StepObserver> {
     /// The local observers.
     pub inner: O,
     /// Some client group runs on another host: this machine's `lo` does not carry its load.
     pub remote_clients: bool,
     remote: Option<RemoteTarget>,
-    running: Option<Running>,
+    /// One observer per remote process: the target's, then its further ranks'.
+    running: Vec<Option<Running>>,
 }
 
 struct Running {
@@ -28,6 +29,9 @@ struct Running {
     stdout: BufReader<ChildStdout>,
 }
 
+/// What a remote observer answered: the observation and its metrics window, if it read one.
+type Answer = Result<(Observation, Option<Value>), String>;
+
 impl<O: StepObserver> HostObserver<O> {
     /// Wraps the local observers.
     pub fn new(inner: O) -> Self {
@@ -35,11 +39,44 @@ impl<O: StepObserver> HostObserver<O> {
             inner,
             remote_clients: false,
             remote: None,
-            running: None,
+            running: Vec::new(),
         }
     }
 
-    fn spawn(target: &RemoteTarget, server_cpus: &[usize]) -> Option<Running> {
+    /// The remote processes observed: the target, then its further ranks.
+    fn targets(&self) -> Vec<RemoteTarget> {
+        let Some(main) = &self.remote else {
+            return Vec::new();
+        };
+        std::iter::once(main.clone())
+            .chain(main.ranks.iter().cloned())
+            .collect()
+    }
+
+    /// Starts `stairbench observe` on each process's host, all at once, then waits for each
+    /// one's "ready" (perf attached there: its start-up is over before the load starts).
+    fn spawn_all(&mut self, server_cpus: &[usize]) {
+        let started: Vec<Option<Child>> = (self.targets().iter())
+            .map(|t| Self::spawn(t, server_cpus))
+            .collect();
+        self.running = started
+            .into_iter()
+            .map(|c| {
+                let mut child = c?;
+                let stdin = child.stdin.take();
+                let mut stdout = BufReader::new(child.stdout.take()?);
+                let mut ready = String::new();
+                let _ = stdout.read_line(&mut ready);
+                Some(Running {
+                    child,
+                    stdin,
+                    stdout,
+                })
+            })
+            .collect();
+    }
+
+    fn spawn(target: &RemoteTarget, server_cpus: &[usize]) -> Option<Child> {
         let mut args = vec![
             "observe".to_string(),
             "--pid".into(),
@@ -48,47 +85,51 @@ impl<O: StepObserver> HostObserver<O> {
         if !server_cpus.is_empty() {
             args.extend(["--server-cpus".into(), crate::cpuset::format(server_cpus)]);
         }
+        if let Some(file) = &target.metrics {
+            args.extend(["--metrics".into(), file.clone()]);
+        }
         let line = target
             .session
             .remote
             .in_workdir(&target.session.command(&args));
-        let mut child = target
-            .session
-            .remote
-            .spawn_piped(&line, Stdio::null())
-            .ok()?;
-        let stdin = child.stdin.take();
-        let mut stdout = BufReader::new(child.stdout.take()?);
-        // "ready": perf is attached there, its start-up is over before the load starts.
-        let mut ready = String::new();
-        let _ = stdout.read_line(&mut ready);
-        Some(Running {
-            child,
-            stdin,
-            stdout,
-        })
+        target.session.remote.spawn_piped(&line, Stdio::null()).ok()
     }
 
     fn tell(&mut self, word: &str) {
-        if let Some(stdin) = self.running.as_mut().and_then(|r| r.stdin.as_mut()) {
+        for stdin in self
+            .running
+            .iter_mut()
+            .flatten()
+            .filter_map(|r| r.stdin.as_mut())
+        {
             let _ = writeln!(stdin, "{word}");
             let _ = stdin.flush();
         }
     }
 
-    fn remote_observation(&mut self) -> Result<Observation, String> {
+    /// Each remote observer's answer, in the order of [`Self::targets`].
+    fn remote_observations(&mut self) -> Vec<Answer> {
         self.tell("stop");
-        let mut running = self
-            .running
-            .take()
-            .ok_or("the remote observer did not start")?;
-        drop(running.stdin.take());
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut running.stdout, &mut text);
-        let _ = running.child.wait();
-        let last = text.lines().last().unwrap_or("");
-        serde_json::from_str(last)
-            .map_err(|e| format!("the remote observer answered {last:?}: {e}"))
+        let running = std::mem::take(&mut self.running);
+        running
+            .into_iter()
+            .map(|r| {
+                let mut running = r.ok_or("the remote observer did not start")?;
+                drop(running.stdin.take());
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut running.stdout, &mut text);
+                let _ = running.child.wait();
+                let last = text.lines().last().unwrap_or("");
+                let bad =
+                    |e: serde_json::Error| format!("the remote observer answered {last:?}: {e}");
+                let mut value: Value = serde_json::from_str(last).map_err(bad)?;
+                // Its metrics window (the only metrics file it was given), beside the observation.
+                let metrics = (value.as_object_mut())
+                    .and_then(|m| m.remove("target_metrics"))
+                    .and_then(|m| m.get(0).cloned());
+                Ok((serde_json::from_value(value).map_err(bad)?, metrics))
+            })
+            .collect()
     }
 }
 
@@ -105,8 +146,8 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
 
     fn prepare(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
         match &self.remote {
-            Some(target) => {
-                self.running = Self::spawn(target, server_cpus);
+            Some(_) => {
+                self.spawn_all(server_cpus);
                 self.inner.prepare(None, &[], client_cpus);
             }
             None => self.inner.prepare(server_pid, server_cpus, client_cpus),
@@ -117,10 +158,8 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
         if self.remote.is_none() {
             return self.inner.start(server_pid, server_cpus, client_cpus);
         }
-        if self.running.is_none() {
-            if let Some(target) = self.remote.clone() {
-                self.running = Self::spawn(&target, server_cpus);
-            }
+        if self.running.is_empty() {
+            self.spawn_all(server_cpus);
         }
         self.tell("start");
         self.inner.start(None, &[], client_cpus);
@@ -141,39 +180,109 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
             }
             return observed;
         }
-        let remote = self.remote_observation();
+        let targets = self.targets();
+        let mut answers = self.remote_observations().into_iter();
+        let main = answers.next().unwrap_or(Err("no remote observer".into()));
         let mut observed = self.inner.finish(requests);
-        let local_cpu_s = observed
-            .derived
-            .get("observer_cpu_s")
-            .and_then(Value::as_f64)
-            .unwrap_or(0.0);
-        let host = self.remote.as_ref().map(|r| r.session.name().to_string());
-        match remote {
-            Ok(mut obs) => {
-                // Its `lo` carries none of the load's traffic, which reaches it over the network.
-                obs.loopback = None;
-                obs.notes.push(LOOPBACK_NOTE.into());
-                if let Ok(Value::Object(per)) =
-                    serde_json::to_value(crate::observe::per_request(&obs, requests))
-                {
-                    observed.derived.extend(per);
-                }
-                observed.derived.insert(
-                    "observer_cpu_s".into(),
-                    json!(local_cpu_s + obs.observer_cpu_s),
-                );
-                let mut server = serde_json::to_value(&obs).unwrap_or(Value::Null);
-                if let Value::Object(m) = &mut server {
-                    m.insert("host".into(), json!(host));
-                }
-                observed.server = server;
-            }
-            Err(why) => {
-                observed.server = json!({ "host": host, "notes": [why] });
-            }
+        let mut metrics = Map::new();
+        take_metrics(&mut metrics, &targets[0], &main);
+        server_figures(&mut observed, main, &targets[0], requests, targets.len());
+        let mut ranks = Map::new();
+        for (t, answer) in targets[1..].iter().zip(answers) {
+            take_metrics(&mut metrics, t, &answer);
+            ranks.insert(t.label.clone(), rank_figures(answer, t));
         }
+        extend_object(&mut observed.derived, "observed", ranks);
+        extend_object(&mut observed.derived, "target_metrics", metrics);
         observed
+    }
+}
+
+/// A process's metrics window, under its label, when it has a metrics file.
+fn take_metrics(out: &mut Map<String, Value>, target: &RemoteTarget, answer: &Answer) {
+    if target.metrics.is_none() {
+        return;
+    }
+    let value = match answer {
+        Ok((_, Some(m))) => m.clone(),
+        Ok((_, None)) => json!({ "note": "the remote observer read no metrics" }),
+        Err(why) => json!({ "note": why }),
+    };
+    out.insert(target.label.clone(), value);
+}
+
+/// The step's `server` figures from the target's own host (with `ranks` processes, rank 0's:
+/// the other ranks' are under `observed`).
+fn server_figures(
+    observed: &mut Observed,
+    answer: Answer,
+    target: &RemoteTarget,
+    requests: u64,
+    ranks: usize,
+) {
+    let local_cpu_s = observed
+        .derived
+        .get("observer_cpu_s")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let host = target.session.name().to_string();
+    match answer {
+        Ok((mut obs, _)) => {
+            // Its `lo` carries none of the load's traffic, which reaches it over the network.
+            obs.loopback = None;
+            obs.notes.push(LOOPBACK_NOTE.into());
+            if ranks > 1 {
+                obs.notes.push(format!(
+                    "server: rank 0's process tree on host {host}; the other {} rank(s) are under `observed`",
+                    ranks - 1
+                ));
+            }
+            if let Ok(Value::Object(per)) =
+                serde_json::to_value(crate::observe::per_request(&obs, requests))
+            {
+                observed.derived.extend(per);
+            }
+            observed.derived.insert(
+                "observer_cpu_s".into(),
+                json!(local_cpu_s + obs.observer_cpu_s),
+            );
+            let mut server = serde_json::to_value(&obs).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut server {
+                m.insert("host".into(), json!(host));
+            }
+            observed.server = server;
+        }
+        Err(why) => {
+            observed.server = json!({ "host": host, "notes": [why] });
+        }
+    }
+}
+
+/// A further rank's observation as `observed.<label>` holds it, with its host.
+fn rank_figures(answer: Answer, target: &RemoteTarget) -> Value {
+    let host = target.session.name();
+    match answer {
+        Ok((obs, _)) => {
+            let mut v = serde_json::to_value(&obs).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut v {
+                m.insert("host".into(), json!(host));
+            }
+            v
+        }
+        Err(why) => json!({ "host": host, "note": why }),
+    }
+}
+
+/// Adds `entries` to the object `key` of `derived` (created when missing).
+fn extend_object(derived: &mut Map<String, Value>, key: &str, entries: Map<String, Value>) {
+    if entries.is_empty() {
+        return;
+    }
+    match derived.get_mut(key) {
+        Some(Value::Object(m)) => m.extend(entries),
+        _ => {
+            derived.insert(key.into(), Value::Object(entries));
+        }
     }
 }
 

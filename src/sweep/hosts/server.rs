@@ -2,17 +2,18 @@
 //! until ready, watched for an early death, ended as a remote process group.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::server_health::ServerHosts;
 use super::session::{HostSession, Sessions};
+use crate::observe::metrics::MetricsPlan;
 use crate::observe::step::ServerExtras;
 use crate::placement::CpuPair;
 use crate::remote::{RemoteError, RemoteProcess, RemoteStatus, REMOTE_BIN};
-use crate::sweep::plan::{TargetKind, TargetPlan};
+use crate::sweep::plan::{ranks, TargetKind, TargetPlan};
 use crate::sweep::server::{Launcher, ProcessLauncher, Server};
 
 /// TERM, then KILL after this long, when a remote target is stopped.
@@ -25,6 +26,12 @@ pub struct RemoteTarget {
     pub session: Arc<HostSession>,
     /// The pid of its process tree's root there.
     pub pid: i32,
+    /// Its name in the results (the target's; `NAME.rJ` for a further rank).
+    pub label: String,
+    /// Its metrics file there, relative to the host's working directory, if it writes one.
+    pub metrics: Option<String>,
+    /// A kvd target over several hosts: its further ranks, each observed on its own host.
+    pub ranks: Vec<RemoteTarget>,
 }
 
 /// Starts targets that name a host over ssh, the others with `local`.
@@ -51,25 +58,36 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
         if let Some(why) = self.health.down_reason(host) {
             return Err(why);
         }
-        let session = self
-            .sessions
-            .get(host)
-            .map_err(|why| format!("host {host:?}: {why}"))?;
-        let line = remote_line(target, cpus, clients);
-        let process = match session.remote.spawn(&line, STOP_GRACE) {
-            Ok(p) => p,
-            Err(e) => {
-                let why = format!("cannot start target {:?}: {e}", target.name);
-                if matches!(e, RemoteError::Unreachable { .. }) {
-                    self.health.failed(host, &why);
+        // Every rank first, then their readiness: a kvd rank is ready once its peers are up.
+        let mut procs = Vec::new();
+        for (rank, (host, plan)) in rank_plans(target).into_iter().enumerate() {
+            let session = self
+                .sessions
+                .get(&host)
+                .map_err(|why| format!("host {host:?}: {why}"))?;
+            let line = remote_line(&plan, cpus, clients);
+            match session.remote.spawn(&line, STOP_GRACE) {
+                Ok(process) => procs.push(RemoteProc {
+                    label: rank_label(target, rank),
+                    metrics: plan.metrics.as_ref().map(|_| remote_metrics_file(&plan)),
+                    session,
+                    process,
+                }),
+                Err(e) => {
+                    let why = format!("cannot start target {:?}: {e}", plan.name);
+                    if matches!(e, RemoteError::Unreachable { .. }) {
+                        self.health.failed(&host, &why);
+                    }
+                    for p in &mut procs {
+                        p.process.stop();
+                    }
+                    return Err(why);
                 }
-                return Err(why);
             }
-        };
+        }
         let mut server = RemoteServer {
             port: target.port.unwrap_or(0),
-            session,
-            process,
+            procs,
         };
         match server.wait_ready(target, stop) {
             Ok(()) => {
@@ -103,10 +121,13 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
     }
 
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
-        match &target.host {
-            Some(host) => format!("on host {host}: {}", remote_line(target, cpus, clients)),
-            None => self.local.describe(target, cpus, clients),
+        if target.host.is_none() {
+            return self.local.describe(target, cpus, clients);
         }
+        (rank_plans(target).iter())
+            .map(|(host, plan)| format!("on host {host}: {}", remote_line(plan, cpus, clients)))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -114,17 +135,72 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-/// The shell line that starts `target` in the host's working directory.
-fn remote_line(target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
-    let launcher = ProcessLauncher {
+/// The launcher of a target's command line on a host: the binary and the run directory are
+/// the host's working directory.
+fn remote_launcher() -> ProcessLauncher {
+    ProcessLauncher {
         stairbench_bin: PathBuf::from(format!("./{}", REMOTE_BIN)),
         out_dir: PathBuf::from("."),
+    }
+}
+
+/// Where a target started on a host writes its metrics, relative to the working directory.
+fn remote_metrics_file(target: &TargetPlan) -> String {
+    let ext = target.metrics.as_ref().map_or("json", |m| m.extension());
+    let file = crate::observe::metrics::metrics_path(Path::new("."), &target.name, None, ext);
+    match &target.metrics {
+        Some(MetricsPlan::File { template, .. }) => {
+            template.replace("{metrics}", &file.display().to_string())
+        }
+        _ => file.display().to_string(),
+    }
+}
+
+/// Each process of `target` with its host: the target itself, or a kvd target's ranks (rank
+/// j on `rank_hosts[j]` with its own rank, region and metrics file `FILE.rj`).
+fn rank_plans(target: &TargetPlan) -> Vec<(String, TargetPlan)> {
+    let (TargetKind::Builtin(args), false) = (&target.kind, target.rank_hosts.is_empty()) else {
+        return target
+            .host
+            .iter()
+            .map(|h| (h.clone(), target.clone()))
+            .collect();
     };
+    (target.rank_hosts.iter().enumerate())
+        .map(|(j, host)| {
+            let mut plan = target.clone();
+            plan.kind = TargetKind::Builtin(ranks::rank_args(args, j));
+            if let (Some(MetricsPlan::File { template, format }), true) = (&target.metrics, j > 0) {
+                plan.metrics = Some(MetricsPlan::File {
+                    template: format!("{template}.r{j}"),
+                    format: *format,
+                });
+            }
+            if j > 0 {
+                // The target's ready line may name rank 0; every rank prints its own.
+                plan.ready_log = regex::Regex::new(ranks::RANK_READY).ok();
+            }
+            (host.clone(), plan)
+        })
+        .collect()
+}
+
+/// Rank `rank`'s name in the results: the target's, `NAME.rJ` for a further rank.
+fn rank_label(target: &TargetPlan, rank: usize) -> String {
+    match rank {
+        0 => target.name.clone(),
+        j => format!("{}.r{j}", target.name),
+    }
+}
+
+/// The shell line that starts `target` in the host's working directory.
+fn remote_line(target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
     let port = target.port.map_or("0".to_string(), |p| p.to_string());
-    let mut argv = launcher.argv(target, cpus, clients, &port);
+    let mut argv = remote_launcher().argv(target, cpus, clients, &port);
     if let TargetKind::Builtin(args) = &target.kind {
-        // Reached from other hosts: listen on every address, not on loopback only.
-        if !args.iter().any(|a| a == "--bind") {
+        // Reached from other hosts: listen on every address, not on loopback only (a kvd
+        // rank listens on its own --ranks address).
+        if !args.iter().any(|a| a == "--bind") && args[0] != "kvd" {
             argv.extend(["--bind".into(), "0.0.0.0".into()]);
         }
     }
@@ -132,8 +208,17 @@ fn remote_line(target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
         .iter()
         .map(|a| crate::remote::ssh::shell_quote(a))
         .collect();
+    // A metrics file left by an earlier launch would be read as this one's.
+    let prepare = match &target.metrics {
+        Some(_) => format!(
+            "mkdir -p metrics && rm -f {} && exec ",
+            crate::remote::ssh::shell_quote(&remote_metrics_file(target))
+        ),
+        None => String::new(),
+    };
     match &target.kind {
-        TargetKind::Builtin(_) | TargetKind::Running(_) => quoted.join(" "),
+        TargetKind::Builtin(_) => format!("{prepare}{}", quoted.join(" ")),
+        TargetKind::Running(_) => quoted.join(" "),
         TargetKind::Command(_) => format!(
             "taskset -c {} {}",
             crate::cpuset::format(&cpus.server),
@@ -142,67 +227,117 @@ fn remote_line(target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
     }
 }
 
-/// A target running on another host.
-pub struct RemoteServer {
+/// One process of a remote target on its host (a kvd target over several hosts has one per
+/// rank).
+struct RemoteProc {
+    /// Its name in the results and in messages (`NAME`, `NAME.rJ`).
+    label: String,
     session: Arc<HostSession>,
     process: RemoteProcess,
+    /// Its metrics file there, relative to the working directory.
+    metrics: Option<String>,
+}
+
+impl RemoteProc {
+    fn tail(&self) -> String {
+        self.process.last_output(20).join("\n")
+    }
+
+    /// Its ready line's captures, once a line of its output matches.
+    fn matched(&self, re: &regex::Regex) -> Option<Option<u16>> {
+        let lines = self.process.output_tail();
+        let caps = lines.iter().find_map(|l| re.captures(l))?;
+        Some(caps.get(1).and_then(|m| m.as_str().parse().ok()))
+    }
+
+    fn describe(&self, target: &TargetPlan) -> String {
+        match self.label == target.name {
+            true => format!("target {:?} on host {}", target.name, self.session.name()),
+            false => format!(
+                "{} of target {:?} on host {}",
+                self.rank(),
+                target.name,
+                self.session.name()
+            ),
+        }
+    }
+
+    /// `rank J` from the label `NAME.rJ`.
+    fn rank(&self) -> String {
+        let j = self.label.rsplit_once(".r").map_or("0", |(_, j)| j);
+        format!("rank {j}")
+    }
+
+    fn observed(&self) -> RemoteTarget {
+        RemoteTarget {
+            session: self.session.clone(),
+            pid: self.process.pgid(),
+            label: self.label.clone(),
+            metrics: self.metrics.clone(),
+            ranks: Vec::new(),
+        }
+    }
+}
+
+/// A target running on another host (a kvd target over several hosts: its ranks, rank 0
+/// first).
+pub struct RemoteServer {
+    procs: Vec<RemoteProc>,
     port: u16,
 }
 
 impl RemoteServer {
     fn wait_ready(&mut self, target: &TargetPlan, stop: &AtomicBool) -> Result<(), String> {
+        let plans: Vec<TargetPlan> = rank_plans(target).into_iter().map(|(_, p)| p).collect();
         let start = Instant::now();
+        let mut ready = vec![false; self.procs.len()];
         loop {
-            let status = self.process.try_status();
-            if status != RemoteStatus::Running {
-                return Err(format!(
-                    "target {:?} on host {} {status} before it was ready; its output ends with:\n{}",
-                    target.name,
-                    self.session.name(),
-                    self.tail()
-                ));
+            for k in 0..self.procs.len() {
+                let p = &mut self.procs[k];
+                let status = p.process.try_status();
+                if status != RemoteStatus::Running {
+                    return Err(format!(
+                        "{} {status} before it was ready; its output ends with:\n{}",
+                        p.describe(target),
+                        p.tail()
+                    ));
+                }
+                let take_port = k == 0 && target.port_from_log;
+                let log_ok = match (&plans[k].ready_log, take_port) {
+                    (None, _) => true,
+                    (Some(re), false) => p.matched(re).is_some(),
+                    (Some(re), true) => match p.matched(re).flatten() {
+                        Some(port) => {
+                            self.port = port;
+                            true
+                        }
+                        None => false,
+                    },
+                };
+                ready[k] = log_ok && (k > 0 || !target.ready_tcp || self.port_accepts());
             }
-            let log_ok = match &target.ready_log {
-                None => true,
-                Some(re) => self.match_log(re, target.port_from_log),
-            };
-            let tcp_ok = !target.ready_tcp || self.port_accepts();
-            if log_ok && tcp_ok {
+            if ready.iter().all(|&r| r) {
                 return Ok(());
             }
             if stop.load(Ordering::Relaxed) {
                 return Err("interrupted".into());
             }
             if start.elapsed() > target.ready_timeout {
+                let k = ready.iter().position(|r| !r).unwrap_or(0);
+                let p = &self.procs[k];
                 return Err(format!(
-                    "target {:?} on host {} was not ready within {:?}; its output ends with:\n{}",
-                    target.name,
-                    self.session.name(),
+                    "{} was not ready within {:?}; its output ends with:\n{}",
+                    p.describe(target),
                     target.ready_timeout,
-                    self.tail()
+                    p.tail()
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// Whether a line of output matches; with `take_port`, the first group is the port.
-    fn match_log(&mut self, re: &regex::Regex, take_port: bool) -> bool {
-        let lines = self.process.output_tail();
-        let Some(caps) = lines.iter().find_map(|l| re.captures(l)) else {
-            return false;
-        };
-        if take_port {
-            match caps.get(1).and_then(|m| m.as_str().parse().ok()) {
-                Some(port) => self.port = port,
-                None => return false,
-            }
-        }
-        true
-    }
-
     fn port_accepts(&self) -> bool {
-        let address = &self.session.remote.spec.address;
+        let address = &self.procs[0].session.remote.spec.address;
         let addrs: Vec<SocketAddr> = (address.as_str(), self.port)
             .to_socket_addrs()
             .map(Iterator::collect)
@@ -210,10 +345,6 @@ impl RemoteServer {
         addrs
             .iter()
             .any(|a| TcpStream::connect_timeout(a, Duration::from_millis(200)).is_ok())
-    }
-
-    fn tail(&self) -> String {
-        self.process.last_output(20).join("\n")
     }
 }
 
@@ -225,32 +356,42 @@ impl Server for RemoteServer {
         self.port
     }
     fn died(&mut self) -> Option<String> {
-        match self.process.try_status() {
-            RemoteStatus::Running => None,
-            // A lost session's status quotes ssh's last words: they are said once.
-            status @ RemoteStatus::ConnectionLost(_) => {
-                Some(format!("on host {}: {status}", self.session.name()))
+        let several = self.procs.len() > 1;
+        self.procs.iter_mut().find_map(|p| {
+            let status = p.process.try_status();
+            let rank = match several {
+                true => format!("{} ", p.rank()),
+                false => String::new(),
+            };
+            match status {
+                RemoteStatus::Running => None,
+                // A lost session's status quotes ssh's last words: they are said once.
+                status @ RemoteStatus::ConnectionLost(_) => {
+                    Some(format!("{rank}on host {}: {status}", p.session.name()))
+                }
+                status => Some(format!(
+                    "{rank}on host {}: {status}; its output ends with:\n{}",
+                    p.session.name(),
+                    p.tail()
+                )),
             }
-            status => Some(format!(
-                "on host {}: {status}; its output ends with:\n{}",
-                self.session.name(),
-                self.tail()
-            )),
-        }
+        })
     }
     fn stop(&mut self) -> Option<String> {
-        self.process.stop();
+        for p in &mut self.procs {
+            p.process.stop();
+        }
         None
     }
     fn host_lost(&mut self) -> bool {
-        matches!(self.process.try_status(), RemoteStatus::ConnectionLost(_))
+        (self.procs.iter_mut())
+            .any(|p| matches!(p.process.try_status(), RemoteStatus::ConnectionLost(_)))
     }
     fn extras(&self) -> ServerExtras {
+        let mut main = self.procs[0].observed();
+        main.ranks = self.procs[1..].iter().map(RemoteProc::observed).collect();
         ServerExtras {
-            remote: Some(Arc::new(RemoteTarget {
-                session: self.session.clone(),
-                pid: self.process.pgid(),
-            })),
+            remote: Some(Arc::new(main)),
             ..ServerExtras::default()
         }
     }

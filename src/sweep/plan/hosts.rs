@@ -47,6 +47,15 @@ pub fn plan_hosts(
             validate_hosts(&hosts, [(h.as_str(), who.as_str())])
                 .map_err(|e| spec.error_at(&["targets", &i.to_string(), "host"], e.to_string()))?;
         }
+        for (j, h) in t.rank_hosts.iter().flatten().enumerate() {
+            let key = ["targets", &i.to_string(), "rank_hosts", &j.to_string()];
+            if h == LOCAL {
+                return Err(spec.error_at(&key, format!("rank {j} of target {:?}: a rank on this machine is not supported with rank_hosts; name a [hosts] entry (or run every rank here with host left out and --spawn-peers)", t.name)));
+            }
+            let who = format!("rank {j} of target {:?}", t.name);
+            validate_hosts(&hosts, [(h.as_str(), who.as_str())])
+                .map_err(|e| spec.error_at(&key, e.to_string()))?;
+        }
     }
     let mut client_groups = Vec::new();
     for (i, g) in s.client.groups.iter().enumerate() {
@@ -106,12 +115,7 @@ fn check_supported(
     for (i, t) in targets.iter().enumerate() {
         let at = |key: &str, why: String| spec.error_at(&["targets", &i.to_string(), key], why);
         let url = t.url.as_str();
-        if url.starts_with("shm://") && (t.host.is_some() || plan.remote_clients()) {
-            return Err(at(
-                "host",
-                "a shared-memory target (shm://) and its clients must be on one machine".into(),
-            ));
-        }
+        check_shared_memory(spec, plan, t, i)?;
         if t.host.is_some() {
             if t.instances > 1 {
                 return Err(at("instances", "split instances run on this machine only; give the remote target instances = 1".into()));
@@ -119,7 +123,9 @@ fn check_supported(
             if s.targets[i].metrics.is_some() {
                 return Err(at("metrics", "target-reported metrics are read on this machine only; a target on another host cannot give them yet".into()));
             }
-            if t.port.is_none() && !t.port_from_log {
+            // A kvd daemon's ranks listen on their --ranks addresses: it has no port to find.
+            let kvd = url.starts_with("kvd://");
+            if t.port.is_none() && !t.port_from_log && !kvd {
                 return Err(at("port", "a target on another host needs port = N, or to be a built-in server that prints its port (a free port there cannot be chosen from here)".into()));
             }
         } else if plan.remote_clients() && names_loopback(url) {
@@ -130,6 +136,58 @@ fn check_supported(
         }
     }
     Ok(())
+}
+
+/// A shared-memory target (shm://, kvd://) and its clients must be on one machine: every
+/// client group (this machine's, without groups) on the target's host, or, for a kvd target
+/// over several hosts, on one of its ranks' hosts.
+fn check_shared_memory(
+    spec: &SpecFile,
+    plan: &HostPlan,
+    t: &TargetPlan,
+    i: usize,
+) -> Result<(), SpecError> {
+    let scheme = t.url.split("://").next().unwrap_or("");
+    if !t.url.contains("://") || !matches!(scheme, "shm" | "kvd") {
+        return Ok(());
+    }
+    let daemons: Vec<Option<&str>> = match t.rank_hosts.is_empty() {
+        true => vec![t.host.as_deref()],
+        false => t.rank_hosts.iter().map(|h| Some(h.as_str())).collect(),
+    };
+    let groups: Vec<Option<&str>> = match plan.client_groups.is_empty() {
+        true => vec![None],
+        false => plan.client_groups.iter().map(Option::as_deref).collect(),
+    };
+    let place = |h: Option<&str>| h.unwrap_or(LOCAL).to_string();
+    let Some((k, h)) = groups
+        .iter()
+        .enumerate()
+        .find(|(_, h)| !daemons.contains(h))
+    else {
+        return Ok(());
+    };
+    let daemon_hosts: Vec<String> = daemons.iter().map(|&h| place(h)).collect();
+    let clients = match plan.client_groups.is_empty() {
+        true => "its clients run on this machine (no [[client.groups]])".to_string(),
+        false => format!("client group {k} runs on {}", place(*h)),
+    };
+    let key = match t.rank_hosts.is_empty() {
+        true => ["targets", &i.to_string(), "host"],
+        false => ["targets", &i.to_string(), "rank_hosts"],
+    };
+    Err(spec.error_at(
+        &key,
+        format!(
+            "a shared-memory target ({scheme}://) and its clients must be on one machine: target {:?} runs on {}, but {clients}; put every client group on {}",
+            t.name,
+            daemon_hosts.join(", "),
+            match daemon_hosts.len() {
+                1 => "that host".to_string(),
+                _ => "one of those hosts".to_string(),
+            }
+        ),
+    ))
 }
 
 fn names_loopback(url: &str) -> bool {

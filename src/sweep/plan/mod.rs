@@ -5,6 +5,7 @@ pub mod arrivals;
 pub mod connect;
 pub mod hosts;
 pub mod profile;
+pub mod ranks;
 pub mod running;
 pub mod validate;
 
@@ -110,8 +111,11 @@ pub struct TargetPlan {
     pub instance: Option<usize>,
     /// Metrics the target reports itself (built-in msgr servers: a JSON file, always).
     pub metrics: Option<MetricsPlan>,
-    /// The `[hosts]` entry it runs on (None: this machine).
+    /// The `[hosts]` entry it runs on (None: this machine; a kvd target spread over hosts:
+    /// its rank 0's).
     pub host: Option<String>,
+    /// A kvd target spread over hosts: rank j's host (empty: one process, on `host`).
+    pub rank_hosts: Vec<String>,
 }
 
 /// The generator.
@@ -470,11 +474,18 @@ fn target_error(spec: &SpecFile, i: usize, key: &str, msg: String) -> SpecError 
 fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<TargetPlan, SpecError> {
     let at = |key: &str, msg: String| target_error(spec, i, key, msg);
     let kind = target_kind(spec, i, t)?;
+    let rank_hosts = ranks::plan_rank_hosts(spec, i, t, &kind)?;
+    let spread = !rank_hosts.is_empty();
     let port_from_log =
-        matches!(kind, TargetKind::Builtin(_)) && t.port.is_none() && t.ready.is_none();
+        matches!(kind, TargetKind::Builtin(_)) && t.port.is_none() && t.ready.is_none() && !spread;
     let mut ready = t.ready.clone().unwrap_or_default();
     if port_from_log {
         ready.log = Some(LISTENING.to_string());
+        ready.tcp = Some(false);
+    }
+    if spread && ready.log.is_none() {
+        // Its ranks listen on their --ranks addresses and print this once their peers are up.
+        ready.log = Some(ranks::RANK_READY.to_string());
         ready.tcp = Some(false);
     }
     let ready_log = match &ready.log {
@@ -486,13 +497,17 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         })?),
         None => None,
     };
-    let url = target_url(spec, i, t, &kind)?;
+    let url = match &kind {
+        TargetKind::Builtin(args) if spread => ranks::rank_url(args, 0),
+        _ => target_url(spec, i, t, &kind)?,
+    };
     let instances = t.instances.unwrap_or(1);
     if instances == 0 {
         return Err(at("instances", "expected at least 1".into()));
     }
     Ok(TargetPlan {
-        host: t.host.clone(),
+        host: t.host.clone().or_else(|| rank_hosts.first().cloned()),
+        rank_hosts,
         instances,
         instance: None,
         metrics: target_metrics(spec, i, t, &kind)?,
@@ -572,7 +587,8 @@ fn target_metrics(
     Ok(match &t.metrics {
         Some(m) => Some(m.plan().map_err(|e| target_error(spec, i, "metrics", e))?),
         // The built-in msgr server and kvd daemon write their counters when asked (into a file on
-        // this machine: not for a server on another host).
+        // this machine: not for a server on another host, except a kvd target's ranks, whose
+        // files each rank's host reads back).
         None if t.host.is_none()
             && matches!(kind, TargetKind::Builtin(a) if a[0] == "msgr" || a[0] == "kvd") =>
         {
