@@ -79,6 +79,25 @@ pub fn run_sockets(
     for t in 0..config.threads {
         let n = config.connections / config.threads
             + usize::from(t < config.connections % config.threads);
+        if target.http2 && std::env::var_os("STAIRBENCH_H2_CRATE").is_none() {
+            let worker = super::h2::H2Loop::new(
+                config.clone(),
+                target.clone(),
+                sched.clone(),
+                stop_flag.clone(),
+                tx.clone(),
+                t,
+                first_conn,
+                n,
+            )
+            .map_err(|source| LoadError::Io {
+                context: "creating an HTTP/2 event loop".into(),
+                source,
+            })?;
+            first_conn += n;
+            bodies.push(Box::new(move |b, s| worker.run(b, s)));
+            continue;
+        }
         if target.http2 {
             let worker = super::h2::H2Worker::new(
                 config.clone(),

@@ -36,7 +36,11 @@ use h2::client::SendRequest;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+mod conn;
+mod evloop;
 mod open;
+
+pub(super) use evloop::H2Loop;
 
 use super::recorder::{Msg, Recorder, Schedule};
 use super::target::Target;
