@@ -79,7 +79,7 @@ pub fn run_sockets(
     for t in 0..config.threads {
         let n = config.connections / config.threads
             + usize::from(t < config.connections % config.threads);
-        if target.http2 && std::env::var_os("STAIRBENCH_H2_CRATE").is_none() {
+        if target.http2 {
             let worker = super::h2::H2Loop::new(
                 config.clone(),
                 target.clone(),
@@ -96,20 +96,6 @@ pub fn run_sockets(
             })?;
             first_conn += n;
             bodies.push(Box::new(move |b, s| worker.run(b, s)));
-            continue;
-        }
-        if target.http2 {
-            let worker = super::h2::H2Worker::new(
-                config.clone(),
-                target.clone(),
-                sched.clone(),
-                stop_flag.clone(),
-                tx.clone(),
-                t,
-                first_conn..first_conn + n,
-            );
-            bodies.push(Box::new(move |b, s| worker.run(b, s)));
-            first_conn += n;
             continue;
         }
         let rate = config.rate_rps.map(|r| r / config.threads as f64);

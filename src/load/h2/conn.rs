@@ -244,7 +244,10 @@ impl<T: Copy> H2Conn<T> {
             };
             while !body.is_empty() {
                 let room = self.conn_send_window.min(s.send_window);
-                let n = body.len().min(self.peer_max_frame).min(room.max(0) as usize);
+                let n = body
+                    .len()
+                    .min(self.peer_max_frame)
+                    .min(room.max(0) as usize);
                 if n == 0 {
                     break;
                 }
@@ -506,7 +509,7 @@ impl<T: Copy> H2Conn<T> {
         if flags & ACK != 0 {
             return Ok(());
         }
-        if payload.len() % 6 != 0 {
+        if !payload.len().is_multiple_of(6) {
             return Err("h2_error");
         }
         for s in payload.chunks_exact(6) {
@@ -538,7 +541,11 @@ impl<T: Copy> H2Conn<T> {
         Ok(())
     }
 
-    fn goaway_frame(&mut self, payload: &[u8], events: &mut Vec<Event<T>>) -> Result<(), ConnError> {
+    fn goaway_frame(
+        &mut self,
+        payload: &[u8],
+        events: &mut Vec<Event<T>>,
+    ) -> Result<(), ConnError> {
         let (Some(last), Some(code)) = (u32_at(payload, 0), u32_at(payload, 4)) else {
             return Err("h2_error");
         };
@@ -560,7 +567,9 @@ impl<T: Copy> H2Conn<T> {
     }
 
     fn window_update_frame(&mut self, id: u32, payload: &[u8]) -> Result<(), ConnError> {
-        let n = u32_at(payload, 0).filter(|_| payload.len() == 4).ok_or("h2_error")?;
+        let n = u32_at(payload, 0)
+            .filter(|_| payload.len() == 4)
+            .ok_or("h2_error")?;
         let n = (n & MAX_STREAM_ID) as i64;
         if id == 0 {
             if n == 0 {
@@ -670,10 +679,19 @@ pub(super) fn encode_request(
     for (name, value) in pseudo.into_iter().chain(headers) {
         encoder
             .encode(
-                (name.to_vec(), value.to_vec(), httlib_hpack::Encoder::BEST_FORMAT),
+                (
+                    name.to_vec(),
+                    value.to_vec(),
+                    httlib_hpack::Encoder::BEST_FORMAT,
+                ),
                 block,
             )
-            .map_err(|e| format!("encoding the header {:?}: {e:?}", String::from_utf8_lossy(name)))?;
+            .map_err(|e| {
+                format!(
+                    "encoding the header {:?}: {e:?}",
+                    String::from_utf8_lossy(name)
+                )
+            })?;
     }
     Ok(())
 }
@@ -805,10 +823,7 @@ mod tests {
         let mut dec = Decoder::default();
         let mut fields = Vec::new();
         dec.decode(&mut block.clone(), &mut fields).unwrap();
-        let got: Vec<(&[u8], &[u8])> = fields
-            .iter()
-            .map(|(n, v, _)| (&n[..], &v[..]))
-            .collect();
+        let got: Vec<(&[u8], &[u8])> = fields.iter().map(|(n, v, _)| (&n[..], &v[..])).collect();
         let want: Vec<(&[u8], &[u8])> = vec![
             (b":method", b"GET"),
             (b":scheme", b"https"),

@@ -651,7 +651,10 @@ impl H2Loop {
                 self.reset(i, "timeout", now);
                 continue;
             }
-            h2.cancel_where(|t| now.saturating_sub(t.sent_ns) >= timeout_ns, &mut expired);
+            h2.cancel_where(
+                |t| now.saturating_sub(t.sent_ns) >= timeout_ns,
+                &mut expired,
+            );
             for _ in expired.drain(..) {
                 self.rec.error("timeout", now);
             }
