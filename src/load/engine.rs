@@ -81,17 +81,22 @@ pub fn run_sockets(
         let n = config.connections / config.threads
             + usize::from(t < config.connections % config.threads);
         if target.http2 {
-            let worker = super::h2::H2Worker::new(
+            let worker = super::h2::H2Loop::new(
                 config.clone(),
                 target.clone(),
                 sched.clone(),
                 stop_flag.clone(),
                 tx.clone(),
                 t,
-                first_conn..first_conn + n,
-            );
-            bodies.push(Box::new(move |b, s| worker.run(b, s)));
+                first_conn,
+                n,
+            )
+            .map_err(|source| LoadError::Io {
+                context: "creating an HTTP/2 event loop".into(),
+                source,
+            })?;
             first_conn += n;
+            bodies.push(Box::new(move |b, s| worker.run(b, s)));
             continue;
         }
         let rate = config.rate_rps.map(|r| r / config.threads as f64);

@@ -82,16 +82,6 @@ impl TlsClient {
             .map_err(io::Error::other)
     }
 
-    /// The rustls configuration every connection shares (for `tokio-rustls`).
-    pub fn config(&self) -> Arc<ClientConfig> {
-        self.config.clone()
-    }
-
-    /// The name the server's certificate must match (sent as SNI when a DNS name).
-    pub fn server_name(&self) -> ServerName<'static> {
-        self.server_name.clone()
-    }
-
     /// The host the certificate must match, as the URL gives it.
     pub fn host(&self) -> &str {
         &self.host

@@ -107,6 +107,11 @@ impl Stream {
         tls.handshake(&mut self.sock)
     }
 
+    /// The protocol the server chose by ALPN (TLS only).
+    pub fn alpn_protocol(&self) -> Option<&[u8]> {
+        self.tls.as_ref().and_then(|t| t.session.alpn_protocol())
+    }
+
     /// The TLS handshake that just completed, once.
     pub fn take_handshake(&mut self) -> Option<Handshake> {
         self.tls.as_mut().and_then(|t| t.handshake.take())

@@ -118,7 +118,7 @@ pub(super) struct OpenLoop {
     /// Intended times of requests the server never read (it closed first), sent again
     /// before the schedule's: at most one pipeline per close, and already counted.
     pub(super) resend: VecDeque<u64>,
-    free: VecDeque<usize>,
+    pub(super) free: VecDeque<usize>,
 }
 
 impl OpenLoop {
@@ -149,7 +149,7 @@ impl OpenLoop {
         self.issue.advance();
     }
 
-    fn has_waiting(&self) -> bool {
+    pub(super) fn has_waiting(&self) -> bool {
         !self.resend.is_empty() || self.dispatched < self.issued
     }
 
@@ -165,12 +165,12 @@ impl OpenLoop {
     }
 
     /// Requests released but neither sent nor counted yet.
-    fn has_uncounted(&self) -> bool {
+    pub(super) fn has_uncounted(&self) -> bool {
         self.issued > self.counted_upto.max(self.dispatched)
     }
 
     /// Counts the scheduled requests left waiting that were not counted before.
-    fn newly_waiting(&mut self) -> u64 {
+    pub(super) fn newly_waiting(&mut self) -> u64 {
         self.newly_waiting_beyond(0)
     }
 

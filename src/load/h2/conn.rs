@@ -1,0 +1,840 @@
+//! A sans-I/O HTTP/2 client connection (RFC 9113), driven by the mio loop as TLS is: the
+//! loop hands it the bytes a read brought and writes what it queued in [`H2Conn::out`].
+//!
+//! What it does: the connection preface and SETTINGS (and their ACKs), HEADERS (+
+//! CONTINUATION) and DATA in both directions, WINDOW_UPDATE for the connection and each
+//! stream (sent when half a window is used, so flow control never stalls a response; the
+//! server's windows are kept to for request bodies), PING acks, RST_STREAM, GOAWAY with its
+//! last stream id, and the server's SETTINGS_MAX_CONCURRENT_STREAMS. HPACK is
+//! `httlib-hpack`'s (Huffman, dynamic table): every response header block is decoded, in
+//! order, so the decoder's table stays right; request blocks come encoded (once per request
+//! template) without indexing, so they do not depend on any table state and are re-sent as
+//! they are.
+//!
+//! Each stream carries a caller's tag (its request's times); how a stream ended comes back
+//! as an [`Event`]. Streams are few (`--depth`), so they are found by a scan of a small
+//! vector, not a map.
+
+use bytes::Bytes;
+use httlib_hpack::Decoder;
+
+/// What a client sends first.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PUSH_PROMISE: u8 = 0x5;
+const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+const CONTINUATION: u8 = 0x9;
+
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+
+const NO_ERROR: u32 = 0x0;
+const PROTOCOL_ERROR: u32 = 0x1;
+const REFUSED_STREAM: u32 = 0x7;
+const CANCEL: u32 = 0x8;
+
+const SETTINGS_ENABLE_PUSH: u16 = 0x2;
+const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
+const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
+
+const FRAME_HEAD: usize = 9;
+/// The largest frame we accept: SETTINGS_MAX_FRAME_SIZE's default, which we keep.
+const MAX_FRAME: usize = 16_384;
+/// The largest header block we collect over CONTINUATION frames (a server sending endless
+/// headers costs this much, then the connection fails).
+const MAX_HEADER_BLOCK: usize = 1 << 20;
+/// The last stream id a client may use.
+const MAX_STREAM_ID: u32 = (1 << 31) - 1;
+/// Both sides' windows before any SETTINGS.
+const DEFAULT_WINDOW: i64 = 65_535;
+/// Receive windows large enough that flow control never paces a benchmark (h2load's are
+/// 1 GiB; these are what a browser announces). Responses are read and dropped at once, so
+/// the window only bounds what the server may send ahead.
+pub(super) const STREAM_WINDOW: u32 = 4 << 20;
+pub(super) const CONNECTION_WINDOW: u32 = 16 << 20;
+
+/// How a stream ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Event<T> {
+    /// Its response ended, with this status.
+    Done(T, u16),
+    /// Refused unprocessed (REFUSED_STREAM before any answer, or above a GOAWAY's last
+    /// stream id): the server did not process it, so it may be sent again.
+    Refused(T),
+    /// Failed, by kind (`h2_reset`, `h2_error`).
+    Failed(T, &'static str),
+}
+
+/// A connection error: the connection is unusable; its streams failed with this kind.
+pub(super) type ConnError = &'static str;
+
+/// One stream in flight.
+struct Slot<T> {
+    /// 0 when the slot is free.
+    id: u32,
+    tag: T,
+    /// The final response status; 0 until its headers came.
+    status: u16,
+    /// DATA bytes received since the stream's last WINDOW_UPDATE.
+    unacked: u32,
+    /// What the server's window lets us send on it.
+    send_window: i64,
+    /// The part of the request body not sent yet.
+    body: Option<Bytes>,
+}
+
+/// A header block being collected over HEADERS and CONTINUATION frames.
+struct Block {
+    stream: u32,
+    end_stream: bool,
+}
+
+/// One HTTP/2 client connection's protocol state.
+pub(super) struct H2Conn<T> {
+    slots: Vec<Slot<T>>,
+    active: usize,
+    next_id: u32,
+    /// The server's settings (defaults until its SETTINGS frame).
+    peer_max_streams: usize,
+    peer_initial_window: i64,
+    peer_max_frame: usize,
+    conn_send_window: i64,
+    /// DATA bytes received since the connection's last WINDOW_UPDATE.
+    conn_unacked: u32,
+    /// The server's first SETTINGS came: its stream limit is known, requests may go.
+    ready: bool,
+    /// The server's GOAWAY: its last stream id and error code.
+    goaway: Option<(u32, u32)>,
+    decoder: Decoder<'static>,
+    /// The header block being collected, and its bytes.
+    block: Option<Block>,
+    block_bytes: Vec<u8>,
+    /// Decoded header fields (reused: its capacity bounds one decoding round).
+    fields: Vec<(Vec<u8>, Vec<u8>, u8)>,
+    /// The start of a frame a read cut short.
+    partial: Vec<u8>,
+    /// Streams whose request body is not all sent.
+    bodies: usize,
+    /// Bytes to write, in order.
+    pub out: Vec<u8>,
+}
+
+impl<T: Copy> H2Conn<T> {
+    /// A new connection, its preface, SETTINGS and connection WINDOW_UPDATE queued.
+    pub fn new(depth: usize) -> Self {
+        let mut out = Vec::with_capacity(4096);
+        out.extend_from_slice(PREFACE);
+        head(&mut out, 12, SETTINGS, 0, 0);
+        setting(&mut out, SETTINGS_ENABLE_PUSH, 0);
+        setting(&mut out, SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW);
+        window_update(&mut out, 0, CONNECTION_WINDOW - DEFAULT_WINDOW as u32);
+        H2Conn {
+            slots: Vec::with_capacity(depth),
+            active: 0,
+            next_id: 1,
+            peer_max_streams: usize::MAX,
+            peer_initial_window: DEFAULT_WINDOW,
+            peer_max_frame: MAX_FRAME,
+            conn_send_window: DEFAULT_WINDOW,
+            conn_unacked: 0,
+            ready: false,
+            goaway: None,
+            decoder: Decoder::default(),
+            block: None,
+            block_bytes: Vec::new(),
+            fields: Vec::with_capacity(16),
+            partial: Vec::new(),
+            bodies: 0,
+            out,
+        }
+    }
+
+    /// Streams in flight.
+    pub fn active(&self) -> usize {
+        self.active
+    }
+
+    /// Whether the server's SETTINGS came.
+    pub fn ready(&self) -> bool {
+        self.ready
+    }
+
+    /// The server sent GOAWAY (or the stream ids ran out): no new stream, and once none is
+    /// in flight the connection is to be replaced.
+    pub fn going_away(&self) -> bool {
+        self.goaway.is_some() || self.next_id > MAX_STREAM_ID
+    }
+
+    /// The server's GOAWAY carried an error code.
+    pub fn goaway_error(&self) -> bool {
+        self.goaway.is_some_and(|(_, code)| code != NO_ERROR)
+    }
+
+    /// Whether a new stream may open: the server's settings came, it is not going away, and
+    /// fewer than `depth` and the server's limit are in flight.
+    pub fn can_open(&self, depth: usize) -> bool {
+        self.ready && !self.going_away() && self.active < depth.min(self.peer_max_streams)
+    }
+
+    /// Opens a stream sending `block` (an HPACK header block) and `body`.
+    pub fn open(&mut self, block: &[u8], body: Option<Bytes>, tag: T) {
+        let id = self.next_id;
+        self.next_id += 2;
+        let body = body.filter(|b| !b.is_empty());
+        self.headers(id, block, body.is_none());
+        let slot = Slot {
+            id,
+            tag,
+            status: 0,
+            unacked: 0,
+            send_window: self.peer_initial_window,
+            body,
+        };
+        if slot.body.is_some() {
+            self.bodies += 1;
+        }
+        match self.slots.iter_mut().find(|s| s.id == 0) {
+            Some(free) => *free = slot,
+            None => self.slots.push(slot),
+        }
+        self.active += 1;
+        if self.bodies > 0 {
+            self.send_bodies();
+        }
+    }
+
+    /// HEADERS, and CONTINUATION frames when the block is larger than the server's frame.
+    fn headers(&mut self, id: u32, block: &[u8], end_stream: bool) {
+        let max = self.peer_max_frame;
+        let mut chunks = block.chunks(max).peekable();
+        let first = chunks.next().unwrap_or(&[]);
+        let end = if end_stream { END_STREAM } else { 0 };
+        let last = chunks.peek().is_none();
+        head(
+            &mut self.out,
+            first.len(),
+            HEADERS,
+            end | if last { END_HEADERS } else { 0 },
+            id,
+        );
+        self.out.extend_from_slice(first);
+        while let Some(chunk) = chunks.next() {
+            let last = chunks.peek().is_none();
+            let flags = if last { END_HEADERS } else { 0 };
+            head(&mut self.out, chunk.len(), CONTINUATION, flags, id);
+            self.out.extend_from_slice(chunk);
+        }
+    }
+
+    /// Sends what the windows allow of the request bodies not all sent.
+    fn send_bodies(&mut self) {
+        for s in self.slots.iter_mut().filter(|s| s.id != 0) {
+            let Some(body) = s.body.as_mut() else {
+                continue;
+            };
+            while !body.is_empty() {
+                let room = self.conn_send_window.min(s.send_window);
+                let n = body
+                    .len()
+                    .min(self.peer_max_frame)
+                    .min(room.max(0) as usize);
+                if n == 0 {
+                    break;
+                }
+                let end = if n == body.len() { END_STREAM } else { 0 };
+                head(&mut self.out, n, DATA, end, s.id);
+                self.out.extend_from_slice(&body.split_to(n));
+                self.conn_send_window -= n as i64;
+                s.send_window -= n as i64;
+            }
+            if body.is_empty() {
+                s.body = None;
+                self.bodies -= 1;
+            }
+        }
+    }
+
+    /// Takes the bytes a read brought: whole frames are acted on, the start of a cut one
+    /// kept. How streams ended is pushed to `events`.
+    pub fn receive(&mut self, input: &[u8], events: &mut Vec<Event<T>>) -> Result<(), ConnError> {
+        if self.partial.is_empty() {
+            // The common case: whole frames straight from the read buffer, no copy.
+            let used = self.frames(input, events)?;
+            self.partial.extend_from_slice(&input[used..]);
+            return Ok(());
+        }
+        let mut buf = std::mem::take(&mut self.partial);
+        buf.extend_from_slice(input);
+        let used = self.frames(&buf, events)?;
+        buf.drain(..used);
+        if !buf.is_empty() {
+            self.partial = buf;
+        }
+        Ok(())
+    }
+
+    /// Acts on the whole frames at the front of `buf`; the bytes they used.
+    fn frames(&mut self, buf: &[u8], events: &mut Vec<Event<T>>) -> Result<usize, ConnError> {
+        let mut at = 0;
+        while buf.len() - at >= FRAME_HEAD {
+            let h = &buf[at..at + FRAME_HEAD];
+            let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+            if len > MAX_FRAME {
+                return Err("h2_error");
+            }
+            if buf.len() - at < FRAME_HEAD + len {
+                break;
+            }
+            let (ty, flags) = (h[3], h[4]);
+            let id = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & MAX_STREAM_ID;
+            let payload = &buf[at + FRAME_HEAD..at + FRAME_HEAD + len];
+            at += FRAME_HEAD + len;
+            self.frame(ty, flags, id, payload, events)?;
+        }
+        Ok(at)
+    }
+
+    fn frame(
+        &mut self,
+        ty: u8,
+        flags: u8,
+        id: u32,
+        payload: &[u8],
+        events: &mut Vec<Event<T>>,
+    ) -> Result<(), ConnError> {
+        if self.block.is_some() && ty != CONTINUATION {
+            return Err("h2_error");
+        }
+        match ty {
+            DATA => self.data(flags, id, payload.len(), events),
+            HEADERS => self.headers_frame(flags, id, payload, events),
+            CONTINUATION => self.continuation(flags, id, payload, events),
+            RST_STREAM => self.rst_stream(id, payload, events),
+            SETTINGS => self.settings(flags, payload),
+            PING if payload.len() != 8 => Err("h2_error"),
+            PING if flags & ACK == 0 => {
+                head(&mut self.out, 8, PING, ACK, 0);
+                self.out.extend_from_slice(payload);
+                Ok(())
+            }
+            GOAWAY => self.goaway_frame(payload, events),
+            WINDOW_UPDATE => self.window_update_frame(id, payload),
+            // Push was disabled in our SETTINGS.
+            PUSH_PROMISE => Err("h2_error"),
+            // PRIORITY, PING acks, unknown types.
+            _ => Ok(()),
+        }
+    }
+
+    fn slot(&mut self, id: u32) -> Option<&mut Slot<T>> {
+        if id == 0 {
+            return None;
+        }
+        self.slots.iter_mut().find(|s| s.id == id)
+    }
+
+    /// Frees stream `id`'s slot and says how it ended.
+    fn end(&mut self, id: u32, events: &mut Vec<Event<T>>, how: impl FnOnce(T, u16) -> Event<T>) {
+        if let Some(s) = self.slots.iter_mut().find(|s| s.id == id && id != 0) {
+            s.id = 0;
+            if s.body.take().is_some() {
+                self.bodies -= 1;
+            }
+            self.active -= 1;
+            events.push(how(s.tag, s.status));
+        }
+    }
+
+    fn data(
+        &mut self,
+        flags: u8,
+        id: u32,
+        len: usize,
+        events: &mut Vec<Event<T>>,
+    ) -> Result<(), ConnError> {
+        if id == 0 {
+            return Err("h2_error");
+        }
+        // Flow control counts the whole payload, padding included, on every stream, even
+        // one we no longer track (cancelled).
+        self.conn_unacked += len as u32;
+        if self.conn_unacked >= CONNECTION_WINDOW / 2 {
+            window_update(&mut self.out, 0, self.conn_unacked);
+            self.conn_unacked = 0;
+        }
+        let Some(s) = self.slot(id) else {
+            return Ok(());
+        };
+        if flags & END_STREAM != 0 {
+            let ok = s.status != 0;
+            self.end(id, events, |t, status| {
+                if ok {
+                    Event::Done(t, status)
+                } else {
+                    // DATA before any HEADERS.
+                    Event::Failed(t, "h2_error")
+                }
+            });
+            return Ok(());
+        }
+        s.unacked += len as u32;
+        if s.unacked >= STREAM_WINDOW / 2 {
+            let n = s.unacked;
+            s.unacked = 0;
+            window_update(&mut self.out, id, n);
+        }
+        Ok(())
+    }
+
+    fn headers_frame(
+        &mut self,
+        flags: u8,
+        id: u32,
+        payload: &[u8],
+        events: &mut Vec<Event<T>>,
+    ) -> Result<(), ConnError> {
+        if id == 0 {
+            return Err("h2_error");
+        }
+        let mut fragment = payload;
+        if flags & PADDED != 0 {
+            let pad = *fragment.first().ok_or("h2_error")? as usize;
+            if pad + 1 > fragment.len() {
+                return Err("h2_error");
+            }
+            fragment = &fragment[1..fragment.len() - pad];
+        }
+        if flags & PRIORITY != 0 {
+            fragment = fragment.get(5..).ok_or("h2_error")?;
+        }
+        self.block_bytes.clear();
+        self.block_bytes.extend_from_slice(fragment);
+        self.block = Some(Block {
+            stream: id,
+            end_stream: flags & END_STREAM != 0,
+        });
+        if flags & END_HEADERS != 0 {
+            return self.header_block(events);
+        }
+        Ok(())
+    }
+
+    fn continuation(
+        &mut self,
+        flags: u8,
+        id: u32,
+        payload: &[u8],
+        events: &mut Vec<Event<T>>,
+    ) -> Result<(), ConnError> {
+        match &self.block {
+            Some(b) if b.stream == id => {}
+            _ => return Err("h2_error"),
+        }
+        if self.block_bytes.len() + payload.len() > MAX_HEADER_BLOCK {
+            return Err("h2_error");
+        }
+        self.block_bytes.extend_from_slice(payload);
+        if flags & END_HEADERS != 0 {
+            return self.header_block(events);
+        }
+        Ok(())
+    }
+
+    /// Decodes a whole header block (every one, for the decoder's table) and acts on its
+    /// `:status` and END_STREAM.
+    fn header_block(&mut self, events: &mut Vec<Event<T>>) -> Result<(), ConnError> {
+        let Block { stream, end_stream } = self.block.take().expect("a header block");
+        let mut status = None;
+        while !self.block_bytes.is_empty() {
+            self.fields.clear();
+            self.decoder
+                .decode_exact(&mut self.block_bytes, &mut self.fields)
+                .map_err(|_| "h2_error")?;
+            if let Some((_, v, _)) = self.fields.iter().find(|(n, _, _)| n == b":status") {
+                status = Some(parse_status(v).ok_or("h2_error")?);
+            }
+        }
+        let Some(s) = self.slot(stream) else {
+            return Ok(());
+        };
+        match status {
+            // Informational (100 Continue, 103 Early Hints): the final answer follows.
+            Some(code) if code < 200 && !end_stream => return Ok(()),
+            Some(code) if s.status == 0 => s.status = code,
+            // Trailers carry no status.
+            _ => {}
+        }
+        if end_stream {
+            let ok = s.status >= 200;
+            self.end(stream, events, |t, status| {
+                if ok {
+                    Event::Done(t, status)
+                } else {
+                    Event::Failed(t, "h2_error")
+                }
+            });
+        }
+        Ok(())
+    }
+
+    fn rst_stream(
+        &mut self,
+        id: u32,
+        payload: &[u8],
+        events: &mut Vec<Event<T>>,
+    ) -> Result<(), ConnError> {
+        let code = u32_at(payload, 0).filter(|_| payload.len() == 4 && id != 0);
+        let code = code.ok_or("h2_error")?;
+        self.end(id, events, |t, status| {
+            if code == REFUSED_STREAM && status == 0 {
+                Event::Refused(t)
+            } else {
+                Event::Failed(t, "h2_reset")
+            }
+        });
+        Ok(())
+    }
+
+    fn settings(&mut self, flags: u8, payload: &[u8]) -> Result<(), ConnError> {
+        if flags & ACK != 0 {
+            return Ok(());
+        }
+        if !payload.len().is_multiple_of(6) {
+            return Err("h2_error");
+        }
+        for s in payload.chunks_exact(6) {
+            let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
+            match u16::from_be_bytes([s[0], s[1]]) {
+                SETTINGS_MAX_CONCURRENT_STREAMS => self.peer_max_streams = value as usize,
+                SETTINGS_INITIAL_WINDOW_SIZE if value > MAX_STREAM_ID => return Err("h2_error"),
+                SETTINGS_INITIAL_WINDOW_SIZE => {
+                    let delta = value as i64 - self.peer_initial_window;
+                    self.peer_initial_window = value as i64;
+                    for s in self.slots.iter_mut().filter(|s| s.id != 0) {
+                        s.send_window += delta;
+                    }
+                }
+                SETTINGS_MAX_FRAME_SIZE if !(16_384..=16_777_215).contains(&value) => {
+                    return Err("h2_error")
+                }
+                SETTINGS_MAX_FRAME_SIZE => self.peer_max_frame = value as usize,
+                // The header table size only matters to an encoder that indexes (ours does
+                // not); push is ours to refuse; unknown settings are ignored.
+                _ => {}
+            }
+        }
+        head(&mut self.out, 0, SETTINGS, ACK, 0);
+        self.ready = true;
+        if self.bodies > 0 {
+            self.send_bodies();
+        }
+        Ok(())
+    }
+
+    fn goaway_frame(
+        &mut self,
+        payload: &[u8],
+        events: &mut Vec<Event<T>>,
+    ) -> Result<(), ConnError> {
+        let (Some(last), Some(code)) = (u32_at(payload, 0), u32_at(payload, 4)) else {
+            return Err("h2_error");
+        };
+        let last = last & MAX_STREAM_ID;
+        // A later GOAWAY may only lower the last stream id.
+        let last = self.goaway.map_or(last, |(before, _)| before.min(last));
+        self.goaway = Some((last, code));
+        // The streams above it were not processed (RFC 9113 §6.8): safe to send again.
+        let refused: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|s| s.id > last)
+            .map(|s| s.id)
+            .collect();
+        for id in refused {
+            self.end(id, events, |t, _| Event::Refused(t));
+        }
+        Ok(())
+    }
+
+    fn window_update_frame(&mut self, id: u32, payload: &[u8]) -> Result<(), ConnError> {
+        let n = u32_at(payload, 0)
+            .filter(|_| payload.len() == 4)
+            .ok_or("h2_error")?;
+        let n = (n & MAX_STREAM_ID) as i64;
+        if id == 0 {
+            if n == 0 {
+                return Err("h2_error");
+            }
+            self.conn_send_window += n;
+        } else if let Some(s) = self.slot(id) {
+            s.send_window += n;
+        }
+        if self.bodies > 0 {
+            self.send_bodies();
+        }
+        Ok(())
+    }
+
+    /// Resets (RST_STREAM CANCEL) every stream whose tag `expired` says so; their tags go
+    /// to `out`.
+    pub fn cancel_where(&mut self, expired: impl Fn(&T) -> bool, cancelled: &mut Vec<T>) {
+        for s in self.slots.iter_mut() {
+            if s.id == 0 || !expired(&s.tag) {
+                continue;
+            }
+            head(&mut self.out, 4, RST_STREAM, 0, s.id);
+            self.out.extend_from_slice(&CANCEL.to_be_bytes());
+            s.id = 0;
+            if s.body.take().is_some() {
+                self.bodies -= 1;
+            }
+            self.active -= 1;
+            cancelled.push(s.tag);
+        }
+    }
+
+    /// The connection is dropped: the tags of the streams still in flight.
+    pub fn abandon(&mut self, lost: &mut Vec<T>) {
+        for s in self.slots.iter_mut().filter(|s| s.id != 0) {
+            s.id = 0;
+            lost.push(s.tag);
+        }
+        self.active = 0;
+        self.bodies = 0;
+    }
+
+    /// Queues a GOAWAY saying we saw a protocol error (sent if the socket still takes it).
+    pub fn protocol_error(&mut self) {
+        head(&mut self.out, 8, GOAWAY, 0, 0);
+        self.out.extend_from_slice(&0u32.to_be_bytes());
+        self.out.extend_from_slice(&PROTOCOL_ERROR.to_be_bytes());
+    }
+}
+
+fn parse_status(v: &[u8]) -> Option<u16> {
+    match v {
+        [a @ b'1'..=b'9', b @ b'0'..=b'9', c @ b'0'..=b'9'] => {
+            Some((*a - b'0') as u16 * 100 + (*b - b'0') as u16 * 10 + (*c - b'0') as u16)
+        }
+        _ => None,
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    let s = b.get(at..at + 4)?;
+    Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+/// A frame's 9-byte head.
+fn head(out: &mut Vec<u8>, len: usize, ty: u8, flags: u8, id: u32) {
+    let l = (len as u32).to_be_bytes();
+    out.extend_from_slice(&[l[1], l[2], l[3], ty, flags]);
+    out.extend_from_slice(&id.to_be_bytes());
+}
+
+fn setting(out: &mut Vec<u8>, id: u16, value: u32) {
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&value.to_be_bytes());
+}
+
+fn window_update(out: &mut Vec<u8>, id: u32, n: u32) {
+    head(out, 4, WINDOW_UPDATE, 0, id);
+    out.extend_from_slice(&n.to_be_bytes());
+}
+
+/// Encodes one request's header block: the pseudo-headers, then `headers`, each a literal
+/// without indexing (or a static-table index), so the block depends on no table state.
+pub(super) fn encode_request(
+    encoder: &mut httlib_hpack::Encoder<'static>,
+    req: &http::Request<()>,
+    block: &mut Vec<u8>,
+) -> Result<(), String> {
+    let uri = req.uri();
+    let pseudo: [(&[u8], &[u8]); 4] = [
+        (b":method", req.method().as_str().as_bytes()),
+        (b":scheme", uri.scheme_str().unwrap_or("http").as_bytes()),
+        (
+            b":authority",
+            uri.authority().map_or("", |a| a.as_str()).as_bytes(),
+        ),
+        (
+            b":path",
+            uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes(),
+        ),
+    ];
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+    for (name, value) in pseudo.into_iter().chain(headers) {
+        encoder
+            .encode(
+                (
+                    name.to_vec(),
+                    value.to_vec(),
+                    httlib_hpack::Encoder::BEST_FORMAT,
+                ),
+                block,
+            )
+            .map_err(|e| {
+                format!(
+                    "encoding the header {:?}: {e:?}",
+                    String::from_utf8_lossy(name)
+                )
+            })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server frame.
+    fn frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        head(&mut out, payload.len(), ty, flags, id);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    fn ready_conn() -> H2Conn<u32> {
+        let mut c = H2Conn::new(8);
+        let mut events = Vec::new();
+        let mut settings = Vec::new();
+        setting(&mut settings, SETTINGS_MAX_CONCURRENT_STREAMS, 2);
+        c.receive(&frame(SETTINGS, 0, 0, &settings), &mut events)
+            .unwrap();
+        assert!(events.is_empty() && c.ready());
+        c
+    }
+
+    #[test]
+    fn preface_settings_and_the_servers_limit() {
+        let mut c = H2Conn::<u32>::new(8);
+        assert!(c.out.starts_with(PREFACE));
+        assert!(!c.can_open(8), "not before the server's SETTINGS");
+        c.out.clear();
+        let mut settings = Vec::new();
+        setting(&mut settings, SETTINGS_MAX_CONCURRENT_STREAMS, 2);
+        c.receive(&frame(SETTINGS, 0, 0, &settings), &mut Vec::new())
+            .unwrap();
+        assert_eq!(c.out, frame(SETTINGS, ACK, 0, &[]));
+        c.open(&[0x82], None, 1);
+        c.open(&[0x82], None, 2);
+        assert!(!c.can_open(8), "the server allows 2 streams");
+        assert!(c.can_open(8) == (c.active() < 2));
+    }
+
+    #[test]
+    fn responses_complete_out_of_order_across_cut_reads() {
+        let mut c = ready_conn();
+        c.open(&[0x82, 0x84], None, 10);
+        c.open(&[0x82, 0x84], None, 11);
+        // :status 200 (static index 8) on stream 3, :status 404 (index 13) on stream 1.
+        let mut input = frame(HEADERS, END_HEADERS, 3, &[0x88]);
+        input.extend(frame(DATA, END_STREAM, 3, b"hello"));
+        input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x8d]));
+        let mut events = Vec::new();
+        for chunk in input.chunks(5) {
+            c.receive(chunk, &mut events).unwrap();
+        }
+        assert_eq!(events, vec![Event::Done(11, 200), Event::Done(10, 404)]);
+        assert_eq!(c.active(), 0);
+    }
+
+    #[test]
+    fn goaway_refuses_the_streams_above_its_last_id() {
+        let mut c = ready_conn();
+        c.open(&[0x82], None, 10);
+        c.open(&[0x82], None, 11);
+        let mut payload = 1u32.to_be_bytes().to_vec();
+        payload.extend(NO_ERROR.to_be_bytes());
+        let mut events = Vec::new();
+        c.receive(&frame(GOAWAY, 0, 0, &payload), &mut events)
+            .unwrap();
+        assert_eq!(events, vec![Event::Refused(11)]);
+        assert!(c.going_away() && !c.goaway_error() && !c.can_open(8));
+        c.receive(&frame(RST_STREAM, 0, 1, &CANCEL.to_be_bytes()), &mut events)
+            .unwrap();
+        assert_eq!(events[1], Event::Failed(10, "h2_reset"));
+    }
+
+    #[test]
+    fn ping_is_acked_and_windows_are_updated() {
+        let mut c = ready_conn();
+        c.out.clear();
+        c.receive(&frame(PING, 0, 0, b"12345678"), &mut Vec::new())
+            .unwrap();
+        assert_eq!(c.out, frame(PING, ACK, 0, b"12345678"));
+        c.out.clear();
+        c.open(&[0x82], None, 1);
+        c.receive(&frame(HEADERS, END_HEADERS, 1, &[0x88]), &mut Vec::new())
+            .unwrap();
+        c.out.clear();
+        let chunk = vec![0u8; MAX_FRAME];
+        for _ in 0..(STREAM_WINDOW as usize / 2 / MAX_FRAME) {
+            c.receive(&frame(DATA, 0, 1, &chunk), &mut Vec::new())
+                .unwrap();
+        }
+        assert_eq!(c.out, {
+            let mut w = Vec::new();
+            window_update(&mut w, 1, STREAM_WINDOW / 2);
+            w
+        });
+    }
+
+    #[test]
+    fn a_body_waits_for_the_servers_window() {
+        let mut c = ready_conn();
+        c.out.clear();
+        c.open(&[0x83], Some(Bytes::from(vec![7u8; 70_000])), 1);
+        // 65,535 bytes fit in the default windows: three full frames and the rest.
+        let sent: usize = 65_535 + 4 * FRAME_HEAD;
+        assert_eq!(c.out.len() - (FRAME_HEAD + 1), sent);
+        c.out.clear();
+        let mut more = Vec::new();
+        window_update(&mut more, 0, 10_000);
+        window_update(&mut more, 1, 10_000);
+        c.receive(&more, &mut Vec::new()).unwrap();
+        assert_eq!(c.out.len(), FRAME_HEAD + 70_000 - 65_535);
+        assert_eq!(c.out[4], END_STREAM);
+    }
+
+    #[test]
+    fn request_blocks_decode_back() {
+        let mut enc = httlib_hpack::Encoder::default();
+        let req = http::Request::get("https://h:1/a?b")
+            .header("x-k", "v")
+            .body(())
+            .unwrap();
+        let mut block = Vec::new();
+        encode_request(&mut enc, &req, &mut block).unwrap();
+        let mut dec = Decoder::default();
+        let mut fields = Vec::new();
+        dec.decode(&mut block.clone(), &mut fields).unwrap();
+        let got: Vec<(&[u8], &[u8])> = fields.iter().map(|(n, v, _)| (&n[..], &v[..])).collect();
+        let want: Vec<(&[u8], &[u8])> = vec![
+            (b":method", b"GET"),
+            (b":scheme", b"https"),
+            (b":authority", b"h:1"),
+            (b":path", b"/a?b"),
+            (b"x-k", b"v"),
+        ];
+        assert_eq!(got, want);
+        // No indexing: the same block decodes the same a second time.
+        let mut again = Vec::new();
+        dec.decode(&mut block, &mut again).unwrap();
+        assert_eq!(again, fields);
+    }
+}
