@@ -296,7 +296,9 @@ impl H2Loop {
         let mut next_housekeeping = 0;
         // Server SETTINGS may have come while the others connected (their edge is past).
         for i in 0..self.conns.len() {
-            self.on_event(i, false, 0);
+            // The time now, not 0: a request's latency counts from when it was sent.
+            let now = self.now_ns();
+            self.on_event(i, false, now);
         }
         loop {
             let now = self.now_ns();
