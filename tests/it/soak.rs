@@ -92,9 +92,14 @@ fn a_held_run_keeps_its_memory_and_descriptors_flat() {
         fds.last().unwrap().1,
         fd_growth * 100.0
     );
+    // In 45 s one allocator step (132 KiB at second 49 once in CI: 1.2% of the line) weighs
+    // as much as a leak would over the 30 minutes `bench/soak.sh` holds to 1%; so here the
+    // line may grow 2% and RSS rise at most 256 KiB (a thread's pair of ~200 KB histograms
+    // a second, the old engine's growth, is over it; so is a leak of 6 KiB a second).
+    let rise_kib = rss.last().unwrap().1 - rss[0].1;
     assert!(
-        rss_growth <= 0.01,
-        "RSS grew {:.2}%: {rss:?}",
+        rss_growth <= 0.02 && rise_kib <= 256.0,
+        "RSS grew {:.2}% ({rise_kib:.0} KiB): {rss:?}",
         rss_growth * 100.0
     );
     assert!(fd_growth <= 0.01, "descriptors grew: {fds:?}");
