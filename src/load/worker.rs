@@ -435,57 +435,22 @@ impl Worker {
     }
 
     fn next_wake_ns(&self, now: u64, housekeeping: u64) -> u64 {
-        if !self.unread.is_empty() {
-            return now;
-        }
-        let mut wake = housekeeping;
-        if let Some(b) = self.rec.next_boundary_ns() {
-            wake = wake.min(b);
-        }
-        if let Some(open) = &self.open {
-            if now < self.rec.end_ns {
-                wake = wake.min(open.next_due_ns());
-            }
-            // Replies already in the sockets free connections: read them before judging
-            // whether the requests released now had none.
-            if open.has_uncounted() {
-                wake = now;
-            }
-        }
-        wake.max(now)
+        next_wake_ns(
+            now,
+            housekeeping,
+            !self.unread.is_empty(),
+            &self.rec,
+            self.open.as_ref(),
+        )
     }
 
-    /// Waits for events until `wake_ns`. Open loop uses a timerfd: epoll's millisecond
-    /// timeout would send requests up to 1 ms late and charge that to the server.
     fn wait(&mut self, events: &mut Events, now: u64, wake_ns: u64) -> io::Result<()> {
-        let timeout = match &self.timer {
-            Some(_) if wake_ns <= now + SPIN_NS => Some(Duration::ZERO),
-            Some(timer) => {
-                let alarm_ns = wake_ns - SPIN_NS;
-                if self.timer_armed_ns != alarm_ns {
-                    let at = self.t0 + Duration::from_nanos(alarm_ns);
-                    let _ = timer.set(
-                        Expiration::OneShot(TimeSpec::from_duration(instant_to_monotonic(at))),
-                        TimerSetTimeFlags::TFD_TIMER_ABSTIME,
-                    );
-                    self.timer_armed_ns = alarm_ns;
-                }
-                None
-            }
-            _ => Some(Duration::from_nanos(wake_ns - now)),
-        };
-        match self.poll.poll(events, timeout) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
-            other => other,
-        }
+        let alarm = (self.timer.as_ref(), &mut self.timer_armed_ns, self.t0);
+        wait_until(&mut self.poll, alarm, events, now, wake_ns)
     }
 
     fn drain_timer(&mut self) {
-        if let Some(t) = &self.timer {
-            let mut expirations = [0u8; 8];
-            let _ = nix::unistd::read(t.as_fd().as_raw_fd(), &mut expirations);
-        }
-        self.timer_armed_ns = 0;
+        drain_timer(self.timer.as_ref(), &mut self.timer_armed_ns);
     }
 
     /// `read_closed`: the peer's FIN (or a reset) came with this event; it may have come with
@@ -857,6 +822,79 @@ fn io_error(context: &str, source: io::Error) -> LoadError {
 }
 
 /// The CLOCK_MONOTONIC reading of an `Instant` (they share the clock on Linux).
+/// When an event loop must wake next: at once with sockets still to read, else at the
+/// housekeeping, the next second's boundary or (open loop) the next request's due time.
+/// Shared by the HTTP/1.1 and HTTP/2 loops.
+pub(super) fn next_wake_ns(
+    now: u64,
+    housekeeping: u64,
+    unread: bool,
+    rec: &Recorder,
+    open: Option<&OpenLoop>,
+) -> u64 {
+    if unread {
+        return now;
+    }
+    let mut wake = housekeeping;
+    if let Some(b) = rec.next_boundary_ns() {
+        wake = wake.min(b);
+    }
+    if let Some(open) = open {
+        if now < rec.end_ns {
+            wake = wake.min(open.next_due_ns());
+        }
+        // Replies already in the sockets free connections: read them before judging
+        // whether the requests released now had none.
+        if open.has_uncounted() {
+            wake = now;
+        }
+    }
+    wake.max(now)
+}
+
+/// An open-loop thread's timerfd, the alarm it is armed for (ns after `t0`), and `t0`.
+pub(super) type Alarm<'a> = (Option<&'a TimerFd>, &'a mut u64, Instant);
+
+/// Waits for events until `wake_ns`. Open loop uses a timerfd: epoll's millisecond
+/// timeout would send requests up to 1 ms late and charge that to the server.
+pub(super) fn wait_until(
+    poll: &mut Poll,
+    (timer, armed_ns, t0): Alarm,
+    events: &mut Events,
+    now: u64,
+    wake_ns: u64,
+) -> io::Result<()> {
+    let timeout = match timer {
+        Some(_) if wake_ns <= now + SPIN_NS => Some(Duration::ZERO),
+        Some(timer) => {
+            let alarm_ns = wake_ns - SPIN_NS;
+            if *armed_ns != alarm_ns {
+                let at = t0 + Duration::from_nanos(alarm_ns);
+                let _ = timer.set(
+                    Expiration::OneShot(TimeSpec::from_duration(instant_to_monotonic(at))),
+                    TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+                );
+                *armed_ns = alarm_ns;
+            }
+            None
+        }
+        _ => Some(Duration::from_nanos(wake_ns - now)),
+    };
+    match poll.poll(events, timeout) {
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+        other => other,
+    }
+}
+
+/// Reads the timerfd's expirations (so its next edge is seen) and disarms the record of it.
+pub(super) fn drain_timer(timer: Option<&TimerFd>, armed_ns: &mut u64) {
+    if let Some(t) = timer {
+        let mut expirations = [0u8; 8];
+        let _ = nix::unistd::read(t.as_fd().as_raw_fd(), &mut expirations);
+    }
+    *armed_ns = 0;
+}
+
 pub(super) fn instant_to_monotonic(at: Instant) -> Duration {
     let now = Instant::now();
     let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)

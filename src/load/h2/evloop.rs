@@ -21,15 +21,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use nix::sys::time::TimeSpec;
-use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
 
 use super::conn::{encode_request, Event, H2Conn};
 use crate::load::recorder::{thread_cpu_ns, Msg, Recorder, Schedule};
 use crate::load::target::Target;
 use crate::load::template::H2Requests;
 use crate::load::transport::{connect_error_kind, error_kind, Stream};
-use crate::load::worker::{instant_to_monotonic, OpenLoop, SPIN_NS};
+use crate::load::worker::{drain_timer, next_wake_ns, wait_until, OpenLoop, SPIN_NS};
 use crate::load::{LoadConfig, LoadError};
 
 const TIMER: Token = Token(usize::MAX);
@@ -350,54 +349,22 @@ impl H2Loop {
     }
 
     fn next_wake_ns(&self, now: u64, housekeeping: u64) -> u64 {
-        if !self.unread.is_empty() {
-            return now;
-        }
-        let mut wake = housekeeping;
-        if let Some(b) = self.rec.next_boundary_ns() {
-            wake = wake.min(b);
-        }
-        if let Some(open) = &self.open {
-            if now < self.rec.end_ns {
-                wake = wake.min(open.next_due_ns());
-            }
-            if open.has_uncounted() {
-                wake = now;
-            }
-        }
-        wake.max(now)
+        next_wake_ns(
+            now,
+            housekeeping,
+            !self.unread.is_empty(),
+            &self.rec,
+            self.open.as_ref(),
+        )
     }
 
-    /// Waits for events until `wake_ns` (open loop: a timerfd, as the HTTP/1.1 threads).
     fn wait(&mut self, events: &mut Events, now: u64, wake_ns: u64) -> io::Result<()> {
-        let timeout = match &self.timer {
-            Some(_) if wake_ns <= now + SPIN_NS => Some(Duration::ZERO),
-            Some(timer) => {
-                let alarm_ns = wake_ns - SPIN_NS;
-                if self.timer_armed_ns != alarm_ns {
-                    let at = self.t0 + Duration::from_nanos(alarm_ns);
-                    let _ = timer.set(
-                        Expiration::OneShot(TimeSpec::from_duration(instant_to_monotonic(at))),
-                        TimerSetTimeFlags::TFD_TIMER_ABSTIME,
-                    );
-                    self.timer_armed_ns = alarm_ns;
-                }
-                None
-            }
-            _ => Some(Duration::from_nanos(wake_ns - now)),
-        };
-        match self.poll.poll(events, timeout) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
-            other => other,
-        }
+        let alarm = (self.timer.as_ref(), &mut self.timer_armed_ns, self.t0);
+        wait_until(&mut self.poll, alarm, events, now, wake_ns)
     }
 
     fn drain_timer(&mut self) {
-        if let Some(t) = &self.timer {
-            let mut expirations = [0u8; 8];
-            let _ = nix::unistd::read(t.as_fd().as_raw_fd(), &mut expirations);
-        }
-        self.timer_armed_ns = 0;
+        drain_timer(self.timer.as_ref(), &mut self.timer_armed_ns);
     }
 
     fn on_event(&mut self, i: usize, read_closed: bool, now: u64) {
