@@ -1,6 +1,6 @@
 //! Comparisons: one step (or a set of repetitions) against another, as seed 002 reads them
-//! ("alone at 1 thread is faster than one visitor at 1 thread: 1.64x"), with a noise verdict
-//! from the 95% confidence intervals when there are repetitions.
+//! ("alone at 1 thread is faster than one visitor at 1 thread: 1.64x"), with the ratio's
+//! confidence interval and Welch's t-test when there are repetitions ([`stats`]).
 //!
 //! The spec's `[[comparisons]]` ([`spec`]) and `stairbench compare`, which lines up run
 //! directories step by step ([`runs`]), share the metric, the selectors, the step matching and
@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analyze::stats::{self, Summary, Verdict};
+use crate::analyze::stats::{self, Summary, TestOptions, Verdict};
 use crate::record::steps::{StepResult, StepStatus};
 
 pub mod runs;
@@ -214,12 +214,26 @@ pub fn values_by_key(steps: &[StepResult], metric: Metric) -> BTreeMap<StepKey, 
 pub struct Relation {
     /// A's speed over B's: A's throughput / B's, or B's time / A's; above 1 A is faster.
     pub speedup: f64,
+    /// Confidence interval of the speedup at `confidence_pct` (delta method on the log of the
+    /// ratio of means); None without 2 repetitions a side.
+    pub speedup_interval: Option<[f64; 2]>,
     /// How much slower A is than B, in percent of B's figure (0 when A is not slower).
     pub slower_pct: f64,
-    /// "faster", "slower", "within noise", or "no repetitions" (noise unknown).
+    /// "faster" or "slower" (a difference at the level, at least the minimum effect), "equal"
+    /// (a difference below the minimum effect), "within noise" (none found), or "no
+    /// repetitions" (a side has one value: no spread to test).
     pub verdict: String,
-    /// Whether the 95% confidence intervals overlap (None without repetitions on both sides).
+    /// Whether Welch's test finds no difference at the level (None without repetitions on
+    /// both sides).
     pub within_noise: Option<bool>,
+    /// Welch's t-test's two-sided p-value (None without repetitions on both sides).
+    pub p_value: Option<f64>,
+    /// Welch–Satterthwaite degrees of freedom of the test.
+    pub df: Option<f64>,
+    /// Confidence level of the test and the interval, percent.
+    pub confidence_pct: f64,
+    /// Differences below this many percent are "equal" however significant.
+    pub min_effect_pct: f64,
     /// A's values summarised (mean, spread, 95% CI).
     pub a: Summary,
     /// B's values summarised.
@@ -227,47 +241,108 @@ pub struct Relation {
 }
 
 impl Relation {
-    /// Seed 002's sentence, with the noise verdict when there are repetitions.
+    /// Seed 002's sentence with the ratio's interval and the test's verdict: "b is slower
+    /// than a: 0.90x [0.87, 0.93] (a difference at 95%: Welch's t-test p = 0.003)". The one
+    /// function every output (stdout, report.md, report.html, JUnit) takes it from.
     pub fn sentence(&self, name_a: &str, name_b: &str) -> String {
-        let mut text = stats::sentence(name_a, name_b, self.speedup);
-        match self.within_noise {
-            Some(true) => text.push_str(" (within noise)"),
-            Some(false) => text.push_str(" (beyond noise: the 95% intervals do not overlap)"),
-            None => {}
-        }
+        let mut text = if self.verdict == "equal" {
+            format!("{name_a} is as fast as {name_b}: {:.2}x", self.speedup)
+        } else {
+            stats::sentence(name_a, name_b, self.speedup)
+        };
+        text.push_str(&self.interval_text());
+        text.push_str(&format!(" ({})", self.reason()));
         text
+    }
+
+    /// The speedup's interval as printed after it, " [0.88, 0.94]"; empty without one.
+    pub fn interval_text(&self) -> String {
+        self.speedup_interval
+            .map_or_else(String::new, |[lo, hi]| format!(" [{lo:.2}, {hi:.2}]"))
+    }
+
+    /// Why the verdict is what it is, in words: the test, its level and p-value.
+    pub fn reason(&self) -> String {
+        let level = self.confidence_pct;
+        let p = self.p_value.map_or_else(String::new, show_p);
+        match self.verdict.as_str() {
+            "no repetitions" => format!(
+                "no spread to test with {} and {} repetition(s): no verdict",
+                self.a.n, self.b.n
+            ),
+            "within noise" => format!("within noise at {level}%: Welch's t-test {p}"),
+            "equal" => format!(
+                "equal: {:.1}% apart, below the {}% minimum effect; Welch's t-test {p}",
+                self.effect_pct(),
+                self.min_effect_pct
+            ),
+            _ => format!("a difference at {level}%: Welch's t-test {p}"),
+        }
+    }
+
+    /// How far apart the means are, in percent of B's.
+    pub fn effect_pct(&self) -> f64 {
+        ((self.a.mean - self.b.mean) / self.b.mean).abs() * 100.0
     }
 }
 
-/// Relates A's values to B's; None when either side has no usable value.
-pub fn relate(metric: Metric, a: &[f64], b: &[f64]) -> Option<Relation> {
-    let cmp = stats::compare(a, b)?;
+/// "p = 0.012", or "p = 2.1e-4" below 0.001 (no "<", which report.md would escape).
+pub fn show_p(p: f64) -> String {
+    if p == 0.0 {
+        "p = 0".to_string()
+    } else if p < 0.001 {
+        format!("p = {p:.1e}")
+    } else {
+        format!("p = {p:.3}")
+    }
+}
+
+/// Relates A's values to B's with Welch's test at `opts`; None when either side has no usable
+/// value.
+pub fn relate(metric: Metric, a: &[f64], b: &[f64], opts: TestOptions) -> Option<Relation> {
+    let cmp = stats::compare(a, b, opts)?;
     if cmp.a.mean == 0.0 {
         return None;
     }
-    let (speedup, slower_pct) = if metric.higher_is_better() {
+    let higher = metric.higher_is_better();
+    let (speedup, slower_pct) = if higher {
         (cmp.ratio, cmp.slower_pct())
     } else {
         (1.0 / cmp.ratio, ((cmp.ratio - 1.0) * 100.0).max(0.0))
     };
-    let within_noise = match cmp.verdict {
-        Verdict::NoSpread => None,
-        v => Some(v == Verdict::WithinNoise),
-    };
-    let verdict = match within_noise {
-        None => "no repetitions",
-        Some(true) => "within noise",
-        Some(false) if speedup >= 1.0 => "faster",
-        Some(false) => "slower",
+    let speedup_interval = cmp.ratio_interval.map(|(lo, hi)| {
+        if higher {
+            [lo, hi]
+        } else {
+            [1.0 / hi, 1.0 / lo]
+        }
+    });
+    let verdict = match cmp.verdict {
+        Verdict::NoSpread => "no repetitions",
+        Verdict::WithinNoise => "within noise",
+        Verdict::Equal => "equal",
+        Verdict::Higher | Verdict::Lower if speedup >= 1.0 => "faster",
+        Verdict::Higher | Verdict::Lower => "slower",
     };
     Some(Relation {
         speedup,
+        speedup_interval,
         slower_pct,
         verdict: verdict.to_string(),
-        within_noise,
+        within_noise: cmp.test.map(|_| cmp.verdict == Verdict::WithinNoise),
+        p_value: cmp.test.map(|t| t.p_value),
+        df: cmp.test.map(|t| t.df),
+        confidence_pct: round_pct(opts.level * 100.0),
+        min_effect_pct: round_pct(opts.min_effect * 100.0),
         a: cmp.a,
         b: cmp.b,
     })
+}
+
+/// A percentage back from a fraction, without the float noise of the division (95, not
+/// 95.00000000000001).
+fn round_pct(pct: f64) -> f64 {
+    (pct * 1e6).round() / 1e6
 }
 
 #[cfg(test)]
@@ -293,27 +368,80 @@ mod tests {
 
     #[test]
     fn relations_for_both_directions_of_better() {
+        let opts = TestOptions::default();
         let rel = relate(
             Metric::ThroughputRps,
             &[90.0, 91.0, 89.0],
             &[100.0, 101.0, 99.0],
+            opts,
         )
         .unwrap();
         assert!((rel.speedup - 0.9).abs() < 1e-12);
         assert!((rel.slower_pct - 10.0).abs() < 1e-9);
         assert_eq!(rel.verdict, "slower");
+        let [lo, hi] = rel.speedup_interval.unwrap();
+        assert!(lo < 0.9 && hi > 0.9 && hi < 1.0, "{lo} {hi}");
+        let p = rel.p_value.unwrap();
+        assert!(p < 0.001, "{p}");
         assert_eq!(
             rel.sentence("b", "a"),
-            "b is slower than a: 0.90x (beyond noise: the 95% intervals do not overlap)"
+            format!(
+                "b is slower than a: 0.90x [{lo:.2}, {hi:.2}] (a difference at 95%: Welch's t-test p = {p:.1e})"
+            )
         );
-        // Latency 20% higher is slower by 20%, speed 1/1.2.
-        let rel = relate(Metric::P99, &[120.0], &[100.0]).unwrap();
+        assert_eq!(show_p(0.0123), "p = 0.012");
+        assert_eq!(show_p(0.000_21), "p = 2.1e-4");
+        // Latency 20% higher is slower by 20%, speed 1/1.2; the interval is inverted too.
+        let rel = relate(Metric::P99, &[120.0], &[100.0], opts).unwrap();
         assert!((rel.speedup - 1.0 / 1.2).abs() < 1e-12);
         assert!((rel.slower_pct - 20.0).abs() < 1e-9);
         assert_eq!(rel.verdict, "no repetitions");
-        assert_eq!(rel.sentence("b", "a"), "b is slower than a: 0.83x");
-        let rel = relate(Metric::Mean, &[10.0, 10.2], &[10.1, 9.9]).unwrap();
+        assert_eq!(
+            rel.sentence("b", "a"),
+            "b is slower than a: 0.83x (no spread to test with 1 and 1 repetition(s): no verdict)"
+        );
+        let rel = relate(
+            Metric::P99,
+            &[120.0, 121.0, 119.0],
+            &[100.0, 101.0, 99.0],
+            opts,
+        )
+        .unwrap();
+        let [lo, hi] = rel.speedup_interval.unwrap();
+        let thr = relate(
+            Metric::ThroughputRps,
+            &[100.0, 101.0, 99.0],
+            &[120.0, 121.0, 119.0],
+            opts,
+        )
+        .unwrap()
+        .speedup_interval
+        .unwrap();
+        assert!((lo - thr[0]).abs() < 1e-12 && (hi - thr[1]).abs() < 1e-12);
+        let rel = relate(Metric::Mean, &[10.0, 10.2], &[10.1, 9.9], opts).unwrap();
         assert_eq!(rel.within_noise, Some(true));
-        assert!(rel.sentence("x", "y").ends_with("(within noise)"));
+        assert!(
+            rel.sentence("x", "y")
+                .contains("(within noise at 95%: Welch's t-test p = "),
+            "{}",
+            rel.sentence("x", "y")
+        );
+        // Significant but 1% apart: equal under the 2% minimum effect.
+        let rel = relate(
+            Metric::ThroughputRps,
+            &[101.0, 101.01, 100.99],
+            &[100.0, 100.01, 99.99],
+            opts,
+        )
+        .unwrap();
+        assert_eq!(
+            (rel.verdict.as_str(), rel.within_noise),
+            ("equal", Some(false))
+        );
+        assert!(
+            rel.sentence("x", "y").starts_with("x is as fast as y: 1.01x [1.01, 1.01] (equal: 1.0% apart, below the 2% minimum effect; Welch's t-test p = "),
+            "{}",
+            rel.sentence("x", "y")
+        );
     }
 }

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::analyze::compare::show_p;
+
 /// Requests in flight per connection: deep pipelining makes the generator cheap per request
 /// (measured with the servers' work on 2 CPUs: 0.6 µs at depth 64, 1.8 µs at depth 16, where
 /// it reached 86% busy at the reactor's peak; see README).
@@ -256,18 +258,24 @@ fn verdict_line(c: &Value, saturated: &[(String, u64)]) -> String {
     }
     let r = &c["relation"];
     let speedup = r["speedup"].as_f64().unwrap_or(f64::NAN);
-    match r["within_noise"].as_bool() {
-        Some(true) => format!(
-            "{what}: reactor and pool are equal here ({speedup:.2}x is within the run-to-run spread)"
+    let p = r["p_value"]
+        .as_f64()
+        .map_or_else(String::new, |p| format!(", Welch's t-test {}", show_p(p)));
+    match r["verdict"].as_str().unwrap_or("") {
+        "within noise" => format!(
+            "{what}: reactor and pool are equal here ({speedup:.2}x is within the run-to-run spread{p})"
         ),
-        Some(false) if speedup >= 1.0 => {
-            format!("{what}: reactor beats pool, {speedup:.2}x, beyond the run-to-run spread")
+        "equal" => format!(
+            "{what}: reactor and pool are equal here ({speedup:.2}x is below the minimum effect{p})"
+        ),
+        "faster" => {
+            format!("{what}: reactor beats pool, {speedup:.2}x, beyond the run-to-run spread{p}")
         }
-        Some(false) => format!(
-            "{what}: pool beats reactor, {:.2}x, beyond the run-to-run spread",
+        "slower" => format!(
+            "{what}: pool beats reactor, {:.2}x, beyond the run-to-run spread{p}",
             1.0 / speedup
         ),
-        None => format!("{what}: no winner named: without repetitions the spread is unknown"),
+        _ => format!("{what}: no winner named: without repetitions the spread is unknown"),
     }
 }
 
@@ -312,21 +320,29 @@ mod tests {
 
     #[test]
     fn a_verdict_names_a_winner_only_beyond_noise_and_with_the_servers_measured() {
-        let c = |within: Value, speedup: f64| {
+        let c = |verdict: &str, speedup: f64| {
             serde_json::json!({
                 "metric": "throughput_rps",
                 "a": {"target": "reactor", "clients": 8},
                 "b": {"target": "pool", "clients": 8},
-                "relation": {"speedup": speedup, "within_noise": within}
+                "relation": {"speedup": speedup, "verdict": verdict, "p_value": 0.0123}
             })
         };
-        let line = verdict_line(&c(Value::Bool(true), 1.2), &[]);
+        let line = verdict_line(&c("within noise", 1.2), &[]);
         assert!(line.contains("equal here"), "{line}");
-        let line = verdict_line(&c(Value::Bool(false), 1.5), &[]);
+        let line = verdict_line(&c("equal", 1.01), &[]);
+        assert!(
+            line.contains("equal here") && line.contains("minimum effect"),
+            "{line}"
+        );
+        let line = verdict_line(&c("faster", 1.5), &[]);
         assert!(line.contains("reactor beats pool, 1.50x"), "{line}");
-        let line = verdict_line(&c(Value::Bool(false), 0.5), &[]);
+        assert!(line.ends_with("Welch's t-test p = 0.012"), "{line}");
+        let line = verdict_line(&c("slower", 0.5), &[]);
         assert!(line.contains("pool beats reactor, 2.00x"), "{line}");
-        let line = verdict_line(&c(Value::Bool(false), 1.5), &[("pool".into(), 8)]);
+        let line = verdict_line(&c("no repetitions", 1.5), &[]);
+        assert!(line.contains("no winner named"), "{line}");
+        let line = verdict_line(&c("faster", 1.5), &[("pool".into(), 8)]);
         assert!(line.contains("no winner"), "{line}");
     }
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::analyze::compare::runs::{compare_dirs, Comparison};
+use crate::analyze::stats::TestOptions;
 use crate::exit::UsageError;
 use crate::report::compare::{gate_message, render_text};
 
@@ -27,10 +28,17 @@ pub struct CompareArgs {
     #[arg(long, value_enum, default_value = "throughput_rps")]
     pub metric: crate::analyze::compare::Metric,
     /// Exit 1 when a step of a later run is slower than the first run's by more than PCT
-    /// percent and the difference is not within noise (a gate for CI); without repetitions
+    /// percent and Welch's t-test finds the difference (a gate for CI); without repetitions
     /// the noise is unknown and the threshold alone decides.
     #[arg(long, value_name = "PCT")]
     pub fail_if_slower: Option<f64>,
+    /// Differences smaller than PCT percent of the first run's mean are "equal", however
+    /// significant.
+    #[arg(long, value_name = "PCT", default_value_t = 2.0)]
+    pub min_effect: f64,
+    /// Confidence level, percent, of Welch's t-test and of the ratios' intervals.
+    #[arg(long, value_name = "PCT", default_value_t = 95.0)]
+    pub confidence: f64,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -66,16 +74,20 @@ pub fn compare(args: CompareArgs) -> anyhow::Result<ExitCode> {
         dirs,
         metric,
         fail_if_slower: gate_pct,
+        min_effect,
+        confidence,
         json,
         junit,
     } = args;
+    let opts = TestOptions::from_pct(confidence, min_effect)
+        .map_err(|e| UsageError(format!("--confidence / --min-effect: {e}")))?;
     if let Some(pct) = gate_pct.filter(|p| !(p.is_finite() && *p >= 0.0)) {
         return Err(UsageError(format!(
             "--fail-if-slower {pct}: give a percentage of 0 or more, e.g. 5"
         ))
         .into());
     }
-    let cmp = compare_dirs(&dirs, metric, gate_pct)?;
+    let cmp = compare_dirs(&dirs, metric, gate_pct, opts)?;
     let mut stdout = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut stdout, &cmp)?;
@@ -100,8 +112,9 @@ fn gate_outcome(cmp: &Comparison, gate_pct: Option<f64>) -> ExitCode {
         }
         (None, Some(pct)) => {
             eprintln!(
-                "stairbench compare: passed: no step slower than {} by more than {pct}% outside noise",
-                cmp.runs[0].label
+                "stairbench compare: passed: no step slower than {} by more than {pct}% and by a difference Welch's t-test finds at {}%",
+                cmp.runs[0].label,
+                cmp.confidence_pct
             );
             ExitCode::SUCCESS
         }

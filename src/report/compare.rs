@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::cell::escape;
 use crate::analyze::compare::runs::Comparison;
-use crate::analyze::compare::Metric;
+use crate::analyze::compare::{Metric, Relation};
 use crate::analyze::stats::Summary;
 
 /// `mean ± half width` (or the mean alone without repetitions), in the metric's precision.
@@ -16,6 +16,11 @@ pub fn show_summary(s: &Summary, metric: Metric) -> String {
         Some(h) => format!("{:.digits$} ± {h:.digits$}", s.mean),
         None => format!("{:.digits$}", s.mean),
     }
+}
+
+/// The speedup with its interval: `0.91x [0.88, 0.94]`, or `0.91x` without repetitions.
+pub fn show_speedup(rel: &Relation) -> String {
+    format!("{:.2}x{}", rel.speedup, rel.interval_text())
 }
 
 /// The comparison as markdown tables and sentences (what `stairbench compare` prints).
@@ -80,7 +85,7 @@ fn render_rows(out: &mut String, cmp: &Comparison) {
         let _ = write!(header, " {} |", escape(&run.label));
         rule.push_str(" ---: |");
         if i > 0 {
-            header.push_str(" speed vs first | verdict |");
+            header.push_str(" speed vs first [CI] | verdict |");
             rule.push_str(" ---: | --- |");
         }
     }
@@ -104,7 +109,7 @@ fn render_rows(out: &mut String, cmp: &Comparison) {
             if i > 0 {
                 match &row.against_first[i] {
                     Some(rel) => {
-                        let _ = write!(out, " {:.2}x | {} |", rel.speedup, rel.verdict);
+                        let _ = write!(out, " {} | {} |", show_speedup(rel), rel.verdict);
                     }
                     None => out.push_str(" – | – |"),
                 }
@@ -112,7 +117,11 @@ fn render_rows(out: &mut String, cmp: &Comparison) {
         }
         out.push('\n');
     }
-    out.push('\n');
+    let _ = writeln!(
+        out,
+        "\nVerdicts: Welch's t-test on the repetitions' means at {}%; a difference below {}% is \"equal\"; [CI]: the speed ratio's {}% interval (delta method on its log).\n",
+        cmp.confidence_pct, cmp.min_effect_pct, cmp.confidence_pct
+    );
 }
 
 /// The gate's verdict as one message: None when it passes.
@@ -122,7 +131,7 @@ pub fn gate_message(cmp: &Comparison) -> Option<String> {
         return None;
     }
     let mut text = format!(
-        "{} step(s) slower than {} by more than {pct}% on {} outside noise:",
+        "{} step(s) slower than {} by more than {pct}% on {}, beyond noise or untested:",
         cmp.gate_failures.len(),
         cmp.runs[0].label,
         cmp.metric.name()
@@ -134,11 +143,7 @@ pub fn gate_message(cmp: &Comparison) -> Option<String> {
             f.run,
             f.key.label(),
             f.slower_pct,
-            if f.verdict == "no repetitions" {
-                "no repetitions, so noise could not be ruled out"
-            } else {
-                "the 95% intervals do not overlap"
-            }
+            f.reason
         );
     }
     Some(text)

@@ -98,7 +98,7 @@ pub fn comparison_cases(cmp: &Comparison) -> Vec<Case> {
                         cmp.runs[0].label,
                         cmp.metric.name(),
                         cmp.gate_pct.unwrap_or(0.0),
-                        f.verdict
+                        f.reason
                     )
                 });
             cases.push(Case {

@@ -485,13 +485,16 @@ fn comparison_sentences_and_noise() {
     let alone = [1010.0, 990.0, 1005.0];
     let visitor = [610.0, 611.0, 612.0];
     let ratio = stats::summarize(&alone).unwrap().mean / stats::summarize(&visitor).unwrap().mean;
-    assert_eq!(stats::verdict(&alone, &visitor), stats::Verdict::Higher);
+    assert_eq!(
+        stats::verdict(&alone, &visitor, Default::default()),
+        stats::Verdict::Higher
+    );
     assert_eq!(
         stats::sentence("alone at 1 thread", "one visitor at 1 thread", ratio),
         "alone at 1 thread is faster than one visitor at 1 thread: 1.64x"
     );
     assert_eq!(
-        stats::verdict(&alone, &[1000.0, 1012.0, 995.0]),
+        stats::verdict(&alone, &[1000.0, 1012.0, 995.0], Default::default()),
         stats::Verdict::WithinNoise
     );
 }

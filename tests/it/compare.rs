@@ -280,10 +280,17 @@ fn littles_law_modes_noise_and_comparisons() {
 
     let first = &a.comparisons[0];
     let ratio = usl(8.0) / usl(1.0);
+    // Both sides spread ±1% around the curve: the interval of the ratio is ratio·exp(±t·se).
+    let [lo, hi] = first.relation.speedup_interval.unwrap();
+    let se = (2.0 * 0.01f64.powi(2) / 3.0).sqrt();
+    let t = stairbench::analyze::stats::t_quantile(0.975, 4.0);
+    assert!((lo - ratio * (-t * se).exp()).abs() < 1e-9, "{lo}");
+    assert!((hi - ratio * (t * se).exp()).abs() < 1e-9, "{hi}");
     assert_eq!(
         first.sentence,
         format!(
-            "alpha at 8 clients is faster than alpha at 1 client: {ratio:.2}x (beyond noise: the 95% intervals do not overlap)"
+            "alpha at 8 clients is faster than alpha at 1 client: {ratio:.2}x [{lo:.2}, {hi:.2}] (a difference at 95%: Welch's t-test {})",
+            stairbench::analyze::compare::show_p(first.relation.p_value.unwrap())
         )
     );
     let titled: Vec<&str> = a.comparisons[1..]
@@ -295,7 +302,7 @@ fn littles_law_modes_noise_and_comparisons() {
     assert!(
         titled.contains(
             &format!(
-                "alpha vs beta: alpha/shared at 2 clients: alpha is faster than beta: {want:.2}x"
+                "alpha vs beta: alpha/shared at 2 clients: alpha is faster than beta: {want:.2}x (no spread to test with 3 and 1 repetition(s): no verdict)"
             )
             .as_str()
         ),
@@ -425,11 +432,65 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
         "{text}"
     );
     assert!(text.contains("| spec.duration | – | 2s |"), "{text}");
+    // 10% slower in ±1% spread: t ≈ 12.9 on ~4 df, p ≈ 2e-4.
+    let p4 = r4["p_value"].as_f64().unwrap();
+    assert!((1e-4..1e-3).contains(&p4), "{p4}");
     assert!(
-        text.contains("- alpha/shared at 4 clients: run-Linux-6.8 is slower than run-Linux-6.1: 0.90x (beyond noise: the 95% intervals do not overlap)"),
+        text.contains(&format!("- alpha/shared at 4 clients: run-Linux-6.8 is slower than run-Linux-6.1: 0.90x [0.88, 0.92] (a difference at 95%: Welch's t-test p = {p4:.1e})")),
         "{text}"
     );
-    assert!(text.contains("alpha/shared at 16 clients: run-Linux-6.8 is slower than run-Linux-6.1: 0.93x (within noise)"), "{text}");
+    // 7% slower in ±6% spread: t = 0.07 / √((0.06² + 0.0558²)/3) = 1.48 on ~4 df, p ≈ 0.21.
+    let p16 = r16["p_value"].as_f64().unwrap();
+    assert!((0.15..0.3).contains(&p16), "{p16}");
+    assert!(
+        text.contains(
+            "alpha/shared at 16 clients: run-Linux-6.8 is slower than run-Linux-6.1: 0.93x ["
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "(within noise at 95%: Welch's t-test p = {p16:.3})"
+        )),
+        "{text}"
+    );
+    // The table shows the same ratio and interval as the sentence.
+    assert!(text.contains("| 0.90x [0.88, 0.92] | slower |"), "{text}");
+    assert!(
+        text.contains(
+            "Welch's t-test on the repetitions' means at 95%; a difference below 2% is \"equal\""
+        ),
+        "{text}"
+    );
+
+    // 10% slower is a difference at any minimum effect below it, "equal" above it.
+    let coarse = common::cli_cmd()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .args(["--min-effect", "12", "--json"])
+        .output()
+        .unwrap();
+    common::assert_success(&coarse);
+    let coarse: Value = serde_json::from_slice(&coarse.stdout).unwrap();
+    let r4 = coarse["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["target"] == "alpha" && r["clients"] == 4)
+        .unwrap()["against_first"][1]
+        .clone();
+    assert_eq!(r4["verdict"], "equal");
+    assert_eq!(r4["min_effect_pct"], 12.0);
+    let bad = common::cli_cmd()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .args(["--confidence", "100"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--confidence"));
 
     // On p99 the 10% lower throughput is a latency 1/0.9 higher: 0.90x as fast again.
     let p99 = common::cli_cmd()
@@ -523,6 +584,10 @@ fn compare_junit_has_a_case_per_step_and_fails_the_gated_one() {
     let message = failed[0].1.as_deref().unwrap();
     assert!(
         message.starts_with("10.0% slower than run-Linux-6.1"),
+        "{message}"
+    );
+    assert!(
+        message.contains("(--fail-if-slower 5): a difference at 95%: Welch's t-test p = "),
         "{message}"
     );
 }

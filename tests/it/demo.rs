@@ -109,7 +109,7 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
 
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     let sentence = regex::Regex::new(
-        r"reactor is (faster than|slower than|as fast as) pool: \d+\.\d\dx \((within noise|beyond noise)",
+        r"reactor is (faster than|slower than|as fast as) pool: \d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\] \((within noise at 95%|a difference at 95%|equal: )",
     )
     .unwrap();
     assert!(sentence.is_match(&report), "{report}");

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{relate, values_by_key, Metric, Relation, StepKey};
-use crate::analyze::stats::{self, Summary};
+use crate::analyze::stats::{self, Summary, TestOptions};
 use crate::record::steps::{read_steps, StepResult};
 
 /// One run directory read for `stairbench compare`.
@@ -179,7 +179,8 @@ pub struct Row {
     pub against_first: Vec<Option<Relation>>,
 }
 
-/// A step slower than the first run's by more than the gate allows, outside noise.
+/// A step slower than the first run's by more than the gate allows, and by a difference
+/// Welch's test finds (or without repetitions to test).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GateFailure {
     /// The slower run.
@@ -189,8 +190,10 @@ pub struct GateFailure {
     pub key: StepKey,
     /// How much slower, percent of the first run's figure.
     pub slower_pct: f64,
-    /// The noise verdict ("slower", or "no repetitions" when noise could not be judged).
+    /// The verdict ("slower", or "no repetitions" when noise could not be judged).
     pub verdict: String,
+    /// Why, in words: the test, its level and p-value (`Relation::reason`).
+    pub reason: String,
 }
 
 /// A run as named in a comparison.
@@ -219,13 +222,19 @@ pub struct Comparison {
     pub gate_pct: Option<f64>,
     /// With `--fail-if-slower`: the steps that break it.
     pub gate_failures: Vec<GateFailure>,
+    /// Confidence level of the tests, percent (`--confidence`).
+    pub confidence_pct: f64,
+    /// Smallest difference called one, percent (`--min-effect`).
+    pub min_effect_pct: f64,
 }
 
-/// Lines the runs up on `metric` and, with `gate_pct`, lists the steps that fail the gate.
+/// Lines the runs up on `metric`, tested at `opts`, and, with `gate_pct`, lists the steps
+/// that fail the gate.
 pub fn compare_runs(
     runs: &[Run],
     metric: Metric,
     gate_pct: Option<f64>,
+    opts: TestOptions,
 ) -> Result<Comparison, CompareError> {
     let maps: Vec<BTreeMap<StepKey, Vec<f64>>> = runs
         .iter()
@@ -235,7 +244,10 @@ pub fn compare_runs(
     let mut keys: Vec<&StepKey> = maps.iter().flat_map(|m| m.keys()).collect();
     keys.sort();
     keys.dedup();
-    let rows: Vec<Row> = keys.into_iter().map(|k| row(k, &maps, metric)).collect();
+    let rows: Vec<Row> = keys
+        .into_iter()
+        .map(|k| row(k, &maps, metric, opts))
+        .collect();
     let mut sentences = Vec::new();
     let mut gate_failures = Vec::new();
     for row in &rows {
@@ -248,6 +260,7 @@ pub fn compare_runs(
                     key: row.key.clone(),
                     slower_pct: rel.slower_pct,
                     verdict: rel.verdict.clone(),
+                    reason: rel.reason(),
                 });
             }
         }
@@ -266,6 +279,8 @@ pub fn compare_runs(
         sentences,
         gate_pct,
         gate_failures,
+        confidence_pct: opts.level * 100.0,
+        min_effect_pct: opts.min_effect * 100.0,
     })
 }
 
@@ -277,10 +292,11 @@ fn later_runs(row: &Row) -> impl Iterator<Item = (usize, &Relation)> {
         .filter_map(|(i, rel)| Some((i, rel.as_ref()?)))
 }
 
-/// Slower by more than `pct` and not within noise. Without repetitions the noise is
-/// unknown, so only the threshold protects against it.
+/// Slower by more than `pct`, and a difference Welch's test finds (not within noise, not
+/// below the minimum effect). Without repetitions the noise is unknown, so only the
+/// threshold protects against it.
 fn fails_gate(rel: &Relation, pct: f64) -> bool {
-    rel.slower_pct > pct && rel.within_noise != Some(true)
+    rel.slower_pct > pct && matches!(rel.verdict.as_str(), "slower" | "no repetitions")
 }
 
 fn check_overlap(runs: &[Run], maps: &[BTreeMap<StepKey, Vec<f64>>]) -> Result<(), CompareError> {
@@ -306,7 +322,12 @@ fn check_overlap(runs: &[Run], maps: &[BTreeMap<StepKey, Vec<f64>>]) -> Result<(
     Ok(())
 }
 
-fn row(key: &StepKey, maps: &[BTreeMap<StepKey, Vec<f64>>], metric: Metric) -> Row {
+fn row(
+    key: &StepKey,
+    maps: &[BTreeMap<StepKey, Vec<f64>>],
+    metric: Metric,
+    opts: TestOptions,
+) -> Row {
     let first = maps[0].get(key);
     Row {
         key: key.clone(),
@@ -319,7 +340,7 @@ fn row(key: &StepKey, maps: &[BTreeMap<StepKey, Vec<f64>>], metric: Metric) -> R
             .enumerate()
             .map(|(i, m)| {
                 let (a, b) = (m.get(key)?, first?);
-                (i > 0).then(|| relate(metric, a, b)).flatten()
+                (i > 0).then(|| relate(metric, a, b, opts)).flatten()
             })
             .collect(),
     }
@@ -330,8 +351,9 @@ pub fn compare_dirs(
     dirs: &[PathBuf],
     metric: Metric,
     gate_pct: Option<f64>,
+    opts: TestOptions,
 ) -> Result<Comparison, CompareError> {
-    compare_runs(&read_runs(dirs)?, metric, gate_pct)
+    compare_runs(&read_runs(dirs)?, metric, gate_pct, opts)
 }
 
 #[cfg(test)]

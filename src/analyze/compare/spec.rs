@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{relate, values_by_key, Metric, Relation, Selector, StepKey};
+use crate::analyze::stats::{TestOptions, DEFAULT_LEVEL, DEFAULT_MIN_EFFECT};
 use crate::record::steps::StepResult;
 
 /// One of the spec's `[[comparisons]]`, as written.
@@ -30,6 +31,23 @@ pub struct ComparisonSpec {
     /// The figure compared (default throughput_rps).
     #[serde(default)]
     pub metric: Metric,
+    /// Confidence level of Welch's test and the ratio's interval, percent (default 95).
+    #[serde(default)]
+    pub confidence_pct: Option<f64>,
+    /// Differences below this many percent are "equal" however significant (default 2).
+    #[serde(default)]
+    pub min_effect_pct: Option<f64>,
+}
+
+impl ComparisonSpec {
+    /// The test's level and minimum effect, defaults filled in; an error names the bad key.
+    pub fn test_options(&self) -> Result<TestOptions, String> {
+        TestOptions::from_pct(
+            self.confidence_pct.unwrap_or(DEFAULT_LEVEL * 100.0),
+            self.min_effect_pct.unwrap_or(DEFAULT_MIN_EFFECT * 100.0),
+        )
+        .map_err(|e| format!("confidence_pct / min_effect_pct: {e}"))
+    }
 }
 
 /// One resolved comparison: A's steps against B's.
@@ -69,16 +87,17 @@ pub fn spec_comparisons(
 
 /// Reads one `[[comparisons]]` entry and checks its selectors, so a spec can be validated
 /// before the run: `a`/`candidate`, `b`/`baseline` as `TARGET[/PLACEMENT][@CLIENTS]`,
-/// optional `name`, `name_a`, `name_b`, `metric`.
+/// optional `name`, `name_a`, `name_b`, `metric`, `confidence_pct`, `min_effect_pct`.
 pub fn parse_comparison(item: &toml::Value) -> Result<ComparisonSpec, String> {
     let spec: ComparisonSpec = item.clone().try_into().map_err(|e: toml::de::Error| {
         format!(
-            "{} (expected a = \"TARGET[/PLACEMENT][@CLIENTS]\", b = ..., and optionally name, name_a, name_b, metric)",
+            "{} (expected a = \"TARGET[/PLACEMENT][@CLIENTS]\", b = ..., and optionally name, name_a, name_b, metric, confidence_pct, min_effect_pct)",
             e.message()
         )
     })?;
     spec.a.parse::<Selector>()?;
     spec.b.parse::<Selector>()?;
+    spec.test_options()?;
     Ok(spec)
 }
 
@@ -89,16 +108,17 @@ pub fn resolve(
 ) -> Result<Vec<ComparisonOutcome>, String> {
     let a: Selector = spec.a.parse()?;
     let b: Selector = spec.b.parse()?;
+    let opts = spec.test_options()?;
     let all = values_by_key(steps, spec.metric);
     let a_side: Vec<(&StepKey, &Vec<f64>)> = all.iter().filter(|(k, _)| a.selects(k)).collect();
     if a_side.is_empty() {
-        return Err(format!("no ok step matches a = {:?}", spec.a));
+        return Err(no_value(&spec.a, &a, spec.metric, steps));
     }
     let out: Vec<ComparisonOutcome> = a_side
         .iter()
         .filter_map(|&(a_key, a_vals)| {
             let b_key = b.partner_of(a_key);
-            let relation = relate(spec.metric, a_vals, all.get(&b_key)?)?;
+            let relation = relate(spec.metric, a_vals, all.get(&b_key)?, opts)?;
             Some(ComparisonOutcome {
                 sentence: outcome_sentence(spec, a_key, &relation, a_side.len() > 1),
                 metric: spec.metric,
@@ -115,6 +135,24 @@ pub fn resolve(
         ));
     }
     Ok(out)
+}
+
+/// Why no step of a side has a value: no ok step there, or ok steps without the metric (an
+/// external tool that does not report a p99, say).
+fn no_value(text: &str, side: &Selector, metric: Metric, steps: &[StepResult]) -> String {
+    let ok = steps
+        .iter()
+        .filter(|s| s.status == crate::record::steps::StepStatus::Ok)
+        .filter(|s| side.selects(&StepKey::of(s)))
+        .count();
+    if ok == 0 {
+        format!("no ok step matches a = {text:?}")
+    } else {
+        format!(
+            "the {ok} ok step(s) matching a = {text:?} have no {} (not measured by their load), so there is nothing to compare",
+            metric.name()
+        )
+    }
 }
 
 /// Seed 002's sentence, prefixed with where A's steps sit when the comparison spans several,
@@ -163,5 +201,13 @@ mod tests {
         assert!(parse_comparison(&typo).unwrap_err().contains("metrc"));
         let bad: toml::Value = toml::from_str("a = \"x@four\"\nb = \"y\"").unwrap();
         assert!(parse_comparison(&bad).unwrap_err().contains("client count"));
+        let level: toml::Value =
+            toml::from_str("a = \"x\"\nb = \"y\"\nconfidence_pct = 99\nmin_effect_pct = 5")
+                .unwrap();
+        let opts = parse_comparison(&level).unwrap().test_options().unwrap();
+        assert_eq!((opts.level, opts.min_effect), (0.99, 0.05));
+        let bad: toml::Value = toml::from_str("a = \"x\"\nb = \"y\"\nmin_effect_pct = -3").unwrap();
+        let e = parse_comparison(&bad).unwrap_err();
+        assert!(e.contains("min_effect_pct") && e.contains("-3%"), "{e}");
     }
 }
