@@ -1,8 +1,8 @@
-//! A small CSV reader for result tables: a header line, then one row per line.
+//! Result tables read as CSV (RFC 4180, by the `csv` crate): a header record, then one row per
+//! record.
 //!
-//! Tables from benchmark write-ups and stairbench's steps.csv have no embedded newlines, so a
-//! line-based reader suffices; fields are trimmed, a quoted field may hold commas and `""`,
-//! blank lines and lines starting with `#` are skipped.
+//! Fields are trimmed; a field in double quotes (the quote its first character) may hold
+//! commas, newlines and `""` for a quote; blank lines and lines starting with `#` are skipped.
 
 /// A parsed table.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +19,14 @@ pub enum TableError {
     /// No header line.
     #[error("the table is empty: expected a header line of column names")]
     Empty,
+    /// Text the CSV reader could not read (invalid UTF-8, say).
+    #[error("line {line}: {reason}")]
+    Unreadable {
+        /// 1-based line number where the record starts.
+        line: usize,
+        /// What the reader said.
+        reason: String,
+    },
     /// A row with the wrong number of fields.
     #[error(
         "line {line} has {found} fields but the header has {expected}: fix the row or the header"
@@ -54,18 +62,34 @@ pub enum TableError {
 impl Table {
     /// Parses CSV text.
     pub fn parse(text: &str) -> Result<Table, TableError> {
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
-        let (_, header) = lines.next().ok_or(TableError::Empty)?;
-        let columns = split(header);
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .comment(Some(b'#'))
+            .from_reader(text.as_bytes());
+        let mut records = Vec::new();
+        for record in reader.records() {
+            let record = record.map_err(|e| TableError::Unreadable {
+                line: e.position().map_or(0, |p| p.line() as usize),
+                reason: e.to_string(),
+            })?;
+            let line = record.position().map_or(0, |p| p.line() as usize);
+            let fields: Vec<String> = record.iter().map(str::to_string).collect();
+            // A line of spaces is blank; an indented `#` line is a comment too.
+            let blank = fields.iter().all(|f| f.is_empty()) && fields.len() == 1;
+            if blank || (fields.len() == 1 && fields[0].starts_with('#')) {
+                continue;
+            }
+            records.push((line, fields));
+        }
+        let mut records = records.into_iter();
+        let (_, columns) = records.next().ok_or(TableError::Empty)?;
         let mut rows = Vec::new();
-        for (index, line) in lines {
-            let fields = split(line);
+        for (line, fields) in records {
             if fields.len() != columns.len() {
                 return Err(TableError::Ragged {
-                    line: index + 1,
+                    line,
                     expected: columns.len(),
                     found: fields.len(),
                 });
@@ -109,48 +133,41 @@ impl Table {
     }
 }
 
-/// Splits one CSV line: fields are trimmed; a field in double quotes may hold commas, and `""`
-/// inside it is one quote (as stairbench's own steps.csv writes names and reasons).
-fn split(line: &str) -> Vec<String> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            ('"', true) => quoted = false,
-            ('"', false) if field.trim().is_empty() => {
-                field.clear();
-                quoted = true;
-            }
-            (',', false) => fields.push(std::mem::take(&mut field).trim().to_string()),
-            _ => field.push(c),
-        }
-    }
-    fields.push(field.trim().to_string());
-    fields
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn parses_and_reads_columns() {
-        let t = Table::parse("# note\nn, \"name\" ,x\n\n1,a,2.5\n2,b,3\n").unwrap();
+        let t =
+            Table::parse("# note\nn, name ,x\n\n  \n  # indented note\n1,a,2.5\n2,b,3\n").unwrap();
         assert_eq!(t.columns, ["n", "name", "x"]);
         assert_eq!(t.numbers("x").unwrap(), [2.5, 3.0]);
         assert_eq!(t.text("name").unwrap(), ["a", "b"]);
     }
 
     #[test]
-    fn quoted_fields_keep_commas_and_quotes() {
+    fn quoted_fields_keep_commas_quotes_and_newlines() {
         let t = Table::parse("a,b,c\n\"x, y\",\"say \"\"hi\"\"\",\n").unwrap();
         assert_eq!(t.rows, [["x, y", "say \"hi\"", ""]]);
+        // A note over two lines, with a doubled quote, in the middle of a row; the next
+        // row's line number counts the note's newline.
+        let t = Table::parse(
+            "clients,note,x\n1,\"first line\nsecond \"\"quoted\"\" line\",10\n2,plain,20\n3\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            t,
+            TableError::Ragged {
+                line: 5,
+                expected: 3,
+                found: 1
+            }
+        );
+        let t =
+            Table::parse("clients,note,x\r\n1,\"a\r\nb, \"\"c\"\"\",10\r\n2,plain,20\r\n").unwrap();
+        assert_eq!(t.text("note").unwrap(), ["a\r\nb, \"c\"", "plain"]);
+        assert_eq!(t.numbers("x").unwrap(), [10.0, 20.0]);
     }
 
     #[test]

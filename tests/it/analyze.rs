@@ -717,3 +717,52 @@ fn binary_leaves_out_rows_with_empty_cells_and_says_how_many() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("== all rows (4 points) =="), "{text}");
 }
+
+/// A table from elsewhere: a quoted group name spanning two lines, with doubled quotes and a
+/// comma in it, read by the RFC 4180 reader into one group of four points.
+#[test]
+fn binary_reads_quoted_fields_with_newlines_and_doubled_quotes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("quoted.csv");
+    let name = "build \"fast\", run 2\r\nsecond line";
+    let mut text = String::from("clients,build,rps\r\n");
+    for (c, x) in [(1, 100.0), (2, 190.0), (4, 340.0), (8, 520.0)] {
+        text.push_str(&format!(
+            "{c},\"build \"\"fast\"\", run 2\r\nsecond line\",{x}\r\n"
+        ));
+        text.push_str(&format!("{c},plain,{}\r\n", x / 2.0));
+    }
+    std::fs::write(&file, text).unwrap();
+    let out = common::cli(&[
+        "analyze",
+        file.to_str().unwrap(),
+        "--x",
+        "clients",
+        "--throughput",
+        "rps",
+        "--group",
+        "build",
+        "--json",
+    ]);
+    common::assert_success(&out);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let groups: Vec<&str> = json["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["group"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups.len(), 2, "{json}");
+    assert!(
+        groups.contains(&name) && groups.contains(&"plain"),
+        "{groups:?}"
+    );
+    let quoted = json["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group"] == name)
+        .unwrap();
+    let lambda = quoted["usl"]["lambda"].as_f64().unwrap();
+    assert!((90.0..110.0).contains(&lambda), "{quoted}");
+}
