@@ -1,122 +1,45 @@
-//! A small JSON Schema checker for the subset our own schemas use (`type`, `required`,
-//! `properties`, `additionalProperties`, `items`, `minimum`, `enum`, local `$ref`), so the JSON that
-//! stairbench writes is checked against the schemas in `schema/` without a network-capable
-//! validator crate.
+//! The JSON that stairbench writes, checked against the schemas in `schema/` by a real JSON
+//! Schema (draft 2020-12) implementation, `boon`, so every keyword counts (`maximum`,
+//! `minItems`, `maxItems`, `exclusiveMinimum`, ... as well as types and required keys). It is
+//! offline: the schema is handed over as a resource and boon carries the draft's metaschemas,
+//! so no `$ref` is fetched.
 
 use serde_json::Value;
 
-/// Checks `doc` against `schema`; returns one message per violation, with its JSON path.
+/// Where the schema under test is registered (never fetched: it is added as a resource).
+const SCHEMA_URL: &str = "http://stairbench.invalid/schema.json";
+
+/// Checks `doc` against `schema`; returns one message per violated keyword (the leaves of the
+/// validator's error tree), each with its JSON pointer. A schema that does not compile is one
+/// message saying why.
 pub fn validate(schema: &Value, doc: &Value) -> Vec<String> {
-    let mut errors = Vec::new();
-    Checker { root: schema }.check(schema, doc, "$", &mut errors);
-    errors
-}
-
-struct Checker<'a> {
-    root: &'a Value,
-}
-
-impl Checker<'_> {
-    fn check(&self, schema: &Value, doc: &Value, path: &str, errors: &mut Vec<String>) {
-        if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
-            match reference
-                .strip_prefix('#')
-                .and_then(|p| self.root.pointer(p))
-            {
-                Some(target) => return self.check(target, doc, path, errors),
-                None => return errors.push(format!("{path}: unresolvable $ref {reference}")),
-            }
-        }
-        if let Some(types) = schema.get("type") {
-            let allowed: Vec<&str> = match types {
-                Value::String(t) => vec![t.as_str()],
-                Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
-                _ => vec![],
-            };
-            if !allowed.iter().any(|t| has_type(doc, t)) {
-                errors.push(format!(
-                    "{path}: expected {}, found {}",
-                    allowed.join(" or "),
-                    type_name(doc)
-                ));
-                return;
-            }
-        }
-        if let Some(Value::Array(options)) = schema.get("enum") {
-            if !options.contains(doc) {
-                errors.push(format!(
-                    "{path}: {doc} is not one of {}",
-                    Value::Array(options.clone())
-                ));
-            }
-        }
-        if let (Some(min), Some(x)) = (schema.get("minimum").and_then(Value::as_f64), doc.as_f64())
-        {
-            if x < min {
-                errors.push(format!("{path}: {x} is below the minimum {min}"));
-            }
-        }
-        if let Value::Object(map) = doc {
-            self.check_object(schema, map, path, errors);
-        }
-        if let (Value::Array(items), Some(item_schema)) = (doc, schema.get("items")) {
-            for (i, item) in items.iter().enumerate() {
-                self.check(item_schema, item, &format!("{path}[{i}]"), errors);
-            }
-        }
-    }
-
-    fn check_object(
-        &self,
-        schema: &Value,
-        map: &serde_json::Map<String, Value>,
-        path: &str,
-        errors: &mut Vec<String>,
-    ) {
-        if let Some(Value::Array(required)) = schema.get("required") {
-            for key in required.iter().filter_map(Value::as_str) {
-                if !map.contains_key(key) {
-                    errors.push(format!("{path}: missing required key {key:?}"));
-                }
-            }
-        }
-        let props = schema.get("properties").and_then(Value::as_object);
-        let additional = schema.get("additionalProperties");
-        for (key, value) in map {
-            let sub = format!("{path}.{key}");
-            match (props.and_then(|p| p.get(key)), additional) {
-                (Some(s), _) => self.check(s, value, &sub, errors),
-                (None, Some(Value::Bool(false))) => {
-                    errors.push(format!("{sub}: key not allowed by the schema"))
-                }
-                (None, Some(s @ Value::Object(_))) => self.check(s, value, &sub, errors),
-                (None, _) => {}
-            }
+    let mut schemas = boon::Schemas::new();
+    let mut compiler = boon::Compiler::new();
+    let compiled = compiler
+        .add_resource(SCHEMA_URL, schema.clone())
+        .and_then(|()| compiler.compile(SCHEMA_URL, &mut schemas));
+    let index = match compiled {
+        Ok(index) => index,
+        Err(e) => return vec![format!("the schema does not compile: {e}")],
+    };
+    match schemas.validate(doc, index) {
+        Ok(()) => Vec::new(),
+        Err(e) => {
+            let mut out = Vec::new();
+            leaves(&e, &mut out);
+            out
         }
     }
 }
 
-fn has_type(v: &Value, t: &str) -> bool {
-    match t {
-        "object" => v.is_object(),
-        "array" => v.is_array(),
-        "string" => v.is_string(),
-        "number" => v.is_number(),
-        "integer" => v.is_u64() || v.is_i64(),
-        "boolean" => v.is_boolean(),
-        "null" => v.is_null(),
-        _ => false,
+fn leaves(e: &boon::ValidationError, out: &mut Vec<String>) {
+    if e.causes.is_empty() {
+        let at = e.instance_location.to_string();
+        let at = if at.is_empty() { "/".to_string() } else { at };
+        out.push(format!("{at}: {}", e.kind));
     }
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
+    for cause in &e.causes {
+        leaves(cause, out);
     }
 }
 
@@ -132,12 +55,35 @@ mod tests {
         assert!(validate(&schema, &json!({"a": 1, "b": ["x"]})).is_empty());
         let errs = validate(&schema, &json!({"a": -1, "b": [1], "c": 0}));
         assert_eq!(errs.len(), 3, "{errs:?}");
-        assert!(errs
-            .iter()
-            .any(|e| e.starts_with("$.b[0]: expected string")));
-        assert_eq!(
-            validate(&schema, &json!({})),
-            vec!["$: missing required key \"a\"".to_string()]
+        assert!(errs.iter().any(|e| e.starts_with("/b/0: ")), "{errs:?}");
+        let errs = validate(&schema, &json!({}));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("/: missing properties 'a'"), "{errs:?}");
+    }
+
+    /// The keywords the hand-written checker this replaced ignored.
+    #[test]
+    fn maximum_and_item_counts_are_checked() {
+        let schema = json!({"type": "object", "properties": {
+            "share": {"type": "number", "minimum": 0, "maximum": 1},
+            "pair": {"type": "array", "minItems": 2, "maxItems": 2},
+            "df": {"type": "number", "exclusiveMinimum": 0}}});
+        assert!(validate(&schema, &json!({"share": 0.5, "pair": [1, 2], "df": 1})).is_empty());
+        let errs = validate(&schema, &json!({"share": 1.5, "pair": [1], "df": 0}));
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        let errs = validate(&schema, &json!({"pair": [1, 2, 3]}));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("/pair: "), "{errs:?}");
+    }
+
+    #[test]
+    fn a_remote_ref_is_an_error_not_a_fetch() {
+        let schema = json!({"$ref": "https://example.com/remote.json"});
+        let errs = validate(&schema, &json!(1));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].starts_with("the schema does not compile"),
+            "{errs:?}"
         );
     }
 }
