@@ -19,6 +19,12 @@ struct Row<'a> {
     per_rank: f64,
     rtt: Histogram<u64>,
     phases_p50_us: [Option<f64>; 3],
+    /// Mean flush_to_cb of this rank's own requests, µs.
+    flush_to_cb_mean_us: Option<f64>,
+    /// Mean turnaround the owner spent on this rank's own requests, µs: the peer's
+    /// incoming_turnaround when there are two ranks (every request it turns around is this
+    /// rank's); None otherwise, as the daemon does not record turnaround per requesting rank.
+    owner_turnaround_mean_us: Option<f64>,
     remote_per_s: f64,
     inflight_mean: Option<f64>,
 }
@@ -26,6 +32,15 @@ struct Row<'a> {
 fn hist(m: &Value, name: &str) -> Option<Histogram<u64>> {
     let text = m.get("histograms")?.get(name)?.get("hdr")?.as_str()?;
     crate::record::hist_b64::decode(text).ok()
+}
+
+fn mean_us(m: &Value, name: &str) -> Option<f64> {
+    let h = hist(m, name)?;
+    (!h.is_empty()).then(|| h.mean() / 1e3)
+}
+
+fn rank_of(m: &Value) -> Option<u64> {
+    m.pointer("/gauges/rank").and_then(Value::as_u64)
 }
 
 fn p50_us(m: &Value, name: &str) -> Option<f64> {
@@ -40,8 +55,29 @@ fn rows(step: &StepResult) -> Vec<Row<'_>> {
         return Vec::new();
     };
     all.iter()
-        .filter_map(|(label, m)| row(step, label, m))
+        .filter_map(|(label, m)| {
+            let mut r = row(step, label, m)?;
+            r.owner_turnaround_mean_us = owner_turnaround(m, all.values());
+            Some(r)
+        })
         .collect()
+}
+
+/// The mean turnaround of `m`'s rank's own requests at their owner: with two ranks, the other
+/// rank's incoming_turnaround.
+fn owner_turnaround<'a>(m: &Value, all: impl Iterator<Item = &'a Value>) -> Option<f64> {
+    let ranks = m.pointer("/gauges/ranks").and_then(Value::as_u64)?;
+    if ranks != 2 {
+        return None;
+    }
+    let me = rank_of(m)?;
+    let peers: Vec<&Value> = all
+        .filter(|o| rank_of(o).is_some_and(|r| r != me))
+        .collect();
+    match peers.as_slice() {
+        [peer] => mean_us(peer, "incoming_turnaround"),
+        _ => None,
+    }
 }
 
 fn row<'a>(step: &'a StepResult, label: &str, m: &Value) -> Option<Row<'a>> {
@@ -67,6 +103,8 @@ fn row<'a>(step: &'a StepResult, label: &str, m: &Value) -> Option<Row<'a>> {
             p50_us(m, "flush_to_cb"),
             p50_us(m, "incoming_turnaround"),
         ],
+        flush_to_cb_mean_us: mean_us(m, "flush_to_cb"),
+        owner_turnaround_mean_us: None,
         remote_per_s: counter("remote_done").unwrap_or(0.0) / window_s.max(1e-9),
         inflight_mean: loops.and_then(|l| Some(counter("inflight_sum")? / l)),
     })
@@ -95,7 +133,12 @@ pub fn markdown(steps: &[StepResult]) -> String {
         "\n## kvd daemon (each rank's own timings over each window)\n\n\
          RTT is the daemon's time from queuing a remote request to reading its reply; \
          call_to_flush + flush_to_cb = RTT; incoming_turnaround is the owner's time from \
-         reading a request to flushing its reply; ONE_WAY = (flush_to_cb − turnaround) / 2. \
+         reading a request to flushing its reply. The published ONE_WAY, (p50 flush_to_cb − p50 \
+         peer turnaround) / 2, subtracts this rank's incoming_turnaround (its peers' requests) \
+         from its own flush_to_cb; the exact figure subtracts the owner's mean turnaround of this \
+         rank's own requests from their mean flush_to_cb (means of the same requests add up), \
+         known with two ranks (the peer turns around only this rank's requests; the daemon does \
+         not record turnaround per requesting rank, so with more ranks it is —). \
          On a machine with one NUMA node the placements differ by CPUs only (`shared`: clients \
          on the daemons' CPUs; `separated`: kept off them), not by memory node.\n",
     );
@@ -158,18 +201,23 @@ fn little(out: &mut String, p: &str, rows: &[&Row]) {
 }
 
 fn phases(out: &mut String, p: &str, rows: &[&Row]) {
-    let _ = write!(out, "\n### Phases ({p}), p50\n\n| clients/rank | call_to_flush (µs) | flush_to_cb (µs) | turnaround (µs) | ONE_WAY (µs) | total req/s |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    let _ = write!(out, "\n### Phases ({p}), p50\n\n| clients/rank | call_to_flush (µs) | flush_to_cb (µs) | turnaround (µs) | (p50 flush_to_cb − p50 peer turnaround) / 2 (µs) | one-way, exact: (mean flush_to_cb − owner's mean turnaround of these requests) / 2 (µs) | total req/s |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in rows {
         let [c2f, f2c, turn] = r.phases_p50_us;
         let one_way = f2c.zip(turn).map(|(f, t)| (f - t) / 2.0);
+        let exact = r
+            .flush_to_cb_mean_us
+            .zip(r.owner_turnaround_mean_us)
+            .map(|(f, t)| (f - t) / 2.0);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             r.per_rank,
             us(c2f),
             us(f2c),
             us(turn),
             us(one_way),
+            us(exact),
             rps(r.step)
         );
     }
@@ -241,5 +289,57 @@ mod tests {
         one.record_n(5_000, 100).unwrap();
         one.record_n(6_000, 80).unwrap();
         assert_eq!(rtt_modes(&one), vec![(5.0, 1.0)]);
+    }
+
+    /// Two ranks whose peers' turnarounds differ: rank 0's requests take 2 µs at rank 1,
+    /// rank 1's take 6 µs at rank 0. The published column subtracts a rank's own incoming
+    /// turnaround (its peer's requests); the exact one the owner's, from the means.
+    #[test]
+    fn one_way_is_labelled_and_the_exact_figure_uses_the_owners_turnaround() {
+        let h = |values_ns: &[u64]| {
+            let mut h = Histogram::<u64>::new(3).unwrap();
+            for &v in values_ns {
+                h.record(v).unwrap();
+            }
+            serde_json::json!({"hdr": crate::record::hist_b64::encode(&h)})
+        };
+        // flush_to_cb = 2 × one-way + owner's turnaround: one-way 3 µs for rank 0, 4 µs for 1.
+        let metrics = |rank: u64, f2c: &[u64], turn: &[u64]| {
+            serde_json::json!({
+                "gauges": {"rank": rank, "ranks": 2},
+                "counters": {"remote_done": 10.0},
+                "histograms": {
+                    "rtt": h(&[10_000]),
+                    "call_to_flush": h(&[1_000]),
+                    "flush_to_cb": h(f2c),
+                    "incoming_turnaround": h(turn),
+                }
+            })
+        };
+        let mut step = StepResult::empty("kvd.shared.c2.r0".into(), "kvd", "shared", 2, 0);
+        step.status = StepStatus::Ok;
+        step.derived.insert(
+            "target_metrics".into(),
+            serde_json::json!({
+                "r0": metrics(0, &[7_000, 9_000], &[6_000]),
+                "r1": metrics(1, &[14_000], &[1_000, 3_000]),
+            }),
+        );
+        let text = markdown(&[step]);
+        assert!(
+            text.contains("| (p50 flush_to_cb − p50 peer turnaround) / 2 (µs) | one-way, exact"),
+            "{text}"
+        );
+        // Rank 0: p50s 7 and 6 → 0.50 published; means 8 and 2 (rank 1's turnaround) → 3.00.
+        assert!(
+            text.contains("| 1 | 1.00 | 7.00 | 6.00 | 0.50 | 3.00 |"),
+            "{text}"
+        );
+        // Rank 1: p50s 14 (14.01 in HDR's 3 digits) and 1 → 6.50 published; means 14 and 6
+        // (rank 0's) → 4.00.
+        assert!(
+            text.contains("| 1 | 1.00 | 14.01 | 1.00 | 6.50 | 4.00 |"),
+            "{text}"
+        );
     }
 }
