@@ -15,10 +15,10 @@ const SCHEMA_URL: &str = "http://stairbench.invalid/schema.json";
 pub fn validate(schema: &Value, doc: &Value) -> Vec<String> {
     let mut schemas = boon::Schemas::new();
     let mut compiler = boon::Compiler::new();
-    let compiled = compiler
-        .add_resource(SCHEMA_URL, schema.clone())
-        .and_then(|()| compiler.compile(SCHEMA_URL, &mut schemas));
-    let index = match compiled {
+    if let Err(e) = compiler.add_resource(SCHEMA_URL, schema.clone()) {
+        return vec![format!("the schema does not compile: {e}")];
+    }
+    let index = match compiler.compile(SCHEMA_URL, &mut schemas) {
         Ok(index) => index,
         Err(e) => return vec![format!("the schema does not compile: {e}")],
     };
