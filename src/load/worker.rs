@@ -712,6 +712,7 @@ impl Worker {
         }
         self.conns[i].connecting = false;
         self.conns[i].partial = Vec::new();
+        self.conns[i].proto.reset();
     }
 
     fn reconnect(&mut self, i: usize, now: u64) {
