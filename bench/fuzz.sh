@@ -44,9 +44,14 @@ literal() { # CORPUS_DIR NAME TEXT (printf escapes)
 
 make_corpora() {
     local c=fuzz/corpus
-    literal $c/http_response cl 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello'
-    literal $c/http_response chunked 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'
-    literal $c/http_response close 'HTTP/1.0 503 Busy\r\nConnection: close\r\nContent-Length: 0\r\n\r\n'
+    # http_response's first byte: bit 0 = a reply to HEAD, the rest = bytes per read - 1.
+    literal $c/http_response cl '\020HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello'
+    literal $c/http_response chunked '\006HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'
+    literal $c/http_response close '\000HTTP/1.0 503 Busy\r\nConnection: close\r\nContent-Length: 0\r\n\r\n'
+    literal $c/http_response head '\001HTTP/1.1 200 OK\r\nContent-Length: 612\r\n\r\n'
+    literal $c/http_response interim '\002HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'
+    literal $c/http_response trailers '\010HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nX-T: 1\r\n\r\n'
+    literal $c/http_response te_cl '\004HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n'
     literal $c/resp_reply bulk '$5\r\nhello\r\n'
     literal $c/resp_reply nil '$-1\r\n'
     literal $c/resp_reply array '*2\r\n+OK\r\n:12\r\n'

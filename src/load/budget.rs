@@ -94,19 +94,20 @@ mod tests {
         // Every connection grows 64 KiB at a time until refused.
         let mut refused = [false; 16];
         for _ in 0..1000 {
-            for (h, r) in held.iter_mut().zip(refused.iter_mut()) {
-                if *r {
+            for c in 0..16 {
+                if refused[c] {
                     continue;
                 }
-                match b.grow(*h, *h + 64 * 1024, *h * 2) {
+                let h = held[c];
+                match b.grow(h, h + 64 * 1024, h * 2) {
                     Ok(cap) => {
-                        assert!(cap >= *h + 64 * 1024);
-                        b.held(*h, cap);
-                        *h = cap;
+                        assert!(cap >= h + 64 * 1024);
+                        b.held(h, cap);
+                        held[c] = cap;
                     }
                     Err(kind) => {
                         assert_eq!(kind, "reply_over_budget");
-                        *r = true;
+                        refused[c] = true;
                     }
                 }
                 assert!(held.iter().sum::<usize>() <= 16 * MIB);

@@ -170,7 +170,8 @@ impl Framer {
                 Body::ChunkLine { line, scanned } => {
                     let from = scanned.saturating_sub(1).max(line);
                     let Some(at) = memchr::memmem::find(&buf[from..], b"\r\n") else {
-                        if buf.len() - line > MAX_CHUNK_LINE_BYTES {
+                        // Over the limit whatever follows (its last byte may be the CR).
+                        if buf.len() - line > MAX_CHUNK_LINE_BYTES + 1 {
                             return Err("http_bad_chunk");
                         }
                         body = Body::ChunkLine {
@@ -214,9 +215,14 @@ impl Framer {
                     }
                     let search = scanned.saturating_sub(3).max(from);
                     if let Some(at) = memchr::memmem::find(&buf[search..], b"\r\n\r\n") {
-                        break Some(search + at + 4);
+                        let end = search + at + 4;
+                        if end - from > MAX_HEAD_BYTES {
+                            return Err("http_bad_chunk");
+                        }
+                        break Some(end);
                     }
-                    if buf.len() - from > MAX_HEAD_BYTES {
+                    // Their end is one byte on at least.
+                    if buf.len() - from >= MAX_HEAD_BYTES {
                         return Err("http_bad_chunk");
                     }
                     body = Body::Trailers {
@@ -461,8 +467,15 @@ mod tests {
                 parse_response(&r)
             );
         }
-        let endless = [&head[..], &vec![b'1'; MAX_CHUNK_LINE_BYTES + 1][..]].concat();
+        let endless = [&head[..], &vec![b'1'; MAX_CHUNK_LINE_BYTES + 2][..]].concat();
         assert_eq!(parse_response(&endless), Reply::Invalid("http_bad_chunk"));
+        let trailer = [&b"X: "[..], &vec![b'y'; MAX_HEAD_BYTES][..], b"\r\n\r\n"].concat();
+        let endless = [&head[..], b"0\r\n", &trailer[..]].concat();
+        assert_eq!(parse_response(&endless), Reply::Invalid("http_bad_chunk"));
+        assert_eq!(
+            in_steps(&endless, 1000, false),
+            Reply::Invalid("http_bad_chunk")
+        );
     }
 
     #[test]
