@@ -358,7 +358,11 @@ fn assert_completed(run: &Run) {
     assert_eq!(run.status, Some(0), "exit status: {what}");
     assert!(!run.stderr.contains("panicked"), "{what}");
     assert!(run.report["requests"].as_u64() > Some(0), "{what}");
-    assert_eq!(run.report["errors"].as_object().map(|e| e.len()), Some(0), "{what}");
+    assert_eq!(
+        run.report["errors"].as_object().map(|e| e.len()),
+        Some(0),
+        "{what}"
+    );
     let bound = Duration::from_secs(DURATION_S + TIMEOUT_S) + START_SLACK;
     assert!(run.elapsed < bound, "took {:?}: {what}", run.elapsed);
     assert!(run.line_times.len() as u64 >= DURATION_S, "lines: {what}");
@@ -376,7 +380,12 @@ fn head_requests_to_nginx_complete_without_a_body() {
     let handled = nginx.stub_requests() - before - 1;
     assert_completed(&run);
     // Every request written was read and answered by nginx, and nothing else.
-    assert_eq!(run.report["sent"].as_u64(), Some(handled), "{:#}", run.report);
+    assert_eq!(
+        run.report["sent"].as_u64(),
+        Some(handled),
+        "{:#}",
+        run.report
+    );
     // The replies are heads only: about 150-250 bytes each, never the 6-byte body with them.
     let requests = run.report["requests"].as_u64().unwrap();
     let received = run.report["bytes_received"].as_u64().unwrap();
@@ -393,11 +402,23 @@ fn head_requests_of_a_request_file_complete_beside_gets() {
     std::fs::write(&file, "HEAD /\nGET /\nHEAD /index.html\n").unwrap();
     let before = nginx.stub_requests();
     let file_arg = file.to_str().unwrap();
-    let args = ["--requests", file_arg, "--order", "sequential", "--depth", "3"];
+    let args = [
+        "--requests",
+        file_arg,
+        "--order",
+        "sequential",
+        "--depth",
+        "3",
+    ];
     let run = load(&nginx.url("/"), 2, &args);
     let handled = nginx.stub_requests() - before - 1;
     assert_completed(&run);
-    assert_eq!(run.report["sent"].as_u64(), Some(handled), "{:#}", run.report);
+    assert_eq!(
+        run.report["sent"].as_u64(),
+        Some(handled),
+        "{:#}",
+        run.report
+    );
 }
 
 /// `100 Continue` and `103 Early Hints` before each final reply, written apart (so the final

@@ -473,12 +473,14 @@ mod tests {
 
     #[test]
     fn transfer_encoding_with_content_length_is_an_error() {
-        let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n";
+        let r =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n";
         assert_eq!(
             parse_response(r),
             Reply::Invalid("http_te_and_content_length")
         );
-        let r = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+        let r =
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
         assert_eq!(
             parse_response(r),
             Reply::Invalid("http_te_and_content_length")
