@@ -215,6 +215,12 @@ impl ChildProc {
     /// Descendants that left the group (setsid) are ended one by one. True when the child
     /// was still running `grace` after SIGTERM and had to be killed.
     pub fn stop(&mut self, grace: Duration) -> bool {
+        self.stop_with(Signal::SIGTERM, grace)
+    }
+
+    /// As [`ChildProc::stop`] with `signal` first instead of SIGTERM (a server whose clean
+    /// stop is another signal: PostgreSQL's SIGTERM waits for its clients, SIGINT does not).
+    pub fn stop_with(&mut self, signal: Signal, grace: Duration) -> bool {
         let pgid = Pid::from_raw(self.pid());
         let tree = if self.exit.is_none() {
             descendants(self.pid())
@@ -223,7 +229,7 @@ impl ChildProc {
         };
         let mut ignored_term = false;
         if self.exited().is_none() {
-            let _ = killpg(pgid, Signal::SIGTERM);
+            let _ = killpg(pgid, signal);
             let start = Instant::now();
             while self.exited().is_none() && start.elapsed() < grace {
                 std::thread::sleep(Duration::from_millis(10));
@@ -337,6 +343,36 @@ pub fn port_open(port: u16) -> bool {
     std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
 }
 
+/// The signals a target may be stopped with (`stop_signal`), by the names specs use.
+pub const STOP_SIGNALS: &[(&str, Signal)] = &[
+    ("TERM", Signal::SIGTERM),
+    ("INT", Signal::SIGINT),
+    ("QUIT", Signal::SIGQUIT),
+    ("HUP", Signal::SIGHUP),
+    ("USR1", Signal::SIGUSR1),
+    ("USR2", Signal::SIGUSR2),
+    ("KILL", Signal::SIGKILL),
+];
+
+/// The signal named `name` (`INT` or `SIGINT`, any case), or an error listing the names.
+pub fn parse_stop_signal(name: &str) -> Result<Signal, String> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    STOP_SIGNALS
+        .iter()
+        .find(|(n, _)| *n == bare)
+        .map(|&(_, s)| s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = STOP_SIGNALS.iter().map(|(n, _)| *n).collect();
+            format!("unknown signal {name:?}: expected one of {}", names.join(", "))
+        })
+}
+
+/// The short name of `signal` as specs and notes write it (`INT` for SIGINT).
+pub fn signal_name(signal: Signal) -> &'static str {
+    signal.as_str().trim_start_matches("SIG")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,5 +426,38 @@ mod tests {
         );
         assert!(stopping.elapsed() >= Duration::from_millis(300));
         assert!(child.exited().is_some());
+    }
+
+    #[test]
+    fn a_target_is_stopped_with_its_own_signal() {
+        // Ignores TERM, exits on INT: stopped with INT it is not killed.
+        let launch = Launch {
+            name: "int-only".into(),
+            program: "sh".into(),
+            args: vec![
+                "-c".into(),
+                "trap '' TERM; trap 'exit 0' INT; echo started >&2; while :; do sleep 0.05; done"
+                    .into(),
+            ],
+            ready_log: Some(Regex::new("started").unwrap()),
+            ..Launch::default()
+        };
+        let mut child = ChildProc::spawn(&launch).unwrap();
+        let start = Instant::now();
+        while !child.log_matched() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let signal = parse_stop_signal("int").unwrap();
+        assert!(!child.stop_with(signal, Duration::from_secs(3)), "INT ends it");
+        assert_eq!(child.exited().as_deref(), Some("exited with status 0"));
+    }
+
+    #[test]
+    fn stop_signal_names_are_checked() {
+        assert_eq!(parse_stop_signal("SIGQUIT"), Ok(Signal::SIGQUIT));
+        assert_eq!(parse_stop_signal("TERM"), Ok(Signal::SIGTERM));
+        assert_eq!(signal_name(Signal::SIGINT), "INT");
+        let err = parse_stop_signal("STOP").unwrap_err();
+        assert!(err.contains("\"STOP\"") && err.contains("TERM, INT, QUIT"), "{err}");
     }
 }
