@@ -364,7 +364,10 @@ pub fn parse_stop_signal(name: &str) -> Result<Signal, String> {
         .map(|&(_, s)| s)
         .ok_or_else(|| {
             let names: Vec<&str> = STOP_SIGNALS.iter().map(|(n, _)| *n).collect();
-            format!("unknown signal {name:?}: expected one of {}", names.join(", "))
+            format!(
+                "unknown signal {name:?}: expected one of {}",
+                names.join(", ")
+            )
         })
 }
 
@@ -448,7 +451,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         let signal = parse_stop_signal("int").unwrap();
-        assert!(!child.stop_with(signal, Duration::from_secs(3)), "INT ends it");
+        assert!(
+            !child.stop_with(signal, Duration::from_secs(3)),
+            "INT ends it"
+        );
         assert_eq!(child.exited().as_deref(), Some("exited with status 0"));
     }
 
@@ -458,6 +464,9 @@ mod tests {
         assert_eq!(parse_stop_signal("TERM"), Ok(Signal::SIGTERM));
         assert_eq!(signal_name(Signal::SIGINT), "INT");
         let err = parse_stop_signal("STOP").unwrap_err();
-        assert!(err.contains("\"STOP\"") && err.contains("TERM, INT, QUIT"), "{err}");
+        assert!(
+            err.contains("\"STOP\"") && err.contains("TERM, INT, QUIT"),
+            "{err}"
+        );
     }
 }

@@ -74,7 +74,12 @@ pub fn run_plan(
     // A host that could not be set up is in the notes as well as on the console.
     let down =
         (sessions.down.iter()).map(|(name, why)| format!("host {name}: {why}; its steps fail"));
-    let notes = dest.notes.iter().cloned().chain(stop_notes(plan)).chain(down);
+    let notes = dest
+        .notes
+        .iter()
+        .cloned()
+        .chain(stop_notes(plan))
+        .chain(down);
     summary.findings.splice(0..0, notes);
     finish_dir(&dir, &summary)?;
     Ok(Finished {

@@ -44,6 +44,7 @@ mod serve_msgr;
 mod shmkv;
 mod soak;
 mod sources;
+mod stop_signal;
 mod sweep;
 mod templates;
 mod threads;

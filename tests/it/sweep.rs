@@ -1537,7 +1537,11 @@ fn a_target_with_its_own_stop_signal_is_stopped_with_it_and_not_killed() {
         started.elapsed()
     );
     std::fs::write(&spec, body.replace("\"INT\"", "\"STOP\"")).unwrap();
-    let out = common::cli_cmd().args(["run", "--dry-run"]).arg(&spec).output().unwrap();
+    let out = common::cli_cmd()
+        .args(["run", "--dry-run"])
+        .arg(&spec)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

@@ -64,7 +64,10 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
                 .map_err(|why| format!("host {host:?}: {why}"))?;
             let line = remote_line(&plan, cpus, clients);
             let signal = crate::process::signal_name(target.stop_signal);
-            match session.remote.spawn_stopped_by(&line, signal, target.stop_grace) {
+            match session
+                .remote
+                .spawn_stopped_by(&line, signal, target.stop_grace)
+            {
                 Ok(process) => procs.push(RemoteProc {
                     label: rank_label(target, rank),
                     metrics: plan.metrics.as_ref().map(|_| remote_metrics_file(&plan)),

@@ -518,7 +518,10 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
     };
     let stop_grace = t.stop_timeout.map_or(STOP_GRACE, |d| d.0);
     if stop_grace.is_zero() {
-        return Err(at("stop_timeout", "expected a time longer than 0s, e.g. \"5s\"".into()));
+        return Err(at(
+            "stop_timeout",
+            "expected a time longer than 0s, e.g. \"5s\"".into(),
+        ));
     }
     Ok(TargetPlan {
         stop_signal,
