@@ -74,11 +74,35 @@ fn shmkv(args: ShmkvArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// This rank as its launcher says (`--rank`, else SLURM_PROCID, OMPI_COMM_WORLD_RANK or
+/// PMI_RANK): a launched rank j > 0 serves region NAME-rj, as the runner names them, so two
+/// ranks on one node do not collide. Says where the rank came from.
+fn launched_rank(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<crate::serve::kvd::KvdArgs> {
+    use crate::serve::kvd::{resolve_rank, RankSource};
+    // A single rank is rank 0 whatever task of a launcher runs it.
+    let single = !args.ranks.contains(',');
+    let given = if single { Some(args.rank()) } else { args.rank };
+    let (rank, source) = resolve_rank(given, |v| std::env::var(v).ok())?;
+    let mut args = args.clone();
+    args.rank = Some(rank);
+    if let RankSource::Launcher(var) = source {
+        if rank > 0 {
+            args.name = format!("{}-r{rank}", args.name);
+        }
+        say_line(&format!(
+            "kvd: rank {rank} from {var}; region {}",
+            args.name
+        ));
+    }
+    Ok(args)
+}
+
 /// Runs `stairbench serve kvd` until SIGINT or SIGTERM.
 fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
+    let args = &launched_rank(args)?;
     let stop = crate::signals::stop_flag();
     let mut peers = Vec::new();
-    if args.spawn_peers && args.rank == 0 {
+    if args.spawn_peers && args.rank() == 0 {
         let exe = std::env::current_exe().context("finding this program to start the peers")?;
         for a in crate::serve::kvd::peer_args(args) {
             let child = std::process::Command::new(&exe)
@@ -90,10 +114,10 @@ fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
     }
     let mut peers = StopOnDrop(peers);
     let server = crate::serve::kvd::spawn_kvd(args)
-        .with_context(|| format!("starting kvd rank {} ({:?})", args.rank, args.name))?;
+        .with_context(|| format!("starting kvd rank {} ({:?})", args.rank(), args.name))?;
     say_line(&format!(
         "kvd: rank {} of {} serving {}, pid {}; clients use kvd://{}",
-        args.rank,
+        args.rank(),
         args.ranks.split(',').count(),
         server.path(),
         std::process::id(),

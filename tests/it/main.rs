@@ -29,6 +29,7 @@ mod hosts;
 mod instances;
 mod kvd;
 mod kvd_hosts;
+mod launchers;
 mod layering;
 mod live;
 mod load_engine;
