@@ -24,6 +24,7 @@ mod flame;
 mod gaps;
 mod gates;
 mod h2;
+mod help;
 mod hostile;
 mod hosts;
 mod instances;

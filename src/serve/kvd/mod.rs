@@ -352,10 +352,10 @@ mod tests {
         };
         let both = env(&[("PMI_RANK", "3"), ("OMPI_COMM_WORLD_RANK", "2")]);
         assert_eq!(
-            resolve_rank(Some(0), &both).unwrap(),
+            resolve_rank(Some(0), both).unwrap(),
             (0, RankSource::Option)
         );
-        let launched = resolve_rank(None, &both).unwrap();
+        let launched = resolve_rank(None, both).unwrap();
         assert_eq!(launched, (2, RankSource::Launcher("OMPI_COMM_WORLD_RANK")));
         let slurm = env(&[("SLURM_PROCID", "1"), ("PMI_RANK", "0")]);
         let from_slurm = resolve_rank(None, slurm).unwrap();
