@@ -6,7 +6,8 @@
 #
 # Usage: bench/fuzz.sh [SECONDS]   (default 60)   env: TARGETS="http_response ..." (default all),
 #   RUNS=N: stop a target after N executions instead (SECONDS then only bounds it; 0 = none).
-#   The campaign in README: RUNS=10000000 SECONDS=0 for all but flame, flame 3600 s.
+#   The campaign in README: `RUNS=10000000 bench/fuzz.sh 0` for all but flame, flame 3600 s
+#   (SECONDS is the first argument: an environment variable of that name is bash's clock).
 # Needs cargo-fuzz (`cargo install cargo-fuzz --locked`); on a stable toolchain it is run with
 # RUSTC_BOOTSTRAP=1 (cargo-fuzz needs -Z flags). Built without a sanitizer (the parsers are safe
 # Rust; it runs several times faster) and with debug assertions (overflow checks).

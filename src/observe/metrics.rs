@@ -638,7 +638,7 @@ mod tests {
         assert_eq!(whole(b"3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n"), b"{\"a\":1}");
         // A chunk boundary inside a two-byte character, extensions and trailers.
         let split = "{\"\u{e9}\":1}".as_bytes();
-        let mut body = format!("3;x=y\r\n").into_bytes();
+        let mut body = b"3;x=y\r\n".to_vec();
         body.extend_from_slice(&split[..3]);
         body.extend_from_slice(b"\r\n5\r\n");
         body.extend_from_slice(&split[3..]);
