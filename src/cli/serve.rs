@@ -109,12 +109,27 @@ fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
                 .args(&a)
                 .spawn()
                 .with_context(|| format!("starting the peer `{}`", a.join(" ")))?;
-            peers.push(child);
+            let at = a
+                .iter()
+                .position(|w| w == "--name")
+                .expect("peer_args names it");
+            peers.push((child, a[at + 1].clone()));
         }
     }
     let mut peers = StopOnDrop(peers);
-    let server = crate::serve::kvd::spawn_kvd(args)
-        .with_context(|| format!("starting kvd rank {} ({:?})", args.rank(), args.name))?;
+    let server = match crate::serve::kvd::spawn_kvd(args, stop) {
+        Ok(s) => s,
+        Err(crate::serve::kvd::KvdError::Stopped(_)) => {
+            // The region was created before the peers were waited for; it is gone with
+            // the failed start.
+            say_line("kvd: stopped while connecting to its peers; region removed");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e))
+                .with_context(|| format!("starting kvd rank {} ({:?})", args.rank(), args.name))
+        }
+    };
     say_line(&format!(
         "kvd: rank {} of {} serving {}, pid {}; clients use kvd://{}",
         args.rank(),
@@ -154,13 +169,14 @@ fn say_line(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
-/// The peers rank 0 started: SIGTERM and reaped when it ends.
-struct StopOnDrop(Vec<std::process::Child>);
+/// The peers rank 0 started (with their region names): SIGTERM and reaped when it ends; the
+/// region of one that was killed before it could remove it is removed then.
+struct StopOnDrop(Vec<(std::process::Child, String)>);
 
 impl StopOnDrop {
     /// The first peer that has exited, as a phrase naming it.
     fn exited(&mut self) -> Option<String> {
-        self.0.iter_mut().enumerate().find_map(|(i, c)| {
+        self.0.iter_mut().enumerate().find_map(|(i, (c, _))| {
             let status = c.try_wait().ok()??;
             Some(format!("rank {} (pid {}) exited: {status}", i + 1, c.id()))
         })
@@ -169,12 +185,13 @@ impl StopOnDrop {
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        for c in &self.0 {
+        for (c, _) in &self.0 {
             let _ =
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), Signal::SIGTERM);
         }
-        for c in &mut self.0 {
+        for (c, name) in &mut self.0 {
             let _ = c.wait();
+            crate::wire::shmkv::region::remove_stale(name);
         }
     }
 }

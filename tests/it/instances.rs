@@ -591,3 +591,67 @@ mod merge_units {
         assert_eq!(merged.extra["per_instance"].as_array().unwrap().len(), 2);
     }
 }
+
+/// An endpoint that answers every connection with `answer`, then closes.
+fn raw_endpoint(answer: Vec<u8>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let _ = stream.write_all(&answer);
+        }
+    });
+    format!("http://127.0.0.1:{port}/metrics")
+}
+
+fn read_url(url: &str) -> Result<serde_json::Value, String> {
+    match MetricsSource::Url(url.to_string()).snapshot()? {
+        Snapshot::Json(v) => Ok(v),
+        Snapshot::Hist(_) => panic!("a URL gives JSON"),
+    }
+}
+
+#[test]
+fn a_chunked_metrics_body_is_read_as_bytes_and_its_framing_checked() {
+    // A chunk boundary inside "é" (two bytes), once read as a panic of the runner.
+    let json = "{\"name\": \"caf\u{e9}\", \"requests\": 7}".as_bytes();
+    let cut = json.iter().position(|&b| b == 0xc3).unwrap() + 1;
+    let mut answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for part in [&json[..cut], &json[cut..]] {
+        answer.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+        answer.extend_from_slice(part);
+        answer.extend_from_slice(b"\r\n");
+    }
+    answer.extend_from_slice(b"0\r\n\r\n");
+    let v = read_url(&raw_endpoint(answer)).unwrap();
+    assert_eq!(v["name"], "caf\u{e9}");
+    assert_eq!(v["requests"], 7);
+    // A chunk size that is not hexadecimal: an error naming the URL, not a shorter body.
+    let bad = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+        8\r\n{\"a\": 1,\r\nnine\r\n \"b\": 2}\r\n0\r\n\r\n"
+        .to_vec();
+    let url = raw_endpoint(bad);
+    let e = read_url(&url).unwrap_err();
+    assert!(
+        e.contains(&url) && e.contains("bad chunk size \"nine\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_metrics_body_over_16_mib_is_an_error() {
+    // Valid JSON of 17 MiB, delimited by the close.
+    let mut answer =
+        b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{\"pad\": \"".to_vec();
+    answer.resize(answer.len() + (17 << 20), b'x');
+    answer.extend_from_slice(b"\", \"requests\": 1}");
+    let url = raw_endpoint(answer);
+    let e = read_url(&url).unwrap_err();
+    assert!(e.contains(&url) && e.contains("over 16 MiB"), "{e}");
+}

@@ -99,13 +99,17 @@ pub enum KvdError {
     #[error(transparent)]
     Region(#[from] ShmkvError),
     /// A system call failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         /// What was being done.
         context: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (said in the message, so not a `source`: a chain printer would say
+        /// it twice).
+        error: std::io::Error,
     },
+    /// SIGTERM or SIGINT came while the rank was connecting to its peers.
+    #[error("rank {0}: stopped by a signal while connecting to its peers")]
+    Stopped(u32),
 }
 
 /// A running daemon (in this process). Dropping it stops it and removes the region.
@@ -192,7 +196,8 @@ impl KvdArgs {
 }
 
 /// Connects to the peers, creates the region and starts the daemon thread.
-pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
+/// `stop` (the SIGTERM flag) ends the wait for the peers; the region is then removed.
+pub fn spawn_kvd(opts: &KvdArgs, stop: &AtomicBool) -> Result<KvdServer, KvdError> {
     let addrs = parse_ranks(&opts.ranks, opts.rank())?;
     if opts.keys_per_rank == 0 || opts.keys_per_rank > 1 << 24 {
         return Err(KvdError::BadOption(format!(
@@ -215,7 +220,7 @@ pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
     let (block, len) = Arch::Kvd.layout(1);
     let region = Arc::new(Region::create(&opts.name, len - HEADER_BYTES)?);
     let wait = Duration::from_millis(opts.peer_wait_ms);
-    let peers = peers::connect_all(opts.rank(), &opts.ranks, &addrs, wait)?;
+    let peers = peers::connect_all(opts.rank(), &opts.ranks, &addrs, wait, stop)?;
     set_info(&region, opts.rank(), addrs.len() as u32, opts.keys_per_rank);
     region.publish(Arch::Kvd, 1, block);
     let stop = Arc::new(AtomicBool::new(false));
@@ -237,18 +242,18 @@ pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
             }
             daemon::run(config, r, peers, sh, s)
         })
-        .map_err(|source| KvdError::Io {
+        .map_err(|error| KvdError::Io {
             context: "starting the daemon thread".into(),
-            source,
+            error,
         })?;
     let writer = match &opts.metrics {
         Some(path) => Some(
-            metrics::spawn_writer(shared.clone(), path.clone(), stop.clone()).map_err(
-                |source| KvdError::Io {
+            metrics::spawn_writer(shared.clone(), path.clone(), stop.clone()).map_err(|error| {
+                KvdError::Io {
                     context: format!("cannot write the metrics file {}", path.display()),
-                    source,
-                },
-            )?,
+                    error,
+                }
+            })?,
         ),
         None => None,
     };
