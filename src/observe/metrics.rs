@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
@@ -104,22 +104,52 @@ pub enum Snapshot {
     Hist(Histogram<u64>),
 }
 
+/// The top-level field in which a JSON metrics file may say when it was written (Unix time,
+/// nanoseconds): with it, a window's difference is scaled to the span its two readings cover.
+pub const WRITTEN_FIELD: &str = "written_unix_ns";
+
+/// One reading of a source, with what is known of its age.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    /// What was read.
+    pub snapshot: Snapshot,
+    /// When its content was written: the file's own [`WRITTEN_FIELD`] when it has one, else
+    /// its mtime; None for an endpoint (it answers for the moment it is asked).
+    pub written: Option<SystemTime>,
+    /// `written` is the file's own timestamp (exact), not its mtime.
+    pub own_time: bool,
+}
+
 impl MetricsSource {
     /// Reads it once it reflects this moment: a file is read after its next rewrite (up to
     /// `FRESH_WAIT`), since a target rewrites it periodically and a busy CPU can delay that.
-    pub fn snapshot_fresh(&self) -> Result<Snapshot, String> {
+    /// A file not rewritten meanwhile is still read; its `written` tells how old it is.
+    pub fn snapshot_fresh(&self) -> Result<Reading, String> {
+        let mut modified = None;
         if let MetricsSource::File { path, .. } = self {
-            let asked = std::time::SystemTime::now();
+            let asked = SystemTime::now();
             let deadline = std::time::Instant::now() + FRESH_WAIT;
-            while std::time::Instant::now() < deadline {
-                let modified = std::fs::metadata(path).and_then(|m| m.modified());
-                if modified.is_ok_and(|m| m >= asked) {
+            loop {
+                modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                if modified.is_some_and(|m| m >= asked) || std::time::Instant::now() >= deadline {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        self.snapshot()
+        let snapshot = self.snapshot()?;
+        let own = match &snapshot {
+            Snapshot::Json(v) => v
+                .get(WRITTEN_FIELD)
+                .and_then(Value::as_u64)
+                .map(|ns| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)),
+            Snapshot::Hist(_) => None,
+        };
+        Ok(Reading {
+            snapshot,
+            own_time: own.is_some(),
+            written: own.or(modified),
+        })
     }
 
     /// Reads it now.
@@ -164,12 +194,61 @@ pub fn difference(before: &Snapshot, after: &Snapshot) -> Value {
     }
 }
 
+/// The window that begins at `began` of a source, from its readings at both edges, as a
+/// step records it: unavailable when the file was not rewritten between them (its
+/// difference would be 0 or stale, not measured). When both readings carry the file's own
+/// timestamp, `span_s` is the span the difference really covers (its counts stay exact):
+/// per-second figures drawn from it divide by that span, not by the load's window.
+pub fn window_difference(
+    before: Result<&Reading, &str>,
+    after: Result<&Reading, &str>,
+    began: SystemTime,
+) -> Value {
+    let (a, b) = match (before, after) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(why), _) | (_, Err(why)) => return json!({ "note": why }),
+    };
+    if let (Some(wa), Some(wb)) = (a.written, b.written) {
+        if wb <= wa {
+            return unavailable(&format!(
+                "the metrics file was not rewritten during the window (last written {})",
+                relative_to(wb, began)
+            ));
+        }
+    }
+    let mut out = difference(&a.snapshot, &b.snapshot);
+    if let (true, Some(wa), Some(wb), Value::Object(m)) =
+        (a.own_time && b.own_time, a.written, b.written, &mut out)
+    {
+        let span_s = wb.duration_since(wa).unwrap_or_default().as_secs_f64();
+        m.insert(SPAN_FIELD.into(), json!(span_s));
+    }
+    out
+}
+
+/// The field of a window's difference that holds the span its readings cover, in seconds.
+pub const SPAN_FIELD: &str = "span_s";
+
+/// `N ms before it began` / `N ms after it began, and not since`.
+fn relative_to(at: SystemTime, began: SystemTime) -> String {
+    match began.duration_since(at) {
+        Ok(d) => format!("{} ms before it began", d.as_millis()),
+        Err(e) => format!(
+            "{} ms after it began, and not since",
+            e.duration().as_millis()
+        ),
+    }
+}
+
 /// A JSON snapshot's window: numeric leaves subtracted, except two top-level objects a
 /// target may add: `gauges` (values now: the end's are kept) and `histograms` (name →
 /// HdrHistogram since the start, V2-deflate + base64: each becomes the window's summary, its
 /// histogram under `hdr`), so one target reports several named histograms.
 fn json_window(before: &Value, after: &Value) -> Value {
     let mut out = json_difference(Some(before), after);
+    if let Value::Object(m) = &mut out {
+        m.remove(WRITTEN_FIELD);
+    }
     if let (Some(g), Value::Object(m)) = (after.get("gauges"), &mut out) {
         m.insert("gauges".into(), g.clone());
     }
@@ -621,6 +700,60 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("unavailable"));
+    }
+
+    fn reading(v: Value, written_ms: Option<u64>, own_time: bool) -> Reading {
+        Reading {
+            snapshot: Snapshot::Json(v),
+            written: written_ms.map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+            own_time,
+        }
+    }
+
+    #[test]
+    fn a_file_not_rewritten_during_the_window_is_unavailable() {
+        let t = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let a = reading(json!({"ops": 5}), Some(9_700), false);
+        let d = window_difference(Ok(&a), Ok(&a.clone()), t(10_000));
+        assert_eq!(
+            d["note"],
+            "unavailable: the metrics file was not rewritten during the window (last written 300 ms before it began)"
+        );
+        let b = reading(json!({"ops": 5}), Some(10_150), false);
+        let d = window_difference(Ok(&b), Ok(&b.clone()), t(10_000));
+        let note = d["note"].as_str().unwrap();
+        assert!(
+            note.contains("150 ms after it began, and not since"),
+            "{note}"
+        );
+        // Rewritten (mtime only): the plain difference, 0 included, and no span.
+        let c = reading(json!({"ops": 5}), Some(11_100), false);
+        let d = window_difference(Ok(&a), Ok(&c), t(10_000));
+        assert_eq!(d["ops"], 0);
+        assert!(d.get(SPAN_FIELD).is_none());
+        // An endpoint answers for now: never stale.
+        let e = reading(json!({"ops": 5}), None, false);
+        let f = reading(json!({"ops": 9}), None, false);
+        assert_eq!(window_difference(Ok(&e), Ok(&f), t(10_000))["ops"], 4);
+    }
+
+    #[test]
+    fn own_timestamps_give_the_span_the_difference_covers() {
+        let t = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+        let a = reading(
+            json!({"threads": {"t": {"ops": 100}}, WRITTEN_FIELD: 10_100_000_000u64}),
+            Some(10_100),
+            true,
+        );
+        let b = reading(
+            json!({"threads": {"t": {"ops": 500}}, WRITTEN_FIELD: 10_900_000_000u64}),
+            Some(10_900),
+            true,
+        );
+        let d = window_difference(Ok(&a), Ok(&b), t(10_000));
+        assert_eq!(d["threads"]["t"]["ops"], 400, "{d}");
+        assert!((d[SPAN_FIELD].as_f64().unwrap() - 0.8).abs() < 1e-9, "{d}");
+        assert!(d.get(WRITTEN_FIELD).is_none(), "{d}");
     }
 
     #[test]
