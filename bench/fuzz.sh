@@ -6,14 +6,15 @@
 #
 # Usage: bench/fuzz.sh [SECONDS]   (default 60)   env: TARGETS="http_response ..." (default all),
 #   RUNS=N: stop a target after N executions instead (SECONDS then only bounds it; 0 = none).
-#   The campaign in README: RUNS=10000000 SECONDS=0 for all but flame, flame 3600 s.
+#   The campaign in README: `RUNS=10000000 bench/fuzz.sh 0` for all but flame, flame 3600 s
+#   (SECONDS is the first argument: an environment variable of that name is bash's clock).
 # Needs cargo-fuzz (`cargo install cargo-fuzz --locked`); on a stable toolchain it is run with
 # RUSTC_BOOTSTRAP=1 (cargo-fuzz needs -Z flags). Built without a sanitizer (the parsers are safe
 # Rust; it runs several times faster) and with debug assertions (overflow checks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
-ALL="http_response resp_reply msgr_frame shm_header spec_toml tool_output run_files flame"
+ALL="http_response resp_reply msgr_frame shm_header spec_toml tool_output run_files kvd_peer metrics_request metrics_body flame"
 RUNS=${RUNS:-}
 TARGETS=${TARGETS:-$ALL}
 command -v cargo-fuzz >/dev/null || { echo "fuzz: needs cargo-fuzz: cargo install cargo-fuzz --locked" >&2; exit 2; }
@@ -58,6 +59,15 @@ make_corpora() {
     literal $c/resp_reply error '-ERR x\r\n'
     literal $c/msgr_frame reply '\100\0\0\0\0\0\0\0'
     literal $c/msgr_frame request '\4\0\0\0\4\0\0\0abcd'
+    # kvd: a hello for "127.0.0.1:7001,127.0.0.1:7002" (rank 1), then a request and a reply.
+    literal $c/kvd_peer hello 'SBKVD001\1\0\0\0\35\0\0\000127.0.0.1:7001,127.0.0.1:7002'
+    literal $c/kvd_peer request '\25\0\0\0\1\1\10\0\7\0\0\0key:0042hello'
+    literal $c/kvd_peer response '\15\0\0\0\2\0\0\0\7\0\0\0hello'
+    literal $c/metrics_request get 'GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nAccept: */*\r\n\r\n'
+    literal $c/metrics_request short 'GET /\n\n'
+    literal $c/metrics_body length 'HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{"a": 1}\n'
+    literal $c/metrics_body chunked 'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=1\r\n{"\303\r\n5\r\n\251":1}\r\n0\r\nT: 1\r\n\r\n'
+    literal $c/metrics_body close 'HTTP/1.0 200 OK\r\n\r\n{"counters": {"loops": 5}}'
     seed $c/spec_toml "" tests/data/sweep/*.toml examples/*.toml
     seed $c/tool_output 000 tests/data/parsers/wrk_*
     seed $c/tool_output 001 tests/data/parsers/redis_benchmark_*
