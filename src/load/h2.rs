@@ -4,7 +4,7 @@
 //! They run on the same mio loop as HTTP/1.1 ([`evloop`]), each socket (plain or TLS, the
 //! sans-I/O rustls of [`super::transport`]) carrying a sans-I/O HTTP/2 client connection
 //! ([`conn`]): framing, flow control, stream limits, RST_STREAM and GOAWAY written here, HPACK
-//! by the `httlib-hpack` crate. They record through the same recorder as every other
+//! by [`crate::wire::hpack`]. They record through the same recorder as every other
 //! thread: one HdrHistogram per thread, the per-second intervals, the window,
 //! `sent`/`resent` and errors by kind. The cost per request is measured against h2load by
 //! `bench/vs_h2load.sh`.

@@ -1,0 +1,1 @@
+//! HTTP/2 servers that break the protocol (raw frames written by the test).
