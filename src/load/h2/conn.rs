@@ -126,6 +126,8 @@ struct Slot<T> {
     status: u16,
     /// DATA bytes received since the stream's last WINDOW_UPDATE.
     unacked: u32,
+    /// What our WINDOW_UPDATEs queued but not written yet gave it: the server cannot know.
+    unwritten: u32,
     /// What the server's window lets us send on it.
     send_window: i64,
     /// The part of the request body not sent yet.
@@ -152,6 +154,12 @@ pub(super) struct H2Conn<T> {
     conn_send_window: i64,
     /// DATA bytes received since the connection's last WINDOW_UPDATE.
     conn_unacked: u32,
+    /// What our connection WINDOW_UPDATE queued but not written yet gave.
+    conn_unwritten: u32,
+    /// Some WINDOW_UPDATE is queued and not written.
+    updates_unwritten: bool,
+    /// Where in `out` the last WINDOW_UPDATE queued ends.
+    updates_end: usize,
     /// The server's first SETTINGS came: its stream limit is known, requests may go.
     ready: bool,
     /// The server's GOAWAY: its last stream id and error code.
@@ -191,6 +199,9 @@ impl<T: Copy> H2Conn<T> {
             peer_max_frame: MAX_FRAME,
             conn_send_window: DEFAULT_WINDOW,
             conn_unacked: 0,
+            conn_unwritten: 0,
+            updates_unwritten: false,
+            updates_end: 0,
             ready: false,
             goaway: None,
             // We announce no SETTINGS_HEADER_TABLE_SIZE: the default holds.
@@ -243,6 +254,7 @@ impl<T: Copy> H2Conn<T> {
             tag,
             status: 0,
             unacked: 0,
+            unwritten: 0,
             send_window: self.peer_initial_window,
             body,
         };
@@ -438,20 +450,24 @@ impl<T: Copy> H2Conn<T> {
             }
         }
         // Flow control counts the whole payload, padding included, on every stream, even
-        // one we no longer track (cancelled).
+        // one we no longer track (cancelled). The server may send what our written updates
+        // gave it, not those still queued.
         let len = payload.len() as u32;
-        if self.conn_unacked + len > CONNECTION_WINDOW {
+        if self.conn_unacked + self.conn_unwritten + len > CONNECTION_WINDOW {
             return Err(ConnError::FLOW_CONTROL);
         }
         self.conn_unacked += len;
         if self.conn_unacked >= CONNECTION_WINDOW / 2 {
             window_update(&mut self.out, 0, self.conn_unacked);
+            self.conn_unwritten += self.conn_unacked;
             self.conn_unacked = 0;
+            self.updates_unwritten = true;
+            self.updates_end = self.out.len();
         }
         let Some(s) = self.slot(id) else {
             return self.untracked(id);
         };
-        if s.unacked + len > STREAM_WINDOW {
+        if s.unacked + s.unwritten + len > STREAM_WINDOW {
             return Err(ConnError::FLOW_CONTROL);
         }
         if flags & END_STREAM != 0 {
@@ -470,7 +486,10 @@ impl<T: Copy> H2Conn<T> {
         if s.unacked >= STREAM_WINDOW / 2 {
             let n = s.unacked;
             s.unacked = 0;
+            s.unwritten += n;
             window_update(&mut self.out, id, n);
+            self.updates_unwritten = true;
+            self.updates_end = self.out.len();
         }
         if len == 0 {
             return self.idle_frame();
@@ -760,6 +779,18 @@ impl<T: Copy> H2Conn<T> {
         }
     }
 
+    /// The first `upto` bytes of `out` were written: the server may now use the updates
+    /// among them.
+    pub fn written(&mut self, upto: usize) {
+        if self.updates_unwritten && upto >= self.updates_end {
+            self.updates_unwritten = false;
+            self.conn_unwritten = 0;
+            for s in self.slots.iter_mut() {
+                s.unwritten = 0;
+            }
+        }
+    }
+
     /// The connection is dropped: the tags of the streams still in flight.
     pub fn abandon(&mut self, lost: &mut Vec<T>) {
         for s in self.slots.iter_mut().filter(|s| s.id != 0) {
@@ -979,5 +1010,155 @@ mod tests {
         // No indexing: the same block decodes the same a second time.
         assert_eq!(dec.table().len(), 0);
         assert_eq!(decode(&mut dec), fields);
+    }
+
+    /// The connection error a ready connection with stream 1 open (and stream 3 when
+    /// `two`) meets on `input`.
+    fn error_on(input: &[u8], two: bool) -> Option<&'static str> {
+        let mut c = ready_conn();
+        c.open(&[0x82], None, 1);
+        if two {
+            c.open(&[0x82], None, 3);
+        }
+        c.receive(input, &mut Vec::new()).err().map(|e| e.kind)
+    }
+
+    fn frames(list: &[(u8, u8, u32, &[u8])]) -> Vec<u8> {
+        list.iter()
+            .flat_map(|(ty, flags, id, p)| frame(*ty, *flags, *id, p))
+            .collect()
+    }
+
+    #[test]
+    fn each_broken_rule_is_a_connection_error_of_its_kind() {
+        let eh = END_HEADERS | END_STREAM;
+        let cases: &[(&str, Vec<u8>, Option<&str>)] = &[
+            (
+                "hpack 00",
+                frame(HEADERS, eh, 1, &[0x00]),
+                Some("h2_compression"),
+            ),
+            (
+                "hpack ff 80",
+                frame(HEADERS, eh, 1, &[0xff, 0x80]),
+                Some("h2_compression"),
+            ),
+            (
+                "DATA on an idle stream",
+                frame(DATA, 0, 5, b"x"),
+                Some("h2_protocol"),
+            ),
+            (
+                "DATA on a closed stream",
+                frames(&[(HEADERS, eh, 1, &[0x88]), (DATA, 0, 1, b"x")]),
+                Some("h2_stream_closed"),
+            ),
+            (
+                "SETTINGS on stream 1",
+                frame(SETTINGS, 0, 1, &[]),
+                Some("h2_protocol"),
+            ),
+            (
+                "PING on stream 1",
+                frame(PING, 0, 1, b"12345678"),
+                Some("h2_protocol"),
+            ),
+            (
+                "SETTINGS of 7 bytes",
+                frame(SETTINGS, 0, 0, &[0; 7]),
+                Some("h2_frame_size"),
+            ),
+            (
+                "CONTINUATION alone",
+                frame(CONTINUATION, END_HEADERS, 1, &[0x88]),
+                Some("h2_protocol"),
+            ),
+            (
+                "RST_STREAM on an idle stream",
+                frame(RST_STREAM, 0, 7, &[0, 0, 0, 8]),
+                Some("h2_protocol"),
+            ),
+            (
+                "an oversize frame",
+                frame(DATA, 0, 1, &vec![0; MAX_FRAME + 1]),
+                Some("h2_frame_size"),
+            ),
+            (
+                "a 65-KiB header block",
+                {
+                    let mut f = frame(HEADERS, 0, 1, &[0x88]);
+                    for _ in 0..4 {
+                        f.extend(frame(CONTINUATION, 0, 1, &vec![0x88; MAX_FRAME]));
+                    }
+                    f
+                },
+                Some("h2_headers_too_large"),
+            ),
+            (
+                "empty CONTINUATION frames",
+                {
+                    let mut f = frame(HEADERS, 0, 1, &[0x88]);
+                    for _ in 0..=MAX_CONTINUATIONS {
+                        f.extend(frame(CONTINUATION, 0, 1, &[]));
+                    }
+                    f
+                },
+                Some("h2_headers_too_large"),
+            ),
+            (
+                "resets of a closed stream",
+                {
+                    let mut f = frame(HEADERS, eh, 1, &[0x88]);
+                    for _ in 0..=MAX_IDLE_FRAMES {
+                        f.extend(frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]));
+                    }
+                    f
+                },
+                Some("h2_flood"),
+            ),
+            (
+                "a reset of an answered stream",
+                frames(&[(HEADERS, eh, 1, &[0x88]), (RST_STREAM, 0, 1, &[0, 0, 0, 0])]),
+                None,
+            ),
+            (
+                "a stream's window exceeded",
+                {
+                    let mut f = frame(HEADERS, END_HEADERS, 1, &[0x88]);
+                    for _ in 0..=(STREAM_WINDOW as usize / MAX_FRAME) {
+                        f.extend(frame(DATA, 0, 1, &vec![0; MAX_FRAME]));
+                    }
+                    f
+                },
+                Some("h2_flow_control"),
+            ),
+        ];
+        for (what, input, want) in cases {
+            assert_eq!(error_on(input, true), *want, "{what}");
+        }
+    }
+
+    #[test]
+    fn the_window_counts_our_updates_once_written() {
+        let mut c = ready_conn();
+        c.open(&[0x82], None, 1);
+        let mut events = Vec::new();
+        c.receive(&frame(HEADERS, END_HEADERS, 1, &[0x88]), &mut events)
+            .unwrap();
+        let chunk = vec![0u8; MAX_FRAME];
+        // 4 MiB in two halves, our update for the first written in between: within the window.
+        for _ in 0..2 {
+            for _ in 0..(STREAM_WINDOW as usize / 2 / MAX_FRAME) {
+                c.receive(&frame(DATA, 0, 1, &chunk), &mut events).unwrap();
+            }
+            c.out.clear();
+            c.written(usize::MAX);
+        }
+        for _ in 0..(STREAM_WINDOW as usize / 2 / MAX_FRAME) {
+            c.receive(&frame(DATA, 0, 1, &chunk), &mut events).unwrap();
+        }
+        c.receive(&frame(DATA, END_STREAM, 1, &[]), &mut events)
+            .unwrap();
+        assert_eq!(events, vec![Event::Done(1, 200)]);
     }
 }

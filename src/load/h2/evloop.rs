@@ -543,6 +543,7 @@ impl H2Loop {
             match stream.write(&h2.out[conn.wpos..]) {
                 Ok(n) => {
                     conn.wpos += n;
+                    h2.written(conn.wpos);
                     self.rec.bytes_out(n, now);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
