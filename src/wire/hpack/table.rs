@@ -40,7 +40,7 @@ impl DynamicTable {
     }
 
     /// Entries in the table.
-    pub fn len(&self) -> usize {
+    pub fn entries(&self) -> usize {
         self.entries.len()
     }
 
@@ -125,18 +125,18 @@ mod tests {
         let mut t = DynamicTable::new(100);
         entry(&mut t, b"a", b"1234"); // 37
         entry(&mut t, b"b", b"5678"); // 37
-        assert_eq!((t.len(), t.size()), (2, 74));
+        assert_eq!((t.entries(), t.size()), (2, 74));
         assert_eq!(t.get(62), Some((&b"b"[..], &b"5678"[..])));
         assert_eq!(t.get(63), Some((&b"a"[..], &b"1234"[..])));
         assert_eq!(t.get(64), None);
         entry(&mut t, b"c", b"9"); // 34: 108 > 100 evicts a
-        assert_eq!((t.len(), t.size()), (2, 71));
+        assert_eq!((t.entries(), t.size()), (2, 71));
         assert_eq!(t.get(63), Some((&b"b"[..], &b"5678"[..])));
         t.set_max_size(40);
-        assert_eq!((t.len(), t.size()), (1, 34));
+        assert_eq!((t.entries(), t.size()), (1, 34));
         // Larger than the table: empties it.
         entry(&mut t, b"big", &[b'x'; 10]);
-        assert_eq!((t.len(), t.size()), (0, 0));
+        assert_eq!((t.entries(), t.size()), (0, 0));
         assert_eq!(t.get(2), Some((&b":method"[..], &b"GET"[..])));
         assert_eq!(t.get(0), None);
     }
