@@ -6,6 +6,8 @@
 #
 # Usage: bench/fuzz.sh [SECONDS]   (default 60)   env: TARGETS="http_response ..." (default all),
 #   RUNS=N: stop a target after N executions instead (SECONDS then only bounds it; 0 = none).
+#   MAX_LEN=N: libFuzzer's -max_len (default: guessed from the corpus; the hpack seeds, whole
+#   stories, are up to 190 KB, and runs of that size go at about 1,200/s).
 #   The campaign in README: RUNS=10000000 SECONDS=0 for all but flame, flame 3600 s.
 #   hpack and h2_conn are seeded from ../shared/conformance/hpack-test-case (or $STAIRBENCH_SHARED's)
 #   when it is there (needs jq and xxd).
@@ -17,6 +19,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 ALL="http_response resp_reply msgr_frame shm_header spec_toml tool_output run_files hpack h2_conn flame"
 RUNS=${RUNS:-}
+MAX_LEN=${MAX_LEN:-}
 TARGETS=${TARGETS:-$ALL}
 command -v cargo-fuzz >/dev/null || { echo "fuzz: needs cargo-fuzz: cargo install cargo-fuzz --locked" >&2; exit 2; }
 export RUSTC_BOOTSTRAP=1
@@ -115,6 +118,7 @@ for t in $TARGETS; do
     log=$(mktemp)
     limits=(-max_total_time="$SECONDS_EACH")
     [ -n "$RUNS" ] && limits+=(-runs="$RUNS")
+    [ -n "$MAX_LEN" ] && limits+=(-max_len="$MAX_LEN")
     echo "== $t: ${limits[*]}"
     start=$(date +%s)
     if ! cargo fuzz run --fuzz-dir fuzz --sanitizer none --debug-assertions "$t" "fuzz/corpus/$t" -- "${limits[@]}" \
