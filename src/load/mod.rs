@@ -163,6 +163,9 @@ pub struct LoadOutcome {
 
 pub mod engine;
 
+#[doc(hidden)]
+pub use h2::fuzz_client_connection;
+
 /// Runs one load to completion (warm-up, measured window, drain). `stop` ends it early
 /// (Ctrl-C): the figures of what was measured so far are still returned.
 pub fn run(
