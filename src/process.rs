@@ -47,6 +47,32 @@ pub struct ChildProc {
     matched: Arc<Mutex<Option<String>>>,
     readers: Vec<JoinHandle<()>>,
     exit: Option<String>,
+    /// Its own CPU and that of the descendants it waited for, from wait4 once it ended.
+    rusage: Option<Cpu>,
+}
+
+/// User and system CPU, in seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Cpu {
+    /// User CPU, in seconds.
+    pub user_s: f64,
+    /// System CPU, in seconds.
+    pub sys_s: f64,
+}
+
+/// What [`ChildProc::wait`] saw of a child that ran to its end.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Finished {
+    /// How it ended (`exited with status 0`).
+    pub exit: String,
+    /// Everything it printed on stdout, with `keep_stdout`.
+    pub stdout: String,
+    /// The CPU of its whole tree: its own and its waited-for descendants' (wait4), plus the
+    /// orphans' sampled from /proc. Only this child's: never another child's of ours.
+    pub cpu: Cpu,
+    /// The part of `cpu` (user + system seconds) that came from /proc samples of descendants
+    /// orphaned to us: their CPU after the last sample (every 100 ms) is missing.
+    pub orphans_cpu_s: f64,
 }
 
 /// How to start a child.
@@ -126,6 +152,7 @@ impl ChildProc {
             matched,
             readers,
             exit: None,
+            rusage: None,
         })
     }
 
@@ -141,13 +168,37 @@ impl ChildProc {
 
     /// How the child ended, if it has.
     pub fn exited(&mut self) -> Option<String> {
-        if self.exit.is_none() {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.exit = Some(describe_exit(status));
-                self.drain_output(Duration::from_millis(300));
-            }
+        if self.exit.is_none() && self.reap(libc::WNOHANG) {
+            self.drain_output(Duration::from_millis(300));
         }
         self.exit.clone()
+    }
+
+    /// Reaps the child with wait4 (`flags`: WNOHANG or 0 to block), keeping its exit and its
+    /// rusage (std's wait would drop the rusage); true once it is reaped.
+    fn reap(&mut self, flags: i32) -> bool {
+        let mut status = 0;
+        // Safety: a zeroed rusage is a valid value; both pointers outlive the call.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let rc = loop {
+            let rc = unsafe { libc::wait4(self.pid(), &mut status, flags, &mut usage) };
+            let interrupted =
+                std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+            if rc != -1 || !interrupted {
+                break rc;
+            }
+        };
+        if rc != self.pid() {
+            return false;
+        }
+        use std::os::unix::process::ExitStatusExt;
+        self.exit = Some(describe_exit(std::process::ExitStatus::from_raw(status)));
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        self.rusage = Some(Cpu {
+            user_s: secs(usage.ru_utime),
+            sys_s: secs(usage.ru_stime),
+        });
+        true
     }
 
     /// Lets the output readers take in what the child wrote before it exited (bounded:
@@ -184,11 +235,18 @@ impl ChildProc {
         }
     }
 
-    /// Waits for the child to exit by itself, polling `stop`; returns its exit description
-    /// and, with `keep_stdout`, everything it printed.
-    pub fn wait(&mut self, limit: Duration, stop: &AtomicBool) -> Result<(String, String), String> {
+    /// Waits for the child to exit by itself, polling `stop`; returns its exit description,
+    /// with `keep_stdout` everything it printed, and the CPU of its tree (sampling /proc
+    /// every 100 ms for descendants orphaned to us).
+    pub fn wait(&mut self, limit: Duration, stop: &AtomicBool) -> Result<Finished, String> {
         let start = Instant::now();
+        let mut orphans = Orphans::default();
+        let mut sampled = Instant::now() - ORPHAN_SAMPLE;
         while self.exited().is_none() {
+            if sampled.elapsed() >= ORPHAN_SAMPLE {
+                orphans.sample(self.pid());
+                sampled = Instant::now();
+            }
             if stop.load(Ordering::Relaxed) {
                 let _ = self.stop(Duration::from_millis(500));
                 return Err(format!("{} interrupted", self.name));
@@ -208,13 +266,31 @@ impl ChildProc {
             .ok()
             .and_then(|o| o.all.clone())
             .unwrap_or_default();
-        Ok((self.exit.clone().unwrap_or_default(), out))
+        // Orphans still running are ours now: their CPU so far is the tool's too.
+        orphans.sample(self.pid());
+        let own = self.rusage.unwrap_or_default();
+        let (user, sys) = orphans.cpu_s();
+        Ok(Finished {
+            exit: self.exit.clone().unwrap_or_default(),
+            stdout: out,
+            cpu: Cpu {
+                user_s: own.user_s + user,
+                sys_s: own.sys_s + sys,
+            },
+            orphans_cpu_s: user + sys,
+        })
     }
 
     /// Ends the child's whole process group: SIGTERM, then SIGKILL after `grace`, then reaps.
     /// Descendants that left the group (setsid) are ended one by one. True when the child
     /// was still running `grace` after SIGTERM and had to be killed.
     pub fn stop(&mut self, grace: Duration) -> bool {
+        self.stop_with(Signal::SIGTERM, grace)
+    }
+
+    /// As [`ChildProc::stop`] with `signal` first instead of SIGTERM (a server whose clean
+    /// stop is another signal: PostgreSQL's SIGTERM waits for its clients, SIGINT does not).
+    pub fn stop_with(&mut self, signal: Signal, grace: Duration) -> bool {
         let pgid = Pid::from_raw(self.pid());
         let tree = if self.exit.is_none() {
             descendants(self.pid())
@@ -223,7 +299,7 @@ impl ChildProc {
         };
         let mut ignored_term = false;
         if self.exited().is_none() {
-            let _ = killpg(pgid, Signal::SIGTERM);
+            let _ = killpg(pgid, signal);
             let start = Instant::now();
             while self.exited().is_none() && start.elapsed() < grace {
                 std::thread::sleep(Duration::from_millis(10));
@@ -236,9 +312,7 @@ impl ChildProc {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         if self.exit.is_none() {
-            if let Ok(status) = self.child.wait() {
-                self.exit = Some(describe_exit(status));
-            }
+            self.reap(0);
         }
         if let Ok(mut t) = TRACKED.lock() {
             t.retain(|&p| p != self.pid());
@@ -252,6 +326,59 @@ impl ChildProc {
 impl Drop for ChildProc {
     fn drop(&mut self) {
         let _ = self.stop(Duration::from_millis(500));
+    }
+}
+
+/// How often [`ChildProc::wait`] looks for orphaned descendants.
+const ORPHAN_SAMPLE: Duration = Duration::from_millis(100);
+
+/// A child's descendants that were reparented to this process (its subreaper) when their
+/// parent ended before them: the child's wait4 rusage never includes them (nobody in its
+/// tree waits for them), so their CPU is sampled from /proc.
+#[derive(Debug, Default)]
+struct Orphans {
+    /// (pid, start ticks) of every process seen in the child's tree.
+    tree: std::collections::BTreeSet<(i32, u64)>,
+    /// Each orphan's last-seen CPU, its own plus its reaped children's, in ticks (user, sys).
+    last: std::collections::BTreeMap<(i32, u64), (u64, u64)>,
+}
+
+impl Orphans {
+    fn sample(&mut self, root: i32) {
+        let stats = procfs::all_pid_stats(Path::new("/proc"));
+        let parents = stats.iter().map(|(&pid, s)| (pid, s.ppid)).collect();
+        if stats.contains_key(&root) {
+            for pid in procfs::descendants(root, &parents).into_iter().skip(1) {
+                self.tree.insert((pid, stats[&pid].start_ticks));
+            }
+        }
+        let me = std::process::id() as i32;
+        // An orphan may be reparented before a sample saw it in the tree: its process group
+        // (the child's own, which its descendants inherit) still tells whose it is.
+        for (&pid, s) in &stats {
+            if s.ppid == me && s.pgrp == root && pid != root {
+                self.tree.insert((pid, s.start_ticks));
+            }
+        }
+        for &(pid, start) in &self.tree {
+            match stats.get(&pid) {
+                Some(s) if s.start_ticks == start && s.ppid == me && pid != root => {
+                    self.last
+                        .insert((pid, start), (s.utime + s.cutime, s.stime + s.cstime));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The orphans' (user, system) CPU seconds at their last samples.
+    fn cpu_s(&self) -> (f64, f64) {
+        let ticks = procfs::ticks_per_s();
+        let (u, s) = self
+            .last
+            .values()
+            .fold((0, 0), |(u, s), &(du, ds)| (u + du, s + ds));
+        (u as f64 / ticks, s as f64 / ticks)
     }
 }
 
@@ -337,6 +464,39 @@ pub fn port_open(port: u16) -> bool {
     std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
 }
 
+/// The signals a target may be stopped with (`stop_signal`), by the names specs use.
+pub const STOP_SIGNALS: &[(&str, Signal)] = &[
+    ("TERM", Signal::SIGTERM),
+    ("INT", Signal::SIGINT),
+    ("QUIT", Signal::SIGQUIT),
+    ("HUP", Signal::SIGHUP),
+    ("USR1", Signal::SIGUSR1),
+    ("USR2", Signal::SIGUSR2),
+    ("KILL", Signal::SIGKILL),
+];
+
+/// The signal named `name` (`INT` or `SIGINT`, any case), or an error listing the names.
+pub fn parse_stop_signal(name: &str) -> Result<Signal, String> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    STOP_SIGNALS
+        .iter()
+        .find(|(n, _)| *n == bare)
+        .map(|&(_, s)| s)
+        .ok_or_else(|| {
+            let names: Vec<&str> = STOP_SIGNALS.iter().map(|(n, _)| *n).collect();
+            format!(
+                "unknown signal {name:?}: expected one of {}",
+                names.join(", ")
+            )
+        })
+}
+
+/// The short name of `signal` as specs and notes write it (`INT` for SIGINT).
+pub fn signal_name(signal: Signal) -> &'static str {
+    signal.as_str().trim_start_matches("SIG")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,5 +550,44 @@ mod tests {
         );
         assert!(stopping.elapsed() >= Duration::from_millis(300));
         assert!(child.exited().is_some());
+    }
+
+    #[test]
+    fn a_target_is_stopped_with_its_own_signal() {
+        // Ignores TERM, exits on INT: stopped with INT it is not killed.
+        let launch = Launch {
+            name: "int-only".into(),
+            program: "sh".into(),
+            args: vec![
+                "-c".into(),
+                "trap '' TERM; trap 'exit 0' INT; echo started >&2; while :; do sleep 0.05; done"
+                    .into(),
+            ],
+            ready_log: Some(Regex::new("started").unwrap()),
+            ..Launch::default()
+        };
+        let mut child = ChildProc::spawn(&launch).unwrap();
+        let start = Instant::now();
+        while !child.log_matched() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let signal = parse_stop_signal("int").unwrap();
+        assert!(
+            !child.stop_with(signal, Duration::from_secs(3)),
+            "INT ends it"
+        );
+        assert_eq!(child.exited().as_deref(), Some("exited with status 0"));
+    }
+
+    #[test]
+    fn stop_signal_names_are_checked() {
+        assert_eq!(parse_stop_signal("SIGQUIT"), Ok(Signal::SIGQUIT));
+        assert_eq!(parse_stop_signal("TERM"), Ok(Signal::SIGTERM));
+        assert_eq!(signal_name(Signal::SIGINT), "INT");
+        let err = parse_stop_signal("STOP").unwrap_err();
+        assert!(
+            err.contains("\"STOP\"") && err.contains("TERM, INT, QUIT"),
+            "{err}"
+        );
     }
 }

@@ -49,20 +49,58 @@ impl DemoShape {
     }
 }
 
+/// The full demo's staircase: 1 client, doubling up to this many.
+pub const TOP_CLIENTS: usize = 32;
+
+/// `--quick`'s staircase, its runs per step and its measured window.
+pub const QUICK_CLIENTS: &[usize] = &[1, 2, 4, 8];
+/// Runs per step of `--quick` (three, not two: with two, the 95% interval is ±12.7 standard
+/// errors wide).
+pub const QUICK_REPETITIONS: usize = 3;
+/// `--quick`'s measured window per run.
+pub const QUICK_WINDOW: &str = "500ms";
+
+/// `stairbench demo`'s one-line help, its numbers from the spec it runs.
+pub fn about() -> String {
+    format!(
+        "Run a built-in experiment with no setup: the bundled messenger server's two designs \
+         (one event loop per core vs a shared worker pool), each on CPUs of its own with the \
+         load generator on the others (shared CPUs on a one-CPU machine), at 1 to \
+         {TOP_CLIENTS} clients (doubling); prints each series' peak and the verdict, and \
+         writes a run directory with its report"
+    )
+}
+
+/// `--quick`'s help, from the same constants.
+pub fn quick_help() -> String {
+    let clients: Vec<String> = QUICK_CLIENTS.iter().map(|c| c.to_string()).collect();
+    format!(
+        "A shorter staircase for a first look: {} clients, {QUICK_REPETITIONS} runs of \
+         {QUICK_WINDOW} each (--dry-run prints its estimated time)",
+        clients.join(", ")
+    )
+}
+
 /// The demo's spec.
 pub fn spec(shape: DemoShape) -> String {
+    let quick_clients = format!("{QUICK_CLIENTS:?}");
+    let full_clients = format!("{{ from = 1, to = {TOP_CLIENTS}, double = true }}");
+    let quick_reps = QUICK_REPETITIONS.to_string();
     let (duration, warmup, clients, repetitions) = if shape.quick {
-        // Three runs, not two: with two, the 95% interval is ±12.7 standard errors wide.
-        ("500ms", "200ms", "[1, 2, 4, 8]", "3")
-    } else {
         (
-            "2s",
-            "500ms",
-            "{ from = 1, to = 32, double = true }",
-            "\"auto\"",
+            QUICK_WINDOW,
+            "200ms",
+            quick_clients.as_str(),
+            quick_reps.as_str(),
         )
+    } else {
+        ("2s", "500ms", full_clients.as_str(), "\"auto\"")
     };
-    let top = if shape.quick { 8 } else { 32 };
+    let top = if shape.quick {
+        QUICK_CLIENTS.iter().copied().max().unwrap_or(1)
+    } else {
+        TOP_CLIENTS
+    };
     let placement = if shape.separable() {
         "separated"
     } else {

@@ -67,4 +67,65 @@ mod tests {
         };
         assert_eq!(outcome_of(&pin.into()).code(), 2);
     }
+
+    /// An error that says its cause in its message must not also return it as `source()`:
+    /// `{:#}` (how main prints errors) would say the reason twice.
+    #[test]
+    fn each_error_says_its_reason_once() {
+        use std::path::PathBuf;
+        let os = || std::io::Error::other("the reason");
+        let errors: Vec<anyhow::Error> = vec![
+            crate::serve::kvd::KvdError::Io {
+                context: "reading".into(),
+                error: os(),
+            }
+            .into(),
+            crate::wire::shmkv::ShmkvError::Io {
+                context: "mapping".into(),
+                error: os(),
+            }
+            .into(),
+            crate::machine::topology::TopologyError::Read {
+                path: PathBuf::from("/x"),
+                root: PathBuf::from("/"),
+                error: os(),
+            }
+            .into(),
+            crate::record::hlog::HlogError::Read {
+                path: PathBuf::from("/x"),
+                error: os(),
+            }
+            .into(),
+            crate::report::html::adapter::AdapterError::Read {
+                path: PathBuf::from("/x"),
+                error: os(),
+            }
+            .into(),
+            crate::remote::RemoteError::Local {
+                what: "reading".into(),
+                error: os(),
+            }
+            .into(),
+            crate::remote::RemoteError::Spawn {
+                program: "ssh".into(),
+                error: os(),
+            }
+            .into(),
+            crate::remote::host::HostError::Identity {
+                name: "h".into(),
+                path: PathBuf::from("/k"),
+                error: os(),
+            }
+            .into(),
+        ];
+        for e in errors {
+            let shown = format!("{:#}", e.context("doing it"));
+            assert_eq!(shown.matches("the reason").count(), 1, "{shown}");
+        }
+        let json = serde_json::from_str::<serde_json::Value>("{").unwrap_err();
+        let why = json.to_string();
+        let table = crate::placement::policy::CustomTableError::from(json);
+        let shown = format!("{:#}", anyhow::Error::from(table));
+        assert_eq!(shown.matches(&why).count(), 1, "{shown}");
+    }
 }

@@ -169,6 +169,11 @@ pub struct TlsArgs {
     /// thousands of connects overflows the server's listen backlog. The set-up time is reported.
     #[arg(long, value_name = "N", value_parser = parse_connect_rate, help_heading = "Connections")]
     pub connect_rate: Option<f64>,
+    /// What one generator thread's connections may hold together of replies not yet whole, in
+    /// MiB: half is split evenly among them, half lent to the replies that outgrow their share;
+    /// a reply refused is an error `reply_over_budget` (one over 64 MiB: `reply_too_large`).
+    #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1 << 20), help_heading = "Connections")]
+    pub reply_budget_mib: u64,
 }
 
 fn parse_connect_rate(s: &str) -> Result<f64, String> {
@@ -263,6 +268,7 @@ impl LoadArgs {
                 source_addrs: self.tls.source_addrs.clone().map_or(Vec::new(), |s| s.0),
                 connect_rate: self.tls.connect_rate,
             },
+            reply_budget_bytes: (self.tls.reply_budget_mib as usize) << 20,
         }
     }
 

@@ -1,6 +1,8 @@
 //! `--metrics-listen ADDR`: the running step's figures as an OpenMetrics/Prometheus endpoint,
-//! encoded by the `prometheus-client` crate and served by one small blocking thread (a GET
-//! answered with the exposition; no web framework for one read-only page).
+//! encoded by the `prometheus-client` crate and served by small blocking threads (a GET
+//! answered with the exposition; no web framework for one read-only page): one per scrape,
+//! at most [`MAX_SCRAPES`] at once, each reading at most [`MAX_REQUEST_BYTES`] of request head
+//! within 2 s, so a stalled or hostile scraper delays no other.
 //!
 //! Families, each labelled `target`, `placement`, `clients`, `rep` (one series per step):
 //! `stairbench_requests_total` (requests completed in the measured window, from the per-second
@@ -8,11 +10,11 @@
 //! line), `stairbench_errors_total` (the per-second error count; by `kind` once the step ends,
 //! from its result), `stairbench_latency_seconds` (a histogram of the window's latencies).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
@@ -255,51 +257,179 @@ fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
     Ok(addrs.next().ok_or_else(bad)?)
 }
 
-/// Answers each connection in turn until the process ends.
+/// Most bytes of a request head a scraper may send; a longer one is answered 431.
+pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// How long a scraper has to send its request head (answered 408 after), and to take the
+/// answer.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Scrapes answered at once, each on its own thread; one more is answered 503 at once.
+pub const MAX_SCRAPES: usize = 16;
+
+/// What a request head asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// `GET /metrics` (or `GET /`): the exposition.
+    Metrics,
+    /// Another method or path (404).
+    Other,
+    /// No request line (400).
+    Malformed,
+    /// A head over [`MAX_REQUEST_BYTES`] (431).
+    TooLarge,
+}
+
+/// What the head in `got` asks for: `None` while it may still grow (no blank line yet, under
+/// the limit, and `ended` false: the scraper has not closed its side).
+pub fn parse_request(got: &[u8], ended: bool) -> Option<Asked> {
+    let end = find(got, b"\r\n\r\n").or_else(|| find(got, b"\n\n"));
+    match end {
+        Some(at) if at > MAX_REQUEST_BYTES => return Some(Asked::TooLarge),
+        None if got.len() >= MAX_REQUEST_BYTES => return Some(Asked::TooLarge),
+        None if !ended => return None,
+        _ => {}
+    }
+    let line = got.split(|&b| b == b'\n').next().unwrap_or_default();
+    let mut words = line
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty());
+    let (Some(method), Some(target)) = (words.next(), words.next()) else {
+        return Some(Asked::Malformed);
+    };
+    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    Some(match (method, path) {
+        (b"GET", b"/metrics" | b"/") => Asked::Metrics,
+        _ => Asked::Other,
+    })
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Answers every connection on a thread of its own, at most [`MAX_SCRAPES`] at once, until
+/// the process ends: a scraper that stalls holds its own thread only.
 fn serve(listener: TcpListener, registry: Registry) {
-    for stream in listener.incoming().flatten() {
-        let _ = answer(stream, &registry);
+    let registry = Arc::new(registry);
+    let active = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else {
+            // Out of descriptors, say: a pause, not a busy loop.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        if active.fetch_add(1, Ordering::SeqCst) >= MAX_SCRAPES {
+            active.fetch_sub(1, Ordering::SeqCst);
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+            let _ = reply(&stream, "503 Service Unavailable", "text/plain", "busy\n");
+            continue;
+        }
+        let (registry, done) = (registry.clone(), Active(active.clone()));
+        let spawned = std::thread::Builder::new()
+            .name("metrics-scrape".into())
+            .spawn(move || {
+                let _done = done;
+                let _ = answer(stream, &registry);
+            });
+        // A thread that could not start dropped its `Active` with the closure.
+        drop(spawned);
     }
 }
 
-/// Reads one request's head; GET /metrics (or /) gets the exposition, anything else 404.
-fn answer(stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    let mut header = String::new();
-    while reader.read_line(&mut header)? > 2 {
-        header.clear();
+/// One scrape in progress; dropping it (the scrape's end, or a panic) frees its place.
+struct Active(Arc<AtomicUsize>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
-    let mut words = request_line.split_whitespace();
-    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, kind, body) = match (method, path) {
-        ("GET", "/metrics" | "/") => {
+}
+
+/// Reads a request head of at most [`MAX_REQUEST_BYTES`] within [`SCRAPE_TIMEOUT`]; GET
+/// /metrics (or /) gets the exposition, another path 404, a head too long 431, none in time
+/// 408.
+fn answer(stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
+    stream.set_write_timeout(Some(SCRAPE_TIMEOUT))?;
+    let until = Instant::now() + SCRAPE_TIMEOUT;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    let asked = loop {
+        let ended = match until.checked_duration_since(Instant::now()) {
+            None => None,
+            Some(left) if left.is_zero() => None,
+            Some(left) => {
+                stream.set_read_timeout(Some(left))?;
+                let room = (MAX_REQUEST_BYTES + 4 - got.len()).min(buf.len());
+                match (&stream).read(&mut buf[..room]) {
+                    Ok(0) => Some(true),
+                    Ok(n) => {
+                        got.extend_from_slice(&buf[..n]);
+                        Some(false)
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Some(false),
+                    Err(e) if is_timeout(&e) => None,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let Some(ended) = ended else {
+            let why = "no whole request head within 2 s\n";
+            return reply(&stream, "408 Request Timeout", "text/plain", why);
+        };
+        if let Some(asked) = parse_request(&got, ended) {
+            break asked;
+        }
+    };
+    match asked {
+        Asked::Metrics => {
             let mut body = String::new();
             prometheus_client::encoding::text::encode(&mut body, registry)
                 .map_err(std::io::Error::other)?;
-            (
-                "200 OK",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                body,
-            )
+            let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+            reply(&stream, "200 OK", kind, &body)
         }
-        _ => (
+        Asked::Other => reply(
+            &stream,
             "404 Not Found",
             "text/plain",
-            "not found: GET /metrics\n".to_string(),
+            "not found: GET /metrics\n",
         ),
-    };
-    let mut stream = stream;
+        Asked::Malformed => reply(
+            &stream,
+            "400 Bad Request",
+            "text/plain",
+            "no request line\n",
+        ),
+        Asked::TooLarge => {
+            let why = format!("the request head is over {MAX_REQUEST_BYTES} bytes\n");
+            reply(
+                &stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                &why,
+            )
+        }
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Writes a whole answer and closes.
+fn reply(mut stream: &TcpStream, status: &str, kind: &str, body: &str) -> std::io::Result<()> {
     write!(
         stream,
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
-    stream.flush()
+    stream.flush()?;
+    // Whatever the scraper sent past its head is dropped; a shutdown (not a reset by the
+    // close of a socket with unread bytes) lets it read the whole answer.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -341,5 +471,42 @@ mod tests {
             text.contains("lat_count{target=\"\",placement=\"\",clients=\"0\",rep=\"0\"} 6"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn request_heads_are_bounded_and_read_as_bytes() {
+        assert_eq!(
+            parse_request(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", false),
+            Some(Asked::Metrics)
+        );
+        assert_eq!(
+            parse_request(b"GET /?x=1 HTTP/1.0\n\n", false),
+            Some(Asked::Metrics)
+        );
+        assert_eq!(
+            parse_request(b"GET /metrics HTTP/1.1\r\nHost: x\r\n", false),
+            None
+        );
+        // A scraper that closes after its request line is still answered.
+        assert_eq!(
+            parse_request(b"GET /metrics\r\n", true),
+            Some(Asked::Metrics)
+        );
+        assert_eq!(
+            parse_request(b"POST /metrics HTTP/1.1\r\n\r\n", false),
+            Some(Asked::Other)
+        );
+        assert_eq!(
+            parse_request(b"\xff\xfe /metrics\r\n\r\n", false),
+            Some(Asked::Other)
+        );
+        assert_eq!(parse_request(b"\r\n\r\n", false), Some(Asked::Malformed));
+        assert_eq!(parse_request(b"", true), Some(Asked::Malformed));
+        let mut long = b"GET /".to_vec();
+        long.resize(MAX_REQUEST_BYTES, b'a');
+        assert_eq!(parse_request(&long[..MAX_REQUEST_BYTES - 1], false), None);
+        assert_eq!(parse_request(&long, false), Some(Asked::TooLarge));
+        long.extend_from_slice(b" HTTP/1.1\r\n\r\n");
+        assert_eq!(parse_request(&long, false), Some(Asked::TooLarge));
     }
 }

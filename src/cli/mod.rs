@@ -31,19 +31,48 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `load`'s one-line help, its schemes from the list the URL parser takes.
+fn load_about() -> String {
+    let schemes: Vec<String> = crate::load::target::SCHEMES
+        .iter()
+        .map(|s| format!("{s}://"))
+        .collect();
+    format!(
+        "Drive load against one URL ({}) and print its figures",
+        schemes.join(", ")
+    )
+}
+
+/// `run --help`: what a spec and a placement are, and where to start.
+const RUN_LONG_ABOUT: &str = "Run the experiment a spec file describes: a staircase of load \
+per target and placement.
+
+A spec is a TOML file naming the servers to measure ([[targets]]: a built-in server, a command \
+that starts yours, or the url of one already running), the staircase (clients = [1, 2, 4] or a \
+rate series), the client (the built-in engine or an external tool such as wrk) and how the CPUs \
+are split between server and load generator: a placement (shared: both on every CPU; \
+separated: server and client on physical cores of their own, one thread per core; balanced: \
+whole cores with their SMT siblings for each side; or a custom table; `stairbench topology` \
+prints what each gives on this machine). Every step's results are appended to the run directory's steps.jsonl as it ends, and \
+the reports (report.html, report.md) are written at the end.
+
+Start from a file in examples/ (e.g. examples/nginx-wrk.toml), and check it with --dry-run, \
+which prints every step, its cpusets and commands, and the estimated time.";
+
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once; boxing would only add noise
 pub enum Command {
-    /// Drive load against one URL (http://, redis://, msgr://, shm://) and print its figures.
+    /// Drive load against one URL and print its figures.
+    #[command(about = load_about())]
     Load(load::LoadArgs),
     /// Run a built-in reference server.
     #[command(subcommand)]
     Serve(crate::serve::ServeCommand),
     /// Run the experiment a spec file describes: a staircase of load per target and placement.
+    #[command(long_about = RUN_LONG_ABOUT)]
     Run(run::RunArgs),
-    /// Run a built-in experiment with no setup: the bundled messenger server's two designs
-    /// (one event loop per core vs a shared worker pool), each on separate and on shared CPUs,
-    /// at 1 to 64 clients; prints each series' peak and writes a run directory with its report.
+    /// Run a built-in experiment with no setup.
+    #[command(about = demo::about())]
     Demo(run::DemoArgs),
     /// Print the machine's CPU topology and the cpusets each placement policy gives.
     Topology(topology::TopologyArgs),

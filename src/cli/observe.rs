@@ -6,9 +6,9 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::observe::metrics::{difference, MetricsFormat, MetricsSource};
+use crate::observe::metrics::{window_difference, MetricsFormat, MetricsSource};
 
 /// Options of `stairbench environment`.
 #[derive(Debug, Args)]
@@ -86,9 +86,11 @@ pub fn observe(args: ObserveArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let snapshots = || -> Vec<_> { sources.iter().map(MetricsSource::snapshot_fresh).collect() };
     let mut before = None;
+    let mut began = std::time::SystemTime::now();
     while let Some(Ok(line)) = lines.next() {
         match line.trim() {
             "start" if before.is_none() => {
+                began = std::time::SystemTime::now();
                 obs.begin();
                 // After the observers: waiting for a file's rewrite must not delay them.
                 before = Some(snapshots());
@@ -98,6 +100,7 @@ pub fn observe(args: ObserveArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let before = before.unwrap_or_else(|| {
+        began = std::time::SystemTime::now();
         obs.begin();
         snapshots()
     });
@@ -105,9 +108,12 @@ pub fn observe(args: ObserveArgs) -> anyhow::Result<ExitCode> {
     let mut out = serde_json::to_value(&observation)?;
     if !sources.is_empty() {
         let windows: Vec<Value> = (before.into_iter().zip(snapshots()))
-            .map(|pair| match pair {
-                (Ok(a), Ok(b)) => difference(&a, &b),
-                (Err(why), _) | (_, Err(why)) => json!({ "note": why }),
+            .map(|(a, b)| {
+                window_difference(
+                    a.as_ref().map_err(String::as_str),
+                    b.as_ref().map_err(String::as_str),
+                    began,
+                )
             })
             .collect();
         out["target_metrics"] = Value::Array(windows);

@@ -66,8 +66,8 @@ pub struct RunArgs {
 /// Options of `stairbench demo`.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// A shorter staircase (under 40 s) for a first look.
-    #[arg(long)]
+    /// A shorter staircase for a first look.
+    #[arg(long, help = super::demo::quick_help())]
     pub quick: bool,
     /// Run directory to create (default: results/demo-<timestamp>).
     #[arg(long, value_name = "DIR")]

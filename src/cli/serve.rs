@@ -74,26 +74,65 @@ fn shmkv(args: ShmkvArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// This rank as its launcher says (`--rank`, else SLURM_PROCID, OMPI_COMM_WORLD_RANK or
+/// PMI_RANK): a launched rank j > 0 serves region NAME-rj, as the runner names them, so two
+/// ranks on one node do not collide. Says where the rank came from.
+fn launched_rank(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<crate::serve::kvd::KvdArgs> {
+    use crate::serve::kvd::{resolve_rank, RankSource};
+    // A single rank is rank 0 whatever task of a launcher runs it.
+    let single = !args.ranks.contains(',');
+    let given = if single { Some(args.rank()) } else { args.rank };
+    let (rank, source) = resolve_rank(given, |v| std::env::var(v).ok())?;
+    let mut args = args.clone();
+    args.rank = Some(rank);
+    if let RankSource::Launcher(var) = source {
+        if rank > 0 {
+            args.name = format!("{}-r{rank}", args.name);
+        }
+        say_line(&format!(
+            "kvd: rank {rank} from {var}; region {}",
+            args.name
+        ));
+    }
+    Ok(args)
+}
+
 /// Runs `stairbench serve kvd` until SIGINT or SIGTERM.
 fn kvd(args: &crate::serve::kvd::KvdArgs) -> anyhow::Result<ExitCode> {
+    let args = &launched_rank(args)?;
     let stop = crate::signals::stop_flag();
     let mut peers = Vec::new();
-    if args.spawn_peers && args.rank == 0 {
+    if args.spawn_peers && args.rank() == 0 {
         let exe = std::env::current_exe().context("finding this program to start the peers")?;
         for a in crate::serve::kvd::peer_args(args) {
             let child = std::process::Command::new(&exe)
                 .args(&a)
                 .spawn()
                 .with_context(|| format!("starting the peer `{}`", a.join(" ")))?;
-            peers.push(child);
+            let at = a
+                .iter()
+                .position(|w| w == "--name")
+                .expect("peer_args names it");
+            peers.push((child, a[at + 1].clone()));
         }
     }
     let mut peers = StopOnDrop(peers);
-    let server = crate::serve::kvd::spawn_kvd(args)
-        .with_context(|| format!("starting kvd rank {} ({:?})", args.rank, args.name))?;
+    let server = match crate::serve::kvd::spawn_kvd(args, stop) {
+        Ok(s) => s,
+        Err(crate::serve::kvd::KvdError::Stopped(_)) => {
+            // The region was created before the peers were waited for; it is gone with
+            // the failed start.
+            say_line("kvd: stopped while connecting to its peers; region removed");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e))
+                .with_context(|| format!("starting kvd rank {} ({:?})", args.rank(), args.name))
+        }
+    };
     say_line(&format!(
         "kvd: rank {} of {} serving {}, pid {}; clients use kvd://{}",
-        args.rank,
+        args.rank(),
         args.ranks.split(',').count(),
         server.path(),
         std::process::id(),
@@ -130,13 +169,14 @@ fn say_line(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
-/// The peers rank 0 started: SIGTERM and reaped when it ends.
-struct StopOnDrop(Vec<std::process::Child>);
+/// The peers rank 0 started (with their region names): SIGTERM and reaped when it ends; the
+/// region of one that was killed before it could remove it is removed then.
+struct StopOnDrop(Vec<(std::process::Child, String)>);
 
 impl StopOnDrop {
     /// The first peer that has exited, as a phrase naming it.
     fn exited(&mut self) -> Option<String> {
-        self.0.iter_mut().enumerate().find_map(|(i, c)| {
+        self.0.iter_mut().enumerate().find_map(|(i, (c, _))| {
             let status = c.try_wait().ok()??;
             Some(format!("rank {} (pid {}) exited: {status}", i + 1, c.id()))
         })
@@ -145,12 +185,13 @@ impl StopOnDrop {
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        for c in &self.0 {
+        for (c, _) in &self.0 {
             let _ =
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), Signal::SIGTERM);
         }
-        for c in &mut self.0 {
+        for (c, name) in &mut self.0 {
             let _ = c.wait();
+            crate::wire::shmkv::region::remove_stale(name);
         }
     }
 }

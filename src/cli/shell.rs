@@ -16,8 +16,7 @@ pub struct Verbosity {
     /// verdicts and errors still print.
     #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
-    /// More progress: `run` and `demo` also print every per-second line of every step (as
-    /// `load` always does).
+    /// More progress: every per-second line of every step (`load` prints them without it).
     #[arg(short, long)]
     pub verbose: bool,
 }

@@ -4,7 +4,7 @@
 //! They run on the same mio loop as HTTP/1.1 ([`evloop`]), each socket (plain or TLS, the
 //! sans-I/O rustls of [`super::transport`]) carrying a sans-I/O HTTP/2 client connection
 //! ([`conn`]): framing, flow control, stream limits, RST_STREAM and GOAWAY written here, HPACK
-//! by the `httlib-hpack` crate. They record through the same recorder as every other
+//! by [`crate::wire::hpack`]. They record through the same recorder as every other
 //! thread: one HdrHistogram per thread, the per-second intervals, the window,
 //! `sent`/`resent` and errors by kind. The cost per request is measured against h2load by
 //! `bench/vs_h2load.sh`.
@@ -39,4 +39,43 @@ pub(super) fn check_alpn(target: &Target, alpn: Option<&[u8]>) -> Result<(), Loa
         Some(tls) if alpn != Some(H2_ALPN) => Err(LoadError::BadInput(not_h2(tls.host(), alpn))),
         _ => Ok(()),
     }
+}
+
+/// For the `h2_conn` fuzz target: a client connection (depth 8) fed `input` as all a server
+/// sent, in reads of 1-64 bytes (sized by the first byte), opening streams whenever it may
+/// and cancelling the oldest now and then. Checks its stream accounting after each read;
+/// the connection error it ended with, if any.
+#[doc(hidden)]
+pub fn fuzz_client_connection(input: &[u8]) -> Result<(), &'static str> {
+    const DEPTH: usize = 8;
+    let Some((&first, input)) = input.split_first() else {
+        return Ok(());
+    };
+    let read = (first as usize % 64) + 1;
+    let mut c = conn::H2Conn::<u64>::new(DEPTH);
+    let mut block = Vec::new();
+    let request = http::Request::get("http://fuzz/")
+        .body(())
+        .expect("a request");
+    conn::encode_request(&request, &mut block);
+    let (mut opened, mut ended) = (0u64, 0u64);
+    let mut events = Vec::new();
+    let mut cancelled = Vec::new();
+    for (n, chunk) in input.chunks(read).enumerate() {
+        while c.can_open(DEPTH) {
+            c.open(&block, None, opened);
+            opened += 1;
+        }
+        if n % 7 == 6 {
+            c.cancel_where(|&tag| tag + 4 < opened, &mut cancelled);
+        }
+        let result = c.receive(chunk, &mut events);
+        ended += events.drain(..).count() as u64 + cancelled.drain(..).count() as u64;
+        assert_eq!(opened, ended + c.active() as u64, "streams lost track of");
+        assert!(c.active() <= DEPTH);
+        c.written(c.out.len());
+        c.out.clear();
+        result.map_err(|e| e.kind)?;
+    }
+    Ok(())
 }

@@ -4,6 +4,7 @@
 
 mod accounting;
 pub mod arrivals;
+pub mod budget;
 pub mod external;
 mod fdlimit;
 mod h2;
@@ -56,6 +57,9 @@ pub struct LoadConfig {
     pub proto: ProtoOptions,
     /// Source addresses and pacing of the connections (`--source-addrs`, `--connect-rate`).
     pub connect: sources::ConnectOptions,
+    /// What one generator thread's connections may hold together of replies not yet whole
+    /// (see [`budget`]).
+    pub reply_budget_bytes: usize,
 }
 
 /// Options of the wire protocols; each protocol reads the ones it knows.
@@ -132,6 +136,7 @@ impl Default for LoadConfig {
             ramp: None,
             proto: ProtoOptions::default(),
             connect: sources::ConnectOptions::default(),
+            reply_budget_bytes: budget::DEFAULT_REPLY_BUDGET_BYTES,
         }
     }
 }
@@ -157,6 +162,9 @@ pub struct LoadOutcome {
 }
 
 pub mod engine;
+
+#[doc(hidden)]
+pub use h2::fuzz_client_connection;
 
 /// Runs one load to completion (warm-up, measured window, drain). `stop` ends it early
 /// (Ctrl-C): the figures of what was measured so far are still returned.

@@ -24,6 +24,18 @@ pub struct Target {
     templates: Option<Arc<template::Compiled>>,
 }
 
+/// Every URL scheme `load` (and a spec's `url`) takes: socket targets by HOST:PORT, then the
+/// shared-memory ones by region NAME.
+pub const SCHEMES: &[&str] = &["http", "https", "h2c", "redis", "msgr", "shm", "kvd"];
+
+/// The schemes as a phrase for help and errors: "http, https, ... or kvd".
+pub fn schemes_phrase() -> String {
+    match SCHEMES.split_last() {
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Kind {
     Http { host: String, path: String },
@@ -36,7 +48,10 @@ impl Target {
     pub fn parse(url: &str, opts: &ProtoOptions) -> Result<Target, LoadError> {
         let bad = |why: String| LoadError::BadInput(format!("bad URL {url:?}: {why}"));
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-            bad("expected SCHEME://HOST:PORT (http, https, h2c, redis, msgr) or shm://NAME".into())
+            bad(format!(
+                "expected SCHEME://HOST:PORT or shm://NAME, kvd://NAME; SCHEME is one of {}",
+                schemes_phrase()
+            ))
         })?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -50,7 +65,8 @@ impl Target {
             "msgr" => 9000,
             other => {
                 return Err(bad(format!(
-                    "unknown scheme {other:?}; use http, https, h2c, redis, msgr or shm"
+                    "unknown scheme {other:?}; use {}",
+                    schemes_phrase()
                 )))
             }
         };

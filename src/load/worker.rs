@@ -19,6 +19,7 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use super::arrivals::{ConnRamp, Cursor, RateCurve};
+use super::budget::ReplyBudget;
 use super::protocol::{Protocol, Reply};
 use super::recorder::{thread_cpu_ns, Msg, Recorder, Schedule};
 use super::target::Target;
@@ -30,10 +31,6 @@ const TIMER: Token = Token(usize::MAX);
 /// cut by the end of a read stay with the connection (in `Conn::partial`). 64 KiB per thread,
 /// not per connection: an idle or keep-alive connection holds no buffer at all.
 const READ_CHUNK: usize = 64 * 1024;
-/// Most bytes one connection may hold of a reply not yet whole: a server sending an endless
-/// body or endless headers costs this much at most, then the connection is reset with
-/// `reply_too_large`.
-pub(super) const MAX_REPLY_BYTES: usize = 64 * 1024 * 1024;
 /// Reads one connection may make in a row (1 MiB) before the others' turn: a server sending
 /// without pause must not hold the thread (its per-second lines, timeouts, other connections).
 const MAX_READS_PER_TURN: usize = 16;
@@ -60,6 +57,8 @@ struct Conn {
     proto: Box<dyn Protocol>,
     /// The start of a reply a read cut short; empty (no allocation) between replies.
     partial: Vec<u8>,
+    /// `partial`'s capacity as the thread's [`ReplyBudget`] has it.
+    held: usize,
     /// Requests not yet written; sized to the requests, not reserved up front.
     wbuf: Vec<u8>,
     wpos: usize,
@@ -82,6 +81,8 @@ pub(super) struct Worker {
     conns: Vec<Conn>,
     /// The read buffer all this thread's connections share (see [`READ_CHUNK`]).
     scratch: Vec<u8>,
+    /// What the connections' `partial` buffers may hold together.
+    budget: ReplyBudget,
     /// Connections whose turn ended with bytes still unread (and whether the peer had
     /// closed): read again before the next wait, since an edge-triggered socket will not say.
     unread: Vec<(usize, bool)>,
@@ -206,6 +207,7 @@ impl Worker {
                 stream: None,
                 proto: target.connection(i, &config.proto),
                 partial: Vec::new(),
+                held: 0,
                 wbuf: Vec::new(),
                 wpos: 0,
                 pending: VecDeque::with_capacity(config.depth),
@@ -218,6 +220,7 @@ impl Worker {
         let open = rate_rps.map(|_| OpenLoop::new(&config, thread));
         let ramp = ConnRamp::new(&config, thread);
         let rec = Recorder::new(sched.clone(), tx.clone(), thread, open.is_some());
+        let budget = ReplyBudget::new(config.reply_budget_bytes, n_conns);
         Ok(Worker {
             config,
             target,
@@ -227,6 +230,7 @@ impl Worker {
             poll,
             conns,
             scratch: vec![0; READ_CHUNK],
+            budget,
             unread: Vec::new(),
             t0: Instant::now(),
             open,
@@ -376,6 +380,7 @@ impl Worker {
         conn.partial = Vec::new();
         conn.wbuf.clear();
         conn.wpos = 0;
+        self.account(i);
         Ok(())
     }
 
@@ -530,14 +535,32 @@ impl Worker {
                 return false;
             };
             if used < read.len() {
-                self.conns[i].partial.extend_from_slice(&read[used..]);
+                let rest = &read[used..];
+                match self.budget.grow(0, rest.len(), rest.len()) {
+                    Ok(_) => self.conns[i].partial.extend_from_slice(rest),
+                    Err(kind) => {
+                        self.reset(i, kind, now);
+                        return false;
+                    }
+                }
+                self.account(i);
             }
             return true;
         }
         let mut buf = std::mem::take(&mut self.conns[i].partial);
-        if buf.len() + read.len() > MAX_REPLY_BYTES {
-            self.reset(i, "reply_too_large", now);
-            return false;
+        let need = buf.len() + read.len();
+        if need > buf.capacity() {
+            // Amortised growth (doubling) as far as the budget allows, so what is accounted
+            // is what is allocated.
+            let held = self.conns[i].held;
+            match self.budget.grow(held, need, buf.capacity() * 2) {
+                Ok(cap) => buf.reserve_exact(cap - buf.len()),
+                Err(kind) => {
+                    self.conns[i].partial = buf;
+                    self.reset(i, kind, now);
+                    return false;
+                }
+            }
         }
         buf.extend_from_slice(read);
         let Some(used) = self.parse_replies(i, &buf, now) else {
@@ -548,7 +571,18 @@ impl Worker {
             // Freed once whole (below); until then it holds one reply's bytes at most.
             self.conns[i].partial = buf;
         }
+        self.account(i);
         true
+    }
+
+    /// Tells the budget what connection `i`'s reply buffer holds now.
+    fn account(&mut self, i: usize) {
+        let conn = &mut self.conns[i];
+        let cap = conn.partial.capacity();
+        if cap != conn.held {
+            self.budget.held(conn.held, cap);
+            conn.held = cap;
+        }
     }
 
     /// Completes the whole replies at the front of `buf`: the bytes they used, or `None`
@@ -583,10 +617,6 @@ impl Worker {
                     }
                 }
             }
-        }
-        if buf.len() - at > MAX_REPLY_BYTES {
-            self.reset(i, "reply_too_large", now);
-            return None;
         }
         Some(at)
     }
@@ -712,6 +742,8 @@ impl Worker {
         }
         self.conns[i].connecting = false;
         self.conns[i].partial = Vec::new();
+        self.conns[i].proto.reset();
+        self.account(i);
     }
 
     fn reconnect(&mut self, i: usize, now: u64) {

@@ -13,6 +13,8 @@ use super::threads::{parse_schedstat, parse_task_stat, TaskSample};
 pub struct PidStat {
     /// Parent process id.
     pub ppid: i32,
+    /// Process group id.
+    pub pgrp: i32,
     /// User time of the process (all its threads, live and exited), in ticks.
     pub utime: u64,
     /// System time of the process, in ticks.
@@ -27,6 +29,9 @@ pub struct PidStat {
     pub majflt: u64,
     /// Number of threads.
     pub threads: u64,
+    /// When the process started, in ticks since boot (with the pid, its identity: pids are
+    /// reused).
+    pub start_ticks: u64,
 }
 
 /// Parses /proc/PID/stat. The command name may hold spaces and parentheses, so fields are
@@ -38,6 +43,7 @@ pub fn parse_pid_stat(text: &str) -> Option<PidStat> {
     let num = |k: usize| f.get(k - 3)?.parse::<u64>().ok();
     Some(PidStat {
         ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
         minflt: num(10)? + num(11)?,
         majflt: num(12)? + num(13)?,
         utime: num(14)?,
@@ -45,6 +51,7 @@ pub fn parse_pid_stat(text: &str) -> Option<PidStat> {
         cutime: num(16)?,
         cstime: num(17)?,
         threads: num(20)?,
+        start_ticks: num(22)?,
     })
 }
 
@@ -285,7 +292,8 @@ pub fn parent_map(proc_root: &Path) -> BTreeMap<i32, i32> {
         .collect()
 }
 
-fn all_pid_stats(proc_root: &Path) -> BTreeMap<i32, PidStat> {
+/// /proc/PID/stat of every process under the proc tree at `proc_root` ("/proc"), by pid.
+pub fn all_pid_stats(proc_root: &Path) -> BTreeMap<i32, PidStat> {
     let mut out = BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(proc_root) else {
         return out;
@@ -358,10 +366,11 @@ mod tests {
         let text = "4242 (my (odd) srv) S 1 4242 4242 0 -1 4194560 120 7 3 1 250 75 10 5 20 0 4 0 \
                     100 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
         let s = parse_pid_stat(text).unwrap();
-        assert_eq!(s.ppid, 1);
+        assert_eq!((s.ppid, s.pgrp), (1, 4242));
         assert_eq!((s.minflt, s.majflt), (127, 4));
         assert_eq!((s.utime, s.stime, s.cutime, s.cstime), (250, 75, 10, 5));
         assert_eq!(s.threads, 4);
+        assert_eq!(s.start_ticks, 100);
     }
 
     #[test]

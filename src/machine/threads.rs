@@ -111,7 +111,8 @@ pub fn task_deltas(
 pub struct ThreadGroup {
     /// The merged thread name (`reactor` for `reactor-0..7`).
     pub name: String,
-    /// Threads of this name alive at the end of the window.
+    /// Threads of this name seen in the window: alive at its end, or ended inside it (seen
+    /// by the samples taken during it).
     pub threads: u64,
     /// Their CPU time, in percent of one CPU over the window (200 = two CPUs' worth).
     pub cpu_pct: f64,
@@ -155,6 +156,15 @@ pub struct ThreadUsage {
     pub run_delay_pct: Option<f64>,
     /// Where per-thread CPU came from: `schedstat` (ns) or `stat` (10 ms clock ticks).
     pub cpu_source: String,
+    /// Threads among `groups` that ended inside the window (a process per connection's),
+    /// counted with their CPU up to their last sample.
+    #[serde(default)]
+    pub ended_threads: u64,
+    /// The tree's CPU that no thread's figures hold, % of one CPU: tasks that began and ended
+    /// between two samples, known only from their parents' reaped-children times (None when
+    /// under 5% of the tree's CPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsampled_cpu_pct: Option<f64>,
 }
 
 /// Groups a window's thread deltas by merged name; `window_s` turns times into shares.
@@ -211,6 +221,8 @@ pub fn thread_usage(deltas: &[TaskDelta], window_s: f64) -> ThreadUsage {
         } else {
             "stat".into()
         },
+        ended_threads: 0,
+        unsampled_cpu_pct: None,
     }
 }
 

@@ -47,11 +47,11 @@ pub struct Topology {
 #[derive(Debug, Error)]
 pub enum TopologyError {
     /// A sysfs file was missing or unreadable.
-    #[error("cannot read {path}: {source} (is {root} a sysfs tree? pass --sysfs ROOT)")]
+    #[error("cannot read {path}: {error} (is {root} a sysfs tree? pass --sysfs ROOT)")]
     Read {
         path: PathBuf,
         root: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A sysfs file held something other than what the kernel writes there.
     #[error("{path} holds {content:?}, expected {expected}")]
@@ -184,10 +184,10 @@ fn plural(n: usize) -> &'static str {
 }
 
 fn read_text(root: &Path, path: &Path) -> Result<String, TopologyError> {
-    std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+    std::fs::read_to_string(path).map_err(|error| TopologyError::Read {
         path: path.to_path_buf(),
         root: root.to_path_buf(),
-        source,
+        error,
     })
 }
 

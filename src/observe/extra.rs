@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
 
-use super::metrics::{difference, Snapshot};
+use super::metrics::{window_difference, Reading};
 use super::step::{Observed, ServerExtras, StepObserver};
 use super::{Observation, TreeUsage};
 
@@ -101,7 +101,9 @@ pub struct ExtraObserver<O: StepObserver> {
     pub entries: Vec<ObserveEntry>,
     extras: ServerExtras,
     running: Vec<(String, Result<super::Observer, String>)>,
-    before: Vec<(String, Result<Snapshot, String>)>,
+    before: Vec<(String, Result<Reading, String>)>,
+    /// When the window began (the metrics' staleness is told against it).
+    began: std::time::SystemTime,
 }
 
 impl<O: StepObserver> ExtraObserver<O> {
@@ -113,6 +115,7 @@ impl<O: StepObserver> ExtraObserver<O> {
             extras: ServerExtras::default(),
             running: Vec::new(),
             before: Vec::new(),
+            began: std::time::SystemTime::now(),
         }
     }
 
@@ -167,10 +170,12 @@ impl<O: StepObserver> ExtraObserver<O> {
         let before = std::mem::take(&mut self.before);
         let mut out = Map::new();
         for ((label, source), (_, start)) in self.extras.metrics.iter().zip(before) {
-            let value = match (start, source.snapshot_fresh()) {
-                (Ok(a), Ok(b)) => difference(&a, &b),
-                (Err(why), _) | (_, Err(why)) => json!({ "note": why }),
-            };
+            let end = source.snapshot_fresh();
+            let value = window_difference(
+                start.as_ref().map_err(String::as_str),
+                end.as_ref().map_err(String::as_str),
+                self.began,
+            );
             out.insert(label.clone(), value);
         }
         out
@@ -222,6 +227,7 @@ impl<O: StepObserver> StepObserver for ExtraObserver<O> {
     }
 
     fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
+        self.began = std::time::SystemTime::now();
         self.inner.start(server_pid, server_cpus, client_cpus);
         self.start_processes();
         // Last: waiting for a metrics file's rewrite must not delay the other observers.

@@ -18,6 +18,7 @@ pub mod extra;
 pub mod metrics;
 pub mod perf;
 pub mod step;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -98,6 +99,8 @@ pub struct Observer {
     /// How long after the window's start perf acknowledged `enable` (its counts begin then).
     perf_late_s: f64,
     own_cpu_s: f64,
+    /// The tree sampled during the window (tasks that come and go inside it).
+    watch: Option<watch::TreeWatch>,
 }
 
 /// perf's counts are kept only if perf started counting within this share of the window: a
@@ -150,6 +153,7 @@ impl Observer {
             started: Instant::now(),
             perf_late_s: 0.0,
             own_cpu_s: thread_cpu_s() - cpu0,
+            watch: None,
         }
     }
 
@@ -164,6 +168,11 @@ impl Observer {
         self.cpu_times = read_proc_stat();
         self.loopback = read_loopback();
         self.started = Instant::now();
+        self.watch = self
+            .tree
+            .as_ref()
+            .and(self.server_pid)
+            .and_then(|pid| watch::TreeWatch::start(pid).ok());
         if let Some(perf) = &mut self.perf {
             if let Err(why) = perf.enable() {
                 self.perf_note = Some(why);
@@ -177,6 +186,7 @@ impl Observer {
     pub fn finish(mut self) -> Observation {
         let cpu0 = thread_cpu_s();
         let window_s = self.started.elapsed().as_secs_f64();
+        let watched = self.watch.take().map(watch::TreeWatch::finish);
         let tree_after = self
             .server_pid
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
@@ -184,7 +194,13 @@ impl Observer {
         let lo_after = read_loopback();
         let mut notes = Vec::new();
         let server = self.server_usage(tree_after.as_ref(), &mut notes);
-        let threads = self.thread_usage(tree_after.as_ref(), window_s);
+        let threads = self.thread_usage(
+            tree_after.as_ref(),
+            window_s,
+            watched.as_ref(),
+            server.as_ref(),
+            &mut notes,
+        );
         let (mut counters, perf_cpu_s) = self.finish_perf(&mut notes);
         if self.perf_late_s > PERF_LATE_MAX_SHARE * window_s {
             let note = drop_counts(&mut counters, self.perf_late_s);
@@ -199,7 +215,8 @@ impl Observer {
                 None
             }
         };
-        let own_cpu_s = self.own_cpu_s + (thread_cpu_s() - cpu0);
+        let watch_cpu_s = watched.as_ref().map_or(0.0, |w| w.cpu_s);
+        let own_cpu_s = self.own_cpu_s + (thread_cpu_s() - cpu0) + watch_cpu_s;
         Observation {
             window_s,
             server,
@@ -252,11 +269,23 @@ impl Observer {
         &self,
         after: Option<&procfs::TreeSample>,
         window_s: f64,
+        watched: Option<&watch::Watched>,
+        tree: Option<&TreeUsage>,
+        notes: &mut Vec<String>,
     ) -> Option<ThreadUsage> {
         let (Some(before), Some(after)) = (&self.tree, after) else {
             return None;
         };
-        Some(thread_usage(before, after, window_s))
+        let empty = watch::Watched::default();
+        let (tasks, ended) = watch::with_ended(&after.tasks, watched.unwrap_or(&empty));
+        let deltas = threads::task_deltas(&before.tasks, &tasks, procfs::ticks_per_s());
+        let mut usage = threads::thread_usage(&deltas, window_s);
+        usage.ended_threads = ended;
+        let threads_s: f64 = deltas.iter().map(|d| d.cpu_s).sum();
+        if let Some(note) = unsampled(&mut usage, tree, threads_s, window_s) {
+            notes.push(note);
+        }
+        Some(usage)
     }
 
     fn finish_perf(&mut self, notes: &mut Vec<String>) -> (PerfCounters, f64) {
@@ -279,6 +308,34 @@ impl Observer {
         notes.extend(result.counters.note.clone());
         (result.counters, result.perf_cpu_s)
     }
+}
+
+/// Below this share of the tree's CPU, what the samples missed is left unsaid (the tree's
+/// CPU counts 10-ms ticks, the threads' schedstat nanoseconds).
+const UNSAMPLED_MIN_SHARE: f64 = 0.05;
+
+/// The tree's CPU that no thread's figures hold: tasks that began and ended between two
+/// samples, known only from their parents' reaped-children times. Sets
+/// `unsampled_cpu_pct` and returns the note saying so, when it is worth saying.
+fn unsampled(
+    usage: &mut ThreadUsage,
+    tree: Option<&TreeUsage>,
+    threads_s: f64,
+    window_s: f64,
+) -> Option<String> {
+    let tree_s = tree.map(|t| t.user_s + t.sys_s)?;
+    let missing_s = tree_s - threads_s;
+    if window_s <= 0.0 || missing_s <= UNSAMPLED_MIN_SHARE * tree_s || missing_s < 0.02 {
+        return None;
+    }
+    let pct = 100.0 * missing_s / window_s;
+    usage.unsampled_cpu_pct = Some(pct);
+    Some(format!(
+        "threads: {pct:.1}% of a CPU of the server tree's was used by tasks that began and ended \
+         between two samples ({} ms apart), known only from their parents' reaped-children \
+         times (`unsampled_cpu_pct`)",
+        watch::WATCH_EVERY.as_millis()
+    ))
 }
 
 /// Leaves out perf's counts (context switches, migrations, faults, cache loads...) that covered less
@@ -403,7 +460,7 @@ fn read_loopback() -> Option<NetCounters> {
 }
 
 /// CPU time of the calling thread, in seconds.
-fn thread_cpu_s() -> f64 {
+pub(crate) fn thread_cpu_s() -> f64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
         .unwrap_or(0.0)

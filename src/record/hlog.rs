@@ -145,12 +145,12 @@ pub fn write_log<W: Write>(
 #[derive(Debug, thiserror::Error)]
 pub enum HlogError {
     /// The file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         /// The log.
         path: PathBuf,
         /// The OS error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The file is not an interval log, or a histogram in it does not decode.
     #[error("{} is not a readable interval log: {why}", path.display())]
@@ -166,9 +166,9 @@ pub enum HlogError {
 /// for stairbench's logs); None when the log holds no interval. Payloads may be compressed
 /// or uncompressed V2 histograms (the deserializer reads both cookies).
 pub fn read_hlog(path: &Path) -> Result<Option<Histogram<u64>>, HlogError> {
-    let bytes = std::fs::read(path).map_err(|source| HlogError::Read {
+    let bytes = std::fs::read(path).map_err(|error| HlogError::Read {
         path: path.into(),
-        source,
+        error,
     })?;
     parse_hlog(&bytes).map_err(|why| HlogError::Bad {
         path: path.into(),

@@ -95,11 +95,11 @@ pub enum HostError {
         why: String,
     },
     /// The identity file cannot be opened by this user.
-    #[error("host {name:?}: cannot read identity file {}: {source} (check the path and its permissions)", path.display())]
+    #[error("host {name:?}: cannot read identity file {}: {error} (check the path and its permissions)", path.display())]
     Identity {
         name: String,
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The working directory holds characters a remote shell or scp would mangle.
     #[error("host {name:?}: working directory {path:?}: {why}")]
@@ -284,10 +284,10 @@ fn check_hostname(host: &str) -> Result<(), &'static str> {
 }
 
 fn check_identity(name: &str, path: &Path) -> Result<(), HostError> {
-    let fail = |source| HostError::Identity {
+    let fail = |error| HostError::Identity {
         name: name.into(),
         path: path.into(),
-        source,
+        error,
     };
     let meta = std::fs::metadata(path).map_err(fail)?;
     if meta.is_dir() {

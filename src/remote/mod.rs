@@ -29,10 +29,10 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum RemoteError {
     /// A local program (ssh, scp, cksum) could not be started.
-    #[error("cannot run {program}: {source} (install the OpenSSH client: apt-get install openssh-client)")]
+    #[error("cannot run {program}: {error} (install the OpenSSH client: apt-get install openssh-client)")]
     Spawn {
         program: String,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// ssh could not connect or log in (its status 255).
     #[error("host {host:?} ({url}) cannot be reached over ssh: {detail} (check the address, that sshd runs there and that the key is authorized)")]
@@ -64,9 +64,6 @@ pub enum RemoteError {
         detail: String,
     },
     /// A local step (finding or reading the binary) failed.
-    #[error("{what}: {source}")]
-    Local {
-        what: String,
-        source: std::io::Error,
-    },
+    #[error("{what}: {error}")]
+    Local { what: String, error: std::io::Error },
 }

@@ -33,7 +33,7 @@ pg=$!
 (
   while read -r _; do :; done
   while kill -0 "$pg" 2>/dev/null && ! kill -0 -"$pg" 2>/dev/null; do sleep 0.05; done
-  kill -TERM -"$pg" 2>/dev/null
+  kill -"${4:-TERM}" -"$pg" 2>/dev/null
   n=0
   while [ "$n" -lt "$3" ] && kill -0 -"$pg" 2>/dev/null; do sleep 0.1; n=$((n + 1)); done
   kill -KILL -"$pg" 2>/dev/null
@@ -122,10 +122,22 @@ impl Remote {
     /// `grace`. The command's stdin is /dev/null; SIGINT is ignored in it (a background job of
     /// a non-interactive shell), so servers are ended with TERM.
     pub fn spawn(&self, command: &str, grace: Duration) -> Result<RemoteProcess, RemoteError> {
+        self.spawn_stopped_by(command, "TERM", grace)
+    }
+
+    /// As [`Remote::spawn`], its group stopped with `signal` (a name: `INT`, `QUIT`, ...)
+    /// instead of TERM. The group starts with SIGINT and SIGQUIT ignored, so those stop only
+    /// a program that sets its own handler (PostgreSQL does).
+    pub fn spawn_stopped_by(
+        &self,
+        command: &str,
+        signal: &str,
+        grace: Duration,
+    ) -> Result<RemoteProcess, RemoteError> {
         let tenths = (grace.as_millis() / 100).max(1).to_string();
         let dir = self.spec.workdir.to_string_lossy();
-        let mut child =
-            self.spawn_piped(&sh_c(WRAPPER, &[&dir, command, &tenths]), Stdio::piped())?;
+        let wrapped = sh_c(WRAPPER, &[&dir, command, &tenths, signal]);
+        let mut child = self.spawn_piped(&wrapped, Stdio::piped())?;
         let tail = Arc::new(Mutex::new(Tail::default()));
         let stderr = child.stderr.take().map(|e| read_lines(e, tail.clone()));
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));

@@ -80,9 +80,9 @@ impl Remote {
     /// Copies the running executable to the working directory when it is missing there or
     /// differs (see `copy_binary_if_missing`).
     pub fn copy_self_if_missing(&self) -> Result<CopyOutcome, RemoteError> {
-        let exe = std::env::current_exe().map_err(|source| RemoteError::Local {
+        let exe = std::env::current_exe().map_err(|error| RemoteError::Local {
             what: "finding the running executable".into(),
-            source,
+            error,
         })?;
         self.copy_binary_if_missing(&exe)
     }
@@ -172,9 +172,9 @@ impl Remote {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
-            .map_err(|source| RemoteError::Spawn {
+            .map_err(|error| RemoteError::Spawn {
                 program: "ssh".into(),
-                source,
+                error,
             })
     }
 
@@ -196,9 +196,9 @@ impl Remote {
             .arg(remote_line)
             .stdin(Stdio::null())
             .output()
-            .map_err(|source| RemoteError::Spawn {
+            .map_err(|error| RemoteError::Spawn {
                 program: "ssh".into(),
-                source,
+                error,
             })?;
         let stderr = without_key_note(&out.stderr);
         if out.status.code() == Some(255) {
@@ -277,9 +277,9 @@ impl Remote {
         let out = cmd
             .stdin(Stdio::null())
             .output()
-            .map_err(|source| RemoteError::Spawn {
+            .map_err(|error| RemoteError::Spawn {
                 program: "scp".into(),
-                source,
+                error,
             })?;
         if out.status.success() {
             return Ok(());
@@ -340,23 +340,23 @@ fn without_key_note(stderr: &[u8]) -> String {
 /// `--version` and `cksum` of a local binary, in the form `remote_fingerprint` prints.
 fn local_fingerprint(bin: &Path) -> Result<String, RemoteError> {
     let version = local_output(Command::new(bin).arg("--version"), bin)?;
-    let file = std::fs::File::open(bin).map_err(|source| RemoteError::Local {
+    let file = std::fs::File::open(bin).map_err(|error| RemoteError::Local {
         what: format!("opening {}", bin.display()),
-        source,
+        error,
     })?;
     let sum = local_output(Command::new("cksum").stdin(file), Path::new("cksum"))?;
     Ok(format!("{}\n{}", version.trim(), sum.trim()))
 }
 
 fn local_output(cmd: &mut Command, program: &Path) -> Result<String, RemoteError> {
-    let out = cmd.output().map_err(|source| RemoteError::Spawn {
+    let out = cmd.output().map_err(|error| RemoteError::Spawn {
         program: program.display().to_string(),
-        source,
+        error,
     })?;
     if !out.status.success() {
         return Err(RemoteError::Local {
             what: format!("running {}", program.display()),
-            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()),
+            error: std::io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()),
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())

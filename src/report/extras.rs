@@ -234,9 +234,14 @@ fn target_metrics(out: &mut String, steps: &[StepResult]) {
             .throughput_rps()
             .map_or("—".to_string(), |t| format!("{t:.0}"));
         for (label, v) in m {
+            // A difference whose readings say when they were written covers their span.
+            let span_s = v
+                .get(crate::observe::metrics::SPAN_FIELD)
+                .and_then(Value::as_f64)
+                .unwrap_or(window_s);
             let text = match v.get("note").and_then(Value::as_str) {
                 Some(note) => note.to_string(),
-                None => metric_text(v, window_s),
+                None => metric_text(v, span_s),
             };
             rows.push(format!(
                 "| {} | {rps} | {} | {} |",
@@ -255,7 +260,7 @@ fn target_metrics(out: &mut String, steps: &[StepResult]) {
     }
 }
 
-/// `key=value` pairs; a `busy_ns` leaf also shows as a share of the window.
+/// `key=value` pairs; a `busy_ns` leaf also shows as a share of the span it covers.
 fn metric_text(v: &Value, window_s: f64) -> String {
     crate::observe::metrics::leaves(v)
         .into_iter()

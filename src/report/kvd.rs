@@ -86,7 +86,11 @@ fn row<'a>(step: &'a StepResult, label: &str, m: &Value) -> Option<Row<'a>> {
         .pointer("/gauges/rank")
         .and_then(Value::as_u64)
         .map_or_else(|| label.to_string(), |r| format!("rank {r}"));
-    let window_s = step.load.as_ref().map_or(0.0, |l| l.duration_s);
+    // The span the daemon's two readings cover when its file says so, else the load's window.
+    let window_s = m
+        .get(crate::observe::metrics::SPAN_FIELD)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| step.load.as_ref().map_or(0.0, |l| l.duration_s));
     let counter = |k: &str| m.pointer(&format!("/counters/{k}")).and_then(Value::as_f64);
     let ranks = m
         .pointer("/gauges/ranks")

@@ -129,7 +129,19 @@ pub fn metrics_json(threads: &[Arc<ThreadStat>]) -> serde_json::Value {
             }),
         );
     }
-    serde_json::json!({ "threads": by_name })
+    serde_json::json!({
+        "threads": by_name,
+        // observe::metrics::WRITTEN_FIELD (the layers keep serve from importing observe).
+        "written_unix_ns": unix_now_ns(),
+    })
+}
+
+/// Now, in nanoseconds since the Unix epoch: the metrics file says when it was written, so a
+/// reader knows which span two readings cover whatever the file's mtime.
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Writes `metrics_json` to `path` now, whole: a temporary file beside it (`FILE.tmp`)

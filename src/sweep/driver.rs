@@ -208,7 +208,7 @@ impl Driver for CommandDriver {
         stop: &AtomicBool,
     ) -> Result<StepLoad, StepError> {
         let line = self.command_line(req);
-        let (mut tool, client_cpu) = self.run_tool(&line, req, stop)?;
+        let (mut tool, client_cpu, orphans_cpu_s) = self.run_tool(&line, req, stop)?;
         let empty = Histogram::<u64>::new(3).map_err(|e| StepError::Load(e.to_string()))?;
         for interval in &tool.intervals {
             sink.interval(interval, &empty);
@@ -227,6 +227,9 @@ impl Driver for CommandDriver {
         // The observers ran from the tool's start to its end, and its counts cover its
         // whole run too: per-request figures are over that span, and the step says so.
         extra.insert("window".into(), WHOLE_RUN_WINDOW.into());
+        if orphans_cpu_s > 0.0 {
+            extra.insert("client_cpu_orphans_s".into(), orphans_cpu_s.into());
+        }
         Ok(StepLoad {
             report: tool.report,
             hist_ns: None,
@@ -242,7 +245,7 @@ impl CommandDriver {
         line: &str,
         req: &StepRequest,
         stop: &AtomicBool,
-    ) -> Result<(ToolLoad, ClientCpu), StepError> {
+    ) -> Result<(ToolLoad, ClientCpu, f64), StepError> {
         let launch = crate::process::Launch {
             name: format!("client command `{line}`"),
             program: "sh".into(),
@@ -251,29 +254,30 @@ impl CommandDriver {
             ready_log: None,
             keep_stdout: true,
         };
-        let cpu_before = children_cpu_s();
         // Each CPU of the client's cpuset, over the tool's whole run (it cannot tell its
         // warm-up apart): a tool saturates when one of them is full, whatever the others do.
         let mut cores = crate::observe::cores::CoreSampler::start(&[], &req.client_cpus);
         let mut child = crate::process::ChildProc::spawn(&launch)
             .map_err(|e| StepError::Load(format!("cannot start {}: {e}", launch.name)))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);
-        let (exit, stdout) = child.wait(limit, stop).map_err(StepError::Load)?;
-        let cpu_after = children_cpu_s();
+        let finished = child.wait(limit, stop).map_err(StepError::Load)?;
+        // The tool's own tree only (wait4 on its pid, plus its orphans): this process's
+        // other children (another instance's tool, perf, reaped orphans) are not its CPU.
         let client_cpu = ClientCpu {
-            user_s: cpu_after.0 - cpu_before.0,
-            sys_s: cpu_after.1 - cpu_before.1,
+            user_s: finished.cpu.user_s,
+            sys_s: finished.cpu.sys_s,
             per_core_busy: cores.sample().client_busy_pct,
             ..ClientCpu::default()
         };
-        let tool = self.parser.parse_report(&stdout).map_err(|e| {
+        let (exit, stdout) = (&finished.exit, &finished.stdout);
+        let tool = self.parser.parse_report(stdout).map_err(|e| {
             StepError::Parse(format!(
                 "{} {exit}; its output did not parse: {e}\n{}",
                 launch.name,
                 child.output_tail()
             ))
         })?;
-        Ok((tool, client_cpu))
+        Ok((tool, client_cpu, finished.orphans_cpu_s))
     }
 }
 
@@ -287,17 +291,6 @@ const SATURATED_BUSY_PCT: f64 = 90.0;
 /// a tool whose one event loop fills one CPU while the others idle.
 pub fn any_cpu_saturated(busy_pct: &[f64]) -> bool {
     busy_pct.iter().any(|&b| b > SATURATED_BUSY_PCT)
-}
-
-/// User and system CPU seconds of this process's waited-for children so far.
-fn children_cpu_s() -> (f64, f64) {
-    match nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) {
-        Ok(u) => {
-            let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
-            (secs(u.user_time()), secs(u.system_time()))
-        }
-        Err(_) => (0.0, 0.0),
-    }
 }
 
 /// Replaces each `{name}` in a command template with its value as one shell word: a value

@@ -74,14 +74,34 @@ pub fn run_plan(
     // A host that could not be set up is in the notes as well as on the console.
     let down =
         (sessions.down.iter()).map(|(name, why)| format!("host {name}: {why}; its steps fail"));
-    summary
-        .findings
-        .splice(0..0, dest.notes.iter().cloned().chain(down));
+    let notes = dest
+        .notes
+        .iter()
+        .cloned()
+        .chain(stop_notes(plan))
+        .chain(down);
+    summary.findings.splice(0..0, notes);
     finish_dir(&dir, &summary)?;
     Ok(Finished {
         dir: dir.path.clone(),
         summary,
     })
+}
+
+/// How targets with their own `stop_signal` or `stop_timeout` are stopped, one line each.
+fn stop_notes(plan: &Plan) -> Vec<String> {
+    let default = nix::sys::signal::Signal::SIGTERM;
+    (plan.targets.iter())
+        .filter(|t| t.stop_signal != default || t.stop_grace != super::plan::STOP_GRACE)
+        .map(|t| {
+            format!(
+                "target {:?} is stopped with SIG{} and killed if still running {} later",
+                t.name,
+                crate::process::signal_name(t.stop_signal),
+                super::spec::format_duration(t.stop_grace)
+            )
+        })
+        .collect()
 }
 
 /// Connects to the plan's other hosts; what it learns on the way goes to the console.
@@ -302,6 +322,9 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
             let addrs: Vec<String> = connect.source_addrs.iter().map(|a| a.to_string()).collect();
             let _ = writeln!(out, "connections: from {}", addrs.join(", "));
         }
+    }
+    for note in stop_notes(plan) {
+        let _ = writeln!(out, "{note}");
     }
     if plan.compares_balanced_and_separated() {
         for note in placements.notes() {

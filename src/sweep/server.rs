@@ -43,8 +43,7 @@ pub trait Server {
     }
 }
 
-/// How long a target has to exit after SIGTERM before it is killed.
-pub const STOP_GRACE: Duration = Duration::from_secs(2);
+pub use super::plan::STOP_GRACE;
 
 /// Starts targets.
 pub trait Launcher {
@@ -192,6 +191,7 @@ impl Launcher for ProcessLauncher {
             child,
             port,
             metrics: Vec::new(),
+            stop: (target.stop_signal, target.stop_grace),
         };
         wait_ready(&mut server, target, stop)?;
         if target.port_from_log {
@@ -315,6 +315,8 @@ pub struct ProcessServer {
     child: ChildProc,
     port: u16,
     metrics: Vec<(String, MetricsSource)>,
+    /// The signal that stops it and how long it may take.
+    stop: (nix::sys::signal::Signal, Duration),
 }
 
 /// The metrics files of the ranks a built-in kvd target with `--spawn-peers` starts itself
@@ -365,11 +367,14 @@ impl Server for ProcessServer {
         ))
     }
     fn stop(&mut self) -> Option<String> {
-        self.child.stop(STOP_GRACE).then(|| {
+        let (signal, grace) = self.stop;
+        self.child.stop_with(signal, grace).then(|| {
             format!(
-                "{} ignored SIGTERM for {} s and was killed (SIGKILL)",
+                "{} ignored SIG{} for {} and was killed (SIGKILL); if another signal stops it \
+                 cleanly, set stop_signal (and stop_timeout) on the target",
                 self.child.name(),
-                STOP_GRACE.as_secs()
+                crate::process::signal_name(signal),
+                super::spec::format_duration(grace)
             )
         })
     }

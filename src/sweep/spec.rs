@@ -164,6 +164,13 @@ pub struct TargetSpec {
     /// A server already running: its process name, as in /proc/PID/comm.
     #[serde(default)]
     pub process: Option<String>,
+    /// The signal that stops it cleanly (`TERM` by default; `INT` for PostgreSQL, whose
+    /// TERM waits for its clients to leave), sent to its whole process group.
+    #[serde(default)]
+    pub stop_signal: Option<String>,
+    /// How long it may take to exit after `stop_signal` before it is killed (default 2s).
+    #[serde(default)]
+    pub stop_timeout: Option<Dur>,
 }
 
 /// Readiness probe of a target.

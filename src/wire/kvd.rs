@@ -138,6 +138,44 @@ pub fn decode_hello_header(head: &[u8; HELLO_HEADER]) -> Result<(u32, usize), Fr
     Ok((rank, len))
 }
 
+/// A peer's hello, borrowing the bytes it came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello<'a> {
+    /// The rank it says it is.
+    pub rank: u32,
+    /// Its rank list, as it wrote it.
+    pub list: &'a str,
+}
+
+/// The hello at the start of `buf` and its length in bytes; `None` while it is incomplete.
+/// Bytes that cannot begin a hello are refused at once (a stranger's `GET /` is not waited
+/// on until the whole fixed part has come).
+pub fn decode_hello(buf: &[u8]) -> Result<Option<(Hello<'_>, usize)>, FrameError> {
+    let seen = buf.len().min(HELLO_MAGIC.len());
+    if buf[..seen] != HELLO_MAGIC[..seen] {
+        return Err(FrameError::BadMagic(buf[..seen].to_vec()));
+    }
+    let Some(head) = buf.get(..HELLO_HEADER) else {
+        return Ok(None);
+    };
+    let (rank, len) = decode_hello_header(head.try_into().expect("HELLO_HEADER bytes"))?;
+    let Some(text) = buf.get(HELLO_HEADER..HELLO_HEADER + len) else {
+        return Ok(None);
+    };
+    let list = std::str::from_utf8(text).map_err(|_| FrameError::NotText)?;
+    Ok(Some((Hello { rank, list }, HELLO_HEADER + len)))
+}
+
+/// How many more bytes the hello starting `buf` needs at least (0: it is whole or
+/// malformed): a reader takes no byte past the hello, so nothing that follows it is lost.
+pub fn hello_wants(buf: &[u8]) -> usize {
+    if buf.len() < HELLO_HEADER {
+        return HELLO_HEADER - buf.len();
+    }
+    let len = u32::from_le_bytes(buf[12..16].try_into().expect("4 bytes")) as usize;
+    (HELLO_HEADER + len.min(MAX_RANK_LIST)).saturating_sub(buf.len())
+}
+
 fn header(out: &mut Vec<u8>, kind: u8, code: u8, key_len: usize, id: u32, value_len: usize) {
     let body = FRAME_HEADER - 4 + key_len + value_len;
     out.extend_from_slice(&(body as u32).to_le_bytes());
@@ -356,5 +394,39 @@ mod tests {
         let mut bad = head;
         bad[0] = b'X';
         assert!(decode_hello_header(&bad).is_err());
+    }
+
+    #[test]
+    fn a_hello_is_read_whole_and_garbage_is_refused_at_its_first_byte() {
+        let mut h = Vec::new();
+        encode_hello(&mut h, 2, "a:1,b:2,c:3");
+        for cut in 0..h.len() {
+            assert_eq!(decode_hello(&h[..cut]), Ok(None), "{cut}");
+            assert!(hello_wants(&h[..cut]) > 0, "{cut}");
+        }
+        let whole = decode_hello(&h).unwrap().unwrap();
+        assert_eq!(
+            whole.0,
+            Hello {
+                rank: 2,
+                list: "a:1,b:2,c:3"
+            }
+        );
+        assert_eq!((whole.1, hello_wants(&h)), (h.len(), 0));
+        assert!(matches!(decode_hello(b"G"), Err(FrameError::BadMagic(_))));
+        assert!(matches!(
+            decode_hello(b"GET / HTTP/1.1\r\n"),
+            Err(FrameError::BadMagic(_))
+        ));
+        let mut not_text = h.clone();
+        not_text[HELLO_HEADER] = 0xff;
+        assert_eq!(decode_hello(&not_text), Err(FrameError::NotText));
+        let mut long = h[..HELLO_HEADER].to_vec();
+        long[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode_hello(&long),
+            Err(FrameError::TooLong { .. })
+        ));
+        assert_eq!(hello_wants(&long), MAX_RANK_LIST);
     }
 }

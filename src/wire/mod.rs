@@ -1,7 +1,9 @@
 //! Formats both sides of a connection speak: the messenger frame codec (`msgr`) and the
-//! shared-memory key-value region (`shmkv`), and the kvd daemons' peer protocol (`kvd`). The load generator and the servers import these;
+//! shared-memory key-value region (`shmkv`), the kvd daemons' peer protocol (`kvd`), and
+//! HTTP/2's header compression (`hpack`). The load generator and the servers import these;
 //! neither imports the other.
 
+pub mod hpack;
 pub mod kvd;
 pub mod msgr;
 pub mod shmkv;

@@ -206,5 +206,5 @@ fn help_and_scheme_errors_list_shm() {
         "{help}"
     );
     let (_, _, stderr, _) = load("ftp://127.0.0.1:1", &[]);
-    assert!(stderr.contains("msgr or shm"), "{stderr}");
+    assert!(stderr.contains("msgr, shm or kvd"), "{stderr}");
 }

@@ -347,3 +347,189 @@ fn replies_nobody_asked_for_on_a_pipeline_are_unexpected() {
     assert!(run.errors("unexpected_reply") > 0, "{what}");
     assert!(run.line_times.len() as u64 >= DURATION_S, "{what}");
 }
+
+// ---- HTTP/1.1 framing (RFC 9112 §6): HEAD, interim replies, conflicting lengths, chunked
+// bodies, the thread's reply budget.
+
+/// The guarantees of a run against a server that frames its replies lawfully, if unusually:
+/// every request completes, none fails, the window and its lines are kept.
+fn assert_completed(run: &Run) {
+    let what = format!("{}\n{:#}", run.stderr, run.report);
+    assert_eq!(run.status, Some(0), "exit status: {what}");
+    assert!(!run.stderr.contains("panicked"), "{what}");
+    assert!(run.report["requests"].as_u64() > Some(0), "{what}");
+    assert_eq!(
+        run.report["errors"].as_object().map(|e| e.len()),
+        Some(0),
+        "{what}"
+    );
+    let bound = Duration::from_secs(DURATION_S + TIMEOUT_S) + START_SLACK;
+    assert!(run.elapsed < bound, "took {:?}: {what}", run.elapsed);
+    assert!(run.line_times.len() as u64 >= DURATION_S, "lines: {what}");
+}
+
+#[test]
+fn head_requests_to_nginx_complete_without_a_body() {
+    // nginx answers HEAD / with the Content-Length of the GET's body and no body: a parser
+    // that waits for it times out every request.
+    let Some(nginx) = common::start_nginx() else {
+        return;
+    };
+    let before = nginx.stub_requests();
+    let run = load(&nginx.url("/"), 2, &["--method", "HEAD"]);
+    let handled = nginx.stub_requests() - before - 1;
+    assert_completed(&run);
+    // Every request written was read and answered by nginx, and nothing else.
+    assert_eq!(
+        run.report["sent"].as_u64(),
+        Some(handled),
+        "{:#}",
+        run.report
+    );
+    // The replies are heads only: about 150-250 bytes each, never the 6-byte body with them.
+    let requests = run.report["requests"].as_u64().unwrap();
+    let received = run.report["bytes_received"].as_u64().unwrap();
+    assert!(received >= requests * 100, "{:#}", run.report);
+}
+
+#[test]
+fn head_requests_of_a_request_file_complete_beside_gets() {
+    let Some(nginx) = common::start_nginx() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("requests.txt");
+    std::fs::write(&file, "HEAD /\nGET /\nHEAD /index.html\n").unwrap();
+    let before = nginx.stub_requests();
+    let file_arg = file.to_str().unwrap();
+    let args = [
+        "--requests",
+        file_arg,
+        "--order",
+        "sequential",
+        "--depth",
+        "3",
+    ];
+    let run = load(&nginx.url("/"), 2, &args);
+    let handled = nginx.stub_requests() - before - 1;
+    assert_completed(&run);
+    assert_eq!(
+        run.report["sent"].as_u64(),
+        Some(handled),
+        "{:#}",
+        run.report
+    );
+}
+
+/// `100 Continue` and `103 Early Hints` before each final reply, written apart (so the final
+/// reply often comes in a later read than its interim ones).
+fn interim_then_final(mut s: TcpStream) {
+    while await_request(&mut s) {
+        let interim = b"HTTP/1.1 100 Continue\r\n\r\n\
+                        HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+        let last = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        if s.write_all(interim).is_err() {
+            return;
+        }
+        thread::sleep(Duration::from_micros(200));
+        if s.write_all(last).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn interim_1xx_replies_are_skipped() {
+    let port = serve(interim_then_final);
+    let run = load(&format!("http://127.0.0.1:{port}/"), 4, &[]);
+    assert_completed(&run);
+    // Each request's three replies arrived, and only the final one counted.
+    let requests = run.report["requests"].as_u64().unwrap();
+    let received = run.report["bytes_received"].as_u64().unwrap();
+    let per_request = 25 + 62 + 40;
+    assert!(
+        received >= requests * per_request,
+        "{received} bytes for {requests} requests: {:#}",
+        run.report
+    );
+}
+
+#[test]
+fn a_101_switching_protocols_nobody_asked_for_is_an_error() {
+    let port = serve(|s| {
+        answer_each(
+            s,
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        )
+    });
+    let run = load(&format!("http://127.0.0.1:{port}/"), 4, &[]);
+    assert_survived(&run, "http_unexpected_101", SMALL_RSS_MB);
+}
+
+#[test]
+fn transfer_encoding_with_content_length_is_an_error() {
+    // Framed by the Content-Length alone this is a whole 5-byte body ("0\r\n\r\n"); framed by
+    // the chunked coding, too: a server that sends both cannot be trusted with either (RFC
+    // 9112 §6.3: a sign of response splitting).
+    let port = serve(|s| {
+        answer_each(
+            s,
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+        )
+    });
+    let run = load(&format!("http://127.0.0.1:{port}/"), 4, &[]);
+    assert_survived(&run, "http_te_and_content_length", SMALL_RSS_MB);
+}
+
+/// A 6 MiB body in 4-byte chunks: 13.5 MiB on the wire, about 216 reads of 64 KiB.
+fn small_chunks_reply() -> Vec<u8> {
+    let mut reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..(6 << 20) / 4 {
+        reply.extend_from_slice(b"4\r\nabcd\r\n");
+    }
+    reply.extend_from_slice(b"0\r\n\r\n");
+    reply
+}
+
+#[test]
+fn a_large_body_in_many_small_chunks_is_read_in_linear_time() {
+    // Rescanned from its start on every read, each reply cost about 216 × 7 MiB of chunk
+    // parsing: seconds, past the 1-s timeout. Read once, a few ms.
+    let reply_len = small_chunks_reply().len() as u64;
+    let port = serve(|s| {
+        let reply = small_chunks_reply();
+        answer_each(s, &reply)
+    });
+    let run = load(&format!("http://127.0.0.1:{port}/"), 1, &[]);
+    assert_completed(&run);
+    let requests = run.report["requests"].as_u64().unwrap();
+    assert!(requests >= 3, "{:#}", run.report);
+    // The window's bytes are its replies' and at most one reply in progress at its end.
+    let received = run.report["bytes_received"].as_u64().unwrap();
+    assert!(
+        (requests * reply_len..=(requests + 1) * reply_len).contains(&received),
+        "{received} bytes for {requests} replies of {reply_len}: {:#}",
+        run.report
+    );
+}
+
+#[test]
+fn replies_over_the_threads_budget_are_errors_and_the_memory_stays_bounded() {
+    // 16 connections of one thread with a 16 MiB budget: a share of 0.5 MiB each, 8 MiB lent
+    // first come. Every reply announces 100 MB and never ends: each connection holds what
+    // the budget lets it, then fails with reply_over_budget; the thread never holds more
+    // than 16 MiB (64 MiB per connection, 1 GiB for the 16, before the budget).
+    let port = serve(|mut s| {
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n";
+        if await_request(&mut s) && s.write_all(head).is_ok() {
+            endless(&mut s, &vec![b'x'; 1 << 16]);
+        }
+    });
+    let run = load(
+        &format!("http://127.0.0.1:{port}/"),
+        16,
+        &["--reply-budget-mib", "16"],
+    );
+    assert_survived_any(&run, &["reply_over_budget"], SMALL_RSS_MB);
+    assert!(run.errors("reply_over_budget") >= 16, "{:#}", run.report);
+}

@@ -481,4 +481,165 @@ keys = 2048
         reason.contains(&format!("rank 1 (127.0.0.1:{p1}) failed")),
         "{reason}"
     );
+    // Nothing is left in /dev/shm: rank 0 removed its own region, and the one rank 1 could
+    // not remove (SIGKILL) was removed by rank 0, which started it.
+    for n in [name.as_str(), &format!("{name}-r1")] {
+        let path = region_path(n).unwrap();
+        let left = std::path::Path::new(&path).exists();
+        let _ = std::fs::remove_file(&path);
+        assert!(!left, "{path} was left behind");
+    }
+}
+
+/// Connects to `addr`, retrying until it listens (10 s).
+fn connect_when_listening(addr: &str) -> TcpStream {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => return s,
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{addr} never listened: {e}"),
+        }
+    }
+}
+
+/// Whether the daemon closed `s` within `limit` (reading what it sent, if anything).
+fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut rest = Vec::new();
+    match s.read_to_end(&mut rest) {
+        Ok(_) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+#[test]
+fn strangers_at_the_peer_port_during_start_up_are_closed_and_logged_once() {
+    let ranks = two_addrs();
+    let addr0 = ranks.split(',').next().unwrap().to_string();
+    let (n0, n1) = (unique("probe0"), unique("probe1"));
+    let wait = ["--peer-wait-ms", "20000"];
+    let r0 = Rank::spawn(0, &ranks, &n0, &wait);
+    // A port probe: connect and close (this also waits for the listener).
+    drop(connect_when_listening(&addr0));
+    // Garbage: an HTTP health check, refused at its first byte.
+    let mut http = TcpStream::connect(&addr0).unwrap();
+    http.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert!(closed_within(&mut http, T), "the HTTP probe was not closed");
+    // A right hello from a rank that should not connect here (rank 0 itself).
+    let mut me_too = TcpStream::connect(&addr0).unwrap();
+    let mut hello = Vec::new();
+    encode_hello(&mut hello, 0, &ranks);
+    me_too.write_all(&hello).unwrap();
+    assert!(
+        closed_within(&mut me_too, T),
+        "the rank-0 hello was not closed"
+    );
+    // Silence: closed after a second.
+    let mut silent = TcpStream::connect(&addr0).unwrap();
+    let began = Instant::now();
+    assert!(
+        closed_within(&mut silent, T),
+        "the silent probe was not closed"
+    );
+    assert!(
+        began.elapsed() >= Duration::from_millis(900),
+        "closed before its second"
+    );
+    // Silence held open while the real rank 1 comes: it delays nobody, and is closed once
+    // every peer is there.
+    let mut held = TcpStream::connect(&addr0).unwrap();
+    let r1 = Rank::spawn(1, &ranks, &n1, &wait);
+    let (mut c0, mut c1) = (r0.client(), r1.client());
+    assert_eq!(call(&mut c0, OP_SET, 1, b"via-rank-0").0, ST_OK);
+    assert_eq!(
+        call(&mut c1, OP_GET, 1, b""),
+        (ST_OK, b"via-rank-0".to_vec())
+    );
+    assert_eq!(call(&mut c1, OP_SET, 2, b"via-rank-1").0, ST_OK);
+    assert_eq!(
+        call(&mut c0, OP_GET, 2, b""),
+        (ST_OK, b"via-rank-1".to_vec())
+    );
+    assert!(closed_within(&mut held, T), "the held probe was not closed");
+    drop((c0, c1));
+    let (s0, e0) = r0.stop();
+    let (s1, e1) = r1.stop();
+    assert!(s0.success() && s1.success(), "{e0}\n{e1}");
+    let refused: Vec<&str> = e0
+        .lines()
+        .filter(|l| l.contains("closed a connection from 127.0.0.1:"))
+        .collect();
+    assert_eq!(refused.len(), 5, "{e0}");
+    let one = |what: &str| {
+        let n = refused.iter().filter(|l| l.contains(what)).count();
+        assert_eq!(n, 1, "{what}: {e0}");
+    };
+    one("it closed the connection before a whole hello; it sent nothing");
+    one("not a kvd hello");
+    one("it sent \"GET /health HTTP/1.1\\r\\n");
+    one("it says it is rank 0, which should not connect here");
+    one("it sent no whole hello within 1 s; it sent nothing");
+    one("every peer had connected before its hello came; it sent nothing");
+    assert!(!e0.contains("panicked") && !e0.contains("error"), "{e0}");
+}
+
+#[test]
+fn sigterm_while_connecting_removes_the_region_at_once() {
+    let ranks = two_addrs();
+    // Rank 0 waits for rank 1 to connect; rank 1 (on its own) dials rank 0, which is absent.
+    for rank in [0, 1] {
+        let name = unique(&format!("term{rank}"));
+        let path = region_path(&name).unwrap();
+        let mut r = Rank::spawn(rank, &ranks, &name, &["--peer-wait-ms", "60000"]);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !std::path::Path::new(&path).exists() {
+            assert!(Instant::now() < until, "rank {rank}: no region {path}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(r.child.id() as i32, libc::SIGTERM) };
+        let began = Instant::now();
+        let status = loop {
+            if let Some(s) = r.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(3),
+                "rank {rank} went on waiting for its peers after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let (_, err) = r.finish();
+        assert!(status.success(), "rank {rank}: {err}");
+        assert!(
+            err.contains("stopped while connecting to its peers"),
+            "{err}"
+        );
+        assert!(
+            !std::path::Path::new(&path).exists(),
+            "rank {rank} left {path}"
+        );
+    }
+}
+
+#[test]
+fn a_start_up_error_says_its_reason_once() {
+    // Rank 0's port is taken: the bind fails with the OS's reason, said once.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ranks = format!(
+        "{},127.0.0.1:{}",
+        taken.local_addr().unwrap(),
+        common::free_port()
+    );
+    let mut r0 = Rank::spawn(0, &ranks, &unique("taken"), &["--peer-wait-ms", "500"]);
+    let (status, err) = r0.finish();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot listen on"), "{err}");
+    assert_eq!(err.matches("Address already in use").count(), 1, "{err}");
 }

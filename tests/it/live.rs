@@ -361,3 +361,103 @@ fn ci_and_pipes_get_plain_lines_and_quiet_gets_none() {
     let both = run(&["-q", "-v"], "both");
     assert_eq!(both.status.code(), Some(2));
 }
+
+/// The status line of what `s` is answered (after `request`, if any), within 5 s.
+fn status_of(s: &mut TcpStream, request: &[u8]) -> String {
+    if !request.is_empty() {
+        s.write_all(request).unwrap();
+    }
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut text = Vec::new();
+    let _ = s.read_to_end(&mut text);
+    let text = String::from_utf8_lossy(&text);
+    text.lines().next().unwrap_or("").to_string()
+}
+
+/// Whether `s` is still open with nothing to read (the endpoint is still waiting on it).
+fn still_waiting(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let open = matches!(s.peek(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    s.set_nonblocking(false).unwrap();
+    open
+}
+
+#[test]
+fn metrics_listen_answers_scrapers_at_once_and_bounds_each_request() {
+    let server = stairbench::serve::msgr::spawn_msgr(Default::default()).unwrap();
+    let url = format!("msgr://{}", server.addr());
+    let mut load = common::cli_cmd()
+        .args(["load", &url, "-c", "1", "-d", "30s", "-q"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(load.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no metrics line");
+        if let Some(rest) = line.trim().strip_prefix("metrics: http://") {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    // Two stalled scrapers: half a request line, and nothing at all.
+    let mut half = TcpStream::connect(&addr).unwrap();
+    half.write_all(b"GET /met").unwrap();
+    let mut silent = TcpStream::connect(&addr).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // A third is answered at once, while both still wait.
+    let began = Instant::now();
+    let body = scrape(&addr).expect("an answer");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    assert!(
+        began.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(
+        still_waiting(&half) && still_waiting(&silent),
+        "a stalled scraper was dropped first"
+    );
+    // A request line of 9 KiB is refused without reading on.
+    let mut long = b"GET /".to_vec();
+    long.resize(9 * 1024, b'a');
+    long.extend_from_slice(b" HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut s = TcpStream::connect(&addr).unwrap();
+    let status = status_of(&mut s, &long);
+    assert!(status.starts_with("HTTP/1.1 431"), "{status:?}");
+    // The stalled ones time out with an answer saying so.
+    for s in [&mut half, &mut silent] {
+        let status = status_of(s, b"");
+        assert!(status.starts_with("HTTP/1.1 408"), "{status:?}");
+    }
+    // At most 16 at once: the 17th is told so, and served again once they have gone. (A
+    // second for the threads that answered above to end: they count until then.)
+    std::thread::sleep(Duration::from_secs(1));
+    let held: Vec<TcpStream> = (0..16)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(held.iter().all(still_waiting), "one of 16 was answered");
+    let mut extra = TcpStream::connect(&addr).unwrap();
+    let status = status_of(&mut extra, b"GET /metrics HTTP/1.1\r\n\r\n");
+    assert!(status.starts_with("HTTP/1.1 503"), "{status:?}");
+    drop(held);
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let status = status_of(&mut s, b"GET /metrics HTTP/1.1\r\n\r\n");
+        if status.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < until, "{status:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(load.id() as i32, libc::SIGINT) };
+    let _ = load.wait();
+}

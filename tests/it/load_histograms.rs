@@ -342,8 +342,14 @@ fn shm_clients_pinned_to_one_cpu_are_judged_as_one_cpu() {
         .arg(dir.path().join("shm.json"))
         .output()
         .unwrap();
-    let _ = server.kill();
+    // SIGTERM, not SIGKILL: the server removes its region (a killed one leaves it in
+    // /dev/shm).
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     let _ = server.wait();
+    if let Ok(path) = stairbench::wire::shmkv::region_path(&name) {
+        assert!(!Path::new(&path).exists(), "serve shmkv left {path}");
+    }
     common::assert_success(&out);
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("shm.json")).unwrap()).unwrap();

@@ -1496,8 +1496,8 @@ fn a_target_that_ignores_sigterm_is_killed_after_the_grace_and_the_report_says_s
     let out_dir = dir.path().join("run");
     let out = common::run_spec(&spec, &out_dir);
     common::assert_success(&out);
-    let note =
-        "stubborn / shared: target \"stubborn\" ignored SIGTERM for 2 s and was killed (SIGKILL)";
+    let note = "stubborn / shared: target \"stubborn\" ignored SIGTERM for 2s and was killed \
+                (SIGKILL); if another signal stops it cleanly, set stop_signal";
     let notes = std::fs::read_to_string(out_dir.join("notes.txt")).unwrap();
     assert!(notes.contains(note), "{notes}");
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
@@ -1509,6 +1509,45 @@ fn a_target_that_ignores_sigterm_is_killed_after_the_grace_and_the_report_says_s
         .filter(|c| c.contains(&marker.display().to_string()) && c.contains("http.server"))
         .collect();
     assert!(left.is_empty(), "left running: {left:?}");
+}
+
+#[test]
+fn a_target_with_its_own_stop_signal_is_stopped_with_it_and_not_killed() {
+    // The same TERM-ignoring server, stopped with INT (Python exits on KeyboardInterrupt)
+    // within a stop_timeout of 5s: no kill, no note; the spec's keys are checked.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("int-stops");
+    std::fs::create_dir(&marker).unwrap();
+    let spec = dir.path().join("int.toml");
+    let body = format!("name = \"int\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1]\n[[targets]]\nname = \"int\"\ncommand = \"sh -c \\\"trap '' TERM; exec python3 -m http.server {{port}} --bind 127.0.0.1 --directory {}\\\"\"\nurl = \"http://127.0.0.1:{{port}}/\"\nstop_signal = \"INT\"\nstop_timeout = \"5s\"\n", marker.display());
+    std::fs::write(&spec, &body).unwrap();
+    let out_dir = dir.path().join("run");
+    let started = Instant::now();
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    let notes = std::fs::read_to_string(out_dir.join("notes.txt")).unwrap_or_default();
+    assert!(!notes.contains("was killed"), "{notes}");
+    let stopped_with = "target \"int\" is stopped with SIGINT and killed if still running 5s later";
+    assert!(notes.contains(stopped_with), "{notes}");
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(report.contains(stopped_with), "{report}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+    std::fs::write(&spec, body.replace("\"INT\"", "\"STOP\"")).unwrap();
+    let out = common::cli_cmd()
+        .args(["run", "--dry-run"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("targets[0].stop_signal: unknown signal \"STOP\": expected one of TERM, INT"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -145,6 +145,120 @@ fn an_external_tool_filling_one_of_its_two_cpus_is_client_saturated() {
     );
 }
 
+/// Runs `script` (sh, given the test's directory and a wrk output to print) as the external
+/// tool of a built-in target split in `instances`; the run's steps.
+fn run_tool_script(dir: &Path, script: &str, instances: usize) -> Vec<serde_json::Value> {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/parsers/wrk_basic.txt");
+    let tool = dir.join("tool.sh");
+    std::fs::write(&tool, script).unwrap();
+    let spec = dir.join("tool.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"tool\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [2]\nplacements = [\"shared\"]\n\
+             [[targets]]\nname = \"m\"\nbuiltin = \"msgr\"\ninstances = {instances}\n\
+             [client]\ncommand = \"sh {} {} {}\"\nparser = \"wrk\"\n",
+            tool.display(),
+            dir.display(),
+            data.display()
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    common::steps_json(&out_dir)
+}
+
+fn cpu_s(v: &serde_json::Value) -> f64 {
+    v["client_cpu"]["user_s"].as_f64().unwrap() + v["client_cpu"]["sys_s"].as_f64().unwrap()
+}
+
+/// A shell's `times` (its own and its children's user and system times, `0m0.980000s`
+/// each), summed in seconds.
+fn times_s(path: &Path) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.split_whitespace()
+        .map(|t| {
+            let (m, s) = t.trim_end_matches('s').split_once('m').unwrap();
+            m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+        })
+        .sum()
+}
+
+/// Spins a fixed number of turns (about 0.35 s of a CPU), whatever else the machine does.
+const SPIN: &str = "i=0; while [ $i -lt 500000 ]; do i=$((i+1)); done";
+
+#[test]
+fn split_instances_of_an_external_tool_each_report_their_own_cpu() {
+    if crate_cpus() < 2 {
+        common::skip_or_fail("two instances need 2 CPUs");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The first instance's tool to get here spins, then writes what it used (`times`); the
+    // other waits for that file and for the spinner to be reaped, using next to nothing.
+    let steps = run_tool_script(
+        dir.path(),
+        &format!(
+            "if mkdir \"$1/first\" 2>/dev/null; then sh -c '{SPIN}'; times > \"$1/spinner.times\"\n\
+             else while [ ! -e \"$1/spinner.times\" ]; do sleep 0.05; done; sleep 0.5; fi\n\
+             cat \"$2\"\n"
+        ),
+        2,
+    );
+    let step = &steps[0];
+    assert_eq!(step["status"], "ok", "{step:#}");
+    let per = step["per_instance"].as_array().unwrap();
+    let mut cpu: Vec<f64> = per.iter().map(cpu_s).collect();
+    cpu.sort_by(f64::total_cmp);
+    let spinner = times_s(&dir.path().join("spinner.times"));
+    eprintln!("instances' client CPU: {cpu:?} s; the spinner's own `times`: {spinner} s");
+    // getrusage(RUSAGE_CHILDREN) around each run charged the spinner to the waiter too
+    // (0.37 and 0.35 s where the spinner used 0.37 s).
+    assert!(
+        cpu[0] < 0.3 * spinner,
+        "the waiter's CPU is its own: {cpu:?}"
+    );
+    assert!(
+        (cpu[1] - spinner).abs() < 0.1 * spinner + 0.03,
+        "the spinner's CPU is what it says it used ({spinner} s): {cpu:?}"
+    );
+    assert!((cpu_s(step) - cpu[0] - cpu[1]).abs() < 1e-9, "{step:#}");
+}
+
+#[test]
+fn an_external_tools_orphaned_descendants_are_its_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    // The spinner's parent (a subshell) exits at once: the spinner is reparented to
+    // stairbench, and the tool's wait4 rusage never sees it. It writes what it used, then
+    // lives on a little past the tool's end.
+    let steps = run_tool_script(
+        dir.path(),
+        &format!(
+            "(sh -c '{SPIN}; times > \"$1/orphan.times\"; sleep 1' x \"$1\" &)\n\
+             while [ ! -e \"$1/orphan.times\" ]; do sleep 0.05; done\ncat \"$2\"\n"
+        ),
+        1,
+    );
+    let step = &steps[0];
+    assert_eq!(step["status"], "ok", "{step:#}");
+    let orphan = times_s(&dir.path().join("orphan.times"));
+    let sampled = step["client_cpu_orphans_s"].as_f64().unwrap_or(0.0);
+    eprintln!(
+        "client CPU {} s, of it orphans {sampled} s; the orphan's own `times`: {orphan} s",
+        cpu_s(step)
+    );
+    assert!(
+        (sampled - orphan).abs() < 0.1 * orphan + 0.03,
+        "the orphan used {orphan} s: {step:#}"
+    );
+    assert!(
+        cpu_s(step) >= sampled && cpu_s(step) < sampled + 0.3 * orphan,
+        "{step:#}"
+    );
+}
+
 fn crate_cpus() -> usize {
     stairbench::cpuset::allowed().len()
 }

@@ -6,17 +6,26 @@
 //! stream (sent when half a window is used, so flow control never stalls a response; the
 //! server's windows are kept to for request bodies), PING acks, RST_STREAM, GOAWAY with its
 //! last stream id, and the server's SETTINGS_MAX_CONCURRENT_STREAMS. HPACK is
-//! `httlib-hpack`'s (Huffman, dynamic table): every response header block is decoded, in
-//! order, so the decoder's table stays right; request blocks come encoded (once per request
-//! template) without indexing, so they do not depend on any table state and are re-sent as
-//! they are.
+//! [`crate::wire::hpack`]'s: every response header block is decoded, in order, so the
+//! decoder's table stays right; request blocks come encoded (once per request template)
+//! without indexing, so they do not depend on any table state and are re-sent as they are.
+//!
+//! A server that breaks the protocol ends its connection with a [`ConnError`] of a named kind
+//! (sent to it in a GOAWAY): a header block that does not decode (`h2_compression`), a frame
+//! where none may be (`h2_protocol`), a frame of a wrong length (`h2_frame_size`), more
+//! DATA than our windows allow (`h2_flow_control`), a frame on a stream that ended
+//! (`h2_stream_closed`), a header block over 64 KiB or of endless CONTINUATION frames
+//! (`h2_headers_too_large`), and a flood of frames that end no stream (`h2_flood`).
 //!
 //! Each stream carries a caller's tag (its request's times); how a stream ended comes back
 //! as an [`Event`]. Streams are few (`--depth`), so they are found by a scan of a small
 //! vector, not a map.
 
+use std::collections::VecDeque;
+
 use bytes::Bytes;
-use httlib_hpack::Decoder;
+
+use crate::wire::hpack::{self, Decoder};
 
 /// What a client sends first.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -39,8 +48,13 @@ const PRIORITY: u8 = 0x20;
 
 const NO_ERROR: u32 = 0x0;
 const PROTOCOL_ERROR: u32 = 0x1;
+const FLOW_CONTROL_ERROR: u32 = 0x3;
+const STREAM_CLOSED: u32 = 0x5;
+const FRAME_SIZE_ERROR: u32 = 0x6;
 const REFUSED_STREAM: u32 = 0x7;
 const CANCEL: u32 = 0x8;
+const COMPRESSION_ERROR: u32 = 0x9;
+const ENHANCE_YOUR_CALM: u32 = 0xb;
 
 const SETTINGS_ENABLE_PUSH: u16 = 0x2;
 const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
@@ -50,9 +64,13 @@ const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
 const FRAME_HEAD: usize = 9;
 /// The largest frame we accept: SETTINGS_MAX_FRAME_SIZE's default, which we keep.
 const MAX_FRAME: usize = 16_384;
-/// The largest header block we collect over CONTINUATION frames (a server sending endless
-/// headers costs this much, then the connection fails).
-const MAX_HEADER_BLOCK: usize = 1 << 20;
+/// The largest header block we collect over CONTINUATION frames (as an HTTP/1.1 head).
+const MAX_HEADER_BLOCK: usize = 64 << 10;
+/// The most CONTINUATION frames one header block may take (empty ones never fill it).
+const MAX_CONTINUATIONS: u32 = 64;
+/// Frames that end no stream (pings, settings, resets of closed streams, empty DATA, ...)
+/// allowed between two streams' ends: past it the server floods.
+const MAX_IDLE_FRAMES: u32 = 10_000;
 /// The last stream id a client may use.
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
 /// Both sides' windows before any SETTINGS.
@@ -71,12 +89,33 @@ pub(super) enum Event<T> {
     /// Refused unprocessed (REFUSED_STREAM before any answer, or above a GOAWAY's last
     /// stream id): the server did not process it, so it may be sent again.
     Refused(T),
-    /// Failed, by kind (`h2_reset`, `h2_error`).
+    /// Failed, by kind (`h2_reset`, `h2_no_status`).
     Failed(T, &'static str),
 }
 
-/// A connection error: the connection is unusable; its streams failed with this kind.
-pub(super) type ConnError = &'static str;
+/// A connection error: the connection is unusable; its streams fail with `kind`, and the
+/// server is told `code` in a GOAWAY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ConnError {
+    /// The error kind the streams in flight count as.
+    pub kind: &'static str,
+    /// The HTTP/2 error code of our GOAWAY.
+    pub code: u32,
+}
+
+impl ConnError {
+    const PROTOCOL: Self = ConnError::new("h2_protocol", PROTOCOL_ERROR);
+    const COMPRESSION: Self = ConnError::new("h2_compression", COMPRESSION_ERROR);
+    const FRAME_SIZE: Self = ConnError::new("h2_frame_size", FRAME_SIZE_ERROR);
+    const FLOW_CONTROL: Self = ConnError::new("h2_flow_control", FLOW_CONTROL_ERROR);
+    const STREAM_CLOSED: Self = ConnError::new("h2_stream_closed", STREAM_CLOSED);
+    const HEADERS_TOO_LARGE: Self = ConnError::new("h2_headers_too_large", ENHANCE_YOUR_CALM);
+    const FLOOD: Self = ConnError::new("h2_flood", ENHANCE_YOUR_CALM);
+
+    const fn new(kind: &'static str, code: u32) -> Self {
+        ConnError { kind, code }
+    }
+}
 
 /// One stream in flight.
 struct Slot<T> {
@@ -87,6 +126,8 @@ struct Slot<T> {
     status: u16,
     /// DATA bytes received since the stream's last WINDOW_UPDATE.
     unacked: u32,
+    /// What our WINDOW_UPDATEs queued but not written yet gave it: the server cannot know.
+    unwritten: u32,
     /// What the server's window lets us send on it.
     send_window: i64,
     /// The part of the request body not sent yet.
@@ -97,6 +138,8 @@ struct Slot<T> {
 struct Block {
     stream: u32,
     end_stream: bool,
+    /// CONTINUATION frames so far.
+    continuations: u32,
 }
 
 /// One HTTP/2 client connection's protocol state.
@@ -111,16 +154,25 @@ pub(super) struct H2Conn<T> {
     conn_send_window: i64,
     /// DATA bytes received since the connection's last WINDOW_UPDATE.
     conn_unacked: u32,
+    /// What our connection WINDOW_UPDATE queued but not written yet gave.
+    conn_unwritten: u32,
+    /// Some WINDOW_UPDATE is queued and not written.
+    updates_unwritten: bool,
+    /// Where in `out` the last WINDOW_UPDATE queued ends.
+    updates_end: usize,
     /// The server's first SETTINGS came: its stream limit is known, requests may go.
     ready: bool,
     /// The server's GOAWAY: its last stream id and error code.
     goaway: Option<(u32, u32)>,
-    decoder: Decoder<'static>,
+    decoder: Decoder,
     /// The header block being collected, and its bytes.
     block: Option<Block>,
     block_bytes: Vec<u8>,
-    /// Decoded header fields (reused: its capacity bounds one decoding round).
-    fields: Vec<(Vec<u8>, Vec<u8>, u8)>,
+    /// The streams we reset lately (RST_STREAM CANCEL): the server may still send on them
+    /// until it reads our reset, and that is not its fault.
+    cancelled: VecDeque<u32>,
+    /// Frames that ended no stream since a stream last ended.
+    idle_frames: u32,
     /// The start of a frame a read cut short.
     partial: Vec<u8>,
     /// Streams whose request body is not all sent.
@@ -147,12 +199,17 @@ impl<T: Copy> H2Conn<T> {
             peer_max_frame: MAX_FRAME,
             conn_send_window: DEFAULT_WINDOW,
             conn_unacked: 0,
+            conn_unwritten: 0,
+            updates_unwritten: false,
+            updates_end: 0,
             ready: false,
             goaway: None,
-            decoder: Decoder::default(),
+            // We announce no SETTINGS_HEADER_TABLE_SIZE: the default holds.
+            decoder: Decoder::new(hpack::DEFAULT_TABLE_SIZE),
             block: None,
             block_bytes: Vec::new(),
-            fields: Vec::with_capacity(16),
+            cancelled: VecDeque::new(),
+            idle_frames: 0,
             partial: Vec::new(),
             bodies: 0,
             out,
@@ -197,6 +254,7 @@ impl<T: Copy> H2Conn<T> {
             tag,
             status: 0,
             unacked: 0,
+            unwritten: 0,
             send_window: self.peer_initial_window,
             body,
         };
@@ -290,7 +348,7 @@ impl<T: Copy> H2Conn<T> {
             let h = &buf[at..at + FRAME_HEAD];
             let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
             if len > MAX_FRAME {
-                return Err("h2_error");
+                return Err(ConnError::FRAME_SIZE);
             }
             if buf.len() - at < FRAME_HEAD + len {
                 break;
@@ -299,7 +357,11 @@ impl<T: Copy> H2Conn<T> {
             let id = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & MAX_STREAM_ID;
             let payload = &buf[at + FRAME_HEAD..at + FRAME_HEAD + len];
             at += FRAME_HEAD + len;
+            let ended = events.len();
             self.frame(ty, flags, id, payload, events)?;
+            if events.len() > ended {
+                self.idle_frames = 0;
+            }
         }
         Ok(at)
     }
@@ -313,27 +375,31 @@ impl<T: Copy> H2Conn<T> {
         events: &mut Vec<Event<T>>,
     ) -> Result<(), ConnError> {
         if self.block.is_some() && ty != CONTINUATION {
-            return Err("h2_error");
+            return Err(ConnError::PROTOCOL);
         }
         match ty {
-            DATA => self.data(flags, id, payload.len(), events),
+            DATA => self.data(flags, id, payload, events),
             HEADERS => self.headers_frame(flags, id, payload, events),
             CONTINUATION => self.continuation(flags, id, payload, events),
             RST_STREAM => self.rst_stream(id, payload, events),
-            SETTINGS => self.settings(flags, payload),
-            PING if payload.len() != 8 => Err("h2_error"),
-            PING if flags & ACK == 0 => {
-                head(&mut self.out, 8, PING, ACK, 0);
-                self.out.extend_from_slice(payload);
-                Ok(())
-            }
-            GOAWAY => self.goaway_frame(payload, events),
+            SETTINGS => self.settings(flags, id, payload),
+            PING => self.ping(flags, id, payload),
+            GOAWAY => self.goaway_frame(id, payload, events),
             WINDOW_UPDATE => self.window_update_frame(id, payload),
             // Push was disabled in our SETTINGS.
-            PUSH_PROMISE => Err("h2_error"),
-            // PRIORITY, PING acks, unknown types.
-            _ => Ok(()),
+            PUSH_PROMISE => Err(ConnError::PROTOCOL),
+            // PRIORITY, unknown types.
+            _ => self.idle_frame(),
         }
+    }
+
+    /// Counts a frame that ended no stream: a flood of them is an error.
+    fn idle_frame(&mut self) -> Result<(), ConnError> {
+        self.idle_frames += 1;
+        if self.idle_frames > MAX_IDLE_FRAMES {
+            return Err(ConnError::FLOOD);
+        }
+        Ok(())
     }
 
     fn slot(&mut self, id: u32) -> Option<&mut Slot<T>> {
@@ -341,6 +407,24 @@ impl<T: Copy> H2Conn<T> {
             return None;
         }
         self.slots.iter_mut().find(|s| s.id == id)
+    }
+
+    /// Whether stream `id` is one we never opened (a server's own streams are even: push,
+    /// which we refused).
+    fn idle(&self, id: u32) -> bool {
+        id.is_multiple_of(2) || id >= self.next_id
+    }
+
+    /// A frame came on stream `id`, which has no slot: fine on a stream we reset lately (an
+    /// idle frame), an error on one the server ended or never opened.
+    fn untracked(&mut self, id: u32) -> Result<(), ConnError> {
+        if self.idle(id) {
+            return Err(ConnError::PROTOCOL);
+        }
+        if !self.cancelled.contains(&id) && self.goaway.is_none_or(|(last, _)| id <= last) {
+            return Err(ConnError::STREAM_CLOSED);
+        }
+        self.idle_frame()
     }
 
     /// Frees stream `id`'s slot and says how it ended.
@@ -359,22 +443,39 @@ impl<T: Copy> H2Conn<T> {
         &mut self,
         flags: u8,
         id: u32,
-        len: usize,
+        payload: &[u8],
         events: &mut Vec<Event<T>>,
     ) -> Result<(), ConnError> {
         if id == 0 {
-            return Err("h2_error");
+            return Err(ConnError::PROTOCOL);
+        }
+        if flags & PADDED != 0 {
+            let pad = *payload.first().ok_or(ConnError::FRAME_SIZE)? as usize;
+            if pad + 1 > payload.len() {
+                return Err(ConnError::PROTOCOL);
+            }
         }
         // Flow control counts the whole payload, padding included, on every stream, even
-        // one we no longer track (cancelled).
-        self.conn_unacked += len as u32;
+        // one we no longer track (cancelled). The server may send what our written updates
+        // gave it, not those still queued.
+        let len = payload.len() as u32;
+        if self.conn_unacked + self.conn_unwritten + len > CONNECTION_WINDOW {
+            return Err(ConnError::FLOW_CONTROL);
+        }
+        self.conn_unacked += len;
         if self.conn_unacked >= CONNECTION_WINDOW / 2 {
             window_update(&mut self.out, 0, self.conn_unacked);
+            self.conn_unwritten += self.conn_unacked;
             self.conn_unacked = 0;
+            self.updates_unwritten = true;
+            self.updates_end = self.out.len();
         }
         let Some(s) = self.slot(id) else {
-            return Ok(());
+            return self.untracked(id);
         };
+        if s.unacked + s.unwritten + len > STREAM_WINDOW {
+            return Err(ConnError::FLOW_CONTROL);
+        }
         if flags & END_STREAM != 0 {
             let ok = s.status != 0;
             self.end(id, events, |t, status| {
@@ -382,16 +483,22 @@ impl<T: Copy> H2Conn<T> {
                     Event::Done(t, status)
                 } else {
                     // DATA before any HEADERS.
-                    Event::Failed(t, "h2_error")
+                    Event::Failed(t, "h2_no_status")
                 }
             });
             return Ok(());
         }
-        s.unacked += len as u32;
+        s.unacked += len;
         if s.unacked >= STREAM_WINDOW / 2 {
             let n = s.unacked;
             s.unacked = 0;
+            s.unwritten += n;
             window_update(&mut self.out, id, n);
+            self.updates_unwritten = true;
+            self.updates_end = self.out.len();
+        }
+        if len == 0 {
+            return self.idle_frame();
         }
         Ok(())
     }
@@ -404,28 +511,31 @@ impl<T: Copy> H2Conn<T> {
         events: &mut Vec<Event<T>>,
     ) -> Result<(), ConnError> {
         if id == 0 {
-            return Err("h2_error");
+            return Err(ConnError::PROTOCOL);
         }
         let mut fragment = payload;
         if flags & PADDED != 0 {
-            let pad = *fragment.first().ok_or("h2_error")? as usize;
+            let pad = *fragment.first().ok_or(ConnError::FRAME_SIZE)? as usize;
             if pad + 1 > fragment.len() {
-                return Err("h2_error");
+                return Err(ConnError::PROTOCOL);
             }
             fragment = &fragment[1..fragment.len() - pad];
         }
         if flags & PRIORITY != 0 {
-            fragment = fragment.get(5..).ok_or("h2_error")?;
+            fragment = fragment.get(5..).ok_or(ConnError::FRAME_SIZE)?;
+        }
+        let block = Block {
+            stream: id,
+            end_stream: flags & END_STREAM != 0,
+            continuations: 0,
+        };
+        if flags & END_HEADERS != 0 {
+            // The common case: the whole block in this frame, decoded where it lies.
+            return self.header_block(block, fragment, events);
         }
         self.block_bytes.clear();
         self.block_bytes.extend_from_slice(fragment);
-        self.block = Some(Block {
-            stream: id,
-            end_stream: flags & END_STREAM != 0,
-        });
-        if flags & END_HEADERS != 0 {
-            return self.header_block(events);
-        }
+        self.block = Some(block);
         Ok(())
     }
 
@@ -436,36 +546,52 @@ impl<T: Copy> H2Conn<T> {
         payload: &[u8],
         events: &mut Vec<Event<T>>,
     ) -> Result<(), ConnError> {
-        match &self.block {
-            Some(b) if b.stream == id => {}
-            _ => return Err("h2_error"),
-        }
-        if self.block_bytes.len() + payload.len() > MAX_HEADER_BLOCK {
-            return Err("h2_error");
+        let Some(block) = self.block.as_mut().filter(|b| b.stream == id) else {
+            return Err(ConnError::PROTOCOL);
+        };
+        block.continuations += 1;
+        if self.block_bytes.len() + payload.len() > MAX_HEADER_BLOCK
+            || block.continuations > MAX_CONTINUATIONS
+        {
+            return Err(ConnError::HEADERS_TOO_LARGE);
         }
         self.block_bytes.extend_from_slice(payload);
         if flags & END_HEADERS != 0 {
-            return self.header_block(events);
+            let block = self.block.take().expect("a header block");
+            let bytes = std::mem::take(&mut self.block_bytes);
+            let result = self.header_block(block, &bytes, events);
+            self.block_bytes = bytes;
+            return result;
         }
         Ok(())
     }
 
     /// Decodes a whole header block (every one, for the decoder's table) and acts on its
     /// `:status` and END_STREAM.
-    fn header_block(&mut self, events: &mut Vec<Event<T>>) -> Result<(), ConnError> {
-        let Block { stream, end_stream } = self.block.take().expect("a header block");
+    fn header_block(
+        &mut self,
+        block: Block,
+        bytes: &[u8],
+        events: &mut Vec<Event<T>>,
+    ) -> Result<(), ConnError> {
+        let Block {
+            stream, end_stream, ..
+        } = block;
         let mut status = None;
-        while !self.block_bytes.is_empty() {
-            self.fields.clear();
-            self.decoder
-                .decode_exact(&mut self.block_bytes, &mut self.fields)
-                .map_err(|_| "h2_error")?;
-            if let Some((_, v, _)) = self.fields.iter().find(|(n, _, _)| n == b":status") {
-                status = Some(parse_status(v).ok_or("h2_error")?);
-            }
+        let mut bad_status = false;
+        self.decoder
+            .decode(bytes, |name, value| {
+                if name == b":status" {
+                    status = parse_status(value);
+                    bad_status |= status.is_none();
+                }
+            })
+            .map_err(|_| ConnError::COMPRESSION)?;
+        if bad_status {
+            return Err(ConnError::PROTOCOL);
         }
         let Some(s) = self.slot(stream) else {
-            return Ok(());
+            return self.untracked(stream);
         };
         match status {
             // Informational (100 Continue, 103 Early Hints): the final answer follows.
@@ -480,7 +606,7 @@ impl<T: Copy> H2Conn<T> {
                 if ok {
                     Event::Done(t, status)
                 } else {
-                    Event::Failed(t, "h2_error")
+                    Event::Failed(t, "h2_no_status")
                 }
             });
         }
@@ -493,8 +619,19 @@ impl<T: Copy> H2Conn<T> {
         payload: &[u8],
         events: &mut Vec<Event<T>>,
     ) -> Result<(), ConnError> {
-        let code = u32_at(payload, 0).filter(|_| payload.len() == 4 && id != 0);
-        let code = code.ok_or("h2_error")?;
+        if id == 0 {
+            return Err(ConnError::PROTOCOL);
+        }
+        let code = u32_at(payload, 0)
+            .filter(|_| payload.len() == 4)
+            .ok_or(ConnError::FRAME_SIZE)?;
+        if self.slot(id).is_none() {
+            if self.idle(id) {
+                return Err(ConnError::PROTOCOL);
+            }
+            // A stream that ended already (a server may reset one it answered).
+            return self.idle_frame();
+        }
         self.end(id, events, |t, status| {
             if code == REFUSED_STREAM && status == 0 {
                 Event::Refused(t)
@@ -505,18 +642,26 @@ impl<T: Copy> H2Conn<T> {
         Ok(())
     }
 
-    fn settings(&mut self, flags: u8, payload: &[u8]) -> Result<(), ConnError> {
+    fn settings(&mut self, flags: u8, id: u32, payload: &[u8]) -> Result<(), ConnError> {
+        if id != 0 {
+            return Err(ConnError::PROTOCOL);
+        }
         if flags & ACK != 0 {
-            return Ok(());
+            if !payload.is_empty() {
+                return Err(ConnError::FRAME_SIZE);
+            }
+            return self.idle_frame();
         }
         if !payload.len().is_multiple_of(6) {
-            return Err("h2_error");
+            return Err(ConnError::FRAME_SIZE);
         }
         for s in payload.chunks_exact(6) {
             let value = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
             match u16::from_be_bytes([s[0], s[1]]) {
                 SETTINGS_MAX_CONCURRENT_STREAMS => self.peer_max_streams = value as usize,
-                SETTINGS_INITIAL_WINDOW_SIZE if value > MAX_STREAM_ID => return Err("h2_error"),
+                SETTINGS_INITIAL_WINDOW_SIZE if value > MAX_STREAM_ID => {
+                    return Err(ConnError::FLOW_CONTROL)
+                }
                 SETTINGS_INITIAL_WINDOW_SIZE => {
                     let delta = value as i64 - self.peer_initial_window;
                     self.peer_initial_window = value as i64;
@@ -525,7 +670,7 @@ impl<T: Copy> H2Conn<T> {
                     }
                 }
                 SETTINGS_MAX_FRAME_SIZE if !(16_384..=16_777_215).contains(&value) => {
-                    return Err("h2_error")
+                    return Err(ConnError::PROTOCOL)
                 }
                 SETTINGS_MAX_FRAME_SIZE => self.peer_max_frame = value as usize,
                 // The header table size only matters to an encoder that indexes (ours does
@@ -538,16 +683,34 @@ impl<T: Copy> H2Conn<T> {
         if self.bodies > 0 {
             self.send_bodies();
         }
-        Ok(())
+        self.idle_frame()
+    }
+
+    fn ping(&mut self, flags: u8, id: u32, payload: &[u8]) -> Result<(), ConnError> {
+        if id != 0 {
+            return Err(ConnError::PROTOCOL);
+        }
+        if payload.len() != 8 {
+            return Err(ConnError::FRAME_SIZE);
+        }
+        if flags & ACK == 0 {
+            head(&mut self.out, 8, PING, ACK, 0);
+            self.out.extend_from_slice(payload);
+        }
+        self.idle_frame()
     }
 
     fn goaway_frame(
         &mut self,
+        id: u32,
         payload: &[u8],
         events: &mut Vec<Event<T>>,
     ) -> Result<(), ConnError> {
+        if id != 0 {
+            return Err(ConnError::PROTOCOL);
+        }
         let (Some(last), Some(code)) = (u32_at(payload, 0), u32_at(payload, 4)) else {
-            return Err("h2_error");
+            return Err(ConnError::FRAME_SIZE);
         };
         let last = last & MAX_STREAM_ID;
         // A later GOAWAY may only lower the last stream id.
@@ -569,15 +732,28 @@ impl<T: Copy> H2Conn<T> {
     fn window_update_frame(&mut self, id: u32, payload: &[u8]) -> Result<(), ConnError> {
         let n = u32_at(payload, 0)
             .filter(|_| payload.len() == 4)
-            .ok_or("h2_error")?;
+            .ok_or(ConnError::FRAME_SIZE)?;
         let n = (n & MAX_STREAM_ID) as i64;
-        if id == 0 {
-            if n == 0 {
-                return Err("h2_error");
-            }
-            self.conn_send_window += n;
+        if n == 0 {
+            return Err(ConnError::PROTOCOL);
+        }
+        if id != 0 && self.idle(id) {
+            return Err(ConnError::PROTOCOL);
+        }
+        // Updates while no body waits for them do nothing: a flood of them is counted.
+        if self.bodies == 0 {
+            self.idle_frame()?;
+        }
+        let window = if id == 0 {
+            &mut self.conn_send_window
         } else if let Some(s) = self.slot(id) {
-            s.send_window += n;
+            &mut s.send_window
+        } else {
+            return Ok(());
+        };
+        *window += n;
+        if *window > MAX_STREAM_ID as i64 {
+            return Err(ConnError::FLOW_CONTROL);
         }
         if self.bodies > 0 {
             self.send_bodies();
@@ -588,18 +764,36 @@ impl<T: Copy> H2Conn<T> {
     /// Resets (RST_STREAM CANCEL) every stream whose tag `expired` says so; their tags go
     /// to `out`.
     pub fn cancel_where(&mut self, expired: impl Fn(&T) -> bool, cancelled: &mut Vec<T>) {
+        // Remembered for as long as the server may take to read the resets.
+        let keep = 64.max(4 * self.slots.len());
         for s in self.slots.iter_mut() {
             if s.id == 0 || !expired(&s.tag) {
                 continue;
             }
             head(&mut self.out, 4, RST_STREAM, 0, s.id);
             self.out.extend_from_slice(&CANCEL.to_be_bytes());
+            if self.cancelled.len() >= keep {
+                self.cancelled.pop_front();
+            }
+            self.cancelled.push_back(s.id);
             s.id = 0;
             if s.body.take().is_some() {
                 self.bodies -= 1;
             }
             self.active -= 1;
             cancelled.push(s.tag);
+        }
+    }
+
+    /// The first `upto` bytes of `out` were written: the server may now use the updates
+    /// among them.
+    pub fn written(&mut self, upto: usize) {
+        if self.updates_unwritten && upto >= self.updates_end {
+            self.updates_unwritten = false;
+            self.conn_unwritten = 0;
+            for s in self.slots.iter_mut() {
+                s.unwritten = 0;
+            }
         }
     }
 
@@ -613,11 +807,11 @@ impl<T: Copy> H2Conn<T> {
         self.bodies = 0;
     }
 
-    /// Queues a GOAWAY saying we saw a protocol error (sent if the socket still takes it).
-    pub fn protocol_error(&mut self) {
+    /// Queues a GOAWAY saying why we end the connection (sent if the socket still takes it).
+    pub fn goaway(&mut self, code: u32) {
         head(&mut self.out, 8, GOAWAY, 0, 0);
         self.out.extend_from_slice(&0u32.to_be_bytes());
-        self.out.extend_from_slice(&PROTOCOL_ERROR.to_be_bytes());
+        self.out.extend_from_slice(&code.to_be_bytes());
     }
 }
 
@@ -654,11 +848,7 @@ fn window_update(out: &mut Vec<u8>, id: u32, n: u32) {
 
 /// Encodes one request's header block: the pseudo-headers, then `headers`, each a literal
 /// without indexing (or a static-table index), so the block depends on no table state.
-pub(super) fn encode_request(
-    encoder: &mut httlib_hpack::Encoder<'static>,
-    req: &http::Request<()>,
-    block: &mut Vec<u8>,
-) -> Result<(), String> {
+pub(super) fn encode_request(req: &http::Request<()>, block: &mut Vec<u8>) {
     let uri = req.uri();
     let pseudo: [(&[u8], &[u8]); 4] = [
         (b":method", req.method().as_str().as_bytes()),
@@ -677,23 +867,8 @@ pub(super) fn encode_request(
         .iter()
         .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
     for (name, value) in pseudo.into_iter().chain(headers) {
-        encoder
-            .encode(
-                (
-                    name.to_vec(),
-                    value.to_vec(),
-                    httlib_hpack::Encoder::BEST_FORMAT,
-                ),
-                block,
-            )
-            .map_err(|e| {
-                format!(
-                    "encoding the header {:?}: {e:?}",
-                    String::from_utf8_lossy(name)
-                )
-            })?;
+        hpack::encode_field(name, value, block);
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -813,28 +988,183 @@ mod tests {
 
     #[test]
     fn request_blocks_decode_back() {
-        let mut enc = httlib_hpack::Encoder::default();
         let req = http::Request::get("https://h:1/a?b")
             .header("x-k", "v")
             .body(())
             .unwrap();
         let mut block = Vec::new();
-        encode_request(&mut enc, &req, &mut block).unwrap();
-        let mut dec = Decoder::default();
-        let mut fields = Vec::new();
-        dec.decode(&mut block.clone(), &mut fields).unwrap();
-        let got: Vec<(&[u8], &[u8])> = fields.iter().map(|(n, v, _)| (&n[..], &v[..])).collect();
-        let want: Vec<(&[u8], &[u8])> = vec![
-            (b":method", b"GET"),
+        encode_request(&req, &mut block);
+        let mut dec = Decoder::new(hpack::DEFAULT_TABLE_SIZE);
+        let decode = |dec: &mut Decoder| {
+            let mut fields = Vec::new();
+            dec.decode(&block, |n, v| fields.push((n.to_vec(), v.to_vec())))
+                .unwrap();
+            fields
+        };
+        let fields = decode(&mut dec);
+        let want: Vec<(Vec<u8>, Vec<u8>)> = [
+            (&b":method"[..], &b"GET"[..]),
             (b":scheme", b"https"),
             (b":authority", b"h:1"),
             (b":path", b"/a?b"),
             (b"x-k", b"v"),
-        ];
-        assert_eq!(got, want);
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_vec(), v.to_vec()))
+        .collect();
+        assert_eq!(fields, want);
         // No indexing: the same block decodes the same a second time.
-        let mut again = Vec::new();
-        dec.decode(&mut block, &mut again).unwrap();
-        assert_eq!(again, fields);
+        assert_eq!(dec.table().entries(), 0);
+        assert_eq!(decode(&mut dec), fields);
+    }
+
+    /// The connection error a ready connection with stream 1 open (and stream 3 when
+    /// `two`) meets on `input`.
+    fn error_on(input: &[u8], two: bool) -> Option<&'static str> {
+        let mut c = ready_conn();
+        c.open(&[0x82], None, 1);
+        if two {
+            c.open(&[0x82], None, 3);
+        }
+        c.receive(input, &mut Vec::new()).err().map(|e| e.kind)
+    }
+
+    fn frames(list: &[(u8, u8, u32, &[u8])]) -> Vec<u8> {
+        list.iter()
+            .flat_map(|(ty, flags, id, p)| frame(*ty, *flags, *id, p))
+            .collect()
+    }
+
+    #[test]
+    fn each_broken_rule_is_a_connection_error_of_its_kind() {
+        let eh = END_HEADERS | END_STREAM;
+        let cases: &[(&str, Vec<u8>, Option<&str>)] = &[
+            (
+                "hpack 00",
+                frame(HEADERS, eh, 1, &[0x00]),
+                Some("h2_compression"),
+            ),
+            (
+                "hpack ff 80",
+                frame(HEADERS, eh, 1, &[0xff, 0x80]),
+                Some("h2_compression"),
+            ),
+            (
+                "DATA on an idle stream",
+                frame(DATA, 0, 5, b"x"),
+                Some("h2_protocol"),
+            ),
+            (
+                "DATA on a closed stream",
+                frames(&[(HEADERS, eh, 1, &[0x88]), (DATA, 0, 1, b"x")]),
+                Some("h2_stream_closed"),
+            ),
+            (
+                "SETTINGS on stream 1",
+                frame(SETTINGS, 0, 1, &[]),
+                Some("h2_protocol"),
+            ),
+            (
+                "PING on stream 1",
+                frame(PING, 0, 1, b"12345678"),
+                Some("h2_protocol"),
+            ),
+            (
+                "SETTINGS of 7 bytes",
+                frame(SETTINGS, 0, 0, &[0; 7]),
+                Some("h2_frame_size"),
+            ),
+            (
+                "CONTINUATION alone",
+                frame(CONTINUATION, END_HEADERS, 1, &[0x88]),
+                Some("h2_protocol"),
+            ),
+            (
+                "RST_STREAM on an idle stream",
+                frame(RST_STREAM, 0, 7, &[0, 0, 0, 8]),
+                Some("h2_protocol"),
+            ),
+            (
+                "an oversize frame",
+                frame(DATA, 0, 1, &vec![0; MAX_FRAME + 1]),
+                Some("h2_frame_size"),
+            ),
+            (
+                "a 65-KiB header block",
+                {
+                    let mut f = frame(HEADERS, 0, 1, &[0x88]);
+                    for _ in 0..4 {
+                        f.extend(frame(CONTINUATION, 0, 1, &vec![0x88; MAX_FRAME]));
+                    }
+                    f
+                },
+                Some("h2_headers_too_large"),
+            ),
+            (
+                "empty CONTINUATION frames",
+                {
+                    let mut f = frame(HEADERS, 0, 1, &[0x88]);
+                    for _ in 0..=MAX_CONTINUATIONS {
+                        f.extend(frame(CONTINUATION, 0, 1, &[]));
+                    }
+                    f
+                },
+                Some("h2_headers_too_large"),
+            ),
+            (
+                "resets of a closed stream",
+                {
+                    let mut f = frame(HEADERS, eh, 1, &[0x88]);
+                    for _ in 0..=MAX_IDLE_FRAMES {
+                        f.extend(frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]));
+                    }
+                    f
+                },
+                Some("h2_flood"),
+            ),
+            (
+                "a reset of an answered stream",
+                frames(&[(HEADERS, eh, 1, &[0x88]), (RST_STREAM, 0, 1, &[0, 0, 0, 0])]),
+                None,
+            ),
+            (
+                "a stream's window exceeded",
+                {
+                    let mut f = frame(HEADERS, END_HEADERS, 1, &[0x88]);
+                    for _ in 0..=(STREAM_WINDOW as usize / MAX_FRAME) {
+                        f.extend(frame(DATA, 0, 1, &vec![0; MAX_FRAME]));
+                    }
+                    f
+                },
+                Some("h2_flow_control"),
+            ),
+        ];
+        for (what, input, want) in cases {
+            assert_eq!(error_on(input, true), *want, "{what}");
+        }
+    }
+
+    #[test]
+    fn the_window_counts_our_updates_once_written() {
+        let mut c = ready_conn();
+        c.open(&[0x82], None, 1);
+        let mut events = Vec::new();
+        c.receive(&frame(HEADERS, END_HEADERS, 1, &[0x88]), &mut events)
+            .unwrap();
+        let chunk = vec![0u8; MAX_FRAME];
+        // 4 MiB in two halves, our update for the first written in between: within the window.
+        for _ in 0..2 {
+            for _ in 0..(STREAM_WINDOW as usize / 2 / MAX_FRAME) {
+                c.receive(&frame(DATA, 0, 1, &chunk), &mut events).unwrap();
+            }
+            c.out.clear();
+            c.written(usize::MAX);
+        }
+        for _ in 0..(STREAM_WINDOW as usize / 2 / MAX_FRAME) {
+            c.receive(&frame(DATA, 0, 1, &chunk), &mut events).unwrap();
+        }
+        c.receive(&frame(DATA, END_STREAM, 1, &[]), &mut events)
+            .unwrap();
+        assert_eq!(events, vec![Event::Done(1, 200)]);
     }
 }

@@ -88,8 +88,7 @@ pub(in crate::load) struct H2Loop {
     /// Without `--requests`: the one request's HPACK block and body.
     block: Vec<u8>,
     body: Option<Bytes>,
-    /// With `--requests`: the encoder of each request's block (no indexing: stateless).
-    encoder: httlib_hpack::Encoder<'static>,
+    /// With `--requests`: each request's block, encoded as it is sent.
     template_block: Vec<u8>,
     first_conn: usize,
 }
@@ -122,9 +121,8 @@ impl H2Loop {
         let open = config.rate_rps.map(|_| OpenLoop::new(&config, thread));
         let rec = Recorder::new(sched.clone(), tx.clone(), thread, open.is_some());
         let (request, body) = target.http2_request(&config.proto);
-        let mut encoder = httlib_hpack::Encoder::default();
         let mut block = Vec::new();
-        encode_request(&mut encoder, &request, &mut block).map_err(io::Error::other)?;
+        encode_request(&request, &mut block);
         Ok(H2Loop {
             config,
             target,
@@ -144,7 +142,6 @@ impl H2Loop {
             resend_owed: 0,
             block,
             body,
-            encoder,
             template_block: Vec::new(),
             first_conn,
         })
@@ -460,12 +457,12 @@ impl H2Loop {
             self.ended(e, now);
         }
         self.events = events;
-        if let Err(kind) = result {
+        if let Err(e) = result {
             if let Some(h2) = self.conns[i].h2.as_mut() {
-                h2.protocol_error();
+                h2.goaway(e.code);
             }
             self.flush(i, now);
-            self.reset(i, kind, now);
+            self.reset(i, e.kind, now);
             return false;
         }
         true
@@ -521,9 +518,7 @@ impl H2Loop {
             Some(t) => {
                 let (request, body) = t.next_request();
                 self.template_block.clear();
-                // Every request of the file was built once when it was read; what HTTP/2
-                // cannot carry was refused then.
-                let _ = encode_request(&mut self.encoder, &request, &mut self.template_block);
+                encode_request(&request, &mut self.template_block);
                 h2.open(&self.template_block, body, tag);
             }
         }
@@ -548,6 +543,7 @@ impl H2Loop {
             match stream.write(&h2.out[conn.wpos..]) {
                 Ok(n) => {
                     conn.wpos += n;
+                    h2.written(conn.wpos);
                     self.rec.bytes_out(n, now);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,

@@ -31,6 +31,10 @@ pub enum Reply {
 pub trait Protocol: Send {
     /// The next request's bytes. Implementations keep one encoded request and patch it.
     fn next_request(&mut self) -> &[u8];
-    /// Looks for one complete reply at the front of `buf`.
+    /// Looks for one complete reply at the front of `buf`. Until it returns `Done` or
+    /// `Invalid`, the next call gets the same reply's bytes from its start, maybe more of them
+    /// (a parser may remember how far it got).
     fn parse_reply(&mut self, buf: &[u8]) -> Reply;
+    /// The connection was dropped: forget the reply in progress and the requests in flight.
+    fn reset(&mut self) {}
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::{Entry, Gen, Order, Part, RequestFile, TemplateError, Text};
 use crate::load::protocol::redis::{parse_resp, SplitMix64};
-use crate::load::protocol::{http::parse_response, Protocol, Reply};
+use crate::load::protocol::{http::Framer, Protocol, Reply};
 
 /// `{rand:N}`'s characters: 64 of them, so each takes 6 bits of a draw.
 const RAND_ALPHABET: &[u8; 64] =
@@ -63,6 +63,9 @@ pub struct Compiled {
     pub(super) h2: Option<super::h2::Common>,
     /// Most placeholders in one request (the per-connection value buffer's size).
     max_slots: usize,
+    /// HTTP/1.1: some requests are HEAD, so each connection notes which of its requests in
+    /// flight are (their replies have no body).
+    any_head: bool,
 }
 
 #[derive(Debug)]
@@ -74,6 +77,8 @@ pub(super) struct Req {
     groups: Vec<Group>,
     /// HTTP/2: the header names and where the fields rendered between marks go.
     pub(super) h2: Option<super::h2::Shape>,
+    /// HTTP/1.1: the method is HEAD (its reply has no body).
+    head: bool,
 }
 
 #[derive(Debug)]
@@ -148,7 +153,9 @@ pub fn compile(
         resp: matches!(framing, Framing::Resp),
         h2,
         max_slots,
+        any_head: false,
     };
+    compiled.any_head = compiled.reqs.iter().any(|r| r.head);
     if compiled.h2.is_some() {
         let shared = Arc::new(compiled);
         super::h2::check(file, &shared)?;
@@ -174,6 +181,7 @@ impl Builder {
             gens: Vec::new(),
             groups: Vec::new(),
             h2: None,
+            head: false,
         })
     }
 
@@ -298,7 +306,11 @@ fn http(file: &RequestFile, e: &Entry, host: &str, extra: &[String]) -> Result<R
         }
         None => b.lit(b"\r\n"),
     }
-    Ok(b.finish())
+    let mut req = b.finish();
+    // A method drawn from a placeholder is not known to be HEAD: its replies are framed by
+    // their headers.
+    req.head = *method == Text(vec![Part::Lit(b"HEAD".to_vec())]);
+    Ok(req)
 }
 
 /// The name of a `Name: value` header (its leading literal, up to the colon).
@@ -343,6 +355,8 @@ impl Compiled {
             buf: Vec::with_capacity(1024),
             vals: vec![0; self.max_slots],
             marks: Vec::new(),
+            framer: Framer::default(),
+            heads: std::collections::VecDeque::new(),
         }
     }
 
@@ -376,6 +390,11 @@ pub(super) struct TemplateConn {
     vals: Vec<u64>,
     /// HTTP/2: the end offset in `buf` of each field rendered.
     pub(super) marks: Vec<usize>,
+    /// HTTP/1.1: the reply parser.
+    framer: Framer,
+    /// HTTP/1.1 with HEAD requests in the file: whether each request in flight is one, oldest
+    /// first.
+    heads: std::collections::VecDeque<bool>,
 }
 
 impl TemplateConn {
@@ -464,16 +483,28 @@ impl TemplateConn {
 
 impl Protocol for TemplateConn {
     fn next_request(&mut self) -> &[u8] {
-        self.render();
+        let i = self.render();
+        if self.compiled.any_head {
+            self.heads.push_back(self.compiled.reqs[i].head);
+        }
         &self.buf
     }
 
     fn parse_reply(&mut self, buf: &[u8]) -> Reply {
         if self.compiled.resp {
-            parse_resp(buf)
-        } else {
-            parse_response(buf)
+            return parse_resp(buf);
         }
+        let head_request = self.heads.front().copied().unwrap_or(false);
+        let reply = self.framer.frame(buf, head_request);
+        if matches!(reply, Reply::Done { .. }) {
+            self.heads.pop_front();
+        }
+        reply
+    }
+
+    fn reset(&mut self) {
+        self.framer.reset();
+        self.heads.clear();
     }
 }
 
@@ -563,6 +594,33 @@ mod tests {
         );
         let body = eleventh.split("\r\n\r\n").nth(1).unwrap();
         assert_eq!(body.len(), 11);
+    }
+
+    #[test]
+    fn replies_to_the_head_requests_of_a_file_have_no_body() {
+        let c = http_of("HEAD /a\nGET /b\n", Order::Sequential);
+        let mut p = c.connection(0, 1);
+        // Three in flight (pipelined): HEAD, GET, HEAD.
+        for _ in 0..3 {
+            render(&mut *p);
+        }
+        let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n";
+        let with_body = [&reply[..], b"ok"].concat();
+        let whole = |len| Reply::Done {
+            len,
+            error: None,
+            close: false,
+            found: None,
+        };
+        assert_eq!(p.parse_reply(reply), whole(reply.len()));
+        assert_eq!(p.parse_reply(reply), Reply::Incomplete);
+        assert_eq!(p.parse_reply(&with_body), whole(with_body.len()));
+        assert_eq!(p.parse_reply(reply), whole(reply.len()));
+        // A dropped connection forgets its requests in flight: GET (dropped), then HEAD.
+        render(&mut *p);
+        p.reset();
+        render(&mut *p);
+        assert_eq!(p.parse_reply(&with_body), whole(reply.len()));
     }
 
     #[test]

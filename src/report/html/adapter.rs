@@ -26,12 +26,12 @@ const BUCKETS_PER_OCTAVE: f64 = 8.0;
 #[derive(Debug, thiserror::Error)]
 pub enum AdapterError {
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A line of steps.jsonl is not JSON (and is not a torn last line).
     #[error("{path}:{line}: not a JSON object ({why}); fix or delete the line")]
@@ -90,9 +90,9 @@ pub fn from_run_dir_with(dir: &Path, heat_step: Option<&str>) -> Result<ReportDa
 }
 
 fn read_steps(path: &Path) -> Result<Vec<Value>, AdapterError> {
-    let text = std::fs::read_to_string(path).map_err(|source| AdapterError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| AdapterError::Read {
         path: path.into(),
-        source,
+        error,
     })?;
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let mut steps = Vec::new();
@@ -372,7 +372,7 @@ fn step_histogram(dir: &Path, s: &Value) -> Result<Option<StepHistogram>, Adapte
 impl From<HlogError> for AdapterError {
     fn from(e: HlogError) -> Self {
         match e {
-            HlogError::Read { path, source } => AdapterError::Read { path, source },
+            HlogError::Read { path, error } => AdapterError::Read { path, error },
             HlogError::Bad { path, why } => AdapterError::Hlog { path, why },
         }
     }

@@ -28,9 +28,10 @@ pub const PEER_WAIT: Duration = Duration::from_secs(10);
 /// Options of `stairbench serve kvd`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct KvdArgs {
-    /// This daemon's rank: its position in --ranks, from 0.
-    #[arg(long, default_value_t = 0)]
-    pub rank: u32,
+    /// This daemon's rank: its position in --ranks, from 0 [default: the launcher's
+    /// SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK, in that order, else 0].
+    #[arg(long)]
+    pub rank: Option<u32>,
     /// Every rank's address, host:port, in the same order on every rank (this rank listens
     /// on its own). One address: a single rank, no network.
     #[arg(long, value_name = "HOST:PORT,...", default_value = "127.0.0.1:0")]
@@ -98,13 +99,17 @@ pub enum KvdError {
     #[error(transparent)]
     Region(#[from] ShmkvError),
     /// A system call failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         /// What was being done.
         context: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (said in the message, so not a `source`: a chain printer would say
+        /// it twice).
+        error: std::io::Error,
     },
+    /// SIGTERM or SIGINT came while the rank was connecting to its peers.
+    #[error("rank {0}: stopped by a signal while connecting to its peers")]
+    Stopped(u32),
 }
 
 /// A running daemon (in this process). Dropping it stops it and removes the region.
@@ -146,9 +151,54 @@ pub fn parse_ranks(list: &str, rank: u32) -> Result<Vec<SocketAddr>, KvdError> {
     Ok(addrs)
 }
 
+/// The variables that launchers set to a task's rank, read in this order when `--rank` is
+/// not given: Slurm's `srun`, Open MPI's `mpirun`, and MPICH/Intel MPI (PMI).
+pub const RANK_VARS: &[&str] = &["SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"];
+
+/// Where a rank came from: `--rank`, a launcher's variable, or the default 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankSource {
+    /// `--rank N`.
+    Option,
+    /// The launcher variable of this name.
+    Launcher(&'static str),
+    /// Neither: a single rank or rank 0.
+    Default,
+}
+
+/// This task's rank: `--rank` when given, else the first of [`RANK_VARS`] that `env` has,
+/// else 0. A launcher variable that is not a rank number is an error naming it.
+pub fn resolve_rank(
+    given: Option<u32>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(u32, RankSource), KvdError> {
+    if let Some(rank) = given {
+        return Ok((rank, RankSource::Option));
+    }
+    for &var in RANK_VARS {
+        if let Some(value) = env(var) {
+            let rank = value.trim().parse().map_err(|_| {
+                KvdError::BadOption(format!(
+                    "{var}={value:?} is not a rank number (or give --rank N)"
+                ))
+            })?;
+            return Ok((rank, RankSource::Launcher(var)));
+        }
+    }
+    Ok((0, RankSource::Default))
+}
+
+impl KvdArgs {
+    /// This daemon's rank (0 when neither `--rank` nor a launcher gave one).
+    pub fn rank(&self) -> u32 {
+        self.rank.unwrap_or(0)
+    }
+}
+
 /// Connects to the peers, creates the region and starts the daemon thread.
-pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
-    let addrs = parse_ranks(&opts.ranks, opts.rank)?;
+/// `stop` (the SIGTERM flag) ends the wait for the peers; the region is then removed.
+pub fn spawn_kvd(opts: &KvdArgs, stop: &AtomicBool) -> Result<KvdServer, KvdError> {
+    let addrs = parse_ranks(&opts.ranks, opts.rank())?;
     if opts.keys_per_rank == 0 || opts.keys_per_rank > 1 << 24 {
         return Err(KvdError::BadOption(format!(
             "--keys-per-rank must be between 1 and {}, got {}",
@@ -170,13 +220,13 @@ pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
     let (block, len) = Arch::Kvd.layout(1);
     let region = Arc::new(Region::create(&opts.name, len - HEADER_BYTES)?);
     let wait = Duration::from_millis(opts.peer_wait_ms);
-    let peers = peers::connect_all(opts.rank, &opts.ranks, &addrs, wait)?;
-    set_info(&region, opts.rank, addrs.len() as u32, opts.keys_per_rank);
+    let peers = peers::connect_all(opts.rank(), &opts.ranks, &addrs, wait, stop)?;
+    set_info(&region, opts.rank(), addrs.len() as u32, opts.keys_per_rank);
     region.publish(Arch::Kvd, 1, block);
     let stop = Arc::new(AtomicBool::new(false));
-    let shared = Arc::new(metrics::Shared::new(format!("kvd-r{}", opts.rank)));
+    let shared = Arc::new(metrics::Shared::new(format!("kvd-r{}", opts.rank())));
     let config = daemon::Config {
-        rank: opts.rank,
+        rank: opts.rank(),
         ranks: addrs.len() as u32,
         keys_per_rank: opts.keys_per_rank,
         batch: !opts.no_batch,
@@ -185,25 +235,25 @@ pub fn spawn_kvd(opts: &KvdArgs) -> Result<KvdServer, KvdError> {
     };
     let (r, s, sh) = (region.clone(), stop.clone(), shared.clone());
     let thread = std::thread::Builder::new()
-        .name(format!("kvd-r{}", opts.rank))
+        .name(format!("kvd-r{}", opts.rank()))
         .spawn(move || {
             if !cpus.is_empty() {
                 let _ = crate::cpuset::pin_current_thread_to(&cpus);
             }
             daemon::run(config, r, peers, sh, s)
         })
-        .map_err(|source| KvdError::Io {
+        .map_err(|error| KvdError::Io {
             context: "starting the daemon thread".into(),
-            source,
+            error,
         })?;
     let writer = match &opts.metrics {
         Some(path) => Some(
-            metrics::spawn_writer(shared.clone(), path.clone(), stop.clone()).map_err(
-                |source| KvdError::Io {
+            metrics::spawn_writer(shared.clone(), path.clone(), stop.clone()).map_err(|error| {
+                KvdError::Io {
                     context: format!("cannot write the metrics file {}", path.display()),
-                    source,
-                },
-            )?,
+                    error,
+                }
+            })?,
         ),
         None => None,
     };
@@ -294,6 +344,37 @@ mod tests {
             kvd: KvdArgs,
         }
         <Line as clap::Parser>::parse_from(std::iter::once("kvd").chain(line.split(' '))).kvd
+    }
+
+    #[test]
+    fn the_rank_comes_from_the_option_then_the_launchers_in_order() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let both = env(&[("PMI_RANK", "3"), ("OMPI_COMM_WORLD_RANK", "2")]);
+        assert_eq!(
+            resolve_rank(Some(0), both).unwrap(),
+            (0, RankSource::Option)
+        );
+        let launched = resolve_rank(None, both).unwrap();
+        assert_eq!(launched, (2, RankSource::Launcher("OMPI_COMM_WORLD_RANK")));
+        let slurm = env(&[("SLURM_PROCID", "1"), ("PMI_RANK", "0")]);
+        let from_slurm = resolve_rank(None, slurm).unwrap();
+        assert_eq!(from_slurm, (1, RankSource::Launcher("SLURM_PROCID")));
+        assert_eq!(
+            resolve_rank(None, env(&[])).unwrap(),
+            (0, RankSource::Default)
+        );
+        let err = resolve_rank(None, env(&[("SLURM_PROCID", "x")])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("SLURM_PROCID=\"x\" is not a rank number"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -74,9 +74,9 @@ pub fn spawn_shmkv(opts: &ShmkvArgs) -> Result<ShmkvServer, ShmkvError> {
         Arch::Single => single::spawn(region.clone(), table, stop.clone(), opts.workers, cpus),
         Arch::PerWorker | Arch::Kvd => spawn_per_worker(&region, &table, &stop, opts.workers, cpus),
     };
-    let threads = spawned.map_err(|source| ShmkvError::Io {
+    let threads = spawned.map_err(|error| ShmkvError::Io {
         context: "starting the server threads".into(),
-        source,
+        error,
     })?;
     Ok(ShmkvServer {
         region,

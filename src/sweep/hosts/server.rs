@@ -16,9 +16,6 @@ use crate::remote::{RemoteError, RemoteProcess, RemoteStatus, REMOTE_BIN};
 use crate::sweep::plan::{ranks, TargetKind, TargetPlan};
 use crate::sweep::server::{Launcher, ProcessLauncher, Server};
 
-/// TERM, then KILL after this long, when a remote target is stopped.
-const STOP_GRACE: Duration = Duration::from_secs(2);
-
 /// A server on another host, as the observers see it.
 #[derive(Debug, Clone)]
 pub struct RemoteTarget {
@@ -66,7 +63,11 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
                 .get(&host)
                 .map_err(|why| format!("host {host:?}: {why}"))?;
             let line = remote_line(&plan, cpus, clients);
-            match session.remote.spawn(&line, STOP_GRACE) {
+            let signal = crate::process::signal_name(target.stop_signal);
+            match session
+                .remote
+                .spawn_stopped_by(&line, signal, target.stop_grace)
+            {
                 Ok(process) => procs.push(RemoteProc {
                     label: rank_label(target, rank),
                     metrics: plan.metrics.as_ref().map(|_| remote_metrics_file(&plan)),

@@ -116,7 +116,14 @@ pub struct TargetPlan {
     pub host: Option<String>,
     /// A kvd target spread over hosts: rank j's host (empty: one process, on `host`).
     pub rank_hosts: Vec<String>,
+    /// The signal that stops it (to its process group), SIGTERM unless the spec says.
+    pub stop_signal: nix::sys::signal::Signal,
+    /// How long it has to exit after `stop_signal` before it is killed.
+    pub stop_grace: Duration,
 }
+
+/// How long a target has to exit after its stop signal before it is killed (`stop_timeout`).
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// The generator.
 pub enum ClientPlan {
@@ -505,7 +512,20 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
     if instances == 0 {
         return Err(at("instances", "expected at least 1".into()));
     }
+    let stop_signal = match &t.stop_signal {
+        Some(name) => crate::process::parse_stop_signal(name).map_err(|e| at("stop_signal", e))?,
+        None => nix::sys::signal::Signal::SIGTERM,
+    };
+    let stop_grace = t.stop_timeout.map_or(STOP_GRACE, |d| d.0);
+    if stop_grace.is_zero() {
+        return Err(at(
+            "stop_timeout",
+            "expected a time longer than 0s, e.g. \"5s\"".into(),
+        ));
+    }
     Ok(TargetPlan {
+        stop_signal,
+        stop_grace,
         host: t.host.clone().or_else(|| rank_hosts.first().cloned()),
         rank_hosts,
         instances,

@@ -133,12 +133,12 @@ pub enum ShmkvError {
     #[error("{0}")]
     BadOption(String),
     /// A system call failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         /// What was being done.
         context: String,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 

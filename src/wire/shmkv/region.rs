@@ -285,6 +285,27 @@ impl Drop for Region {
     }
 }
 
+/// Removes the region of `name` if it is a stairbench region whose server is gone (one
+/// killed before it could clean up); whether it did. A live, foreign or absent one is left.
+pub fn remove_stale(name: &str) -> bool {
+    let (Ok(shm), Ok(path)) = (shm_name(name), path_of(name)) else {
+        return false;
+    };
+    let Ok(fd) = shm_open(shm.as_str(), OFlag::O_RDONLY, Mode::empty()) else {
+        return false;
+    };
+    let mut head = [0u8; std::mem::size_of::<Header>()];
+    let read = std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::from(fd), &mut head, 0);
+    let magic = u64::from_le_bytes(head[0..8].try_into().expect("8 bytes"));
+    let at = std::mem::offset_of!(Header, server_pid);
+    let pid = i32::from_le_bytes(head[at..at + 4].try_into().expect("4 bytes"));
+    if read.is_err() || magic != MAGIC || pid_alive(pid) {
+        return false;
+    }
+    eprintln!("stairbench: removed stale region {path} (its server, pid {pid}, is gone)");
+    shm_unlink(shm.as_str()).is_ok()
+}
+
 /// An existing region may be replaced only if it is ours and its server is gone.
 fn check_replaceable(shm: &str, path: &str) -> Result<(), ShmkvError> {
     let fd = shm_open(shm, OFlag::O_RDONLY, Mode::empty()).map_err(|e| io(path, "opening", e))?;
@@ -300,9 +321,9 @@ fn check_replaceable(shm: &str, path: &str) -> Result<(), ShmkvError> {
     }
     let mut head = [0u8; std::mem::size_of::<Header>()];
     std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::from(fd), &mut head, 0).map_err(
-        |source| ShmkvError::Io {
+        |error| ShmkvError::Io {
             context: format!("reading {path}"),
-            source,
+            error,
         },
     )?;
     let magic = u64::from_le_bytes(head[0..8].try_into().expect("8 bytes"));
@@ -341,7 +362,7 @@ fn map(fd: &OwnedFd, len: usize, path: &str) -> Result<*mut u8, ShmkvError> {
 fn io(path: &str, doing: &str, e: nix::errno::Errno) -> ShmkvError {
     ShmkvError::Io {
         context: format!("{doing} {path}"),
-        source: std::io::Error::from(e),
+        error: std::io::Error::from(e),
     }
 }
 

