@@ -501,12 +501,12 @@ pub fn signal_name(signal: Signal) -> &'static str {
 mod tests {
     use super::*;
 
-    #[test]
-    fn group_is_ended_and_tail_kept() {
+    /// `sh -c script` (which prints "started" once ready), once it has said so (5 s at most).
+    fn started_shell(name: &str, script: &str) -> ChildProc {
         let launch = Launch {
-            name: "sleeper".into(),
+            name: name.into(),
             program: "sh".into(),
-            args: vec!["-c".into(), "echo started >&2; sleep 30 & sleep 30".into()],
+            args: vec!["-c".into(), script.into()],
             ready_log: Some(Regex::new("started").unwrap()),
             ..Launch::default()
         };
@@ -515,6 +515,12 @@ mod tests {
         while !child.log_matched() && start.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(10));
         }
+        child
+    }
+
+    #[test]
+    fn group_is_ended_and_tail_kept() {
+        let mut child = started_shell("sleeper", "echo started >&2; sleep 30 & sleep 30");
         assert!(child.log_matched());
         let pid = child.pid();
         assert!(
@@ -528,21 +534,7 @@ mod tests {
 
     #[test]
     fn a_child_that_ignores_sigterm_is_killed_after_the_grace() {
-        let launch = Launch {
-            name: "stubborn".into(),
-            program: "sh".into(),
-            args: vec![
-                "-c".into(),
-                "trap '' TERM; echo started >&2; sleep 30".into(),
-            ],
-            ready_log: Some(Regex::new("started").unwrap()),
-            ..Launch::default()
-        };
-        let mut child = ChildProc::spawn(&launch).unwrap();
-        let start = Instant::now();
-        while !child.log_matched() && start.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let mut child = started_shell("stubborn", "trap '' TERM; echo started >&2; sleep 30");
         let stopping = Instant::now();
         assert!(
             child.stop(Duration::from_millis(300)),
@@ -555,22 +547,10 @@ mod tests {
     #[test]
     fn a_target_is_stopped_with_its_own_signal() {
         // Ignores TERM, exits on INT: stopped with INT it is not killed.
-        let launch = Launch {
-            name: "int-only".into(),
-            program: "sh".into(),
-            args: vec![
-                "-c".into(),
-                "trap '' TERM; trap 'exit 0' INT; echo started >&2; while :; do sleep 0.05; done"
-                    .into(),
-            ],
-            ready_log: Some(Regex::new("started").unwrap()),
-            ..Launch::default()
-        };
-        let mut child = ChildProc::spawn(&launch).unwrap();
-        let start = Instant::now();
-        while !child.log_matched() && start.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let mut child = started_shell(
+            "int-only",
+            "trap '' TERM; trap 'exit 0' INT; echo started >&2; while :; do sleep 0.05; done",
+        );
         let signal = parse_stop_signal("int").unwrap();
         assert!(
             !child.stop_with(signal, Duration::from_secs(3)),
