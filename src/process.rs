@@ -510,7 +510,7 @@ mod tests {
             ready_log: Some(Regex::new("started").unwrap()),
             ..Launch::default()
         };
-        let mut child = ChildProc::spawn(&launch).unwrap();
+        let child = ChildProc::spawn(&launch).unwrap();
         let start = Instant::now();
         while !child.log_matched() && start.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(10));
