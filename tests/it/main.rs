@@ -18,6 +18,7 @@ mod arrivals;
 mod cli;
 mod compare;
 mod demo;
+mod docs;
 mod external_load;
 mod external_servers;
 mod flame;
