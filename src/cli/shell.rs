@@ -103,7 +103,10 @@ fn command_markdown(cmd: &clap::Command, parent: &str, out: &mut String) {
     let name = format!("{parent} {}", cmd.get_name());
     let help = cmd.clone().bin_name(&name).render_long_help().to_string();
     let help: Vec<&str> = help.lines().map(str::trim_end).collect();
-    out.push_str(&format!("\n## `{name}`\n\n```text\n{}\n```\n", help.join("\n").trim_end()));
+    out.push_str(&format!(
+        "\n## `{name}`\n\n```text\n{}\n```\n",
+        help.join("\n").trim_end()
+    ));
     for sub in cmd.get_subcommands().filter(|c| c.get_name() != "help") {
         command_markdown(sub, &name, out);
     }

@@ -67,7 +67,11 @@ fn anchors(text: &str) -> BTreeSet<String> {
         };
         let base = slug(heading);
         let n = seen.entry(base.clone()).or_insert(0);
-        out.insert(if *n == 0 { base.clone() } else { format!("{base}-{n}") });
+        out.insert(if *n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
         *n += 1;
     }
     out
@@ -82,7 +86,10 @@ fn readme_is_a_front_door() {
         "README.md has {lines} lines: keep it a front door (at most {README_MAX_LINES}) and move reference text into docs/"
     );
     for page in ["docs/guide.md", "docs/spec.md", "docs/commands.md"] {
-        assert!(readme.contains(&format!("({page})")), "README.md does not link {page}");
+        assert!(
+            readme.contains(&format!("({page})")),
+            "README.md does not link {page}"
+        );
     }
 }
 
@@ -100,8 +107,15 @@ fn every_relative_link_and_anchor_resolves() {
                     continue;
                 }
                 let (path, fragment) = target.split_once('#').unwrap_or((target, ""));
-                let dest = if path.is_empty() { page.clone() } else { dir.join(path) };
-                let at = format!("{}:{n}: {target}", page.strip_prefix(root()).unwrap().display());
+                let dest = if path.is_empty() {
+                    page.clone()
+                } else {
+                    dir.join(path)
+                };
+                let at = format!(
+                    "{}:{n}: {target}",
+                    page.strip_prefix(root()).unwrap().display()
+                );
                 if !dest.exists() {
                     broken.push(format!("{at}: no such file"));
                 } else if !fragment.is_empty() && dest.extension().is_some_and(|e| e == "md") {
@@ -119,7 +133,8 @@ fn every_relative_link_and_anchor_resolves() {
 #[test]
 fn user_facing_text_has_no_project_history_numbers() {
     // Seed documents and issue numbers mean nothing to a reader of the docs.
-    let history = Regex::new(r"(?i)\b(seed 0\d\d|issue #?\d+|seeds? (documents?|analys[ie]s))\b").unwrap();
+    let history =
+        Regex::new(r"(?i)\b(seed 0\d\d|issue #?\d+|seeds? (documents?|analys[ie]s))\b").unwrap();
     let mut found = Vec::new();
     for page in pages() {
         let text = std::fs::read_to_string(&page).unwrap();
@@ -130,7 +145,11 @@ fn user_facing_text_has_no_project_history_numbers() {
             }
         }
     }
-    assert!(found.is_empty(), "project history in user-facing text:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "project history in user-facing text:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -225,20 +244,34 @@ fn spec_reference_lists_every_key_and_no_other() {
     let spec_md = std::fs::read_to_string(root().join("docs/spec.md")).unwrap();
     let mut by_heading: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for (name, heading) in SPEC_SECTIONS {
-        by_heading.entry(heading).or_default().extend(struct_keys(name));
+        by_heading
+            .entry(heading)
+            .or_default()
+            .extend(struct_keys(name));
     }
     let mut wrong = Vec::new();
     for (heading, code) in &by_heading {
         let docs = documented_keys(&spec_md, heading);
-        assert!(!docs.is_empty(), "docs/spec.md has no key table under the heading {heading}");
+        assert!(
+            !docs.is_empty(),
+            "docs/spec.md has no key table under the heading {heading}"
+        );
         for key in code.difference(&docs) {
-            wrong.push(format!("{heading}: `{key}` is read by the code but not documented"));
+            wrong.push(format!(
+                "{heading}: `{key}` is read by the code but not documented"
+            ));
         }
         for key in docs.difference(code) {
-            wrong.push(format!("{heading}: `{key}` is documented but the code has no such key"));
+            wrong.push(format!(
+                "{heading}: `{key}` is documented but the code has no such key"
+            ));
         }
     }
-    assert!(wrong.is_empty(), "docs/spec.md and the spec disagree:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "docs/spec.md and the spec disagree:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// The guide's blocks marked ```` ```sh runnable ````, in order.
@@ -269,15 +302,30 @@ fn guide_runs_as_written_and_names_every_run_file() {
     }
     let guide = std::fs::read_to_string(root().join("docs/guide.md")).unwrap();
     let blocks = runnable_blocks(&guide);
-    assert!(blocks.len() >= 4, "the guide has {} runnable blocks", blocks.len());
+    assert!(
+        blocks.len() >= 4,
+        "the guide has {} runnable blocks",
+        blocks.len()
+    );
     let scratch = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(root().join("examples"), scratch.path().join("examples")).unwrap();
     let bin_dir = common::stairbench_bin().parent().unwrap().to_path_buf();
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let script = format!("set -euo pipefail\n{}", blocks.join("\n"));
     let budget = Duration::from_secs(240);
     let out = Command::new("timeout")
-        .args(["-k", "5", &budget.as_secs().to_string(), "bash", "-c", &script])
+        .args([
+            "-k",
+            "5",
+            &budget.as_secs().to_string(),
+            "bash",
+            "-c",
+            &script,
+        ])
         .current_dir(scratch.path())
         .env("PATH", path)
         .env_remove("STAIRBENCH_BLESS")
@@ -285,9 +333,16 @@ fn guide_runs_as_written_and_names_every_run_file() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the guide's commands failed ({}):\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "the guide's commands failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
     assert!(stdout.contains("peak"), "no peak printed:\n{stdout}");
-    assert!(stdout.contains("two-workers"), "compare printed no second run:\n{stdout}");
+    assert!(
+        stdout.contains("two-workers"),
+        "compare printed no second run:\n{stdout}"
+    );
 
     let run_dir_md = std::fs::read_to_string(root().join("docs/run-directory.md")).unwrap();
     for entry in std::fs::read_dir(scratch.path().join("runs/one-worker")).unwrap() {
