@@ -345,7 +345,7 @@ fn usl_caveat(fit: &UslFit, fitted: &[&StepResult]) -> Option<String> {
     }
     (!why.is_empty()).then(|| {
         format!(
-            "{}: the fit is not a finding, and what limits the series is not named",
+            "{}: the fit is not a finding and names no limit (the diagnosis does not quote it)",
             why.join(" and ")
         )
     })

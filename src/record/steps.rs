@@ -345,6 +345,12 @@ pub fn parse_steps(text: &str) -> Result<Vec<StepResult>, (usize, String)> {
     Ok(steps)
 }
 
+/// A repetition as every output names it: "rep 0", "rep 1", ... (numbered from 0, as the
+/// step ids' `r0` and the `rep` field of steps.jsonl and analysis.json).
+pub fn rep_label(rep: usize) -> String {
+    format!("rep {rep}")
+}
+
 /// Seconds since the Unix epoch.
 pub fn now_unix_s() -> f64 {
     std::time::SystemTime::now()

@@ -61,7 +61,8 @@ pub fn markdown(a: &RunAnalysis) -> String {
     out
 }
 
-/// `stairbench analyze DIR`'s output: per series, the sentence, its verdict and evidence.
+/// `stairbench analyze DIR`'s output: per series, the sentence, its limit, confidence and
+/// evidence; then the comparisons' verdicts as the reports word them.
 pub fn text(a: &RunAnalysis) -> String {
     let mut out = String::new();
     for d in &a.diagnosis {
@@ -69,6 +70,9 @@ pub fn text(a: &RunAnalysis) -> String {
         for e in &d.evidence {
             let _ = writeln!(out, "  - {}", evidence_text(e));
         }
+    }
+    for v in super::findings::verdict_sentences(a) {
+        let _ = writeln!(out, "verdict: {v}");
     }
     if out.is_empty() {
         out.push_str("no series: the run directory has no steps\n");
@@ -169,19 +173,23 @@ fn thread_chart(target: &str, placement: &str, steps: &[&StepResult]) -> Option<
         title: format!("{target} · {placement}: server threads' CPU"),
         x_label: "clients (one bar per step)".into(),
         y_label: "% of one CPU".into(),
-        categories: steps.iter().map(|s| step_label(s)).collect(),
+        categories: steps
+            .iter()
+            .map(|s| step_label(s, steps.iter().any(|s| s.rep > 0)))
+            .collect(),
         layers,
         y_max: None,
     })
 }
 
-fn step_label(s: &StepResult) -> String {
+/// A bar's label: its load, and its repetition when the series has several.
+fn step_label(s: &StepResult, repeated: bool) -> String {
     let load = match s.rate_rps {
         Some(r) => format!("{}/s", svg::format_number(r)),
         None => s.clients.to_string(),
     };
-    if s.rep > 0 {
-        format!("{load} #{}", s.rep + 1)
+    if repeated {
+        format!("{load} {}", crate::record::steps::rep_label(s.rep))
     } else {
         load
     }
