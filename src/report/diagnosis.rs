@@ -111,7 +111,8 @@ pub fn thread_charts(steps: &[StepResult], a: &RunAnalysis) -> Option<String> {
         let of_series: Vec<&StepResult> = steps
             .iter()
             .filter(|x| x.target == s.target && x.placement == s.placement)
-            .filter(|x| x.status == StepStatus::Ok && x.server.get("threads").is_some())
+            .filter(|x| x.status == StepStatus::Ok)
+            .filter(|x| x.observation().is_some_and(|o| o.threads.is_some()))
             .collect();
         if let Some(chart) = thread_chart(&s.target, &s.placement, &of_series) {
             let _ = write!(
@@ -197,23 +198,10 @@ fn step_label(s: &StepResult, repeated: bool) -> String {
 
 /// (merged thread name, % of one CPU) of a step's server threads.
 fn step_groups(s: &StepResult) -> Vec<(String, f64)> {
-    let Some(groups) = s
-        .server
-        .get("threads")
-        .and_then(|t| t.get("groups"))
-        .and_then(|g| g.as_array())
-    else {
-        return Vec::new();
-    };
-    groups
-        .iter()
-        .filter_map(|g| {
-            Some((
-                g.get("name")?.as_str()?.to_string(),
-                g.get("cpu_pct")?.as_f64()?,
-            ))
-        })
-        .collect()
+    s.observation()
+        .and_then(|o| o.threads)
+        .map(|t| t.groups.into_iter().map(|g| (g.name, g.cpu_pct)).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -266,14 +254,24 @@ mod tests {
         let step = |clients: usize, reactor: f64| {
             let mut s = StepResult::empty(format!("s{clients}"), "t", "p", clients, 0);
             s.status = StepStatus::Ok;
-            s.server = json!({"threads": {"groups": [
-                {"name": "reactor", "cpu_pct": reactor}, {"name": "main", "cpu_pct": 1.0}]}});
+            let group = |name: &str, cpu_pct: f64| {
+                json!({"name": name, "threads": 1, "cpu_pct": cpu_pct,
+                    "max_thread_cpu_pct": cpu_pct, "run_delay_pct": null,
+                    "voluntary_cs": 0, "involuntary_cs": 0})
+            };
+            s.server = json!({"threads": {"groups": [group("reactor", reactor), group("main", 1.0)]}});
             s
         };
         let steps = [step(1, 40.0), step(2, 80.0)];
         let refs: Vec<&StepResult> = steps.iter().collect();
         let chart = thread_chart("t", "p", &refs).unwrap();
         assert_eq!(chart.categories, vec!["1", "2"]);
+        // With repetitions, every bar names its own, numbered from 0 as everywhere.
+        let mut again = step(1, 40.0);
+        again.rep = 1;
+        let reps = [&steps[0], &again];
+        let chart = thread_chart("t", "p", &reps).unwrap();
+        assert_eq!(chart.categories, vec!["1 rep 0", "1 rep 1"]);
         assert_eq!(chart.layers[0], ("reactor".to_string(), vec![40.0, 80.0]));
         assert_eq!(chart.layers[1], ("main".to_string(), vec![1.0, 1.0]));
         let none = [StepResult::empty("x".into(), "t", "p", 1, 0)];

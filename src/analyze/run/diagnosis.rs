@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::peak::{level_within_noise, levels_text, NOISE_FRACTION};
 use super::{LittleRow, LoadPoint, SeriesAnalysis};
+use crate::record::observed::{Observation, PerRequest};
 use crate::record::steps::StepResult;
 
 /// A cpuset at least this busy (percent) has no room left.
@@ -906,16 +907,20 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
     let little_mean = |f: fn(&LittleRow) -> f64| {
         (!little.is_empty()).then(|| little.iter().map(|r| f(r)).sum::<f64>() / little.len() as f64)
     };
-    let busiest = reps
+    let observed: Vec<Observation> = reps.iter().filter_map(|s| s.observation()).collect();
+    let per_request: Vec<PerRequest> = reps.iter().map(|s| s.per_request()).collect();
+    let busiest = observed
         .iter()
-        .filter_map(|s| {
-            let b = s.server.get("threads")?.get("busiest")?;
-            Some((
-                b.get("name")?.as_str()?.to_string(),
-                b.get("cpu_pct")?.as_f64()?,
-            ))
+        .filter_map(|o| {
+            let b = o.threads.as_ref()?.busiest.as_ref()?;
+            Some((b.name.clone(), b.cpu_pct))
         })
         .max_by(|a, b| a.1.total_cmp(&b.1));
+    let mean_of = |v: Vec<Option<f64>>| {
+        let v: Vec<f64> = v.into_iter().flatten().filter(|x| x.is_finite()).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let per = |f: fn(&PerRequest) -> Option<f64>| mean_of(per_request.iter().map(f).collect());
     let separate = reps.first().is_some_and(|s| {
         let server = crate::cpuset::parse(&s.server_cpus).unwrap_or_default();
         let client = crate::cpuset::parse(&s.client_cpus).unwrap_or_default();
@@ -938,10 +943,15 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
         },
         client_busiest_pct: mean(&|s| s.load.as_ref()?.client_cpu.busiest_thread_pct),
         client_run_delay_pct: mean(&|s| s.load.as_ref()?.client_cpu.run_delay_pct),
-        cpu_us_per_req: mean(&|s| s.derived_f64(&["cpu_us_per_req", "total"])),
-        voluntary_cs_per_req: mean(&|s| s.derived_f64(&["voluntary_cs_per_req"])),
-        run_delay_us_per_req: mean(&|s| s.derived_f64(&["run_delay_us_per_req"])),
-        run_delay_pct: mean(&|s| s.server.get("threads")?.get("run_delay_pct")?.as_f64()),
+        cpu_us_per_req: per(|p| p.cpu_us_per_req.total),
+        voluntary_cs_per_req: per(|p| p.voluntary_cs_per_req),
+        run_delay_us_per_req: per(|p| p.run_delay_us_per_req),
+        run_delay_pct: mean_of(
+            observed
+                .iter()
+                .map(|o| o.threads.as_ref()?.run_delay_pct)
+                .collect(),
+        ),
         busiest,
         little_ratio: little_mean(|r| r.check.ratio),
         inflight: little_mean(|r| r.check.inflight),
