@@ -10,7 +10,9 @@ use crate::machine::procfs::{CoreBusy, NetCounters};
 use crate::machine::threads::ThreadUsage;
 
 /// The server process tree's figures over the window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+// Read back tolerantly, as Observation.
+#[serde(default)]
 pub struct TreeUsage {
     /// The tree's root process id.
     pub pid: i32,

@@ -266,15 +266,15 @@ mod tests {
         let refs: Vec<&StepResult> = steps.iter().collect();
         let chart = thread_chart("t", "p", &refs).unwrap();
         assert_eq!(chart.categories, vec!["1", "2"]);
+        assert_eq!(chart.layers[0], ("reactor".to_string(), vec![40.0, 80.0]));
+        assert_eq!(chart.layers[1], ("main".to_string(), vec![1.0, 1.0]));
+        let none = [StepResult::empty("x".into(), "t", "p", 1, 0)];
+        assert!(thread_chart("t", "p", &none.iter().collect::<Vec<_>>()).is_none());
         // With repetitions, every bar names its own, numbered from 0 as everywhere.
         let mut again = step(1, 40.0);
         again.rep = 1;
         let reps = [&steps[0], &again];
         let chart = thread_chart("t", "p", &reps).unwrap();
         assert_eq!(chart.categories, vec!["1 rep 0", "1 rep 1"]);
-        assert_eq!(chart.layers[0], ("reactor".to_string(), vec![40.0, 80.0]));
-        assert_eq!(chart.layers[1], ("main".to_string(), vec![1.0, 1.0]));
-        let none = [StepResult::empty("x".into(), "t", "p", 1, 0)];
-        assert!(thread_chart("t", "p", &none.iter().collect::<Vec<_>>()).is_none());
     }
 }
