@@ -155,7 +155,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let code = execute(&plan, &dest, false, &outputs)?;
     let analysis = crate::analyze::run::analyze_run(&out).ok();
     for line in demo::verdict(analysis.as_ref(), !settled.settled) {
-        println!("verdict: {line}");
+        println!("note: {line}");
     }
     Ok(code)
 }

@@ -240,18 +240,30 @@ mod tests {
         let mut declared = keys(server);
         declared.retain(|k| k != "host");
         let written = keys(&serde_json::to_value(&obs).unwrap());
-        assert_eq!(declared, written, "steps.schema.json's server against Observation");
+        assert_eq!(
+            declared, written,
+            "steps.schema.json's server against Observation"
+        );
         let tree = serde_json::to_value(obs.server.as_ref().unwrap()).unwrap();
         assert_eq!(keys(&server["server"]["properties"]), keys(&tree));
         let threads = serde_json::to_value(obs.threads.as_ref().unwrap()).unwrap();
         let declared = keys(&schema["$defs"]["threads"]["properties"]);
         let written = keys(&threads);
-        assert_eq!(declared, written, "steps.schema.json's threads against ThreadUsage");
+        assert_eq!(
+            declared, written,
+            "steps.schema.json's threads against ThreadUsage"
+        );
         let core = serde_json::to_value(&obs.server_cpus[0]).unwrap();
-        assert_eq!(keys(&schema["$defs"]["core_busy"]["properties"]), keys(&core));
+        assert_eq!(
+            keys(&schema["$defs"]["core_busy"]["properties"]),
+            keys(&core)
+        );
         let top = keys(&schema["properties"]);
         for k in keys(&serde_json::to_value(&per).unwrap()) {
-            assert!(top.contains(&k), "{k}: a per-request figure steps.schema.json lacks");
+            assert!(
+                top.contains(&k),
+                "{k}: a per-request figure steps.schema.json lacks"
+            );
         }
     }
 
@@ -264,7 +276,8 @@ mod tests {
         if let Value::Object(m) = serde_json::to_value(&per).unwrap() {
             step.derived.extend(m);
         }
-        step.derived.insert("tool".into(), serde_json::json!({"name": "wrk"}));
+        step.derived
+            .insert("tool".into(), serde_json::json!({"name": "wrk"}));
         let back = crate::record::steps::StepResult::from_json(&step.to_json()).unwrap();
         assert_eq!(back.observation(), Some(obs));
         assert_eq!(back.per_request(), per);

@@ -259,7 +259,8 @@ mod tests {
                     "max_thread_cpu_pct": cpu_pct, "run_delay_pct": null,
                     "voluntary_cs": 0, "involuntary_cs": 0})
             };
-            s.server = json!({"threads": {"groups": [group("reactor", reactor), group("main", 1.0)]}});
+            s.server =
+                json!({"threads": {"groups": [group("reactor", reactor), group("main", 1.0)]}});
             s
         };
         let steps = [step(1, 40.0), step(2, 80.0)];

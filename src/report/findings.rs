@@ -80,8 +80,8 @@ fn coinciding_ratios(a: &RunAnalysis) -> Vec<String> {
     for (i, x) in a.comparisons.iter().enumerate() {
         for y in &a.comparisons[i + 1..] {
             let metrics = [x.metric, y.metric];
-            let pair = metrics.contains(&Metric::ThroughputRps)
-                && metrics.contains(&Metric::CpuUsPerReq);
+            let pair =
+                metrics.contains(&Metric::ThroughputRps) && metrics.contains(&Metric::CpuUsPerReq);
             let shown = |c: &crate::analyze::compare::spec::ComparisonOutcome| {
                 format!("{:.2}", c.relation.speedup)
             };
@@ -113,8 +113,16 @@ fn coinciding_ratios(a: &RunAnalysis) -> Vec<String> {
 /// diagnosis sentence, then the verdicts.
 pub fn stdout_lines(a: &RunAnalysis) -> Vec<String> {
     let mut out = peak_lines(a);
-    out.extend(a.diagnosis.iter().map(|d| format!("diagnosis: {}", d.sentence)));
-    out.extend(verdict_sentences(a).into_iter().map(|v| format!("verdict: {v}")));
+    out.extend(
+        a.diagnosis
+            .iter()
+            .map(|d| format!("diagnosis: {}", d.sentence)),
+    );
+    out.extend(
+        verdict_sentences(a)
+            .into_iter()
+            .map(|v| format!("verdict: {v}")),
+    );
     out
 }
 

@@ -40,8 +40,8 @@ enum Shape {
 
 /// One generated series: its shape's mean curve, noise per level and per repetition.
 fn series(rng: &mut Rng, seed: u64) -> (Shape, Vec<StepResult>) {
-    let shape = [Shape::Rising, Shape::Flat, Shape::Retrograde, Shape::Noisy]
-        [(rng.next() % 4) as usize];
+    let shape =
+        [Shape::Rising, Shape::Flat, Shape::Retrograde, Shape::Noisy][(rng.next() % 4) as usize];
     let all = [1usize, 2, 4, 8, 16, 32, 64];
     // Short series (1 to 3 levels) one time in five.
     let levels = if rng.next() % 5 == 0 {
@@ -205,20 +205,41 @@ fn the_checks_catch_the_sentences_they_forbid() {
     let mut old = d.clone();
     old.knee_clients = None;
     old.sentence = "t/p shows no knee up to 32 clients (throughput 450 req/s): throughput falls from 1000 req/s at 4 clients to 450 req/s at 32 (USL κ = 0.007, N* = 7.9): coherency/crosstalk.".into();
-    let found = contradictions(s, &old, "t / p peaks at 1000 req/s at 4 clients. Its USL fit is not a finding (see the caveat).");
+    let found = contradictions(
+        s,
+        &old,
+        "t / p peaks at 1000 req/s at 4 clients. Its USL fit is not a finding (see the caveat).",
+    );
     assert_eq!(found.len(), 3, "{found:?}");
     // A flat series said to stop at 2 while its peak is elsewhere, levels within noise.
-    let flat: Vec<StepResult> = [(1, 50.0), (2, 1000.0), (4, 1002.0), (8, 1004.0), (16, 1005.0)]
-        .into_iter()
-        .map(|(n, x)| ok_step(n, x, 1e6 * n as f64 / x))
-        .collect();
+    let flat: Vec<StepResult> = [
+        (1, 50.0),
+        (2, 1000.0),
+        (4, 1002.0),
+        (8, 1004.0),
+        (16, 1005.0),
+    ]
+    .into_iter()
+    .map(|(n, x)| ok_step(n, x, 1e6 * n as f64 / x))
+    .collect();
     let a = analyze(&flat, None);
     let mut old = a.diagnosis[0].clone();
     old.sentence = "t/p stops scaling at 2 clients: undetermined.".into();
-    let found = contradictions(&a.series[0], &old, "t / p peaks at 1005 req/s at 16 clients.");
+    let found = contradictions(
+        &a.series[0],
+        &old,
+        "t / p peaks at 1005 req/s at 16 clients.",
+    );
     assert_eq!(found.len(), 2, "{found:?}");
     // And what the code says now passes.
     let now = series_conclusion(&a.series[0]);
-    assert_eq!(contradictions(&a.series[0], &a.diagnosis[0], &now), Vec::<String>::new());
-    assert!(a.diagnosis[0].sentence.contains("2, 4, 8, 16 clients"), "{}", a.diagnosis[0].sentence);
+    assert_eq!(
+        contradictions(&a.series[0], &a.diagnosis[0], &now),
+        Vec::<String>::new()
+    );
+    assert!(
+        a.diagnosis[0].sentence.contains("2, 4, 8, 16 clients"),
+        "{}",
+        a.diagnosis[0].sentence
+    );
 }

@@ -98,10 +98,7 @@ fn not_observed(out: &mut String, steps: &[StepResult]) {
 
 /// What stairbench's own observers cost, so it can be weighed against the figures.
 fn observer_cost(out: &mut String, steps: &[StepResult]) {
-    let cpu_s: f64 = steps
-        .iter()
-        .filter_map(StepResult::observer_cpu_s)
-        .sum();
+    let cpu_s: f64 = steps.iter().filter_map(StepResult::observer_cpu_s).sum();
     let window_s: f64 = steps
         .iter()
         .filter(|s| s.observer_cpu_s().is_some())

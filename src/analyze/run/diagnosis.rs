@@ -219,7 +219,10 @@ fn opening(name: &str, series: &SeriesAnalysis, levels: &[Level], knee: Option<u
         .collect();
     let flat_text = (flat.len() >= 2).then(|| {
         let labels: Vec<String> = flat.iter().map(|l| l.clients.to_string()).collect();
-        let low = flat.iter().map(|l| l.throughput_rps).fold(f64::INFINITY, f64::min);
+        let low = flat
+            .iter()
+            .map(|l| l.throughput_rps)
+            .fold(f64::INFINITY, f64::min);
         format!(
             "throughput is level within noise ({:.0}% of the peak) at {}, between {} and {}",
             NOISE_FRACTION * 100.0,
