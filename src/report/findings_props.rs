@@ -44,12 +44,12 @@ fn series(rng: &mut Rng, seed: u64) -> (Shape, Vec<StepResult>) {
         [Shape::Rising, Shape::Flat, Shape::Retrograde, Shape::Noisy][(rng.next() % 4) as usize];
     let all = [1usize, 2, 4, 8, 16, 32, 64];
     // Short series (1 to 3 levels) one time in five.
-    let levels = if rng.next() % 5 == 0 {
+    let levels = if rng.next().is_multiple_of(5) {
         1 + (rng.next() % 3) as usize
     } else {
         4 + (rng.next() % 4) as usize
     };
-    let reps = if rng.next() % 2 == 0 { 1 } else { 3 };
+    let reps = if rng.next().is_multiple_of(2) { 1 } else { 3 };
     let lambda = 1000.0 + 100_000.0 * rng.unit();
     let sigma = 0.3 * rng.unit();
     let kappa = 0.002 + 0.05 * rng.unit();
