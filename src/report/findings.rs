@@ -753,6 +753,70 @@ mod tests {
         }
     }
 
+    /// Two servers that each fill their one CPU: the CPU-per-request ratio is the throughput
+    /// ratio, and one sentence says why; a side whose generator saturated names no winner.
+    #[test]
+    fn coinciding_ratios_are_explained_and_a_saturated_side_names_no_winner() {
+        use crate::analyze::compare::spec::{parse_comparison, resolve};
+        use crate::record::observed::{Observation, PerRequest, TreeUsage};
+        let step = |target: &str, x: f64, rep: usize| {
+            let mut s = ok_step(4, x * (1.0 + 0.01 * rep as f64), 1000.0);
+            s.target = target.into();
+            s.rep = rep;
+            s.server_cpus = "0".into();
+            let obs = Observation {
+                window_s: 1.0,
+                server: Some(TreeUsage {
+                    user_s: 1.0,
+                    ..TreeUsage::default()
+                }),
+                ..Observation::default()
+            };
+            s.server = serde_json::to_value(obs).unwrap();
+            let mut per = PerRequest::default();
+            per.cpu_us_per_req.total = Some(1e6 / s.throughput_rps().unwrap());
+            if let serde_json::Value::Object(m) = serde_json::to_value(per).unwrap() {
+                s.derived.extend(m);
+            }
+            s
+        };
+        let steps: Vec<StepResult> = (0..3)
+            .flat_map(|r| [step("a", 2000.0, r), step("b", 1000.0, r)])
+            .collect();
+        let mut a = analyze(&steps, None);
+        for metric in ["throughput_rps", "cpu_us_per_req"] {
+            let spec: toml::Value =
+                toml::from_str(&format!("a = \"a\"\nb = \"b\"\nmetric = \"{metric}\"")).unwrap();
+            a.comparisons
+                .extend(resolve(&parse_comparison(&spec).unwrap(), &steps).unwrap());
+        }
+        let v = verdict_sentences(&a);
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert!(v[0].starts_with("a is faster than b: 2.00x ["), "{v:?}");
+        assert!(
+            v[2].contains(
+                "ratios of a/p at 4 clients against b/p at 4 clients are the same (2.00x)"
+            ) && v[2].contains("both servers fill their CPUs (100% and 100% busy)"),
+            "{v:?}"
+        );
+        // The same sentences close the Conclusions and stdout's lines.
+        let c = conclusions(&a);
+        assert!(v.iter().all(|x| c.contains(x)), "{c:?}");
+        let out = stdout_lines(&a);
+        assert!(out.contains(&format!("verdict: {}", v[2])), "{out:?}");
+        assert!(
+            out.iter().any(|l| l.starts_with("diagnosis: a/p ")),
+            "{out:?}"
+        );
+        // B's generator saturated: its step measured the client.
+        a.series[1].points[0].client_saturated = true;
+        let v = verdict_sentences(&a);
+        assert!(
+            v[0].contains("no winner: the load generator saturated during b's step"),
+            "{v:?}"
+        );
+    }
+
     #[test]
     fn names_are_escaped() {
         let mut step = ok_step(1, 100.0, 10_000.0);
