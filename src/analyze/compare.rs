@@ -61,7 +61,7 @@ impl Metric {
             Metric::P99 => Some(l.p99),
             Metric::P999 => Some(l.p999),
             Metric::Max => Some(l.max),
-            Metric::CpuUsPerReq => step.derived_f64(&["cpu_us_per_req", "total"]),
+            Metric::CpuUsPerReq => step.per_request().cpu_us_per_req.total,
         };
         value.filter(|v| v.is_finite())
     }

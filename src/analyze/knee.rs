@@ -14,6 +14,8 @@ pub const SENSITIVITY: f64 = 1.0;
 pub const SATURATION_FRACTION: f64 = 0.95;
 /// Server CPU utilisation (percent) below which a step still counts as not busy.
 pub const BUSY_CPU_PCT: f64 = 70.0;
+/// A level below this fraction of the maximum, past it, is a fall (retrograde throughput).
+pub const FALL_FRACTION: f64 = 0.9;
 
 /// The shape Kneedle looks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +86,9 @@ fn first_confirmed_maximum(diff: &[f64], threshold: f64) -> Option<usize> {
 /// The knees and limits of one series.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KneeSummary {
-    /// Load at the knee of throughput vs load (Kneedle); None when the curve has no bend.
+    /// Load at the knee of throughput vs load (Kneedle on the curve up to its maximum, so at
+    /// or before it); a curve that falls past its maximum without such a bend has its knee
+    /// at the maximum. None when the curve has no bend and no fall.
     pub throughput_knee: Option<f64>,
     /// Load at the knee of latency vs throughput (Kneedle on the lower envelope of latency).
     pub latency_knee: Option<f64>,
@@ -137,8 +141,14 @@ pub fn summarise(steps: &[Step]) -> Option<KneeSummary> {
     )?;
     // Profiled as "busy" against "saturated": the busy level must lie below the other.
     let below: Vec<(f64, f64)> = cpu.into_iter().filter(|p| p.0 < saturation).collect();
+    // A fall past the maximum is a bend however the rise before it looks (a rise of two
+    // points has no Kneedle knee).
+    let falls = steps[max_index + 1..]
+        .iter()
+        .any(|s| s.throughput < FALL_FRACTION * max_step.throughput);
+    let knee = kneedle(&rising, Shape::ConcaveIncreasing).map(|i| rising[i].0);
     Some(KneeSummary {
-        throughput_knee: kneedle(&rising, Shape::ConcaveIncreasing).map(|i| rising[i].0),
+        throughput_knee: knee.or(falls.then_some(max_step.load)),
         latency_knee: latency_knee(&steps),
         max_throughput: max_step.throughput,
         max_throughput_at: max_step.load,
@@ -298,6 +308,35 @@ mod tests {
         assert_eq!(busy_point(&cpu), Some(4.0));
         assert_eq!(busy_point(&cpu[..3]), Some(4.0));
         assert_eq!(busy_point(&[(1.0, 90.0)]), None);
+    }
+
+    #[test]
+    fn a_curve_that_falls_past_its_peak_has_its_knee_at_or_before_it() {
+        // A database's shape: the peak at 4 clients, 45% of it at 64; the rise before the
+        // peak is too short for Kneedle.
+        let steps: Vec<Step> = [(1.0, 500.0), (2.0, 900.0), (4.0, 1000.0), (8.0, 800.0)]
+            .into_iter()
+            .chain([(16.0, 700.0), (32.0, 600.0), (64.0, 450.0)])
+            .map(|(load, throughput)| Step {
+                load,
+                throughput,
+                ..Step::default()
+            })
+            .collect();
+        let k = summarise(&steps).unwrap();
+        assert_eq!(k.max_throughput_at, 4.0);
+        let knee = k.throughput_knee.expect("a knee");
+        assert!(knee <= 4.0, "knee {knee}");
+        // A dip of 5% past the peak is no fall: no knee is made up.
+        let flat: Vec<Step> = [(1.0, 100.0), (2.0, 200.0), (4.0, 300.0), (8.0, 290.0)]
+            .into_iter()
+            .map(|(load, throughput)| Step {
+                load,
+                throughput,
+                ..Step::default()
+            })
+            .collect();
+        assert_eq!(summarise(&flat).unwrap().throughput_knee, None);
     }
 
     #[test]

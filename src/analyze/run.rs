@@ -345,7 +345,7 @@ fn usl_caveat(fit: &UslFit, fitted: &[&StepResult]) -> Option<String> {
     }
     (!why.is_empty()).then(|| {
         format!(
-            "{}: the fit is not a finding, and what limits the series is not named",
+            "{}: the fit is not a finding and names no limit (the diagnosis does not quote it)",
             why.join(" and ")
         )
     })
@@ -394,36 +394,17 @@ fn load_point(reps: &[&StepResult]) -> Option<LoadPoint> {
     })
 }
 
-/// Server CPU in percent of its cpuset: the process tree's user + sys time over the window
-/// (either observer's layout), else the busy % of the server's CPUs.
+/// Server CPU in percent of its cpuset: the process tree's user + sys time over the window,
+/// else the busy % of the server's CPUs.
 pub fn server_cpu_pct(step: &StepResult) -> Option<f64> {
-    let s = &step.server;
-    let f = |path: &[&str]| {
-        let mut v = s;
-        for k in path {
-            v = v.get(k)?;
-        }
-        v.as_f64()
-    };
+    let obs = step.observation()?;
     let cpus = crate::cpuset::parse(&step.server_cpus).map_or(0, |c| c.len());
-    let cpu_s = f(&["server", "user_s"])
-        .zip(f(&["server", "sys_s"]))
-        .or_else(|| f(&["cpu_user_s"]).zip(f(&["cpu_sys_s"])))
-        .map(|(u, s)| u + s);
-    if let (Some(cpu_s), Some(window_s)) = (cpu_s, f(&["window_s"])) {
-        if window_s > 0.0 && cpus > 0 {
-            return Some(cpu_s / window_s / cpus as f64 * 100.0);
+    if let Some(tree) = &obs.server {
+        if obs.window_s > 0.0 && cpus > 0 {
+            return Some((tree.user_s + tree.sys_s) / obs.window_s / cpus as f64 * 100.0);
         }
     }
-    f(&["server_cpus_busy_pct"]).or_else(|| {
-        let busy: Vec<f64> = s
-            .get("per_core_busy")?
-            .as_array()?
-            .iter()
-            .filter_map(|v| v.as_f64())
-            .collect();
-        stats::summarize(&busy).map(|b| b.mean)
-    })
+    obs.server_cpus_busy_pct
 }
 
 fn usl_fit(steps: &[&StepResult], open_loop: bool) -> (Option<UslFit>, Option<String>) {
@@ -559,15 +540,31 @@ pub(crate) mod tests {
     use super::*;
 
     #[test]
-    fn server_cpu_from_either_layout() {
+    fn server_cpu_from_the_tree_else_the_cpus_busy() {
         let mut s = StepResult::empty("x".into(), "t", "p", 1, 0);
         s.server_cpus = "0-1".into();
-        s.server = serde_json::json!({"window_s": 2.0, "server": {"user_s": 1.0, "sys_s": 0.6}});
+        let tree = crate::record::observed::TreeUsage {
+            pid: 1,
+            processes: 1,
+            threads: 1,
+            user_s: 1.0,
+            sys_s: 0.6,
+            voluntary_cs: 0,
+            involuntary_cs: 0,
+            minor_faults: 0,
+            major_faults: 0,
+        };
+        let mut obs = crate::record::observed::Observation {
+            window_s: 2.0,
+            server: Some(tree),
+            server_cpus_busy_pct: Some(70.0),
+            ..Default::default()
+        };
+        s.server = serde_json::to_value(&obs).unwrap();
         assert!((server_cpu_pct(&s).unwrap() - 40.0).abs() < 1e-9);
-        s.server = serde_json::json!({"window_s": 2.0, "cpu_user_s": 2.0, "cpu_sys_s": 0.0});
-        assert!((server_cpu_pct(&s).unwrap() - 50.0).abs() < 1e-9);
-        s.server = serde_json::json!({"per_core_busy": [10.0, 30.0]});
-        assert!((server_cpu_pct(&s).unwrap() - 20.0).abs() < 1e-9);
+        obs.server = None;
+        s.server = serde_json::to_value(&obs).unwrap();
+        assert_eq!(server_cpu_pct(&s), Some(70.0));
         s.server = serde_json::Value::Null;
         assert_eq!(server_cpu_pct(&s), None);
     }

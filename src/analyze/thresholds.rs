@@ -74,8 +74,8 @@ impl ThresholdMetric {
             ThresholdMetric::P50Ms => load.latency_us.p50 / 1e3,
             ThresholdMetric::ThroughputRps => load.throughput_rps,
             ThresholdMetric::ErrorRatio => step.error_ratio(),
-            ThresholdMetric::CpuUsPerReq => step.derived_f64(&["cpu_us_per_req", "total"])?,
-            ThresholdMetric::CsPerReq => step.derived_f64(&["cs_per_req"])?,
+            ThresholdMetric::CpuUsPerReq => step.per_request().cpu_us_per_req.total?,
+            ThresholdMetric::CsPerReq => step.per_request().cs_per_req?,
         };
         v.is_finite().then_some(v)
     }

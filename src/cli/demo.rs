@@ -6,12 +6,10 @@
 //! whose noise test names a winner only beyond the run-to-run spread.
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-use crate::analyze::compare::show_p;
+use crate::analyze::compare::Metric;
+use crate::analyze::run::RunAnalysis;
 
 /// Requests in flight per connection: deep pipelining makes the generator cheap per request
 /// (measured with the servers' work on 2 CPUs: 0.6 µs at depth 64, 1.8 µs at depth 16, where
@@ -247,89 +245,27 @@ fn load_average_1min() -> Option<f64> {
         .ok()
 }
 
-/// The demo's conclusion from the run's analysis.json: one line per comparison, naming a
-/// winner only beyond noise and only when the compared steps measured the servers.
-pub fn verdict(dir: &Path, loaded: bool) -> Vec<String> {
-    let Ok(text) = std::fs::read_to_string(dir.join("analysis.json")) else {
-        return vec!["no analysis.json: no verdict".into()];
+/// What the demo adds to the run's verdicts (printed by the run itself, in the reports'
+/// words): that there was nothing to compare, or that the machine was busy while it measured.
+pub fn verdict(analysis: Option<&RunAnalysis>, loaded: bool) -> Vec<String> {
+    let Some(analysis) = analysis else {
+        return vec!["the run has no analysis: no verdict".into()];
     };
-    let analysis: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    let comparisons = analysis["comparisons"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    if comparisons.is_empty() {
+    if analysis.comparisons.is_empty() {
         return vec![
             "no comparison could be made (see notes in report.md): no winner named".into(),
         ];
     }
-    let saturated = client_saturated_keys(dir);
-    comparisons
+    let throughput = analysis
+        .comparisons
         .iter()
-        .map(|c| {
-            let line = verdict_line(c, &saturated);
-            if loaded && c["metric"] == "throughput_rps" {
-                // Each runnable thread gets its share of a busy CPU: the pool has two per core.
-                format!("{line} (on a loaded machine, where the pool's extra threads take more of the busy CPU)")
-            } else {
-                line
-            }
-        })
-        .collect()
-}
-
-fn verdict_line(c: &Value, saturated: &[(String, u64)]) -> String {
-    let metric = c["metric"].as_str().unwrap_or("?");
-    let clients = c["a"]["clients"].as_u64().unwrap_or(0);
-    let what = format!("{metric} at {clients} clients");
-    let sides = [&c["a"], &c["b"]];
-    if let Some(side) = sides.iter().find(|k| {
-        saturated.contains(&(
-            k["target"].as_str().unwrap_or("").to_string(),
-            k["clients"].as_u64().unwrap_or(0),
-        ))
-    }) {
-        return format!(
-            "{what}: no winner: the load generator saturated during {}'s step, which measured the client",
-            side["target"].as_str().unwrap_or("?")
-        );
+        .any(|c| c.metric == Metric::ThroughputRps);
+    if loaded && throughput {
+        // Each runnable thread gets its share of a busy CPU: the pool has two per core.
+        vec!["the machine was loaded while the demo measured: the pool's extra threads take more of a busy CPU, which favours it on throughput".into()]
+    } else {
+        Vec::new()
     }
-    let r = &c["relation"];
-    let speedup = r["speedup"].as_f64().unwrap_or(f64::NAN);
-    let p = r["p_value"]
-        .as_f64()
-        .map_or_else(String::new, |p| format!(", Welch's t-test {}", show_p(p)));
-    match r["verdict"].as_str().unwrap_or("") {
-        "within noise" => format!(
-            "{what}: reactor and pool are equal here ({speedup:.2}x is within the run-to-run spread{p})"
-        ),
-        "equal" => format!(
-            "{what}: reactor and pool are equal here ({speedup:.2}x is below the minimum effect{p})"
-        ),
-        "faster" => {
-            format!("{what}: reactor beats pool, {speedup:.2}x, beyond the run-to-run spread{p}")
-        }
-        "slower" => format!(
-            "{what}: pool beats reactor, {:.2}x, beyond the run-to-run spread{p}",
-            1.0 / speedup
-        ),
-        _ => format!("{what}: no winner named: without repetitions the spread is unknown"),
-    }
-}
-
-/// (target, clients) of every step whose generator saturated.
-fn client_saturated_keys(dir: &Path) -> Vec<(String, u64)> {
-    let text = std::fs::read_to_string(dir.join("steps.jsonl")).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|s| s["client_saturated"].as_bool() == Some(true))
-        .map(|s| {
-            (
-                s["target"].as_str().unwrap_or("").to_string(),
-                s["clients"].as_u64().unwrap_or(0),
-            )
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -357,30 +293,9 @@ mod tests {
     }
 
     #[test]
-    fn a_verdict_names_a_winner_only_beyond_noise_and_with_the_servers_measured() {
-        let c = |verdict: &str, speedup: f64| {
-            serde_json::json!({
-                "metric": "throughput_rps",
-                "a": {"target": "reactor", "clients": 8},
-                "b": {"target": "pool", "clients": 8},
-                "relation": {"speedup": speedup, "verdict": verdict, "p_value": 0.0123}
-            })
-        };
-        let line = verdict_line(&c("within noise", 1.2), &[]);
-        assert!(line.contains("equal here"), "{line}");
-        let line = verdict_line(&c("equal", 1.01), &[]);
-        assert!(
-            line.contains("equal here") && line.contains("minimum effect"),
-            "{line}"
-        );
-        let line = verdict_line(&c("faster", 1.5), &[]);
-        assert!(line.contains("reactor beats pool, 1.50x"), "{line}");
-        assert!(line.ends_with("Welch's t-test p = 0.012"), "{line}");
-        let line = verdict_line(&c("slower", 0.5), &[]);
-        assert!(line.contains("pool beats reactor, 2.00x"), "{line}");
-        let line = verdict_line(&c("no repetitions", 1.5), &[]);
-        assert!(line.contains("no winner named"), "{line}");
-        let line = verdict_line(&c("faster", 1.5), &[("pool".into(), 8)]);
-        assert!(line.contains("no winner"), "{line}");
+    fn the_demo_adds_to_the_verdicts_only_what_the_run_cannot_know() {
+        assert!(verdict(None, false)[0].contains("no verdict"));
+        let none = RunAnalysis::default();
+        assert!(verdict(Some(&none), false)[0].contains("no winner named"));
     }
 }

@@ -57,7 +57,7 @@ pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
     crate::report::write_all(&args.dir, &run)
         .with_context(|| format!("writing reports into {}", args.dir.display()))?;
     if let Some(analysis) = &run.analysis {
-        for line in crate::report::findings::peak_lines(analysis) {
+        for line in crate::report::findings::stdout_lines(analysis) {
             println!("{line}");
         }
     }

@@ -153,8 +153,9 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         ..Outputs::default()
     };
     let code = execute(&plan, &dest, false, &outputs)?;
-    for line in demo::verdict(&out, !settled.settled) {
-        println!("verdict: {line}");
+    let analysis = crate::analyze::run::analyze_run(&out).ok();
+    for line in demo::verdict(analysis.as_ref(), !settled.settled) {
+        println!("note: {line}");
     }
     Ok(code)
 }
@@ -233,7 +234,7 @@ fn print_summary(
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
     if let Some(analysis) = analysis {
-        for line in crate::report::findings::peak_lines(analysis) {
+        for line in crate::report::findings::stdout_lines(analysis) {
             writeln!(out, "{line}")?;
         }
         gates::print_thresholds(&analysis.thresholds, out)?;

@@ -143,7 +143,9 @@ pub struct BusiestThread {
 }
 
 /// A process tree's threads over a window, grouped by merged name.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+// Read back tolerantly: a field an older run lacks is absent, not the whole figure.
+#[serde(default)]
 pub struct ThreadUsage {
     /// One entry per merged name, busiest first.
     pub groups: Vec<ThreadGroup>,

@@ -24,65 +24,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
 use crate::machine::procfs::{self, CoreBusy, NetCounters};
 use crate::machine::threads::{self, ThreadUsage};
 
 pub use environment::{environment, Environment};
 pub use perf::PerfCounters;
 
-/// The server process tree's figures over the window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TreeUsage {
-    /// The tree's root process id.
-    pub pid: i32,
-    /// Processes in the tree at the end of the window (the root and its descendants).
-    pub processes: u64,
-    /// Threads in the tree at the end of the window.
-    pub threads: u64,
-    /// User CPU, in seconds (10 ms resolution: /proc counts clock ticks).
-    pub user_s: f64,
-    /// System CPU, in seconds (10 ms resolution).
-    pub sys_s: f64,
-    /// Voluntary context switches (a thread blocked), summed over threads alive at the end.
-    pub voluntary_cs: u64,
-    /// Involuntary context switches (a thread was preempted), summed over threads alive at the end.
-    pub involuntary_cs: u64,
-    /// Minor page faults (no disk read).
-    pub minor_faults: u64,
-    /// Major page faults (a disk read).
-    pub major_faults: u64,
-}
-
-/// Everything observed beside the load during one measured window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Observation {
-    /// Length of the observed window, in seconds.
-    pub window_s: f64,
-    /// The server's process tree (None when no server pid was given or it had ended).
-    pub server: Option<TreeUsage>,
-    /// The server tree's threads grouped by merged name: CPU, busiest thread, run-queue wait
-    /// (None when the tree was not observed at both ends).
-    #[serde(default)]
-    pub threads: Option<ThreadUsage>,
-    /// Busy % of each of the server's CPUs over the window (from /proc/stat).
-    pub server_cpus: Vec<CoreBusy>,
-    /// Busy % of each of the client's CPUs over the window (from /proc/stat).
-    pub client_cpus: Vec<CoreBusy>,
-    /// Mean busy % over the server's CPUs.
-    pub server_cpus_busy_pct: Option<f64>,
-    /// Mean busy % over the client's CPUs.
-    pub client_cpus_busy_pct: Option<f64>,
-    /// Loopback (`lo`) packets and bytes over the window (None when /proc/net/dev has no `lo`).
-    pub loopback: Option<NetCounters>,
-    /// `perf stat` counts of the server's tree; unavailable events are None, never 0.
-    pub perf: PerfCounters,
-    /// CPU the observers used, in seconds: this process while sampling plus perf's own CPU.
-    pub observer_cpu_s: f64,
-    /// What made a figure partial or unavailable.
-    pub notes: Vec<String>,
-}
+pub use crate::record::observed::{CpuUsPerReq, Observation, PerRequest, TreeUsage};
 
 /// Observes one measured window; see the module documentation.
 #[derive(Debug)]
@@ -364,48 +312,6 @@ pub fn thread_usage(
 ) -> ThreadUsage {
     let deltas = threads::task_deltas(&before.tasks, &after.tasks, procfs::ticks_per_s());
     threads::thread_usage(&deltas, window_s)
-}
-
-/// Figures per request, as seed 003's benchreport columns; None where an input is unavailable.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PerRequest {
-    /// Server CPU per request, in microseconds.
-    pub cpu_us_per_req: CpuUsPerReq,
-    /// Server context switches per request (perf's count, else /proc's voluntary + involuntary).
-    pub cs_per_req: Option<f64>,
-    /// Server voluntary context switches per request (a thread blocked; /proc).
-    #[serde(default)]
-    pub voluntary_cs_per_req: Option<f64>,
-    /// Server involuntary context switches per request (a thread was preempted; /proc).
-    #[serde(default)]
-    pub involuntary_cs_per_req: Option<f64>,
-    /// Time the server's threads spent runnable but waiting for a CPU, per request, in
-    /// microseconds (schedstat; None where the kernel has none).
-    #[serde(default)]
-    pub run_delay_us_per_req: Option<f64>,
-    /// Server CPU migrations per request (perf).
-    pub migr_per_req: Option<f64>,
-    /// Instructions per cycle.
-    pub ipc: Option<f64>,
-    /// Instructions per reference cycle (IPC without turbo's skew).
-    pub iprc: Option<f64>,
-    /// Stalled cycles per instruction (the larger of front-end and back-end stalls, as perf prints).
-    pub scpi: Option<f64>,
-    /// Last-level cache loads per request.
-    pub llc_loads_per_req: Option<f64>,
-    /// Loopback packets received per request.
-    pub pkts_per_req: Option<f64>,
-}
-
-/// Server CPU per request, in microseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct CpuUsPerReq {
-    /// User CPU per request, in microseconds.
-    pub user: Option<f64>,
-    /// System CPU per request, in microseconds.
-    pub sys: Option<f64>,
-    /// User + system CPU per request, in microseconds.
-    pub total: Option<f64>,
 }
 
 /// The per-request figures of an observation over `requests` completed requests.

@@ -10,8 +10,6 @@ use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 /// The software events, which work without a hardware PMU.
 pub const SOFTWARE_EVENTS: [&str; 4] = [
     "context-switches",
@@ -31,34 +29,7 @@ pub const HARDWARE_EVENTS: [&str; 7] = [
     "LLC-loads",
 ];
 
-/// The perf stat counts of the window; None where perf could not count the event.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PerfCounters {
-    /// Context switches (software event `context-switches`).
-    pub context_switches: Option<u64>,
-    /// Migrations between CPUs (software event `cpu-migrations`).
-    pub cpu_migrations: Option<u64>,
-    /// Page faults (software event `page-faults`).
-    pub page_faults: Option<u64>,
-    /// CPU time of the observed threads, in milliseconds (software event `task-clock`).
-    pub task_clock_ms: Option<f64>,
-    /// Core cycles (at the running frequency, turbo included).
-    pub cycles: Option<u64>,
-    /// Instructions retired.
-    pub instructions: Option<u64>,
-    /// Reference cycles (at the nominal frequency).
-    pub ref_cycles: Option<u64>,
-    /// Cycles the front end stalled.
-    pub stalled_cycles_frontend: Option<u64>,
-    /// Cycles the back end stalled.
-    pub stalled_cycles_backend: Option<u64>,
-    /// Branch mispredictions.
-    pub branch_misses: Option<u64>,
-    /// Last-level cache loads.
-    pub llc_loads: Option<u64>,
-    /// Why some or all events are unavailable (perf missing, not permitted, not supported).
-    pub note: Option<String>,
-}
+pub use crate::record::observed::PerfCounters;
 
 /// Parses `perf stat -x,` output. Lines of events perf could not count leave the field None
 /// and are named in `note`.

@@ -119,7 +119,10 @@ impl StepObserver for FullObserver {
             Ok(Value::Object(m)) => m,
             _ => Map::new(),
         };
-        derived.insert("observer_cpu_s".into(), json!(obs.observer_cpu_s));
+        derived.insert(
+            crate::record::steps::OBSERVER_CPU_S.into(),
+            json!(obs.observer_cpu_s),
+        );
         Observed {
             server: serde_json::to_value(&obs).unwrap_or(Value::Null),
             derived,

@@ -8,6 +8,7 @@
 pub mod hist_b64;
 pub mod hlog;
 pub mod load;
+pub mod observed;
 pub mod profiles;
 pub mod rundir;
 pub mod steps;

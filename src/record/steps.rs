@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::record::load::{LatencyUs, LoadReport};
+use crate::record::observed::{Observation, PerRequest};
 
 /// Version of the `steps.jsonl` layout.
 pub const STEPS_SCHEMA_VERSION: u32 = 1;
@@ -15,6 +16,9 @@ pub const STEPS_SCHEMA_VERSION: u32 = 1;
 /// The key of a step whose server-side figures were not observed (a server already running
 /// with no process to observe it by): the reason; those figures are null.
 pub const SERVER_NOT_OBSERVED: &str = "server_not_observed";
+
+/// The key of the observers' own CPU (seconds) among a step's top-level figures.
+pub const OBSERVER_CPU_S: &str = "observer_cpu_s";
 
 /// How a step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,14 +152,33 @@ impl StepResult {
         urls
     }
 
-    /// A derived figure by path, e.g. `["cpu_us_per_req", "total"]`.
-    pub fn derived_f64(&self, path: &[&str]) -> Option<f64> {
-        let (first, rest) = path.split_first()?;
-        let mut v = self.derived.get(*first)?;
-        for key in rest {
-            v = v.get(key)?;
+    /// The server's figures over the window, typed as the observer wrote them; None when
+    /// the step has none (not observed, a host that did not answer, nothing measured).
+    pub fn observation(&self) -> Option<Observation> {
+        if !self.server.is_object() {
+            return None;
         }
-        v.as_f64()
+        Observation::deserialize(&self.server).ok()
+    }
+
+    /// The per-request figures (CPU, context switches, run-queue wait per request, ...),
+    /// typed; each one None where it was not measured.
+    pub fn per_request(&self) -> PerRequest {
+        // Only the per-request keys: the rest of the top level is the load's and the step's.
+        let keys = match serde_json::to_value(PerRequest::default()) {
+            Ok(Value::Object(m)) => m.into_iter().map(|(k, _)| k).collect(),
+            _ => Vec::new(),
+        };
+        let figures: Map<String, Value> = keys
+            .into_iter()
+            .filter_map(|k| Some((k.clone(), self.derived.get(&k)?.clone())))
+            .collect();
+        PerRequest::deserialize(&Value::Object(figures)).unwrap_or_default()
+    }
+
+    /// CPU the observers used over the step, in seconds, if recorded.
+    pub fn observer_cpu_s(&self) -> Option<f64> {
+        self.derived.get(OBSERVER_CPU_S).and_then(Value::as_f64)
     }
 
     /// The JSON object of `steps.jsonl`.
@@ -343,6 +366,12 @@ pub fn parse_steps(text: &str) -> Result<Vec<StepResult>, (usize, String)> {
         }
     }
     Ok(steps)
+}
+
+/// A repetition as every output names it: "rep 0", "rep 1", ... (numbered from 0, as the
+/// step ids' `r0` and the `rep` field of steps.jsonl and analysis.json).
+pub fn rep_label(rep: usize) -> String {
+    format!("rep {rep}")
 }
 
 /// Seconds since the Unix epoch.

@@ -63,6 +63,7 @@ fn row(s: &StepResult) -> Vec<String> {
             .map_or(String::new(), |x| format!("{x:.3}"))
     };
     let l = s.load.as_ref();
+    let per = s.per_request();
     let lat = |f: fn(&crate::record::load::LatencyUs) -> f64| num(l.map(|l| f(&l.latency_us)));
     vec![
         s.id.clone(),
@@ -84,10 +85,10 @@ fn row(s: &StepResult) -> Vec<String> {
         lat(|x| x.p99),
         lat(|x| x.p999),
         lat(|x| x.max),
-        num(s.derived_f64(&["cpu_us_per_req", "user"])),
-        num(s.derived_f64(&["cpu_us_per_req", "sys"])),
-        num(s.derived_f64(&["cpu_us_per_req", "total"])),
-        num(s.derived_f64(&["cs_per_req"])),
+        num(per.cpu_us_per_req.user),
+        num(per.cpu_us_per_req.sys),
+        num(per.cpu_us_per_req.total),
+        num(per.cs_per_req),
         l.map_or(String::new(), |l| l.client_saturated.to_string()),
         s.server_cpus.clone(),
         s.client_cpus.clone(),

@@ -61,7 +61,8 @@ pub fn markdown(a: &RunAnalysis) -> String {
     out
 }
 
-/// `stairbench analyze DIR`'s output: per series, the sentence, its verdict and evidence.
+/// `stairbench analyze DIR`'s output: per series, the sentence, its limit, confidence and
+/// evidence; then the comparisons' verdicts as the reports word them.
 pub fn text(a: &RunAnalysis) -> String {
     let mut out = String::new();
     for d in &a.diagnosis {
@@ -69,6 +70,9 @@ pub fn text(a: &RunAnalysis) -> String {
         for e in &d.evidence {
             let _ = writeln!(out, "  - {}", evidence_text(e));
         }
+    }
+    for v in super::findings::verdict_sentences(a) {
+        let _ = writeln!(out, "verdict: {v}");
     }
     if out.is_empty() {
         out.push_str("no series: the run directory has no steps\n");
@@ -107,7 +111,8 @@ pub fn thread_charts(steps: &[StepResult], a: &RunAnalysis) -> Option<String> {
         let of_series: Vec<&StepResult> = steps
             .iter()
             .filter(|x| x.target == s.target && x.placement == s.placement)
-            .filter(|x| x.status == StepStatus::Ok && x.server.get("threads").is_some())
+            .filter(|x| x.status == StepStatus::Ok)
+            .filter(|x| x.observation().is_some_and(|o| o.threads.is_some()))
             .collect();
         if let Some(chart) = thread_chart(&s.target, &s.placement, &of_series) {
             let _ = write!(
@@ -169,19 +174,23 @@ fn thread_chart(target: &str, placement: &str, steps: &[&StepResult]) -> Option<
         title: format!("{target} · {placement}: server threads' CPU"),
         x_label: "clients (one bar per step)".into(),
         y_label: "% of one CPU".into(),
-        categories: steps.iter().map(|s| step_label(s)).collect(),
+        categories: steps
+            .iter()
+            .map(|s| step_label(s, steps.iter().any(|s| s.rep > 0)))
+            .collect(),
         layers,
         y_max: None,
     })
 }
 
-fn step_label(s: &StepResult) -> String {
+/// A bar's label: its load, and its repetition when the series has several.
+fn step_label(s: &StepResult, repeated: bool) -> String {
     let load = match s.rate_rps {
         Some(r) => format!("{}/s", svg::format_number(r)),
         None => s.clients.to_string(),
     };
-    if s.rep > 0 {
-        format!("{load} #{}", s.rep + 1)
+    if repeated {
+        format!("{load} {}", crate::record::steps::rep_label(s.rep))
     } else {
         load
     }
@@ -189,23 +198,10 @@ fn step_label(s: &StepResult) -> String {
 
 /// (merged thread name, % of one CPU) of a step's server threads.
 fn step_groups(s: &StepResult) -> Vec<(String, f64)> {
-    let Some(groups) = s
-        .server
-        .get("threads")
-        .and_then(|t| t.get("groups"))
-        .and_then(|g| g.as_array())
-    else {
-        return Vec::new();
-    };
-    groups
-        .iter()
-        .filter_map(|g| {
-            Some((
-                g.get("name")?.as_str()?.to_string(),
-                g.get("cpu_pct")?.as_f64()?,
-            ))
-        })
-        .collect()
+    s.observation()
+        .and_then(|o| o.threads)
+        .map(|t| t.groups.into_iter().map(|g| (g.name, g.cpu_pct)).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -258,8 +254,13 @@ mod tests {
         let step = |clients: usize, reactor: f64| {
             let mut s = StepResult::empty(format!("s{clients}"), "t", "p", clients, 0);
             s.status = StepStatus::Ok;
-            s.server = json!({"threads": {"groups": [
-                {"name": "reactor", "cpu_pct": reactor}, {"name": "main", "cpu_pct": 1.0}]}});
+            let group = |name: &str, cpu_pct: f64| {
+                json!({"name": name, "threads": 1, "cpu_pct": cpu_pct,
+                    "max_thread_cpu_pct": cpu_pct, "run_delay_pct": null,
+                    "voluntary_cs": 0, "involuntary_cs": 0})
+            };
+            s.server =
+                json!({"threads": {"groups": [group("reactor", reactor), group("main", 1.0)]}});
             s
         };
         let steps = [step(1, 40.0), step(2, 80.0)];
@@ -270,5 +271,11 @@ mod tests {
         assert_eq!(chart.layers[1], ("main".to_string(), vec![1.0, 1.0]));
         let none = [StepResult::empty("x".into(), "t", "p", 1, 0)];
         assert!(thread_chart("t", "p", &none.iter().collect::<Vec<_>>()).is_none());
+        // With repetitions, every bar names its own, numbered from 0 as everywhere.
+        let mut again = step(1, 40.0);
+        again.rep = 1;
+        let reps = [&steps[0], &again];
+        let chart = thread_chart("t", "p", &reps).unwrap();
+        assert_eq!(chart.categories, vec!["1 rep 0", "1 rep 1"]);
     }
 }

@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 
 use super::cell::escape;
 use super::compare::show_summary;
-use crate::analyze::compare::Metric;
+use crate::analyze::compare::{Metric, StepKey};
+use crate::analyze::diagnosis::BUSY_PCT;
 use crate::analyze::modes::Mode;
 use crate::analyze::run::peak::{self, Peak};
 use crate::analyze::run::{
@@ -19,7 +20,7 @@ use crate::analyze::stats;
 /// answers a reader wants first, in the order report.md and report.html show them.
 pub fn conclusions(a: &RunAnalysis) -> Vec<String> {
     let mut out: Vec<String> = a.series.iter().map(series_conclusion).collect();
-    out.extend(a.comparisons.iter().map(|c| c.sentence.clone()));
+    out.extend(verdict_sentences(a));
     let off = a
         .series
         .iter()
@@ -31,6 +32,97 @@ pub fn conclusions(a: &RunAnalysis) -> Vec<String> {
             "Little's law is more than 10% off at {off} step(s): the latency is not what the requests in flight explain there (see its table)."
         ));
     }
+    out
+}
+
+/// The comparisons' sentences as every output gives them (stdout, report.md, report.html):
+/// each one's ratio with its interval and the test's reason, no winner where a side's step
+/// measured a saturated load generator, then why two ratios coincide where they do.
+pub fn verdict_sentences(a: &RunAnalysis) -> Vec<String> {
+    let mut out: Vec<String> = a
+        .comparisons
+        .iter()
+        .map(|c| match [&c.a, &c.b].into_iter().find(|k| saturated(a, k)) {
+            Some(k) => format!(
+                "{} against {} ({}): no winner: the load generator saturated during {}'s step, which measured the client, not the server ({:.2}x is the clients' ratio)",
+                c.a.label(),
+                c.b.label(),
+                c.metric.name(),
+                k.target,
+                c.relation.speedup
+            ),
+            None => c.sentence.clone(),
+        })
+        .collect();
+    out.extend(coinciding_ratios(a));
+    out
+}
+
+/// The load level a comparison's side stands on.
+fn point_of<'a>(a: &'a RunAnalysis, k: &StepKey) -> Option<&'a LoadPoint> {
+    a.series
+        .iter()
+        .find(|s| s.target == k.target && s.placement == k.placement)?
+        .points
+        .iter()
+        .find(|p| p.clients == k.clients && p.rate_rps.map(|r| r.round() as u64) == k.rate_rps)
+}
+
+fn saturated(a: &RunAnalysis, k: &StepKey) -> bool {
+    point_of(a, k).is_some_and(|p| p.client_saturated)
+}
+
+/// Why the throughput ratio and the CPU-per-request ratio of the same two steps are the same
+/// figure, where they are: CPU per request is CPU time over requests, so the two ratios agree
+/// exactly when both servers spent the same share of their CPUs (both full, typically).
+fn coinciding_ratios(a: &RunAnalysis) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, x) in a.comparisons.iter().enumerate() {
+        for y in &a.comparisons[i + 1..] {
+            let metrics = [x.metric, y.metric];
+            let pair =
+                metrics.contains(&Metric::ThroughputRps) && metrics.contains(&Metric::CpuUsPerReq);
+            let shown = |c: &crate::analyze::compare::spec::ComparisonOutcome| {
+                format!("{:.2}", c.relation.speedup)
+            };
+            if !pair || x.a != y.a || x.b != y.b || shown(x) != shown(y) {
+                continue;
+            }
+            let cpu = |k: &StepKey| point_of(a, k).and_then(|p| p.server_cpu_pct);
+            let why = match (cpu(&x.a), cpu(&x.b)) {
+                (Some(pa), Some(pb)) if pa.min(pb) >= BUSY_PCT => format!(
+                    "both servers fill their CPUs ({pa:.0}% and {pb:.0}% busy), so each spends the same CPU time per second and its CPU per request is that time over its throughput"
+                ),
+                (Some(pa), Some(pb)) => format!(
+                    "both servers used about the same share of their CPUs ({pa:.0}% and {pb:.0}%), and CPU per request is CPU time over throughput"
+                ),
+                _ => "CPU per request is CPU time over throughput, and both servers spent about the same CPU time per second".to_string(),
+            };
+            out.push(format!(
+                "The throughput and CPU-per-request ratios of {} against {} are the same ({}x) because {why}: the second follows from the first and is not a separate finding.",
+                x.a.label(),
+                x.b.label(),
+                shown(x)
+            ));
+        }
+    }
+    out
+}
+
+/// What stdout prints after a run, in the reports' words: each series' peak line, then each
+/// diagnosis sentence, then the verdicts.
+pub fn stdout_lines(a: &RunAnalysis) -> Vec<String> {
+    let mut out = peak_lines(a);
+    out.extend(
+        a.diagnosis
+            .iter()
+            .map(|d| format!("diagnosis: {}", d.sentence)),
+    );
+    out.extend(
+        verdict_sentences(a)
+            .into_iter()
+            .map(|v| format!("verdict: {v}")),
+    );
     out
 }
 
@@ -49,6 +141,9 @@ fn series_conclusion(s: &SeriesAnalysis) -> String {
     );
     if let Some(e) = s.peak.exclusions() {
         text.push_str(&format!(" ({e})"));
+    }
+    if let Some(n) = s.peak.noise_text() {
+        text.push_str(&format!("; {n}"));
     }
     text.push('.');
     match (&s.usl, &s.usl_caveat) {
@@ -658,6 +753,70 @@ mod tests {
         }
     }
 
+    /// Two servers that each fill their one CPU: the CPU-per-request ratio is the throughput
+    /// ratio, and one sentence says why; a side whose generator saturated names no winner.
+    #[test]
+    fn coinciding_ratios_are_explained_and_a_saturated_side_names_no_winner() {
+        use crate::analyze::compare::spec::{parse_comparison, resolve};
+        use crate::record::observed::{Observation, PerRequest, TreeUsage};
+        let step = |target: &str, x: f64, rep: usize| {
+            let mut s = ok_step(4, x * (1.0 + 0.01 * rep as f64), 1000.0);
+            s.target = target.into();
+            s.rep = rep;
+            s.server_cpus = "0".into();
+            let obs = Observation {
+                window_s: 1.0,
+                server: Some(TreeUsage {
+                    user_s: 1.0,
+                    ..TreeUsage::default()
+                }),
+                ..Observation::default()
+            };
+            s.server = serde_json::to_value(obs).unwrap();
+            let mut per = PerRequest::default();
+            per.cpu_us_per_req.total = Some(1e6 / s.throughput_rps().unwrap());
+            if let serde_json::Value::Object(m) = serde_json::to_value(per).unwrap() {
+                s.derived.extend(m);
+            }
+            s
+        };
+        let steps: Vec<StepResult> = (0..3)
+            .flat_map(|r| [step("a", 2000.0, r), step("b", 1000.0, r)])
+            .collect();
+        let mut a = analyze(&steps, None);
+        for metric in ["throughput_rps", "cpu_us_per_req"] {
+            let spec: toml::Value =
+                toml::from_str(&format!("a = \"a\"\nb = \"b\"\nmetric = \"{metric}\"")).unwrap();
+            a.comparisons
+                .extend(resolve(&parse_comparison(&spec).unwrap(), &steps).unwrap());
+        }
+        let v = verdict_sentences(&a);
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert!(v[0].starts_with("a is faster than b: 2.00x ["), "{v:?}");
+        assert!(
+            v[2].contains(
+                "ratios of a/p at 4 clients against b/p at 4 clients are the same (2.00x)"
+            ) && v[2].contains("both servers fill their CPUs (100% and 100% busy)"),
+            "{v:?}"
+        );
+        // The same sentences close the Conclusions and stdout's lines.
+        let c = conclusions(&a);
+        assert!(v.iter().all(|x| c.contains(x)), "{c:?}");
+        let out = stdout_lines(&a);
+        assert!(out.contains(&format!("verdict: {}", v[2])), "{out:?}");
+        assert!(
+            out.iter().any(|l| l.starts_with("diagnosis: a/p ")),
+            "{out:?}"
+        );
+        // B's generator saturated: its step measured the client.
+        a.series[1].points[0].client_saturated = true;
+        let v = verdict_sentences(&a);
+        assert!(
+            v[0].contains("no winner: the load generator saturated during b's step"),
+            "{v:?}"
+        );
+    }
+
     #[test]
     fn names_are_escaped() {
         let mut step = ok_step(1, 100.0, 10_000.0);
@@ -671,3 +830,7 @@ mod tests {
         assert!(!md.contains("<script>"));
     }
 }
+
+#[cfg(test)]
+#[path = "findings_props.rs"]
+mod props;

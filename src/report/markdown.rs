@@ -98,13 +98,10 @@ fn not_observed(out: &mut String, steps: &[StepResult]) {
 
 /// What stairbench's own observers cost, so it can be weighed against the figures.
 fn observer_cost(out: &mut String, steps: &[StepResult]) {
-    let cpu_s: f64 = steps
-        .iter()
-        .filter_map(|s| s.derived_f64(&["observer_cpu_s"]))
-        .sum();
+    let cpu_s: f64 = steps.iter().filter_map(StepResult::observer_cpu_s).sum();
     let window_s: f64 = steps
         .iter()
-        .filter(|s| s.derived.contains_key("observer_cpu_s"))
+        .filter(|s| s.observer_cpu_s().is_some())
         .filter_map(|s| s.load.as_ref().map(|l| l.duration_s))
         .sum();
     if window_s > 0.0 {
@@ -224,8 +221,8 @@ fn results_table(out: &mut String, steps: &[StepResult]) {
             f(l.map(|l| l.latency_us.mean), 1),
             f(l.map(|l| l.latency_us.p50), 1),
             f(l.map(|l| l.latency_us.p99), 1),
-            server_cell(s, f(s.derived_f64(&["cpu_us_per_req", "total"]), 2)),
-            server_cell(s, f(s.derived_f64(&["cs_per_req"]), 3)),
+            server_cell(s, f(s.per_request().cpu_us_per_req.total, 2)),
+            server_cell(s, f(s.per_request().cs_per_req, 3)),
             l.map_or("–", |l| if l.client_saturated { "yes" } else { "no" }),
             server_cell(s, s.server_cpus.clone()),
             s.client_cpus,

@@ -114,9 +114,21 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
     .unwrap();
     assert!(sentence.is_match(&report), "{report}");
     assert!(
-        stdout.contains("verdict: throughput_rps at 8 clients: "),
+        stdout.contains("verdict: throughput at 8 clients: reactor is "),
         "{stdout}"
     );
+    // stdout's diagnosis and verdict sentences are the reports' own, word for word.
+    let said: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("diagnosis: ")
+                .or_else(|| l.strip_prefix("verdict: "))
+        })
+        .collect();
+    assert!(said.len() >= 4, "{stdout}");
+    for sentence in said {
+        assert!(report.contains(sentence), "not in report.md: {sentence}");
+    }
     assert!(stdout.contains("the demo started with CPUs "), "{stdout}");
     let notes = std::fs::read_to_string(out_dir.join("notes.txt")).unwrap();
     assert!(notes.starts_with("the demo started with CPUs "), "{notes}");

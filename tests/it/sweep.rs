@@ -685,7 +685,7 @@ fn a_short_real_sweep_against_the_built_in_server() {
 /// means a process or a window was measured wrongly. Loose, as the machine may be loaded.
 #[track_caller]
 fn assert_server_cpu_near_clients(s: &StepResult) {
-    let server_us = s.derived_f64(&["cpu_us_per_req", "total"]).unwrap();
+    let server_us = s.per_request().cpu_us_per_req.total.unwrap();
     let load = s.load.as_ref().unwrap();
     let client_us =
         (load.client_cpu.user_s + load.client_cpu.sys_s) * 1e6 / load.requests.max(1) as f64;

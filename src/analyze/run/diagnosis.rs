@@ -7,7 +7,9 @@
 
 use serde::Serialize;
 
+use super::peak::{level_within_noise, levels_text, NOISE_FRACTION};
 use super::{LittleRow, LoadPoint, SeriesAnalysis};
+use crate::record::observed::{Observation, PerRequest};
 use crate::record::steps::StepResult;
 
 /// A cpuset at least this busy (percent) has no room left.
@@ -25,8 +27,9 @@ pub const RUN_DELAY_GROWTH: f64 = 1.5;
 pub const WAITING_PER_CPU: f64 = 1.0;
 /// USL σ above this is "clearly above zero".
 pub const SIGMA_CLEAR: f64 = 0.03;
-/// Throughput below this fraction of the peak after it has fallen.
-pub const RETROGRADE_FRACTION: f64 = 0.9;
+/// Throughput below this fraction of the peak after it has fallen (the knee's definition of
+/// a fall, so a series the coherency rule reads as falling always has a knee).
+pub const RETROGRADE_FRACTION: f64 = crate::analyze::knee::FALL_FRACTION;
 
 /// What a series ran into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -138,7 +141,7 @@ pub fn diagnose_with_profile(
     let knee = series.knee.as_ref().and_then(|k| k.throughput_knee);
     let knee_index = knee.and_then(|k| series.points.iter().position(|p| load_of(p) >= k));
     let name = format!("{}/{}", series.target, series.placement);
-    let Some(top) = levels.last() else {
+    if levels.is_empty() {
         return Diagnosis {
             target: series.target.clone(),
             placement: series.placement.clone(),
@@ -153,7 +156,7 @@ pub fn diagnose_with_profile(
             }],
             sentence: format!("{name}: no step measured anything, so nothing can be said."),
         };
-    };
+    }
     let ctx = Ctx {
         levels: &levels,
         from: knee_index.unwrap_or(levels.len() - 1),
@@ -170,14 +173,7 @@ pub fn diagnose_with_profile(
     };
     let found = rules.iter().find_map(|rule| rule(&ctx));
     let knee_clients = knee_index.map(|i| levels[i].clients);
-    let opening = match knee_clients {
-        Some(k) => format!("{name} stops scaling at {k} clients"),
-        None => format!(
-            "{name} shows no knee up to {} clients (throughput {})",
-            top.clients,
-            rps(top.throughput_rps)
-        ),
-    };
+    let opening = opening(&name, series, &levels, knee_index);
     let (limit, mut confidence, mut evidence, because) = match found {
         Some(f) => (f.limit, f.confidence, f.evidence, f.because),
         None => match unobserved {
@@ -204,6 +200,65 @@ pub fn diagnose_with_profile(
         confidence,
         evidence,
         sentence: format!("{opening}: {because}."),
+    }
+}
+
+/// The diagnosis' first words: where the series stops scaling, with the levels that are level
+/// within noise named (so "stops scaling at 2" never hides that 16 measured the same), or
+/// where it bends when it still grows beyond the noise past its knee.
+fn opening(name: &str, series: &SeriesAnalysis, levels: &[Level], knee: Option<usize>) -> String {
+    let top = &levels[levels.len() - 1];
+    let Some(peak) = series.peak.throughput_rps else {
+        return format!("{name} shows no knee up to {} clients", top.clients);
+    };
+    let from = knee.map_or(0, |i| levels[i].clients);
+    let flat: Vec<&Level> = levels
+        .iter()
+        .filter(|l| !l.client_saturated && l.clients >= from)
+        .filter(|l| level_within_noise(l.throughput_rps, peak, peak))
+        .collect();
+    let flat_text = (flat.len() >= 2).then(|| {
+        let labels: Vec<String> = flat.iter().map(|l| l.clients.to_string()).collect();
+        let low = flat
+            .iter()
+            .map(|l| l.throughput_rps)
+            .fold(f64::INFINITY, f64::min);
+        format!(
+            "throughput is level within noise ({:.0}% of the peak) at {}, between {} and {}",
+            NOISE_FRACTION * 100.0,
+            levels_text(&labels),
+            rps(low),
+            rps(peak)
+        )
+    });
+    let Some(i) = knee else {
+        let mut text = format!("{name} shows no knee up to {} clients", top.clients);
+        match flat_text {
+            Some(f) => text.push_str(&format!(" ({f})")),
+            None => text.push_str(&format!(" (throughput {})", rps(top.throughput_rps))),
+        }
+        return text;
+    };
+    let k = &levels[i];
+    if !level_within_noise(k.throughput_rps, peak, peak) {
+        let at = series.peak.clients.unwrap_or(top.clients);
+        let more_pct = 100.0 * (peak / k.throughput_rps - 1.0);
+        // Beyond the noise but little: the knee is where it nearly stops.
+        return if more_pct < 100.0 * FLAT_GROWTH {
+            format!(
+                "{name} stops scaling near {} clients (it bends there and gains {more_pct:.0}% more up to its peak at {at} clients)",
+                k.clients
+            )
+        } else {
+            format!(
+                "{name} bends at {} clients and still grows {more_pct:.0}% up to its peak at {at} clients",
+                k.clients
+            )
+        };
+    }
+    match flat_text {
+        Some(f) => format!("{name} stops scaling at {} clients ({f})", k.clients),
+        None => format!("{name} stops scaling at {} clients", k.clients),
     }
 }
 
@@ -398,7 +453,12 @@ fn coherency(c: &Ctx) -> Option<Found> {
             "after the peak",
         ),
     ];
-    let usl = c.series.usl.as_ref().filter(|u| u.kappa > 0.0);
+    // A fit the reports call not a finding is not quoted as evidence.
+    let usl = c
+        .series
+        .usl
+        .as_ref()
+        .filter(|u| u.kappa > 0.0 && c.series.usl_caveat.is_none());
     let mut because = format!(
         "throughput falls from {} at {} clients to {} at {}",
         rps(peak.throughput_rps),
@@ -422,7 +482,7 @@ fn coherency(c: &Ctx) -> Option<Found> {
     }
     Some(Found {
         limit: Limit::Coherency,
-        confidence: if usl.is_some() && c.series.usl_caveat.is_none() {
+        confidence: if usl.is_some() {
             Confidence::High
         } else {
             Confidence::Medium
@@ -640,6 +700,7 @@ fn contention(c: &Ctx) -> Option<Found> {
         .series
         .usl
         .as_ref()
+        .filter(|_| c.series.usl_caveat.is_none())
         .map(|u| u.sigma)
         .filter(|&s| s > SIGMA_CLEAR);
     // Supporting evidence only: the profile's lock share grew between its two levels.
@@ -666,7 +727,7 @@ fn contention(c: &Ctx) -> Option<Found> {
     }
     Some(Found {
         limit: Limit::Contention,
-        confidence: if (sigma.is_some() && c.series.usl_caveat.is_none()) || locks.is_some() {
+        confidence: if sigma.is_some() || locks.is_some() {
             Confidence::High
         } else {
             Confidence::Medium
@@ -849,16 +910,20 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
     let little_mean = |f: fn(&LittleRow) -> f64| {
         (!little.is_empty()).then(|| little.iter().map(|r| f(r)).sum::<f64>() / little.len() as f64)
     };
-    let busiest = reps
+    let observed: Vec<Observation> = reps.iter().filter_map(|s| s.observation()).collect();
+    let per_request: Vec<PerRequest> = reps.iter().map(|s| s.per_request()).collect();
+    let busiest = observed
         .iter()
-        .filter_map(|s| {
-            let b = s.server.get("threads")?.get("busiest")?;
-            Some((
-                b.get("name")?.as_str()?.to_string(),
-                b.get("cpu_pct")?.as_f64()?,
-            ))
+        .filter_map(|o| {
+            let b = o.threads.as_ref()?.busiest.as_ref()?;
+            Some((b.name.clone(), b.cpu_pct))
         })
         .max_by(|a, b| a.1.total_cmp(&b.1));
+    let mean_of = |v: Vec<Option<f64>>| {
+        let v: Vec<f64> = v.into_iter().flatten().filter(|x| x.is_finite()).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let per = |f: fn(&PerRequest) -> Option<f64>| mean_of(per_request.iter().map(f).collect());
     let separate = reps.first().is_some_and(|s| {
         let server = crate::cpuset::parse(&s.server_cpus).unwrap_or_default();
         let client = crate::cpuset::parse(&s.client_cpus).unwrap_or_default();
@@ -881,10 +946,15 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
         },
         client_busiest_pct: mean(&|s| s.load.as_ref()?.client_cpu.busiest_thread_pct),
         client_run_delay_pct: mean(&|s| s.load.as_ref()?.client_cpu.run_delay_pct),
-        cpu_us_per_req: mean(&|s| s.derived_f64(&["cpu_us_per_req", "total"])),
-        voluntary_cs_per_req: mean(&|s| s.derived_f64(&["voluntary_cs_per_req"])),
-        run_delay_us_per_req: mean(&|s| s.derived_f64(&["run_delay_us_per_req"])),
-        run_delay_pct: mean(&|s| s.server.get("threads")?.get("run_delay_pct")?.as_f64()),
+        cpu_us_per_req: per(|p| p.cpu_us_per_req.total),
+        voluntary_cs_per_req: per(|p| p.voluntary_cs_per_req),
+        run_delay_us_per_req: per(|p| p.run_delay_us_per_req),
+        run_delay_pct: mean_of(
+            observed
+                .iter()
+                .map(|o| o.threads.as_ref()?.run_delay_pct)
+                .collect(),
+        ),
         busiest,
         little_ratio: little_mean(|r| r.check.ratio),
         inflight: little_mean(|r| r.check.inflight),

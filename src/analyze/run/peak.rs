@@ -25,6 +25,20 @@ pub struct Peak {
     pub excluded_client_saturated: Vec<String>,
     /// Load levels left out because too many of their requests failed (status `errors`).
     pub excluded_errors: Vec<String>,
+    /// The server-limited load levels whose mean throughput is within noise of the peak's
+    /// (within [`NOISE_FRACTION`] of it), the peak's own included, in load order: with two or
+    /// more, which of them is highest is not a finding.
+    pub within_noise: Vec<String>,
+}
+
+/// Two load levels whose mean throughputs differ by less than this fraction of the peak are
+/// level within noise: the run-to-run spread (coefficient of variation) at which a level is
+/// called noisy.
+pub const NOISE_FRACTION: f64 = crate::analyze::stats::AUTO_CV_TARGET;
+
+/// Whether two mean throughputs are level within noise, against the series' peak.
+pub fn level_within_noise(a_rps: f64, b_rps: f64, peak_rps: f64) -> bool {
+    (a_rps - b_rps).abs() <= NOISE_FRACTION * peak_rps
 }
 
 /// "1 client", "8 clients".
@@ -61,6 +75,20 @@ pub fn peak(points: &[LoadPoint], errors: Vec<String>) -> Peak {
             .map(|p| super::load_label(p.clients, p.rate_rps))
             .collect(),
         excluded_errors: errors,
+        within_noise: best.map_or_else(Vec::new, |b| {
+            points
+                .iter()
+                .filter(|p| !p.client_saturated)
+                .filter(|p| {
+                    level_within_noise(
+                        p.throughput_rps.mean,
+                        b.throughput_rps.mean,
+                        b.throughput_rps.mean,
+                    )
+                })
+                .map(|p| super::load_label(p.clients, p.rate_rps))
+                .collect()
+        }),
     }
 }
 
@@ -92,17 +120,33 @@ impl Peak {
         (!parts.is_empty()).then(|| format!("left out: {}", parts.join("; ")))
     }
 
+    /// With two or more levels within noise of the peak, those levels in words ("2 to 32
+    /// clients are level with it within noise (3% of the peak)"), else None.
+    pub fn noise_text(&self) -> Option<String> {
+        (self.within_noise.len() >= 2).then(|| {
+            format!(
+                "{} are level with it within noise ({:.0}% of the peak), so which of them is highest is not a finding",
+                levels_text(&self.within_noise),
+                NOISE_FRACTION * 100.0
+            )
+        })
+    }
+
     /// The headline and the exclusions in one sentence fragment.
     pub fn sentence(&self) -> String {
-        match self.exclusions() {
+        let mut text = match self.exclusions() {
             Some(e) => format!("{} ({e})", self.headline()),
             None => self.headline(),
+        };
+        if let Some(n) = self.noise_text() {
+            text.push_str(&format!("; {n}"));
         }
+        text
     }
 }
 
 /// Load-level labels in words: "16, 64 clients", "1 client", or open-loop labels as they are.
-fn levels_text(labels: &[String]) -> String {
+pub fn levels_text(labels: &[String]) -> String {
     let joined = labels.join(", ");
     if labels.iter().any(|l| l.contains('@')) {
         joined

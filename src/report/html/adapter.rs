@@ -348,7 +348,8 @@ fn step_label(s: &Value) -> String {
         label.push_str(&format!(" at {rate:.0} req/s offered"));
     }
     if rep > 0 {
-        label.push_str(&format!(" (repetition {})", rep + 1));
+        let rep = crate::record::steps::rep_label(rep as usize);
+        label.push_str(&format!(" ({rep})"));
     }
     label
 }

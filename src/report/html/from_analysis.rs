@@ -3,6 +3,7 @@
 
 use super::{Point, Series, UslCurve};
 use crate::analyze::run::{LoadPoint, RunAnalysis, SeriesAnalysis};
+use crate::record::observed::CpuUsPerReq;
 use crate::record::steps::{StepResult, StepStatus};
 
 /// The page's series: one point per load level of the analysis (an open-loop series one per
@@ -32,8 +33,11 @@ pub fn series(a: &RunAnalysis, steps: &[StepResult], spec: Option<&toml::Table>)
 }
 
 fn point(p: &LoadPoint, reps: &[&StepResult]) -> Point {
-    let mean = |path: &[&str]| -> Option<f64> {
-        let v: Vec<f64> = reps.iter().filter_map(|s| s.derived_f64(path)).collect();
+    let mean = |f: fn(&CpuUsPerReq) -> Option<f64>| -> Option<f64> {
+        let v: Vec<f64> = reps
+            .iter()
+            .filter_map(|s| f(&s.per_request().cpu_us_per_req))
+            .collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
     // One repetition without a histogram: its own median is the level's.
@@ -47,8 +51,8 @@ fn point(p: &LoadPoint, reps: &[&StepResult]) -> Point {
         throughput_rps: p.throughput_rps.mean,
         p50_us: p.p50_us().or(single_p50).unwrap_or(f64::NAN),
         p99_us: p.p99_us().unwrap_or(f64::NAN),
-        cpu_us_per_req_user: mean(&["cpu_us_per_req", "user"]),
-        cpu_us_per_req_sys: mean(&["cpu_us_per_req", "sys"]),
+        cpu_us_per_req_user: mean(|c| c.user),
+        cpu_us_per_req_sys: mean(|c| c.sys),
         client_saturated: p.client_saturated,
     }
 }

@@ -1,0 +1,290 @@
+//! The figures observed beside the load, as a step records them (`server` and the per-request
+//! figures of `steps.jsonl`): the types the observers write and the analysis and reports read,
+//! so a field renamed on one side is a compile error on the other, never a figure silently
+//! missing. `observe` fills them; `schema/steps.schema.json` declares them (a test checks
+//! the two agree).
+
+use serde::{Deserialize, Serialize};
+
+use crate::machine::procfs::{CoreBusy, NetCounters};
+use crate::machine::threads::ThreadUsage;
+
+/// The server process tree's figures over the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+// Read back tolerantly, as Observation.
+#[serde(default)]
+pub struct TreeUsage {
+    /// The tree's root process id.
+    pub pid: i32,
+    /// Processes in the tree at the end of the window (the root and its descendants).
+    pub processes: u64,
+    /// Threads in the tree at the end of the window.
+    pub threads: u64,
+    /// User CPU, in seconds (10 ms resolution: /proc counts clock ticks).
+    pub user_s: f64,
+    /// System CPU, in seconds (10 ms resolution).
+    pub sys_s: f64,
+    /// Voluntary context switches (a thread blocked), summed over threads alive at the end.
+    pub voluntary_cs: u64,
+    /// Involuntary context switches (a thread was preempted), summed over threads alive at the end.
+    pub involuntary_cs: u64,
+    /// Minor page faults (no disk read).
+    pub minor_faults: u64,
+    /// Major page faults (a disk read).
+    pub major_faults: u64,
+}
+
+/// Everything observed beside the load during one measured window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+// Read back tolerantly (an older run, a host that answered part): a field it lacks is absent.
+#[serde(default)]
+pub struct Observation {
+    /// Length of the observed window, in seconds.
+    pub window_s: f64,
+    /// The server's process tree (None when no server pid was given or it had ended).
+    pub server: Option<TreeUsage>,
+    /// The server tree's threads grouped by merged name: CPU, busiest thread, run-queue wait
+    /// (None when the tree was not observed at both ends).
+    #[serde(default)]
+    pub threads: Option<ThreadUsage>,
+    /// Busy % of each of the server's CPUs over the window (from /proc/stat).
+    pub server_cpus: Vec<CoreBusy>,
+    /// Busy % of each of the client's CPUs over the window (from /proc/stat).
+    pub client_cpus: Vec<CoreBusy>,
+    /// Mean busy % over the server's CPUs.
+    pub server_cpus_busy_pct: Option<f64>,
+    /// Mean busy % over the client's CPUs.
+    pub client_cpus_busy_pct: Option<f64>,
+    /// Loopback (`lo`) packets and bytes over the window (None when /proc/net/dev has no `lo`).
+    pub loopback: Option<NetCounters>,
+    /// `perf stat` counts of the server's tree; unavailable events are None, never 0.
+    pub perf: PerfCounters,
+    /// CPU the observers used, in seconds: this process while sampling plus perf's own CPU.
+    pub observer_cpu_s: f64,
+    /// What made a figure partial or unavailable.
+    pub notes: Vec<String>,
+}
+
+/// The perf stat counts of the window; None where perf could not count the event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PerfCounters {
+    /// Context switches (software event `context-switches`).
+    pub context_switches: Option<u64>,
+    /// Migrations between CPUs (software event `cpu-migrations`).
+    pub cpu_migrations: Option<u64>,
+    /// Page faults (software event `page-faults`).
+    pub page_faults: Option<u64>,
+    /// CPU time of the observed threads, in milliseconds (software event `task-clock`).
+    pub task_clock_ms: Option<f64>,
+    /// Core cycles (at the running frequency, turbo included).
+    pub cycles: Option<u64>,
+    /// Instructions retired.
+    pub instructions: Option<u64>,
+    /// Reference cycles (at the nominal frequency).
+    pub ref_cycles: Option<u64>,
+    /// Cycles the front end stalled.
+    pub stalled_cycles_frontend: Option<u64>,
+    /// Cycles the back end stalled.
+    pub stalled_cycles_backend: Option<u64>,
+    /// Branch mispredictions.
+    pub branch_misses: Option<u64>,
+    /// Last-level cache loads.
+    pub llc_loads: Option<u64>,
+    /// Why some or all events are unavailable (perf missing, not permitted, not supported).
+    pub note: Option<String>,
+}
+
+/// Figures per request, as seed 003's benchreport columns; None where an input is unavailable.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PerRequest {
+    /// Server CPU per request, in microseconds.
+    pub cpu_us_per_req: CpuUsPerReq,
+    /// Server context switches per request (perf's count, else /proc's voluntary + involuntary).
+    pub cs_per_req: Option<f64>,
+    /// Server voluntary context switches per request (a thread blocked; /proc).
+    #[serde(default)]
+    pub voluntary_cs_per_req: Option<f64>,
+    /// Server involuntary context switches per request (a thread was preempted; /proc).
+    #[serde(default)]
+    pub involuntary_cs_per_req: Option<f64>,
+    /// Time the server's threads spent runnable but waiting for a CPU, per request, in
+    /// microseconds (schedstat; None where the kernel has none).
+    #[serde(default)]
+    pub run_delay_us_per_req: Option<f64>,
+    /// Server CPU migrations per request (perf).
+    pub migr_per_req: Option<f64>,
+    /// Instructions per cycle.
+    pub ipc: Option<f64>,
+    /// Instructions per reference cycle (IPC without turbo's skew).
+    pub iprc: Option<f64>,
+    /// Stalled cycles per instruction (the larger of front-end and back-end stalls, as perf prints).
+    pub scpi: Option<f64>,
+    /// Last-level cache loads per request.
+    pub llc_loads_per_req: Option<f64>,
+    /// Loopback packets received per request.
+    pub pkts_per_req: Option<f64>,
+}
+
+/// Server CPU per request, in microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuUsPerReq {
+    /// User CPU per request, in microseconds.
+    pub user: Option<f64>,
+    /// System CPU per request, in microseconds.
+    pub sys: Option<f64>,
+    /// User + system CPU per request, in microseconds.
+    pub total: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::threads::{BusiestThread, ThreadGroup};
+    use serde_json::Value;
+
+    /// Every field set, so that every key the types write is serialised.
+    fn full() -> (Observation, PerRequest) {
+        let tree = TreeUsage {
+            pid: 1,
+            processes: 2,
+            threads: 3,
+            user_s: 1.0,
+            sys_s: 0.5,
+            voluntary_cs: 10,
+            involuntary_cs: 2,
+            minor_faults: 1,
+            major_faults: 0,
+        };
+        let threads = ThreadUsage {
+            groups: vec![ThreadGroup {
+                name: "reactor".into(),
+                threads: 2,
+                cpu_pct: 90.0,
+                max_thread_cpu_pct: 60.0,
+                run_delay_pct: Some(1.0),
+                voluntary_cs: 5,
+                involuntary_cs: 1,
+            }],
+            busiest: Some(BusiestThread {
+                name: "reactor-0".into(),
+                group: "reactor".into(),
+                pid: 1,
+                tid: 2,
+                cpu_pct: 60.0,
+            }),
+            run_delay_s: Some(0.1),
+            run_delay_pct: Some(5.0),
+            cpu_source: "schedstat".into(),
+            ended_threads: 1,
+            unsampled_cpu_pct: Some(7.0),
+        };
+        let core = CoreBusy {
+            cpu: 0,
+            busy_pct: 50.0,
+            user_pct: 40.0,
+            sys_pct: 10.0,
+            steal_pct: 0.0,
+        };
+        let obs = Observation {
+            window_s: 2.0,
+            server: Some(tree),
+            threads: Some(threads),
+            server_cpus: vec![core.clone()],
+            client_cpus: vec![core],
+            server_cpus_busy_pct: Some(50.0),
+            client_cpus_busy_pct: Some(20.0),
+            loopback: Some(NetCounters::default()),
+            perf: PerfCounters::default(),
+            observer_cpu_s: 0.01,
+            notes: vec!["a note".into()],
+        };
+        let some = Some(1.0);
+        let per = PerRequest {
+            cpu_us_per_req: CpuUsPerReq {
+                user: some,
+                sys: some,
+                total: some,
+            },
+            cs_per_req: some,
+            voluntary_cs_per_req: some,
+            involuntary_cs_per_req: some,
+            run_delay_us_per_req: some,
+            migr_per_req: some,
+            ipc: some,
+            iprc: some,
+            scpi: some,
+            llc_loads_per_req: some,
+            pkts_per_req: some,
+        };
+        (obs, per)
+    }
+
+    fn schema() -> Value {
+        serde_json::from_str(include_str!("../../schema/steps.schema.json")).unwrap()
+    }
+
+    fn keys(v: &Value) -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    }
+
+    /// The schema declares what the types write, and nothing they do not (besides the
+    /// remote observer's `host`): a field renamed in a type and not in the schema fails here.
+    #[test]
+    fn the_step_schema_and_the_observed_types_agree() {
+        let schema = schema();
+        let (obs, per) = full();
+        let server = &schema["properties"]["server"]["properties"];
+        let mut declared = keys(server);
+        declared.retain(|k| k != "host");
+        let written = keys(&serde_json::to_value(&obs).unwrap());
+        assert_eq!(
+            declared, written,
+            "steps.schema.json's server against Observation"
+        );
+        let tree = serde_json::to_value(obs.server.as_ref().unwrap()).unwrap();
+        assert_eq!(keys(&server["server"]["properties"]), keys(&tree));
+        let threads = serde_json::to_value(obs.threads.as_ref().unwrap()).unwrap();
+        let declared = keys(&schema["$defs"]["threads"]["properties"]);
+        let written = keys(&threads);
+        assert_eq!(
+            declared, written,
+            "steps.schema.json's threads against ThreadUsage"
+        );
+        let core = serde_json::to_value(&obs.server_cpus[0]).unwrap();
+        assert_eq!(
+            keys(&schema["$defs"]["core_busy"]["properties"]),
+            keys(&core)
+        );
+        let top = keys(&schema["properties"]);
+        for k in keys(&serde_json::to_value(&per).unwrap()) {
+            assert!(
+                top.contains(&k),
+                "{k}: a per-request figure steps.schema.json lacks"
+            );
+        }
+    }
+
+    /// What is written reads back into the same types, and a step's typed readers see it.
+    #[test]
+    fn a_steps_figures_read_back_typed() {
+        let (obs, per) = full();
+        let mut step = crate::record::steps::StepResult::empty("s".into(), "t", "p", 1, 0);
+        step.server = serde_json::to_value(&obs).unwrap();
+        if let Value::Object(m) = serde_json::to_value(&per).unwrap() {
+            step.derived.extend(m);
+        }
+        step.derived
+            .insert("tool".into(), serde_json::json!({"name": "wrk"}));
+        let back = crate::record::steps::StepResult::from_json(&step.to_json()).unwrap();
+        assert_eq!(back.observation(), Some(obs));
+        assert_eq!(back.per_request(), per);
+        // A host that did not answer: no figures, not a half-read one.
+        step.server = serde_json::json!({"host": "b", "notes": ["unreachable"]});
+        assert_eq!(step.observation().map(|o| o.server), Some(None));
+        step.server = Value::Null;
+        assert_eq!(step.observation(), None);
+    }
+}
