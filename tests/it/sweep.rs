@@ -1216,7 +1216,7 @@ mod driver_helpers {
     use hdrhistogram::Histogram;
     use stairbench::record::load::IntervalSink;
     use stairbench::sweep::driver::{
-        any_cpu_saturated, fill, shell_word, CommandDriver, Driver, StepRequest,
+        any_cpu_saturated, fill, shell_word, tool_saturated, CommandDriver, Driver, StepRequest,
     };
     use stairbench::sweep::error::StepError;
 
@@ -1227,6 +1227,17 @@ mod driver_helpers {
         assert!(!any_cpu_saturated(&[89.0, 89.0]));
         assert!(!any_cpu_saturated(&[]));
         assert!(!any_cpu_saturated(&[f64::NAN, 50.0]));
+    }
+
+    #[test]
+    fn a_tool_is_saturated_only_when_it_filled_the_cpu_itself() {
+        // pgbench at 0.93 s of CPU over 2 s on a CPU other jobs kept 100% busy: not the limit.
+        assert!(!tool_saturated(&[100.0], 0.93, 2.0));
+        // A one-thread tool that filled one CPU of two itself is.
+        assert!(tool_saturated(&[98.0, 10.0], 1.9, 2.0));
+        // Its own CPU alone is not enough either: spread thin, no CPU was full.
+        assert!(!tool_saturated(&[60.0, 60.0], 1.9, 2.0));
+        assert!(!tool_saturated(&[100.0], 1.0, 0.0));
     }
 
     #[test]

@@ -1,0 +1,1 @@
+UPDATE t SET v = v + 1 WHERE id = 1;
