@@ -1,1 +1,0 @@
-UPDATE t SET v = v + 1 WHERE id = 1;
