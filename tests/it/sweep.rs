@@ -167,6 +167,29 @@ fn bad_specs_name_file_line_column_and_key() {
 }
 
 #[test]
+fn a_client_command_gets_the_spec_directory() {
+    // A directory with a space: the placeholder is one shell word, quoted.
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("my specs");
+    std::fs::create_dir(&specs).unwrap();
+    let p = plan_at(
+        &specs.join("pg.toml"),
+        "name = \"pg\"\nclients = [1]\nplacements = [\"shared\"]\n\
+         [[targets]]\nname = \"m\"\nbuiltin = \"msgr\"\n\
+         [client]\ncommand = \"pgbench -f {spec_dir}/hot.sql -c {clients}\"\nparser = \"regex\"\n\
+         parser_options = { pattern = 'processed: (?P<requests>[0-9]+)' }\n",
+    );
+    let stairbench::sweep::plan::ClientPlan::Command { template, .. } = &p.client else {
+        panic!("not a command client");
+    };
+    let canonical = std::fs::canonicalize(&specs).unwrap();
+    assert_eq!(
+        template,
+        &format!("pgbench -f '{}'/hot.sql -c {{clients}}", canonical.display())
+    );
+}
+
+#[test]
 fn plan_expands_ranges_repetitions_and_rate_series() {
     let p = plan("name = \"x\"\nclients = { from = 50, to = 200, step = 50 }\nrepetitions = 3\nplacements = [\"shared\", \"balanced\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
     assert_eq!(p.series, Series::Clients(vec![50, 100, 150, 200]));
