@@ -281,7 +281,8 @@ impl CommandDriver {
             ))
         })?;
         let own_cpu_s = client_cpu.user_s + client_cpu.sys_s;
-        let saturated = tool_saturated(&client_cpu.per_core_busy, own_cpu_s, ran_s);
+        let wanted_s = own_cpu_s + finished.run_wait_s.unwrap_or(0.0);
+        let saturated = tool_saturated(&client_cpu.per_core_busy, wanted_s, ran_s);
         Ok((tool, client_cpu, finished.orphans_cpu_s, saturated))
     }
 }
@@ -298,12 +299,14 @@ pub fn any_cpu_saturated(busy_pct: &[f64]) -> bool {
     busy_pct.iter().any(|&b| b > SATURATED_BUSY_PCT)
 }
 
-/// True when the tool filled a CPU itself: one CPU of its cpuset over 90% busy
-/// ([`any_cpu_saturated`]) and the tool's own CPU at least 90% of one CPU over its run. A CPU
-/// kept busy by other processes (another job on the machine, the server in a shared
-/// placement) while the tool used half of it does not make the tool the limit.
-pub fn tool_saturated(busy_pct: &[f64], own_cpu_s: f64, ran_s: f64) -> bool {
-    any_cpu_saturated(busy_pct) && ran_s > 0.0 && 100.0 * own_cpu_s / ran_s >= SATURATED_BUSY_PCT
+/// True when the tool wanted a whole CPU: one CPU of its cpuset over 90% busy
+/// ([`any_cpu_saturated`]) and the tool's threads running or runnable (its own CPU plus its
+/// run-queue wait, `wanted_s`) at least 90% of its run. A CPU kept busy by other processes
+/// (another job on the machine, the server in a shared placement) while the tool, never
+/// kept waiting, used half of it does not make the tool the limit; a tool those processes
+/// kept waiting for the CPU is.
+pub fn tool_saturated(busy_pct: &[f64], wanted_s: f64, ran_s: f64) -> bool {
+    any_cpu_saturated(busy_pct) && ran_s > 0.0 && 100.0 * wanted_s / ran_s >= SATURATED_BUSY_PCT
 }
 
 /// Replaces each `{name}` in a command template with its value as one shell word: a value

@@ -185,7 +185,10 @@ fn a_client_command_gets_the_spec_directory() {
     let canonical = std::fs::canonicalize(&specs).unwrap();
     assert_eq!(
         template,
-        &format!("pgbench -f '{}'/hot.sql -c {{clients}}", canonical.display())
+        &format!(
+            "pgbench -f '{}'/hot.sql -c {{clients}}",
+            canonical.display()
+        )
     );
 }
 
@@ -1253,11 +1256,14 @@ mod driver_helpers {
     }
 
     #[test]
-    fn a_tool_is_saturated_only_when_it_filled_the_cpu_itself() {
-        // pgbench at 0.93 s of CPU over 2 s on a CPU other jobs kept 100% busy: not the limit.
+    fn a_tool_is_saturated_only_when_it_wanted_the_cpu_all_along() {
+        // pgbench at 0.93 s of CPU over 2 s, never kept waiting, on a CPU other jobs kept
+        // 100% busy: not the limit.
         assert!(!tool_saturated(&[100.0], 0.93, 2.0));
-        // A one-thread tool that filled one CPU of two itself is.
+        // A one-thread tool that filled one CPU of two itself is; so is one that ran 0.45 s
+        // and waited 1.05 s for the CPU other jobs held.
         assert!(tool_saturated(&[98.0, 10.0], 1.9, 2.0));
+        assert!(tool_saturated(&[100.0, 10.0], 0.45 + 1.05, 1.55));
         // Its own CPU alone is not enough either: spread thin, no CPU was full.
         assert!(!tool_saturated(&[60.0, 60.0], 1.9, 2.0));
         assert!(!tool_saturated(&[100.0], 1.0, 0.0));

@@ -122,7 +122,10 @@ fn a_delaying_pipeline_is_outside_both_processes() {
 /// not otherwise (a failure in CI).
 fn postgresql_installed() -> bool {
     let found = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|dirs| dirs.flatten().any(|d| d.path().join("bin/postgres").is_file()))
+        .map(|dirs| {
+            dirs.flatten()
+                .any(|d| d.path().join("bin/postgres").is_file())
+        })
         .unwrap_or(false);
     if !found {
         common::skip_or_fail("no PostgreSQL server (apt-get install postgresql)");
