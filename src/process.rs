@@ -73,6 +73,9 @@ pub struct Finished {
     /// The part of `cpu` (user + system seconds) that came from /proc samples of descendants
     /// orphaned to us: their CPU after the last sample (every 100 ms) is missing.
     pub orphans_cpu_s: f64,
+    /// Time its tree's threads spent runnable but waiting for a CPU, in seconds, summed, at
+    /// their last samples (every 100 ms); None where the kernel has no schedstat.
+    pub run_wait_s: Option<f64>,
 }
 
 /// How to start a child.
@@ -278,6 +281,7 @@ impl ChildProc {
                 sys_s: own.sys_s + sys,
             },
             orphans_cpu_s: user + sys,
+            run_wait_s: orphans.run_wait_s(),
         })
     }
 
@@ -341,10 +345,18 @@ struct Orphans {
     tree: std::collections::BTreeSet<(i32, u64)>,
     /// Each orphan's last-seen CPU, its own plus its reaped children's, in ticks (user, sys).
     last: std::collections::BTreeMap<(i32, u64), (u64, u64)>,
+    /// Each thread of the child's tree: its last-seen run-queue wait, in nanoseconds (None
+    /// without schedstat).
+    waits: std::collections::BTreeMap<(i32, i32), Option<u64>>,
 }
 
 impl Orphans {
     fn sample(&mut self, root: i32) {
+        if let Some(tree) = procfs::sample_tree(Path::new("/proc"), root) {
+            for (key, task) in tree.tasks {
+                self.waits.insert(key, task.wait_ns);
+            }
+        }
         let stats = procfs::all_pid_stats(Path::new("/proc"));
         let parents = stats.iter().map(|(&pid, s)| (pid, s.ppid)).collect();
         if stats.contains_key(&root) {
@@ -369,6 +381,14 @@ impl Orphans {
                 _ => {}
             }
         }
+    }
+
+    /// The tree's threads' run-queue wait at their last samples, in seconds.
+    fn run_wait_s(&self) -> Option<f64> {
+        let waits: Option<Vec<u64>> = self.waits.values().copied().collect();
+        waits
+            .filter(|w| !w.is_empty())
+            .map(|w| w.iter().sum::<u64>() as f64 / 1e9)
     }
 
     /// The orphans' (user, system) CPU seconds at their last samples.

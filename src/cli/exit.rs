@@ -117,7 +117,22 @@ mod tests {
                 error: os(),
             }
             .into(),
+            crate::load::LoadError::Connect {
+                addr: "127.0.0.1:1".into(),
+                error: os(),
+            }
+            .into(),
         ];
+        let refused = crate::load::LoadError::Connect {
+            addr: "127.0.0.1:1".into(),
+            error: std::io::Error::from_raw_os_error(libc::ECONNREFUSED),
+        };
+        let shown = format!("{:#}", anyhow::Error::from(refused));
+        assert_eq!(
+            shown.to_lowercase().matches("refused").count(),
+            1,
+            "{shown}"
+        );
         for e in errors {
             let shown = format!("{:#}", e.context("doing it"));
             assert_eq!(shown.matches("the reason").count(), 1, "{shown}");

@@ -61,7 +61,8 @@ pub(super) fn connect_cause(e: &io::Error) -> String {
         Some(Errno::ETIMEDOUT) => "ETIMEDOUT: the server did not answer",
         _ if e.kind() == io::ErrorKind::TimedOut => "timed out: the server did not accept in time",
         Some(other) => return format!("{}", other),
-        None => "failed",
+        // Not an OS error (a TLS failure, say): its own words are the reason.
+        None => return e.to_string(),
     };
     what.to_string()
 }

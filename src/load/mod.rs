@@ -218,12 +218,13 @@ pub enum LoadError {
     #[error("{0}")]
     BadInput(String),
     /// The target could not be reached.
-    #[error("cannot connect to {addr}: {}", fdlimit::connect_cause(.source))]
+    #[error("cannot connect to {addr}: {}", fdlimit::connect_cause(.error))]
     Connect {
         /// The address tried.
         addr: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (said in the message, so not returned as its `source()`: printed
+        /// with its causes the reason would come twice).
+        error: std::io::Error,
     },
     /// Connections still not established `limit_s` after their connect.
     #[error("cannot connect to {addr}: {established} of {connections} connections of a thread were established, the others not within {limit_s} s of their connect (the server did not accept in time{})", if *.connections > 10000 { "; a burst of connects overflows the listen backlog: pace them with --connect-rate; past about 14,000 connections from one source address to one destination, spread them over more with --source-addrs" } else if *.connections > 1000 { "; a burst of connects overflows the listen backlog: pace them with --connect-rate" } else { "" })]

@@ -23,7 +23,7 @@ pub(super) fn run(config: &LoadConfig, target: &Target) -> Result<u64, LoadError
         TcpStream::connect_timeout(&target.addr, config.timeout).map_err(|source| {
             LoadError::Connect {
                 addr: target.addr.to_string(),
-                source,
+                error: source,
             }
         })?;
     stream

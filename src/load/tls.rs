@@ -185,9 +185,9 @@ pub fn probe(
     tls: &TlsClient,
     timeout: Duration,
 ) -> Result<Option<Vec<u8>>, LoadError> {
-    let connect_error = |source| LoadError::Connect {
+    let connect_error = |error| LoadError::Connect {
         addr: addr.to_string(),
-        source,
+        error,
     };
     let mut sock = TcpStream::connect_timeout(&addr, timeout).map_err(connect_error)?;
     sock.set_read_timeout(Some(timeout))

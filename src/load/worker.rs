@@ -361,7 +361,7 @@ impl Worker {
     fn connect_error(&self, source: io::Error) -> LoadError {
         LoadError::Connect {
             addr: self.target.addr.to_string(),
-            source,
+            error: source,
         }
     }
 

@@ -141,7 +141,7 @@ impl Observer {
         let cpu_after = read_proc_stat();
         let lo_after = read_loopback();
         let mut notes = Vec::new();
-        let server = self.server_usage(tree_after.as_ref(), &mut notes);
+        let server = self.server_usage(tree_after.as_ref(), watched.as_ref(), &mut notes);
         let threads = self.thread_usage(
             tree_after.as_ref(),
             window_s,
@@ -183,6 +183,7 @@ impl Observer {
     fn server_usage(
         &self,
         after: Option<&procfs::TreeSample>,
+        watched: Option<&watch::Watched>,
         notes: &mut Vec<String>,
     ) -> Option<TreeUsage> {
         let pid = self.server_pid?;
@@ -192,7 +193,10 @@ impl Observer {
             ));
             return None;
         };
-        let d = procfs::tree_delta(before, after);
+        let d = match watched {
+            Some(w) => procfs::tree_delta(before, &watch::with_ended_switches(after, w)),
+            None => procfs::tree_delta(before, after),
+        };
         if d.threads_lost > 0 {
             notes.push(format!(
                 "{} server threads ended during the window: their context switches are not counted",

@@ -78,6 +78,19 @@ pub fn with_ended(
     (all, ended)
 }
 
+/// `after` with the context switches of the tasks the samples saw that were gone by the end,
+/// at their last sample: a process per connection (PostgreSQL's backends) blocks and wakes for
+/// every request, and its switches would otherwise be lost with it.
+pub fn with_ended_switches(after: &procfs::TreeSample, watched: &Watched) -> procfs::TreeSample {
+    let mut all = after.clone();
+    for (key, task) in &watched.last {
+        all.threads
+            .entry(*key)
+            .or_insert((task.voluntary_cs, task.involuntary_cs));
+    }
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +121,38 @@ mod tests {
         // The end's own sample wins for a task alive at the end.
         assert_eq!(all[&(1, 1)].run_ns, Some(50_000_000));
         assert_eq!(all[&(7, 7)].run_ns, Some(300_000_000));
+    }
+
+    #[test]
+    fn switches_of_tasks_gone_by_the_end_count_at_their_last_sample() {
+        let counted = |vol: u64| TaskSample {
+            voluntary_cs: vol,
+            involuntary_cs: 1,
+            ..TaskSample::default()
+        };
+        let before = procfs::TreeSample {
+            threads: BTreeMap::from([((1, 1), (100, 0)), ((2, 2), (10, 0))]),
+            ..procfs::TreeSample::default()
+        };
+        let after = procfs::TreeSample {
+            threads: BTreeMap::from([((1, 1), (150, 0))]),
+            ..procfs::TreeSample::default()
+        };
+        let watched = Watched {
+            last: BTreeMap::from([
+                ((1, 1), counted(140)),
+                ((2, 2), counted(40)),
+                ((9, 9), counted(1000)),
+            ]),
+            samples: 10,
+            cpu_s: 0.0,
+        };
+        let d = procfs::tree_delta(&before, &with_ended_switches(&after, &watched));
+        // 50 of the live thread (its end sample wins), 30 of the one that ended, 1000 of the
+        // one born and gone inside the window; without the samples only the first 50.
+        assert_eq!(d.voluntary_cs, 50 + 30 + 1000);
+        assert_eq!(d.threads_lost, 0);
+        assert_eq!(procfs::tree_delta(&before, &after).voluntary_cs, 50);
     }
 
     #[test]

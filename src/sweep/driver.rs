@@ -208,7 +208,7 @@ impl Driver for CommandDriver {
         stop: &AtomicBool,
     ) -> Result<StepLoad, StepError> {
         let line = self.command_line(req);
-        let (mut tool, client_cpu, orphans_cpu_s) = self.run_tool(&line, req, stop)?;
+        let (mut tool, client_cpu, orphans_cpu_s, saturated) = self.run_tool(&line, req, stop)?;
         let empty = Histogram::<u64>::new(3).map_err(|e| StepError::Load(e.to_string()))?;
         for interval in &tool.intervals {
             sink.interval(interval, &empty);
@@ -220,7 +220,7 @@ impl Driver for CommandDriver {
         r.threads = req.threads;
         r.depth = req.depth;
         r.rate_rps = req.rate_rps;
-        r.client_saturated = any_cpu_saturated(&client_cpu.per_core_busy);
+        r.client_saturated = saturated;
         r.client_cpu = client_cpu;
         let mut extra = serde_json::Map::new();
         extra.insert("tool".into(), tool.extra);
@@ -239,13 +239,14 @@ impl Driver for CommandDriver {
 }
 
 impl CommandDriver {
-    /// Runs the command line to its end and parses its output; with the CPU it used.
+    /// Runs the command line to its end and parses its output; with the CPU it used, its
+    /// orphans' share of it, and whether it was saturated.
     fn run_tool(
         &self,
         line: &str,
         req: &StepRequest,
         stop: &AtomicBool,
-    ) -> Result<(ToolLoad, ClientCpu, f64), StepError> {
+    ) -> Result<(ToolLoad, ClientCpu, f64, bool), StepError> {
         let launch = crate::process::Launch {
             name: format!("client command `{line}`"),
             program: "sh".into(),
@@ -260,7 +261,9 @@ impl CommandDriver {
         let mut child = crate::process::ChildProc::spawn(&launch)
             .map_err(|e| StepError::Load(format!("cannot start {}: {e}", launch.name)))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);
+        let started = std::time::Instant::now();
         let finished = child.wait(limit, stop).map_err(StepError::Load)?;
+        let ran_s = started.elapsed().as_secs_f64();
         // The tool's own tree only (wait4 on its pid, plus its orphans): this process's
         // other children (another instance's tool, perf, reaped orphans) are not its CPU.
         let client_cpu = ClientCpu {
@@ -277,7 +280,10 @@ impl CommandDriver {
                 child.output_tail()
             ))
         })?;
-        Ok((tool, client_cpu, finished.orphans_cpu_s))
+        let own_cpu_s = client_cpu.user_s + client_cpu.sys_s;
+        let wanted_s = own_cpu_s + finished.run_wait_s.unwrap_or(0.0);
+        let saturated = tool_saturated(&client_cpu.per_core_busy, wanted_s, ran_s);
+        Ok((tool, client_cpu, finished.orphans_cpu_s, saturated))
     }
 }
 
@@ -291,6 +297,16 @@ const SATURATED_BUSY_PCT: f64 = 90.0;
 /// a tool whose one event loop fills one CPU while the others idle.
 pub fn any_cpu_saturated(busy_pct: &[f64]) -> bool {
     busy_pct.iter().any(|&b| b > SATURATED_BUSY_PCT)
+}
+
+/// True when the tool wanted a whole CPU: one CPU of its cpuset over 90% busy
+/// ([`any_cpu_saturated`]) and the tool's threads running or runnable (its own CPU plus its
+/// run-queue wait, `wanted_s`) at least 90% of its run. A CPU kept busy by other processes
+/// (another job on the machine, the server in a shared placement) while the tool, never
+/// kept waiting, used half of it does not make the tool the limit; a tool those processes
+/// kept waiting for the CPU is.
+pub fn tool_saturated(busy_pct: &[f64], wanted_s: f64, ran_s: f64) -> bool {
+    any_cpu_saturated(busy_pct) && ran_s > 0.0 && 100.0 * wanted_s / ran_s >= SATURATED_BUSY_PCT
 }
 
 /// Replaces each `{name}` in a command template with its value as one shell word: a value

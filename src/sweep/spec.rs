@@ -296,7 +296,7 @@ pub struct ClientSpec {
     pub timeout: Option<Dur>,
     /// External command template; placeholders `{cpuset}`, `{threads}`, `{clients}`,
     /// `{connections}`, `{depth}`, `{port}`, `{duration_s}`, `{warmup_s}`, `{rate}`, `{out}`,
-    /// `{url}`. The tool runs whole inside the observed window: its own warm-up, if it has
+    /// `{url}`, `{spec_dir}`. The tool runs whole inside the observed window: its own warm-up, if it has
     /// one, is counted.
     #[serde(default)]
     pub command: Option<String>,

@@ -167,6 +167,32 @@ fn bad_specs_name_file_line_column_and_key() {
 }
 
 #[test]
+fn a_client_command_gets_the_spec_directory() {
+    // A directory with a space: the placeholder is one shell word, quoted.
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("my specs");
+    std::fs::create_dir(&specs).unwrap();
+    let p = plan_at(
+        &specs.join("pg.toml"),
+        "name = \"pg\"\nclients = [1]\nplacements = [\"shared\"]\n\
+         [[targets]]\nname = \"m\"\nbuiltin = \"msgr\"\n\
+         [client]\ncommand = \"pgbench -f {spec_dir}/hot.sql -c {clients}\"\nparser = \"regex\"\n\
+         parser_options = { pattern = 'processed: (?P<requests>[0-9]+)' }\n",
+    );
+    let stairbench::sweep::plan::ClientPlan::Command { template, .. } = &p.client else {
+        panic!("not a command client");
+    };
+    let canonical = std::fs::canonicalize(&specs).unwrap();
+    assert_eq!(
+        template,
+        &format!(
+            "pgbench -f '{}'/hot.sql -c {{clients}}",
+            canonical.display()
+        )
+    );
+}
+
+#[test]
 fn plan_expands_ranges_repetitions_and_rate_series() {
     let p = plan("name = \"x\"\nclients = { from = 50, to = 200, step = 50 }\nrepetitions = 3\nplacements = [\"shared\", \"balanced\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
     assert_eq!(p.series, Series::Clients(vec![50, 100, 150, 200]));
@@ -1216,7 +1242,7 @@ mod driver_helpers {
     use hdrhistogram::Histogram;
     use stairbench::record::load::IntervalSink;
     use stairbench::sweep::driver::{
-        any_cpu_saturated, fill, shell_word, CommandDriver, Driver, StepRequest,
+        any_cpu_saturated, fill, shell_word, tool_saturated, CommandDriver, Driver, StepRequest,
     };
     use stairbench::sweep::error::StepError;
 
@@ -1227,6 +1253,20 @@ mod driver_helpers {
         assert!(!any_cpu_saturated(&[89.0, 89.0]));
         assert!(!any_cpu_saturated(&[]));
         assert!(!any_cpu_saturated(&[f64::NAN, 50.0]));
+    }
+
+    #[test]
+    fn a_tool_is_saturated_only_when_it_wanted_the_cpu_all_along() {
+        // pgbench at 0.93 s of CPU over 2 s, never kept waiting, on a CPU other jobs kept
+        // 100% busy: not the limit.
+        assert!(!tool_saturated(&[100.0], 0.93, 2.0));
+        // A one-thread tool that filled one CPU of two itself is; so is one that ran 0.45 s
+        // and waited 1.05 s for the CPU other jobs held.
+        assert!(tool_saturated(&[98.0, 10.0], 1.9, 2.0));
+        assert!(tool_saturated(&[100.0, 10.0], 0.45 + 1.05, 1.55));
+        // Its own CPU alone is not enough either: spread thin, no CPU was full.
+        assert!(!tool_saturated(&[60.0, 60.0], 1.9, 2.0));
+        assert!(!tool_saturated(&[100.0], 1.0, 0.0));
     }
 
     #[test]

@@ -14,6 +14,11 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// Runs examples/NAME.toml with 1 s steps (under `chrt -f 5` where possible); its first diagnosis, or None when a program it
 /// needs is missing (skipped outside CI).
 fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
+    run_example(name, needs).map(|(d, _)| d)
+}
+
+/// As [`diagnose_example`], with the run's steps (steps.jsonl) too.
+fn run_example(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>)> {
     if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
         common::skip_or_fail(format!("{missing} is not installed"));
         return None;
@@ -34,7 +39,7 @@ fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
     let list: Value = serde_json::from_slice(&printed.stdout).unwrap();
     let d = list[0].clone();
     eprintln!("{name}: {}", d["sentence"]);
-    Some(d)
+    Some((d, common::steps_json(&out)))
 }
 
 /// `stairbench run SPEC --out OUT` under SCHED_FIFO priority 5 where `chrt` may set it
@@ -111,4 +116,92 @@ fn a_delaying_pipeline_is_outside_both_processes() {
     let ratio = figure(&d, "little_ratio");
     assert!((0.8..1.2).contains(&ratio), "{d:#}");
     assert!(figure(&d, "server_cpu_pct") < 60.0, "{d:#}");
+}
+
+/// True when Debian's PostgreSQL server is installed (its binaries are not on PATH); says why
+/// not otherwise (a failure in CI).
+fn postgresql_installed() -> bool {
+    let found = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|dirs| {
+            dirs.flatten()
+                .any(|d| d.path().join("bin/postgres").is_file())
+        })
+        .unwrap_or(false);
+    if !found {
+        common::skip_or_fail("no PostgreSQL server (apt-get install postgresql)");
+    }
+    found
+}
+
+/// Mean number of backends waiting for a lock over one step, from the server's own
+/// pg_stat_activity as pg-hot-row.sh sampled it (the step's target metrics).
+fn lock_waiters(step: &Value) -> f64 {
+    let m = &step["target_metrics"]["pg"];
+    let samples = m["samples"].as_f64().unwrap_or(0.0);
+    assert!(samples >= 3.0, "too few pg_stat_activity samples: {step:#}");
+    m["lock_waiting"].as_f64().unwrap() / samples
+}
+
+/// The step at `clients`.
+fn at(steps: &[Value], clients: u64) -> &Value {
+    steps
+        .iter()
+        .find(|s| s["clients"] == clients)
+        .unwrap_or_else(|| panic!("no step at {clients} clients"))
+}
+
+/// Each step's clients, throughput, server CPU per request, voluntary switches per request
+/// and mean lock waiters, for the test's output (the docs quote them).
+fn print_steps(name: &str, steps: &[Value]) {
+    for s in steps {
+        eprintln!(
+            "{name}: {} clients: {:.0} tx/s, {:.0} µs CPU/tx, {:.2} voluntary switches/tx, {:.2} lock waiters",
+            s["clients"],
+            s["throughput_rps"].as_f64().unwrap_or(f64::NAN),
+            s["cpu_us_per_req"]["total"].as_f64().unwrap_or(f64::NAN),
+            s["voluntary_cs_per_req"].as_f64().unwrap_or(f64::NAN),
+            lock_waiters(s)
+        );
+    }
+}
+
+#[test]
+fn postgresql_hot_row_behind_client_work_is_contention() {
+    if !postgresql_installed() {
+        return;
+    }
+    let Some((d, steps)) = run_example("limits-contention", &["pgbench", "psql"]) else {
+        return;
+    };
+    print_steps("contention", &steps);
+    assert_eq!(d["limit"], "contention", "{d:#}");
+    // The blocking the rule read, and the server's own account of its cause: nobody waits
+    // for the row at 1 client, a queue forms on it at 16.
+    assert!(figure(&d, "voluntary_cs_per_req") > 0.0, "{d:#}");
+    assert!(lock_waiters(at(&steps, 1)) < 0.5, "{steps:#?}");
+    assert!(lock_waiters(at(&steps, 16)) >= 3.0, "{steps:#?}");
+}
+
+#[test]
+fn postgresql_hot_row_held_across_round_trips_is_coherency() {
+    if !postgresql_installed() {
+        return;
+    }
+    let Some((d, steps)) = run_example("limits-coherency", &["pgbench", "psql"]) else {
+        return;
+    };
+    print_steps("coherency", &steps);
+    assert_eq!(d["limit"], "coherency", "{d:#}");
+    // Throughput after the peak well below it (the rule's own figures), and the server's own
+    // account of why: at 16 clients most backends are queued on the row.
+    let throughput: Vec<f64> = d["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["metric"] == "throughput_rps")
+        .map(|e| e["value"].as_f64().unwrap())
+        .collect();
+    assert!(throughput[1] < 0.9 * throughput[0], "{d:#}");
+    assert!(lock_waiters(at(&steps, 1)) < 0.5, "{steps:#?}");
+    assert!(lock_waiters(at(&steps, 16)) >= 6.0, "{steps:#?}");
 }

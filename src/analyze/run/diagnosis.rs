@@ -157,9 +157,18 @@ pub fn diagnose_with_profile(
             sentence: format!("{name}: no step measured anything, so nothing can be said."),
         };
     }
+    // Without a knee (Kneedle reads only the rising part: a curve whose peak is its first
+    // flat level shows none), the flat part starts at the saturation point, the first level
+    // within 5% of the peak.
+    let saturation_index = series.knee.as_ref().and_then(|k| {
+        series
+            .points
+            .iter()
+            .position(|p| load_of(p) >= k.saturation)
+    });
     let ctx = Ctx {
         levels: &levels,
-        from: knee_index.unwrap_or(levels.len() - 1),
+        from: knee_index.or(saturation_index).unwrap_or(levels.len() - 1),
         series,
         profile,
     };
@@ -493,6 +502,15 @@ fn coherency(c: &Ctx) -> Option<Found> {
 }
 
 fn oversubscription(c: &Ctx) -> Option<Found> {
+    // Threads that block more per request as load grows wait for something else than a CPU:
+    // their run-queue wait is their wake-up together (a lock's waiters released at once, as
+    // PostgreSQL's on a hot row), a contention or coherency cost, not more busy threads than
+    // CPUs (a pool's busy workers block less per request as load grows, not more).
+    if c.growth(|l| l.voluntary_cs_per_req)
+        .is_some_and(|g| g.2 >= 2.0 * FLAT_GROWTH)
+    {
+        return None;
+    }
     let (a, b, growth) = c.growth(|l| l.run_delay_us_per_req)?;
     let top = c.top();
     let waiting = top.run_delay_pct? / 100.0;

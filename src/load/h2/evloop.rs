@@ -244,7 +244,7 @@ impl H2Loop {
     fn connect_error(&self, source: io::Error) -> LoadError {
         LoadError::Connect {
             addr: self.target.addr.to_string(),
-            source,
+            error: source,
         }
     }
 

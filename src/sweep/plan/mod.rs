@@ -727,8 +727,11 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
         let parser = c.parser.clone().ok_or_else(|| {
             spec.error_at(&["client", "command"], "an external client needs parser = \"wrk\" (or redis-benchmark, crimson-msgr, json, regex, stairbench)")
         })?;
+        // `{spec_dir}` is known now, as for a target's command: a tool's own input files
+        // (a pgbench script) can sit beside the spec.
+        let spec_dir = spec_dir(spec).display().to_string();
         return Ok(ClientPlan::Command {
-            template: template.clone(),
+            template: super::driver::fill(template, &[("spec_dir", spec_dir)]),
             parser,
             options: c.parser_options.clone().unwrap_or_default(),
         });

@@ -1,0 +1,4 @@
+BEGIN;
+UPDATE t SET v = v + 1 WHERE id = 1;
+SELECT v FROM t WHERE id = 1;
+COMMIT;
