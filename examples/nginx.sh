@@ -1,9 +1,16 @@
 #!/bin/sh
 # Starts nginx in the foreground for examples/nginx-wrk.toml: prefix and config in the run
 # directory, listening on the port stairbench chose.   nginx.sh OUT_DIR PORT WORKERS
+# `/` answers a short text; `/page.html` a 16 kB HTML table that nginx gzips afresh for every
+# request that accepts gzip (the costly side for nginx-wrk.toml).
 set -e
 prefix="$1/nginx-$2"
-mkdir -p "$prefix/tmp"
+mkdir -p "$prefix/tmp" "$prefix/html"
+i=0
+while [ $i -lt 200 ]; do
+    echo "<tr><td>row $i</td><td>$((i * 7919 % 10007))</td><td>compressed again for each request</td></tr>"
+    i=$((i + 1))
+done > "$prefix/html/page.html"
 cat > "$prefix/nginx.conf" <<CONF
 daemon off;
 worker_processes $3;
@@ -20,6 +27,12 @@ http {
     server {
         listen 127.0.0.1:$2;
         location / { return 200 "hello from nginx\n"; }
+        location = /page.html {
+            root html;
+            default_type text/html;
+            gzip on;
+            gzip_comp_level 6;
+        }
     }
 }
 CONF

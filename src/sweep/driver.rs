@@ -220,7 +220,9 @@ impl Driver for CommandDriver {
         r.threads = req.threads;
         r.depth = req.depth;
         r.rate_rps = req.rate_rps;
-        r.client_saturated = any_cpu_saturated(&client_cpu.per_core_busy);
+        let own_cpu_s = client_cpu.user_s + client_cpu.sys_s + orphans_cpu_s;
+        let span_s = (req.duration + req.warmup).as_secs_f64();
+        r.client_saturated = tool_saturated(&client_cpu.per_core_busy, own_cpu_s, span_s);
         r.client_cpu = client_cpu;
         let mut extra = serde_json::Map::new();
         extra.insert("tool".into(), tool.extra);
@@ -293,6 +295,18 @@ pub fn any_cpu_saturated(busy_pct: &[f64]) -> bool {
     busy_pct.iter().any(|&b| b > SATURATED_BUSY_PCT)
 }
 
+/// Share of one CPU, over its run, that a tool must use itself to be the one that filled its
+/// CPU: a CPU kept busy by other work is no saturation of the load generator (the
+/// environment's busy warning is about that), as the engine counts only its own threads.
+const TOOL_OWN_SHARE: f64 = 0.5;
+
+/// An external tool saturated: a CPU of its cpuset was full and the tool itself used at
+/// least half a CPU over its run (`own_cpu_s`, its process tree's user + system time, over
+/// `span_s`).
+pub fn tool_saturated(busy_pct: &[f64], own_cpu_s: f64, span_s: f64) -> bool {
+    any_cpu_saturated(busy_pct) && own_cpu_s >= TOOL_OWN_SHARE * span_s
+}
+
 /// Replaces each `{name}` in a command template with its value as one shell word: a value
 /// with a space, a quote, a `$` or any character a shell reads specially (a run directory
 /// named by the user) is single-quoted, so nothing in it is split or executed.
@@ -323,6 +337,8 @@ pub struct FakeDriver {
     pub fail_ids: Vec<String>,
     /// Every request seen, in order.
     pub seen: Vec<StepRequest>,
+    /// Steps with at least this many clients report their load generator saturated.
+    pub client_saturated_from: Option<usize>,
 }
 
 impl FakeDriver {
@@ -332,6 +348,7 @@ impl FakeDriver {
             rps_for: Box::new(rps_for),
             fail_ids: Vec::new(),
             seen: Vec::new(),
+            client_saturated_from: None,
         }
     }
 }
@@ -396,6 +413,7 @@ impl Driver for FakeDriver {
                 duration_s: secs,
                 throughput_rps: rps,
                 latency_us: latency,
+                client_saturated: self.client_saturated_from.is_some_and(|c| req.clients >= c),
                 ..LoadReport::default()
             },
             hist_ns: Some(hist),
