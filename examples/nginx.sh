@@ -11,6 +11,9 @@ while [ $i -lt 200 ]; do
     echo "<tr><td>row $i</td><td>$((i * 7919 % 10007))</td><td>compressed again for each request</td></tr>"
     i=$((i + 1))
 done > "$prefix/html/page.html"
+# The page's directory as an nginx string: nginx reads a `$` in a path as a variable, so each
+# is written as ${dollar} (a variable holding "$"), and \ and " are escaped.
+html=$(printf '%s/html' "$prefix" | sed -e 's/[\\"]/\\&/g' -e 's/\$/${dollar}/g')
 cat > "$prefix/nginx.conf" <<CONF
 daemon off;
 worker_processes $3;
@@ -19,6 +22,7 @@ pid nginx.pid;
 events { worker_connections 4096; }
 http {
     access_log off;
+    geo \$dollar { default "\$"; }
     client_body_temp_path tmp/body;
     proxy_temp_path tmp/proxy;
     fastcgi_temp_path tmp/fastcgi;
@@ -28,7 +32,7 @@ http {
         listen 127.0.0.1:$2;
         location / { return 200 "hello from nginx\n"; }
         location = /page.html {
-            root html;
+            root "$html";
             default_type text/html;
             gzip on;
             gzip_comp_level 6;

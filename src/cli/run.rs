@@ -259,7 +259,10 @@ fn print_summary(
     for status in [StepStatus::Failed, StepStatus::Errors, StepStatus::Skipped] {
         let n = summary.steps.iter().filter(|s| s.status == status).count();
         if n > 0 {
-            eprintln!("{n} step(s) {}: see why in the report", status_words(status));
+            eprintln!(
+                "{n} step(s) {}: see why in the report",
+                status_words(status)
+            );
         }
     }
     Ok(())

@@ -332,7 +332,10 @@ mod tests {
         // A build that just ended: the load average is high, the CPUs are idle.
         assert_eq!(busy_warning(&sample(3.0), 2.23), None);
         let w = busy_warning(&sample(97.0), 0.4).unwrap();
-        assert!(w.starts_with("CPUs 0-1 were 97% busy over the 0.5 s"), "{w}");
+        assert!(
+            w.starts_with("CPUs 0-1 were 97% busy over the 0.5 s"),
+            "{w}"
+        );
         assert!(w.contains("1-minute load average 0.40"), "{w}");
         assert!(load_warning(2.23, 2).is_some());
     }

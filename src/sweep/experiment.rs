@@ -213,7 +213,12 @@ fn open_dir(
         None => format!("cannot create the run directory: {e}"),
     })?;
     dir.write_file("spec.toml", &plan.spec.text)
-        .and_then(|_| dir.write_file("environment.json", &environment_json(sessions, dest.busy.clone())))
+        .and_then(|_| {
+            dir.write_file(
+                "environment.json",
+                &environment_json(sessions, dest.busy.clone()),
+            )
+        })
         .map_err(|e| format!("writing into {}: {e}", dir.path.display()))?;
     Ok(dir)
 }

@@ -11,8 +11,8 @@ use hdrhistogram::Histogram;
 
 use super::driver::{Driver, StepLoad, StepRequest};
 use super::error::StepError;
-use super::plan::{Plan, Point, Series, TargetKind, TargetPlan};
 use super::plan::estimate::Done;
+use super::plan::{Plan, Point, Series, TargetKind, TargetPlan};
 use super::progress::{LiveStep, Position, Progress};
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};

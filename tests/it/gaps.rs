@@ -11,12 +11,12 @@ use stairbench::cli::run::write_reports;
 use stairbench::observe::step::NullObserver;
 use stairbench::placement::TopologyPlacements;
 use stairbench::record::rundir::RunDir;
+use stairbench::record::steps::StepResult;
 use stairbench::record::steps::StepStatus;
 use stairbench::sweep::driver::{Driver, FakeDriver};
 use stairbench::sweep::experiment::finish_dir;
-use stairbench::sweep::plan::Plan;
-use stairbench::record::steps::StepResult;
 use stairbench::sweep::plan::estimate::Done;
+use stairbench::sweep::plan::Plan;
 use stairbench::sweep::progress::{Position, Progress, Quiet};
 use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::server::FakeLauncher;
@@ -164,7 +164,10 @@ fn progress_counts_planned_steps_with_repetitions_inside_them() {
     let labels: Vec<String> = shown.seen.iter().map(Position::label).collect();
     assert_eq!(labels[0], "step 1/3 (repetition 1 of at most 5)");
     assert_eq!(labels[5], "step 2/3 (repetition 1 of at most 5)");
-    assert_eq!(labels.last().unwrap(), "step 3/3 (repetition 3 of at most 5)");
+    assert_eq!(
+        labels.last().unwrap(),
+        "step 3/3 (repetition 3 of at most 5)"
+    );
     assert_eq!(labels.len(), 5 + 2 + 3);
     // The first ETA is the dry run's estimate; the next steps are expected to take as many
     // runs as the finished ones did (5, then (5 + 2) / 2 = 3.5).

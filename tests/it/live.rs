@@ -340,9 +340,11 @@ fn ci_and_pipes_get_plain_lines_and_quiet_gets_none() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(
-        regex::Regex::new(r"\[step 1/1 \(repetition 1/1\), ETA \d+s\] reactor shared c=1: \d+ requests/s")
-            .unwrap()
-            .is_match(&stderr),
+        regex::Regex::new(
+            r"\[step 1/1 \(repetition 1/1\), ETA \d+s\] reactor shared c=1: \d+ requests/s"
+        )
+        .unwrap()
+        .is_match(&stderr),
         "{stderr}"
     );
     assert!(

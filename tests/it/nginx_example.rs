@@ -39,7 +39,10 @@ fn the_nginx_wrk_example_measures_nginx() {
             "clients = [1, 2, 4, 8, 16]",
         )
         .replace("{spec_dir}", &examples.display().to_string());
-    assert_ne!(quick, text.replace("{spec_dir}", &examples.display().to_string()));
+    assert_ne!(
+        quick,
+        text.replace("{spec_dir}", &examples.display().to_string())
+    );
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("nginx-wrk.toml");
     std::fs::write(&spec, quick).unwrap();
