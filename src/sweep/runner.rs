@@ -241,6 +241,7 @@ impl Runner<'_> {
                 runs: 0,
                 runs_of_step: 0,
                 series_started: 0,
+                skipping: 0,
             },
         };
         self.progress.begin(self.plan.planned_steps(), resumed);
@@ -328,6 +329,11 @@ impl Runner<'_> {
                 reps.push(prev.clone());
                 continue;
             }
+            // Once saturated, the series' steps left are skipped at once.
+            run.at.skipping = match series.saturated {
+                Some(_) => 1 + series.points.remaining().len(),
+                None => 0,
+            };
             self.progress.at(&self.position(&run.at, rep));
             let step = match &series.saturated {
                 Some(why) => self.skipped(&key, why.clone()),

@@ -72,9 +72,15 @@ fn saturation_note_names_the_skipped_counts_or_none() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan(&saturating_spec("[1, 2, 4, 8, 16, 32]"));
     let mut driver = FakeDriver::new(|c| 1000.0 * c.min(2) as f64);
-    let summary = run_fake(&p, dir.path(), &mut driver);
+    let mut shown = Positions::default();
+    let summary = run_fake_showing(&p, dir.path(), &mut driver, vec![0, 1, 2, 3], &mut shown);
     let note = &summary.findings[0];
     assert!(note.contains("from 2 clients to 8 clients"), "{note}");
+    // The ETA counts the steps that stop_when skips as taking no time.
+    let left: Vec<_> = shown.seen.iter().map(|at| at.left).collect();
+    // At 8 clients (the step whose result shows the saturation), the rest still counted.
+    assert_eq!(left[3], p.run_time() * 3);
+    assert_eq!(left[4..], [std::time::Duration::ZERO; 2]);
     assert!(note.ends_with("skipped: 16, 32 clients"), "{note}");
     let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(report.contains("skipped: 16, 32 clients"), "{report}");
@@ -185,6 +191,7 @@ fn progress_counts_planned_steps_with_repetitions_inside_them() {
         runs: 0,
         runs_of_step: 0,
         series_started: 0,
+        skipping: 0,
     };
     assert_eq!(p.time_left(at_start), p.estimate());
 }

@@ -88,6 +88,8 @@ pub struct Done {
     pub runs_of_step: usize,
     /// Series whose server has started (counted once their first step has run).
     pub series_started: usize,
+    /// Steps from the current one on that `stop_when` skips (they take no time).
+    pub skipping: usize,
 }
 
 impl Plan {
@@ -99,9 +101,12 @@ impl Plan {
             _ => self.expected_runs(),
         };
         let max = self.repetitions.max_runs() as f64;
-        // The run about to start counts whole.
-        let this_step = (per_step - done.runs_of_step as f64).clamp(1.0, max.max(1.0));
-        let later_steps = self.planned_steps().saturating_sub(done.steps + 1);
+        // The run about to start counts whole, unless it is skipped.
+        let this_step = match done.skipping {
+            0 => (per_step - done.runs_of_step as f64).clamp(1.0, max.max(1.0)),
+            _ => 0.0,
+        };
+        let later_steps = (self.planned_steps()).saturating_sub(done.steps + done.skipping.max(1));
         let series = self.targets.len() * self.placements.len();
         let mut work = Work {
             runs: this_step + later_steps as f64 * per_step,
