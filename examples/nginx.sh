@@ -1,9 +1,19 @@
 #!/bin/sh
 # Starts nginx in the foreground for examples/nginx-wrk.toml: prefix and config in the run
 # directory, listening on the port stairbench chose.   nginx.sh OUT_DIR PORT WORKERS
+# `/` answers a short text; `/page.html` a 16 kB HTML table that nginx gzips afresh for every
+# request that accepts gzip (the costly side for nginx-wrk.toml).
 set -e
 prefix="$1/nginx-$2"
-mkdir -p "$prefix/tmp"
+mkdir -p "$prefix/tmp" "$prefix/html"
+i=0
+while [ $i -lt 200 ]; do
+    echo "<tr><td>row $i</td><td>$((i * 7919 % 10007))</td><td>compressed again for each request</td></tr>"
+    i=$((i + 1))
+done > "$prefix/html/page.html"
+# The page's directory as an nginx string: nginx reads a `$` in a path as a variable, so each
+# is written as ${dollar} (a variable holding "$"), and \ and " are escaped.
+html=$(printf '%s/html' "$prefix" | sed -e 's/[\\"]/\\&/g' -e 's/\$/${dollar}/g')
 cat > "$prefix/nginx.conf" <<CONF
 daemon off;
 worker_processes $3;
@@ -12,6 +22,7 @@ pid nginx.pid;
 events { worker_connections 4096; }
 http {
     access_log off;
+    geo \$dollar { default "\$"; }
     client_body_temp_path tmp/body;
     proxy_temp_path tmp/proxy;
     fastcgi_temp_path tmp/fastcgi;
@@ -20,6 +31,12 @@ http {
     server {
         listen 127.0.0.1:$2;
         location / { return 200 "hello from nginx\n"; }
+        location = /page.html {
+            root "$html";
+            default_type text/html;
+            gzip on;
+            gzip_comp_level 6;
+        }
     }
 }
 CONF

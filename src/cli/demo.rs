@@ -23,8 +23,12 @@ const MSG_SIZE_BYTES: usize = 512;
 /// costs per request, and a generator with as many CPUs as the server saturates with it.
 pub const WORK_NS: u64 = 1000;
 
-/// The machine is taken as settled when its CPUs are less busy than this.
-const SETTLED_BUSY_PCT: f64 = 30.0;
+/// The machine is taken as settled when its CPUs are less busy than this (the busy warning's
+/// threshold too).
+const SETTLED_BUSY_PCT: f64 = crate::observe::environment::BUSY_WARN_PCT;
+
+/// The window of each busy sample of the settle wait.
+const SETTLE_SAMPLE: Duration = Duration::from_millis(500);
 
 /// How one demo runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +184,15 @@ pub struct Settled {
 }
 
 impl Settled {
+    /// The last sample, for the environment's busy warning.
+    pub fn sample(&self, cpus: &[usize]) -> crate::observe::environment::BusySample {
+        crate::observe::environment::BusySample {
+            cpus: crate::cpuset::format(cpus),
+            busy_pct: self.busy_pct,
+            window_s: SETTLE_SAMPLE.as_secs_f64(),
+        }
+    }
+
     /// The line for stdout and notes.txt.
     pub fn note(&self, cpus: &[usize]) -> String {
         let load = self
@@ -206,6 +219,15 @@ impl Settled {
     }
 }
 
+/// What the dry run says of the wait before the first step (which its estimate leaves out).
+pub fn settle_plan(shape: DemoShape) -> String {
+    format!(
+        "before the first step the demo waits for its CPUs to be under {SETTLED_BUSY_PCT:.0}% busy: {:.1} s when they are idle, at most {} s",
+        SETTLE_SAMPLE.as_secs_f64(),
+        shape.settle_limit().as_secs()
+    )
+}
+
 /// Waits, at most `limit`, until `cpus` are less than [`SETTLED_BUSY_PCT`] busy over half a
 /// second (a build that just ended leaves the 1-min load average high for a minute, /proc/stat
 /// shows the CPUs free at once).
@@ -213,7 +235,7 @@ pub fn settle(cpus: &[usize], limit: Duration) -> Settled {
     let start = Instant::now();
     let mut before = proc_stat();
     loop {
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(SETTLE_SAMPLE);
         let after = proc_stat();
         let busy = crate::machine::procfs::core_busy(&before, &after, cpus);
         let busy_pct = busy.iter().map(|c| c.busy_pct).sum::<f64>() / busy.len().max(1) as f64;
@@ -283,6 +305,33 @@ mod tests {
         assert!(text.contains(r#"a = "reactor/separated@8""#), "{text}");
         assert!(text.contains(r#"metric = "cpu_us_per_req""#), "{text}");
         assert!(spec(shape(false, 2)).contains("repetitions = \"auto\""));
+    }
+
+    #[test]
+    fn a_busy_process_during_the_settle_wait_makes_the_busy_warning() {
+        use crate::observe::environment::busy_warning;
+        let cpus = crate::cpuset::allowed();
+        // One spinning shell per CPU, each bounded by timeout(1) should the test die.
+        let mut spinners: Vec<std::process::Child> = cpus
+            .iter()
+            .map(|_| {
+                std::process::Command::new("timeout")
+                    .args(["20", "sh", "-c", "while :; do :; done"])
+                    .spawn()
+                    .expect("timeout and sh (coreutils, dash)")
+            })
+            .collect();
+        let settled = settle(&cpus, Duration::from_secs(1));
+        for s in &mut spinners {
+            // SIGTERM: timeout passes it on to its shell (a SIGKILL would orphan it).
+            let pid = nix::unistd::Pid::from_raw(s.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = s.wait();
+        }
+        assert!(!settled.settled, "{settled:?}");
+        let warning = busy_warning(&settled.sample(&cpus), settled.load1.unwrap_or(0.0));
+        let warning = warning.expect("CPUs kept busy by spinners must warn");
+        assert!(warning.contains("another busy process"), "{warning}");
     }
 
     #[test]

@@ -186,6 +186,9 @@ impl Progress for Live {
     fn begin(&mut self, total: usize, done: usize) {
         self.inner.begin(total, done);
     }
+    fn at(&mut self, at: &crate::sweep::progress::Position) {
+        self.inner.at(at);
+    }
     fn step(&mut self, label: &str) {
         self.inner.step(label);
     }

@@ -1,11 +1,15 @@
-//! The progress bar of `stairbench run` and `demo`: step i of N, ETA, live ops/s (an
-//! indicatif bar on a terminal, plain lines otherwise), behind the runner's
-//! [`Progress`] trait.
+//! The progress bar of `stairbench run` and `demo`: planned step i of N with the repetition
+//! inside it, the time left by the plan's model (the dry run's estimate, refined by the runs
+//! so far), live ops/s (an indicatif bar on a terminal, plain lines otherwise), behind the
+//! runner's [`Progress`] trait.
+
+use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::record::steps::{StepResult, StepStatus};
-use crate::sweep::progress::Progress;
+use crate::sweep::plan::estimate::show_duration;
+use crate::sweep::progress::{Position, Progress};
 
 /// An indicatif bar on stderr; one line per step when stderr is not a terminal or `CI` is
 /// set (no bar redrawn into a log); nothing but notes with `-q`.
@@ -14,6 +18,8 @@ pub struct Bar {
     label: String,
     tty: bool,
     quiet: bool,
+    /// The current repetition's position and when it began (the ETA counts down from it).
+    at: Option<(Position, Instant)>,
 }
 
 impl Default for Bar {
@@ -33,7 +39,7 @@ impl Bar {
         };
         let bar = ProgressBar::with_draw_target(Some(0), target);
         bar.set_style(
-            ProgressStyle::with_template("{pos}/{len} steps done [{bar:30}] ETA {eta} {msg}")
+            ProgressStyle::with_template("{prefix} [{bar:30}] {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
@@ -42,6 +48,19 @@ impl Bar {
             label: String::new(),
             tty,
             quiet,
+            at: None,
+        }
+    }
+
+    /// `step 7/20 (repetition 2/3), ETA 1m08s`: the time left counts down through the
+    /// repetition.
+    fn where_now(&self) -> String {
+        match &self.at {
+            Some((at, since)) => {
+                let left = at.left.saturating_sub(since.elapsed());
+                format!("{}, ETA {}", at.label(), show_duration(left))
+            }
+            None => String::new(),
         }
     }
 }
@@ -63,16 +82,21 @@ impl Progress for Bar {
         self.bar.set_position(done as u64);
         self.bar.reset_eta();
     }
+    fn at(&mut self, at: &Position) {
+        self.at = Some((*at, Instant::now()));
+        self.bar.set_position(at.step.saturating_sub(1) as u64);
+        self.bar.set_prefix(self.where_now());
+    }
     fn step(&mut self, label: &str) {
         self.label = label.to_string();
         self.bar.set_message(label.to_string());
     }
     fn live(&mut self, ops_per_s: f64) {
+        self.bar.set_prefix(self.where_now());
         self.bar
             .set_message(format!("{}: {:.0} ops/s", self.label, ops_per_s));
     }
     fn done(&mut self, step: &StepResult) {
-        self.bar.inc(1);
         let what = match (step.status, step.throughput_rps()) {
             (StepStatus::Ok, Some(t)) => format!("{t:.0} requests/s"),
             // The whole reason: a target's last output lines are the cause of its failure.
@@ -88,18 +112,22 @@ impl Progress for Bar {
         if self.quiet {
             return;
         }
+        // Once the repetition is over, the time left is the rest's.
+        if let Some((at, since)) = &mut self.at {
+            at.left = at.left.saturating_sub(since.elapsed());
+            *since = Instant::now();
+        }
         let line = format!(
-            "{} {} c={} rep {}: {what}",
-            step.target, step.placement, step.clients, step.rep
+            "[{}] {} {} c={}: {what}",
+            self.where_now(),
+            step.target,
+            step.placement,
+            step.clients
         );
         if self.tty {
             self.bar.println(line);
         } else {
-            eprintln!(
-                "[{}/{}] {line}",
-                self.bar.position(),
-                self.bar.length().unwrap_or(0)
-            );
+            eprintln!("{line}");
         }
     }
     fn note(&mut self, text: &str) {
@@ -110,6 +138,9 @@ impl Progress for Bar {
         }
     }
     fn finish(&mut self) {
+        if let Some(len) = self.bar.length() {
+            self.bar.set_position(len);
+        }
         self.bar.finish_and_clear();
     }
 }

@@ -133,7 +133,9 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         println!("{}", notes[0]);
     }
     if args.dry_run {
-        return execute(&plan, &Destination::default(), true, &Outputs::default());
+        let code = execute(&plan, &Destination::default(), true, &Outputs::default())?;
+        println!("{}", demo::settle_plan(shape));
+        return Ok(code);
     }
     // Chosen here rather than by the run, so the verdict can read the run's analysis.
     let out = args.out.unwrap_or_else(|| {
@@ -148,6 +150,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("{}", settled.note(&cpus));
     notes.push(settled.note(&cpus));
     dest.notes = notes;
+    dest.busy = Some(settled.sample(&cpus));
     let outputs = Outputs {
         verbosity: args.verbosity,
         ..Outputs::default()
@@ -237,6 +240,9 @@ fn print_summary(
         for line in crate::report::findings::stdout_lines(analysis) {
             writeln!(out, "{line}")?;
         }
+        for line in analysis.series.iter().filter_map(measured_the_client) {
+            writeln!(out, "{line}")?;
+        }
         gates::print_thresholds(&analysis.thresholds, out)?;
     }
     writeln!(out, "run directory: {}", dir.display())?;
@@ -254,7 +260,10 @@ fn print_summary(
     for status in [StepStatus::Failed, StepStatus::Errors, StepStatus::Skipped] {
         let n = summary.steps.iter().filter(|s| s.status == status).count();
         if n > 0 {
-            eprintln!("{n} step(s) {}; see the report", status_words(status));
+            eprintln!(
+                "{n} step(s) {}: see why in the report",
+                status_words(status)
+            );
         }
     }
     Ok(())
@@ -264,9 +273,37 @@ fn status_words(status: StepStatus) -> &'static str {
     match status {
         StepStatus::Failed => "failed (could not run)",
         StepStatus::Errors => "had errors above max_error_ratio",
-        StepStatus::Skipped => "skipped (see why in the report)",
+        StepStatus::Skipped => "skipped",
         StepStatus::Ok => "ok",
     }
+}
+
+/// The one sentence for a series most of whose load levels saturated the load generator:
+/// its figures are the client's, whatever the peak line says of the server.
+pub fn measured_the_client(series: &crate::analyze::run::SeriesAnalysis) -> Option<String> {
+    let saturated: Vec<&crate::analyze::run::LoadPoint> = (series.points.iter())
+        .filter(|p| p.client_saturated)
+        .collect();
+    if saturated.len() * 2 <= series.points.len() {
+        return None;
+    }
+    let levels: Vec<String> = saturated
+        .iter()
+        .map(|p| match p.rate_rps {
+            Some(r) => format!("{r:.0} requests/s"),
+            None => p.clients.to_string(),
+        })
+        .collect();
+    let unit = if series.open_loop { "" } else { " clients" };
+    Some(format!(
+        "{} / {}: this series measured the load generator, not {}: it saturated its CPUs at {}{unit} ({} of {} load levels), so those levels show how fast the client is; give the server the costlier side (more work per request) or the load generator more CPUs",
+        series.target,
+        series.placement,
+        series.target,
+        levels.join(", "),
+        saturated.len(),
+        series.points.len()
+    ))
 }
 
 /// The run's exit code: 130 interrupted, 1 a step failed (or the run stopped on one), 3 a

@@ -38,9 +38,28 @@ pub struct Environment {
     pub git_revision: String,
     /// Load average over 1, 5 and 15 minutes, when the run started.
     pub loadavg: [f64; 3],
+    /// How busy the run's CPUs were, sampled just before the first step (the demo's settle
+    /// sample; absent where the run took none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_sample: Option<BusySample>,
     /// Why this machine may give misleading figures (empty when none).
     pub warnings: Vec<String>,
 }
+
+/// How busy some CPUs were over a short window, from /proc/stat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BusySample {
+    /// The CPUs sampled, as a list (`0-1`).
+    pub cpus: String,
+    /// Their mean busy share over the window, %.
+    pub busy_pct: f64,
+    /// The window, seconds.
+    pub window_s: f64,
+}
+
+/// CPUs busier than this (mean %, over a sample) are shared with other work: the run's
+/// figures are noisier.
+pub const BUSY_WARN_PCT: f64 = 30.0;
 
 /// The topology in brief.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,6 +91,12 @@ pub struct PerfAvailability {
 
 /// Reads the running machine's environment (runs `perf stat` twice and `git` once: ~0.1 s).
 pub fn environment() -> Environment {
+    environment_with(None)
+}
+
+/// The environment, its busy warning from `busy` (a sample of the run's own CPUs) where
+/// there is one, from the 1-minute load average otherwise.
+pub fn environment_with(busy: Option<BusySample>) -> Environment {
     let topology = Topology::detect().ok();
     let cpus = topology
         .as_ref()
@@ -87,7 +112,11 @@ pub fn environment() -> Environment {
         .unwrap_or([0.0; 3]);
     let swap_used_kb = swap_total_kb.saturating_sub(swap_free_kb);
     let perf = perf_availability();
-    let warnings = warnings(&governors, swap_used_kb, loadavg, cpus);
+    let mut warnings = machine_warnings(&governors, swap_used_kb);
+    warnings.extend(match &busy {
+        Some(sample) => busy_warning(sample, loadavg[0]),
+        None => load_warning(loadavg[0], cpus),
+    });
     Environment {
         hostname: read_line("/proc/sys/kernel/hostname"),
         cpu_model: read_file("/proc/cpuinfo")
@@ -104,8 +133,20 @@ pub fn environment() -> Environment {
         stairbench_version: env!("CARGO_PKG_VERSION").to_string(),
         git_revision: git_revision(),
         loadavg,
+        busy_sample: busy,
         warnings,
     }
+}
+
+/// The warning of a busy sample over [`BUSY_WARN_PCT`], naming the 1-minute load average
+/// beside it (which lags: a build that just ended keeps it high for a minute).
+pub fn busy_warning(sample: &BusySample, load1: f64) -> Option<String> {
+    (sample.busy_pct >= BUSY_WARN_PCT).then(|| {
+        format!(
+            "CPUs {} were {:.0}% busy over the {:.1} s before the first step (1-minute load average {load1:.2}): another busy process is competing for them",
+            sample.cpus, sample.busy_pct, sample.window_s
+        )
+    })
 }
 
 fn summarize(t: &Topology) -> TopologySummary {
@@ -128,6 +169,22 @@ pub fn warnings(
     loadavg: [f64; 3],
     cpus: usize,
 ) -> Vec<String> {
+    let mut out = machine_warnings(governors, swap_used_kb);
+    out.extend(load_warning(loadavg[0], cpus));
+    out
+}
+
+/// A 1-minute load average above half the CPUs (no sample of the run's own CPUs taken).
+fn load_warning(load1: f64, cpus: usize) -> Option<String> {
+    (cpus > 0 && load1 > 0.5 * cpus as f64).then(|| {
+        format!(
+            "load average {load1:.2} is above half of the {cpus} CPUs: another busy process is competing for them"
+        )
+    })
+}
+
+/// A clock-scaling governor, swap in use.
+fn machine_warnings(governors: &BTreeMap<String, String>, swap_used_kb: u64) -> Vec<String> {
     let mut out = Vec::new();
     let slow: Vec<&str> = governors
         .iter()
@@ -150,12 +207,6 @@ pub fn warnings(
     if swap_used_kb > 0 {
         out.push(format!(
             "{swap_used_kb} kB of swap in use: memory pressure can stall the server; free memory or swapoff"
-        ));
-    }
-    if cpus > 0 && loadavg[0] > 0.5 * cpus as f64 {
-        out.push(format!(
-            "load average {:.2} is above half of the {cpus} CPUs: another busy process is competing for them",
-            loadavg[0]
         ));
     }
     out
@@ -270,6 +321,24 @@ fn read_file(path: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_busy_warning_follows_the_sample_not_the_load_average() {
+        let sample = |busy_pct| BusySample {
+            cpus: "0-1".into(),
+            busy_pct,
+            window_s: 0.5,
+        };
+        // A build that just ended: the load average is high, the CPUs are idle.
+        assert_eq!(busy_warning(&sample(3.0), 2.23), None);
+        let w = busy_warning(&sample(97.0), 0.4).unwrap();
+        assert!(
+            w.starts_with("CPUs 0-1 were 97% busy over the 0.5 s"),
+            "{w}"
+        );
+        assert!(w.contains("1-minute load average 0.40"), "{w}");
+        assert!(load_warning(2.23, 2).is_some());
+    }
 
     #[test]
     fn unfit_machine_gets_each_warning() {

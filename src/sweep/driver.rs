@@ -339,6 +339,8 @@ pub struct FakeDriver {
     pub fail_ids: Vec<String>,
     /// Every request seen, in order.
     pub seen: Vec<StepRequest>,
+    /// Steps with at least this many clients report their load generator saturated.
+    pub client_saturated_from: Option<usize>,
 }
 
 impl FakeDriver {
@@ -348,6 +350,7 @@ impl FakeDriver {
             rps_for: Box::new(rps_for),
             fail_ids: Vec::new(),
             seen: Vec::new(),
+            client_saturated_from: None,
         }
     }
 }
@@ -412,6 +415,7 @@ impl Driver for FakeDriver {
                 duration_s: secs,
                 throughput_rps: rps,
                 latency_us: latency,
+                client_saturated: self.client_saturated_from.is_some_and(|c| req.clients >= c),
                 ..LoadReport::default()
             },
             hist_ns: Some(hist),

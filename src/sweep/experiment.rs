@@ -25,6 +25,9 @@ pub struct Destination {
     pub resume: Option<PathBuf>,
     /// Lines for the top of notes.txt (the demo's: the load the machine started under).
     pub notes: Vec<String>,
+    /// How busy the run's CPUs were just before it (the demo's settle sample): the
+    /// environment's busy warning comes from it rather than from the load average.
+    pub busy: Option<crate::observe::environment::BusySample>,
 }
 
 /// A finished (or interrupted) experiment.
@@ -176,8 +179,12 @@ fn group_hosts(
 }
 
 /// This machine's environment, and each host's under `hosts`.
-fn environment_json(sessions: &super::hosts::session::Sessions) -> String {
-    let mut env = serde_json::to_value(crate::observe::environment()).unwrap_or_default();
+fn environment_json(
+    sessions: &super::hosts::session::Sessions,
+    busy: Option<crate::observe::environment::BusySample>,
+) -> String {
+    let env = crate::observe::environment::environment_with(busy);
+    let mut env = serde_json::to_value(env).unwrap_or_default();
     if let (serde_json::Value::Object(m), false) =
         (&mut env, sessions.up.is_empty() && sessions.down.is_empty())
     {
@@ -206,7 +213,12 @@ fn open_dir(
         None => format!("cannot create the run directory: {e}"),
     })?;
     dir.write_file("spec.toml", &plan.spec.text)
-        .and_then(|_| dir.write_file("environment.json", &environment_json(sessions)))
+        .and_then(|_| {
+            dir.write_file(
+                "environment.json",
+                &environment_json(sessions, dest.busy.clone()),
+            )
+        })
         .map_err(|e| format!("writing into {}: {e}", dir.path.display()))?;
     Ok(dir)
 }
@@ -298,10 +310,12 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
     }
     let _ = writeln!(
         out,
-        "experiment {:?}: {} targets × {} placements, at most {} steps",
+        "experiment {:?}: {} targets × {} placements, {} steps of {} (at most {} runs)",
         plan.name,
         plan.targets.len(),
         plan.placements.len(),
+        plan.planned_steps(),
+        plan.repetitions.describe(),
         plan.max_steps()
     );
     if let ClientPlan::Engine {
@@ -386,13 +400,12 @@ fn describe_groups(plan: &Plan, point: Point, out: &mut String) {
 fn describe_estimate(plan: &Plan, skipped: usize) -> String {
     let mut out = String::new();
     // A skipped point skips all its runs; a rate search's points are counted at their maximum.
-    let points = dry_points(plan).len().max(1);
-    let runnable = plan.max_steps().saturating_sub(
-        skipped * plan.max_steps() / (points * plan.targets.len() * plan.placements.len()).max(1),
-    );
+    let planned = plan.planned_steps();
+    let runnable = planned.saturating_sub(skipped);
+    let series = plan.targets.len() * plan.placements.len();
+    let work = plan.work_for(runnable, series);
     let (set_up, per_step) = super::hosts::groups::hosts_overhead(&plan.hosts);
-    let total = plan.estimate_for(runnable) + set_up + per_step * runnable as u32;
-    let secs = total.as_secs();
+    let total = plan.time_for(work) + set_up + per_step.mul_f64(work.runs);
     let hosts = if set_up.is_zero() {
         String::new()
     } else {
@@ -404,18 +417,39 @@ fn describe_estimate(plan: &Plan, skipped: usize) -> String {
     };
     let _ = writeln!(
         out,
-        "\nestimated time: about {}m{:02}s{hosts}",
-        secs / 60,
-        secs % 60
+        "\nestimated time: about {}{hosts}{}",
+        show_minutes(total),
+        runs_assumed(plan)
     );
     if skipped > 0 {
         let _ = writeln!(
             out,
-            "{skipped} step(s) are skipped on this machine; {runnable} of at most {} can run",
-            plan.max_steps()
+            "{skipped} step(s) are skipped on this machine; {runnable} of {planned} can run"
         );
     }
     out
+}
+
+/// The estimate's total as `1m08s` (always with minutes, as the dry run has always said).
+fn show_minutes(total: std::time::Duration) -> String {
+    let secs = total.as_secs_f64().round() as u64;
+    format!("{}m{:02}s", secs / 60, secs % 60)
+}
+
+/// What the estimate assumed of `auto` repetitions (they stop when the throughput settles).
+fn runs_assumed(plan: &Plan) -> String {
+    match plan.repetitions {
+        crate::sweep::spec::Repetitions::Auto => format!(
+            " ({} runs a step assumed; at most {} each: up to {})",
+            plan.expected_runs(),
+            plan.repetitions.max_runs(),
+            show_minutes(plan.time_for(super::plan::estimate::Work {
+                runs: plan.max_steps() as f64,
+                server_starts: plan.targets.len() * plan.placements.len(),
+            }))
+        ),
+        _ => String::new(),
+    }
 }
 
 fn dry_points(plan: &Plan) -> Vec<Point> {

@@ -2,6 +2,8 @@
 //! each step's end), and [`Quiet`], which shows nothing (tests). The terminal's bar is the
 //! command's (`cli::progress`), so the runner knows no UI.
 
+use std::time::Duration;
+
 use crate::record::load::IntervalLine;
 use crate::record::steps::StepResult;
 
@@ -21,10 +23,42 @@ pub struct LiveStep {
     pub rate_rps: Option<f64>,
 }
 
+/// Where the run is: the planned step (a point of a series with all its repetitions), the
+/// repetition inside it, and the time left by the plan's model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Position {
+    /// The planned step, from 1.
+    pub step: usize,
+    /// Planned steps in all.
+    pub steps: usize,
+    /// The repetition inside the step, from 1.
+    pub repetition: usize,
+    /// The step's repetitions: exactly this many, or at most this many under `auto`.
+    pub repetitions: usize,
+    /// `repetitions = "auto"`: the step ends when its throughput settles.
+    pub auto: bool,
+    /// Time left, this repetition included (the same model as the dry run's estimate).
+    pub left: Duration,
+}
+
+impl Position {
+    /// `step 7/20 (repetition 2/3)`, or `step 7/20 (repetition 2 of at most 5)` under auto.
+    pub fn label(&self) -> String {
+        let of = if self.auto { " of at most " } else { "/" };
+        format!(
+            "step {}/{} (repetition {}{of}{})",
+            self.step, self.steps, self.repetition, self.repetitions
+        )
+    }
+}
+
 /// Receives the loop's progress.
 pub trait Progress {
-    /// The run starts: `total` steps at most, `done` already finished (resume).
+    /// The run starts: `total` planned steps (a point of a series each, its repetitions
+    /// inside it), `done` already finished (resume).
     fn begin(&mut self, total: usize, done: usize);
+    /// A repetition of a step is about to run (or be skipped).
+    fn at(&mut self, _at: &Position) {}
     /// A step starts.
     fn step(&mut self, label: &str);
     /// A per-second throughput figure of the running step.

@@ -11,8 +11,9 @@ use hdrhistogram::Histogram;
 
 use super::driver::{Driver, StepLoad, StepRequest};
 use super::error::StepError;
+use super::plan::estimate::Done;
 use super::plan::{Plan, Point, Series, TargetKind, TargetPlan};
-use super::progress::{LiveStep, Progress};
+use super::progress::{LiveStep, Position, Progress};
 use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
 use crate::analyze::thresholds;
@@ -158,6 +159,8 @@ struct RunState {
     done: BTreeMap<String, StepResult>,
     /// What the run returns.
     summary: RunSummary,
+    /// Steps and runs done so far, for the ETA.
+    at: Done,
 }
 
 /// One (target, placement) series while it runs.
@@ -229,11 +232,19 @@ impl Runner<'_> {
             .into_iter()
             .map(|s| (s.id.clone(), s))
             .collect();
+        let resumed = resumed_steps(&done);
         let mut run = RunState {
             done,
             summary: RunSummary::default(),
+            at: Done {
+                steps: 0,
+                runs: 0,
+                runs_of_step: 0,
+                series_started: 0,
+                skipping: 0,
+            },
         };
-        self.progress.begin(self.plan.max_steps(), run.done.len());
+        self.progress.begin(self.plan.planned_steps(), resumed);
         if self.plan.compares_balanced_and_separated() {
             for note in self.placements.notes() {
                 self.note(&mut run.summary, note);
@@ -263,8 +274,12 @@ impl Runner<'_> {
     ) -> Result<bool, String> {
         let mut series = SeriesRun::new(target, placement, &self.plan.series);
         let mut end_run = false;
+        let series_started = run.at.series_started;
         while let Some(point) = series.points.next() {
-            match self.run_point(&mut series, point, run)? {
+            let reps = self.run_point(&mut series, point, run)?;
+            // Its server started with its first point: the ETA counts no start for it after.
+            run.at.series_started = series_started + 1;
+            match reps {
                 Some(reps) => self.after_point(&mut series, point, &reps, &mut run.summary),
                 None => {
                     end_run = true;
@@ -300,10 +315,12 @@ impl Runner<'_> {
         run: &mut RunState,
     ) -> Result<Option<Vec<StepResult>>, String> {
         let mut reps = Vec::new();
+        run.at.runs_of_step = 0;
         for rep in 0..self.plan.repetitions.max_runs() {
             if !self.plan.repetitions.again(rep, &ok_throughputs(&reps)) {
                 break;
             }
+            run.at.runs_of_step = rep;
             if self.interrupted(&mut run.summary) {
                 return Ok(None);
             }
@@ -312,6 +329,12 @@ impl Runner<'_> {
                 reps.push(prev.clone());
                 continue;
             }
+            // Once saturated, the series' steps left are skipped at once.
+            run.at.skipping = match series.saturated {
+                Some(_) => 1 + series.points.remaining().len(),
+                None => 0,
+            };
+            self.progress.at(&self.position(&run.at, rep));
             let step = match &series.saturated {
                 Some(why) => self.skipped(&key, why.clone()),
                 None => self.one_step(&key, series),
@@ -350,7 +373,21 @@ impl Runner<'_> {
                 self.sleep(self.plan.cooldown);
             }
         }
+        run.at.steps += 1;
+        run.at.runs += reps.len();
         Ok(Some(reps))
+    }
+
+    /// The progress line's position at repetition `rep` (from 0) of the current step.
+    fn position(&self, at: &Done, rep: usize) -> Position {
+        Position {
+            step: at.steps + 1,
+            steps: self.plan.planned_steps(),
+            repetition: rep + 1,
+            repetitions: self.plan.repetitions.max_runs(),
+            auto: self.plan.repetitions == super::spec::Repetitions::Auto,
+            left: self.plan.time_left(*at),
+        }
     }
 
     /// The step with its thresholds' checks (the `thresholds` array of its steps.jsonl line).
@@ -399,7 +436,9 @@ impl Runner<'_> {
     ) {
         let agg = aggregate(reps);
         series.points.observe(point, agg.map(|a| a.2));
-        if let Some((thr, lat, _)) = agg {
+        // A point whose load generator saturated measured the client, not the server: the
+        // analysis leaves it out, and so does the saturation check.
+        if let (Some((thr, lat, _)), false) = (agg, measured_the_client(reps)) {
             series.history.push((thr, lat));
             series.history_points.push(point);
         }
@@ -841,12 +880,31 @@ pub fn verdict(step: &StepResult, max_error_ratio: f64) -> (StepStatus, Option<S
     (StepStatus::Errors, Some(why))
 }
 
+/// Planned steps already finished in a resumed run directory: its distinct points.
+fn resumed_steps(done: &BTreeMap<String, StepResult>) -> usize {
+    let points: std::collections::BTreeSet<(&str, &str, usize, Option<u64>)> = done
+        .values()
+        .map(|s| {
+            let rate = s.rate_rps.map(f64::to_bits);
+            (s.target.as_str(), s.placement.as_str(), s.clients, rate)
+        })
+        .collect();
+    points.len()
+}
+
 /// Throughputs (req/s) of a point's ok repetitions so far.
 fn ok_throughputs(reps: &[StepResult]) -> Vec<f64> {
     reps.iter()
         .filter(|s| s.status == StepStatus::Ok)
         .filter_map(StepResult::throughput_rps)
         .collect()
+}
+
+/// True when a repetition of the point saturated its load generator (as the analysis
+/// counts a point client-saturated).
+fn measured_the_client(reps: &[StepResult]) -> bool {
+    reps.iter()
+        .any(|s| s.load.as_ref().is_some_and(|l| l.client_saturated))
 }
 
 /// Mean throughput, mean latency and mean p99 (ms) of a point's ok repetitions.

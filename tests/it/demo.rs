@@ -49,8 +49,30 @@ fn server_limited(step: &Value) -> bool {
     step["client_saturated"] == Value::Bool(false) && server >= client
 }
 
+/// The dry run's `estimated time: about 0m21s`, in seconds.
+fn estimated_s(dry_run: &str) -> f64 {
+    let line = dry_run
+        .lines()
+        .find(|l| l.starts_with("estimated time: about "))
+        .unwrap_or_else(|| panic!("no estimate in {dry_run}"));
+    let about = line.trim_start_matches("estimated time: about ");
+    let (m, rest) = about.split_once('m').unwrap();
+    m.parse::<f64>().unwrap() * 60.0 + rest[..2].parse::<f64>().unwrap()
+}
+
+/// Seconds the demo waited for its CPUs to settle, from its first line (`after waiting 0.5 s`
+/// or `for the 3 s the demo waits`).
+fn settle_wait_s(stdout: &str) -> f64 {
+    let re = regex::Regex::new(r"(after waiting|for the) (\d+(\.\d+)?) s").unwrap();
+    let caps = re.captures(stdout).unwrap_or_else(|| panic!("{stdout}"));
+    caps[2].parse().unwrap()
+}
+
 #[test]
 fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
+    let dry = common::cli(&["demo", "--quick", "--dry-run"]);
+    common::assert_success(&dry);
+    let estimate_s = estimated_s(&String::from_utf8_lossy(&dry.stdout));
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("demo");
     let start = Instant::now();
@@ -64,6 +86,14 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     // 30 s alone; other developers' builds share these cores.
     assert!(took < Duration::from_secs(60), "--quick took {took:?}");
+    // The dry run's estimate, from the plan's time model, within 25% of the time the demo
+    // took, its wait for busy CPUs to settle aside (the estimate counts none: idle CPUs
+    // settle at once).
+    let measured_s = took.as_secs_f64() - settle_wait_s(&stdout);
+    assert!(
+        (estimate_s - measured_s).abs() <= 0.25 * measured_s,
+        "estimated {estimate_s} s, took {measured_s:.1} s besides settling"
+    );
 
     let steps = common::steps_json(&out_dir);
     let mut series: BTreeMap<String, Vec<&Value>> = BTreeMap::new();

@@ -11,11 +11,13 @@ use stairbench::cli::run::write_reports;
 use stairbench::observe::step::NullObserver;
 use stairbench::placement::TopologyPlacements;
 use stairbench::record::rundir::RunDir;
+use stairbench::record::steps::StepResult;
 use stairbench::record::steps::StepStatus;
 use stairbench::sweep::driver::{Driver, FakeDriver};
 use stairbench::sweep::experiment::finish_dir;
+use stairbench::sweep::plan::estimate::Done;
 use stairbench::sweep::plan::Plan;
-use stairbench::sweep::progress::Quiet;
+use stairbench::sweep::progress::{Position, Progress, Quiet};
 use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::server::FakeLauncher;
 use stairbench::sweep::spec::SpecFile;
@@ -31,6 +33,16 @@ fn run_fake(plan: &Plan, dir: &Path, driver: &mut dyn Driver) -> RunSummary {
 }
 
 fn run_fake_on(plan: &Plan, dir: &Path, driver: &mut dyn Driver, cpus: Vec<usize>) -> RunSummary {
+    run_fake_showing(plan, dir, driver, cpus, &mut Quiet)
+}
+
+fn run_fake_showing(
+    plan: &Plan,
+    dir: &Path,
+    driver: &mut dyn Driver,
+    cpus: Vec<usize>,
+    progress: &mut dyn Progress,
+) -> RunSummary {
     let mut rundir = RunDir::create(Some(dir), &plan.name).unwrap();
     rundir.write_file("spec.toml", &plan.spec.text).unwrap();
     let placements = TopologyPlacements::with_cpus(cpus, plan.custom.clone());
@@ -41,7 +53,7 @@ fn run_fake_on(plan: &Plan, dir: &Path, driver: &mut dyn Driver, cpus: Vec<usize
         driver,
         observer: &mut NullObserver,
         placements: &placements,
-        progress: &mut Quiet,
+        progress,
         stop: &AtomicBool::new(false),
     };
     let summary = runner.run().unwrap();
@@ -60,9 +72,15 @@ fn saturation_note_names_the_skipped_counts_or_none() {
     let dir = tempfile::tempdir().unwrap();
     let p = plan(&saturating_spec("[1, 2, 4, 8, 16, 32]"));
     let mut driver = FakeDriver::new(|c| 1000.0 * c.min(2) as f64);
-    let summary = run_fake(&p, dir.path(), &mut driver);
+    let mut shown = Positions::default();
+    let summary = run_fake_showing(&p, dir.path(), &mut driver, vec![0, 1, 2, 3], &mut shown);
     let note = &summary.findings[0];
     assert!(note.contains("from 2 clients to 8 clients"), "{note}");
+    // The ETA counts the steps that stop_when skips as taking no time.
+    let left: Vec<_> = shown.seen.iter().map(|at| at.left).collect();
+    // At 8 clients (the step whose result shows the saturation), the rest still counted.
+    assert_eq!(left[3], p.run_time() * 3);
+    assert_eq!(left[4..], [std::time::Duration::ZERO; 2]);
     assert!(note.ends_with("skipped: 16, 32 clients"), "{note}");
     let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(report.contains("skipped: 16, 32 clients"), "{report}");
@@ -79,6 +97,103 @@ fn saturation_note_names_the_skipped_counts_or_none() {
         .steps
         .iter()
         .all(|s| s.status != StepStatus::Skipped));
+}
+
+#[test]
+fn saturation_never_acts_on_steps_that_measured_the_client() {
+    // Flat from 2 clients on, as above, but the load generator saturated from 4 clients on:
+    // those steps measured the client, so they are no evidence of the server's saturation.
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(&saturating_spec("[1, 2, 4, 8, 16, 32]"));
+    let mut driver = FakeDriver::new(|c| 1000.0 * c.min(2) as f64);
+    driver.client_saturated_from = Some(4);
+    let summary = run_fake(&p, dir.path(), &mut driver);
+    assert!(
+        !summary.findings.iter().any(|f| f.contains("stop_when")),
+        "{:?}",
+        summary.findings
+    );
+    assert_eq!(summary.steps.len(), 6);
+    assert!(summary.steps.iter().all(|s| s.status == StepStatus::Ok));
+    // Most of its levels measured the client: stdout says so, in one sentence.
+    let analysis = stairbench::analyze::run::analyze_run(dir.path()).unwrap();
+    let line = stairbench::cli::run::measured_the_client(&analysis.series[0]).unwrap();
+    assert!(
+        line.starts_with("a / ") && line.contains(": this series measured the load generator, not a: it saturated its CPUs at 4, 8, 16, 32 clients (4 of 6 load levels)"),
+        "{line}"
+    );
+
+    // Saturated from 16 only: the server's flat stretch 2, 4, 8 still stops the series.
+    let dir = tempfile::tempdir().unwrap();
+    let mut driver = FakeDriver::new(|c| 1000.0 * c.min(2) as f64);
+    driver.client_saturated_from = Some(16);
+    let summary = run_fake(&p, dir.path(), &mut driver);
+    assert!(summary.findings[0].ends_with("skipped: 16, 32 clients"));
+    let analysis = stairbench::analyze::run::analyze_run(dir.path()).unwrap();
+    assert_eq!(
+        stairbench::cli::run::measured_the_client(&analysis.series[0]),
+        None,
+        "the skipped levels measured nothing"
+    );
+}
+
+/// Keeps every position the loop shows.
+#[derive(Default)]
+struct Positions {
+    total: usize,
+    seen: Vec<Position>,
+}
+
+impl Progress for Positions {
+    fn begin(&mut self, total: usize, _: usize) {
+        self.total = total;
+    }
+    fn at(&mut self, at: &Position) {
+        self.seen.push(*at);
+    }
+    fn step(&mut self, _: &str) {}
+    fn live(&mut self, _: f64) {}
+    fn done(&mut self, _: &StepResult) {}
+    fn note(&mut self, _: &str) {}
+    fn finish(&mut self) {}
+}
+
+#[test]
+fn progress_counts_planned_steps_with_repetitions_inside_them() {
+    // Auto repetitions: 1 client never settles (5 runs), 2 settle at once (2), 4 after 3.
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan("name = \"auto\"\nduration = \"1s\"\nwarmup = \"0s\"\nrepetitions = \"auto\"\nclients = [1, 2, 4]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n");
+    let mut driver = noisy_driver();
+    let mut shown = Positions::default();
+    run_fake_showing(&p, dir.path(), &mut driver, vec![0, 1, 2, 3], &mut shown);
+    assert_eq!(shown.total, 3, "three planned steps, not 15 runs");
+    let labels: Vec<String> = shown.seen.iter().map(Position::label).collect();
+    assert_eq!(labels[0], "step 1/3 (repetition 1 of at most 5)");
+    assert_eq!(labels[5], "step 2/3 (repetition 1 of at most 5)");
+    assert_eq!(
+        labels.last().unwrap(),
+        "step 3/3 (repetition 3 of at most 5)"
+    );
+    assert_eq!(labels.len(), 5 + 2 + 3);
+    // The first ETA is the dry run's estimate; the next steps are expected to take as many
+    // runs as the finished ones did (5, then (5 + 2) / 2 = 3.5).
+    assert_eq!(shown.seen[0].left, p.estimate());
+    assert_eq!(shown.seen[5].left, p.run_time().mul_f64(5.0 * 2.0));
+    assert_eq!(shown.seen[7].left, p.run_time().mul_f64(3.5));
+    // The dry run prints that estimate.
+    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], p.custom.clone());
+    let dry = stairbench::sweep::experiment::describe(&p, &placements);
+    let secs = p.estimate().as_secs_f64().round() as u64;
+    let want = format!("estimated time: about {}m{:02}s", secs / 60, secs % 60);
+    assert!(dry.contains(&want), "{want}: {dry}");
+    let at_start = Done {
+        steps: 0,
+        runs: 0,
+        runs_of_step: 0,
+        series_started: 0,
+        skipping: 0,
+    };
+    assert_eq!(p.time_left(at_start), p.estimate());
 }
 
 /// Throughput by client count and call: 1 client never settles, 2 settle at once, 4 after 3.
@@ -101,11 +216,12 @@ fn noisy_driver() -> FakeDriver {
 fn auto_repetitions_repeat_until_the_throughput_settles() {
     let text = "name = \"auto\"\nduration = \"1s\"\nwarmup = \"0s\"\nrepetitions = \"auto\"\nclients = [1, 2, 4]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n";
     let p = plan(text);
-    // The estimate assumes every point runs 5 times.
+    // At most, every point runs 5 times.
     assert_eq!(p.max_steps(), 3 * 5);
     let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], p.custom.clone());
     let dry = stairbench::sweep::experiment::describe(&p, &placements);
-    assert!(dry.contains("at most 15 steps"), "{dry}");
+    assert!(dry.contains("3 steps of 2 to 5 runs"), "{dry}");
+    assert!(dry.contains("(at most 15 runs)"), "{dry}");
     assert!(
         dry.contains("client cpus 0-3, 2 to 5 runs (auto: until the throughput's CV < 3%)"),
         "{dry}"

@@ -39,6 +39,7 @@ mod live;
 mod load_engine;
 mod load_histograms;
 mod many_hosts;
+mod nginx_example;
 mod observe;
 mod parsers;
 mod profiling;

@@ -3,6 +3,7 @@
 
 pub mod arrivals;
 pub mod connect;
+pub mod estimate;
 pub mod hosts;
 pub mod profile;
 pub mod ranks;
@@ -335,29 +336,10 @@ impl Plan {
         has("balanced") && has("separated")
     }
 
-    /// Steps at most, over all targets and placements (`auto` repetitions counted at their
-    /// maximum, so the estimate is an upper bound).
+    /// Runs at most, over all targets and placements (`auto` repetitions counted at their
+    /// maximum). The time model is in [`estimate`].
     pub fn max_steps(&self) -> usize {
-        self.targets.len()
-            * self.placements.len()
-            * self.series.max_points()
-            * self.repetitions.max_runs()
-    }
-
-    /// Estimated wall time (steps × (warm-up + window + cooldown) + server starts).
-    pub fn estimate(&self) -> Duration {
-        self.estimate_for(self.max_steps())
-    }
-
-    /// Estimated wall time when only `steps` of the steps can run (the others are skipped:
-    /// their cpusets do not exist on this machine).
-    pub fn estimate_for(&self, steps: usize) -> Duration {
-        let per_step = self.warmup + self.duration + self.cooldown + Duration::from_millis(200);
-        let starts = match self.restart {
-            Restart::Series => (self.targets.len() * self.placements.len()).min(steps),
-            Restart::Step => steps,
-        };
-        per_step * steps as u32 + Duration::from_millis(500) * starts as u32
+        self.planned_steps() * self.repetitions.max_runs()
     }
 }
 

@@ -1,0 +1,88 @@
+//! `examples/nginx-wrk.toml` measures nginx, not wrk: run in a quick mode (1-s steps, a
+//! shorter staircase), few of its steps saturate wrk, the diagnosis names no client limit,
+//! nginx spends more CPU per request than wrk (the costlier side its header promises), and
+//! stdout has no sentence saying the series measured the load generator.
+
+use std::path::Path;
+
+use serde_json::Value;
+use stairbench::analyze::run::diagnosis::Limit;
+
+use crate::common;
+
+/// CPU µs per request of a step: the server's process tree and the load generator's.
+fn cpu_us_per_request(step: &Value) -> (f64, f64) {
+    let requests = step["requests"].as_f64().unwrap().max(1.0);
+    let server = &step["server"]["server"];
+    let server_s = server["user_s"].as_f64().unwrap() + server["sys_s"].as_f64().unwrap();
+    let client = &step["client_cpu"];
+    let client_s = client["user_s"].as_f64().unwrap() + client["sys_s"].as_f64().unwrap();
+    (server_s * 1e6 / requests, client_s * 1e6 / requests)
+}
+
+#[test]
+fn the_nginx_wrk_example_measures_nginx() {
+    let missing = ["nginx", "wrk"]
+        .into_iter()
+        .find(|p| common::find_program(p).is_none());
+    if let Some(p) = missing {
+        return common::skip_or_fail(format!(
+            "{p} is not installed (apt-get install nginx-light wrk)"
+        ));
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let text = std::fs::read_to_string(examples.join("nginx-wrk.toml")).unwrap();
+    let quick = text
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace(
+            "clients = [1, 2, 4, 8, 16, 32, 64]",
+            "clients = [1, 2, 4, 8, 16]",
+        )
+        .replace("{spec_dir}", &examples.display().to_string());
+    assert_ne!(
+        quick,
+        text.replace("{spec_dir}", &examples.display().to_string())
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("nginx-wrk.toml");
+    std::fs::write(&spec, quick).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+
+    let steps: Vec<Value> = common::steps_json(&out_dir)
+        .into_iter()
+        .filter(|s| s["status"] == "ok")
+        .collect();
+    assert!(steps.len() >= 3, "{stdout}");
+    let saturated = steps
+        .iter()
+        .filter(|s| s["client_saturated"] == true)
+        .count();
+    assert!(
+        saturated * 4 <= steps.len(),
+        "{saturated} of {} steps saturated wrk",
+        steps.len()
+    );
+    for s in &steps {
+        let (server_us, client_us) = cpu_us_per_request(s);
+        eprintln!(
+            "{}: {:.0} req/s, nginx {server_us:.1} µs/request, wrk {client_us:.1} µs/request",
+            s["id"],
+            s["throughput_rps"].as_f64().unwrap()
+        );
+        assert!(
+            server_us > client_us,
+            "{}: nginx {server_us:.1} µs/request is not the costlier side (wrk {client_us:.1})",
+            s["id"]
+        );
+    }
+    let analysis = stairbench::analyze::run::analyze_run(&out_dir).unwrap();
+    let diagnosis = &analysis.diagnosis[0];
+    assert_ne!(diagnosis.limit, Limit::Client, "{}", diagnosis.sentence);
+    assert!(
+        !stdout.contains("this series measured the load generator"),
+        "{stdout}"
+    );
+}
