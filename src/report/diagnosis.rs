@@ -113,7 +113,7 @@ pub fn thread_charts(steps: &[StepResult], a: &RunAnalysis) -> Option<String> {
             let _ = write!(
                 body,
                 "<figure>{}<figcaption class=\"note\">{}</figcaption></figure>",
-                svg::stacked_bar_chart(&chart),
+                svg::responsive(|l| svg::stacked_bar_chart(&chart, l)),
                 svg::escape(
                     "CPU of the server's threads over each step's window, in percent of one CPU \
                      (100 = one CPU fully busy), stacked by thread name with numbered threads \

@@ -187,7 +187,8 @@ fn fixture_page_is_escaped_and_complete() {
     assert!(page.contains("AMD EPYC 9354P"));
     assert!(page.contains("(USL fit)"));
     assert!(page.contains("Little&#39;s law"));
-    assert_eq!(page.matches("<svg ").count(), expected_charts(&data));
+    // Each chart twice: wide and narrow.
+    assert_eq!(page.matches("<svg ").count(), 2 * expected_charts(&data));
     // Self-contained: the SVG namespace is the only URL, nothing is loaded from elsewhere.
     assert!(!page.contains(" src="), "an external resource");
     assert!(
@@ -303,8 +304,8 @@ fn page_renders_in_headless_chromium() {
     let sizes = svg_sizes(&dom);
     assert_eq!(
         sizes.len(),
-        expected_charts(&data),
-        "every chart in the DOM"
+        2 * expected_charts(&data),
+        "every chart in the DOM, wide and narrow"
     );
     assert!(sizes.iter().all(|(w, h)| *w > 0.0 && *h > 0.0), "{sizes:?}");
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::svg::escape;
+use crate::report::svg::{escape, text_width};
 
 /// A heading listed in the table of contents.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -70,14 +70,20 @@ th { background: #f2f2f2; }
 .notes { background: #fff8e1; border-left: 4px solid #e6a700; padding: .5em 1em; }
 .note { color: #555; font-size: .9em; }
 figure { margin: .5em 0 1.5em; page-break-inside: avoid; break-inside: avoid; }
-svg.chart { width: 100%; height: auto; background: #fff; }
-svg .point-label { font-size: 10px; fill: #555; }
+svg.chart { display: block; width: 100%; height: auto; background: #fff; }
+.chart-box { overflow-x: auto; }
+.chart-wide svg.chart { min-width: 760px; }
+.chart-narrow { display: none; }
+.chart-narrow svg.chart { min-width: 360px; max-width: 560px; }
+.table-scroll { overflow-x: auto; margin: .5em 0 1em; background: linear-gradient(to right, #fff 30%, rgba(255,255,255,0)) left / 40px 100% no-repeat local, linear-gradient(to left, #fff 30%, rgba(255,255,255,0)) right / 40px 100% no-repeat local, radial-gradient(farthest-side at 0 50%, rgba(0,0,0,.3), rgba(0,0,0,0)) left / 14px 100% no-repeat scroll, radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,.3), rgba(0,0,0,0)) right / 14px 100% no-repeat scroll; }
+.table-scroll table { margin: 0; }
+.scroll-hint { display: none; color: #555; font-size: .85em; margin: .6em 0 -.3em; }
+svg .point-label { font-size: 11px; fill: #555; }
 nav.toc { background: #f7f7f7; padding: .4em 1em; font-size: .9em; }
 nav.toc ol { margin: .2em 0; padding-left: 1.4em; columns: 2; }
 .conclusions li { margin: .2em 0; }
 .thresholds li.pass { color: #1a7f37; }
 .thresholds li.fail { color: #cf222e; font-weight: bold; }
-table { display: block; overflow-x: auto; }
 svg .chart-title { font-size: 14px; font-weight: 600; }
 svg .tick { font-size: 11px; fill: #444; }
 svg .axis-label { font-size: 12px; fill: #222; }
@@ -87,8 +93,9 @@ svg .grid line { stroke: #e6e6e6; stroke-width: 1; }
 svg .frame { fill: none; stroke: #999; }
 details { margin: .3em 0; }
 summary { cursor: pointer; }
-@media (max-width: 600px) { nav.toc ol { columns: 1; } body { padding: 0 .5em; } }
-@media print { body { max-width: none; margin: 0; } h2 { page-break-after: avoid; } }
+@media (max-width: 600px) { nav.toc ol { columns: 1; } body { padding: 0 .5em; } table { font-size: .8em; } th, td { padding: .2em .4em; } }
+@media screen and (max-width: 799px) { .chart-wide { display: none; } .chart-narrow { display: block; } }
+@media print { body { max-width: none; margin: 0; } h2 { page-break-after: avoid; } .chart-wide svg.chart { min-width: 0; } }
 "#;
 
 impl Page {
@@ -115,10 +122,59 @@ fn head(page: &mut String, title: &str) {
         page,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} — stairbench report</title><style>{CSS}</style></head><body>",
-        escape(title)
+         <title>{} — stairbench report</title><style>{CSS}{}</style></head><body>",
+        escape(title),
+        hint_css()
     );
 }
+
+/// Screen widths (px) at which a table's "scroll sideways" hint can show, in steps.
+const HINT_STEP_PX: usize = 100;
+const HINT_MAX_PX: usize = 2000;
+
+/// One rule per step: a hint of class `wN` shows on screens narrower than N px.
+fn hint_css() -> String {
+    (HINT_STEP_PX..=HINT_MAX_PX)
+        .step_by(HINT_STEP_PX)
+        .map(|w| format!("@media screen and (max-width: {}px) {{ .scroll-hint.w{w} {{ display: block; }} }}\n", w - 1))
+        .collect()
+}
+
+/// The opening of a table: a box that scrolls sideways (a shadow marks the side that hides
+/// more), after a "scroll sideways" hint that shows on screens narrower than the page needs
+/// for the table. `cells` are (column, text) of the header and rows, from which that width is
+/// estimated: a column is at least as wide as its longest word.
+pub fn table_open<'a>(cells: impl IntoIterator<Item = (usize, &'a str)>) -> String {
+    let mut columns: Vec<f64> = Vec::new();
+    for (col, text) in cells {
+        if columns.len() <= col {
+            columns.resize(col + 1, 0.0);
+        }
+        let longest = text
+            .split_whitespace()
+            .map(|w| text_width(w, TABLE_FONT_PX))
+            .fold(0.0, f64::max);
+        columns[col] = columns[col].max(longest);
+    }
+    // Padding and border of each cell, then the page's side padding.
+    let needed_px = columns.iter().map(|w| w + 20.0).sum::<f64>() + 2.0 + 32.0;
+    let step = (needed_px / HINT_STEP_PX as f64).ceil() as usize * HINT_STEP_PX;
+    let hint = if step > 300 {
+        format!(
+            "<p class=\"scroll-hint w{}\">Wide table: scroll it sideways →</p>",
+            step.min(HINT_MAX_PX)
+        )
+    } else {
+        String::new()
+    };
+    format!("{hint}<div class=\"table-scroll\"><table>")
+}
+
+/// The end of a table opened with [`table_open`].
+pub const TABLE_CLOSE: &str = "</table></div>";
+
+/// Table text, px: .9 of the page's 16 (bold headers run wider, hence the estimate's margin).
+const TABLE_FONT_PX: f64 = 16.0 * 0.9 * 1.08;
 
 fn notes(page: &mut String, notes: &[String]) {
     if notes.is_empty() {
