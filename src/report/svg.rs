@@ -128,6 +128,9 @@ pub struct StackedBars {
     pub layers: Vec<(String, Vec<f64>)>,
     /// Top of the value axis when several charts share one scale; None: this chart's own.
     pub y_max: Option<f64>,
+    /// Labels under runs of bars, left to right: (label, how many consecutive bars), e.g. a
+    /// client count under its repetitions' bars; empty: each bar its category's label.
+    pub groups: Vec<(String, usize)>,
 }
 
 /// A heat map of rows (cores) over columns (seconds), values in percent.
@@ -652,7 +655,7 @@ pub fn stacked_bar_chart(chart: &StackedBars, layout: Layout) -> String {
         let x = plot.0 + slot * i as f64 + slot * 0.15;
         draw_stack(&mut out, chart, i, x, slot * 0.7, &ym);
     }
-    let below_axis = category_labels(&mut out, &chart.categories, plot, slot);
+    let below_axis = category_labels(&mut out, &bar_labels(chart, plot.0, slot), plot);
     if chart.categories.is_empty() {
         no_data(&mut out, plot);
     }
@@ -672,31 +675,55 @@ pub fn stacked_bar_chart(chart: &StackedBars, layout: Layout) -> String {
     finish_svg(&frame, height, &chart.title, "stacked-bars", &out)
 }
 
-/// The categories' labels under their bars: level when each fits its slot, else slanted 45°
-/// (and only every k-th one when even slanted ones would touch). Returns the room they and
-/// the axis label take under the plot.
-fn category_labels(out: &mut String, categories: &[String], plot: Plot, slot: f64) -> f64 {
-    let widths: Vec<f64> = categories
+/// The labels under the bars: (text, centre, width of the bars it names).
+fn bar_labels(chart: &StackedBars, left: f64, slot: f64) -> Vec<(String, f64, f64)> {
+    if chart.groups.is_empty() {
+        return chart
+            .categories
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.clone(), left + slot * (i as f64 + 0.5), slot))
+            .collect();
+    }
+    let mut first = 0;
+    let mut labels = Vec::new();
+    for (label, bars) in &chart.groups {
+        let span = slot * *bars as f64;
+        labels.push((label.clone(), left + slot * first as f64 + span / 2.0, span));
+        first += bars;
+    }
+    labels
+}
+
+/// Labels under the bars: level when each fits over the bars it names, else slanted 45° (and
+/// only every k-th one when even slanted ones would touch). Returns the room they and the
+/// axis label take under the plot.
+fn category_labels(out: &mut String, labels: &[(String, f64, f64)], plot: Plot) -> f64 {
+    let widths: Vec<f64> = labels
         .iter()
-        .map(|c| text_width(c, TICK_FONT))
+        .map(|(c, ..)| text_width(c, TICK_FONT))
         .collect();
-    let widest = widths.iter().copied().fold(0.0, f64::max);
-    let centre = |i: usize| plot.0 + slot * (i as f64 + 0.5);
-    if widest + 6.0 <= slot {
-        for (i, c) in categories.iter().enumerate() {
-            text(out, centre(i), plot.3 + 16.0, "middle", "tick x", c);
+    if labels
+        .iter()
+        .zip(&widths)
+        .all(|((.., span), w)| w + 6.0 <= *span)
+    {
+        for (c, centre, _) in labels {
+            text(out, *centre, plot.3 + 16.0, "middle", "tick x", c);
         }
         return BELOW_AXIS;
     }
-    // Slanted labels are parallel: their distance apart is the slot × sin 45°, which must
-    // hold a line of text.
-    let centres: Vec<f64> = (0..categories.len())
-        .map(|i| centre(i) * std::f64::consts::FRAC_1_SQRT_2)
+    // Slanted labels are parallel: their distance apart is their centres' × sin 45°, which
+    // must hold a line of text.
+    let centres: Vec<f64> = labels
+        .iter()
+        .map(|(_, c, _)| c * std::f64::consts::FRAC_1_SQRT_2)
         .collect();
-    let every = thin_every(&centres, &vec![TICK_FONT + 2.0; categories.len()]);
-    for (i, c) in categories.iter().enumerate().step_by(every) {
-        slanted(out, centre(i) + 4.0, plot.3 + 12.0, "tick x", c);
+    let every = thin_every(&centres, &vec![TICK_FONT + 2.0; labels.len()]);
+    for (c, centre, _) in labels.iter().step_by(every) {
+        slanted(out, centre + 4.0, plot.3 + 12.0, "tick x", c);
     }
+    let widest = widths.iter().copied().fold(0.0, f64::max);
     12.0 + (widest + TICK_FONT) * std::f64::consts::FRAC_1_SQRT_2 + 30.0
 }
 
@@ -1025,6 +1052,7 @@ mod tests {
                     categories: vec![],
                     layers: vec![],
                     y_max: None,
+                    groups: Vec::new(),
                 },
                 Layout::Wide,
             ),
@@ -1065,6 +1093,7 @@ mod tests {
                     ("sys".into(), vec![5.0, 5.0, 6.0]),
                 ],
                 y_max: None,
+                groups: Vec::new(),
             },
             Layout::Wide,
         );
@@ -1110,5 +1139,84 @@ mod tests {
             assert!(svg.contains(tick), "{tick}");
         }
         assert!(!svg.contains(">200<"));
+    }
+
+    /// (x, y) of each text of `class` in `svg`.
+    fn text_positions(svg: &str, class: &str) -> Vec<(f64, f64)> {
+        let re = regex::Regex::new(&format!(
+            r#"<text class="{class}" x="([-0-9.]+)" y="([-0-9.]+)""#
+        ))
+        .unwrap();
+        re.captures_iter(svg)
+            .map(|c| (c[1].parse().unwrap(), c[2].parse().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn many_long_categories_are_slanted_and_thinned_apart() {
+        let chart = StackedBars {
+            title: "a title long enough to need two lines on a phone: server threads' CPU".into(),
+            x_label: "clients".into(),
+            y_label: "%".into(),
+            categories: (0..40)
+                .map(|i| format!("{} #{}", 1 << (i / 5), i % 5 + 1))
+                .collect(),
+            layers: vec![("w".into(), vec![10.0; 40])],
+            y_max: None,
+            groups: Vec::new(),
+        };
+        for layout in [Layout::Wide, Layout::Narrow] {
+            let svg = stacked_bar_chart(&chart, layout);
+            well_formed(&svg);
+            assert!(svg.contains("rotate(-45"), "{layout:?}: slanted");
+            let xs: Vec<f64> = text_positions(&svg, "tick x").iter().map(|p| p.0).collect();
+            assert!(
+                xs.len() >= 2 && xs.len() < 40,
+                "{layout:?}: thinned, {}",
+                xs.len()
+            );
+            // Parallel slanted lines of 11-unit text: ≥ 13 units apart across them.
+            for w in xs.windows(2) {
+                assert!(
+                    (w[1] - w[0]) * std::f64::consts::FRAC_1_SQRT_2 >= 13.0,
+                    "{xs:?}"
+                );
+            }
+            // The title wraps in the narrow layout, and no line is wider than the chart.
+            let titles = text_positions(&svg, "chart-title");
+            assert_eq!(titles.len(), if layout == Layout::Narrow { 2 } else { 1 });
+        }
+    }
+
+    #[test]
+    fn narrow_line_charts_put_the_legend_below_and_thin_their_ticks() {
+        let mut chart = sample_line();
+        // 17 octaves of clients: 18 ticks, too many for 290 units of 11-unit labels.
+        chart.series[0].points = (0..18).map(|e| ((1u64 << e) as f64, 100.0)).collect();
+        let svg = line_chart(&chart, Layout::Narrow);
+        well_formed(&svg);
+        assert!(svg.contains(r#"viewBox="0 0 360 "#));
+        let frame = text_positions(&svg, "tick y");
+        let plot_bottom = frame.iter().map(|p| p.1).fold(0.0, f64::max);
+        let legend = text_positions(&svg, "legend-text");
+        assert_eq!(legend.len(), 2);
+        assert!(
+            legend.iter().all(|p| p.1 > plot_bottom + 40.0),
+            "{legend:?}"
+        );
+        let re = regex::Regex::new(r#"<text class="tick x" x="([-0-9.]+)"[^>]*>([^<]*)<"#).unwrap();
+        let xs: Vec<(f64, String)> = re
+            .captures_iter(&svg)
+            .map(|c| (c[1].parse().unwrap(), c[2].to_string()))
+            .collect();
+        assert!(xs.len() >= 3 && xs.len() < 18, "thinned: {xs:?}");
+        for w in xs.windows(2) {
+            let room = (text_width(&w[0].1, TICK_FONT) + text_width(&w[1].1, TICK_FONT)) / 2.0;
+            assert!(w[1].0 - w[0].0 >= room, "{xs:?}");
+        }
+        // The wide one keeps its short legend right of the plot.
+        let wide = line_chart(&sample_line(), Layout::Wide);
+        let legend = text_positions(&wide, "legend-text");
+        assert!(legend.iter().all(|p| p.0 > 500.0), "{legend:?}");
     }
 }

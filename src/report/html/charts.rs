@@ -205,6 +205,7 @@ fn cpu_chart(page: &mut String, s: &Series, y_max: f64) {
             ("sys".into(), cpu_values(s, |p| p.cpu_us_per_req_sys)),
         ],
         y_max: Some(y_max),
+        groups: Vec::new(),
     };
     figure(
         page,
