@@ -655,7 +655,20 @@ pub fn stacked_bar_chart(chart: &StackedBars, layout: Layout) -> String {
         let x = plot.0 + slot * i as f64 + slot * 0.15;
         draw_stack(&mut out, chart, i, x, slot * 0.7, &ym);
     }
-    let below_axis = category_labels(&mut out, &bar_labels(chart, plot.0, slot), plot);
+    let labels = bar_labels(chart, plot.0, slot);
+    if !chart.groups.is_empty() {
+        // A short tick under the axis between two groups' bars.
+        for (_, centre, span) in labels.iter().skip(1) {
+            let x = centre - span / 2.0;
+            let _ = write!(
+                out,
+                r##"<line x1="{x:.1}" y1="{b:.1}" x2="{x:.1}" y2="{:.1}" stroke="#999"/>"##,
+                plot.3 + 8.0,
+                b = plot.3
+            );
+        }
+    }
+    let below_axis = category_labels(&mut out, &labels, plot);
     if chart.categories.is_empty() {
         no_data(&mut out, plot);
     }
@@ -1214,8 +1227,10 @@ mod tests {
             let room = (text_width(&w[0].1, TICK_FONT) + text_width(&w[1].1, TICK_FONT)) / 2.0;
             assert!(w[1].0 - w[0].0 >= room, "{xs:?}");
         }
-        // The wide one keeps its short legend right of the plot.
-        let wide = line_chart(&sample_line(), Layout::Wide);
+        // The wide one keeps a short legend right of the plot.
+        let mut short = sample_line();
+        short.series[0].name = "separated".into();
+        let wide = line_chart(&short, Layout::Wide);
         let legend = text_positions(&wide, "legend-text");
         assert!(legend.iter().all(|p| p.0 > 500.0), "{legend:?}");
     }

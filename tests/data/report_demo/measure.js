@@ -3,10 +3,13 @@
 // outside its chart, tables wider than their box without a visible hint, and whether the page
 // itself scrolls sideways. Writes the result as JSON into <pre id="measurements">.
 (function () {
-  const out = { width: innerWidth, texts: 0, svgTexts: 0, charts: 0, small: [], overlaps: [],
-    outside: [], unhinted: [], pageWidth: document.documentElement.scrollWidth };
-  const visible = (el) => el.getClientRects().length > 0 &&
-    getComputedStyle(el).visibility !== 'hidden';
+  const out = { width: innerWidth, texts: 0, svgTexts: 0, charts: 0, drawnCharts: 0,
+    chartWidths: [], small: [], overlaps: [], outside: [], scrolling: 0, unhinted: [],
+    pageWidth: document.documentElement.scrollWidth };
+  // Drawn: laid out, not hidden, and not in a closed <details> (whose content keeps its
+  // layout boxes but is not painted).
+  const visible = (el) => el.checkVisibility({ visibilityProperty: true }) &&
+    el.getClientRects().length > 0;
   const ownText = (el) => [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
   const name = (el) => el.textContent.trim().slice(0, 60);
   for (const el of document.body.querySelectorAll('*')) {
@@ -23,8 +26,10 @@
   const hit = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 &&
     a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
   for (const svg of document.querySelectorAll('svg.chart')) {
+    if (!svg.closest('details:not([open])')) out.drawnCharts++;
     if (!visible(svg)) continue;
     out.charts++;
+    out.chartWidths.push(svg.viewBox.baseVal.width);
     const box = svg.getBoundingClientRect();
     for (const axis of ['x', 'y']) {
       const labels = [...svg.querySelectorAll('text.tick.' + axis)].filter(visible);
@@ -56,6 +61,7 @@
   }
   for (const boxEl of document.querySelectorAll('.table-scroll')) {
     if (!visible(boxEl) || boxEl.scrollWidth <= boxEl.clientWidth + 1) continue;
+    out.scrolling++;
     const hint = boxEl.previousElementSibling;
     if (!hint || !hint.classList.contains('scroll-hint') || !visible(hint)) {
       out.unhinted.push(name(boxEl.querySelector('tr')));
