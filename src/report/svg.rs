@@ -536,8 +536,11 @@ pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
     draw_axes(&mut out, &xm, &x_ticks, &ym, &y_ticks);
     axis_labels(&mut out, &chart.x.label, &chart.y.label, plot, BELOW_AXIS);
     let mut drawn = 0;
+    // Boxes of the point labels drawn so far, so that none is drawn over another.
+    let mut taken = Vec::new();
     for s in &chart.series {
         drawn += draw_line(&mut out, s, &xm, &ym);
+        point_labels(&mut out, s, (&xm, &ym), frame.width, &mut taken);
     }
     if drawn == 0 {
         no_data(&mut out, plot);
@@ -588,7 +591,6 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
         coords.join(" ")
     );
     if s.markers {
-        point_labels(out, s, xm, ym);
         for (px, py, x, y, hollow) in &pts {
             let fill = if *hollow { "#ffffff" } else { c };
             let _ = write!(
@@ -604,20 +606,46 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
     pts.len()
 }
 
-/// Each labelled point's text, just above and right of its marker.
-fn point_labels(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) {
+/// A label's box: (left, top, right, bottom).
+type LabelBox = (f64, f64, f64, f64);
+
+/// Each labelled point's text beside its marker: above right, else below right, above left or
+/// below left, whichever first stays inside the chart's `width` and clear of the labels
+/// already drawn (`taken`); none when all four would touch one (the marker's tooltip still
+/// names it).
+fn point_labels(
+    out: &mut String,
+    s: &LineSeries,
+    (xm, ym): (&Mapper, &Mapper),
+    width: f64,
+    taken: &mut Vec<LabelBox>,
+) {
     for (&(x, y), label) in s.points.iter().zip(&s.labels) {
         if label.is_empty() || !(plottable(xm.scale, x) && plottable(ym.scale, y)) {
             continue;
         }
-        text(
-            out,
-            xm.px(x) + 5.0,
-            ym.px(y) - 6.0,
-            "start",
-            "point-label",
-            label,
-        );
+        let (px, py) = (xm.px(x), ym.px(y));
+        let w = text_width(label, TICK_FONT);
+        let spots = [
+            (px + 5.0, py - 6.0, "start"),
+            (px + 5.0, py + 15.0, "start"),
+            (px - 5.0, py - 6.0, "end"),
+            (px - 5.0, py + 15.0, "end"),
+        ];
+        let free = spots.into_iter().find_map(|(tx, ty, anchor)| {
+            let left = if anchor == "start" { tx } else { tx - w };
+            // The text's box: ascent about 0.8 em above the baseline, descent 0.25 em below.
+            let b = (left, ty - 0.8 * TICK_FONT, left + w, ty + 0.25 * TICK_FONT);
+            let inside = b.0 >= 0.0 && b.2 <= width;
+            let clear = taken.iter().all(|t| {
+                b.2 + 1.0 <= t.0 || t.2 + 1.0 <= b.0 || b.3 + 1.0 <= t.1 || t.3 + 1.0 <= b.1
+            });
+            (inside && clear).then_some((tx, ty, anchor, b))
+        });
+        if let Some((tx, ty, anchor, b)) = free {
+            text(out, tx, ty, anchor, "point-label", label);
+            taken.push(b);
+        }
     }
 }
 

@@ -1,11 +1,12 @@
 // Measures the rendered page for tests/it/report_html.rs: every visible text's size in CSS
-// pixels (its font size times its SVG's scale), overlapping tick labels of one axis, text
-// outside its chart, tables wider than their box without a visible hint, and whether the page
-// itself scrolls sideways. Writes the result as JSON into <pre id="measurements">.
+// pixels (its font size times its SVG's scale), overlapping tick labels of one axis (and point
+// labels, legend rows), text outside its chart, tables wider than their box without a visible
+// hint, and whether the page itself scrolls sideways. Writes the result as JSON into <pre id="measurements">.
 (function () {
   const out = { width: innerWidth, texts: 0, svgTexts: 0, charts: 0, drawnCharts: 0,
     chartWidths: [], small: [], overlaps: [], outside: [], scrolling: 0, unhinted: [],
-    pageWidth: document.documentElement.scrollWidth };
+    pageWidth: document.documentElement.scrollWidth, smallest: { px: Infinity, text: '' },
+    smallestSvg: { px: Infinity, text: '' } };
   // Drawn: laid out, not hidden, and not in a closed <details> (whose content keeps its
   // layout boxes but is not painted).
   const visible = (el) => el.checkVisibility({ visibilityProperty: true }) &&
@@ -21,6 +22,8 @@
       out.svgTexts++;
     }
     out.texts++;
+    const least = el instanceof SVGElement ? out.smallestSvg : out.smallest;
+    if (px < least.px) { least.px = Math.round(px * 100) / 100; least.text = name(el); }
     if (px < 11 - 1e-6) out.small.push({ text: name(el), px: Math.round(px * 100) / 100 });
   }
   const hit = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 &&
@@ -40,6 +43,16 @@
             out.overlaps.push({ chart: svg.querySelector('title').textContent, axis,
               a: name(labels[i]), b: name(labels[j]) });
           }
+        }
+      }
+    }
+    const points = [...svg.querySelectorAll('text.point-label')];
+    const pointRects = points.map((l) => l.getBoundingClientRect());
+    for (let i = 0; i < pointRects.length; i++) {
+      for (let j = i + 1; j < pointRects.length; j++) {
+        if (hit(pointRects[i], pointRects[j])) {
+          out.overlaps.push({ chart: svg.querySelector('title').textContent, axis: 'points',
+            a: name(points[i]), b: name(points[j]) });
         }
       }
     }
