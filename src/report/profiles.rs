@@ -334,7 +334,7 @@ fn html_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[Str
         rows.iter()
             .flat_map(|r| r.iter().enumerate().map(|(i, c)| (i, c.as_str()))),
     );
-    out.push_str(&super::html::page::table_open(cells));
+    out.push_str(&super::table_box::table_open(cells));
     out.push_str("<thead><tr>");
     for h in header {
         let _ = write!(out, "<th>{}</th>", esc(h));
@@ -349,7 +349,7 @@ fn html_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[Str
         out.push_str("</tr>");
     }
     out.push_str("</tbody>");
-    out.push_str(super::html::page::TABLE_CLOSE);
+    out.push_str(super::table_box::TABLE_CLOSE);
 }
 
 fn esc(text: &str) -> String {

@@ -109,7 +109,7 @@ fn table(lines: &[&str], start: usize, html: &mut String) -> usize {
         .iter()
         .chain(std::iter::once(&header))
         .flat_map(|r| r.iter().enumerate().map(|(i, c)| (i, c.as_str())));
-    html.push_str(&super::page::table_open(all));
+    html.push_str(&crate::report::table_box::table_open(all));
     html.push_str("<thead><tr>");
     for h in &header {
         let _ = write!(html, "<th>{}</th>", inline(h));
@@ -128,7 +128,7 @@ fn table(lines: &[&str], start: usize, html: &mut String) -> usize {
         html.push_str("</tr>");
     }
     html.push_str("</tbody>");
-    html.push_str(super::page::TABLE_CLOSE);
+    html.push_str(crate::report::table_box::TABLE_CLOSE);
     end
 }
 

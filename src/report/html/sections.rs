@@ -3,9 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::page::{table_open, Page, Section, TABLE_CLOSE};
+use super::page::{Page, Section};
 use super::{charts, from_markdown, ReportData, Table};
 use crate::report::svg::escape;
+use crate::report::table_box::{table_open, TABLE_CLOSE};
 
 /// The page of `data`.
 pub fn page(data: &ReportData) -> Page {
