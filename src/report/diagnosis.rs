@@ -118,7 +118,7 @@ pub fn thread_charts(steps: &[StepResult], a: &RunAnalysis) -> Option<String> {
             let _ = write!(
                 body,
                 "<figure>{}<figcaption class=\"note\">{}</figcaption></figure>",
-                svg::stacked_bar_chart(&chart),
+                svg::responsive(|l| svg::stacked_bar_chart(&chart, l)),
                 svg::escape(
                     "CPU of the server's threads over each step's window, in percent of one CPU \
                      (100 = one CPU fully busy), stacked by thread name with numbered threads \
@@ -170,9 +170,14 @@ fn thread_chart(target: &str, placement: &str, steps: &[&StepResult]) -> Option<
             .collect();
         layers.push(("other".into(), other));
     }
+    let repeated = steps.iter().any(|s| s.rep > 0);
     Some(svg::StackedBars {
         title: format!("{target} · {placement}: server threads' CPU"),
-        x_label: "clients (one bar per step)".into(),
+        x_label: if repeated {
+            "clients (one bar per repetition)".into()
+        } else {
+            "clients (one bar per step)".into()
+        },
         y_label: "% of one CPU".into(),
         categories: steps
             .iter()
@@ -180,15 +185,38 @@ fn thread_chart(target: &str, placement: &str, steps: &[&StepResult]) -> Option<
             .collect(),
         layers,
         y_max: None,
+        groups: if repeated {
+            level_groups(steps)
+        } else {
+            Vec::new()
+        },
     })
+}
+
+/// Runs of consecutive steps at one load level: (its label, how many steps), so that a level
+/// is named once under its repetitions' bars.
+fn level_groups(steps: &[&StepResult]) -> Vec<(String, usize)> {
+    let mut groups: Vec<(String, usize)> = Vec::new();
+    for s in steps {
+        let level = level_label(s);
+        match groups.last_mut() {
+            Some((last, n)) if *last == level => *n += 1,
+            _ => groups.push((level, 1)),
+        }
+    }
+    groups
+}
+
+fn level_label(s: &StepResult) -> String {
+    match s.rate_rps {
+        Some(r) => format!("{}/s", svg::format_number(r)),
+        None => s.clients.to_string(),
+    }
 }
 
 /// A bar's label: its load, and its repetition when the series has several.
 fn step_label(s: &StepResult, repeated: bool) -> String {
-    let load = match s.rate_rps {
-        Some(r) => format!("{}/s", svg::format_number(r)),
-        None => s.clients.to_string(),
-    };
+    let load = level_label(s);
     if repeated {
         format!("{load} {}", crate::record::steps::rep_label(s.rep))
     } else {
@@ -267,6 +295,10 @@ mod tests {
         let refs: Vec<&StepResult> = steps.iter().collect();
         let chart = thread_chart("t", "p", &refs).unwrap();
         assert_eq!(chart.categories, vec!["1", "2"]);
+        assert!(
+            chart.groups.is_empty(),
+            "one step per level: one label per bar"
+        );
         assert_eq!(chart.layers[0], ("reactor".to_string(), vec![40.0, 80.0]));
         assert_eq!(chart.layers[1], ("main".to_string(), vec![1.0, 1.0]));
         let none = [StepResult::empty("x".into(), "t", "p", 1, 0)];
@@ -277,5 +309,39 @@ mod tests {
         let reps = [&steps[0], &again];
         let chart = thread_chart("t", "p", &reps).unwrap();
         assert_eq!(chart.categories, vec!["1 rep 0", "1 rep 1"]);
+    }
+
+    #[test]
+    fn repetitions_share_their_level_s_label() {
+        let mut steps = Vec::new();
+        for clients in [1, 2, 4, 8, 16] {
+            for rep in 0..5 {
+                let mut s = StepResult::empty(format!("s{clients}.{rep}"), "t", "p", clients, rep);
+                s.status = StepStatus::Ok;
+                s.server = json!({"threads": {"groups": [{"name": "w", "cpu_pct": 50.0}]}});
+                steps.push(s);
+            }
+        }
+        let refs: Vec<&StepResult> = steps.iter().collect();
+        let chart = thread_chart("t", "p", &refs).unwrap();
+        assert_eq!(
+            chart.categories[6], "2 rep 1",
+            "each bar keeps its name (its tooltip)"
+        );
+        let levels: Vec<(&str, usize)> =
+            chart.groups.iter().map(|(l, n)| (l.as_str(), *n)).collect();
+        assert_eq!(levels, [("1", 5), ("2", 5), ("4", 5), ("8", 5), ("16", 5)]);
+        assert_eq!(chart.x_label, "clients (one bar per repetition)");
+        // Under the bars, each level once, not "2 #22 #32 #42 #5".
+        for layout in [svg::Layout::Wide, svg::Layout::Narrow] {
+            let drawn = svg::stacked_bar_chart(&chart, layout);
+            let labels: Vec<&str> = drawn
+                .split("class=\"tick x\"")
+                .skip(1)
+                .filter_map(|t| t.split_once('>').and_then(|(_, r)| r.split_once('<')))
+                .map(|(v, _)| v)
+                .collect();
+            assert_eq!(labels, ["1", "2", "4", "8", "16"], "{layout:?}");
+        }
     }
 }

@@ -307,9 +307,11 @@ mod tests {
         let page = render(&data);
         // Latency on a log axis, each point labelled with its clients.
         assert!(page.contains("latency (µs, log scale)"));
-        assert_eq!(page.matches("class=\"point-label\"").count(), 6);
-        // Responsive charts.
-        assert!(page.contains("width=\"100%\" viewBox="));
+        // Six labels in each of the chart's two layouts.
+        assert_eq!(page.matches("class=\"point-label\"").count(), 12);
+        // Responsive charts: each drawn wide and narrow.
+        assert!(page.contains("width=\"100%\" viewBox=\"0 0 760 "));
+        assert!(page.contains("width=\"100%\" viewBox=\"0 0 360 "));
         // Threads in the legends; one y-scale for the target's CPU charts (12 µs both).
         assert!(page.contains("shared (--threads 1)") && page.contains("(--threads 2)"));
         let cpu = &page[page.find("id=\"cpu\"").unwrap()..page.find("id=\"cores\"").unwrap()];
@@ -318,17 +320,19 @@ mod tests {
             .skip(1)
             .map(|chart| {
                 chart
-                    .split("class=\"tick\"")
+                    .split("class=\"tick y\"")
                     .skip(1)
                     .filter_map(|t| t.split_once('>').and_then(|(_, r)| r.split_once('<')))
                     .map(|(v, _)| v)
                     .collect()
             })
             .collect();
-        assert_eq!(ticks.len(), 2);
+        // Two charts, each wide and narrow.
+        assert_eq!(ticks.len(), 4);
         // Same scale, above the 12 µs of the costlier placement, although the first
         // chart's own bars stop at 6.
-        assert_eq!(ticks[0], ticks[1]);
+        assert_eq!(ticks[0], ticks[2]);
+        assert_eq!(ticks[1], ticks[3]);
         assert!(ticks[0].contains(&"15"), "{ticks:?}");
     }
 
@@ -378,8 +382,8 @@ mod tests {
         ] {
             assert!(page.contains(&format!("id=\"{id}\"")), "{id}");
         }
-        // throughput, latency, cpu, one histogram.
-        assert_eq!(page.matches("<svg ").count(), 4);
+        // throughput, latency, cpu, one histogram; each wide and narrow.
+        assert_eq!(page.matches("<svg ").count(), 8);
         assert!(page.contains("<tr><td class=\"num\">2</td><td></td></tr>"));
         assert!(page.contains("No per-second per-core figures"));
     }

@@ -17,6 +17,7 @@ pub mod kvd;
 pub mod markdown;
 pub mod profiles;
 pub mod svg;
+pub mod table_box;
 
 use std::path::Path;
 

@@ -330,7 +330,12 @@ fn html_diff(out: &mut String, d: &DiffRecord) {
 }
 
 fn html_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[String; N]]) {
-    out.push_str("<table><thead><tr>");
+    let cells = header.iter().enumerate().map(|(i, h)| (i, *h)).chain(
+        rows.iter()
+            .flat_map(|r| r.iter().enumerate().map(|(i, c)| (i, c.as_str()))),
+    );
+    out.push_str(&super::table_box::table_open(cells));
+    out.push_str("<thead><tr>");
     for h in header {
         let _ = write!(out, "<th>{}</th>", esc(h));
     }
@@ -343,7 +348,8 @@ fn html_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[Str
         }
         out.push_str("</tr>");
     }
-    out.push_str("</tbody></table>");
+    out.push_str("</tbody>");
+    out.push_str(super::table_box::TABLE_CLOSE);
 }
 
 fn esc(text: &str) -> String {

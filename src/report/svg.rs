@@ -1,5 +1,5 @@
 //! Hand-written SVG charts for the HTML report: line charts, stacked bars, a heat map and
-//! histogram bars.
+//! histogram bars, each at two widths ([`Layout`]) so that a phone shows its text at full size.
 //!
 //! No JavaScript and no external resources, so the page works offline and prints. The output
 //! is deterministic (fixed formatting of every coordinate), so a report can be diffed, and all
@@ -7,20 +7,16 @@
 
 use std::fmt::Write as _;
 
+mod frame;
+
+pub use frame::text_width;
+pub use frame::Layout;
+use frame::{thin_every, Frame, LEGEND_ROW, SWATCH, TICK_FONT};
+
 /// Colour-blind-safe palette (Okabe–Ito), used in order.
 const PALETTE: [&str; 8] = [
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
 ];
-
-/// Width of every chart, pixels.
-const WIDTH: f64 = 760.0;
-/// Height of the plotting chart area plus axes, pixels.
-const HEIGHT: f64 = 380.0;
-const MARGIN_LEFT: f64 = 72.0;
-const MARGIN_TOP: f64 = 36.0;
-const MARGIN_BOTTOM: f64 = 52.0;
-/// Room right of the plot for the legend.
-const LEGEND_WIDTH: f64 = 190.0;
 
 /// The colour of series number `i`.
 pub fn color(i: usize) -> &'static str {
@@ -132,6 +128,9 @@ pub struct StackedBars {
     pub layers: Vec<(String, Vec<f64>)>,
     /// Top of the value axis when several charts share one scale; None: this chart's own.
     pub y_max: Option<f64>,
+    /// Labels under runs of bars, left to right: (label, how many consecutive bars), e.g. a
+    /// client count under its repetitions' bars; empty: each bar its category's label.
+    pub groups: Vec<(String, usize)>,
 }
 
 /// A heat map of rows (cores) over columns (seconds), values in percent.
@@ -350,19 +349,40 @@ fn log_axis(range: Option<(f64, f64)>, base: f64) -> (Vec<f64>, f64, f64) {
     (ticks, lo, hi)
 }
 
-/// Starts an `<svg>` element with its accessible title.
-fn open_svg(out: &mut String, width: f64, height: f64, title: &str, class: &str) {
+/// Both layouts of one chart, for the page to show one by screen width: the wide one on
+/// screens of 800 px and more (and in print), the narrow one below; each in a box that
+/// scrolls sideways when the screen is narrower than the chart's least width.
+pub fn responsive(draw: impl Fn(Layout) -> String) -> String {
+    format!(
+        "<div class=\"chart-box chart-wide\">{}</div><div class=\"chart-box chart-narrow\">{}</div>",
+        draw(Layout::Wide),
+        draw(Layout::Narrow)
+    )
+}
+
+/// Wraps a chart's drawing in its `<svg>` element, with its accessible title and its title
+/// lines on top.
+fn finish_svg(frame: &Frame, height: f64, title: &str, class: &str, body: &str) -> String {
+    let mut out = String::with_capacity(body.len() + 400);
+    let width = frame.width;
     let _ = write!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart {class}" width="100%" viewBox="0 0 {width:.0} {height:.0}" role="img"><title>{t}</title>"#,
         t = escape(title)
     );
-    let _ = write!(
-        out,
-        r#"<text class="chart-title" x="{x:.1}" y="20" text-anchor="middle">{t}</text>"#,
-        x = width / 2.0,
-        t = escape(title)
-    );
+    for (i, line) in frame.title.iter().enumerate() {
+        text(
+            &mut out,
+            width / 2.0,
+            20.0 + 18.0 * i as f64,
+            "middle",
+            "chart-title",
+            line,
+        );
+    }
+    out.push_str(body);
+    out.push_str("</svg>");
+    out
 }
 
 fn text(out: &mut String, x: f64, y: f64, anchor: &str, class: &str, content: &str) {
@@ -373,13 +393,20 @@ fn text(out: &mut String, x: f64, y: f64, anchor: &str, class: &str, content: &s
     );
 }
 
-/// The plot rectangle: (left, top, right, bottom).
-fn plot_box(width: f64, legend: bool) -> (f64, f64, f64, f64) {
-    let right = width - if legend { LEGEND_WIDTH } else { 24.0 };
-    (MARGIN_LEFT, MARGIN_TOP, right, HEIGHT - MARGIN_BOTTOM)
+/// Text turned 45° counter-clockwise about its end at (x, y).
+fn slanted(out: &mut String, x: f64, y: f64, class: &str, content: &str) {
+    let _ = write!(
+        out,
+        r#"<text class="{class}" x="{x:.1}" y="{y:.1}" text-anchor="end" transform="rotate(-45 {x:.1} {y:.1})">{c}</text>"#,
+        c = escape(content)
+    );
 }
 
-/// Draws both axes with their grid, tick labels and axis labels.
+/// Room under the plot for one row of x tick labels and the x axis label.
+const BELOW_AXIS: f64 = 52.0;
+
+/// Draws both axes with their grid, tick labels (thinned so that none overlaps its
+/// neighbour) and frame.
 fn draw_axes(out: &mut String, xm: &Mapper, x_ticks: &[f64], ym: &Mapper, y_ticks: &[f64]) {
     let (left, right) = (xm.from_px, xm.to_px);
     let (bottom, top) = (ym.from_px, ym.to_px);
@@ -399,25 +426,17 @@ fn draw_axes(out: &mut String, xm: &Mapper, x_ticks: &[f64], ym: &Mapper, y_tick
         );
     }
     out.push_str("</g>");
-    for &t in y_ticks {
-        text(
-            out,
-            left - 6.0,
-            ym.px(t) + 4.0,
-            "end",
-            "tick",
-            &format_number(t),
-        );
+    let y_at: Vec<f64> = y_ticks.iter().map(|t| ym.px(*t)).collect();
+    let y_every = thin_every(&y_at, &vec![TICK_FONT + 2.0; y_at.len()]);
+    for (&t, &y) in y_ticks.iter().zip(&y_at).step_by(y_every) {
+        text(out, left - 6.0, y + 4.0, "end", "tick y", &format_number(t));
     }
-    for &t in x_ticks {
-        text(
-            out,
-            xm.px(t),
-            bottom + 16.0,
-            "middle",
-            "tick",
-            &format_number(t),
-        );
+    let x_text: Vec<String> = x_ticks.iter().map(|t| format_number(*t)).collect();
+    let x_at: Vec<f64> = x_ticks.iter().map(|t| xm.px(*t)).collect();
+    let widths: Vec<f64> = x_text.iter().map(|t| text_width(t, TICK_FONT)).collect();
+    let x_every = thin_every(&x_at, &widths);
+    for (label, &x) in x_text.iter().zip(&x_at).step_by(x_every) {
+        text(out, x, bottom + 16.0, "middle", "tick x", label);
     }
     let _ = write!(
         out,
@@ -427,12 +446,14 @@ fn draw_axes(out: &mut String, xm: &Mapper, x_ticks: &[f64], ym: &Mapper, y_tick
     );
 }
 
-fn axis_labels(out: &mut String, x_label: &str, y_label: &str, plot: (f64, f64, f64, f64)) {
+/// The axis labels: the x one `below_axis − 14` under the plot, the y one turned along the
+/// left edge.
+fn axis_labels(out: &mut String, x_label: &str, y_label: &str, plot: Plot, below_axis: f64) {
     let (left, top, right, bottom) = plot;
     text(
         out,
         (left + right) / 2.0,
-        bottom + 38.0,
+        bottom + below_axis - 14.0,
         "middle",
         "axis-label",
         x_label,
@@ -445,6 +466,9 @@ fn axis_labels(out: &mut String, x_label: &str, y_label: &str, plot: (f64, f64, 
     );
 }
 
+/// The plot rectangle: (left, top, right, bottom).
+type Plot = (f64, f64, f64, f64);
+
 /// One legend entry: (name, colour index, dashed, filled box instead of a line).
 struct LegendEntry<'a> {
     name: &'a str,
@@ -453,10 +477,11 @@ struct LegendEntry<'a> {
     swatch: bool,
 }
 
-fn draw_legend(out: &mut String, entries: &[LegendEntry], x: f64, top: f64) {
+/// The legend, one entry per row from (x, top).
+fn draw_legend(out: &mut String, entries: &[LegendEntry], (x, top): (f64, f64)) {
     out.push_str(r#"<g class="legend">"#);
     for (i, e) in entries.iter().enumerate() {
-        let y = top + 8.0 + i as f64 * 18.0;
+        let y = top + 8.0 + i as f64 * LEGEND_ROW;
         let c = color(e.color);
         if e.swatch {
             let _ = write!(
@@ -476,12 +501,12 @@ fn draw_legend(out: &mut String, entries: &[LegendEntry], x: f64, top: f64) {
                 x + 18.0
             );
         }
-        text(out, x + 24.0, y + 4.0, "start", "legend-text", e.name);
+        text(out, x + SWATCH, y + 4.0, "start", "legend-text", e.name);
     }
     out.push_str("</g>");
 }
 
-fn no_data(out: &mut String, plot: (f64, f64, f64, f64)) {
+fn no_data(out: &mut String, plot: Plot) {
     let (left, top, right, bottom) = plot;
     text(
         out,
@@ -493,11 +518,12 @@ fn no_data(out: &mut String, plot: (f64, f64, f64, f64)) {
     );
 }
 
-/// Renders a line chart.
-pub fn line_chart(chart: &LineChart) -> String {
+/// Renders a line chart at `layout`.
+pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
+    let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
+    let frame = Frame::new(layout, &chart.title, &names);
+    let plot = frame.plot;
     let mut out = String::new();
-    open_svg(&mut out, WIDTH, HEIGHT, &chart.title, "line-chart");
-    let plot = plot_box(WIDTH, true);
     let all = |f: fn(&(f64, f64)) -> f64| -> Vec<f64> {
         chart
             .series
@@ -508,10 +534,13 @@ pub fn line_chart(chart: &LineChart) -> String {
     let (xm, x_ticks) = Mapper::horizontal(chart.x.scale, &all(|p| p.0), plot);
     let (ym, y_ticks) = Mapper::vertical(chart.y.scale, &all(|p| p.1), plot);
     draw_axes(&mut out, &xm, &x_ticks, &ym, &y_ticks);
-    axis_labels(&mut out, &chart.x.label, &chart.y.label, plot);
+    axis_labels(&mut out, &chart.x.label, &chart.y.label, plot, BELOW_AXIS);
     let mut drawn = 0;
+    // Boxes of the point labels drawn so far, so that none is drawn over another.
+    let mut taken = Vec::new();
     for s in &chart.series {
         drawn += draw_line(&mut out, s, &xm, &ym);
+        point_labels(&mut out, s, (&xm, &ym), frame.width, &mut taken);
     }
     if drawn == 0 {
         no_data(&mut out, plot);
@@ -526,9 +555,9 @@ pub fn line_chart(chart: &LineChart) -> String {
             swatch: false,
         })
         .collect();
-    draw_legend(&mut out, &entries, plot.2 + 14.0, plot.1);
-    out.push_str("</svg>");
-    out
+    draw_legend(&mut out, &entries, frame.legend_at(BELOW_AXIS));
+    let height = frame.height(BELOW_AXIS);
+    finish_svg(&frame, height, &chart.title, "line-chart", &out)
 }
 
 /// Draws one series; returns how many points were placed.
@@ -562,7 +591,6 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
         coords.join(" ")
     );
     if s.markers {
-        point_labels(out, s, xm, ym);
         for (px, py, x, y, hollow) in &pts {
             let fill = if *hollow { "#ffffff" } else { c };
             let _ = write!(
@@ -578,28 +606,55 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
     pts.len()
 }
 
-/// Each labelled point's text, just above and right of its marker.
-fn point_labels(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) {
+/// A label's box: (left, top, right, bottom).
+type LabelBox = (f64, f64, f64, f64);
+
+/// Each labelled point's text beside its marker: above right, else below right, above left or
+/// below left, whichever first stays inside the chart's `width` and clear of the labels
+/// already drawn (`taken`); none when all four would touch one (the marker's tooltip still
+/// names it).
+fn point_labels(
+    out: &mut String,
+    s: &LineSeries,
+    (xm, ym): (&Mapper, &Mapper),
+    width: f64,
+    taken: &mut Vec<LabelBox>,
+) {
     for (&(x, y), label) in s.points.iter().zip(&s.labels) {
         if label.is_empty() || !(plottable(xm.scale, x) && plottable(ym.scale, y)) {
             continue;
         }
-        text(
-            out,
-            xm.px(x) + 5.0,
-            ym.px(y) - 6.0,
-            "start",
-            "point-label",
-            label,
-        );
+        let (px, py) = (xm.px(x), ym.px(y));
+        let w = text_width(label, TICK_FONT);
+        let spots = [
+            (px + 5.0, py - 6.0, "start"),
+            (px + 5.0, py + 15.0, "start"),
+            (px - 5.0, py - 6.0, "end"),
+            (px - 5.0, py + 15.0, "end"),
+        ];
+        let free = spots.into_iter().find_map(|(tx, ty, anchor)| {
+            let left = if anchor == "start" { tx } else { tx - w };
+            // The text's box: ascent about 0.8 em above the baseline, descent 0.25 em below.
+            let b = (left, ty - 0.8 * TICK_FONT, left + w, ty + 0.25 * TICK_FONT);
+            let inside = b.0 >= 0.0 && b.2 <= width;
+            let clear = taken.iter().all(|t| {
+                b.2 + 1.0 <= t.0 || t.2 + 1.0 <= b.0 || b.3 + 1.0 <= t.1 || t.3 + 1.0 <= b.1
+            });
+            (inside && clear).then_some((tx, ty, anchor, b))
+        });
+        if let Some((tx, ty, anchor, b)) = free {
+            text(out, tx, ty, anchor, "point-label", label);
+            taken.push(b);
+        }
     }
 }
 
-/// Renders a stacked bar chart.
-pub fn stacked_bar_chart(chart: &StackedBars) -> String {
+/// Renders a stacked bar chart at `layout`.
+pub fn stacked_bar_chart(chart: &StackedBars, layout: Layout) -> String {
+    let names: Vec<&str> = chart.layers.iter().map(|(n, _)| n.as_str()).collect();
+    let frame = Frame::new(layout, &chart.title, &names);
+    let plot = frame.plot;
     let mut out = String::new();
-    open_svg(&mut out, WIDTH, HEIGHT, &chart.title, "stacked-bars");
-    let plot = plot_box(WIDTH, true);
     let totals: Vec<f64> = (0..chart.categories.len())
         .map(|i| {
             chart
@@ -624,36 +679,93 @@ pub fn stacked_bar_chart(chart: &StackedBars) -> String {
         to_px: plot.2,
     };
     draw_axes(&mut out, &xm, &[], &ym, &y_ticks);
-    for (i, cat) in chart.categories.iter().enumerate() {
+    for i in 0..chart.categories.len() {
         let x = plot.0 + slot * i as f64 + slot * 0.15;
         draw_stack(&mut out, chart, i, x, slot * 0.7, &ym);
-        text(
-            &mut out,
-            x + slot * 0.35,
-            plot.3 + 16.0,
-            "middle",
-            "tick",
-            cat,
-        );
     }
+    let labels = bar_labels(chart, plot.0, slot);
+    if !chart.groups.is_empty() {
+        // A short tick under the axis between two groups' bars.
+        for (_, centre, span) in labels.iter().skip(1) {
+            let x = centre - span / 2.0;
+            let _ = write!(
+                out,
+                r##"<line x1="{x:.1}" y1="{b:.1}" x2="{x:.1}" y2="{:.1}" stroke="#999"/>"##,
+                plot.3 + 8.0,
+                b = plot.3
+            );
+        }
+    }
+    let below_axis = category_labels(&mut out, &labels, plot);
     if chart.categories.is_empty() {
         no_data(&mut out, plot);
     }
-    axis_labels(&mut out, &chart.x_label, &chart.y_label, plot);
-    let entries: Vec<LegendEntry> = chart
-        .layers
+    axis_labels(&mut out, &chart.x_label, &chart.y_label, plot, below_axis);
+    let entries: Vec<LegendEntry> = names
         .iter()
         .enumerate()
-        .map(|(i, (name, _))| LegendEntry {
+        .map(|(i, name)| LegendEntry {
             name,
             color: i,
             dashed: false,
             swatch: true,
         })
         .collect();
-    draw_legend(&mut out, &entries, plot.2 + 14.0, plot.1);
-    out.push_str("</svg>");
-    out
+    draw_legend(&mut out, &entries, frame.legend_at(below_axis));
+    let height = frame.height(below_axis);
+    finish_svg(&frame, height, &chart.title, "stacked-bars", &out)
+}
+
+/// The labels under the bars: (text, centre, width of the bars it names).
+fn bar_labels(chart: &StackedBars, left: f64, slot: f64) -> Vec<(String, f64, f64)> {
+    if chart.groups.is_empty() {
+        return chart
+            .categories
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.clone(), left + slot * (i as f64 + 0.5), slot))
+            .collect();
+    }
+    let mut first = 0;
+    let mut labels = Vec::new();
+    for (label, bars) in &chart.groups {
+        let span = slot * *bars as f64;
+        labels.push((label.clone(), left + slot * first as f64 + span / 2.0, span));
+        first += bars;
+    }
+    labels
+}
+
+/// Labels under the bars: level when each fits over the bars it names, else slanted 45° (and
+/// only every k-th one when even slanted ones would touch). Returns the room they and the
+/// axis label take under the plot.
+fn category_labels(out: &mut String, labels: &[(String, f64, f64)], plot: Plot) -> f64 {
+    let widths: Vec<f64> = labels
+        .iter()
+        .map(|(c, ..)| text_width(c, TICK_FONT))
+        .collect();
+    if labels
+        .iter()
+        .zip(&widths)
+        .all(|((.., span), w)| w + 6.0 <= *span)
+    {
+        for (c, centre, _) in labels {
+            text(out, *centre, plot.3 + 16.0, "middle", "tick x", c);
+        }
+        return BELOW_AXIS;
+    }
+    // Slanted labels are parallel: their distance apart is their centres' × sin 45°, which
+    // must hold a line of text.
+    let centres: Vec<f64> = labels
+        .iter()
+        .map(|(_, c, _)| c * std::f64::consts::FRAC_1_SQRT_2)
+        .collect();
+    let every = thin_every(&centres, &vec![TICK_FONT + 2.0; labels.len()]);
+    for (c, centre, _) in labels.iter().step_by(every) {
+        slanted(out, centre + 4.0, plot.3 + 12.0, "tick x", c);
+    }
+    let widest = widths.iter().copied().fold(0.0, f64::max);
+    12.0 + (widest + TICK_FONT) * std::f64::consts::FRAC_1_SQRT_2 + 30.0
 }
 
 fn draw_stack(out: &mut String, chart: &StackedBars, i: usize, x: f64, w: f64, ym: &Mapper) {
@@ -703,26 +815,17 @@ pub fn heat_color(pct: f64) -> String {
     )
 }
 
-/// Renders a heat map.
-pub fn heat_map(chart: &HeatMap) -> String {
+/// Renders a heat map at `layout`.
+pub fn heat_map(chart: &HeatMap, layout: Layout) -> String {
+    let frame = Frame::new(layout, &chart.title, &[]);
     let rows = chart.rows.len();
     let cell_h = if rows > 16 { 10.0 } else { 18.0 };
-    let height = (MARGIN_TOP + rows.max(1) as f64 * cell_h + MARGIN_BOTTOM + 24.0).max(160.0);
     let mut out = String::new();
-    open_svg(&mut out, WIDTH, height, &chart.title, "heat-map");
-    let (left, top, right) = (MARGIN_LEFT, MARGIN_TOP, WIDTH - 24.0);
+    let (left, top, right) = (frame.plot.0, frame.plot.1, frame.width - 24.0);
     let cols = chart.columns.len().max(1);
     let cell_w = (right - left) / cols as f64;
     for (r, label) in chart.rows.iter().enumerate() {
         let y = top + r as f64 * cell_h;
-        text(
-            &mut out,
-            left - 6.0,
-            y + cell_h * 0.75,
-            "end",
-            "tick",
-            label,
-        );
         for (c, v) in chart.values.get(r).into_iter().flatten().enumerate() {
             let x = left + c as f64 * cell_w;
             let col = chart.columns.get(c).map_or("", String::as_str);
@@ -736,11 +839,24 @@ pub fn heat_map(chart: &HeatMap) -> String {
             );
         }
     }
+    // Row labels: every k-th one when rows are thinner than a line of text.
+    let row_at: Vec<f64> = (0..rows).map(|r| top + (r as f64 + 0.5) * cell_h).collect();
+    let row_every = thin_every(&row_at, &vec![TICK_FONT + 2.0; rows]);
+    for (label, y) in chart.rows.iter().zip(&row_at).step_by(row_every) {
+        text(&mut out, left - 6.0, y + 4.0, "end", "tick y", label);
+    }
     let bottom = top + rows as f64 * cell_h;
-    let every = cols.div_ceil(12).max(1);
-    for (c, label) in chart.columns.iter().enumerate().step_by(every) {
-        let x = left + (c as f64 + 0.5) * cell_w;
-        text(&mut out, x, bottom + 14.0, "middle", "tick", label);
+    let col_at: Vec<f64> = (0..chart.columns.len())
+        .map(|c| left + (c as f64 + 0.5) * cell_w)
+        .collect();
+    let widths: Vec<f64> = chart
+        .columns
+        .iter()
+        .map(|c| text_width(c, TICK_FONT))
+        .collect();
+    let every = thin_every(&col_at, &widths);
+    for (label, x) in chart.columns.iter().zip(&col_at).step_by(every) {
+        text(&mut out, *x, bottom + 14.0, "middle", "tick x", label);
     }
     text(
         &mut out,
@@ -754,8 +870,8 @@ pub fn heat_map(chart: &HeatMap) -> String {
         no_data(&mut out, (left, top, right, top + 60.0));
     }
     heat_scale(&mut out, right - 200.0, bottom + 40.0);
-    out.push_str("</svg>");
-    out
+    let height = (bottom + 56.0).max(top + 124.0);
+    finish_svg(&frame, height, &chart.title, "heat-map", &out)
 }
 
 /// A small colour key 0–100 %.
@@ -775,11 +891,11 @@ fn heat_scale(out: &mut String, x: f64, y: f64) {
     out.push_str("</g>");
 }
 
-/// Renders histogram bars on a log-10 x axis.
-pub fn histogram(chart: &HistogramBars) -> String {
+/// Renders histogram bars on a log-10 x axis at `layout`.
+pub fn histogram(chart: &HistogramBars, layout: Layout) -> String {
+    let frame = Frame::new(layout, &chart.title, &[]);
+    let plot = frame.plot;
     let mut out = String::new();
-    open_svg(&mut out, WIDTH, HEIGHT, &chart.title, "histogram");
-    let plot = plot_box(WIDTH, false);
     let buckets: Vec<&(f64, f64, u64)> = chart
         .buckets
         .iter()
@@ -806,9 +922,9 @@ pub fn histogram(chart: &HistogramBars) -> String {
     if buckets.is_empty() {
         no_data(&mut out, plot);
     }
-    axis_labels(&mut out, &chart.x_label, "requests", plot);
-    out.push_str("</svg>");
-    out
+    axis_labels(&mut out, &chart.x_label, "requests", plot, BELOW_AXIS);
+    let height = frame.height(BELOW_AXIS);
+    finish_svg(&frame, height, &chart.title, "histogram", &out)
 }
 
 #[cfg(test)]
@@ -934,7 +1050,7 @@ mod tests {
 
     #[test]
     fn line_chart_is_well_formed_and_escaped() {
-        let svg = line_chart(&sample_line());
+        let svg = line_chart(&sample_line(), Layout::Wide);
         let names = well_formed(&svg);
         assert!(!svg.contains("<script"), "{svg}");
         assert!(svg.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; co"));
@@ -948,14 +1064,17 @@ mod tests {
 
     #[test]
     fn charts_are_deterministic() {
-        assert_eq!(line_chart(&sample_line()), line_chart(&sample_line()));
+        assert_eq!(
+            line_chart(&sample_line(), Layout::Wide),
+            line_chart(&sample_line(), Layout::Wide)
+        );
     }
 
     #[test]
     fn log_axis_skips_points_it_cannot_place() {
         let mut chart = sample_line();
         chart.series[0].points.insert(0, (0.0, 10.0));
-        let svg = line_chart(&chart);
+        let svg = line_chart(&chart, Layout::Wide);
         well_formed(&svg);
         assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
     }
@@ -965,27 +1084,37 @@ mod tests {
         let mut chart = sample_line();
         chart.series.clear();
         for svg in [
-            line_chart(&chart),
-            stacked_bar_chart(&StackedBars {
-                title: "cpu".into(),
-                x_label: "clients".into(),
-                y_label: "µs".into(),
-                categories: vec![],
-                layers: vec![],
-                y_max: None,
-            }),
-            heat_map(&HeatMap {
-                title: "busy".into(),
-                x_label: "s".into(),
-                columns: vec![],
-                rows: vec![],
-                values: vec![],
-            }),
-            histogram(&HistogramBars {
-                title: "latency".into(),
-                x_label: "µs".into(),
-                buckets: vec![],
-            }),
+            line_chart(&chart, Layout::Wide),
+            stacked_bar_chart(
+                &StackedBars {
+                    title: "cpu".into(),
+                    x_label: "clients".into(),
+                    y_label: "µs".into(),
+                    categories: vec![],
+                    layers: vec![],
+                    y_max: None,
+                    groups: Vec::new(),
+                },
+                Layout::Wide,
+            ),
+            heat_map(
+                &HeatMap {
+                    title: "busy".into(),
+                    x_label: "s".into(),
+                    columns: vec![],
+                    rows: vec![],
+                    values: vec![],
+                },
+                Layout::Wide,
+            ),
+            histogram(
+                &HistogramBars {
+                    title: "latency".into(),
+                    x_label: "µs".into(),
+                    buckets: vec![],
+                },
+                Layout::Wide,
+            ),
         ] {
             well_formed(&svg);
             assert!(svg.contains("no data"), "{svg}");
@@ -994,17 +1123,21 @@ mod tests {
 
     #[test]
     fn stacked_bars_stack_layers() {
-        let svg = stacked_bar_chart(&StackedBars {
-            title: "CPU per request".into(),
-            x_label: "clients".into(),
-            y_label: "CPU µs per request".into(),
-            categories: vec!["1".into(), "2".into(), "<4>".into()],
-            layers: vec![
-                ("user".into(), vec![10.0, 9.0, 8.0]),
-                ("sys".into(), vec![5.0, 5.0, 6.0]),
-            ],
-            y_max: None,
-        });
+        let svg = stacked_bar_chart(
+            &StackedBars {
+                title: "CPU per request".into(),
+                x_label: "clients".into(),
+                y_label: "CPU µs per request".into(),
+                categories: vec!["1".into(), "2".into(), "<4>".into()],
+                layers: vec![
+                    ("user".into(), vec![10.0, 9.0, 8.0]),
+                    ("sys".into(), vec![5.0, 5.0, 6.0]),
+                ],
+                y_max: None,
+                groups: Vec::new(),
+            },
+            Layout::Wide,
+        );
         let names = well_formed(&svg);
         // 3 bars × 2 layers, the frame, 2 legend swatches.
         assert_eq!(names.iter().filter(|n| *n == "rect").count(), 3 * 2 + 1 + 2);
@@ -1016,13 +1149,16 @@ mod tests {
         assert_eq!(heat_color(0.0), "#ffffff");
         assert_eq!(heat_color(100.0), "#800026");
         assert_eq!(heat_color(250.0), "#800026");
-        let svg = heat_map(&HeatMap {
-            title: "per-core busy".into(),
-            x_label: "seconds".into(),
-            columns: vec!["1".into(), "2".into()],
-            rows: vec!["cpu0".into(), "cpu1".into()],
-            values: vec![vec![0.0, 50.0], vec![100.0, 75.0]],
-        });
+        let svg = heat_map(
+            &HeatMap {
+                title: "per-core busy".into(),
+                x_label: "seconds".into(),
+                columns: vec!["1".into(), "2".into()],
+                rows: vec!["cpu0".into(), "cpu1".into()],
+                values: vec![vec![0.0, 50.0], vec![100.0, 75.0]],
+            },
+            Layout::Wide,
+        );
         well_formed(&svg);
         assert!(svg.contains(&format!(r#"fill="{}""#, heat_color(50.0))));
         assert!(svg.contains("cpu1 at 1: 100%"));
@@ -1030,16 +1166,100 @@ mod tests {
 
     #[test]
     fn histogram_bars_sit_on_a_log_axis() {
-        let svg = histogram(&HistogramBars {
-            title: "latency".into(),
-            x_label: "latency (µs)".into(),
-            buckets: vec![(4.0, 5.0, 100), (5.0, 6.0, 300), (13.0, 14.0, 2000)],
-        });
+        let svg = histogram(
+            &HistogramBars {
+                title: "latency".into(),
+                x_label: "latency (µs)".into(),
+                buckets: vec![(4.0, 5.0, 100), (5.0, 6.0, 300), (13.0, 14.0, 2000)],
+            },
+            Layout::Wide,
+        );
         let names = well_formed(&svg);
         assert_eq!(names.iter().filter(|n| *n == "rect").count(), 3 + 1);
         for tick in [">1<", ">2<", ">5<", ">10<", ">20<", ">50<", ">100<"] {
             assert!(svg.contains(tick), "{tick}");
         }
         assert!(!svg.contains(">200<"));
+    }
+
+    /// (x, y) of each text of `class` in `svg`.
+    fn text_positions(svg: &str, class: &str) -> Vec<(f64, f64)> {
+        let re = regex::Regex::new(&format!(
+            r#"<text class="{class}" x="([-0-9.]+)" y="([-0-9.]+)""#
+        ))
+        .unwrap();
+        re.captures_iter(svg)
+            .map(|c| (c[1].parse().unwrap(), c[2].parse().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn many_long_categories_are_slanted_and_thinned_apart() {
+        let chart = StackedBars {
+            title: "a title long enough to need two lines on a phone: server threads' CPU".into(),
+            x_label: "clients".into(),
+            y_label: "%".into(),
+            categories: (0..40)
+                .map(|i| format!("{} #{}", 1 << (i / 5), i % 5 + 1))
+                .collect(),
+            layers: vec![("w".into(), vec![10.0; 40])],
+            y_max: None,
+            groups: Vec::new(),
+        };
+        for layout in [Layout::Wide, Layout::Narrow] {
+            let svg = stacked_bar_chart(&chart, layout);
+            well_formed(&svg);
+            assert!(svg.contains("rotate(-45"), "{layout:?}: slanted");
+            let xs: Vec<f64> = text_positions(&svg, "tick x").iter().map(|p| p.0).collect();
+            assert!(
+                xs.len() >= 2 && xs.len() < 40,
+                "{layout:?}: thinned, {}",
+                xs.len()
+            );
+            // Parallel slanted lines of 11-unit text: ≥ 13 units apart across them.
+            for w in xs.windows(2) {
+                assert!(
+                    (w[1] - w[0]) * std::f64::consts::FRAC_1_SQRT_2 >= 13.0,
+                    "{xs:?}"
+                );
+            }
+            // The title wraps in the narrow layout, and no line is wider than the chart.
+            let titles = text_positions(&svg, "chart-title");
+            assert_eq!(titles.len(), if layout == Layout::Narrow { 2 } else { 1 });
+        }
+    }
+
+    #[test]
+    fn narrow_line_charts_put_the_legend_below_and_thin_their_ticks() {
+        let mut chart = sample_line();
+        // 17 octaves of clients: 18 ticks, too many for 290 units of 11-unit labels.
+        chart.series[0].points = (0..18).map(|e| ((1u64 << e) as f64, 100.0)).collect();
+        let svg = line_chart(&chart, Layout::Narrow);
+        well_formed(&svg);
+        assert!(svg.contains(r#"viewBox="0 0 360 "#));
+        let frame = text_positions(&svg, "tick y");
+        let plot_bottom = frame.iter().map(|p| p.1).fold(0.0, f64::max);
+        let legend = text_positions(&svg, "legend-text");
+        assert_eq!(legend.len(), 2);
+        assert!(
+            legend.iter().all(|p| p.1 > plot_bottom + 40.0),
+            "{legend:?}"
+        );
+        let re = regex::Regex::new(r#"<text class="tick x" x="([-0-9.]+)"[^>]*>([^<]*)<"#).unwrap();
+        let xs: Vec<(f64, String)> = re
+            .captures_iter(&svg)
+            .map(|c| (c[1].parse().unwrap(), c[2].to_string()))
+            .collect();
+        assert!(xs.len() >= 3 && xs.len() < 18, "thinned: {xs:?}");
+        for w in xs.windows(2) {
+            let room = (text_width(&w[0].1, TICK_FONT) + text_width(&w[1].1, TICK_FONT)) / 2.0;
+            assert!(w[1].0 - w[0].0 >= room, "{xs:?}");
+        }
+        // The wide one keeps a short legend right of the plot.
+        let mut short = sample_line();
+        short.series[0].name = "separated".into();
+        let wide = line_chart(&short, Layout::Wide);
+        let legend = text_positions(&wide, "legend-text");
+        assert!(legend.iter().all(|p| p.0 > 500.0), "{legend:?}");
     }
 }

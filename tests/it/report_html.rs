@@ -1,5 +1,8 @@
 //! report.html from a hand-written run directory (tests/data/report): escaping, every chart
-//! present, and the page loaded in headless Chromium without console errors.
+//! present, and the page loaded in headless Chromium without console errors. Then the page of a
+//! real quick demo run (tests/data/report_demo) and of the hand-written one, measured as
+//! Chromium draws them 390 and 1400 px wide: no text under 11 px, no tick labels of one axis
+//! overlapping, no text outside its chart, every table wider than its box hinted.
 //!
 //! The fixture's HdrHistogram logs are generated from its steps.jsonl; regenerate them with
 //! `STAIRBENCH_BLESS=1 cargo test --test it report_html:: -- --test-threads=1` (one thread:
@@ -187,7 +190,8 @@ fn fixture_page_is_escaped_and_complete() {
     assert!(page.contains("AMD EPYC 9354P"));
     assert!(page.contains("(USL fit)"));
     assert!(page.contains("Little&#39;s law"));
-    assert_eq!(page.matches("<svg ").count(), expected_charts(&data));
+    // Each chart twice: wide and narrow.
+    assert_eq!(page.matches("<svg ").count(), 2 * expected_charts(&data));
     // Self-contained: the SVG namespace is the only URL, nothing is loaded from elsewhere.
     assert!(!page.contains(" src="), "an external resource");
     assert!(
@@ -303,8 +307,8 @@ fn page_renders_in_headless_chromium() {
     let sizes = svg_sizes(&dom);
     assert_eq!(
         sizes.len(),
-        expected_charts(&data),
-        "every chart in the DOM"
+        2 * expected_charts(&data),
+        "every chart in the DOM, wide and narrow"
     );
     assert!(sizes.iter().all(|(w, h)| *w > 0.0 && *h > 0.0), "{sizes:?}");
 
@@ -349,4 +353,177 @@ fn console_error_detector_sees_a_script_error() {
     let errors = console_errors(&stderr);
     assert!(errors.iter().any(|l| l.contains("boom")), "{stderr}");
     assert!(errors.iter().any(|l| l.contains("Uncaught")), "{stderr}");
+}
+
+/// What `measure.js` found on a page drawn `width` px wide.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Layout {
+    /// The page's viewport width, px.
+    width: f64,
+    /// The page's own scroll width, px (wider than the viewport: the page scrolls sideways).
+    page_width: f64,
+    /// Visible texts measured, HTML and SVG.
+    texts: usize,
+    /// Of which in charts.
+    svg_texts: usize,
+    /// Charts visible.
+    charts: usize,
+    /// Charts that would be visible in one layout or the other (outside closed details), over
+    /// both layouts.
+    drawn_charts: usize,
+    /// viewBox widths of the visible charts.
+    chart_widths: Vec<f64>,
+    /// Texts under 11 px: (text, px).
+    small: Vec<Value>,
+    /// Tick labels of one axis (or legend rows) that overlap.
+    overlaps: Vec<Value>,
+    /// Chart texts reaching outside their chart.
+    outside: Vec<Value>,
+    /// Tables wider than their box.
+    scrolling: usize,
+    /// Of which without a visible "scroll sideways" hint.
+    unhinted: Vec<Value>,
+}
+
+/// Draws `page` in headless Chromium `width` px wide and returns what measure.js measured.
+/// The page sits in a frame of that width (headless Chromium's window is at least 500 px
+/// wide), with the script appended; the script posts its figures to the host page, which
+/// Chromium dumps.
+fn measure(page: &str, width: u32) -> Layout {
+    let dir = tempfile::tempdir().unwrap();
+    let script = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report_demo/measure.js"),
+    )
+    .unwrap();
+    let at = page.rfind("</body>").expect("a </body>");
+    let measured = format!("{}<script>{script}</script>{}", &page[..at], &page[at..]);
+    std::fs::write(dir.path().join("page.html"), measured).unwrap();
+    let host = format!(
+        "<!DOCTYPE html><html><body style=\"margin:0\"><iframe src=\"page.html\" \
+         style=\"border:0;width:{width}px;height:2000px\"></iframe><script>\
+         addEventListener('message', (e) => {{ const p = document.createElement('pre'); \
+         p.id = 'measurements'; p.textContent = e.data; document.body.appendChild(p); }});\
+         </script></body></html>"
+    );
+    let host_path = dir.path().join("host.html");
+    std::fs::write(&host_path, host).unwrap();
+    let (dom, stderr) = chromium(&[
+        "--hide-scrollbars".into(),
+        // Lets the frame's message reach the host before the DOM is dumped.
+        "--virtual-time-budget=10000".into(),
+        "--window-size=1400,2200".into(),
+        "--dump-dom".into(),
+        format!("file://{}", host_path.display()),
+    ]);
+    let json = dom
+        .split_once("<pre id=\"measurements\">")
+        .and_then(|(_, r)| r.split_once("</pre>"))
+        .map(|(j, _)| {
+            j.replace("&quot;", "\"")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&amp;", "&")
+        })
+        .unwrap_or_else(|| panic!("no measurements in the dump\n{stderr}\n{dom}"));
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+fn chromium_or_skip() -> bool {
+    if Path::new(CHROMIUM).exists() {
+        return true;
+    }
+    common::skip_or_fail(format!(
+        "{CHROMIUM} is missing (apt-get install -y chromium)"
+    ));
+    false
+}
+
+/// The quick demo's report, as `stairbench report` writes it.
+fn demo_page() -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report_demo");
+    let run = RunData::read(&dir).unwrap();
+    Html.render(&dir, &run).unwrap()
+}
+
+#[test]
+fn the_report_reads_at_390_and_1400_px() {
+    if !chromium_or_skip() {
+        return;
+    }
+    for (name, page) in [("demo", demo_page()), ("fixture", render(&report_data()))] {
+        // A phone, a laptop, and the narrowest screen that gets the wide charts.
+        for (width, chart_width) in [(390, 360.0), (1400, 760.0), (800, 760.0)] {
+            let m = measure(&page, width);
+            let at = format!("{name} at {width} px");
+            assert_eq!(m.width, width as f64, "{at}: the frame's width");
+            assert!(
+                m.page_width <= m.width,
+                "{at}: the page scrolls sideways: {m:?}"
+            );
+            // One layout of each chart shows, the one made for this width.
+            assert!(m.charts >= 6, "{at}: {m:?}");
+            assert_eq!(2 * m.charts, m.drawn_charts, "{at}");
+            assert!(
+                m.chart_widths.iter().all(|w| *w == chart_width),
+                "{at}: {:?}",
+                m.chart_widths
+            );
+            assert!(m.svg_texts > 100 && m.texts > m.svg_texts, "{at}: {m:?}");
+            assert!(m.small.is_empty(), "{at}: text under 11 px: {:?}", m.small);
+            assert!(
+                m.overlaps.is_empty(),
+                "{at}: overlapping labels: {:?}",
+                m.overlaps
+            );
+            assert!(
+                m.outside.is_empty(),
+                "{at}: text outside its chart: {:?}",
+                m.outside
+            );
+            assert!(
+                m.unhinted.is_empty(),
+                "{at}: wide tables without a hint: {:?}",
+                m.unhinted
+            );
+            if width == 390 {
+                assert!(
+                    m.scrolling > 0,
+                    "{at}: no table is wider than a phone? {m:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The measurements above must see small text, overlapping labels, text outside its chart and
+/// an unhinted wide table, or their silence proves nothing.
+#[test]
+fn the_layout_measurements_see_what_they_forbid() {
+    if !chromium_or_skip() {
+        return;
+    }
+    let cells: String = (0..12)
+        .map(|i| format!("<td>column_number_{i}</td>"))
+        .collect();
+    let page = format!(
+        "<!DOCTYPE html><html><body>\
+         <svg class=\"chart\" width=\"100%\" viewBox=\"0 0 760 200\"><title>t</title>\
+         <text class=\"tick x\" x=\"100\" y=\"100\" style=\"font-size:11px\">1000</text>\
+         <text class=\"tick x\" x=\"110\" y=\"100\" style=\"font-size:11px\">2000</text>\
+         <text class=\"tick y\" x=\"750\" y=\"150\" style=\"font-size:11px\">far out</text>\
+         </svg><div class=\"table-scroll\" style=\"overflow-x:auto\"><table><tr>{cells}</tr></table></div>\
+         </body></html>"
+    );
+    let m = measure(&page, 390);
+    // The 760-unit chart drawn 374 px wide: 11-unit text at 5.4 px.
+    assert!(m.small.iter().any(|s| s["text"] == "1000"), "{m:?}");
+    assert!(
+        m.overlaps
+            .iter()
+            .any(|o| o["a"] == "1000" && o["b"] == "2000"),
+        "{m:?}"
+    );
+    assert!(m.outside.iter().any(|o| o["text"] == "far out"), "{m:?}");
+    assert_eq!((m.scrolling, m.unhinted.len()), (1, 1), "{m:?}");
 }

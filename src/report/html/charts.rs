@@ -79,7 +79,11 @@ pub(super) fn throughput(page: &mut String, series: &[Series]) {
             y: Axis::linear("requests/s"),
             series: lines,
         };
-        figure(page, &svg::line_chart(&chart), caption);
+        figure(
+            page,
+            &svg::responsive(|l| svg::line_chart(&chart, l)),
+            caption,
+        );
     }
 }
 
@@ -154,7 +158,7 @@ pub(super) fn latency(page: &mut String, series: &[Series]) {
         };
         figure(
             page,
-            &svg::line_chart(&chart),
+            &svg::responsive(|l| svg::line_chart(&chart, l)),
             "Each point is one load level, labelled with its clients (or offered rate); solid: median, dashed: 99th percentile, both from the repetitions' histograms merged; hollow markers: the load generator was saturated.",
         );
     }
@@ -201,10 +205,11 @@ fn cpu_chart(page: &mut String, s: &Series, y_max: f64) {
             ("sys".into(), cpu_values(s, |p| p.cpu_us_per_req_sys)),
         ],
         y_max: Some(y_max),
+        groups: Vec::new(),
     };
     figure(
         page,
-        &svg::stacked_bar_chart(&chart),
+        &svg::responsive(|l| svg::stacked_bar_chart(&chart, l)),
         "Server CPU time per completed request, split into user and kernel time; the charts of one target share their scale.",
     );
 }
@@ -232,7 +237,7 @@ pub(super) fn heat_map(page: &mut String, heat: Option<&CoreHeatMap>) {
     };
     figure(
         page,
-        &svg::heat_map(&chart),
+        &svg::responsive(|l| svg::heat_map(&chart, l)),
         &format!("Step {}: busy % of each core, second by second.", h.step_id),
     );
 }
@@ -293,7 +298,7 @@ pub(super) fn histograms(page: &mut String, histograms: &[StepHistogram]) {
         );
         figure(
             page,
-            &svg::histogram(&chart),
+            &svg::responsive(|l| svg::histogram(&chart, l)),
             &format!("Step {}", h.step_id),
         );
         page.push_str("</details>");

@@ -103,14 +103,21 @@ fn table(lines: &[&str], start: usize, html: &mut String) -> usize {
         .get(start + 1)
         .map(|l| cells(l).iter().map(|c| c.ends_with(':')).collect())
         .unwrap_or_default();
-    html.push_str("<table><thead><tr>");
+    let body = &lines[(start + 2).min(end)..end];
+    let rows: Vec<Vec<String>> = body.iter().map(|r| cells(r)).collect();
+    let all = rows
+        .iter()
+        .chain(std::iter::once(&header))
+        .flat_map(|r| r.iter().enumerate().map(|(i, c)| (i, c.as_str())));
+    html.push_str(&crate::report::table_box::table_open(all));
+    html.push_str("<thead><tr>");
     for h in &header {
         let _ = write!(html, "<th>{}</th>", inline(h));
     }
     html.push_str("</tr></thead><tbody>");
-    for row in &lines[(start + 2).min(end)..end] {
+    for row in &rows {
         html.push_str("<tr>");
-        for (i, c) in cells(row).iter().enumerate() {
+        for (i, c) in row.iter().enumerate() {
             let class = if numeric.get(i) == Some(&true) {
                 " class=\"num\""
             } else {
@@ -120,7 +127,8 @@ fn table(lines: &[&str], start: usize, html: &mut String) -> usize {
         }
         html.push_str("</tr>");
     }
-    html.push_str("</tbody></table>");
+    html.push_str("</tbody>");
+    html.push_str(crate::report::table_box::TABLE_CLOSE);
     end
 }
 

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use super::page::{Page, Section};
 use super::{charts, from_markdown, ReportData, Table};
 use crate::report::svg::escape;
+use crate::report::table_box::{table_open, TABLE_CLOSE};
 
 /// The page of `data`.
 pub fn page(data: &ReportData) -> Page {
@@ -121,7 +122,13 @@ fn profiles(data: &ReportData) -> Section {
 
 /// Writes a table; `align_numbers` right-aligns cells that read as numbers.
 fn table_html(page: &mut String, table: &Table, align_numbers: bool) {
-    page.push_str("<table><thead><tr>");
+    let cells = table
+        .rows
+        .iter()
+        .chain(std::iter::once(&table.header))
+        .flat_map(|r| r.iter().enumerate().map(|(i, c)| (i, c.as_str())));
+    page.push_str(&table_open(cells));
+    page.push_str("<thead><tr>");
     for h in &table.header {
         let _ = write!(page, "<th>{}</th>", escape(h));
     }
@@ -140,7 +147,8 @@ fn table_html(page: &mut String, table: &Table, align_numbers: bool) {
         }
         page.push_str("</tr>");
     }
-    page.push_str("</tbody></table>");
+    page.push_str("</tbody>");
+    page.push_str(TABLE_CLOSE);
 }
 
 fn looks_numeric(cell: &str) -> bool {
