@@ -31,3 +31,34 @@ fn the_lab_cluster_runs_a_step_on_each_of_its_three_nodes() {
         assert_eq!(names, ["h1", "h2", "h3"], "{stdout}");
     });
 }
+
+/// As on a real cluster: each node has its own /tmp, and shares the rest (here /var/tmp, where
+/// the cluster's files are).
+#[test]
+fn the_lab_nodes_have_their_own_tmp_and_share_the_rest() {
+    with_slurm(3, |cluster| {
+        let here = tempfile::tempdir().unwrap();
+        let private = here.path().join("mine");
+        let shared = cluster.dir.join("shared");
+        std::fs::write(&private, "x").unwrap();
+        std::fs::write(&shared, "x").unwrap();
+        let script = format!(
+            "test -e {} && echo private-seen; test -e {} && echo shared-seen; true",
+            private.display(),
+            shared.display()
+        );
+        let out = cluster.run(
+            Duration::from_secs(30),
+            "srun",
+            &["-N", "3", "-n", "3", "sh", "-c", &script],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout.matches("shared-seen").count(), 3, "{stdout}");
+        assert_eq!(stdout.matches("private-seen").count(), 0, "{stdout}");
+    });
+}

@@ -3,10 +3,13 @@
 //! client namespace (where the test body runs), one `slurmd` in each host namespace, one
 //! munged for all of them (its socket is a file, and files cross network namespaces).
 //!
-//! Every file (slurm.conf, munge key and socket, state, spool and logs) lives in the lab's
-//! temporary directory, and every Slurm command the test runs gets `SLURM_CONF` pointing there:
-//! nothing under /etc is read or written. Each slurmd runs in its own UTS namespace named after
-//! its node, so `srun hostname` answers `h1`, `h2`, ... The daemons are killed when the
+//! Every file (slurm.conf, munge key and socket, state, spool and logs) lives in the cluster's
+//! temporary directory under /var/tmp, and every Slurm command the test runs gets `SLURM_CONF`
+//! pointing there: nothing under /etc is read or written. Each slurmd runs in its own UTS
+//! namespace named after its node, so `srun hostname` answers `h1`, `h2`, ..., and its own
+//! mount namespace with an empty tmpfs on /tmp: as on a real cluster, /tmp is each node's own
+//! (what this machine keeps in /tmp, a node cannot see), the rest of the filesystem is shared
+//! (as a cluster shares home directories). The daemons are killed when the
 //! cluster is dropped (also on panic), before the lab deletes the namespaces; anything a job
 //! step left in a host namespace dies with it.
 
@@ -42,8 +45,10 @@ const UP_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct SlurmLab<'a> {
     /// The namespace lab the nodes live in.
     pub lab: &'a Lab,
-    /// This cluster's files: slurm.conf, munge key and socket, state, spool, logs.
+    /// This cluster's files: slurm.conf, munge key and socket, state, spool, logs (under
+    /// /var/tmp, which the nodes share; /tmp they do not).
     pub dir: PathBuf,
+    _dir: tempfile::TempDir,
     /// The generated slurm.conf (what `SLURM_CONF` points at).
     pub conf: PathBuf,
     /// Node names, in the partition's order (h1, h2, ...).
@@ -103,7 +108,11 @@ impl<'a> SlurmLab<'a> {
     /// Writes the configuration, starts munged, slurmctld and the slurmds, and waits until
     /// every node is idle.
     fn start(lab: &'a Lab) -> SlurmLab<'a> {
-        let dir = lab.dir.path().join("slurm");
+        let tmp = tempfile::Builder::new()
+            .prefix("sbslurm-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let dir = tmp.path().to_path_buf();
         std::fs::create_dir_all(dir.join("state")).unwrap();
         let nodes: Vec<String> = lab.hosts.iter().map(|h| h.spec.name.clone()).collect();
         for node in &nodes {
@@ -113,6 +122,7 @@ impl<'a> SlurmLab<'a> {
         let mut cluster = SlurmLab {
             lab,
             dir,
+            _dir: tmp,
             conf,
             nodes,
             up_s: 0.0,
@@ -221,7 +231,7 @@ impl<'a> SlurmLab<'a> {
     fn start_slurmctld(&mut self) {
         let mut cmd = Command::new("/usr/sbin/slurmctld");
         cmd.args(["-D", "-i", "-f"]).arg(&self.conf);
-        in_namespaces(&mut cmd, None, CONTROLLER);
+        in_namespaces(&mut cmd, None, CONTROLLER, false);
         let child = self
             .daemon(&mut cmd, "slurmctld.out")
             .spawn()
@@ -235,7 +245,7 @@ impl<'a> SlurmLab<'a> {
         let mut cmd = Command::new("/usr/sbin/slurmd");
         cmd.args(["-D", "-N", node, "-f"]).arg(&self.conf);
         let netns = File::open(format!("/var/run/netns/{}", self.lab.hosts[i].ns)).unwrap();
-        in_namespaces(&mut cmd, Some(netns), node);
+        in_namespaces(&mut cmd, Some(netns), node, true);
         self.daemon(&mut cmd, &format!("slurmd-{node}.out"))
             .spawn()
             .expect("start slurmd")
@@ -329,22 +339,49 @@ impl<'a> SlurmLab<'a> {
 }
 
 /// Makes `cmd` run in network namespace `netns` (None: the caller's) and a new UTS namespace
-/// whose host name is `hostname`.
-fn in_namespaces(cmd: &mut Command, netns: Option<File>, hostname: &str) {
+/// whose host name is `hostname`; with `own_tmp`, also in a mount namespace of its own with
+/// an empty tmpfs on /tmp.
+fn in_namespaces(cmd: &mut Command, netns: Option<File>, hostname: &str, own_tmp: bool) {
     let name = CString::new(hostname).unwrap();
+    let [root, tmp, tmpfs, options] =
+        ["/", "/tmp", "tmpfs", "mode=1777"].map(|s| CString::new(s).unwrap());
     // SAFETY: between fork and exec only async-signal-safe system calls run (setns, unshare,
-    // sethostname); the namespace file was opened before the fork and stays open until exec.
+    // sethostname, mount) on memory allocated before the fork; the namespace file was opened
+    // before the fork and stays open until exec.
     unsafe {
         cmd.pre_exec(move || {
+            let fail = || Err(std::io::Error::last_os_error());
             if let Some(file) = &netns {
                 if libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
+                    return fail();
                 }
             }
-            if libc::unshare(libc::CLONE_NEWUTS) != 0
+            let flags = libc::CLONE_NEWUTS | if own_tmp { libc::CLONE_NEWNS } else { 0 };
+            if libc::unshare(flags) != 0
                 || libc::sethostname(name.as_ptr(), name.as_bytes().len()) != 0
             {
-                return Err(std::io::Error::last_os_error());
+                return fail();
+            }
+            if own_tmp {
+                // Private first, so the tmpfs does not propagate back to this machine's /tmp.
+                let private = libc::MS_REC | libc::MS_PRIVATE;
+                if libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    private,
+                    std::ptr::null(),
+                ) != 0
+                    || libc::mount(
+                        tmpfs.as_ptr(),
+                        tmp.as_ptr(),
+                        tmpfs.as_ptr(),
+                        0,
+                        options.as_ptr().cast(),
+                    ) != 0
+                {
+                    return fail();
+                }
             }
             Ok(())
         });
