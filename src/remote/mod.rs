@@ -1,22 +1,29 @@
-//! Transport to other machines over SSH: a host's address (`ssh://user@address:port`, the
-//! `[hosts]` table's entries), commands and long-running process trees on it, copies with scp,
-//! the host's clock offset, and the arithmetic of starting windows together on several clocks.
-//! It knows nothing of experiments; `sweep::hosts` puts the plan's targets and groups on hosts.
+//! Transport to other machines: a host's address (the `[hosts]` table's entries,
+//! `ssh://user@address:port`), the [`Engine`] trait every way of reaching a host implements
+//! (run a command, open a channel, put the binary, fetch files, signal a process group, clock
+//! offset), long-running process trees on a host, and the arithmetic of starting windows
+//! together on several clocks. It knows nothing of experiments; `fleet` puts the plan's
+//! targets and groups on hosts.
 //!
-//! The engine is the OpenSSH client (`ssh`, `scp`), as CBT and pbench use it, not a protocol
-//! of our own: whatever the user's ssh reaches (keys, agents, jump hosts in ~/.ssh/config),
-//! stairbench reaches. Each call is one ssh session with `BatchMode=yes`, so nothing ever
-//! waits for a password.
+//! The engines: `ssh` (the OpenSSH client, `ssh` and `scp`, as CBT and pbench use it, not a
+//! protocol of our own: whatever the user's ssh reaches — keys, agents, jump hosts in
+//! ~/.ssh/config — stairbench reaches; each call is one ssh session with `BatchMode=yes`, so
+//! nothing ever waits for a password) and `local` (this machine through `sh`). A URL's scheme
+//! picks one in `engine::ENGINES`.
 
 pub mod clock;
+pub mod engine;
 pub mod host;
+pub mod local;
 pub mod process;
 pub mod ssh;
 pub mod window;
 
 pub use clock::{best_offset, ClockOffset, ClockSample};
+pub use engine::Engine;
 pub use host::{parse_hosts, validate_hosts, HostEntry, HostError, HostSpec, HostTable};
-pub use process::{RemoteProcess, RemoteStatus};
+pub use local::Local;
+pub use process::{wrapper_line, RemoteProcess, RemoteStatus};
 pub use ssh::{CopyOutcome, Remote, RemoteOutput, REMOTE_BIN};
 pub use window::{
     host_start_times, plan_start, to_reference, window_overlap, StartPlan, Window,

@@ -7,8 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use serde::de::DeserializeOwned;
-
+use super::engine::Engine;
 use super::host::HostSpec;
 use super::RemoteError;
 
@@ -101,8 +100,9 @@ impl Remote {
         Ok(CopyOutcome::Copied)
     }
 
-    /// Copies `remote_path` (relative paths are under the working directory) to `local_path`.
-    pub fn fetch(&self, remote_path: &Path, local_path: &Path) -> Result<(), RemoteError> {
+    /// Copies `remote_path` (relative paths are under the working directory) to `local_path`
+    /// with scp.
+    pub fn fetch_file(&self, remote_path: &Path, local_path: &Path) -> Result<(), RemoteError> {
         let source = format!(
             "{}:{}",
             self.spec.destination(true),
@@ -138,16 +138,6 @@ impl Remote {
         })
     }
 
-    /// Runs `command` and reads its stdout as JSON of type `T`.
-    pub fn run_json<T: DeserializeOwned>(&self, command: &str) -> Result<T, RemoteError> {
-        let out = self.run(command)?;
-        serde_json::from_str(&out.stdout).map_err(|e| RemoteError::Protocol {
-            host: self.spec.name.clone(),
-            what: command.into(),
-            detail: format!("{e}; got {:?}", truncate(&out.stdout, 200)),
-        })
-    }
-
     /// The `ssh` command with every option and the destination, ready for a remote command.
     pub fn ssh_command(&self) -> Command {
         let mut cmd = Command::new("ssh");
@@ -178,16 +168,6 @@ impl Remote {
             })
     }
 
-    /// `sh -c 'cd WORKDIR && COMMAND'`, quoted for the remote login shell; the directory is
-    /// created when missing.
-    pub fn in_workdir(&self, command: &str) -> String {
-        let dir = self.spec.workdir.to_string_lossy();
-        sh_c(
-            "mkdir -p -- \"$1\" && cd -- \"$1\" && eval \"$2\"",
-            &[&dir, command],
-        )
-    }
-
     /// Runs a remote shell line (already quoted) and returns ssh's raw output; ssh's own
     /// failures (status 255) become `Unreachable`.
     pub(crate) fn output(&self, remote_line: &str) -> Result<Output, RemoteError> {
@@ -211,7 +191,7 @@ impl Remote {
     }
 
     /// The error for a host ssh could not reach or log in to.
-    pub(crate) fn unreachable(&self, stderr: &str) -> RemoteError {
+    pub fn unreachable(&self, stderr: &str) -> RemoteError {
         let detail = match stderr.trim() {
             "" => "ssh ended with status 255 without a word".into(),
             words => words.into(),
@@ -299,6 +279,36 @@ impl Remote {
             Err(RemoteError::Command { .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Engine for Remote {
+    fn spec(&self) -> &HostSpec {
+        &self.spec
+    }
+
+    fn run(&self, command: &str) -> Result<RemoteOutput, RemoteError> {
+        Remote::run(self, command)
+    }
+
+    fn open(&self, line: &str, stderr: Stdio) -> Result<std::process::Child, RemoteError> {
+        self.spawn_piped(line, stderr)
+    }
+
+    fn put(&self, local_bin: &Path) -> Result<CopyOutcome, RemoteError> {
+        self.copy_binary_if_missing(local_bin)
+    }
+
+    fn fetch(&self, names: &[&str]) -> Result<Vec<Vec<u8>>, RemoteError> {
+        self.take_files(names)
+    }
+
+    fn unreachable(&self, words: &str) -> RemoteError {
+        Remote::unreachable(self, words)
+    }
+
+    fn is_unreachable(&self, code: Option<i32>) -> bool {
+        code == Some(255)
     }
 }
 
@@ -463,7 +473,7 @@ mod tests {
         };
         let remote = Remote::new(spec);
         let e = remote
-            .fetch(Path::new("x.json"), &dir.path().join("x.json"))
+            .fetch_file(Path::new("x.json"), &dir.path().join("x.json"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("Connection refused"), "{e}");

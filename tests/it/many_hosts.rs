@@ -312,7 +312,7 @@ fn compare_fetches(lab: &Lab, out: &Path) {
         place();
         before.push(in_parallel(lab, &hosts, |r| {
             for n in &names {
-                r.fetch(Path::new(n), &dest.join(n)).unwrap();
+                r.fetch_file(Path::new(n), &dest.join(n)).unwrap();
                 r.run(&format!("rm -f -- {n}")).unwrap();
             }
         }));

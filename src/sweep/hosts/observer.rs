@@ -88,11 +88,9 @@ impl<O: StepObserver> HostObserver<O> {
         if let Some(file) = &target.metrics {
             args.extend(["--metrics".into(), file.clone()]);
         }
-        let line = target
-            .session
-            .remote
-            .in_workdir(&target.session.command(&args));
-        target.session.remote.spawn_piped(&line, Stdio::null()).ok()
+        let engine = &target.session.engine;
+        let line = engine.in_workdir(&target.session.command(&args));
+        engine.open(&line, Stdio::null()).ok()
     }
 
     fn tell(&mut self, word: &str) {

@@ -64,9 +64,8 @@ pub fn remote_load(
     ]);
     let line = session.command(&args);
     let spawned = Instant::now();
-    let mut process = session
-        .remote
-        .spawn(&line, Duration::from_secs(2))
+    let engine = session.engine.clone();
+    let mut process = RemoteProcess::spawn(engine, &line, "TERM", Duration::from_secs(2))
         .map_err(spawn_failure)?;
     let took_ns = spawned.elapsed().as_nanos() as u64;
     start.slowest.fetch_max(took_ns, Ordering::Relaxed);
@@ -130,7 +129,7 @@ fn take_files(
     dir: &Path,
     names: &[&str],
 ) -> Result<Vec<String>, GroupFailure> {
-    let bodies = session.remote.take_files(names).map_err(|e| match e {
+    let bodies = session.engine.fetch(names).map_err(|e| match e {
         RemoteError::Unreachable { .. } => GroupFailure::Host(format!("fetching its files: {e}")),
         e => GroupFailure::Load(format!("fetching its files: {e}")),
     })?;

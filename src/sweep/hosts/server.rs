@@ -64,10 +64,8 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
                 .map_err(|why| format!("host {host:?}: {why}"))?;
             let line = remote_line(&plan, cpus, clients);
             let signal = crate::process::signal_name(target.stop_signal);
-            match session
-                .remote
-                .spawn_stopped_by(&line, signal, target.stop_grace)
-            {
+            let engine = session.engine.clone();
+            match RemoteProcess::spawn(engine, &line, signal, target.stop_grace) {
                 Ok(process) => procs.push(RemoteProc {
                     label: rank_label(target, rank),
                     metrics: plan.metrics.as_ref().map(|_| remote_metrics_file(&plan)),
@@ -338,7 +336,7 @@ impl RemoteServer {
     }
 
     fn port_accepts(&self) -> bool {
-        let address = &self.procs[0].session.remote.spec.address;
+        let address = &self.procs[0].session.engine.spec().address;
         let addrs: Vec<SocketAddr> = (address.as_str(), self.port)
             .to_socket_addrs()
             .map(Iterator::collect)
