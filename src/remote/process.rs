@@ -71,6 +71,11 @@ impl std::fmt::Display for RemoteStatus {
             RemoteStatus::Running => write!(f, "running"),
             RemoteStatus::Exited(code) => write!(f, "exited with status {code}"),
             RemoteStatus::Killed(signal) => write!(f, "killed by signal {signal}"),
+            // srun's last words say so when the channel was a Slurm job step.
+            RemoteStatus::ConnectionLost(words) if words.contains("srun: ") => write!(
+                f,
+                "its Slurm job step ended (node down or step cancelled?): {words}"
+            ),
             RemoteStatus::ConnectionLost(words) => {
                 write!(
                     f,

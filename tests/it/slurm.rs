@@ -8,7 +8,7 @@ use crate::netns::describe;
 use crate::slurm_lab::{with_slurm, SlurmLab};
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -29,26 +29,33 @@ struct AllocatedRun {
     out: Output,
     /// The run directory.
     dir: PathBuf,
-    /// `JOB.STEP NAME` of each stairbench step left in the allocation after the run.
+    /// `JOB.STEP NAME NODE` of each stairbench step left in the allocation after the run.
     steps_left: Vec<String>,
 }
 
-/// Runs `bin run SPEC` inside a new allocation of `nodes` nodes (bounded: 300 s), then lists
-/// the allocation's steps still there (waiting up to 10 s for ending ones to go).
-fn run_in_allocation(cluster: &SlurmLab, bin: &Path, nodes: usize, text: &str) -> AllocatedRun {
+/// Starts `bin run SPEC` inside a new allocation of `nodes` nodes (salloc with `salloc_args`,
+/// bounded: 300 s); once it ends, the allocation's stairbench steps still there are listed
+/// (waiting up to 10 s for ending ones to go). Finish with [`finish`].
+fn spawn_in_allocation(
+    cluster: &SlurmLab,
+    bin: &Path,
+    nodes: usize,
+    salloc_args: &[&str],
+    text: &str,
+) -> (Child, PathBuf) {
     let spec = cluster.dir.join("spec.toml");
     std::fs::write(&spec, text).unwrap();
     let dir = cluster.dir.join("run");
     let script = r#""$0" run "$1" --out "$2"; rc=$?
 i=0
 while [ $i -lt 50 ]; do
-  left=$(squeue --steps --noheader --jobs "$SLURM_JOB_ID" --format '%i %j' | grep ' stairbench-')
+  left=$(squeue --steps --noheader --jobs "$SLURM_JOB_ID" --format '%i %j %N' | grep ' stairbench-')
   [ -z "$left" ] && break
   sleep 0.2; i=$((i + 1))
 done
 printf 'steps-left: %s\n' "$left" | tr '\n' ' '; echo
 exit $rc"#;
-    let out = cluster
+    let child = cluster
         .command("timeout")
         .args([
             "-s",
@@ -59,12 +66,21 @@ exit $rc"#;
             "-N",
             &nodes.to_string(),
         ])
+        .args(salloc_args)
         .args(["sh", "-c", script])
         .arg(bin)
         .arg(&spec)
         .arg(&dir)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    (child, dir)
+}
+
+/// Waits for a run [`spawn_in_allocation`] started.
+fn finish(child: Child, dir: PathBuf) -> AllocatedRun {
+    let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let steps_left = stdout
         .lines()
@@ -72,7 +88,7 @@ exit $rc"#;
         .unwrap_or("(no steps-left line: the run did not end)")
         .split_whitespace()
         .collect::<Vec<_>>()
-        .chunks(2)
+        .chunks(3)
         .map(|c| c.join(" "))
         .collect();
     AllocatedRun {
@@ -80,6 +96,12 @@ exit $rc"#;
         dir,
         steps_left,
     }
+}
+
+/// [`spawn_in_allocation`] and [`finish`].
+fn run_in_allocation(cluster: &SlurmLab, bin: &Path, nodes: usize, text: &str) -> AllocatedRun {
+    let (child, dir) = spawn_in_allocation(cluster, bin, nodes, &[], text);
+    finish(child, dir)
 }
 
 /// The stairbench processes left in node `i`'s namespace.
@@ -274,4 +296,109 @@ fn a_slurm_host_outside_an_allocation_is_refused_at_its_key() {
     assert!(stderr.contains("not inside a Slurm allocation"), "{stderr}");
     assert!(stderr.contains("salloc -N 2 stairbench run"), "{stderr}");
     assert!(!dir.path().join("run").join("steps.jsonl").exists());
+}
+
+/// A node lost mid-step (its slurmd, slurmstepd and tasks killed): the step fails with Slurm's
+/// reason once Slurm declares the node down, the node is tried once more and then marked
+/// down; nothing hangs and no step is left. The allocation is made with `--no-kill`, so Slurm
+/// keeps it when it declares the node down.
+#[test]
+fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
+    with_slurm(2, |cluster| {
+        let text = format!(
+            "name = \"lost\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 3, 4, 5]\n\
+             placements = [\"shared\"]\n[hosts]\n{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
+            slurm_entry(cluster, "srv", 0),
+        );
+        let started = Instant::now();
+        let (child, dir) =
+            spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &["--no-kill"], &text);
+        let steps_file = dir.join("steps.jsonl");
+        let lines = || std::fs::read_to_string(&steps_file).map_or(0, |s| s.lines().count());
+        while lines() < 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "no first step"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Into the second step's window, then h1's slurmd dies.
+        std::thread::sleep(Duration::from_millis(700));
+        cluster.lose_node(0);
+        let killed = Instant::now();
+        // When each step's line was written: step k's time is from line k to line k + 1.
+        let mut written = vec![Instant::now(); 1];
+        while written.len() < 5 && started.elapsed() < Duration::from_secs(120) {
+            if lines() > written.len() {
+                written.push(Instant::now());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let run = finish(child, dir);
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
+        assert_eq!(run.out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&run.dir);
+        let status: Vec<&str> = steps
+            .iter()
+            .map(|s| s["status"].as_str().unwrap())
+            .collect();
+        let reason = |k: usize| steps[k]["reason"].as_str().unwrap_or("").to_string();
+        eprintln!(
+            "figures: statuses {status:?}, run {:.1} s, {:.1} s after the kill",
+            took.as_secs_f64(),
+            killed.elapsed().as_secs_f64()
+        );
+        for (k, s) in steps.iter().enumerate() {
+            eprintln!("figures: step {k}: {} {}", s["status"], reason(k));
+        }
+        // Lost mid-step: Slurm's reason; tried once more: no step can be made there; then
+        // down at once.
+        assert_eq!(
+            status,
+            ["ok", "failed", "failed", "failed", "failed"],
+            "{status:?}"
+        );
+        assert!(
+            reason(1).contains("host srv") && reason(1).contains("srun: error: Node failure on h1"),
+            "{}",
+            reason(1)
+        );
+        assert_eq!(
+            reason(1).matches("Node failure").count(),
+            1,
+            "{}",
+            reason(1)
+        );
+        assert!(
+            reason(2).contains("(slurm://h1) cannot be reached through Slurm"),
+            "{}",
+            reason(2)
+        );
+        for k in [3, 4] {
+            assert!(
+                reason(k).contains("\"srv\" was marked down after failing 2 steps in a row"),
+                "{}",
+                reason(k)
+            );
+        }
+        assert_eq!(written.len(), 5);
+        let noticed = written[1] - killed;
+        eprintln!(
+            "figures: the step on the lost node failed {:.2} s after the loss",
+            noticed.as_secs_f64()
+        );
+        assert!(noticed < Duration::from_secs(20), "{noticed:?}");
+        // Slurm keeps the lost node's steps (ending, never ended) until the node returns or
+        // the allocation ends; none is left on the node that lives.
+        let elsewhere: Vec<&String> = run
+            .steps_left
+            .iter()
+            .filter(|s| !s.ends_with(" h1"))
+            .collect();
+        assert!(elsewhere.is_empty(), "steps left: {:?}", run.steps_left);
+        eprintln!("figures: steps left on the lost node: {:?}", run.steps_left);
+        assert!(took < Duration::from_secs(90), "{took:?}");
+    });
 }

@@ -316,6 +316,22 @@ impl<'a> SlurmLab<'a> {
         }
     }
 
+    /// Node `i` is lost: its slurmd, its job steps' slurmstepd and their tasks are killed
+    /// (SIGKILL), as when the machine dies; its sshd is left alone.
+    pub fn lose_node(&mut self, i: usize) {
+        self.kill_slurmd(i);
+        let ns = &self.lab.hosts[i].ns;
+        for pid in crate::netns::ns_pids(ns) {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() != "sshd" {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+
     /// A file of the cluster's directory, for messages.
     pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.join(name)).unwrap_or_default()
