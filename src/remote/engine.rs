@@ -1,5 +1,5 @@
-//! What stairbench asks of whatever starts its processes on a host: the `Engine` trait, and
-//! the one place where a `[hosts]` URL's scheme picks the engine ([`ENGINES`]).
+//! What stairbench asks of whatever starts its processes on a host: the `Engine` trait. A
+//! `[hosts]` URL's scheme picks the engine in `remote::ENGINES`.
 //!
 //! An engine runs a command there to its end, opens a channel to a command there (stdin and
 //! stdout piped: the long-running process trees of [`RemoteProcess`], the clock probe, the
@@ -12,13 +12,33 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::sync::Arc;
 
 use super::clock::{best_offset, ClockOffset, ClockSample, CLOCK_ROUNDS};
-use super::host::{HostError, HostSpec};
-use super::ssh::{sh_c, truncate, CopyOutcome, RemoteOutput};
+use super::host::HostSpec;
+use super::shell::{sh_c, truncate};
 use super::RemoteError;
 use crate::clock::now_ns;
+
+/// The file name of the stairbench binary in the host's working directory.
+pub const REMOTE_BIN: &str = "stairbench";
+
+/// What `copy_binary_if_missing` found on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyOutcome {
+    /// The same binary (same `--version` and checksum) was already there.
+    AlreadyPresent,
+    /// The binary was missing or differed and was copied.
+    Copied,
+}
+
+/// The output of a remote command that exited with status 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteOutput {
+    /// Everything the command wrote to stdout.
+    pub stdout: String,
+    /// Everything the command (and ssh) wrote to stderr.
+    pub stderr: String,
+}
 
 /// Starts stairbench's processes on one host.
 pub trait Engine: Send + Sync + std::fmt::Debug {
@@ -107,55 +127,6 @@ impl dyn Engine + '_ {
     }
 }
 
-/// One engine: its URL scheme, how to read the rest of its URL, how to start it.
-pub struct EngineKind {
-    /// The URL scheme, without `://`.
-    pub scheme: &'static str,
-    /// Reads `name = "SCHEME://REST"` (`url` whole, for messages) into a spec.
-    pub parse: fn(name: &str, url: &str, rest: &str) -> Result<HostSpec, HostError>,
-    /// The engine of a spec this kind parsed.
-    pub start: fn(HostSpec) -> Arc<dyn Engine>,
-}
-
-/// Every engine, by scheme: a new engine (a `slurm.rs`, a `kubernetes.rs`) is one line here.
-pub const ENGINES: &[EngineKind] = &[
-    EngineKind {
-        scheme: "ssh",
-        parse: super::host::parse_ssh,
-        start: |spec| Arc::new(super::ssh::Remote::new(spec)),
-    },
-    EngineKind {
-        scheme: "local",
-        parse: super::local::parse_url,
-        start: |spec| Arc::new(super::local::Local::new(spec)),
-    },
-    EngineKind {
-        scheme: super::slurm::SCHEME,
-        parse: super::slurm::parse_url,
-        start: |spec| Arc::new(super::slurm::Slurm::new(spec)),
-    },
-];
-
-/// The engine kind of `scheme`.
-pub fn kind(scheme: &str) -> Option<&'static EngineKind> {
-    ENGINES.iter().find(|k| k.scheme == scheme)
-}
-
-/// The engine that reaches `spec`'s host.
-pub fn engine(spec: &HostSpec) -> Arc<dyn Engine> {
-    match kind(&spec.scheme) {
-        Some(k) => (k.start)(spec.clone()),
-        // A spec is made by `HostSpec::parse`, which knows only the schemes above.
-        None => unreachable!("host {:?}: no engine for {:?}", spec.name, spec.scheme),
-    }
-}
-
-/// The schemes [`ENGINES`] knows, for messages (`ssh://, local://`).
-pub fn schemes() -> String {
-    let all: Vec<String> = ENGINES.iter().map(|k| format!("{}://", k.scheme)).collect();
-    all.join(", ")
-}
-
 /// The clock offset of [`Engine::clock_offset`]: `CLOCK_ROUNDS` round trips (after a warm-up)
 /// over one channel, so the rounds measure the channel, not its set-up.
 pub fn clock_offset_over<E: Engine + ?Sized>(engine: &E) -> Result<ClockOffset, RemoteError> {
@@ -230,15 +201,5 @@ mod tests {
         );
         assert_eq!(parse_date_ns("1763790000N"), None);
         assert_eq!(parse_date_ns("1763790000"), None);
-    }
-
-    #[test]
-    fn every_scheme_has_one_engine() {
-        let mut seen: Vec<&str> = ENGINES.iter().map(|k| k.scheme).collect();
-        seen.sort();
-        seen.dedup();
-        assert_eq!(seen.len(), ENGINES.len());
-        assert!(kind("ssh").is_some() && kind("gopher").is_none());
-        assert_eq!(schemes(), "ssh://, local://, slurm://");
     }
 }

@@ -160,14 +160,14 @@ impl HostSpec {
     /// the default working directory and no identity file.
     pub fn parse(name: &str, url: &str) -> Result<HostSpec, HostError> {
         let scheme = url.split_once("://").map(|(s, _)| s);
-        match scheme.and_then(super::engine::kind) {
+        match scheme.and_then(super::kind) {
             Some(kind) => (kind.parse)(name, url, &url[kind.scheme.len() + 3..]),
             None => Err(HostError::BadAddress {
                 name: name.into(),
                 url: url.into(),
                 why: format!(
                     "it does not start with {} (write it as ssh://user@address:port)",
-                    super::engine::schemes()
+                    super::schemes()
                 ),
             }),
         }

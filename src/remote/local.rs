@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 
 use super::clock::ClockOffset;
 use super::engine::Engine;
+use super::engine::{CopyOutcome, RemoteOutput, REMOTE_BIN};
 use super::host::{HostError, HostSpec, DEFAULT_WORKDIR};
-use super::ssh::{CopyOutcome, RemoteOutput, REMOTE_BIN};
 use super::RemoteError;
 
 /// The address a `local://` host's ports are reached at.
@@ -170,7 +170,7 @@ mod tests {
             workdir: dir.join("work"),
             ..HostSpec::parse("here", "local://").unwrap()
         };
-        crate::remote::engine::engine(&spec)
+        crate::remote::engine(&spec)
     }
 
     #[test]
@@ -184,7 +184,7 @@ mod tests {
         let err = HostSpec::parse("here", "local://elsewhere").unwrap_err();
         assert!(err.to_string().contains("local:// alone"), "{err}");
         let err = HostSpec::parse("here", "gopher://x").unwrap_err();
-        assert!(err.to_string().contains("ssh://, local://"), "{err}");
+        assert!(err.to_string().contains("local://"), "{err}");
     }
 
     #[test]

@@ -16,20 +16,24 @@ pub mod engine;
 pub mod host;
 pub mod local;
 pub mod process;
+pub mod shell;
 pub mod slurm;
 pub mod ssh;
 pub mod window;
 
 pub use clock::{best_offset, ClockOffset, ClockSample};
 pub use engine::Engine;
+pub use engine::{CopyOutcome, RemoteOutput, REMOTE_BIN};
 pub use host::{parse_hosts, validate_hosts, HostEntry, HostError, HostSpec, HostTable};
 pub use local::Local;
 pub use process::{wrapper_line, RemoteProcess, RemoteStatus};
-pub use ssh::{CopyOutcome, Remote, RemoteOutput, REMOTE_BIN};
+pub use ssh::Remote;
 pub use window::{
     host_start_times, plan_start, to_reference, window_overlap, StartPlan, Window,
     MIN_WINDOW_OVERLAP,
 };
+
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -88,5 +92,69 @@ fn reach(url: &str) -> (&'static str, &'static str) {
             "over ssh",
             "check the address, that sshd runs there and that the key is authorized",
         )
+    }
+}
+
+/// One engine: its URL scheme, how to read the rest of its URL, how to start it.
+pub struct EngineKind {
+    /// The URL scheme, without `://`.
+    pub scheme: &'static str,
+    /// Reads `name = "SCHEME://REST"` (`url` whole, for messages) into a spec.
+    pub parse: fn(name: &str, url: &str, rest: &str) -> Result<HostSpec, HostError>,
+    /// The engine of a spec this kind parsed.
+    pub start: fn(HostSpec) -> Arc<dyn Engine>,
+}
+
+/// Every engine, by scheme: a new engine (a `slurm.rs`, a `kubernetes.rs`) is one line here.
+pub const ENGINES: &[EngineKind] = &[
+    EngineKind {
+        scheme: "ssh",
+        parse: host::parse_ssh,
+        start: |spec| Arc::new(ssh::Remote::new(spec)),
+    },
+    EngineKind {
+        scheme: "local",
+        parse: local::parse_url,
+        start: |spec| Arc::new(local::Local::new(spec)),
+    },
+    EngineKind {
+        scheme: slurm::SCHEME,
+        parse: slurm::parse_url,
+        start: |spec| Arc::new(slurm::Slurm::new(spec)),
+    },
+];
+
+/// The engine kind of `scheme`.
+pub fn kind(scheme: &str) -> Option<&'static EngineKind> {
+    ENGINES.iter().find(|k| k.scheme == scheme)
+}
+
+/// The engine that reaches `spec`'s host.
+pub fn engine(spec: &HostSpec) -> Arc<dyn Engine> {
+    match kind(&spec.scheme) {
+        Some(k) => (k.start)(spec.clone()),
+        // A spec is made by `HostSpec::parse`, which knows only the schemes above.
+        None => unreachable!("host {:?}: no engine for {:?}", spec.name, spec.scheme),
+    }
+}
+
+/// The schemes [`ENGINES`] knows, for messages (`ssh://, local://`).
+pub fn schemes() -> String {
+    let all: Vec<String> = ENGINES.iter().map(|k| format!("{}://", k.scheme)).collect();
+    all.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scheme_has_one_engine() {
+        let mut seen: Vec<&str> = ENGINES.iter().map(|k| k.scheme).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), ENGINES.len());
+        assert!(kind("ssh").is_some() && kind("gopher").is_none());
+        assert!(schemes().starts_with("ssh://, local://"), "{}", schemes());
     }
 }

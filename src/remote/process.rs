@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use std::path::Path;
 
 use super::engine::Engine;
-use super::ssh::{sh_c, Remote};
+use super::shell::sh_c;
+use super::ssh::Remote;
 use super::RemoteError;
 
 /// Lines of output kept from a remote process (the last ones).

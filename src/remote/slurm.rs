@@ -20,9 +20,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::engine::Engine;
+use super::engine::{CopyOutcome, Engine, RemoteOutput, REMOTE_BIN};
 use super::host::{HostError, HostSpec, DEFAULT_WORKDIR};
-use super::ssh::{sh_c, split_sized, take_files_line, CopyOutcome, RemoteOutput, REMOTE_BIN};
+use super::shell::sh_c;
+use super::ssh::{split_sized, take_files_line};
 use super::RemoteError;
 
 /// The URL scheme.
@@ -375,7 +376,7 @@ fn binds_tasks() -> bool {
         config
             .lines()
             .find_map(|l| l.split_once('=').filter(|(k, _)| k.trim() == "TaskPlugin"))
-            .map_or(true, |(_, v)| v.trim() != "task/none")
+            .is_none_or(|(_, v)| v.trim() != "task/none")
     })
 }
 

@@ -7,8 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use super::engine::Engine;
+use super::engine::{CopyOutcome, Engine, RemoteOutput, REMOTE_BIN};
 use super::host::HostSpec;
+use super::shell::sh_c;
 use super::RemoteError;
 
 /// Seconds ssh waits for the TCP connection (`ConnectTimeout`).
@@ -17,27 +18,6 @@ pub const CONNECT_TIMEOUT_S: u32 = 5;
 /// Seconds between keep-alive probes on an open session; three unanswered probes end it, so a
 /// host that dies mid-step is noticed within about `3 × SERVER_ALIVE_S` seconds.
 pub const SERVER_ALIVE_S: u32 = 2;
-
-/// The file name of the stairbench binary in the host's working directory.
-pub const REMOTE_BIN: &str = "stairbench";
-
-/// What `copy_binary_if_missing` found on the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CopyOutcome {
-    /// The same binary (same `--version` and checksum) was already there.
-    AlreadyPresent,
-    /// The binary was missing or differed and was copied.
-    Copied,
-}
-
-/// The output of a remote command that exited with status 0.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteOutput {
-    /// Everything the command wrote to stdout.
-    pub stdout: String,
-    /// Everything the command (and ssh) wrote to stderr.
-    pub stderr: String,
-}
 
 /// One host, reached with `ssh` and `scp`. Holds no connection: each call is one ssh session.
 #[derive(Debug, Clone)]
@@ -372,29 +352,6 @@ fn local_output(cmd: &mut Command, program: &Path) -> Result<String, RemoteError
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Quotes `s` for a POSIX shell: single quotes, with each `'` written as `'\''`.
-pub fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-/// `sh -c 'SCRIPT' stairbench ARG...`, each part quoted: the script reads its arguments as
-/// `$1`, `$2`, ... and never needs them spliced into its text.
-pub fn sh_c(script: &str, args: &[&str]) -> String {
-    let mut line = format!("sh -c {} stairbench", shell_quote(script));
-    for arg in args {
-        line.push(' ');
-        line.push_str(&shell_quote(arg));
-    }
-    line
-}
-
-pub(crate) fn truncate(s: &str, max_chars: usize) -> &str {
-    match s.char_indices().nth(max_chars) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,14 +359,6 @@ mod tests {
     fn sh(line: &str) -> String {
         let out = Command::new("sh").arg("-c").arg(line).output().unwrap();
         String::from_utf8(out.stdout).unwrap()
-    }
-
-    #[test]
-    fn quoting_survives_a_shell() {
-        let nasty = "it's \"quoted\" $HOME `x` \\ ; rm -rf /";
-        assert_eq!(sh(&format!("printf %s {}", shell_quote(nasty))), nasty);
-        let line = sh_c("printf '%s|%s' \"$1\" \"$2\"", &[nasty, "b c"]);
-        assert_eq!(sh(&line), format!("{nasty}|b c"));
     }
 
     #[test]

@@ -323,9 +323,9 @@ mod group_load_args {
     use std::time::Duration;
 
     use clap::Parser;
+    use stairbench::fleet::driver::StepRequest;
+    use stairbench::fleet::hosts::groups::load_args;
     use stairbench::load::ProtoOptions;
-    use stairbench::sweep::driver::StepRequest;
-    use stairbench::sweep::hosts::groups::load_args;
 
     /// `stairbench load`'s own options, to read back what a remote group is told.
     #[derive(Parser)]

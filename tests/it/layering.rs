@@ -23,9 +23,10 @@ const LAYERS: &[(&str, u8)] = &[
     ("profile", 3),
     ("placement", 3),
     ("analyze", 3),
-    ("sweep", 4),
-    ("report", 4),
-    ("cli", 5),
+    ("fleet", 4),
+    ("sweep", 5),
+    ("report", 5),
+    ("cli", 6),
 ];
 
 /// The leaves that build on another leaf: the CPU-list parser under the topology reader and

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids, with_lab, Lab};
 use serde_json::Value;
+use stairbench::fleet::hosts::session::connect;
 use stairbench::remote::{HostSpec, Remote};
-use stairbench::sweep::hosts::session::connect;
 
 const CLIENTS: [&str; 5] = ["c1", "c2", "c3", "c4", "c5"];
 

@@ -8,11 +8,11 @@ use crate::netns;
 use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids_named, wait_for_named, wait_ns_holds_only, with_lab};
+use stairbench::fleet::hosts::session::topology_json;
 use stairbench::remote::{
     plan_start, to_reference, window_overlap, CopyOutcome, Engine, HostSpec, Remote, RemoteError,
     RemoteStatus, Window, MIN_WINDOW_OVERLAP,
 };
-use stairbench::sweep::hosts::session::topology_json;
 
 const GRACE: Duration = Duration::from_secs(2);
 

@@ -1,6 +1,6 @@
-//! Observing a server on another host: `stairbench observe` runs there over ssh, attached
-//! before the load, told over its stdin when the window starts and ends, and answers with the
-//! same observation the local observers make.
+//! Observing a server on another host: `stairbench observe` runs there (over a channel its
+//! engine opens), attached before the load, told over its stdin when the window starts and
+//! ends, and answers with the same observation the local observers make.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};

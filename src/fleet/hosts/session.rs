@@ -37,7 +37,7 @@ impl HostSession {
         let mut line = format!("./{REMOTE_BIN}");
         for a in args {
             line.push(' ');
-            line.push_str(&crate::remote::ssh::shell_quote(a));
+            line.push_str(&crate::remote::shell::shell_quote(a));
         }
         line
     }
@@ -124,7 +124,7 @@ pub fn connect(
     stairbench_bin: &Path,
     custom: &BTreeMap<String, CustomTable>,
 ) -> Result<HostSession, String> {
-    let engine = crate::remote::engine::engine(&spec);
+    let engine = crate::remote::engine(&spec);
     let t = std::time::Instant::now();
     engine.check().map_err(|e| e.to_string())?;
     let login = t.elapsed();
