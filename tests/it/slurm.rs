@@ -298,10 +298,11 @@ fn a_slurm_host_outside_an_allocation_is_refused_at_its_key() {
     assert!(!dir.path().join("run").join("steps.jsonl").exists());
 }
 
-/// A node lost mid-step (its slurmd, slurmstepd and tasks killed): the step fails with Slurm's
-/// reason once Slurm declares the node down, the node is tried once more and then marked
-/// down; nothing hangs and no step is left. The allocation is made with `--no-kill`, so Slurm
-/// keeps it when it declares the node down.
+/// A node lost mid-step (its slurmd, slurmstepd and tasks killed): a step fails with Slurm's
+/// reason once Slurm declares the node down (that step, or the next when the window ended
+/// first), the node is tried once more and then marked down; nothing hangs and no step is left
+/// but the lost node's. The allocation is made with `--no-kill`, so Slurm keeps it when it
+/// declares the node down.
 #[test]
 fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
     with_slurm(2, |cluster| {
@@ -355,38 +356,41 @@ fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
         }
         // Lost mid-step: Slurm's reason; tried once more: no step can be made there; then
         // down at once.
-        assert_eq!(
-            status,
-            ["ok", "failed", "failed", "failed", "failed"],
+        let all_reasons: Vec<String> = (0..steps.len()).map(reason).collect();
+        assert_eq!(status.len(), 5, "{all_reasons:#?}");
+        assert_eq!(status[0], "ok", "{all_reasons:#?}");
+        // The step the node is lost in fails, or (when its window ends before Slurm declares
+        // the node down) ends with the clients' errors and the next one fails: with Slurm's
+        // reason, said once. Then no step can be made there; then the host is down.
+        assert!(
+            status[1..].iter().all(|s| *s == "failed" || *s == "errors"),
             "{status:?}"
         );
-        assert!(
-            reason(1).contains("host srv") && reason(1).contains("srun: error: Node failure on h1"),
-            "{}",
-            reason(1)
-        );
+        let k = (1..5)
+            .find(|&k| reason(k).contains("srun: error: Node failure on h1"))
+            .unwrap_or_else(|| panic!("no step says Slurm's reason: {all_reasons:#?}"));
+        assert!(k <= 2, "{all_reasons:#?}");
+        assert!(reason(k).contains("host srv"), "{}", reason(k));
         assert_eq!(
-            reason(1).matches("Node failure").count(),
+            reason(k).matches("Node failure").count(),
             1,
             "{}",
-            reason(1)
+            reason(k)
         );
         assert!(
-            reason(2).contains("(slurm://h1) cannot be reached through Slurm"),
-            "{}",
-            reason(2)
+            reason(k + 1).contains("(slurm://h1) cannot be reached through Slurm"),
+            "{all_reasons:#?}"
         );
-        for k in [3, 4] {
+        for j in k + 2..5 {
             assert!(
-                reason(k).contains("\"srv\" was marked down after failing 2 steps in a row"),
-                "{}",
-                reason(k)
+                reason(j).contains("\"srv\" was marked down after failing 2 steps in a row"),
+                "{all_reasons:#?}"
             );
         }
         assert_eq!(written.len(), 5);
-        let noticed = written[1] - killed;
+        let noticed = written[k] - killed;
         eprintln!(
-            "figures: the step on the lost node failed {:.2} s after the loss",
+            "figures: the step saying the node was lost ended {:.2} s after the loss",
             noticed.as_secs_f64()
         );
         assert!(noticed < Duration::from_secs(20), "{noticed:?}");
