@@ -66,14 +66,24 @@ impl Local {
     }
 }
 
+/// `sh -c` started in the home directory, as an ssh login would start it (a relative working
+/// directory is under it).
+fn home_sh() -> Command {
+    let mut cmd = Command::new("sh");
+    if let Some(home) = std::env::var_os("HOME") {
+        cmd.current_dir(home);
+    }
+    cmd.arg("-c");
+    cmd
+}
+
 impl Engine for Local {
     fn spec(&self) -> &HostSpec {
         &self.spec
     }
 
     fn run(&self, command: &str) -> Result<RemoteOutput, RemoteError> {
-        let out = Command::new("sh")
-            .arg("-c")
+        let out = home_sh()
             .arg(self.in_workdir(command))
             .stdin(Stdio::null())
             .output()
@@ -95,12 +105,7 @@ impl Engine for Local {
     }
 
     fn open(&self, line: &str, stderr: Stdio) -> Result<Child, RemoteError> {
-        // `sh -c` from the home directory, as an ssh login would start it.
-        let mut cmd = Command::new("sh");
-        if let Some(home) = std::env::var_os("HOME") {
-            cmd.current_dir(home);
-        }
-        cmd.arg("-c")
+        home_sh()
             .arg(line)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
