@@ -8,6 +8,7 @@ pub mod cli;
 pub mod clock;
 pub mod cpuset;
 pub mod exit;
+pub mod fleet;
 pub mod load;
 pub mod machine;
 pub mod observe;

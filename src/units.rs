@@ -31,6 +31,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// Formats a duration in the spec's notation.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}us", d.as_micros())
+    } else if !ms.is_multiple_of(1000) {
+        format!("{ms}ms")
+    } else {
+        format!("{}s", d.as_secs())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

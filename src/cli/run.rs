@@ -335,7 +335,7 @@ fn stairbench_bin() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("STAIRBENCH_BIN") {
         return Ok(PathBuf::from(p));
     }
-    crate::sweep::server::default_stairbench_bin()
+    crate::fleet::server::default_stairbench_bin()
         .or_else(|| std::env::current_exe().ok())
         .context("cannot find the stairbench binary for built-in servers; set STAIRBENCH_BIN")
 }

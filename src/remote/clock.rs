@@ -1,17 +1,11 @@
-//! A host's clock offset, measured the way NTP does over one ssh session: read the local clock,
+//! A host's clock offset, measured the way NTP does over one channel to it (an ssh session,
+//! an srun step; `engine::clock_offset_over`): read the local clock,
 //! ask the host for its clock, read the local clock again; the round trip with the smallest
 //! delay gives the offset, with an uncertainty of half that delay.
 //!
-//! One session serves every round, so the rounds measure the channel, not ssh's handshake.
-
-use std::io::{BufRead, BufReader, Write};
-use std::process::Stdio;
+//! One channel serves every round, so the rounds measure the channel, not its set-up.
 
 use serde::{Deserialize, Serialize};
-
-use super::ssh::{sh_c, truncate, Remote};
-use super::RemoteError;
-use crate::clock::now_ns;
 
 /// Round trips `clock_offset` makes (after one warm-up).
 pub const CLOCK_ROUNDS: usize = 8;
@@ -55,69 +49,6 @@ pub fn best_offset(samples: &[ClockSample]) -> Option<ClockOffset> {
     })
 }
 
-impl Remote {
-    /// Measures the host's clock offset with `CLOCK_ROUNDS` round trips of `date +%s%N`.
-    pub fn clock_offset(&self) -> Result<ClockOffset, RemoteError> {
-        let script = "while read -r _; do date +%s%N; done";
-        let mut child = self.spawn_piped(&sh_c(script, &[]), Stdio::piped())?;
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
-        let samples = (0..=CLOCK_ROUNDS)
-            .map(|_| self.clock_round(&mut stdin, &mut stdout))
-            .collect::<Result<Vec<_>, _>>();
-        drop(stdin);
-        let output = child.wait_with_output();
-        let samples = match samples {
-            Ok(samples) => samples,
-            Err(None) => {
-                let stderr = output.map(|o| o.stderr).unwrap_or_default();
-                return Err(self.unreachable(&String::from_utf8_lossy(&stderr)));
-            }
-            Err(Some(e)) => return Err(e),
-        };
-        Ok(best_offset(&samples[1..]).expect("CLOCK_ROUNDS > 0"))
-    }
-
-    /// One round trip; `Err(None)` when the session ended (the caller reads ssh's reason).
-    fn clock_round(
-        &self,
-        stdin: &mut impl Write,
-        stdout: &mut impl BufRead,
-    ) -> Result<ClockSample, Option<RemoteError>> {
-        let mut line = String::new();
-        let local_before_ns = now_ns();
-        stdin.write_all(b"t\n").map_err(|_| None)?;
-        stdin.flush().map_err(|_| None)?;
-        if stdout.read_line(&mut line).map_err(|_| None)? == 0 {
-            return Err(None);
-        }
-        let local_after_ns = now_ns();
-        let remote_ns = parse_date_ns(line.trim()).ok_or_else(|| {
-            Some(RemoteError::Protocol {
-                host: self.spec.name.clone(),
-                what: "date +%s%N".into(),
-                detail: format!(
-                    "expected nanoseconds since the epoch, got {:?} (the host needs GNU date)",
-                    truncate(line.trim(), 80)
-                ),
-            })
-        })?;
-        Ok(ClockSample {
-            local_before_ns,
-            remote_ns,
-            local_after_ns,
-        })
-    }
-}
-
-/// `date +%s%N` output: at least 19 digits (seconds and nanoseconds), nothing else.
-fn parse_date_ns(text: &str) -> Option<i64> {
-    if text.len() < 19 || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,15 +81,5 @@ mod tests {
         let best = best_offset(&[sample(1_000, 900, 1_003)]).unwrap();
         assert_eq!(best.offset_ns, 900 - 1_001);
         assert_eq!(best.uncertainty_ns, 2);
-    }
-
-    #[test]
-    fn date_output_is_checked() {
-        assert_eq!(
-            parse_date_ns("1763790000123456789"),
-            Some(1_763_790_000_123_456_789)
-        );
-        assert_eq!(parse_date_ns("1763790000N"), None);
-        assert_eq!(parse_date_ns("1763790000"), None);
     }
 }

@@ -1,6 +1,7 @@
-//! The `[hosts]` table: `name = "ssh://user@address:port"`, or a table with `url`,
-//! `identity_file`, `workdir` and `known_hosts_file`. Every entry is checked when the spec is
-//! read, so a bad address or an unreadable key is refused before anything starts.
+//! The `[hosts]` table: `name = "ssh://user@address:port"` (or another engine's URL, see
+//! `engine::ENGINES`), or a table with `url`, `identity_file`, `workdir` and
+//! `known_hosts_file`. Every entry is checked when the spec is read, so a bad address or an
+//! unreadable key is refused before anything starts.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -64,11 +65,13 @@ impl<'de> Deserialize<'de> for HostEntry {
     }
 }
 
-/// A host stairbench reaches over ssh, checked and ready to use.
+/// A host of the `[hosts]` table, checked and ready to use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostSpec {
     /// The host's name in the spec's `[hosts]` table.
     pub name: String,
+    /// Its URL's scheme, which picks the engine that reaches it (`ssh`, `local`).
+    pub scheme: String,
     /// The remote user; `None` lets ssh choose (the local user, or ~/.ssh/config).
     pub user: Option<String>,
     /// A host name or an IP address (IPv6 without brackets).
@@ -82,13 +85,17 @@ pub struct HostSpec {
     pub workdir: PathBuf,
     /// A known_hosts file to use instead of the user's own (new keys are added to it).
     pub known_hosts_file: Option<PathBuf>,
+    /// The engine's own name for the host when it is not the address (a Slurm node's name;
+    /// its address is the node's `NodeAddr`).
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 /// A `[hosts]` entry or host reference that cannot be used.
 #[derive(Debug, Error)]
 pub enum HostError {
-    /// The URL is not `ssh://[user@]address[:port]`.
-    #[error("host {name:?}: bad address {url:?}: {why} (write it as ssh://user@address:port)")]
+    /// The URL is not one an engine reads (`ssh://[user@]address[:port]`, ...).
+    #[error("host {name:?}: bad address {url:?}: {why}")]
     BadAddress {
         name: String,
         url: String,
@@ -149,38 +156,21 @@ impl HostSpec {
         Ok(spec)
     }
 
-    /// Parses `ssh://[user@]address[:port]` (IPv6 in brackets) into a spec with the default
-    /// working directory and no identity file.
+    /// Reads a host's URL with the engine its scheme names (`engine::ENGINES`): a spec with
+    /// the default working directory and no identity file.
     pub fn parse(name: &str, url: &str) -> Result<HostSpec, HostError> {
-        let bad = |why: &str| HostError::BadAddress {
-            name: name.into(),
-            url: url.into(),
-            why: why.into(),
-        };
-        let rest = url
-            .strip_prefix("ssh://")
-            .ok_or_else(|| bad("it does not start with ssh://"))?;
-        let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if rest.contains('/') {
-            return Err(bad("a path is not allowed; give the directory as workdir"));
+        let scheme = url.split_once("://").map(|(s, _)| s);
+        match scheme.and_then(super::kind) {
+            Some(kind) => (kind.parse)(name, url, &url[kind.scheme.len() + 3..]),
+            None => Err(HostError::BadAddress {
+                name: name.into(),
+                url: url.into(),
+                why: format!(
+                    "it does not start with {} (write it as ssh://user@address:port)",
+                    super::schemes()
+                ),
+            }),
         }
-        let (user, hostport) = match rest.rsplit_once('@') {
-            Some((user, hp)) => (Some(user), hp),
-            None => (None, rest),
-        };
-        if let Some(user) = user {
-            check_user(user).map_err(bad)?;
-        }
-        let (address, port) = split_host_port(hostport).map_err(bad)?;
-        Ok(HostSpec {
-            name: name.into(),
-            user: user.map(str::to_owned),
-            address,
-            port,
-            identity_file: None,
-            workdir: PathBuf::from(DEFAULT_WORKDIR),
-            known_hosts_file: None,
-        })
     }
 
     /// `user@address` (IPv6 in brackets when `bracket_ipv6`, as scp wants it).
@@ -198,8 +188,46 @@ impl HostSpec {
 
     /// The URL this spec was read from, for messages.
     pub fn url(&self) -> String {
-        format!("ssh://{}:{}", self.destination(true), self.port)
+        match self.scheme.as_str() {
+            "ssh" => format!("ssh://{}:{}", self.destination(true), self.port),
+            scheme => match &self.node {
+                Some(node) => format!("{scheme}://{node}"),
+                None => format!("{scheme}://{}", self.destination(true)),
+            },
+        }
     }
+}
+
+/// Reads `ssh://[user@]address[:port]` (IPv6 in brackets; `rest` is what follows `ssh://`).
+pub fn parse_ssh(name: &str, url: &str, rest: &str) -> Result<HostSpec, HostError> {
+    let bad = |why: &str| HostError::BadAddress {
+        name: name.into(),
+        url: url.into(),
+        why: format!("{why} (write it as ssh://user@address:port)"),
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains('/') {
+        return Err(bad("a path is not allowed; give the directory as workdir"));
+    }
+    let (user, hostport) = match rest.rsplit_once('@') {
+        Some((user, hp)) => (Some(user), hp),
+        None => (None, rest),
+    };
+    if let Some(user) = user {
+        check_user(user).map_err(bad)?;
+    }
+    let (address, port) = split_host_port(hostport).map_err(bad)?;
+    Ok(HostSpec {
+        name: name.into(),
+        scheme: "ssh".into(),
+        user: user.map(str::to_owned),
+        address,
+        port,
+        identity_file: None,
+        workdir: PathBuf::from(DEFAULT_WORKDIR),
+        known_hosts_file: None,
+        node: None,
+    })
 }
 
 /// Reads a whole `[hosts]` table; the first bad entry is the error.

@@ -1,27 +1,39 @@
-//! Transport to other machines over SSH: a host's address (`ssh://user@address:port`, the
-//! `[hosts]` table's entries), commands and long-running process trees on it, copies with scp,
-//! the host's clock offset, and the arithmetic of starting windows together on several clocks.
-//! It knows nothing of experiments; `sweep::hosts` puts the plan's targets and groups on hosts.
+//! Transport to other machines: a host's address (the `[hosts]` table's entries,
+//! `ssh://user@address:port`), the [`Engine`] trait every way of reaching a host implements
+//! (run a command, open a channel, put the binary, fetch files, signal a process group, clock
+//! offset), long-running process trees on a host, and the arithmetic of starting windows
+//! together on several clocks. It knows nothing of experiments; `fleet` puts the plan's
+//! targets and groups on hosts.
 //!
-//! The engine is the OpenSSH client (`ssh`, `scp`), as CBT and pbench use it, not a protocol
-//! of our own: whatever the user's ssh reaches (keys, agents, jump hosts in ~/.ssh/config),
-//! stairbench reaches. Each call is one ssh session with `BatchMode=yes`, so nothing ever
-//! waits for a password.
+//! The engines: `ssh` (the OpenSSH client, `ssh` and `scp`, as CBT and pbench use it, not a
+//! protocol of our own: whatever the user's ssh reaches — keys, agents, jump hosts in
+//! ~/.ssh/config — stairbench reaches; each call is one ssh session with `BatchMode=yes`, so
+//! nothing ever waits for a password) and `local` (this machine through `sh`). A URL's scheme
+//! picks one in `engine::ENGINES`.
 
 pub mod clock;
+pub mod engine;
 pub mod host;
+pub mod local;
 pub mod process;
+pub mod shell;
+pub mod slurm;
 pub mod ssh;
 pub mod window;
 
 pub use clock::{best_offset, ClockOffset, ClockSample};
+pub use engine::Engine;
+pub use engine::{CopyOutcome, RemoteOutput, REMOTE_BIN};
 pub use host::{parse_hosts, validate_hosts, HostEntry, HostError, HostSpec, HostTable};
-pub use process::{RemoteProcess, RemoteStatus};
-pub use ssh::{CopyOutcome, Remote, RemoteOutput, REMOTE_BIN};
+pub use local::Local;
+pub use process::{wrapper_line, RemoteProcess, RemoteStatus};
+pub use ssh::Remote;
 pub use window::{
     host_start_times, plan_start, to_reference, window_overlap, StartPlan, Window,
     MIN_WINDOW_OVERLAP,
 };
+
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -35,7 +47,7 @@ pub enum RemoteError {
         error: std::io::Error,
     },
     /// ssh could not connect or log in (its status 255).
-    #[error("host {host:?} ({url}) cannot be reached over ssh: {detail} (check the address, that sshd runs there and that the key is authorized)")]
+    #[error("host {host:?} ({url}) cannot be reached {}: {detail} ({})", reach(url).0, reach(url).1)]
     Unreachable {
         host: String,
         url: String,
@@ -66,4 +78,83 @@ pub enum RemoteError {
     /// A local step (finding or reading the binary) failed.
     #[error("{what}: {error}")]
     Local { what: String, error: std::io::Error },
+}
+
+/// How a host of `url` is reached, and what to check when it cannot be: by its scheme.
+fn reach(url: &str) -> (&'static str, &'static str) {
+    if url.starts_with("slurm://") {
+        (
+            "through Slurm",
+            "check that stairbench runs inside the allocation and the node is up: squeue, sinfo",
+        )
+    } else {
+        (
+            "over ssh",
+            "check the address, that sshd runs there and that the key is authorized",
+        )
+    }
+}
+
+/// One engine: its URL scheme, how to read the rest of its URL, how to start it.
+pub struct EngineKind {
+    /// The URL scheme, without `://`.
+    pub scheme: &'static str,
+    /// Reads `name = "SCHEME://REST"` (`url` whole, for messages) into a spec.
+    pub parse: fn(name: &str, url: &str, rest: &str) -> Result<HostSpec, HostError>,
+    /// The engine of a spec this kind parsed.
+    pub start: fn(HostSpec) -> Arc<dyn Engine>,
+}
+
+/// Every engine, by scheme: a new engine (a `slurm.rs`, a `kubernetes.rs`) is one line here.
+pub const ENGINES: &[EngineKind] = &[
+    EngineKind {
+        scheme: "ssh",
+        parse: host::parse_ssh,
+        start: |spec| Arc::new(ssh::Remote::new(spec)),
+    },
+    EngineKind {
+        scheme: "local",
+        parse: local::parse_url,
+        start: |spec| Arc::new(local::Local::new(spec)),
+    },
+    EngineKind {
+        scheme: slurm::SCHEME,
+        parse: slurm::parse_url,
+        start: |spec| Arc::new(slurm::Slurm::new(spec)),
+    },
+];
+
+/// The engine kind of `scheme`.
+pub fn kind(scheme: &str) -> Option<&'static EngineKind> {
+    ENGINES.iter().find(|k| k.scheme == scheme)
+}
+
+/// The engine that reaches `spec`'s host.
+pub fn engine(spec: &HostSpec) -> Arc<dyn Engine> {
+    match kind(&spec.scheme) {
+        Some(k) => (k.start)(spec.clone()),
+        // A spec is made by `HostSpec::parse`, which knows only the schemes above.
+        None => unreachable!("host {:?}: no engine for {:?}", spec.name, spec.scheme),
+    }
+}
+
+/// The schemes [`ENGINES`] knows, for messages (`ssh://, local://`).
+pub fn schemes() -> String {
+    let all: Vec<String> = ENGINES.iter().map(|k| format!("{}://", k.scheme)).collect();
+    all.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scheme_has_one_engine() {
+        let mut seen: Vec<&str> = ENGINES.iter().map(|k| k.scheme).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), ENGINES.len());
+        assert!(kind("ssh").is_some() && kind("gopher").is_none());
+        assert!(schemes().starts_with("ssh://, local://"), "{}", schemes());
+    }
 }

@@ -1,11 +1,12 @@
-//! A long-running command on a host (a server, a load generator), ended over its own ssh
-//! session.
+//! A long-running command on a host (a server, a load generator), started over a channel an
+//! engine opens (an ssh session, an srun step, a local `sh`) and ended over the same channel.
 //!
 //! The remote side is a small sh wrapper: it starts the command with `setsid` (so the command
 //! and everything it forks is one process group; it prints the group id once the group exists)
-//! and keeps a watchdog reading the session's stdin. Closing stdin — on `stop`, on drop, or
-//! because the local ssh died and sshd closed the session — sends TERM to the group, then KILL
-//! after the grace time.
+//! and keeps a watchdog reading the channel's stdin. Closing stdin — on `stop`, on drop, or
+//! because the local end died and the engine closed the channel — sends TERM (or the given
+//! signal) to the group, then KILL after the grace time. A channel that no longer answers is
+//! backed up by the engine's own `stop` (KILL to the group over a new channel).
 //! When the command ends by itself the wrapper ends its group's leftovers and prints
 //! `stairbench-exit CODE`, so an exit is told apart from a lost connection.
 
@@ -16,7 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::ssh::{sh_c, Remote};
+use std::path::Path;
+
+use super::engine::Engine;
+use super::shell::sh_c;
+use super::ssh::Remote;
 use super::RemoteError;
 
 /// Lines of output kept from a remote process (the last ones).
@@ -67,6 +72,11 @@ impl std::fmt::Display for RemoteStatus {
             RemoteStatus::Running => write!(f, "running"),
             RemoteStatus::Exited(code) => write!(f, "exited with status {code}"),
             RemoteStatus::Killed(signal) => write!(f, "killed by signal {signal}"),
+            // srun's last words say so when the channel was a Slurm job step.
+            RemoteStatus::ConnectionLost(words) if words.contains("srun: ") => write!(
+                f,
+                "its Slurm job step ended (node down or step cancelled?): {words}"
+            ),
             RemoteStatus::ConnectionLost(words) => {
                 write!(
                     f,
@@ -105,7 +115,7 @@ impl Tail {
 /// A command running on a host in its own process group, ended on `stop` or drop.
 #[derive(Debug)]
 pub struct RemoteProcess {
-    remote: Remote,
+    engine: Arc<dyn Engine>,
     command: String,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -116,38 +126,70 @@ pub struct RemoteProcess {
     status: Option<RemoteStatus>,
 }
 
+/// The `sh` line that runs `command` in `workdir` as its own process group, prints the
+/// group's id, stops it with `signal` (then KILL after `grace`) when its stdin closes, and
+/// prints the command's exit code: what an engine starts for [`RemoteProcess::spawn`].
+pub fn wrapper_line(workdir: &Path, command: &str, signal: &str, grace: Duration) -> String {
+    let tenths = (grace.as_millis() / 100).max(1).to_string();
+    let dir = workdir.to_string_lossy();
+    sh_c(WRAPPER, &[&dir, command, &tenths, signal])
+}
+
 impl Remote {
-    /// Starts `command` (a shell line) in the working directory as its own process group and
-    /// returns once the group exists there. On `stop` the group gets TERM, then KILL after
-    /// `grace`. The command's stdin is /dev/null; SIGINT is ignored in it (a background job of
-    /// a non-interactive shell), so servers are ended with TERM.
+    /// [`RemoteProcess::spawn`] over ssh, stopped with TERM.
     pub fn spawn(&self, command: &str, grace: Duration) -> Result<RemoteProcess, RemoteError> {
         self.spawn_stopped_by(command, "TERM", grace)
     }
 
-    /// As [`Remote::spawn`], its group stopped with `signal` (a name: `INT`, `QUIT`, ...)
-    /// instead of TERM. The group starts with SIGINT and SIGQUIT ignored, so those stop only
-    /// a program that sets its own handler (PostgreSQL does).
+    /// [`RemoteProcess::spawn`] over ssh.
     pub fn spawn_stopped_by(
         &self,
         command: &str,
         signal: &str,
         grace: Duration,
     ) -> Result<RemoteProcess, RemoteError> {
-        let tenths = (grace.as_millis() / 100).max(1).to_string();
-        let dir = self.spec.workdir.to_string_lossy();
-        let wrapped = sh_c(WRAPPER, &[&dir, command, &tenths, signal]);
-        let mut child = self.spawn_piped(&wrapped, Stdio::piped())?;
+        RemoteProcess::spawn(Arc::new(self.clone()), command, signal, grace)
+    }
+}
+
+impl RemoteProcess {
+    /// Starts `command` (a shell line) in the host's working directory as its own process
+    /// group and returns once the group exists there. On `stop` the group gets `signal` (a
+    /// name: `TERM`, `INT`, ...), then KILL after `grace`. The command's stdin is /dev/null;
+    /// it starts with SIGINT and SIGQUIT ignored (a background job of a non-interactive
+    /// shell), so those stop only a program that sets its own handler (PostgreSQL does).
+    pub fn spawn(
+        engine: Arc<dyn Engine>,
+        command: &str,
+        signal: &str,
+        grace: Duration,
+    ) -> Result<RemoteProcess, RemoteError> {
+        let line = wrapper_line(&engine.spec().workdir, command, signal, grace);
+        let child = engine.open(&line, Stdio::piped())?;
+        RemoteProcess::from_child(engine, command, child, grace)
+    }
+
+    /// A process from a local `child` (an engine's channel) running [`wrapper_line`] there,
+    /// its stdin, stdout and stderr piped: waits for the wrapper's group id line. `engine`
+    /// ends the group when the channel no longer answers.
+    pub fn from_child(
+        engine: Arc<dyn Engine>,
+        command: &str,
+        mut child: Child,
+        grace: Duration,
+    ) -> Result<RemoteProcess, RemoteError> {
         let tail = Arc::new(Mutex::new(Tail::default()));
         let stderr = child.stderr.take().map(|e| read_lines(e, tail.clone()));
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
         let first = read_first_line(&mut stdout);
         let Some(pgid) = first.strip_prefix(PGID_PREFIX).and_then(|p| p.parse().ok()) else {
-            return Err(self.spawn_failure(child, stderr, &tail, command, &first));
+            return Err(start_failure(
+                &*engine, child, stderr, &tail, command, &first,
+            ));
         };
         let readers = [Some(read_lines(stdout, tail.clone())), stderr];
         Ok(RemoteProcess {
-            remote: self.clone(),
+            engine,
             command: command.into(),
             stdin: child.stdin.take(),
             child,
@@ -158,32 +200,34 @@ impl Remote {
             status: None,
         })
     }
+}
 
-    fn spawn_failure(
-        &self,
-        mut child: Child,
-        stderr: Option<JoinHandle<()>>,
-        tail: &Mutex<Tail>,
-        command: &str,
-        first: &str,
-    ) -> RemoteError {
-        let status = child.wait().ok().and_then(|s| s.code());
-        if let Some(reader) = stderr {
-            let _ = reader.join();
-        }
-        let words = {
-            let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-            last_lines(&tail.lines, 5)
-        };
-        match status {
-            Some(255) => self.unreachable(&words),
-            code => RemoteError::Command {
-                host: self.spec.name.clone(),
-                command: command.into(),
-                code,
-                stderr: format!("its process group did not start (first line {first:?}): {words}"),
-            },
-        }
+/// Why a process group did not start: the engine did not reach the host, or the wrapper
+/// failed there.
+fn start_failure(
+    engine: &dyn Engine,
+    mut child: Child,
+    stderr: Option<JoinHandle<()>>,
+    tail: &Mutex<Tail>,
+    command: &str,
+    first: &str,
+) -> RemoteError {
+    let status = child.wait().ok().and_then(|s| s.code());
+    if let Some(reader) = stderr {
+        let _ = reader.join();
+    }
+    let words = {
+        let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+        last_lines(&tail.lines, 5)
+    };
+    if engine.is_unreachable(status) {
+        return engine.unreachable(&words);
+    }
+    RemoteError::Command {
+        host: engine.name().to_string(),
+        command: command.into(),
+        code: status,
+        stderr: format!("its process group did not start (first line {first:?}): {words}"),
     }
 }
 
@@ -208,8 +252,8 @@ impl RemoteProcess {
         self.pgid
     }
 
-    /// The pid of the local `ssh` carrying this process.
-    pub fn ssh_pid(&self) -> u32 {
+    /// The pid of the local end of its channel (`ssh`, `srun`, `sh`).
+    pub fn channel_pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -261,9 +305,9 @@ impl RemoteProcess {
         }
     }
 
-    /// Ends the remote process group (TERM, then KILL after the grace time) and returns how the
-    /// command ended. When the session no longer answers, the group is killed over a new ssh
-    /// session and the local ssh is killed.
+    /// Ends the remote process group (its signal, then KILL after the grace time) and returns
+    /// how the command ended. When the channel no longer answers, the engine kills the group
+    /// over a new one and the local end is killed.
     pub fn stop(&mut self) -> RemoteStatus {
         if self.try_status() != RemoteStatus::Running {
             return self.try_status();
@@ -273,15 +317,13 @@ impl RemoteProcess {
         if status != RemoteStatus::Running {
             return status;
         }
-        let _ = self
-            .remote
-            .run(&format!("kill -KILL -{} 2>/dev/null", self.pgid));
+        let _ = self.engine.stop(self.pgid, "KILL");
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.finish()
     }
 
-    /// Records the final status once the local ssh has exited.
+    /// Records the final status once the local end of the channel has exited.
     fn finish(&mut self) -> RemoteStatus {
         let _ = self.child.wait();
         for reader in self.readers.drain(..) {

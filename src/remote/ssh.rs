@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use serde::de::DeserializeOwned;
-
+use super::engine::{CopyOutcome, Engine, RemoteOutput, REMOTE_BIN};
 use super::host::HostSpec;
+use super::shell::sh_c;
 use super::RemoteError;
 
 /// Seconds ssh waits for the TCP connection (`ConnectTimeout`).
@@ -18,27 +18,6 @@ pub const CONNECT_TIMEOUT_S: u32 = 5;
 /// Seconds between keep-alive probes on an open session; three unanswered probes end it, so a
 /// host that dies mid-step is noticed within about `3 × SERVER_ALIVE_S` seconds.
 pub const SERVER_ALIVE_S: u32 = 2;
-
-/// The file name of the stairbench binary in the host's working directory.
-pub const REMOTE_BIN: &str = "stairbench";
-
-/// What `copy_binary_if_missing` found on the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CopyOutcome {
-    /// The same binary (same `--version` and checksum) was already there.
-    AlreadyPresent,
-    /// The binary was missing or differed and was copied.
-    Copied,
-}
-
-/// The output of a remote command that exited with status 0.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteOutput {
-    /// Everything the command wrote to stdout.
-    pub stdout: String,
-    /// Everything the command (and ssh) wrote to stderr.
-    pub stderr: String,
-}
 
 /// One host, reached with `ssh` and `scp`. Holds no connection: each call is one ssh session.
 #[derive(Debug, Clone)]
@@ -101,8 +80,9 @@ impl Remote {
         Ok(CopyOutcome::Copied)
     }
 
-    /// Copies `remote_path` (relative paths are under the working directory) to `local_path`.
-    pub fn fetch(&self, remote_path: &Path, local_path: &Path) -> Result<(), RemoteError> {
+    /// Copies `remote_path` (relative paths are under the working directory) to `local_path`
+    /// with scp.
+    pub fn fetch_file(&self, remote_path: &Path, local_path: &Path) -> Result<(), RemoteError> {
         let source = format!(
             "{}:{}",
             self.spec.destination(true),
@@ -138,16 +118,6 @@ impl Remote {
         })
     }
 
-    /// Runs `command` and reads its stdout as JSON of type `T`.
-    pub fn run_json<T: DeserializeOwned>(&self, command: &str) -> Result<T, RemoteError> {
-        let out = self.run(command)?;
-        serde_json::from_str(&out.stdout).map_err(|e| RemoteError::Protocol {
-            host: self.spec.name.clone(),
-            what: command.into(),
-            detail: format!("{e}; got {:?}", truncate(&out.stdout, 200)),
-        })
-    }
-
     /// The `ssh` command with every option and the destination, ready for a remote command.
     pub fn ssh_command(&self) -> Command {
         let mut cmd = Command::new("ssh");
@@ -178,16 +148,6 @@ impl Remote {
             })
     }
 
-    /// `sh -c 'cd WORKDIR && COMMAND'`, quoted for the remote login shell; the directory is
-    /// created when missing.
-    pub fn in_workdir(&self, command: &str) -> String {
-        let dir = self.spec.workdir.to_string_lossy();
-        sh_c(
-            "mkdir -p -- \"$1\" && cd -- \"$1\" && eval \"$2\"",
-            &[&dir, command],
-        )
-    }
-
     /// Runs a remote shell line (already quoted) and returns ssh's raw output; ssh's own
     /// failures (status 255) become `Unreachable`.
     pub(crate) fn output(&self, remote_line: &str) -> Result<Output, RemoteError> {
@@ -211,7 +171,7 @@ impl Remote {
     }
 
     /// The error for a host ssh could not reach or log in to.
-    pub(crate) fn unreachable(&self, stderr: &str) -> RemoteError {
+    pub fn unreachable(&self, stderr: &str) -> RemoteError {
         let detail = match stderr.trim() {
             "" => "ssh ended with status 255 without a word".into(),
             words => words.into(),
@@ -302,9 +262,39 @@ impl Remote {
     }
 }
 
+impl Engine for Remote {
+    fn spec(&self) -> &HostSpec {
+        &self.spec
+    }
+
+    fn run(&self, command: &str) -> Result<RemoteOutput, RemoteError> {
+        Remote::run(self, command)
+    }
+
+    fn open(&self, line: &str, stderr: Stdio) -> Result<std::process::Child, RemoteError> {
+        self.spawn_piped(line, stderr)
+    }
+
+    fn put(&self, local_bin: &Path) -> Result<CopyOutcome, RemoteError> {
+        self.copy_binary_if_missing(local_bin)
+    }
+
+    fn fetch(&self, names: &[&str]) -> Result<Vec<Vec<u8>>, RemoteError> {
+        self.take_files(names)
+    }
+
+    fn unreachable(&self, words: &str) -> RemoteError {
+        Remote::unreachable(self, words)
+    }
+
+    fn is_unreachable(&self, code: Option<i32>) -> bool {
+        code == Some(255)
+    }
+}
+
 /// The shell line that prints each of `names` as its size on a line and its bytes, then
 /// removes them; it fails on the first that cannot be read.
-fn take_files_line(names: &[&str]) -> String {
+pub(super) fn take_files_line(names: &[&str]) -> String {
     let script = "for f; do n=$(wc -c < \"$f\") || exit 1; printf '%s\\n' \"$n\"; \
                   cat -- \"$f\" || exit 1; done; rm -f -- \"$@\"";
     sh_c(script, names)
@@ -312,7 +302,7 @@ fn take_files_line(names: &[&str]) -> String {
 
 /// `n` parts each written as `SIZE\n` followed by SIZE bytes; `None` unless `bytes` is
 /// exactly that.
-fn split_sized(mut bytes: &[u8], n: usize) -> Option<Vec<Vec<u8>>> {
+pub(super) fn split_sized(mut bytes: &[u8], n: usize) -> Option<Vec<Vec<u8>>> {
     let mut parts = Vec::with_capacity(n);
     for _ in 0..n {
         let eol = bytes.iter().position(|&b| b == b'\n')?;
@@ -338,7 +328,7 @@ fn without_key_note(stderr: &[u8]) -> String {
 }
 
 /// `--version` and `cksum` of a local binary, in the form `remote_fingerprint` prints.
-fn local_fingerprint(bin: &Path) -> Result<String, RemoteError> {
+pub(super) fn local_fingerprint(bin: &Path) -> Result<String, RemoteError> {
     let version = local_output(Command::new(bin).arg("--version"), bin)?;
     let file = std::fs::File::open(bin).map_err(|error| RemoteError::Local {
         what: format!("opening {}", bin.display()),
@@ -362,29 +352,6 @@ fn local_output(cmd: &mut Command, program: &Path) -> Result<String, RemoteError
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Quotes `s` for a POSIX shell: single quotes, with each `'` written as `'\''`.
-pub fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-/// `sh -c 'SCRIPT' stairbench ARG...`, each part quoted: the script reads its arguments as
-/// `$1`, `$2`, ... and never needs them spliced into its text.
-pub fn sh_c(script: &str, args: &[&str]) -> String {
-    let mut line = format!("sh -c {} stairbench", shell_quote(script));
-    for arg in args {
-        line.push(' ');
-        line.push_str(&shell_quote(arg));
-    }
-    line
-}
-
-pub(crate) fn truncate(s: &str, max_chars: usize) -> &str {
-    match s.char_indices().nth(max_chars) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,14 +359,6 @@ mod tests {
     fn sh(line: &str) -> String {
         let out = Command::new("sh").arg("-c").arg(line).output().unwrap();
         String::from_utf8(out.stdout).unwrap()
-    }
-
-    #[test]
-    fn quoting_survives_a_shell() {
-        let nasty = "it's \"quoted\" $HOME `x` \\ ; rm -rf /";
-        assert_eq!(sh(&format!("printf %s {}", shell_quote(nasty))), nasty);
-        let line = sh_c("printf '%s|%s' \"$1\" \"$2\"", &[nasty, "b c"]);
-        assert_eq!(sh(&line), format!("{nasty}|b c"));
     }
 
     #[test]
@@ -463,7 +422,7 @@ mod tests {
         };
         let remote = Remote::new(spec);
         let e = remote
-            .fetch(Path::new("x.json"), &dir.path().join("x.json"))
+            .fetch_file(Path::new("x.json"), &dir.path().join("x.json"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("Connection refused"), "{e}");

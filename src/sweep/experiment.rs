@@ -6,12 +6,12 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-use super::driver::{CommandDriver, Driver, EngineDriver};
 use super::plan::Point;
 use super::plan::{ClientPlan, Plan};
 use super::progress::Progress;
 use super::runner::{step_id, RunSummary, Runner};
-use super::server::{Launcher, ProcessLauncher};
+use crate::fleet::driver::{CommandDriver, Driver, EngineDriver};
+use crate::fleet::server::{Launcher, ProcessLauncher};
 use crate::observe::step::FullObserver;
 use crate::placement::{PlacementSource, TopologyPlacements};
 use crate::record::rundir::RunDir;
@@ -49,15 +49,15 @@ pub fn run_plan(
     crate::process::become_subreaper();
     let local = TopologyPlacements::detect(plan.custom.clone());
     let sessions = connect_hosts(plan, progress);
-    let placements = super::hosts::session::HostPlacements {
+    let placements = crate::fleet::hosts::session::HostPlacements {
         local: &local,
         sessions: &sessions,
     };
-    super::instances::check_fit(plan, &placements)?;
+    super::split::check_fit(plan, &placements)?;
     let mut dir = open_dir(plan, dest, &sessions)?;
     let mut driver = run_driver(plan, &sessions)?;
     let mut launcher = host_launcher(plan, dir.path.clone(), &sessions);
-    let mut observer = super::hosts::observer::HostObserver::new(
+    let mut observer = crate::fleet::hosts::observer::HostObserver::new(
         crate::observe::extra::ExtraObserver::new(FullObserver::default(), plan.observe.clone()),
     );
     observer.remote_clients = plan.hosts.remote_clients();
@@ -108,9 +108,12 @@ fn stop_notes(plan: &Plan) -> Vec<String> {
 }
 
 /// Connects to the plan's other hosts; what it learns on the way goes to the console.
-fn connect_hosts(plan: &Plan, progress: &mut dyn Progress) -> super::hosts::session::Sessions {
+fn connect_hosts(
+    plan: &Plan,
+    progress: &mut dyn Progress,
+) -> crate::fleet::hosts::session::Sessions {
     let mut notes = Vec::new();
-    let sessions = super::hosts::session::connect_all(
+    let sessions = crate::fleet::hosts::session::connect_all(
         &plan.hosts.hosts,
         &plan.stairbench_bin,
         &plan.custom,
@@ -126,12 +129,12 @@ fn connect_hosts(plan: &Plan, progress: &mut dyn Progress) -> super::hosts::sess
 /// when the plan has them.
 fn run_driver(
     plan: &Plan,
-    sessions: &super::hosts::session::Sessions,
-) -> Result<super::hosts::groups::GroupDriver, String> {
-    Ok(super::hosts::groups::GroupDriver::new(
-        Box::new(super::instances::SplitDriver {
+    sessions: &crate::fleet::hosts::session::Sessions,
+) -> Result<crate::fleet::hosts::groups::GroupDriver, String> {
+    Ok(crate::fleet::hosts::groups::GroupDriver::new(
+        Box::new(crate::fleet::instances::SplitDriver {
             single: make_driver(plan)?,
-            make: super::instances::driver_factory(&plan.client),
+            make: super::split::driver_factory(&plan.client),
         }),
         group_hosts(plan, sessions),
         match &plan.client {
@@ -145,10 +148,13 @@ fn run_driver(
 fn host_launcher<'s>(
     plan: &Plan,
     out_dir: PathBuf,
-    sessions: &'s super::hosts::session::Sessions,
-) -> super::hosts::server::HostLauncher<'s, super::instances::SplitLauncher<ProcessLauncher>> {
-    super::hosts::server::HostLauncher {
-        local: super::instances::SplitLauncher {
+    sessions: &'s crate::fleet::hosts::session::Sessions,
+) -> crate::fleet::hosts::server::HostLauncher<
+    's,
+    crate::fleet::instances::SplitLauncher<ProcessLauncher>,
+> {
+    crate::fleet::hosts::server::HostLauncher {
+        local: crate::fleet::instances::SplitLauncher {
             inner: ProcessLauncher {
                 stairbench_bin: plan.stairbench_bin.clone(),
                 out_dir,
@@ -162,9 +168,9 @@ fn host_launcher<'s>(
 /// Where each client group runs.
 fn group_hosts(
     plan: &Plan,
-    sessions: &super::hosts::session::Sessions,
-) -> Vec<super::hosts::groups::GroupHost> {
-    use super::hosts::groups::GroupHost;
+    sessions: &crate::fleet::hosts::session::Sessions,
+) -> Vec<crate::fleet::hosts::groups::GroupHost> {
+    use crate::fleet::hosts::groups::GroupHost;
     plan.hosts
         .client_groups
         .iter()
@@ -180,7 +186,7 @@ fn group_hosts(
 
 /// This machine's environment, and each host's under `hosts`.
 fn environment_json(
-    sessions: &super::hosts::session::Sessions,
+    sessions: &crate::fleet::hosts::session::Sessions,
     busy: Option<crate::observe::environment::BusySample>,
 ) -> String {
     let env = crate::observe::environment::environment_with(busy);
@@ -196,7 +202,7 @@ fn environment_json(
 fn open_dir(
     plan: &Plan,
     dest: &Destination,
-    sessions: &super::hosts::session::Sessions,
+    sessions: &crate::fleet::hosts::session::Sessions,
 ) -> Result<RunDir, String> {
     if let Some(path) = &dest.resume {
         if !path.join("steps.jsonl").exists() {
@@ -305,7 +311,7 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
                 .join(", ")
         );
     }
-    if let Err(why) = super::instances::check_fit(plan, placements) {
+    if let Err(why) = super::split::check_fit(plan, placements) {
         let _ = writeln!(out, "refused: {why}");
     }
     let _ = writeln!(
@@ -350,7 +356,7 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
 
 /// Each series' steps with their cpusets and server command; the count of skipped points.
 fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut String) -> usize {
-    let no_sessions = super::hosts::session::Sessions::default();
+    let no_sessions = crate::fleet::hosts::session::Sessions::default();
     let launcher = host_launcher(plan, Path::new("<run dir>").to_path_buf(), &no_sessions);
     let mut skipped = 0;
     for target in &plan.targets {
@@ -391,7 +397,7 @@ fn describe_groups(plan: &Plan, point: Point, out: &mut String) {
     if !groups.is_empty() {
         let connections = point.clients * plan.connections_per_client;
         let step = (point.clients, connections, point.rate_rps);
-        let line = super::hosts::groups::describe_shares(step, groups);
+        let line = crate::fleet::hosts::groups::describe_shares(step, groups);
         let _ = writeln!(out, "    {line}");
     }
 }
@@ -404,7 +410,10 @@ fn describe_estimate(plan: &Plan, skipped: usize) -> String {
     let runnable = planned.saturating_sub(skipped);
     let series = plan.targets.len() * plan.placements.len();
     let work = plan.work_for(runnable, series);
-    let (set_up, per_step) = super::hosts::groups::hosts_overhead(&plan.hosts);
+    let (set_up, per_step) = crate::fleet::hosts::groups::hosts_overhead(
+        !plan.hosts.hosts.is_empty(),
+        &plan.hosts.client_groups,
+    );
     let total = plan.time_for(work) + set_up + per_step.mul_f64(work.runs);
     let hosts = if set_up.is_zero() {
         String::new()

@@ -13,12 +13,12 @@
 
 use std::time::Duration;
 
-use super::driver::StepRequest;
 use super::plan::profile::section;
 use super::plan::Point;
 use super::plan::{ClientPlan, Plan, TargetPlan};
 use super::runner::{step_id, RunSummary, Runner};
-use super::server::Server;
+use crate::fleet::driver::StepRequest;
+use crate::fleet::server::Server;
 use crate::placement::CpuPair;
 use crate::profile::passes::{
     choose, fill_record, new_record, CaptureResult, Choice, Log, MeasuredLevel, PassLoad,

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::driver::{Driver, StepLoad, StepRequest};
-use super::error::StepError;
 use super::plan::estimate::Done;
 use super::plan::{Plan, Point, Series, TargetKind, TargetPlan};
 use super::progress::{LiveStep, Position, Progress};
-use super::server::{Launcher, Server};
 use super::spec::{OnFailure, Restart, StopWhen};
 use crate::analyze::thresholds;
+use crate::fleet::driver::{Driver, StepLoad, StepRequest};
+use crate::fleet::error::StepError;
+use crate::fleet::server::{Launcher, Server};
 use crate::observe::step::{Observed, StepObserver};
 use crate::placement::{CpuPair, PlacementSource};
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
@@ -542,7 +542,11 @@ impl Runner<'_> {
         step.server = observed.server;
         step.derived = observed.derived;
         if let Some(why) = not_observed {
-            super::server::running::mark_not_observed(&mut step.server, &mut step.derived, &why);
+            crate::fleet::server::running::mark_not_observed(
+                &mut step.server,
+                &mut step.derived,
+                &why,
+            );
         }
         (step.status, step.reason) = verdict(step, self.plan.max_error_ratio);
         if step.status == StepStatus::Failed {
@@ -702,7 +706,7 @@ impl Runner<'_> {
         let host = (key.target.host.as_ref()).and_then(|h| self.plan.hosts.hosts.get(h));
         let url = super::plan::hosts::fill_host(&key.target.url, host);
         StepRequest {
-            instances: super::instances::addrs(&server.extras(), &url),
+            instances: crate::fleet::instances::addrs(&server.extras(), &url),
             group_cpus: cpus.groups,
             group_targets: self.group_targets(key.target),
             step_id: key.id.clone(),
@@ -723,7 +727,7 @@ impl Runner<'_> {
 
     /// A kvd target over several hosts: each client group loads the rank on its own host
     /// (the plan refused groups on a host without one), seeded with that rank.
-    fn group_targets(&self, target: &TargetPlan) -> Vec<super::driver::GroupTarget> {
+    fn group_targets(&self, target: &TargetPlan) -> Vec<crate::fleet::driver::GroupTarget> {
         let TargetKind::Builtin(args) = &target.kind else {
             return Vec::new();
         };
@@ -737,7 +741,7 @@ impl Runner<'_> {
                 let rank = (target.rank_hosts.iter())
                     .position(|h| g.as_deref() == Some(h.as_str()))
                     .unwrap_or(0);
-                super::driver::GroupTarget {
+                crate::fleet::driver::GroupTarget {
                     url: super::plan::ranks::rank_url(args, rank),
                     seed_offset: rank as u64,
                 }

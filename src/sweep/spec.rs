@@ -422,19 +422,7 @@ pub enum Restart {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dur(pub Duration);
 
-pub use crate::units::parse_duration;
-
-/// Formats a duration in the spec's notation.
-pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if !d.subsec_nanos().is_multiple_of(1_000_000) {
-        format!("{}us", d.as_micros())
-    } else if !ms.is_multiple_of(1000) {
-        format!("{ms}ms")
-    } else {
-        format!("{}s", d.as_secs())
-    }
-}
+pub use crate::units::{format_duration, parse_duration};
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

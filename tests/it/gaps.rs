@@ -8,18 +8,18 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use stairbench::cli::run::write_reports;
+use stairbench::fleet::driver::{Driver, FakeDriver};
+use stairbench::fleet::server::FakeLauncher;
 use stairbench::observe::step::NullObserver;
 use stairbench::placement::TopologyPlacements;
 use stairbench::record::rundir::RunDir;
 use stairbench::record::steps::StepResult;
 use stairbench::record::steps::StepStatus;
-use stairbench::sweep::driver::{Driver, FakeDriver};
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::plan::estimate::Done;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::progress::{Position, Progress, Quiet};
 use stairbench::sweep::runner::{RunSummary, Runner};
-use stairbench::sweep::server::FakeLauncher;
 use stairbench::sweep::spec::SpecFile;
 
 fn plan(text: &str) -> Plan {

@@ -270,6 +270,64 @@ fn an_unreachable_host_fails_its_steps_with_the_reason() {
     });
 }
 
+/// A `local://` host is this machine reached through the engine trait (`sh`, no ssh): the
+/// target runs as a remote one (its process group, the remote observer), a client group runs
+/// there beside one in-process, and the windows start together. Needs no root and no sshd.
+#[test]
+fn a_local_host_runs_the_remote_path_without_ssh() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = tmp.path().join("work");
+    let text = format!(
+        "name = \"local-host\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [2]\n\
+         placements = [\"shared\"]\n[hosts]\nhere = {{ url = \"local://\", workdir = \"{}\" }}\n\
+         [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"here\"\n\
+         [[client.groups]]\nhost = \"local\"\n[[client.groups]]\nhost = \"here\"\n",
+        work.display()
+    );
+    let (out, dir) = run(&text, tmp.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let steps = common::steps_json(&dir);
+    let step = &steps[0];
+    assert_eq!(step["status"], "ok", "{step}");
+    let per_host = step["per_host"].as_array().expect("per_host");
+    let hosts: Vec<&str> = per_host
+        .iter()
+        .map(|p| p["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["local", "here"]);
+    let sum: u64 = per_host
+        .iter()
+        .map(|p| p["requests"].as_u64().unwrap())
+        .sum();
+    assert!(sum > 0 && step["requests"].as_u64() == Some(sum), "{step}");
+    assert!(step["window_overlap"].as_f64().unwrap() >= 0.95, "{step}");
+    // Observed by `stairbench observe` started through the engine, as on a remote host.
+    assert_eq!(step["server"]["host"], "here", "{step}");
+    assert!(
+        step["server"]["server"]["user_s"].as_f64().is_some(),
+        "{step}"
+    );
+    let env: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("environment.json")).unwrap())
+            .unwrap();
+    assert_eq!(env["hosts"]["here"]["local"], "local://127.0.0.1", "{env}");
+    assert_eq!(
+        env["hosts"]["here"]["clock_offset"]["offset_ns"], 0,
+        "{env}"
+    );
+    // The binary is linked, not copied; the group's files were taken from the workdir.
+    assert!(std::fs::symlink_metadata(work.join("stairbench"))
+        .unwrap()
+        .is_symlink());
+    let id = step["id"].as_str().unwrap();
+    assert!(dir
+        .join("hosts")
+        .join(format!("{id}.g1.load.json"))
+        .is_file());
+    assert!(!work.join(format!("{id}.g1.load.json")).exists());
+}
+
 fn plan_error(text: &str) -> String {
     let file = SpecFile::parse(Path::new("s.toml"), text).map_err(|e| e.to_string());
     match file.and_then(|f| Plan::new(f, common::stairbench_bin()).map_err(|e| e.to_string())) {
@@ -323,9 +381,9 @@ mod group_load_args {
     use std::time::Duration;
 
     use clap::Parser;
+    use stairbench::fleet::driver::StepRequest;
+    use stairbench::fleet::hosts::groups::load_args;
     use stairbench::load::ProtoOptions;
-    use stairbench::sweep::driver::StepRequest;
-    use stairbench::sweep::hosts::groups::load_args;
 
     /// `stairbench load`'s own options, to read back what a remote group is told.
     #[derive(Parser)]

@@ -20,9 +20,9 @@ use stairbench::observe::step::{NullObserver, ServerExtras, StepObserver};
 use stairbench::placement::TopologyPlacements;
 use stairbench::record::hlog::read_hlog_or_empty;
 use stairbench::record::steps::{read_steps, StepResult, StepStatus};
-use stairbench::sweep::instances::check_fit;
 use stairbench::sweep::plan::Plan;
 use stairbench::sweep::spec::SpecFile;
+use stairbench::sweep::split::check_fit;
 
 /// A `sleep` child that is killed when dropped.
 struct Sleeper(std::process::Child);
@@ -523,15 +523,15 @@ fn a_failed_histogram_subtraction_is_unavailable_not_the_whole_run() {
     assert!(!md.contains("count="), "{md}");
 }
 
-/// Split shares and the exact merge of instances' figures (were sweep::instances' unit tests).
+/// Split shares and the exact merge of instances' figures (were `fleet::instances`' unit tests).
 mod merge_units {
     use hdrhistogram::Histogram;
     use serde_json::Map;
 
+    use stairbench::fleet::driver::{InstanceAddr, StepLoad, StepRequest};
+    use stairbench::fleet::instances::{client_shares, merge_loads, split_cpus, sub_request};
     use stairbench::load::merge::merge_lines;
     use stairbench::record::load::{IntervalLine, LoadReport};
-    use stairbench::sweep::driver::{InstanceAddr, StepLoad, StepRequest};
-    use stairbench::sweep::instances::{client_shares, merge_loads, split_cpus, sub_request};
 
     #[test]
     fn cpus_split_in_equal_contiguous_shares() {

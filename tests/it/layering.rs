@@ -1,11 +1,12 @@
-//! The crate's layers (README "Architecture"): a module imports only modules of lower layers.
-//! `cargo test layering` reads every file under `src/` and names each import that goes up
-//! or sideways.
+//! The crate's layers (the docs' "Architecture" page): a module imports only modules of lower
+//! layers. `cargo test layering` reads every file under `src/` and names each import that goes
+//! up or sideways. Layer 4, `fleet`, runs a step's processes here and on other hosts (through
+//! `remote`'s engines) and knows nothing of specs; `sweep` above it plans and loops.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Top-level module → layer. Keep in step with README's "Architecture" table.
+/// Top-level module → layer. Keep in step with the docs' "Architecture" table.
 const LAYERS: &[(&str, u8)] = &[
     ("units", 1),
     ("cpuset", 1),
@@ -23,9 +24,10 @@ const LAYERS: &[(&str, u8)] = &[
     ("profile", 3),
     ("placement", 3),
     ("analyze", 3),
-    ("sweep", 4),
-    ("report", 4),
-    ("cli", 5),
+    ("fleet", 4),
+    ("sweep", 5),
+    ("report", 5),
+    ("cli", 6),
 ];
 
 /// The leaves that build on another leaf: the CPU-list parser under the topology reader and

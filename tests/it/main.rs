@@ -4,13 +4,14 @@
 //!
 //! Shared support: [`certs`] (test certificates, nginx over TLS), [`common`] (servers on
 //! loopback, running the CLI, blessing golden files, generated mock /sys trees), [`netns`]
-//! (ssh hosts in network namespaces) and [`schema`] (the JSON-Schema checker for the files
+//! (ssh hosts in network namespaces), [`slurm_lab`] (a Slurm cluster on them) and [`schema`] (the JSON-Schema checker for the files
 //! stairbench writes).
 
 mod certs;
 mod common;
 mod netns;
 mod schema;
+mod slurm_lab;
 
 mod accounting;
 mod analyze;
@@ -48,6 +49,7 @@ mod report_html;
 mod running;
 mod serve_msgr;
 mod shmkv;
+mod slurm;
 mod soak;
 mod sources;
 mod stop_signal;

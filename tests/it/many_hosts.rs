@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids, with_lab, Lab};
 use serde_json::Value;
+use stairbench::fleet::hosts::session::connect;
 use stairbench::remote::{HostSpec, Remote};
-use stairbench::sweep::hosts::session::connect;
 
 const CLIENTS: [&str; 5] = ["c1", "c2", "c3", "c4", "c5"];
 
@@ -312,7 +312,7 @@ fn compare_fetches(lab: &Lab, out: &Path) {
         place();
         before.push(in_parallel(lab, &hosts, |r| {
             for n in &names {
-                r.fetch(Path::new(n), &dest.join(n)).unwrap();
+                r.fetch_file(Path::new(n), &dest.join(n)).unwrap();
                 r.run(&format!("rm -f -- {n}")).unwrap();
             }
         }));

@@ -202,14 +202,14 @@ fn a_bad_profile_section_is_located() {
 
 #[test]
 fn with_fakes_a_pass_runs_after_the_series_and_a_target_without_pid_is_explained() {
+    use stairbench::fleet::driver::FakeDriver;
+    use stairbench::fleet::server::FakeLauncher;
     use stairbench::observe::step::NullObserver;
     use stairbench::placement::TopologyPlacements;
     use stairbench::record::rundir::RunDir;
-    use stairbench::sweep::driver::FakeDriver;
     use stairbench::sweep::plan::Plan;
     use stairbench::sweep::progress::Quiet;
     use stairbench::sweep::runner::Runner;
-    use stairbench::sweep::server::FakeLauncher;
     use stairbench::sweep::spec::SpecFile;
     use std::sync::atomic::AtomicBool;
 

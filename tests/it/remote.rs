@@ -8,11 +8,11 @@ use crate::netns;
 use std::time::{Duration, Instant};
 
 use netns::{describe, ns_pids_named, wait_for_named, wait_ns_holds_only, with_lab};
+use stairbench::fleet::hosts::session::topology_json;
 use stairbench::remote::{
-    plan_start, to_reference, window_overlap, CopyOutcome, HostSpec, Remote, RemoteError,
+    plan_start, to_reference, window_overlap, CopyOutcome, Engine, HostSpec, Remote, RemoteError,
     RemoteStatus, Window, MIN_WINDOW_OVERLAP,
 };
-use stairbench::sweep::hosts::session::topology_json;
 
 const GRACE: Duration = Duration::from_secs(2);
 
@@ -78,7 +78,7 @@ fn a_dead_local_ssh_ends_the_remote_group() {
             wait_for_named(&host.ns, "sleep", 1, Duration::from_secs(5)).len(),
             1
         );
-        let ssh = nix::unistd::Pid::from_raw(proc.ssh_pid() as i32);
+        let ssh = nix::unistd::Pid::from_raw(proc.channel_pid() as i32);
         nix::sys::signal::kill(ssh, nix::sys::signal::Signal::SIGKILL).unwrap();
         let left = wait_ns_holds_only(&host.ns, &[host.sshd_pid.unwrap()], Duration::from_secs(6));
         let left: Vec<String> = left.into_iter().map(describe).collect();
@@ -170,10 +170,10 @@ fn the_binary_is_copied_once_and_runs_there() {
 
         remote.run("echo fetched > out.txt").unwrap();
         let local_copy = lab.dir.path().join("fetched.txt");
-        remote.fetch("out.txt".as_ref(), &local_copy).unwrap();
+        remote.fetch_file("out.txt".as_ref(), &local_copy).unwrap();
         assert_eq!(std::fs::read_to_string(&local_copy).unwrap(), "fetched\n");
         let err = remote
-            .fetch("missing.txt".as_ref(), &local_copy)
+            .fetch_file("missing.txt".as_ref(), &local_copy)
             .unwrap_err();
         assert!(matches!(err, RemoteError::Copy { .. }), "{err}");
     });

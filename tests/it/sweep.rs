@@ -10,18 +10,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use stairbench::cli::run::write_reports;
+use stairbench::fleet::driver::{Driver, EngineDriver, FakeDriver, StepLoad, StepRequest};
+use stairbench::fleet::error::StepError;
+use stairbench::fleet::server::{FakeLauncher, Launcher, ProcessLauncher};
 use stairbench::observe::step::NullObserver;
 use stairbench::placement::TopologyPlacements;
 use stairbench::record::load::IntervalSink;
 use stairbench::record::rundir::RunDir;
 use stairbench::record::steps::{read_steps, ErrorKind, StepResult, StepStatus};
-use stairbench::sweep::driver::{Driver, EngineDriver, FakeDriver, StepLoad, StepRequest};
-use stairbench::sweep::error::StepError;
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::plan::{Plan, Series};
 use stairbench::sweep::progress::Quiet;
 use stairbench::sweep::runner::{RunSummary, Runner};
-use stairbench::sweep::server::{FakeLauncher, Launcher, ProcessLauncher};
 use stairbench::sweep::spec::SpecFile;
 
 fn plan(text: &str) -> Plan {
@@ -1234,17 +1234,17 @@ fn duration_and_clients_override_the_spec_for_a_quick_trial() {
     assert!(p.with_clients(&[0]).is_err());
 }
 
-/// sweep::driver's helpers (were its unit tests): the saturation rule and command placeholders.
+/// fleet::driver's helpers (were its unit tests): the saturation rule and command placeholders.
 mod driver_helpers {
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
     use hdrhistogram::Histogram;
-    use stairbench::record::load::IntervalSink;
-    use stairbench::sweep::driver::{
+    use stairbench::fleet::driver::{
         any_cpu_saturated, fill, shell_word, tool_saturated, CommandDriver, Driver, StepRequest,
     };
-    use stairbench::sweep::error::StepError;
+    use stairbench::fleet::error::StepError;
+    use stairbench::record::load::IntervalSink;
 
     #[test]
     fn a_tool_is_saturated_when_one_of_its_cpus_is_full_not_their_average() {

@@ -8,8 +8,7 @@ use super::TargetPlan;
 use crate::remote::host::{validate_hosts, HostEntry, HostSpec, HostTable};
 use crate::sweep::spec::{SpecError, SpecFile};
 
-/// The name a client group may give for this machine.
-pub const LOCAL: &str = "local";
+pub use crate::fleet::hosts::groups::LOCAL;
 
 /// The hosts of a plan.
 #[derive(Debug, Clone, Default)]

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use regex::Regex;
 
+pub use crate::fleet::target::{TargetKind, TargetPlan, STOP_GRACE};
+
 use super::spec::{OnFailure, Repetitions, Restart, SpecError, SpecFile, StopWhen};
 use crate::load::{Distribution, ProtoOptions};
 use crate::observe::extra::ObserveEntry;
@@ -63,68 +65,6 @@ pub fn saturation_note(from: Point, at: Point, skipped: &[Point]) -> String {
     };
     format!("{stretch}; skipped: {} {unit}", counts.join(", "))
 }
-
-/// How a target is started.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TargetKind {
-    /// `stairbench serve <args> --cpuset .. --port ..`.
-    Builtin(Vec<String>),
-    /// A shell command template.
-    Command(String),
-    /// A server already running (`url` with no builtin or command): nothing is started.
-    Running(running::Running),
-}
-
-impl TargetKind {
-    /// The server already runs: stairbench neither starts nor places it.
-    pub fn is_running(&self) -> bool {
-        matches!(self, TargetKind::Running(_))
-    }
-}
-
-/// A target ready to launch.
-#[derive(Debug, Clone)]
-pub struct TargetPlan {
-    /// Name in results.
-    pub name: String,
-    /// How it starts.
-    pub kind: TargetKind,
-    /// Fixed port, or a free one per launch.
-    pub port: Option<u16>,
-    /// Ready when the port accepts.
-    pub ready_tcp: bool,
-    /// Ready when a line of output matches.
-    pub ready_log: Option<Regex>,
-    /// Readiness deadline.
-    pub ready_timeout: Duration,
-    /// The port is read from the ready line's first capture group (built-in servers are
-    /// started on port 0 and print `listening on 127.0.0.1:PORT`: no race for a port).
-    pub port_from_log: bool,
-    /// URL template of the built-in engine (`{port}` filled per launch).
-    pub url: String,
-    /// Requests in flight per connection (the target's own or the spec's).
-    pub depth: usize,
-    /// The spec file's directory (`{spec_dir}`).
-    pub spec_dir: PathBuf,
-    /// Copies of the server started side by side (1: not split).
-    pub instances: usize,
-    /// Which copy this is, when the launcher starts one instance of a split target.
-    pub instance: Option<usize>,
-    /// Metrics the target reports itself (built-in msgr servers: a JSON file, always).
-    pub metrics: Option<MetricsPlan>,
-    /// The `[hosts]` entry it runs on (None: this machine; a kvd target spread over hosts:
-    /// its rank 0's).
-    pub host: Option<String>,
-    /// A kvd target spread over hosts: rank j's host (empty: one process, on `host`).
-    pub rank_hosts: Vec<String>,
-    /// The signal that stops it (to its process group), SIGTERM unless the spec says.
-    pub stop_signal: nix::sys::signal::Signal,
-    /// How long it has to exit after `stop_signal` before it is killed.
-    pub stop_grace: Duration,
-}
-
-/// How long a target has to exit after its stop signal before it is killed (`stop_timeout`).
-pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// The generator.
 pub enum ClientPlan {

@@ -4,54 +4,11 @@
 //! client group loads the rank on its own host (a shared-memory client must be on its
 //! daemon's machine).
 
+pub use crate::fleet::ranks::{rank_args, rank_url, region, RANK_READY};
+
 use super::TargetKind;
+use crate::fleet::ranks::option;
 use crate::sweep::spec::{SpecError, SpecFile, TargetSpec};
-
-/// The ready line every rank prints once its peers are connected and its region is up.
-pub const RANK_READY: &str = r"^kvd: rank \d+ of \d+ serving";
-
-/// The value of option `name` in a builtin's words.
-fn option<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    let at = args.iter().position(|a| a == name)?;
-    args.get(at + 1).map(String::as_str)
-}
-
-/// Rank j's region: rank 0 has the target's `--name`, rank j > 0 `NAME-rj`.
-pub fn region(name: &str, rank: usize) -> String {
-    match rank {
-        0 => name.to_string(),
-        j => format!("{name}-r{j}"),
-    }
-}
-
-/// Rank `rank`'s builtin words: the target's, with `--rank` and its own `--name`.
-pub fn rank_args(args: &[String], rank: usize) -> Vec<String> {
-    let name = option(args, "--name").unwrap_or_default().to_string();
-    let mut out = Vec::with_capacity(args.len() + 2);
-    let mut words = args.iter();
-    while let Some(a) = words.next() {
-        if a == "--name" {
-            words.next();
-            continue;
-        }
-        out.push(a.clone());
-    }
-    out.extend([
-        "--rank".into(),
-        rank.to_string(),
-        "--name".into(),
-        region(&name, rank),
-    ]);
-    out
-}
-
-/// The URL a client group on rank `rank`'s host loads: that rank's region.
-pub fn rank_url(args: &[String], rank: usize) -> String {
-    format!(
-        "kvd://{}",
-        region(option(args, "--name").unwrap_or_default(), rank)
-    )
-}
 
 /// The hosts of target `i`'s ranks, checked against its builtin (empty without `rank_hosts`).
 pub fn plan_rank_hosts(
@@ -99,31 +56,4 @@ pub fn plan_rank_hosts(
         ));
     }
     Ok(hosts.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn words(s: &str) -> Vec<String> {
-        s.split(' ').map(str::to_string).collect()
-    }
-
-    #[test]
-    fn each_rank_gets_its_rank_and_region() {
-        let args = words("kvd --ranks 10.0.0.2:1,10.0.0.3:2 --name kv --poll spin");
-        assert_eq!(
-            rank_args(&args, 0),
-            words("kvd --ranks 10.0.0.2:1,10.0.0.3:2 --poll spin --rank 0 --name kv")
-        );
-        assert_eq!(
-            rank_args(&args, 1),
-            words("kvd --ranks 10.0.0.2:1,10.0.0.3:2 --poll spin --rank 1 --name kv-r1")
-        );
-        assert_eq!(rank_url(&args, 0), "kvd://kv");
-        assert_eq!(rank_url(&args, 1), "kvd://kv-r1");
-        assert!(regex::Regex::new(RANK_READY)
-            .unwrap()
-            .is_match("kvd: rank 1 of 2 serving /dev/shm/x, pid 4; clients use kvd://kv-r1"));
-    }
 }

@@ -1,4 +1,4 @@
-//! Targets on other hosts: started over ssh with the placement's cpuset of that host, probed
+//! Targets on other hosts: started through the host's engine with the placement's cpuset of that host, probed
 //! until ready, watched for an early death, ended as a remote process group.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use super::server_health::ServerHosts;
 use super::session::{HostSession, Sessions};
+use crate::fleet::ranks;
+use crate::fleet::server::{Launcher, ProcessLauncher, Server};
+use crate::fleet::target::{TargetKind, TargetPlan};
 use crate::observe::metrics::MetricsPlan;
 use crate::observe::step::ServerExtras;
 use crate::placement::CpuPair;
 use crate::remote::{RemoteError, RemoteProcess, RemoteStatus, REMOTE_BIN};
-use crate::sweep::plan::{ranks, TargetKind, TargetPlan};
-use crate::sweep::server::{Launcher, ProcessLauncher, Server};
 
 /// A server on another host, as the observers see it.
 #[derive(Debug, Clone)]
@@ -31,7 +32,7 @@ pub struct RemoteTarget {
     pub ranks: Vec<RemoteTarget>,
 }
 
-/// Starts targets that name a host over ssh, the others with `local`.
+/// Starts targets that name a host through its engine, the others with `local`.
 pub struct HostLauncher<'a, L: Launcher> {
     /// The launcher of this machine's targets.
     pub local: L,
@@ -64,10 +65,8 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
                 .map_err(|why| format!("host {host:?}: {why}"))?;
             let line = remote_line(&plan, cpus, clients);
             let signal = crate::process::signal_name(target.stop_signal);
-            match session
-                .remote
-                .spawn_stopped_by(&line, signal, target.stop_grace)
-            {
+            let engine = session.engine.clone();
+            match RemoteProcess::spawn(engine, &line, signal, target.stop_grace) {
                 Ok(process) => procs.push(RemoteProc {
                     label: rank_label(target, rank),
                     metrics: plan.metrics.as_ref().map(|_| remote_metrics_file(&plan)),
@@ -207,13 +206,13 @@ fn remote_line(target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
     }
     let quoted: Vec<String> = argv
         .iter()
-        .map(|a| crate::remote::ssh::shell_quote(a))
+        .map(|a| crate::remote::shell::shell_quote(a))
         .collect();
     // A metrics file left by an earlier launch would be read as this one's.
     let prepare = match &target.metrics {
         Some(_) => format!(
             "mkdir -p metrics && rm -f {} && exec ",
-            crate::remote::ssh::shell_quote(&remote_metrics_file(target))
+            crate::remote::shell::shell_quote(&remote_metrics_file(target))
         ),
         None => String::new(),
     };
@@ -338,7 +337,7 @@ impl RemoteServer {
     }
 
     fn port_accepts(&self) -> bool {
-        let address = &self.procs[0].session.remote.spec.address;
+        let address = &self.procs[0].session.engine.spec().address;
         let addrs: Vec<SocketAddr> = (address.as_str(), self.port)
             .to_socket_addrs()
             .map(Iterator::collect)

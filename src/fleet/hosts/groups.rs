@@ -15,14 +15,14 @@ pub use super::remote_group::load_args;
 use super::remote_group::{remote_load, settle_fetched, GroupFailure, GroupStart};
 use super::session::HostSession;
 use crate::clock::now_ns;
+use crate::fleet::driver::{engine_config, Driver, StepLoad, StepRequest};
+use crate::fleet::error::StepError;
+use crate::fleet::instances::{instance_sinks, merge_loads, share};
 use crate::load::merge::{ChannelSink, Line, LineMerger};
 use crate::load::ProtoOptions;
 use crate::record::load::IntervalSink;
 use crate::remote::window::{plan_start, to_reference, window_overlap, Window, MIN_WINDOW_OVERLAP};
 use crate::remote::ClockOffset;
-use crate::sweep::driver::{engine_config, Driver, StepLoad, StepRequest};
-use crate::sweep::error::StepError;
-use crate::sweep::instances::{instance_sinks, merge_loads, share};
 
 /// Time from planning a step's common start to the start: enough for ssh to log in and the
 /// generators to connect. It grows to twice the slowest remote start seen (a loaded machine
@@ -44,17 +44,21 @@ pub const SET_UP_ESTIMATE: Duration = Duration::from_secs(8);
 /// group, in parallel).
 pub const FETCH_ESTIMATE: Duration = Duration::from_secs(1);
 
-/// What other hosts add to a run: the set-up once (when there are hosts), and
-/// per step with client groups the common-start lead (and with remote ones the fetch).
-pub fn hosts_overhead(hosts: &crate::sweep::plan::hosts::HostPlan) -> (Duration, Duration) {
-    let set_up = if hosts.hosts.is_empty() {
-        Duration::ZERO
-    } else {
+/// The name a client group may give for this machine.
+pub const LOCAL: &str = "local";
+
+/// What other hosts add to a run: the set-up once (when there are `any_hosts`), and per step
+/// with client groups (`client_groups`: each one's host, `None` here) the common-start lead
+/// (and with remote ones the fetch).
+pub fn hosts_overhead(any_hosts: bool, client_groups: &[Option<String>]) -> (Duration, Duration) {
+    let set_up = if any_hosts {
         SET_UP_ESTIMATE
-    };
-    let per_step = if hosts.client_groups.is_empty() {
+    } else {
         Duration::ZERO
-    } else if hosts.remote_clients() {
+    };
+    let per_step = if client_groups.is_empty() {
+        Duration::ZERO
+    } else if client_groups.iter().any(Option::is_some) {
         START_LEAD + FETCH_ESTIMATE
     } else {
         START_LEAD
@@ -74,7 +78,7 @@ pub fn describe_shares(
         .enumerate()
         .map(|(k, h)| {
             let rate = rate_rps.map_or(String::new(), |r| format!(" @ {:.0}/s", r / n as f64));
-            let host = h.as_deref().unwrap_or(crate::sweep::plan::hosts::LOCAL);
+            let host = h.as_deref().unwrap_or(LOCAL);
             let (c, conns) = (share(clients, n, k).max(1), share(connections, n, k));
             format!("{host} {c}/{conns}{rate}")
         })
@@ -99,7 +103,7 @@ pub enum GroupHost {
 impl GroupHost {
     fn name(&self) -> &str {
         match self {
-            GroupHost::Local => crate::sweep::plan::hosts::LOCAL,
+            GroupHost::Local => LOCAL,
             GroupHost::Remote(s) => s.name(),
             GroupHost::Down(name, _) => name,
         }
@@ -443,7 +447,7 @@ fn group_proto(proto: &ProtoOptions, req: &StepRequest, k: usize) -> ProtoOption
     proto
 }
 
-/// Runs one group: here with the engine, on a host with `stairbench load` over ssh. `halt`
+/// Runs one group: here with the engine, on a host with `stairbench load` through its engine. `halt`
 /// stops it early.
 fn run_group(
     host: &GroupHost,

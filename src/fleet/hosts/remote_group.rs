@@ -1,6 +1,6 @@
-//! A client group on another host: `stairbench load` started there over ssh, waited for
+//! A client group on another host: `stairbench load` started there through its engine, waited for
 //! (stopped at once when the step's other groups fail, or past a deadline), and its JSON and
-//! raw record brought back into the run directory's `hosts/` over one ssh session. Also the
+//! raw record brought back into the run directory's `hosts/` in one fetch. Also the
 //! `stairbench load` arguments of a group and why a group gives no load (`GroupFailure`).
 
 use std::path::{Path, PathBuf};
@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::session::HostSession;
+use crate::fleet::driver::StepRequest;
 use crate::load::raw::RawLoad;
 use crate::load::ProtoOptions;
 use crate::record::load::LoadReport;
 use crate::remote::process::RemoteProcess;
 use crate::remote::{RemoteError, RemoteStatus};
-use crate::sweep::driver::StepRequest;
 
 /// Why a client group gave no load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,9 +64,8 @@ pub fn remote_load(
     ]);
     let line = session.command(&args);
     let spawned = Instant::now();
-    let mut process = session
-        .remote
-        .spawn(&line, Duration::from_secs(2))
+    let engine = session.engine.clone();
+    let mut process = RemoteProcess::spawn(engine, &line, "TERM", Duration::from_secs(2))
         .map_err(spawn_failure)?;
     let took_ns = spawned.elapsed().as_nanos() as u64;
     start.slowest.fetch_max(took_ns, Ordering::Relaxed);
@@ -93,7 +92,7 @@ fn file_names(sub_id: &str) -> [String; 2] {
 }
 
 /// Waits for the remote `stairbench load` to exit 0, stopping it when `halt` is set or past
-/// `deadline`. A lost ssh session is the host's failure, with ssh's reason said once.
+/// `deadline`. A lost channel (an ssh session) is the host's failure, with its reason said once.
 fn wait_for_load(
     process: &mut RemoteProcess,
     deadline: Instant,
@@ -123,14 +122,14 @@ fn wait_for_load(
     }
 }
 
-/// Brings `names` from the host's working directory into `dir` over one ssh session (they are
+/// Brings `names` from the host's working directory into `dir` in one fetch (they are
 /// removed there) and returns their text.
 fn take_files(
     session: &HostSession,
     dir: &Path,
     names: &[&str],
 ) -> Result<Vec<String>, GroupFailure> {
-    let bodies = session.remote.take_files(names).map_err(|e| match e {
+    let bodies = session.engine.fetch(names).map_err(|e| match e {
         RemoteError::Unreachable { .. } => GroupFailure::Host(format!("fetching its files: {e}")),
         e => GroupFailure::Load(format!("fetching its files: {e}")),
     })?;

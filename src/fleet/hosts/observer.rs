@@ -1,6 +1,6 @@
-//! Observing a server on another host: `stairbench observe` runs there over ssh, attached
-//! before the load, told over its stdin when the window starts and ends, and answers with the
-//! same observation the local observers make.
+//! Observing a server on another host: `stairbench observe` runs there (over a channel its
+//! engine opens), attached before the load, told over its stdin when the window starts and
+//! ends, and answers with the same observation the local observers make.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
@@ -88,11 +88,9 @@ impl<O: StepObserver> HostObserver<O> {
         if let Some(file) = &target.metrics {
             args.extend(["--metrics".into(), file.clone()]);
         }
-        let line = target
-            .session
-            .remote
-            .in_workdir(&target.session.command(&args));
-        target.session.remote.spawn_piped(&line, Stdio::null()).ok()
+        let engine = &target.session.engine;
+        let line = engine.in_workdir(&target.session.command(&args));
+        engine.open(&line, Stdio::null()).ok()
     }
 
     fn tell(&mut self, word: &str) {

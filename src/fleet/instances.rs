@@ -13,13 +13,13 @@ use serde_json::{json, Map, Value};
 
 use super::driver::{Driver, InstanceAddr, StepLoad, StepRequest};
 use super::error::StepError;
-use super::plan::{ClientPlan, Plan, Series, TargetPlan};
 use super::server::{instance_label, Launcher, Server};
+use super::target::TargetPlan;
 use crate::load::merge::{
     mean_only_latency, merged_hist, sum_reports, ChannelSink, Line, LineMerger, WindowSpan,
 };
 use crate::observe::step::{InstanceInfo, ServerExtras};
-use crate::placement::{CpuPair, PlacementSource};
+use crate::placement::CpuPair;
 use crate::record::load::{IntervalSink, LoadReport};
 use crate::record::rundir::{RunDir, StepSink};
 
@@ -52,47 +52,6 @@ pub fn client_shares(cpus: &[usize], n: usize) -> Vec<Vec<usize>> {
 /// Part `k` of `total` split in `n`.
 pub fn share(total: usize, n: usize, k: usize) -> usize {
     total / n + usize::from(k < total % n)
-}
-
-/// Refuses, before anything starts, a split target its placements cannot hold: more
-/// instances than server CPUs, or fewer connections than instances.
-pub fn check_fit(plan: &Plan, placements: &dyn PlacementSource) -> Result<(), String> {
-    for target in plan.targets.iter().filter(|t| t.instances > 1) {
-        let n = target.instances;
-        let counts = match &plan.series {
-            Series::Clients(c) => c.clone(),
-            Series::Rates { clients, .. } | Series::Find { clients, .. } => vec![*clients],
-        };
-        if let Some(&c) = counts
-            .iter()
-            .find(|&&c| c * plan.connections_per_client < n)
-        {
-            return Err(format!(
-                "target {:?} has instances = {n} but the step with {c} clients opens only {} connections: each instance needs at least one (raise clients or connections_per_client, or lower instances)",
-                target.name,
-                c * plan.connections_per_client
-            ));
-        }
-        for placement in &plan.placements {
-            for &c in &counts {
-                let follow = plan.cpus_follow_clients.then_some(c);
-                // A placement that cannot give cpusets skips its steps anyway.
-                let Ok(cpus) = placements.cpus(placement, follow) else {
-                    continue;
-                };
-                if cpus.server.len() < n {
-                    return Err(format!(
-                        "target {:?} has instances = {n} but placement {placement:?}{} gives the server {} CPU(s) ({}): each instance needs a CPU of its own; lower instances or use a placement with at least {n} server CPUs",
-                        target.name,
-                        follow.map_or(String::new(), |c| format!(" at {c} clients")),
-                        cpus.server.len(),
-                        crate::cpuset::format(&cpus.server)
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Starts the instances of split targets through an inner launcher (single targets pass).
@@ -233,40 +192,6 @@ pub fn addrs(extras: &ServerExtras, url_template: &str) -> Vec<InstanceAddr> {
 
 /// Makes a fresh driver (one per instance, inside its own thread).
 pub type DriverFactory = Arc<dyn Fn() -> Result<Box<dyn Driver>, String> + Send + Sync>;
-
-/// The factory of a plan's client.
-pub fn driver_factory(client: &ClientPlan) -> DriverFactory {
-    match client {
-        ClientPlan::Engine {
-            proto,
-            arrivals,
-            connect,
-        } => {
-            let (proto, arrivals, connect) = (proto.clone(), *arrivals, connect.clone());
-            Arc::new(move || {
-                Ok(Box::new(super::driver::EngineDriver {
-                    proto: proto.clone(),
-                    arrivals,
-                    connect: connect.clone(),
-                }) as Box<dyn Driver>)
-            })
-        }
-        ClientPlan::Command {
-            template,
-            parser,
-            options,
-        } => {
-            let (template, parser, options) = (template.clone(), parser.clone(), options.clone());
-            Arc::new(move || {
-                Ok(Box::new(super::driver::CommandDriver {
-                    template: template.clone(),
-                    parser: crate::load::external::by_name(&parser, &options)
-                        .map_err(|e| e.to_string())?,
-                }) as Box<dyn Driver>)
-            })
-        }
-    }
-}
 
 /// Runs single steps with `single` and split ones with one driver per instance.
 pub struct SplitDriver {

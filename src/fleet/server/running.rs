@@ -6,10 +6,9 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::Server;
+use crate::fleet::target::{alive, answers, Running, TargetPlan, NOT_OBSERVED};
 use crate::observe::metrics::MetricsSource;
 use crate::observe::step::ServerExtras;
-use crate::sweep::plan::running::{alive, answers, Running, NOT_OBSERVED};
-use crate::sweep::plan::TargetPlan;
 
 /// The step's view of a server already running: checked to answer, its process found.
 pub fn attach(target: &TargetPlan, running: &Running) -> Result<Box<dyn Server>, String> {

@@ -1,5 +1,5 @@
 //! The rule client-group hosts follow (`groups.rs`), for the host of a remote target: a host
-//! lost during a step (its ssh session ended) fails that step with the reason; the next step
+//! lost during a step (its engine's channel, an ssh session, ended) fails that step with the reason; the next step
 //! tries it once more (the target is started again); a second failure in a row marks it down
 //! for the rest of the run with a note, and every later start of a target there fails at once
 //! with why, instead of paying ssh's connect timeout again each time.

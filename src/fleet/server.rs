@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::driver::fill;
-use super::plan::{TargetKind, TargetPlan};
+use super::target::{TargetKind, TargetPlan};
 use crate::observe::metrics::{metrics_path, MetricsPlan, MetricsSource};
 use crate::observe::step::ServerExtras;
 use crate::placement::CpuPair;
@@ -28,7 +28,7 @@ pub trait Server {
     fn extras(&self) -> ServerExtras {
         ServerExtras::default()
     }
-    /// Whether it is gone because its host was lost (a remote target whose ssh session ended).
+    /// Whether it is gone because its host was lost (a remote target whose engine's channel ended: its ssh session, ...).
     fn host_lost(&mut self) -> bool {
         false
     }
@@ -43,7 +43,7 @@ pub trait Server {
     }
 }
 
-pub use super::plan::STOP_GRACE;
+pub use super::target::STOP_GRACE;
 
 /// Starts targets.
 pub trait Launcher {
@@ -374,7 +374,7 @@ impl Server for ProcessServer {
                  cleanly, set stop_signal (and stop_timeout) on the target",
                 self.child.name(),
                 crate::process::signal_name(signal),
-                super::spec::format_duration(grace)
+                crate::units::format_duration(grace)
             )
         })
     }

@@ -9,13 +9,13 @@ use serde_json::{json, Value};
 
 use crate::placement::TopologyReport;
 use crate::placement::{CpuPair, CustomTable, PlacementSource, TopologyPlacements};
-use crate::remote::{ClockOffset, HostSpec, Remote, RemoteError, REMOTE_BIN};
+use crate::remote::{ClockOffset, Engine, HostSpec, RemoteError, REMOTE_BIN};
 
 /// One connected host.
 #[derive(Debug)]
 pub struct HostSession {
     /// How to reach it.
-    pub remote: Remote,
+    pub engine: Arc<dyn Engine>,
     /// Its clock minus ours.
     pub offset: ClockOffset,
     /// Placements computed from its own topology.
@@ -29,7 +29,7 @@ pub struct HostSession {
 impl HostSession {
     /// The host's name in the spec.
     pub fn name(&self) -> &str {
-        &self.remote.spec.name
+        self.engine.name()
     }
 
     /// `./stairbench ARGS` in the host's working directory, each argument quoted.
@@ -37,7 +37,7 @@ impl HostSession {
         let mut line = format!("./{REMOTE_BIN}");
         for a in args {
             line.push(' ');
-            line.push_str(&crate::remote::ssh::shell_quote(a));
+            line.push_str(&crate::remote::shell::shell_quote(a));
         }
         line
     }
@@ -102,7 +102,7 @@ pub fn connect_all(
             Ok(s) => {
                 note(format!(
                     "host {name}: {}, clock offset {:+.3} ms ± {:.3} ms",
-                    s.remote.spec.url(),
+                    s.engine.url(),
                     s.offset.offset_ns as f64 / 1e6,
                     s.offset.uncertainty_ns as f64 / 1e6
                 ));
@@ -124,26 +124,25 @@ pub fn connect(
     stairbench_bin: &Path,
     custom: &BTreeMap<String, CustomTable>,
 ) -> Result<HostSession, String> {
-    let remote = Remote::new(spec);
+    let engine = crate::remote::engine(&spec);
     let t = std::time::Instant::now();
-    remote.check().map_err(|e| e.to_string())?;
+    engine.check().map_err(|e| e.to_string())?;
     let login = t.elapsed();
-    let copied = remote
-        .copy_binary_if_missing(stairbench_bin)
-        .map_err(|e| e.to_string())?;
-    let topology = topology_json(&remote).map_err(|e| e.to_string())?;
-    let mut environment: Value = remote
+    let copied = engine.put(stairbench_bin).map_err(|e| e.to_string())?;
+    let topology = topology_json(&*engine).map_err(|e| e.to_string())?;
+    let mut environment: Value = engine
         .run_json(&format!("./{REMOTE_BIN} environment --json"))
         .map_err(|e| e.to_string())?;
-    let offset = remote.clock_offset().map_err(|e| e.to_string())?;
+    let offset = engine.clock_offset().map_err(|e| e.to_string())?;
     if let Value::Object(m) = &mut environment {
-        m.insert("ssh".into(), json!(remote.spec.url()));
+        // Under the engine's name: `"ssh": "ssh://..."`.
+        m.insert(spec.scheme.clone(), json!(engine.url()));
         m.insert("clock_offset".into(), json!(offset));
         m.insert("binary".into(), json!(format!("{copied:?}").to_lowercase()));
     }
     Ok(HostSession {
         placements: TopologyPlacements::from_report(&topology, custom.clone()),
-        remote,
+        engine,
         offset,
         environment,
         login,
@@ -152,8 +151,8 @@ pub fn connect(
 
 /// The host's CPU topology and placements, from `stairbench topology --json` run there
 /// (copy the binary first). Here and not in `remote`, which knows nothing of placements.
-pub fn topology_json(remote: &Remote) -> Result<TopologyReport, RemoteError> {
-    remote.run_json(&format!("./{REMOTE_BIN} topology --json"))
+pub fn topology_json(engine: &dyn Engine) -> Result<TopologyReport, RemoteError> {
+    engine.run_json(&format!("./{REMOTE_BIN} topology --json"))
 }
 
 /// Placements over this machine and the connected hosts.

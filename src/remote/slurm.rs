@@ -1,0 +1,536 @@
+//! Nodes of a Slurm allocation as hosts (`slurm://NODE`, or `slurm://+K` for the allocation's
+//! K-th node counted from 0): every command is a job step of the allocation stairbench runs
+//! in, started with `srun --jobid=$SLURM_JOB_ID --nodelist=NODE --nodes=1 --ntasks=1
+//! --overlap --cpu-bind=none sh -c LINE`. srun carries the step's stdin and stdout, so a
+//! step is a channel like an ssh session: process trees, clock probes and observers work
+//! over it unchanged.
+//!
+//! Why `--overlap`: a server, its observer and a client group share a node's CPUs as the
+//! user placed them (stairbench pins inside the step), and no step waits for another's
+//! resources. `--cpu-bind=none` (on clusters whose task plugin binds): Slurm's own binding
+//! would fight stairbench's placements.
+//!
+//! Every step is named `stairbench-PID` (this process's id), so `squeue -s` tells them apart.
+//! A step whose local srun ends (stopped, killed) is ended by Slurm itself: nothing of a run
+//! outlives it in the allocation.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::engine::{CopyOutcome, Engine, RemoteOutput, REMOTE_BIN};
+use super::host::{HostError, HostSpec, DEFAULT_WORKDIR};
+use super::shell::sh_c;
+use super::ssh::{split_sized, take_files_line};
+use super::RemoteError;
+
+/// The URL scheme.
+pub const SCHEME: &str = "slurm";
+
+/// How long a command run to its end (`Engine::run`) may take, step creation included.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long `scontrol`, `squeue` and `scancel` may take.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long broadcasting the binary (`sbcast`) may take.
+const BROADCAST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What to run when stairbench is not inside an allocation.
+const HOW_TO_ALLOCATE: &str =
+    "run stairbench inside one, e.g. `salloc -N 2 stairbench run SPEC` (or from an sbatch script)";
+
+/// The allocation this process runs in, as Slurm's environment describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// `SLURM_JOB_ID`.
+    pub job_id: String,
+    /// `SLURM_JOB_NODELIST` expanded (`scontrol show hostnames`), in its order.
+    pub nodes: Vec<String>,
+}
+
+impl Allocation {
+    /// The current allocation, or why there is none usable.
+    pub fn current() -> Result<Allocation, String> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let Some(job_id) = var("SLURM_JOB_ID").or_else(|| var("SLURM_JOBID")) else {
+            return Err(format!(
+                "not inside a Slurm allocation (SLURM_JOB_ID is not set): {HOW_TO_ALLOCATE}"
+            ));
+        };
+        let Some(list) = var("SLURM_JOB_NODELIST").or_else(|| var("SLURM_NODELIST")) else {
+            return Err(format!(
+                "allocation {job_id}: SLURM_JOB_NODELIST is not set: {HOW_TO_ALLOCATE}"
+            ));
+        };
+        let out = control(Command::new("scontrol").args(["show", "hostnames", &list]))?;
+        let nodes: Vec<String> = out.split_whitespace().map(str::to_owned).collect();
+        if nodes.is_empty() {
+            return Err(format!(
+                "allocation {job_id}: node list {list:?} names no node"
+            ));
+        }
+        Ok(Allocation { job_id, nodes })
+    }
+
+    /// The node `slurm://REST` names: `+K` the K-th (from 0), else a node by name.
+    pub fn node(&self, rest: &str) -> Result<String, String> {
+        let listed = || self.nodes.join(", ");
+        if let Some(k) = rest.strip_prefix('+') {
+            let k: usize = k
+                .parse()
+                .map_err(|_| format!("+{k} is not a node index (write +0, +1, ...)"))?;
+            return self.nodes.get(k).cloned().ok_or_else(|| {
+                format!(
+                    "allocation {} has {} node(s) ({}): there is no +{k} (counted from +0)",
+                    self.job_id,
+                    self.nodes.len(),
+                    listed()
+                )
+            });
+        }
+        if self.nodes.iter().any(|n| n == rest) {
+            return Ok(rest.to_owned());
+        }
+        Err(format!(
+            "node {rest:?} is not in allocation {} (its nodes: {})",
+            self.job_id,
+            listed()
+        ))
+    }
+}
+
+/// Reads `slurm://NODE` or `slurm://+K` (`rest` is what follows `slurm://`): the node must be
+/// in the current allocation. The spec's address is the node's `NodeAddr` (where other hosts
+/// reach its ports), its `node` the node's name.
+pub fn parse_url(name: &str, url: &str, rest: &str) -> Result<HostSpec, HostError> {
+    let bad = |why: String| HostError::BadAddress {
+        name: name.into(),
+        url: url.into(),
+        why,
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+');
+    if rest.is_empty() || !rest.chars().all(ok) || rest.starts_with(['-', '.']) {
+        return Err(bad(
+            "write it as slurm://NODE (a node of the allocation) or slurm://+K (its K-th node, from +0)"
+                .into(),
+        ));
+    }
+    let allocation = Allocation::current().map_err(&bad)?;
+    let node = allocation.node(rest).map_err(&bad)?;
+    let address = node_address(&node).map_err(bad)?;
+    Ok(HostSpec {
+        name: name.into(),
+        scheme: SCHEME.into(),
+        user: None,
+        address,
+        port: 0,
+        identity_file: None,
+        // One directory per node: a home directory is often shared by every node.
+        workdir: Path::new(DEFAULT_WORKDIR).join(&node),
+        known_hosts_file: None,
+        node: Some(node),
+    })
+}
+
+/// The address Slurm reaches `node` at (`NodeAddr` of `scontrol show node`).
+pub fn node_address(node: &str) -> Result<String, String> {
+    let out = control(Command::new("scontrol").args(["show", "node", "--oneliner", node]))?;
+    out.split_whitespace()
+        .find_map(|field| field.strip_prefix("NodeAddr="))
+        .map(str::to_owned)
+        .ok_or_else(|| format!("`scontrol show node {node}` gives no NodeAddr: {out:?}"))
+}
+
+/// One node of the allocation, reached with `srun`.
+#[derive(Debug)]
+pub struct Slurm {
+    /// The host as the spec gives it.
+    pub spec: HostSpec,
+    /// The allocation's job id.
+    job_id: String,
+    /// The node's name.
+    node: String,
+}
+
+impl Slurm {
+    /// A handle on the node `spec` names (read by [`parse_url`], inside the allocation).
+    pub fn new(spec: HostSpec) -> Slurm {
+        let job_id = std::env::var("SLURM_JOB_ID")
+            .or_else(|_| std::env::var("SLURM_JOBID"))
+            .unwrap_or_default();
+        let node = spec.node.clone().unwrap_or_else(|| spec.address.clone());
+        Slurm { spec, job_id, node }
+    }
+
+    /// The name every step of this stairbench process carries.
+    pub fn step_name() -> String {
+        format!("stairbench-{}", std::process::id())
+    }
+
+    /// `srun` with the options of every step: one task on this node, sharing the allocation's
+    /// resources with the other steps, no binding of Slurm's own.
+    pub fn srun(&self) -> Command {
+        let mut cmd = Command::new("srun");
+        cmd.arg(format!("--jobid={}", self.job_id))
+            .arg(format!("--nodelist={}", self.node))
+            .args(["--nodes=1", "--ntasks=1", "--overlap"])
+            .arg(format!("--job-name={}", Slurm::step_name()))
+            .arg("--quiet");
+        if binds_tasks() {
+            cmd.arg("--cpu-bind=none");
+        }
+        cmd
+    }
+
+    /// `srun ... sh -c LINE`.
+    fn step(&self, line: &str) -> Command {
+        let mut cmd = self.srun();
+        cmd.args(["sh", "-c", line]);
+        cmd
+    }
+
+    /// Runs `line` as a step to its end within `limit`; srun's own failures (no step, node
+    /// lost) become `Unreachable`, the command's failure `Command`.
+    fn step_output(&self, line: &str, what: &str, limit: Duration) -> Result<Output, RemoteError> {
+        let mut cmd = self.step(line);
+        let out = output_within(&mut cmd, limit).map_err(|error| RemoteError::Spawn {
+            program: "srun".into(),
+            error,
+        })?;
+        let Some(out) = out else {
+            return Err(self.unreachable(&format!(
+                "srun running `{what}` did not end within {} s",
+                limit.as_secs()
+            )));
+        };
+        let (srun_words, stderr) = split_srun_words(&String::from_utf8_lossy(&out.stderr));
+        if !out.status.success() && !srun_words.is_empty() && !task_ended(&srun_words) {
+            return Err(self.unreachable(&srun_words.join("; ")));
+        }
+        Ok(Output {
+            stderr: stderr.into_bytes(),
+            ..out
+        })
+    }
+
+    /// `--version` and `cksum` of the binary at `path` on the node (relative: under the
+    /// working directory), `None` when it is missing or broken.
+    fn fingerprint_at(&self, path: &str) -> Result<Option<String>, RemoteError> {
+        let line = sh_c("\"$1\" --version && cksum < \"$1\"", &[path]);
+        match self.run(&line) {
+            Ok(out) => Ok(Some(out.stdout.trim().to_owned())),
+            Err(RemoteError::Command { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Broadcasts `local_bin` to every node of the allocation (once per file and process:
+    /// `sbcast` reaches all the allocation's nodes at once) and returns where it landed.
+    fn broadcast(&self, local_bin: &Path) -> Result<String, RemoteError> {
+        static DONE: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
+        let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, dest)) = done.iter().find(|(p, _)| p == local_bin) {
+            return Ok(dest.clone());
+        }
+        let dest = format!("/tmp/stairbench-{}-{}.bin", self.job_id, std::process::id());
+        let mut cmd = Command::new("sbcast");
+        cmd.arg(format!("--jobid={}", self.job_id))
+            .args(["--force", "--preserve"])
+            .arg(local_bin)
+            .arg(&dest);
+        let out =
+            output_within(&mut cmd, BROADCAST_TIMEOUT).map_err(|error| RemoteError::Spawn {
+                program: "sbcast".into(),
+                error,
+            })?;
+        match out {
+            Some(out) if out.status.success() => {
+                done.push((local_bin.to_path_buf(), dest.clone()));
+                Ok(dest)
+            }
+            Some(out) => Err(RemoteError::Copy {
+                host: self.spec.name.clone(),
+                what: format!("broadcasting {} with sbcast", local_bin.display()),
+                detail: String::from_utf8_lossy(&out.stderr).trim().into(),
+            }),
+            None => Err(RemoteError::Copy {
+                host: self.spec.name.clone(),
+                what: format!("broadcasting {} with sbcast", local_bin.display()),
+                detail: format!("not done within {} s", BROADCAST_TIMEOUT.as_secs()),
+            }),
+        }
+    }
+}
+
+impl Engine for Slurm {
+    fn spec(&self) -> &HostSpec {
+        &self.spec
+    }
+
+    fn run(&self, command: &str) -> Result<RemoteOutput, RemoteError> {
+        let out = self.step_output(&self.in_workdir(command), command, RUN_TIMEOUT)?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        match out.status.code() {
+            Some(0) => Ok(RemoteOutput { stdout, stderr }),
+            code => Err(RemoteError::Command {
+                host: self.spec.name.clone(),
+                command: command.into(),
+                code,
+                stderr: stderr.trim().into(),
+            }),
+        }
+    }
+
+    fn open(&self, line: &str, stderr: Stdio) -> Result<Child, RemoteError> {
+        self.step(line)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|error| RemoteError::Spawn {
+                program: "srun".into(),
+                error,
+            })
+    }
+
+    /// Nothing when the same binary is in the working directory, or visible on the node at
+    /// its path here (a shared filesystem: linked into the working directory); else
+    /// broadcast with `sbcast` and moved into the working directory.
+    fn put(&self, local_bin: &Path) -> Result<CopyOutcome, RemoteError> {
+        let local = super::ssh::local_fingerprint(local_bin)?;
+        if self.fingerprint_at(&format!("./{REMOTE_BIN}"))? == Some(local.clone()) {
+            return Ok(CopyOutcome::AlreadyPresent);
+        }
+        let here = local_bin.to_string_lossy();
+        if self.fingerprint_at(&here)? == Some(local) {
+            // Through a name of this node's own: on a shared home, other nodes link too.
+            let script =
+                "t=\"$2.link.$(hostname).$$\" && ln -s -- \"$1\" \"$t\" && mv -f -- \"$t\" \"$2\"";
+            self.run(&sh_c(script, &[&here, REMOTE_BIN]))?;
+            return Ok(CopyOutcome::AlreadyPresent);
+        }
+        let landed = self.broadcast(local_bin)?;
+        let tmp = format!("{REMOTE_BIN}.part.{}", std::process::id());
+        self.run(&sh_c(
+            "cp -- \"$1\" \"$2\" && chmod +x \"$2\" && mv -f -- \"$2\" \"$3\"",
+            &[&landed, &tmp, REMOTE_BIN],
+        ))?;
+        Ok(CopyOutcome::Copied)
+    }
+
+    fn fetch(&self, names: &[&str]) -> Result<Vec<Vec<u8>>, RemoteError> {
+        let what = format!("reading {}", names.join(", "));
+        let line = self.in_workdir(&take_files_line(names));
+        let out = self.step_output(&line, &what, RUN_TIMEOUT)?;
+        if !out.status.success() {
+            return Err(RemoteError::Command {
+                host: self.spec.name.clone(),
+                command: what,
+                code: out.status.code(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().into(),
+            });
+        }
+        split_sized(&out.stdout, names.len()).ok_or_else(|| RemoteError::Protocol {
+            host: self.spec.name.clone(),
+            what,
+            detail: format!(
+                "{} bytes that are not {} sized files",
+                out.stdout.len(),
+                names.len()
+            ),
+        })
+    }
+
+    fn unreachable(&self, words: &str) -> RemoteError {
+        let words = words.trim();
+        RemoteError::Unreachable {
+            host: self.spec.name.clone(),
+            url: self.url(),
+            detail: if words.is_empty() {
+                "srun ended without a word".into()
+            } else {
+                words.into()
+            },
+        }
+    }
+
+    /// A channel that ended without the command's exit line: srun's own status (1 when it
+    /// could not create or keep the step).
+    fn is_unreachable(&self, code: Option<i32>) -> bool {
+        // 97: the wrapper's own "cannot enter the working directory", a command failure.
+        !matches!(code, Some(0) | Some(97))
+    }
+}
+
+/// Whether the cluster's task plugin binds tasks to CPUs (anything but `task/none`): then
+/// steps ask for no binding; without one srun would only warn that it has none. Asked once.
+fn binds_tasks() -> bool {
+    static BINDS: OnceLock<bool> = OnceLock::new();
+    *BINDS.get_or_init(|| {
+        let config = control(Command::new("scontrol").args(["show", "config"])).unwrap_or_default();
+        config
+            .lines()
+            .find_map(|l| l.split_once('=').filter(|(k, _)| k.trim() == "TaskPlugin"))
+            .is_none_or(|(_, v)| v.trim() != "task/none")
+    })
+}
+
+/// srun's own lines of `stderr` (`srun: ...`), and the rest (the command's).
+fn split_srun_words(stderr: &str) -> (Vec<String>, String) {
+    let mut srun = Vec::new();
+    let mut rest = String::new();
+    for line in stderr.split_inclusive('\n') {
+        match line.strip_prefix("srun: ") {
+            Some(words) => srun.push(words.trim().to_owned()),
+            None => rest.push_str(line),
+        }
+    }
+    (srun, rest)
+}
+
+/// Whether srun's words only report how the task ended (`h2: task 0: Exited with exit code
+/// 3`, `... task 0: Killed`): the command failed, Slurm did not.
+fn task_ended(words: &[String]) -> bool {
+    words.iter().all(|w| w.contains(": task "))
+}
+
+/// Runs `program` (`scontrol`, `squeue`, `scancel`) within `CONTROL_TIMEOUT`; its stdout, or
+/// its stderr as the error.
+fn control(cmd: &mut Command) -> Result<String, String> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    match output_within(cmd, CONTROL_TIMEOUT) {
+        Err(e) => Err(format!(
+            "cannot run {program}: {e} (install Slurm's client commands: apt-get install slurm-client)"
+        )),
+        Ok(None) => Err(format!(
+            "{program} did not answer within {} s (is slurmctld up?)",
+            CONTROL_TIMEOUT.as_secs()
+        )),
+        Ok(Some(out)) if out.status.success() => {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Ok(Some(out)) => Err(format!(
+            "{program} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
+
+/// Runs `cmd` (stdin closed) to its end, or kills it after `limit` (`None`).
+pub fn output_within(cmd: &mut Command, limit: Duration) -> std::io::Result<Option<Output>> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let readers = [
+        read_all(
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ),
+        read_all(
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ),
+    ];
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let [stdout, stderr] = readers.map(|r| r.join().unwrap_or_default());
+    Ok(status.map(|status| Output {
+        status,
+        stdout,
+        stderr,
+    }))
+}
+
+fn read_all(stream: Option<Box<dyn Read + Send>>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut s) = stream {
+            let _ = s.read_to_end(&mut bytes);
+        }
+        bytes
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocation() -> Allocation {
+        Allocation {
+            job_id: "42".into(),
+            nodes: vec!["n1".into(), "n2".into(), "n3".into()],
+        }
+    }
+
+    #[test]
+    fn nodes_by_index_and_by_name() {
+        let a = allocation();
+        assert_eq!(a.node("+0").unwrap(), "n1");
+        assert_eq!(a.node("+2").unwrap(), "n3");
+        assert_eq!(a.node("n2").unwrap(), "n2");
+        let e = a.node("+3").unwrap_err();
+        assert!(
+            e.contains("has 3 node(s) (n1, n2, n3)") && e.contains("+3"),
+            "{e}"
+        );
+        let e = a.node("+x").unwrap_err();
+        assert!(e.contains("not a node index"), "{e}");
+        let e = a.node("n9").unwrap_err();
+        assert!(e.contains("\"n9\" is not in allocation 42"), "{e}");
+    }
+
+    #[test]
+    fn srun_s_own_words_are_told_from_the_command_s() {
+        let stderr = "bad option\n\
+                      srun: error: h2: task 0: Exited with exit code 3\n";
+        let (srun, rest) = split_srun_words(stderr);
+        assert_eq!(srun, ["error: h2: task 0: Exited with exit code 3"]);
+        assert_eq!(rest, "bad option\n");
+        assert!(task_ended(&srun));
+        let (srun, _) = split_srun_words(
+            "srun: error: Task launch for StepId=5.4 failed on node h3: Communication connection failure\n\
+             srun: error: Application launch failed: Communication connection failure\n",
+        );
+        assert!(!task_ended(&srun), "{srun:?}");
+    }
+
+    #[test]
+    fn bounded_output_kills_what_overruns() {
+        let started = Instant::now();
+        let out = output_within(
+            Command::new("sh").args(["-c", "echo hi; exec sleep 5"]),
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        assert!(out.is_none());
+        assert!(started.elapsed() < Duration::from_secs(3));
+        let out = output_within(
+            Command::new("sh").args(["-c", "echo hi"]),
+            Duration::from_secs(5),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(out.stdout, b"hi\n");
+    }
+}

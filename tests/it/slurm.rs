@@ -1,0 +1,408 @@
+//! Runs on a real Slurm cluster: Debian's slurmctld, slurmd and munge started by the test on
+//! network-namespace hosts (tests/it/slurm_lab.rs). Skipped with a reason when not root or
+//! without the packages (fails in CI). The nodes share this machine's CPUs and clock: these
+//! tests check correctness, not speed.
+
+use crate::common;
+use crate::netns::describe;
+use crate::slurm_lab::{with_slurm, SlurmLab};
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A `[hosts]` entry for the allocation's node `+index`, its working directory in the shared
+/// part of the cluster's filesystem.
+fn slurm_entry(cluster: &SlurmLab, name: &str, index: usize) -> String {
+    format!(
+        "{name} = {{ url = \"slurm://+{index}\", workdir = \"{}\" }}\n",
+        cluster.dir.join(format!("work-{name}")).display()
+    )
+}
+
+/// What `stairbench run` inside `salloc -N NODES` gave: its output, and the steps of the
+/// allocation still there once it had ended (its own are named `stairbench-PID`).
+struct AllocatedRun {
+    /// salloc's (and so stairbench's) status and output.
+    out: Output,
+    /// The run directory.
+    dir: PathBuf,
+    /// `JOB.STEP NAME NODE` of each stairbench step left in the allocation after the run.
+    steps_left: Vec<String>,
+}
+
+/// Starts `bin run SPEC` inside a new allocation of `nodes` nodes (salloc with `salloc_args`,
+/// bounded: 300 s); once it ends, the allocation's stairbench steps still there are listed
+/// (waiting up to 10 s for ending ones to go). Finish with [`finish`].
+fn spawn_in_allocation(
+    cluster: &SlurmLab,
+    bin: &Path,
+    nodes: usize,
+    salloc_args: &[&str],
+    text: &str,
+) -> (Child, PathBuf) {
+    let spec = cluster.dir.join("spec.toml");
+    std::fs::write(&spec, text).unwrap();
+    let dir = cluster.dir.join("run");
+    let script = r#""$0" run "$1" --out "$2"; rc=$?
+i=0
+while [ $i -lt 50 ]; do
+  left=$(squeue --steps --noheader --jobs "$SLURM_JOB_ID" --format '%i %j %N' | grep ' stairbench-')
+  [ -z "$left" ] && break
+  sleep 0.2; i=$((i + 1))
+done
+printf 'steps-left: %s\n' "$left" | tr '\n' ' '; echo
+exit $rc"#;
+    let child = cluster
+        .command("timeout")
+        .args([
+            "-s",
+            "KILL",
+            "300",
+            "salloc",
+            "--quiet",
+            "-N",
+            &nodes.to_string(),
+        ])
+        .args(salloc_args)
+        .args(["sh", "-c", script])
+        .arg(bin)
+        .arg(&spec)
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (child, dir)
+}
+
+/// Waits for a run [`spawn_in_allocation`] started.
+fn finish(child: Child, dir: PathBuf) -> AllocatedRun {
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let steps_left = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("steps-left:"))
+        .unwrap_or("(no steps-left line: the run did not end)")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .chunks(3)
+        .map(|c| c.join(" "))
+        .collect();
+    AllocatedRun {
+        out,
+        dir,
+        steps_left,
+    }
+}
+
+/// [`spawn_in_allocation`] and [`finish`].
+fn run_in_allocation(cluster: &SlurmLab, bin: &Path, nodes: usize, text: &str) -> AllocatedRun {
+    let (child, dir) = spawn_in_allocation(cluster, bin, nodes, &[], text);
+    finish(child, dir)
+}
+
+/// The stairbench processes left in node `i`'s namespace.
+fn stairbench_on(cluster: &SlurmLab, i: usize) -> Vec<String> {
+    crate::netns::ns_pids(&cluster.lab.hosts[i].ns)
+        .into_iter()
+        .map(describe)
+        .filter(|d| d.contains("stairbench") && !d.contains("slurm"))
+        .collect()
+}
+
+/// A copy of the stairbench binary in this machine's own /tmp, which no node sees: run from
+/// there, stairbench must bring itself to the nodes (sbcast).
+fn private_copy() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("stairbench");
+    std::fs::copy(common::stairbench_bin(), &bin).unwrap();
+    (dir, bin)
+}
+
+#[test]
+fn the_lab_cluster_runs_a_step_on_each_of_its_three_nodes() {
+    with_slurm(3, |cluster| {
+        let out = cluster.run(
+            Duration::from_secs(30),
+            "srun",
+            &["-N", "3", "-n", "3", "--label", "hostname"],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "srun: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            cluster.logs()
+        );
+        let mut names: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.split_once(": "))
+            .map(|(_, name)| name.trim())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, ["h1", "h2", "h3"], "{stdout}");
+    });
+}
+
+/// As on a real cluster: each node has its own /tmp, and shares the rest (here /var/tmp, where
+/// the cluster's files are).
+#[test]
+fn the_lab_nodes_have_their_own_tmp_and_share_the_rest() {
+    with_slurm(3, |cluster| {
+        let here = tempfile::tempdir().unwrap();
+        let private = here.path().join("mine");
+        let shared = cluster.dir.join("shared");
+        std::fs::write(&private, "x").unwrap();
+        std::fs::write(&shared, "x").unwrap();
+        let script = format!(
+            "test -e {} && echo private-seen; test -e {} && echo shared-seen; true",
+            private.display(),
+            shared.display()
+        );
+        let out = cluster.run(
+            Duration::from_secs(30),
+            "srun",
+            &["-N", "3", "-n", "3", "sh", "-c", &script],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout.matches("shared-seen").count(), 3, "{stdout}");
+        assert_eq!(stdout.matches("private-seen").count(), 0, "{stdout}");
+    });
+}
+
+/// The two-host example on Slurm hosts: the server on the allocation's first node, a client
+/// group on each of the two others; the same figures as over ssh (tests/it/hosts.rs): exact
+/// merges, window overlap of at least 95 %, the binary broadcast to nodes that could not see
+/// it, and nothing of the run left in the allocation or on the nodes.
+#[test]
+fn the_two_host_example_runs_on_slurm_nodes_and_leaves_no_step() {
+    with_slurm(3, |cluster| {
+        let text = format!(
+            "name = \"slurm-two-nodes\"\nduration = \"2s\"\nwarmup = \"1s\"\nclients = [2]\n\
+             placements = [\"shared\"]\n[hosts]\n{}{}{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n\
+             [[client.groups]]\nhost = \"c1\"\n[[client.groups]]\nhost = \"c2\"\n",
+            slurm_entry(cluster, "srv", 0),
+            slurm_entry(cluster, "c1", 1),
+            slurm_entry(cluster, "c2", 2),
+        );
+        let (_keep, bin) = private_copy();
+        let started = Instant::now();
+        let run = run_in_allocation(cluster, &bin, 3, &text);
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
+        assert!(run.out.status.success(), "{stderr}\n{}", cluster.logs());
+        eprintln!(
+            "figures: the run inside salloc took {:.2} s",
+            took.as_secs_f64()
+        );
+        let steps = common::steps_json(&run.dir);
+        assert_eq!(steps.len(), 1);
+        let step = &steps[0];
+        assert_eq!(step["status"], "ok", "{step}");
+        let per_host = step["per_host"].as_array().expect("per_host");
+        let hosts: Vec<&str> = per_host
+            .iter()
+            .map(|p| p["host"].as_str().unwrap())
+            .collect();
+        assert_eq!(hosts, ["c1", "c2"]);
+        let sum = |k: &str| per_host.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
+        assert!(sum("requests") > 0, "{step}");
+        for k in ["requests", "sent", "connections"] {
+            assert_eq!(step[k].as_u64().unwrap(), sum(k), "{k}: {step}");
+        }
+        let p = |v: &Value, k: &str| v["latency_us"][k].as_f64().unwrap();
+        let (lo, hi) = (p(&per_host[0], "p50"), p(&per_host[1], "p50"));
+        let p50 = p(step, "p50");
+        assert!(
+            p50 >= lo.min(hi) && p50 <= lo.max(hi),
+            "{p50} not in [{lo}, {hi}]"
+        );
+        assert_eq!(
+            p(step, "max"),
+            p(&per_host[0], "max").max(p(&per_host[1], "max"))
+        );
+        let overlap = step["window_overlap"].as_f64().unwrap();
+        eprintln!("figures: slurm window overlap {overlap}");
+        assert!(overlap >= 0.95, "{step}");
+        assert_eq!(step["server"]["host"], "srv", "{step}");
+        let window_s = step["server"]["window_s"].as_f64().unwrap();
+        assert!((1.8..2.4).contains(&window_s), "{window_s}");
+        let env: Value = serde_json::from_str(
+            &std::fs::read_to_string(run.dir.join("environment.json")).unwrap(),
+        )
+        .unwrap();
+        for (h, node) in [("srv", "h1"), ("c1", "h2"), ("c2", "h3")] {
+            let host = &env["hosts"][h];
+            eprintln!(
+                "figures: {h} on {node}: clock offset {}",
+                host["clock_offset"]
+            );
+            assert_eq!(host["hostname"], node, "{host}");
+            assert_eq!(host["binary"], "copied", "{host}");
+            assert!(host["clock_offset"]["offset_ns"].is_i64(), "{host}");
+        }
+        assert!(
+            run.steps_left.is_empty(),
+            "steps left: {:?}",
+            run.steps_left
+        );
+        for i in 0..3 {
+            let left = stairbench_on(cluster, i);
+            assert!(left.is_empty(), "left on h{}: {left:?}", i + 1);
+        }
+    });
+}
+
+/// Outside an allocation, a Slurm host is refused at its `[hosts]` key with what to run.
+#[test]
+fn a_slurm_host_outside_an_allocation_is_refused_at_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.toml");
+    std::fs::write(
+        &spec,
+        "name = \"x\"\nduration = \"1s\"\nclients = [1]\n[hosts]\nsrv = \"slurm://+0\"\n\
+         [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
+    )
+    .unwrap();
+    let mut cmd = common::cli_cmd();
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("SLURM_") {
+            cmd.env_remove(key);
+        }
+    }
+    let out = cmd
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(dir.path().join("run"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("hosts.srv") || stderr.contains("host \"srv\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not inside a Slurm allocation"), "{stderr}");
+    assert!(stderr.contains("salloc -N 2 stairbench run"), "{stderr}");
+    assert!(!dir.path().join("run").join("steps.jsonl").exists());
+}
+
+/// A node lost mid-step (its slurmd, slurmstepd and tasks killed): a step fails with Slurm's
+/// reason once Slurm declares the node down (that step, or the next when the window ended
+/// first), the node is tried once more and then marked down; nothing hangs and no step is left
+/// but the lost node's. The allocation is made with `--no-kill`, so Slurm keeps it when it
+/// declares the node down.
+#[test]
+fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
+    with_slurm(2, |cluster| {
+        let text = format!(
+            "name = \"lost\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 3, 4, 5]\n\
+             placements = [\"shared\"]\n[hosts]\n{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
+            slurm_entry(cluster, "srv", 0),
+        );
+        let started = Instant::now();
+        let (child, dir) =
+            spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &["--no-kill"], &text);
+        let steps_file = dir.join("steps.jsonl");
+        let lines = || std::fs::read_to_string(&steps_file).map_or(0, |s| s.lines().count());
+        while lines() < 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "no first step"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Into the second step's window, then h1's slurmd dies.
+        std::thread::sleep(Duration::from_millis(700));
+        cluster.lose_node(0);
+        let killed = Instant::now();
+        // When each step's line was written: step k's time is from line k to line k + 1.
+        let mut written = vec![Instant::now(); 1];
+        while written.len() < 5 && started.elapsed() < Duration::from_secs(120) {
+            if lines() > written.len() {
+                written.push(Instant::now());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let run = finish(child, dir);
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
+        assert_eq!(run.out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&run.dir);
+        let status: Vec<&str> = steps
+            .iter()
+            .map(|s| s["status"].as_str().unwrap())
+            .collect();
+        let reason = |k: usize| steps[k]["reason"].as_str().unwrap_or("").to_string();
+        eprintln!(
+            "figures: statuses {status:?}, run {:.1} s, {:.1} s after the kill",
+            took.as_secs_f64(),
+            killed.elapsed().as_secs_f64()
+        );
+        for (k, s) in steps.iter().enumerate() {
+            eprintln!("figures: step {k}: {} {}", s["status"], reason(k));
+        }
+        // Lost mid-step: Slurm's reason; tried once more: no step can be made there; then
+        // down at once.
+        let all_reasons: Vec<String> = (0..steps.len()).map(reason).collect();
+        assert_eq!(status.len(), 5, "{all_reasons:#?}");
+        assert_eq!(status[0], "ok", "{all_reasons:#?}");
+        // The step the node is lost in fails, or (when its window ends before Slurm declares
+        // the node down) ends with the clients' errors and the next one fails: with Slurm's
+        // reason, said once. Then no step can be made there; then the host is down.
+        assert!(
+            status[1..].iter().all(|s| *s == "failed" || *s == "errors"),
+            "{status:?}"
+        );
+        let k = (1..5)
+            .find(|&k| reason(k).contains("srun: error: Node failure on h1"))
+            .unwrap_or_else(|| panic!("no step says Slurm's reason: {all_reasons:#?}"));
+        assert!(k <= 2, "{all_reasons:#?}");
+        assert!(reason(k).contains("host srv"), "{}", reason(k));
+        assert_eq!(
+            reason(k).matches("Node failure").count(),
+            1,
+            "{}",
+            reason(k)
+        );
+        assert!(
+            reason(k + 1).contains("(slurm://h1) cannot be reached through Slurm"),
+            "{all_reasons:#?}"
+        );
+        for j in k + 2..5 {
+            assert!(
+                reason(j).contains("\"srv\" was marked down after failing 2 steps in a row"),
+                "{all_reasons:#?}"
+            );
+        }
+        assert_eq!(written.len(), 5);
+        let noticed = written[k] - killed;
+        eprintln!(
+            "figures: the step saying the node was lost ended {:.2} s after the loss",
+            noticed.as_secs_f64()
+        );
+        assert!(noticed < Duration::from_secs(20), "{noticed:?}");
+        // Slurm keeps the lost node's steps (ending, never ended) until the node returns or
+        // the allocation ends; none is left on the node that lives.
+        let elsewhere: Vec<&String> = run
+            .steps_left
+            .iter()
+            .filter(|s| !s.ends_with(" h1"))
+            .collect();
+        assert!(elsewhere.is_empty(), "steps left: {:?}", run.steps_left);
+        eprintln!("figures: steps left on the lost node: {:?}", run.steps_left);
+        assert!(took < Duration::from_secs(90), "{took:?}");
+    });
+}
