@@ -653,7 +653,7 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
         // (a pgbench script) can sit beside the spec.
         let spec_dir = spec_dir(spec).display().to_string();
         return Ok(ClientPlan::Command {
-            template: super::driver::fill(template, &[("spec_dir", spec_dir)]),
+            template: crate::fleet::driver::fill(template, &[("spec_dir", spec_dir)]),
             parser,
             options: c.parser_options.clone().unwrap_or_default(),
         });
