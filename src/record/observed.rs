@@ -138,13 +138,13 @@ pub struct CpuUsPerReq {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::machine::threads::{BusiestThread, ThreadGroup};
     use serde_json::Value;
 
     /// Every field set, so that every key the types write is serialised.
-    fn full() -> (Observation, PerRequest) {
+    pub(crate) fn full() -> (Observation, PerRequest) {
         let tree = TreeUsage {
             pid: 1,
             processes: 2,
@@ -265,26 +265,5 @@ mod tests {
                 "{k}: a per-request figure steps.schema.json lacks"
             );
         }
-    }
-
-    /// What is written reads back into the same types, and a step's typed readers see it.
-    #[test]
-    fn a_steps_figures_read_back_typed() {
-        let (obs, per) = full();
-        let mut step = crate::record::steps::StepResult::empty("s".into(), "t", "p", 1, 0);
-        step.server = serde_json::to_value(&obs).unwrap();
-        if let Value::Object(m) = serde_json::to_value(&per).unwrap() {
-            step.derived.extend(m);
-        }
-        step.derived
-            .insert("tool".into(), serde_json::json!({"name": "wrk"}));
-        let back = crate::record::steps::StepResult::from_json(&step.to_json()).unwrap();
-        assert_eq!(back.observation(), Some(obs));
-        assert_eq!(back.per_request(), per);
-        // A host that did not answer: no figures, not a half-read one.
-        step.server = serde_json::json!({"host": "b", "notes": ["unreachable"]});
-        assert_eq!(step.observation().map(|o| o.server), Some(None));
-        step.server = Value::Null;
-        assert_eq!(step.observation(), None);
     }
 }

@@ -496,4 +496,25 @@ mod tests {
         let err = read_steps(&path).unwrap_err();
         assert!(err.starts_with(&format!("{}:1: ", path.display())), "{err}");
     }
+
+    /// What is written reads back into the same types, and a step's typed readers see it.
+    #[test]
+    fn a_steps_figures_read_back_typed() {
+        let (obs, per) = crate::record::observed::tests::full();
+        let mut step = StepResult::empty("s".into(), "t", "p", 1, 0);
+        step.server = serde_json::to_value(&obs).unwrap();
+        if let serde_json::Value::Object(m) = serde_json::to_value(&per).unwrap() {
+            step.derived.extend(m);
+        }
+        step.derived
+            .insert("tool".into(), serde_json::json!({"name": "wrk"}));
+        let back = StepResult::from_json(&step.to_json()).unwrap();
+        assert_eq!(back.observation(), Some(obs));
+        assert_eq!(back.per_request(), per);
+        // A host that did not answer: no figures, not a half-read one.
+        step.server = serde_json::json!({"host": "b", "notes": ["unreachable"]});
+        assert_eq!(step.observation().map(|o| o.server), Some(None));
+        step.server = serde_json::Value::Null;
+        assert_eq!(step.observation(), None);
+    }
 }
