@@ -318,7 +318,9 @@ mod tests {
             for rep in 0..5 {
                 let mut s = StepResult::empty(format!("s{clients}.{rep}"), "t", "p", clients, rep);
                 s.status = StepStatus::Ok;
-                s.server = json!({"threads": {"groups": [{"name": "w", "cpu_pct": 50.0}]}});
+                s.server = json!({"threads": {"groups": [{"name": "w", "threads": 1,
+                    "cpu_pct": 50.0, "max_thread_cpu_pct": 50.0, "run_delay_pct": null,
+                    "voluntary_cs": 0, "involuntary_cs": 0}]}});
                 steps.push(s);
             }
         }

@@ -362,8 +362,10 @@ fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
         // The step the node is lost in fails, or (when its window ends before Slurm declares
         // the node down) ends with the clients' errors and the next one fails: with Slurm's
         // reason, said once. Then no step can be made there; then the host is down.
+        // On a loaded machine the kill can land after the second step's load ended: that step
+        // is then ok, and the third is the one that fails with Slurm's reason.
         assert!(
-            status[1..].iter().all(|s| *s == "failed" || *s == "errors"),
+            status[2..].iter().all(|s| *s == "failed" || *s == "errors"),
             "{status:?}"
         );
         let k = (1..5)

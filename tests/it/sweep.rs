@@ -114,6 +114,24 @@ fn every_example_spec_plans_and_dry_runs() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
             let text = std::fs::read_to_string(&path).unwrap();
+            if text.contains("\"slurm://") {
+                // Planned only inside an allocation (tests/it/slurm.rs runs it in one); outside,
+                // the spec reads up to its hosts, which say what to run.
+                let out = common::cli_cmd()
+                    .args(["run", "--dry-run"])
+                    .arg(&path)
+                    .env_remove("SLURM_JOB_ID")
+                    .output()
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(out.status.code(), Some(2), "{}: {stderr}", path.display());
+                assert!(
+                    stderr.contains("not inside a Slurm allocation")
+                        && stderr.contains("salloc -N"),
+                    "{stderr}"
+                );
+                continue;
+            }
             let p = plan_at(&path, &text);
             assert!(p.max_steps() > 0, "{}", path.display());
             assert!(
@@ -1197,8 +1215,12 @@ fn every_example_runs_from_the_repository_root_with_a_short_duration() {
         let path = entry.unwrap().path();
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
         // Other hosts are not here: two-hosts.toml is dry-run in every_example_spec_plans,
-        // kvd-two-hosts.toml runs on namespace hosts in kvd_hosts.
-        if path.extension().is_none_or(|e| e != "toml") || name.ends_with("two-hosts") {
+        // kvd-two-hosts.toml runs on namespace hosts in kvd_hosts, slurm-two-nodes.toml's
+        // spec runs in a Slurm allocation in slurm.rs.
+        if path.extension().is_none_or(|e| e != "toml")
+            || name.ends_with("two-hosts")
+            || name.contains("slurm")
+        {
             continue;
         }
         // wrk takes whole seconds only.
