@@ -228,6 +228,24 @@ pub fn settle_plan(shape: DemoShape) -> String {
     )
 }
 
+/// Runs a step of the full demo takes under `auto` repetitions when its CPUs are idle: the
+/// least `auto` runs, as the throughput settles at once (measured: 24 runs over 12 steps, with
+/// the CPUs 0% busy before the first step).
+pub const AUTO_RUNS_IDLE: f64 = 2.0;
+/// The same when other work keeps its CPUs busy (measured: 51 runs over 12 steps, 4.25 each,
+/// with them 100% busy).
+pub const AUTO_RUNS_BUSY: f64 = 4.0;
+
+/// The time model's guess of a step's `auto` runs from the CPUs' busy % before the first step
+/// (the settle sample), so that the dry run's estimate and the first ETA follow the machine.
+pub fn expected_auto_runs(busy_pct: f64) -> f64 {
+    if busy_pct < SETTLED_BUSY_PCT {
+        AUTO_RUNS_IDLE
+    } else {
+        AUTO_RUNS_BUSY
+    }
+}
+
 /// Waits, at most `limit`, until `cpus` are less than [`SETTLED_BUSY_PCT`] busy over half a
 /// second (a build that just ended leaves the 1-min load average high for a minute, /proc/stat
 /// shows the CPUs free at once).
@@ -292,6 +310,14 @@ pub fn verdict(analysis: Option<&RunAnalysis>, loaded: bool) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn auto_runs_follow_how_busy_the_cpus_were_before_the_first_step() {
+        // The full demo on 2 CPUs: 24 runs over 12 steps idle, 51 at 100% busy.
+        assert_eq!(super::expected_auto_runs(0.0), 2.0);
+        assert_eq!(super::expected_auto_runs(29.0), 2.0);
+        assert_eq!(super::expected_auto_runs(100.0), 4.0);
+    }
+
     use super::*;
 
     fn shape(quick: bool, cpus: usize) -> DemoShape {

@@ -126,13 +126,17 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         cpus: cpus.len(),
     };
     let spec = SpecFile::parse(Path::new("demo.toml"), &demo::spec(shape))?;
-    let plan = Plan::new(spec, stairbench_bin()?)?;
+    let mut plan = Plan::new(spec, stairbench_bin()?)?;
     let mut notes = Vec::new();
     if !shape.separable() {
         notes.push(demo::unseparable_note(cpus.len()));
         println!("{}", notes[0]);
     }
     if args.dry_run {
+        // One settle sample, as the run takes before its first step: how busy the CPUs are
+        // decides how many repetitions `auto` will need.
+        let now = demo::settle(&cpus, std::time::Duration::ZERO);
+        plan.auto_runs = demo::expected_auto_runs(now.busy_pct);
         let code = execute(&plan, &Destination::default(), true, &Outputs::default())?;
         println!("{}", demo::settle_plan(shape));
         return Ok(code);
@@ -147,6 +151,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     };
     check_out(&dest).or_usage()?;
     let settled = demo::settle(&cpus, shape.settle_limit());
+    plan.auto_runs = demo::expected_auto_runs(settled.busy_pct);
     println!("{}", settled.note(&cpus));
     notes.push(settled.note(&cpus));
     dest.notes = notes;

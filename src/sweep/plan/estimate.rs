@@ -38,11 +38,11 @@ impl Plan {
     }
 
     /// Runs a step is expected to take before any has run: its fixed count, or
-    /// [`AUTO_EXPECTED_RUNS`] under `auto`.
+    /// `auto_runs` ([`AUTO_EXPECTED_RUNS`] unless set) under `auto`.
     pub fn expected_runs(&self) -> f64 {
         match self.repetitions {
             Repetitions::Fixed(n) => n as f64,
-            Repetitions::Auto => AUTO_EXPECTED_RUNS.min(self.repetitions.max_runs() as f64),
+            Repetitions::Auto => self.auto_runs.min(self.repetitions.max_runs() as f64),
         }
     }
 

@@ -144,6 +144,9 @@ pub struct Plan {
     pub series: Series,
     /// Runs per point: fixed, or `auto` (until the throughput settles, at most 5).
     pub repetitions: Repetitions,
+    /// Runs a step is expected to take under `repetitions = "auto"` before any has run (the
+    /// time model's guess; the demo sets it from how busy its CPUs are).
+    pub auto_runs: f64,
     /// Measured window of a step.
     pub duration: Duration,
     /// Discarded lead-in of a step.
@@ -211,6 +214,7 @@ impl Plan {
             custom,
             series,
             repetitions: s.repetitions,
+            auto_runs: estimate::AUTO_EXPECTED_RUNS,
             duration: s.duration.0,
             warmup: s.warmup.0,
             cooldown: s.cooldown.0,
