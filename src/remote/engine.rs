@@ -40,6 +40,27 @@ pub struct RemoteOutput {
     pub stderr: String,
 }
 
+impl RemoteOutput {
+    /// A finished command's output, or the error its exit status says (every engine's `run`).
+    pub(super) fn of(
+        host: &str,
+        command: &str,
+        out: &std::process::Output,
+    ) -> Result<RemoteOutput, RemoteError> {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        match out.status.code() {
+            Some(0) => Ok(RemoteOutput { stdout, stderr }),
+            code => Err(RemoteError::Command {
+                host: host.to_string(),
+                command: command.into(),
+                code,
+                stderr: stderr.trim().into(),
+            }),
+        }
+    }
+}
+
 /// Starts stairbench's processes on one host.
 pub trait Engine: Send + Sync + std::fmt::Debug {
     /// The host as the spec gives it (name, address others reach it at, working directory).

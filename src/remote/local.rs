@@ -91,17 +91,7 @@ impl Engine for Local {
                 program: "sh".into(),
                 error,
             })?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        match out.status.code() {
-            Some(0) => Ok(RemoteOutput { stdout, stderr }),
-            code => Err(RemoteError::Command {
-                host: self.spec.name.clone(),
-                command: command.into(),
-                code,
-                stderr: stderr.trim().into(),
-            }),
-        }
+        RemoteOutput::of(&self.spec.name, command, &out)
     }
 
     fn open(&self, line: &str, stderr: Stdio) -> Result<Child, RemoteError> {

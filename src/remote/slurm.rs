@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use super::engine::{CopyOutcome, Engine, RemoteOutput, REMOTE_BIN};
 use super::host::{HostError, HostSpec, DEFAULT_WORKDIR};
 use super::shell::sh_c;
-use super::ssh::{split_sized, take_files_line};
+use super::ssh::{take_files_line, taken_files};
 use super::RemoteError;
 
 /// The URL scheme.
@@ -273,17 +273,7 @@ impl Engine for Slurm {
 
     fn run(&self, command: &str) -> Result<RemoteOutput, RemoteError> {
         let out = self.step_output(&self.in_workdir(command), command, RUN_TIMEOUT)?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        match out.status.code() {
-            Some(0) => Ok(RemoteOutput { stdout, stderr }),
-            code => Err(RemoteError::Command {
-                host: self.spec.name.clone(),
-                command: command.into(),
-                code,
-                stderr: stderr.trim().into(),
-            }),
-        }
+        RemoteOutput::of(&self.spec.name, command, &out)
     }
 
     fn open(&self, line: &str, stderr: Stdio) -> Result<Child, RemoteError> {
@@ -327,23 +317,7 @@ impl Engine for Slurm {
         let what = format!("reading {}", names.join(", "));
         let line = self.in_workdir(&take_files_line(names));
         let out = self.step_output(&line, &what, RUN_TIMEOUT)?;
-        if !out.status.success() {
-            return Err(RemoteError::Command {
-                host: self.spec.name.clone(),
-                command: what,
-                code: out.status.code(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().into(),
-            });
-        }
-        split_sized(&out.stdout, names.len()).ok_or_else(|| RemoteError::Protocol {
-            host: self.spec.name.clone(),
-            what,
-            detail: format!(
-                "{} bytes that are not {} sized files",
-                out.stdout.len(),
-                names.len()
-            ),
-        })
+        taken_files(&self.spec.name, what, &out, names.len())
     }
 
     fn unreachable(&self, words: &str) -> RemoteError {

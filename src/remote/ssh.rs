@@ -43,17 +43,7 @@ impl Remote {
     /// a non-zero exit is an error carrying stderr.
     pub fn run(&self, command: &str) -> Result<RemoteOutput, RemoteError> {
         let out = self.output(&self.in_workdir(command))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        match out.status.code() {
-            Some(0) => Ok(RemoteOutput { stdout, stderr }),
-            code => Err(RemoteError::Command {
-                host: self.spec.name.clone(),
-                command: command.into(),
-                code,
-                stderr: stderr.trim().into(),
-            }),
-        }
+        RemoteOutput::of(&self.spec.name, command, &out)
     }
 
     /// Copies the running executable to the working directory when it is missing there or
@@ -99,23 +89,7 @@ impl Remote {
     pub fn take_files(&self, names: &[&str]) -> Result<Vec<Vec<u8>>, RemoteError> {
         let what = format!("reading {}", names.join(", "));
         let out = self.output(&self.in_workdir(&take_files_line(names)))?;
-        if !out.status.success() {
-            return Err(RemoteError::Command {
-                host: self.spec.name.clone(),
-                command: what,
-                code: out.status.code(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().into(),
-            });
-        }
-        split_sized(&out.stdout, names.len()).ok_or_else(|| RemoteError::Protocol {
-            host: self.spec.name.clone(),
-            what,
-            detail: format!(
-                "{} bytes that are not {} sized files",
-                out.stdout.len(),
-                names.len()
-            ),
-        })
+        taken_files(&self.spec.name, what, &out, names.len())
     }
 
     /// The `ssh` command with every option and the destination, ready for a remote command.
@@ -298,6 +272,29 @@ pub(super) fn take_files_line(names: &[&str]) -> String {
     let script = "for f; do n=$(wc -c < \"$f\") || exit 1; printf '%s\\n' \"$n\"; \
                   cat -- \"$f\" || exit 1; done; rm -f -- \"$@\"";
     sh_c(script, names)
+}
+
+/// The files a [`take_files_line`] command printed, or the error its output says (every
+/// engine's `fetch` ends with this).
+pub(super) fn taken_files(
+    host: &str,
+    what: String,
+    out: &std::process::Output,
+    n: usize,
+) -> Result<Vec<Vec<u8>>, RemoteError> {
+    if !out.status.success() {
+        return Err(RemoteError::Command {
+            host: host.to_string(),
+            command: what,
+            code: out.status.code(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().into(),
+        });
+    }
+    split_sized(&out.stdout, n).ok_or_else(|| RemoteError::Protocol {
+        host: host.to_string(),
+        what,
+        detail: format!("{} bytes that are not {n} sized files", out.stdout.len()),
+    })
 }
 
 /// `n` parts each written as `SIZE\n` followed by SIZE bytes; `None` unless `bytes` is
