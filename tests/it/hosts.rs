@@ -16,6 +16,23 @@ use stairbench::sweep::plan::Plan;
 use stairbench::sweep::spec::SpecFile;
 
 /// A `[hosts]` entry for a lab host.
+/// A step's client groups (`per_host`) are the hosts named, in order, and its requests, sends
+/// and connections are exactly theirs added (Slurm hosts are checked the same way).
+pub(crate) fn assert_counts_merge_exactly<'a>(step: &'a Value, hosts: &[&str]) -> &'a Vec<Value> {
+    let per_host = step["per_host"].as_array().expect("per_host");
+    let named: Vec<&str> = per_host
+        .iter()
+        .map(|p| p["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(named, hosts);
+    let sum = |k: &str| per_host.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
+    assert!(sum("requests") > 0, "{step}");
+    for k in ["requests", "sent", "connections"] {
+        assert_eq!(step[k].as_u64().unwrap(), sum(k), "{k}: {step}");
+    }
+    per_host
+}
+
 fn host_entry(lab: &Lab, name: &str) -> String {
     let spec = &lab.host(name).spec;
     format!(
@@ -79,17 +96,7 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
             serde_json::from_str(include_str!("../../schema/steps.schema.json")).unwrap();
         let problems = crate::schema::validate(&schema, step);
         assert!(problems.is_empty(), "{problems:?}");
-        let per_host = step["per_host"].as_array().expect("per_host");
-        let hosts: Vec<&str> = per_host
-            .iter()
-            .map(|p| p["host"].as_str().unwrap())
-            .collect();
-        assert_eq!(hosts, ["local", "cli"]);
-        let sum = |k: &str| per_host.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
-        assert!(sum("requests") > 0, "{step}");
-        assert_eq!(step["requests"].as_u64().unwrap(), sum("requests"));
-        assert_eq!(step["sent"].as_u64().unwrap(), sum("sent"));
-        assert_eq!(step["connections"].as_u64().unwrap(), sum("connections"));
+        let per_host = assert_counts_merge_exactly(step, &["local", "cli"]);
         // Percentiles come from the added histograms: the merged median lies between the
         // groups' medians, and the max is the larger max.
         let p = |v: &Value, k: &str| v["latency_us"][k].as_f64().unwrap();

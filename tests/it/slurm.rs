@@ -208,17 +208,7 @@ fn the_two_host_example_runs_on_slurm_nodes_and_leaves_no_step() {
         assert_eq!(steps.len(), 1);
         let step = &steps[0];
         assert_eq!(step["status"], "ok", "{step}");
-        let per_host = step["per_host"].as_array().expect("per_host");
-        let hosts: Vec<&str> = per_host
-            .iter()
-            .map(|p| p["host"].as_str().unwrap())
-            .collect();
-        assert_eq!(hosts, ["c1", "c2"]);
-        let sum = |k: &str| per_host.iter().map(|p| p[k].as_u64().unwrap()).sum::<u64>();
-        assert!(sum("requests") > 0, "{step}");
-        for k in ["requests", "sent", "connections"] {
-            assert_eq!(step[k].as_u64().unwrap(), sum(k), "{k}: {step}");
-        }
+        let per_host = crate::hosts::assert_counts_merge_exactly(step, &["c1", "c2"]);
         let p = |v: &Value, k: &str| v["latency_us"][k].as_f64().unwrap();
         let (lo, hi) = (p(&per_host[0], "p50"), p(&per_host[1], "p50"));
         let p50 = p(step, "p50");
