@@ -188,6 +188,7 @@ impl Threads {
         }
         let connect = wait_ready(&self.rx, n);
         let setup_s = setup_started.elapsed().as_secs_f64();
+        let ready_unix_ns = crate::clock::now_ns();
         if let (Ok(_), Some(at)) = (&connect, start_at_unix_ns) {
             if !crate::clock::sleep_until_ns_unless(at, stop) {
                 // No start time: the threads return without a window.
@@ -221,7 +222,7 @@ impl Threads {
             config,
             connect_s / config.connections as f64,
             setup_s,
-            started_unix_ns,
+            (ready_unix_ns, started_unix_ns),
         ))
     }
 }
@@ -531,7 +532,7 @@ impl Merger {
         config: &LoadConfig,
         connect_time_s: f64,
         setup_s: f64,
-        started_unix_ns: i64,
+        (ready_unix_ns, started_unix_ns): (i64, i64),
     ) -> LoadOutcome {
         let mut report = LoadReport {
             schema: SCHEMA_VERSION,
@@ -613,6 +614,7 @@ impl Merger {
         let window_start_ns = started_unix_ns + self.sched.warmup_end_ns as i64;
         LoadOutcome {
             window_unix_ns: (window_start_ns, started_unix_ns + end_ns as i64),
+            ready_unix_ns,
             report,
             hist_ns: self.hist,
         }

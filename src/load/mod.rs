@@ -159,6 +159,9 @@ pub struct LoadOutcome {
     pub hist_ns: hdrhistogram::Histogram<u64>,
     /// The measured window on this host's wall clock, (start, end) in ns since the Unix epoch.
     pub window_unix_ns: (i64, i64),
+    /// When every connection was open and the load ready to start, on this host's wall clock,
+    /// ns since the Unix epoch (with a start time given: when it began waiting for it).
+    pub ready_unix_ns: i64,
 }
 
 pub mod engine;

@@ -27,6 +27,10 @@ enum RawLine {
     Window {
         /// (start, end) of the measured window, ns since the Unix epoch on the host's clock.
         window_unix_ns: (i64, i64),
+        /// When the load was ready to start (connections open), same clock; absent in files
+        /// of earlier versions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ready_unix_ns: Option<i64>,
         /// The window's latencies, ns, V2-deflate serialized, base64.
         hist: String,
     },
@@ -39,6 +43,9 @@ pub struct RawLoad {
     pub lines: Vec<(IntervalLine, Histogram<u64>)>,
     /// The measured window on the writing host's clock, ns since the Unix epoch.
     pub window_unix_ns: (i64, i64),
+    /// When the load was ready to start (connections open), same clock; None in a file that
+    /// does not say.
+    pub ready_unix_ns: Option<i64>,
     /// All latencies of the measured window, ns.
     pub hist_ns: Histogram<u64>,
 }
@@ -68,6 +75,7 @@ impl RawSink {
         }
         let last = RawLine::Window {
             window_unix_ns: outcome.window_unix_ns,
+            ready_unix_ns: Some(outcome.ready_unix_ns),
             hist: encode(&outcome.hist_ns),
         };
         writeln!(out, "{}", serde_json::to_string(&last).unwrap_or_default())
@@ -88,15 +96,17 @@ pub fn read(text: &str) -> Result<RawLoad, String> {
             RawLine::Interval { line, hist } => lines.push((line, decode(&hist).map_err(bad)?)),
             RawLine::Window {
                 window_unix_ns,
+                ready_unix_ns,
                 hist,
-            } => window = Some((window_unix_ns, decode(&hist).map_err(bad)?)),
+            } => window = Some((window_unix_ns, ready_unix_ns, decode(&hist).map_err(bad)?)),
         }
     }
-    let (window_unix_ns, hist_ns) =
+    let (window_unix_ns, ready_unix_ns, hist_ns) =
         window.ok_or("the raw load has no window line: the load did not finish")?;
     Ok(RawLoad {
         lines,
         window_unix_ns,
+        ready_unix_ns,
         hist_ns,
     })
 }
@@ -131,11 +141,13 @@ mod tests {
             report: Default::default(),
             hist_ns: h.clone(),
             window_unix_ns: (10, 20),
+            ready_unix_ns: 5,
         };
         let mut out = Vec::new();
         sink.finish(&outcome, &mut out).unwrap();
         let back = read(&String::from_utf8(out).unwrap()).unwrap();
         assert_eq!(back.window_unix_ns, (10, 20));
+        assert_eq!(back.ready_unix_ns, Some(5));
         assert_eq!(back.hist_ns, h);
         assert_eq!(back.lines.len(), 1);
         assert_eq!(back.lines[0].0, line);

@@ -2,13 +2,14 @@
 //!
 //! A run directory holds `steps.jsonl` ([`steps`]), `profiles.jsonl` ([`profiles`]), one
 //! HdrHistogram interval log per step ([`hlog`]) and one per-second CSV per step; [`rundir`]
-//! writes them as a run goes. The load's own result types ([`load`]) live here too, because
+//! writes them as a run goes; [`overhead`] is what other hosts cost a run. The load's own result types ([`load`]) live here too, because
 //! the step lines and the per-second files are made of them.
 
 pub mod hist_b64;
 pub mod hlog;
 pub mod load;
 pub mod observed;
+pub mod overhead;
 pub mod profiles;
 pub mod rundir;
 pub mod steps;

@@ -182,20 +182,24 @@ fn client_groups(out: &mut String, steps: &[StepResult]) {
         };
         let f = |v: &Value, k: &str| v.pointer(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
         let overlap = s.derived.get("window_overlap").and_then(Value::as_f64);
+        let or_dash =
+            |v: Option<f64>, scale: f64| v.map_or("—".into(), |v| format!("{:.1}", v * scale));
         for g in groups {
             rows.push(format!(
-                "| {} | {} | {:.0} | {:.1} | {:.1} | {} |",
+                "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} | {} |",
                 escape(&s.id),
                 escape(g.get("host").and_then(Value::as_str).unwrap_or("?")),
                 f(g, "/throughput_rps"),
                 f(g, "/latency_us/p50"),
                 f(g, "/latency_us/p99"),
                 overlap.map_or("—".into(), |o| format!("{:.2}%", o * 100.0)),
+                or_dash(g.get("ready_before_start_us").and_then(Value::as_f64), 1e-3),
+                or_dash(g.get("fetch_ms").and_then(Value::as_f64), 1.0),
             ));
         }
         let load = s.load.as_ref();
         rows.push(format!(
-            "| {} | **all (merged)** | {:.0} | {:.1} | {:.1} | |",
+            "| {} | **all (merged)** | {:.0} | {:.1} | {:.1} | | | |",
             escape(&s.id),
             load.map_or(f64::NAN, |l| l.throughput_rps),
             load.map_or(f64::NAN, |l| l.latency_us.p50),
@@ -205,7 +209,7 @@ fn client_groups(out: &mut String, steps: &[StepResult]) {
     if rows.is_empty() {
         return;
     }
-    out.push_str("\n## Client groups\n\nEach group's own figures; the merged row adds their counts and histograms.\n\n| step | host | requests/s | p50 (µs) | p99 (µs) | windows overlap |\n| --- | --- | ---: | ---: | ---: | ---: |\n");
+    out.push_str("\n## Client groups\n\nEach group's own figures; the merged row adds their counts and histograms. Ready before start: how long before the step's agreed start the group had its connections open (negative: that late); fetch: from the end of its window to its results on disk here.\n\n| step | host | requests/s | p50 (µs) | p99 (µs) | windows overlap | ready before start (ms) | fetch (ms) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in rows {
         let _ = writeln!(out, "{r}");
     }

@@ -166,6 +166,8 @@ fn a_server_on_one_host_and_client_groups_here_and_on_another_merge_exactly() {
             );
             assert!(env["hosts"][h]["cpus"].as_u64().unwrap() > 0, "{env}");
         }
+        // What the hosts cost the run, recorded and consistent with the files.
+        crate::slurm_cost::assert_overhead_consistent(&dir, &["srv", "cli"]);
         for h in ["srv", "cli"] {
             let left = wait_clean(&lab.host(h).ns);
             assert!(left.is_empty(), "left on {h}: {left:?}");

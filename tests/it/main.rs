@@ -50,6 +50,7 @@ mod running;
 mod serve_msgr;
 mod shmkv;
 mod slurm;
+mod slurm_cost;
 mod soak;
 mod sources;
 mod stop_signal;

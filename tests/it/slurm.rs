@@ -240,6 +240,7 @@ fn the_two_host_example_runs_on_slurm_nodes_and_leaves_no_step() {
             assert_eq!(host["binary"], "copied", "{host}");
             assert!(host["clock_offset"]["offset_ns"].is_i64(), "{host}");
         }
+        crate::slurm_cost::assert_overhead_consistent(&run.dir, &["srv", "c1", "c2"]);
         assert!(
             run.steps_left.is_empty(),
             "steps left: {:?}",

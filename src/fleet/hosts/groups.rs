@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub use super::remote_group::load_args;
-use super::remote_group::{remote_load, settle_fetched, GroupFailure, GroupStart};
+use super::remote_group::{remote_load, settle_fetched, GroupFailure, GroupStart, RemoteLoad};
 use super::session::HostSession;
 use crate::clock::now_ns;
 use crate::fleet::driver::{engine_config, Driver, StepLoad, StepRequest};
@@ -21,6 +21,7 @@ use crate::fleet::instances::{instance_sinks, merge_loads, share};
 use crate::load::merge::{ChannelSink, Line, LineMerger};
 use crate::load::ProtoOptions;
 use crate::record::load::IntervalSink;
+use crate::record::overhead::{GroupOverhead, GroupTimes, StepOverhead};
 use crate::remote::window::{plan_start, to_reference, window_overlap, Window, MIN_WINDOW_OVERLAP};
 use crate::remote::ClockOffset;
 
@@ -162,8 +163,8 @@ impl GroupDriver {
     }
 }
 
-/// One group's load and its measured window in the local clock.
-type GroupLoad = (StepLoad, Window);
+/// One group's load and its timing in the local clock.
+type GroupLoad = (StepLoad, GroupTimes);
 
 impl Driver for GroupDriver {
     fn live_intervals(&self) -> bool {
@@ -262,7 +263,7 @@ impl GroupDriver {
         let merged = if stop.load(Ordering::Relaxed) {
             Err("interrupted".to_string())
         } else {
-            self.merge(results, &subs)
+            self.merge(results, &subs, (start.common_start_ns, lead))
         };
         merger.finish_instances(merged.is_ok());
         settle_fetched(&req.out_dir, &subs, merged.is_ok());
@@ -312,20 +313,23 @@ impl GroupDriver {
         }
     }
 
+    /// Merges the groups' loads; `(start_ns, lead)`: the step's agreed start (this clock) and
+    /// its lead, for the overhead figures.
     fn merge(
         &self,
         results: Vec<Result<GroupLoad, GroupFailure>>,
         subs: &[StepRequest],
+        (start_ns, lead): (i64, Duration),
     ) -> Result<StepLoad, String> {
-        let mut windows = Vec::new();
+        let mut times = Vec::new();
         let mut loads = Vec::new();
         let mut failures = Vec::new();
         let mut stopped = 0;
         for (k, r) in results.into_iter().enumerate() {
             let host = self.groups[k].name();
             match r {
-                Ok((load, window)) => {
-                    windows.push(window);
+                Ok((load, t)) => {
+                    times.push(t);
                     loads.push(Ok(load));
                 }
                 Err(GroupFailure::Host(why) | GroupFailure::Load(why)) => {
@@ -341,6 +345,7 @@ impl GroupDriver {
             }
             return Err(why);
         }
+        let windows: Vec<_> = times.iter().map(|t| t.window_ns).collect();
         let overlap = window_overlap(&windows);
         if overlap < MIN_WINDOW_OVERLAP {
             return Err(format!(
@@ -362,6 +367,11 @@ impl GroupDriver {
                 m.insert("group".into(), json!(k));
                 m.insert("host".into(), json!(self.groups[k].name()));
                 m.insert("window_unix_ns".into(), json!(windows[k]));
+                if let Ok(Value::Object(o)) =
+                    serde_json::to_value(GroupOverhead::of(&times[k], start_ns))
+                {
+                    m.extend(o);
+                }
                 let busy = &merged_busy(&subs[k], m);
                 m.insert("client_busy_pct".into(), json!(busy));
             }
@@ -372,6 +382,11 @@ impl GroupDriver {
             .extra
             .insert("per_host".into(), Value::Array(per_host));
         merged.extra.insert("window_overlap".into(), json!(overlap));
+        let lead_ms = lead.as_secs_f64() * 1e3;
+        let overhead = StepOverhead::of(&times, start_ns, lead_ms);
+        merged
+            .extra
+            .insert("groups_overhead".into(), json!(overhead));
         Ok(merged)
     }
 }
@@ -476,20 +491,35 @@ fn run_group(
                 hist_ns: Some(outcome.hist_ns),
                 extra: serde_json::Map::new(),
             };
-            Ok((load, outcome.window_unix_ns))
+            // This machine's clock is the reference.
+            let times = GroupTimes {
+                window_ns: outcome.window_unix_ns,
+                ready_ns: Some(outcome.ready_unix_ns),
+                on_disk_ns: None,
+            };
+            Ok((load, times))
         }
         GroupHost::Remote(session) => {
-            let raw = remote_load(session, sub, proto, &start, halt)?;
-            for (line, hist) in &raw.0.lines {
+            let RemoteLoad {
+                raw,
+                report,
+                on_disk_ns,
+            } = remote_load(session, sub, proto, &start, halt)?;
+            for (line, hist) in &raw.lines {
                 chan.interval(line, hist);
             }
-            let window = to_reference(raw.0.window_unix_ns, &session.offset);
+            let offset_ns = session.offset.offset_ns;
+            let times = GroupTimes {
+                window_ns: to_reference(raw.window_unix_ns, &session.offset),
+                ready_ns: raw.ready_unix_ns.map(|r| r - offset_ns),
+                on_disk_ns: Some(on_disk_ns),
+            };
             let load = StepLoad {
-                report: raw.1,
-                hist_ns: Some(raw.0.hist_ns),
+                report,
+                hist_ns: Some(raw.hist_ns),
                 extra: serde_json::Map::new(),
             };
-            Ok((load, window))
+            Ok((load, times))
         }
         GroupHost::Down(name, why) => Err(GroupFailure::Host(format!("host {name:?}: {why}"))),
     }

@@ -42,6 +42,16 @@ pub struct GroupStart<'a> {
 /// stopped (its connections drain, it writes its files).
 const OVERRUN: Duration = Duration::from_secs(30);
 
+/// What a remote group's load gave, once fetched.
+pub struct RemoteLoad {
+    /// Its raw record (lines, window, histogram; the host's clock).
+    pub raw: RawLoad,
+    /// Its JSON report.
+    pub report: LoadReport,
+    /// When both files were written in `hosts/` here, ns since the Unix epoch (this clock).
+    pub on_disk_ns: i64,
+}
+
 /// Runs `stairbench load` on the host, waits for it (ending it when `halt` is set or when it
 /// overruns) and fetches its JSON and raw record into the run directory's `hosts/`.
 pub fn remote_load(
@@ -50,7 +60,7 @@ pub fn remote_load(
     proto: &ProtoOptions,
     start: &GroupStart,
     halt: &AtomicBool,
-) -> Result<(RawLoad, LoadReport), GroupFailure> {
+) -> Result<RemoteLoad, GroupFailure> {
     let [json_name, raw_name] = file_names(&sub.step_id);
     let mut args = load_args(sub, proto);
     args.extend([
@@ -72,10 +82,15 @@ pub fn remote_load(
     let deadline = Instant::now() + start.lead + sub.warmup + sub.duration + sub.timeout + OVERRUN;
     wait_for_load(&mut process, deadline, halt)?;
     let texts = take_files(session, &hosts_dir(&sub.out_dir), &[&json_name, &raw_name])?;
+    let on_disk_ns = crate::clock::now_ns();
     let report = serde_json::from_str(&texts[0])
         .map_err(|e| GroupFailure::Load(format!("{json_name} from the host: {e}")))?;
     let raw = crate::load::raw::read(&texts[1]).map_err(GroupFailure::Load)?;
-    Ok((raw, report))
+    Ok(RemoteLoad {
+        raw,
+        report,
+        on_disk_ns,
+    })
 }
 
 /// A host that ssh cannot reach is the host's failure; anything else is the load's.

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::placement::TopologyReport;
 use crate::placement::{CpuPair, CustomTable, PlacementSource, TopologyPlacements};
+use crate::record::overhead::HostSetUp;
 use crate::remote::{ClockOffset, Engine, HostSpec, RemoteError, REMOTE_BIN};
 
 /// One connected host.
@@ -24,6 +25,8 @@ pub struct HostSession {
     pub environment: Value,
     /// How long its first ssh login took (the common-start lead covers a few).
     pub login: std::time::Duration,
+    /// What its set-up took (also in `environment`, as `set_up`).
+    pub set_up: HostSetUp,
 }
 
 impl HostSession {
@@ -101,10 +104,14 @@ pub fn connect_all(
         match result {
             Ok(s) => {
                 note(format!(
-                    "host {name}: {}, clock offset {:+.3} ms ± {:.3} ms",
+                    "host {name}: {}, clock offset {:+.3} ms ± {:.3} ms, set up in {:.0} ms \
+                     (check {:.0} ms, binary {:.0} ms)",
                     s.engine.url(),
                     s.offset.offset_ns as f64 / 1e6,
-                    s.offset.uncertainty_ns as f64 / 1e6
+                    s.offset.uncertainty_ns as f64 / 1e6,
+                    s.set_up.total_ms,
+                    s.set_up.check_ms,
+                    s.set_up.binary_ms,
                 ));
                 sessions.up.insert(name, Arc::new(s));
             }
@@ -129,16 +136,24 @@ pub fn connect(
     engine.check().map_err(|e| e.to_string())?;
     let login = t.elapsed();
     let copied = engine.put(stairbench_bin).map_err(|e| e.to_string())?;
+    let binary = t.elapsed() - login;
     let topology = topology_json(&*engine).map_err(|e| e.to_string())?;
     let mut environment: Value = engine
         .run_json(&format!("./{REMOTE_BIN} environment --json"))
         .map_err(|e| e.to_string())?;
     let offset = engine.clock_offset().map_err(|e| e.to_string())?;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let set_up = HostSetUp {
+        total_ms: ms(t.elapsed()),
+        check_ms: ms(login),
+        binary_ms: ms(binary),
+    };
     if let Value::Object(m) = &mut environment {
         // Under the engine's name: `"ssh": "ssh://..."`.
         m.insert(spec.scheme.clone(), json!(engine.url()));
         m.insert("clock_offset".into(), json!(offset));
         m.insert("binary".into(), json!(format!("{copied:?}").to_lowercase()));
+        m.insert("set_up".into(), json!(set_up));
     }
     Ok(HostSession {
         placements: TopologyPlacements::from_report(&topology, custom.clone()),
@@ -146,6 +161,7 @@ pub fn connect(
         offset,
         environment,
         login,
+        set_up,
     })
 }
 
