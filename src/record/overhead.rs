@@ -4,8 +4,10 @@
 //! `groups_overhead`, each group's part in its `per_host` entry).
 //!
 //! Every instant is on this machine's clock; a host's instants are brought to it with the
-//! host's measured clock offset, so figures in µs are as good as that offset (its
-//! `uncertainty_ns` in `environment.json`).
+//! host's measured clock offset. A group is told the agreed start as its host's clock reads it
+//! (the same offset added), so the start figures say how well each group kept to the instant
+//! it was given; an error in a measured offset moves that group's real start by as much
+//! without showing here (the offset's `uncertainty_ns` in `environment.json` bounds it).
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +33,10 @@ pub struct GroupOverhead {
     /// that much late). Absent when its load did not say when it was ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_before_start_us: Option<f64>,
+    /// How long after the step's agreed start the group started its load (its warm-up), µs:
+    /// its wake-up's lateness, or how late it was ready when `ready_before_start_us` is
+    /// negative.
+    pub start_late_us: f64,
     /// A group on another host: from the end of its measured window to its results (its load
     /// JSON and raw record) written in the run directory's `hosts/`, ms. It holds the load's
     /// drain and exit, the engine noticing the exit, and the fetch itself. Absent for a group
@@ -50,8 +56,8 @@ pub struct StepOverhead {
     /// a group's load did not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_margin_us: Option<f64>,
-    /// How far apart the groups actually started: the latest measured window's start minus
-    /// the earliest's, µs.
+    /// How far apart the groups actually started: the largest of the groups' `start_late_us`
+    /// minus the smallest, µs.
     pub start_spread_us: f64,
     /// The slowest fetch: the largest of the groups' `fetch_ms`, ms. Absent when every group
     /// runs on this machine.
@@ -62,6 +68,8 @@ pub struct StepOverhead {
 /// A group's timing on this machine's clock, ns since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupTimes {
+    /// When its load started (its warm-up began).
+    pub started_ns: i64,
     /// Its measured window.
     pub window_ns: (i64, i64),
     /// When it was ready to start, if its load said.
@@ -75,6 +83,7 @@ impl GroupOverhead {
     pub fn of(times: &GroupTimes, start_ns: i64) -> GroupOverhead {
         GroupOverhead {
             ready_before_start_us: times.ready_ns.map(|r| (start_ns - r) as f64 / 1e3),
+            start_late_us: (times.started_ns - start_ns) as f64 / 1e3,
             fetch_ms: times
                 .on_disk_ns
                 .map(|d| (d - times.window_ns.1) as f64 / 1e6),
@@ -89,7 +98,7 @@ impl StepOverhead {
             .iter()
             .map(|g| GroupOverhead::of(g, start_ns))
             .collect();
-        let starts = groups.iter().map(|g| g.window_ns.0);
+        let starts = groups.iter().map(|g| g.started_ns);
         let spread_ns = starts.clone().max().unwrap_or(0) - starts.min().unwrap_or(0);
         let margins: Option<Vec<f64>> = parts.iter().map(|p| p.ready_before_start_us).collect();
         StepOverhead {
@@ -117,12 +126,14 @@ mod tests {
         let ms = 1_000_000;
         let start = 100 * ms;
         let here = GroupTimes {
+            started_ns: start + 15_000,
             window_ns: (start + 1_000 * ms, start + 3_000 * ms),
             ready_ns: Some(start - 40 * ms),
             on_disk_ns: None,
         };
         let there = GroupTimes {
-            // Started 0.25 ms after the first; ready only 2 ms after the agreed start.
+            // Ready only 2 ms after the agreed start, started 0.25 ms after the first.
+            started_ns: start + 265_000,
             window_ns: (start + 1_000 * ms + 250_000, start + 3_000 * ms + 250_000),
             ready_ns: Some(start + 2 * ms),
             on_disk_ns: Some(start + 3_120 * ms + 250_000),
@@ -130,6 +141,7 @@ mod tests {
         let group = GroupOverhead::of(&there, start);
         assert_eq!(group.ready_before_start_us, Some(-2_000.0));
         assert_eq!(group.fetch_ms, Some(120.0));
+        assert_eq!(group.start_late_us, 265.0);
         assert_eq!(GroupOverhead::of(&here, start).fetch_ms, None);
         let step = StepOverhead::of(&[here, there], start, 3_000.0);
         assert_eq!(step.start_margin_us, Some(-2_000.0));
@@ -160,6 +172,7 @@ mod tests {
         assert_eq!(keys(declared), keys(&serde_json::to_value(full).unwrap()));
         let group = GroupOverhead {
             ready_before_start_us: Some(1.0),
+            start_late_us: 1.0,
             fetch_ms: Some(1.0),
         };
         let per_host = keys(&schema["properties"]["per_host"]["items"]["properties"]);

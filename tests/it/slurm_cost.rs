@@ -55,10 +55,15 @@ pub(crate) fn assert_overhead_consistent(dir: &Path, hosts: &[&str]) -> Vec<Valu
             .map(|g| g["window_unix_ns"][0].as_i64().unwrap())
             .collect();
         let spread_ns = starts.iter().max().unwrap() - starts.iter().min().unwrap();
-        assert_eq!(
-            over["start_spread_us"].as_f64(),
-            Some(spread_ns as f64 / 1e3)
-        );
+        let spread_us = over["start_spread_us"].as_f64().unwrap();
+        assert_eq!(spread_us, spread_ns as f64 / 1e3, "{step}");
+        let late: Vec<f64> = groups
+            .iter()
+            .map(|g| g["start_late_us"].as_f64().unwrap())
+            .collect();
+        let late_spread = late.iter().copied().fold(f64::MIN, f64::max)
+            - late.iter().copied().fold(f64::MAX, f64::min);
+        assert!((late_spread - spread_us).abs() < 0.01, "{step}");
         let mut slowest: Option<f64> = None;
         for (k, g) in groups.iter().enumerate() {
             if g["host"] == "local" {
@@ -95,10 +100,17 @@ pub(crate) fn assert_overhead_consistent(dir: &Path, hosts: &[&str]) -> Vec<Valu
     overheads
 }
 
-/// Steps of the comparison's spec, and its rounds (each runs Slurm and ssh, alternating which
-/// goes first).
+/// Steps of the comparison's spec (their client counts).
 const STEPS: [usize; 3] = [2, 4, 6];
-const ROUNDS: usize = 5;
+
+/// Rounds of the comparison, each running Slurm and ssh (alternating which goes first):
+/// `STAIRBENCH_ROUNDS`, else 5.
+fn rounds() -> usize {
+    std::env::var("STAIRBENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5)
+}
 
 /// The spec: a server on the first host, a client group on each of the two others.
 fn spec(hosts: &str) -> String {
@@ -151,6 +163,7 @@ struct Figures {
     fetch_ms: Vec<f64>,
     margin_us: Vec<f64>,
     spread_us: Vec<f64>,
+    true_spread_us: Vec<f64>,
     lead_ms: Vec<f64>,
     run_s: Vec<f64>,
 }
@@ -169,6 +182,20 @@ impl Figures {
         }
         let overheads = assert_overhead_consistent(dir, &NAMES);
         assert_eq!(overheads.len(), STEPS.len(), "every step ok");
+        // The lab's hosts read this machine's clock: a group's real start is its recorded one
+        // plus its host's measured offset (the offset's error).
+        for step in common::steps_json(dir) {
+            let real: Vec<f64> = (step["per_host"].as_array().unwrap().iter())
+                .map(|g| {
+                    let offset_ns =
+                        &env["hosts"][g["host"].as_str().unwrap()]["clock_offset"]["offset_ns"];
+                    g["start_late_us"].as_f64().unwrap() + offset_ns.as_f64().unwrap() / 1e3
+                })
+                .collect();
+            let hi = real.iter().copied().fold(f64::MIN, f64::max);
+            let lo = real.iter().copied().fold(f64::MAX, f64::min);
+            self.true_spread_us.push(hi - lo);
+        }
         for o in overheads {
             let f = |k: &str| o[k].as_f64().unwrap();
             self.fetch_ms.push(f("fetch_ms"));
@@ -248,7 +275,7 @@ fn run_once(cluster: &SlurmLab, bin: &Path, slurm: bool, tag: &str) -> (PathBuf,
 }
 
 /// The same three-host spec over ssh and over Slurm on the namespace cluster, alternating
-/// which runs first, `ROUNDS` times each; prints the medians, ranges and Slurm/ssh ratios of
+/// which runs first, [`rounds`] times each; prints the medians, ranges and Slurm/ssh ratios of
 /// set-up, fetch and the common start.
 #[test]
 #[ignore = "a benchmark: bench/slurm_vs_ssh.sh runs it"]
@@ -259,7 +286,7 @@ fn slurm_vs_ssh_overhead() {
         std::fs::copy(common::stairbench_bin(), &bin).unwrap();
         let load_before = load_average();
         let (mut ssh, mut slurm) = (Figures::default(), Figures::default());
-        for round in 0..ROUNDS {
+        for round in 0..rounds() {
             let order = if round % 2 == 0 {
                 [false, true]
             } else {
@@ -273,19 +300,23 @@ fn slurm_vs_ssh_overhead() {
                 eprintln!("{tag}: {took:.1} s");
             }
         }
-        let rows: [(&str, fn(&Figures) -> &Vec<f64>); 8] = [
+        let rows: [(&str, fn(&Figures) -> &Vec<f64>); 9] = [
             ("host set-up (ms)", |f| &f.set_up_ms),
             ("  of which check (ms)", |f| &f.check_ms),
             ("  of which binary (ms)", |f| &f.binary_ms),
             ("step fetch, slowest group (ms)", |f| &f.fetch_ms),
             ("start margin, last group (µs)", |f| &f.margin_us),
-            ("start spread (µs)", |f| &f.spread_us),
+            ("start spread, recorded (µs)", |f| &f.spread_us),
+            ("start spread, real (lab: one clock) (µs)", |f| {
+                &f.true_spread_us
+            }),
             ("start lead (ms)", |f| &f.lead_ms),
             ("whole run (s)", |f| &f.run_s),
         ];
         println!(
-            "slurm lab up in {:.2} s; {ROUNDS} rounds, {} steps a run; load average before {load_before}, after {}",
+            "slurm lab up in {:.2} s; {} rounds, {} steps a run; load average before {load_before}, after {}",
             cluster.up_s,
+            rounds(),
             STEPS.len(),
             load_average()
         );

@@ -493,6 +493,7 @@ fn run_group(
             };
             // This machine's clock is the reference.
             let times = GroupTimes {
+                started_ns: outcome.window_unix_ns.0 - sub.warmup.as_nanos() as i64,
                 window_ns: outcome.window_unix_ns,
                 ready_ns: Some(outcome.ready_unix_ns),
                 on_disk_ns: None,
@@ -509,8 +510,10 @@ fn run_group(
                 chan.interval(line, hist);
             }
             let offset_ns = session.offset.offset_ns;
+            let window_ns = to_reference(raw.window_unix_ns, &session.offset);
             let times = GroupTimes {
-                window_ns: to_reference(raw.window_unix_ns, &session.offset),
+                started_ns: window_ns.0 - sub.warmup.as_nanos() as i64,
+                window_ns,
                 ready_ns: raw.ready_unix_ns.map(|r| r - offset_ns),
                 on_disk_ns: Some(on_disk_ns),
             };
