@@ -207,6 +207,26 @@ impl Figures {
     }
 }
 
+impl Figures {
+    /// The figures as the table prints them, by name.
+    fn rows(&self) -> [(&'static str, &[f64]); 9] {
+        [
+            ("host set-up (ms)", &self.set_up_ms),
+            ("  of which check (ms)", &self.check_ms),
+            ("  of which binary (ms)", &self.binary_ms),
+            ("step fetch, slowest group (ms)", &self.fetch_ms),
+            ("start margin, last group (µs)", &self.margin_us),
+            ("start spread, recorded (µs)", &self.spread_us),
+            (
+                "start spread, real (lab: one clock) (µs)",
+                &self.true_spread_us,
+            ),
+            ("start lead (ms)", &self.lead_ms),
+            ("whole run (s)", &self.run_s),
+        ]
+    }
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -300,19 +320,6 @@ fn slurm_vs_ssh_overhead() {
                 eprintln!("{tag}: {took:.1} s");
             }
         }
-        let rows: [(&str, fn(&Figures) -> &Vec<f64>); 9] = [
-            ("host set-up (ms)", |f| &f.set_up_ms),
-            ("  of which check (ms)", |f| &f.check_ms),
-            ("  of which binary (ms)", |f| &f.binary_ms),
-            ("step fetch, slowest group (ms)", |f| &f.fetch_ms),
-            ("start margin, last group (µs)", |f| &f.margin_us),
-            ("start spread, recorded (µs)", |f| &f.spread_us),
-            ("start spread, real (lab: one clock) (µs)", |f| {
-                &f.true_spread_us
-            }),
-            ("start lead (ms)", |f| &f.lead_ms),
-            ("whole run (s)", |f| &f.run_s),
-        ];
         println!(
             "slurm lab up in {:.2} s; {} rounds, {} steps a run; load average before {load_before}, after {}",
             cluster.up_s,
@@ -322,8 +329,7 @@ fn slurm_vs_ssh_overhead() {
         );
         println!("| figure | ssh median (range) | Slurm median (range) | Slurm / ssh |");
         println!("| --- | ---: | ---: | ---: |");
-        for (name, get) in rows {
-            let (a, b) = (get(&ssh), get(&slurm));
+        for ((name, a), (_, b)) in ssh.rows().into_iter().zip(slurm.rows()) {
             println!(
                 "| {name} | {:.1} ({}) | {:.1} ({}) | {:.2} |",
                 median(a),
