@@ -70,6 +70,9 @@ const FRAME_HEAD: usize = 9;
 const MAX_FRAME: usize = 16_384;
 /// The largest header block we collect over CONTINUATION frames (as an HTTP/1.1 head).
 const MAX_HEADER_BLOCK: usize = 64 << 10;
+/// The most a connection holds of the server's bytes ([`H2Conn::held_bytes`]): a header
+/// block being collected and a frame cut short.
+pub(super) const MAX_HELD_BYTES: usize = MAX_HEADER_BLOCK + FRAME_HEAD + MAX_FRAME;
 /// The most CONTINUATION frames one header block may take (empty ones never fill it).
 const MAX_CONTINUATIONS: u32 = 64;
 /// Frames that end no stream (pings, settings, resets of closed streams, empty DATA, ...)
@@ -973,19 +976,22 @@ mod tests {
 
     #[test]
     fn responses_complete_out_of_order_across_cut_reads() {
-        let mut c = ready_conn();
-        c.open(&[0x82, 0x84], None, 10);
-        c.open(&[0x82, 0x84], None, 11);
-        // :status 200 (static index 8) on stream 3, :status 404 (index 13) on stream 1.
+        // :status 200 (static index 8) on stream 3, :status 404 (index 13) on stream 1, in
+        // reads of every size from one byte (cut heads) to the whole input.
         let mut input = frame(HEADERS, END_HEADERS, 3, &[0x88]);
         input.extend(frame(DATA, END_STREAM, 3, b"hello"));
         input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x8d]));
-        let mut events = Vec::new();
-        for chunk in input.chunks(5) {
-            c.receive(chunk, &mut events).unwrap();
+        for size in 1..=input.len() {
+            let mut c = ready_conn();
+            c.open(&[0x82, 0x84], None, 10);
+            c.open(&[0x82, 0x84], None, 11);
+            let mut events = Vec::new();
+            for chunk in input.chunks(size) {
+                c.receive(chunk, &mut events).unwrap();
+            }
+            assert_eq!(events, vec![Event::Done(11, 200), Event::Done(10, 404)]);
+            assert_eq!((c.active(), c.held_bytes()), (0, 0), "reads of {size}");
         }
-        assert_eq!(events, vec![Event::Done(11, 200), Event::Done(10, 404)]);
-        assert_eq!(c.active(), 0);
     }
 
     #[test]
