@@ -66,7 +66,7 @@ impl ReplyBudget {
 
     /// Of the pool, lent now (tests).
     #[cfg(test)]
-    fn lent_bytes(&self) -> usize {
+    pub fn lent_bytes(&self) -> usize {
         self.lent_bytes
     }
 }

@@ -43,7 +43,8 @@ pub(super) fn check_alpn(target: &Target, alpn: Option<&[u8]>) -> Result<(), Loa
 
 /// For the `h2_conn` fuzz target: a client connection (depth 8) fed `input` as all a server
 /// sent, in reads of 1-64 bytes (sized by the first byte), opening streams whenever it may
-/// and cancelling the oldest now and then. Checks its stream accounting after each read;
+/// and cancelling the oldest now and then. Checks its stream accounting and that it holds
+/// at most [`conn::MAX_HELD_BYTES`] of the server's bytes after each read;
 /// the connection error it ended with, if any.
 #[doc(hidden)]
 pub fn fuzz_client_connection(input: &[u8]) -> Result<(), &'static str> {
@@ -73,6 +74,11 @@ pub fn fuzz_client_connection(input: &[u8]) -> Result<(), &'static str> {
         ended += events.drain(..).count() as u64 + cancelled.drain(..).count() as u64;
         assert_eq!(opened, ended + c.active() as u64, "streams lost track of");
         assert!(c.active() <= DEPTH);
+        assert!(
+            c.held_bytes() <= conn::MAX_HELD_BYTES,
+            "held {}",
+            c.held_bytes()
+        );
         c.written(c.out.len());
         c.out.clear();
         result.map_err(|e| e.kind)?;

@@ -76,7 +76,7 @@ impl Run {
 }
 
 /// Peak resident set (VmHWM) of a running process, in KB.
-fn peak_rss_kb(pid: u32) -> Option<u64> {
+pub(crate) fn peak_rss_kb(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()

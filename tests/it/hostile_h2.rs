@@ -140,6 +140,20 @@ fn serve(bad: usize, misbehave: Misbehaviour) -> (u16, Arc<Mutex<Vec<u32>>>) {
 /// `stairbench load h2c://127.0.0.1:PORT/ -c 1 -d 2s --timeout 1s`: the report and stderr,
 /// after checking it ran its window, exited 0 or 3 and did not panic.
 fn load(port: u16) -> (Value, String) {
+    let run = load_with(port, 1, &[]);
+    (run.doc, run.stderr)
+}
+
+/// What one run showed.
+struct Loaded {
+    doc: Value,
+    stderr: String,
+    /// The process's peak resident set, sampled until it exited.
+    peak_rss_kb: u64,
+}
+
+/// [`load`] with `conns` connections (one thread) and more arguments.
+fn load_with(port: u16, conns: usize, args: &[&str]) -> Loaded {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
     let started = Instant::now();
@@ -148,13 +162,14 @@ fn load(port: u16) -> (Value, String) {
             "load",
             &format!("h2c://127.0.0.1:{port}/"),
             "-c",
-            "1",
+            &conns.to_string(),
             "-t",
             "1",
         ])
         .args(["-d", &format!("{DURATION_S}s"), "--timeout", "1s"])
         .args(["--max-error-ratio", "1", "--json"])
         .arg(&json)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -165,7 +180,11 @@ fn load(port: u16) -> (Value, String) {
         let _ = pipe.read_to_string(&mut stderr);
         stderr
     });
+    let mut peak_rss_kb = 0;
     let status = loop {
+        if let Some(kb) = crate::hostile::peak_rss_kb(child.id()) {
+            peak_rss_kb = peak_rss_kb.max(kb);
+        }
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
@@ -184,7 +203,11 @@ fn load(port: u16) -> (Value, String) {
         (DURATION_S as f64 * 0.9..DURATION_S as f64 * 1.5).contains(&window),
         "window {window} s: {doc:#}"
     );
-    (doc, stderr)
+    Loaded {
+        doc,
+        stderr,
+        peak_rss_kb,
+    }
 }
 
 fn errors(doc: &Value, kind: &str) -> u64 {
@@ -332,4 +355,63 @@ fn streams_above_a_goaways_last_id_are_sent_again() {
     assert_eq!(doc["resent"].as_u64(), Some(3), "{doc:#}");
     assert!(doc["requests"].as_u64().unwrap() > 0, "{doc:#}");
     assert!(goaways.lock().unwrap().is_empty(), "no GOAWAY of ours");
+}
+
+/// Connections of one thread that each hold 80 KiB once their server stops sending (a 64-KiB
+/// header block begun and a frame cut short): 40 MiB together, 40 times a 1-MiB budget.
+const HOLDING_CONNS: usize = 512;
+
+/// Begins a header block of 64 KiB less one byte (each frame within the limits) that never
+/// ends, and the start of the next frame, all but its last byte.
+fn begin_an_endless_block(c: &mut Conn, id: u32, _: usize) {
+    let mut f = frame(HEADERS, 0, id, &[STATUS_200; 16_384]);
+    f.extend(frame(CONTINUATION, 0, id, &[STATUS_200; 16_384]).repeat(2));
+    f.extend(frame(CONTINUATION, 0, id, &[STATUS_200; 16_383]));
+    let cut = frame(CONTINUATION, 0, id, &[STATUS_200; 16_384]);
+    f.extend_from_slice(&cut[..cut.len() - 1]);
+    let _ = c.send(&f);
+}
+
+#[test]
+fn header_blocks_that_never_end_on_many_connections_stay_within_the_budget() {
+    // Every connection begins a block it never ends: with a 1-MiB budget the thread holds
+    // what it may lend (half of it) and the rest of the connections end with
+    // reply_over_budget, again and again as they are replaced.
+    let (port, goaways) = serve(usize::MAX, begin_an_endless_block);
+    // Paced: the test's listener has a backlog of 128.
+    let paced = ["--connect-rate", "2000"];
+    let budgeted = load_with(
+        port,
+        HOLDING_CONNS,
+        &[&paced[..], &["--reply-budget-mib", "1"]].concat(),
+    );
+    let doc = &budgeted.doc;
+    let over = errors(doc, "reply_over_budget");
+    assert!(over >= HOLDING_CONNS as u64 / 2, "{doc:#}");
+    // No stream was answered, and the figures say so.
+    assert_eq!(doc["requests"].as_u64(), Some(0), "{doc:#}");
+    assert!(doc["sent"].as_u64().unwrap() >= over, "{doc:#}");
+    // Our GOAWAYs that the server read before our close (a close with its bytes unread
+    // may reset the connection first).
+    let codes = std::mem::take(&mut *goaways.lock().unwrap());
+    assert!(
+        !codes.is_empty() && codes.iter().all(|&c| c == ENHANCE_YOUR_CALM),
+        "our GOAWAYs' codes: {codes:?}"
+    );
+    // The default budget (256 MiB, a share of 256 KiB each) holds them all: their streams
+    // time out instead.
+    let unbudgeted = load_with(port, HOLDING_CONNS, &paced);
+    let doc = &unbudgeted.doc;
+    assert_eq!(errors(doc, "reply_over_budget"), 0, "{doc:#}");
+    assert_eq!(doc["requests"].as_u64(), Some(0), "{doc:#}");
+    assert!(errors(doc, "timeout") >= HOLDING_CONNS as u64, "{doc:#}");
+    // What the budget saved is most of the 40 MiB the blocks hold (measured: 13 MB with the
+    // budget, 53 MB without; 61 MB before the HTTP/2 threads had one).
+    let (with_kb, without_kb) = (budgeted.peak_rss_kb, unbudgeted.peak_rss_kb);
+    eprintln!("peak RSS: {with_kb} KB with a 1-MiB budget, {without_kb} KB without");
+    assert!(with_kb > 0 && with_kb < 32 * 1024, "{with_kb} KB");
+    assert!(
+        without_kb > with_kb + 24 * 1024,
+        "{without_kb} KB without the budget, {with_kb} KB with it"
+    );
 }

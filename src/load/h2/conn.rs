@@ -15,7 +15,11 @@
 //! where none may be (`h2_protocol`), a frame of a wrong length (`h2_frame_size`), more
 //! DATA than our windows allow (`h2_flow_control`), a frame on a stream that ended
 //! (`h2_stream_closed`), a header block over 64 KiB or of endless CONTINUATION frames
-//! (`h2_headers_too_large`), and a flood of frames that end no stream (`h2_flood`).
+//! (`h2_headers_too_large`), and a flood of frames that end no stream (`h2_flood`). What a
+//! connection holds of the server's bytes ([`H2Conn::held_bytes`]: a frame cut by a read, a
+//! header block being collected) is charged by its thread to the thread's reply budget; a
+//! connection over its share when nothing is left to lend ends as
+//! [`ConnError::over_budget`].
 //!
 //! Each stream carries a caller's tag (its request's times); how a stream ended comes back
 //! as an [`Event`]. Streams are few (`--depth`), so they are found by a scan of a small
@@ -66,6 +70,9 @@ const FRAME_HEAD: usize = 9;
 const MAX_FRAME: usize = 16_384;
 /// The largest header block we collect over CONTINUATION frames (as an HTTP/1.1 head).
 const MAX_HEADER_BLOCK: usize = 64 << 10;
+/// The most a connection holds of the server's bytes ([`H2Conn::held_bytes`]): a header
+/// block being collected and a frame cut short.
+pub(super) const MAX_HELD_BYTES: usize = MAX_HEADER_BLOCK + FRAME_HEAD + MAX_FRAME;
 /// The most CONTINUATION frames one header block may take (empty ones never fill it).
 const MAX_CONTINUATIONS: u32 = 64;
 /// Frames that end no stream (pings, settings, resets of closed streams, empty DATA, ...)
@@ -114,6 +121,12 @@ impl ConnError {
 
     const fn new(kind: &'static str, code: u32) -> Self {
         ConnError { kind, code }
+    }
+
+    /// What the connection holds is more than the thread's reply budget lets it hold
+    /// (`kind` is the budget's: `reply_over_budget`).
+    pub fn over_budget(kind: &'static str) -> Self {
+        ConnError::new(kind, ENHANCE_YOUR_CALM)
     }
 }
 
@@ -325,20 +338,60 @@ impl<T: Copy> H2Conn<T> {
     /// Takes the bytes a read brought: whole frames are acted on, the start of a cut one
     /// kept. How streams ended is pushed to `events`.
     pub fn receive(&mut self, input: &[u8], events: &mut Vec<Event<T>>) -> Result<(), ConnError> {
-        if self.partial.is_empty() {
-            // The common case: whole frames straight from the read buffer, no copy.
-            let used = self.frames(input, events)?;
-            self.partial.extend_from_slice(&input[used..]);
-            return Ok(());
+        let mut input = input;
+        if !self.partial.is_empty() {
+            input = self.complete_cut_frame(input, events)?;
+            if !self.partial.is_empty() {
+                return Ok(());
+            }
         }
-        let mut buf = std::mem::take(&mut self.partial);
-        buf.extend_from_slice(input);
-        let used = self.frames(&buf, events)?;
-        buf.drain(..used);
-        if !buf.is_empty() {
-            self.partial = buf;
+        // The common case: whole frames straight from the read buffer, no copy.
+        let used = self.frames(input, events)?;
+        let rest = &input[used..];
+        if !rest.is_empty() {
+            // Room for the whole frame (its head was checked), so `held_bytes` is what it
+            // will hold; a head cut short gets room for itself first.
+            let want = frame_size(rest).unwrap_or(FRAME_HEAD);
+            self.partial = Vec::with_capacity(want);
+            self.partial.extend_from_slice(rest);
         }
         Ok(())
+    }
+
+    /// Adds to `partial` what its frame lacks from `input`, acts on the frame once whole
+    /// (and frees it): the rest of `input`. Only one frame is ever copied, not the read.
+    fn complete_cut_frame<'a>(
+        &mut self,
+        input: &'a [u8],
+        events: &mut Vec<Event<T>>,
+    ) -> Result<&'a [u8], ConnError> {
+        let mut input = input;
+        if self.partial.len() < FRAME_HEAD {
+            let n = (FRAME_HEAD - self.partial.len()).min(input.len());
+            self.partial.extend_from_slice(&input[..n]);
+            input = &input[n..];
+        }
+        let Some(size) = frame_size(&self.partial) else {
+            return Ok(input);
+        };
+        if size > FRAME_HEAD + MAX_FRAME {
+            return Err(ConnError::FRAME_SIZE);
+        }
+        let n = (size - self.partial.len()).min(input.len());
+        self.partial.reserve_exact(size - self.partial.len());
+        self.partial.extend_from_slice(&input[..n]);
+        if self.partial.len() == size {
+            let frame = std::mem::take(&mut self.partial);
+            self.frames(&frame, events)?;
+        }
+        Ok(&input[n..])
+    }
+
+    /// What this connection holds of the server's bytes, allocated: a frame a read cut
+    /// short and a header block being collected (at most 16 KiB + 64 KiB). The generator
+    /// thread charges it to its reply budget after each read.
+    pub fn held_bytes(&self) -> usize {
+        self.partial.capacity() + self.block_bytes.capacity()
     }
 
     /// Acts on the whole frames at the front of `buf`; the bytes they used.
@@ -533,8 +586,8 @@ impl<T: Copy> H2Conn<T> {
             // The common case: the whole block in this frame, decoded where it lies.
             return self.header_block(block, fragment, events);
         }
-        self.block_bytes.clear();
-        self.block_bytes.extend_from_slice(fragment);
+        // Freed when the block is whole (see `continuation`): none held between blocks.
+        self.block_bytes = fragment.to_vec();
         self.block = Some(block);
         Ok(())
     }
@@ -555,13 +608,17 @@ impl<T: Copy> H2Conn<T> {
         {
             return Err(ConnError::HEADERS_TOO_LARGE);
         }
+        let need = self.block_bytes.len() + payload.len();
+        if need > self.block_bytes.capacity() {
+            // Doubling, but never past the cap: what is held stays within 64 KiB.
+            let cap = (self.block_bytes.capacity() * 2).clamp(need, MAX_HEADER_BLOCK);
+            self.block_bytes.reserve_exact(cap - self.block_bytes.len());
+        }
         self.block_bytes.extend_from_slice(payload);
         if flags & END_HEADERS != 0 {
             let block = self.block.take().expect("a header block");
             let bytes = std::mem::take(&mut self.block_bytes);
-            let result = self.header_block(block, &bytes, events);
-            self.block_bytes = bytes;
-            return result;
+            return self.header_block(block, &bytes, events);
         }
         Ok(())
     }
@@ -829,6 +886,12 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
 }
 
+/// The size of the frame whose head starts `buf` (head included), once the head is there.
+fn frame_size(buf: &[u8]) -> Option<usize> {
+    let h = buf.get(..FRAME_HEAD)?;
+    Some(FRAME_HEAD + u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize)
+}
+
 /// A frame's 9-byte head.
 fn head(out: &mut Vec<u8>, len: usize, ty: u8, flags: u8, id: u32) {
     let l = (len as u32).to_be_bytes();
@@ -913,19 +976,22 @@ mod tests {
 
     #[test]
     fn responses_complete_out_of_order_across_cut_reads() {
-        let mut c = ready_conn();
-        c.open(&[0x82, 0x84], None, 10);
-        c.open(&[0x82, 0x84], None, 11);
-        // :status 200 (static index 8) on stream 3, :status 404 (index 13) on stream 1.
+        // :status 200 (static index 8) on stream 3, :status 404 (index 13) on stream 1, in
+        // reads of every size from one byte (cut heads) to the whole input.
         let mut input = frame(HEADERS, END_HEADERS, 3, &[0x88]);
         input.extend(frame(DATA, END_STREAM, 3, b"hello"));
         input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x8d]));
-        let mut events = Vec::new();
-        for chunk in input.chunks(5) {
-            c.receive(chunk, &mut events).unwrap();
+        for size in 1..=input.len() {
+            let mut c = ready_conn();
+            c.open(&[0x82, 0x84], None, 10);
+            c.open(&[0x82, 0x84], None, 11);
+            let mut events = Vec::new();
+            for chunk in input.chunks(size) {
+                c.receive(chunk, &mut events).unwrap();
+            }
+            assert_eq!(events, vec![Event::Done(11, 200), Event::Done(10, 404)]);
+            assert_eq!((c.active(), c.held_bytes()), (0, 0), "reads of {size}");
         }
-        assert_eq!(events, vec![Event::Done(11, 200), Event::Done(10, 404)]);
-        assert_eq!(c.active(), 0);
     }
 
     #[test]
@@ -1142,6 +1208,45 @@ mod tests {
         for (what, input, want) in cases {
             assert_eq!(error_on(input, true), *want, "{what}");
         }
+    }
+
+    #[test]
+    fn what_a_connection_holds_is_one_cut_frame_and_one_block_at_most() {
+        let mut c = ready_conn();
+        c.open(&[0x82], None, 1);
+        let mut events = Vec::new();
+        // A frame's head cut short: room for the head; then for the whole frame, exactly.
+        let data = frame(DATA, 0, 1, &[0; MAX_FRAME]);
+        c.receive(&frame(HEADERS, END_HEADERS, 1, &[0x88]), &mut events)
+            .unwrap();
+        c.receive(&data[..5], &mut events).unwrap();
+        assert_eq!(c.held_bytes(), FRAME_HEAD);
+        c.receive(&data[5..100], &mut events).unwrap();
+        assert_eq!(c.held_bytes(), FRAME_HEAD + MAX_FRAME);
+        // The frame made whole by a read that brings more: only the cut one was copied, and
+        // the next cut one is held alone.
+        let mut more = data[100..].to_vec();
+        more.extend(frame(DATA, 0, 1, &[0; 10]));
+        more.extend_from_slice(&frame(DATA, END_STREAM, 1, &[0; 100])[..20]);
+        c.receive(&more, &mut events).unwrap();
+        assert_eq!(c.held_bytes(), FRAME_HEAD + 100);
+        c.receive(&[0; 89], &mut events).unwrap();
+        assert_eq!(
+            (c.held_bytes(), &events[..]),
+            (0, &[Event::Done(1, 200)][..])
+        );
+        // A header block of 64 KiB less one byte, in 16-KiB frames: at most 64 KiB held for
+        // it, and a cut frame beside it; nothing once it ends.
+        c.open(&[0x82], None, 2);
+        let mut block = frame(HEADERS, END_STREAM, 3, &[0x88; MAX_FRAME]);
+        block.extend(frame(CONTINUATION, 0, 3, &[0x88; MAX_FRAME]).repeat(2));
+        block.extend(frame(CONTINUATION, 0, 3, &[0x88; MAX_FRAME - 1]));
+        let last = frame(CONTINUATION, END_HEADERS, 3, &[0x88]);
+        block.extend_from_slice(&last[..3]);
+        c.receive(&block, &mut events).unwrap();
+        assert_eq!(c.held_bytes(), MAX_HEADER_BLOCK + FRAME_HEAD);
+        c.receive(&last[3..], &mut events).unwrap();
+        assert_eq!((c.held_bytes(), events.len()), (0, 2));
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //! answer) leaves `sent` and is sent again, counted once more in `sent` and in `resent`, as
 //! for an HTTP/1.1 `Connection: close`. A connection the server is done with (GOAWAY) is
 //! replaced once its last streams ended.
+//!
+//! What the connections hold of the server's bytes (a frame cut by a read, a header block
+//! being collected: at most 80 KiB each) is charged to the thread's [`ReplyBudget`] after
+//! each read and given back when the frame or block is whole or the connection is closed,
+//! as the HTTP/1.1 threads do with their replies.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -23,7 +28,8 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use nix::sys::timerfd::{ClockId, TimerFd, TimerFlags};
 
-use super::conn::{encode_request, Event, H2Conn};
+use super::conn::{encode_request, ConnError, Event, H2Conn};
+use crate::load::budget::ReplyBudget;
 use crate::load::recorder::{thread_cpu_ns, Msg, Recorder, Schedule};
 use crate::load::target::Target;
 use crate::load::template::H2Requests;
@@ -62,6 +68,50 @@ struct Conn {
     in_free_queue: bool,
     /// With `--requests`: this connection's requests.
     templates: Option<H2Requests>,
+    /// What `h2` holds of the server's bytes (a cut frame, a header block being collected)
+    /// as the thread's [`ReplyBudget`] has it.
+    held: usize,
+}
+
+impl Conn {
+    fn new(templates: Option<H2Requests>) -> Self {
+        Conn {
+            stream: None,
+            h2: None,
+            connecting: false,
+            wpos: 0,
+            opened_ns: 0,
+            retry_at_ns: 0,
+            in_free_queue: false,
+            templates,
+            held: 0,
+        }
+    }
+
+    /// Tells `budget` what the HTTP/2 state holds now; the error kind when that is more
+    /// than the connection's share and the budget cannot lend the rest (what it held before
+    /// stays charged until it is closed).
+    fn charge(&mut self, budget: &mut ReplyBudget) -> Result<(), &'static str> {
+        let now = self.h2.as_ref().map_or(0, H2Conn::held_bytes);
+        if now == self.held {
+            return Ok(());
+        }
+        if now > self.held {
+            budget.grow(self.held, now, now)?;
+        }
+        budget.held(self.held, now);
+        self.held = now;
+        Ok(())
+    }
+
+    /// Forgets the HTTP/2 state (the socket is gone): what it held goes back to `budget`.
+    fn close(&mut self, budget: &mut ReplyBudget) {
+        self.h2 = None;
+        self.connecting = false;
+        self.wpos = 0;
+        // Down to nothing: never refused.
+        let _ = self.charge(budget);
+    }
 }
 
 /// One HTTP/2 generator thread on mio.
@@ -74,6 +124,8 @@ pub(in crate::load) struct H2Loop {
     poll: Poll,
     conns: Vec<Conn>,
     scratch: Vec<u8>,
+    /// What the connections' HTTP/2 states may hold together.
+    budget: ReplyBudget,
     /// Connections whose turn ended with bytes still unread (and whether the peer closed).
     unread: Vec<(usize, bool)>,
     /// How streams ended, from the last frames read (reused).
@@ -107,17 +159,9 @@ impl H2Loop {
     ) -> io::Result<Self> {
         let poll = Poll::new()?;
         let conns = (first_conn..first_conn + n_conns)
-            .map(|i| Conn {
-                stream: None,
-                h2: None,
-                connecting: false,
-                wpos: 0,
-                opened_ns: 0,
-                retry_at_ns: 0,
-                in_free_queue: false,
-                templates: target.http2_templates(i, &config.proto),
-            })
+            .map(|i| Conn::new(target.http2_templates(i, &config.proto)))
             .collect();
+        let budget = ReplyBudget::new(config.reply_budget_bytes, n_conns);
         let open = config.rate_rps.map(|_| OpenLoop::new(&config, thread));
         let rec = Recorder::new(sched.clone(), tx.clone(), thread, open.is_some());
         let (request, body) = target.http2_request(&config.proto);
@@ -132,6 +176,7 @@ impl H2Loop {
             poll,
             conns,
             scratch: vec![0; READ_CHUNK],
+            budget,
             unread: Vec::new(),
             events: Vec::new(),
             t0: Instant::now(),
@@ -257,10 +302,9 @@ impl H2Loop {
             Interest::READABLE | Interest::WRITABLE,
         )?;
         let conn = &mut self.conns[i];
+        conn.close(&mut self.budget);
         conn.stream = Some(stream);
-        conn.h2 = None;
         conn.connecting = true;
-        conn.wpos = 0;
         conn.opened_ns = now;
         Ok(())
     }
@@ -457,6 +501,13 @@ impl H2Loop {
             self.ended(e, now);
         }
         self.events = events;
+        // Over its share with nothing left to lend: the connection ends as for a protocol
+        // error, which frees what it held.
+        let result = result.and_then(|()| {
+            self.conns[i]
+                .charge(&mut self.budget)
+                .map_err(ConnError::over_budget)
+        });
         if let Err(e) = result {
             if let Some(h2) = self.conns[i].h2.as_mut() {
                 h2.goaway(e.code);
@@ -581,10 +632,7 @@ impl H2Loop {
         if let Some(mut s) = self.conns[i].stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
-        let conn = &mut self.conns[i];
-        conn.h2 = None;
-        conn.connecting = false;
-        conn.wpos = 0;
+        self.conns[i].close(&mut self.budget);
     }
 
     fn reconnect(&mut self, i: usize, now: u64) {
@@ -691,4 +739,114 @@ impl H2Loop {
 /// Streams in flight on a connection.
 fn in_flight(c: &Conn) -> usize {
     c.h2.as_ref().map_or(0, H2Conn::active)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADERS: u8 = 0x1;
+    const SETTINGS: u8 = 0x4;
+    const CONTINUATION: u8 = 0x9;
+    const END_HEADERS: u8 = 0x4;
+    const END_STREAM: u8 = 0x1;
+    /// HPACK: `:status 200`.
+    const STATUS_200: u8 = 0x88;
+    const KIB: usize = 1024;
+
+    fn frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+        let len = (payload.len() as u32).to_be_bytes();
+        let mut f = vec![len[1], len[2], len[3], ty, flags];
+        f.extend_from_slice(&id.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// A connection whose server sent its SETTINGS, with stream 1 open.
+    fn conn_with_a_stream() -> Conn {
+        let mut h2 = H2Conn::new(1);
+        h2.receive(&frame(SETTINGS, 0, 0, &[]), &mut Vec::new())
+            .unwrap();
+        let tag = Tag {
+            intended_ns: 0,
+            sent_ns: 0,
+        };
+        h2.open(&[0x82], None, tag);
+        let mut c = Conn::new(None);
+        c.h2 = Some(h2);
+        c
+    }
+
+    /// The last frame of the header block [`a_block_begun`] begins.
+    fn last_frame() -> Vec<u8> {
+        frame(CONTINUATION, END_HEADERS, 1, &[STATUS_200; 16 * KIB - 1])
+    }
+
+    /// The server's answer to stream 1 begun: a header block (of 64 KiB when whole) of
+    /// 1 + 3 × 16 KiB so far, and half of its last frame (the read cut it).
+    fn a_block_begun() -> Vec<u8> {
+        let mut bytes = frame(HEADERS, END_STREAM, 1, &[STATUS_200]);
+        for _ in 0..3 {
+            bytes.extend(frame(CONTINUATION, 0, 1, &[STATUS_200; 16 * KIB]));
+        }
+        bytes.extend_from_slice(&last_frame()[..8 * KIB]);
+        bytes
+    }
+
+    fn take(c: &mut Conn, budget: &mut ReplyBudget, bytes: &[u8]) -> Result<(), &'static str> {
+        let h2 = c.h2.as_mut().unwrap();
+        h2.receive(bytes, &mut Vec::new()).unwrap();
+        c.charge(budget)
+    }
+
+    /// No share (a million connections): whatever a connection holds is lent from the pool,
+    /// which is the whole budget.
+    fn pool_only(bytes: usize) -> ReplyBudget {
+        ReplyBudget::new(bytes, 1_000_000)
+    }
+
+    #[test]
+    fn a_connection_dropped_mid_block_gives_back_what_it_held() {
+        let mut budget = pool_only(1 << 20);
+        let mut c = conn_with_a_stream();
+        take(&mut c, &mut budget, &a_block_begun()).unwrap();
+        // Room for the 64-KiB block, and for the whole cut frame.
+        assert!(c.held >= 64 * KIB + 16 * KIB, "{}", c.held);
+        assert!(c.held <= super::super::conn::MAX_HELD_BYTES, "{}", c.held);
+        assert_eq!(budget.lent_bytes(), c.held);
+        c.close(&mut budget);
+        assert_eq!((c.held, budget.lent_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_block_made_whole_gives_back_what_it_held() {
+        let mut budget = pool_only(1 << 20);
+        let mut c = conn_with_a_stream();
+        let begun = a_block_begun();
+        take(&mut c, &mut budget, &begun).unwrap();
+        assert!(budget.lent_bytes() > 0);
+        take(&mut c, &mut budget, &last_frame()[8 * KIB..]).unwrap();
+        assert_eq!((c.held, budget.lent_bytes()), (0, 0));
+        assert_eq!(c.h2.as_ref().unwrap().active(), 0, "the stream ended");
+    }
+
+    #[test]
+    fn a_connection_over_the_budget_is_refused_until_another_gives_back() {
+        // Room for one begun block (about 64 KiB), not two.
+        let mut budget = pool_only(100 * KIB);
+        let (mut a, mut b) = (conn_with_a_stream(), conn_with_a_stream());
+        take(&mut a, &mut budget, &a_block_begun()).unwrap();
+        assert_eq!(
+            take(&mut b, &mut budget, &a_block_begun()),
+            Err("reply_over_budget")
+        );
+        // Refused, b holds what it held before (nothing) until it is closed.
+        assert_eq!((b.held, budget.lent_bytes()), (0, a.held));
+        b.close(&mut budget);
+        a.close(&mut budget);
+        assert_eq!(budget.lent_bytes(), 0);
+        let mut b = conn_with_a_stream();
+        take(&mut b, &mut budget, &a_block_begun()).unwrap();
+        assert_eq!(budget.lent_bytes(), b.held);
+    }
 }
