@@ -214,6 +214,39 @@ fn task_of(line: &str) -> Option<(usize, &str)> {
 mod tests {
     use super::*;
 
+    fn host(scheme: &str, node: &str) -> Arc<dyn Engine> {
+        let spec = crate::remote::HostSpec {
+            name: node.into(),
+            scheme: scheme.into(),
+            user: None,
+            address: node.into(),
+            port: 0,
+            identity_file: None,
+            workdir: "/tmp/w".into(),
+            known_hosts_file: None,
+            node: (scheme == SCHEME).then(|| node.to_string()),
+        };
+        match scheme {
+            SCHEME => Arc::new(Slurm::new(spec)),
+            _ => Arc::new(crate::remote::Local::new(spec)),
+        }
+    }
+
+    #[test]
+    fn only_ranks_on_distinct_slurm_nodes_are_one_step() {
+        let nodes =
+            |hosts: &[Arc<dyn Engine>]| step_nodes(&hosts.iter().map(|h| &**h).collect::<Vec<_>>());
+        let (a, b) = (host(SCHEME, "n1"), host(SCHEME, "n2"));
+        assert_eq!(
+            nodes(&[b.clone(), a.clone()]),
+            Some(vec!["n2".into(), "n1".into()])
+        );
+        // One rank, a node twice, a host of another engine: each starts on its own.
+        assert_eq!(nodes(std::slice::from_ref(&a)), None);
+        assert_eq!(nodes(&[a.clone(), host(SCHEME, "n1")]), None);
+        assert_eq!(nodes(&[a, host("local", "n3")]), None);
+    }
+
     #[test]
     fn tasks_follow_the_allocation_s_node_order() {
         let allocation: Vec<String> = ["n1", "n2", "n3"].map(String::from).to_vec();

@@ -426,6 +426,37 @@ fn kvd_task_on(cluster: &SlurmLab, i: usize, region: &str) -> Option<(String, St
         })
 }
 
+/// examples/kvd-slurm.toml at 1 s steps, clients 1 and 2 per rank, one placement, rank j on
+/// the allocation's node `+nodes[j]`, with region `name`.
+fn small_kvd_example(cluster: &SlurmLab, name: &str, nodes: [usize; 2]) -> String {
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kvd-slurm.toml"),
+    )
+    .unwrap();
+    let text = example
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("warmup = \"1s\"", "warmup = \"500ms\"")
+        .replace("clients = [2, 4, 8, 16, 32]", "clients = [2, 4]")
+        .replace(
+            "placements = [\"shared\", \"separated\"]",
+            "placements = [\"shared\"]",
+        )
+        .replace(
+            "n0 = \"slurm://+0\"\n",
+            &slurm_entry(cluster, "n0", nodes[0]),
+        )
+        .replace(
+            "n1 = \"slurm://+1\"\n",
+            &slurm_entry(cluster, "n1", nodes[1]),
+        )
+        .replace("sb-kvd", name);
+    assert!(
+        text.contains("clients = [2, 4]") && text.contains("workdir") && !text.contains("sb-kvd"),
+        "{text}"
+    );
+    text
+}
+
 /// examples/kvd-slurm.toml, short, with its ranks the other way round (rank 0 on the
 /// allocation's second node, rank 1 on its first: Slurm numbers a step's tasks in the
 /// allocation's node order, not in rank_hosts' order): both ranks run as tasks of ONE job step
@@ -436,25 +467,8 @@ fn kvd_task_on(cluster: &SlurmLab, i: usize, region: &str) -> Option<(String, St
 fn the_kvd_example_starts_its_ranks_as_one_job_step() {
     with_slurm(2, |cluster| {
         let name = format!("sbt-kvds-{}", std::process::id());
-        let example = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kvd-slurm.toml"),
-        )
-        .unwrap();
-        let text = example
-            .replace("duration = \"5s\"", "duration = \"1s\"")
-            .replace("warmup = \"1s\"", "warmup = \"500ms\"")
-            .replace("clients = [2, 4, 8, 16, 32]", "clients = [2, 4]")
-            .replace(
-                "placements = [\"shared\", \"separated\"]",
-                "placements = [\"shared\"]",
-            )
-            .replace("n0 = \"slurm://+0\"\n", &slurm_entry(cluster, "n0", 1))
-            .replace("n1 = \"slurm://+1\"\n", &slurm_entry(cluster, "n1", 0))
-            .replace("sb-kvd", &name);
-        assert!(
-            text.contains("clients = [2, 4]") && text.contains("slurm://+1\", workdir"),
-            "{text}"
-        );
+        let text = small_kvd_example(cluster, &name, [1, 0]);
+        assert!(text.contains("n0 = { url = \"slurm://+1\""), "{text}");
         let started = Instant::now();
         let (child, dir) = spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &[], &text);
         // Rank 0 (region NAME) on h2, rank 1 (NAME-r1) on h1, seen while the run runs.
@@ -518,49 +532,102 @@ fn the_kvd_example_starts_its_ranks_as_one_job_step() {
             let path = format!("/dev/shm/stairbench.shmkv.{region}");
             assert!(!Path::new(&path).exists(), "{path} left behind");
         }
+        print_step_start_times(cluster);
     });
 }
 
-/// What starting two tasks takes on the test cluster: one job step over two nodes against
-/// two steps of one node, one after the other (as each rank is started on its own host),
-/// inside one allocation; medians of 5 alternations. A figure, not a limit.
-#[test]
-fn one_step_over_two_nodes_against_two_steps_one_after_the_other() {
-    with_slurm(2, |cluster| {
-        let script = r#"t() { date +%s%N; }
+/// What starting two tasks takes on the test cluster, printed as a figure: one job step over
+/// two nodes against two steps of one node, one after the other (as each rank is started on
+/// its own host), inside one allocation; medians of 5 alternations.
+fn print_step_start_times(cluster: &SlurmLab) {
+    let script = r#"t() { date +%s%N; }
 for i in 1 2 3 4 5; do
   a=$(t); srun --overlap -N 2 -n 2 --ntasks-per-node=1 --quiet true || exit 1; b=$(t)
   srun --overlap -N 1 -n 1 -w h1 --quiet true && srun --overlap -N 1 -n 1 -w h2 --quiet true || exit 1
   c=$(t); echo "one $(( (b - a) / 1000 )) two $(( (c - b) / 1000 ))"
 done"#;
-        let out = cluster.run(
-            Duration::from_secs(120),
-            "salloc",
-            &["--quiet", "-N", "2", "sh", "-c", script],
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut one_us = Vec::new();
-        let mut two_us = Vec::new();
-        for line in stdout.lines() {
-            let w: Vec<&str> = line.split_whitespace().collect();
-            if let ["one", a, "two", b] = w[..] {
-                one_us.push(a.parse::<u64>().unwrap());
-                two_us.push(b.parse::<u64>().unwrap());
-            }
+    let out = cluster.run(
+        Duration::from_secs(120),
+        "salloc",
+        &["--quiet", "-N", "2", "sh", "-c", script],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut one_us = Vec::new();
+    let mut two_us = Vec::new();
+    for line in stdout.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if let ["one", a, "two", b] = w[..] {
+            one_us.push(a.parse::<u64>().unwrap());
+            two_us.push(b.parse::<u64>().unwrap());
         }
-        assert_eq!(one_us.len(), 5, "{stdout}");
-        one_us.sort_unstable();
-        two_us.sort_unstable();
-        eprintln!(
-            "figures: starting 2 tasks: one step over 2 nodes {:.1} ms, two steps of 1 node one after the other {:.1} ms (medians of 5)",
-            one_us[2] as f64 / 1e3,
-            two_us[2] as f64 / 1e3
+    }
+    assert_eq!(one_us.len(), 5, "{stdout}");
+    one_us.sort_unstable();
+    two_us.sort_unstable();
+    eprintln!(
+        "figures: starting 2 tasks: one step over 2 nodes {:.1} ms, two steps of 1 node one after the other {:.1} ms (medians of 5)",
+        one_us[2] as f64 / 1e3,
+        two_us[2] as f64 / 1e3
+    );
+}
+
+/// A rank killed mid-run (rank 1's process, on its node): that step fails saying which rank
+/// on which host, and the next step starts both ranks again as one job step, which answers
+/// remote keys; nothing is left afterwards.
+#[test]
+fn a_kvd_rank_killed_in_its_job_step_fails_that_step_and_the_next_starts_both_again() {
+    with_slurm(2, |cluster| {
+        let name = format!("sbt-kvdk-{}", std::process::id());
+        let text = small_kvd_example(cluster, &name, [0, 1])
+            .replace("clients = [2, 4]", "clients = [2, 4, 6]");
+        let started = Instant::now();
+        let (child, dir) = spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &[], &text);
+        let steps_file = dir.join("steps.jsonl");
+        while std::fs::read_to_string(&steps_file).map_or(0, |s| s.lines().count()) < 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "no step finished"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let rank1 = format!("{name}-r1");
+        let pid = crate::netns::ns_pids(&cluster.lab.hosts[1].ns)
+            .into_iter()
+            .find(|&p| describe(p).contains(" serve kvd") && describe(p).contains(&rank1))
+            .expect("rank 1 runs on h2");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let run = finish(child, dir);
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
+        assert_eq!(run.out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&run.dir);
+        assert_eq!(steps.len(), 3, "{steps:?}");
+        assert_eq!(steps[0]["status"], "ok", "{}", steps[0]);
+        assert_eq!(steps[1]["status"], "failed", "{}", steps[1]);
+        let reason = steps[1]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("rank 1 on host n1") && reason.contains("killed by signal 9"),
+            "{reason}"
         );
-        assert!(one_us[2] > 0 && two_us[2] > 0, "{stdout}");
+        assert_eq!(steps[2]["status"], "ok", "{}", steps[2]);
+        crate::kvd_hosts::check_rank(&steps[2], "kvd", 0);
+        crate::kvd_hosts::check_rank(&steps[2], "kvd.r1", 1);
+        assert!(
+            run.steps_left.is_empty(),
+            "steps left: {:?}",
+            run.steps_left
+        );
+        for i in 0..2 {
+            let left = stairbench_on(cluster, i);
+            assert!(left.is_empty(), "left on h{}: {left:?}", i + 1);
+        }
     });
 }
