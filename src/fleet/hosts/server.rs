@@ -185,21 +185,11 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
         if target.host.is_none() {
             return self.local.describe(target, cpus, clients);
         }
-        let sessions: Option<Vec<_>> = (rank_plans(target, &[]).iter())
-            .map(|(host, _)| self.sessions.get(host).ok())
-            .collect();
-        let plans = rank_plans(
-            target,
-            &sessions.as_deref().map(addresses).unwrap_or_default(),
-        );
-        let each = (plans.iter())
+        // Hosts are not contacted by a dry run: `{host}` in --ranks stays as written.
+        (rank_plans(target, &[]).iter())
             .map(|(host, plan)| format!("on host {host}: {}", remote_line(plan, cpus, clients)))
             .collect::<Vec<_>>()
-            .join("; ");
-        match sessions.is_some_and(|s| one_step(&s)) {
-            true => format!("as one Slurm job step: {each}"),
-            false => each,
-        }
+            .join("; ")
     }
 }
 
