@@ -41,6 +41,28 @@ pub fn rank_args(args: &[String], rank: usize) -> Vec<String> {
     out
 }
 
+/// The builtin words with `{host}` in the j-th address of `--ranks` replaced by
+/// `addresses[j]` (rank j's host's address; IPv6 in brackets), so one spec serves any
+/// allocation (`slurm://+K` hosts); no addresses: the words as they are.
+pub fn fill_rank_addresses(args: &[String], addresses: &[String]) -> Vec<String> {
+    let mut out = args.to_vec();
+    let Some(at) = args.iter().position(|a| a == "--ranks") else {
+        return out;
+    };
+    if addresses.is_empty() || at + 1 >= args.len() {
+        return out;
+    }
+    let filled: Vec<String> = (args[at + 1].split(',').enumerate())
+        .map(|(j, entry)| match addresses.get(j) {
+            Some(a) if a.contains(':') => entry.replace("{host}", &format!("[{a}]")),
+            Some(a) => entry.replace("{host}", a),
+            None => entry.to_string(),
+        })
+        .collect();
+    out[at + 1] = filled.join(",");
+    out
+}
+
 /// The URL a client group on rank `rank`'s host loads: that rank's region.
 pub fn rank_url(args: &[String], rank: usize) -> String {
     format!(
@@ -70,6 +92,15 @@ mod tests {
         );
         assert_eq!(rank_url(&args, 0), "kvd://kv");
         assert_eq!(rank_url(&args, 1), "kvd://kv-r1");
+        let filled = fill_rank_addresses(
+            &words("kvd --ranks {host}:1,{host}:2 --name kv"),
+            &["10.0.0.2".into(), "fd00::3".into()],
+        );
+        assert_eq!(
+            filled,
+            words("kvd --ranks 10.0.0.2:1,[fd00::3]:2 --name kv")
+        );
+        assert_eq!(fill_rank_addresses(&args, &[]), args);
         assert!(regex::Regex::new(RANK_READY)
             .unwrap()
             .is_match("kvd: rank 1 of 2 serving /dev/shm/x, pid 4; clients use kvd://kv-r1"));

@@ -18,6 +18,7 @@ pub mod local;
 pub mod process;
 pub mod shell;
 pub mod slurm;
+pub mod slurm_step;
 pub mod ssh;
 pub mod window;
 

@@ -87,15 +87,22 @@ impl std::fmt::Display for RemoteStatus {
     }
 }
 
-/// Output collected from the remote process, and the wrapper's exit line.
+/// Output collected from the remote process, and the wrapper's group id and exit lines.
 #[derive(Debug, Default)]
-struct Tail {
+pub(super) struct Tail {
     lines: VecDeque<String>,
-    exit_code: Option<i32>,
+    /// The group id line's (a task of a shared job step: read by the demultiplexer).
+    pub(super) pgid: Option<i32>,
+    /// The exit line's.
+    pub(super) exit_code: Option<i32>,
 }
 
 impl Tail {
-    fn push(&mut self, line: String) {
+    pub(super) fn push(&mut self, line: String) {
+        if let Some(pgid) = line.strip_prefix(PGID_PREFIX) {
+            self.pgid = pgid.trim().parse().ok();
+            return;
+        }
         if let Some(code) = line.strip_prefix(EXIT_PREFIX) {
             self.exit_code = code.trim().parse().ok();
             return;
@@ -110,6 +117,70 @@ impl Tail {
         }
         self.lines.push_back(line);
     }
+
+    /// The last `n` lines joined with ` | ` (the engine's words when it ended without one).
+    pub(super) fn last(&self, n: usize) -> String {
+        last_lines(&self.lines, n)
+    }
+}
+
+/// The local end of a channel (`ssh`, `srun`, `sh`) and the threads reading its output. A job
+/// step of several tasks has one for all of them, each task's process ending on its own exit
+/// line; the last one dropped ends the step.
+#[derive(Debug)]
+pub(super) struct Channel {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Channel {
+    /// `child` (its stdin still in it) and the threads reading its stdout and stderr.
+    pub(super) fn new(mut child: Child, readers: Vec<JoinHandle<()>>) -> Channel {
+        let stdin = child.stdin.take();
+        Channel {
+            child,
+            stdin,
+            readers,
+        }
+    }
+
+    /// Whether the local end is still running.
+    pub(super) fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Closes the command's stdin: the wrapper's (every task's) signal to stop.
+    pub(super) fn close(&mut self) {
+        drop(self.stdin.take());
+    }
+
+    /// Kills the local end (Slurm then ends the step) and reaps it.
+    pub(super) fn kill(&mut self) {
+        let _ = self.child.kill();
+        self.reap();
+    }
+
+    /// Waits for the local end and its readers (the first caller joins them).
+    fn reap(&mut self) {
+        let _ = self.child.wait();
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+    }
+}
+
+impl Drop for Channel {
+    /// A shared step whose tasks all printed their exit lines ends by itself: reaped here,
+    /// killed if it lingers.
+    fn drop(&mut self) {
+        self.close();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while self.running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+    }
 }
 
 /// A command running on a host in its own process group, ended on `stop` or drop.
@@ -117,12 +188,12 @@ impl Tail {
 pub struct RemoteProcess {
     engine: Arc<dyn Engine>,
     command: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
+    channel: Arc<Mutex<Channel>>,
+    /// One task of a job step shared with others: it has ended once its exit line came.
+    task: bool,
     pgid: i32,
     grace: Duration,
     tail: Arc<Mutex<Tail>>,
-    readers: Vec<JoinHandle<()>>,
     status: Option<RemoteStatus>,
 }
 
@@ -188,17 +259,40 @@ impl RemoteProcess {
             ));
         };
         let readers = [Some(read_lines(stdout, tail.clone())), stderr];
+        let channel = Channel::new(child, readers.into_iter().flatten().collect());
         Ok(RemoteProcess {
             engine,
             command: command.into(),
-            stdin: child.stdin.take(),
-            child,
+            channel: Arc::new(Mutex::new(channel)),
+            task: false,
             pgid,
             grace,
             tail,
-            readers: readers.into_iter().flatten().collect(),
             status: None,
         })
+    }
+
+    /// One task of a job step that runs [`wrapper_line`] on several hosts over one
+    /// `channel`: `tail` gets this task's lines, `pgid` is its group there, `engine` its
+    /// host's. Stopping it closes the step's stdin, which stops every task.
+    pub(super) fn from_task(
+        engine: Arc<dyn Engine>,
+        command: &str,
+        channel: Arc<Mutex<Channel>>,
+        tail: Arc<Mutex<Tail>>,
+        pgid: i32,
+        grace: Duration,
+    ) -> RemoteProcess {
+        RemoteProcess {
+            engine,
+            command: command.into(),
+            channel,
+            task: true,
+            pgid,
+            grace,
+            tail,
+            status: None,
+        }
     }
 }
 
@@ -254,7 +348,11 @@ impl RemoteProcess {
 
     /// The pid of the local end of its channel (`ssh`, `srun`, `sh`).
     pub fn channel_pid(&self) -> u32 {
-        self.child.id()
+        self.channel().child.id()
+    }
+
+    fn channel(&self) -> std::sync::MutexGuard<'_, Channel> {
+        self.channel.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The command line as given to `spawn`.
@@ -287,9 +385,18 @@ impl RemoteProcess {
         if let Some(status) = &self.status {
             return status.clone();
         }
-        match self.child.try_wait() {
-            Ok(None) => RemoteStatus::Running,
-            Ok(Some(_)) | Err(_) => self.finish(),
+        let exited = self
+            .tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .exit_code;
+        if self.task && exited.is_some() {
+            return self.record_status();
+        }
+        let running = self.channel().running();
+        match running {
+            true => RemoteStatus::Running,
+            false => self.finish(),
         }
     }
 
@@ -312,23 +419,24 @@ impl RemoteProcess {
         if self.try_status() != RemoteStatus::Running {
             return self.try_status();
         }
-        drop(self.stdin.take());
+        self.channel().close();
         let status = self.wait_timeout(self.grace + Duration::from_secs(3));
         if status != RemoteStatus::Running {
             return status;
         }
         let _ = self.engine.stop(self.pgid, "KILL");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.channel().kill();
         self.finish()
     }
 
     /// Records the final status once the local end of the channel has exited.
     fn finish(&mut self) -> RemoteStatus {
-        let _ = self.child.wait();
-        for reader in self.readers.drain(..) {
-            let _ = reader.join();
-        }
+        self.channel().reap();
+        self.record_status()
+    }
+
+    /// The final status from the exit line, or the channel's last words without one.
+    fn record_status(&mut self) -> RemoteStatus {
         let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
         let status = match tail.exit_code {
             Some(code) if code > 128 => RemoteStatus::Killed(code - 128),

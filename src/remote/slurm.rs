@@ -343,7 +343,7 @@ impl Engine for Slurm {
 
 /// Whether the cluster's task plugin binds tasks to CPUs (anything but `task/none`): then
 /// steps ask for no binding; without one srun would only warn that it has none. Asked once.
-fn binds_tasks() -> bool {
+pub(super) fn binds_tasks() -> bool {
     static BINDS: OnceLock<bool> = OnceLock::new();
     *BINDS.get_or_init(|| {
         let config = control(Command::new("scontrol").args(["show", "config"])).unwrap_or_default();

@@ -79,7 +79,7 @@ fn wait_clean(ns: &str) -> Vec<String> {
 
 /// One rank's daemon over a step's window: both ranks, remote requests both ways, no failure.
 /// Its RTT and turnaround p50 (µs) and remote requests answered.
-fn check_rank(step: &Value, label: &str, rank: u64) -> (f64, f64, u64) {
+pub(crate) fn check_rank(step: &Value, label: &str, rank: u64) -> (f64, f64, u64) {
     let m = &step["target_metrics"][label];
     assert_eq!(m["gauges"]["rank"], rank, "{label}: {m}");
     assert_eq!(m["gauges"]["ranks"], 2, "{label}: {m}");
@@ -294,6 +294,15 @@ fn shared_memory_clients_must_be_on_their_daemons_host() {
     );
     let e = plan_error(&ex.replace("rank_hosts = [\"a\", \"b\"]", "rank_hosts = [\"a\", \"c\"]"));
     assert!(e.contains("\"c\"") && e.contains("[hosts]"), "{e}");
+    // `{host}` in --ranks is a rank's host's address: only with rank_hosts.
+    let e = plan_error(
+        &ex.replace("rank_hosts = [\"a\", \"b\"]", "host = \"a\"")
+            .replace("192.0.2.10:17301", "{host}:17301"),
+    );
+    assert!(
+        e.contains("targets[0].builtin") && e.contains("{host} in --ranks"),
+        "{e}"
+    );
     let e = plan_error(&ex.replace("builtin = \"kvd", "rank_hosts_of = 1\nbuiltin = \"kvd"));
     assert!(e.contains("rank_hosts_of"), "{e}");
 }

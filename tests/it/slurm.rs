@@ -399,3 +399,236 @@ fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
         assert!(took < Duration::from_secs(90), "{took:?}");
     });
 }
+
+/// The Slurm step environment of the `serve kvd` process of region `region` in node `i`'s
+/// namespace, once it runs: `(SLURM_STEP_ID, SLURM_PROCID, SLURM_STEP_NUM_TASKS)`.
+fn kvd_task_on(cluster: &SlurmLab, i: usize, region: &str) -> Option<(String, String, String)> {
+    crate::netns::ns_pids(&cluster.lab.hosts[i].ns)
+        .into_iter()
+        .find_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let words: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let at = words.iter().position(|w| *w == b"--name")?;
+            let is_kvd =
+                words.iter().any(|w| *w == b"kvd") && words.get(at + 1)? == &region.as_bytes();
+            is_kvd.then_some(pid)?;
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            let var = |k: &str| {
+                (environ.split(|&b| b == 0))
+                    .find_map(|kv| kv.strip_prefix(format!("{k}=").as_bytes()))
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default()
+            };
+            Some((
+                var("SLURM_STEP_ID"),
+                var("SLURM_PROCID"),
+                var("SLURM_STEP_NUM_TASKS"),
+            ))
+        })
+}
+
+/// examples/kvd-slurm.toml at 1 s steps, clients 1 and 2 per rank, one placement, rank j on
+/// the allocation's node `+nodes[j]`, with region `name`.
+fn small_kvd_example(cluster: &SlurmLab, name: &str, nodes: [usize; 2]) -> String {
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kvd-slurm.toml"),
+    )
+    .unwrap();
+    let text = example
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("warmup = \"1s\"", "warmup = \"500ms\"")
+        .replace("clients = [2, 4, 8, 16, 32]", "clients = [2, 4]")
+        .replace(
+            "placements = [\"shared\", \"separated\"]",
+            "placements = [\"shared\"]",
+        )
+        .replace(
+            "n0 = \"slurm://+0\"\n",
+            &slurm_entry(cluster, "n0", nodes[0]),
+        )
+        .replace(
+            "n1 = \"slurm://+1\"\n",
+            &slurm_entry(cluster, "n1", nodes[1]),
+        )
+        .replace("sb-kvd", name);
+    assert!(
+        text.contains("clients = [2, 4]") && text.contains("workdir") && !text.contains("sb-kvd"),
+        "{text}"
+    );
+    text
+}
+
+/// examples/kvd-slurm.toml, short, with its ranks the other way round (rank 0 on the
+/// allocation's second node, rank 1 on its first: Slurm numbers a step's tasks in the
+/// allocation's node order, not in rank_hosts' order): both ranks run as tasks of ONE job step
+/// (the same step id in their environment, two tasks), each on its rank's node with its own
+/// region, they answer each other's keys (remote requests counted by both), the client
+/// groups' counts merge exactly, and nothing is left once the run ends.
+#[test]
+fn the_kvd_example_starts_its_ranks_as_one_job_step() {
+    with_slurm(2, |cluster| {
+        let name = format!("sbt-kvds-{}", std::process::id());
+        let text = small_kvd_example(cluster, &name, [1, 0]);
+        assert!(text.contains("n0 = { url = \"slurm://+1\""), "{text}");
+        let started = Instant::now();
+        let (child, dir) = spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &[], &text);
+        // Rank 0 (region NAME) on h2, rank 1 (NAME-r1) on h1, seen while the run runs.
+        let rank1 = format!("{name}-r1");
+        let (mut on_h2, mut on_h1) = (None, None);
+        while (on_h2.is_none() || on_h1.is_none()) && started.elapsed() < Duration::from_secs(60) {
+            on_h2 = on_h2.or_else(|| kvd_task_on(cluster, 1, &name));
+            on_h1 = on_h1.or_else(|| kvd_task_on(cluster, 0, &rank1));
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        let run = finish(child, dir);
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
+        assert!(run.out.status.success(), "{stderr}\n{}", cluster.logs());
+        eprintln!(
+            "figures: the kvd run inside salloc (2 steps of 1 s) took {:.2} s",
+            took.as_secs_f64()
+        );
+        let (rank0, rank1) = (on_h2.expect("rank 0 on h2"), on_h1.expect("rank 1 on h1"));
+        assert_eq!(rank0.0, rank1.0, "one job step: {rank0:?} {rank1:?}");
+        assert!(!rank0.0.is_empty(), "{rank0:?}");
+        assert_eq!((rank0.2.as_str(), rank1.2.as_str()), ("2", "2"));
+        // Task 0 is on the allocation's first node (h1): rank 1's.
+        assert_eq!((rank0.1.as_str(), rank1.1.as_str()), ("1", "0"));
+        let steps = common::steps_json(&run.dir);
+        assert_eq!(steps.len(), 2, "{steps:?}");
+        for step in &steps {
+            assert_eq!(step["status"], "ok", "{step}");
+            assert_eq!(step["error_ratio"].as_f64(), Some(0.0), "{step}");
+            crate::hosts::assert_counts_merge_exactly(step, &["n0", "n1"]);
+            let urls: Vec<&str> = (step["url"].as_array().expect("url list").iter())
+                .filter_map(Value::as_str)
+                .collect();
+            assert_eq!(urls, [format!("kvd://{name}"), format!("kvd://{name}-r1")]);
+            let (_, _, n0) = crate::kvd_hosts::check_rank(step, "kvd", 0);
+            let (_, _, n1) = crate::kvd_hosts::check_rank(step, "kvd.r1", 1);
+            eprintln!(
+                "figures: {} clients: {:.0} req/s, remote requests answered by rank 0 / 1: {n0} / {n1}",
+                step["clients"],
+                step["throughput_rps"].as_f64().unwrap()
+            );
+            assert_eq!(step["server"]["host"], "n0", "{step}");
+            assert_eq!(step["observed"]["kvd.r1"]["host"], "n1", "{step}");
+        }
+        let env: Value = serde_json::from_str(
+            &std::fs::read_to_string(run.dir.join("environment.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(env["hosts"]["n0"]["hostname"], "h2", "{}", env["hosts"]);
+        assert_eq!(env["hosts"]["n1"]["hostname"], "h1", "{}", env["hosts"]);
+        assert!(
+            run.steps_left.is_empty(),
+            "steps left: {:?}",
+            run.steps_left
+        );
+        for i in 0..2 {
+            let left = stairbench_on(cluster, i);
+            assert!(left.is_empty(), "left on h{}: {left:?}", i + 1);
+        }
+        for region in [name.clone(), format!("{name}-r1")] {
+            let path = format!("/dev/shm/stairbench.shmkv.{region}");
+            assert!(!Path::new(&path).exists(), "{path} left behind");
+        }
+        print_step_start_times(cluster);
+    });
+}
+
+/// What starting two tasks takes on the test cluster, printed as a figure: one job step over
+/// two nodes against two steps of one node, one after the other (as each rank is started on
+/// its own host), inside one allocation; medians of 5 alternations.
+fn print_step_start_times(cluster: &SlurmLab) {
+    let script = r#"t() { date +%s%N; }
+for i in 1 2 3 4 5; do
+  a=$(t); srun --overlap -N 2 -n 2 --ntasks-per-node=1 --quiet true || exit 1; b=$(t)
+  srun --overlap -N 1 -n 1 -w h1 --quiet true && srun --overlap -N 1 -n 1 -w h2 --quiet true || exit 1
+  c=$(t); echo "one $(( (b - a) / 1000 )) two $(( (c - b) / 1000 ))"
+done"#;
+    let out = cluster.run(
+        Duration::from_secs(120),
+        "salloc",
+        &["--quiet", "-N", "2", "sh", "-c", script],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut one_us = Vec::new();
+    let mut two_us = Vec::new();
+    for line in stdout.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if let ["one", a, "two", b] = w[..] {
+            one_us.push(a.parse::<u64>().unwrap());
+            two_us.push(b.parse::<u64>().unwrap());
+        }
+    }
+    assert_eq!(one_us.len(), 5, "{stdout}");
+    one_us.sort_unstable();
+    two_us.sort_unstable();
+    eprintln!(
+        "figures: starting 2 tasks: one step over 2 nodes {:.1} ms, two steps of 1 node one after the other {:.1} ms (medians of 5)",
+        one_us[2] as f64 / 1e3,
+        two_us[2] as f64 / 1e3
+    );
+}
+
+/// A rank killed mid-run (rank 1's process, on its node): that step fails saying which rank
+/// on which host, and the next step starts both ranks again as one job step, which answers
+/// remote keys; nothing is left afterwards.
+#[test]
+fn a_kvd_rank_killed_in_its_job_step_fails_that_step_and_the_next_starts_both_again() {
+    with_slurm(2, |cluster| {
+        let name = format!("sbt-kvdk-{}", std::process::id());
+        let text = small_kvd_example(cluster, &name, [0, 1])
+            .replace("clients = [2, 4]", "clients = [2, 4, 6]");
+        let started = Instant::now();
+        let (child, dir) = spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &[], &text);
+        let steps_file = dir.join("steps.jsonl");
+        while std::fs::read_to_string(&steps_file).map_or(0, |s| s.lines().count()) < 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "no step finished"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let rank1 = format!("{name}-r1");
+        let pid = crate::netns::ns_pids(&cluster.lab.hosts[1].ns)
+            .into_iter()
+            .find(|&p| describe(p).contains(" serve kvd") && describe(p).contains(&rank1))
+            .expect("rank 1 runs on h2");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let run = finish(child, dir);
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
+        assert_eq!(run.out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&run.dir);
+        assert_eq!(steps.len(), 3, "{steps:?}");
+        assert_eq!(steps[0]["status"], "ok", "{}", steps[0]);
+        assert_eq!(steps[1]["status"], "failed", "{}", steps[1]);
+        let reason = steps[1]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("rank 1 on host n1") && reason.contains("killed by signal 9"),
+            "{reason}"
+        );
+        assert_eq!(steps[2]["status"], "ok", "{}", steps[2]);
+        crate::kvd_hosts::check_rank(&steps[2], "kvd", 0);
+        crate::kvd_hosts::check_rank(&steps[2], "kvd.r1", 1);
+        assert!(
+            run.steps_left.is_empty(),
+            "steps left: {:?}",
+            run.steps_left
+        );
+        for i in 0..2 {
+            let left = stairbench_on(cluster, i);
+            assert!(left.is_empty(), "left on h{}: {left:?}", i + 1);
+        }
+    });
+}

@@ -15,7 +15,7 @@ use crate::fleet::target::{TargetKind, TargetPlan};
 use crate::observe::metrics::MetricsPlan;
 use crate::observe::step::ServerExtras;
 use crate::placement::CpuPair;
-use crate::remote::{RemoteError, RemoteProcess, RemoteStatus, REMOTE_BIN};
+use crate::remote::{slurm_step, Engine, RemoteError, RemoteProcess, RemoteStatus, REMOTE_BIN};
 
 /// A server on another host, as the observers see it.
 #[derive(Debug, Clone)]
@@ -42,27 +42,18 @@ pub struct HostLauncher<'a, L: Launcher> {
     pub health: ServerHosts,
 }
 
-impl<L: Launcher> Launcher for HostLauncher<'_, L> {
-    fn launch(
+impl<L: Launcher> HostLauncher<'_, L> {
+    /// Starts each process of `target` on its host over its own channel.
+    fn start_each(
         &mut self,
         target: &TargetPlan,
+        plans: Vec<(String, TargetPlan)>,
+        sessions: Vec<Arc<HostSession>>,
         cpus: &CpuPair,
         clients: usize,
-        stop: &AtomicBool,
-    ) -> Result<Box<dyn Server>, String> {
-        let Some(host) = &target.host else {
-            return self.local.launch(target, cpus, clients, stop);
-        };
-        if let Some(why) = self.health.down_reason(host) {
-            return Err(why);
-        }
-        // Every rank first, then their readiness: a kvd rank is ready once its peers are up.
+    ) -> Result<Vec<RemoteProc>, String> {
         let mut procs = Vec::new();
-        for (rank, (host, plan)) in rank_plans(target).into_iter().enumerate() {
-            let session = self
-                .sessions
-                .get(&host)
-                .map_err(|why| format!("host {host:?}: {why}"))?;
+        for (rank, ((host, plan), session)) in plans.into_iter().zip(sessions).enumerate() {
             let line = remote_line(&plan, cpus, clients);
             let signal = crate::process::signal_name(target.stop_signal);
             let engine = session.engine.clone();
@@ -85,6 +76,76 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
                 }
             }
         }
+        Ok(procs)
+    }
+
+    /// Starts a kvd target's ranks, on distinct nodes of the Slurm allocation, as one job
+    /// step (see [`one_step`]).
+    fn start_one_step(
+        &mut self,
+        target: &TargetPlan,
+        plans: &[(String, TargetPlan)],
+        sessions: &[Arc<HostSession>],
+        cpus: &CpuPair,
+        clients: usize,
+    ) -> Result<Vec<RemoteProc>, String> {
+        let engines: Vec<_> = sessions.iter().map(|s| s.engine.clone()).collect();
+        let lines: Vec<String> = (plans.iter())
+            .map(|(_, plan)| remote_line(plan, cpus, clients))
+            .collect();
+        let signal = crate::process::signal_name(target.stop_signal);
+        let processes = slurm_step::spawn_step(&engines, &lines, signal, target.stop_grace)
+            .map_err(|e| {
+                let why = format!("cannot start the ranks of target {:?}: {e}", target.name);
+                if matches!(e, RemoteError::Unreachable { .. }) {
+                    self.health.failed(&plans[0].0, &why);
+                }
+                why
+            })?;
+        Ok((processes.into_iter().zip(plans).zip(sessions).enumerate())
+            .map(|(rank, ((process, (_, plan)), session))| RemoteProc {
+                label: rank_label(target, rank),
+                metrics: plan.metrics.as_ref().map(|_| remote_metrics_file(plan)),
+                session: session.clone(),
+                process,
+            })
+            .collect())
+    }
+}
+
+/// Whether the processes on `sessions` start as one Slurm job step: several, each on its own
+/// node of the allocation (a kvd target's ranks, as a cluster starts ranks); else each starts
+/// on its own.
+fn one_step(sessions: &[Arc<HostSession>]) -> bool {
+    let engines: Vec<&dyn Engine> = sessions.iter().map(|s| &*s.engine).collect();
+    slurm_step::step_nodes(&engines).is_some()
+}
+
+impl<L: Launcher> Launcher for HostLauncher<'_, L> {
+    fn launch(
+        &mut self,
+        target: &TargetPlan,
+        cpus: &CpuPair,
+        clients: usize,
+        stop: &AtomicBool,
+    ) -> Result<Box<dyn Server>, String> {
+        let Some(host) = &target.host else {
+            return self.local.launch(target, cpus, clients, stop);
+        };
+        if let Some(why) = self.health.down_reason(host) {
+            return Err(why);
+        }
+        // Every rank first, then their readiness: a kvd rank is ready once its peers are up.
+        let sessions = (rank_plans(target, &[]).iter())
+            .map(|(host, _)| {
+                (self.sessions.get(host)).map_err(|why| format!("host {host:?}: {why}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let plans = rank_plans(target, &addresses(&sessions));
+        let procs = match one_step(&sessions) {
+            true => self.start_one_step(target, &plans, &sessions, cpus, clients)?,
+            false => self.start_each(target, plans, sessions, cpus, clients)?,
+        };
         let mut server = RemoteServer {
             port: target.port.unwrap_or(0),
             procs,
@@ -124,7 +185,8 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
         if target.host.is_none() {
             return self.local.describe(target, cpus, clients);
         }
-        (rank_plans(target).iter())
+        // Hosts are not contacted by a dry run: `{host}` in --ranks stays as written.
+        (rank_plans(target, &[]).iter())
             .map(|(host, plan)| format!("on host {host}: {}", remote_line(plan, cpus, clients)))
             .collect::<Vec<_>>()
             .join("; ")
@@ -156,9 +218,17 @@ fn remote_metrics_file(target: &TargetPlan) -> String {
     }
 }
 
+/// The addresses others reach `sessions`' hosts at (`{host}` in a kvd target's `--ranks`).
+fn addresses(sessions: &[Arc<HostSession>]) -> Vec<String> {
+    (sessions.iter())
+        .map(|s| s.engine.spec().address.clone())
+        .collect()
+}
+
 /// Each process of `target` with its host: the target itself, or a kvd target's ranks (rank
-/// j on `rank_hosts[j]` with its own rank, region and metrics file `FILE.rj`).
-fn rank_plans(target: &TargetPlan) -> Vec<(String, TargetPlan)> {
+/// j on `rank_hosts[j]` with its own rank, region and metrics file `FILE.rj`; `{host}` in
+/// the j-th address of `--ranks` is `addresses[j]`, when given).
+fn rank_plans(target: &TargetPlan, addresses: &[String]) -> Vec<(String, TargetPlan)> {
     let (TargetKind::Builtin(args), false) = (&target.kind, target.rank_hosts.is_empty()) else {
         return target
             .host
@@ -169,7 +239,8 @@ fn rank_plans(target: &TargetPlan) -> Vec<(String, TargetPlan)> {
     (target.rank_hosts.iter().enumerate())
         .map(|(j, host)| {
             let mut plan = target.clone();
-            plan.kind = TargetKind::Builtin(ranks::rank_args(args, j));
+            let args = ranks::fill_rank_addresses(args, addresses);
+            plan.kind = TargetKind::Builtin(ranks::rank_args(&args, j));
             if let (Some(MetricsPlan::File { template, format }), true) = (&target.metrics, j > 0) {
                 plan.metrics = Some(MetricsPlan::File {
                     template: format!("{template}.r{j}"),
@@ -288,7 +359,10 @@ pub struct RemoteServer {
 
 impl RemoteServer {
     fn wait_ready(&mut self, target: &TargetPlan, stop: &AtomicBool) -> Result<(), String> {
-        let plans: Vec<TargetPlan> = rank_plans(target).into_iter().map(|(_, p)| p).collect();
+        let plans: Vec<TargetPlan> = rank_plans(target, &[])
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
         let start = Instant::now();
         let mut ready = vec![false; self.procs.len()];
         loop {

@@ -17,10 +17,15 @@ pub fn plan_rank_hosts(
     t: &TargetSpec,
     kind: &TargetKind,
 ) -> Result<Vec<String>, SpecError> {
+    let at = |key: &str, why: String| spec.error_at(&["targets", &i.to_string(), key], why);
     let Some(hosts) = &t.rank_hosts else {
+        if let TargetKind::Builtin(a) = kind {
+            if option(a, "--ranks").is_some_and(|l| l.contains("{host}")) {
+                return Err(at("builtin", "{host} in --ranks is rank j's host's address: give the ranks' hosts with rank_hosts = [...]".into()));
+            }
+        }
         return Ok(Vec::new());
     };
-    let at = |key: &str, why: String| spec.error_at(&["targets", &i.to_string(), key], why);
     let args = match kind {
         TargetKind::Builtin(a) if a[0] == "kvd" => a,
         _ => return Err(at("rank_hosts", "only a built-in kvd target (builtin = \"kvd --ranks A:P,B:P --name NAME\") runs its ranks on several hosts".into())),
