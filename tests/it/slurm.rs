@@ -492,6 +492,20 @@ fn an_allocation_that_ends_mid_run_stops_the_run_with_slurm_s_reason() {
             "steps left: {:?}",
             run.steps_left
         );
+        // What the checks of quiet channels cost a run whose nodes answer: each is one
+        // connection to a slurmd, which logs it as an error line.
+        let probes: usize = (cluster.nodes.iter())
+            .map(|n| cluster.log(&format!("slurmd-{n}.log")))
+            .map(|log| {
+                log.matches("service_connection: slurm_receive_msg: Zero Bytes")
+                    .count()
+            })
+            .sum();
+        eprintln!(
+            "figures: slurmd probes during {} steps: {probes}",
+            steps.len()
+        );
+        assert!(probes <= steps.len(), "{probes} probes");
         let pid = stdout
             .lines()
             .find_map(|l| l.strip_prefix("stairbench-pid: "))
