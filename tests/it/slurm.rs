@@ -529,3 +529,73 @@ fn an_allocation_that_ends_mid_run_stops_the_run_with_slurm_s_reason() {
         }
     });
 }
+
+/// A client group's node lost mid-step: its `stairbench load` does not end with the window,
+/// stairbench checks the node's slurmd, finds it gone and fails the step with that reason
+/// within 10 s of the loss, without waiting for Slurm to declare the node down; the node is
+/// tried once more, then marked down.
+#[test]
+fn a_client_group_s_node_lost_mid_step_fails_it_within_ten_seconds() {
+    with_slurm(2, |cluster| {
+        let text = format!(
+            "name = \"lost-group\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 3, 4, 5]\n\
+             placements = [\"shared\"]\n[hosts]\n{}{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n\
+             [[client.groups]]\nhost = \"c1\"\n",
+            slurm_entry(cluster, "srv", 0),
+            slurm_entry(cluster, "c1", 1),
+        );
+        let started = Instant::now();
+        let (child, dir) =
+            spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &["--no-kill"], &text);
+        let steps_file = dir.join("steps.jsonl");
+        let lines = || std::fs::read_to_string(&steps_file).map_or(0, |s| s.lines().count());
+        while lines() < 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "no first step"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(1200));
+        cluster.lose_node(1);
+        let killed = Instant::now();
+        let mut written = vec![Instant::now(); 1];
+        while written.len() < 5 && started.elapsed() < Duration::from_secs(120) {
+            if lines() > written.len() {
+                written.push(Instant::now());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let run = finish(child, dir);
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
+        assert_eq!(run.out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&run.dir);
+        let reason = |k: usize| steps[k]["reason"].as_str().unwrap_or("").to_string();
+        let all_reasons: Vec<String> = (0..steps.len()).map(reason).collect();
+        for (k, s) in steps.iter().enumerate() {
+            eprintln!("figures: step {k}: {} {}", s["status"], reason(k));
+        }
+        assert_eq!(steps.len(), 5, "{all_reasons:#?}");
+        assert_eq!(steps[0]["status"], "ok", "{all_reasons:#?}");
+        let k = (1..5)
+            .find(|&k| reason(k).contains("node h2 was lost: its slurmd ("))
+            .unwrap_or_else(|| panic!("no step says the node was lost: {all_reasons:#?}"));
+        assert!(k <= 2, "{all_reasons:#?}");
+        assert_eq!(steps[k]["status"], "failed", "{all_reasons:#?}");
+        assert!(reason(k).contains("host c1"), "{}", reason(k));
+        assert_eq!(reason(k).matches("was lost").count(), 1, "{}", reason(k));
+        assert!(
+            reason(4).contains("marked down after failing 2 steps in a row"),
+            "{all_reasons:#?}"
+        );
+        let noticed = written[k] - killed;
+        eprintln!(
+            "figures: the step saying the client group's node was lost was written {:.2} s after the loss",
+            noticed.as_secs_f64()
+        );
+        assert!(noticed <= Duration::from_secs(10), "{noticed:?}");
+        assert!(took < Duration::from_secs(90), "{took:?}");
+    });
+}
