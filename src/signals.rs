@@ -1,4 +1,6 @@
-//! Ctrl-C and SIGTERM as a flag that long-running work polls.
+//! Ctrl-C, SIGTERM and SIGHUP as a flag that long-running work polls. SIGHUP too: it is what
+//! `salloc --kill-command` sends by default when the allocation ends (a batch job gets
+//! SIGTERM), and what a closed terminal sends.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -8,7 +10,7 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// Installs SIGINT and SIGTERM handlers (once) that set the returned flag.
+/// Installs SIGINT, SIGTERM and SIGHUP handlers (once) that set the returned flag.
 pub fn stop_flag() -> &'static AtomicBool {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let action = SigAction::new(
@@ -16,7 +18,7 @@ pub fn stop_flag() -> &'static AtomicBool {
         SaFlags::SA_RESTART,
         SigSet::empty(),
     );
-    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         let _ = unsafe { sigaction(sig, &action) };
     }

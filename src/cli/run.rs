@@ -256,6 +256,9 @@ fn print_summary(
     if let Some(why) = &summary.threshold_abort {
         eprintln!("aborted: {why}");
     }
+    if let Some(why) = &summary.hosts_gone {
+        eprintln!("stopped: {why}; no later step was run, the finished ones are kept");
+    }
     if summary.interrupted {
         eprintln!(
             "interrupted: the finished steps are kept; continue with --resume {}",
@@ -322,7 +325,7 @@ pub fn run_outcome(summary: &RunSummary) -> Outcome {
         } else {
             Outcome::Ok
         },
-        if summary.stopped_on_failure || has(StepStatus::Failed) {
+        if summary.stopped_on_failure || summary.hosts_gone.is_some() || has(StepStatus::Failed) {
             Outcome::Failure
         } else {
             Outcome::Ok

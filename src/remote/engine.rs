@@ -12,6 +12,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Stdio};
+use std::time::Instant;
 
 use super::clock::{best_offset, ClockOffset, ClockSample, CLOCK_ROUNDS};
 use super::host::HostSpec;
@@ -21,6 +22,10 @@ use crate::clock::now_ns;
 
 /// The file name of the stairbench binary in the host's working directory.
 pub const REMOTE_BIN: &str = "stairbench";
+
+/// How long a channel may stay quiet past when its answer was due before its host is checked
+/// ([`Engine::answers`]); each check that finds the host well doubles the wait for the next.
+pub const QUIET_BEFORE_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What `copy_binary_if_missing` found on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +109,21 @@ pub trait Engine: Send + Sync + std::fmt::Debug {
     /// then [`Engine::unreachable`] is the error, not the command's.
     fn is_unreachable(&self, _code: Option<i32>) -> bool {
         false
+    }
+
+    /// A quick check, bounded by the engine's own time-out, that the host still answers:
+    /// asked when a channel there went quiet or ended without its answer (srun learns that
+    /// a node was lost only once Slurm declares it down, minutes later on most clusters).
+    /// An error says why the host is lost; the channels opened there before it are no
+    /// longer waited for ([`Engine::lost_since`]).
+    fn answers(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Why the host was found lost (by [`Engine::answers`]) after `opened`: a channel
+    /// opened then is given up.
+    fn lost_since(&self, _opened: Instant) -> Option<String> {
+        None
     }
 
     /// The URL the host was named with, for messages and `environment.json`.

@@ -139,6 +139,12 @@ pub fn engine(spec: &HostSpec) -> Arc<dyn Engine> {
     }
 }
 
+/// Why no step can run on any host any more (the Slurm allocation the run is in has ended),
+/// asked after a step failed with `failure`; `None` while they can.
+pub fn hosts_gone(failure: &str) -> Option<String> {
+    slurm::allocation_ended(failure)
+}
+
 /// The schemes [`ENGINES`] knows, for messages (`ssh://, local://`).
 pub fn schemes() -> String {
     let all: Vec<String> = ENGINES.iter().map(|k| format!("{}://", k.scheme)).collect();

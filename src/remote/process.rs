@@ -29,6 +29,8 @@ const TAIL_LINES: usize = 200;
 
 const PGID_PREFIX: &str = "stairbench-pgid ";
 const EXIT_PREFIX: &str = "stairbench-exit ";
+/// Begins the words of a channel given up because its host was found lost.
+const GIVEN_UP: &str = "stairbench gave up its channel: ";
 
 /// $1 working directory, $2 command, $3 grace time in tenths of a second.
 const WRAPPER: &str = r#"mkdir -p -- "$1" && cd -- "$1" || exit 97
@@ -72,6 +74,14 @@ impl std::fmt::Display for RemoteStatus {
             RemoteStatus::Running => write!(f, "running"),
             RemoteStatus::Exited(code) => write!(f, "exited with status {code}"),
             RemoteStatus::Killed(signal) => write!(f, "killed by signal {signal}"),
+            // The engine's own check found the host lost: its words say why.
+            RemoteStatus::ConnectionLost(words) if words.starts_with(GIVEN_UP) => {
+                write!(
+                    f,
+                    "its host no longer answers: {}",
+                    &words[GIVEN_UP.len()..]
+                )
+            }
             // srun's last words say so when the channel was a Slurm job step.
             RemoteStatus::ConnectionLost(words) if words.contains("srun: ") => write!(
                 f,
@@ -195,6 +205,8 @@ pub struct RemoteProcess {
     grace: Duration,
     tail: Arc<Mutex<Tail>>,
     status: Option<RemoteStatus>,
+    /// When its channel was opened: a host found lost after it is no longer waited for.
+    opened: Instant,
 }
 
 /// The `sh` line that runs `command` in `workdir` as its own process group, prints the
@@ -249,6 +261,7 @@ impl RemoteProcess {
         mut child: Child,
         grace: Duration,
     ) -> Result<RemoteProcess, RemoteError> {
+        let opened = Instant::now();
         let tail = Arc::new(Mutex::new(Tail::default()));
         let stderr = child.stderr.take().map(|e| read_lines(e, tail.clone()));
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
@@ -269,6 +282,7 @@ impl RemoteProcess {
             grace,
             tail,
             status: None,
+            opened,
         })
     }
 
@@ -292,6 +306,7 @@ impl RemoteProcess {
             grace,
             tail,
             status: None,
+            opened: Instant::now(),
         }
     }
 }
@@ -393,11 +408,22 @@ impl RemoteProcess {
         if self.task && exited.is_some() {
             return self.record_status();
         }
-        let running = self.channel().running();
-        match running {
-            true => RemoteStatus::Running,
-            false => self.finish(),
+        if !self.channel().running() {
+            return self.finish();
         }
+        match self.engine.lost_since(self.opened) {
+            Some(why) => self.give_up(&why),
+            None => RemoteStatus::Running,
+        }
+    }
+
+    /// Its host was found lost (`why`): the local end of the channel is killed and the
+    /// process counts as lost, without waiting for the engine to notice by itself.
+    fn give_up(&mut self, why: &str) -> RemoteStatus {
+        self.channel().kill();
+        let status = RemoteStatus::ConnectionLost(format!("{GIVEN_UP}{why}"));
+        self.status = Some(status.clone());
+        status
     }
 
     /// Waits up to `timeout` for the process to end; returns `Running` if it did not.

@@ -17,6 +17,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -154,6 +155,8 @@ pub struct Slurm {
     job_id: String,
     /// The node's name.
     node: String,
+    /// When and why [`Engine::answers`] found the node lost.
+    lost: Mutex<Option<(Instant, String)>>,
 }
 
 impl Slurm {
@@ -163,7 +166,13 @@ impl Slurm {
             .or_else(|_| std::env::var("SLURM_JOBID"))
             .unwrap_or_default();
         let node = spec.node.clone().unwrap_or_else(|| spec.address.clone());
-        Slurm { spec, job_id, node }
+        IN_USE.store(true, Ordering::Relaxed);
+        Slurm {
+            spec,
+            job_id,
+            node,
+            lost: Mutex::new(None),
+        }
     }
 
     /// The name every step of this stairbench process carries.
@@ -339,6 +348,160 @@ impl Engine for Slurm {
         // 97: the wrapper's own "cannot enter the working directory", a command failure.
         !matches!(code, Some(0) | Some(97))
     }
+
+    /// Connects to the node's slurmd (the address and port srun itself launches steps at)
+    /// within [`PROBE_TIMEOUT`], and closes the connection at once: no job step, nothing run
+    /// on the node. A new step would tell too, but srun retries a refused connection until
+    /// MessageTimeout has passed (10 s by default) before it says so.
+    fn answers(&self) -> Result<(), String> {
+        let Err(why) = probe_slurmd(&self.node, &self.spec.address, slurmd_port()) else {
+            return Ok(());
+        };
+        let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+        *lost = Some((Instant::now(), why.clone()));
+        Err(why)
+    }
+
+    fn lost_since(&self, opened: Instant) -> Option<String> {
+        let lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+        (lost.as_ref())
+            .filter(|(at, _)| *at >= opened)
+            .map(|(_, why)| why.clone())
+    }
+}
+
+/// How long stairbench waits for a node's slurmd to accept a connection before it counts the
+/// node as lost ([`Engine::answers`]).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether a Slurm host was made in this process (then [`allocation_ended`] asks Slurm).
+static IN_USE: AtomicBool = AtomicBool::new(false);
+
+/// One connection to `node`'s slurmd at `address:port`, closed at once; why it failed.
+fn probe_slurmd(node: &str, address: &str, port: u16) -> Result<(), String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let at = format!("{address}:{port}");
+    let addrs: Vec<_> = (address, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("node {node}: cannot resolve its address {address}: {e}"))?
+        .collect();
+    let mut last = None;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, PROBE_TIMEOUT) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    let why = match last {
+        Some(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            "refused the connection: its Slurm daemon is gone".to_string()
+        }
+        Some(e) if e.kind() == std::io::ErrorKind::TimedOut => format!(
+            "did not answer within {} s: the node or its network is gone",
+            PROBE_TIMEOUT.as_secs()
+        ),
+        Some(e) => format!("cannot be reached: {e}"),
+        None => "has no address".to_string(),
+    };
+    Err(format!("node {node} was lost: its slurmd ({at}) {why}"))
+}
+
+/// The port slurmds listen on (`SlurmdPort`, 6818 unless the cluster says otherwise).
+fn slurmd_port() -> u16 {
+    static PORT: OnceLock<u16> = OnceLock::new();
+    *PORT.get_or_init(|| {
+        let config = control(Command::new("scontrol").args(["show", "config"])).unwrap_or_default();
+        config
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(k, _)| k.trim() == "SlurmdPort")
+            .and_then(|(_, v)| v.trim().parse().ok())
+            .unwrap_or(6818)
+    })
+}
+
+/// What srun and slurmstepd say when a job ends under its steps: a step failed with these
+/// words may be the allocation's end before slurmctld's job state shows it.
+const JOB_ENDING_WORDS: [&str; 6] = [
+    "DUE TO TIME LIMIT",
+    "CANCELLED AT",
+    "has expired",
+    "already completing or completed",
+    "revoked",
+    "Invalid job id",
+];
+
+/// Why the allocation this process runs in has ended (its time limit reached, cancelled),
+/// asked after a step failed with `failure`: no later step can run on its nodes. Asked of
+/// Slurm (`scontrol show job`) only when a Slurm host is in use; once ended, said from memory.
+/// When `failure` has the words of a job's end but Slurm still says the job runs, asked again
+/// for up to 5 s. `None` while it runs, or when Slurm cannot tell.
+pub fn allocation_ended(failure: &str) -> Option<String> {
+    static ENDED: OnceLock<String> = OnceLock::new();
+    if let Some(why) = ENDED.get() {
+        return Some(why.clone());
+    }
+    if !IN_USE.load(Ordering::Relaxed) {
+        return None;
+    }
+    let job_id = Allocation::current().ok()?.job_id;
+    let asks = match JOB_ENDING_WORDS.iter().any(|w| failure.contains(w)) {
+        true => 6,
+        false => 1,
+    };
+    for ask in 0..asks {
+        if ask > 0 {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        let show = control(Command::new("scontrol").args(["show", "job", "--oneliner", &job_id]));
+        let why = match show {
+            Ok(text) => job_ended(&job_id, &text),
+            Err(e) if e.contains("Invalid job id") => Some(format!(
+                "the Slurm allocation {job_id} has ended (Slurm no longer knows it)"
+            )),
+            Err(_) => None,
+        };
+        if let Some(why) = why {
+            return Some(ENDED.get_or_init(|| why).clone());
+        }
+    }
+    None
+}
+
+/// Why job `job_id` has ended, from `scontrol show job --oneliner` (`JobState=TIMEOUT
+/// Reason=TimeLimit`); `None` while it runs. A job whose run time has reached its time limit
+/// has ended too: slurmctld refuses it new steps at once ("Job/step already completing or
+/// completed") but marks it TIMEOUT only at its next periodic check, up to 30 s later.
+fn job_ended(job_id: &str, text: &str) -> Option<String> {
+    let field = |k: &str| {
+        text.split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .unwrap_or("?")
+    };
+    let state = field("JobState=");
+    let (run, limit) = (field("RunTime="), field("TimeLimit="));
+    if let (Some(run_s), Some(limit_s)) = (duration_s(run), duration_s(limit)) {
+        if state == "RUNNING" && run_s >= limit_s {
+            return Some(format!(
+                "the Slurm allocation {job_id} has ended (its time limit was reached): \
+                 RunTime={run} TimeLimit={limit}"
+            ));
+        }
+    }
+    if matches!(state, "RUNNING" | "SUSPENDED" | "CONFIGURING" | "?") {
+        return None;
+    }
+    let reason = field("Reason=");
+    let what = match state {
+        "TIMEOUT" => " (its time limit was reached)",
+        "CANCELLED" => " (cancelled)",
+        "NODE_FAIL" => " (a node failed)",
+        "PREEMPTED" => " (preempted)",
+        _ => "",
+    };
+    Some(format!(
+        "the Slurm allocation {job_id} has ended{what}: JobState={state} Reason={reason}"
+    ))
 }
 
 /// Whether the cluster's task plugin binds tasks to CPUs (anything but `task/none`): then
@@ -371,6 +534,20 @@ fn split_srun_words(stderr: &str) -> (Vec<String>, String) {
 /// 3`, `... task 0: Killed`): the command failed, Slurm did not.
 fn task_ended(words: &[String]) -> bool {
     words.iter().all(|w| w.contains(": task "))
+}
+
+/// Seconds of a Slurm duration (`MM:SS`, `HH:MM:SS`, `D-HH:MM:SS`); `None` for `UNLIMITED`
+/// and the like.
+fn duration_s(text: &str) -> Option<u64> {
+    let (days, clock) = match text.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, text),
+    };
+    let parts: Vec<u64> = (clock.split(':'))
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    let s = parts.iter().fold(0, |acc, p| acc * 60 + p);
+    (1..=3).contains(&parts.len()).then_some(days * 86_400 + s)
 }
 
 /// Runs `program` (`scontrol`, `squeue`, `scancel`) within `CONTROL_TIMEOUT`; its stdout, or
@@ -487,6 +664,54 @@ mod tests {
              srun: error: Application launch failed: Communication connection failure\n",
         );
         assert!(!task_ended(&srun), "{srun:?}");
+    }
+
+    #[test]
+    fn an_ended_job_says_its_state_and_reason() {
+        let running = "JobId=4 JobName=x JobState=RUNNING Reason=None Dependency=(null)";
+        assert_eq!(job_ended("4", running), None);
+        let timeout = "JobId=4 JobName=x JobState=TIMEOUT Reason=TimeLimit Dependency=(null)";
+        assert_eq!(
+            job_ended("4", timeout).unwrap(),
+            "the Slurm allocation 4 has ended (its time limit was reached): \
+             JobState=TIMEOUT Reason=TimeLimit"
+        );
+        let completing = "JobId=4 JobState=COMPLETING Reason=TimeLimit";
+        assert!(job_ended("4", completing)
+            .unwrap()
+            .contains("JobState=COMPLETING"));
+        // Over its limit before slurmctld's periodic check has marked it.
+        let over = "JobId=4 JobState=RUNNING Reason=None RunTime=00:01:02 TimeLimit=00:01:00";
+        assert!(
+            job_ended("4", over)
+                .unwrap()
+                .ends_with("RunTime=00:01:02 TimeLimit=00:01:00"),
+            "{over}"
+        );
+        let within = "JobId=4 JobState=RUNNING RunTime=00:00:59 TimeLimit=00:01:00";
+        assert_eq!(job_ended("4", within), None);
+        let unlimited = "JobId=4 JobState=RUNNING RunTime=1-00:00:00 TimeLimit=UNLIMITED";
+        assert_eq!(job_ended("4", unlimited), None);
+        assert_eq!(duration_s("1-02:03:04"), Some(93_784));
+        assert_eq!(duration_s("05:00"), Some(300));
+        assert_eq!(duration_s("Partition_Limit"), None);
+    }
+
+    #[test]
+    fn a_probe_of_a_port_nobody_listens_on_is_refused_at_once() {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = free.local_addr().unwrap().port();
+        probe_slurmd("n1", "127.0.0.1", port).unwrap();
+        drop(free);
+        let started = Instant::now();
+        let why = probe_slurmd("n1", "127.0.0.1", port).unwrap_err();
+        assert!(started.elapsed() < PROBE_TIMEOUT, "{why}");
+        assert_eq!(
+            why,
+            format!(
+                "node n1 was lost: its slurmd (127.0.0.1:{port}) refused the connection: its Slurm daemon is gone"
+            )
+        );
     }
 
     #[test]

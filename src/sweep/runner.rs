@@ -34,6 +34,8 @@ pub struct RunSummary {
     pub stopped_on_failure: bool,
     /// A breached `abort = true` threshold ended it: why.
     pub threshold_abort: Option<String>,
+    /// The hosts went away for good (the Slurm allocation it ran in ended): why.
+    pub hosts_gone: Option<String>,
     /// Lines worth reporting (rate-search results, early stops).
     pub findings: Vec<String>,
 }
@@ -362,6 +364,13 @@ impl Runner<'_> {
             reps.push(step);
             if failed && self.plan.on_failure == OnFailure::Stop {
                 run.summary.stopped_on_failure = true;
+                return Ok(None);
+            }
+            let failure = reps.last().and_then(|s| s.reason.as_deref()).unwrap_or("");
+            if let Some(why) = failed.then(|| crate::remote::hosts_gone(failure)).flatten() {
+                let line = format!("{why}: the run stopped there, its later steps were not run");
+                self.note(&mut run.summary, line);
+                run.summary.hosts_gone = Some(why);
                 return Ok(None);
             }
             if let Some(why) = abort {

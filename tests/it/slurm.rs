@@ -46,7 +46,7 @@ fn spawn_in_allocation(
     let spec = cluster.dir.join("spec.toml");
     std::fs::write(&spec, text).unwrap();
     let dir = cluster.dir.join("run");
-    let script = r#""$0" run "$1" --out "$2"; rc=$?
+    let script = r#"sh -c 'echo "stairbench-pid: $$"; exec "$@"' sh "$0" run "$1" --out "$2"; rc=$?
 i=0
 while [ $i -lt 50 ]; do
   left=$(squeue --steps --noheader --jobs "$SLURM_JOB_ID" --format '%i %j %N' | grep ' stairbench-')
@@ -115,6 +115,20 @@ fn stairbench_on(cluster: &SlurmLab, i: usize) -> Vec<String> {
 
 /// A copy of the stairbench binary in this machine's own /tmp, which no node sees: run from
 /// there, stairbench must bring itself to the nodes (sbcast).
+/// No job step of the run is left in `squeue -s`, and no stairbench process on the first
+/// `nodes` nodes.
+fn assert_nothing_left(cluster: &SlurmLab, run: &AllocatedRun, nodes: usize) {
+    assert!(
+        run.steps_left.is_empty(),
+        "steps left: {:?}",
+        run.steps_left
+    );
+    for i in 0..nodes {
+        let left = stairbench_on(cluster, i);
+        assert!(left.is_empty(), "left on h{}: {left:?}", i + 1);
+    }
+}
+
 fn private_copy() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("stairbench");
@@ -241,15 +255,7 @@ fn the_two_host_example_runs_on_slurm_nodes_and_leaves_no_step() {
             assert!(host["clock_offset"]["offset_ns"].is_i64(), "{host}");
         }
         crate::slurm_cost::assert_overhead_consistent(&run.dir, &["srv", "c1", "c2"]);
-        assert!(
-            run.steps_left.is_empty(),
-            "steps left: {:?}",
-            run.steps_left
-        );
-        for i in 0..3 {
-            let left = stairbench_on(cluster, i);
-            assert!(left.is_empty(), "left on h{}: {left:?}", i + 1);
-        }
+        assert_nothing_left(cluster, &run, 3);
     });
 }
 
@@ -289,11 +295,13 @@ fn a_slurm_host_outside_an_allocation_is_refused_at_its_key() {
     assert!(!dir.path().join("run").join("steps.jsonl").exists());
 }
 
-/// A node lost mid-step (its slurmd, slurmstepd and tasks killed): a step fails with Slurm's
-/// reason once Slurm declares the node down (that step, or the next when the window ended
-/// first), the node is tried once more and then marked down; nothing hangs and no step is left
-/// but the lost node's. The allocation is made with `--no-kill`, so Slurm keeps it when it
-/// declares the node down.
+/// A node lost mid-step (its slurmd, slurmstepd and tasks killed): stairbench notices by
+/// itself, not when Slurm declares the node down (SlurmdTimeout): the server's observer goes
+/// quiet, a connection to the node's slurmd is refused, and the step fails with that reason
+/// within 10 s of the loss (that step, or the next when the window ended first); the node is
+/// tried once more and then marked down; nothing hangs and no step is left but the lost
+/// node's. The allocation is made with `--no-kill`, so Slurm keeps it when it declares the
+/// node down.
 #[test]
 fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
     with_slurm(2, |cluster| {
@@ -359,17 +367,18 @@ fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
             status[2..].iter().all(|s| *s == "failed" || *s == "errors"),
             "{status:?}"
         );
+        let lost = "its host no longer answers: node h1 was lost: its slurmd (";
         let k = (1..5)
-            .find(|&k| reason(k).contains("srun: error: Node failure on h1"))
-            .unwrap_or_else(|| panic!("no step says Slurm's reason: {all_reasons:#?}"));
+            .find(|&k| reason(k).contains(lost))
+            .unwrap_or_else(|| panic!("no step says the node was lost: {all_reasons:#?}"));
         assert!(k <= 2, "{all_reasons:#?}");
-        assert!(reason(k).contains("host srv"), "{}", reason(k));
-        assert_eq!(
-            reason(k).matches("Node failure").count(),
-            1,
+        assert!(reason(k).contains("on host srv"), "{}", reason(k));
+        assert!(
+            reason(k).contains(") refused the connection: its Slurm daemon is gone"),
             "{}",
             reason(k)
         );
+        assert_eq!(reason(k).matches("was lost").count(), 1, "{}", reason(k));
         assert!(
             reason(k + 1).contains("(slurm://h1) cannot be reached through Slurm"),
             "{all_reasons:#?}"
@@ -383,10 +392,10 @@ fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
         assert_eq!(written.len(), 5);
         let noticed = written[k] - killed;
         eprintln!(
-            "figures: the step saying the node was lost ended {:.2} s after the loss",
+            "figures: the step saying the node was lost was written {:.2} s after the loss",
             noticed.as_secs_f64()
         );
-        assert!(noticed < Duration::from_secs(20), "{noticed:?}");
+        assert!(noticed <= Duration::from_secs(10), "{noticed:?}");
         // Slurm keeps the lost node's steps (ending, never ended) until the node returns or
         // the allocation ends; none is left on the node that lives.
         let elsewhere: Vec<&String> = run
@@ -396,6 +405,204 @@ fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
             .collect();
         assert!(elsewhere.is_empty(), "steps left: {:?}", run.steps_left);
         eprintln!("figures: steps left on the lost node: {:?}", run.steps_left);
+        assert!(took < Duration::from_secs(90), "{took:?}");
+    });
+}
+
+/// The processes here whose command line holds `needle`.
+fn local_processes_with(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(describe(pid));
+        }
+    }
+    found
+}
+
+/// An allocation whose time limit is reached mid-run (salloc's shortest, one minute; slurmctld
+/// looks for jobs over their limit every 30 s): the step in progress fails with Slurm's words
+/// once, the finished steps stay on disk with the report, the run stops there with why and a
+/// non-zero status (salloc does not signal its command: stairbench notices by itself), and
+/// nothing is left: no job step, no process on the nodes or here.
+#[test]
+fn an_allocation_that_ends_mid_run_stops_the_run_with_slurm_s_reason() {
+    with_slurm(2, |cluster| {
+        let clients: Vec<String> = (1..=60).map(|c| c.to_string()).collect();
+        let text = format!(
+            "name = \"time-limit\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [{}]\n\
+             placements = [\"shared\"]\n[hosts]\n{}{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n\
+             [[client.groups]]\nhost = \"c1\"\n",
+            clients.join(", "),
+            slurm_entry(cluster, "srv", 0),
+            slurm_entry(cluster, "c1", 1),
+        );
+        let started = Instant::now();
+        let (child, dir) =
+            spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &["--time=1"], &text);
+        let run = finish(child, dir);
+        let took = started.elapsed();
+        let stdout = String::from_utf8_lossy(&run.out.stdout);
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
+        let steps = common::steps_json(&run.dir);
+        let status: Vec<&str> = steps
+            .iter()
+            .map(|s| s["status"].as_str().unwrap())
+            .collect();
+        let reason = |k: usize| steps[k]["reason"].as_str().unwrap_or("").to_string();
+        let last = steps.len() - 1;
+        eprintln!(
+            "figures: the run in a one-minute allocation ended {:.1} s after salloc started, \
+             {} steps ({status:?}); the last: {}",
+            took.as_secs_f64(),
+            steps.len(),
+            reason(last)
+        );
+        for (k, s) in steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s["status"] != "ok")
+        {
+            eprintln!("figures: step {k}: {} {}", s["status"], reason(k));
+        }
+        assert_eq!(run.out.status.code(), Some(1), "{stderr}");
+        // The time limit is reached at 60 s, seen by slurmctld within 30 s more.
+        assert!(took > Duration::from_secs(55), "{took:?}: {stderr}");
+        assert!(took < Duration::from_secs(150), "{took:?}: {stderr}");
+        // Finished steps are kept; the one in progress failed, with Slurm's words once; none
+        // after it.
+        assert!(last >= 1, "{status:?}\n{stderr}");
+        assert!(status[..last].iter().all(|s| *s == "ok"), "{status:?}");
+        assert_eq!(status[last], "failed", "{}", reason(last));
+        let words = ["DUE TO TIME LIMIT", "has expired", "already completing"];
+        let said: usize = words.iter().map(|w| reason(last).matches(w).count()).sum();
+        assert_eq!(said, 1, "{}", reason(last));
+        let stopped = stderr
+            .lines()
+            .find(|l| l.starts_with("stopped: the Slurm allocation "))
+            .unwrap_or_else(|| panic!("no stopped line: {stderr}"));
+        assert!(
+            stopped.contains("has ended") && stopped.contains("no later step was run"),
+            "{stopped}"
+        );
+        assert_eq!(stderr.matches("stopped: ").count(), 1, "{stderr}");
+        let notes = std::fs::read_to_string(run.dir.join("notes.txt")).unwrap();
+        assert!(notes.contains("the run stopped there"), "{notes}");
+        assert!(run.dir.join("report.html").is_file());
+        assert!(
+            run.steps_left.is_empty(),
+            "steps left: {:?}",
+            run.steps_left
+        );
+        // What the checks of quiet channels cost a run whose nodes answer: each is one
+        // connection to a slurmd, which logs it as an error line.
+        let probes: usize = (cluster.nodes.iter())
+            .map(|n| cluster.log(&format!("slurmd-{n}.log")))
+            .map(|log| {
+                log.matches("service_connection: slurm_receive_msg: Zero Bytes")
+                    .count()
+            })
+            .sum();
+        eprintln!(
+            "figures: slurmd probes during {} steps: {probes}",
+            steps.len()
+        );
+        assert!(probes <= steps.len(), "{probes} probes");
+        let pid = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("stairbench-pid: "))
+            .unwrap_or_else(|| panic!("no pid line: {stdout}"))
+            .trim()
+            .to_string();
+        let job_steps = format!("--job-name=stairbench-{pid}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let on_nodes: Vec<String> = (0..2).flat_map(|i| stairbench_on(cluster, i)).collect();
+            let here = local_processes_with(&job_steps);
+            let alive = Path::new(&format!("/proc/{pid}")).exists();
+            if on_nodes.is_empty() && here.is_empty() && !alive {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "left: on the nodes {on_nodes:?}, here {here:?}, stairbench alive: {alive}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+}
+
+/// A client group's node lost mid-step: its `stairbench load` does not end with the window,
+/// stairbench checks the node's slurmd, finds it gone and fails the step with that reason
+/// within 10 s of the loss, without waiting for Slurm to declare the node down; the node is
+/// tried once more, then marked down.
+#[test]
+fn a_client_group_s_node_lost_mid_step_fails_it_within_ten_seconds() {
+    with_slurm(2, |cluster| {
+        let text = format!(
+            "name = \"lost-group\"\nduration = \"2s\"\nwarmup = \"0s\"\nclients = [1, 2, 3, 4, 5]\n\
+             placements = [\"shared\"]\n[hosts]\n{}{}\
+             [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n\
+             [[client.groups]]\nhost = \"c1\"\n",
+            slurm_entry(cluster, "srv", 0),
+            slurm_entry(cluster, "c1", 1),
+        );
+        let started = Instant::now();
+        let (child, dir) =
+            spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &["--no-kill"], &text);
+        let steps_file = dir.join("steps.jsonl");
+        let lines = || std::fs::read_to_string(&steps_file).map_or(0, |s| s.lines().count());
+        while lines() < 1 {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "no first step"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(1200));
+        cluster.lose_node(1);
+        let killed = Instant::now();
+        let mut written = vec![Instant::now(); 1];
+        while written.len() < 5 && started.elapsed() < Duration::from_secs(120) {
+            if lines() > written.len() {
+                written.push(Instant::now());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let run = finish(child, dir);
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&run.out.stderr);
+        assert_eq!(run.out.status.code(), Some(1), "{stderr}");
+        let steps = common::steps_json(&run.dir);
+        let reason = |k: usize| steps[k]["reason"].as_str().unwrap_or("").to_string();
+        let all_reasons: Vec<String> = (0..steps.len()).map(reason).collect();
+        for (k, s) in steps.iter().enumerate() {
+            eprintln!("figures: step {k}: {} {}", s["status"], reason(k));
+        }
+        assert_eq!(steps.len(), 5, "{all_reasons:#?}");
+        assert_eq!(steps[0]["status"], "ok", "{all_reasons:#?}");
+        let k = (1..5)
+            .find(|&k| reason(k).contains("node h2 was lost: its slurmd ("))
+            .unwrap_or_else(|| panic!("no step says the node was lost: {all_reasons:#?}"));
+        assert!(k <= 2, "{all_reasons:#?}");
+        assert_eq!(steps[k]["status"], "failed", "{all_reasons:#?}");
+        assert!(reason(k).contains("host c1"), "{}", reason(k));
+        assert_eq!(reason(k).matches("was lost").count(), 1, "{}", reason(k));
+        assert!(
+            reason(4).contains("marked down after failing 2 steps in a row"),
+            "{all_reasons:#?}"
+        );
+        let noticed = written[k] - killed;
+        eprintln!(
+            "figures: the step saying the client group's node was lost was written {:.2} s after the loss",
+            noticed.as_secs_f64()
+        );
+        assert!(noticed <= Duration::from_secs(10), "{noticed:?}");
         assert!(took < Duration::from_secs(90), "{took:?}");
     });
 }
@@ -520,15 +727,7 @@ fn the_kvd_example_starts_its_ranks_as_one_job_step() {
         .unwrap();
         assert_eq!(env["hosts"]["n0"]["hostname"], "h2", "{}", env["hosts"]);
         assert_eq!(env["hosts"]["n1"]["hostname"], "h1", "{}", env["hosts"]);
-        assert!(
-            run.steps_left.is_empty(),
-            "steps left: {:?}",
-            run.steps_left
-        );
-        for i in 0..2 {
-            let left = stairbench_on(cluster, i);
-            assert!(left.is_empty(), "left on h{}: {left:?}", i + 1);
-        }
+        assert_nothing_left(cluster, &run, 2);
         for region in [name.clone(), format!("{name}-r1")] {
             let path = format!("/dev/shm/stairbench.shmkv.{region}");
             assert!(!Path::new(&path).exists(), "{path} left behind");
@@ -621,14 +820,6 @@ fn a_kvd_rank_killed_in_its_job_step_fails_that_step_and_the_next_starts_both_ag
         assert_eq!(steps[2]["status"], "ok", "{}", steps[2]);
         crate::kvd_hosts::check_rank(&steps[2], "kvd", 0);
         crate::kvd_hosts::check_rank(&steps[2], "kvd.r1", 1);
-        assert!(
-            run.steps_left.is_empty(),
-            "steps left: {:?}",
-            run.steps_left
-        );
-        for i in 0..2 {
-            let left = stairbench_on(cluster, i);
-            assert!(left.is_empty(), "left on h{}: {left:?}", i + 1);
-        }
+        assert_nothing_left(cluster, &run, 2);
     });
 }

@@ -4,12 +4,15 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
 use super::server::RemoteTarget;
 use crate::observe::step::{Observed, ServerExtras, StepObserver};
 use crate::observe::Observation;
+use crate::remote::engine::QUIET_BEFORE_CHECK;
+use crate::remote::Engine;
 
 /// Passes everything to `inner`, except a remote server's own figures, which come from its
 /// host (a kvd target over several hosts: each rank's from its own).
@@ -56,17 +59,18 @@ impl<O: StepObserver> HostObserver<O> {
     /// Starts `stairbench observe` on each process's host, all at once, then waits for each
     /// one's "ready" (perf attached there: its start-up is over before the load starts).
     fn spawn_all(&mut self, server_cpus: &[usize]) {
-        let started: Vec<Option<Child>> = (self.targets().iter())
+        let targets = self.targets();
+        let started: Vec<Option<Child>> = (targets.iter())
             .map(|t| Self::spawn(t, server_cpus))
             .collect();
         self.running = started
             .into_iter()
-            .map(|c| {
+            .zip(&targets)
+            .map(|(c, target)| {
                 let mut child = c?;
                 let stdin = child.stdin.take();
-                let mut stdout = BufReader::new(child.stdout.take()?);
-                let mut ready = String::new();
-                let _ = stdout.read_line(&mut ready);
+                let stdout = BufReader::new(child.stdout.take()?);
+                let stdout = ready_of(&mut child, stdout, &*target.session.engine)?;
                 Some(Running {
                     child,
                     stdin,
@@ -111,12 +115,10 @@ impl<O: StepObserver> HostObserver<O> {
         let running = std::mem::take(&mut self.running);
         running
             .into_iter()
-            .map(|r| {
-                let mut running = r.ok_or("the remote observer did not start")?;
-                drop(running.stdin.take());
-                let mut text = String::new();
-                let _ = std::io::Read::read_to_string(&mut running.stdout, &mut text);
-                let _ = running.child.wait();
+            .zip(self.targets())
+            .map(|(r, target)| {
+                let running = r.ok_or("the remote observer did not start")?;
+                let text = answer_of(running, &*target.session.engine)?;
                 let last = text.lines().last().unwrap_or("");
                 let bad =
                     |e: serde_json::Error| format!("the remote observer answered {last:?}: {e}");
@@ -194,6 +196,74 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
         extend_object(&mut observed.derived, "target_metrics", metrics);
         observed
     }
+}
+
+/// The observer's stdout once it said "ready" (or ended); `None` when its host was found lost
+/// meanwhile (checked as in [`answer_of`]; the channel is then given up).
+fn ready_of(
+    child: &mut Child,
+    mut stdout: BufReader<ChildStdout>,
+    engine: &dyn Engine,
+) -> Option<BufReader<ChildStdout>> {
+    let reader = std::thread::spawn(move || {
+        let mut ready = String::new();
+        let _ = stdout.read_line(&mut ready);
+        stdout
+    });
+    let mut quiet = QUIET_BEFORE_CHECK;
+    let mut check_at = Instant::now() + quiet;
+    while !reader.is_finished() {
+        if Instant::now() >= check_at {
+            if engine.answers().is_err() {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = reader.join();
+                return None;
+            }
+            quiet *= 2;
+            check_at = Instant::now() + quiet;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reader.join().ok()
+}
+
+/// A remote observer's output once it has ended. When it stays quiet past
+/// [`QUIET_BEFORE_CHECK`] or ends without an answer, its host is checked: a host found lost
+/// is the error (the observer's channel is given up, and the engine gives up the others
+/// opened there before, the server's among them).
+fn answer_of(running: Running, engine: &dyn Engine) -> Result<String, String> {
+    let Running {
+        mut child,
+        stdin,
+        mut stdout,
+    } = running;
+    drop(stdin);
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    let mut quiet = QUIET_BEFORE_CHECK;
+    let mut check_at = Instant::now() + quiet;
+    while let Ok(None) = child.try_wait() {
+        if Instant::now() >= check_at {
+            if let Err(why) = engine.answers() {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = reader.join();
+                return Err(why);
+            }
+            quiet *= 2;
+            check_at = Instant::now() + quiet;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = reader.join().unwrap_or_default();
+    if !text.lines().any(|l| l.starts_with('{')) {
+        engine.answers()?;
+    }
+    Ok(text)
 }
 
 /// A process's metrics window, under its label, when it has a metrics file.

@@ -12,8 +12,9 @@ use crate::fleet::driver::StepRequest;
 use crate::load::raw::RawLoad;
 use crate::load::ProtoOptions;
 use crate::record::load::LoadReport;
+use crate::remote::engine::QUIET_BEFORE_CHECK;
 use crate::remote::process::RemoteProcess;
-use crate::remote::{RemoteError, RemoteStatus};
+use crate::remote::{Engine, RemoteError, RemoteStatus};
 
 /// Why a client group gave no load.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,8 +80,10 @@ pub fn remote_load(
         .map_err(spawn_failure)?;
     let took_ns = spawned.elapsed().as_nanos() as u64;
     start.slowest.fetch_max(took_ns, Ordering::Relaxed);
-    let deadline = Instant::now() + start.lead + sub.warmup + sub.duration + sub.timeout + OVERRUN;
-    wait_for_load(&mut process, deadline, halt)?;
+    let window_end = Instant::now() + start.lead + sub.warmup + sub.duration;
+    let deadline = window_end + sub.timeout + OVERRUN;
+    let checks = HostChecks::new(&*session.engine, window_end);
+    wait_for_load(&mut process, deadline, halt, checks)?;
     let texts = take_files(session, &hosts_dir(&sub.out_dir), &[&json_name, &raw_name])?;
     let on_disk_ns = crate::clock::now_ns();
     let report = serde_json::from_str(&texts[0])
@@ -112,12 +115,15 @@ fn wait_for_load(
     process: &mut RemoteProcess,
     deadline: Instant,
     halt: &AtomicBool,
+    mut checks: HostChecks,
 ) -> Result<(), GroupFailure> {
     let status = loop {
         let status = process.wait_timeout(Duration::from_millis(20));
         if status != RemoteStatus::Running {
             break status;
         }
+        // A host found lost gives the process up: its status says so at the next turn.
+        checks.now();
         if halt.load(Ordering::Relaxed) {
             process.stop();
             return Err(GroupFailure::Stopped);
@@ -134,6 +140,35 @@ fn wait_for_load(
         RemoteStatus::Exited(0) => Ok(()),
         RemoteStatus::ConnectionLost(_) => Err(GroupFailure::Host(why)),
         _ => Err(GroupFailure::Load(why)),
+    }
+}
+
+/// The checks of a group's host once its load is overdue: from the window's end plus
+/// [`QUIET_BEFORE_CHECK`], then twice as long after each check that finds it well (srun
+/// learns of a lost node only once Slurm declares it down).
+struct HostChecks<'a> {
+    engine: &'a dyn Engine,
+    next: Instant,
+    quiet: Duration,
+}
+
+impl<'a> HostChecks<'a> {
+    fn new(engine: &'a dyn Engine, window_end: Instant) -> Self {
+        HostChecks {
+            engine,
+            next: window_end + QUIET_BEFORE_CHECK,
+            quiet: QUIET_BEFORE_CHECK,
+        }
+    }
+
+    /// Checks the host when a check is due.
+    fn now(&mut self) {
+        if Instant::now() < self.next {
+            return;
+        }
+        let _ = self.engine.answers();
+        self.quiet *= 2;
+        self.next = Instant::now() + self.quiet;
     }
 }
 
