@@ -135,7 +135,7 @@ fn wait_for_load(
             ));
         }
     };
-    let why = format!("stairbench load {}", process.ending(&status, 5, " | "));
+    let why = format!("stairbench load: {}", process.ending(&status, 5, " | "));
     match status {
         RemoteStatus::Exited(0) => Ok(()),
         RemoteStatus::ConnectionLost(_) => Err(GroupFailure::Host(why)),
