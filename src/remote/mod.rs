@@ -145,6 +145,12 @@ pub fn hosts_gone(failure: &str) -> Option<String> {
     slurm::allocation_ended(failure)
 }
 
+/// Whether `failure` already says in the engine's own words that the hosts are gone (then a
+/// step's reason needs no more than it).
+pub fn says_hosts_gone(failure: &str) -> bool {
+    slurm::says_job_ended(failure)
+}
+
 /// The schemes [`ENGINES`] knows, for messages (`ssh://, local://`).
 pub fn schemes() -> String {
     let all: Vec<String> = ENGINES.iter().map(|k| format!("{}://", k.scheme)).collect();

@@ -431,6 +431,12 @@ const JOB_ENDING_WORDS: [&str; 6] = [
     "Invalid job id",
 ];
 
+/// Whether `failure` has Slurm's own words for a job's end (a step cancelled at its time
+/// limit, the allocation revoked).
+pub fn says_job_ended(failure: &str) -> bool {
+    JOB_ENDING_WORDS.iter().any(|w| failure.contains(w))
+}
+
 /// Why the allocation this process runs in has ended (its time limit reached, cancelled),
 /// asked after a step failed with `failure`: no later step can run on its nodes. Asked of
 /// Slurm (`scontrol show job`) only when a Slurm host is in use; once ended, said from memory.
@@ -445,7 +451,7 @@ pub fn allocation_ended(failure: &str) -> Option<String> {
         return None;
     }
     let job_id = Allocation::current().ok()?.job_id;
-    let asks = match JOB_ENDING_WORDS.iter().any(|w| failure.contains(w)) {
+    let asks = match says_job_ended(failure) {
         true => 6,
         false => 1,
     };

@@ -357,7 +357,8 @@ impl Runner<'_> {
                     .unwrap_or("writing the run directory");
                 return Err(self.cannot_write(&format!("step {}: {why}", key.id)));
             }
-            let step = self.with_threshold_checks(step);
+            let mut step = self.with_threshold_checks(step);
+            let gone = hosts_gone(&mut step);
             self.record(&step, run)?;
             let failed = step.status == StepStatus::Failed;
             let abort = thresholds::abort_reason(&self.plan.thresholds, &step);
@@ -366,8 +367,7 @@ impl Runner<'_> {
                 run.summary.stopped_on_failure = true;
                 return Ok(None);
             }
-            let failure = reps.last().and_then(|s| s.reason.as_deref()).unwrap_or("");
-            if let Some(why) = failed.then(|| crate::remote::hosts_gone(failure)).flatten() {
+            if let Some(why) = gone {
                 let line = format!("{why}: the run stopped there, its later steps were not run");
                 self.note(&mut run.summary, line);
                 run.summary.hosts_gone = Some(why);
@@ -1167,4 +1167,18 @@ mod tests {
         assert_eq!(verdict(&step, 1.0).0, StepStatus::Ok);
         assert_eq!(verdict(&step, 0.5).0, StepStatus::Errors);
     }
+}
+
+/// Why no step can run any more, when `step` failed because the hosts' allocation ended: its
+/// reason then says so too, when srun's words did not (a step's tasks only told to stop).
+fn hosts_gone(step: &mut StepResult) -> Option<String> {
+    if step.status != StepStatus::Failed {
+        return None;
+    }
+    let reason = step.reason.get_or_insert_with(String::new);
+    let why = crate::remote::hosts_gone(reason)?;
+    if !crate::remote::says_hosts_gone(reason) {
+        reason.push_str(&format!(" ({why})"));
+    }
+    Some(why)
 }
