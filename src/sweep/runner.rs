@@ -1086,6 +1086,20 @@ impl PointGen {
     }
 }
 
+/// Why no step can run any more, when `step` failed because the hosts' allocation ended: its
+/// reason then says so too, when srun's words did not (a step's tasks only told to stop).
+fn hosts_gone(step: &mut StepResult) -> Option<String> {
+    if step.status != StepStatus::Failed {
+        return None;
+    }
+    let reason = step.reason.get_or_insert_with(String::new);
+    let why = crate::remote::hosts_gone(reason)?;
+    if !crate::remote::says_hosts_gone(reason) {
+        reason.push_str(&format!(" ({why})"));
+    }
+    Some(why)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1167,18 +1181,4 @@ mod tests {
         assert_eq!(verdict(&step, 1.0).0, StepStatus::Ok);
         assert_eq!(verdict(&step, 0.5).0, StepStatus::Errors);
     }
-}
-
-/// Why no step can run any more, when `step` failed because the hosts' allocation ended: its
-/// reason then says so too, when srun's words did not (a step's tasks only told to stop).
-fn hosts_gone(step: &mut StepResult) -> Option<String> {
-    if step.status != StepStatus::Failed {
-        return None;
-    }
-    let reason = step.reason.get_or_insert_with(String::new);
-    let why = crate::remote::hosts_gone(reason)?;
-    if !crate::remote::says_hosts_gone(reason) {
-        reason.push_str(&format!(" ({why})"));
-    }
-    Some(why)
 }
