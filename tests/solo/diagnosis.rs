@@ -170,10 +170,25 @@ fn postgresql_hot_row_behind_client_work_is_contention() {
     if !postgresql_installed() {
         return;
     }
-    let Some((d, steps)) = run_example("limits-contention", &["pgbench", "psql"]) else {
-        return;
+    // On a shared 2-CPU machine one run in several lands between the limits (throughput
+    // falling about 10% past its peak as the queue on the row grows) and is honestly called
+    // undetermined; that run is shown and the example runs once more. Any other limit fails.
+    let mut attempts = 0;
+    let (d, steps) = loop {
+        attempts += 1;
+        let Some((d, steps)) = run_example("limits-contention", &["pgbench", "psql"]) else {
+            return;
+        };
+        print_steps("contention", &steps);
+        if d["limit"] == "undetermined" && attempts < 2 {
+            eprintln!(
+                "contention: run {attempts} was undetermined: {}",
+                d["sentence"]
+            );
+            continue;
+        }
+        break (d, steps);
     };
-    print_steps("contention", &steps);
     assert_eq!(d["limit"], "contention", "{d:#}");
     // The blocking the rule read, and the server's own account of its cause: nobody waits
     // for the row at 1 client, a queue forms on it at 16.
