@@ -295,6 +295,51 @@ fn a_slurm_host_outside_an_allocation_is_refused_at_its_key() {
     assert!(!dir.path().join("run").join("steps.jsonl").exists());
 }
 
+/// A run inside an allocation made with `--no-kill` that loses node `node` `delay` after
+/// its first step's line was written.
+struct LostRun {
+    run: AllocatedRun,
+    /// When each step's line was written: step k's time is from line k to line k + 1 (the
+    /// first is when the node was about to be lost).
+    written: Vec<Instant>,
+    /// When the node was lost.
+    killed: Instant,
+    /// From the allocation's request to its end.
+    took: Duration,
+}
+
+fn run_losing_node(cluster: &mut SlurmLab, text: &str, node: usize, delay: Duration) -> LostRun {
+    let started = Instant::now();
+    let (child, dir) =
+        spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &["--no-kill"], text);
+    let steps_file = dir.join("steps.jsonl");
+    let lines = || std::fs::read_to_string(&steps_file).map_or(0, |s| s.lines().count());
+    while lines() < 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no first step"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(delay);
+    cluster.lose_node(node);
+    let killed = Instant::now();
+    let mut written = vec![Instant::now(); 1];
+    while written.len() < 5 && started.elapsed() < Duration::from_secs(120) {
+        if lines() > written.len() {
+            written.push(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let run = finish(child, dir);
+    LostRun {
+        run,
+        written,
+        killed,
+        took: started.elapsed(),
+    }
+}
+
 /// A node lost mid-step (its slurmd, slurmstepd and tasks killed): stairbench notices by
 /// itself, not when Slurm declares the node down (SlurmdTimeout): the server's observer goes
 /// quiet, a connection to the node's slurmd is refused, and the step fails with that reason
@@ -311,32 +356,13 @@ fn a_node_lost_mid_step_fails_it_with_slurm_s_reason_then_is_marked_down() {
              [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor\"\nhost = \"srv\"\n",
             slurm_entry(cluster, "srv", 0),
         );
-        let started = Instant::now();
-        let (child, dir) =
-            spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &["--no-kill"], &text);
-        let steps_file = dir.join("steps.jsonl");
-        let lines = || std::fs::read_to_string(&steps_file).map_or(0, |s| s.lines().count());
-        while lines() < 1 {
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "no first step"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
         // Into the second step's window, then h1's slurmd dies.
-        std::thread::sleep(Duration::from_millis(700));
-        cluster.lose_node(0);
-        let killed = Instant::now();
-        // When each step's line was written: step k's time is from line k to line k + 1.
-        let mut written = vec![Instant::now(); 1];
-        while written.len() < 5 && started.elapsed() < Duration::from_secs(120) {
-            if lines() > written.len() {
-                written.push(Instant::now());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let run = finish(child, dir);
-        let took = started.elapsed();
+        let LostRun {
+            run,
+            written,
+            killed,
+            took,
+        } = run_losing_node(cluster, &text, 0, Duration::from_millis(700));
         let stderr = String::from_utf8_lossy(&run.out.stderr);
         assert_eq!(run.out.status.code(), Some(1), "{stderr}");
         let steps = common::steps_json(&run.dir);
@@ -559,30 +585,12 @@ fn a_client_group_s_node_lost_mid_step_fails_it_within_ten_seconds() {
             slurm_entry(cluster, "srv", 0),
             slurm_entry(cluster, "c1", 1),
         );
-        let started = Instant::now();
-        let (child, dir) =
-            spawn_in_allocation(cluster, &common::stairbench_bin(), 2, &["--no-kill"], &text);
-        let steps_file = dir.join("steps.jsonl");
-        let lines = || std::fs::read_to_string(&steps_file).map_or(0, |s| s.lines().count());
-        while lines() < 1 {
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "no first step"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        std::thread::sleep(Duration::from_millis(1200));
-        cluster.lose_node(1);
-        let killed = Instant::now();
-        let mut written = vec![Instant::now(); 1];
-        while written.len() < 5 && started.elapsed() < Duration::from_secs(120) {
-            if lines() > written.len() {
-                written.push(Instant::now());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let run = finish(child, dir);
-        let took = started.elapsed();
+        let LostRun {
+            run,
+            written,
+            killed,
+            took,
+        } = run_losing_node(cluster, &text, 1, Duration::from_millis(1200));
         let stderr = String::from_utf8_lossy(&run.out.stderr);
         assert_eq!(run.out.status.code(), Some(1), "{stderr}");
         let steps = common::steps_json(&run.dir);
