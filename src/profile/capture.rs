@@ -6,6 +6,7 @@
 //! markdown). Where perf is missing or may not record, a typed error says why, so the runner can
 //! note it and go on.
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use flate2::write::GzEncoder;
 use serde::Serialize;
 
+use super::chain::{fold_chains, largest_paths, paths_markdown, CHAIN_FIELDS};
 use super::input::load_bytes;
 use super::jvm::{JavaShare, JvmMap};
 use super::perf_script::SCRIPT_FIELDS;
@@ -25,6 +27,7 @@ use super::table::{deltas_markdown, share_deltas, top_functions, ShareDelta, Top
 use super::transform::{Side, Transforms};
 use super::{FoldOptions, Folded, ProfileError};
 use crate::record::profiles::Event;
+pub use crate::record::profiles::{ChainPath, RecordingCost};
 
 // The enum is `record::profiles::Event` (profiles.jsonl names it); how perf calls it is
 // the capture's business, so that stays here.
@@ -33,7 +36,7 @@ impl Event {
         match self {
             Event::Cpu => cpu_event(),
             Event::Cs => "context-switches",
-            Event::Offcpu => "sched:sched_switch",
+            Event::Offcpu => "sched:sched_switch,sched:sched_waking",
         }
     }
 }
@@ -61,6 +64,9 @@ pub struct EventProfile {
     /// How much of the weight runs Java code and how much of that has an unnamed JIT frame;
     /// None when no stack runs Java code.
     pub java: Option<JavaShare>,
+    /// What the recording cost (the off-CPU chain recording: every switch and waking of the
+    /// machine); None for sampled events.
+    pub cost: Option<RecordingCost>,
 }
 
 /// What `capture` recorded and wrote.
@@ -130,7 +136,11 @@ pub fn capture(
     };
     let mut first_error = None;
     for (event, result) in events.iter().zip(recordings) {
-        match result.and_then(|data| process_event(*event, &data, out_dir)) {
+        let processed = result.and_then(|data| match event {
+            Event::Offcpu => process_chains(&data, pids, out_dir),
+            _ => process_event(*event, &data, out_dir),
+        });
+        match processed {
             Ok(profile) => summary.events.push(profile),
             Err(e) => {
                 summary.skipped.push((*event, e.to_string()));
@@ -246,9 +256,10 @@ fn start_recorder(event: Event, pid_list: &str, out_dir: &Path) -> Recorder {
         out_dir.join(format!(".{stem}.ack.fifo")),
     ];
     let control = format!("fifo:{},{}", fifos[0].display(), fifos[1].display());
+    let args = record_args(event, pid_list);
     let described = format!(
-        "perf record -g -F 999 -e {} -p {pid_list} -o {} -D -1 --control {control}",
-        event.perf_event(),
+        "perf record {} -o {} -D -1 --control {control}",
+        args.join(" "),
         data.display()
     );
     let made = fifos.iter().try_for_each(|f| {
@@ -261,8 +272,9 @@ fn start_recorder(event: Event, pid_list: &str, out_dir: &Path) -> Recorder {
     });
     let child = made.and_then(|_| {
         Command::new("perf")
-            .args(["record", "-g", "-F", "999", "-e", event.perf_event()])
-            .args(["-p", pid_list, "-o"])
+            .arg("record")
+            .args(&args)
+            .arg("-o")
             .arg(&data)
             .args(["-D", "-1", "--control", &control])
             .stdin(Stdio::null())
@@ -276,6 +288,35 @@ fn start_recorder(event: Event, pid_list: &str, out_dir: &Path) -> Recorder {
         data,
         fifos,
     }
+}
+
+/// The bound on an off-CPU recording's perf.data: perf stops there, so a server switching
+/// millions of times a second cannot fill the disk or the memory `perf script` needs (about
+/// 8 bytes of text per byte of perf.data).
+pub const OFFCPU_MAX_MB: u64 = 32;
+
+/// `perf record` arguments of one event: CPU and context-switch samples of the processes;
+/// for off-CPU chains every `sched_switch` and `sched_waking` of the machine (`-c 1`, no
+/// sampling), since a server's threads are woken by others (its client, over loopback).
+fn record_args(event: Event, pid_list: &str) -> Vec<String> {
+    let words: Vec<&str> = match event {
+        Event::Offcpu => vec![
+            "-g",
+            "-a",
+            "-c",
+            "1",
+            "-e",
+            "sched:sched_switch",
+            "-e",
+            "sched:sched_waking",
+        ],
+        _ => vec!["-g", "-F", "999", "-e", event.perf_event(), "-p", pid_list],
+    };
+    let mut args: Vec<String> = words.into_iter().map(String::from).collect();
+    if event == Event::Offcpu {
+        args.push(format!("--max-size={OFFCPU_MAX_MB}M"));
+    }
+    args
 }
 
 /// Sends `enable` and waits for perf's `ack`; None when perf exited or never answered (the
@@ -473,6 +514,90 @@ fn process_event(event: Event, data: &Path, out_dir: &Path) -> Result<EventProfi
         top,
         sync_pct: super::categories::sync_pct(&merged),
         java,
+        cost: None,
+    })
+}
+
+/// The off-CPU chain graph of a switch and waking recording: folded chains (µs), the graph,
+/// the largest blocked-time paths, and what the recording cost.
+fn process_chains(data: &Path, pids: &[i32], out_dir: &Path) -> Result<EventProfile, ProfileError> {
+    let event = Event::Offcpu;
+    let perf_data_bytes = std::fs::metadata(data).map_or(0, |m| m.len());
+    let described = format!("perf script -F {CHAIN_FIELDS} -i {}", data.display());
+    let output = Command::new("perf")
+        .args(["script", "-F", CHAIN_FIELDS, "-i"])
+        .arg(data)
+        .output();
+    let script = check_output(output, &described)?.stdout;
+    let _ = std::fs::remove_file(data);
+    let tree: HashSet<i32> = pids.iter().copied().collect();
+    let (chains, scan) = fold_chains(&String::from_utf8_lossy(&script), &tree);
+    drop(script);
+    if chains.is_empty() {
+        return Err(ProfileError::NoSamples {
+            what: format!(
+                "no off-CPU interval of these processes ended while perf recorded ({} switches, {} wakings read)",
+                scan.switches, scan.wakings
+            ),
+        });
+    }
+    let stem = event.stem();
+    let mut files = Vec::new();
+    write_folded(out_dir, &format!("{stem}.folded"), &chains, &mut files)?;
+    // the name the differential graphs look for; chains are not coalesced (it would move
+    // the waker's frames below the separator)
+    write_folded(
+        out_dir,
+        &format!("{stem}.coalesced.folded"),
+        &chains,
+        &mut files,
+    )?;
+    let labels = GraphLabels {
+        title: "off-CPU chain graph: blocked time by blocked stack, topped by the waker's stack and thread".into(),
+        count_name: "us".into(),
+        java_palette: false,
+    };
+    write_svg(
+        out_dir,
+        &format!("{stem}.svg"),
+        &chains,
+        &labels,
+        &mut files,
+    )?;
+    let paths = largest_paths(&chains, TABLE_ROWS);
+    write_json(&out_dir.join(format!("{stem}.paths.json")), &paths)?;
+    write_text(
+        &out_dir.join(format!("{stem}.paths.md")),
+        &paths_markdown(&paths),
+    )?;
+    files.extend([format!("{stem}.paths.json"), format!("{stem}.paths.md")]);
+    let top = top_functions(&chains, TABLE_ROWS);
+    write_json(&out_dir.join(format!("{stem}.top.json")), &top)?;
+    write_text(&out_dir.join(format!("{stem}.top.md")), &top.to_markdown())?;
+    files.extend([format!("{stem}.top.json"), format!("{stem}.top.md")]);
+    let events = scan.switches + scan.wakings;
+    let span = scan.span_s.max(1e-3);
+    Ok(EventProfile {
+        event,
+        perf_event: event.perf_event().to_string(),
+        samples: events,
+        total_weight: chains.total(),
+        garbled_lines: scan.garbled,
+        files,
+        top,
+        sync_pct: super::categories::sync_pct(&chains),
+        java: None,
+        cost: Some(RecordingCost {
+            events,
+            events_per_s: events as f64 / span,
+            perf_data_mb: perf_data_bytes as f64 / 1e6,
+            perf_data_mb_per_s: perf_data_bytes as f64 / 1e6 / span,
+            recorded_s: scan.span_s,
+            hit_max_size: perf_data_bytes >= OFFCPU_MAX_MB * 1_000_000 * 95 / 100,
+            intervals: scan.intervals,
+            woken: scan.woken,
+            paths,
+        }),
     })
 }
 

@@ -11,6 +11,7 @@
 
 pub mod capture;
 pub mod categories;
+pub mod chain;
 pub mod folded;
 pub mod input;
 pub mod jvm;

@@ -373,6 +373,7 @@ fn event_record(e: &EventProfile) -> EventRecord {
             .collect(),
         sync_pct: Some(e.sync_pct),
         java: e.java.clone(),
+        cost: e.cost.clone(),
     }
 }
 

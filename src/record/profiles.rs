@@ -17,7 +17,8 @@ pub enum Event {
     Cpu,
     /// Context switches (why threads leave the CPU).
     Cs,
-    /// Scheduler switches (`sched:sched_switch`): the stacks threads block in.
+    /// Off-CPU chains (`sched:sched_switch` and `sched:sched_waking` of the machine): blocked
+    /// time by the stack threads block in, topped by the stack of the thread that woke them.
     Offcpu,
 }
 
@@ -162,6 +163,49 @@ pub struct EventRecord {
     /// The Java share and its unnamed JIT frames; absent when no stack runs Java code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub java: Option<JavaShare>,
+    /// What the recording cost and found (off-CPU chains); absent for sampled events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<RecordingCost>,
+}
+
+/// What an off-CPU chain recording (every switch and waking of the machine) cost and found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordingCost {
+    /// Switch and waking events recorded.
+    pub events: u64,
+    /// Events per second of recording.
+    pub events_per_s: f64,
+    /// Size of the perf.data, MB (10^6 bytes).
+    pub perf_data_mb: f64,
+    /// perf.data written per second of recording, MB/s.
+    pub perf_data_mb_per_s: f64,
+    /// Seconds between the first and the last event recorded.
+    pub recorded_s: f64,
+    /// perf stopped at the size bound before the recording's end.
+    pub hit_max_size: bool,
+    /// Off-CPU intervals of the recorded processes' threads.
+    pub intervals: u64,
+    /// Of those, the intervals whose waker was recorded.
+    pub woken: u64,
+    /// The largest blocked-time paths, largest first.
+    pub paths: Vec<ChainPath>,
+}
+
+/// One of the largest blocked-time paths: who blocked where, and who woke it from where.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainPath {
+    /// The blocked thread (merged name).
+    pub blocked_thread: String,
+    /// Where it blocked: its deepest user-space frame (its kernel leaf when it had none).
+    pub blocked_in: String,
+    /// The waker's thread (merged name), `[preempted]` or `[waker not recorded]`.
+    pub waker_thread: String,
+    /// Where the waker was: its deepest user-space frame (its kernel leaf when it had none).
+    pub woken_from: String,
+    /// Blocked time on this path, ms.
+    pub blocked_ms: f64,
+    /// Share of all the blocked time recorded, %.
+    pub share_pct: f64,
 }
 
 /// A function's share of a profile.

@@ -5,7 +5,9 @@
 
 use std::fmt::Write as _;
 
-use crate::record::profiles::{DiffRecord, EventRecord, MissingRecord, PassRecord, ProfileLine};
+use crate::record::profiles::{
+    DiffRecord, EventRecord, MissingRecord, PassRecord, ProfileLine, RecordingCost,
+};
 
 /// What a file of a profile directory is, for its link (None: not linked).
 fn file_label(name: &str) -> Option<&'static str> {
@@ -18,6 +20,7 @@ fn file_label(name: &str) -> Option<&'static str> {
         "merged.folded" => "folded stacks",
         "perf-script.gz" => "perf script",
         "top.md" => "top functions",
+        "paths.md" => "largest blocked-time paths",
         "diff.md" => "share deltas",
         _ => return None,
     })
@@ -113,6 +116,45 @@ fn event_heading(e: &EventRecord) -> String {
     )
 }
 
+/// What an off-CPU chain recording cost, and how many of its intervals had a waker.
+fn cost_sentence(c: &RecordingCost) -> String {
+    let bound = if c.hit_max_size {
+        " (perf stopped at its size bound)"
+    } else {
+        ""
+    };
+    format!(
+        "The chain graph recorded every switch and waking of the machine: {} events in {:.1} s ({:.0}/s), {:.1} MB of perf.data ({:.1} MB/s){bound}; {} off-CPU intervals of the server's threads, {} of them with their waker.",
+        c.events, c.recorded_s, c.events_per_s, c.perf_data_mb, c.perf_data_mb_per_s, c.intervals, c.woken
+    )
+}
+
+fn path_rows(c: &RecordingCost) -> Vec<[String; 6]> {
+    c.paths
+        .iter()
+        .take(10)
+        .map(|p| {
+            [
+                p.blocked_thread.clone(),
+                p.blocked_in.clone(),
+                p.waker_thread.clone(),
+                p.woken_from.clone(),
+                format!("{:.1}", p.blocked_ms),
+                format!("{:.1}", p.share_pct),
+            ]
+        })
+        .collect()
+}
+
+const PATH_HEADER: [&str; 6] = [
+    "blocked thread",
+    "blocked in",
+    "woken by",
+    "waker in",
+    "blocked ms",
+    "share %",
+];
+
 /// One sentence per recorded JVM: its perf map, then any advice.
 fn jvm_sentences(p: &PassRecord) -> Vec<String> {
     let mut out = Vec::new();
@@ -195,6 +237,16 @@ fn md_pass(out: &mut String, p: &PassRecord) {
             );
         }
         out.push('\n');
+        if let Some(c) = &e.cost {
+            let _ = writeln!(out, "{}\n", md(&cost_sentence(c)));
+            let _ = writeln!(out, "| {} |", PATH_HEADER.join(" | "));
+            out.push_str("| --- | --- | --- | --- | ---: | ---: |\n");
+            for row in path_rows(c) {
+                let cells: Vec<String> = row.iter().map(|c| md(c)).collect();
+                let _ = writeln!(out, "| {} |", cells.join(" | "));
+            }
+            out.push('\n');
+        }
     }
 }
 
@@ -323,6 +375,10 @@ fn html_pass(out: &mut String, p: &PassRecord) {
             })
             .collect();
         html_table(out, &["function", "inclusive %", "self %"], &rows);
+        if let Some(c) = &e.cost {
+            let _ = write!(out, "<p>{}</p>", esc(&cost_sentence(c)));
+            html_table(out, &PATH_HEADER, &path_rows(c));
+        }
     }
 }
 
@@ -419,6 +475,7 @@ mod tests {
                 }],
                 sync_pct: Some(3.0),
                 java: None,
+                cost: None,
             }],
             jvms: vec![],
         }

@@ -136,3 +136,109 @@ fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
         "report.md does not open with the diagnosis"
     );
 }
+
+/// Debian's libnetty-java and a JDK's javac (examples/netty.sh compiles NettyHello.java).
+fn netty_available() -> bool {
+    if !Path::new("/usr/share/java/netty-codec-http.jar").is_file()
+        || common::find_program("javac").is_none()
+    {
+        common::skip_or_fail("libnetty-java (with javac) is not installed");
+        return false;
+    }
+    true
+}
+
+/// The whole study, short: Tomcat and Netty under the same staircase with three repetitions,
+/// a throughput and a CPU-per-request verdict (Welch's t-test) at each level, both JVMs'
+/// JIT frames named, and the off-CPU chain graph with its cost and its largest paths.
+#[test]
+fn tomcat_and_netty_are_compared_with_a_verdict_at_each_level() {
+    if !tomcat_available() || !netty_available() {
+        return;
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let spec = std::fs::read_to_string(examples.join("tomcat-vs-netty.toml"))
+        .unwrap()
+        .replace("duration = \"3s\"", "duration = \"1s\"")
+        .replace("warmup = \"2s\"", "warmup = \"1s\"")
+        .replace("clients = [1, 4, 16, 64]", "clients = [1, 16]")
+        .replace("seconds = 3", "seconds = 1")
+        .replace("{spec_dir}", examples.to_str().unwrap());
+    assert!(spec.contains("clients = [1, 16]") && spec.contains("seconds = 1"));
+    assert!(spec.contains("repetitions = 3") && spec.contains("\"offcpu\""));
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = dir.path().join("tomcat-vs-netty.toml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let out = dir.path().join("run");
+    common::assert_success(&common::run_spec(&spec_path, &out));
+
+    let steps = common::steps_json(&out);
+    assert_eq!(steps.len(), 2 * 2 * 3, "{steps:?}");
+    for s in steps.iter().filter(|s| s["target"] == "netty") {
+        assert_eq!(s["status"], "ok", "{s:#}");
+        let groups = s["server"]["threads"]["groups"].as_array().unwrap();
+        assert!(groups.iter().any(|g| g["name"] == "netty-io"), "{groups:?}");
+    }
+
+    let analysis: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("analysis.json")).unwrap()).unwrap();
+    for metric in ["throughput_rps", "cpu_us_per_req"] {
+        for clients in [1, 16] {
+            let c = analysis["comparisons"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["metric"] == metric && c["a"]["clients"] == clients)
+                .unwrap_or_else(|| panic!("no {metric} comparison at {clients} clients"));
+            let r = &c["relation"];
+            assert!(
+                ["faster", "slower", "equal", "within noise"]
+                    .contains(&r["verdict"].as_str().unwrap()),
+                "{c:#}"
+            );
+            assert!(r["p_value"].as_f64().is_some(), "no test: {c:#}");
+        }
+    }
+
+    let lines = std::fs::read_to_string(out.join("profiles.jsonl")).unwrap();
+    let passes: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["kind"] == "pass")
+        .collect();
+    for server in ["tomcat", "netty"] {
+        let ok: Vec<&Value> = passes
+            .iter()
+            .filter(|p| p["target"] == server && p["ok"] == true)
+            .collect();
+        assert!(!ok.is_empty(), "{server}: no profile: {lines}");
+        for p in ok {
+            let d = out.join(p["dir"].as_str().unwrap());
+            assert_jit_frames_named(p, &d);
+            let offcpu = p["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["event"] == "offcpu")
+                .unwrap_or_else(|| panic!("no off-CPU chains: {p:#}"));
+            let cost = &offcpu["cost"];
+            assert!(cost["events"].as_u64().unwrap() > 0, "{offcpu:#}");
+            assert!(
+                cost["perf_data_mb_per_s"].as_f64().unwrap() > 0.0,
+                "{offcpu:#}"
+            );
+            let paths = cost["paths"].as_array().unwrap();
+            // the server's own event-loop or pool threads block and are woken
+            let own = if server == "tomcat" {
+                "tomcat-exec"
+            } else {
+                "netty-io"
+            };
+            assert!(
+                paths.iter().any(|x| x["blocked_thread"] == own),
+                "{server}: {paths:#?}"
+            );
+            assert!(d.join("offcpu.svg").is_file() && d.join("offcpu.paths.md").is_file());
+        }
+    }
+}

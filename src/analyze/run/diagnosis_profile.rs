@@ -150,6 +150,7 @@ mod tests {
                 top: vec![],
                 sync_pct,
                 java: None,
+                cost: None,
             }],
             jvms: vec![],
         })
