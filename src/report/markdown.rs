@@ -55,6 +55,7 @@ pub fn sections(run: &RunData, a: &RunAnalysis) -> String {
     results_table(&mut out, &run.steps);
     out.push_str(&super::extras::markdown(&run.steps));
     out.push_str(&super::kvd::markdown(&run.steps));
+    out.push_str(&super::study::markdown(&run.steps));
     out.push('\n');
     out.push_str(&findings::render_markdown(a));
     out

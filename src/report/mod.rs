@@ -16,6 +16,7 @@ pub mod junit;
 pub mod kvd;
 pub mod markdown;
 pub mod profiles;
+pub mod study;
 pub mod svg;
 pub mod table_box;
 

@@ -1,0 +1,113 @@
+//! The study's table (seed 003's benchreport columns): per load level and server, the means
+//! over the level's repetitions of requests/s, latency mean and max, the server's CPU %,
+//! context switches and migrations per request, user and system CPU ms per request, loopback
+//! packets per request, and cycles, instructions and IPC where the machine has a PMU (else
+//! "unavailable", never 0). Shown when a run measures two targets or more.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::cell::escape;
+use crate::record::steps::{StepResult, StepStatus};
+
+/// The figures of one step, by JSON pointer into the step's record.
+const COLUMNS: [(&str, &str); 10] = [
+    ("req/s", "/throughput_rps"),
+    ("latency mean ms", "/latency_us/mean"),
+    ("latency max ms", "/latency_us/max"),
+    ("cs/req", "/cs_per_req"),
+    ("migrations/req", "/migr_per_req"),
+    ("user ms/req", "/cpu_us_per_req/user"),
+    ("sys ms/req", "/cpu_us_per_req/sys"),
+    ("packets/req", "/pkts_per_req"),
+    ("cycles/req", "/server/perf/cycles"),
+    ("instructions/req", "/server/perf/instructions"),
+];
+
+/// The section (empty with fewer than two targets).
+pub fn markdown(steps: &[StepResult]) -> String {
+    let ok: Vec<&StepResult> = steps.iter().filter(|s| s.status == StepStatus::Ok).collect();
+    let mut levels: BTreeMap<(usize, String, String), Vec<&StepResult>> = BTreeMap::new();
+    for s in &ok {
+        levels
+            .entry((s.clients, s.placement.clone(), s.target.clone()))
+            .or_default()
+            .push(s);
+    }
+    let targets: std::collections::BTreeSet<&str> =
+        ok.iter().map(|s| s.target.as_str()).collect();
+    if targets.len() < 2 {
+        return String::new();
+    }
+    let mut out = String::from(
+        "## The study's table\n\nPer load level and server, the mean of its repetitions (seed 003's table): CPU % is the server's process tree in % of its CPUs; user and sys ms are its CPU time per request; packets are loopback packets per request; cycles, instructions and IPC need a hardware PMU (\"unavailable\" without one).\n\n",
+    );
+    out.push_str("| clients | placement | server | reps | req/s | latency mean ms | latency max ms | CPU % | cs/req | migrations/req | user ms/req | sys ms/req | packets/req | cycles/req | instructions/req | IPC |\n");
+    out.push_str("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for ((clients, placement, target), reps) in &levels {
+        let _ = writeln!(
+            out,
+            "| {clients} | {} | {} | {} | {} |",
+            escape(placement),
+            escape(target),
+            reps.len(),
+            row(reps).join(" | ")
+        );
+    }
+    out.push('\n');
+    out
+}
+
+/// The step as its steps.jsonl line reads: the load's figures, the derived ones, `server`.
+fn as_record(s: &StepResult) -> Value {
+    let mut m = s.derived.clone();
+    if let Some(Ok(Value::Object(load))) = s.load.as_ref().map(serde_json::to_value) {
+        for (k, v) in load {
+            m.entry(k).or_insert(v);
+        }
+    }
+    m.insert("server".into(), s.server.clone());
+    Value::Object(m)
+}
+
+fn row(reps: &[&StepResult]) -> Vec<String> {
+    let values: Vec<Value> = reps.iter().map(|s| as_record(s)).collect();
+    let mean = |pointer: &str| -> Option<f64> {
+        let v: Vec<f64> = values
+            .iter()
+            .filter_map(|j| j.pointer(pointer)?.as_f64())
+            .collect();
+        (v.len() == values.len() && !v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    let requests = mean("/requests").unwrap_or(0.0);
+    let cpu: Vec<f64> = reps
+        .iter()
+        .filter_map(|s| crate::analyze::run::server_cpu_pct(s))
+        .collect();
+    let mut cells = Vec::new();
+    for (name, pointer) in COLUMNS {
+        let v = mean(pointer);
+        let cell = match name {
+            "req/s" => v.map(|x| format!("{x:.0}")),
+            "latency mean ms" | "latency max ms" => v.map(|x| format!("{:.2}", x / 1e3)),
+            "user ms/req" | "sys ms/req" => v.map(|x| format!("{:.4}", x / 1e3)),
+            "cycles/req" | "instructions/req" => {
+                v.filter(|_| requests > 0.0).map(|x| format!("{:.0}", x / requests))
+            }
+            _ => v.map(|x| format!("{x:.3}")),
+        };
+        cells.push(cell);
+        if name == "latency max ms" {
+            cells.push((!cpu.is_empty()).then(|| {
+                format!("{:.0}", cpu.iter().sum::<f64>() / cpu.len() as f64)
+            }));
+        }
+    }
+    cells.push(mean("/ipc").map(|x| format!("{x:.2}")));
+    cells
+        .into_iter()
+        .map(|c| c.unwrap_or_else(|| "unavailable".into()))
+        .collect()
+}
