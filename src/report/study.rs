@@ -28,7 +28,10 @@ const COLUMNS: [(&str, &str); 10] = [
 
 /// The section (empty with fewer than two targets).
 pub fn markdown(steps: &[StepResult]) -> String {
-    let ok: Vec<&StepResult> = steps.iter().filter(|s| s.status == StepStatus::Ok).collect();
+    let ok: Vec<&StepResult> = steps
+        .iter()
+        .filter(|s| s.status == StepStatus::Ok)
+        .collect();
     let mut levels: BTreeMap<(usize, String, String), Vec<&StepResult>> = BTreeMap::new();
     for s in &ok {
         levels
@@ -36,8 +39,7 @@ pub fn markdown(steps: &[StepResult]) -> String {
             .or_default()
             .push(s);
     }
-    let targets: std::collections::BTreeSet<&str> =
-        ok.iter().map(|s| s.target.as_str()).collect();
+    let targets: std::collections::BTreeSet<&str> = ok.iter().map(|s| s.target.as_str()).collect();
     if targets.len() < 2 {
         return String::new();
     }
@@ -93,16 +95,17 @@ fn row(reps: &[&StepResult]) -> Vec<String> {
             "req/s" => v.map(|x| format!("{x:.0}")),
             "latency mean ms" | "latency max ms" => v.map(|x| format!("{:.2}", x / 1e3)),
             "user ms/req" | "sys ms/req" => v.map(|x| format!("{:.4}", x / 1e3)),
-            "cycles/req" | "instructions/req" => {
-                v.filter(|_| requests > 0.0).map(|x| format!("{:.0}", x / requests))
-            }
+            "cycles/req" | "instructions/req" => v
+                .filter(|_| requests > 0.0)
+                .map(|x| format!("{:.0}", x / requests)),
             _ => v.map(|x| format!("{x:.3}")),
         };
         cells.push(cell);
         if name == "latency max ms" {
-            cells.push((!cpu.is_empty()).then(|| {
-                format!("{:.0}", cpu.iter().sum::<f64>() / cpu.len() as f64)
-            }));
+            cells.push(
+                (!cpu.is_empty())
+                    .then(|| format!("{:.0}", cpu.iter().sum::<f64>() / cpu.len() as f64)),
+            );
         }
     }
     cells.push(mean("/ipc").map(|x| format!("{x:.2}")));
