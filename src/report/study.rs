@@ -62,15 +62,22 @@ pub fn markdown(steps: &[StepResult]) -> String {
     out
 }
 
-/// The step as its steps.jsonl line reads: the load's figures, the derived ones, `server`.
+/// The step as its steps.jsonl line reads: the figures per request, the load's, `server`.
 fn as_record(s: &StepResult) -> Value {
-    let mut m = s.derived.clone();
-    if let Some(Ok(Value::Object(load))) = s.load.as_ref().map(serde_json::to_value) {
-        for (k, v) in load {
-            m.entry(k).or_insert(v);
+    let mut m = serde_json::Map::new();
+    let parts = [
+        serde_json::to_value(&s.per_request).ok(),
+        s.load.as_ref().and_then(|l| serde_json::to_value(l).ok()),
+    ];
+    for part in parts.into_iter().flatten() {
+        if let Value::Object(o) = part {
+            for (k, v) in o {
+                m.entry(k).or_insert(v);
+            }
         }
     }
-    m.insert("server".into(), s.server.clone());
+    let server = serde_json::to_value(&s.server).unwrap_or(Value::Null);
+    m.insert("server".into(), server);
     Value::Object(m)
 }
 
