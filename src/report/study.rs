@@ -44,7 +44,7 @@ pub fn markdown(steps: &[StepResult]) -> String {
         return String::new();
     }
     let mut out = String::from(
-        "## The study's table\n\nPer load level and server, the mean of its repetitions (seed 003's table): CPU % is the server's process tree in % of its CPUs; user and sys ms are its CPU time per request; packets are loopback packets per request; cycles, instructions and IPC need a hardware PMU (\"unavailable\" without one).\n\n",
+        "## The study's table\n\nPer load level and server, the mean of its repetitions: CPU % is the server's process tree in % of its CPUs; user and sys ms are its CPU time per request; packets are loopback packets per request; cycles, instructions and IPC need a hardware PMU (\"unavailable\" without one).\n\n",
     );
     out.push_str("| clients | placement | server | reps | req/s | latency mean ms | latency max ms | CPU % | cs/req | migrations/req | user ms/req | sys ms/req | packets/req | cycles/req | instructions/req | IPC |\n");
     out.push_str("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
