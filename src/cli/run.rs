@@ -86,15 +86,14 @@ fn parse_dur(s: &str) -> Result<std::time::Duration, String> {
 
 /// Runs a spec.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let spec_path = match (&args.spec, &args.resume) {
-        (Some(p), _) => p.clone(),
-        (None, Some(dir)) => dir.join("spec.toml"),
+    let spec = match (&args.spec, &args.resume) {
+        (Some(p), _) => SpecFile::read(p)?,
+        (None, Some(dir)) => SpecFile::read_from_run(dir)?,
         (None, None) => {
             let why = "give a spec file (stairbench run SPEC) or --resume DIR";
             return Err(UsageError(why.into()).into());
         }
     };
-    let spec = SpecFile::read(&spec_path)?;
     let mut plan = Plan::new(spec, stairbench_bin()?)?;
     match (args.hold, args.duration) {
         (Some(clients), Some(d)) => plan.hold(clients, d),

@@ -72,6 +72,11 @@ pub trait Launcher {
     }
 }
 
+/// The placeholders a target's `command` takes.
+pub const TARGET_PLACEHOLDERS: &[&str] = &[
+    "cpuset", "threads", "port", "clients", "out", "spec_dir", "metrics",
+];
+
 /// Launches targets as child processes.
 #[derive(Debug, Clone)]
 pub struct ProcessLauncher {

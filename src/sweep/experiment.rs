@@ -12,6 +12,8 @@ use super::progress::Progress;
 use super::runner::{step_id, RunSummary, Runner};
 use crate::fleet::driver::{CommandDriver, Driver, EngineDriver};
 use crate::fleet::server::{Launcher, ProcessLauncher};
+use crate::fleet::target::TargetPlan;
+use crate::placement::CpuPair;
 use crate::observe::step::FullObserver;
 use crate::placement::{PlacementSource, TopologyPlacements};
 use crate::record::rundir::RunDir;
@@ -218,7 +220,9 @@ fn open_dir(
         Some(out) => format!("cannot create the run directory {}: {e}", out.display()),
         None => format!("cannot create the run directory: {e}"),
     })?;
+    let spec_dir = format!("{}\n", plan.spec.dir.display());
     dir.write_file("spec.toml", &plan.spec.text)
+        .and_then(|_| dir.write_file(crate::sweep::spec::SPEC_DIR_FILE, &spec_dir))
         .and_then(|_| {
             dir.write_file(
                 "environment.json",
@@ -378,6 +382,7 @@ fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut Strin
                             plan.repetitions.describe(),
                             launcher.describe(target, &cpus, point.clients)
                         );
+                        let _ = writeln!(out, "    client: {}", describe_client(plan, target, point, &cpus));
                         describe_groups(plan, point, out);
                     }
                     Err(why) => {
@@ -389,6 +394,51 @@ fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut Strin
         }
     }
     skipped
+}
+
+/// What loads the step: the external command as it will run (the port not yet picked), or
+/// the built-in engine with its url, connections and threads.
+fn describe_client(plan: &Plan, target: &TargetPlan, point: Point, cpus: &CpuPair) -> String {
+    let connections = point.clients * plan.connections_per_client;
+    let threads = plan
+        .client_threads
+        .unwrap_or(cpus.client.len())
+        .clamp(1, connections.max(1));
+    let port = match target.port {
+        Some(p) => p.to_string(),
+        None => "<free port>".to_string(),
+    };
+    let url = target.url.replace("{port}", &port);
+    let rate = point
+        .rate_rps
+        .map_or(String::new(), |r| format!(", {r:.0} req/s"));
+    match &plan.client {
+        ClientPlan::Command { template, .. } => {
+            let req = crate::fleet::driver::StepRequest {
+                step_id: String::new(),
+                url,
+                port: 0,
+                clients: point.clients,
+                connections,
+                depth: target.depth,
+                threads,
+                duration: plan.duration,
+                warmup: plan.warmup,
+                timeout: plan.timeout,
+                rate_rps: point.rate_rps,
+                client_cpus: cpus.client.clone(),
+                out_dir: Path::new("<run dir>").to_path_buf(),
+                instances: Vec::new(),
+                group_cpus: Vec::new(),
+                group_targets: Vec::new(),
+            };
+            crate::fleet::driver::client_line(template, &req, &port)
+        }
+        ClientPlan::Engine { .. } => format!(
+            "built-in engine at {url}: {connections} connection(s), {threads} thread(s), depth {}{rate}",
+            target.depth
+        ),
+    }
 }
 
 /// A step's client groups and their shares, when the plan has groups.

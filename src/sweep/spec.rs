@@ -649,6 +649,21 @@ pub enum SpecError {
     },
 }
 
+/// The run directory's record of the spec's directory (one absolute path), which
+/// `run --resume DIR` needs to fill `{spec_dir}` and find the spec's relative files.
+pub const SPEC_DIR_FILE: &str = "spec_dir.txt";
+
+/// A spec file's directory, absolute where it exists ("." for a bare file name).
+fn dir_of(path: &Path) -> PathBuf {
+    let dir = path.parent().map(PathBuf::from).unwrap_or_default();
+    let dir = if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    };
+    std::fs::canonicalize(&dir).unwrap_or(dir)
+}
+
 /// A spec with its source text (kept to locate later errors and to copy into the run).
 #[derive(Debug, Clone)]
 pub struct SpecFile {
@@ -658,6 +673,10 @@ pub struct SpecFile {
     pub text: String,
     /// The parsed spec.
     pub spec: Spec,
+    /// The directory `{spec_dir}` and the spec's relative files are taken from: the spec
+    /// file's own, or, resuming a run from its copy, the one the run recorded
+    /// (`spec_dir.txt`).
+    pub dir: PathBuf,
 }
 
 impl SpecFile {
@@ -688,7 +707,34 @@ impl SpecFile {
             path: path.to_path_buf(),
             text: text.to_string(),
             spec,
+            dir: dir_of(path),
         })
+    }
+
+    /// Reads the copy a run directory keeps (`DIR/spec.toml`), its relative files and
+    /// `{spec_dir}` taken from the spec's own directory as the run recorded it, so a resumed
+    /// run finds the scripts beside the original spec.
+    pub fn read_from_run(run_dir: &Path) -> Result<SpecFile, SpecError> {
+        let mut spec = Self::read(&run_dir.join("spec.toml"))?;
+        let recorded = run_dir.join(SPEC_DIR_FILE);
+        if let Ok(text) = std::fs::read_to_string(&recorded) {
+            let dir = PathBuf::from(text.trim_end_matches('\n'));
+            if !dir.is_dir() {
+                return Err(SpecError::Read {
+                    path: dir,
+                    reason: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!(
+                            "the spec's directory, recorded in {}, is gone: give the spec again (stairbench run SPEC --resume {})",
+                            recorded.display(),
+                            run_dir.display()
+                        ),
+                    ),
+                });
+            }
+            spec.dir = dir;
+        }
+        Ok(spec)
     }
 
     /// An error about the value at a key path (e.g. `["targets", "0", "builtin"]`).

@@ -872,6 +872,41 @@ fn redis_sweep_interrupted_then_resumed() {
     }
 }
 
+/// `run --resume DIR` reads the run's copy of the spec, but `{spec_dir}` still names the
+/// directory of the original (where nginx-wrk.toml keeps nginx.sh): before the run directory
+/// recorded it, every resumed step failed with "sh: cannot open DIR/server.sh".
+#[test]
+fn resume_finds_the_scripts_beside_the_original_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("server.sh"),
+        format!(
+            "exec '{}' serve msgr --arch reactor --threads 1 --port \"$1\"\n",
+            common::stairbench_bin().display()
+        ),
+    )
+    .unwrap();
+    let text = "name = \"spec-dir\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\ncommand = \"sh {spec_dir}/server.sh {port}\"\nurl = \"msgr://127.0.0.1:{port}\"\n";
+    let (out_dir, before) = interrupt(text, dir.path());
+    let recorded = std::fs::read_to_string(out_dir.join("spec_dir.txt")).unwrap();
+    assert_eq!(
+        Path::new(recorded.trim_end()),
+        dir.path().canonicalize().unwrap()
+    );
+    let out = common::cli_cmd()
+        .arg("run")
+        .arg("--resume")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert_eq!(steps.len(), 5, "{before} before the interruption");
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{}: {:?}", s.id, s.reason);
+    }
+}
+
 #[test]
 fn nginx_master_and_workers_are_observed_and_ended() {
     if Command::new("nginx").arg("-v").output().is_err() {
