@@ -2,6 +2,20 @@
 
 use std::time::Duration;
 
+/// "1 CPU", "2 CPUs": a count with its noun, singular for one.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// "1 CPU is", "2 CPUs are".
+pub fn count_is(n: usize, noun: &str) -> String {
+    format!("{} {}", count(n, noun), if n == 1 { "is" } else { "are" })
+}
+
 /// The known word nearest to a mistyped `word` (at most 2 edits, and fewer than half its
 /// letters), for "did you mean `clients`?".
 pub fn closest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
@@ -69,6 +83,14 @@ mod tests {
             .unwrap_err()
             .contains("unknown unit"));
         assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(count(1, "CPU"), "1 CPU");
+        assert_eq!(count(2, "target"), "2 targets");
+        assert_eq!(count_is(1, "CPU"), "1 CPU is");
+        assert_eq!(count_is(4, "CPU"), "4 CPUs are");
     }
 
     #[test]

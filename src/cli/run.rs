@@ -138,6 +138,9 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         plan.auto_runs = demo::expected_auto_runs(now.busy_pct);
         let code = execute(&plan, &Destination::default(), true, &Outputs::default())?;
         println!("{}", demo::settle_plan(shape));
+        if let Some(line) = demo::busy_estimate_note(&mut plan, now.busy_pct) {
+            println!("{line}");
+        }
         return Ok(code);
     }
     // Chosen here rather than by the run, so the verdict can read the run's analysis.
@@ -202,6 +205,10 @@ fn execute(
     check_out(dest).or_usage()?;
     // Servers already running answer, and their processes exist, before any load (exit 2).
     crate::sweep::plan::running::preflight(plan)?;
+    if dest.resume.is_none() && !outputs.verbosity.quiet {
+        let placements = TopologyPlacements::detect(plan.custom.clone());
+        eprintln!("{}", crate::sweep::experiment::estimate_line(plan, &placements));
+    }
     let stop = crate::signals::stop_flag();
     let bar = Bar::new(outputs.verbosity.quiet);
     let mut progress = Live::new(bar, outputs.live.open()?, outputs.verbosity.verbose);

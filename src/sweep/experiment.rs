@@ -320,11 +320,11 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
     }
     let _ = writeln!(
         out,
-        "experiment {:?}: {} targets × {} placements, {} steps of {} (at most {} runs)",
+        "experiment {:?}: {} × {}, {} of {} (at most {} runs)",
         plan.name,
-        plan.targets.len(),
-        plan.placements.len(),
-        plan.planned_steps(),
+        crate::units::count(plan.targets.len(), "target"),
+        crate::units::count(plan.placements.len(), "placement"),
+        crate::units::count(plan.planned_steps(), "step"),
         plan.repetitions.describe(),
         plan.max_steps()
     );
@@ -452,33 +452,63 @@ fn describe_groups(plan: &Plan, point: Point, out: &mut String) {
     }
 }
 
+/// The estimated time over the steps this machine can run (the dry run's, and the run's
+/// first line): a skipped point skips all its runs; a rate search's points are counted at
+/// their maximum.
+fn estimated_total(plan: &Plan, skipped: usize) -> std::time::Duration {
+    let runnable = plan.planned_steps().saturating_sub(skipped);
+    let series = plan.targets.len() * plan.placements.len();
+    plan.time_for(plan.work_for(runnable, series)) + plan.set_up_time()
+}
+
+/// The run's first line: the dry run's estimate and what it assumes.
+pub fn estimate_line(plan: &Plan, placements: &dyn PlacementSource) -> String {
+    let skipped = dry_points(plan).len() * plan.targets.len() * plan.placements.len()
+        - runnable_points(plan, placements);
+    format!(
+        "estimated time: about {}{} (assuming {})",
+        show_minutes(estimated_total(plan, skipped)),
+        runs_assumed(plan),
+        plan.assumptions()
+    )
+}
+
+/// The points this machine can place (the others are skipped).
+fn runnable_points(plan: &Plan, placements: &dyn PlacementSource) -> usize {
+    let mut n = 0;
+    for _ in &plan.targets {
+        for placement in &plan.placements {
+            for point in dry_points(plan) {
+                let follow = plan.cpus_follow_clients.then_some(point.clients);
+                n += usize::from(placements.cpus(placement, follow).is_ok());
+            }
+        }
+    }
+    n
+}
+
 /// The dry run's estimated time, over the steps this machine can run.
 fn describe_estimate(plan: &Plan, skipped: usize) -> String {
     let mut out = String::new();
-    // A skipped point skips all its runs; a rate search's points are counted at their maximum.
     let planned = plan.planned_steps();
     let runnable = planned.saturating_sub(skipped);
-    let series = plan.targets.len() * plan.placements.len();
-    let work = plan.work_for(runnable, series);
-    let (set_up, per_step) = crate::fleet::hosts::groups::hosts_overhead(
-        !plan.hosts.hosts.is_empty(),
-        &plan.hosts.client_groups,
-    );
-    let total = plan.time_for(work) + set_up + per_step.mul_f64(work.runs);
+    let set_up = plan.set_up_time();
+    let total = estimated_total(plan, skipped);
     let hosts = if set_up.is_zero() {
         String::new()
     } else {
-        format!(
-            " (with about {} s of host set-up and {} s a step of common-start lead and fetches)",
-            set_up.as_secs(),
-            per_step.as_secs()
-        )
+        format!(" (with about {} s of host set-up)", set_up.as_secs())
     };
     let _ = writeln!(
         out,
         "\nestimated time: about {}{hosts}{}",
         show_minutes(total),
         runs_assumed(plan)
+    );
+    let _ = writeln!(
+        out,
+        "  assuming {}; the run's first line and its progress ETA use the same model",
+        plan.assumptions()
     );
     if skipped > 0 {
         let _ = writeln!(
@@ -505,7 +535,10 @@ fn runs_assumed(plan: &Plan) -> String {
             show_minutes(plan.time_for(super::plan::estimate::Work {
                 runs: plan.max_steps() as f64,
                 server_starts: plan.targets.len() * plan.placements.len(),
-            }))
+                profile_passes: plan.targets.len()
+                    * plan.placements.len()
+                    * plan.profile_passes().0,
+            }) + plan.set_up_time())
         ),
         _ => String::new(),
     }

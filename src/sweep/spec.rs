@@ -653,6 +653,26 @@ pub enum SpecError {
 /// `run --resume DIR` needs to fill `{spec_dir}` and find the spec's relative files.
 pub const SPEC_DIR_FILE: &str = "spec_dir.txt";
 
+/// serde's "unknown field `clints`, expected one of `name`, ..." with the nearest known key
+/// named first: "unknown field `clints` (did you mean `clients`?); expected one of ...".
+fn with_suggestion(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_string();
+    };
+    let Some((field, expected)) = rest.split_once("`, expected ") else {
+        return message.to_string();
+    };
+    let known: Vec<&str> = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .collect();
+    match crate::units::closest(field, &known) {
+        Some(near) => format!("unknown field `{field}` (did you mean `{near}`?); expected {expected}"),
+        None => message.to_string(),
+    }
+}
+
 /// A spec file's directory, absolute where it exists ("." for a bare file name).
 fn dir_of(path: &Path) -> PathBuf {
     let dir = path.parent().map(PathBuf::from).unwrap_or_default();
@@ -694,7 +714,7 @@ impl SpecFile {
         let located_by = |e: toml::de::Error, key: Option<String>| {
             let span = e.span().unwrap_or(0..0);
             let key = key.unwrap_or_else(|| "(top)".into());
-            located(path, text, span, e.message().trim().to_string(), key)
+            located(path, text, span, with_suggestion(e.message().trim()), key)
         };
         // The text is parsed once: a syntax error has no key path, and a type error finds its
         // key in the same tree (a second parse per error was half of a failed load's time).
@@ -960,6 +980,19 @@ pub struct ReportSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mistyped_key_names_the_nearest_known_one() {
+        let text = "name = \"x\"\nclints = [1, 2]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n";
+        let e = SpecFile::parse(Path::new("s.toml"), text).unwrap_err().to_string();
+        assert!(
+            e.starts_with("s.toml:2:1: clints: unknown field `clints` (did you mean `clients`?); expected one of `name`"),
+            "{e}"
+        );
+        let text = "name = \"x\"\nzzzzzz = 1\n";
+        let e = SpecFile::parse(Path::new("s.toml"), text).unwrap_err().to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+    }
 
     #[test]
     fn count_ranges() {

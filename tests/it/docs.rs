@@ -344,6 +344,29 @@ fn guide_runs_as_written_and_names_every_run_file() {
         "compare printed no second run:\n{stdout}"
     );
 
+    // Followed from the top of a clone, the guide leaves nothing for `git status` to list.
+    for entry in std::fs::read_dir(scratch.path()).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name == "examples" {
+            continue;
+        }
+        let probe = if entry.path().is_dir() {
+            format!("{name}/any")
+        } else {
+            name.clone()
+        };
+        let ignored = Command::new("git")
+            .args(["check-ignore", "--no-index", "-q", &probe])
+            .current_dir(root())
+            .status()
+            .unwrap();
+        assert!(
+            ignored.success(),
+            "the guide leaves {name} in the clone, and .gitignore does not ignore it"
+        );
+    }
+
     let run_dir_md = std::fs::read_to_string(root().join("docs/run-directory.md")).unwrap();
     for entry in std::fs::read_dir(scratch.path().join("runs/one-worker")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().to_string();
