@@ -250,15 +250,15 @@ impl Relation {
     pub fn sentence(&self, name_a: &str, name_b: &str) -> String {
         let ratio = format!("{:.2}x{}", self.speedup, self.interval_text());
         match self.verdict.as_str() {
-            "equal" => format!("{name_a} is as fast as {name_b}: {ratio} ({})", self.reason()),
+            "equal" => format!(
+                "{name_a} is as fast as {name_b}: {ratio} ({})",
+                self.reason()
+            ),
             "within noise" => format!(
                 "{name_a} and {name_b} are level within noise: {ratio} ({})",
                 self.reason()
             ),
-            "no repetitions" => format!(
-                "{name_a} against {name_b}: {ratio}, {}",
-                self.reason()
-            ),
+            "no repetitions" => format!("{name_a} against {name_b}: {ratio}, {}", self.reason()),
             _ => format!(
                 "{}{} ({})",
                 stats::sentence(name_a, name_b, self.speedup),

@@ -207,7 +207,10 @@ fn execute(
     crate::sweep::plan::running::preflight(plan)?;
     if dest.resume.is_none() && !outputs.verbosity.quiet {
         let placements = TopologyPlacements::detect(plan.custom.clone());
-        eprintln!("{}", crate::sweep::experiment::estimate_line(plan, &placements));
+        eprintln!(
+            "{}",
+            crate::sweep::experiment::estimate_line(plan, &placements)
+        );
     }
     let stop = crate::signals::stop_flag();
     let bar = Bar::new(outputs.verbosity.quiet);

@@ -184,22 +184,22 @@ pub fn client_line(template: &str, req: &StepRequest, port: &str) -> String {
     fill(
         template,
         &[
-                ("cpuset", crate::cpuset::format(&req.client_cpus)),
-                ("threads", req.threads.to_string()),
-                ("clients", req.clients.to_string()),
-                ("connections", req.connections.to_string()),
-                ("depth", req.depth.to_string()),
-                ("port", port.to_string()),
-                ("duration_s", format!("{}", req.duration.as_secs_f64())),
-                ("warmup_s", format!("{}", req.warmup.as_secs_f64())),
-                (
-                    "rate",
-                    req.rate_rps.map_or(String::new(), |r| format!("{r:.0}")),
-                ),
-                ("out", req.out_dir.display().to_string()),
-                ("url", req.url.clone()),
-            ],
-        )
+            ("cpuset", crate::cpuset::format(&req.client_cpus)),
+            ("threads", req.threads.to_string()),
+            ("clients", req.clients.to_string()),
+            ("connections", req.connections.to_string()),
+            ("depth", req.depth.to_string()),
+            ("port", port.to_string()),
+            ("duration_s", format!("{}", req.duration.as_secs_f64())),
+            ("warmup_s", format!("{}", req.warmup.as_secs_f64())),
+            (
+                "rate",
+                req.rate_rps.map_or(String::new(), |r| format!("{r:.0}")),
+            ),
+            ("out", req.out_dir.display().to_string()),
+            ("url", req.url.clone()),
+        ],
+    )
 }
 
 impl Driver for CommandDriver {

@@ -370,7 +370,11 @@ mod tests {
             e.contains("unknown scheme \"htp\" (did you mean \"http\"?)"),
             "{e}"
         );
-        assert!(check_shape("127.0.0.1:8080").unwrap_err().contains("expected SCHEME://"));
-        assert!(check_shape("http://").unwrap_err().contains("nothing after http://"));
+        assert!(check_shape("127.0.0.1:8080")
+            .unwrap_err()
+            .contains("expected SCHEME://"));
+        assert!(check_shape("http://")
+            .unwrap_err()
+            .contains("nothing after http://"));
     }
 }

@@ -44,7 +44,12 @@ impl Fit {
     fn of(columns: &[f64]) -> Fit {
         let small_scale = SMALL_FONT_PX / TABLE_FONT_PX;
         Fit {
-            wide_px: columns.iter().map(|w| w + 2.0 * 0.6 * 14.4 + 1.0).sum::<f64>() + 1.0 + 32.0,
+            wide_px: columns
+                .iter()
+                .map(|w| w + 2.0 * 0.6 * 14.4 + 1.0)
+                .sum::<f64>()
+                + 1.0
+                + 32.0,
             small_px: columns
                 .iter()
                 .map(|w| w * small_scale + 2.0 * 0.4 * 12.8 + 1.0)
@@ -122,11 +127,16 @@ mod tests {
         let classes = fit.classes();
         assert_eq!(classes[0], "w660", "{classes:?}");
         // A narrow table fits every screen over 600 px: no wide class.
-        assert!(Fit::of(&[100.0]).classes().iter().all(|c| !c.starts_with('w')));
+        assert!(Fit::of(&[100.0])
+            .classes()
+            .iter()
+            .all(|c| !c.starts_with('w')));
         // Wider than the page's widest column: always.
         assert_eq!(Fit::of(&[700.0, 700.0]).classes(), ["always"]);
         let css = hint_css();
-        assert!(css.contains("@media screen and (min-width: 601px) and (max-width: 659px) { .scroll-hint.w660 "));
+        assert!(css.contains(
+            "@media screen and (min-width: 601px) and (max-width: 659px) { .scroll-hint.w660 "
+        ));
         assert!(css.contains(".scroll-hint.always { display: block; }"));
     }
 }

@@ -13,8 +13,8 @@ use super::runner::{step_id, RunSummary, Runner};
 use crate::fleet::driver::{CommandDriver, Driver, EngineDriver};
 use crate::fleet::server::{Launcher, ProcessLauncher};
 use crate::fleet::target::TargetPlan;
-use crate::placement::CpuPair;
 use crate::observe::step::FullObserver;
+use crate::placement::CpuPair;
 use crate::placement::{PlacementSource, TopologyPlacements};
 use crate::record::rundir::RunDir;
 
@@ -382,7 +382,11 @@ fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut Strin
                             plan.repetitions.describe(),
                             launcher.describe(target, &cpus, point.clients)
                         );
-                        let _ = writeln!(out, "    client: {}", describe_client(plan, target, point, &cpus));
+                        let _ = writeln!(
+                            out,
+                            "    client: {}",
+                            describe_client(plan, target, point, &cpus)
+                        );
                         describe_groups(plan, point, out);
                     }
                     Err(why) => {
@@ -532,13 +536,15 @@ fn runs_assumed(plan: &Plan) -> String {
             " ({} runs a step assumed; at most {} each: up to {})",
             plan.expected_runs(),
             plan.repetitions.max_runs(),
-            show_minutes(plan.time_for(super::plan::estimate::Work {
-                runs: plan.max_steps() as f64,
-                server_starts: plan.targets.len() * plan.placements.len(),
-                profile_passes: plan.targets.len()
-                    * plan.placements.len()
-                    * plan.profile_passes().0,
-            }) + plan.set_up_time())
+            show_minutes(
+                plan.time_for(super::plan::estimate::Work {
+                    runs: plan.max_steps() as f64,
+                    server_starts: plan.targets.len() * plan.placements.len(),
+                    profile_passes: plan.targets.len()
+                        * plan.placements.len()
+                        * plan.profile_passes().0,
+                }) + plan.set_up_time()
+            )
         ),
         _ => String::new(),
     }

@@ -662,13 +662,11 @@ fn with_suggestion(message: &str) -> String {
     let Some((field, expected)) = rest.split_once("`, expected ") else {
         return message.to_string();
     };
-    let known: Vec<&str> = expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .collect();
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
     match crate::units::closest(field, &known) {
-        Some(near) => format!("unknown field `{field}` (did you mean `{near}`?); expected {expected}"),
+        Some(near) => {
+            format!("unknown field `{field}` (did you mean `{near}`?); expected {expected}")
+        }
         None => message.to_string(),
     }
 }
@@ -984,13 +982,17 @@ mod tests {
     #[test]
     fn a_mistyped_key_names_the_nearest_known_one() {
         let text = "name = \"x\"\nclints = [1, 2]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n";
-        let e = SpecFile::parse(Path::new("s.toml"), text).unwrap_err().to_string();
+        let e = SpecFile::parse(Path::new("s.toml"), text)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("s.toml:2:1: clints: unknown field `clints` (did you mean `clients`?); expected one of `name`"),
             "{e}"
         );
         let text = "name = \"x\"\nzzzzzz = 1\n";
-        let e = SpecFile::parse(Path::new("s.toml"), text).unwrap_err().to_string();
+        let e = SpecFile::parse(Path::new("s.toml"), text)
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("did you mean"), "{e}");
     }
 

@@ -455,7 +455,10 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
         )),
         "{text}"
     );
-    assert!(!text.contains("16 clients: run-Linux-6.8 is slower"), "{text}");
+    assert!(
+        !text.contains("16 clients: run-Linux-6.8 is slower"),
+        "{text}"
+    );
     // The table shows the same ratio and interval as the sentence.
     assert!(text.contains("| 0.90x [0.88, 0.92] | slower |"), "{text}");
     assert!(

@@ -705,7 +705,8 @@ fn dry_run(text: &str) -> (bool, String, String) {
 /// before, `url = "htp://..."` passed it and then failed every step with `unknown scheme`.
 #[test]
 fn dry_run_checks_urls_placeholders_and_parsers_where_they_are_written() {
-    let target = "name = \"x\"\nclients = [1, 2]\n[[targets]]\nname = \"web\"\ncommand = \"sleep 60\"\n";
+    let target =
+        "name = \"x\"\nclients = [1, 2]\n[[targets]]\nname = \"web\"\ncommand = \"sleep 60\"\n";
     let (ok, _, err) = dry_run(&format!("{target}url = \"htp://127.0.0.1:{{port}}/\"\n"));
     assert!(!ok);
     assert!(
@@ -714,7 +715,10 @@ fn dry_run_checks_urls_placeholders_and_parsers_where_they_are_written() {
     );
     let client = "[client]\nurl = \"127.0.0.1:8080\"\n";
     let (ok, _, err) = dry_run(&format!("{target}{client}"));
-    assert!(!ok && err.contains("client.url: ") && err.contains("expected SCHEME://"), "{err}");
+    assert!(
+        !ok && err.contains("client.url: ") && err.contains("expected SCHEME://"),
+        "{err}"
+    );
     let wrk = |command: &str, parser: &str| {
         format!("{target}url = \"http://127.0.0.1:{{port}}/\"\n[client]\ncommand = \"{command}\"\nparser = \"{parser}\"\n")
     };
@@ -732,13 +736,18 @@ fn dry_run_checks_urls_placeholders_and_parsers_where_they_are_written() {
         "wrk",
     ));
     assert!(ok, "{err}");
-    let line = regex::Regex::new(r"\n    client: wrk -t\d+ -c2 -d\d+s 'http://127\.0\.0\.1:<free port>/'\n").unwrap();
+    let line = regex::Regex::new(
+        r"\n    client: wrk -t\d+ -c2 -d\d+s 'http://127\.0\.0\.1:<free port>/'\n",
+    )
+    .unwrap();
     assert!(line.is_match(&out), "{out}");
     // The built-in engine's line names its url, connections and threads.
     let (ok, out, err) = dry_run("name = \"x\"\nclients = [4]\n[[targets]]\nname = \"r\"\nbuiltin = \"msgr --arch reactor\"\n");
     assert!(ok, "{err}");
     assert!(
-        out.contains("    client: built-in engine at msgr://127.0.0.1:<free port>: 4 connection(s)"),
+        out.contains(
+            "    client: built-in engine at msgr://127.0.0.1:<free port>: 4 connection(s)"
+        ),
         "{out}"
     );
 }

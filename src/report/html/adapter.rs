@@ -641,9 +641,7 @@ mod tests {
 
     #[test]
     fn the_first_repetition_is_labelled_when_its_level_has_others() {
-        let step = |rep: u64, clients: u64| {
-            serde_json::json!({"target": "web", "placement": "shared", "clients": clients, "rep": rep})
-        };
+        let step = |rep: u64, clients: u64| serde_json::json!({"target": "web", "placement": "shared", "clients": clients, "rep": rep});
         let (a, b, c) = (step(0, 8), step(1, 8), step(0, 16));
         let ok = [&a, &b, &c];
         assert_eq!(step_label(&a, &ok), "web · shared · 8 clients (rep 0)");

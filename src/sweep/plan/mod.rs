@@ -669,8 +669,11 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
         let parser = c.parser.clone().ok_or_else(|| {
             spec.error_at(&["client", "command"], "an external client needs parser = \"wrk\" (or redis-benchmark, crimson-msgr, json, regex, stairbench)")
         })?;
-        crate::fleet::driver::check_placeholders(template, crate::fleet::driver::CLIENT_PLACEHOLDERS)
-            .map_err(|e| spec.error_at(&["client", "command"], e))?;
+        crate::fleet::driver::check_placeholders(
+            template,
+            crate::fleet::driver::CLIENT_PLACEHOLDERS,
+        )
+        .map_err(|e| spec.error_at(&["client", "command"], e))?;
         let options = c.parser_options.clone().unwrap_or_default();
         crate::load::external::by_name(&parser, &options)
             .map_err(|e| spec.error_at(&["client", "parser"], e.to_string()))?;
