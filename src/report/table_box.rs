@@ -89,8 +89,7 @@ pub fn table_open<'a>(cells: impl IntoIterator<Item = (usize, &'a str)>) -> Stri
         if columns.len() <= col {
             columns.resize(col + 1, 0.0);
         }
-        let longest = text
-            .split_whitespace()
+        let longest = unbreakable_parts(text)
             .map(|w| text_width(w, TABLE_FONT_PX))
             .fold(0.0, f64::max);
         columns[col] = columns[col].max(longest);
@@ -105,6 +104,12 @@ pub fn table_open<'a>(cells: impl IntoIterator<Item = (usize, &'a str)>) -> Stri
         )
     };
     format!("{hint}<div class=\"table-scroll\"><table>")
+}
+
+/// The parts of a cell's text a browser will not break: words, split after their hyphens too
+/// ("msgr-reactor-0" wraps after each "-").
+fn unbreakable_parts(text: &str) -> impl Iterator<Item = &str> {
+    text.split_whitespace().flat_map(|w| w.split_inclusive('-'))
 }
 
 /// The end of a table opened with [`table_open`].
@@ -133,6 +138,8 @@ mod tests {
             .all(|c| !c.starts_with('w')));
         // Wider than the page's widest column: always.
         assert_eq!(Fit::of(&[700.0, 700.0]).classes(), ["always"]);
+        let parts: Vec<&str> = unbreakable_parts("threads.msgr-reactor-0.loops=557 x").collect();
+        assert_eq!(parts, ["threads.msgr-", "reactor-", "0.loops=557", "x"]);
         let css = hint_css();
         assert!(css.contains(
             "@media screen and (min-width: 601px) and (max-width: 659px) { .scroll-hint.w660 "
