@@ -750,6 +750,11 @@ fn dry_run_checks_urls_placeholders_and_parsers_where_they_are_written() {
         ),
         "{out}"
     );
+    // One of each, in the singular ("1 targets × 1 placements" before).
+    assert!(
+        out.contains("experiment \"x\": 1 target × 1 placement, 1 step of "),
+        "{out}"
+    );
 }
 
 /// A server that never answers and prints nothing: the error says so instead of ending in
