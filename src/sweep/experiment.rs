@@ -320,13 +320,13 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
     }
     let _ = writeln!(
         out,
-        "experiment {:?}: {} × {}, {} of {} (at most {} runs)",
+        "experiment {:?}: {} × {}, {} of {} (at most {})",
         plan.name,
         crate::units::count(plan.targets.len(), "target"),
         crate::units::count(plan.placements.len(), "placement"),
         crate::units::count(plan.planned_steps(), "step"),
         plan.repetitions.describe(),
-        plan.max_steps()
+        crate::units::count(plan.max_steps(), "run")
     );
     if let ClientPlan::Engine {
         arrivals: crate::load::arrivals::Arrivals::Poisson,
