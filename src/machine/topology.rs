@@ -160,8 +160,9 @@ impl Topology {
     pub fn summary(&self) -> String {
         let nodes = self.nodes().len();
         format!(
-            "{} online ({}), {} package{}, {} physical core{}, {} thread{} per core (SMT {}), {} NUMA node{}",
-            crate::units::count(self.cpus.len(), "CPU"),
+            "{} CPU{} online ({}), {} package{}, {} physical core{}, {} thread{} per core (SMT {}), {} NUMA node{}",
+            self.cpus.len(),
+            plural(self.cpus.len()),
             cpuset::format(&self.cpu_ids()),
             self.packages().len(),
             plural(self.packages().len()),
