@@ -661,7 +661,23 @@ b = "reactor@1"
     let a = analyze_run(&dirs[0]).unwrap();
     let reactor = series(&a, "reactor");
     assert_eq!(reactor.points.len(), 4, "{reactor:?}");
-    assert!(reactor.usl.is_some() || reactor.usl_note.is_some());
+    // Four closed-loop levels fit the USL, unless a client-saturated level left too few.
+    let saturated = reactor.points.iter().filter(|p| p.client_saturated).count();
+    match (&reactor.usl, &reactor.usl_note) {
+        (Some(fit), None) => {
+            // X(1) = λ: the fit's one client within 3× of the measured one.
+            let one = reactor.points[0].throughput_rps.mean;
+            assert!(
+                fit.lambda > one / 3.0 && fit.lambda < one * 3.0,
+                "{fit:?} vs {one}"
+            );
+        }
+        (None, Some(note)) => assert!(
+            saturated > 0 && note.contains("fewer than"),
+            "{note} ({saturated} client-saturated levels)"
+        ),
+        other => panic!("a fit and a note together, or neither: {other:?}"),
+    }
     assert!(reactor.knee.is_some());
     assert_eq!(reactor.little.len(), 4);
     for row in &reactor.little {
