@@ -7,8 +7,48 @@
 use std::fmt::Write as _;
 
 use super::cell;
-use super::html::page::{Heading, Section};
+use super::svg::escape;
 use super::table_box::{table_open, TABLE_CLOSE};
+
+/// A heading listed in the table of contents.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Heading {
+    /// The anchor id.
+    pub id: String,
+    /// The heading's text, HTML-escaped.
+    pub text: String,
+}
+
+/// One part of the page: its HTML and what the table of contents lists of it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Section {
+    /// Its entries in the table of contents, in order: one per `<h2>` it holds that is listed.
+    pub contents: Vec<Heading>,
+    /// Its HTML, headings included.
+    pub html: String,
+}
+
+impl Section {
+    /// A section under one `<h2>` heading (text escaped here), listed in the contents.
+    pub fn titled(id: &str, title: &str, body: &str) -> Section {
+        let heading = Heading {
+            id: id.to_string(),
+            text: escape(title),
+        };
+        Section {
+            html: format!("<h2 id=\"{}\">{}</h2>{body}", heading.id, heading.text),
+            contents: vec![heading],
+        }
+    }
+
+    /// The same section, not listed in the table of contents.
+    pub fn unlisted(self) -> Section {
+        Section {
+            contents: Vec::new(),
+            ..self
+        }
+    }
+}
 
 /// A run of sections, in display order.
 #[derive(Debug, Clone, Default, PartialEq)]
