@@ -5,7 +5,7 @@
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-use super::doc::{Doc, Item, Table};
+use super::doc::{Block, Doc, Item, Table};
 use crate::record::steps::{StepResult, StepStatus};
 
 /// Every section that has something to show.
@@ -23,10 +23,10 @@ fn ok(steps: &[StepResult]) -> impl Iterator<Item = &StepResult> {
 }
 
 fn instances_of(step: &StepResult) -> usize {
-    step.derived
-        .get("per_instance")
-        .and_then(Value::as_array)
-        .map_or(1, Vec::len)
+    match step.figures.per_instance.len() {
+        0 => 1,
+        n => n,
+    }
 }
 
 /// Mean throughput by client count, and the instance count and server CPUs of a series.
@@ -138,7 +138,7 @@ fn split_comparison(out: &mut Doc, steps: &[StepResult]) {
     }
     out.heading("Split instances against one instance");
     out.paragraph("Throughputs are the sums of the instances' (each on its own share of the cpusets); latency comes from their merged histograms.");
-    out.blocks.push(super::doc::Block::List(items));
+    out.blocks.push(Block::List(items));
 }
 
 fn observed(out: &mut Doc, steps: &[StepResult]) {
@@ -154,27 +154,19 @@ fn observed(out: &mut Doc, steps: &[StepResult]) {
         "llrrrl",
     );
     for s in steps {
-        let Some(Value::Object(obs)) = s.derived.get("observed") else {
-            continue;
-        };
-        for (name, o) in obs {
-            let f = |k: &str| o.pointer(&format!("/server/{k}")).and_then(Value::as_f64);
-            let dash = || "—".to_string();
-            let figures = match (o.get("note").and_then(Value::as_str), f("user_s")) {
-                (Some(note), _) => [dash(), dash(), dash(), note.to_string()],
-                (None, Some(user)) => [
-                    format!("{user:.2}"),
-                    format!("{:.2}", f("sys_s").unwrap_or(f64::NAN)),
-                    format!(
-                        "{:.0}",
-                        f("voluntary_cs").unwrap_or(0.0) + f("involuntary_cs").unwrap_or(0.0)
-                    ),
-                    notes_of(o),
-                ],
-                (None, None) => [dash(), dash(), dash(), notes_of(o)],
-            };
+        for (name, o) in &s.figures.observed {
+            let notes = o.notes().join("; ");
+            let tree = o.observation().and_then(|o| o.server.as_ref());
             let mut row = vec![s.id.clone(), name.clone()];
-            row.extend(figures);
+            row.extend(match tree {
+                Some(t) => [
+                    format!("{:.2}", t.user_s),
+                    format!("{:.2}", t.sys_s),
+                    (t.voluntary_cs + t.involuntary_cs).to_string(),
+                    notes,
+                ],
+                None => ["—".into(), "—".into(), "—".into(), notes],
+            });
             t.row(row);
         }
     }
@@ -201,26 +193,24 @@ fn client_groups(out: &mut Doc, steps: &[StepResult]) {
         "llrrrrrr",
     );
     for s in ok(steps) {
-        let Some(groups) = s.derived.get("per_host").and_then(Value::as_array) else {
+        let groups = &s.figures.per_host;
+        if groups.is_empty() {
             continue;
-        };
-        let f = |v: &Value, k: &str| v.pointer(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-        let overlap = s.derived.get("window_overlap").and_then(Value::as_f64);
+        }
+        let overlap = s.figures.window_overlap;
         let or_dash =
             |v: Option<f64>, scale: f64| v.map_or("—".into(), |v| format!("{:.1}", v * scale));
         for g in groups {
+            let overhead = g.overhead.as_ref();
             t.row(vec![
                 s.id.clone(),
-                g.get("host")
-                    .and_then(Value::as_str)
-                    .unwrap_or("?")
-                    .to_string(),
-                format!("{:.0}", f(g, "/throughput_rps")),
-                format!("{:.1}", f(g, "/latency_us/p50")),
-                format!("{:.1}", f(g, "/latency_us/p99")),
+                g.host.as_deref().unwrap_or("?").to_string(),
+                format!("{:.0}", g.load.throughput_rps),
+                format!("{:.1}", g.load.latency_us.p50),
+                format!("{:.1}", g.load.latency_us.p99),
                 overlap.map_or("—".into(), |o| format!("{:.2}%", o * 100.0)),
-                or_dash(g.get("ready_before_start_us").and_then(Value::as_f64), 1e-3),
-                or_dash(g.get("fetch_ms").and_then(Value::as_f64), 1.0),
+                or_dash(overhead.and_then(|o| o.ready_before_start_us), 1e-3),
+                or_dash(overhead.and_then(|o| o.fetch_ms), 1.0),
             ]);
         }
         let load = s.load.as_ref();
@@ -240,29 +230,15 @@ fn client_groups(out: &mut Doc, steps: &[StepResult]) {
     out.table(t);
 }
 
-fn notes_of(o: &Value) -> String {
-    o.get("notes")
-        .and_then(Value::as_array)
-        .map(|n| {
-            n.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-        .unwrap_or_default()
-}
-
 fn target_metrics(out: &mut Doc, steps: &[StepResult]) {
     let mut t = Table::new(&["step", "throughput (req/s)", "source", "metrics"], "lrll");
     for s in steps {
-        let Some(Value::Object(m)) = s.derived.get("target_metrics") else {
-            continue;
-        };
         let window_s = s.load.as_ref().map_or(0.0, |l| l.duration_s);
         let rps = s
             .throughput_rps()
             .map_or("—".to_string(), |t| format!("{t:.0}"));
-        for (label, v) in m {
+        for (label, v) in &s.figures.target_metrics {
+            let v = &v.to_value();
             // A difference whose readings say when they were written covers their span.
             let span_s = v
                 .get(crate::observe::metrics::SPAN_FIELD)
@@ -325,8 +301,7 @@ mod tests {
                 ..Default::default()
             });
             if n > 1 {
-                s.derived
-                    .insert("per_instance".into(), Value::Array(vec![Value::Null; n]));
+                s.figures.per_instance = vec![Default::default(); n];
             }
             s
         };
