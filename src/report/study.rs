@@ -5,11 +5,10 @@
 //! "unavailable", never 0). Shown when a run measures two targets or more.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::cell::escape;
+use super::doc::{Doc, Table};
 use crate::record::steps::{StepResult, StepStatus};
 
 /// The figures of one step, by JSON pointer into the step's record.
@@ -27,7 +26,7 @@ const COLUMNS: [(&str, &str); 10] = [
 ];
 
 /// The section (empty with fewer than two targets).
-pub fn markdown(steps: &[StepResult]) -> String {
+pub fn sections(steps: &[StepResult]) -> Doc {
     let ok: Vec<&StepResult> = steps
         .iter()
         .filter(|s| s.status == StepStatus::Ok)
@@ -40,25 +39,47 @@ pub fn markdown(steps: &[StepResult]) -> String {
             .push(s);
     }
     let targets: std::collections::BTreeSet<&str> = ok.iter().map(|s| s.target.as_str()).collect();
+    let mut out = Doc::new();
     if targets.len() < 2 {
-        return String::new();
+        return out;
     }
-    let mut out = String::from(
-        "## The study's table\n\nPer load level and server, the mean of its repetitions: CPU % is the server's process tree in % of its CPUs; user and sys ms are its CPU time per request; packets are loopback packets per request; cycles, instructions and IPC need a hardware PMU (\"unavailable\" without one).\n\n",
-    );
-    out.push_str("| clients | placement | server | reps | req/s | latency mean ms | latency max ms | CPU % | cs/req | migrations/req | user ms/req | sys ms/req | packets/req | cycles/req | instructions/req | IPC |\n");
-    out.push_str("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for ((clients, placement, target), reps) in &levels {
-        let _ = writeln!(
-            out,
-            "| {clients} | {} | {} | {} | {} |",
-            escape(placement),
-            escape(target),
-            reps.len(),
-            row(reps).join(" | ")
-        );
-    }
-    out.push('\n');
+    out.heading("The study's table");
+    out.paragraph("Per load level and server, the mean of its repetitions: CPU % is the server's process tree in % of its CPUs; user and sys ms are its CPU time per request; packets are loopback packets per request; cycles, instructions and IPC need a hardware PMU (\"unavailable\" without one).");
+    let header = [
+        "clients",
+        "placement",
+        "server",
+        "reps",
+        "req/s",
+        "latency mean ms",
+        "latency max ms",
+        "CPU %",
+        "cs/req",
+        "migrations/req",
+        "user ms/req",
+        "sys ms/req",
+        "packets/req",
+        "cycles/req",
+        "instructions/req",
+        "IPC",
+    ];
+    let rows: Vec<Vec<String>> = levels
+        .iter()
+        .map(|((clients, placement, target), reps)| {
+            let mut r = vec![
+                clients.to_string(),
+                placement.clone(),
+                target.clone(),
+                reps.len().to_string(),
+            ];
+            r.extend(row(reps));
+            r
+        })
+        .collect();
+    out.table(Table::figures(
+        header.iter().map(|h| h.to_string()).collect(),
+        rows,
+    ));
     out
 }
 
