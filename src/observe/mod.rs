@@ -12,10 +12,12 @@
 //! imports only the layers below it (machine, record, cpuset); the spec sections that
 //! configure it are parsed by `sweep`.
 
+pub mod cgroup_cpu;
 pub mod cores;
 pub mod environment;
 pub mod extra;
 pub mod metrics;
+pub mod neighbours;
 pub mod perf;
 pub mod step;
 pub mod watch;
@@ -49,6 +51,10 @@ pub struct Observer {
     own_cpu_s: f64,
     /// The tree sampled during the window (tasks that come and go inside it).
     watch: Option<watch::TreeWatch>,
+    /// The cgroup hierarchies, and the server's CPU groups at the window's start.
+    cgroups: (Vec<cgroup_cpu::Mount>, BTreeMap<std::path::PathBuf, cgroup_cpu::GroupSample>),
+    /// Every process and thread at the window's start (for the neighbours).
+    scan: neighbours::Scan,
 }
 
 /// perf's counts are kept only if perf started counting within this share of the window: a
@@ -102,6 +108,8 @@ impl Observer {
             perf_late_s: 0.0,
             own_cpu_s: thread_cpu_s() - cpu0,
             watch: None,
+            cgroups: (cgroup_cpu::mounts(), BTreeMap::new()),
+            scan: neighbours::Scan::new(),
         }
     }
 
@@ -113,6 +121,8 @@ impl Observer {
         self.tree = self
             .server_pid
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
+        self.scan = neighbours::scan(Path::new("/proc"), cpu_count());
+        self.cgroups.1 = cgroup_cpu::sample(Path::new("/proc"), &self.cgroups.0, &self.tree_pids(None));
         self.cpu_times = read_proc_stat();
         self.loopback = read_loopback();
         self.started = Instant::now();
@@ -140,6 +150,9 @@ impl Observer {
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
         let cpu_after = read_proc_stat();
         let lo_after = read_loopback();
+        let pids = self.tree_pids(tree_after.as_ref());
+        let cgroups_after = cgroup_cpu::sample(Path::new("/proc"), &self.cgroups.0, &pids);
+        let scan_after = neighbours::scan(Path::new("/proc"), cpu_count());
         let mut notes = Vec::new();
         let server = self.server_usage(tree_after.as_ref(), watched.as_ref(), &mut notes);
         let threads = self.thread_usage(
@@ -163,6 +176,28 @@ impl Observer {
                 None
             }
         };
+        let allowed = cgroup_cpu::allowed_cpus(Path::new("/proc"), &self.cgroups.0, &pids);
+        let cgroup_cpu = cgroup_cpu::observation(
+            &self.cgroups.1,
+            &cgroups_after,
+            allowed.as_deref(),
+            &self.server_cpus,
+        );
+        let neighbours = neighbours::neighbours(
+            &self.scan,
+            &scan_after,
+            &neighbours::Window {
+                window_s,
+                server_cpus: &self.server_cpus,
+                client_cpus: &self.client_cpus,
+                server_busy: &server_cpus,
+                client_busy: &client_cpus,
+                tree: pids.iter().copied().collect(),
+                tree_cpu_s: server.as_ref().map(|t| t.user_s + t.sys_s),
+                own_groups: neighbours::own_groups(),
+                own_pid: std::process::id() as i32,
+            },
+        );
         let watch_cpu_s = watched.as_ref().map_or(0.0, |w| w.cpu_s);
         let own_cpu_s = self.own_cpu_s + (thread_cpu_s() - cpu0) + watch_cpu_s;
         Observation {
@@ -177,7 +212,22 @@ impl Observer {
             perf: counters,
             observer_cpu_s: own_cpu_s + perf_cpu_s,
             notes,
+            cgroup_cpu,
+            neighbours,
         }
+    }
+
+    /// The server tree's pids at the window's start and, when given, at its end.
+    fn tree_pids(&self, after: Option<&procfs::TreeSample>) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .tree
+            .iter()
+            .chain(after)
+            .flat_map(|t| t.processes.keys().copied())
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
     }
 
     fn server_usage(
@@ -369,6 +419,13 @@ fn read_loopback() -> Option<NetCounters> {
     procfs::parse_net_dev(&text, "lo")
 }
 
+/// CPUs the kernel can bring online (the bound of a thread's affinity mask).
+fn cpu_count() -> usize {
+    // Safety: sysconf with a constant argument.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
 /// CPU time of the calling thread, in seconds.
 pub(crate) fn thread_cpu_s() -> f64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
@@ -403,6 +460,8 @@ mod tests {
             perf,
             observer_cpu_s: 0.0,
             notes: Vec::new(),
+            cgroup_cpu: None,
+            neighbours: None,
         }
     }
 

@@ -53,7 +53,9 @@ pub fn add_wakeup_sentences(diagnoses: &mut [Diagnosis], steps: &[&StepResult]) 
             Some(clients),
             "median latency at the same level with server and client sharing CPUs",
         ));
-        d.sentence.push_str(&format!(
+        // Before the sentence's last words, what to try next.
+        let at = d.sentence.rfind(" Next: ").unwrap_or(d.sentence.len());
+        d.sentence.insert_str(at, &format!(
             " At {clients} client{} its median latency is {} against {} when server and client share CPUs ({:.1}×): the cost of waking threads on another CPU.",
             if clients == 1 { "" } else { "s" },
             us(sep),
