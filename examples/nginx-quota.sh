@@ -37,6 +37,13 @@ else
     exit 1
 fi
 quota_dir=${dirs%% *}
+# Groups an earlier run could not remove (it was killed), if empty.
+for d in "$root"/cpu/stairbench-quota-* "$root"/cpuacct/stairbench-quota-* "$root"/stairbench-quota-*; do
+    case " $dirs " in
+    *" $d "*) ;;
+    *) rmdir "$d" 2>/dev/null || true ;;
+    esac
+done
 for d in $dirs; do echo $$ >"$d/cgroup.procs"; done
 cleanup() {
     cp "$quota_dir/cpu.stat" "$1/quota-cpu.stat.end" 2>/dev/null || true
@@ -45,7 +52,18 @@ cleanup() {
         rmdir "$d" 2>/dev/null || true
     done
 }
-trap 'kill -TERM $nginx 2>/dev/null; wait $nginx; cleanup "$1"; exit 0' INT TERM
+# On the stop signal: nginx (in this process group) has it too; wait up to 1.5 s for it to go,
+# polling (a `wait` here could outlast stairbench's stop timeout), then clean up.
+stopped() {
+    i=0
+    while kill -0 "$nginx" 2>/dev/null && [ $i -lt 15 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    cleanup "$1"
+    exit 0
+}
+trap 'stopped "$1"' INT TERM
 cp "$quota_dir/cpu.stat" "$1/quota-cpu.stat.start"
 sh "$(dirname "$0")/nginx.sh" "$@" &
 nginx=$!

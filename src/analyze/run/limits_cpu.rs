@@ -89,7 +89,15 @@ fn median_by<T: Clone>(mut v: Vec<T>, key: impl Fn(&T) -> f64) -> Option<T> {
 
 /// A level's CPU evidence from its repetitions.
 pub(super) fn cpu_level(reps: &[&StepResult]) -> CpuLevel {
-    let observed: Vec<Observation> = reps.iter().filter_map(|s| s.observation()).collect();
+    // Each repetition's neighbours without an external load tool's CPU (see `without_tool`).
+    let observed: Vec<Observation> = reps
+        .iter()
+        .filter_map(|s| {
+            let mut o = s.observation()?;
+            o.neighbours = o.neighbours.take().map(|n| without_tool(s, n));
+            Some(o)
+        })
+        .collect();
     let quotas: Vec<QuotaRep> = observed
         .iter()
         .filter_map(|o| {
@@ -134,6 +142,29 @@ pub(super) fn cpu_level(reps: &[&StepResult]) -> CpuLevel {
             tree_cpus_used(o).map(|c| 100.0 * c / cpus)
         }),
     }
+}
+
+/// The neighbours' shares less an external load tool's CPU: the tool's process lives only
+/// inside the window, so the observer's scans at its ends never see it and count it among the
+/// others; its CPU (from its own rusage) is shared out evenly over the client's CPUs.
+fn without_tool(s: &StepResult, mut n: Neighbours) -> Neighbours {
+    let Some(load) = s.load.as_ref().filter(|_| s.derived.contains_key("tool")) else {
+        return n;
+    };
+    let client = crate::cpuset::parse(&s.client_cpus).unwrap_or_default();
+    let server = crate::cpuset::parse(&s.server_cpus).unwrap_or_default();
+    if client.is_empty() || load.duration_s <= 0.0 {
+        return n;
+    }
+    let tool_s = load.client_cpu.user_s + load.client_cpu.sys_s;
+    let on = |cpus: &[usize]| {
+        let shared = client.iter().filter(|c| cpus.contains(c)).count() as f64;
+        100.0 * tool_s * shared / client.len() as f64 / load.duration_s / cpus.len().max(1) as f64
+    };
+    let less = |x: Option<f64>, by: f64| x.map(|v| (v - by).max(0.0));
+    n.client_cpus_others_pct = less(n.client_cpus_others_pct, on(&client));
+    n.server_cpus_others_pct = less(n.server_cpus_others_pct, on(&server));
+    n
 }
 
 fn cpus(n: f64) -> String {
