@@ -595,7 +595,7 @@ fn a_busy_neighbour_is_named_before_coherency() {
     assert_eq!((d.limit, d.confidence), (Limit::Neighbour, Confidence::High), "{}", d.sentence);
     assert_eq!(metric(&d, "neighbours_pct").value, 48.0);
     assert!(
-        d.sentence.contains("other processes took 48% of its 1 CPU at 32 clients while they were 99% busy (steal 0%); the busiest: sh (pid 77) 47%: a neighbour limit. Next: move the other processes off the server's CPUs"),
+        d.sentence.contains("other processes took 48% of its 1 CPU at 32 clients while it was 99% busy (steal 0%); the busiest: sh (pid 77) 47%: a neighbour limit. Next: move the other processes off the server's CPUs"),
         "{}",
         d.sentence
     );

@@ -10,7 +10,7 @@
 use super::{ev, rps, Confidence, Ctx, Evidence, Found, Level, Limit, BUSY_PCT};
 use crate::observe::Observation;
 use crate::record::steps::StepResult;
-use crate::record::use_cpu::Neighbours;
+use crate::record::use_cpu::{Neighbour, Neighbours};
 
 /// A group throttled in at least this share of its periods (percent) ran out of its quota.
 pub const THROTTLED_PCT: f64 = 20.0;
@@ -242,67 +242,48 @@ pub(super) fn neighbour(c: &Ctx) -> Option<Found> {
     let top = c.top();
     let n = top.cpu.neighbours.as_ref()?;
     let (server_busy, client_busy) = top.cpu.busy_pct;
-    let server = n
-        .server_cpus_others_pct
-        .filter(|&p| p >= NEIGHBOUR_PCT && server_busy.is_some_and(|b| b >= BUSY_PCT));
-    let client = n
-        .client_cpus_others_pct
-        .filter(|&p| p >= NEIGHBOUR_PCT && client_busy.is_some_and(|b| b >= BUSY_PCT));
-    let (side, others, busy, cpus_n, pick): (&str, f64, f64, usize, fn(&crate::record::use_cpu::Neighbour) -> f64) =
-        match (server, client) {
-            (Some(s), c) if c.is_none_or(|c| s >= c) => {
-                ("server's", s, server_busy?, top.server_cpus, |x| x.server_cpus_pct)
-            }
-            (_, Some(c)) => ("load generator's", c, client_busy?, 0, |x| x.client_cpus_pct),
-            _ => return None,
-        };
-    let named: Vec<String> = n
-        .busiest
-        .iter()
-        .filter(|x| pick(x) >= 1.0)
-        .take(3)
-        .map(|x| format!("{} (pid {}) {:.0}%", x.name, x.pid, pick(x)))
-        .collect();
-    let mut evidence = vec![ev(
-        "neighbours_pct",
-        others,
-        Some(top.clients),
-        format!("other processes' share of the {side} CPUs (busy minus the server's and stairbench's own)"),
-    )];
-    evidence.push(ev(
-        "cpus_busy_pct",
-        busy,
-        Some(top.clients),
-        format!("the {side} CPUs' busy %, everything on them"),
-    ));
-    if let Some(x) = n.busiest.first() {
-        evidence.push(ev(
-            "busiest_neighbour_pct",
-            pick(x),
-            Some(top.clients),
-            format!("{} (pid {}), its share of the {side} CPUs", x.name, x.pid),
-        ));
+    let taken = |others: Option<f64>, busy: Option<f64>| {
+        let (o, b) = (others?, busy?);
+        (o >= NEIGHBOUR_PCT && b >= BUSY_PCT).then_some((o, b))
+    };
+    let server = taken(n.server_cpus_others_pct, server_busy);
+    let client = taken(n.client_cpus_others_pct, client_busy);
+    if server.is_none() && client.is_none() {
+        return None;
     }
-    let steal = if side == "server's" { n.server_steal_pct } else { n.client_steal_pct };
-    let own = if side == "server's" {
-        top.cpu
+    let mut evidence = Vec::new();
+    let mut parts = Vec::new();
+    let mut sides = Vec::new();
+    if let Some((others, busy)) = server {
+        let own = top
+            .cpu
             .server_own_pct
             .map(|p| format!(", the server itself {p:.0}%"))
-            .unwrap_or_default()
-    } else {
-        String::new()
-    };
-    let cpus_text = if cpus_n > 0 {
-        format!("its {cpus_n} CPU{}", if cpus_n == 1 { "" } else { "s" })
-    } else {
-        "the load generator's CPUs".into()
-    };
-    let names = if named.is_empty() {
-        " (none of them alive at both ends of the window to be named)".to_string()
-    } else {
-        format!("; the busiest: {}", named.join(", "))
-    };
-    let agree = others >= 2.0 * NEIGHBOUR_PCT
+            .unwrap_or_default();
+        let cpus_n = top.server_cpus;
+        parts.push(format!(
+            "other processes took {others:.0}% of its {cpus_n} CPU{} at {} clients while {} {busy:.0}% busy (steal {:.0}%{own}){}",
+            if cpus_n == 1 { "" } else { "s" },
+            top.clients,
+            if cpus_n == 1 { "it was" } else { "they were" },
+            n.server_steal_pct,
+            named(n, |x| x.server_cpus_pct)
+        ));
+        side_evidence(&mut evidence, top.clients, "server's", others, busy, n, |x| x.server_cpus_pct);
+        sides.push("the server's");
+    }
+    if let Some((others, busy)) = client {
+        parts.push(format!(
+            "{}{others:.0}% of the load generator's CPUs, {busy:.0}% busy (steal {:.0}%){}",
+            if parts.is_empty() { "other processes took " } else { "" },
+            n.client_steal_pct,
+            named(n, |x| x.client_cpus_pct)
+        ));
+        side_evidence(&mut evidence, top.clients, "load generator's", others, busy, n, |x| x.client_cpus_pct);
+        sides.push("the load generator's");
+    }
+    let worst = server.into_iter().chain(client).map(|x| x.0).fold(0.0, f64::max);
+    let agree = worst >= 2.0 * NEIGHBOUR_PCT
         && top.cpu.neighbours_min_pct.is_some_and(|m| m >= NEIGHBOUR_PCT);
     Some(Found {
         limit: Limit::Neighbour,
@@ -312,15 +293,55 @@ pub(super) fn neighbour(c: &Ctx) -> Option<Found> {
             Confidence::Medium
         },
         evidence,
-        because: format!(
-            "other processes took {others:.0}% of {cpus_text} at {} clients while they were {busy:.0}% busy ({}steal {steal:.0}%{own}){names}: a neighbour limit",
-            top.clients,
-            if side == "server's" { "" } else { "on the client's side; " },
-        ),
+        because: format!("{}: a neighbour limit", parts.join(", and ")),
         next: format!(
-            "move the other processes off the {side} CPUs (or give it CPUs of its own) and run again"
+            "move the other processes off {} CPUs (or give it CPUs of its own) and run again",
+            sides.join(" and ")
         ),
     })
+}
+
+/// `; the busiest: sh (pid 77) 47%, ...`: the three busiest other processes by `share`.
+fn named(n: &Neighbours, share: fn(&Neighbour) -> f64) -> String {
+    let mut by: Vec<&Neighbour> = n.busiest.iter().filter(|x| share(x) >= 1.0).collect();
+    by.sort_by(|a, b| share(b).total_cmp(&share(a)));
+    let named: Vec<String> = by
+        .iter()
+        .take(3)
+        .map(|x| format!("{} (pid {}) {:.0}%", x.name, x.pid, share(x)))
+        .collect();
+    if named.is_empty() {
+        " (none of them alive at both ends of the window to be named)".into()
+    } else {
+        format!("; the busiest: {}", named.join(", "))
+    }
+}
+
+fn side_evidence(
+    evidence: &mut Vec<Evidence>,
+    clients: usize,
+    side: &str,
+    others: f64,
+    busy: f64,
+    n: &Neighbours,
+    share: fn(&Neighbour) -> f64,
+) {
+    let at = Some(clients);
+    evidence.push(ev(
+        "neighbours_pct",
+        others,
+        at,
+        format!("other processes' share of the {side} CPUs (busy minus the server's and stairbench's own)"),
+    ));
+    evidence.push(ev("cpus_busy_pct", busy, at, format!("the {side} CPUs' busy %, everything on them")));
+    if let Some(x) = n.busiest.iter().max_by(|a, b| share(a).total_cmp(&share(b))) {
+        evidence.push(ev(
+            "busiest_neighbour_pct",
+            share(x),
+            at,
+            format!("{} (pid {}), its share of the {side} CPUs", x.name, x.pid),
+        ));
+    }
 }
 
 /// Caps a limit's confidence by what the other evidence says, and returns the notes that say
