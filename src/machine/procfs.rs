@@ -396,7 +396,10 @@ mod tests {
             std::fs::write(dir.join("stat"), stat).unwrap();
         }
         let tree = sample_tree(tmp.path(), 10).unwrap();
-        assert_eq!(tree.processes.keys().copied().collect::<Vec<_>>(), vec![10, 11]);
+        assert_eq!(
+            tree.processes.keys().copied().collect::<Vec<_>>(),
+            vec![10, 11]
+        );
     }
 
     #[test]

@@ -118,7 +118,9 @@ pub fn sample(proc_root: &Path, mounts: &[Mount], pids: &[i32]) -> BTreeMap<Path
             continue;
         };
         for (version, dir) in group_dirs(&text, mounts, "cpu") {
-            let Some(m) = mounts.iter().find(|m| dir.starts_with(&m.point) && m.version == version)
+            let Some(m) = mounts
+                .iter()
+                .find(|m| dir.starts_with(&m.point) && m.version == version)
             else {
                 continue;
             };
@@ -290,7 +292,13 @@ pub fn observation(
 ) -> Option<CgroupCpu> {
     let groups = delta(before, after);
     let narrower = allowed
-        .map(|a| server_cpus.iter().copied().filter(|c| a.contains(c)).collect::<Vec<_>>())
+        .map(|a| {
+            server_cpus
+                .iter()
+                .copied()
+                .filter(|c| a.contains(c))
+                .collect::<Vec<_>>()
+        })
         .filter(|within| !server_cpus.is_empty() && within.len() < server_cpus.len())
         .map(|within| crate::cpuset::format(&within));
     (!groups.is_empty() || narrower.is_some()).then_some(CgroupCpu {
@@ -328,7 +336,13 @@ mod tests {
         assert!(m[3].controllers.is_empty(), "{m:?}");
         assert_eq!(m[4].version, 2);
         let dirs = group_dirs("1:cpu:/box\n2:cpuacct:/box\n0::/\n", &m, "cpu");
-        assert_eq!(dirs, vec![(1, PathBuf::from("/sys/fs/cgroup/cpu/box")), (2, PathBuf::from("/sys/fs/cgroup/unified"))]);
+        assert_eq!(
+            dirs,
+            vec![
+                (1, PathBuf::from("/sys/fs/cgroup/cpu/box")),
+                (2, PathBuf::from("/sys/fs/cgroup/unified"))
+            ]
+        );
     }
 
     #[test]
@@ -402,11 +416,19 @@ mod tests {
         write(&sys.join("cpu"), "cpu.cfs_period_us", "100000\n");
         write(&cpu, "cpu.cfs_quota_us", "20000\n");
         write(&cpu, "cpu.cfs_period_us", "100000\n");
-        write(&cpu, "cpu.stat", "nr_periods 5\nnr_throttled 5\nthrottled_time 400000000\n");
+        write(
+            &cpu,
+            "cpu.stat",
+            "nr_periods 5\nnr_throttled 5\nthrottled_time 400000000\n",
+        );
         write(&sys.join("cpuacct/q"), "cpuacct.usage", "1000000000\n");
         write(&sys.join("cpuset"), "cpuset.effective_cpus", "0-1\n");
         let before = sample(&proc_root, &mounts, &[7]);
-        write(&cpu, "cpu.stat", "nr_periods 15\nnr_throttled 14\nthrottled_time 1200000000\n");
+        write(
+            &cpu,
+            "cpu.stat",
+            "nr_periods 15\nnr_throttled 14\nthrottled_time 1200000000\n",
+        );
         write(&sys.join("cpuacct/q"), "cpuacct.usage", "1200000000\n");
         let after = sample(&proc_root, &mounts, &[7]);
         let allowed = allowed_cpus(&proc_root, &mounts, &[7]);

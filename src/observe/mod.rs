@@ -52,7 +52,10 @@ pub struct Observer {
     /// The tree sampled during the window (tasks that come and go inside it).
     watch: Option<watch::TreeWatch>,
     /// The cgroup hierarchies, and the server's CPU groups at the window's start.
-    cgroups: (Vec<cgroup_cpu::Mount>, BTreeMap<std::path::PathBuf, cgroup_cpu::GroupSample>),
+    cgroups: (
+        Vec<cgroup_cpu::Mount>,
+        BTreeMap<std::path::PathBuf, cgroup_cpu::GroupSample>,
+    ),
     /// Every process and thread at the window's start (for the neighbours).
     scan: neighbours::Scan,
 }
@@ -122,7 +125,8 @@ impl Observer {
             .server_pid
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
         self.scan = neighbours::scan(Path::new("/proc"), cpu_count());
-        self.cgroups.1 = cgroup_cpu::sample(Path::new("/proc"), &self.cgroups.0, &self.tree_pids(None));
+        self.cgroups.1 =
+            cgroup_cpu::sample(Path::new("/proc"), &self.cgroups.0, &self.tree_pids(None));
         self.cpu_times = read_proc_stat();
         self.loopback = read_loopback();
         self.started = Instant::now();

@@ -74,7 +74,9 @@ pub fn scan(proc_root: &Path, ncpus: usize) -> Scan {
 /// The CPUs thread `tid` may run on (empty when it cannot be read: then it counts on none).
 fn affinity(tid: i32, ncpus: usize) -> Vec<usize> {
     match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid)) {
-        Ok(set) => (0..ncpus).filter(|&c| set.is_set(c).unwrap_or(false)).collect(),
+        Ok(set) => (0..ncpus)
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
         Err(_) => Vec::new(),
     }
 }
@@ -137,13 +139,18 @@ pub fn neighbours(before: &Scan, after: &Scan, w: &Window) -> Option<Neighbours>
     let tps = procfs::ticks_per_s();
     let ticks = process_ticks(before, after, w.server_cpus, w.client_cpus);
     let own = |pid: i32| {
-        pid == w.own_pid || after.get(&pid).is_some_and(|p| w.own_groups.contains(&p.pgrp))
+        pid == w.own_pid
+            || after
+                .get(&pid)
+                .is_some_and(|p| w.own_groups.contains(&p.pgrp))
     };
     let sum = |keep: &dyn Fn(i32) -> bool| {
         ticks
             .iter()
             .filter(|(p, _)| keep(**p))
-            .fold([0.0; 3], |s, (_, t)| [s[0] + t[0], s[1] + t[1], s[2] + t[2]])
+            .fold([0.0; 3], |s, (_, t)| {
+                [s[0] + t[0], s[1] + t[1], s[2] + t[2]]
+            })
     };
     let tree_scan = sum(&|p| w.tree.contains(&p));
     let own_scan = sum(&|p| !w.tree.contains(&p) && own(p));
@@ -263,8 +270,14 @@ mod tests {
             own_pid: 20,
         };
         let n = neighbours(&before, &after, &w).unwrap();
-        assert!((n.server_cpus_others_pct.unwrap() - 60.0).abs() < 1.0, "{n:?}");
-        assert!((n.client_cpus_others_pct.unwrap() - 15.0).abs() < 1.0, "{n:?}");
+        assert!(
+            (n.server_cpus_others_pct.unwrap() - 60.0).abs() < 1.0,
+            "{n:?}"
+        );
+        assert!(
+            (n.client_cpus_others_pct.unwrap() - 15.0).abs() < 1.0,
+            "{n:?}"
+        );
         assert_eq!(n.busiest.len(), 2, "{n:?}");
         assert_eq!((n.busiest[0].pid, n.busiest[0].name.as_str()), (30, "sh"));
         assert!((n.busiest[0].server_cpus_pct - 55.0).abs() < 1.0, "{n:?}");

@@ -300,7 +300,11 @@ pub(crate) mod tests {
         for (name, written) in use_cpu {
             let def = &schema["$defs"][name];
             assert_eq!(keys(&def["properties"]), keys(&written), "{name}");
-            let inner = if name == "cgroup_cpu" { "groups" } else { "busiest" };
+            let inner = if name == "cgroup_cpu" {
+                "groups"
+            } else {
+                "busiest"
+            };
             assert_eq!(
                 keys(&def["properties"][inner]["items"]["properties"]),
                 keys(&written[inner][0]),

@@ -54,7 +54,11 @@ impl CgroupCpu {
         self.groups
             .iter()
             .filter(|g| g.quota_cpus.is_some())
-            .min_by(|a, b| a.quota_cpus.unwrap_or(0.0).total_cmp(&b.quota_cpus.unwrap_or(0.0)))
+            .min_by(|a, b| {
+                a.quota_cpus
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.quota_cpus.unwrap_or(0.0))
+            })
     }
 
     /// The most throttled group (the largest share of throttled periods).

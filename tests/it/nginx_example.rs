@@ -125,6 +125,11 @@ fn the_nginx_wrk_example_serves_its_page_from_a_directory_only_root_may_enter() 
     for s in &steps {
         assert_eq!(s["status"], "ok", "{s:#}");
         assert!(s["requests"].as_f64().unwrap() > 0.0, "{s:#}");
-        assert!(s["errors"]["http_non_2xx_3xx"].is_null(), "{}: {:#}", s["id"], s["errors"]);
+        assert!(
+            s["errors"]["http_non_2xx_3xx"].is_null(),
+            "{}: {:#}",
+            s["id"],
+            s["errors"]
+        );
     }
 }

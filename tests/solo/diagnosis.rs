@@ -23,10 +23,7 @@ fn run_example(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>)> {
 }
 
 /// As [`run_example`], keeping the run's directory (`DIR/run`) for the example's own files.
-fn run_example_kept(
-    name: &str,
-    needs: &[&str],
-) -> Option<(Value, Vec<Value>, tempfile::TempDir)> {
+fn run_example_kept(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>, tempfile::TempDir)> {
     if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
         common::skip_or_fail(format!("{missing} is not installed"));
         return None;
@@ -269,18 +266,26 @@ fn nginx_in_a_cgroup_with_a_cpu_quota_is_quota() {
     assert_eq!(d["limit"], "quota", "{d:#}");
     assert_eq!(figure(&d, "quota_cpus"), 0.2, "{d:#}");
     assert!(figure(&d, "throttled_periods_pct") >= 20.0, "{d:#}");
-    assert!(throttled * 5 >= periods && periods > 0, "{throttled} of {periods}");
+    assert!(
+        throttled * 5 >= periods && periods > 0,
+        "{throttled} of {periods}"
+    );
 }
 
 #[test]
 fn nginx_beside_a_pinned_cpu_hog_is_neighbour() {
-    let Some((d, _, dir)) = run_example_kept("limits-neighbour", &["nginx", "wrk", "setsid", "taskset", "chrt"]) else {
+    let Some((d, _, dir)) = run_example_kept(
+        "limits-neighbour",
+        &["nginx", "wrk", "setsid", "taskset", "chrt"],
+    ) else {
         return;
     };
     // The hog's own CPU over its life, from its /proc/PID/stat line and /proc/uptime.
     let text = std::fs::read_to_string(dir.path().join("run/hog.stat")).unwrap();
     let (stat, uptime) = text.split_once('\n').unwrap();
-    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
     let num = |k: usize| f[k - 3].parse::<f64>().unwrap();
     let tps = 100.0;
     let cpu_s = (num(14) + num(15)) / tps;

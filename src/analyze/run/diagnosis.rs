@@ -441,7 +441,8 @@ fn client(c: &Ctx) -> Option<Found> {
             },
             evidence,
             because: format!("{because}: a client limit, not the server's"),
-            next: "give the load generator more CPUs or threads (or another machine) and run again".into(),
+            next: "give the load generator more CPUs or threads (or another machine) and run again"
+                .into(),
         });
     }
     let top = c.top();
@@ -897,8 +898,16 @@ fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String
             .filter(|e| e.metric.starts_with("client_") || e.metric == "little_ratio"),
     );
     let because = "the server was not observed (a server already running with no pid, pidfile or process), so only a client-side limit can be told and none was found: undetermined".to_string();
-    let next = "give the server's pid (pid_file or command in the spec) so that its side is observed".to_string();
-    (Limit::Undetermined, Confidence::Low, evidence, because, next)
+    let next =
+        "give the server's pid (pid_file or command in the spec) so that its side is observed"
+            .to_string();
+    (
+        Limit::Undetermined,
+        Confidence::Low,
+        evidence,
+        because,
+        next,
+    )
 }
 
 /// For `undetermined`: the figure that ruled out each limit, or that it was missing.

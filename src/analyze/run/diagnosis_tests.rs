@@ -544,8 +544,15 @@ fn idle_flat() -> Vec<S> {
 fn a_throttling_quota_is_the_limit_not_outside() {
     let before = diagnose_all(&idle_flat());
     assert_eq!(before.limit, Limit::Outside, "{}", before.sentence);
-    let d = diagnose_with(&idle_flat(), |i| throttled([0.1, 0.15, 0.2, 0.2, 0.2][i], [0, 5, 19, 19, 19][i]));
-    assert_eq!((d.limit, d.confidence), (Limit::Quota, Confidence::High), "{}", d.sentence);
+    let d = diagnose_with(&idle_flat(), |i| {
+        throttled([0.1, 0.15, 0.2, 0.2, 0.2][i], [0, 5, 19, 19, 19][i])
+    });
+    assert_eq!(
+        (d.limit, d.confidence),
+        (Limit::Quota, Confidence::High),
+        "{}",
+        d.sentence
+    );
     assert_eq!(metric(&d, "quota_cpus").value, 0.2);
     assert_eq!(metric(&d, "throttled_periods_pct").value, 95.0);
     assert!(
@@ -577,14 +584,21 @@ fn neighbours(others_pct: f64, busy: f64) -> serde_json::Value {
 }
 
 fn falling() -> Vec<S> {
-    [(1, 10e3), (2, 19e3), (4, 30e3), (8, 32e3), (16, 24e3), (32, 18e3)]
-        .iter()
-        .map(|&(c, x)| {
-            let mut s = base(c, x);
-            s.server_cpus = "0";
-            s
-        })
-        .collect()
+    [
+        (1, 10e3),
+        (2, 19e3),
+        (4, 30e3),
+        (8, 32e3),
+        (16, 24e3),
+        (32, 18e3),
+    ]
+    .iter()
+    .map(|&(c, x)| {
+        let mut s = base(c, x);
+        s.server_cpus = "0";
+        s
+    })
+    .collect()
 }
 
 #[test]
@@ -592,7 +606,12 @@ fn a_busy_neighbour_is_named_before_coherency() {
     let before = diagnose_all(&falling());
     assert_eq!(before.limit, Limit::Coherency, "{}", before.sentence);
     let d = diagnose_with(&falling(), |_| neighbours(48.0, 99.0));
-    assert_eq!((d.limit, d.confidence), (Limit::Neighbour, Confidence::High), "{}", d.sentence);
+    assert_eq!(
+        (d.limit, d.confidence),
+        (Limit::Neighbour, Confidence::High),
+        "{}",
+        d.sentence
+    );
     assert_eq!(metric(&d, "neighbours_pct").value, 48.0);
     assert!(
         d.sentence.contains("other processes took 48% of its 1 CPU at 32 clients while it was 99% busy (steal 0%); the busiest: sh (pid 77) 47%: a neighbour limit. Next: move the other processes off the server's CPUs"),
@@ -607,8 +626,10 @@ fn a_neighbour_with_room_left_caps_another_limits_confidence_and_says_so() {
     assert_eq!(d.limit, Limit::Coherency, "{}", d.sentence);
     assert!(d.confidence < Confidence::High, "{d:?}");
     assert!(
-        d.notes.iter().any(|n| n.contains("other processes took 12% of the server's CPUs")
-            && n.ends_with("no limit is named at high confidence")),
+        d.notes.iter().any(
+            |n| n.contains("other processes took 12% of the server's CPUs")
+                && n.ends_with("no limit is named at high confidence")
+        ),
         "{:?}",
         d.notes
     );
@@ -621,7 +642,11 @@ fn a_series_flat_from_its_second_level_stops_scaling_at_2() {
         .map(|&(c, x)| base(c, x))
         .collect();
     let d = diagnose_all(&shape);
-    assert!(d.sentence.contains("stops scaling at 2 clients"), "{}", d.sentence);
+    assert!(
+        d.sentence.contains("stops scaling at 2 clients"),
+        "{}",
+        d.sentence
+    );
     assert!(!d.sentence.contains("no knee"), "{}", d.sentence);
     assert_eq!(d.knee_clients, Some(2), "{d:?}");
 }
@@ -690,11 +715,18 @@ fn a_high_limit_never_contradicts_the_recorded_evidence_of_another() {
             .unwrap_or(top);
         let neighbour_seen = with_neighbours && others[from..].iter().any(|&o| o >= 10.0);
         if neighbour_seen && d.confidence == Confidence::High {
-            assert_eq!(d.limit, Limit::Neighbour, "case {case}: {} {:?}", d.sentence, d.notes);
+            assert_eq!(
+                d.limit,
+                Limit::Neighbour,
+                "case {case}: {} {:?}",
+                d.sentence,
+                d.notes
+            );
         }
         if neighbour_seen {
             assert!(
-                d.limit == Limit::Neighbour || d.notes.iter().any(|n| n.contains("other processes took")),
+                d.limit == Limit::Neighbour
+                    || d.notes.iter().any(|n| n.contains("other processes took")),
                 "case {case}: {} {:?}",
                 d.sentence,
                 d.notes

@@ -168,7 +168,10 @@ fn without_tool(s: &StepResult, mut n: Neighbours) -> Neighbours {
 }
 
 fn cpus(n: f64) -> String {
-    format!("{n:.2} CPU{}", if (n - 1.0).abs() < 1e-9 { "" } else { "s" })
+    format!(
+        "{n:.2} CPU{}",
+        if (n - 1.0).abs() < 1e-9 { "" } else { "s" }
+    )
 }
 
 /// `quota`: a cgroup's CPU quota throttled the server, or its cpuset holds fewer CPUs than the
@@ -206,12 +209,42 @@ fn quota_found(c: &Ctx, top: &Level, q: &QuotaRep) -> Found {
     let (thr, used) = (q.throttled_pct(), q.used_pct());
     let agree = q.throttled_pct() >= 50.0 && used >= 80.0 && top.cpu.quota_reps_agree;
     let evidence = vec![
-        ev("quota_cpus", q.quota_cpus, Some(top.clients), format!("the CPU quota of cgroup {} (v{}), in CPUs", q.path, q.version)),
-        ev("throttled_periods_pct", thr, Some(top.clients), format!("{} of {} enforcement periods throttled", q.throttled_periods, q.periods)),
-        ev("throttled_s", q.throttled_s, Some(top.clients), format!("time throttled in the {:.1} s window", q.window_s)),
-        ev("server_quota_used_pct", used, Some(top.clients), "the server's CPU, % of the quota"),
+        ev(
+            "quota_cpus",
+            q.quota_cpus,
+            Some(top.clients),
+            format!(
+                "the CPU quota of cgroup {} (v{}), in CPUs",
+                q.path, q.version
+            ),
+        ),
+        ev(
+            "throttled_periods_pct",
+            thr,
+            Some(top.clients),
+            format!(
+                "{} of {} enforcement periods throttled",
+                q.throttled_periods, q.periods
+            ),
+        ),
+        ev(
+            "throttled_s",
+            q.throttled_s,
+            Some(top.clients),
+            format!("time throttled in the {:.1} s window", q.window_s),
+        ),
+        ev(
+            "server_quota_used_pct",
+            used,
+            Some(top.clients),
+            "the server's CPU, % of the quota",
+        ),
     ];
-    let file = if q.version == 1 { "cpu.cfs_quota_us" } else { "cpu.max" };
+    let file = if q.version == 1 {
+        "cpu.cfs_quota_us"
+    } else {
+        "cpu.max"
+    };
     Found {
         limit: Limit::Quota,
         confidence: if agree && c.flat_throughput() {
@@ -269,22 +302,49 @@ pub(super) fn neighbour(c: &Ctx) -> Option<Found> {
             n.server_steal_pct,
             named(n, |x| x.server_cpus_pct)
         ));
-        side_evidence(&mut evidence, top.clients, "server's", others, busy, n, |x| x.server_cpus_pct);
+        side_evidence(
+            &mut evidence,
+            top.clients,
+            "server's",
+            others,
+            busy,
+            n,
+            |x| x.server_cpus_pct,
+        );
         sides.push("the server's");
     }
     if let Some((others, busy)) = client {
         parts.push(format!(
             "{}{others:.0}% of the load generator's CPUs, {busy:.0}% busy (steal {:.0}%){}",
-            if parts.is_empty() { "other processes took " } else { "" },
+            if parts.is_empty() {
+                "other processes took "
+            } else {
+                ""
+            },
             n.client_steal_pct,
             named(n, |x| x.client_cpus_pct)
         ));
-        side_evidence(&mut evidence, top.clients, "load generator's", others, busy, n, |x| x.client_cpus_pct);
+        side_evidence(
+            &mut evidence,
+            top.clients,
+            "load generator's",
+            others,
+            busy,
+            n,
+            |x| x.client_cpus_pct,
+        );
         sides.push("the load generator's");
     }
-    let worst = server.into_iter().chain(client).map(|x| x.0).fold(0.0, f64::max);
+    let worst = server
+        .into_iter()
+        .chain(client)
+        .map(|x| x.0)
+        .fold(0.0, f64::max);
     let agree = worst >= 2.0 * NEIGHBOUR_PCT
-        && top.cpu.neighbours_min_pct.is_some_and(|m| m >= NEIGHBOUR_PCT);
+        && top
+            .cpu
+            .neighbours_min_pct
+            .is_some_and(|m| m >= NEIGHBOUR_PCT);
     Some(Found {
         limit: Limit::Neighbour,
         confidence: if agree {
@@ -333,8 +393,17 @@ fn side_evidence(
         at,
         format!("other processes' share of the {side} CPUs (busy minus the server's and stairbench's own)"),
     ));
-    evidence.push(ev("cpus_busy_pct", busy, at, format!("the {side} CPUs' busy %, everything on them")));
-    if let Some(x) = n.busiest.iter().max_by(|a, b| share(a).total_cmp(&share(b))) {
+    evidence.push(ev(
+        "cpus_busy_pct",
+        busy,
+        at,
+        format!("the {side} CPUs' busy %, everything on them"),
+    ));
+    if let Some(x) = n
+        .busiest
+        .iter()
+        .max_by(|a, b| share(a).total_cmp(&share(b)))
+    {
         evidence.push(ev(
             "busiest_neighbour_pct",
             share(x),
@@ -359,7 +428,13 @@ pub(super) fn cap(
         .past_knee()
         .iter()
         .filter_map(|l| Some((l, l.cpu.neighbours.as_ref()?)))
-        .map(|(l, n)| (l.clients, n.server_cpus_others_pct.unwrap_or(0.0), n.client_cpus_others_pct.unwrap_or(0.0)))
+        .map(|(l, n)| {
+            (
+                l.clients,
+                n.server_cpus_others_pct.unwrap_or(0.0),
+                n.client_cpus_others_pct.unwrap_or(0.0),
+            )
+        })
         .max_by(|a, b| a.1.max(a.2).total_cmp(&b.1.max(b.2)));
     if let Some((clients, s, cl)) = worst.filter(|w| w.1.max(w.2) >= NEIGHBOUR_PCT) {
         if limit != Limit::Neighbour {
