@@ -65,17 +65,12 @@ fn step(s: &S) -> StepResult {
     if let Some((_, pct)) = s.run_delay {
         threads["run_delay_pct"] = json!(pct);
     }
-    r.server = json!({"server_cpus_busy_pct": s.busy_pct,
+    let server = json!({"server_cpus_busy_pct": s.busy_pct,
         "client_cpus_busy_pct": s.client_busy_pct, "threads": threads});
-    r.derived.insert(
-        "cpu_us_per_req".into(),
-        json!({"user": null, "sys": null, "total": s.cpu_us}),
-    );
-    r.derived
-        .insert("voluntary_cs_per_req".into(), json!(s.vol_cs));
-    if let Some((us, _)) = s.run_delay {
-        r.derived.insert("run_delay_us_per_req".into(), json!(us));
-    }
+    r.server = serde_json::from_value(server).unwrap();
+    r.per_request.cpu_us_per_req.total = Some(s.cpu_us);
+    r.per_request.voluntary_cs_per_req = Some(s.vol_cs);
+    r.per_request.run_delay_us_per_req = s.run_delay.map(|(us, _)| us);
     r
 }
 
@@ -510,9 +505,11 @@ fn diagnose_with(shape: &[S], extra: impl Fn(usize) -> serde_json::Value) -> Dia
         .map(|(i, s)| {
             let mut r = step(s);
             if let serde_json::Value::Object(m) = extra(i) {
+                let mut server = serde_json::to_value(&r.server).unwrap();
                 for (k, v) in m {
-                    r.server[k] = v;
+                    server[k] = v;
                 }
+                r.server = serde_json::from_value(server).unwrap();
             }
             r
         })

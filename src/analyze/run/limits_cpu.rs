@@ -93,7 +93,7 @@ pub(super) fn cpu_level(reps: &[&StepResult]) -> CpuLevel {
     let observed: Vec<Observation> = reps
         .iter()
         .filter_map(|s| {
-            let mut o = s.observation()?;
+            let mut o = s.observation()?.clone();
             o.neighbours = o.neighbours.take().map(|n| without_tool(s, n));
             Some(o)
         })
@@ -148,7 +148,7 @@ pub(super) fn cpu_level(reps: &[&StepResult]) -> CpuLevel {
 /// inside the window, so the observer's scans at its ends never see it and count it among the
 /// others; its CPU (from its own rusage) is shared out evenly over the client's CPUs.
 fn without_tool(s: &StepResult, mut n: Neighbours) -> Neighbours {
-    let Some(load) = s.load.as_ref().filter(|_| s.derived.contains_key("tool")) else {
+    let Some(load) = s.load.as_ref().filter(|_| s.figures.tool.is_some()) else {
         return n;
     };
     let client = crate::cpuset::parse(&s.client_cpus).unwrap_or_default();
