@@ -456,7 +456,14 @@ pub(super) fn cap(
     if !noisy.is_empty() {
         let list: Vec<String> = noisy
             .iter()
-            .map(|l| format!("{} clients (CV {:.0}%)", l.clients, 100.0 * l.throughput_cv))
+            .map(|l| {
+                let s = if l.clients == 1 { "" } else { "s" };
+                format!(
+                    "{} client{s} (CV {:.0}%)",
+                    l.clients,
+                    100.0 * l.throughput_cv
+                )
+            })
             .collect();
         notes.push(format!(
             "still noisy after their repetitions: {}",
