@@ -8,7 +8,7 @@
 //! deciding figure), never from two: a thread's share and its cpuset's cannot then disagree.
 
 use super::{ev, rps, Confidence, Ctx, Evidence, Found, Level, Limit, BUSY_PCT};
-use crate::observe::Observation;
+use crate::record::observed::Observation;
 use crate::record::steps::StepResult;
 use crate::record::use_cpu::{Neighbour, Neighbours};
 
