@@ -1,0 +1,245 @@
+//! Requests waiting inside the server (the `concurrency` limit's evidence): the server's TCP
+//! sockets sampled every [`SAMPLE_EVERY`] during the window. A server that holds a fixed
+//! number of requests at once (a worker pool, a connection cap) leaves the rest unread in its
+//! connections' receive queues and its listen sockets' accept queues while its CPUs idle.
+//!
+//! The sockets are /proc/PID/net/tcp{,6} of the server's own network namespace, matched to
+//! the socket inodes the tree's processes hold open (/proc/PID/fd). A connection the kernel
+//! completed but no process accepted has no inode yet: it counts in its listen socket's
+//! accept queue (`rx_queue` of a listening socket).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::machine::procfs;
+use crate::record::use_io::SocketQueues;
+
+/// How often the sockets are sampled during a window.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// How often the tree's process list is refreshed (listing every process costs more than
+/// reading a few fd tables).
+const PIDS_EVERY: Duration = Duration::from_millis(500);
+
+/// TCP state of a listening socket in /proc/net/tcp.
+const LISTEN: u8 = 0x0A;
+/// TCP state of an established connection.
+const ESTABLISHED: u8 = 0x01;
+
+/// One line of /proc/net/tcp{,6}.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpLine {
+    /// The TCP state (0x0A listening, 0x01 established, ...).
+    pub state: u8,
+    /// Send queue: unacknowledged bytes; for a listening socket, its backlog limit.
+    pub tx_queue: u64,
+    /// Receive queue: unread bytes; for a listening socket, its accept queue's length.
+    pub rx_queue: u64,
+    /// The socket's inode (0 for a connection no process has accepted).
+    pub inode: u64,
+}
+
+/// Parses /proc/net/tcp or tcp6 (the header line is skipped).
+pub fn parse_tcp(text: &str) -> Vec<TcpLine> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (tx, rx) = f.get(4)?.split_once(':')?;
+            Some(TcpLine {
+                state: u8::from_str_radix(f.get(3)?, 16).ok()?,
+                tx_queue: u64::from_str_radix(tx, 16).ok()?,
+                rx_queue: u64::from_str_radix(rx, 16).ok()?,
+                inode: f.get(9)?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The socket inodes process `pid` holds open.
+pub fn socket_inodes(proc_root: &Path, pid: i32, into: &mut BTreeSet<u64>) {
+    let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else {
+        return;
+    };
+    for fd in fds.flatten() {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            let t = target.to_string_lossy();
+            if let Some(n) = t
+                .strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .and_then(|n| n.parse().ok())
+            {
+                into.insert(n);
+            }
+        }
+    }
+}
+
+/// One sample of the server's sockets.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sample {
+    /// Established connections the tree holds.
+    pub connections: u64,
+    /// Of those, connections with unread bytes.
+    pub unread_connections: u64,
+    /// Unread bytes over them.
+    pub unread_bytes: u64,
+    /// Accept queues of the tree's listen sockets, summed.
+    pub accept_queue: u64,
+    /// The largest listen backlog.
+    pub backlog: Option<u64>,
+}
+
+/// The tree's sockets among `lines`.
+pub fn sample(lines: &[TcpLine], inodes: &BTreeSet<u64>) -> Sample {
+    let mut s = Sample::default();
+    for l in lines.iter().filter(|l| l.inode != 0 && inodes.contains(&l.inode)) {
+        match l.state {
+            LISTEN => {
+                s.accept_queue += l.rx_queue;
+                s.backlog = s.backlog.max(Some(l.tx_queue));
+            }
+            ESTABLISHED => {
+                s.connections += 1;
+                s.unread_bytes += l.rx_queue;
+                s.unread_connections += u64::from(l.rx_queue > 0);
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
+/// The window's figures from its samples (None without a sample).
+pub fn summarise(samples: &[Sample]) -> Option<SocketQueues> {
+    let n = samples.len() as f64;
+    let mean = |f: fn(&Sample) -> u64| samples.iter().map(|s| f(s) as f64).sum::<f64>() / n;
+    (!samples.is_empty()).then(|| {
+        let unread = mean(|s| s.unread_connections);
+        let accept = mean(|s| s.accept_queue);
+        SocketQueues {
+            samples: samples.len() as u64,
+            sample_every_ms: SAMPLE_EVERY.as_millis() as u64,
+            connections_mean: mean(|s| s.connections),
+            unread_connections_mean: unread,
+            unread_bytes_mean: mean(|s| s.unread_bytes),
+            accept_queue_mean: accept,
+            accept_queue_max: samples.iter().map(|s| s.accept_queue).max().unwrap_or(0),
+            accept_backlog: samples.iter().filter_map(|s| s.backlog).max(),
+            waiting_mean: unread + accept,
+        }
+    })
+}
+
+/// A thread sampling a tree's sockets until [`SocketWatch::finish`].
+#[derive(Debug)]
+pub struct SocketWatch {
+    stop: mpsc::Sender<()>,
+    handle: JoinHandle<(Vec<Sample>, f64)>,
+}
+
+impl SocketWatch {
+    /// Starts sampling the sockets of the tree rooted at `root`.
+    pub fn start(root: i32) -> std::io::Result<SocketWatch> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("observe-sockets".into())
+            .spawn(move || {
+                let proc_root = Path::new("/proc");
+                let mut samples = Vec::new();
+                let mut pids: Vec<i32> = Vec::new();
+                let mut listed = Instant::now() - PIDS_EVERY;
+                loop {
+                    if listed.elapsed() >= PIDS_EVERY {
+                        pids = procfs::descendants(root, &procfs::parent_map(proc_root));
+                        listed = Instant::now();
+                    }
+                    match sample_now(proc_root, root, &pids) {
+                        Some(s) => samples.push(s),
+                        None => break,
+                    }
+                    if !matches!(
+                        stopped.recv_timeout(SAMPLE_EVERY),
+                        Err(mpsc::RecvTimeoutError::Timeout)
+                    ) {
+                        break;
+                    }
+                }
+                (samples, super::thread_cpu_s())
+            })?;
+        Ok(SocketWatch { stop, handle })
+    }
+
+    /// Stops sampling: the window's figures (None when no sample was taken) and the CPU the
+    /// sampling used, in seconds.
+    pub fn finish(self) -> (Option<SocketQueues>, f64) {
+        let _ = self.stop.send(());
+        let (samples, cpu_s) = self.handle.join().unwrap_or_default();
+        (summarise(&samples), cpu_s)
+    }
+}
+
+/// One sample of the tree `pids` (rooted at `root`, whose network namespace is read); None
+/// when the root is gone.
+fn sample_now(proc_root: &Path, root: i32, pids: &[i32]) -> Option<Sample> {
+    let mut inodes = BTreeSet::new();
+    for &pid in pids {
+        socket_inodes(proc_root, pid, &mut inodes);
+    }
+    let net = proc_root.join(root.to_string()).join("net");
+    let mut lines = Vec::new();
+    let mut any = false;
+    for file in ["tcp", "tcp6"] {
+        if let Ok(text) = std::fs::read_to_string(net.join(file)) {
+            any = true;
+            lines.extend(parse_tcp(&text));
+        }
+    }
+    any.then(|| sample(&lines, &inodes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000800:0000000C 00:00000000 00000000     0        0 100 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:A000 01 00000000:0000004E 00:00000000 00000000     0        0 101 1 0000000000000000 20 4 30 10 -1
+   2: 0100007F:1F90 0100007F:A001 01 00000000:00000000 00:00000000 00000000     0        0 102 1 0000000000000000 20 4 30 10 -1
+   3: 0100007F:1F90 0100007F:A002 01 00000000:0000004E 00:00000000 00000000     0        0 0 1 0000000000000000 20 4 30 10 -1
+   4: 0100007F:A000 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 900 1 0000000000000000 20 4 30 10 -1
+";
+
+    #[test]
+    fn the_trees_sockets_give_unread_connections_and_the_accept_queue() {
+        let lines = parse_tcp(TCP);
+        assert_eq!(lines.len(), 5);
+        let inodes = BTreeSet::from([100, 101, 102]);
+        let s = sample(&lines, &inodes);
+        // The client's end (900) and the not-yet-accepted connection (inode 0) are not the
+        // tree's: the latter counts in the listen socket's accept queue (12).
+        assert_eq!(s.connections, 2);
+        assert_eq!(s.unread_connections, 1);
+        assert_eq!(s.unread_bytes, 0x4E);
+        assert_eq!(s.accept_queue, 12);
+        assert_eq!(s.backlog, Some(0x800));
+        let q = summarise(&[s, Sample::default()]).unwrap();
+        assert_eq!(q.waiting_mean, 6.5);
+        assert_eq!(q.accept_queue_max, 12);
+        assert!(summarise(&[]).is_none());
+    }
+
+    #[test]
+    fn a_listening_socket_of_this_process_is_found() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let me = std::process::id() as i32;
+        let s = sample_now(Path::new("/proc"), me, &[me]).unwrap();
+        // The client's connection waits in the accept queue; the client's own end is ours.
+        assert!(s.accept_queue >= 1, "{s:?}");
+        assert!(s.backlog.is_some(), "{s:?}");
+    }
+}
