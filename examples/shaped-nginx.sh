@@ -1,0 +1,63 @@
+#!/bin/sh
+# nginx in a network namespace behind a shaped link, for examples/limits-link.toml:
+#   shaped-nginx.sh OUT_DIR PORT RATE DELAY
+# The namespace `sb-link` holds one end of a veth pair, sb-link-n (10.233.33.2/30), whose
+# egress (the replies) `tc qdisc ... tbf rate RATE` shapes; the host keeps sb-link-h
+# (10.233.33.1/30), whose egress (the requests) netem delays by DELAY (a wide-area round
+# trip, so that one client cannot fill the link alone). nginx serves /64k: 65536 random bytes
+# (nothing to compress). Prints "nginx is listening" when it is; on INT or TERM (stairbench
+# stops the whole process group) the namespace and both veth ends are deleted.
+# Needs root (namespaces, tc): refuses clearly otherwise.
+set -e
+if [ "$(id -u)" != 0 ]; then
+    echo "shaped-nginx.sh: limits-link.toml needs root: it creates a network namespace (ip netns) and shapes its link (tc)" >&2
+    exit 1
+fi
+ns=sb-link
+# A namespace left by a run killed hard.
+ip netns del $ns 2>/dev/null || true
+ip link del sb-link-h 2>/dev/null || true
+ip netns add $ns
+ip link add sb-link-h type veth peer name sb-link-n netns $ns
+ip addr add 10.233.33.1/30 dev sb-link-h
+ip link set sb-link-h up
+tc qdisc add dev sb-link-h root netem delay "$4"
+ip netns exec $ns ip link set lo up
+ip netns exec $ns ip addr add 10.233.33.2/30 dev sb-link-n
+ip netns exec $ns ip link set sb-link-n up
+ip netns exec $ns tc qdisc add dev sb-link-n root tbf rate "$3" burst 64kb latency 50ms
+prefix="$1/nginx-link-$2"
+mkdir -p "$prefix/tmp" "$prefix/html"
+head -c 65536 /dev/urandom >"$prefix/html/64k"
+cat >"$prefix/nginx.conf" <<CONF
+daemon off;
+# The run directory may be one only root can read (a clone in /root): workers run as root.
+user root;
+worker_processes 1;
+error_log stderr warn;
+pid nginx.pid;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path tmp/body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+    server {
+        listen 10.233.33.2:$2;
+        location = /64k { root html; default_type application/octet-stream; }
+    }
+}
+CONF
+# The server's process tree lives in the namespace (stairbench reads the link of the tree's
+# root's namespace); the trap removes it whichever way the run ends.
+exec ip netns exec $ns sh -c '
+    trap "kill \$pid 2>/dev/null; ip netns del sb-link; exit 0" INT TERM
+    nginx -p "$1" -c "$1/nginx.conf" &
+    pid=$!
+    until ss -Hltn "sport = :$2" | grep -q .; do sleep 0.05; done
+    echo "nginx is listening"
+    wait $pid
+    ip netns del sb-link
+' sh "$prefix" "$2"
