@@ -28,7 +28,7 @@ command -v python3 >/dev/null || die "needs python3 (to read the run's JSON)"
 CASES=(
     "limits-workers|concurrency: gunicorn, 2 sync workers, 5 ms per request|ss during the run: the most requests seen waiting (Recv-Q > 0 on gunicorn's connections + its accept queue)|confirm_ss_gunicorn"
     "limits-link|network: nginx 64 KiB replies through tbf 200 Mbit/s|the qdisc's own counters (tc -s qdisc) at the run's end|confirm_qdisc"
-    "limits-disk|disk: PostgreSQL synchronous commits, writes throttled to 1 MB/s|pg_stat_activity at the last level (backends waiting on WALSync/WALWrite) and the cgroup's written bytes|confirm_pg_wal"
+    "limits-disk|disk: PostgreSQL synchronous commits, writes throttled to 2 MiB/s|pg_stat_activity at the last level (backends waiting on WALSync/WALWrite) and the cgroup's written bytes|confirm_pg_wal"
     "limits-contention|contention: PostgreSQL row lock|pg_stat_activity at the last level: backends waiting for a lock|confirm_pg_locks"
     "limits-coherency|coherency: PostgreSQL row lock held across round trips|pg_stat_activity at the last level: backends waiting for a lock|confirm_pg_locks"
     "limits-redis|one_thread: redis's main thread|by construction (redis executes commands on one thread)|confirm_none"
@@ -60,9 +60,11 @@ confirm_ss_gunicorn() {
     begin)
         : >"$WORK/ss.txt"
         while sleep 0.1; do
-            conns=$(ss -Htnp state established 2>/dev/null | awk '/gunicorn/ && $1 > 0' | wc -l)
-            accept=$(ss -Htlnp 2>/dev/null | awk '/gunicorn/ {s += $2} END {print s + 0}')
-            echo "$conns $accept" >>"$WORK/ss.txt"
+            # gunicorn's processes are `python3 -m gunicorn`: their sockets by pid.
+            pids=$(pgrep -d'|' -f 'm gunicorn') || continue
+            ss -Htanp 2>/dev/null | grep -E "pid=($pids)," |
+                awk '$1 == "ESTAB" && $2 > 0 {c++} $1 == "LISTEN" {a += $2} END {print c + 0, a + 0}' \
+                    >>"$WORK/ss.txt"
         done &
         SAMPLER=$! ;;
     end)

@@ -2,8 +2,9 @@
 # A throw-away PostgreSQL whose every commit waits for its disk, behind an I/O throttle, for
 # examples/limits-disk.toml:   pg-sync-commit.sh OUT_DIR PORT METRICS WRITE_BYTES_PER_S
 # A fresh cluster in OUT_DIR with synchronous commits (fsync and synchronous_commit on, the
-# defaults) and table t(v bytea) stored uncompressed (each pg-sync-commit.sql transaction
-# writes about 4 KiB that WAL must hold). Before anything starts, this shell moves itself into
+# defaults; wal_init_zero off, so that a new WAL segment is not 16 MB of zeros written through
+# the throttle) and table t(v bytea) stored uncompressed (each pg-sync-commit.sql transaction
+# writes its 64000 bytes to the WAL). Before anything starts, this shell moves itself into
 # a cgroup `sb-disk` whose I/O throttle limits writes to the device holding OUT_DIR to
 # WRITE_BYTES_PER_S (v1 blkio.throttle.write_bps_device, else v2 io.max wbps): each commit's
 # WAL flush waits for it. It also turns delay accounting on (sysctl kernel.task_delayacct=1,
@@ -78,4 +79,4 @@ query="SELECT count(*) FILTER (WHERE wait_event IN ('WALSync', 'WALWrite')),
         done
 } 2>>"$out/sampler.log" &
 $as_pg "$bin/postgres" -D "$out/data" -p "$port" -k "$out" -c listen_addresses=127.0.0.1 \
-    -c max_connections=100
+    -c max_connections=100 -c wal_init_zero=off

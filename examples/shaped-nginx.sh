@@ -1,11 +1,11 @@
 #!/bin/sh
 # nginx in a network namespace behind a shaped link, for examples/limits-link.toml:
-#   shaped-nginx.sh OUT_DIR PORT RATE DELAY
+#   shaped-nginx.sh OUT_DIR PORT RATE PER_CONNECTION
 # The namespace `sb-link` holds one end of a veth pair, sb-link-n (10.233.33.2/30), whose
 # egress (the replies) `tc qdisc ... tbf rate RATE` shapes; the host keeps sb-link-h
-# (10.233.33.1/30), whose egress (the requests) netem delays by DELAY (a wide-area round
-# trip, so that one client cannot fill the link alone). nginx serves /64k: 65536 random bytes
-# (nothing to compress). Prints "nginx is listening" when it is; on INT or TERM (stairbench
+# (10.233.33.1/30). nginx serves /64k: 65536 random bytes (nothing to compress), each
+# connection at most PER_CONNECTION bytes/s (nginx's limit_rate, as each client's own slower
+# path would: so that one client alone does not fill the link and the curve has a knee). Prints "nginx is listening" when it is; on INT or TERM (stairbench
 # stops the whole process group) the namespace and both veth ends are deleted.
 # Needs root (namespaces, tc): refuses clearly otherwise.
 set -e
@@ -21,7 +21,6 @@ ip netns add $ns
 ip link add sb-link-h type veth peer name sb-link-n netns $ns
 ip addr add 10.233.33.1/30 dev sb-link-h
 ip link set sb-link-h up
-tc qdisc add dev sb-link-h root netem delay "$4"
 ip netns exec $ns ip link set lo up
 ip netns exec $ns ip addr add 10.233.33.2/30 dev sb-link-n
 ip netns exec $ns ip link set sb-link-n up
@@ -46,7 +45,7 @@ http {
     scgi_temp_path tmp/scgi;
     server {
         listen 10.233.33.2:$2;
-        location = /64k { root html; default_type application/octet-stream; }
+        location = /64k { root html; default_type application/octet-stream; limit_rate $4; }
     }
 }
 CONF

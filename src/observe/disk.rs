@@ -255,7 +255,7 @@ pub fn sample(root: i32) -> Option<DiskSample> {
 }
 
 /// Each task's block-I/O delay of process `pid`.
-fn blkio_of(pid: i32, into: &mut BTreeMap<(i32, i32), u64>) {
+pub fn blkio_of(pid: i32, into: &mut BTreeMap<(i32, i32), u64>) {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return;
     };

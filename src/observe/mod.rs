@@ -155,10 +155,10 @@ impl Observer {
         let cpu0 = thread_cpu_s();
         let window_s = self.started.elapsed().as_secs_f64();
         let watched = self.watch.take().map(watch::TreeWatch::finish);
-        let (sockets, sockets_cpu_s) = self
+        let (sockets, blkio_seen, sockets_cpu_s) = self
             .sockets
             .take()
-            .map_or((None, 0.0), sockets::SocketWatch::finish);
+            .map_or((None, BTreeMap::new(), 0.0), sockets::SocketWatch::finish);
         let tree_after = self
             .server_pid
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
@@ -187,7 +187,7 @@ impl Observer {
                 None
             }
         };
-        let (link, disk, io_cpu_s) = self.finish_io(window_s, &mut notes);
+        let (link, disk, io_cpu_s) = self.finish_io(window_s, blkio_seen, &mut notes);
         let watch_cpu_s = watched.as_ref().map_or(0.0, |w| w.cpu_s);
         let own_cpu_s =
             self.own_cpu_s + (thread_cpu_s() - cpu0) + watch_cpu_s + sockets_cpu_s + io_cpu_s;
@@ -209,10 +209,12 @@ impl Observer {
         }
     }
 
-    /// The link and the disk at the window's end against its start, and the CPU `tc` used.
+    /// The link and the disk at the window's end against its start (the tasks that ended
+    /// inside the window counted at their last sample, `blkio_seen`), and the CPU `tc` used.
     fn finish_io(
         &mut self,
         window_s: f64,
+        blkio_seen: BTreeMap<(i32, i32), u64>,
         notes: &mut Vec<String>,
     ) -> (
         Option<crate::record::use_io::LinkUse>,
@@ -222,7 +224,12 @@ impl Observer {
         let Some(pid) = self.server_pid else {
             return (None, None, 0.0);
         };
-        let (link_after, disk_after) = (link::sample(pid), disk::sample(pid));
+        let (link_after, mut disk_after) = (link::sample(pid), disk::sample(pid));
+        if let Some(ticks) = disk_after.as_mut().and_then(|d| d.blkio_ticks.as_mut()) {
+            for (task, t) in blkio_seen {
+                ticks.entry(task).or_insert(t);
+            }
+        }
         let mut cpu_s = 0.0;
         let link = match (self.link.take(), link_after) {
             (Some(a), Some(b)) => {

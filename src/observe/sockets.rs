@@ -136,11 +136,22 @@ pub fn summarise(samples: &[Sample]) -> Option<SocketQueues> {
     })
 }
 
-/// A thread sampling a tree's sockets until [`SocketWatch::finish`].
+/// A thread sampling a tree's sockets until [`SocketWatch::finish`]; it also keeps each
+/// task's block-I/O delay at its last sample (the disk's evidence), since a process per
+/// connection (PostgreSQL's backends) may begin and end inside the window.
 #[derive(Debug)]
 pub struct SocketWatch {
     stop: mpsc::Sender<()>,
-    handle: JoinHandle<(Vec<Sample>, f64)>,
+    handle: JoinHandle<Watched>,
+}
+
+/// What the sampling thread saw.
+#[derive(Debug, Default)]
+struct Watched {
+    samples: Vec<Sample>,
+    /// Each task's block-I/O delay in ticks at its last sample, by (pid, tid).
+    blkio_ticks: std::collections::BTreeMap<(i32, i32), u64>,
+    cpu_s: f64,
 }
 
 impl SocketWatch {
@@ -151,7 +162,8 @@ impl SocketWatch {
             .name("observe-sockets".into())
             .spawn(move || {
                 let proc_root = Path::new("/proc");
-                let mut samples = Vec::new();
+                let mut seen = Watched::default();
+                let delayacct = super::disk::delayacct_note().is_none();
                 let mut pids = procfs::descendants(root, &procfs::parent_map(proc_root));
                 let source = Source::open(proc_root, &pids);
                 let mut listed = Instant::now();
@@ -161,8 +173,13 @@ impl SocketWatch {
                         listed = Instant::now();
                     }
                     match sample_now(proc_root, root, &pids, &source) {
-                        Some(s) => samples.push(s),
+                        Some(s) => seen.samples.push(s),
                         None => break,
+                    }
+                    if delayacct {
+                        for &pid in &pids {
+                            super::disk::blkio_of(pid, &mut seen.blkio_ticks);
+                        }
                     }
                     if !matches!(
                         stopped.recv_timeout(SAMPLE_EVERY),
@@ -171,17 +188,24 @@ impl SocketWatch {
                         break;
                     }
                 }
-                (samples, super::thread_cpu_s())
+                seen.cpu_s = super::thread_cpu_s();
+                seen
             })?;
         Ok(SocketWatch { stop, handle })
     }
 
-    /// Stops sampling: the window's figures (None when no sample was taken) and the CPU the
-    /// sampling used, in seconds.
-    pub fn finish(self) -> (Option<SocketQueues>, f64) {
+    /// Stops sampling: the window's figures (None when no sample was taken), each task's
+    /// block-I/O delay at its last sample, and the CPU the sampling used, in seconds.
+    pub fn finish(
+        self,
+    ) -> (
+        Option<SocketQueues>,
+        std::collections::BTreeMap<(i32, i32), u64>,
+        f64,
+    ) {
         let _ = self.stop.send(());
-        let (samples, cpu_s) = self.handle.join().unwrap_or_default();
-        (summarise(&samples), cpu_s)
+        let seen = self.handle.join().unwrap_or_default();
+        (summarise(&seen.samples), seen.blkio_ticks, seen.cpu_s)
     }
 }
 

@@ -13,20 +13,20 @@ use serde_json::Value;
 use crate::common;
 use crate::diagnosis::{at, figure, postgresql_installed, run_example};
 
-/// A command run every 100 ms on a thread while a demonstration runs; each output kept.
+/// A shell command run every 100 ms on a thread while a demonstration runs; each output kept.
 struct Poll {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<Vec<String>>,
 }
 
 impl Poll {
-    fn start(program: &'static str, args: &'static [&'static str]) -> Poll {
+    fn start(script: &'static str) -> Poll {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let handle = std::thread::spawn(move || {
             let mut out = Vec::new();
             while !stopped.load(Ordering::Relaxed) {
-                if let Ok(o) = std::process::Command::new(program).args(args).output() {
+                if let Ok(o) = std::process::Command::new("sh").args(["-c", script]).output() {
                     out.push(String::from_utf8_lossy(&o.stdout).into_owned());
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -54,12 +54,15 @@ fn root(example: &str) -> bool {
     is_root
 }
 
-/// Requests waiting in gunicorn's sockets in one `ss -Htanp` sample: its established
+/// gunicorn's sockets (its processes are `python3 -m gunicorn`), as `ss -Htanp` lists them.
+const GUNICORN_SS: &str =
+    "p=$(pgrep -d'|' -f 'm gunicorn') && ss -Htanp | grep -E \"pid=($p),\"";
+
+/// Requests waiting in gunicorn's sockets in one sample of [`GUNICORN_SS`]: its established
 /// connections with unread bytes (Recv-Q > 0) plus its listen socket's accept queue.
 fn gunicorn_waiting(sample: &str) -> u64 {
     sample
         .lines()
-        .filter(|l| l.contains("gunicorn"))
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let recv: u64 = f.get(1)?.parse().ok()?;
@@ -72,10 +75,25 @@ fn gunicorn_waiting(sample: &str) -> u64 {
         .sum()
 }
 
+/// True when Debian's python3 has gunicorn (python3-gunicorn); says why not otherwise.
+fn gunicorn_installed() -> bool {
+    let found = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import gunicorn"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        common::skip_or_fail("no gunicorn for /usr/bin/python3 (apt-get install python3-gunicorn)");
+    }
+    found
+}
+
 #[test]
 fn gunicorn_with_two_sync_workers_is_a_concurrency_limit() {
-    let ss = Poll::start("ss", &["-Htanp"]);
-    let run = run_example("limits-workers", &["gunicorn", "ss"]);
+    if !gunicorn_installed() {
+        return;
+    }
+    let ss = Poll::start(GUNICORN_SS);
+    let run = run_example("limits-workers", &["ss", "pgrep"]);
     let samples = ss.finish();
     let Some((d, _)) = run else {
         return;
@@ -112,10 +130,7 @@ fn nginx_behind_a_shaped_link_is_a_network_limit() {
     if !root("limits-link") {
         return;
     }
-    let tc = Poll::start(
-        "ip",
-        &["netns", "exec", "sb-link", "tc", "-s", "-j", "qdisc", "show", "dev", "sb-link-n"],
-    );
+    let tc = Poll::start("ip netns exec sb-link tc -s -j qdisc show dev sb-link-n 2>/dev/null");
     let run = run_example("limits-link", &["nginx", "tc", "ip", "ss"]);
     let samples = tc.finish();
     let Some((d, _)) = run else {
