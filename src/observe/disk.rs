@@ -140,7 +140,9 @@ fn with_ancestors(path: &str) -> Vec<String> {
     let mut p = path.trim_end_matches('/').to_string();
     while !p.is_empty() {
         out.push(p.clone());
-        p = p.rsplit_once('/').map_or(String::new(), |(a, _)| a.to_string());
+        p = p
+            .rsplit_once('/')
+            .map_or(String::new(), |(a, _)| a.to_string());
     }
     out
 }
@@ -332,17 +334,25 @@ pub fn disk_use(before: &DiskSample, after: &DiskSample, window_s: f64) -> Optio
                 kind: kind.clone(),
                 limit_per_s: *limit,
                 used_per_s: used,
-                use_pct: if *limit > 0.0 { 100.0 * used / limit } else { 0.0 },
+                use_pct: if *limit > 0.0 {
+                    100.0 * used / limit
+                } else {
+                    0.0
+                },
             }
         })
         .collect();
+    // Only tasks seen at both ends (or by the samples between): a task's total since its
+    // birth is not the window's. No more than every task waiting all the time, or the figure
+    // is not believable and is left out.
     let blkio_delay_s = match (&before.blkio_ticks, &after.blkio_ticks) {
         (Some(a), Some(b)) => Some(
             b.iter()
-                .map(|(k, t)| t.saturating_sub(a.get(k).copied().unwrap_or(0)))
+                .filter_map(|(k, t)| Some(t.saturating_sub(*a.get(k)?)))
                 .sum::<u64>() as f64
                 / procfs::ticks_per_s(),
-        ),
+        )
+        .filter(|&d| d <= 1.05 * window_s * b.len() as f64),
         _ => None,
     };
     if devices.is_empty() && throttles.is_empty() {
@@ -400,7 +410,10 @@ mod tests {
         let d = parse_diskstats(text);
         let (name, s) = &d["254:0"];
         assert_eq!(name, "vda");
-        assert_eq!((s.reads, s.writes, s.io_ms, s.weighted_ms), (100, 200, 900, 450));
+        assert_eq!(
+            (s.reads, s.writes, s.io_ms, s.weighted_ms),
+            (100, 200, 900, 450)
+        );
         let stat = "42 (post gres) S 1 42 42 0 -1 4194304 10 0 0 0 5 6 0 0 20 0 1 0 100 1000 10 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 77 0 0";
         assert_eq!(parse_blkio_ticks(stat), Some(77));
     }
@@ -430,7 +443,11 @@ mod tests {
         assert_eq!(u.throttles[0].use_pct, 95.0);
         assert_eq!(u.blkio_delay_s, Some(150.0 / procfs::ticks_per_s()));
         let mut limits = Vec::new();
-        parse_io_max("8:0 rbps=max wbps=1048576 riops=max wiops=120\n", "/x", &mut limits);
+        parse_io_max(
+            "8:0 rbps=max wbps=1048576 riops=max wiops=120\n",
+            "/x",
+            &mut limits,
+        );
         assert_eq!(limits.len(), 2);
         assert_eq!(
             parse_io_stat("8:0 rbytes=1 wbytes=2 rios=3 wios=4 dbytes=0\n")

@@ -178,7 +178,10 @@ fn run_timed(mut cmd: Command) -> (std::io::Result<(bool, String, String)>, f64)
     let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     let ok = r > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    (Ok((ok, stdout, stderr)), tv(usage.ru_utime) + tv(usage.ru_stime))
+    (
+        Ok((ok, stdout, stderr)),
+        tv(usage.ru_utime) + tv(usage.ru_stime),
+    )
 }
 
 /// The interface's own speed in bits per second (/sys/class/net/IF/speed, in Mbit/s; virtual

@@ -16,8 +16,8 @@ pub mod cores;
 pub mod disk;
 pub mod environment;
 pub mod extra;
-pub mod metrics;
 pub mod link;
+pub mod metrics;
 pub mod perf;
 pub mod sockets;
 pub mod step;
@@ -209,12 +209,13 @@ impl Observer {
         }
     }
 
-    /// The link and the disk at the window's end against its start (the tasks that ended
-    /// inside the window counted at their last sample, `blkio_seen`), and the CPU `tc` used.
+    /// The link and the disk at the window's end against its start, and the CPU `tc` used. A
+    /// task the samples saw (`blkio_seen`: first and last) counts from its first sample when
+    /// the start did not see it, and to its last when the end did not.
     fn finish_io(
         &mut self,
         window_s: f64,
-        blkio_seen: BTreeMap<(i32, i32), u64>,
+        blkio_seen: BTreeMap<(i32, i32), (u64, u64)>,
         notes: &mut Vec<String>,
     ) -> (
         Option<crate::record::use_io::LinkUse>,
@@ -226,8 +227,13 @@ impl Observer {
         };
         let (link_after, mut disk_after) = (link::sample(pid), disk::sample(pid));
         if let Some(ticks) = disk_after.as_mut().and_then(|d| d.blkio_ticks.as_mut()) {
-            for (task, t) in blkio_seen {
-                ticks.entry(task).or_insert(t);
+            for (task, &(_, last)) in &blkio_seen {
+                ticks.entry(*task).or_insert(last);
+            }
+        }
+        if let Some(ticks) = self.disk.as_mut().and_then(|d| d.blkio_ticks.as_mut()) {
+            for (task, (first, _)) in blkio_seen {
+                ticks.entry(task).or_insert(first);
             }
         }
         let mut cpu_s = 0.0;

@@ -98,7 +98,10 @@ pub struct Sample {
 /// The tree's sockets among `lines`.
 pub fn sample(lines: &[TcpLine], inodes: &BTreeSet<u64>) -> Sample {
     let mut s = Sample::default();
-    for l in lines.iter().filter(|l| l.inode != 0 && inodes.contains(&l.inode)) {
+    for l in lines
+        .iter()
+        .filter(|l| l.inode != 0 && inodes.contains(&l.inode))
+    {
         match l.state {
             LISTEN => {
                 s.accept_queue += l.rx_queue;
@@ -149,8 +152,8 @@ pub struct SocketWatch {
 #[derive(Debug, Default)]
 struct Watched {
     samples: Vec<Sample>,
-    /// Each task's block-I/O delay in ticks at its last sample, by (pid, tid).
-    blkio_ticks: std::collections::BTreeMap<(i32, i32), u64>,
+    /// Each task's block-I/O delay in ticks at its first and last samples, by (pid, tid).
+    blkio_ticks: std::collections::BTreeMap<(i32, i32), (u64, u64)>,
     cpu_s: f64,
 }
 
@@ -177,8 +180,12 @@ impl SocketWatch {
                         None => break,
                     }
                     if delayacct {
+                        let mut now = std::collections::BTreeMap::new();
                         for &pid in &pids {
-                            super::disk::blkio_of(pid, &mut seen.blkio_ticks);
+                            super::disk::blkio_of(pid, &mut now);
+                        }
+                        for (task, t) in now {
+                            seen.blkio_ticks.entry(task).or_insert((t, t)).1 = t;
                         }
                     }
                     if !matches!(
@@ -195,12 +202,12 @@ impl SocketWatch {
     }
 
     /// Stops sampling: the window's figures (None when no sample was taken), each task's
-    /// block-I/O delay at its last sample, and the CPU the sampling used, in seconds.
+    /// block-I/O delay at its first and last samples, and the CPU the sampling used, in seconds.
     pub fn finish(
         self,
     ) -> (
         Option<SocketQueues>,
-        std::collections::BTreeMap<(i32, i32), u64>,
+        std::collections::BTreeMap<(i32, i32), (u64, u64)>,
         f64,
     ) {
         let _ = self.stop.send(());
@@ -220,7 +227,8 @@ impl Source {
     /// thread, which then returns to its own); /proc when any of it fails (no permission to
     /// enter another namespace, no sock_diag).
     fn open(proc_root: &Path, pids: &[i32]) -> Source {
-        let ns_of = |pid: i32| std::fs::read_link(proc_root.join(pid.to_string()).join("ns/net")).ok();
+        let ns_of =
+            |pid: i32| std::fs::read_link(proc_root.join(pid.to_string()).join("ns/net")).ok();
         let own = std::fs::read_link("/proc/thread-self/ns/net").ok();
         let mut seen = BTreeSet::new();
         let mut socks = Vec::new();
@@ -405,7 +413,9 @@ mod diag {
             }
             match kind {
                 NLMSG_DONE => return Ok(true),
-                NLMSG_ERROR => return Err(io::Error::other("sock_diag: the kernel refused the dump")),
+                NLMSG_ERROR => {
+                    return Err(io::Error::other("sock_diag: the kernel refused the dump"))
+                }
                 _ => {}
             }
             let msg = &buf[HDR..len];

@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::machine::procfs::{CoreBusy, NetCounters};
-use crate::record::use_io::{DiskUse, LinkUse, SocketQueues};
 use crate::machine::threads::ThreadUsage;
+use crate::record::use_io::{DiskUse, LinkUse, SocketQueues};
 
 /// The server process tree's figures over the window.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

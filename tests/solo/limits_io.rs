@@ -26,7 +26,10 @@ impl Poll {
         let handle = std::thread::spawn(move || {
             let mut out = Vec::new();
             while !stopped.load(Ordering::Relaxed) {
-                if let Ok(o) = std::process::Command::new("sh").args(["-c", script]).output() {
+                if let Ok(o) = std::process::Command::new("sh")
+                    .args(["-c", script])
+                    .output()
+                {
                     out.push(String::from_utf8_lossy(&o.stdout).into_owned());
                 }
                 std::thread::sleep(Duration::from_millis(100));
@@ -55,8 +58,7 @@ fn root(example: &str) -> bool {
 }
 
 /// gunicorn's sockets (its processes are `python3 -m gunicorn`), as `ss -Htanp` lists them.
-const GUNICORN_SS: &str =
-    "p=$(pgrep -d'|' -f 'm gunicorn') && ss -Htanp | grep -E \"pid=($p),\"";
+const GUNICORN_SS: &str = "p=$(pgrep -d'|' -f 'm gunicorn') && ss -Htanp | grep -E \"pid=($p),\"";
 
 /// Requests waiting in gunicorn's sockets in one sample of [`GUNICORN_SS`]: its established
 /// connections with unread bytes (Recv-Q > 0) plus its listen socket's accept queue.
@@ -98,7 +100,11 @@ fn gunicorn_with_two_sync_workers_is_a_concurrency_limit() {
     let Some((d, _)) = run else {
         return;
     };
-    let seen = samples.iter().map(|s| gunicorn_waiting(s)).max().unwrap_or(0);
+    let seen = samples
+        .iter()
+        .map(|s| gunicorn_waiting(s))
+        .max()
+        .unwrap_or(0);
     let waiting = figure(&d, "waiting_requests");
     eprintln!(
         "limits-workers: {} ({}): {waiting:.1} requests waiting at 16 clients (stairbench), up to {seen} (ss, {} samples)",

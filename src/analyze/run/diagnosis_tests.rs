@@ -547,7 +547,8 @@ fn requests_waiting_unread_in_an_idle_server_are_a_concurrency_limit() {
     assert_eq!(metric(&d, "waiting_requests").value, 14.0);
     assert!((metric(&d, "served_at_once").value - 2.0).abs() < 1e-9);
     assert!(
-        d.sentence.contains("14.0 of the 16 requests waited unread inside it")
+        d.sentence
+            .contains("14.0 of the 16 requests waited unread inside it")
             && d.sentence.contains("served about 2.0 at once")
             && d.sentence.ends_with("try more workers or threads."),
         "{}",
@@ -579,9 +580,11 @@ fn a_full_link_wins_over_littles_law_but_not_over_a_saturated_client() {
     assert_eq!(d.limit, Limit::Network, "{}", d.sentence);
     assert_eq!(d.confidence, Confidence::High, "{}", d.sentence);
     assert!(
-        d.sentence.contains("the link veth (tbf at 200.0 Mbit/s) carried 194.0 Mbit/s, 97% of it")
+        d.sentence
+            .contains("the link veth (tbf at 200.0 Mbit/s) carried 194.0 Mbit/s, 97% of it")
             && d.sentence.contains("900 overlimits, 12 drops")
-            && d.sentence.ends_with("try a faster link or smaller replies."),
+            && d.sentence
+                .ends_with("try a faster link or smaller replies."),
         "{}",
         d.sentence
     );
@@ -612,9 +615,12 @@ fn an_idle_server_waiting_on_a_full_io_throttle_is_a_disk_limit() {
     assert_eq!(d.limit, Limit::Disk, "{}", d.sentence);
     assert_eq!(d.confidence, Confidence::High, "{}", d.sentence);
     assert!(
-        d.sentence.contains("on average 5.0 of its tasks waited for block I/O")
-            && d.sentence.contains("write_bps throttle on 254:0 (4.19 MB/s) was 100% used")
-            && d.sentence.ends_with("or group commit (fewer syncs per request)."),
+        d.sentence
+            .contains("on average 5.0 of its tasks waited for block I/O")
+            && d.sentence
+                .contains("write_bps throttle on 254:0 (4.19 MB/s) was 100% used")
+            && d.sentence
+                .ends_with("or group commit (fewer syncs per request)."),
         "{}",
         d.sentence
     );

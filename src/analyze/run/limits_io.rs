@@ -18,6 +18,12 @@ pub const IO_BUSY_PCT: f64 = 80.0;
 /// The server tree's tasks waiting for block I/O, on average, for a disk limit.
 pub const BLKIO_WAITING_MIN: f64 = 0.5;
 
+/// What to try next, one line per limit (the end of each sentence).
+pub(super) const NEXT_CONCURRENCY: &str = "more workers or threads";
+pub(super) const NEXT_NETWORK: &str = "a faster link or smaller replies";
+pub(super) const NEXT_DISK: &str =
+    "faster storage, a higher I/O limit, or group commit (fewer syncs per request)";
+
 /// One level's USE evidence, repetitions averaged.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct IoLevel {
@@ -220,7 +226,7 @@ pub(super) fn concurrency(c: &Ctx) -> Option<Found> {
         },
         evidence,
         because: format!(
-            "its CPUs are {cpu:.0}% busy while on average {waiting:.1} of the {} requests waited unread inside it ({parts}){served}, throughput staying near {}: a concurrency limit (a fixed pool of workers or threads, or a connection cap); try more workers or threads",
+            "its CPUs are {cpu:.0}% busy while on average {waiting:.1} of the {} requests waited unread inside it ({parts}){served}, throughput staying near {}: a concurrency limit (a fixed pool of workers or threads, or a connection cap); try {NEXT_CONCURRENCY}",
             top.clients,
             rps(top.throughput_rps)
         ),
@@ -229,8 +235,7 @@ pub(super) fn concurrency(c: &Ctx) -> Option<Found> {
 
 /// The link at level `l` is near its capacity.
 pub(super) fn link_busy(l: &Level) -> bool {
-    l.io
-        .link
+    l.io.link
         .as_ref()
         .and_then(|k| k.utilisation_pct)
         .is_some_and(|u| u >= IO_BUSY_PCT)
@@ -283,11 +288,20 @@ pub(super) fn network(c: &Ctx) -> Option<Found> {
         ));
     }
     for (metric, v, note) in [
-        ("qdisc_overlimits", l.overlimits, "packets the qdisc held back over its rate"),
+        (
+            "qdisc_overlimits",
+            l.overlimits,
+            "packets the qdisc held back over its rate",
+        ),
         ("qdisc_drops", l.drops, "packets the qdisc dropped"),
         ("tcp_retrans_segs", l.retrans, "TCP segments retransmitted"),
     ] {
-        evidence.push(ev(metric, v, Some(top.clients), format!("{note}, over the window")));
+        evidence.push(ev(
+            metric,
+            v,
+            Some(top.clients),
+            format!("{note}, over the window"),
+        ));
     }
     because.push_str(&format!(
         ", with {:.0} overlimits, {:.0} drops and {:.0} TCP retransmits over the window",
@@ -302,7 +316,7 @@ pub(super) fn network(c: &Ctx) -> Option<Found> {
             Confidence::Medium
         },
         evidence,
-        because: format!("{because}: a network limit; try a faster link or smaller replies"),
+        because: format!("{because}: a network limit; try {NEXT_NETWORK}"),
     })
 }
 
@@ -386,7 +400,7 @@ pub(super) fn disk(c: &Ctx) -> Option<Found> {
         },
         evidence,
         because: format!(
-            "{} while its CPUs are {:.0}% busy and throughput stays near {}: a disk limit; try faster storage, a higher I/O limit, or group commit (fewer syncs per request)",
+            "{} while its CPUs are {:.0}% busy and throughput stays near {}: a disk limit; try {NEXT_DISK}",
             parts.join(", "),
             top.server_cpu_pct.unwrap_or(0.0),
             rps(top.throughput_rps)
@@ -445,12 +459,18 @@ pub(super) fn ruled_out(c: &Ctx) -> Vec<Evidence> {
                 ),
             ),
         },
-        None => missing("link_utilisation_pct", "network: the server's link was not observed"),
+        None => missing(
+            "link_utilisation_pct",
+            "network: the server's link was not observed",
+        ),
     });
     match &top.io.disk {
         Some(d) => {
             let util = d.device.as_ref().map_or(0.0, |x| x.1);
-            let name = d.device.as_ref().map_or("no device".into(), |x| x.0.clone());
+            let name = d
+                .device
+                .as_ref()
+                .map_or("no device".into(), |x| x.0.clone());
             out.push(ev(
                 "disk_util_pct",
                 util,
@@ -465,7 +485,10 @@ pub(super) fn ruled_out(c: &Ctx) -> Vec<Evidence> {
                 ),
             ));
         }
-        None => out.push(missing("disk_util_pct", "disk: the server's storage was not observed")),
+        None => out.push(missing(
+            "disk_util_pct",
+            "disk: the server's storage was not observed",
+        )),
     }
     out
 }
@@ -516,7 +539,10 @@ mod tests {
 
     #[test]
     fn a_levels_use_evidence_is_averaged_over_its_repetitions() {
-        let l = io_level(&[obs(10.0, Some(90.0), 95.0), obs(12.0, Some(100.0), 85.0)], 375.0);
+        let l = io_level(
+            &[obs(10.0, Some(90.0), 95.0), obs(12.0, Some(100.0), 85.0)],
+            375.0,
+        );
         assert_eq!(l.waiting, Some(11.0));
         let link = l.link.unwrap();
         assert_eq!(link.utilisation_pct, Some(95.0));
