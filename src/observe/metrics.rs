@@ -11,6 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
+use crate::wire::http1::{self, Frame};
+
 /// Format of a metrics file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricsFormat {
@@ -376,8 +378,6 @@ pub fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
 /// Largest answer (head and body) a metrics URL may give, bytes: a metrics document is
 /// small, and a bound keeps a runaway endpoint from taking the runner's memory.
 pub const MAX_METRICS_ANSWER: usize = 16 * 1024 * 1024;
-/// Largest head of a metrics URL's answer, bytes.
-const MAX_METRICS_HEAD: usize = 64 * 1024;
 /// Longest a metrics URL may take to answer in all (connect, request, whole answer).
 const ANSWER_WAIT: Duration = Duration::from_secs(2);
 
@@ -404,11 +404,12 @@ pub fn json_body(url: &str, body: &[u8]) -> Result<Value, String> {
     serde_json::from_slice(body.trim_ascii()).map_err(|e| format!("{url} did not answer JSON: {e}"))
 }
 
-/// Reads the answer until its body is whole (or the peer closes), bounded in bytes and time.
+/// Reads the answer until it is whole (or the peer closes), bounded in bytes and time: its
+/// body.
 fn read_answer(url: &str, stream: &mut TcpStream, until: Instant) -> Result<Vec<u8>, String> {
     let mut raw = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
-    let mut head = None;
+    let mut answer = Answer::new(url);
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -431,191 +432,91 @@ fn read_answer(url: &str, stream: &mut TcpStream, until: Instant) -> Result<Vec<
             ));
         }
         raw.extend_from_slice(&buf[..n]);
-        if head.is_none() {
-            head = parse_head(url, &raw)?;
-        }
-        let Some(h) = &head else {
-            if n == 0 {
-                return Err(format!("{url}: the answer has no HTTP header"));
-            }
-            continue;
-        };
-        // A chunked body can only be whole when the bytes end a line; cheap to ask first.
-        if n == 0 || h.framing != Framing::Chunked || raw.ends_with(b"\r\n") {
-            if let Some(body) = body_of(url, h, &raw, n == 0)? {
-                return Ok(body);
-            }
+        if let Some(body) = answer.take(&raw, n == 0)? {
+            return Ok(body);
         }
     }
 }
 
-/// How an answer's body ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    /// After this many bytes.
-    Length(usize),
-    /// With a zero-size chunk.
-    Chunked,
-    /// When the peer closes.
-    Close,
+/// One answer being framed by the load's own HTTP/1.1 parser ([`http1::Framer`], here reading
+/// a body without a length to the close), its body collected as it is framed.
+struct Answer<'u> {
+    url: &'u str,
+    framer: http1::Framer,
+    body: Vec<u8>,
 }
 
-/// An answer's head, read.
-#[derive(Debug, Clone, Copy)]
-struct Head {
-    /// Where the body starts.
-    body_at: usize,
-    framing: Framing,
+impl<'u> Answer<'u> {
+    fn new(url: &'u str) -> Self {
+        Answer {
+            url,
+            framer: http1::Framer::for_one_answer(MAX_METRICS_ANSWER as u64),
+            body: Vec::new(),
+        }
+    }
+
+    /// Frames `raw`, all the answer's bytes so far (`closed`: the peer closed after them):
+    /// the body once the answer is whole and says 200, `None` while it may still grow, an
+    /// error naming the URL otherwise.
+    fn take(&mut self, raw: &[u8], closed: bool) -> Result<Option<Vec<u8>>, String> {
+        let url = self.url;
+        let frame = if closed {
+            self.framer.at_close(raw, false, &mut self.body)
+        } else {
+            self.framer.frame_into(raw, false, &mut self.body)
+        };
+        match frame {
+            Frame::Incomplete if closed && !raw.windows(4).any(|w| w == b"\r\n\r\n") => {
+                Err(format!("{url}: the answer has no HTTP header"))
+            }
+            Frame::Incomplete if closed => Err(format!(
+                "{url}: the answer ends before its body is whole ({} bytes came)",
+                raw.len()
+            )),
+            Frame::Incomplete => Ok(None),
+            Frame::Done { status: 200, .. } => Ok(Some(std::mem::take(&mut self.body))),
+            Frame::Done { .. } => {
+                let status = raw.split(|&b| b == b'\n').next().unwrap_or_default();
+                let status = status.strip_suffix(b"\r").unwrap_or(status);
+                let shown = String::from_utf8_lossy(&status[..status.len().min(200)]);
+                Err(format!("{url} answered {shown:?}"))
+            }
+            Frame::Invalid(kind) => Err(format!("{url}: {}", invalid_answer(kind))),
+        }
+    }
+}
+
+/// What an error kind of [`http1::Framer`] means, in a sentence.
+fn invalid_answer(kind: &str) -> String {
+    match kind {
+        "http_te_and_content_length" => {
+            "the answer has both Transfer-Encoding and Content-Length, \
+             a sign of response splitting (RFC 9112 §6.3): refused, as the load refuses it"
+                .to_string()
+        }
+        "http_conflicting_content_length" => {
+            "the answer has two different Content-Length values".to_string()
+        }
+        "http_bad_chunk" => "a bad chunk in the chunked body (a size that is not hexadecimal, \
+             a line over 4 KiB, or data not followed by CRLF)"
+            .to_string(),
+        "http_body_too_large" => format!(
+            "the body is over {} MiB; a metrics endpoint should answer a small JSON document",
+            MAX_METRICS_ANSWER >> 20
+        ),
+        "http_unexpected_101" => "the answer switches protocols (101)".to_string(),
+        "http_bad_response" => "the answer is not HTTP/1.x (a bad status line, header field or \
+             Content-Length, or a head over 64 KiB)"
+            .to_string(),
+        other => format!("the answer cannot be framed ({other})"),
+    }
 }
 
 /// The body of a whole answer `raw` of `url` (the bytes it sent until it closed): what a
 /// test or fuzz target feeds the reader without a socket.
 pub fn answer_body(url: &str, raw: &[u8]) -> Result<Vec<u8>, String> {
-    match parse_head(url, raw)? {
-        Some(h) => Ok(body_of(url, &h, raw, true)?.expect("a closed answer is whole or an error")),
-        None => Err(format!("{url}: the answer has no HTTP header")),
-    }
-}
-
-/// The head of the answer in `raw`, `None` while incomplete; a status other than 200, a
-/// head over 64 KiB or a bad Content-Length is an error naming the URL.
-fn parse_head(url: &str, raw: &[u8]) -> Result<Option<Head>, String> {
-    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
-        if raw.len() > MAX_METRICS_HEAD {
-            return Err(format!(
-                "{url}: the answer's head is over {} KiB",
-                MAX_METRICS_HEAD >> 10
-            ));
-        }
-        return Ok(None);
-    };
-    let head = &raw[..end];
-    let mut lines = head
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let status = lines.next().unwrap_or_default();
-    let code = status
-        .split(|&b| b == b' ')
-        .filter(|w| !w.is_empty())
-        .nth(1);
-    if code != Some(b"200".as_slice()) {
-        let shown = String::from_utf8_lossy(&status[..status.len().min(200)]);
-        return Err(format!("{url} answered {shown:?}"));
-    }
-    let mut framing = Framing::Close;
-    for line in lines {
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let (name, value) = (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
-        if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            let last = value.rsplit(|&b| b == b',').next().unwrap_or_default();
-            if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                framing = Framing::Chunked;
-            }
-        } else if name.eq_ignore_ascii_case(b"content-length") && framing != Framing::Chunked {
-            let n = std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok());
-            let Some(n) = n else {
-                let shown = String::from_utf8_lossy(&value[..value.len().min(40)]);
-                return Err(format!("{url}: bad Content-Length {shown:?}"));
-            };
-            framing = Framing::Length(n);
-        }
-    }
-    Ok(Some(Head {
-        body_at: end + 4,
-        framing,
-    }))
-}
-
-/// The body after `head` in `raw`: `None` while it may still grow (`closed` false).
-fn body_of(url: &str, head: &Head, raw: &[u8], closed: bool) -> Result<Option<Vec<u8>>, String> {
-    let body = &raw[head.body_at.min(raw.len())..];
-    match head.framing {
-        Framing::Length(n) if body.len() >= n => Ok(Some(body[..n].to_vec())),
-        Framing::Length(n) if closed => Err(format!(
-            "{url}: the body ends after {} of its {n} bytes (Content-Length)",
-            body.len()
-        )),
-        Framing::Length(_) => Ok(None),
-        Framing::Chunked => match dechunk(body) {
-            Ok(Some(b)) => Ok(Some(b)),
-            Ok(None) if closed => Err(format!(
-                "{url}: the chunked body ends before its last chunk"
-            )),
-            Ok(None) => Ok(None),
-            Err(e) => Err(format!("{url}: {e}")),
-        },
-        Framing::Close => Ok(closed.then(|| body.to_vec())),
-    }
-}
-
-/// Longest chunk-size line (with its extensions), bytes.
-const MAX_CHUNK_LINE: usize = 4096;
-
-/// The bytes of a chunked body: `None` while its last chunk has not come, an error (where
-/// and what) for a chunk size that is not hexadecimal or data not followed by CRLF. Bytes,
-/// not text: a chunk may end inside a UTF-8 character.
-pub fn dechunk(body: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    let line_end = |at: usize| body[at..].windows(2).position(|w| w == b"\r\n");
-    let mut out = Vec::new();
-    let mut at = 0;
-    loop {
-        let Some(eol) = line_end(at) else {
-            if body.len() - at > MAX_CHUNK_LINE {
-                return Err(format!(
-                    "a chunk-size line at byte {at} is over {MAX_CHUNK_LINE} bytes"
-                ));
-            }
-            return Ok(None);
-        };
-        let line = &body[at..at + eol];
-        let size = line
-            .split(|&b| b == b';')
-            .next()
-            .unwrap_or_default()
-            .trim_ascii();
-        let n = (!size.is_empty() && size.len() <= 15 && size.iter().all(u8::is_ascii_hexdigit))
-            .then(|| usize::from_str_radix(std::str::from_utf8(size).expect("hex digits"), 16).ok())
-            .flatten();
-        let Some(n) = n else {
-            let shown = line[..line.len().min(40)].escape_ascii();
-            return Err(format!(
-                "bad chunk size \"{shown}\" at byte {at} of the body"
-            ));
-        };
-        at += eol + 2;
-        if n == 0 {
-            // Trailer fields, then the empty line that ends the body.
-            loop {
-                let Some(eol) = line_end(at) else {
-                    return Ok(None);
-                };
-                if eol == 0 {
-                    return Ok(Some(out));
-                }
-                at += eol + 2;
-            }
-        }
-        if n > MAX_METRICS_ANSWER - out.len() {
-            return Err(format!(
-                "the chunked body is over {} MiB",
-                MAX_METRICS_ANSWER >> 20
-            ));
-        }
-        if body.len() - at < n + 2 {
-            return Ok(None);
-        }
-        if &body[at + n..at + n + 2] != b"\r\n" {
-            return Err(format!(
-                "the chunk at byte {at} of the body is not followed by CRLF"
-            ));
-        }
-        out.extend_from_slice(&body[at..at + n]);
-        at += n + 2;
-    }
+    let body = Answer::new(url).take(raw, true)?;
+    Ok(body.expect("at the close an answer is whole or an error"))
 }
 
 /// Every numeric leaf of a JSON value as `a.b.c = x` pairs (for the report).
@@ -767,7 +668,9 @@ mod tests {
 
     #[test]
     fn chunked_bodies_are_joined_as_bytes() {
-        let whole = |b: &[u8]| dechunk(b).unwrap().unwrap();
+        let url = "http://127.0.0.1:9/m";
+        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let whole = |b: &[u8]| answer_body(url, &[&head[..], b].concat()).unwrap();
         assert_eq!(whole(b"3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n"), b"{\"a\":1}");
         // A chunk boundary inside a two-byte character, extensions and trailers.
         let split = "{\"\u{e9}\":1}".as_bytes();
@@ -778,7 +681,8 @@ mod tests {
         body.extend_from_slice(b"\r\n0\r\nX-T: 1\r\n\r\n");
         assert_eq!(whole(&body), split);
         for cut in 0..body.len() {
-            assert_eq!(dechunk(&body[..cut]), Ok(None), "{cut}");
+            let e = answer_body(url, &[&head[..], &body[..cut]].concat()).unwrap_err();
+            assert!(e.contains("ends before its body is whole"), "{cut}: {e}");
         }
     }
 
@@ -788,24 +692,63 @@ mod tests {
         let answer = |rest: &str| answer_body(url, format!("HTTP/1.1 200 OK\r\n{rest}").as_bytes());
         let e = answer("Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nzz\r\nab\r\n0\r\n\r\n")
             .unwrap_err();
-        assert!(
-            e.starts_with(url) && e.contains("bad chunk size \"zz\" at byte 7"),
-            "{e}"
-        );
+        assert!(e.starts_with(url) && e.contains("a bad chunk"), "{e}");
         let e = answer("Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n").unwrap_err();
-        assert!(e.contains("ends before its last chunk"), "{e}");
+        assert!(e.contains("ends before its body is whole"), "{e}");
         let e = answer("Transfer-Encoding: chunked\r\n\r\n2\r\n{}xx0\r\n\r\n").unwrap_err();
-        assert!(e.contains("not followed by CRLF"), "{e}");
+        assert!(e.contains("a bad chunk"), "{e}");
         let e = answer("Content-Length: 10\r\n\r\n{}").unwrap_err();
-        assert!(e.contains("ends after 2 of its 10 bytes"), "{e}");
+        assert!(e.contains("ends before its body is whole"), "{e}");
         assert_eq!(answer("Content-Length: 2\r\n\r\n{}tail").unwrap(), b"{}");
         assert_eq!(answer("\r\n{}").unwrap(), b"{}");
+        let e = answer("Content-Length: x\r\n\r\n{}").unwrap_err();
+        assert!(e.contains("not HTTP/1.x"), "{e}");
         let e = answer_body(url, b"HTTP/1.1 500 Oops\r\n\r\n").unwrap_err();
         assert!(e.contains("answered \"HTTP/1.1 500 Oops\""), "{e}");
+        let e = answer_body(url, b"HTTP/1.1 200 OK\r\nX: y").unwrap_err();
+        assert!(e.contains("no HTTP header"), "{e}");
         let huge = format!(
             "Transfer-Encoding: chunked\r\n\r\n{:x}\r\n",
             MAX_METRICS_ANSWER + 1
         );
         assert!(answer(&huge).unwrap_err().contains("over 16 MiB"));
+    }
+
+    /// Both framings at once: the load refuses such a reply (`http_te_and_content_length`);
+    /// the metrics reader used to pick the chunks and go on.
+    const TE_AND_CL: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\
+        Content-Length: 15\r\n\r\n7\r\n{\"a\":1}\r\n0\r\n\r\n";
+
+    #[test]
+    fn an_answer_with_transfer_encoding_and_content_length_is_refused_as_the_load_refuses_it() {
+        let url = "http://127.0.0.1:9/m";
+        let e = answer_body(url, TE_AND_CL).unwrap_err();
+        assert!(
+            e.starts_with(url) && e.contains("both Transfer-Encoding and Content-Length"),
+            "{e}"
+        );
+        // The load's connections frame with the same parser.
+        assert_eq!(
+            http1::parse_response(TE_AND_CL),
+            Frame::Invalid("http_te_and_content_length")
+        );
+    }
+
+    #[test]
+    fn a_metrics_url_answering_with_both_framings_is_an_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut request = [0u8; 1024];
+            let _ = s.read(&mut request);
+            s.write_all(TE_AND_CL).unwrap();
+        });
+        let e = http_get_json(&url).unwrap_err();
+        server.join().unwrap();
+        assert!(
+            e.contains("both Transfer-Encoding and Content-Length"),
+            "{e}"
+        );
     }
 }

@@ -680,10 +680,7 @@ fn a_chunked_metrics_body_is_read_as_bytes_and_its_framing_checked() {
         .to_vec();
     let url = raw_endpoint(bad);
     let e = read_url(&url).unwrap_err();
-    assert!(
-        e.contains(&url) && e.contains("bad chunk size \"nine\""),
-        "{e}"
-    );
+    assert!(e.contains(&url) && e.contains("a bad chunk"), "{e}");
 }
 
 #[test]

@@ -1,14 +1,44 @@
 //! HTTP/1.1 keep-alive requests and response framing.
 //!
 //! The request is encoded once per connection and reused. Responses are framed as RFC 9112
-//! says (see [`framer`]); `Connection: close` (nginx sends it on every
-//! `keepalive_requests`-th response) is reported so the engine reopens the connection.
-
-mod framer;
-
-pub use framer::{parse_response, Framer};
+//! says (by [`crate::wire::http1`], the one HTTP/1.1 reply parser, which the target-metrics
+//! reader uses too); `Connection: close` (nginx sends it on every `keepalive_requests`-th
+//! response) is reported so the engine reopens the connection.
 
 use super::{Protocol, Reply};
+use crate::wire::http1::{self, Frame};
+
+/// One connection's reply parser: [`http1::Framer`], its frames as the engine's replies.
+#[derive(Debug, Default)]
+pub struct Framer(http1::Framer);
+
+impl Framer {
+    /// Frames the reply at the front of `buf` (see [`http1::Framer::frame`]).
+    #[inline]
+    pub fn frame(&mut self, buf: &[u8], head_request: bool) -> Reply {
+        reply(self.0.frame(buf, head_request))
+    }
+
+    /// Forgets the reply in progress (its connection was dropped).
+    pub fn reset(&mut self) {
+        self.0.reset();
+    }
+}
+
+/// A frame as the engine's reply: a status other than 2xx is an error of its class.
+#[inline]
+fn reply(frame: Frame) -> Reply {
+    match frame {
+        Frame::Incomplete => Reply::Incomplete,
+        Frame::Done { len, status, close } => Reply::Done {
+            len,
+            error: status_error(status),
+            close,
+            found: None,
+        },
+        Frame::Invalid(kind) => Reply::Invalid(kind),
+    }
+}
 
 /// An HTTP/1.1 connection's requests and response parser.
 pub struct Http {

@@ -1,6 +1,8 @@
-//! HTTP/1.1 reply framing as RFC 9112 §6 has it, kept across reads.
+//! HTTP/1.1 reply framing as RFC 9112 §6 has it, kept across reads: the one parser of HTTP/1.1
+//! replies, for the load engine's connections and for the target-metrics reader
+//! (`observe::metrics`), which takes the body too ([`Framer::frame_into`]).
 //!
-//! The engine hands the parser the bytes of the reply in progress from its first byte, longer
+//! The caller hands the parser the bytes of the reply in progress from its first byte, longer
 //! after each read, until the reply is whole. The parser remembers how far it got (where the
 //! search for the end of the head stopped, which chunk it is in), so a reply costs time in
 //! proportion to its length however many reads bring it: a chunked body used to be rescanned
@@ -10,11 +12,47 @@
 //! headers say; `1xx` interim replies (100 Continue, 103 Early Hints) come before the final
 //! one and are skipped (they count in the final reply's length); `101 Switching Protocols` is
 //! an error, since no upgrade is ever asked for; `Transfer-Encoding` with `Content-Length` is
-//! an error (a sign of response splitting, §6.3 item 3), as are two different lengths.
+//! an error (a sign of response splitting, §6.3 item 3), as are two different lengths. A
+//! body delimited by the close of the connection is an error for the load (it cannot keep
+//! the connection) and read to the close by the metrics reader ([`Framer::for_one_answer`]).
 
 use std::mem::MaybeUninit;
 
-use super::super::Reply;
+/// What [`Framer::frame`] found at the front of the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame {
+    /// Not a whole reply yet: read more.
+    Incomplete,
+    /// One whole reply of `len` bytes.
+    Done {
+        /// Bytes the reply occupies at the front of the buffer (interim replies included).
+        len: usize,
+        /// The final reply's status code.
+        status: u16,
+        /// The server closes the connection after this reply (`Connection: close`, HTTP/1.0).
+        close: bool,
+    },
+    /// The bytes cannot be a reply; names the error kind (`http_bad_chunk`, ...).
+    Invalid(&'static str),
+}
+
+/// Where [`Framer::frame_into`] puts a reply's body, piece by piece as the parser passes it.
+pub trait BodySink {
+    /// The next piece of the body (a chunk's data, or the whole body when it has a length).
+    fn take(&mut self, piece: &[u8]);
+}
+
+/// The load's sink: the body is not kept.
+impl BodySink for () {
+    #[inline(always)]
+    fn take(&mut self, _: &[u8]) {}
+}
+
+impl BodySink for Vec<u8> {
+    fn take(&mut self, piece: &[u8]) {
+        self.extend_from_slice(piece);
+    }
+}
 
 /// Largest header block accepted before the response is called garbage.
 pub(crate) const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -24,9 +62,25 @@ pub(crate) const MAX_BODY_BYTES: u64 = 256 * 1024 * 1024;
 const MAX_CHUNK_LINE_BYTES: usize = 4 * 1024;
 
 /// One connection's reply parser: where it stopped in the reply in progress.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Framer {
     state: State,
+    /// Largest body (and chunk) accepted.
+    max_body: u64,
+    /// A body without a length ends with the connection ([`Framer::for_one_answer`]);
+    /// otherwise it is the error `http_no_length`.
+    until_close: bool,
+}
+
+impl Default for Framer {
+    /// The load's framer: keep-alive replies only, bodies up to [`MAX_BODY_BYTES`].
+    fn default() -> Self {
+        Framer {
+            state: State::default(),
+            max_body: MAX_BODY_BYTES,
+            until_close: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -50,18 +104,20 @@ impl Default for State {
 /// What the final head said about the request.
 #[derive(Debug, Clone, Copy)]
 struct Final {
-    error: Option<&'static str>,
+    status: u16,
     close: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Body {
-    /// The reply ends at this offset (a length, or no body).
-    EndsAt(usize),
+    /// The body is `from..end` and the reply ends at `end` (a length, or no body).
+    EndsAt { from: usize, end: usize },
+    /// The body starts at `from` and ends with the connection ([`Framer::for_one_answer`]).
+    UntilClose { from: usize },
     /// A chunk-size line starts at `line`; no CRLF lies in `line..scanned`.
     ChunkLine { line: usize, scanned: usize },
-    /// A chunk's data and its CRLF end at `end`.
-    ChunkData { end: usize },
+    /// A chunk's data starts at `from`; it and its CRLF end at `end`.
+    ChunkData { from: usize, end: usize },
     /// After the last chunk: trailer fields from `from`, then an empty line; no end of them
     /// lies before `scanned`.
     Trailers { from: usize, scanned: usize },
@@ -78,15 +134,66 @@ struct Head {
 }
 
 impl Framer {
+    /// The metrics reader's framer: one answer on a connection the server then closes, so a
+    /// body without a length is read to the close ([`Framer::at_close`]); bodies up to
+    /// `max_body` bytes.
+    pub fn for_one_answer(max_body: u64) -> Self {
+        Framer {
+            max_body,
+            until_close: true,
+            ..Framer::default()
+        }
+    }
+
     /// Frames the reply at the front of `buf` (the same reply's bytes as the last call, maybe
     /// more, unless that call returned `Done` or `Invalid`). `head_request`: the request was
     /// HEAD, so the reply has no body.
-    pub fn frame(&mut self, buf: &[u8], head_request: bool) -> Reply {
-        let reply = self.advance(buf, head_request);
-        if !matches!(reply, Reply::Incomplete) {
+    #[inline]
+    pub fn frame(&mut self, buf: &[u8], head_request: bool) -> Frame {
+        self.frame_into(buf, head_request, &mut ())
+    }
+
+    /// The same, handing the body to `body` as the parser passes it: each piece once, in
+    /// order, over the calls that frame one reply (nothing of a reply that ends `Invalid`
+    /// is to be trusted).
+    pub fn frame_into<S: BodySink>(
+        &mut self,
+        buf: &[u8],
+        head_request: bool,
+        body: &mut S,
+    ) -> Frame {
+        let frame = self.advance(buf, head_request, body);
+        if !matches!(frame, Frame::Incomplete) {
             self.state = State::default();
         }
-        reply
+        frame
+    }
+
+    /// The peer closed after sending `buf` (all of the reply's bytes, the same as the last
+    /// call's or more): a body delimited by the close ends here; a reply still incomplete
+    /// stays `Incomplete` (cut short).
+    pub fn at_close<S: BodySink>(&mut self, buf: &[u8], head_request: bool, body: &mut S) -> Frame {
+        let frame = self.advance(buf, head_request, body);
+        if let (
+            Frame::Incomplete,
+            State::Body {
+                head,
+                body: Body::UntilClose { from },
+            },
+        ) = (frame, self.state)
+        {
+            body.take(&buf[from.min(buf.len())..]);
+            self.state = State::default();
+            return Frame::Done {
+                len: buf.len(),
+                status: head.status,
+                close: true,
+            };
+        }
+        if !matches!(frame, Frame::Incomplete) {
+            self.state = State::default();
+        }
+        frame
     }
 
     /// Forgets the reply in progress (its connection was dropped).
@@ -94,27 +201,27 @@ impl Framer {
         self.state = State::default();
     }
 
-    fn advance(&mut self, buf: &[u8], head_request: bool) -> Reply {
+    #[inline]
+    fn advance<S: BodySink>(&mut self, buf: &[u8], head_request: bool, sink: &mut S) -> Frame {
         loop {
             match self.state {
                 State::Head { start, scanned } => {
                     match self.head(buf, start, scanned, head_request) {
                         Ok(true) => {}
-                        Ok(false) => return Reply::Incomplete,
-                        Err(kind) => return Reply::Invalid(kind),
+                        Ok(false) => return Frame::Incomplete,
+                        Err(kind) => return Frame::Invalid(kind),
                     }
                 }
-                State::Body { head, body } => match self.body(buf, body) {
+                State::Body { head, body } => match self.body(buf, body, sink) {
                     Ok(Some(len)) => {
-                        return Reply::Done {
+                        return Frame::Done {
                             len,
-                            error: head.error,
+                            status: head.status,
                             close: head.close,
-                            found: None,
                         }
                     }
-                    Ok(None) => return Reply::Incomplete,
-                    Err(kind) => return Reply::Invalid(kind),
+                    Ok(None) => return Frame::Incomplete,
+                    Err(kind) => return Frame::Invalid(kind),
                 },
             }
         }
@@ -155,9 +262,9 @@ impl Framer {
             };
             return Ok(true);
         }
-        let body = body_of(&head, end, head_request)?;
+        let body = self.body_of(&head, end, head_request)?;
         let head = Final {
-            error: super::status_error(head.status),
+            status: head.status,
             close: head.close,
         };
         self.state = State::Body { head, body };
@@ -165,10 +272,22 @@ impl Framer {
     }
 
     /// The reply's length once its body is whole.
-    fn body(&mut self, buf: &[u8], mut body: Body) -> Result<Option<usize>, &'static str> {
+    fn body<S: BodySink>(
+        &mut self,
+        buf: &[u8],
+        mut body: Body,
+        sink: &mut S,
+    ) -> Result<Option<usize>, &'static str> {
         let done = loop {
             match body {
-                Body::EndsAt(end) => break (buf.len() >= end).then_some(end),
+                Body::EndsAt { from, end } => {
+                    if buf.len() < end {
+                        break None;
+                    }
+                    sink.take(&buf[from..end]);
+                    break Some(end);
+                }
+                Body::UntilClose { .. } => break None,
                 Body::ChunkLine { line, scanned } => {
                     let from = scanned.saturating_sub(1).max(line);
                     let Some(at) = memchr::memmem::find(&buf[from..], b"\r\n") else {
@@ -186,7 +305,7 @@ impl Framer {
                     if line_end - line > MAX_CHUNK_LINE_BYTES {
                         return Err("http_bad_chunk");
                     }
-                    let size = chunk_size(&buf[line..line_end])?;
+                    let size = chunk_size(&buf[line..line_end], self.max_body)?;
                     let data = line_end + 2;
                     body = if size == 0 {
                         Body::Trailers {
@@ -195,17 +314,19 @@ impl Framer {
                         }
                     } else {
                         Body::ChunkData {
+                            from: data,
                             end: data + size as usize + 2,
                         }
                     };
                 }
-                Body::ChunkData { end } => {
+                Body::ChunkData { from, end } => {
                     if buf.len() < end {
                         break None;
                     }
                     if &buf[end - 2..end] != b"\r\n" {
                         return Err("http_bad_chunk");
                     }
+                    sink.take(&buf[from..end - 2]);
                     body = Body::ChunkLine {
                         line: end,
                         scanned: end,
@@ -240,33 +361,37 @@ impl Framer {
         }
         Ok(done)
     }
+
+    /// Where the body of a final reply whose head ends at `end` ends (RFC 9112 §6.3).
+    fn body_of(&self, head: &Head, end: usize, head_request: bool) -> Result<Body, &'static str> {
+        if head.transfer.is_some() && head.length.is_some() {
+            return Err("http_te_and_content_length");
+        }
+        if head_request || head.status == 204 || head.status == 304 {
+            return Ok(Body::EndsAt { from: end, end });
+        }
+        match (head.transfer, head.length) {
+            (Some(true), _) => Ok(Body::ChunkLine {
+                line: end,
+                scanned: end,
+            }),
+            (None, Some(n)) if n > self.max_body => Err("http_body_too_large"),
+            (None, Some(n)) => Ok(Body::EndsAt {
+                from: end,
+                end: end + n as usize,
+            }),
+            (_, None) if self.until_close => Ok(Body::UntilClose { from: end }),
+            // A body delimited by the close of the connection (no length, or a transfer
+            // coding other than chunked last) cannot be reused for keep-alive.
+            _ => Err("http_no_length"),
+        }
+    }
 }
 
 /// Frames one response at the front of `buf`, from nothing (a reply to a request other than
 /// HEAD): what a new connection's parser says of these bytes.
-pub fn parse_response(buf: &[u8]) -> Reply {
+pub fn parse_response(buf: &[u8]) -> Frame {
     Framer::default().frame(buf, false)
-}
-
-/// Where the body of a final reply whose head ends at `end` ends (RFC 9112 §6.3).
-fn body_of(head: &Head, end: usize, head_request: bool) -> Result<Body, &'static str> {
-    if head.transfer.is_some() && head.length.is_some() {
-        return Err("http_te_and_content_length");
-    }
-    if head_request || head.status == 204 || head.status == 304 {
-        return Ok(Body::EndsAt(end));
-    }
-    match (head.transfer, head.length) {
-        (Some(true), _) => Ok(Body::ChunkLine {
-            line: end,
-            scanned: end,
-        }),
-        (None, Some(n)) if n > MAX_BODY_BYTES => Err("http_body_too_large"),
-        (None, Some(n)) => Ok(Body::EndsAt(end + n as usize)),
-        // A body delimited by the close of the connection (no length, or a transfer coding
-        // other than chunked last) cannot be reused for keep-alive.
-        _ => Err("http_no_length"),
-    }
 }
 
 /// Header fields of the table on the stack (uninitialised, 4 KiB: a larger one costs stack
@@ -339,7 +464,7 @@ fn read_field(head: &mut Head, name: &[u8], value: &[u8]) -> Result<(), &'static
 }
 
 /// A chunk-size line's size (RFC 9112 §7.1: hex digits, then optional `;` extensions).
-fn chunk_size(line: &[u8]) -> Result<u64, &'static str> {
+fn chunk_size(line: &[u8], max_body: u64) -> Result<u64, &'static str> {
     let digits = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
@@ -352,7 +477,7 @@ fn chunk_size(line: &[u8]) -> Result<u64, &'static str> {
         let v = (d as char).to_digit(16).unwrap_or(0);
         acc * 16 + u64::from(v)
     });
-    if size > MAX_BODY_BYTES {
+    if size > max_body {
         return Err("http_body_too_large");
     }
     Ok(size)
@@ -376,23 +501,18 @@ fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn done(len: usize, error: Option<&'static str>, close: bool) -> Reply {
-        Reply::Done {
-            len,
-            error,
-            close,
-            found: None,
-        }
+    fn done(len: usize, status: u16, close: bool) -> Frame {
+        Frame::Done { len, status, close }
     }
 
     /// Feeds `bytes` to one framer `step` bytes more at a time, as reads would bring them.
-    fn in_steps(bytes: &[u8], step: usize, head_request: bool) -> Reply {
+    fn in_steps(bytes: &[u8], step: usize, head_request: bool) -> Frame {
         let mut framer = Framer::default();
         let mut upto = 0;
         loop {
             upto = (upto + step).min(bytes.len());
             let r = framer.frame(&bytes[..upto], head_request);
-            if r != Reply::Incomplete || upto == bytes.len() {
+            if r != Frame::Incomplete || upto == bytes.len() {
                 return r;
             }
         }
@@ -401,69 +521,66 @@ mod tests {
     #[test]
     fn frames_content_length() {
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1";
-        assert_eq!(parse_response(r), done(r.len() - 8, None, false));
-        assert_eq!(parse_response(&r[..30]), Reply::Incomplete);
+        assert_eq!(parse_response(r), done(r.len() - 8, 200, false));
+        assert_eq!(parse_response(&r[..30]), Frame::Incomplete);
         assert_eq!(
             parse_response(b"HTTP/1.1 200 OK\r\nContent-Le"),
-            Reply::Incomplete
+            Frame::Incomplete
         );
         for step in [1, 2, 3, 7] {
-            assert_eq!(in_steps(r, step, false), done(r.len() - 8, None, false));
+            assert_eq!(in_steps(r, step, false), done(r.len() - 8, 200, false));
         }
     }
 
     #[test]
     fn status_and_close() {
         let r = b"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-        assert_eq!(parse_response(r), done(r.len(), Some("http_5xx"), true));
+        assert_eq!(parse_response(r), done(r.len(), 503, true));
         let r = b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n";
-        assert_eq!(parse_response(r), done(r.len(), None, true));
+        assert_eq!(parse_response(r), done(r.len(), 200, true));
         let r = b"HTTP/1.1 204 No Content\r\n\r\n";
-        assert_eq!(parse_response(r), done(r.len(), None, false));
+        assert_eq!(parse_response(r), done(r.len(), 204, false));
         let r = b"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n";
-        assert_eq!(parse_response(r), done(r.len(), None, false));
+        assert_eq!(parse_response(r), done(r.len(), 200, false));
     }
 
     #[test]
     fn replies_to_head_204_and_304_have_no_body_whatever_the_headers() {
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 612\r\n\r\nHTTP/1.1 200 OK\r\n";
         let head_len = r.len() - 17;
-        assert_eq!(
-            Framer::default().frame(r, true),
-            done(head_len, None, false)
-        );
+        assert_eq!(Framer::default().frame(r, true), done(head_len, 200, false));
         let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(Framer::default().frame(r, true), done(r.len(), None, false));
+        assert_eq!(Framer::default().frame(r, true), done(r.len(), 200, false));
         let r = b"HTTP/1.1 304 Not Modified\r\nContent-Length: 612\r\n\r\n";
-        assert_eq!(parse_response(r), done(r.len(), Some("http_3xx"), false));
+        assert_eq!(parse_response(r), done(r.len(), 304, false));
         let r = b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n";
-        assert_eq!(parse_response(r), done(r.len(), None, false));
+        assert_eq!(parse_response(r), done(r.len(), 204, false));
     }
 
     #[test]
     fn interim_replies_are_skipped_and_101_is_an_error() {
         let r = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n\
                   HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-        assert_eq!(parse_response(r), done(r.len(), None, false));
+        assert_eq!(parse_response(r), done(r.len(), 200, false));
         for step in [1, 5, 30] {
-            assert_eq!(in_steps(r, step, false), done(r.len(), None, false));
+            assert_eq!(in_steps(r, step, false), done(r.len(), 200, false));
         }
-        assert_eq!(parse_response(&r[..26]), Reply::Incomplete);
+        assert_eq!(parse_response(&r[..26]), Frame::Incomplete);
         let r = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n";
-        assert_eq!(parse_response(r), Reply::Invalid("http_unexpected_101"));
+        assert_eq!(parse_response(r), Frame::Invalid("http_unexpected_101"));
     }
 
     #[test]
     fn frames_chunked() {
         let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3;x=y\r\nabc\r\n0\r\n\r\n";
-        assert_eq!(parse_response(r), done(r.len(), None, false));
-        assert_eq!(parse_response(&r[..r.len() - 2]), Reply::Incomplete);
+        assert_eq!(parse_response(r), done(r.len(), 200, false));
+        assert_eq!(parse_response(&r[..r.len() - 2]), Frame::Incomplete);
         for step in 1..12 {
-            assert_eq!(in_steps(r, step, false), done(r.len(), None, false));
+            assert_eq!(in_steps(r, step, false), done(r.len(), 200, false));
         }
         let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\nX-T: 1\r\n\r\n";
-        assert_eq!(parse_response(r), done(r.len(), None, false));
-        assert_eq!(in_steps(r, 1, false), done(r.len(), None, false));
+        assert_eq!(parse_response(r), done(r.len(), 200, false));
+        assert_eq!(in_steps(r, 1, false), done(r.len(), 200, false));
     }
 
     #[test]
@@ -480,7 +597,7 @@ mod tests {
             assert!(
                 matches!(
                     parse_response(&r),
-                    Reply::Invalid("http_bad_chunk" | "http_body_too_large")
+                    Frame::Invalid("http_bad_chunk" | "http_body_too_large")
                 ),
                 "{:?}: {:?}",
                 String::from_utf8_lossy(body),
@@ -488,13 +605,13 @@ mod tests {
             );
         }
         let endless = [&head[..], &vec![b'1'; MAX_CHUNK_LINE_BYTES + 2][..]].concat();
-        assert_eq!(parse_response(&endless), Reply::Invalid("http_bad_chunk"));
+        assert_eq!(parse_response(&endless), Frame::Invalid("http_bad_chunk"));
         let trailer = [&b"X: "[..], &vec![b'y'; MAX_HEAD_BYTES][..], b"\r\n\r\n"].concat();
         let endless = [&head[..], b"0\r\n", &trailer[..]].concat();
-        assert_eq!(parse_response(&endless), Reply::Invalid("http_bad_chunk"));
+        assert_eq!(parse_response(&endless), Frame::Invalid("http_bad_chunk"));
         assert_eq!(
             in_steps(&endless, 1000, false),
-            Reply::Invalid("http_bad_chunk")
+            Frame::Invalid("http_bad_chunk")
         );
     }
 
@@ -504,24 +621,24 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n";
         assert_eq!(
             parse_response(r),
-            Reply::Invalid("http_te_and_content_length")
+            Frame::Invalid("http_te_and_content_length")
         );
         let r =
             b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
         assert_eq!(
             parse_response(r),
-            Reply::Invalid("http_te_and_content_length")
+            Frame::Invalid("http_te_and_content_length")
         );
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd";
         assert_eq!(
             parse_response(r),
-            Reply::Invalid("http_conflicting_content_length")
+            Frame::Invalid("http_conflicting_content_length")
         );
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc";
-        assert_eq!(parse_response(r), done(r.len(), None, false));
+        assert_eq!(parse_response(r), done(r.len(), 200, false));
         // Chunked not last: the body would end with the connection.
         let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n";
-        assert_eq!(parse_response(r), Reply::Invalid("http_no_length"));
+        assert_eq!(parse_response(r), Frame::Invalid("http_no_length"));
     }
 
     #[test]
@@ -531,30 +648,30 @@ mod tests {
             r.extend_from_slice(format!("X-{i}: y\r\n").as_bytes());
         }
         r.extend_from_slice(b"Content-Length: 2\r\n\r\nok");
-        assert_eq!(parse_response(&r), done(r.len(), None, false));
+        assert_eq!(parse_response(&r), done(r.len(), 200, false));
         let folded = b"HTTP/1.1 200 OK\r\nX-A: a\r\n  b\r\nContent-Length: 0\r\n\r\n";
-        assert_eq!(parse_response(folded), done(folded.len(), None, false));
+        assert_eq!(parse_response(folded), done(folded.len(), 200, false));
         // A folded Content-Length is still read (its value is "2 2" unfolded): not a length.
         let folded = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n 2\r\n\r\nok";
-        assert_eq!(parse_response(folded), Reply::Invalid("http_bad_response"));
+        assert_eq!(parse_response(folded), Frame::Invalid("http_bad_response"));
     }
 
     #[test]
     fn garbage_and_hostile_lengths() {
         assert_eq!(
             parse_response(b"SSH-2.0-x\r\n\r\n"),
-            Reply::Invalid("http_bad_response")
+            Frame::Invalid("http_bad_response")
         );
         assert_eq!(
             parse_response(b"HTTP/1.1 099 x\r\n\r\n"),
-            Reply::Invalid("http_bad_response")
+            Frame::Invalid("http_bad_response")
         );
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 4294967296\r\n\r\n";
-        assert_eq!(parse_response(r), Reply::Invalid("http_body_too_large"));
+        assert_eq!(parse_response(r), Frame::Invalid("http_body_too_large"));
         let long = vec![b'a'; MAX_HEAD_BYTES + 1];
-        assert_eq!(parse_response(&long), Reply::Invalid("http_bad_response"));
+        assert_eq!(parse_response(&long), Frame::Invalid("http_bad_response"));
         let r = b"HTTP/1.1 200 OK\r\nServer: x\r\n\r\nbody";
-        assert_eq!(parse_response(r), Reply::Invalid("http_no_length"));
+        assert_eq!(parse_response(r), Frame::Invalid("http_no_length"));
     }
 
     #[test]
@@ -568,11 +685,66 @@ mod tests {
         }
         r.extend_from_slice(b"0\r\n\r\n");
         let started = std::time::Instant::now();
-        assert_eq!(in_steps(&r, 1024, false), done(r.len(), None, false));
+        assert_eq!(in_steps(&r, 1024, false), done(r.len(), 200, false));
         assert!(
             started.elapsed() < std::time::Duration::from_secs(20),
             "{:?}",
             started.elapsed()
+        );
+    }
+
+    /// Frames `bytes` as one answer read `step` bytes more at a time until the peer closed,
+    /// collecting the body.
+    fn answer(bytes: &[u8], step: usize) -> (Frame, Vec<u8>) {
+        let mut framer = Framer::for_one_answer(1 << 20);
+        let mut body = Vec::new();
+        let mut upto = 0;
+        while upto < bytes.len() {
+            upto = (upto + step).min(bytes.len());
+            let f = framer.frame_into(&bytes[..upto], false, &mut body);
+            if f != Frame::Incomplete {
+                return (f, body);
+            }
+        }
+        (framer.at_close(bytes, false, &mut body), body)
+    }
+
+    #[test]
+    fn the_body_is_handed_over_whole_however_the_reads_cut_it() {
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                        3;x=y\r\n{\"a\r\n4\r\n\":1}\r\n0\r\nX-T: 1\r\n\r\n";
+        let length = b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n{\"a\":1}";
+        let to_close = b"HTTP/1.0 200 OK\r\n\r\n{\"a\":1}";
+        for step in 1..20 {
+            for r in [&chunked[..], length, to_close] {
+                let (f, body) = answer(r, step);
+                assert!(matches!(f, Frame::Done { len, status: 200, .. } if len == r.len()));
+                assert_eq!(
+                    body,
+                    b"{\"a\":1}",
+                    "{step} {:?}",
+                    String::from_utf8_lossy(r)
+                );
+            }
+        }
+        // Cut short: still incomplete at the close.
+        assert_eq!(
+            answer(&chunked[..chunked.len() - 2], 7).0,
+            Frame::Incomplete
+        );
+        assert_eq!(answer(&length[..length.len() - 1], 7).0, Frame::Incomplete);
+    }
+
+    #[test]
+    fn an_answer_framer_applies_its_body_limit_and_the_same_rules() {
+        let r = b"HTTP/1.1 200 OK\r\nContent-Length: 1048577\r\n\r\n";
+        assert_eq!(answer(r, 100).0, Frame::Invalid("http_body_too_large"));
+        let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n100001\r\n";
+        assert_eq!(answer(r, 100).0, Frame::Invalid("http_body_too_large"));
+        let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n";
+        assert_eq!(
+            answer(r, 100).0,
+            Frame::Invalid("http_te_and_content_length")
         );
     }
 }
