@@ -45,7 +45,14 @@ http {
     scgi_temp_path tmp/scgi;
     server {
         listen 10.233.33.2:$2;
-        location = /64k { root html; default_type application/octet-stream; limit_rate $4; }
+        # limit_rate acts between writes: 16 KiB writes without sendfile let it pace a 64 KiB reply.
+        location = /64k {
+            root html;
+            default_type application/octet-stream;
+            sendfile off;
+            output_buffers 1 16k;
+            limit_rate $4;
+        }
     }
 }
 CONF
