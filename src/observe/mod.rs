@@ -215,7 +215,7 @@ impl Observer {
     fn finish_io(
         &mut self,
         window_s: f64,
-        blkio_seen: BTreeMap<(i32, i32), (u64, u64)>,
+        blkio_seen: sockets::BlkioSeen,
         notes: &mut Vec<String>,
     ) -> (
         Option<crate::record::use_io::LinkUse>,

@@ -148,12 +148,14 @@ pub struct SocketWatch {
     handle: JoinHandle<Watched>,
 }
 
+/// Each task's block-I/O delay in ticks at its first and last samples, by (pid, tid).
+pub type BlkioSeen = std::collections::BTreeMap<(i32, i32), (u64, u64)>;
+
 /// What the sampling thread saw.
 #[derive(Debug, Default)]
 struct Watched {
     samples: Vec<Sample>,
-    /// Each task's block-I/O delay in ticks at its first and last samples, by (pid, tid).
-    blkio_ticks: std::collections::BTreeMap<(i32, i32), (u64, u64)>,
+    blkio_ticks: BlkioSeen,
     cpu_s: f64,
 }
 
@@ -203,13 +205,7 @@ impl SocketWatch {
 
     /// Stops sampling: the window's figures (None when no sample was taken), each task's
     /// block-I/O delay at its first and last samples, and the CPU the sampling used, in seconds.
-    pub fn finish(
-        self,
-    ) -> (
-        Option<SocketQueues>,
-        std::collections::BTreeMap<(i32, i32), (u64, u64)>,
-        f64,
-    ) {
+    pub fn finish(self) -> (Option<SocketQueues>, BlkioSeen, f64) {
         let _ = self.stop.send(());
         let seen = self.handle.join().unwrap_or_default();
         (summarise(&seen.samples), seen.blkio_ticks, seen.cpu_s)
