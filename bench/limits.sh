@@ -31,7 +31,7 @@ command -v python3 >/dev/null || die "needs python3 (to read the run's JSON)"
 CASES=(
     "limits-workers|concurrency: gunicorn, 2 sync workers, 5 ms per request|ss during the run: the most requests seen waiting (Recv-Q > 0 on gunicorn's connections + its accept queue)|confirm_ss_gunicorn"
     "limits-link|network: nginx 64 KiB replies through tbf 200 Mbit/s|the qdisc's own counters (tc -s qdisc) at the run's end|confirm_qdisc"
-    "limits-disk|disk: PostgreSQL synchronous commits, writes throttled to 2 MiB/s|pg_stat_activity at the last level (backends waiting on WALSync/WALWrite) and the cgroup's written bytes|confirm_pg_wal"
+    "limits-disk|disk: PostgreSQL synchronous commits, writes throttled to 2 MiB/s|pg_stat_activity at the last level: backends waiting on WALSync/WALWrite|confirm_pg_wal"
     "limits-contention|contention: PostgreSQL row lock|pg_stat_activity at the last level: backends waiting for a lock|confirm_pg_locks"
     "limits-coherency|coherency: PostgreSQL row lock held across round trips|pg_stat_activity at the last level: backends waiting for a lock|confirm_pg_locks"
     "limits-redis|one_thread: redis's main thread|by construction (redis executes commands on one thread)|confirm_none"
@@ -102,7 +102,7 @@ PY
     esac
 }
 
-# pg-sync-commit.sh's sampler at the last step, and the cgroup's written bytes.
+# pg-sync-commit.sh's sampler at the last step.
 confirm_pg_wal() {
     [ "$1" = end ] || return 0
     python3 - "$2/steps.jsonl" <<'PY'
@@ -114,10 +114,6 @@ n = m.get("samples") or 0
 wal = m.get("wal_waiting", 0) / n if n else float("nan")
 print(f"pg_stat_activity: {wal:.1f} backends waiting on the WAL flush at {top['clients']} clients")
 PY
-    if [ -f /sys/fs/cgroup/blkio/sb-disk/blkio.throttle.io_service_bytes_recursive ]; then
-        awk '$2 == "Write" {printf "; the cgroup wrote %.1f MB\n", $3 / 1e6; exit}' \
-            /sys/fs/cgroup/blkio/sb-disk/blkio.throttle.io_service_bytes_recursive
-    fi
 }
 
 # pg-hot-row.sh's sampler at the last step: backends waiting for the row lock.

@@ -31,6 +31,14 @@ as_pg="setpriv --reuid=postgres --regid=postgres --init-groups"
 rm -rf "$out"
 mkdir -p "$out"
 chmod 777 "$out"
+# A run directory only root can reach (a clone in /root, a `mktemp -d`): the cluster goes to a
+# directory of its own that user postgres can reach, removed when this shell ends.
+if ! $as_pg test -x "$out"; then
+    out=$(mktemp -d /var/tmp/stairbench-pg.XXXXXX)
+    chmod 777 "$out"
+    trap 'rm -rf "$out"' EXIT
+    trap 'exit 0' INT TERM
+fi
 # The whole disk holding OUT_DIR (a throttle applies to disks, not partitions).
 dev=$(findmnt -no MAJ:MIN -T "$out" | tr -d ' ')
 case "$dev" in

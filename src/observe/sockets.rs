@@ -36,7 +36,8 @@ const ESTABLISHED: u8 = 0x01;
 pub struct TcpLine {
     /// The TCP state (0x0A listening, 0x01 established, ...).
     pub state: u8,
-    /// Send queue: unacknowledged bytes; for a listening socket, its backlog limit.
+    /// Send queue: unsent and unacknowledged bytes; for a listening socket, its backlog limit
+    /// from sock_diag (/proc/net/tcp gives 0 there).
     pub tx_queue: u64,
     /// Receive queue: unread bytes; for a listening socket, its accept queue's length.
     pub rx_queue: u64,
@@ -105,7 +106,9 @@ pub fn sample(lines: &[TcpLine], inodes: &BTreeSet<u64>) -> Sample {
         match l.state {
             LISTEN => {
                 s.accept_queue += l.rx_queue;
-                s.backlog = s.backlog.max(Some(l.tx_queue));
+                if l.tx_queue > 0 {
+                    s.backlog = s.backlog.max(Some(l.tx_queue));
+                }
             }
             ESTABLISHED => {
                 s.connections += 1;
@@ -471,11 +474,13 @@ mod tests {
         let diag = Source::open(root, &[me]);
         assert!(matches!(diag, Source::Diag(_)), "sock_diag refused");
         for source in [diag, Source::Proc] {
+            let diag = matches!(source, Source::Diag(_));
             let s = sample_now(root, me, &[me], &source).unwrap();
             // The client's connection waits in the accept queue; the client's own end is ours.
             assert!(s.accept_queue >= 1, "{s:?}");
-            assert!(s.backlog.is_some_and(|b| b >= 1), "{s:?}");
             assert!(s.connections >= 1, "{s:?}");
+            // Only sock_diag tells a listening socket's backlog.
+            assert_eq!(s.backlog.is_some(), diag, "{s:?}");
         }
     }
 }

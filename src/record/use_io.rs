@@ -26,7 +26,8 @@ pub struct SocketQueues {
     pub accept_queue_mean: f64,
     /// Longest accept queue seen in a sample.
     pub accept_queue_max: u64,
-    /// The largest accept-queue limit (listen backlog) of the server's listen sockets.
+    /// The largest accept-queue limit (listen backlog) of the server's listen sockets (from
+    /// sock_diag; None when the sockets were read from /proc, which does not give it).
     pub accept_backlog: Option<u64>,
     /// Mean requests waiting inside the server: connections with unread bytes plus the
     /// accept queues.
