@@ -153,6 +153,10 @@ impl Runner<'_> {
             Ok((load, capture)) => fill_record(&mut rec, load, capture),
             Err(why) => rec.reason = Some(why),
         }
+        for advice in rec.jvms.iter().flat_map(|j| &j.advice) {
+            self.progress
+                .note(&format!("{} / {placement}: {advice}", target.name));
+        }
         if let Some(why) = server.as_mut().and_then(|s| s.died()) {
             rec.ok = false;
             rec.reason = Some(format!("the server died during the profile pass: {why}"));
@@ -342,7 +346,8 @@ mod tests {
             ..crate::record::load::LoadReport::default()
         });
         s.server_cpus = "0".into();
-        s.server = serde_json::json!({ "server_cpus_busy_pct": cpu_pct });
+        let server = serde_json::json!({ "server_cpus_busy_pct": cpu_pct });
+        s.server = serde_json::from_value(server).unwrap();
         s
     }
 
