@@ -502,11 +502,13 @@ fn diagnose_io(shape: &[S], io: impl Fn(usize) -> serde_json::Value) -> Diagnosi
         .enumerate()
         .map(|(i, s)| {
             let mut r = step(s);
-            if let (Some(server), serde_json::Value::Object(extra)) =
-                (r.server.as_object_mut(), io(i))
+            let mut server = serde_json::to_value(&r.server).unwrap();
+            if let (Some(figures), serde_json::Value::Object(extra)) =
+                (server.as_object_mut(), io(i))
             {
-                server.extend(extra);
+                figures.extend(extra);
             }
+            r.server = serde_json::from_value(server).unwrap();
             r
         })
         .collect();
