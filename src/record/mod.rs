@@ -15,3 +15,4 @@ pub mod profiles;
 pub mod rundir;
 pub mod steps;
 pub mod use_cpu;
+pub mod use_io;

@@ -115,6 +115,9 @@ fn recorded_observation(tree_after: &TreeSample, perf_csv: &str) -> Observation 
         notes: Vec::new(),
         cgroup_cpu: None,
         neighbours: None,
+        sockets: None,
+        link: None,
+        disk: None,
     }
 }
 

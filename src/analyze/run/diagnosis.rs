@@ -48,6 +48,13 @@ pub enum Limit {
     Coherency,
     /// More runnable server threads than CPUs: run-queue wait per request grew.
     Oversubscription,
+    /// The server holds a fixed number of requests at once: the rest wait unread in its
+    /// sockets while its CPUs idle.
+    Concurrency,
+    /// The link carrying the traffic is near its capacity.
+    Network,
+    /// The server waits on its storage.
+    Disk,
     /// Neither side busy, flat throughput, latency growing as Little's law predicts.
     Outside,
     /// A cgroup's CPU quota throttled the server (or its cgroup cpuset held fewer CPUs than
@@ -139,6 +146,8 @@ struct Level {
     noisy: bool,
     /// The quota, the cgroup cpuset and the neighbours.
     cpu: limits_cpu::CpuLevel,
+    /// Sockets, link and disk (limits_io.rs).
+    io: limits_io::IoLevel,
 }
 
 /// Diagnoses a series from its analysis and its ok steps.
@@ -370,7 +379,7 @@ type Rule = fn(&Ctx) -> Option<Found>;
 /// threads makes a cpuset look busy; a saturated single thread is the limit even when
 /// throughput then falls (noise, or that thread doing more per request); a fall after the
 /// peak is the most specific of the rest.
-const RULES: [Rule; 9] = [
+const RULES: [Rule; 12] = [
     client,
     limits_cpu::quota,
     limits_cpu::neighbour,
@@ -379,6 +388,9 @@ const RULES: [Rule; 9] = [
     coherency,
     server_cpu,
     contention,
+    limits_io::concurrency,
+    limits_io::network,
+    limits_io::disk,
     outside,
 ];
 
@@ -462,6 +474,10 @@ fn client(c: &Ctx) -> Option<Found> {
                 next: "give the load generator more CPUs or threads (or another machine) and run again".into(),
             });
         }
+    }
+    // A link near its capacity explains fewer requests in flight than configured (issue 33).
+    if limits_io::link_busy(top) {
+        return None;
     }
     let ratio = top.little_ratio?;
     (ratio < 1.0 - 2.0 * crate::analyze::little::TOLERANCE).then(|| {
@@ -864,6 +880,7 @@ fn outside(c: &Ctx) -> Option<Found> {
         ));
         sides.push_str(&format!(", client {p:.0}% of its own"));
     }
+    evidence.extend(limits_io::ruled_out(c));
     Some(Found {
         limit: Limit::Outside,
         confidence: if c.separate_client() {
@@ -966,6 +983,7 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
         "coherency: throughput did not fall 10% below its peak",
     ));
     limits_cpu::ruled_out(c, &mut out);
+    out.extend(limits_io::ruled_out(c));
     out
 }
 
@@ -1057,6 +1075,7 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
         throughput_cv: p.throughput_rps.cv,
         noisy: p.noisy,
         cpu: limits_cpu::cpu_level(&reps),
+        io: limits_io::io_level(&observed, p.throughput_rps.mean),
     }
 }
 
@@ -1097,6 +1116,8 @@ pub use profile::ProfileEvidence;
 
 #[path = "limits_cpu.rs"]
 mod limits_cpu;
+#[path = "limits_io.rs"]
+mod limits_io;
 
 #[path = "diagnosis_wakeup.rs"]
 mod wakeup;
