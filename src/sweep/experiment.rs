@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use super::plan::Point;
 use super::plan::{ClientPlan, Plan};
 use super::progress::Progress;
-use super::runner::{step_id, RunSummary, Runner};
+use super::runner::{step_id, RunEnd, RunSummary, Runner};
 use crate::fleet::driver::{CommandDriver, Driver, EngineDriver};
 use crate::fleet::server::{Launcher, ProcessLauncher};
 use crate::observe::step::FullObserver;
@@ -270,11 +270,14 @@ fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
 /// (`cli::run::write_reports`), so the sweep never imports the report module.
 pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
     let mut notes = summary.findings.clone();
-    if summary.interrupted {
-        notes.push("The run was interrupted; the steps above are those that finished.".into());
-    }
-    if summary.stopped_on_failure {
-        notes.push("The run stopped at a failed step (on_failure = \"stop\").".into());
+    match summary.end {
+        RunEnd::Interrupted => {
+            notes.push("The run was interrupted; the steps above are those that finished.".into())
+        }
+        RunEnd::StoppedOnFailure => {
+            notes.push("The run stopped at a failed step (on_failure = \"stop\").".into())
+        }
+        _ => {}
     }
     let write = |name: &str, text: String| {
         dir.write_file(name, &text)

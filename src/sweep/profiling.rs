@@ -101,7 +101,7 @@ impl Runner<'_> {
         let mut passes = Vec::new();
         for choice in &choices {
             if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
-                summary.interrupted = true;
+                summary.end = super::runner::RunEnd::Interrupted;
                 return Ok(());
             }
             let record = match log.earlier_pass(&choice.step) {

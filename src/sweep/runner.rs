@@ -4,6 +4,7 @@
 //! tested with fakes.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -28,16 +29,26 @@ use crate::record::steps::{now_unix_s, ErrorKind, StepResult, StepStatus};
 pub struct RunSummary {
     /// Every step of the run directory (resumed ones included), in order.
     pub steps: Vec<StepResult>,
-    /// Ctrl-C (or SIGTERM) ended it.
-    pub interrupted: bool,
-    /// A failure ended it (`on_failure = "stop"`).
-    pub stopped_on_failure: bool,
-    /// A breached `abort = true` threshold ended it: why.
-    pub threshold_abort: Option<String>,
-    /// The hosts went away for good (the Slurm allocation it ran in ended): why.
-    pub hosts_gone: Option<String>,
+    /// How it ended.
+    pub end: RunEnd,
     /// Lines worth reporting (rate-search results, early stops).
     pub findings: Vec<String>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Every planned step ran (skipped ones included).
+    #[default]
+    Completed,
+    /// Ctrl-C (or SIGTERM) ended it.
+    Interrupted,
+    /// A failed step ended it (`on_failure = "stop"`).
+    StoppedOnFailure,
+    /// A breached `abort = true` threshold ended it: why.
+    ThresholdAbort(String),
+    /// The hosts went away for good (the Slurm allocation it ran in ended): why.
+    HostsGone(String),
 }
 
 /// The step loop and its collaborators.
@@ -282,8 +293,11 @@ impl Runner<'_> {
             // Its server started with its first point: the ETA counts no start for it after.
             run.at.series_started = series_started + 1;
             match reps {
-                Some(reps) => self.after_point(&mut series, point, &reps, &mut run.summary),
-                None => {
+                ControlFlow::Continue(reps) => {
+                    self.after_point(&mut series, point, &reps, &mut run.summary)
+                }
+                ControlFlow::Break(end) => {
+                    run.summary.end = end;
                     end_run = true;
                     break;
                 }
@@ -308,14 +322,14 @@ impl Runner<'_> {
         Ok(end_run)
     }
 
-    /// Runs a point's repetitions, each recorded as it ends; None when the run must end
-    /// (Ctrl-C, or a failure under `on_failure = "stop"`).
+    /// Runs a point's repetitions, each recorded as it ends; Break with how the run ends when
+    /// it must end there (Ctrl-C, a failure under `on_failure = "stop"`, ...).
     fn run_point(
         &mut self,
         series: &mut SeriesRun,
         point: Point,
         run: &mut RunState,
-    ) -> Result<Option<Vec<StepResult>>, String> {
+    ) -> Result<ControlFlow<RunEnd, Vec<StepResult>>, String> {
         let mut reps = Vec::new();
         run.at.runs_of_step = 0;
         for rep in 0..self.plan.repetitions.max_runs() {
@@ -323,8 +337,8 @@ impl Runner<'_> {
                 break;
             }
             run.at.runs_of_step = rep;
-            if self.interrupted(&mut run.summary) {
-                return Ok(None);
+            if self.interrupted(&run.summary) {
+                return Ok(ControlFlow::Break(RunEnd::Interrupted));
             }
             let key = StepKey::new(series.target, series.placement, point, rep);
             if let Some(prev) = run.done.get(&key.id) {
@@ -346,8 +360,8 @@ impl Runner<'_> {
                 self.note(&mut run.summary, note);
             }
             // A step cut short by Ctrl-C is not recorded: --resume runs it again.
-            if self.interrupted(&mut run.summary) {
-                return Ok(None);
+            if self.interrupted(&run.summary) {
+                return Ok(ControlFlow::Break(RunEnd::Interrupted));
             }
             // Nor is one whose files could not be written: the next would fail alike.
             if step.error_kind == Some(ErrorKind::Io) {
@@ -364,19 +378,16 @@ impl Runner<'_> {
             let abort = thresholds::abort_reason(&self.plan.thresholds, &step);
             reps.push(step);
             if failed && self.plan.on_failure == OnFailure::Stop {
-                run.summary.stopped_on_failure = true;
-                return Ok(None);
+                return Ok(ControlFlow::Break(RunEnd::StoppedOnFailure));
             }
             if let Some(why) = gone {
                 let line = format!("{why}: the run stopped there, its later steps were not run");
                 self.note(&mut run.summary, line);
-                run.summary.hosts_gone = Some(why);
-                return Ok(None);
+                return Ok(ControlFlow::Break(RunEnd::HostsGone(why)));
             }
             if let Some(why) = abort {
                 self.note(&mut run.summary, why.clone());
-                run.summary.threshold_abort = Some(why);
-                return Ok(None);
+                return Ok(ControlFlow::Break(RunEnd::ThresholdAbort(why)));
             }
             if series.saturated.is_none() && !self.plan.cooldown.is_zero() {
                 self.sleep(self.plan.cooldown);
@@ -384,7 +395,7 @@ impl Runner<'_> {
         }
         run.at.steps += 1;
         run.at.runs += reps.len();
-        Ok(Some(reps))
+        Ok(ControlFlow::Continue(reps))
     }
 
     /// The progress line's position at repetition `rep` (from 0) of the current step.
@@ -415,11 +426,9 @@ impl Runner<'_> {
         )
     }
 
-    /// True (and the summary says so) once Ctrl-C has been pressed.
-    fn interrupted(&self, summary: &mut RunSummary) -> bool {
-        let stopped = self.stop.load(Ordering::Relaxed);
-        summary.interrupted |= stopped;
-        stopped
+    /// True once Ctrl-C has been pressed (or a profile pass saw it).
+    fn interrupted(&self, summary: &RunSummary) -> bool {
+        self.stop.load(Ordering::Relaxed) || summary.end == RunEnd::Interrupted
     }
 
     /// Appends a finished step to steps.jsonl (on disk before the next starts) and shows it.
