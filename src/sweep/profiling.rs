@@ -182,7 +182,8 @@ impl Runner<'_> {
         if let Some(mut old) = server.take() {
             old.stop();
         }
-        let s = self.launcher.launch(target, cpus, clients, self.stop)?;
+        let s =
+            (self.launcher.launch(target, cpus, clients, self.stop)).map_err(|e| e.to_string())?;
         *server = Some(s);
         *server_cpus = Some(cpus.server.clone());
         Ok(())

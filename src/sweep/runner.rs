@@ -627,10 +627,10 @@ impl Runner<'_> {
                     series.server_cpus = Some(cpus.server.clone());
                 }
                 // A server already running may answer again at the next step.
-                Err(why) if running => return Err(StepError::Launch(why)),
+                Err(why) if running => return Err(why.into()),
                 Err(why) => {
-                    series.launch_failed = Some(first_line(&why));
-                    return Err(StepError::Launch(why));
+                    series.launch_failed = Some(first_line(&why.to_string()));
+                    return Err(why.into());
                 }
             }
         }
