@@ -141,6 +141,7 @@ impl Runner<'_> {
         let outcome = self
             .placements
             .cpus(placement, follow)
+            .map_err(|e| e.to_string())
             .and_then(|cpus| {
                 self.live_server(target, &cpus, choice.point.clients, server, server_cpus)?;
                 Ok(cpus)

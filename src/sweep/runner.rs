@@ -587,7 +587,8 @@ impl Runner<'_> {
             self.placements
                 .cpus_on(server_host, client_host, key.placement, follow)
         };
-        let pair = on(groups.first().and_then(Option::as_deref)).map_err(StepEnd::Skipped)?;
+        let pair = on(groups.first().and_then(Option::as_deref))
+            .map_err(|why| StepEnd::Skipped(why.to_string()))?;
         let groups = groups
             .iter()
             .map(|g| on(g.as_deref()).map(|p| p.client))

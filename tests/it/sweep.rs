@@ -1487,7 +1487,7 @@ mod policy_units {
 mod placement_units {
     use std::collections::BTreeMap;
 
-    use stairbench::placement::{CpuPair, PlacementSource, TopologyPlacements};
+    use stairbench::placement::{CpuPair, CpusError, PlacementSource, TopologyPlacements};
 
     #[test]
     fn two_cpus() {
@@ -1506,11 +1506,13 @@ mod placement_units {
                 client: vec![0, 1]
             }
         );
-        assert!(p
-            .cpus("separated", Some(2))
-            .unwrap_err()
-            .contains("needs 4 CPUs"));
-        assert!(p.cpus("nope", None).is_err());
+        let err = p.cpus("separated", Some(2)).unwrap_err();
+        assert!(matches!(err, CpusError::TooFewCpus(_)), "{err:?}");
+        assert!(err.to_string().contains("needs 4 CPUs"), "{err}");
+        assert_eq!(
+            p.cpus("nope", None).unwrap_err(),
+            CpusError::Unknown("nope".into())
+        );
     }
 }
 
