@@ -73,7 +73,7 @@ pub fn run_plan(
     };
     let result = runner.run();
     crate::process::reap_orphans();
-    let mut summary = result?;
+    let mut summary = result.map_err(|e| e.to_string())?;
     // A host that could not be set up is in the notes as well as on the console.
     let down =
         (sessions.down.iter()).map(|(name, why)| format!("host {name}: {why}; its steps fail"));

@@ -51,6 +51,20 @@ pub enum RunEnd {
     HostsGone(String),
 }
 
+/// Why a run stopped with an error (its finished steps are kept in its directory).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Its directory's steps could not be read (an earlier run's, for `--resume`).
+    #[error("{0}")]
+    Read(String),
+    /// Its directory could not be written (a full disk): what failed and how to go on.
+    #[error("{0}")]
+    Write(String),
+    /// A profile pass's record could not be written.
+    #[error("{0}")]
+    Profile(String),
+}
+
 /// The step loop and its collaborators.
 pub struct Runner<'a> {
     /// What to run.
@@ -238,10 +252,11 @@ impl<'p> SeriesRun<'p> {
 
 impl Runner<'_> {
     /// Runs every series; results already in the directory (`--resume`) are kept and skipped.
-    pub fn run(&mut self) -> Result<RunSummary, String> {
+    pub fn run(&mut self) -> Result<RunSummary, RunError> {
         let done: BTreeMap<String, StepResult> = self
             .dir
-            .steps()?
+            .steps()
+            .map_err(RunError::Read)?
             .into_iter()
             .map(|s| (s.id.clone(), s))
             .collect();
@@ -271,7 +286,7 @@ impl Runner<'_> {
                 }
             }
         }
-        let mut steps: Vec<StepResult> = self.dir.steps()?;
+        let mut steps: Vec<StepResult> = self.dir.steps().map_err(RunError::Read)?;
         steps.sort_by(|a, b| a.started_unix_s.total_cmp(&b.started_unix_s));
         run.summary.steps = steps;
         self.progress.finish();
@@ -284,7 +299,7 @@ impl Runner<'_> {
         target: &TargetPlan,
         placement: &str,
         run: &mut RunState,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RunError> {
         let mut series = SeriesRun::new(target, placement, &self.plan.series);
         let mut end_run = false;
         let series_started = run.at.series_started;
@@ -313,7 +328,8 @@ impl Runner<'_> {
                 &mut series.server,
                 &mut series.server_cpus,
                 &mut run.summary,
-            )?;
+            )
+            .map_err(RunError::Profile)?;
         }
         series.stop_server();
         for note in series.take_stop_notes() {
@@ -329,7 +345,7 @@ impl Runner<'_> {
         series: &mut SeriesRun,
         point: Point,
         run: &mut RunState,
-    ) -> Result<ControlFlow<RunEnd, Vec<StepResult>>, String> {
+    ) -> Result<ControlFlow<RunEnd, Vec<StepResult>>, RunError> {
         let mut reps = Vec::new();
         run.at.runs_of_step = 0;
         for rep in 0..self.plan.repetitions.max_runs() {
@@ -418,12 +434,12 @@ impl Runner<'_> {
 
     /// The error that ends a run whose directory cannot be written (a full disk): what
     /// failed, and how to go on once there is room.
-    fn cannot_write(&self, what: &str) -> String {
-        format!(
+    fn cannot_write(&self, what: &str) -> RunError {
+        RunError::Write(format!(
             "{what}; the run stopped, its finished steps are in {}: free space, then continue with `stairbench run --resume {}`",
             self.dir.path.join("steps.jsonl").display(),
             self.dir.path.display()
-        )
+        ))
     }
 
     /// True once Ctrl-C has been pressed (or a profile pass saw it).
@@ -432,7 +448,7 @@ impl Runner<'_> {
     }
 
     /// Appends a finished step to steps.jsonl (on disk before the next starts) and shows it.
-    fn record(&mut self, step: &StepResult, run: &mut RunState) -> Result<(), String> {
+    fn record(&mut self, step: &StepResult, run: &mut RunState) -> Result<(), RunError> {
         self.dir
             .append(step)
             .map_err(|e| self.cannot_write(&format!("writing steps.jsonl: {e}")))?;
