@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::peak::{level_within_noise, levels_text, NOISE_FRACTION};
+use super::peak::{clients_text, level_within_noise, levels_text, NOISE_FRACTION};
 use super::{LittleRow, LoadPoint, SeriesAnalysis};
 use crate::record::observed::{Observation, PerRequest};
 use crate::record::steps::StepResult;
@@ -48,6 +48,13 @@ pub enum Limit {
     Coherency,
     /// More runnable server threads than CPUs: run-queue wait per request grew.
     Oversubscription,
+    /// The server holds a fixed number of requests at once: the rest wait unread in its
+    /// sockets while its CPUs idle.
+    Concurrency,
+    /// The link carrying the traffic is near its capacity.
+    Network,
+    /// The server waits on its storage.
+    Disk,
     /// Neither side busy, flat throughput, latency growing as Little's law predicts.
     Outside,
     /// No rule fits.
@@ -120,6 +127,8 @@ struct Level {
     busiest: Option<(String, f64)>,
     little_ratio: Option<f64>,
     inflight: Option<f64>,
+    /// Sockets, link and disk (limits_io.rs).
+    io: limits_io::IoLevel,
 }
 
 /// Diagnoses a series from its analysis and its ok steps.
@@ -218,7 +227,7 @@ pub fn diagnose_with_profile(
 fn opening(name: &str, series: &SeriesAnalysis, levels: &[Level], knee: Option<usize>) -> String {
     let top = &levels[levels.len() - 1];
     let Some(peak) = series.peak.throughput_rps else {
-        return format!("{name} shows no knee up to {} clients", top.clients);
+        return format!("{name} shows no knee up to {}", clients_text(top.clients));
     };
     let from = knee.map_or(0, |i| levels[i].clients);
     let flat: Vec<&Level> = levels
@@ -241,7 +250,7 @@ fn opening(name: &str, series: &SeriesAnalysis, levels: &[Level], knee: Option<u
         )
     });
     let Some(i) = knee else {
-        let mut text = format!("{name} shows no knee up to {} clients", top.clients);
+        let mut text = format!("{name} shows no knee up to {}", clients_text(top.clients));
         match flat_text {
             Some(f) => text.push_str(&format!(" ({f})")),
             None => text.push_str(&format!(" (throughput {})", rps(top.throughput_rps))),
@@ -266,8 +275,8 @@ fn opening(name: &str, series: &SeriesAnalysis, levels: &[Level], knee: Option<u
         };
     }
     match flat_text {
-        Some(f) => format!("{name} stops scaling at {} clients ({f})", k.clients),
-        None => format!("{name} stops scaling at {} clients", k.clients),
+        Some(f) => format!("{name} stops scaling at {} ({f})", clients_text(k.clients)),
+        None => format!("{name} stops scaling at {}", clients_text(k.clients)),
     }
 }
 
@@ -326,13 +335,16 @@ type Rule = fn(&Ctx) -> Option<Found>;
 /// threads makes a cpuset look busy; a saturated single thread is the limit even when
 /// throughput then falls (noise, or that thread doing more per request); a fall after the
 /// peak is the most specific of the rest.
-const RULES: [Rule; 7] = [
+const RULES: [Rule; 10] = [
     client,
     oversubscription,
     one_thread,
     coherency,
     server_cpu,
     contention,
+    limits_io::concurrency,
+    limits_io::network,
+    limits_io::disk,
     outside,
 ];
 
@@ -413,6 +425,10 @@ fn client(c: &Ctx) -> Option<Found> {
                 ),
             });
         }
+    }
+    // A link near its capacity explains fewer requests in flight than configured (issue 33).
+    if limits_io::link_busy(top) {
+        return None;
     }
     let ratio = top.little_ratio?;
     (ratio < 1.0 - 2.0 * crate::analyze::little::TOLERANCE).then(|| {
@@ -589,8 +605,8 @@ fn one_thread(c: &Ctx) -> Option<Found> {
     let mut because = format!("its busiest thread ({thread}) is {pct:.0}% of one CPU");
     if let Some(p) = cpuset.filter(|_| room) {
         because.push_str(&format!(
-            " while its {} CPUs are {p:.0}% busy",
-            top.server_cpus
+            " while its {} {p:.0}% busy",
+            crate::units::count_is(top.server_cpus, "CPU")
         ));
     }
     let flat = c
@@ -808,6 +824,7 @@ fn outside(c: &Ctx) -> Option<Found> {
         ));
         sides.push_str(&format!(", client {p:.0}% of its own"));
     }
+    evidence.extend(limits_io::ruled_out(c));
     Some(Found {
         limit: Limit::Outside,
         confidence: if c.separate_client() {
@@ -899,6 +916,7 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
         at,
         "coherency: throughput did not fall 10% below its peak",
     ));
+    out.extend(limits_io::ruled_out(c));
     out
 }
 
@@ -979,6 +997,7 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
         busiest,
         little_ratio: little_mean(|r| r.check.ratio),
         inflight: little_mean(|r| r.check.inflight),
+        io: limits_io::io_level(&observed, p.throughput_rps.mean),
     }
 }
 
@@ -1016,6 +1035,9 @@ fn us(x: f64) -> String {
 #[path = "diagnosis_profile.rs"]
 pub mod profile;
 pub use profile::ProfileEvidence;
+
+#[path = "limits_io.rs"]
+mod limits_io;
 
 #[path = "diagnosis_wakeup.rs"]
 mod wakeup;
