@@ -99,8 +99,9 @@ pub struct KneeSummary {
     /// Smallest load whose throughput is within 5% of the maximum.
     pub saturation: f64,
     /// Largest load whose server CPU was still below 70% and that is below `saturation` (a
-    /// server that never reaches 70% is busiest just before it saturates); None without CPU
-    /// figures or if no load qualifies.
+    /// server that never reaches 70% is busiest just before it saturates); when every load
+    /// below `saturation` was at 70% or more (a JVM still compiling at the first step), the
+    /// least of them. None without CPU figures or when no load lies below `saturation`.
     pub busy: Option<f64>,
 }
 
@@ -153,7 +154,7 @@ pub fn summarise(steps: &[Step]) -> Option<KneeSummary> {
         max_throughput: max_step.throughput,
         max_throughput_at: max_step.load,
         saturation,
-        busy: busy_point(&below),
+        busy: busy_point(&below).or_else(|| least_loaded(&below)),
     })
 }
 
@@ -206,6 +207,12 @@ pub fn busy_point(load_cpu_pct: &[(f64, f64)]) -> Option<f64> {
         .take_while(|p| p.1 < BUSY_CPU_PCT)
         .last()
         .map(|p| p.0)
+}
+
+/// The least load of `load_cpu_pct`: the busy level of a series already past 70% CPU at its
+/// first step, still short of its saturation.
+fn least_loaded(load_cpu_pct: &[(f64, f64)]) -> Option<f64> {
+    load_cpu_pct.iter().map(|p| p.0).min_by(f64::total_cmp)
 }
 
 #[cfg(test)]
@@ -359,5 +366,27 @@ mod tests {
         assert_eq!(knee.saturation, 4.0);
         assert_eq!(knee.busy, Some(2.0));
         assert_eq!(summarise(&steps[2..]).unwrap().busy, None);
+    }
+
+    #[test]
+    fn a_series_busy_from_its_first_step_is_profiled_busy_at_its_least_load() {
+        // Tomcat on a loaded machine: 85% CPU at 1 client already (its JIT still compiling),
+        // saturated from 8 clients. The busy level is the least load before saturation.
+        let step = |load: f64, throughput: f64, cpu: f64| Step {
+            load,
+            throughput,
+            latency: None,
+            server_cpu_pct: Some(cpu),
+        };
+        let steps = [
+            step(1.0, 5000.0, 85.0),
+            step(2.0, 9000.0, 90.0),
+            step(4.0, 14000.0, 95.0),
+            step(8.0, 16000.0, 96.0),
+            step(16.0, 16100.0, 96.0),
+        ];
+        let knee = summarise(&steps).unwrap();
+        assert_eq!(knee.saturation, 8.0);
+        assert_eq!(knee.busy, Some(1.0));
     }
 }

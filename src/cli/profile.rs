@@ -108,6 +108,7 @@ pub fn flame(args: FlameArgs) -> anyhow::Result<ExitCode> {
         include_pid: args.pid,
         include_tid: args.tid,
         annotate_kernel: args.split.is_some(),
+        ..FoldOptions::default()
     };
     if let Some(pair) = &args.diff {
         return flame_diff(&args, &pair[0], &pair[1], opts, &transforms);
@@ -147,6 +148,7 @@ fn transforms(args: &FlameArgs) -> anyhow::Result<Transforms> {
         pid_suffix: args.pid || args.tid,
         demangle: args.demangle,
         coalesce: args.coalesce,
+        ..Transforms::default()
     })
 }
 

@@ -18,6 +18,7 @@ use flate2::write::GzEncoder;
 use serde::Serialize;
 
 use super::input::load_bytes;
+use super::jvm::{JavaShare, JvmMap};
 use super::perf_script::SCRIPT_FIELDS;
 use super::render::{diff_stacks, write_diff_graph, write_flame_graph, GraphLabels};
 use super::table::{deltas_markdown, share_deltas, top_functions, ShareDelta, TopFunctions};
@@ -57,6 +58,9 @@ pub struct EventProfile {
     /// % of the weight in stacks with a lock, futex or scheduler frame (the built-in `sync`
     /// category, `categories::SYNC_PATTERN`).
     pub sync_pct: f64,
+    /// How much of the weight runs Java code and how much of that has an unnamed JIT frame;
+    /// None when no stack runs Java code.
+    pub java: Option<JavaShare>,
 }
 
 /// What `capture` recorded and wrote.
@@ -72,6 +76,8 @@ pub struct ProfileSummary {
     pub events: Vec<EventProfile>,
     /// Events asked for but not recorded, with the reason.
     pub skipped: Vec<(Event, String)>,
+    /// The JVMs among the recorded processes: their perf maps and the advice for them.
+    pub jvms: Vec<JvmMap>,
 }
 
 /// What `diff_dirs` wrote for one event.
@@ -111,12 +117,16 @@ pub fn capture(
         events
     });
     let recordings = record_all(pids, seconds, &events, out_dir);
+    // before `perf script` resolves the recordings: JIT code compiled while recording is
+    // then in the maps
+    let jvms = super::jvm::write_perf_maps(pids, out_dir);
     let mut summary = ProfileSummary {
         dir: out_dir.to_path_buf(),
         pids: pids.to_vec(),
         seconds,
         events: Vec::new(),
         skipped: Vec::new(),
+        jvms,
     };
     let mut first_error = None;
     for (event, result) in events.iter().zip(recordings) {
@@ -378,6 +388,7 @@ fn process_event(event: Event, data: &Path, out_dir: &Path) -> Result<EventProfi
     let _ = std::fs::remove_file(data);
     let opts = FoldOptions {
         annotate_kernel: true,
+        annotate_jit: true,
         ..FoldOptions::default()
     };
     let loaded = load_bytes(&script, opts).map_err(|e| match e {
@@ -389,8 +400,11 @@ fn process_event(event: Event, data: &Path, out_dir: &Path) -> Result<EventProfi
         },
         other => other,
     })?;
-    let labels =
-        |what: &str| GraphLabels::new(format!("{stem} {what}"), loaded.report.event.as_deref());
+    let java = super::jvm::java_share(&loaded.folded);
+    let labels = |what: &str| {
+        GraphLabels::new(format!("{stem} {what}"), loaded.report.event.as_deref())
+            .java(java.is_some())
+    };
     let plain = Transforms::default().apply(&loaded.folded);
     let merged = Transforms {
         merge_threads: true,
@@ -411,10 +425,22 @@ fn process_event(event: Event, data: &Path, out_dir: &Path) -> Result<EventProfi
         &coalesced,
         &mut files,
     )?;
+    // the java palette tells kernel frames apart by their marks
+    let drawn = if java.is_some() {
+        Transforms {
+            merge_threads: true,
+            coalesce: true,
+            keep_kernel_marks: true,
+            ..Transforms::default()
+        }
+        .apply(&loaded.folded)
+    } else {
+        coalesced.clone()
+    };
     write_svg(
         out_dir,
         &format!("{stem}.svg"),
-        &coalesced,
+        &drawn,
         &labels("(threads merged, coalesced)"),
         &mut files,
     )?;
@@ -446,6 +472,7 @@ fn process_event(event: Event, data: &Path, out_dir: &Path) -> Result<EventProfi
         files,
         top,
         sync_pct: super::categories::sync_pct(&merged),
+        java,
     })
 }
 

@@ -13,6 +13,7 @@ pub mod capture;
 pub mod categories;
 pub mod folded;
 pub mod input;
+pub mod jvm;
 pub mod passes;
 pub mod perf_script;
 pub mod render;

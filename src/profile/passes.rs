@@ -57,7 +57,8 @@ fn default_events() -> Vec<Event> {
 /// A load level to profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
-    /// The largest load whose server CPU stayed under 70%.
+    /// The largest load below the saturation whose server CPU stayed under 70% (the least
+    /// load below it when all were busier).
     Busy,
     /// The smallest load within 5% of the maximum throughput.
     Saturated,
@@ -198,7 +199,7 @@ pub fn choose(
 fn level_point(level: Level, s: &SeriesLevels) -> Result<&MeasuredLevel, String> {
     let value = match level {
         Level::Busy => s.busy.ok_or(
-            "no busy point: no step had server CPU figures under 70% (the first step was already busier, or the CPU was not observed)",
+            "no busy point: no step below the saturation has server CPU figures (the series saturates at its first step, or the CPU was not observed)",
         )?,
         Level::Saturated => s.saturation.ok_or("no saturation point: no step to analyse")?,
         Level::Clients(n) => n as f64,
@@ -328,6 +329,7 @@ pub fn new_record(
         ok: false,
         reason: None,
         events: Vec::new(),
+        jvms: Vec::new(),
     }
 }
 
@@ -339,6 +341,7 @@ pub fn fill_record(rec: &mut PassRecord, load: LoadReport, capture: CaptureResul
         Ok(summary) => {
             rec.ok = true;
             rec.events = summary.events.iter().map(event_record).collect();
+            rec.jvms = summary.jvms.clone();
             let skipped: Vec<String> = summary
                 .skipped
                 .iter()
@@ -369,6 +372,7 @@ fn event_record(e: &EventProfile) -> EventRecord {
             })
             .collect(),
         sync_pct: Some(e.sync_pct),
+        java: e.java.clone(),
     }
 }
 
@@ -547,6 +551,7 @@ mod tests {
             ok,
             reason: None,
             events: vec![],
+            jvms: vec![],
         };
         let choice = |level: Level| Choice {
             point: PassLoad {

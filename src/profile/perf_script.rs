@@ -31,6 +31,8 @@ pub struct FoldOptions {
     pub include_tid: bool,
     /// Kernel frames get a `_[k]` suffix (needed to split user from kernel stacks).
     pub annotate_kernel: bool,
+    /// Frames whose code is in a perf map (a JVM's JIT-compiled code) get a `_[j]` suffix.
+    pub annotate_jit: bool,
 }
 
 /// What reading a `perf script` text found.
@@ -319,6 +321,7 @@ fn fold_chunk(
     options.include_pid = opts.include_pid;
     options.include_tid = opts.include_tid;
     options.annotate_kernel = opts.annotate_kernel;
+    options.annotate_jit = opts.annotate_jit;
     options.event_filter = Some(event.to_string());
     options.nthreads = 1;
     let mut out = Vec::new();

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use inferno::flamegraph::color::{MultiPalette, Palette};
 use inferno::flamegraph::{self, Options};
 
 use super::folded::protect_tail;
@@ -19,6 +20,9 @@ pub struct GraphLabels {
     pub title: String,
     /// What a weight counts: `samples`, or `ns` for cpu-clock periods.
     pub count_name: String,
+    /// Colour as flamegraph.pl's java palette: JIT-compiled Java green, JVM-internal C++
+    /// yellow, native red, kernel orange (the stacks keep their `_[j]` and `_[k]` marks).
+    pub java_palette: bool,
 }
 
 impl GraphLabels {
@@ -31,7 +35,14 @@ impl GraphLabels {
         GraphLabels {
             title: title.into(),
             count_name: count_name.into(),
+            java_palette: false,
         }
+    }
+
+    /// The same labels with the java palette.
+    pub fn java(mut self, java: bool) -> GraphLabels {
+        self.java_palette = java;
+        self
     }
 }
 
@@ -41,6 +52,9 @@ fn options(labels: &GraphLabels) -> Options<'static> {
     opt.count_name = labels.count_name.clone();
     // colour by function name, so the same function has the same colour in every graph
     opt.hash = true;
+    if labels.java_palette {
+        opt.colors = Palette::Multi(MultiPalette::Java);
+    }
     opt
 }
 

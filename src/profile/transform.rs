@@ -65,6 +65,9 @@ pub struct Transforms {
     pub demangle: bool,
     /// Each stack becomes its distinct frames in first-occurrence order, `NAME [K]` for K > 1.
     pub coalesce: bool,
+    /// Without a split, keep inferno's `_[k]` marks (a graph coloured by the java palette
+    /// tells kernel frames apart by them).
+    pub keep_kernel_marks: bool,
 }
 
 impl Transforms {
@@ -81,6 +84,7 @@ impl Transforms {
     pub fn apply(&self, folded: &Folded) -> Folded {
         let mut out = match self.split {
             Some(side) => split(folded, side),
+            None if self.keep_kernel_marks => folded.clone(),
             None => unmark_kernel(folded),
         };
         if !self.rename.is_empty() || self.merge_threads {

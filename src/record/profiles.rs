@@ -101,6 +101,34 @@ pub struct PassRecord {
     pub reason: Option<String>,
     /// One entry per event recorded.
     pub events: Vec<EventRecord>,
+    /// The JVMs recorded: their perf maps (JIT frame names) and advice; absent for other
+    /// servers and in runs recorded before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jvms: Vec<JvmMap>,
+}
+
+/// What was done to name one recorded JVM's JIT-compiled frames.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JvmMap {
+    /// The JVM's process id.
+    pub pid: i32,
+    /// The copied perf map, relative to the profile directory; None when none was written.
+    pub map_file: Option<String>,
+    /// Symbols (lines) in the map.
+    pub symbols: usize,
+    /// The JVM runs with `-XX:+PreserveFramePointer`; None when that could not be read.
+    pub preserve_frame_pointer: Option<bool>,
+    /// What to do for complete, named stacks, when something is missing.
+    pub advice: Vec<String>,
+}
+
+/// How much of a profile runs Java code, and how much of that has an unnamed JIT frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JavaShare {
+    /// % of the profile's weight whose stack has a JIT-compiled (perf map) or interpreted frame.
+    pub java_pct: f64,
+    /// % of that Java weight whose stack has a JIT frame perf could not name (`[perf-PID.map]`).
+    pub unnamed_jit_pct: f64,
 }
 
 impl PassRecord {
@@ -131,6 +159,9 @@ pub struct EventRecord {
     /// category); absent in runs recorded before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_pct: Option<f64>,
+    /// The Java share and its unnamed JIT frames; absent when no stack runs Java code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub java: Option<JavaShare>,
 }
 
 /// A function's share of a profile.

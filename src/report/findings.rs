@@ -361,7 +361,7 @@ fn scalability(out: &mut String, a: &RunAnalysis) {
     out.push_str(
         "Throughput knee: where adding clients stops paying (Kneedle); saturation: the fewest \
          clients within 5% of the maximum; busy: the most clients with the server's CPUs still \
-         under 70%. USL: X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted on every repetition; \
+         under 70% (the fewest, when every level before saturation was busier). USL: X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted on every repetition; \
          client-saturated steps are left out.\n\n",
     );
     let (header, rows) = scalability_rows(a);

@@ -99,12 +99,35 @@ fn links(dir: &str, files: &[String]) -> Vec<(&'static str, String)> {
 }
 
 fn event_heading(e: &EventRecord) -> String {
+    let java = e.java.as_ref().map_or(String::new(), |j| {
+        format!(
+            "; Java code in {:.1}% of the weight, {:.1}% of that with an unnamed JIT frame",
+            j.java_pct, j.unnamed_jit_pct
+        )
+    });
     format!(
-        "{} ({}, {} samples)",
+        "{} ({}, {} samples{java})",
         e.event.stem(),
         e.perf_event,
         e.samples
     )
+}
+
+/// One sentence per recorded JVM: its perf map, then any advice.
+fn jvm_sentences(p: &PassRecord) -> Vec<String> {
+    let mut out = Vec::new();
+    for j in &p.jvms {
+        let map = match &j.map_file {
+            Some(f) => format!(
+                "JVM {}: JIT frames named from its perf map ({} symbols, {}/{f}).",
+                j.pid, j.symbols, p.dir
+            ),
+            None => format!("JVM {}: no perf map, JIT frames unnamed.", j.pid),
+        };
+        out.push(map);
+        out.extend(j.advice.iter().cloned());
+    }
+    out
 }
 
 /// The markdown section (empty when the run has no profile line).
@@ -151,6 +174,9 @@ fn md_pass(out: &mut String, p: &PassRecord) {
     }
     if let Some(why) = &p.reason {
         let _ = writeln!(out, "Note: {}\n", md(why));
+    }
+    for line in jvm_sentences(p) {
+        let _ = writeln!(out, "{}\n", md(&line));
     }
     for e in &p.events {
         let files: Vec<String> = links(&p.dir, &e.files)
@@ -266,6 +292,9 @@ fn html_pass(out: &mut String, p: &PassRecord) {
     }
     if let Some(why) = &p.reason {
         let _ = write!(out, "<p class=\"note\">{}</p>", esc(why));
+    }
+    for line in jvm_sentences(p) {
+        let _ = write!(out, "<p class=\"note\">{}</p>", esc(&line));
     }
     for e in &p.events {
         let _ = write!(out, "<p>{}: ", esc(&event_heading(e)));
@@ -389,7 +418,9 @@ mod tests {
                     self_pct: 12.5,
                 }],
                 sync_pct: Some(3.0),
+                java: None,
             }],
+            jvms: vec![],
         }
     }
 

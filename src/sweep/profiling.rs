@@ -153,6 +153,10 @@ impl Runner<'_> {
             Ok((load, capture)) => fill_record(&mut rec, load, capture),
             Err(why) => rec.reason = Some(why),
         }
+        for advice in rec.jvms.iter().flat_map(|j| &j.advice) {
+            self.progress
+                .note(&format!("{} / {placement}: {advice}", target.name));
+        }
         if let Some(why) = server.as_mut().and_then(|s| s.died()) {
             rec.ok = false;
             rec.reason = Some(format!("the server died during the profile pass: {why}"));

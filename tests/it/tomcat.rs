@@ -20,6 +20,51 @@ pub fn tomcat_available() -> bool {
     true
 }
 
+/// A profile pass of a JVM: its perf map was written and kept beside the perf script, and
+/// under 10% of the samples running Java code carry an unnamed JIT frame (`[perf-PID.map]`;
+/// 100% before stairbench asked the JVM for its map). Shared with the Tomcat vs Netty test.
+pub fn assert_jit_frames_named(pass: &Value, dir: &Path) {
+    let jvms = pass["jvms"].as_array().expect("a JVM was recorded");
+    assert!(!jvms.is_empty(), "{pass:#}");
+    for j in jvms {
+        let map = j["map_file"].as_str().unwrap_or_else(|| panic!("{j:#}"));
+        assert!(dir.join(map).is_file(), "{} has no {map}", dir.display());
+        assert!(j["symbols"].as_u64().unwrap() > 100, "{j:#}");
+        // the example scripts start their JVMs with frame pointers: no advice is due
+        assert_eq!(j["preserve_frame_pointer"], true, "{j:#}");
+    }
+    let cpu = pass["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == "cpu")
+        .expect("a cpu event");
+    let java = &cpu["java"];
+    let java_pct = java["java_pct"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{cpu:#}"));
+    assert!(java_pct > 5.0, "so little Java code: {cpu:#}");
+    let unnamed = java["unnamed_jit_pct"].as_f64().unwrap();
+    assert!(
+        unnamed < 10.0,
+        "{unnamed:.1}% of the Java samples have an unnamed JIT frame"
+    );
+    // the full graph is drawn with the java palette: JIT-compiled Java green (red under 120,
+    // green over 190), which the default palette never draws (its red is 205 or more)
+    let svg = std::fs::read_to_string(dir.join("cpu.svg")).unwrap();
+    let green = svg.split("fill=\"rgb(").skip(1).any(|rest| {
+        let rgb: Vec<u32> = rest
+            .split(')')
+            .next()
+            .unwrap()
+            .split(',')
+            .filter_map(|v| v.trim().parse().ok())
+            .collect();
+        rgb.len() == 3 && rgb[0] < 120 && rgb[1] > 190
+    });
+    assert!(green, "{}/cpu.svg has no green (Java) frame", dir.display());
+}
+
 #[test]
 fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
     if !tomcat_available() {
@@ -69,6 +114,7 @@ fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
             for f in ["cpu.user.svg", "cpu.kernel.svg"] {
                 assert!(d.join(f).is_file(), "{} has no {f}", d.display());
             }
+            assert_jit_frames_named(p, &d);
         } else {
             // Without perf the run goes on and says why (CI has perf: it must work there).
             assert!(!common::in_ci(), "{p:#}");

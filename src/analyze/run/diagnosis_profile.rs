@@ -149,7 +149,9 @@ mod tests {
                 files: vec![],
                 top: vec![],
                 sync_pct,
+                java: None,
             }],
+            jvms: vec![],
         })
     }
 
