@@ -457,7 +457,7 @@ fn little_row(step: &StepResult, spec: Option<&toml::Table>) -> Option<LittleRow
         rep: step.rep,
         throughput_rps: load.throughput_rps,
         client_saturated: load.client_saturated,
-        external_client: step.derived.contains_key("tool"),
+        external_client: step.figures.tool.is_some(),
         check: little::check(
             step.clients as f64,
             inflight as f64,
@@ -560,12 +560,12 @@ pub(crate) mod tests {
             server_cpus_busy_pct: Some(70.0),
             ..Default::default()
         };
-        s.server = serde_json::to_value(&obs).unwrap();
+        s.server = Some(obs.clone().into());
         assert!((server_cpu_pct(&s).unwrap() - 40.0).abs() < 1e-9);
         obs.server = None;
-        s.server = serde_json::to_value(&obs).unwrap();
+        s.server = Some(obs.into());
         assert_eq!(server_cpu_pct(&s), Some(70.0));
-        s.server = serde_json::Value::Null;
+        s.server = None;
         assert_eq!(server_cpu_pct(&s), None);
     }
 

@@ -12,8 +12,8 @@ use std::str::FromStr;
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
+use crate::record::figures::ThresholdCheck;
 use crate::record::steps::{StepResult, StepStatus};
 
 /// A figure a threshold can check, per step.
@@ -432,15 +432,15 @@ fn verdict(t: &Threshold, steps: &[StepResult]) -> ThresholdVerdict {
 
 /// The checks of one step (the `thresholds` array of its steps.jsonl line): each threshold
 /// that selects it, with the step's value and whether it passed.
-pub fn step_checks(thresholds: &[Threshold], step: &StepResult) -> Option<Value> {
-    let checks: Vec<Value> = thresholds
-        .iter()
-        .filter_map(|t| {
-            t.check(step)
-                .map(|(v, ok)| json!({"threshold": t.to_string(), "measured": v, "met": ok}))
+pub fn step_checks(thresholds: &[Threshold], step: &StepResult) -> Vec<ThresholdCheck> {
+    let check = |t: &Threshold| {
+        t.check(step).map(|(measured, met)| ThresholdCheck {
+            threshold: t.to_string(),
+            measured,
+            met,
         })
-        .collect();
-    (!checks.is_empty()).then_some(Value::Array(checks))
+    };
+    thresholds.iter().filter_map(check).collect()
 }
 
 /// Why the run must stop after this step: the first `abort = true` threshold it breaches.

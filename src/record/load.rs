@@ -14,18 +14,25 @@ pub const SCHEMA_VERSION: u32 = 1;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencyUs {
     /// Mean latency.
+    #[serde(deserialize_with = "nan_if_null")]
     pub mean: f64,
     /// Median.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p50: f64,
     /// 90th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p90: f64,
     /// 95th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p95: f64,
     /// 99th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p99: f64,
     /// 99.9th percentile.
+    #[serde(deserialize_with = "nan_if_null")]
     pub p999: f64,
     /// Largest latency seen.
+    #[serde(deserialize_with = "nan_if_null")]
     pub max: f64,
 }
 
@@ -165,6 +172,11 @@ pub trait IntervalSink {
     fn window_started(&mut self) {}
     /// The measured window ends now (as `window_started`, for lines that come late).
     fn window_ended(&mut self) {}
+}
+
+/// Reads a figure written as null (NaN, unavailable: JSON has no NaN) back as NaN.
+pub fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// errors / (requests + errors); 0 when nothing completed either way.

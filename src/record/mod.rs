@@ -5,6 +5,7 @@
 //! writes them as a run goes; [`overhead`] is what other hosts cost a run. The load's own result types ([`load`]) live here too, because
 //! the step lines and the per-second files are made of them.
 
+pub mod figures;
 pub mod hist_b64;
 pub mod hlog;
 pub mod load;

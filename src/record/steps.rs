@@ -7,7 +7,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::record::load::{LatencyUs, LoadReport};
+use crate::record::figures::{load_fields, ServerFigures, StepFigures};
+use crate::record::load::LoadReport;
 use crate::record::observed::{Observation, PerRequest};
 
 /// Version of the `steps.jsonl` layout.
@@ -52,8 +53,10 @@ pub enum ErrorKind {
     Io,
 }
 
-/// One finished step.
-#[derive(Debug, Clone, PartialEq)]
+/// One finished step: the typed line of `steps.jsonl` (written and read through
+/// [`StepLine`], its layout).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "StepLine", from = "StepLine")]
 pub struct StepResult {
     /// File stem of the step's raw files (`intervals/<id>.csv`, `hist/<id>.hlog`).
     pub id: String,
@@ -83,11 +86,136 @@ pub struct StepResult {
     pub error_kind: Option<ErrorKind>,
     /// The load generator's figures (absent when nothing was measured).
     pub load: Option<LoadReport>,
-    /// The server's observed figures over the measured window (JSON object, or null).
-    pub server: Value,
-    /// Derived per-request figures (`cpu_us_per_req`, `cs_per_req`, ...) and the observers'
-    /// own cost (`observer_cpu_s`), written at the top level.
-    pub derived: Map<String, Value>,
+    /// The server's observed figures over the measured window, or why there are none (None:
+    /// nothing was observed).
+    pub server: Option<ServerFigures>,
+    /// Figures per request (CPU, context switches, ...), each None where not measured.
+    pub per_request: PerRequest,
+    /// The step's other figures (observers' CPU, a split load's parts, ...).
+    pub figures: StepFigures,
+}
+
+/// The layout of a `steps.jsonl` line: the step's identity, the load's fields, the
+/// per-request figures and the others side by side at the top level, so that one `jq` path
+/// reaches any of them; `server` is an object.
+#[derive(Serialize, Deserialize)]
+struct StepLine {
+    schema: u32,
+    id: String,
+    target: String,
+    placement: String,
+    clients: usize,
+    rep: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rate_rps: Option<f64>,
+    inflight: usize,
+    server_cpus: String,
+    client_cpus: String,
+    started_unix_s: f64,
+    status: StepStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error_kind: Option<ErrorKind>,
+    /// Written for a step with a load: errors / (requests + errors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error_ratio: Option<f64>,
+    /// Written for a step with a load: the URLs it went to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<Urls>,
+    /// Required, null when nothing was observed.
+    #[serde(deserialize_with = "server_or_null")]
+    server: Option<ServerFigures>,
+    #[serde(flatten, skip_serializing_if = "unmeasured")]
+    per_request: PerRequest,
+    #[serde(flatten)]
+    figures: StepFigures,
+    /// Last: it reads the keys the others left.
+    #[serde(flatten, with = "load_fields::optional")]
+    load: Option<LoadReport>,
+}
+
+/// `url`: a list; runs before it was kept one string (several URLs joined by spaces).
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum Urls {
+    List(Vec<String>),
+    One(String),
+}
+
+fn server_or_null<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<ServerFigures>, D::Error> {
+    Option::deserialize(d)
+}
+
+fn unmeasured(per: &PerRequest) -> bool {
+    *per == PerRequest::default()
+}
+
+impl From<StepResult> for StepLine {
+    fn from(step: StepResult) -> StepLine {
+        let measured = step.load.is_some();
+        StepLine {
+            schema: STEPS_SCHEMA_VERSION,
+            error_ratio: measured.then(|| step.error_ratio()),
+            url: measured.then(|| Urls::List(step.urls())),
+            // The planned rate wins over the engine's echo of it.
+            rate_rps: step
+                .rate_rps
+                .or(step.load.as_ref().and_then(|l| l.rate_rps)),
+            id: step.id,
+            target: step.target,
+            placement: step.placement,
+            clients: step.clients,
+            rep: step.rep,
+            inflight: step.inflight,
+            server_cpus: step.server_cpus,
+            client_cpus: step.client_cpus,
+            started_unix_s: step.started_unix_s,
+            status: step.status,
+            reason: step.reason,
+            error_kind: step.error_kind,
+            server: step.server,
+            per_request: step.per_request,
+            figures: step.figures,
+            load: step.load,
+        }
+    }
+}
+
+impl From<StepLine> for StepResult {
+    fn from(line: StepLine) -> StepResult {
+        let load = line.load.map(|mut load| {
+            load.rate_rps = line.rate_rps;
+            load.error_ratio = line.error_ratio.unwrap_or(load.error_ratio);
+            load.url = match &line.url {
+                Some(Urls::List(urls)) => urls.join(" "),
+                Some(Urls::One(url)) => url.clone(),
+                None => String::new(),
+            };
+            load
+        });
+        StepResult {
+            id: line.id,
+            target: line.target,
+            placement: line.placement,
+            clients: line.clients,
+            rep: line.rep,
+            rate_rps: line.rate_rps,
+            inflight: line.inflight,
+            server_cpus: line.server_cpus,
+            client_cpus: line.client_cpus,
+            started_unix_s: line.started_unix_s,
+            status: line.status,
+            reason: line.reason,
+            error_kind: line.error_kind,
+            load,
+            server: line.server,
+            per_request: line.per_request,
+            figures: line.figures,
+        }
+    }
 }
 
 impl StepResult {
@@ -108,16 +236,15 @@ impl StepResult {
             reason: None,
             error_kind: None,
             load: None,
-            server: Value::Null,
-            derived: Map::new(),
+            server: None,
+            per_request: PerRequest::default(),
+            figures: StepFigures::default(),
         }
     }
 
     /// Why the step's server-side figures were not observed, if they were not.
     pub fn server_not_observed(&self) -> Option<&str> {
-        self.derived
-            .get(SERVER_NOT_OBSERVED)
-            .and_then(Value::as_str)
+        self.figures.server_not_observed.as_deref()
     }
 
     /// Throughput of an ok step.
@@ -137,13 +264,14 @@ impl StepResult {
     /// `per_instance`) when it was split, else the load's one.
     pub fn urls(&self) -> Vec<String> {
         let mut urls: Vec<String> = Vec::new();
-        for key in ["per_host", "per_instance"] {
-            let parts = self.derived.get(key).and_then(Value::as_array);
-            for url in parts.into_iter().flatten().filter_map(|p| p.get("url")) {
-                let url = url.as_str().unwrap_or_default().to_string();
-                if !urls.contains(&url) {
-                    urls.push(url);
-                }
+        let parts = self
+            .figures
+            .per_host
+            .iter()
+            .chain(&self.figures.per_instance);
+        for url in parts.map(|p| &p.load.url) {
+            if !urls.contains(url) {
+                urls.push(url.clone());
             }
         }
         if urls.is_empty() {
@@ -152,200 +280,64 @@ impl StepResult {
         urls
     }
 
-    /// The server's figures over the window, typed as the observer wrote them; None when
-    /// the step has none (not observed, a host that did not answer, nothing measured).
-    pub fn observation(&self) -> Option<Observation> {
-        if !self.server.is_object() {
-            return None;
-        }
-        Observation::deserialize(&self.server).ok()
+    /// The server's figures over the window; None when the step has none (not observed, a
+    /// host that did not answer, nothing measured).
+    pub fn observation(&self) -> Option<&Observation> {
+        self.server.as_ref().and_then(ServerFigures::observation)
     }
 
     /// The per-request figures (CPU, context switches, run-queue wait per request, ...),
-    /// typed; each one None where it was not measured.
-    pub fn per_request(&self) -> PerRequest {
-        // Only the per-request keys: the rest of the top level is the load's and the step's.
-        let keys = match serde_json::to_value(PerRequest::default()) {
-            Ok(Value::Object(m)) => m.into_iter().map(|(k, _)| k).collect(),
-            _ => Vec::new(),
-        };
-        let figures: Map<String, Value> = keys
-            .into_iter()
-            .filter_map(|k| Some((k.clone(), self.derived.get(&k)?.clone())))
-            .collect();
-        PerRequest::deserialize(&Value::Object(figures)).unwrap_or_default()
+    /// each one None where it was not measured.
+    pub fn per_request(&self) -> &PerRequest {
+        &self.per_request
     }
 
     /// CPU the observers used over the step, in seconds, if recorded.
     pub fn observer_cpu_s(&self) -> Option<f64> {
-        self.derived.get(OBSERVER_CPU_S).and_then(Value::as_f64)
+        self.figures.observer_cpu_s
     }
 
     /// The JSON object of `steps.jsonl`.
     pub fn to_json(&self) -> Value {
-        let mut obj = Map::new();
-        obj.insert("schema".into(), STEPS_SCHEMA_VERSION.into());
-        obj.insert("id".into(), self.id.clone().into());
-        obj.insert("target".into(), self.target.clone().into());
-        obj.insert("placement".into(), self.placement.clone().into());
-        obj.insert("clients".into(), self.clients.into());
-        obj.insert("rep".into(), self.rep.into());
-        obj.insert("inflight".into(), self.inflight.into());
-        obj.insert("server_cpus".into(), self.server_cpus.clone().into());
-        obj.insert("client_cpus".into(), self.client_cpus.clone().into());
-        obj.insert("started_unix_s".into(), self.started_unix_s.into());
-        let status = serde_json::to_value(self.status).unwrap_or(Value::Null);
-        obj.insert("status".into(), status);
-        if let Some(reason) = &self.reason {
-            obj.insert("reason".into(), reason.clone().into());
-        }
-        if let Some(kind) = self.error_kind {
-            let kind = serde_json::to_value(kind).unwrap_or(Value::Null);
-            obj.insert("error_kind".into(), kind);
-        }
-        if let Some(load) = &self.load {
-            if let Ok(Value::Object(fields)) = serde_json::to_value(load) {
-                for (k, v) in fields {
-                    // The engine's own layout version would clash with ours.
-                    if k != "schema" {
-                        obj.insert(k, v);
-                    }
-                }
-            }
-        }
-        if self.load.is_some() {
-            obj.insert("error_ratio".into(), self.error_ratio().into());
-            obj.insert("url".into(), self.urls().into());
-        }
-        // The planned rate wins over the engine's echo of it.
-        if let Some(rate) = self.rate_rps {
-            obj.insert("rate_rps".into(), rate.into());
-        }
-        obj.insert("server".into(), self.server.clone());
-        for (k, v) in &self.derived {
-            obj.insert(k.clone(), v.clone());
-        }
-        Value::Object(obj)
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
-    /// Reads one `steps.jsonl` object back.
+    /// Reads one `steps.jsonl` object back: a missing or malformed field is an error naming it.
     pub fn from_json(value: &Value) -> Result<StepResult, String> {
-        let obj = value.as_object().ok_or("a step is not a JSON object")?;
-        let s = |k: &str| obj.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        let n = |k: &str| obj.get(k).and_then(Value::as_u64).unwrap_or(0) as usize;
-        let status: StepStatus =
-            serde_json::from_value(obj.get("status").cloned().unwrap_or(Value::Null))
-                .map_err(|e| format!("bad status: {e}"))?;
-        let load = if obj.contains_key("throughput_rps") {
-            Some(load_report(obj)?)
-        } else {
-            None
-        };
-        let known = KNOWN_KEYS;
-        let load_keys: Vec<String> = match serde_json::to_value(LoadReport::default()) {
-            Ok(Value::Object(m)) => m.keys().cloned().collect(),
-            _ => Vec::new(),
-        };
-        let derived = obj
+        StepResult::deserialize(value).map_err(|e| e.to_string())
+    }
+
+    /// Sets the observers' figures of the step (the server's, as a JSON object or null, and
+    /// the top-level ones: per-request and others): an error when one does not fit the
+    /// record, or is a key the record does not know.
+    pub fn set_observed(
+        &mut self,
+        server: Value,
+        figures: Map<String, Value>,
+    ) -> Result<(), String> {
+        self.server = serde_json::from_value(server).map_err(|e| e.to_string())?;
+        #[derive(Serialize, Deserialize)]
+        struct Parts {
+            #[serde(flatten)]
+            per_request: PerRequest,
+            #[serde(flatten)]
+            figures: StepFigures,
+        }
+        let parts: Parts = serde_json::from_value(Value::Object(figures.clone()))
+            .map_err(|e| format!("the step's figures: {e}"))?;
+        let written = serde_json::to_value(&parts).map_err(|e| e.to_string())?;
+        if let Some((k, _)) = figures
             .iter()
-            .filter(|(k, _)| !known.contains(&k.as_str()) && !load_keys.contains(k))
-            .filter(|(k, _)| {
-                !matches!(
-                    k.as_str(),
-                    "uncorrected_latency_us"
-                        | "omitted"
-                        | "redis_hits"
-                        | "redis_misses"
-                        | "late_sends"
-                        | "send_lag_p99_us"
-                )
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        Ok(StepResult {
-            id: s("id"),
-            target: s("target"),
-            placement: s("placement"),
-            clients: n("clients"),
-            rep: n("rep"),
-            rate_rps: obj.get("rate_rps").and_then(Value::as_f64),
-            inflight: n("inflight"),
-            server_cpus: s("server_cpus"),
-            client_cpus: s("client_cpus"),
-            started_unix_s: obj
-                .get("started_unix_s")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0),
-            status,
-            reason: obj
-                .get("reason")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            error_kind: obj
-                .get("error_kind")
-                .and_then(|k| serde_json::from_value(k.clone()).ok()),
-            load,
-            server: obj.get("server").cloned().unwrap_or(Value::Null),
-            derived,
-        })
+            .find(|(k, v)| !v.is_null() && written.get(k).is_none())
+        {
+            return Err(format!(
+                "the step's figures: `{k}` is no field of the step record"
+            ));
+        }
+        (self.per_request, self.figures) = (parts.per_request, parts.figures);
+        Ok(())
     }
 }
-
-/// The engine's figures of a step line. Latencies an external tool did not print are null
-/// in the JSON and NaN here (unavailable, never zero).
-fn load_report(obj: &Map<String, Value>) -> Result<LoadReport, String> {
-    let mut fields = obj.clone();
-    // `url` is a list; runs before it was kept one string (several URLs joined by spaces).
-    if let Some(Value::Array(urls)) = fields.get("url") {
-        let urls: Vec<&str> = urls.iter().filter_map(Value::as_str).collect();
-        fields.insert("url".into(), urls.join(" ").into());
-    }
-    fields.insert("schema".into(), crate::record::load::SCHEMA_VERSION.into());
-    let lat = fields.insert(
-        "latency_us".into(),
-        serde_json::to_value(LatencyUs::default()).unwrap_or(Value::Null),
-    );
-    let uncorrected = fields.remove("uncorrected_latency_us");
-    let mut report: LoadReport = serde_json::from_value(Value::Object(fields))
-        .map_err(|e| format!("bad load figures: {e}"))?;
-    if let Some(lat) = lat {
-        report.latency_us = latency_from(&lat);
-    }
-    report.uncorrected_latency_us = uncorrected.as_ref().map(latency_from);
-    Ok(report)
-}
-
-fn latency_from(v: &Value) -> LatencyUs {
-    let f = |k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-    LatencyUs {
-        mean: f("mean"),
-        p50: f("p50"),
-        p90: f("p90"),
-        p95: f("p95"),
-        p99: f("p99"),
-        p999: f("p999"),
-        max: f("max"),
-    }
-}
-
-const KNOWN_KEYS: &[&str] = &[
-    "schema",
-    "id",
-    "target",
-    "placement",
-    "clients",
-    "rep",
-    "rate_rps",
-    "inflight",
-    "server_cpus",
-    "client_cpus",
-    "started_unix_s",
-    "status",
-    "reason",
-    "error_kind",
-    "server",
-    "error_ratio",
-];
 
 /// Reads every step of a `steps.jsonl` file; a torn last line (a crash mid-write) is ignored.
 pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepResult>, String> {
@@ -382,8 +374,9 @@ pub fn now_unix_s() -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::record::figures::{ForeignJson, LoadPart, ThresholdCheck, ToolFigures};
 
     #[test]
     fn url_is_a_list_and_an_old_string_still_reads() {
@@ -394,11 +387,14 @@ mod tests {
             throughput_rps: 5.0,
             ..LoadReport::default()
         });
-        let parts: Vec<Value> = ["msgr://10.0.0.2:7000", "msgr://10.0.0.2:7000"]
-            .iter()
-            .map(|u| serde_json::json!({ "url": u }))
-            .collect();
-        step.derived.insert("per_host".into(), Value::Array(parts));
+        let part = |url: &str| LoadPart {
+            load: LoadReport {
+                url: url.into(),
+                ..LoadReport::default()
+            },
+            ..LoadPart::default()
+        };
+        step.figures.per_host = vec![part("msgr://10.0.0.2:7000"), part("msgr://10.0.0.2:7000")];
         let json = step.to_json();
         assert_eq!(json["url"], serde_json::json!(["msgr://10.0.0.2:7000"]));
         let back = StepResult::from_json(&json).unwrap();
@@ -427,8 +423,8 @@ mod tests {
             throughput_rps: 50.0,
             ..LoadReport::default()
         });
-        step.derived.insert("cs_per_req".into(), 0.5.into());
-        step.server = serde_json::json!({"cpu_user_s": 1.0});
+        step.per_request.cs_per_req = Some(0.5);
+        step.server = Some(Observation::default().into());
         let json = step.to_json();
         assert_eq!(json["schema"], STEPS_SCHEMA_VERSION);
         assert_eq!(json["requests"], 100);
@@ -502,19 +498,143 @@ mod tests {
     fn a_steps_figures_read_back_typed() {
         let (obs, per) = crate::record::observed::tests::full();
         let mut step = StepResult::empty("s".into(), "t", "p", 1, 0);
-        step.server = serde_json::to_value(&obs).unwrap();
-        if let serde_json::Value::Object(m) = serde_json::to_value(&per).unwrap() {
-            step.derived.extend(m);
-        }
-        step.derived
-            .insert("tool".into(), serde_json::json!({"name": "wrk"}));
+        step.server = Some(obs.clone().into());
+        step.per_request = per.clone();
+        step.figures.tool = Some(ToolFigures::default());
         let back = StepResult::from_json(&step.to_json()).unwrap();
-        assert_eq!(back.observation(), Some(obs));
-        assert_eq!(back.per_request(), per);
-        // A host that did not answer: no figures, not a half-read one.
-        step.server = serde_json::json!({"host": "b", "notes": ["unreachable"]});
-        assert_eq!(step.observation().map(|o| o.server), Some(None));
-        step.server = serde_json::Value::Null;
-        assert_eq!(step.observation(), None);
+        assert_eq!(back.observation(), Some(&obs));
+        assert_eq!(back.per_request(), &per);
+        assert_eq!(back, step);
+        // A host that did not answer: no figures, not a half-read one, and its reason.
+        let mut json = step.to_json();
+        json["server"] = serde_json::json!({"host": "b", "notes": ["unreachable"]});
+        let back = StepResult::from_json(&json).unwrap();
+        assert_eq!(back.observation(), None);
+        assert_eq!(back.server.unwrap().notes(), ["unreachable"]);
+        json["server"] = Value::Null;
+        assert_eq!(StepResult::from_json(&json).unwrap().observation(), None);
+    }
+
+    /// A step with every figure: each key the record can write is in its line.
+    pub(crate) fn full_step() -> StepResult {
+        let (obs, per) = crate::record::observed::tests::full();
+        let mut step = StepResult::empty("s".into(), "t", "p", 1, 0);
+        step.status = StepStatus::Errors;
+        step.rate_rps = Some(10.0);
+        step.reason = Some("why".into());
+        step.error_kind = Some(ErrorKind::Load);
+        let load = LoadReport {
+            schema: crate::record::load::SCHEMA_VERSION,
+            ..LoadReport::default()
+        };
+        step.load = Some(LoadReport {
+            throughput_rps: 1.0,
+            rate_rps: Some(10.0),
+            ..load.clone()
+        });
+        step.server = Some(obs.clone().into());
+        step.per_request = per;
+        let part = LoadPart {
+            load,
+            ..LoadPart::default()
+        };
+        step.figures = StepFigures {
+            observer_cpu_s: Some(0.1),
+            server_not_observed: Some("why".into()),
+            window: Some("the tool's whole run".into()),
+            client_cpu_orphans_s: Some(0.1),
+            tool: Some(ToolFigures::default()),
+            thresholds: vec![ThresholdCheck {
+                threshold: "p99 < 1ms".into(),
+                measured: 1.0,
+                met: true,
+            }],
+            per_instance: vec![part.clone()],
+            per_host: vec![part],
+            window_overlap: Some(1.0),
+            groups_overhead: Some(Default::default()),
+            observed: [("x".to_string(), obs.into())].into(),
+            target_metrics: [("x".to_string(), ForeignJson::Null)].into(),
+        };
+        step
+    }
+
+    fn declared_keys() -> Vec<String> {
+        let schema: Value =
+            serde_json::from_str(include_str!("../../schema/steps.schema.json")).unwrap();
+        let mut keys: Vec<String> = schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// The keys of a step line are the record's fields, and the schema declares exactly
+    /// those: one definition, no list kept beside it.
+    #[test]
+    fn the_schema_declares_every_key_the_record_writes() {
+        let step = full_step();
+        let json = step.to_json();
+        let mut written: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        written.sort();
+        // The load's optional figures a built-in run leaves out (absent, never null).
+        let optional = [
+            "uncorrected_latency_us",
+            "omitted",
+            "redis_hits",
+            "redis_misses",
+            "late_sends",
+            "send_lag_p99_us",
+            "tls_handshakes",
+            "tls_resumed",
+            "tls_handshake_us",
+        ];
+        let declared: Vec<String> = declared_keys()
+            .into_iter()
+            .filter(|k| !optional.contains(&k.as_str()))
+            .collect();
+        assert_eq!(written, declared, "steps.schema.json against StepResult");
+        assert_eq!(StepResult::from_json(&json).unwrap(), step);
+    }
+
+    /// A line written before that lacks a required field is an error naming it, never a 0.
+    #[test]
+    fn a_step_without_clients_is_an_error_naming_it() {
+        let mut json = full_step().to_json();
+        json.as_object_mut().unwrap().remove("clients");
+        let err = StepResult::from_json(&json).unwrap_err();
+        assert!(err.contains("clients"), "{err}");
+    }
+
+    /// A malformed server object is an error where it is read, not a step without figures.
+    #[test]
+    fn a_malformed_server_object_is_an_error() {
+        let mut json = full_step().to_json();
+        json["server"]["server_cpus_busy_pct"] = "high".into();
+        let err = StepResult::from_json(&json).unwrap_err();
+        assert!(err.contains("server"), "{err}");
+        let mut json = full_step().to_json();
+        json["server"]["server"] = serde_json::json!({"user_s": "a lot"});
+        assert!(StepResult::from_json(&json).is_err());
+    }
+
+    /// The observers' figures go in typed: a key the record does not know is an error.
+    #[test]
+    fn observed_figures_the_record_does_not_know_are_an_error() {
+        let mut step = StepResult::empty("s".into(), "t", "p", 1, 0);
+        let mut figures = Map::new();
+        figures.insert("cs_per_req".into(), 2.0.into());
+        figures.insert("observer_cpu_s".into(), 0.5.into());
+        step.set_observed(Value::Null, figures.clone()).unwrap();
+        assert_eq!(
+            (step.per_request.cs_per_req, step.observer_cpu_s()),
+            (Some(2.0), Some(0.5))
+        );
+        figures.insert("cs_per_reqq".into(), 2.0.into());
+        let err = step.set_observed(Value::Null, figures).unwrap_err();
+        assert!(err.contains("cs_per_reqq"), "{err}");
     }
 }

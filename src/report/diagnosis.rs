@@ -227,8 +227,13 @@ fn step_label(s: &StepResult, repeated: bool) -> String {
 /// (merged thread name, % of one CPU) of a step's server threads.
 fn step_groups(s: &StepResult) -> Vec<(String, f64)> {
     s.observation()
-        .and_then(|o| o.threads)
-        .map(|t| t.groups.into_iter().map(|g| (g.name, g.cpu_pct)).collect())
+        .and_then(|o| o.threads.as_ref())
+        .map(|t| {
+            t.groups
+                .iter()
+                .map(|g| (g.name.clone(), g.cpu_pct))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -287,8 +292,9 @@ mod tests {
                     "max_thread_cpu_pct": cpu_pct, "run_delay_pct": null,
                     "voluntary_cs": 0, "involuntary_cs": 0})
             };
-            s.server =
+            let server =
                 json!({"threads": {"groups": [group("reactor", reactor), group("main", 1.0)]}});
+            s.server = serde_json::from_value(server).unwrap();
             s
         };
         let steps = [step(1, 40.0), step(2, 80.0)];
@@ -318,9 +324,10 @@ mod tests {
             for rep in 0..5 {
                 let mut s = StepResult::empty(format!("s{clients}.{rep}"), "t", "p", clients, rep);
                 s.status = StepStatus::Ok;
-                s.server = json!({"threads": {"groups": [{"name": "w", "threads": 1,
+                let server = json!({"threads": {"groups": [{"name": "w", "threads": 1,
                     "cpu_pct": 50.0, "max_thread_cpu_pct": 50.0, "run_delay_pct": null,
                     "voluntary_cs": 0, "involuntary_cs": 0}]}});
+                s.server = serde_json::from_value(server).unwrap();
                 steps.push(s);
             }
         }

@@ -25,10 +25,10 @@ fn ok(steps: &[StepResult]) -> impl Iterator<Item = &StepResult> {
 }
 
 fn instances_of(step: &StepResult) -> usize {
-    step.derived
-        .get("per_instance")
-        .and_then(Value::as_array)
-        .map_or(1, Vec::len)
+    match step.figures.per_instance.len() {
+        0 => 1,
+        n => n,
+    }
 }
 
 /// Mean throughput by client count, and the instance count and server CPUs of a series.
@@ -145,21 +145,17 @@ fn split_comparison(out: &mut String, steps: &[StepResult]) {
 fn observed(out: &mut String, steps: &[StepResult]) {
     let mut rows = Vec::new();
     for s in steps {
-        let Some(Value::Object(obs)) = s.derived.get("observed") else {
-            continue;
-        };
-        for (name, o) in obs {
-            let f = |k: &str| o.pointer(&format!("/server/{k}")).and_then(Value::as_f64);
-            let row = match (o.get("note").and_then(Value::as_str), f("user_s")) {
-                (Some(note), _) => format!("| — | — | — | {} |", escape(note)),
-                (None, Some(user)) => format!(
-                    "| {:.2} | {:.2} | {:.0} | {} |",
-                    user,
-                    f("sys_s").unwrap_or(f64::NAN),
-                    f("voluntary_cs").unwrap_or(0.0) + f("involuntary_cs").unwrap_or(0.0),
-                    escape(&notes_of(o))
+        for (name, o) in &s.figures.observed {
+            let notes = escape(&o.notes().join("; "));
+            let tree = o.observation().and_then(|o| o.server.as_ref());
+            let row = match tree {
+                Some(t) => format!(
+                    "| {:.2} | {:.2} | {} | {notes} |",
+                    t.user_s,
+                    t.sys_s,
+                    t.voluntary_cs + t.involuntary_cs,
                 ),
-                (None, None) => format!("| — | — | — | {} |", escape(&notes_of(o))),
+                None => format!("| — | — | — | {notes} |"),
             };
             rows.push(format!("| {} | {} {row}", escape(&s.id), escape(name)));
         }
@@ -177,24 +173,25 @@ fn observed(out: &mut String, steps: &[StepResult]) {
 fn client_groups(out: &mut String, steps: &[StepResult]) {
     let mut rows = Vec::new();
     for s in ok(steps) {
-        let Some(groups) = s.derived.get("per_host").and_then(Value::as_array) else {
+        let groups = &s.figures.per_host;
+        if groups.is_empty() {
             continue;
-        };
-        let f = |v: &Value, k: &str| v.pointer(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-        let overlap = s.derived.get("window_overlap").and_then(Value::as_f64);
+        }
+        let overlap = s.figures.window_overlap;
         let or_dash =
             |v: Option<f64>, scale: f64| v.map_or("—".into(), |v| format!("{:.1}", v * scale));
         for g in groups {
+            let overhead = g.overhead.as_ref();
             rows.push(format!(
                 "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} | {} |",
                 escape(&s.id),
-                escape(g.get("host").and_then(Value::as_str).unwrap_or("?")),
-                f(g, "/throughput_rps"),
-                f(g, "/latency_us/p50"),
-                f(g, "/latency_us/p99"),
+                escape(g.host.as_deref().unwrap_or("?")),
+                g.load.throughput_rps,
+                g.load.latency_us.p50,
+                g.load.latency_us.p99,
                 overlap.map_or("—".into(), |o| format!("{:.2}%", o * 100.0)),
-                or_dash(g.get("ready_before_start_us").and_then(Value::as_f64), 1e-3),
-                or_dash(g.get("fetch_ms").and_then(Value::as_f64), 1.0),
+                or_dash(overhead.and_then(|o| o.ready_before_start_us), 1e-3),
+                or_dash(overhead.and_then(|o| o.fetch_ms), 1.0),
             ));
         }
         let load = s.load.as_ref();
@@ -215,29 +212,15 @@ fn client_groups(out: &mut String, steps: &[StepResult]) {
     }
 }
 
-fn notes_of(o: &Value) -> String {
-    o.get("notes")
-        .and_then(Value::as_array)
-        .map(|n| {
-            n.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
-        .unwrap_or_default()
-}
-
 fn target_metrics(out: &mut String, steps: &[StepResult]) {
     let mut rows = Vec::new();
     for s in steps {
-        let Some(Value::Object(m)) = s.derived.get("target_metrics") else {
-            continue;
-        };
         let window_s = s.load.as_ref().map_or(0.0, |l| l.duration_s);
         let rps = s
             .throughput_rps()
             .map_or("—".to_string(), |t| format!("{t:.0}"));
-        for (label, v) in m {
+        for (label, v) in &s.figures.target_metrics {
+            let v = &v.to_value();
             // A difference whose readings say when they were written covers their span.
             let span_s = v
                 .get(crate::observe::metrics::SPAN_FIELD)
@@ -307,8 +290,7 @@ mod tests {
                 ..Default::default()
             });
             if n > 1 {
-                s.derived
-                    .insert("per_instance".into(), Value::Array(vec![Value::Null; n]));
+                s.figures.per_instance = vec![Default::default(); n];
             }
             s
         };

@@ -703,9 +703,7 @@ mod tests {
         );
         // An external tool's figures: the table even when every row holds.
         let mut external = steps();
-        external[0]
-            .derived
-            .insert("tool".into(), serde_json::json!({}));
+        external[0].figures.tool = Some(Default::default());
         assert!(md(external).contains("| X·R / L |"));
     }
 
@@ -758,7 +756,7 @@ mod tests {
     #[test]
     fn coinciding_ratios_are_explained_and_a_saturated_side_names_no_winner() {
         use crate::analyze::compare::spec::{parse_comparison, resolve};
-        use crate::record::observed::{Observation, PerRequest, TreeUsage};
+        use crate::record::observed::{Observation, TreeUsage};
         let step = |target: &str, x: f64, rep: usize| {
             let mut s = ok_step(4, x * (1.0 + 0.01 * rep as f64), 1000.0);
             s.target = target.into();
@@ -772,12 +770,8 @@ mod tests {
                 }),
                 ..Observation::default()
             };
-            s.server = serde_json::to_value(obs).unwrap();
-            let mut per = PerRequest::default();
-            per.cpu_us_per_req.total = Some(1e6 / s.throughput_rps().unwrap());
-            if let serde_json::Value::Object(m) = serde_json::to_value(per).unwrap() {
-                s.derived.extend(m);
-            }
+            s.server = Some(obs.into());
+            s.per_request.cpu_us_per_req.total = Some(1e6 / s.throughput_rps().unwrap());
             s
         };
         let steps: Vec<StepResult> = (0..3)

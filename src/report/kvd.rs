@@ -3,6 +3,7 @@
 //! step's measured window): RTT scaling, Little's law, the RTT histogram's modes at the
 //! highest client count, and the phase table per placement.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
@@ -51,9 +52,9 @@ fn p50_us(m: &Value, name: &str) -> Option<f64> {
 /// The step's rows: one per kvd daemon whose metrics reached it (every rank of a target
 /// that starts its peers).
 fn rows(step: &StepResult) -> Vec<Row<'_>> {
-    let Some(Value::Object(all)) = step.derived.get("target_metrics") else {
-        return Vec::new();
-    };
+    let all: BTreeMap<&String, Value> = (step.figures.target_metrics.iter())
+        .map(|(label, m)| (label, m.to_value()))
+        .collect();
     all.iter()
         .filter_map(|(label, m)| {
             let mut r = row(step, label, m)?;
@@ -322,13 +323,16 @@ mod tests {
         };
         let mut step = StepResult::empty("kvd.shared.c2.r0".into(), "kvd", "shared", 2, 0);
         step.status = StepStatus::Ok;
-        step.derived.insert(
-            "target_metrics".into(),
-            serde_json::json!({
-                "r0": metrics(0, &[7_000, 9_000], &[6_000]),
-                "r1": metrics(1, &[14_000], &[1_000, 3_000]),
-            }),
-        );
+        let ranks = [
+            ("r0", metrics(0, &[7_000, 9_000], &[6_000])),
+            ("r1", metrics(1, &[14_000], &[1_000, 3_000])),
+        ];
+        step.figures.target_metrics = (ranks.into_iter())
+            .map(|(label, m)| {
+                let m = crate::record::figures::ForeignJson::from_value(m);
+                (label.to_string(), m)
+            })
+            .collect();
         let text = markdown(&[step]);
         assert!(
             text.contains("| (p50 flush_to_cb − p50 peer turnaround) / 2 (µs) | one-way, exact"),

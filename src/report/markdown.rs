@@ -175,7 +175,7 @@ fn conditions(out: &mut String, run: &RunData) {
 fn observed_window(steps: &[StepResult]) -> Option<String> {
     let spans: Vec<&str> = steps
         .iter()
-        .filter_map(|s| s.derived.get("window").and_then(|w| w.as_str()))
+        .filter_map(|s| s.figures.window.as_deref())
         .collect();
     let first = spans.first()?;
     Some(format!("{first}: {} of {} steps", spans.len(), steps.len()))

@@ -346,7 +346,8 @@ mod tests {
             ..crate::record::load::LoadReport::default()
         });
         s.server_cpus = "0".into();
-        s.server = serde_json::json!({ "server_cpus_busy_pct": cpu_pct });
+        let server = serde_json::json!({ "server_cpus_busy_pct": cpu_pct });
+        s.server = serde_json::from_value(server).unwrap();
         s
     }
 

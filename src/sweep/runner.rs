@@ -401,9 +401,7 @@ impl Runner<'_> {
 
     /// The step with its thresholds' checks (the `thresholds` array of its steps.jsonl line).
     fn with_threshold_checks(&self, mut step: StepResult) -> StepResult {
-        if let Some(checks) = thresholds::step_checks(&self.plan.thresholds, &step) {
-            step.derived.insert("thresholds".into(), checks);
-        }
+        step.figures.thresholds = thresholds::step_checks(&self.plan.thresholds, &step);
         step
     }
 
@@ -546,17 +544,17 @@ impl Runner<'_> {
         if self.plan.restart == Restart::Step {
             series.stop_server();
         }
-        let (load, observed) = outcome.map_err(StepEnd::Failed)?;
+        let (load, mut observed) = outcome.map_err(StepEnd::Failed)?;
         step.load = Some(load);
-        step.server = observed.server;
-        step.derived = observed.derived;
         if let Some(why) = not_observed {
             crate::fleet::server::running::mark_not_observed(
-                &mut step.server,
-                &mut step.derived,
+                &mut observed.server,
+                &mut observed.derived,
                 &why,
             );
         }
+        step.set_observed(observed.server, observed.derived)
+            .map_err(|e| StepEnd::Failed(StepError::Load(e)))?;
         (step.status, step.reason) = verdict(step, self.plan.max_error_ratio);
         if step.status == StepStatus::Failed {
             step.error_kind = Some(ErrorKind::Load);

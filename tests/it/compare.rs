@@ -84,7 +84,9 @@ fn step(target: &str, clients: usize, rep: usize, x: f64, little_factor: f64) ->
     });
     // Two CPUs for one second: the process tree's CPU seconds give the utilisation.
     let cpu_s = cpu_pct(clients) / 100.0 * 2.0;
-    s.server = json!({"window_s": 1.0, "server": {"user_s": cpu_s * 0.75, "sys_s": cpu_s * 0.25}});
+    let server =
+        json!({"window_s": 1.0, "server": {"user_s": cpu_s * 0.75, "sys_s": cpu_s * 0.25}});
+    s.server = serde_json::from_value(server).unwrap();
     s
 }
 

@@ -18,6 +18,7 @@ use stairbench::observe::extra::{ExtraObserver, ObserveEntry, ProcessSelector};
 use stairbench::observe::metrics::{difference, MetricsFormat, MetricsSource, Snapshot};
 use stairbench::observe::step::{NullObserver, ServerExtras, StepObserver};
 use stairbench::placement::TopologyPlacements;
+use stairbench::record::figures::ForeignJson;
 use stairbench::record::hlog::read_hlog_or_empty;
 use stairbench::record::steps::{read_steps, StepResult, StepStatus};
 use stairbench::sweep::plan::Plan;
@@ -499,7 +500,6 @@ fn a_histogram_log_metrics_file_gives_the_windows_histogram() {
 #[test]
 fn a_failed_histogram_subtraction_is_unavailable_not_the_whole_run() {
     use hdrhistogram::Histogram;
-    use serde_json::json;
     // The start holds values the end lacks (the target restarted): no window histogram.
     let mut start = Histogram::<u64>::new(3).unwrap();
     start.record_n(1_000, 50).unwrap();
@@ -513,8 +513,8 @@ fn a_failed_histogram_subtraction_is_unavailable_not_the_whole_run() {
     // Rendered as the reason, never as figures.
     let mut step = StepResult::empty("s".into(), "t", "p", 1, 0);
     step.status = StepStatus::Ok;
-    step.derived
-        .insert("target_metrics".into(), json!({"server": d}));
+    step.figures.target_metrics =
+        [("server".to_string(), ForeignJson::from_value(d.clone()))].into();
     let md = stairbench::report::extras::markdown(&[step]);
     assert!(
         md.contains("| s | — | server | unavailable: the histogram at the window"),

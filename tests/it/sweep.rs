@@ -850,8 +850,8 @@ fn redis_sweep_interrupted_then_resumed() {
         assert!(s.throughput_rps().unwrap() > 0.0);
         assert_server_cpu_near_clients(s);
         assert!(
-            s.server["server"]["pid"].as_i64().is_some(),
-            "observed the server: {}",
+            s.observation().and_then(|o| o.server.as_ref()).is_some(),
+            "observed the server: {:?}",
             s.server
         );
     }
@@ -888,8 +888,12 @@ fn nginx_master_and_workers_are_observed_and_ended() {
     let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
     for s in &steps {
         assert_eq!(s.status, StepStatus::Ok, "{:?}", s.reason);
-        let processes = s.server["server"]["processes"].as_u64().unwrap();
-        assert_eq!(processes, 3, "master and 2 workers: {}", s.server);
+        let processes = s
+            .observation()
+            .and_then(|o| o.server.as_ref())
+            .unwrap()
+            .processes;
+        assert_eq!(processes, 3, "master and 2 workers: {:?}", s.server);
         assert_server_cpu_near_clients(s);
     }
     let mine = format!("nginx-{}", out_dir.display());
@@ -943,7 +947,8 @@ fn wrk_through_its_parser_against_nginx() {
             load.client_cpu.user_s + load.client_cpu.sys_s > 0.0,
             "wrk's own CPU is measured"
         );
-        assert!(s.derived["tool"]["latency_us"]["p75"].as_f64().is_some());
+        let tool = s.figures.tool.as_ref().unwrap();
+        assert!(tool.latency_us.get("p75").copied().flatten().is_some());
     }
     assert_eq!(schema_errors(&out_dir), Vec::<String>::new());
 }

@@ -928,8 +928,11 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
     let little_mean = |f: fn(&LittleRow) -> f64| {
         (!little.is_empty()).then(|| little.iter().map(|r| f(r)).sum::<f64>() / little.len() as f64)
     };
-    let observed: Vec<Observation> = reps.iter().filter_map(|s| s.observation()).collect();
-    let per_request: Vec<PerRequest> = reps.iter().map(|s| s.per_request()).collect();
+    let observed: Vec<Observation> = reps
+        .iter()
+        .filter_map(|s| s.observation().cloned())
+        .collect();
+    let per_request: Vec<PerRequest> = reps.iter().map(|s| s.per_request().clone()).collect();
     let busiest = observed
         .iter()
         .filter_map(|o| {

@@ -65,17 +65,12 @@ fn step(s: &S) -> StepResult {
     if let Some((_, pct)) = s.run_delay {
         threads["run_delay_pct"] = json!(pct);
     }
-    r.server = json!({"server_cpus_busy_pct": s.busy_pct,
+    let server = json!({"server_cpus_busy_pct": s.busy_pct,
         "client_cpus_busy_pct": s.client_busy_pct, "threads": threads});
-    r.derived.insert(
-        "cpu_us_per_req".into(),
-        json!({"user": null, "sys": null, "total": s.cpu_us}),
-    );
-    r.derived
-        .insert("voluntary_cs_per_req".into(), json!(s.vol_cs));
-    if let Some((us, _)) = s.run_delay {
-        r.derived.insert("run_delay_us_per_req".into(), json!(us));
-    }
+    r.server = serde_json::from_value(server).unwrap();
+    r.per_request.cpu_us_per_req.total = Some(s.cpu_us);
+    r.per_request.voluntary_cs_per_req = Some(s.vol_cs);
+    r.per_request.run_delay_us_per_req = s.run_delay.map(|(us, _)| us);
     r
 }
 
