@@ -143,7 +143,11 @@ mod tests {
         let mut svg = Vec::new();
         write_flame_graph(&a, &GraphLabels::new("T", None), &mut svg).unwrap();
         let svg = String::from_utf8(svg).unwrap();
-        assert!(svg.starts_with("<?xml") && svg.contains(">x<") || svg.contains("x (3 samples"));
+        assert!(svg.starts_with("<?xml"), "{svg}");
+        // Each frame with its weight: x 3 of 4 samples, y 1.
+        for title in ["x (3 samples, 75.00%)", "y (1 samples, 25.00%)"] {
+            assert!(svg.contains(&format!("<title>{title}</title>")), "{title}");
+        }
         let mut diff = Vec::new();
         write_diff_graph(
             &diff_stacks(&a, &a),

@@ -23,6 +23,10 @@ pub struct HostSetUp {
     /// Putting the binary: its `--version` and checksum there compared with ours, and the
     /// binary copied when they differ; ms.
     pub binary_ms: f64,
+    /// Size of the binary put there (stripped of its debug sections unless
+    /// `binary_not_stripped` says why not); bytes.
+    #[serde(default)]
+    pub binary_bytes: u64,
 }
 
 /// A client group's part of a step's overhead (in its `per_host` entry).

@@ -20,6 +20,7 @@ pub mod shell;
 pub mod slurm;
 pub mod slurm_step;
 pub mod ssh;
+pub mod stripped;
 pub mod window;
 
 pub use clock::{best_offset, ClockOffset, ClockSample};

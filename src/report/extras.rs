@@ -2,17 +2,15 @@
 //! with single ones (seed 000's "2 instances × 14 cores vs 1 instance × 28 cores"), the
 //! `[[observe]]` processes, and the targets' own metrics.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-
 use serde_json::Value;
+use std::collections::BTreeMap;
 
-use super::cell::escape;
+use super::doc::{Block, Doc, Item, Table};
 use crate::record::steps::{StepResult, StepStatus};
 
 /// Every section that has something to show.
-pub fn markdown(steps: &[StepResult]) -> String {
-    let mut out = String::new();
+pub fn sections(steps: &[StepResult]) -> Doc {
+    let mut out = Doc::new();
     split_comparison(&mut out, steps);
     client_groups(&mut out, steps);
     observed(&mut out, steps);
@@ -105,9 +103,9 @@ pub fn split_sentence(split: (&str, f64), single: (&str, f64)) -> String {
     )
 }
 
-fn split_comparison(out: &mut String, steps: &[StepResult]) {
+fn split_comparison(out: &mut Doc, steps: &[StepResult]) {
     let all = series(steps);
-    let mut lines = Vec::new();
+    let mut items = Vec::new();
     for ((s_target, placement), split) in all.iter().filter(|(_, f)| f.instances > 1) {
         for ((t_target, _), single) in all
             .iter()
@@ -115,63 +113,85 @@ fn split_comparison(out: &mut String, steps: &[StepResult]) {
         {
             let peak = |f: &SeriesFigures| f.by_clients.values().copied().fold(0.0, f64::max);
             let (a, b) = (shape(split), shape(single));
-            lines.push(format!(
-                "- {} vs {} ({}), peak: {}",
-                escape(s_target),
-                escape(t_target),
-                escape(placement),
-                split_sentence((&a, peak(split)), (&b, peak(single)))
-            ));
-            for (c, rps) in &split.by_clients {
-                if let Some(other) = single.by_clients.get(c) {
-                    lines.push(format!(
-                        "  - {c} clients: {}",
+            let sub = split
+                .by_clients
+                .iter()
+                .filter_map(|(c, rps)| {
+                    let other = single.by_clients.get(c)?;
+                    Some(format!(
+                        "{c} clients: {}",
                         split_sentence((&a, *rps), (&b, *other))
-                    ));
-                }
-            }
+                    ))
+                })
+                .collect();
+            items.push(Item {
+                text: format!(
+                    "{s_target} vs {t_target} ({placement}), peak: {}",
+                    split_sentence((&a, peak(split)), (&b, peak(single)))
+                ),
+                sub,
+            });
         }
     }
-    if lines.is_empty() {
+    if items.is_empty() {
         return;
     }
-    out.push_str("\n## Split instances against one instance\n\n");
-    out.push_str("Throughputs are the sums of the instances' (each on its own share of the cpusets); latency comes from their merged histograms.\n\n");
-    for l in lines {
-        let _ = writeln!(out, "{l}");
-    }
+    out.heading("Split instances against one instance");
+    out.paragraph("Throughputs are the sums of the instances' (each on its own share of the cpusets); latency comes from their merged histograms.");
+    out.blocks.push(Block::List(items));
 }
 
-fn observed(out: &mut String, steps: &[StepResult]) {
-    let mut rows = Vec::new();
+fn observed(out: &mut Doc, steps: &[StepResult]) {
+    let mut t = Table::new(
+        &[
+            "step",
+            "process",
+            "user CPU (s)",
+            "sys CPU (s)",
+            "context switches",
+            "notes",
+        ],
+        "llrrrl",
+    );
     for s in steps {
         for (name, o) in &s.figures.observed {
-            let notes = escape(&o.notes().join("; "));
+            let notes = o.notes().join("; ");
             let tree = o.observation().and_then(|o| o.server.as_ref());
-            let row = match tree {
-                Some(t) => format!(
-                    "| {:.2} | {:.2} | {} | {notes} |",
-                    t.user_s,
-                    t.sys_s,
-                    t.voluntary_cs + t.involuntary_cs,
-                ),
-                None => format!("| — | — | — | {notes} |"),
-            };
-            rows.push(format!("| {} | {} {row}", escape(&s.id), escape(name)));
+            let mut row = vec![s.id.clone(), name.clone()];
+            row.extend(match tree {
+                Some(t) => [
+                    format!("{:.2}", t.user_s),
+                    format!("{:.2}", t.sys_s),
+                    (t.voluntary_cs + t.involuntary_cs).to_string(),
+                    notes,
+                ],
+                None => ["—".into(), "—".into(), "—".into(), notes],
+            });
+            t.row(row);
         }
     }
-    if rows.is_empty() {
+    if t.rows.is_empty() {
         return;
     }
-    out.push_str("\n## Observed processes\n\n| step | process | user CPU (s) | sys CPU (s) | context switches | notes |\n| --- | --- | ---: | ---: | ---: | --- |\n");
-    for r in rows {
-        let _ = writeln!(out, "{r}");
-    }
+    out.heading("Observed processes");
+    out.table(t);
 }
 
 /// Each client group's share of a step, beside the step's merged figures.
-fn client_groups(out: &mut String, steps: &[StepResult]) {
-    let mut rows = Vec::new();
+fn client_groups(out: &mut Doc, steps: &[StepResult]) {
+    let mut t = Table::new(
+        &[
+            "step",
+            "host",
+            "requests/s",
+            "p50 (µs)",
+            "p99 (µs)",
+            "windows overlap",
+            "ready before start (ms)",
+            "fetch (ms)",
+        ],
+        "llrrrrrr",
+    );
     for s in ok(steps) {
         let groups = &s.figures.per_host;
         if groups.is_empty() {
@@ -182,38 +202,36 @@ fn client_groups(out: &mut String, steps: &[StepResult]) {
             |v: Option<f64>, scale: f64| v.map_or("—".into(), |v| format!("{:.1}", v * scale));
         for g in groups {
             let overhead = g.overhead.as_ref();
-            rows.push(format!(
-                "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} | {} |",
-                escape(&s.id),
-                escape(g.host.as_deref().unwrap_or("?")),
-                g.load.throughput_rps,
-                g.load.latency_us.p50,
-                g.load.latency_us.p99,
+            t.row(vec![
+                s.id.clone(),
+                g.host.as_deref().unwrap_or("?").to_string(),
+                format!("{:.0}", g.load.throughput_rps),
+                format!("{:.1}", g.load.latency_us.p50),
+                format!("{:.1}", g.load.latency_us.p99),
                 overlap.map_or("—".into(), |o| format!("{:.2}%", o * 100.0)),
                 or_dash(overhead.and_then(|o| o.ready_before_start_us), 1e-3),
                 or_dash(overhead.and_then(|o| o.fetch_ms), 1.0),
-            ));
+            ]);
         }
         let load = s.load.as_ref();
-        rows.push(format!(
-            "| {} | **all (merged)** | {:.0} | {:.1} | {:.1} | | | |",
-            escape(&s.id),
-            load.map_or(f64::NAN, |l| l.throughput_rps),
-            load.map_or(f64::NAN, |l| l.latency_us.p50),
-            load.map_or(f64::NAN, |l| l.latency_us.p99),
-        ));
+        t.row(vec![
+            s.id.clone(),
+            "**all (merged)**".into(),
+            format!("{:.0}", load.map_or(f64::NAN, |l| l.throughput_rps)),
+            format!("{:.1}", load.map_or(f64::NAN, |l| l.latency_us.p50)),
+            format!("{:.1}", load.map_or(f64::NAN, |l| l.latency_us.p99)),
+        ]);
     }
-    if rows.is_empty() {
+    if t.rows.is_empty() {
         return;
     }
-    out.push_str("\n## Client groups\n\nEach group's own figures; the merged row adds their counts and histograms. Ready before start: how long before the step's agreed start the group had its connections open (negative: that late); fetch: from the end of its window to its results on disk here.\n\n| step | host | requests/s | p50 (µs) | p99 (µs) | windows overlap | ready before start (ms) | fetch (ms) |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for r in rows {
-        let _ = writeln!(out, "{r}");
-    }
+    out.heading("Client groups");
+    out.paragraph("Each group's own figures; the merged row adds their counts and histograms. Ready before start: how long before the step's agreed start the group had its connections open (negative: that late); fetch: from the end of its window to its results on disk here.");
+    out.table(t);
 }
 
-fn target_metrics(out: &mut String, steps: &[StepResult]) {
-    let mut rows = Vec::new();
+fn target_metrics(out: &mut Doc, steps: &[StepResult]) {
+    let mut t = Table::new(&["step", "throughput (req/s)", "source", "metrics"], "lrll");
     for s in steps {
         let window_s = s.load.as_ref().map_or(0.0, |l| l.duration_s);
         let rps = s
@@ -230,21 +248,14 @@ fn target_metrics(out: &mut String, steps: &[StepResult]) {
                 Some(note) => note.to_string(),
                 None => metric_text(v, span_s),
             };
-            rows.push(format!(
-                "| {} | {rps} | {} | {} |",
-                escape(&s.id),
-                escape(label),
-                escape(&text)
-            ));
+            t.row(vec![s.id.clone(), rps.clone(), label.clone(), text]);
         }
     }
-    if rows.is_empty() {
+    if t.rows.is_empty() {
         return;
     }
-    out.push_str("\n## Target-reported metrics (difference over the measured window)\n\n| step | throughput (req/s) | source | metrics |\n| --- | ---: | --- | --- |\n");
-    for r in rows {
-        let _ = writeln!(out, "{r}");
-    }
+    out.heading("Target-reported metrics (difference over the measured window)");
+    out.table(t);
 }
 
 /// `key=value` pairs; a `busy_ns` leaf also shows as a share of the span it covers.
@@ -294,7 +305,7 @@ mod tests {
             }
             s
         };
-        let text = markdown(&[step("split", 150.0, 2), step("one", 100.0, 1)]);
+        let text = sections(&[step("split", 150.0, 2), step("one", 100.0, 1)]).to_markdown();
         assert!(
             text.contains(
                 "2 instances × 1 core: 150 req/s vs 1 instance × 2 cores: 100 req/s (+50.0%)"

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use super::cell::escape;
 use super::compare::show_summary;
+use super::doc::{Doc, Table};
 use crate::analyze::compare::{Metric, StepKey};
 use crate::analyze::diagnosis::BUSY_PCT;
 use crate::analyze::modes::Mode;
@@ -230,18 +231,16 @@ pub fn peak_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
     (header, rows)
 }
 
-/// "## Peak of each series" and its table: the one definition of a peak.
-pub fn peak_section(a: &RunAnalysis) -> String {
-    let mut out = String::new();
+/// "Peak of each series" and its table: the one definition of a peak.
+pub fn peak_section(a: &RunAnalysis) -> Doc {
+    let mut out = Doc::new();
     if a.series.is_empty() {
         return out;
     }
-    out.push_str("## Peak of each series\n\n");
-    out.push_str(PEAK_DEFINITION);
-    out.push_str("\n\n");
+    out.heading("Peak of each series");
+    out.paragraph(PEAK_DEFINITION);
     let (header, rows) = peak_rows(a);
-    markdown_table(&mut out, &header, &rows);
-    out.push('\n');
+    out.table(Table::figures(header, rows));
     out
 }
 
@@ -251,9 +250,9 @@ pub const PEAK_DEFINITION: &str = "The peak is the highest mean throughput over 
     failed too often, are left out and named. Its p99 comes from the repetitions' histograms \
     merged, with the single repetitions' p99 range beside it.";
 
-/// The analysis as markdown: scalability, Little's law, latency modes, noise, comparisons.
-pub fn render_markdown(a: &RunAnalysis) -> String {
-    let mut out = String::new();
+/// The analysis' sections: scalability, Little's law, latency modes, noise, comparisons.
+pub fn analysis_sections(a: &RunAnalysis) -> Doc {
+    let mut out = Doc::new();
     if a.series.is_empty() {
         return out;
     }
@@ -263,11 +262,8 @@ pub fn render_markdown(a: &RunAnalysis) -> String {
     noise_section(&mut out, a);
     comparisons_section(&mut out, a);
     if !a.notes.is_empty() {
-        out.push_str("## Analysis notes\n\n");
-        for n in &a.notes {
-            let _ = writeln!(out, "- {}", escape(n));
-        }
-        out.push('\n');
+        out.heading("Analysis notes");
+        out.list(a.notes.iter().cloned());
     }
     out
 }
@@ -336,44 +332,22 @@ fn peak_cell(p: &Peak) -> String {
     }
 }
 
-/// A table of unescaped cells as markdown: the two name columns and the last (text) column
-/// left-aligned, the figures between them right-aligned.
-fn markdown_table(out: &mut String, header: &[String], rows: &[Vec<String>]) {
-    let _ = writeln!(out, "| {} |", header.join(" | "));
-    let align: Vec<&str> = (0..header.len())
-        .map(|i| {
-            if i < 2 || i + 1 == header.len() {
-                "---"
-            } else {
-                "---:"
-            }
-        })
-        .collect();
-    let _ = writeln!(out, "| {} |", align.join(" | "));
-    for row in rows {
-        let cells: Vec<String> = row.iter().map(|c| escape(c)).collect();
-        let _ = writeln!(out, "| {} |", cells.join(" | "));
-    }
-}
-
-fn scalability(out: &mut String, a: &RunAnalysis) {
-    out.push_str("## Scalability: knee and USL\n\n");
-    out.push_str(
+fn scalability(out: &mut Doc, a: &RunAnalysis) {
+    out.heading("Scalability: knee and USL");
+    out.paragraph(
         "Throughput knee: where adding clients stops paying (Kneedle); saturation: the fewest \
          clients within 5% of the maximum; busy: the most clients with the server's CPUs still \
          under 70% (the fewest, when every level before saturation was busier). USL: X(N) = λN / (1 + σ(N−1) + κN(N−1)), fitted on every repetition; \
-         client-saturated steps are left out.\n\n",
+         client-saturated steps are left out.",
     );
     let (header, rows) = scalability_rows(a);
-    markdown_table(out, &header, &rows);
-    out.push('\n');
-    for s in &a.series {
-        let name = format!("{} / {}", escape(&s.target), escape(&s.placement));
-        for line in series_remarks(s) {
-            let _ = writeln!(out, "- {name}: {}", escape(&line));
-        }
-    }
-    out.push('\n');
+    out.table(Table::figures(header, rows));
+    out.list(a.series.iter().flat_map(|s| {
+        let name = format!("{} / {}", s.target, s.placement);
+        series_remarks(s)
+            .into_iter()
+            .map(move |line| format!("{name}: {line}"))
+    }));
 }
 
 /// What the scalability table cannot hold, per series: why there is no USL fit or why it is
@@ -453,23 +427,22 @@ pub fn little_holds_line(a: &RunAnalysis) -> String {
     )
 }
 
-fn little_section(out: &mut String, a: &RunAnalysis) {
-    out.push_str("## Little's law\n\n");
+fn little_section(out: &mut Doc, a: &RunAnalysis) {
+    out.heading("Little's law");
     let (header, rows) = little_rows(a);
     if rows.is_empty() {
-        out.push_str("No closed-loop step with an in-flight count: nothing to check.\n\n");
+        out.paragraph("No closed-loop step with an in-flight count: nothing to check.");
         return;
     }
     if !little_informative(a) {
-        let _ = writeln!(out, "{}\n", little_holds_line(a));
+        out.paragraph(little_holds_line(a));
         return;
     }
-    out.push_str(
+    out.paragraph(
         "L = clients × connections × depth; the law predicts a mean latency of L / X. \
-         X·R / L is 1.00 when it holds; a flag marks more than 10% off.\n\n",
+         X·R / L is 1.00 when it holds; a flag marks more than 10% off.",
     );
-    markdown_table(out, &header, &rows);
-    out.push('\n');
+    out.table(Table::figures(header, rows));
 }
 
 fn little_flag(r: &LittleRow) -> String {
@@ -491,53 +464,60 @@ fn show_mode(m: &Mode) -> String {
     )
 }
 
-fn modes_section(out: &mut String, a: &RunAnalysis) {
+fn modes_section(out: &mut Doc, a: &RunAnalysis) {
     let rows: Vec<(&SeriesAnalysis, &StepModes)> = a
         .series
         .iter()
         .flat_map(|s| s.modes.iter().map(move |m| (s, m)))
         .filter(|(_, m)| !m.modes.is_empty())
         .collect();
-    out.push_str("## Latency modes\n\n");
+    out.heading("Latency modes");
     if rows.is_empty() {
-        out.push_str("No step histogram (hist/*.hlog) to read.\n\n");
+        out.paragraph("No step histogram (hist/*.hlog) to read.");
         return;
     }
     let bimodal = rows.iter().filter(|(_, m)| m.modes.len() > 1).count();
-    let _ = writeln!(
-        out,
+    out.paragraph(format!(
         "Populations in each step's latency histogram: {bimodal} of {} steps have two \
-         (a fast and a slow population, as a round-trip histogram split by a cache miss).\n",
+         (a fast and a slow population, as a round-trip histogram split by a cache miss).",
         rows.len()
+    ));
+    let mut t = Table::new(
+        &[
+            "target",
+            "placement",
+            "clients",
+            "rep",
+            "populations",
+            "fast (share at peak, range)",
+            "slow (share at peak, range)",
+        ],
+        "llrrrll",
     );
-    out.push_str("| target | placement | clients | rep | populations | fast (share at peak, range) | slow (share at peak, range) |\n");
-    out.push_str("| --- | --- | ---: | ---: | ---: | --- | --- |\n");
     for (s, m) in rows {
-        let slow = m.modes.get(1).map_or("–".to_string(), show_mode);
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {slow} |",
-            escape(&s.target),
-            escape(&s.placement),
+        t.row(vec![
+            s.target.clone(),
+            s.placement.clone(),
             load_label(m.clients, m.rate_rps),
-            m.rep,
-            m.modes.len(),
+            m.rep.to_string(),
+            m.modes.len().to_string(),
             show_mode(&m.modes[0]),
-        );
+            m.modes.get(1).map_or("–".to_string(), show_mode),
+        ]);
     }
-    out.push('\n');
+    out.table(t);
 }
 
-fn noise_section(out: &mut String, a: &RunAnalysis) {
-    out.push_str("## Noisy steps\n\n");
+fn noise_section(out: &mut Doc, a: &RunAnalysis) {
+    out.heading("Noisy steps");
     let repeated = a
         .series
         .iter()
         .flat_map(|s| &s.points)
         .any(|p| p.repetitions >= 2);
     if !repeated {
-        out.push_str(
-            "No repetitions: the spread of a step is unknown (set `repetitions` to 2 or more).\n\n",
+        out.paragraph(
+            "No repetitions: the spread of a step is unknown (set `repetitions` to 2 or more).",
         );
         return;
     }
@@ -552,44 +532,49 @@ fn noise_section(out: &mut String, a: &RunAnalysis) {
         .collect();
     let noisy = repeated.iter().filter(|(_, p)| p.noisy).count();
     if noisy == 0 {
-        out.push_str("Every repeated step's throughput varied by less than 3% (CV).\n\n");
+        out.paragraph("Every repeated step's throughput varied by less than 3% (CV).");
     } else {
-        let _ = writeln!(
-            out,
-            "{noisy} load level(s) varied by 3% or more (CV) over their repetitions: do not read a knee into them.\n"
-        );
+        out.paragraph(format!(
+            "{noisy} load level(s) varied by 3% or more (CV) over their repetitions: do not read a knee into them."
+        ));
     }
-    out.push_str(
+    out.paragraph(
         "Each repeated level: its p99 from the repetitions' histograms merged, the single \
-         repetitions' p99 range beside it.\n\n",
+         repetitions' p99 range beside it.",
     );
-    out.push_str(
-        "| target | placement | clients | repetitions | throughput (req/s, mean ± 95% CI) | CV | p99 (reps) | noisy |\n",
+    let mut t = Table::new(
+        &[
+            "target",
+            "placement",
+            "clients",
+            "repetitions",
+            "throughput (req/s, mean ± 95% CI)",
+            "CV",
+            "p99 (reps)",
+            "noisy",
+        ],
+        "llrrrrrl",
     );
-    out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
     for (s, p) in repeated {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {:.1}% | {} | {} |",
-            escape(&s.target),
-            escape(&s.placement),
+        t.row(vec![
+            s.target.clone(),
+            s.placement.clone(),
             load_label(p.clients, p.rate_rps),
-            p.repetitions,
+            p.repetitions.to_string(),
             show_summary(&p.throughput_rps, Metric::ThroughputRps),
-            p.throughput_rps.cv * 100.0,
+            format!("{:.1}%", p.throughput_rps.cv * 100.0),
             p.p99_text(),
-            if p.noisy { "yes" } else { "no" }
-        );
+            if p.noisy { "yes" } else { "no" }.to_string(),
+        ]);
     }
-    out.push('\n');
+    out.table(t);
 }
 
 /// Under `repetitions = "auto"`: the steps that needed more than the 2 runs a spread needs,
 /// and whether they settled under the CV target or stopped at the cap still noisy.
-fn auto_repetitions_table(out: &mut String, a: &RunAnalysis) {
-    let _ = write!(
-        out,
-        "`repetitions = \"auto\"`: each step ran until its throughput's CV fell under {:.0}% (2 to {} runs). ",
+fn auto_repetitions_table(out: &mut Doc, a: &RunAnalysis) {
+    let rule = format!(
+        "`repetitions = \"auto\"`: each step ran until its throughput's CV fell under {:.0}% (2 to {} runs).",
         stats::AUTO_CV_TARGET * 100.0,
         stats::AUTO_MAX_REPETITIONS
     );
@@ -600,39 +585,38 @@ fn auto_repetitions_table(out: &mut String, a: &RunAnalysis) {
         .filter(|(_, p)| p.repetitions > 2)
         .collect();
     if more.is_empty() {
-        out.push_str("Every step settled after 2 runs.\n\n");
+        out.paragraph(format!("{rule} Every step settled after 2 runs."));
         return;
     }
-    out.push_str("Steps that needed more runs:\n\n");
-    out.push_str("| target | placement | clients | runs | CV | outcome |\n| --- | --- | ---: | ---: | ---: | --- |\n");
+    out.paragraph(format!("{rule} Steps that needed more runs:"));
+    let mut t = Table::new(
+        &["target", "placement", "clients", "runs", "CV", "outcome"],
+        "llrrrl",
+    );
     for (s, p) in more {
         let outcome = if p.noisy {
             format!("still noisy after {} runs", p.repetitions)
         } else {
             "settled".to_string()
         };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {:.1}% | {outcome} |",
-            escape(&s.target),
-            escape(&s.placement),
+        t.row(vec![
+            s.target.clone(),
+            s.placement.clone(),
             load_label(p.clients, p.rate_rps),
-            p.repetitions,
-            p.throughput_rps.cv * 100.0
-        );
+            p.repetitions.to_string(),
+            format!("{:.1}%", p.throughput_rps.cv * 100.0),
+            outcome,
+        ]);
     }
-    out.push('\n');
+    out.table(t);
 }
 
-fn comparisons_section(out: &mut String, a: &RunAnalysis) {
+fn comparisons_section(out: &mut Doc, a: &RunAnalysis) {
     if a.comparisons.is_empty() {
         return;
     }
-    out.push_str("## Comparisons\n\n");
-    for c in &a.comparisons {
-        let _ = writeln!(out, "- {}", escape(&c.sentence));
-    }
-    out.push('\n');
+    out.heading("Comparisons");
+    out.list(a.comparisons.iter().map(|c| c.sentence.clone()));
 }
 
 #[cfg(test)]
@@ -663,7 +647,7 @@ mod tests {
         let little: Vec<usize> = s.little.iter().map(|r| r.clients).collect();
         assert_eq!(little, [1, 3, 4]);
         assert!((s.little[0].check.ratio - 1.0).abs() < 1e-9);
-        let md = render_markdown(&a);
+        let md = analysis_sections(&a).to_markdown();
         assert!(
             md.contains("No repetitions: the spread of a step is unknown"),
             "{md}"
@@ -677,7 +661,7 @@ mod tests {
     fn littles_law_table_only_when_it_tells_something() {
         let steps = || vec![ok_step(1, 100.0, 10_000.0), ok_step(2, 200.0, 10_000.0)];
         let md = |steps: Vec<StepResult>| {
-            render_markdown(&analyze(
+            analysis_sections(&analyze(
                 &RunData {
                     steps,
                     ..RunData::default()
@@ -685,6 +669,7 @@ mod tests {
                 .steps,
                 None,
             ))
+            .to_markdown()
         };
         let holds = md(steps());
         assert!(holds.contains("within 10% of 1 at every one of the 2 closed-loop steps"));
@@ -728,7 +713,7 @@ mod tests {
         );
         let (_, rows) = scalability_rows(&four);
         assert_eq!(rows[0].last().unwrap(), "– (see caveat)");
-        let md = render_markdown(&four);
+        let md = analysis_sections(&four).to_markdown();
         assert!(
             md.contains("USL caveat: fitted on 4 server-limited"),
             "{md}"
@@ -819,7 +804,7 @@ mod tests {
             steps: vec![step],
             ..RunData::default()
         };
-        let md = render_markdown(&analyze(&run.steps, None));
+        let md = analysis_sections(&analyze(&run.steps, None)).to_markdown();
         assert!(md.contains("| &lt;script&gt;\\|x | p |"), "{md}");
         assert!(!md.contains("<script>"));
     }

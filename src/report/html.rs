@@ -9,12 +9,12 @@
 pub mod adapter;
 mod charts;
 pub mod from_analysis;
-pub mod from_markdown;
 pub mod page;
 mod sections;
 
 use std::path::Path;
 
+use super::doc::Doc;
 use super::{findings, markdown, ExportError, Exporter, RunData};
 use crate::analyze::run::analyze;
 use crate::record::profiles::ProfileLine;
@@ -42,8 +42,8 @@ pub struct ReportData {
     pub thresholds: Vec<(bool, String)>,
     /// The answers first: each series' peak and the comparisons, one sentence each.
     pub conclusions: Vec<String>,
-    /// report.md's sections (peaks, results, analysis...) as HTML, shown after the charts.
-    pub markdown: page::Section,
+    /// The sections report.md shows too (peaks, results, analysis...), after the charts.
+    pub sections: Doc,
     /// Why each series stops scaling, the page's first section (None: no series).
     pub diagnosis: Option<page::Section>,
     /// The per-thread busy charts, after the other charts (None: no step recorded threads).
@@ -217,7 +217,7 @@ pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::Ada
     data.thread_charts = super::diagnosis::thread_charts(&run.steps, a)
         .map(|body| page::Section::titled("threads", "Server threads", &body));
     data.thresholds = super::gates::lines(a);
-    data.markdown = from_markdown::convert(&markdown::sections(run, a));
+    data.sections = markdown::sections(run, a);
     data.profiles = run.profiles.clone();
     Ok(data)
 }

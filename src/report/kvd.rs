@@ -4,11 +4,11 @@
 //! highest client count, and the phase table per placement.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
 use serde_json::Value;
 
+use super::doc::{Doc, Table};
 use crate::record::steps::{StepResult, StepStatus};
 
 /// One step's figures of one rank's daemon.
@@ -125,18 +125,19 @@ fn rps(step: &StepResult) -> String {
 }
 
 /// The section, when a step has a kvd daemon's metrics.
-pub fn markdown(steps: &[StepResult]) -> String {
+pub fn sections(steps: &[StepResult]) -> Doc {
     let rows: Vec<Row> = steps
         .iter()
         .filter(|s| s.status == StepStatus::Ok)
         .flat_map(rows)
         .collect();
+    let mut out = Doc::new();
     if rows.is_empty() {
-        return String::new();
+        return out;
     }
-    let mut out = String::from(
-        "\n## kvd daemon (each rank's own timings over each window)\n\n\
-         RTT is the daemon's time from queuing a remote request to reading its reply; \
+    out.heading("kvd daemon (each rank's own timings over each window)");
+    out.paragraph(
+        "RTT is the daemon's time from queuing a remote request to reading its reply; \
          call_to_flush + flush_to_cb = RTT; incoming_turnaround is the owner's time from \
          reading a request to flushing its reply. The published ONE_WAY, (p50 flush_to_cb − p50 \
          peer turnaround) / 2, subtracts this rank's incoming_turnaround (its peers' requests) \
@@ -145,7 +146,7 @@ pub fn markdown(steps: &[StepResult]) -> String {
          known with two ranks (the peer turns around only this rank's requests; the daemon does \
          not record turnaround per requesting rank, so with more ranks it is —). \
          On a machine with one NUMA node the placements differ by CPUs only (`shared`: clients \
-         on the daemons' CPUs; `separated`: kept off them), not by memory node.\n",
+         on the daemons' CPUs; `separated`: kept off them), not by memory node.",
     );
     let mut groups: Vec<(&str, &str)> = Vec::new();
     for r in &rows {
@@ -171,42 +172,72 @@ pub fn markdown(steps: &[StepResult]) -> String {
     out
 }
 
-fn scaling(out: &mut String, p: &str, rows: &[&Row]) {
-    let _ = write!(out, "\n### RTT scaling ({p})\n\n| clients/rank | RTT p50 (µs) | RTT mean (µs) | total req/s | remote req/s (this rank) |\n| ---: | ---: | ---: | ---: | ---: |\n");
+fn scaling(out: &mut Doc, p: &str, rows: &[&Row]) {
+    out.subheading(format!("RTT scaling ({p})"));
+    let mut t = Table::new(
+        &[
+            "clients/rank",
+            "RTT p50 (µs)",
+            "RTT mean (µs)",
+            "total req/s",
+            "remote req/s (this rank)",
+        ],
+        "rrrrr",
+    );
     for r in rows {
-        let _ = writeln!(
-            out,
-            "| {} | {:.2} | {:.2} | {} | {:.0} |",
-            r.per_rank,
-            r.rtt.value_at_quantile(0.5) as f64 / 1e3,
-            r.rtt.mean() / 1e3,
+        t.row(vec![
+            r.per_rank.to_string(),
+            format!("{:.2}", r.rtt.value_at_quantile(0.5) as f64 / 1e3),
+            format!("{:.2}", r.rtt.mean() / 1e3),
             rps(r.step),
-            r.remote_per_s
-        );
+            format!("{:.0}", r.remote_per_s),
+        ]);
     }
+    out.table(t);
 }
 
-fn little(out: &mut String, p: &str, rows: &[&Row]) {
-    let _ = write!(out, "\n### Little's law ({p}): in-flight = λ × RTT\n\n| clients/rank | in-flight (daemon mean) | λ remote (req/s) | RTT predicted (µs) | RTT measured mean (µs) |\n| ---: | ---: | ---: | ---: | ---: |\n");
+fn little(out: &mut Doc, p: &str, rows: &[&Row]) {
+    out.subheading(format!("Little's law ({p}): in-flight = λ × RTT"));
+    let mut t = Table::new(
+        &[
+            "clients/rank",
+            "in-flight (daemon mean)",
+            "λ remote (req/s)",
+            "RTT predicted (µs)",
+            "RTT measured mean (µs)",
+        ],
+        "rrrrr",
+    );
     for r in rows {
         let predicted = r
             .inflight_mean
             .filter(|_| r.remote_per_s > 0.0)
             .map(|l| l / r.remote_per_s * 1e6);
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.0} | {} | {:.2} |",
-            r.per_rank,
+        t.row(vec![
+            r.per_rank.to_string(),
             r.inflight_mean.map_or("—".into(), |l| format!("{l:.2}")),
-            r.remote_per_s,
+            format!("{:.0}", r.remote_per_s),
             us(predicted),
-            r.rtt.mean() / 1e3
-        );
+            format!("{:.2}", r.rtt.mean() / 1e3),
+        ]);
     }
+    out.table(t);
 }
 
-fn phases(out: &mut String, p: &str, rows: &[&Row]) {
-    let _ = write!(out, "\n### Phases ({p}), p50\n\n| clients/rank | call_to_flush (µs) | flush_to_cb (µs) | turnaround (µs) | (p50 flush_to_cb − p50 peer turnaround) / 2 (µs) | one-way, exact: (mean flush_to_cb − owner's mean turnaround of these requests) / 2 (µs) | total req/s |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+fn phases(out: &mut Doc, p: &str, rows: &[&Row]) {
+    out.subheading(format!("Phases ({p}), p50"));
+    let mut t = Table::new(
+        &[
+            "clients/rank",
+            "call_to_flush (µs)",
+            "flush_to_cb (µs)",
+            "turnaround (µs)",
+            "(p50 flush_to_cb − p50 peer turnaround) / 2 (µs)",
+            "one-way, exact: (mean flush_to_cb − owner's mean turnaround of these requests) / 2 (µs)",
+            "total req/s",
+        ],
+        "rrrrrrr",
+    );
     for r in rows {
         let [c2f, f2c, turn] = r.phases_p50_us;
         let one_way = f2c.zip(turn).map(|(f, t)| (f - t) / 2.0);
@@ -214,18 +245,17 @@ fn phases(out: &mut String, p: &str, rows: &[&Row]) {
             .flush_to_cb_mean_us
             .zip(r.owner_turnaround_mean_us)
             .map(|(f, t)| (f - t) / 2.0);
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            r.per_rank,
+        t.row(vec![
+            r.per_rank.to_string(),
             us(c2f),
             us(f2c),
             us(turn),
             us(one_way),
             us(exact),
-            rps(r.step)
-        );
+            rps(r.step),
+        ]);
     }
+    out.table(t);
 }
 
 /// Peaks of the RTT histogram in 1 µs buckets (as seed 004's), split at the deepest valley
@@ -258,22 +288,27 @@ pub fn rtt_modes(h: &Histogram<u64>) -> Vec<(f64, f64)> {
     ]
 }
 
-fn modes(out: &mut String, p: &str, r: &Row) {
+fn modes(out: &mut Doc, p: &str, r: &Row) {
     let m = rtt_modes(&r.rtt);
-    let _ = write!(
-        out,
-        "\n### RTT histogram at {} clients/rank ({p}): {}\n\n| population | peak (µs bucket) | share |\n| --- | ---: | ---: |\n",
+    out.subheading(format!(
+        "RTT histogram at {} clients/rank ({p}): {}",
         r.per_rank,
         if m.len() == 2 { "bimodal" } else { "one mode" }
-    );
+    ));
+    let mut t = Table::new(&["population", "peak (µs bucket)", "share"], "lrr");
     for (i, (peak, share)) in m.iter().enumerate() {
         let name = match (m.len(), i) {
             (1, _) => "all",
             (_, 0) => "fast",
             _ => "slow",
         };
-        let _ = writeln!(out, "| {name} | {peak:.0} | {:.0}% |", share * 100.0);
+        t.row(vec![
+            name.to_string(),
+            format!("{peak:.0}"),
+            format!("{:.0}%", share * 100.0),
+        ]);
     }
+    out.table(t);
 }
 
 #[cfg(test)]
@@ -333,7 +368,7 @@ mod tests {
                 (label.to_string(), m)
             })
             .collect();
-        let text = markdown(&[step]);
+        let text = sections(&[step]).to_markdown();
         assert!(
             text.contains("| (p50 flush_to_cb − p50 peer turnaround) / 2 (µs) | one-way, exact"),
             "{text}"

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::cell::escape;
+use super::doc::{Doc, Table};
 use super::{findings, Exporter, RunData};
 use crate::analyze::run::{analyze, RunAnalysis};
 use crate::record::steps::{StepResult, StepStatus};
@@ -41,22 +42,21 @@ impl Exporter for Markdown {
             out.push('\n');
         }
         out.push_str(&findings::conclusions_markdown(analysis));
-        out.push_str(&sections(run, analysis));
+        out.push_str(&sections(run, analysis).to_markdown());
         out.push_str(&super::profiles::markdown(&run.profiles));
         Ok(out)
     }
 }
 
 /// The sections after the conditions and conclusions (peaks, results, what steps carry beyond
-/// the load, the analysis): report.html shows the same ones.
-pub fn sections(run: &RunData, a: &RunAnalysis) -> String {
+/// the load, the analysis), as one model report.html renders too.
+pub fn sections(run: &RunData, a: &RunAnalysis) -> Doc {
     let mut out = findings::peak_section(a);
-    out.push_str("## Results\n\n");
-    results_table(&mut out, &run.steps);
-    out.push_str(&super::extras::markdown(&run.steps));
-    out.push_str(&super::kvd::markdown(&run.steps));
-    out.push('\n');
-    out.push_str(&findings::render_markdown(a));
+    out.heading("Results");
+    out.table(results_table(&run.steps));
+    out.append(super::extras::sections(&run.steps));
+    out.append(super::kvd::sections(&run.steps));
+    out.append(findings::analysis_sections(a));
     out
 }
 
@@ -181,10 +181,24 @@ fn observed_window(steps: &[StepResult]) -> Option<String> {
     Some(format!("{first}: {} of {} steps", spans.len(), steps.len()))
 }
 
-fn results_table(out: &mut String, steps: &[StepResult]) {
-    out.push_str("| target | placement | clients | rep | status | throughput (req/s) | mean (µs) | p50 (µs) | p99 (µs) | server CPU µs/req | cs/req | client saturated | cpus (server / client) |\n");
-    out.push_str(
-        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
+fn results_table(steps: &[StepResult]) -> Table {
+    let mut t = Table::new(
+        &[
+            "target",
+            "placement",
+            "clients",
+            "rep",
+            "status",
+            "throughput (req/s)",
+            "mean (µs)",
+            "p50 (µs)",
+            "p99 (µs)",
+            "server CPU µs/req",
+            "cs/req",
+            "client saturated",
+            "cpus (server / client)",
+        ],
+        "llrrlrrrrrrll",
     );
     let f = |v: Option<f64>, digits: usize| {
         v.filter(|x| x.is_finite())
@@ -210,24 +224,28 @@ fn results_table(out: &mut String, steps: &[StepResult]) {
             Some(r) => format!("{} @ {r:.0}/s", s.clients),
             None => s.clients.to_string(),
         };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {clients} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
-            escape(&s.target),
-            escape(&s.placement),
-            s.rep,
-            escape(&status),
+        t.row(vec![
+            s.target.clone(),
+            s.placement.clone(),
+            clients,
+            s.rep.to_string(),
+            status,
             f(l.map(|l| l.throughput_rps), 0),
             f(l.map(|l| l.latency_us.mean), 1),
             f(l.map(|l| l.latency_us.p50), 1),
             f(l.map(|l| l.latency_us.p99), 1),
             server_cell(s, f(s.per_request().cpu_us_per_req.total, 2)),
             server_cell(s, f(s.per_request().cs_per_req, 3)),
-            l.map_or("–", |l| if l.client_saturated { "yes" } else { "no" }),
-            server_cell(s, s.server_cpus.clone()),
-            s.client_cpus,
-        );
+            l.map_or("–", |l| if l.client_saturated { "yes" } else { "no" })
+                .to_string(),
+            format!(
+                "{} / {}",
+                server_cell(s, s.server_cpus.clone()),
+                s.client_cpus
+            ),
+        ]);
     }
+    t
 }
 
 /// A server-side cell: "not observed" when the step's server was not (a server already

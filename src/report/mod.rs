@@ -7,6 +7,7 @@ pub mod cell;
 pub mod compare;
 pub mod csv;
 pub mod diagnosis;
+pub mod doc;
 pub mod extras;
 pub mod findings;
 pub mod gates;

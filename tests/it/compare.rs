@@ -663,7 +663,20 @@ b = "reactor@1"
     let a = analyze_run(&dirs[0]).unwrap();
     let reactor = series(&a, "reactor");
     assert_eq!(reactor.points.len(), 4, "{reactor:?}");
-    assert!(reactor.usl.is_some() || reactor.usl_note.is_some());
+    // Four closed-loop levels fit the USL, unless a client-saturated level left too few.
+    let saturated = reactor.points.iter().filter(|p| p.client_saturated).count();
+    match (&reactor.usl, &reactor.usl_note) {
+        // Short steps on a busy machine fit loosely: the fit is only checked to be one.
+        (Some(fit), None) => assert!(
+            fit.lambda.is_finite() && fit.lambda > 0.0 && fit.r2.is_finite() && fit.r2 <= 1.0,
+            "{fit:?}"
+        ),
+        (None, Some(note)) => assert!(
+            saturated > 0 && note.contains("fewer than"),
+            "{note} ({saturated} client-saturated levels)"
+        ),
+        other => panic!("a fit and a note together, or neither: {other:?}"),
+    }
     assert!(reactor.knee.is_some());
     assert_eq!(reactor.little.len(), 4);
     for row in &reactor.little {

@@ -515,7 +515,7 @@ fn a_failed_histogram_subtraction_is_unavailable_not_the_whole_run() {
     step.status = StepStatus::Ok;
     step.figures.target_metrics =
         [("server".to_string(), ForeignJson::from_value(d.clone()))].into();
-    let md = stairbench::report::extras::markdown(&[step]);
+    let md = stairbench::report::extras::sections(&[step]).to_markdown();
     assert!(
         md.contains("| s | — | server | unavailable: the histogram at the window"),
         "{md}"

@@ -363,6 +363,35 @@ fn environment_describes_this_machine() {
 
 #[test]
 fn perf_counts_only_from_begin_not_from_prepare() {
+    // perf acknowledging `enable` over 20 ms late (a busy machine) has its counts left out,
+    // which leaves nothing to check: try again, and fail if it is late every time.
+    for _ in 0..3 {
+        let obs = spin_between_prepare_and_begin();
+        assert!(
+            obs.window_s < 1.3,
+            "the window starts at begin: {}",
+            obs.window_s
+        );
+        if let Some(ms) = obs.perf.task_clock_ms {
+            assert!(
+                ms <= obs.window_s * 1000.0 + 50.0,
+                "task-clock {ms} ms over a {} s window",
+                obs.window_s
+            );
+            return;
+        }
+        if !obs.notes.iter().any(|n| n.contains("into the window")) {
+            common::skip_or_fail(format!("perf could not count here: {:?}", obs.perf.note));
+            return;
+        }
+        // Late: the counts are left out together, and the note says so.
+        assert!(obs.perf.context_switches.is_none(), "{:?}", obs.perf);
+    }
+    panic!("perf acknowledged `enable` late three times in a row: nothing was checked");
+}
+
+/// A spinner observed 600 ms between prepare and begin, then 1 s after begin.
+fn spin_between_prepare_and_begin() -> Observation {
     let mut child = Command::new("sh")
         .args(["-c", "while :; do :; done"])
         .process_group(0)
@@ -377,21 +406,5 @@ fn perf_counts_only_from_begin_not_from_prepare() {
     let obs = observer.finish();
     let _ = child.kill();
     let _ = child.wait();
-    let late = obs.notes.iter().any(|n| n.contains("into the window"));
-    match obs.perf.task_clock_ms {
-        Some(ms) => assert!(
-            ms <= obs.window_s * 1000.0 + 50.0,
-            "task-clock {ms} ms over a {} s window",
-            obs.window_s
-        ),
-        // perf acknowledged `enable` over 20 ms late (a busy machine): its counts are left
-        // out, and the note says so.
-        None if late => assert!(obs.perf.context_switches.is_none(), "{:?}", obs.perf),
-        None => common::skip_or_fail(format!("perf could not count here: {:?}", obs.perf.note)),
-    }
-    assert!(
-        obs.window_s < 1.3,
-        "the window starts at begin: {}",
-        obs.window_s
-    );
+    obs
 }

@@ -15,7 +15,10 @@ use crate::common;
 
 /// Runs `script` as root in a new network namespace (loopback up, the ephemeral port range
 /// narrowed to 10 ports, a msgr server on 127.0.0.1:7000); `None` when namespaces cannot be
-/// made here.
+/// made here (a skip, a failure in CI). A failure after the namespace is made fails the test.
+/// What the script prints once its namespace is made: any failure after it is the test's.
+const READY: &str = "namespace ready";
+
 fn in_small_port_range(load_args: &str) -> Option<(String, serde_json::Value)> {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("load.json");
@@ -24,6 +27,7 @@ fn in_small_port_range(load_args: &str) -> Option<(String, serde_json::Value)> {
         r#"set -e
 ip link set lo up
 echo "40000 40009" > /proc/sys/net/ipv4/ip_local_port_range
+echo "{READY}"
 {bin} serve msgr --bind 127.0.0.1 --port 7000 >/dev/null 2>&1 &
 server=$!
 for _ in $(seq 100); do ss -tlnH "( sport = :7000 )" | grep -q . && break; sleep 0.05; done
@@ -46,6 +50,11 @@ echo "load exit $status"
         .output();
     let out = match out {
         Ok(o) if o.status.success() => o,
+        Ok(o) if String::from_utf8_lossy(&o.stdout).contains(READY) => panic!(
+            "the script failed in its namespace: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
         Ok(o) => {
             common::skip_or_fail(format!(
                 "cannot make a network namespace with a narrow port range: {}",

@@ -724,9 +724,10 @@ fn a_short_real_sweep_against_the_built_in_server() {
     }
 }
 
-/// The server's CPU per request is within a factor of 10 of the built-in client's: both do
+/// The server's CPU per request is within a factor of 3 of the built-in client's: both do
 /// about one send and one receive per request on loopback, so a figure far off (or zero)
-/// means a process or a window was measured wrongly. Loose, as the machine may be loaded.
+/// means a process or a window was measured wrongly (a 2× error, a window of the wrong
+/// length, shows as much).
 #[track_caller]
 fn assert_server_cpu_near_clients(s: &StepResult) {
     let server_us = s.per_request().cpu_us_per_req.total.unwrap();
@@ -735,7 +736,7 @@ fn assert_server_cpu_near_clients(s: &StepResult) {
         (load.client_cpu.user_s + load.client_cpu.sys_s) * 1e6 / load.requests.max(1) as f64;
     let ratio = server_us / client_us;
     assert!(
-        (0.1..=10.0).contains(&ratio),
+        (1.0 / 3.0..=3.0).contains(&ratio),
         "{}: server {server_us:.2} µs/request vs client {client_us:.2} µs/request",
         s.id
     );

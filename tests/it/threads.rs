@@ -45,16 +45,44 @@ fn a_builtin_servers_threads_are_in_its_step() {
     assert!(pct > 1.0 && pct <= 105.0, "{busiest}");
     assert!(reactor["cpu_pct"].as_f64().unwrap() >= pct);
     assert_eq!(threads["cpu_source"], "schedstat");
-    assert!(threads["run_delay_pct"].as_f64().unwrap() >= 0.0);
+    // The run-queue wait: the groups' shares add up to the tree's.
+    let run_delay_pct = threads["run_delay_pct"].as_f64().unwrap();
+    let groups_pct: f64 = groups
+        .iter()
+        .map(|g| g["run_delay_pct"].as_f64().unwrap())
+        .sum();
+    assert!((run_delay_pct - groups_pct).abs() < 1e-6, "{threads}");
     let requests = step["requests"].as_f64().unwrap();
     assert!(requests > 100.0, "{step}");
-    let vol = step["voluntary_cs_per_req"].as_f64().unwrap();
-    let invol = step["involuntary_cs_per_req"].as_f64().unwrap();
-    assert!(vol > 0.0 && invol >= 0.0, "{vol} {invol}");
-    // The per-request figures are the server tree's counts over the requests.
-    let server_vol = step["server"]["server"]["voluntary_cs"].as_f64().unwrap();
-    assert!((vol - server_vol / requests).abs() < 1e-9 * vol.max(1.0));
-    assert!(step["run_delay_us_per_req"].as_f64().is_some(), "{step}");
+    // The per-request figures are the server tree's counts and wait over the requests.
+    let per_req = |key: &str| {
+        step[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key}: {step}"))
+    };
+    let server = &step["server"]["server"];
+    let vol = per_req("voluntary_cs_per_req");
+    assert!(vol > 0.0, "{step}");
+    for (key, total) in [
+        (
+            "voluntary_cs_per_req",
+            server["voluntary_cs"].as_f64().unwrap(),
+        ),
+        (
+            "involuntary_cs_per_req",
+            server["involuntary_cs"].as_f64().unwrap(),
+        ),
+        (
+            "run_delay_us_per_req",
+            threads["run_delay_s"].as_f64().unwrap() * 1e6,
+        ),
+    ] {
+        let want = total / requests;
+        assert!(
+            (per_req(key) - want).abs() <= 1e-9 * want.max(1.0),
+            "{key}: {step}"
+        );
+    }
     let schema: serde_json::Value =
         serde_json::from_str(include_str!("../../schema/steps.schema.json")).unwrap();
     let errors = crate::schema::validate(&schema, step);

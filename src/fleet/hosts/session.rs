@@ -135,7 +135,9 @@ pub fn connect(
     let t = std::time::Instant::now();
     engine.check().map_err(|e| e.to_string())?;
     let login = t.elapsed();
-    let copied = engine.put(stairbench_bin).map_err(|e| e.to_string())?;
+    // Without its line tables: a tenth of the size to copy (made once per build, cached).
+    let (bin, not_stripped) = crate::remote::stripped::for_hosts(stairbench_bin);
+    let copied = engine.put(&bin).map_err(|e| e.to_string())?;
     let binary = t.elapsed() - login;
     let topology = topology_json(&*engine).map_err(|e| e.to_string())?;
     let mut environment: Value = engine
@@ -147,6 +149,7 @@ pub fn connect(
         total_ms: ms(t.elapsed()),
         check_ms: ms(login),
         binary_ms: ms(binary),
+        binary_bytes: std::fs::metadata(&bin).map_or(0, |m| m.len()),
     };
     if let Value::Object(m) = &mut environment {
         // Under the engine's name: `"ssh": "ssh://..."`.
@@ -154,6 +157,9 @@ pub fn connect(
         m.insert("clock_offset".into(), json!(offset));
         m.insert("binary".into(), json!(format!("{copied:?}").to_lowercase()));
         m.insert("set_up".into(), json!(set_up));
+        if let Some(why) = not_stripped {
+            m.insert("binary_not_stripped".into(), json!(why));
+        }
     }
     Ok(HostSession {
         placements: TopologyPlacements::from_report(&topology, custom.clone()),

@@ -6,45 +6,7 @@ use std::fmt::Write as _;
 use crate::report::svg::escape;
 use crate::report::table_box::hint_css;
 
-/// A heading listed in the table of contents.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Heading {
-    /// The anchor id.
-    pub id: String,
-    /// The heading's text, HTML-escaped.
-    pub text: String,
-}
-
-/// One part of the page: its HTML and what the table of contents lists of it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Section {
-    /// Its entries in the table of contents, in order: one per `<h2>` it holds that is listed.
-    pub contents: Vec<Heading>,
-    /// Its HTML, headings included.
-    pub html: String,
-}
-
-impl Section {
-    /// A section under one `<h2>` heading (text escaped here), listed in the contents.
-    pub fn titled(id: &str, title: &str, body: &str) -> Section {
-        let heading = Heading {
-            id: id.to_string(),
-            text: escape(title),
-        };
-        Section {
-            html: format!("<h2 id=\"{}\">{}</h2>{body}", heading.id, heading.text),
-            contents: vec![heading],
-        }
-    }
-
-    /// The same section, not listed in the table of contents.
-    pub fn unlisted(self) -> Section {
-        Section {
-            contents: Vec::new(),
-            ..self
-        }
-    }
-}
+pub use crate::report::doc::{Heading, Section};
 
 /// The whole page.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 
 use super::page::{Page, Section};
-use super::{charts, from_markdown, ReportData, Table};
+use super::{charts, ReportData, Table};
+use crate::report::doc::slug;
 use crate::report::svg::escape;
 use crate::report::table_box::{table_open, TABLE_CLOSE};
 
@@ -30,7 +31,7 @@ fn sections(data: &ReportData) -> Vec<Section> {
     out.push(conditions(&data.conditions));
     out.extend(chart_sections(data));
     out.extend(data.thread_charts.clone());
-    out.push(data.markdown.clone());
+    out.push(data.sections.to_html());
     out.extend(data.tables.iter().map(table));
     if !data.profiles.is_empty() {
         out.push(profiles(data));
@@ -104,7 +105,7 @@ fn conditions(conditions: &[(String, String)]) -> Section {
 }
 
 fn table(table: &Table) -> Section {
-    titled(&from_markdown::slug(&table.title), &table.title, |p| {
+    titled(&slug(&table.title), &table.title, |p| {
         if !table.note.is_empty() {
             let _ = write!(p, "<p class=\"note\">{}</p>", escape(&table.note));
         }
