@@ -2,6 +2,32 @@
 
 use std::time::Duration;
 
+/// "1 CPU", "2 CPUs": a count with its noun, singular for one.
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// "1 CPU is", "2 CPUs are".
+pub fn count_is(n: usize, noun: &str) -> String {
+    format!("{} {}", count(n, noun), if n == 1 { "is" } else { "are" })
+}
+
+/// The known word nearest to a mistyped `word` (at most 2 edits, and fewer than half its
+/// letters), for "did you mean `clients`?".
+pub fn closest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    let limit = 2.min(word.chars().count().saturating_sub(1) / 2 + 1);
+    known
+        .iter()
+        .map(|k| (strsim::levenshtein(word, k), *k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
 /// Parses "10" (seconds), "2.5s", "500ms", "750us", "1m", "1h".
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
@@ -57,5 +83,24 @@ mod tests {
             .unwrap_err()
             .contains("unknown unit"));
         assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(count(1, "CPU"), "1 CPU");
+        assert_eq!(count(2, "target"), "2 targets");
+        assert_eq!(count_is(1, "CPU"), "1 CPU is");
+        assert_eq!(count_is(4, "CPU"), "4 CPUs are");
+    }
+
+    #[test]
+    fn closest_words() {
+        let keys = ["clients", "cooldown", "connections_per_client", "duration"];
+        assert_eq!(closest("clints", &keys), Some("clients"));
+        assert_eq!(closest("cliens", &keys), Some("clients"));
+        assert_eq!(closest("durration", &keys), Some("duration"));
+        assert_eq!(closest("placements", &keys), None);
+        assert_eq!(closest("htp", &["http", "https", "h2c"]), Some("http"));
+        assert_eq!(closest("xy", &["h2c"]), None);
     }
 }

@@ -244,15 +244,37 @@ impl Relation {
     /// Seed 002's sentence with the ratio's interval and the test's verdict: "b is slower
     /// than a: 0.90x [0.87, 0.93] (a difference at 95%: Welch's t-test p = 0.003)". The one
     /// function every output (stdout, report.md, report.html, JUnit) takes it from.
+    /// A winner is named only where the test found a difference of at least the minimum
+    /// effect: within noise the sentence says "level within noise", and without a spread to
+    /// test "untested", each with the ratio and its interval.
     pub fn sentence(&self, name_a: &str, name_b: &str) -> String {
-        let mut text = if self.verdict == "equal" {
-            format!("{name_a} is as fast as {name_b}: {:.2}x", self.speedup)
-        } else {
-            stats::sentence(name_a, name_b, self.speedup)
-        };
-        text.push_str(&self.interval_text());
-        text.push_str(&format!(" ({})", self.reason()));
-        text
+        let ratio = format!("{:.2}x{}", self.speedup, self.interval_text());
+        match self.verdict.as_str() {
+            "equal" => format!(
+                "{name_a} is as fast as {name_b}: {ratio} ({})",
+                self.reason()
+            ),
+            "within noise" => format!(
+                "{name_a} and {name_b} are level within noise: {ratio} ({})",
+                self.reason()
+            ),
+            "no repetitions" => format!("{name_a} against {name_b}: {ratio}, {}", self.reason()),
+            _ => format!(
+                "{}{} ({})",
+                stats::sentence(name_a, name_b, self.speedup),
+                self.interval_text(),
+                self.reason()
+            ),
+        }
+    }
+
+    /// "1 repetition a side", or "1 and 3 repetitions" when the sides differ.
+    fn repetitions_text(&self) -> String {
+        match (self.a.n, self.b.n) {
+            (1, 1) => "1 repetition a side".to_string(),
+            (a, b) if a == b => format!("{a} repetitions a side"),
+            (a, b) => format!("{a} and {b} repetitions"),
+        }
     }
 
     /// The speedup's interval as printed after it, " [0.88, 0.94]"; empty without one.
@@ -267,10 +289,10 @@ impl Relation {
         let p = self.p_value.map_or_else(String::new, show_p);
         match self.verdict.as_str() {
             "no repetitions" => format!(
-                "no spread to test with {} and {} repetition(s): no verdict",
-                self.a.n, self.b.n
+                "untested: {}, no spread to test, so no winner",
+                self.repetitions_text()
             ),
-            "within noise" => format!("within noise at {level}%: Welch's t-test {p}"),
+            "within noise" => format!("no difference found at {level}%: Welch's t-test {p}"),
             "equal" => format!(
                 "equal: {:.1}% apart, below the {}% minimum effect; Welch's t-test {p}",
                 self.effect_pct(),
@@ -398,7 +420,7 @@ mod tests {
         assert_eq!(rel.verdict, "no repetitions");
         assert_eq!(
             rel.sentence("b", "a"),
-            "b is slower than a: 0.83x (no spread to test with 1 and 1 repetition(s): no verdict)"
+            "b against a: 0.83x, untested: 1 repetition a side, no spread to test, so no winner"
         );
         let rel = relate(
             Metric::P99,
@@ -422,7 +444,7 @@ mod tests {
         assert_eq!(rel.within_noise, Some(true));
         assert!(
             rel.sentence("x", "y")
-                .contains("(within noise at 95%: Welch's t-test p = "),
+                .contains("(no difference found at 95%: Welch's t-test p = "),
             "{}",
             rel.sentence("x", "y")
         );
@@ -443,5 +465,37 @@ mod tests {
             "{}",
             rel.sentence("x", "y")
         );
+    }
+
+    #[test]
+    fn no_winner_is_named_where_the_test_finds_none() {
+        let opts = TestOptions::default();
+        // Within noise: 1.21x apart but a spread wide enough that Welch finds nothing.
+        let rel = relate(
+            Metric::ThroughputRps,
+            &[121.0, 60.0, 182.0],
+            &[100.0, 50.0, 150.0],
+            opts,
+        )
+        .unwrap();
+        assert_eq!(rel.verdict, "within noise");
+        let s = rel.sentence("reactor", "pool");
+        assert!(
+            s.starts_with("reactor and pool are level within noise: 1.21x ["),
+            "{s}"
+        );
+        // One repetition a side: untested, the ratio still given.
+        let rel = relate(Metric::ThroughputRps, &[1436.0], &[100.0], opts).unwrap();
+        let u = rel.sentence("redis-qd16", "redis-qd1");
+        assert_eq!(
+            u,
+            "redis-qd16 against redis-qd1: 14.36x, untested: 1 repetition a side, no spread to test, so no winner"
+        );
+        for text in [s, u] {
+            assert!(
+                !text.contains("faster") && !text.contains("slower"),
+                "{text}"
+            );
+        }
     }
 }

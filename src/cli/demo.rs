@@ -228,6 +228,25 @@ pub fn settle_plan(shape: DemoShape) -> String {
     )
 }
 
+/// Under `auto` repetitions, how the estimate depends on the CPUs the run finds: the dry run
+/// samples them now, but the run waits for them to settle first and may find them idle
+/// (the progress line's first ETA then starts from the idle figure). None when the two agree.
+pub fn busy_estimate_note(plan: &mut crate::sweep::plan::Plan, busy_pct: f64) -> Option<String> {
+    if plan.repetitions != crate::sweep::spec::Repetitions::Auto || busy_pct < SETTLED_BUSY_PCT {
+        return None;
+    }
+    let busy = plan.estimate();
+    plan.auto_runs = AUTO_RUNS_IDLE;
+    let idle = plan.estimate();
+    plan.auto_runs = AUTO_RUNS_BUSY;
+    let show = crate::sweep::plan::estimate::show_duration;
+    Some(format!(
+        "the estimate assumes {AUTO_RUNS_BUSY} runs a step, as its CPUs are {busy_pct:.0}% busy now ({}); if they are under {SETTLED_BUSY_PCT:.0}% busy when the first step starts, it assumes {AUTO_RUNS_IDLE} a step: about {}, and the progress line's ETA starts from that",
+        show(busy),
+        show(idle)
+    ))
+}
+
 /// Runs a step of the full demo takes under `auto` repetitions when its CPUs are idle: the
 /// least `auto` runs, as the throughput settles at once (measured: 24 runs over 12 steps, with
 /// the CPUs 0% busy before the first step).

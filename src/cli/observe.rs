@@ -27,7 +27,12 @@ pub fn environment(args: EnvironmentArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     writeln!(out, "host       {}", env.hostname)?;
-    writeln!(out, "cpu        {} ({} CPUs)", env.cpu_model, env.cpus)?;
+    writeln!(
+        out,
+        "cpu        {} ({})",
+        env.cpu_model,
+        crate::units::count(env.cpus, "CPU")
+    )?;
     if let Some(t) = &env.topology {
         writeln!(out, "topology   {}", t.summary)?;
     }

@@ -86,15 +86,14 @@ fn parse_dur(s: &str) -> Result<std::time::Duration, String> {
 
 /// Runs a spec.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let spec_path = match (&args.spec, &args.resume) {
-        (Some(p), _) => p.clone(),
-        (None, Some(dir)) => dir.join("spec.toml"),
+    let spec = match (&args.spec, &args.resume) {
+        (Some(p), _) => SpecFile::read(p)?,
+        (None, Some(dir)) => SpecFile::read_from_run(dir)?,
         (None, None) => {
             let why = "give a spec file (stairbench run SPEC) or --resume DIR";
             return Err(UsageError(why.into()).into());
         }
     };
-    let spec = SpecFile::read(&spec_path)?;
     let mut plan = Plan::new(spec, stairbench_bin()?)?;
     match (args.hold, args.duration) {
         (Some(clients), Some(d)) => plan.hold(clients, d),
@@ -139,6 +138,9 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         plan.auto_runs = demo::expected_auto_runs(now.busy_pct);
         let code = execute(&plan, &Destination::default(), true, &Outputs::default())?;
         println!("{}", demo::settle_plan(shape));
+        if let Some(line) = demo::busy_estimate_note(&mut plan, now.busy_pct) {
+            println!("{line}");
+        }
         return Ok(code);
     }
     // Chosen here rather than by the run, so the verdict can read the run's analysis.
@@ -203,6 +205,13 @@ fn execute(
     check_out(dest).or_usage()?;
     // Servers already running answer, and their processes exist, before any load (exit 2).
     crate::sweep::plan::running::preflight(plan)?;
+    if dest.resume.is_none() && !outputs.verbosity.quiet {
+        let placements = TopologyPlacements::detect(plan.custom.clone());
+        eprintln!(
+            "{}",
+            crate::sweep::experiment::estimate_line(plan, &placements)
+        );
+    }
     let stop = crate::signals::stop_flag();
     let bar = Bar::new(outputs.verbosity.quiet);
     let mut progress = Live::new(bar, outputs.live.open()?, outputs.verbosity.verbose);

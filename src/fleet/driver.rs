@@ -174,26 +174,32 @@ pub struct CommandDriver {
 impl CommandDriver {
     /// The command line of one step.
     pub fn command_line(&self, req: &StepRequest) -> String {
-        fill(
-            &self.template,
-            &[
-                ("cpuset", crate::cpuset::format(&req.client_cpus)),
-                ("threads", req.threads.to_string()),
-                ("clients", req.clients.to_string()),
-                ("connections", req.connections.to_string()),
-                ("depth", req.depth.to_string()),
-                ("port", req.port.to_string()),
-                ("duration_s", format!("{}", req.duration.as_secs_f64())),
-                ("warmup_s", format!("{}", req.warmup.as_secs_f64())),
-                (
-                    "rate",
-                    req.rate_rps.map_or(String::new(), |r| format!("{r:.0}")),
-                ),
-                ("out", req.out_dir.display().to_string()),
-                ("url", req.url.clone()),
-            ],
-        )
+        client_line(&self.template, req, &req.port.to_string())
     }
+}
+
+/// A client command template filled with a step's values; the port as text, so that the dry
+/// run can show the one not yet picked.
+pub fn client_line(template: &str, req: &StepRequest, port: &str) -> String {
+    fill(
+        template,
+        &[
+            ("cpuset", crate::cpuset::format(&req.client_cpus)),
+            ("threads", req.threads.to_string()),
+            ("clients", req.clients.to_string()),
+            ("connections", req.connections.to_string()),
+            ("depth", req.depth.to_string()),
+            ("port", port.to_string()),
+            ("duration_s", format!("{}", req.duration.as_secs_f64())),
+            ("warmup_s", format!("{}", req.warmup.as_secs_f64())),
+            (
+                "rate",
+                req.rate_rps.map_or(String::new(), |r| format!("{r:.0}")),
+            ),
+            ("out", req.out_dir.display().to_string()),
+            ("url", req.url.clone()),
+        ],
+    )
 }
 
 impl Driver for CommandDriver {
@@ -307,6 +313,48 @@ pub fn any_cpu_saturated(busy_pct: &[f64]) -> bool {
 /// kept waiting for the CPU is.
 pub fn tool_saturated(busy_pct: &[f64], wanted_s: f64, ran_s: f64) -> bool {
     any_cpu_saturated(busy_pct) && ran_s > 0.0 && 100.0 * wanted_s / ran_s >= SATURATED_BUSY_PCT
+}
+
+/// The placeholders a `[client] command` takes.
+pub const CLIENT_PLACEHOLDERS: &[&str] = &[
+    "cpuset",
+    "threads",
+    "clients",
+    "connections",
+    "depth",
+    "port",
+    "duration_s",
+    "warmup_s",
+    "rate",
+    "out",
+    "url",
+    "spec_dir",
+];
+
+/// Refuses a `{name}` in a template that is a near miss of a known placeholder (`{prot}`,
+/// `{duration}`): left as it is, the shell would get the braces. A word far from every
+/// placeholder (awk's `{print}`) is the command's own and passes.
+pub fn check_placeholders(template: &str, known: &[&str]) -> Result<(), String> {
+    let re = regex::Regex::new(r"\{([a-z_][a-z0-9_]*)\}").expect("a valid pattern");
+    for m in re.captures_iter(template) {
+        let whole = m.get(0).expect("the match");
+        let name = &m[1];
+        let after_dollar = template[..whole.start()].ends_with('$');
+        if after_dollar || known.contains(&name) {
+            continue;
+        }
+        if let Some(near) = crate::units::closest(name, known) {
+            return Err(format!(
+                "unknown placeholder {{{name}}} (did you mean {{{near}}}?); known: {}",
+                known
+                    .iter()
+                    .map(|k| format!("{{{k}}}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Replaces each `{name}` in a command template with its value as one shell word: a value

@@ -72,6 +72,21 @@ pub trait Launcher {
     }
 }
 
+/// How an error ends with what a process printed: "; its output ends with:" and its last
+/// lines, or "; it printed nothing" (no colon left hanging over an empty tail).
+pub fn output_ends(tail: &str) -> String {
+    if tail.trim().is_empty() {
+        "; it printed nothing".to_string()
+    } else {
+        format!("; its output ends with:\n{tail}")
+    }
+}
+
+/// The placeholders a target's `command` takes.
+pub const TARGET_PLACEHOLDERS: &[&str] = &[
+    "cpuset", "threads", "port", "clients", "out", "spec_dir", "metrics",
+];
+
 /// Launches targets as child processes.
 #[derive(Debug, Clone)]
 pub struct ProcessLauncher {
@@ -253,9 +268,9 @@ fn wait_ready(
                 ""
             };
             return Err(format!(
-                "target {:?} {exit} before it was ready{hint}; its output ends with:\n{}",
+                "target {:?} {exit} before it was ready{hint}{}",
                 target.name,
-                server.child.output_tail()
+                output_ends(&server.child.output_tail())
             ));
         }
         let log_ok = target.ready_log.is_none() || server.child.log_matched();
@@ -274,10 +289,10 @@ fn wait_ready(
                 "the log line never appeared".into()
             };
             return Err(format!(
-                "target {:?} was not ready within {:?} ({what}); its output ends with:\n{}",
+                "target {:?} was not ready within {:?} ({what}){}",
                 target.name,
                 target.ready_timeout,
-                server.child.output_tail()
+                output_ends(&server.child.output_tail())
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -361,9 +376,9 @@ impl Server for ProcessServer {
     fn died(&mut self) -> Option<String> {
         let exit = self.child.exited()?;
         Some(format!(
-            "{} {exit}; its output ends with:\n{}",
+            "{} {exit}{}",
             self.child.name(),
-            self.child.output_tail()
+            output_ends(&self.child.output_tail())
         ))
     }
     fn stop(&mut self) -> Option<String> {

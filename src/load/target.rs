@@ -36,6 +36,32 @@ pub fn schemes_phrase() -> String {
     }
 }
 
+/// Checks a url's shape before any step runs (a spec's `url` at plan time, placeholders such
+/// as `{port}` still in it): SCHEME://REST with a scheme `load` speaks, so a typo fails the
+/// dry run rather than every step of the real one.
+pub fn check_shape(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!(
+            "{url:?}: expected SCHEME://HOST:PORT or shm://NAME, kvd://NAME; SCHEME is one of {}",
+            schemes_phrase()
+        ));
+    };
+    if !SCHEMES.contains(&scheme) {
+        let hint = crate::units::closest(scheme, SCHEMES)
+            .map_or(String::new(), |s| format!(" (did you mean {s:?}?)"));
+        return Err(format!(
+            "{url:?}: unknown scheme {scheme:?}{hint}; use {}",
+            schemes_phrase()
+        ));
+    }
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!(
+            "{url:?}: nothing after {scheme}://: expected HOST:PORT (or a NAME for shm and kvd)"
+        ));
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone)]
 enum Kind {
     Http { host: String, path: String },
@@ -333,5 +359,22 @@ mod tests {
         assert!(msg("ftp://127.0.0.1").contains("unknown scheme \"ftp\""));
         assert!(msg("ftp://127.0.0.1").contains("shm"));
         assert!(msg("http://").contains("no host"));
+    }
+
+    #[test]
+    fn shapes_are_checked_before_any_step() {
+        assert!(check_shape("http://127.0.0.1:{port}/page.html").is_ok());
+        assert!(check_shape("kvd://kv").is_ok());
+        let e = check_shape("htp://127.0.0.1:{port}/").unwrap_err();
+        assert!(
+            e.contains("unknown scheme \"htp\" (did you mean \"http\"?)"),
+            "{e}"
+        );
+        assert!(check_shape("127.0.0.1:8080")
+            .unwrap_err()
+            .contains("expected SCHEME://"));
+        assert!(check_shape("http://")
+            .unwrap_err()
+            .contains("nothing after http://"));
     }
 }

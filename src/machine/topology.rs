@@ -160,12 +160,14 @@ impl Topology {
     pub fn summary(&self) -> String {
         let nodes = self.nodes().len();
         format!(
-            "{} CPUs online ({}), {} package{}, {} physical cores, {} thread{} per core (SMT {}), {} NUMA node{}",
+            "{} CPU{} online ({}), {} package{}, {} physical core{}, {} thread{} per core (SMT {}), {} NUMA node{}",
             self.cpus.len(),
+            plural(self.cpus.len()),
             cpuset::format(&self.cpu_ids()),
             self.packages().len(),
             plural(self.packages().len()),
             self.cores().len(),
+            plural(self.cores().len()),
             self.threads_per_core(),
             plural(self.threads_per_core()),
             if self.smt() { "on" } else { "off" },

@@ -178,7 +178,8 @@ pub fn warnings(
 fn load_warning(load1: f64, cpus: usize) -> Option<String> {
     (cpus > 0 && load1 > 0.5 * cpus as f64).then(|| {
         format!(
-            "load average {load1:.2} is above half of the {cpus} CPUs: another busy process is competing for them"
+            "load average {load1:.2} is above half of the {}: another busy process is competing for them",
+            crate::units::count(cpus, "CPU")
         )
     })
 }

@@ -181,7 +181,8 @@ impl PlacementSource for TopologyPlacements {
                 let n = count.unwrap_or(self.cpus.len());
                 if n > self.cpus.len() {
                     return Err(format!(
-                        "shared with {n} CPUs: this machine has {}",
+                        "shared with {}: this machine has {}",
+                        crate::units::count(n, "CPU"),
                         self.cpus.len()
                     ));
                 }

@@ -137,9 +137,15 @@ pub fn gate_message(cmp: &Comparison) -> Option<String> {
         cmp.metric.name()
     );
     for f in &cmp.gate_failures {
+        // Untested, the threshold alone fails the step: its words name no winner.
+        let how = if f.verdict == "slower" {
+            "slower"
+        } else {
+            "behind, the threshold alone deciding"
+        };
         let _ = write!(
             text,
-            "\n  {} at {}: {:.1}% slower ({})",
+            "\n  {} at {}: {:.1}% {how} ({})",
             f.run,
             f.key.label(),
             f.slower_pct,

@@ -12,7 +12,9 @@ use super::progress::Progress;
 use super::runner::{step_id, RunSummary, Runner};
 use crate::fleet::driver::{CommandDriver, Driver, EngineDriver};
 use crate::fleet::server::{Launcher, ProcessLauncher};
+use crate::fleet::target::TargetPlan;
 use crate::observe::step::FullObserver;
+use crate::placement::CpuPair;
 use crate::placement::{PlacementSource, TopologyPlacements};
 use crate::record::rundir::RunDir;
 
@@ -218,7 +220,9 @@ fn open_dir(
         Some(out) => format!("cannot create the run directory {}: {e}", out.display()),
         None => format!("cannot create the run directory: {e}"),
     })?;
+    let spec_dir = format!("{}\n", plan.spec.dir.display());
     dir.write_file("spec.toml", &plan.spec.text)
+        .and_then(|_| dir.write_file(crate::sweep::spec::SPEC_DIR_FILE, &spec_dir))
         .and_then(|_| {
             dir.write_file(
                 "environment.json",
@@ -316,13 +320,13 @@ fn describe_header(plan: &Plan, placements: &dyn PlacementSource) -> String {
     }
     let _ = writeln!(
         out,
-        "experiment {:?}: {} targets × {} placements, {} steps of {} (at most {} runs)",
+        "experiment {:?}: {} × {}, {} of {} (at most {})",
         plan.name,
-        plan.targets.len(),
-        plan.placements.len(),
-        plan.planned_steps(),
+        crate::units::count(plan.targets.len(), "target"),
+        crate::units::count(plan.placements.len(), "placement"),
+        crate::units::count(plan.planned_steps(), "step"),
         plan.repetitions.describe(),
-        plan.max_steps()
+        crate::units::count(plan.max_steps(), "run")
     );
     if let ClientPlan::Engine {
         arrivals: crate::load::arrivals::Arrivals::Poisson,
@@ -378,6 +382,11 @@ fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut Strin
                             plan.repetitions.describe(),
                             launcher.describe(target, &cpus, point.clients)
                         );
+                        let _ = writeln!(
+                            out,
+                            "    client: {}",
+                            describe_client(plan, target, point, &cpus)
+                        );
                         describe_groups(plan, point, out);
                     }
                     Err(why) => {
@@ -391,6 +400,51 @@ fn describe_steps(plan: &Plan, placements: &dyn PlacementSource, out: &mut Strin
     skipped
 }
 
+/// What loads the step: the external command as it will run (the port not yet picked), or
+/// the built-in engine with its url, connections and threads.
+fn describe_client(plan: &Plan, target: &TargetPlan, point: Point, cpus: &CpuPair) -> String {
+    let connections = point.clients * plan.connections_per_client;
+    let threads = plan
+        .client_threads
+        .unwrap_or(cpus.client.len())
+        .clamp(1, connections.max(1));
+    let port = match target.port {
+        Some(p) => p.to_string(),
+        None => "<free port>".to_string(),
+    };
+    let url = target.url.replace("{port}", &port);
+    let rate = point
+        .rate_rps
+        .map_or(String::new(), |r| format!(", {r:.0} req/s"));
+    match &plan.client {
+        ClientPlan::Command { template, .. } => {
+            let req = crate::fleet::driver::StepRequest {
+                step_id: String::new(),
+                url,
+                port: 0,
+                clients: point.clients,
+                connections,
+                depth: target.depth,
+                threads,
+                duration: plan.duration,
+                warmup: plan.warmup,
+                timeout: plan.timeout,
+                rate_rps: point.rate_rps,
+                client_cpus: cpus.client.clone(),
+                out_dir: Path::new("<run dir>").to_path_buf(),
+                instances: Vec::new(),
+                group_cpus: Vec::new(),
+                group_targets: Vec::new(),
+            };
+            crate::fleet::driver::client_line(template, &req, &port)
+        }
+        ClientPlan::Engine { .. } => format!(
+            "built-in engine at {url}: {connections} connection(s), {threads} thread(s), depth {}{rate}",
+            target.depth
+        ),
+    }
+}
+
 /// A step's client groups and their shares, when the plan has groups.
 fn describe_groups(plan: &Plan, point: Point, out: &mut String) {
     let groups = &plan.hosts.client_groups;
@@ -402,33 +456,63 @@ fn describe_groups(plan: &Plan, point: Point, out: &mut String) {
     }
 }
 
+/// The estimated time over the steps this machine can run (the dry run's, and the run's
+/// first line): a skipped point skips all its runs; a rate search's points are counted at
+/// their maximum.
+fn estimated_total(plan: &Plan, skipped: usize) -> std::time::Duration {
+    let runnable = plan.planned_steps().saturating_sub(skipped);
+    let series = plan.targets.len() * plan.placements.len();
+    plan.time_for(plan.work_for(runnable, series)) + plan.set_up_time()
+}
+
+/// The run's first line: the dry run's estimate and what it assumes.
+pub fn estimate_line(plan: &Plan, placements: &dyn PlacementSource) -> String {
+    let skipped = dry_points(plan).len() * plan.targets.len() * plan.placements.len()
+        - runnable_points(plan, placements);
+    format!(
+        "estimated time: about {}{} (assuming {})",
+        show_minutes(estimated_total(plan, skipped)),
+        runs_assumed(plan),
+        plan.assumptions()
+    )
+}
+
+/// The points this machine can place (the others are skipped).
+fn runnable_points(plan: &Plan, placements: &dyn PlacementSource) -> usize {
+    let mut n = 0;
+    for _ in &plan.targets {
+        for placement in &plan.placements {
+            for point in dry_points(plan) {
+                let follow = plan.cpus_follow_clients.then_some(point.clients);
+                n += usize::from(placements.cpus(placement, follow).is_ok());
+            }
+        }
+    }
+    n
+}
+
 /// The dry run's estimated time, over the steps this machine can run.
 fn describe_estimate(plan: &Plan, skipped: usize) -> String {
     let mut out = String::new();
-    // A skipped point skips all its runs; a rate search's points are counted at their maximum.
     let planned = plan.planned_steps();
     let runnable = planned.saturating_sub(skipped);
-    let series = plan.targets.len() * plan.placements.len();
-    let work = plan.work_for(runnable, series);
-    let (set_up, per_step) = crate::fleet::hosts::groups::hosts_overhead(
-        !plan.hosts.hosts.is_empty(),
-        &plan.hosts.client_groups,
-    );
-    let total = plan.time_for(work) + set_up + per_step.mul_f64(work.runs);
+    let set_up = plan.set_up_time();
+    let total = estimated_total(plan, skipped);
     let hosts = if set_up.is_zero() {
         String::new()
     } else {
-        format!(
-            " (with about {} s of host set-up and {} s a step of common-start lead and fetches)",
-            set_up.as_secs(),
-            per_step.as_secs()
-        )
+        format!(" (with about {} s of host set-up)", set_up.as_secs())
     };
     let _ = writeln!(
         out,
         "\nestimated time: about {}{hosts}{}",
         show_minutes(total),
         runs_assumed(plan)
+    );
+    let _ = writeln!(
+        out,
+        "  assuming {}; the run's first line and its progress ETA use the same model",
+        plan.assumptions()
     );
     if skipped > 0 {
         let _ = writeln!(
@@ -452,10 +536,15 @@ fn runs_assumed(plan: &Plan) -> String {
             " ({} runs a step assumed; at most {} each: up to {})",
             plan.expected_runs(),
             plan.repetitions.max_runs(),
-            show_minutes(plan.time_for(super::plan::estimate::Work {
-                runs: plan.max_steps() as f64,
-                server_starts: plan.targets.len() * plan.placements.len(),
-            }))
+            show_minutes(
+                plan.time_for(super::plan::estimate::Work {
+                    runs: plan.max_steps() as f64,
+                    server_starts: plan.targets.len() * plan.placements.len(),
+                    profile_passes: plan.targets.len()
+                        * plan.placements.len()
+                        * plan.profile_passes().0,
+                }) + plan.set_up_time()
+            )
         ),
         _ => String::new(),
     }

@@ -649,6 +649,39 @@ pub enum SpecError {
     },
 }
 
+/// The run directory's record of the spec's directory (one absolute path), which
+/// `run --resume DIR` needs to fill `{spec_dir}` and find the spec's relative files.
+pub const SPEC_DIR_FILE: &str = "spec_dir.txt";
+
+/// serde's "unknown field `clints`, expected one of `name`, ..." with the nearest known key
+/// named first: "unknown field `clints` (did you mean `clients`?); expected one of ...".
+fn with_suggestion(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_string();
+    };
+    let Some((field, expected)) = rest.split_once("`, expected ") else {
+        return message.to_string();
+    };
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    match crate::units::closest(field, &known) {
+        Some(near) => {
+            format!("unknown field `{field}` (did you mean `{near}`?); expected {expected}")
+        }
+        None => message.to_string(),
+    }
+}
+
+/// A spec file's directory, absolute where it exists ("." for a bare file name).
+fn dir_of(path: &Path) -> PathBuf {
+    let dir = path.parent().map(PathBuf::from).unwrap_or_default();
+    let dir = if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    };
+    std::fs::canonicalize(&dir).unwrap_or(dir)
+}
+
 /// A spec with its source text (kept to locate later errors and to copy into the run).
 #[derive(Debug, Clone)]
 pub struct SpecFile {
@@ -658,6 +691,10 @@ pub struct SpecFile {
     pub text: String,
     /// The parsed spec.
     pub spec: Spec,
+    /// The directory `{spec_dir}` and the spec's relative files are taken from: the spec
+    /// file's own, or, resuming a run from its copy, the one the run recorded
+    /// (`spec_dir.txt`).
+    pub dir: PathBuf,
 }
 
 impl SpecFile {
@@ -675,7 +712,7 @@ impl SpecFile {
         let located_by = |e: toml::de::Error, key: Option<String>| {
             let span = e.span().unwrap_or(0..0);
             let key = key.unwrap_or_else(|| "(top)".into());
-            located(path, text, span, e.message().trim().to_string(), key)
+            located(path, text, span, with_suggestion(e.message().trim()), key)
         };
         // The text is parsed once: a syntax error has no key path, and a type error finds its
         // key in the same tree (a second parse per error was half of a failed load's time).
@@ -688,7 +725,34 @@ impl SpecFile {
             path: path.to_path_buf(),
             text: text.to_string(),
             spec,
+            dir: dir_of(path),
         })
+    }
+
+    /// Reads the copy a run directory keeps (`DIR/spec.toml`), its relative files and
+    /// `{spec_dir}` taken from the spec's own directory as the run recorded it, so a resumed
+    /// run finds the scripts beside the original spec.
+    pub fn read_from_run(run_dir: &Path) -> Result<SpecFile, SpecError> {
+        let mut spec = Self::read(&run_dir.join("spec.toml"))?;
+        let recorded = run_dir.join(SPEC_DIR_FILE);
+        if let Ok(text) = std::fs::read_to_string(&recorded) {
+            let dir = PathBuf::from(text.trim_end_matches('\n'));
+            if !dir.is_dir() {
+                return Err(SpecError::Read {
+                    path: dir,
+                    reason: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!(
+                            "the spec's directory, recorded in {}, is gone: give the spec again (stairbench run SPEC --resume {})",
+                            recorded.display(),
+                            run_dir.display()
+                        ),
+                    ),
+                });
+            }
+            spec.dir = dir;
+        }
+        Ok(spec)
     }
 
     /// An error about the value at a key path (e.g. `["targets", "0", "builtin"]`).
@@ -914,6 +978,23 @@ pub struct ReportSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mistyped_key_names_the_nearest_known_one() {
+        let text = "name = \"x\"\nclints = [1, 2]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n";
+        let e = SpecFile::parse(Path::new("s.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("s.toml:2:1: clints: unknown field `clints` (did you mean `clients`?); expected one of `name`"),
+            "{e}"
+        );
+        let text = "name = \"x\"\nzzzzzz = 1\n";
+        let e = SpecFile::parse(Path::new("s.toml"), text)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+    }
 
     #[test]
     fn count_ranges() {

@@ -304,7 +304,7 @@ fn littles_law_modes_noise_and_comparisons() {
     assert!(
         titled.contains(
             &format!(
-                "alpha vs beta: alpha/shared at 2 clients: alpha is faster than beta: {want:.2}x (no spread to test with 3 and 1 repetition(s): no verdict)"
+                "alpha vs beta: alpha/shared at 2 clients: alpha against beta: {want:.2}x, untested: 3 and 1 repetitions, no spread to test, so no winner"
             )
             .as_str()
         ),
@@ -444,16 +444,21 @@ fn compare_lines_runs_up_with_ratios_and_noise_verdicts() {
     // 7% slower in ±6% spread: t = 0.07 / √((0.06² + 0.0558²)/3) = 1.48 on ~4 df, p ≈ 0.21.
     let p16 = r16["p_value"].as_f64().unwrap();
     assert!((0.15..0.3).contains(&p16), "{p16}");
+    // Within noise no winner is named: the sentence says "level" and gives the ratio.
     assert!(
         text.contains(
-            "alpha/shared at 16 clients: run-Linux-6.8 is slower than run-Linux-6.1: 0.93x ["
+            "alpha/shared at 16 clients: run-Linux-6.8 and run-Linux-6.1 are level within noise: 0.93x ["
         ),
         "{text}"
     );
     assert!(
         text.contains(&format!(
-            "(within noise at 95%: Welch's t-test p = {p16:.3})"
+            "(no difference found at 95%: Welch's t-test p = {p16:.3})"
         )),
+        "{text}"
+    );
+    assert!(
+        !text.contains("16 clients: run-Linux-6.8 is slower"),
         "{text}"
     );
     // The table shows the same ratio and interval as the sentence.
@@ -688,7 +693,16 @@ b = "reactor@1"
     assert_eq!(reactor.modes.len(), 4, "one histogram per step");
     assert!(reactor.modes.iter().all(|m| !m.modes.is_empty()));
     assert_eq!(a.comparisons.len(), 1, "{:?}", a.notes);
-    assert!(a.comparisons[0].sentence.starts_with("reactor@4 is "));
+    // A winner ("reactor@4 is faster than ...") only where the test found a difference.
+    let c = &a.comparisons[0];
+    let named = c.sentence.starts_with("reactor@4 is ");
+    let level = c.sentence.starts_with("reactor@4 and ");
+    let untested = c.sentence.starts_with("reactor@4 against ");
+    match c.relation.verdict.as_str() {
+        "faster" | "slower" | "equal" => assert!(named, "{}", c.sentence),
+        "within noise" => assert!(level, "{}", c.sentence),
+        _ => assert!(untested, "{}", c.sentence),
+    }
     let report = std::fs::read_to_string(dirs[0].join("report.md")).unwrap();
     assert!(report.contains("## Little's law") && report.contains("## Comparisons"));
     let json: Value =

@@ -139,12 +139,12 @@ fn the_quick_demo_measures_the_servers_and_says_which_is_faster() {
 
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     let sentence = regex::Regex::new(
-        r"reactor is (faster than|slower than|as fast as) pool: \d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\] \((within noise at 95%|a difference at 95%|equal: )",
+        r"reactor (is faster than|is slower than|is as fast as|and pool are level within noise:) (pool: )?\d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\] \((no difference found at 95%|a difference at 95%|equal: )",
     )
     .unwrap();
     assert!(sentence.is_match(&report), "{report}");
     assert!(
-        stdout.contains("verdict: throughput at 8 clients: reactor is "),
+        stdout.contains("verdict: throughput at 8 clients: reactor "),
         "{stdout}"
     );
     // stdout's diagnosis and verdict sentences are the reports' own, word for word.

@@ -344,6 +344,29 @@ fn guide_runs_as_written_and_names_every_run_file() {
         "compare printed no second run:\n{stdout}"
     );
 
+    // Followed from the top of a clone, the guide leaves nothing for `git status` to list.
+    for entry in std::fs::read_dir(scratch.path()).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name == "examples" {
+            continue;
+        }
+        let probe = if entry.path().is_dir() {
+            format!("{name}/any")
+        } else {
+            name.clone()
+        };
+        let ignored = Command::new("git")
+            .args(["check-ignore", "--no-index", "-q", &probe])
+            .current_dir(root())
+            .status()
+            .unwrap();
+        assert!(
+            ignored.success(),
+            "the guide leaves {name} in the clone, and .gitignore does not ignore it"
+        );
+    }
+
     let run_dir_md = std::fs::read_to_string(root().join("docs/run-directory.md")).unwrap();
     for entry in std::fs::read_dir(scratch.path().join("runs/one-worker")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().to_string();
@@ -355,4 +378,48 @@ fn guide_runs_as_written_and_names_every_run_file() {
             "docs/run-directory.md does not name `{name}`, which a run wrote"
         );
     }
+}
+
+/// An example's header says how long it takes ("about 13 s", "about 2.5 minutes"); the dry
+/// run says it too, by the one time model. They must agree within a quarter (or 3 s): the
+/// Tomcat example's header said 2 minutes where its dry run said 1m06s.
+#[test]
+fn every_example_header_time_agrees_with_its_dry_run() {
+    let said = Regex::new(r"about (\d+(?:\.\d+)?) ?(s|seconds|minutes?)\b").unwrap();
+    let estimated = Regex::new(r"estimated time: about (\d+)m(\d\d)s").unwrap();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root().join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let header: String = text
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let Some(c) = said.captures(&header) else {
+            continue;
+        };
+        let scale = if c[2].starts_with('m') { 60.0 } else { 1.0 };
+        let header_s: f64 = c[1].parse::<f64>().unwrap() * scale;
+        let out = common::cli(&[
+            std::ffi::OsStr::new("run"),
+            path.as_os_str(),
+            std::ffi::OsStr::new("--dry-run"),
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let e = estimated
+            .captures(&stdout)
+            .unwrap_or_else(|| panic!("{}: no estimate in {stdout}", path.display()));
+        let dry_s = e[1].parse::<f64>().unwrap() * 60.0 + e[2].parse::<f64>().unwrap();
+        assert!(
+            (header_s - dry_s).abs() <= (0.25 * dry_s).max(3.0),
+            "{}: the header says {header_s} s, the dry run {dry_s} s",
+            path.display()
+        );
+        checked += 1;
+    }
+    assert!(checked >= 10, "{checked} examples state their time");
 }

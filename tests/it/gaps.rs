@@ -196,6 +196,41 @@ fn progress_counts_planned_steps_with_repetitions_inside_them() {
     assert_eq!(p.time_left(at_start), p.estimate());
 }
 
+/// The Tomcat example's shape: its dry run said 1m06s and it took 79 s, the two profile
+/// passes left out of the model. Now they are in it, the dry run states what it assumes, and
+/// the run's first line and the progress line's first ETA are the same figure.
+#[test]
+fn the_estimate_counts_profile_passes_and_the_first_eta_is_it() {
+    let p = plan("name = \"prof\"\nduration = \"5s\"\nwarmup = \"3s\"\nclients = [1, 2, 4, 8]\nplacements = [\"shared\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n[profile]\nat = [\"busy\", \"saturated\"]\nseconds = 5\n");
+    // 4 runs of 3 + 5 + 0.15 s, one server start of 0.3 s, 2 passes of 3 + 5 + 1 s.
+    let want_s = 4.0 * 8.15 + 0.3 + 2.0 * 9.0;
+    assert!(
+        (p.estimate().as_secs_f64() - want_s).abs() < 1e-6,
+        "{:?}",
+        p.estimate()
+    );
+    let at_start = Done {
+        steps: 0,
+        runs: 0,
+        runs_of_step: 0,
+        series_started: 0,
+        skipping: 0,
+    };
+    assert_eq!(p.time_left(at_start), p.estimate());
+    let placements = TopologyPlacements::with_cpus(vec![0, 1, 2, 3], p.custom.clone());
+    let dry = stairbench::sweep::experiment::describe(&p, &placements);
+    assert!(dry.contains("estimated time: about 0m51s"), "{dry}");
+    assert!(
+        dry.contains("assuming each run 3 s warm-up + 5 s window + 0 s cool-down + 0.15 s to connect and record; each server ready 0.3 s after its start; 2 profile passes a series of 9 s each"),
+        "{dry}"
+    );
+    let first_line = stairbench::sweep::experiment::estimate_line(&p, &placements);
+    assert!(
+        first_line.starts_with("estimated time: about 0m51s (assuming each run"),
+        "{first_line}"
+    );
+}
+
 /// Throughput by client count and call: 1 client never settles, 2 settle at once, 4 after 3.
 fn noisy_driver() -> FakeDriver {
     let calls = std::rc::Rc::new(std::cell::RefCell::new(std::collections::BTreeMap::new()));

@@ -684,6 +684,96 @@ fn a_server_that_dies_fails_its_step_with_its_stderr_tail() {
     );
 }
 
+/// `stairbench run SPEC --dry-run` on spec text, in a temp dir: (success, stdout, stderr).
+fn dry_run(text: &str) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("s.toml");
+    std::fs::write(&spec, text).unwrap();
+    let out = common::cli(&[
+        std::ffi::OsStr::new("run"),
+        spec.as_os_str(),
+        std::ffi::OsStr::new("--dry-run"),
+    ]);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// What the real run would find at its first step, the dry run finds with the line and key:
+/// before, `url = "htp://..."` passed it and then failed every step with `unknown scheme`.
+#[test]
+fn dry_run_checks_urls_placeholders_and_parsers_where_they_are_written() {
+    let target =
+        "name = \"x\"\nclients = [1, 2]\n[[targets]]\nname = \"web\"\ncommand = \"sleep 60\"\n";
+    let (ok, _, err) = dry_run(&format!("{target}url = \"htp://127.0.0.1:{{port}}/\"\n"));
+    assert!(!ok);
+    assert!(
+        err.contains("s.toml:6:7: targets[0].url: \"htp://127.0.0.1:{port}/\": unknown scheme \"htp\" (did you mean \"http\"?)"),
+        "{err}"
+    );
+    let client = "[client]\nurl = \"127.0.0.1:8080\"\n";
+    let (ok, _, err) = dry_run(&format!("{target}{client}"));
+    assert!(
+        !ok && err.contains("client.url: ") && err.contains("expected SCHEME://"),
+        "{err}"
+    );
+    let wrk = |command: &str, parser: &str| {
+        format!("{target}url = \"http://127.0.0.1:{{port}}/\"\n[client]\ncommand = \"{command}\"\nparser = \"{parser}\"\n")
+    };
+    let (ok, _, err) = dry_run(&wrk("wrk -c{connections} http://127.0.0.1:{prot}/", "wrk"));
+    assert!(!ok);
+    assert!(
+        err.contains("client.command: unknown placeholder {prot} (did you mean {port}?)"),
+        "{err}"
+    );
+    let (ok, _, err) = dry_run(&wrk("wrk -c{connections} {url}", "wkr"));
+    assert!(!ok && err.contains("client.parser: "), "{err}");
+    // The client command is printed as it will run, its values filled in per step.
+    let (ok, out, err) = dry_run(&wrk(
+        "wrk -t{threads} -c{connections} -d{duration_s}s {url}",
+        "wrk",
+    ));
+    assert!(ok, "{err}");
+    let line = regex::Regex::new(
+        r"\n    client: wrk -t\d+ -c2 -d\d+s 'http://127\.0\.0\.1:<free port>/'\n",
+    )
+    .unwrap();
+    assert!(line.is_match(&out), "{out}");
+    // The built-in engine's line names its url, connections and threads.
+    let (ok, out, err) = dry_run("name = \"x\"\nclients = [4]\n[[targets]]\nname = \"r\"\nbuiltin = \"msgr --arch reactor\"\n");
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(
+            "    client: built-in engine at msgr://127.0.0.1:<free port>: 4 connection(s)"
+        ),
+        "{out}"
+    );
+    // One of each, in the singular ("1 targets × 1 placements" before).
+    assert!(
+        out.contains("experiment \"x\": 1 target × 1 placement, 1 step of "),
+        "{out}"
+    );
+}
+
+/// A server that never answers and prints nothing: the error says so instead of ending in
+/// "its output ends with:" over nothing.
+#[test]
+fn a_silent_server_that_never_answers_says_it_printed_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("s.toml");
+    std::fs::write(&spec, "name = \"x\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1]\nplacements = [\"shared\"]\n[[targets]]\nname = \"mute\"\ncommand = \"sleep 30\"\nurl = \"http://127.0.0.1:{port}/\"\nready = { tcp = true, timeout = \"1s\" }\n").unwrap();
+    let out_dir = dir.path().join("run");
+    common::run_spec(&spec, &out_dir);
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    let reason = steps[0].reason.as_deref().unwrap_or("");
+    assert!(
+        reason.contains("was not ready within 1s") && reason.ends_with("; it printed nothing"),
+        "{reason}"
+    );
+}
+
 #[test]
 fn dry_run_prints_steps_cpusets_commands_and_time() {
     let out = common::cli(&["demo", "--quick", "--dry-run"]);
@@ -870,6 +960,41 @@ fn redis_sweep_interrupted_then_resumed() {
         "hist/redis.separated.c32.r0.hlog",
     ] {
         assert!(out_dir.join(f).exists(), "{f}");
+    }
+}
+
+/// `run --resume DIR` reads the run's copy of the spec, but `{spec_dir}` still names the
+/// directory of the original (where nginx-wrk.toml keeps nginx.sh): before the run directory
+/// recorded it, every resumed step failed with "sh: cannot open DIR/server.sh".
+#[test]
+fn resume_finds_the_scripts_beside_the_original_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("server.sh"),
+        format!(
+            "exec '{}' serve msgr --arch reactor --threads 1 --port \"$1\"\n",
+            common::stairbench_bin().display()
+        ),
+    )
+    .unwrap();
+    let text = "name = \"spec-dir\"\nduration = \"1s\"\nwarmup = \"0s\"\nclients = [1, 2, 4, 8, 16]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\ncommand = \"sh {spec_dir}/server.sh {port}\"\nurl = \"msgr://127.0.0.1:{port}\"\n";
+    let (out_dir, before) = interrupt(text, dir.path());
+    let recorded = std::fs::read_to_string(out_dir.join("spec_dir.txt")).unwrap();
+    assert_eq!(
+        Path::new(recorded.trim_end()),
+        dir.path().canonicalize().unwrap()
+    );
+    let out = common::cli_cmd()
+        .arg("run")
+        .arg("--resume")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    common::assert_success(&out);
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    assert_eq!(steps.len(), 5, "{before} before the interruption");
+    for s in &steps {
+        assert_eq!(s.status, StepStatus::Ok, "{}: {:?}", s.id, s.reason);
     }
 }
 

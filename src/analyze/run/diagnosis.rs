@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::peak::{level_within_noise, levels_text, NOISE_FRACTION};
+use super::peak::{clients_text, level_within_noise, levels_text, NOISE_FRACTION};
 use super::{LittleRow, LoadPoint, SeriesAnalysis};
 use crate::record::observed::{Observation, PerRequest};
 use crate::record::steps::StepResult;
@@ -218,7 +218,7 @@ pub fn diagnose_with_profile(
 fn opening(name: &str, series: &SeriesAnalysis, levels: &[Level], knee: Option<usize>) -> String {
     let top = &levels[levels.len() - 1];
     let Some(peak) = series.peak.throughput_rps else {
-        return format!("{name} shows no knee up to {} clients", top.clients);
+        return format!("{name} shows no knee up to {}", clients_text(top.clients));
     };
     let from = knee.map_or(0, |i| levels[i].clients);
     let flat: Vec<&Level> = levels
@@ -241,7 +241,7 @@ fn opening(name: &str, series: &SeriesAnalysis, levels: &[Level], knee: Option<u
         )
     });
     let Some(i) = knee else {
-        let mut text = format!("{name} shows no knee up to {} clients", top.clients);
+        let mut text = format!("{name} shows no knee up to {}", clients_text(top.clients));
         match flat_text {
             Some(f) => text.push_str(&format!(" ({f})")),
             None => text.push_str(&format!(" (throughput {})", rps(top.throughput_rps))),
@@ -266,8 +266,8 @@ fn opening(name: &str, series: &SeriesAnalysis, levels: &[Level], knee: Option<u
         };
     }
     match flat_text {
-        Some(f) => format!("{name} stops scaling at {} clients ({f})", k.clients),
-        None => format!("{name} stops scaling at {} clients", k.clients),
+        Some(f) => format!("{name} stops scaling at {} ({f})", clients_text(k.clients)),
+        None => format!("{name} stops scaling at {}", clients_text(k.clients)),
     }
 }
 
@@ -589,8 +589,8 @@ fn one_thread(c: &Ctx) -> Option<Found> {
     let mut because = format!("its busiest thread ({thread}) is {pct:.0}% of one CPU");
     if let Some(p) = cpuset.filter(|_| room) {
         because.push_str(&format!(
-            " while its {} CPUs are {p:.0}% busy",
-            top.server_cpus
+            " while its {} {p:.0}% busy",
+            crate::units::count_is(top.server_cpus, "CPU")
         ));
     }
     let flat = c

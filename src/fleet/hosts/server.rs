@@ -371,9 +371,9 @@ impl RemoteServer {
                 let status = p.process.try_status();
                 if status != RemoteStatus::Running {
                     return Err(format!(
-                        "{} {status} before it was ready; its output ends with:\n{}",
+                        "{} {status} before it was ready{}",
                         p.describe(target),
-                        p.tail()
+                        crate::fleet::server::output_ends(&p.tail())
                     ));
                 }
                 let take_port = k == 0 && target.port_from_log;
@@ -400,10 +400,10 @@ impl RemoteServer {
                 let k = ready.iter().position(|r| !r).unwrap_or(0);
                 let p = &self.procs[k];
                 return Err(format!(
-                    "{} was not ready within {:?}; its output ends with:\n{}",
+                    "{} was not ready within {:?}{}",
                     p.describe(target),
                     target.ready_timeout,
-                    p.tail()
+                    crate::fleet::server::output_ends(&p.tail())
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -444,9 +444,9 @@ impl Server for RemoteServer {
                     Some(format!("{rank}on host {}: {status}", p.session.name()))
                 }
                 status => Some(format!(
-                    "{rank}on host {}: {status}; its output ends with:\n{}",
+                    "{rank}on host {}: {status}{}",
                     p.session.name(),
-                    p.tail()
+                    crate::fleet::server::output_ends(&p.tail())
                 )),
             }
         })

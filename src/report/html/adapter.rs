@@ -72,7 +72,7 @@ pub fn from_run_dir_with(dir: &Path, heat_step: Option<&str>) -> Result<ReportDa
     let ok: Vec<&Value> = steps.iter().filter(|s| is_ok(s)).collect();
     let mut histograms = Vec::new();
     for s in &ok {
-        if let Some(h) = step_histogram(dir, s)? {
+        if let Some(h) = step_histogram(dir, s, &ok)? {
             histograms.push(h);
         }
     }
@@ -335,8 +335,21 @@ fn mean_point(clients: u64, reps: &[&Value]) -> Point {
     }
 }
 
-fn step_label(s: &Value) -> String {
+/// "web · shared · 8 clients", with "(rep 0)" when its level has other repetitions in `ok`
+/// (the first one too, so that it is not read as the level's merged figure).
+fn step_label(s: &Value, ok: &[&Value]) -> String {
     let rep = s["rep"].as_u64().unwrap_or(0);
+    let level = |x: &Value| {
+        (
+            x["target"].clone(),
+            x["placement"].clone(),
+            x["clients"].clone(),
+            x["rate_rps"].clone(),
+        )
+    };
+    let repeated = ok
+        .iter()
+        .any(|o| level(o) == level(s) && o["rep"].as_u64().unwrap_or(0) != rep);
     let clients = s["clients"].as_u64().unwrap_or(0) as usize;
     let mut label = format!(
         "{} · {} · {}",
@@ -347,14 +360,18 @@ fn step_label(s: &Value) -> String {
     if let Some(rate) = f64_at(s, &["rate_rps"]) {
         label.push_str(&format!(" at {rate:.0} req/s offered"));
     }
-    if rep > 0 {
+    if repeated || rep > 0 {
         let rep = crate::record::steps::rep_label(rep as usize);
         label.push_str(&format!(" ({rep})"));
     }
     label
 }
 
-fn step_histogram(dir: &Path, s: &Value) -> Result<Option<StepHistogram>, AdapterError> {
+fn step_histogram(
+    dir: &Path,
+    s: &Value,
+    ok: &[&Value],
+) -> Result<Option<StepHistogram>, AdapterError> {
     let id = str_at(s, "id");
     let path = dir.join("hist").join(format!("{id}.hlog"));
     if id.is_empty() || !path.exists() {
@@ -365,7 +382,7 @@ fn step_histogram(dir: &Path, s: &Value) -> Result<Option<StepHistogram>, Adapte
     };
     Ok(Some(StepHistogram {
         step_id: id.into(),
-        label: step_label(s),
+        label: step_label(s, ok),
         buckets: log_buckets(&hist_ns),
     }))
 }
@@ -425,7 +442,7 @@ fn heat_map(
         .collect();
     Some(CoreHeatMap {
         step_id: id.into(),
-        label: format!("{}, {}", whose.title(), step_label(step)),
+        label: format!("{}, {}", whose.title(), step_label(step, ok)),
         cores: core_labels(str_at(step, whose.cpus_key()), cores),
         seconds,
         busy_pct,
@@ -621,6 +638,16 @@ pub fn add_analysis(data: &mut ReportData, usl: &[(String, String, super::UslCur
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_repetition_is_labelled_when_its_level_has_others() {
+        let step = |rep: u64, clients: u64| serde_json::json!({"target": "web", "placement": "shared", "clients": clients, "rep": rep});
+        let (a, b, c) = (step(0, 8), step(1, 8), step(0, 16));
+        let ok = [&a, &b, &c];
+        assert_eq!(step_label(&a, &ok), "web · shared · 8 clients (rep 0)");
+        assert_eq!(step_label(&b, &ok), "web · shared · 8 clients (rep 1)");
+        assert_eq!(step_label(&c, &ok), "web · shared · 16 clients");
+    }
 
     #[test]
     fn buckets_split_a_bimodal_histogram() {

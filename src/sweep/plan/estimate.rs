@@ -1,6 +1,11 @@
-//! The one time model of a run: the dry run's estimate and the progress line's ETA both come
-//! from [`Plan::time_for`], so they cannot disagree. A planned step is a point of a series
-//! (all its repetitions); a run is one repetition of it.
+//! The one time model of a run: the dry run's estimate, the run's first line and the progress
+//! line's ETA all come from [`Plan::time_for`], so they cannot disagree. A planned step is a
+//! point of a series (all its repetitions); a run is one repetition of it. Its assumptions,
+//! which [`Plan::assumptions`] states beside every estimate: each run takes its warm-up,
+//! window and cool-down plus [`RUN_OVERHEAD`] (and a client group's common-start lead); each
+//! server answers [`SERVER_START`] after it starts (a JVM takes longer); each `[profile]`
+//! level costs a pass of the warm-up, perf's seconds and its start allowance; `auto`
+//! repetitions take [`Plan::expected_runs`] a step until some have run.
 
 use std::time::Duration;
 
@@ -28,6 +33,8 @@ pub struct Work {
     pub runs: f64,
     /// Server starts still to do.
     pub server_starts: usize,
+    /// Profile passes still to do (one per `[profile]` level of each series).
+    pub profile_passes: usize,
 }
 
 impl Plan {
@@ -46,9 +53,36 @@ impl Plan {
         }
     }
 
-    /// One run's expected wall time.
+    /// One run's expected wall time (with the client groups' common-start lead and fetches).
     pub fn run_time(&self) -> Duration {
-        self.warmup + self.duration + self.cooldown + RUN_OVERHEAD
+        self.warmup + self.duration + self.cooldown + RUN_OVERHEAD + self.hosts_overhead().1
+    }
+
+    /// Other hosts' set-up before the first step, and each run's lead and fetches.
+    fn hosts_overhead(&self) -> (Duration, Duration) {
+        crate::fleet::hosts::groups::hosts_overhead(
+            !self.hosts.hosts.is_empty(),
+            &self.hosts.client_groups,
+        )
+    }
+
+    /// The hosts' set-up before the first step (zero on this machine alone).
+    pub fn set_up_time(&self) -> Duration {
+        self.hosts_overhead().0
+    }
+
+    /// The `[profile]` passes of each series and one pass's time: the warm-up, perf's
+    /// seconds and its start allowance (as the dry run's profile line says).
+    pub fn profile_passes(&self) -> (usize, Duration) {
+        match super::profile::section(&self.spec).ok().flatten() {
+            Some(p) => (
+                p.at.len(),
+                self.warmup
+                    + Duration::from_secs_f64(p.seconds)
+                    + crate::profile::passes::PERF_START_ALLOWANCE,
+            ),
+            None => (0, Duration::ZERO),
+        }
     }
 
     /// The work of `steps` planned steps, none begun, over `series` series.
@@ -60,18 +94,54 @@ impl Plan {
                 Restart::Series => series.min(steps),
                 Restart::Step => runs.ceil() as usize,
             },
+            profile_passes: if steps == 0 {
+                0
+            } else {
+                series * self.profile_passes().0
+            },
         }
     }
 
     /// The time model: the wall time of `work`.
     pub fn time_for(&self, work: Work) -> Duration {
-        self.run_time().mul_f64(work.runs.max(0.0)) + SERVER_START * work.server_starts as u32
+        self.run_time().mul_f64(work.runs.max(0.0))
+            + SERVER_START * work.server_starts as u32
+            + self.profile_passes().1 * work.profile_passes as u32
     }
 
-    /// Estimated wall time of the whole plan on a machine that can run every step.
+    /// Estimated wall time of the whole plan on a machine that can run every step, the
+    /// hosts' set-up included.
     pub fn estimate(&self) -> Duration {
         let series = self.targets.len() * self.placements.len();
-        self.time_for(self.work_for(self.planned_steps(), series))
+        self.time_for(self.work_for(self.planned_steps(), series)) + self.set_up_time()
+    }
+
+    /// What the estimate assumes, in words, for the dry run and the run's first line.
+    pub fn assumptions(&self) -> String {
+        let secs = |d: Duration| {
+            let s = format!("{:.2}", d.as_secs_f64());
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        };
+        let mut text = format!(
+            "each run {} s warm-up + {} s window + {} s cool-down + {} s to connect and record",
+            secs(self.warmup),
+            secs(self.duration),
+            secs(self.cooldown),
+            secs(RUN_OVERHEAD + self.hosts_overhead().1)
+        );
+        text.push_str(&format!(
+            "; each server ready {} s after its start",
+            secs(SERVER_START)
+        ));
+        let (passes, pass) = self.profile_passes();
+        if passes > 0 {
+            text.push_str(&format!(
+                "; {passes} profile pass{} a series of {} s each",
+                if passes == 1 { "" } else { "es" },
+                secs(pass)
+            ));
+        }
+        text
     }
 }
 
@@ -108,9 +178,12 @@ impl Plan {
         };
         let later_steps = (self.planned_steps()).saturating_sub(done.steps + done.skipping.max(1));
         let series = self.targets.len() * self.placements.len();
+        // The current series' passes follow its last step; a series not begun has all its own.
+        let series_left = series.saturating_sub(done.series_started) + done.series_started.min(1);
         let mut work = Work {
             runs: this_step + later_steps as f64 * per_step,
             server_starts: series.saturating_sub(done.series_started),
+            profile_passes: series_left.min(series) * self.profile_passes().0,
         };
         if self.restart == Restart::Step {
             work.server_starts = work.runs.ceil() as usize;

@@ -434,6 +434,11 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         TargetKind::Builtin(args) if spread => ranks::rank_url(args, 0),
         _ => target_url(spec, i, t, &kind)?,
     };
+    check_url(spec, i, t, &url)?;
+    if let TargetKind::Command(c) = &kind {
+        crate::fleet::driver::check_placeholders(c, crate::fleet::server::TARGET_PLACEHOLDERS)
+            .map_err(|e| at("command", e))?;
+    }
     let instances = t.instances.unwrap_or(1);
     if instances == 0 {
         return Err(at("instances", "expected at least 1".into()));
@@ -523,6 +528,23 @@ fn target_url(
     })
 }
 
+/// A url's shape, checked now, at the key the user wrote it under: the target's own `url`,
+/// or `[client] url` that every target takes.
+fn check_url(
+    spec: &SpecFile,
+    i: usize,
+    t: &super::spec::TargetSpec,
+    url: &str,
+) -> Result<(), SpecError> {
+    if url.is_empty() {
+        return Ok(());
+    }
+    crate::load::target::check_shape(url).map_err(|e| match (&t.url, &spec.spec.client.url) {
+        (None, Some(_)) => spec.error_at(&["client", "url"], e),
+        _ => target_error(spec, i, "url", e),
+    })
+}
+
 /// Where target `i`'s own metrics come from, if anywhere.
 fn target_metrics(
     spec: &SpecFile,
@@ -608,13 +630,7 @@ fn tls(spec: &SpecFile, proto: &mut ProtoOptions) -> Result<(), SpecError> {
 }
 
 pub(crate) fn spec_dir(spec: &SpecFile) -> PathBuf {
-    let dir = spec.path.parent().map(PathBuf::from).unwrap_or_default();
-    let dir = if dir.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        dir
-    };
-    std::fs::canonicalize(&dir).unwrap_or(dir)
+    spec.dir.clone()
 }
 
 fn custom_tables(spec: &SpecFile) -> Result<BTreeMap<String, CustomTable>, SpecError> {
@@ -653,13 +669,21 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
         let parser = c.parser.clone().ok_or_else(|| {
             spec.error_at(&["client", "command"], "an external client needs parser = \"wrk\" (or redis-benchmark, crimson-msgr, json, regex, stairbench)")
         })?;
+        crate::fleet::driver::check_placeholders(
+            template,
+            crate::fleet::driver::CLIENT_PLACEHOLDERS,
+        )
+        .map_err(|e| spec.error_at(&["client", "command"], e))?;
+        let options = c.parser_options.clone().unwrap_or_default();
+        crate::load::external::by_name(&parser, &options)
+            .map_err(|e| spec.error_at(&["client", "parser"], e.to_string()))?;
         // `{spec_dir}` is known now, as for a target's command: a tool's own input files
         // (a pgbench script) can sit beside the spec.
         let spec_dir = spec_dir(spec).display().to_string();
         return Ok(ClientPlan::Command {
             template: crate::fleet::driver::fill(template, &[("spec_dir", spec_dir)]),
             parser,
-            options: c.parser_options.clone().unwrap_or_default(),
+            options,
         });
     }
     let mut proto = ProtoOptions::default();

@@ -4,7 +4,7 @@
 // hint, and whether the page itself scrolls sideways. Writes the result as JSON into <pre id="measurements">.
 (function () {
   const out = { width: innerWidth, texts: 0, svgTexts: 0, charts: 0, drawnCharts: 0,
-    chartWidths: [], small: [], overlaps: [], outside: [], scrolling: 0, unhinted: [],
+    chartWidths: [], small: [], overlaps: [], outside: [], scrolling: 0, unhinted: [], needless: [],
     pageWidth: document.documentElement.scrollWidth, smallest: { px: Infinity, text: '' },
     smallestSvg: { px: Infinity, text: '' } };
   // Drawn: laid out, not hidden, and not in a closed <details> (whose content keeps its
@@ -73,7 +73,14 @@
     }
   }
   for (const boxEl of document.querySelectorAll('.table-scroll')) {
-    if (!visible(boxEl) || boxEl.scrollWidth <= boxEl.clientWidth + 1) continue;
+    if (!visible(boxEl)) continue;
+    if (boxEl.scrollWidth <= boxEl.clientWidth + 1) {
+      const hint = boxEl.previousElementSibling;
+      if (hint && hint.classList.contains('scroll-hint') && visible(hint)) {
+        out.needless.push(name(boxEl.querySelector('tr')));
+      }
+      continue;
+    }
     out.scrolling++;
     const hint = boxEl.previousElementSibling;
     if (!hint || !hint.classList.contains('scroll-hint') || !visible(hint)) {
