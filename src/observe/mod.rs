@@ -13,10 +13,13 @@
 //! configure it are parsed by `sweep`.
 
 pub mod cores;
+pub mod disk;
 pub mod environment;
 pub mod extra;
+pub mod link;
 pub mod metrics;
 pub mod perf;
+pub mod sockets;
 pub mod step;
 pub mod watch;
 
@@ -49,6 +52,12 @@ pub struct Observer {
     own_cpu_s: f64,
     /// The tree sampled during the window (tasks that come and go inside it).
     watch: Option<watch::TreeWatch>,
+    /// The server's sockets sampled during the window.
+    sockets: Option<sockets::SocketWatch>,
+    /// The server's network namespace at the window's start.
+    link: Option<link::LinkSample>,
+    /// The server's storage at the window's start.
+    disk: Option<disk::DiskSample>,
 }
 
 /// perf's counts are kept only if perf started counting within this share of the window: a
@@ -102,6 +111,9 @@ impl Observer {
             perf_late_s: 0.0,
             own_cpu_s: thread_cpu_s() - cpu0,
             watch: None,
+            sockets: None,
+            link: None,
+            disk: None,
         }
     }
 
@@ -110,6 +122,9 @@ impl Observer {
     /// started the window up to 50 ms late on a loaded machine (observed 0.95 s for 1 s).
     pub fn begin(&mut self) {
         let cpu0 = thread_cpu_s();
+        // The link and the disk first: tc takes a few milliseconds, outside the window.
+        self.link = self.server_pid.and_then(link::sample);
+        self.disk = self.server_pid.and_then(disk::sample);
         self.tree = self
             .server_pid
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
@@ -121,6 +136,11 @@ impl Observer {
             .as_ref()
             .and(self.server_pid)
             .and_then(|pid| watch::TreeWatch::start(pid).ok());
+        self.sockets = self
+            .tree
+            .as_ref()
+            .and(self.server_pid)
+            .and_then(|pid| sockets::SocketWatch::start(pid).ok());
         if let Some(perf) = &mut self.perf {
             if let Err(why) = perf.enable() {
                 self.perf_note = Some(why);
@@ -135,6 +155,10 @@ impl Observer {
         let cpu0 = thread_cpu_s();
         let window_s = self.started.elapsed().as_secs_f64();
         let watched = self.watch.take().map(watch::TreeWatch::finish);
+        let (sockets, blkio_seen, sockets_cpu_s) = self
+            .sockets
+            .take()
+            .map_or((None, BTreeMap::new(), 0.0), sockets::SocketWatch::finish);
         let tree_after = self
             .server_pid
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
@@ -163,8 +187,10 @@ impl Observer {
                 None
             }
         };
+        let (link, disk, io_cpu_s) = self.finish_io(window_s, blkio_seen, &mut notes);
         let watch_cpu_s = watched.as_ref().map_or(0.0, |w| w.cpu_s);
-        let own_cpu_s = self.own_cpu_s + (thread_cpu_s() - cpu0) + watch_cpu_s;
+        let own_cpu_s =
+            self.own_cpu_s + (thread_cpu_s() - cpu0) + watch_cpu_s + sockets_cpu_s + io_cpu_s;
         Observation {
             window_s,
             server,
@@ -177,7 +203,56 @@ impl Observer {
             perf: counters,
             observer_cpu_s: own_cpu_s + perf_cpu_s,
             notes,
+            sockets,
+            link,
+            disk,
         }
+    }
+
+    /// The link and the disk at the window's end against its start, and the CPU `tc` used. A
+    /// task the samples saw (`blkio_seen`: first and last) counts from its first sample when
+    /// the start did not see it, and to its last when the end did not.
+    fn finish_io(
+        &mut self,
+        window_s: f64,
+        blkio_seen: sockets::BlkioSeen,
+        notes: &mut Vec<String>,
+    ) -> (
+        Option<crate::record::use_io::LinkUse>,
+        Option<crate::record::use_io::DiskUse>,
+        f64,
+    ) {
+        let Some(pid) = self.server_pid else {
+            return (None, None, 0.0);
+        };
+        let (link_after, mut disk_after) = (link::sample(pid), disk::sample(pid));
+        if let Some(ticks) = disk_after.as_mut().and_then(|d| d.blkio_ticks.as_mut()) {
+            for (task, &(_, last)) in &blkio_seen {
+                ticks.entry(*task).or_insert(last);
+            }
+        }
+        if let Some(ticks) = self.disk.as_mut().and_then(|d| d.blkio_ticks.as_mut()) {
+            for (task, (first, _)) in blkio_seen {
+                ticks.entry(task).or_insert(first);
+            }
+        }
+        let mut cpu_s = 0.0;
+        let link = match (self.link.take(), link_after) {
+            (Some(a), Some(b)) => {
+                cpu_s += a.cpu_s + b.cpu_s;
+                notes.extend(b.note.clone());
+                link::link_use(&a, &b, window_s)
+            }
+            _ => None,
+        };
+        let disk = match (self.disk.take(), disk_after) {
+            (Some(a), Some(b)) => disk::disk_use(&a, &b, window_s),
+            _ => None,
+        };
+        if disk.is_some() {
+            notes.extend(disk::delayacct_note());
+        }
+        (link, disk, cpu_s)
     }
 
     fn server_usage(
@@ -403,6 +478,9 @@ mod tests {
             perf,
             observer_cpu_s: 0.0,
             notes: Vec::new(),
+            sockets: None,
+            link: None,
+            disk: None,
         }
     }
 

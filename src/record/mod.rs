@@ -14,3 +14,4 @@ pub mod overhead;
 pub mod profiles;
 pub mod rundir;
 pub mod steps;
+pub mod use_io;

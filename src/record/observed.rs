@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::procfs::{CoreBusy, NetCounters};
 use crate::machine::threads::ThreadUsage;
+use crate::record::use_io::{DiskUse, LinkUse, SocketQueues};
 
 /// The server process tree's figures over the window.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -63,6 +64,18 @@ pub struct Observation {
     pub observer_cpu_s: f64,
     /// What made a figure partial or unavailable.
     pub notes: Vec<String>,
+    /// Requests waiting inside the server: its sockets' receive and accept queues, sampled
+    /// during the window (None when the server was not observed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sockets: Option<SocketQueues>,
+    /// The interface that carried most of the server's traffic: bytes/s against its speed or
+    /// its qdisc's rate, the qdisc's drops, overlimits and backlog, TCP retransmits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkUse>,
+    /// The storage the server uses: its devices' utilisation and queue, the tree's block-I/O
+    /// delay, its cgroups' I/O throttles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskUse>,
 }
 
 /// The perf stat counts of the window; None where perf could not count the event.
@@ -198,6 +211,9 @@ pub(crate) mod tests {
             perf: PerfCounters::default(),
             observer_cpu_s: 0.01,
             notes: vec!["a note".into()],
+            sockets: Some(SocketQueues::default()),
+            link: Some(LinkUse::default()),
+            disk: Some(DiskUse::default()),
         };
         let some = Some(1.0);
         let per = PerRequest {

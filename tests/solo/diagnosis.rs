@@ -13,12 +13,12 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs examples/NAME.toml with 1 s steps (under `chrt -f 5` where possible); its first diagnosis, or None when a program it
 /// needs is missing (skipped outside CI).
-fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
+pub(crate) fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
     run_example(name, needs).map(|(d, _)| d)
 }
 
 /// As [`diagnose_example`], with the run's steps (steps.jsonl) too.
-fn run_example(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>)> {
+pub(crate) fn run_example(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>)> {
     if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
         common::skip_or_fail(format!("{missing} is not installed"));
         return None;
@@ -66,7 +66,7 @@ fn run_favoured(spec: &Path, out: &Path) -> std::process::Output {
 }
 
 /// The value of the last evidence entry named `metric`.
-fn figure(d: &Value, metric: &str) -> f64 {
+pub(crate) fn figure(d: &Value, metric: &str) -> f64 {
     d["evidence"]
         .as_array()
         .unwrap()
@@ -120,7 +120,7 @@ fn a_delaying_pipeline_is_outside_both_processes() {
 
 /// True when Debian's PostgreSQL server is installed (its binaries are not on PATH); says why
 /// not otherwise (a failure in CI).
-fn postgresql_installed() -> bool {
+pub(crate) fn postgresql_installed() -> bool {
     let found = std::fs::read_dir("/usr/lib/postgresql")
         .map(|dirs| {
             dirs.flatten()
@@ -143,7 +143,7 @@ fn lock_waiters(step: &Value) -> f64 {
 }
 
 /// The step at `clients`.
-fn at(steps: &[Value], clients: u64) -> &Value {
+pub(crate) fn at(steps: &[Value], clients: u64) -> &Value {
     steps
         .iter()
         .find(|s| s["clients"] == clients)

@@ -48,6 +48,13 @@ pub enum Limit {
     Coherency,
     /// More runnable server threads than CPUs: run-queue wait per request grew.
     Oversubscription,
+    /// The server holds a fixed number of requests at once: the rest wait unread in its
+    /// sockets while its CPUs idle.
+    Concurrency,
+    /// The link carrying the traffic is near its capacity.
+    Network,
+    /// The server waits on its storage.
+    Disk,
     /// Neither side busy, flat throughput, latency growing as Little's law predicts.
     Outside,
     /// No rule fits.
@@ -120,6 +127,8 @@ struct Level {
     busiest: Option<(String, f64)>,
     little_ratio: Option<f64>,
     inflight: Option<f64>,
+    /// Sockets, link and disk (limits_io.rs).
+    io: limits_io::IoLevel,
 }
 
 /// Diagnoses a series from its analysis and its ok steps.
@@ -326,13 +335,16 @@ type Rule = fn(&Ctx) -> Option<Found>;
 /// threads makes a cpuset look busy; a saturated single thread is the limit even when
 /// throughput then falls (noise, or that thread doing more per request); a fall after the
 /// peak is the most specific of the rest.
-const RULES: [Rule; 7] = [
+const RULES: [Rule; 10] = [
     client,
     oversubscription,
     one_thread,
     coherency,
     server_cpu,
     contention,
+    limits_io::concurrency,
+    limits_io::network,
+    limits_io::disk,
     outside,
 ];
 
@@ -413,6 +425,10 @@ fn client(c: &Ctx) -> Option<Found> {
                 ),
             });
         }
+    }
+    // A link near its capacity explains fewer requests in flight than configured (issue 33).
+    if limits_io::link_busy(top) {
+        return None;
     }
     let ratio = top.little_ratio?;
     (ratio < 1.0 - 2.0 * crate::analyze::little::TOLERANCE).then(|| {
@@ -808,6 +824,7 @@ fn outside(c: &Ctx) -> Option<Found> {
         ));
         sides.push_str(&format!(", client {p:.0}% of its own"));
     }
+    evidence.extend(limits_io::ruled_out(c));
     Some(Found {
         limit: Limit::Outside,
         confidence: if c.separate_client() {
@@ -899,6 +916,7 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
         at,
         "coherency: throughput did not fall 10% below its peak",
     ));
+    out.extend(limits_io::ruled_out(c));
     out
 }
 
@@ -979,6 +997,7 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
         busiest,
         little_ratio: little_mean(|r| r.check.ratio),
         inflight: little_mean(|r| r.check.inflight),
+        io: limits_io::io_level(&observed, p.throughput_rps.mean),
     }
 }
 
@@ -1016,6 +1035,9 @@ fn us(x: f64) -> String {
 #[path = "diagnosis_profile.rs"]
 pub mod profile;
 pub use profile::ProfileEvidence;
+
+#[path = "limits_io.rs"]
+mod limits_io;
 
 #[path = "diagnosis_wakeup.rs"]
 mod wakeup;

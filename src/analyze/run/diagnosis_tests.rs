@@ -493,3 +493,135 @@ fn the_built_in_generators_own_threads_are_evidence_where_it_gave_them() {
         .iter()
         .any(|e| e.metric.starts_with("client_busiest")));
 }
+
+/// Issue 33's resources outside the CPU: `io(i)` gives level i's `server.sockets`, `link` and
+/// `disk` (merged into the step's server figures).
+fn diagnose_io(shape: &[S], io: impl Fn(usize) -> serde_json::Value) -> Diagnosis {
+    let steps: Vec<StepResult> = shape
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut r = step(s);
+            let mut server = serde_json::to_value(&r.server).unwrap();
+            if let (Some(figures), serde_json::Value::Object(extra)) =
+                (server.as_object_mut(), io(i))
+            {
+                figures.extend(extra);
+            }
+            r.server = serde_json::from_value(server).unwrap();
+            r
+        })
+        .collect();
+    let a = analyze(&steps, None);
+    a.diagnosis[0].clone()
+}
+
+fn quiet(_: usize, s: &mut S) {
+    s.busy_pct = 10.0;
+    s.client_busy_pct = 10.0;
+    s.busiest = Some(("worker", 8.0));
+}
+
+#[test]
+fn requests_waiting_unread_in_an_idle_server_are_a_concurrency_limit() {
+    // 2 workers at 5 ms: 400 req/s; the rest of the clients wait in the accept queue.
+    let shape: Vec<S> = [(1, 190.0), (2, 380.0), (4, 400.0), (8, 400.0), (16, 400.0)]
+        .iter()
+        .map(|&(c, x)| {
+            let mut s = base(c, x);
+            quiet(0, &mut s);
+            s.latency_us = Some(if c == 1 { 5_000.0 } else { c as f64 / x * 1e6 });
+            s
+        })
+        .collect();
+    let waiting = [0.0, 0.1, 2.0, 6.0, 14.0];
+    let d = diagnose_io(&shape, |i| {
+        json!({"sockets": {"waiting_mean": waiting[i], "unread_connections_mean": 1.0,
+            "accept_queue_mean": waiting[i] - 1.0, "samples": 20}})
+    });
+    assert_eq!(d.limit, Limit::Concurrency, "{}", d.sentence);
+    assert_eq!(d.confidence, Confidence::High, "{}", d.sentence);
+    assert_eq!(metric(&d, "waiting_requests").value, 14.0);
+    assert!((metric(&d, "served_at_once").value - 2.0).abs() < 1e-9);
+    assert!(
+        d.sentence
+            .contains("14.0 of the 16 requests waited unread inside it")
+            && d.sentence.contains("served about 2.0 at once")
+            && d.sentence.ends_with("try more workers or threads."),
+        "{}",
+        d.sentence
+    );
+    // Empty sockets: the same curve is outside, and the evidence says the sockets were empty.
+    let d = diagnose_io(&shape, |_| json!({"sockets": {"waiting_mean": 0.2}}));
+    assert_eq!(d.limit, Limit::Outside, "{}", d.sentence);
+    assert_eq!(metric(&d, "waiting_requests").value, 0.2);
+    assert!(metric(&d, "link_utilisation_pct").value.is_nan());
+}
+
+fn link(util: f64) -> serde_json::Value {
+    json!({"link": {"interface": "veth", "tx_bytes_per_s": util / 100.0 * 25e6,
+        "qdisc": "tbf", "qdisc_rate_bits_per_s": 200e6, "capacity_bits_per_s": 200e6,
+        "utilisation_pct": util, "qdisc_overlimits": 900, "qdisc_drops": 12,
+        "tcp_retrans_segs": 30}})
+}
+
+#[test]
+fn a_full_link_wins_over_littles_law_but_not_over_a_saturated_client() {
+    // Fewer requests in flight than configured (X·R/L = 0.5), as behind a full link.
+    let shape = bending(|i, s| {
+        quiet(i, s);
+        s.latency_us = Some(s.clients as f64 / s.x * 0.5e6);
+    });
+    let util = [30.0, 60.0, 95.0, 97.0, 97.0];
+    let d = diagnose_io(&shape, |i| link(util[i]));
+    assert_eq!(d.limit, Limit::Network, "{}", d.sentence);
+    assert_eq!(d.confidence, Confidence::High, "{}", d.sentence);
+    assert!(
+        d.sentence
+            .contains("the link veth (tbf at 200.0 Mbit/s) carried 194.0 Mbit/s, 97% of it")
+            && d.sentence.contains("900 overlimits, 12 drops")
+            && d.sentence
+                .ends_with("try a faster link or smaller replies."),
+        "{}",
+        d.sentence
+    );
+    // Without the link's figures the same curve is the client's (Little's law).
+    let d = diagnose_io(&shape, |_| json!({}));
+    assert_eq!(d.limit, Limit::Client, "{}", d.sentence);
+    // A saturated generator still hides everything.
+    let saturated = bending(|i, s| {
+        quiet(i, s);
+        s.saturated = i >= 3;
+    });
+    let d = diagnose_io(&saturated, |i| link(util[i]));
+    assert_eq!(d.limit, Limit::Client, "{}", d.sentence);
+}
+
+#[test]
+fn an_idle_server_waiting_on_a_full_io_throttle_is_a_disk_limit() {
+    let shape = bending(quiet);
+    let used = [40.0, 80.0, 99.0, 100.0, 100.0];
+    let disk = |i: usize, waiting: f64| {
+        json!({"disk": {"devices": [{"device": "vda", "dev": "254:0", "util_pct": 12.0,
+            "queue_mean": 0.1}], "blkio_delay_s": waiting * 2.0, "blkio_waiting_mean": waiting,
+            "throttles": [{"cgroup": "/sb-disk", "dev": "254:0", "kind": "write_bps",
+            "limit_per_s": 4194304.0, "used_per_s": used[i] / 100.0 * 4194304.0,
+            "use_pct": used[i]}]}})
+    };
+    let d = diagnose_io(&shape, |i| disk(i, 1.0 + i as f64));
+    assert_eq!(d.limit, Limit::Disk, "{}", d.sentence);
+    assert_eq!(d.confidence, Confidence::High, "{}", d.sentence);
+    assert!(
+        d.sentence
+            .contains("on average 5.0 of its tasks waited for block I/O")
+            && d.sentence
+                .contains("write_bps throttle on 254:0 (4.19 MB/s) was 100% used")
+            && d.sentence
+                .ends_with("or group commit (fewer syncs per request)."),
+        "{}",
+        d.sentence
+    );
+    // A full throttle nobody waits on is not the limit.
+    let d = diagnose_io(&shape, |i| disk(i, 0.1));
+    assert_ne!(d.limit, Limit::Disk, "{}", d.sentence);
+}
