@@ -14,8 +14,16 @@ done > "$prefix/html/page.html"
 # The page's directory as an nginx string: nginx reads a `$` in a path as a variable, so each
 # is written as ${dollar} (a variable holding "$"), and \ and " are escaped.
 html=$(printf '%s/html' "$prefix" | sed -e 's/[\\"]/\\&/g' -e 's/\$/${dollar}/g')
+# As root, nginx's workers would run as an unprivileged user (www-data, nobody) that cannot
+# read the page when the run directory lies under one only root may enter (a clone in /root,
+# a mktemp -d): they run as root then, and the page is served (not 403).
+user=""
+if [ "$(id -u)" = 0 ]; then
+    user="user root root;"
+fi
 cat > "$prefix/nginx.conf" <<CONF
 daemon off;
+$user
 worker_processes $3;
 error_log stderr warn;
 pid nginx.pid;

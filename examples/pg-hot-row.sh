@@ -23,6 +23,14 @@ as_pg=""
 if [ "$(id -u)" = 0 ]; then
     as_pg="setpriv --reuid=postgres --regid=postgres --init-groups"
 fi
+# A run directory user postgres cannot enter (under /root, a mktemp -d): the cluster goes to a
+# directory of its own in /tmp, removed when the server has ended (this shell then ignores
+# the stop signal, which still reaches the server in its process group, and cleans up).
+if [ -n "$as_pg" ] && ! $as_pg test -x "$1"; then
+    out=$(mktemp -d /tmp/stairbench-pg-XXXXXX)
+    trap 'rm -rf "$out"' EXIT
+    trap '' INT TERM
+fi
 rm -rf "$out"
 mkdir -p "$out"
 chmod 777 "$out"

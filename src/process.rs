@@ -23,6 +23,12 @@ const TAIL_LINES: usize = 40;
 static SUBREAPER: AtomicBool = AtomicBool::new(false);
 static TRACKED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
+/// The pids of the children started here and not yet stopped (each leads its own process
+/// group): the server, an external load tool, a client group.
+pub fn tracked() -> Vec<i32> {
+    TRACKED.lock().map(|t| t.clone()).unwrap_or_default()
+}
+
 /// Makes this process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER).
 pub fn become_subreaper() {
     // Safety: prctl with integer arguments only.

@@ -19,7 +19,7 @@ use crate::placement::TopologyPlacements;
 use crate::record::steps::StepStatus;
 use crate::sweep::experiment::{check_out, describe, run_plan, Destination, Finished};
 use crate::sweep::plan::Plan;
-use crate::sweep::runner::RunSummary;
+use crate::sweep::runner::{RunEnd, RunSummary};
 use crate::sweep::spec::SpecFile;
 
 /// Options of `stairbench run`.
@@ -262,17 +262,16 @@ fn print_summary(
     writeln!(out, "run directory: {}", dir.display())?;
     writeln!(out, "report:        {}", dir.join("report.html").display())?;
     writeln!(out, "               {}", dir.join("report.md").display())?;
-    if let Some(why) = &summary.threshold_abort {
-        eprintln!("aborted: {why}");
-    }
-    if let Some(why) = &summary.hosts_gone {
-        eprintln!("stopped: {why}; no later step was run, the finished ones are kept");
-    }
-    if summary.interrupted {
-        eprintln!(
+    match &summary.end {
+        RunEnd::ThresholdAbort(why) => eprintln!("aborted: {why}"),
+        RunEnd::HostsGone(why) => {
+            eprintln!("stopped: {why}; no later step was run, the finished ones are kept")
+        }
+        RunEnd::Interrupted => eprintln!(
             "interrupted: the finished steps are kept; continue with --resume {}",
             dir.display()
-        );
+        ),
+        RunEnd::Completed | RunEnd::StoppedOnFailure => {}
     }
     for status in [StepStatus::Failed, StepStatus::Errors, StepStatus::Skipped] {
         let n = summary.steps.iter().filter(|s| s.status == status).count();
@@ -329,12 +328,14 @@ pub fn measured_the_client(series: &crate::analyze::run::SeriesAnalysis) -> Opti
 pub fn run_outcome(summary: &RunSummary) -> Outcome {
     let has = |status| summary.steps.iter().any(|s| s.status == status);
     Outcome::first([
-        if summary.interrupted {
+        if summary.end == RunEnd::Interrupted {
             Outcome::Interrupted
         } else {
             Outcome::Ok
         },
-        if summary.stopped_on_failure || summary.hosts_gone.is_some() || has(StepStatus::Failed) {
+        if matches!(summary.end, RunEnd::StoppedOnFailure | RunEnd::HostsGone(_))
+            || has(StepStatus::Failed)
+        {
             Outcome::Failure
         } else {
             Outcome::Ok

@@ -23,6 +23,33 @@ pub enum StepError {
     Io(String),
 }
 
+/// Why a target could not be started ([`super::server::Launcher::launch`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LaunchError {
+    /// Its command could not run, it exited or it never became ready: what it said.
+    #[error("{0}")]
+    Start(String),
+    /// Its host is marked down or could not be reached.
+    #[error("{0}")]
+    Host(String),
+    /// One instance of a split target did not start (the others were stopped).
+    #[error("instance {instance} of {instances}: {source}")]
+    Instance {
+        /// Its index, from 0.
+        instance: usize,
+        /// The target's instance count.
+        instances: usize,
+        /// Why it did not start.
+        source: Box<LaunchError>,
+    },
+}
+
+impl From<LaunchError> for StepError {
+    fn from(e: LaunchError) -> Self {
+        StepError::Launch(e.to_string())
+    }
+}
+
 impl StepError {
     /// An error writing `context` (e.g. "writing the step's files").
     pub fn io(context: &str, source: std::io::Error) -> Self {

@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use super::driver::{Driver, InstanceAddr, StepLoad, StepRequest};
-use super::error::StepError;
+use super::error::{LaunchError, StepError};
 use super::server::{instance_label, Launcher, Server};
 use super::target::TargetPlan;
 use crate::load::merge::{
@@ -81,17 +81,17 @@ impl<L: Launcher> Launcher for SplitLauncher<L> {
         cpus: &CpuPair,
         clients: usize,
         stop: &AtomicBool,
-    ) -> Result<Box<dyn Server>, String> {
+    ) -> Result<Box<dyn Server>, LaunchError> {
         let n = target.instances;
         if n <= 1 {
             return self.inner.launch(target, cpus, clients, stop);
         }
         if cpus.server.len() < n {
-            return Err(format!(
+            return Err(LaunchError::Start(format!(
                 "{n} instances of target {:?} do not fit on {} server CPU(s)",
                 target.name,
                 cpus.server.len()
-            ));
+            )));
         }
         let mut parts = MultiServer { parts: Vec::new() };
         for k in 0..n {
@@ -104,7 +104,11 @@ impl<L: Launcher> Launcher for SplitLauncher<L> {
                 }),
                 Err(why) => {
                     parts.stop();
-                    return Err(format!("instance {k} of {n}: {why}"));
+                    return Err(LaunchError::Instance {
+                        instance: k,
+                        instances: n,
+                        source: Box::new(why),
+                    });
                 }
             }
         }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::driver::fill;
+use super::error::LaunchError;
 use super::target::{TargetKind, TargetPlan};
 use crate::observe::metrics::{metrics_path, MetricsPlan, MetricsSource};
 use crate::observe::step::ServerExtras;
@@ -54,7 +55,7 @@ pub trait Launcher {
         cpus: &CpuPair,
         clients: usize,
         stop: &AtomicBool,
-    ) -> Result<Box<dyn Server>, String>;
+    ) -> Result<Box<dyn Server>, LaunchError>;
     /// The command line it would run (for `--dry-run`).
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String;
     /// `target`'s host was lost during a step (`why`): the next start there is its last try.
@@ -157,6 +158,32 @@ impl Launcher for ProcessLauncher {
         cpus: &CpuPair,
         clients: usize,
         stop: &AtomicBool,
+    ) -> Result<Box<dyn Server>, LaunchError> {
+        self.start(target, cpus, clients, stop)
+            .map_err(LaunchError::Start)
+    }
+
+    fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
+        if let TargetKind::Running(r) = &target.kind {
+            return running::describe(r);
+        }
+        let port = match target.port {
+            Some(p) => p.to_string(),
+            None if target.port_from_log => "0".to_string(),
+            None => "<free port>".to_string(),
+        };
+        self.argv(target, cpus, clients, &port).join(" ")
+    }
+}
+
+impl ProcessLauncher {
+    /// Starts `target` (see [`Launcher::launch`]).
+    fn start(
+        &mut self,
+        target: &TargetPlan,
+        cpus: &CpuPair,
+        clients: usize,
+        stop: &AtomicBool,
     ) -> Result<Box<dyn Server>, String> {
         if let TargetKind::Running(r) = &target.kind {
             return running::attach(target, r);
@@ -222,18 +249,6 @@ impl Launcher for ProcessLauncher {
             server.metrics.insert(0, (label, source));
         }
         Ok(Box::new(server))
-    }
-
-    fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
-        if let TargetKind::Running(r) = &target.kind {
-            return running::describe(r);
-        }
-        let port = match target.port {
-            Some(p) => p.to_string(),
-            None if target.port_from_log => "0".to_string(),
-            None => "<free port>".to_string(),
-        };
-        self.argv(target, cpus, clients, &port).join(" ")
     }
 }
 
@@ -437,14 +452,14 @@ impl Launcher for FakeLauncher {
         cpus: &CpuPair,
         _: usize,
         _: &AtomicBool,
-    ) -> Result<Box<dyn Server>, String> {
+    ) -> Result<Box<dyn Server>, LaunchError> {
         self.launches += 1;
         self.cpus.push(cpus.clone());
         if self.fail_launch == Some(self.launches) {
-            return Err(format!(
+            return Err(LaunchError::Start(format!(
                 "target {:?} exited with status 1 before it was ready",
                 target.name
-            ));
+            )));
         }
         Ok(Box::new(FakeServer))
     }

@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::h2::H2Session;
+use super::pipelined::Pipelined;
 use super::recorder::{Counts, IntervalMsg, Msg, Schedule, Totals};
 use super::target::Target;
-use super::worker::Worker;
+use super::worker::{Connection, LoopContext, Worker};
 use super::{LoadConfig, LoadError, LoadOutcome};
 use crate::record::load::{
     latency_us, ClientCpu, IntervalLine, IntervalSink, LoadReport, SCHEMA_VERSION,
@@ -80,43 +82,22 @@ pub fn run_sockets(
     for t in 0..config.threads {
         let n = config.connections / config.threads
             + usize::from(t < config.connections % config.threads);
-        if target.http2 {
-            let worker = super::h2::H2Loop::new(
-                config.clone(),
-                target.clone(),
-                sched.clone(),
-                stop_flag.clone(),
-                tx.clone(),
-                t,
-                first_conn,
-                n,
-            )
-            .map_err(|source| LoadError::Io {
-                context: "creating an HTTP/2 event loop".into(),
-                source,
-            })?;
-            first_conn += n;
-            bodies.push(Box::new(move |b, s| worker.run(b, s)));
-            continue;
-        }
-        let rate = config.rate_rps.map(|r| r / config.threads as f64);
-        let worker = Worker::new(
-            config.clone(),
-            target.clone(),
-            sched.clone(),
-            stop_flag.clone(),
-            tx.clone(),
-            t,
+        let ctx = LoopContext {
+            config: config.clone(),
+            target: target.clone(),
+            sched: sched.clone(),
+            stop: stop_flag.clone(),
+            tx: tx.clone(),
+            thread: t,
             first_conn,
-            n,
-            rate,
-        )
-        .map_err(|source| LoadError::Io {
-            context: "creating an event loop".into(),
-            source,
-        })?;
+            connections: n,
+        };
+        bodies.push(if target.http2 {
+            thread_body::<H2Session>(ctx, "creating an HTTP/2 event loop")?
+        } else {
+            thread_body::<Pipelined>(ctx, "creating an event loop")?
+        });
         first_conn += n;
-        bodies.push(Box::new(move |b, s| worker.run(b, s)));
     }
     drop(tx);
     let threads = Threads {
@@ -133,6 +114,18 @@ pub fn run_sockets(
 /// One generator thread's body: connect, report ready, wait at the barrier for the common
 /// start, run the schedule, report.
 pub(super) type ThreadBody = Box<dyn FnOnce(Arc<Barrier>, Arc<OnceLock<Instant>>) + Send>;
+
+/// The body of a thread whose connections are `C`s.
+fn thread_body<C: Connection + 'static>(
+    ctx: LoopContext,
+    what: &str,
+) -> Result<ThreadBody, LoadError> {
+    let worker = Worker::<C>::new(ctx).map_err(|source| LoadError::Io {
+        context: what.into(),
+        source,
+    })?;
+    Ok(Box::new(move |b, s| worker.run(b, s)))
+}
 
 /// The generator threads of one load and the channel they report on; shared by the socket
 /// and the shared-memory paths.

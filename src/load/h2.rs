@@ -1,7 +1,8 @@
 //! HTTP/2 generator threads (`h2c://`, `--http2` on `http://` or, over TLS with `h2` chosen by
 //! ALPN, on `https://`).
 //!
-//! They run on the same mio loop as HTTP/1.1 ([`evloop`]), each socket (plain or TLS, the
+//! They run on the same mio loop as HTTP/1.1 ([`super::worker`], with an [`H2Session`] per
+//! connection: [`session`]), each socket (plain or TLS, the
 //! sans-I/O rustls of [`super::transport`]) carrying a sans-I/O HTTP/2 client connection
 //! ([`conn`]): framing, flow control, stream limits, RST_STREAM and GOAWAY written here, HPACK
 //! by [`crate::wire::hpack`]. They record through the same recorder as every other
@@ -14,9 +15,9 @@
 //! 1.3-1.4x h2load's CPU per request; half of stairbench's CPU was in `h2`, tokio and `bytes`.
 
 mod conn;
-mod evloop;
+mod session;
 
-pub(super) use evloop::H2Loop;
+pub(super) use session::H2Session;
 
 use super::target::Target;
 use super::LoadError;

@@ -10,6 +10,7 @@ mod fdlimit;
 mod h2;
 pub mod kvd;
 pub mod merge;
+mod pipelined;
 mod preload;
 pub mod protocol;
 pub mod raw;

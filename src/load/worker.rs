@@ -1,4 +1,7 @@
-//! One generator thread: its connections, its event loop, its histograms.
+//! One generator thread: its connections, its event loop, its histograms. One loop for every
+//! wire protocol: generic over the connection ([`Connection`]: HTTP/1.1, RESP and msgr in
+//! [`super::pipelined`], HTTP/2 in [`super::h2`]), which holds what its protocol keeps; the
+//! loop owns the sockets, the timers, connecting, open-loop pacing and the recording.
 //!
 //! Per request the loop makes one `write` and one `read` at most: sockets are registered
 //! once, edge-triggered, for both directions (no `epoll_ctl` per request, unlike wrk), a
@@ -20,7 +23,6 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 
 use super::arrivals::{ConnRamp, Cursor, RateCurve};
 use super::budget::ReplyBudget;
-use super::protocol::{Protocol, Reply};
 use super::recorder::{thread_cpu_ns, Msg, Recorder, Schedule};
 use super::target::Target;
 use super::transport::{connect_error_kind, error_kind, Stream};
@@ -28,81 +30,218 @@ use super::{LoadConfig, LoadError};
 
 const TIMER: Token = Token(usize::MAX);
 /// The thread's one read buffer: every connection reads into it, and only the bytes of a reply
-/// cut by the end of a read stay with the connection (in `Conn::partial`). 64 KiB per thread,
-/// not per connection: an idle or keep-alive connection holds no buffer at all.
+/// cut by the end of a read stay with the connection. 64 KiB per thread, not per connection:
+/// an idle or keep-alive connection holds no buffer at all.
 const READ_CHUNK: usize = 64 * 1024;
 /// Reads one connection may make in a row (1 MiB) before the others' turn: a server sending
 /// without pause must not hold the thread (its per-second lines, timeouts, other connections).
 const MAX_READS_PER_TURN: usize = 16;
-/// A write buffer grown past this (a deep pipeline of big requests) is freed once flushed.
-const KEEP_WBUF_BYTES: usize = 16 * 1024;
 /// Open loop: the timer is set this much before a request is due and the loop polls without
 /// sleeping for the rest, because a timerfd wake-up comes tens of µs late on a VM and that
 /// lateness would count as the server's latency.
-pub(super) const SPIN_NS: u64 = 50_000;
+const SPIN_NS: u64 = 50_000;
 /// A send this much after its due time (or one schedule interval, if longer) with a
 /// connection free was late because of the generator, not the server.
 const LATE_SEND_NS: u64 = 100_000;
 /// How often timeouts and reconnections are looked after.
 const HOUSEKEEPING_NS: u64 = 20_000_000;
 
-/// A request on the wire.
-struct Pending {
-    intended_ns: u64,
-    sent_ns: u64,
+/// What a generator thread is built from.
+pub(super) struct LoopContext {
+    pub config: Arc<LoadConfig>,
+    pub target: Arc<Target>,
+    pub sched: Arc<Schedule>,
+    /// Set when the load must stop early.
+    pub stop: Arc<AtomicBool>,
+    /// To the engine: ready, per-second lines, the thread's report.
+    pub tx: Sender<Msg>,
+    /// The thread's number.
+    pub thread: usize,
+    /// Index of this thread's first connection over the whole load (picks its source and
+    /// its request sequence).
+    pub first_conn: usize,
+    /// How many connections the thread opens.
+    pub connections: usize,
 }
 
-struct Conn {
+/// One request on the wire: when it was due (open loop; closed loop: when it was sent) and
+/// when it was written, ns after the start.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sent {
+    pub intended_ns: u64,
+    pub sent_ns: u64,
+}
+
+/// What a connection's protocol keeps between the loop's turns: its requests in flight, what
+/// it has to write, the part of a reply a read cut. The loop owns the socket.
+pub(super) trait Connection: Send + Sized {
+    /// Read the socket as soon as it is established (HTTP/2: the server's SETTINGS may have
+    /// come with the handshake), rather than only once the first requests are written.
+    const READ_ON_CONNECT: bool;
+    /// Connection number `index` over the whole load.
+    fn new(index: usize, config: &LoadConfig, target: &Target) -> Self;
+    /// A socket is being opened for it at `now` (first, or after a drop).
+    fn opened(&mut self, now: u64, budget: &mut ReplyBudget);
+    /// Its socket is established (TLS included): check what was agreed and begin.
+    fn established(
+        &mut self,
+        stream: &Stream,
+        config: &LoadConfig,
+        target: &Target,
+    ) -> io::Result<()>;
+    /// Requests in flight.
+    fn in_flight(&self) -> usize;
+    /// Whether it takes one more request now, with at most `depth` in flight.
+    fn can_send(&self, depth: usize) -> bool;
+    /// Queues the next request.
+    fn queue(&mut self, sent: Sent);
+    /// Bytes queued to write (the loop has written the first `wpos` of them).
+    fn out(&self) -> &[u8];
+    /// The first `upto` bytes of [`Connection::out`] are written.
+    fn written(&mut self, upto: usize);
+    /// All of [`Connection::out`] is written.
+    fn flushed(&mut self);
+    /// Acts on bytes read, telling `tally` how requests ended.
+    fn take(
+        &mut self,
+        read: &[u8],
+        budget: &mut ReplyBudget,
+        tally: &mut Tally,
+        now: u64,
+    ) -> Verdict;
+    /// The error kind of the peer's close.
+    fn closed_kind(&self) -> &'static str {
+        "closed"
+    }
+    /// The socket is dropped: forget the requests in flight; how many there were.
+    fn abandon(&mut self) -> usize;
+    /// The socket is gone: forget the protocol state, giving back what it held of `budget`.
+    fn dropped(&mut self, budget: &mut ReplyBudget);
+    /// Requests older than `timeout_ns` at `now`: what expired alone is told to `tally`; the
+    /// error kind when the whole connection must be reset.
+    fn expire(&mut self, timeout_ns: u64, tally: &mut Tally, now: u64) -> Option<&'static str>;
+    /// The server is done with the connection and nothing is in flight: replace it.
+    fn finished(&self) -> bool {
+        false
+    }
+}
+
+/// What became of a connection after a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// It goes on.
+    Open,
+    /// Broken: its requests in flight fail with this kind; it is reopened.
+    Reset(&'static str),
+    /// The same, after writing what it queued last (an HTTP/2 GOAWAY).
+    FlushAndReset(&'static str),
+    /// The server closes it after its last reply: the requests it left unread were handed
+    /// back ([`Tally::refused`]); it is reopened.
+    Reopen,
+}
+
+/// What requests became: the thread's recorder, the open-loop schedule (which takes back
+/// requests a server refused unread), and how many re-sends are owed.
+pub(super) struct Tally {
+    rec: Recorder,
+    open: Option<OpenLoop>,
+    /// Requests withdrawn from `sent` (refused unread): the next writes, up to this many, are
+    /// their re-sends.
+    resend_owed: u64,
+}
+
+impl Tally {
+    /// A request answered (`error`: the kind when the answer says it failed).
+    #[inline]
+    pub fn answered(&mut self, req: Sent, error: Option<&'static str>, now: u64) {
+        match error {
+            Some(kind) => self.rec.error(kind, now),
+            None => self.rec.success(
+                now.saturating_sub(req.intended_ns),
+                now.saturating_sub(req.sent_ns),
+                now,
+            ),
+        }
+    }
+
+    /// A request failed without an answer.
+    pub fn failed(&mut self, kind: &str, now: u64) {
+        self.rec.error(kind, now);
+    }
+
+    /// A lookup answered: whether the key was found.
+    pub fn lookup(&mut self, found: bool, now: u64) {
+        self.rec.lookup(found, now);
+    }
+
+    /// A request the server never read (it closed first, or refused the stream): out of
+    /// `sent`, to be sent again. Called newest first, so that they go out again in order.
+    pub fn refused(&mut self, req: Sent) {
+        self.rec.withdraw(1);
+        self.resend_owed += 1;
+        if let Some(open) = &mut self.open {
+            open.resend.push_front(req.intended_ns);
+        }
+    }
+
+    /// One request written; the first `resend_owed` ones re-send withdrawn requests.
+    fn sent(&mut self) {
+        self.rec.sent();
+        if self.resend_owed > 0 {
+            self.resend_owed -= 1;
+            self.rec.resent();
+        }
+    }
+}
+
+/// A connection as the loop holds it: the socket and the protocol's state.
+struct Slot<C> {
     stream: Option<Stream>,
-    proto: Box<dyn Protocol>,
-    /// The start of a reply a read cut short; empty (no allocation) between replies.
-    partial: Vec<u8>,
-    /// `partial`'s capacity as the thread's [`ReplyBudget`] has it.
-    held: usize,
-    /// Requests not yet written; sized to the requests, not reserved up front.
-    wbuf: Vec<u8>,
-    wpos: usize,
-    pending: VecDeque<Pending>,
+    /// TCP (and TLS) not established yet.
     connecting: bool,
-    /// The server announced it closes after its last reply: write nothing more.
-    closing: bool,
+    /// How much of `conn.out()` was written.
+    wpos: usize,
     retry_at_ns: u64,
     in_free_queue: bool,
+    conn: C,
+}
+
+impl<C: Connection> Slot<C> {
+    /// Established, and taking one more request.
+    #[inline]
+    fn can_send(&self, depth: usize) -> bool {
+        self.stream.is_some() && !self.connecting && self.conn.can_send(depth)
+    }
 }
 
 /// Everything one thread owns.
-pub(super) struct Worker {
+pub(super) struct Worker<C> {
     config: Arc<LoadConfig>,
     target: Arc<Target>,
     sched: Arc<Schedule>,
     stop: Arc<AtomicBool>,
     tx: Sender<Msg>,
     poll: Poll,
-    conns: Vec<Conn>,
+    conns: Vec<Slot<C>>,
     /// The read buffer all this thread's connections share (see [`READ_CHUNK`]).
     scratch: Vec<u8>,
-    /// What the connections' `partial` buffers may hold together.
+    /// What the connections may hold together of the server's bytes.
     budget: ReplyBudget,
     /// Connections whose turn ended with bytes still unread (and whether the peer had
     /// closed): read again before the next wait, since an edge-triggered socket will not say.
     unread: Vec<(usize, bool)>,
     t0: Instant,
-    open: Option<OpenLoop>,
-    rec: Recorder,
+    tally: Tally,
     timer: Option<TimerFd>,
     timer_armed_ns: u64,
-    /// Requests withdrawn from `sent` when a closing reply left them unread: the next writes,
-    /// up to this many, are their re-sends.
-    resend_owed: u64,
     /// Closed loop under `--ramp`: which connections work when.
     ramp: Option<ConnRamp>,
-    /// Index of this thread's first connection over the whole load (picks its source).
     first_conn: usize,
 }
 
 /// Open-loop pacing. Request `i` of the schedule is due at a time the arrival cursors
 /// compute from `i` alone, so the requests waiting for a free connection are the index range
-/// `dispatched..issued`: nothing grows with overload. The HTTP/2 threads pace with it too.
+/// `dispatched..issued`: nothing grows with overload.
 pub(super) struct OpenLoop {
     /// Due time of request `issued` (the next to release).
     issue: Cursor,
@@ -188,39 +327,33 @@ impl OpenLoop {
     }
 }
 
-impl Worker {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        config: Arc<LoadConfig>,
-        target: Arc<Target>,
-        sched: Arc<Schedule>,
-        stop: Arc<AtomicBool>,
-        tx: Sender<Msg>,
-        thread: usize,
-        first_conn: usize,
-        n_conns: usize,
-        rate_rps: Option<f64>,
-    ) -> io::Result<Self> {
+impl<C: Connection> Worker<C> {
+    pub fn new(ctx: LoopContext) -> io::Result<Self> {
+        let LoopContext {
+            config,
+            target,
+            sched,
+            stop,
+            tx,
+            thread,
+            first_conn,
+            connections,
+        } = ctx;
         let poll = Poll::new()?;
-        let conns = (first_conn..first_conn + n_conns)
-            .map(|i| Conn {
+        let conns = (first_conn..first_conn + connections)
+            .map(|i| Slot {
                 stream: None,
-                proto: target.connection(i, &config.proto),
-                partial: Vec::new(),
-                held: 0,
-                wbuf: Vec::new(),
-                wpos: 0,
-                pending: VecDeque::with_capacity(config.depth),
                 connecting: false,
-                closing: false,
+                wpos: 0,
                 retry_at_ns: 0,
                 in_free_queue: false,
+                conn: C::new(i, &config, &target),
             })
             .collect();
-        let open = rate_rps.map(|_| OpenLoop::new(&config, thread));
+        let open = config.rate_rps.map(|_| OpenLoop::new(&config, thread));
         let ramp = ConnRamp::new(&config, thread);
         let rec = Recorder::new(sched.clone(), tx.clone(), thread, open.is_some());
-        let budget = ReplyBudget::new(config.reply_budget_bytes, n_conns);
+        let budget = ReplyBudget::new(config.reply_budget_bytes, connections);
         Ok(Worker {
             config,
             target,
@@ -233,11 +366,13 @@ impl Worker {
             budget,
             unread: Vec::new(),
             t0: Instant::now(),
-            open,
-            rec,
+            tally: Tally {
+                rec,
+                open,
+                resend_owed: 0,
+            },
             timer: None,
             timer_armed_ns: 0,
-            resend_owed: 0,
             ramp,
             first_conn,
         })
@@ -254,7 +389,7 @@ impl Worker {
             return;
         }
         self.t0 = t0;
-        if self.open.is_some() {
+        if self.tally.open.is_some() {
             self.timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK).ok();
             if let Some(t) = &self.timer {
                 let fd = t.as_fd().as_raw_fd();
@@ -264,9 +399,9 @@ impl Worker {
                         .register(&mut SourceFd(&fd), TIMER, Interest::READABLE);
             }
         }
-        self.rec.start();
+        self.tally.rec.start();
         self.event_loop();
-        self.rec.finish();
+        self.tally.rec.finish();
     }
 
     fn now_ns(&self) -> u64 {
@@ -274,7 +409,8 @@ impl Worker {
     }
 
     /// Opens every connection (paced by `--connect-rate`) and waits until all are
-    /// established; the seconds each took from its own connect, summed.
+    /// established (and, HTTP/2, have their preface queued); the seconds each took from its
+    /// own connect, summed.
     fn connect_all(&mut self) -> Result<f64, LoadError> {
         let started = Instant::now();
         let gap = self.config.connect.gap_per_thread(self.config.threads);
@@ -291,7 +427,7 @@ impl Worker {
             while opened_at.len() < n
                 && gap.is_none_or(|g| now >= started + g * opened_at.len() as u32)
             {
-                self.connect(opened_at.len())
+                self.connect(opened_at.len(), 0)
                     .map_err(|source| self.connect_error(source))?;
                 opened_at.push(Instant::now());
                 waiting += 1;
@@ -306,19 +442,13 @@ impl Worker {
                 .map_err(|source| io_error("polling connections", source))?;
             for ev in events.iter() {
                 let i = ev.token().0;
-                let conn = &mut self.conns[i];
-                if !conn.connecting {
+                if i >= n || !self.conns[i].connecting {
                     continue;
                 }
-                let stream = conn.stream.as_mut().expect("connecting stream");
-                match stream.established() {
+                match self.establish(i) {
                     Ok(true) => {
-                        conn.connecting = false;
                         waiting -= 1;
                         total_s += opened_at[i].elapsed().as_secs_f64();
-                        if let Some(h) = stream.take_handshake() {
-                            self.rec.tls_handshake(h.duration_ns, h.resumed);
-                        }
                     }
                     Ok(false) => {}
                     Err(source) => return Err(self.connect_error(source)),
@@ -329,8 +459,9 @@ impl Worker {
     }
 
     /// When the oldest connection still connecting times out (`limit` after its connect);
-    /// an error once that is past. `oldest` is where the search starts (connections before it are established: they are
-    /// opened in index order, so it only moves forward); it is left at the one found.
+    /// an error once that is past. `oldest` is where the search starts (connections before it
+    /// are established: they are opened in index order, so it only moves forward); it is left
+    /// at the one found.
     fn connect_deadline(
         &self,
         opened_at: &[Instant],
@@ -365,7 +496,7 @@ impl Worker {
         }
     }
 
-    fn connect(&mut self, i: usize) -> io::Result<()> {
+    fn connect(&mut self, i: usize, now: u64) -> io::Result<()> {
         let source = super::sources::source_of(&self.target.sources, self.first_conn + i);
         let mut stream = Stream::connect(self.target.addr, source, self.target.tls.as_ref())?;
         self.poll.registry().register(
@@ -373,32 +504,53 @@ impl Worker {
             Token(i),
             Interest::READABLE | Interest::WRITABLE,
         )?;
-        let conn = &mut self.conns[i];
-        conn.stream = Some(stream);
-        conn.connecting = true;
-        conn.closing = false;
-        conn.partial = Vec::new();
-        conn.wbuf.clear();
-        conn.wpos = 0;
-        self.account(i);
+        let slot = &mut self.conns[i];
+        slot.conn.opened(now, &mut self.budget);
+        slot.stream = Some(stream);
+        slot.connecting = true;
+        slot.wpos = 0;
         Ok(())
+    }
+
+    /// Drives connection `i`'s connect (and TLS handshake); once established, lets the
+    /// protocol check it and begin. Whether it is established.
+    fn establish(&mut self, i: usize) -> io::Result<bool> {
+        let slot = &mut self.conns[i];
+        let stream = slot.stream.as_mut().expect("connecting stream");
+        if !stream.established()? {
+            return Ok(false);
+        }
+        if let Some(h) = stream.take_handshake() {
+            self.tally.rec.tls_handshake(h.duration_ns, h.resumed);
+        }
+        slot.conn.established(stream, &self.config, &self.target)?;
+        slot.connecting = false;
+        Ok(true)
     }
 
     fn event_loop(&mut self) {
         let mut events = Events::with_capacity(1024);
         let mut next_housekeeping = 0;
         for i in 0..self.conns.len() {
-            self.refill(i, 0);
+            // The time now, not 0: a request's latency counts from when it was sent.
+            let now = self.now_ns();
+            if C::READ_ON_CONNECT {
+                // What the server sent while the others connected (its edge is past).
+                self.on_event(i, false, now);
+            } else {
+                self.refill(i, now);
+            }
         }
         loop {
             let now = self.now_ns();
             if self.stop.load(Ordering::Relaxed) {
-                self.rec.stop_at(now);
+                self.tally.rec.stop_at(now);
             }
             let conns = &self.conns;
-            self.rec
-                .cross_boundaries(now, || conns.iter().map(|c| c.pending.len() as u64).sum());
-            if now >= self.rec.end_ns && (self.idle() || now >= self.drain_deadline_ns()) {
+            self.tally.rec.cross_boundaries(now, || {
+                conns.iter().map(|s| s.conn.in_flight() as u64).sum()
+            });
+            if now >= self.tally.rec.end_ns && (self.idle() || now >= self.drain_deadline_ns()) {
                 return;
             }
             if now >= next_housekeeping {
@@ -416,11 +568,11 @@ impl Worker {
             if spinning && events.is_empty() {
                 // Polling for a request not yet due is waiting, not work.
                 let spun_ns = thread_cpu_ns().saturating_sub(cpu_before_ns);
-                self.rec.idle(spun_ns, now);
+                self.tally.rec.idle(spun_ns, now);
             }
             for ev in events.iter() {
                 match ev.token() {
-                    TIMER => self.drain_timer(),
+                    TIMER => drain_timer(self.timer.as_ref(), &mut self.timer_armed_ns),
                     Token(i) => self.on_event(i, ev.is_read_closed(), now),
                 }
             }
@@ -432,30 +584,60 @@ impl Worker {
     }
 
     fn idle(&self) -> bool {
-        self.conns.iter().all(|c| c.pending.is_empty())
+        self.conns.iter().all(|s| s.conn.in_flight() == 0)
     }
 
     fn drain_deadline_ns(&self) -> u64 {
-        self.rec.end_ns + self.sched.timeout_ns
+        self.tally.rec.end_ns + self.sched.timeout_ns
     }
 
+    /// When the loop must wake next: at once with sockets still to read, else at the
+    /// housekeeping, the next second's boundary or (open loop) the next request's due time.
     fn next_wake_ns(&self, now: u64, housekeeping: u64) -> u64 {
-        next_wake_ns(
-            now,
-            housekeeping,
-            !self.unread.is_empty(),
-            &self.rec,
-            self.open.as_ref(),
-        )
+        if !self.unread.is_empty() {
+            return now;
+        }
+        let rec = &self.tally.rec;
+        let mut wake = housekeeping;
+        if let Some(b) = rec.next_boundary_ns() {
+            wake = wake.min(b);
+        }
+        if let Some(open) = &self.tally.open {
+            if now < rec.end_ns {
+                wake = wake.min(open.next_due_ns());
+            }
+            // Replies already in the sockets free connections: read them before judging
+            // whether the requests released now had none.
+            if open.has_uncounted() {
+                wake = now;
+            }
+        }
+        wake.max(now)
     }
 
+    /// Waits for events until `wake_ns`. Open loop uses a timerfd: epoll's millisecond
+    /// timeout would send requests up to 1 ms late and charge that to the server.
     fn wait(&mut self, events: &mut Events, now: u64, wake_ns: u64) -> io::Result<()> {
-        let alarm = (self.timer.as_ref(), &mut self.timer_armed_ns, self.t0);
-        wait_until(&mut self.poll, alarm, events, now, wake_ns)
-    }
-
-    fn drain_timer(&mut self) {
-        drain_timer(self.timer.as_ref(), &mut self.timer_armed_ns);
+        let timeout = match &self.timer {
+            Some(_) if wake_ns <= now + SPIN_NS => Some(Duration::ZERO),
+            Some(timer) => {
+                let alarm_ns = wake_ns - SPIN_NS;
+                if self.timer_armed_ns != alarm_ns {
+                    let at = self.t0 + Duration::from_nanos(alarm_ns);
+                    let _ = timer.set(
+                        Expiration::OneShot(TimeSpec::from_duration(instant_to_monotonic(at))),
+                        TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+                    );
+                    self.timer_armed_ns = alarm_ns;
+                }
+                None
+            }
+            _ => Some(Duration::from_nanos(wake_ns - now)),
+        };
+        match self.poll.poll(events, timeout) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            other => other,
+        }
     }
 
     /// `read_closed`: the peer's FIN (or a reset) came with this event; it may have come with
@@ -465,218 +647,128 @@ impl Worker {
             return;
         }
         if self.conns[i].connecting {
-            self.on_connected(i, now);
-            return;
+            match self.establish(i) {
+                Ok(true) if C::READ_ON_CONNECT => self.flush(i, now),
+                Ok(true) => return self.refill(i, now),
+                Ok(false) => return,
+                Err(e) => {
+                    self.tally.failed(connect_error_kind(&e), now);
+                    self.drop_stream(i);
+                    self.conns[i].retry_at_ns = now + HOUSEKEEPING_NS;
+                    return;
+                }
+            }
         }
-        self.read_replies(i, read_closed, now);
-        if self.conns[i].stream.is_some() && !self.conns[i].connecting {
+        if self.read(i, read_closed, now) {
+            self.carry_on(i, now);
+        }
+    }
+
+    /// After a turn: a connection the server is done with is replaced, the others refilled.
+    fn carry_on(&mut self, i: usize, now: u64) {
+        if self.conns[i].conn.finished() {
+            self.flush(i, now);
+            self.drop_stream(i);
+            self.reconnect(i, now);
+        } else {
             self.refill(i, now);
         }
     }
 
-    fn on_connected(&mut self, i: usize, now: u64) {
-        let stream = self.conns[i].stream.as_mut().expect("stream");
-        match stream.established() {
-            Ok(true) => {
-                if let Some(h) = stream.take_handshake() {
-                    self.rec.tls_handshake(h.duration_ns, h.resumed);
-                }
-                self.conns[i].connecting = false;
-                self.refill(i, now);
-            }
-            Ok(false) => {}
-            Err(e) => {
-                self.count_error(connect_error_kind(&e), now);
-                self.drop_stream(i);
-                self.conns[i].retry_at_ns = now + HOUSEKEEPING_NS;
-            }
-        }
-    }
-
-    /// Reads until the socket is drained, completing every whole reply; when the peer closed,
-    /// until the end of the stream (a short read does not mean drained then: the FIN is
-    /// still to be read, and an edge-triggered socket would not tell again).
-    fn read_replies(&mut self, i: usize, read_closed: bool, now: u64) {
+    /// Reads until the socket is drained, acting on what came; when the peer closed, until
+    /// the end of the stream (a short read does not mean drained then: the FIN is still to be
+    /// read, and an edge-triggered socket would not tell again). False when the connection
+    /// was dropped or reopened.
+    fn read(&mut self, i: usize, read_closed: bool, now: u64) -> bool {
         let mut scratch = std::mem::take(&mut self.scratch);
-        self.read_into(i, &mut scratch, read_closed, now);
+        let open = self.read_into(i, &mut scratch, read_closed, now);
         self.scratch = scratch;
+        open
     }
 
-    fn read_into(&mut self, i: usize, scratch: &mut [u8], to_eof: bool, now: u64) {
+    fn read_into(&mut self, i: usize, scratch: &mut [u8], to_eof: bool, now: u64) -> bool {
         for _ in 0..MAX_READS_PER_TURN {
-            let stream = self.conns[i].stream.as_mut().expect("open stream");
+            let slot = &mut self.conns[i];
+            let stream = slot.stream.as_mut().expect("open stream");
             match stream.read(scratch) {
-                Ok(0) => return self.reset(i, "closed", now),
+                Ok(0) => {
+                    let kind = slot.conn.closed_kind();
+                    self.reset(i, kind, now);
+                    return false;
+                }
                 Ok(n) => {
-                    self.rec.bytes_in(n, now);
-                    if !self.take_bytes(i, &scratch[..n], now) {
-                        return;
+                    self.tally.rec.bytes_in(n, now);
+                    let verdict =
+                        slot.conn
+                            .take(&scratch[..n], &mut self.budget, &mut self.tally, now);
+                    if verdict != Verdict::Open {
+                        self.act_on(i, verdict, now);
+                        return false;
                     }
                     // A TLS stream may hold decrypted bytes the socket read already brought.
                     let drained = self.conns[i].stream.as_ref().is_none_or(Stream::drained);
                     if n < scratch.len() && !to_eof && drained {
-                        return;
+                        return true;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return self.reset(i, error_kind(&e), now),
-            }
-        }
-        self.unread.push((i, to_eof));
-    }
-
-    /// Completes the whole replies that `read` (just received) ends, keeping the start of a
-    /// cut one. False when the connection was reset or reopened.
-    fn take_bytes(&mut self, i: usize, read: &[u8], now: u64) -> bool {
-        if self.conns[i].partial.is_empty() {
-            // The common case: whole replies straight from the thread's buffer, no copy.
-            let Some(used) = self.parse_replies(i, read, now) else {
-                return false;
-            };
-            if used < read.len() {
-                let rest = &read[used..];
-                match self.budget.grow(0, rest.len(), rest.len()) {
-                    Ok(_) => self.conns[i].partial.extend_from_slice(rest),
-                    Err(kind) => {
-                        self.reset(i, kind, now);
-                        return false;
-                    }
-                }
-                self.account(i);
-            }
-            return true;
-        }
-        let mut buf = std::mem::take(&mut self.conns[i].partial);
-        let need = buf.len() + read.len();
-        if need > buf.capacity() {
-            // Amortised growth (doubling) as far as the budget allows, so what is accounted
-            // is what is allocated.
-            let held = self.conns[i].held;
-            match self.budget.grow(held, need, buf.capacity() * 2) {
-                Ok(cap) => buf.reserve_exact(cap - buf.len()),
-                Err(kind) => {
-                    self.conns[i].partial = buf;
-                    self.reset(i, kind, now);
+                Err(e) => {
+                    self.reset(i, error_kind(&e), now);
                     return false;
                 }
             }
         }
-        buf.extend_from_slice(read);
-        let Some(used) = self.parse_replies(i, &buf, now) else {
-            return false;
-        };
-        if used < buf.len() {
-            buf.drain(..used);
-            // Freed once whole (below); until then it holds one reply's bytes at most.
-            self.conns[i].partial = buf;
-        }
-        self.account(i);
+        self.unread.push((i, to_eof));
         true
     }
 
-    /// Tells the budget what connection `i`'s reply buffer holds now.
-    fn account(&mut self, i: usize) {
-        let conn = &mut self.conns[i];
-        let cap = conn.partial.capacity();
-        if cap != conn.held {
-            self.budget.held(conn.held, cap);
-            conn.held = cap;
-        }
-    }
-
-    /// Completes the whole replies at the front of `buf`: the bytes they used, or `None`
-    /// when the connection was reset or reopened.
-    fn parse_replies(&mut self, i: usize, buf: &[u8], now: u64) -> Option<usize> {
-        let mut at = 0;
-        while at < buf.len() {
-            match self.conns[i].proto.parse_reply(&buf[at..]) {
-                Reply::Incomplete => break,
-                Reply::Invalid(kind) => {
-                    self.reset(i, kind, now);
-                    return None;
-                }
-                Reply::Done {
-                    len,
-                    error,
-                    close,
-                    found,
-                } => {
-                    at += len;
-                    let Some(p) = self.conns[i].pending.pop_front() else {
-                        self.reset(i, "unexpected_reply", now);
-                        return None;
-                    };
-                    self.complete(&p, now, error);
-                    if let Some(found) = found {
-                        self.rec.lookup(found, now);
-                    }
-                    if close {
-                        self.reopen_after_close(i, now);
-                        return None;
-                    }
-                }
+    fn act_on(&mut self, i: usize, verdict: Verdict, now: u64) {
+        match verdict {
+            Verdict::Open => {}
+            Verdict::Reset(kind) => self.reset(i, kind, now),
+            Verdict::FlushAndReset(kind) => {
+                self.flush(i, now);
+                self.reset(i, kind, now);
+            }
+            Verdict::Reopen => {
+                self.drop_stream(i);
+                self.reconnect(i, now);
             }
         }
-        Some(at)
     }
 
-    fn complete(&mut self, p: &Pending, now: u64, error: Option<&'static str>) {
-        match error {
-            Some(kind) => self.rec.error(kind, now),
-            None => self.rec.success(
-                now.saturating_sub(p.intended_ns),
-                now.saturating_sub(p.sent_ns),
-                now,
-            ),
-        }
-    }
-
-    fn count_error(&mut self, kind: &str, now: u64) {
-        self.rec.error(kind, now);
-    }
-
-    /// Keeps the connection's pipeline full (closed loop) or offers it to the backlog.
+    /// Keeps the connection's pipeline full (closed loop) or offers it to the backlog, then
+    /// writes what was queued.
     fn refill(&mut self, i: usize, now: u64) {
-        if self.open.is_some() {
+        if self.tally.open.is_some() {
             self.offer_free(i);
             self.dispatch(now);
-        } else if now < self.rec.end_ns {
+        } else if now < self.tally.rec.end_ns {
             let depth = self.config.depth;
             let active = self.ramp.as_ref().is_none_or(|r| r.active(i, now));
-            while active && usable(&self.conns[i]) && self.conns[i].pending.len() < depth {
+            while active && self.conns[i].can_send(depth) {
                 self.send(i, now, now);
             }
         }
         self.flush(i, now);
     }
 
+    #[inline]
     fn send(&mut self, i: usize, intended_ns: u64, now: u64) {
-        let conn = &mut self.conns[i];
-        let req = conn.proto.next_request();
-        conn.wbuf.extend_from_slice(req);
-        conn.pending.push_back(Pending {
+        self.conns[i].conn.queue(Sent {
             intended_ns,
             sent_ns: now,
         });
-        self.count_sent();
-    }
-
-    /// One request written; the first `resend_owed` ones re-send withdrawn requests.
-    fn count_sent(&mut self) {
-        self.rec.sent();
-        if self.resend_owed > 0 {
-            self.resend_owed -= 1;
-            self.rec.resent();
-        }
+        self.tally.sent();
     }
 
     fn flush(&mut self, i: usize, now: u64) {
-        let conn = &mut self.conns[i];
-        let Some(stream) = conn.stream.as_mut() else {
+        let slot = &mut self.conns[i];
+        let Some(stream) = slot.stream.as_mut() else {
             return;
         };
-        if conn.connecting {
+        if slot.connecting {
             return;
         }
         match stream.flush_pending() {
@@ -684,109 +776,93 @@ impl Worker {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) => return self.reset(i, error_kind(&e), now),
         }
-        while conn.wpos < conn.wbuf.len() && !conn.connecting {
-            match stream.write(&conn.wbuf[conn.wpos..]) {
+        while slot.wpos < slot.conn.out().len() {
+            match stream.write(&slot.conn.out()[slot.wpos..]) {
                 Ok(n) => {
-                    conn.wpos += n;
-                    self.rec.bytes_out(n, now);
+                    slot.wpos += n;
+                    slot.conn.written(slot.wpos);
+                    self.tally.rec.bytes_out(n, now);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return self.reset(i, error_kind(&e), now),
             }
         }
-        if conn.wpos == conn.wbuf.len() {
-            conn.wbuf.clear();
-            conn.wpos = 0;
-            if conn.wbuf.capacity() > KEEP_WBUF_BYTES {
-                conn.wbuf = Vec::new();
-            }
-        }
-    }
-
-    /// The server said it closes: requests written after that reply were never read by it,
-    /// so they leave `sent` and are sent again on a new connection (not counted as errors).
-    fn reopen_after_close(&mut self, i: usize, now: u64) {
-        let unanswered: Vec<Pending> = self.conns[i].pending.drain(..).collect();
-        self.rec.withdraw(unanswered.len() as u64);
-        self.resend_owed += unanswered.len() as u64;
-        if let Some(open) = &mut self.open {
-            for p in unanswered.into_iter().rev() {
-                open.resend.push_front(p.intended_ns);
-            }
-        }
-        self.drop_stream(i);
-        self.reconnect(i, now);
+        slot.wpos = 0;
+        slot.conn.flushed();
     }
 
     /// Drops a broken connection: its requests in flight fail with `kind`; it is reopened.
     fn reset(&mut self, i: usize, kind: &'static str, now: u64) {
-        let in_flight = self.conns[i].pending.len();
-        // An idle connection closed by the server lost nothing; garbage always costs one.
-        let lost = if kind == "closed" {
+        let in_flight = self.conns[i].conn.abandon();
+        // An idle connection the server closed lost nothing; garbage always costs one.
+        let lost = if kind == "closed" || kind == "h2_goaway" {
             in_flight
         } else {
             in_flight.max(1)
         };
-        self.conns[i].pending.clear();
         for _ in 0..lost {
-            self.count_error(kind, now);
+            self.tally.failed(kind, now);
         }
         self.drop_stream(i);
         self.reconnect(i, now);
     }
 
     fn drop_stream(&mut self, i: usize) {
-        if let Some(mut s) = self.conns[i].stream.take() {
+        let slot = &mut self.conns[i];
+        if let Some(mut s) = slot.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
-        self.conns[i].connecting = false;
-        self.conns[i].partial = Vec::new();
-        self.conns[i].proto.reset();
-        self.account(i);
+        slot.connecting = false;
+        slot.wpos = 0;
+        slot.conn.dropped(&mut self.budget);
     }
 
     fn reconnect(&mut self, i: usize, now: u64) {
-        if now >= self.rec.end_ns {
+        if now >= self.tally.rec.end_ns {
             return;
         }
-        if self.connect(i).is_err() {
-            self.count_error("connect", now);
+        if self.connect(i, now).is_err() {
+            self.tally.failed("connect", now);
             self.conns[i].retry_at_ns = now + HOUSEKEEPING_NS;
         }
     }
 
-    /// Timeouts, reconnection retries, connections a ramp has just let in.
+    /// Timeouts, reconnection retries, connections a ramp has just let in or whose requests
+    /// expired.
     fn housekeeping(&mut self, now: u64) {
+        let timeout_ns = self.sched.timeout_ns;
         for i in 0..self.conns.len() {
-            if self.ramp.is_some() && self.conns[i].pending.is_empty() {
-                self.refill(i, now);
-            }
-            let conn = &self.conns[i];
-            if conn.stream.is_none() {
-                if now >= conn.retry_at_ns && now < self.rec.end_ns {
+            let slot = &mut self.conns[i];
+            if slot.stream.is_none() {
+                if now >= slot.retry_at_ns && now < self.tally.rec.end_ns {
                     self.reconnect(i, now);
                 }
                 continue;
             }
-            let oldest = conn.pending.front().map(|p| p.sent_ns);
-            if oldest.is_some_and(|t| now.saturating_sub(t) >= self.sched.timeout_ns) {
-                self.reset(i, "timeout", now);
+            if slot.connecting {
+                continue;
+            }
+            match slot.conn.expire(timeout_ns, &mut self.tally, now) {
+                Some(kind) => self.reset(i, kind, now),
+                None => self.carry_on(i, now),
             }
         }
     }
 
     /// Open loop: releases the requests whose time has come and sends what it can.
     fn pace(&mut self, now: u64) {
-        let end = self.rec.end_ns;
-        let Some(open) = &mut self.open else { return };
+        let end = self.tally.rec.end_ns;
+        let Some(open) = &mut self.tally.open else {
+            return;
+        };
         while now < end && open.next_due_ns() <= now {
             // The timer wakes the loop before each due time, so a request the loop gets to
             // late was delayed by the generator (busy or descheduled), whatever the
             // connections: a late send.
             let lag_ns = now - open.next_due_ns();
             let late = lag_ns > open.late_threshold_ns();
-            self.rec.scheduled_send(lag_ns, late, now);
+            self.tally.rec.scheduled_send(lag_ns, late, now);
             open.release();
         }
         self.dispatch(now);
@@ -796,17 +872,17 @@ impl Worker {
     /// read: they had no free connection, so they are omitted (the server's delay), not
     /// late sends (the generator's).
     fn count_omitted(&mut self, now: u64) {
-        if let Some(open) = &mut self.open {
-            self.rec.omitted(open.newly_waiting() as usize, now);
+        if let Some(open) = &mut self.tally.open {
+            self.tally.rec.omitted(open.newly_waiting() as usize, now);
         }
     }
 
     fn offer_free(&mut self, i: usize) {
         let depth = self.config.depth;
-        let conn = &mut self.conns[i];
-        if let Some(open) = &mut self.open {
-            if !conn.in_free_queue && usable(conn) && conn.pending.len() < depth {
-                conn.in_free_queue = true;
+        let slot = &mut self.conns[i];
+        if let Some(open) = &mut self.tally.open {
+            if !slot.in_free_queue && slot.can_send(depth) {
+                slot.in_free_queue = true;
                 open.free.push_back(i);
             }
         }
@@ -815,35 +891,30 @@ impl Worker {
     /// Sends waiting requests on free connections.
     fn dispatch(&mut self, now: u64) {
         let depth = self.config.depth;
-        let Some(open) = &mut self.open else { return };
         let mut touched = Vec::new();
-        while let (true, Some(&i)) = (open.has_waiting(), open.free.front()) {
-            let conn = &mut self.conns[i];
-            if !usable(conn) || conn.pending.len() >= depth {
-                conn.in_free_queue = false;
+        loop {
+            let Some(open) = &mut self.tally.open else {
+                return;
+            };
+            let (true, Some(&i)) = (open.has_waiting(), open.free.front()) else {
+                break;
+            };
+            let slot = &mut self.conns[i];
+            if !slot.can_send(depth) {
+                slot.in_free_queue = false;
                 open.free.pop_front();
                 continue;
             }
             let intended = open.take_waiting();
-            conn.wbuf.extend_from_slice(conn.proto.next_request());
-            conn.pending.push_back(Pending {
-                intended_ns: intended,
-                sent_ns: now,
-            });
-            touched.push(i);
+            self.send(i, intended, now);
+            if touched.last() != Some(&i) {
+                touched.push(i);
+            }
         }
-        for _ in 0..touched.len() {
-            self.count_sent();
-        }
-        touched.dedup();
         for i in touched {
             self.flush(i, now);
         }
     }
-}
-
-fn usable(conn: &Conn) -> bool {
-    conn.stream.is_some() && !conn.connecting && !conn.closing
 }
 
 fn io_error(context: &str, source: io::Error) -> LoadError {
@@ -853,73 +924,8 @@ fn io_error(context: &str, source: io::Error) -> LoadError {
     }
 }
 
-/// The CLOCK_MONOTONIC reading of an `Instant` (they share the clock on Linux).
-/// When an event loop must wake next: at once with sockets still to read, else at the
-/// housekeeping, the next second's boundary or (open loop) the next request's due time.
-/// Shared by the HTTP/1.1 and HTTP/2 loops.
-pub(super) fn next_wake_ns(
-    now: u64,
-    housekeeping: u64,
-    unread: bool,
-    rec: &Recorder,
-    open: Option<&OpenLoop>,
-) -> u64 {
-    if unread {
-        return now;
-    }
-    let mut wake = housekeeping;
-    if let Some(b) = rec.next_boundary_ns() {
-        wake = wake.min(b);
-    }
-    if let Some(open) = open {
-        if now < rec.end_ns {
-            wake = wake.min(open.next_due_ns());
-        }
-        // Replies already in the sockets free connections: read them before judging
-        // whether the requests released now had none.
-        if open.has_uncounted() {
-            wake = now;
-        }
-    }
-    wake.max(now)
-}
-
-/// An open-loop thread's timerfd, the alarm it is armed for (ns after `t0`), and `t0`.
-pub(super) type Alarm<'a> = (Option<&'a TimerFd>, &'a mut u64, Instant);
-
-/// Waits for events until `wake_ns`. Open loop uses a timerfd: epoll's millisecond
-/// timeout would send requests up to 1 ms late and charge that to the server.
-pub(super) fn wait_until(
-    poll: &mut Poll,
-    (timer, armed_ns, t0): Alarm,
-    events: &mut Events,
-    now: u64,
-    wake_ns: u64,
-) -> io::Result<()> {
-    let timeout = match timer {
-        Some(_) if wake_ns <= now + SPIN_NS => Some(Duration::ZERO),
-        Some(timer) => {
-            let alarm_ns = wake_ns - SPIN_NS;
-            if *armed_ns != alarm_ns {
-                let at = t0 + Duration::from_nanos(alarm_ns);
-                let _ = timer.set(
-                    Expiration::OneShot(TimeSpec::from_duration(instant_to_monotonic(at))),
-                    TimerSetTimeFlags::TFD_TIMER_ABSTIME,
-                );
-                *armed_ns = alarm_ns;
-            }
-            None
-        }
-        _ => Some(Duration::from_nanos(wake_ns - now)),
-    };
-    match poll.poll(events, timeout) {
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
-        other => other,
-    }
-}
-
 /// Reads the timerfd's expirations (so its next edge is seen) and disarms the record of it.
-pub(super) fn drain_timer(timer: Option<&TimerFd>, armed_ns: &mut u64) {
+fn drain_timer(timer: Option<&TimerFd>, armed_ns: &mut u64) {
     if let Some(t) = timer {
         let mut expirations = [0u8; 8];
         let _ = nix::unistd::read(t.as_fd().as_raw_fd(), &mut expirations);
@@ -927,7 +933,8 @@ pub(super) fn drain_timer(timer: Option<&TimerFd>, armed_ns: &mut u64) {
     *armed_ns = 0;
 }
 
-pub(super) fn instant_to_monotonic(at: Instant) -> Duration {
+/// The CLOCK_MONOTONIC reading of an `Instant` (they share the clock on Linux).
+fn instant_to_monotonic(at: Instant) -> Duration {
     let now = Instant::now();
     let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32))

@@ -15,6 +15,8 @@ pub struct PidStat {
     pub ppid: i32,
     /// Process group id.
     pub pgrp: i32,
+    /// Session id.
+    pub session: i32,
     /// User time of the process (all its threads, live and exited), in ticks.
     pub utime: u64,
     /// System time of the process, in ticks.
@@ -44,6 +46,7 @@ pub fn parse_pid_stat(text: &str) -> Option<PidStat> {
     Some(PidStat {
         ppid: f.get(1)?.parse().ok()?,
         pgrp: f.get(2)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
         minflt: num(10)? + num(11)?,
         majflt: num(12)? + num(13)?,
         utime: num(14)?,
@@ -266,11 +269,17 @@ pub fn descendants(root: i32, parents: &BTreeMap<i32, i32>) -> Vec<i32> {
 }
 
 /// Snapshots the live tree rooted at `root` under the proc tree at `proc_root` ("/proc").
-/// Returns None when the root process is gone.
+/// Returns None when the root process is gone. A descendant that started a session of its
+/// own (`setsid`) is left out with its own descendants: it made itself another job (another
+/// tenant's process beside the server, as examples/nginx-neighbour.sh's CPU hog).
 pub fn sample_tree(proc_root: &Path, root: i32) -> Option<TreeSample> {
     let stats = all_pid_stats(proc_root);
-    stats.get(&root)?;
-    let parents: BTreeMap<i32, i32> = stats.iter().map(|(&pid, s)| (pid, s.ppid)).collect();
+    let session = stats.get(&root)?.session;
+    let parents: BTreeMap<i32, i32> = stats
+        .iter()
+        .filter(|(&pid, s)| pid == root || s.session == session)
+        .map(|(&pid, s)| (pid, s.ppid))
+        .collect();
     let mut sample = TreeSample::default();
     for pid in descendants(root, &parents) {
         sample.processes.insert(pid, stats[&pid]);
@@ -366,11 +375,31 @@ mod tests {
         let text = "4242 (my (odd) srv) S 1 4242 4242 0 -1 4194560 120 7 3 1 250 75 10 5 20 0 4 0 \
                     100 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
         let s = parse_pid_stat(text).unwrap();
-        assert_eq!((s.ppid, s.pgrp), (1, 4242));
+        assert_eq!((s.ppid, s.pgrp, s.session), (1, 4242, 4242));
         assert_eq!((s.minflt, s.majflt), (127, 4));
         assert_eq!((s.utime, s.stime, s.cutime, s.cstime), (250, 75, 10, 5));
         assert_eq!(s.threads, 4);
         assert_eq!(s.start_ticks, 100);
+    }
+
+    #[test]
+    fn a_descendant_in_a_session_of_its_own_is_not_part_of_the_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        // (pid, ppid, session): 10 the root, 11 its child, 12 a setsid'd child of 11 and 13
+        // that one's child.
+        for (pid, ppid, session) in [(10, 1, 5), (11, 10, 5), (12, 11, 12), (13, 12, 12)] {
+            let dir = tmp.path().join(pid.to_string());
+            std::fs::create_dir(&dir).unwrap();
+            let stat = format!(
+                "{pid} (p) S {ppid} {pid} {session} 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 100 0 0"
+            );
+            std::fs::write(dir.join("stat"), stat).unwrap();
+        }
+        let tree = sample_tree(tmp.path(), 10).unwrap();
+        assert_eq!(
+            tree.processes.keys().copied().collect::<Vec<_>>(),
+            vec![10, 11]
+        );
     }
 
     #[test]

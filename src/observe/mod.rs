@@ -12,11 +12,16 @@
 //! imports only the layers below it (machine, record, cpuset); the spec sections that
 //! configure it are parsed by `sweep`.
 
+pub mod cgroup_cpu;
 pub mod cores;
+pub mod disk;
 pub mod environment;
 pub mod extra;
+pub mod link;
 pub mod metrics;
+pub mod neighbours;
 pub mod perf;
+pub mod sockets;
 pub mod step;
 pub mod watch;
 
@@ -49,6 +54,19 @@ pub struct Observer {
     own_cpu_s: f64,
     /// The tree sampled during the window (tasks that come and go inside it).
     watch: Option<watch::TreeWatch>,
+    /// The cgroup hierarchies, and the server's CPU groups at the window's start.
+    cgroups: (
+        Vec<cgroup_cpu::Mount>,
+        BTreeMap<std::path::PathBuf, cgroup_cpu::GroupSample>,
+    ),
+    /// Every process and thread at the window's start (for the neighbours).
+    scan: neighbours::Scan,
+    /// The server's sockets sampled during the window.
+    sockets: Option<sockets::SocketWatch>,
+    /// The server's network namespace at the window's start.
+    link: Option<link::LinkSample>,
+    /// The server's storage at the window's start.
+    disk: Option<disk::DiskSample>,
 }
 
 /// perf's counts are kept only if perf started counting within this share of the window: a
@@ -102,6 +120,11 @@ impl Observer {
             perf_late_s: 0.0,
             own_cpu_s: thread_cpu_s() - cpu0,
             watch: None,
+            cgroups: (cgroup_cpu::mounts(), BTreeMap::new()),
+            scan: neighbours::Scan::new(),
+            sockets: None,
+            link: None,
+            disk: None,
         }
     }
 
@@ -110,9 +133,15 @@ impl Observer {
     /// started the window up to 50 ms late on a loaded machine (observed 0.95 s for 1 s).
     pub fn begin(&mut self) {
         let cpu0 = thread_cpu_s();
+        // The link and the disk first: tc takes a few milliseconds, outside the window.
+        self.link = self.server_pid.and_then(link::sample);
+        self.disk = self.server_pid.and_then(disk::sample);
         self.tree = self
             .server_pid
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
+        self.scan = neighbours::scan(Path::new("/proc"), cpu_count());
+        self.cgroups.1 =
+            cgroup_cpu::sample(Path::new("/proc"), &self.cgroups.0, &self.tree_pids(None));
         self.cpu_times = read_proc_stat();
         self.loopback = read_loopback();
         self.started = Instant::now();
@@ -121,6 +150,11 @@ impl Observer {
             .as_ref()
             .and(self.server_pid)
             .and_then(|pid| watch::TreeWatch::start(pid).ok());
+        self.sockets = self
+            .tree
+            .as_ref()
+            .and(self.server_pid)
+            .and_then(|pid| sockets::SocketWatch::start(pid).ok());
         if let Some(perf) = &mut self.perf {
             if let Err(why) = perf.enable() {
                 self.perf_note = Some(why);
@@ -135,11 +169,18 @@ impl Observer {
         let cpu0 = thread_cpu_s();
         let window_s = self.started.elapsed().as_secs_f64();
         let watched = self.watch.take().map(watch::TreeWatch::finish);
+        let (sockets, blkio_seen, sockets_cpu_s) = self
+            .sockets
+            .take()
+            .map_or((None, BTreeMap::new(), 0.0), sockets::SocketWatch::finish);
         let tree_after = self
             .server_pid
             .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
         let cpu_after = read_proc_stat();
         let lo_after = read_loopback();
+        let pids = self.tree_pids(tree_after.as_ref());
+        let cgroups_after = cgroup_cpu::sample(Path::new("/proc"), &self.cgroups.0, &pids);
+        let scan_after = neighbours::scan(Path::new("/proc"), cpu_count());
         let mut notes = Vec::new();
         let server = self.server_usage(tree_after.as_ref(), watched.as_ref(), &mut notes);
         let threads = self.thread_usage(
@@ -163,8 +204,32 @@ impl Observer {
                 None
             }
         };
+        let allowed = cgroup_cpu::allowed_cpus(Path::new("/proc"), &self.cgroups.0, &pids);
+        let cgroup_cpu = cgroup_cpu::observation(
+            &self.cgroups.1,
+            &cgroups_after,
+            allowed.as_deref(),
+            &self.server_cpus,
+        );
+        let neighbours = neighbours::neighbours(
+            &self.scan,
+            &scan_after,
+            &neighbours::Window {
+                window_s,
+                server_cpus: &self.server_cpus,
+                client_cpus: &self.client_cpus,
+                server_busy: &server_cpus,
+                client_busy: &client_cpus,
+                tree: pids.iter().copied().collect(),
+                tree_cpu_s: server.as_ref().map(|t| t.user_s + t.sys_s),
+                own_groups: neighbours::own_groups(),
+                own_pid: std::process::id() as i32,
+            },
+        );
+        let (link, disk, io_cpu_s) = self.finish_io(window_s, blkio_seen, &mut notes);
         let watch_cpu_s = watched.as_ref().map_or(0.0, |w| w.cpu_s);
-        let own_cpu_s = self.own_cpu_s + (thread_cpu_s() - cpu0) + watch_cpu_s;
+        let own_cpu_s =
+            self.own_cpu_s + (thread_cpu_s() - cpu0) + watch_cpu_s + sockets_cpu_s + io_cpu_s;
         Observation {
             window_s,
             server,
@@ -177,7 +242,71 @@ impl Observer {
             perf: counters,
             observer_cpu_s: own_cpu_s + perf_cpu_s,
             notes,
+            cgroup_cpu,
+            neighbours,
+            sockets,
+            link,
+            disk,
         }
+    }
+
+    /// The server tree's pids at the window's start and, when given, at its end.
+    fn tree_pids(&self, after: Option<&procfs::TreeSample>) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .tree
+            .iter()
+            .chain(after)
+            .flat_map(|t| t.processes.keys().copied())
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// The link and the disk at the window's end against its start, and the CPU `tc` used. A
+    /// task the samples saw (`blkio_seen`: first and last) counts from its first sample when
+    /// the start did not see it, and to its last when the end did not.
+    fn finish_io(
+        &mut self,
+        window_s: f64,
+        blkio_seen: sockets::BlkioSeen,
+        notes: &mut Vec<String>,
+    ) -> (
+        Option<crate::record::use_io::LinkUse>,
+        Option<crate::record::use_io::DiskUse>,
+        f64,
+    ) {
+        let Some(pid) = self.server_pid else {
+            return (None, None, 0.0);
+        };
+        let (link_after, mut disk_after) = (link::sample(pid), disk::sample(pid));
+        if let Some(ticks) = disk_after.as_mut().and_then(|d| d.blkio_ticks.as_mut()) {
+            for (task, &(_, last)) in &blkio_seen {
+                ticks.entry(*task).or_insert(last);
+            }
+        }
+        if let Some(ticks) = self.disk.as_mut().and_then(|d| d.blkio_ticks.as_mut()) {
+            for (task, (first, _)) in blkio_seen {
+                ticks.entry(task).or_insert(first);
+            }
+        }
+        let mut cpu_s = 0.0;
+        let link = match (self.link.take(), link_after) {
+            (Some(a), Some(b)) => {
+                cpu_s += a.cpu_s + b.cpu_s;
+                notes.extend(b.note.clone());
+                link::link_use(&a, &b, window_s)
+            }
+            _ => None,
+        };
+        let disk = match (self.disk.take(), disk_after) {
+            (Some(a), Some(b)) => disk::disk_use(&a, &b, window_s),
+            _ => None,
+        };
+        if disk.is_some() {
+            notes.extend(disk::delayacct_note());
+        }
+        (link, disk, cpu_s)
     }
 
     fn server_usage(
@@ -369,6 +498,13 @@ fn read_loopback() -> Option<NetCounters> {
     procfs::parse_net_dev(&text, "lo")
 }
 
+/// CPUs the kernel can bring online (the bound of a thread's affinity mask).
+fn cpu_count() -> usize {
+    // Safety: sysconf with a constant argument.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
 /// CPU time of the calling thread, in seconds.
 pub(crate) fn thread_cpu_s() -> f64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
@@ -403,6 +539,11 @@ mod tests {
             perf,
             observer_cpu_s: 0.0,
             notes: Vec::new(),
+            cgroup_cpu: None,
+            neighbours: None,
+            sockets: None,
+            link: None,
+            disk: None,
         }
     }
 

@@ -21,11 +21,33 @@ pub struct CpuPair {
     pub client: Vec<usize>,
 }
 
+/// Why a placement cannot give a step's cpusets (the step is then skipped).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CpusError {
+    /// The topology cannot make it: too few CPUs, an offline CPU, a custom table's gap.
+    #[error(transparent)]
+    Placement(#[from] super::policy::PlacementError),
+    /// Too few CPUs for the plain split (no topology was read).
+    #[error("{0}")]
+    TooFewCpus(String),
+    /// No placement by that name.
+    #[error(
+        "unknown placement {0:?} (expected shared, separated, balanced or a custom_placements name)"
+    )]
+    Unknown(String),
+    /// A custom cpuset table with no entry at all.
+    #[error("the cpuset table is empty")]
+    EmptyTable,
+    /// The host whose topology it needs could not be reached.
+    #[error("{0}")]
+    Host(String),
+}
+
 /// Gives the cpusets of a placement; `count` is `Some(clients)` when the cpusets follow
 /// the client count, `None` for a placement fixed over the whole series.
 pub trait PlacementSource {
     /// The cpusets, or why this placement cannot give them (the step is then skipped).
-    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String>;
+    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, CpusError>;
     /// Remarks worth printing once (e.g. two policies that coincide on this machine).
     fn notes(&self) -> Vec<String> {
         Vec::new()
@@ -43,7 +65,7 @@ pub trait PlacementSource {
         client_host: Option<&str>,
         placement: &str,
         count: Option<usize>,
-    ) -> Result<CpuPair, String> {
+    ) -> Result<CpuPair, CpusError> {
         let _ = (server_host, client_host);
         self.cpus(placement, count)
     }
@@ -71,17 +93,12 @@ impl CustomTable {
     }
 
     /// The cpusets for `count` clients; a fixed placement takes the table's largest entry.
-    fn cpus(&self, count: Option<usize>) -> Result<CpuPair, String> {
+    fn cpus(&self, count: Option<usize>) -> Result<CpuPair, CpusError> {
         let count = match count {
             Some(n) => n,
-            None => *self
-                .0
-                .by_count
-                .keys()
-                .max()
-                .ok_or("the cpuset table is empty")?,
+            None => *self.0.by_count.keys().max().ok_or(CpusError::EmptyTable)?,
         };
-        let p = self.0.lookup(count).map_err(|e| e.to_string())?;
+        let p = self.0.lookup(count)?;
         Ok(CpuPair {
             server: p.server,
             client: p.client,
@@ -137,32 +154,31 @@ impl TopologyPlacements {
         topo: &Topology,
         policy: &str,
         count: Option<usize>,
-    ) -> Result<CpuPair, String> {
+    ) -> Result<CpuPair, CpusError> {
         let policy = Policy::from(policy.to_string());
         let placement = match count {
             Some(n) => topo.placement_for(&policy, n),
             None => topo.fixed_placement(&policy),
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         Ok(CpuPair {
             server: placement.server,
             client: placement.client,
         })
     }
 
-    fn split(&self, count: Option<usize>, policy: &str) -> Result<CpuPair, String> {
+    fn split(&self, count: Option<usize>, policy: &str) -> Result<CpuPair, CpusError> {
         let total = self.cpus.len();
         if total < 2 {
-            return Err(format!(
+            return Err(CpusError::TooFewCpus(format!(
                 "{policy} needs at least 2 CPUs; this machine allows {total}"
-            ));
+            )));
         }
         let per_side = count.unwrap_or(total / 2);
         if 2 * per_side > total {
-            return Err(format!(
+            return Err(CpusError::TooFewCpus(format!(
                 "{policy} with {per_side} CPUs per side needs {} CPUs; this machine has {total}",
                 2 * per_side
-            ));
+            )));
         }
         Ok(CpuPair {
             server: self.cpus[..per_side].to_vec(),
@@ -172,7 +188,7 @@ impl TopologyPlacements {
 }
 
 impl PlacementSource for TopologyPlacements {
-    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String> {
+    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, CpusError> {
         if let (Some(topo), "shared" | "separated" | "balanced") = (&self.topology, placement) {
             return Self::from_topology(topo, placement, count);
         }
@@ -180,11 +196,11 @@ impl PlacementSource for TopologyPlacements {
             "shared" => {
                 let n = count.unwrap_or(self.cpus.len());
                 if n > self.cpus.len() {
-                    return Err(format!(
+                    return Err(CpusError::TooFewCpus(format!(
                         "shared with {}: this machine has {}",
                         crate::units::count(n, "CPU"),
                         self.cpus.len()
-                    ));
+                    )));
                 }
                 Ok(CpuPair {
                     server: self.cpus[..n].to_vec(),
@@ -200,13 +216,11 @@ impl PlacementSource for TopologyPlacements {
                             server: pair.server.clone(),
                             client: pair.client.clone(),
                         };
-                        topo.check(&placement).map_err(|e| e.to_string())?;
+                        topo.check(&placement)?;
                     }
                     Ok(pair)
                 }
-                None => Err(format!(
-                    "unknown placement {other:?} (expected shared, separated, balanced or a custom_placements name)"
-                )),
+                None => Err(CpusError::Unknown(other.to_string())),
             },
         }
     }

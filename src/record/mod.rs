@@ -14,3 +14,5 @@ pub mod overhead;
 pub mod profiles;
 pub mod rundir;
 pub mod steps;
+pub mod use_cpu;
+pub mod use_io;

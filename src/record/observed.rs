@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::procfs::{CoreBusy, NetCounters};
 use crate::machine::threads::ThreadUsage;
+use crate::record::use_cpu::{CgroupCpu, Neighbours};
+use crate::record::use_io::{DiskUse, LinkUse, SocketQueues};
 
 /// The server process tree's figures over the window.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -63,6 +65,25 @@ pub struct Observation {
     pub observer_cpu_s: f64,
     /// What made a figure partial or unavailable.
     pub notes: Vec<String>,
+    /// The CPU quota, throttling and cpuset of the server's cgroups (None when none was
+    /// readable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_cpu: Option<CgroupCpu>,
+    /// The other processes on the server's and the client's CPUs (None when not observed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbours: Option<Neighbours>,
+    /// Requests waiting inside the server: its sockets' receive and accept queues, sampled
+    /// during the window (None when the server was not observed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sockets: Option<SocketQueues>,
+    /// The interface that carried most of the server's traffic: bytes/s against its speed or
+    /// its qdisc's rate, the qdisc's drops, overlimits and backlog, TCP retransmits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkUse>,
+    /// The storage the server uses: its devices' utilisation and queue, the tree's block-I/O
+    /// delay, its cgroups' I/O throttles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskUse>,
 }
 
 /// The perf stat counts of the window; None where perf could not count the event.
@@ -141,6 +162,7 @@ pub struct CpuUsPerReq {
 pub(crate) mod tests {
     use super::*;
     use crate::machine::threads::{BusiestThread, ThreadGroup};
+    use crate::record::use_cpu::{CpuGroup, Neighbour};
     use serde_json::Value;
 
     /// Every field set, so that every key the types write is serialised.
@@ -198,6 +220,35 @@ pub(crate) mod tests {
             perf: PerfCounters::default(),
             observer_cpu_s: 0.01,
             notes: vec!["a note".into()],
+            cgroup_cpu: Some(CgroupCpu {
+                groups: vec![CpuGroup {
+                    path: "/q".into(),
+                    version: 1,
+                    quota_cpus: Some(0.2),
+                    period_us: 100_000,
+                    periods: 10,
+                    throttled_periods: 9,
+                    throttled_s: 0.7,
+                    usage_s: Some(0.2),
+                }],
+                narrower_cpuset: Some("0".into()),
+            }),
+            neighbours: Some(Neighbours {
+                server_cpus_others_pct: Some(50.0),
+                client_cpus_others_pct: Some(1.0),
+                server_steal_pct: 0.0,
+                client_steal_pct: 0.0,
+                busiest: vec![Neighbour {
+                    pid: 9,
+                    name: "sh".into(),
+                    cpu_pct: 50.0,
+                    server_cpus_pct: 50.0,
+                    client_cpus_pct: 0.0,
+                }],
+            }),
+            sockets: Some(SocketQueues::default()),
+            link: Some(LinkUse::default()),
+            disk: Some(DiskUse::default()),
         };
         let some = Some(1.0);
         let per = PerRequest {
@@ -258,6 +309,24 @@ pub(crate) mod tests {
             keys(&schema["$defs"]["core_busy"]["properties"]),
             keys(&core)
         );
+        let use_cpu = [
+            ("cgroup_cpu", serde_json::to_value(&obs.cgroup_cpu).unwrap()),
+            ("neighbours", serde_json::to_value(&obs.neighbours).unwrap()),
+        ];
+        for (name, written) in use_cpu {
+            let def = &schema["$defs"][name];
+            assert_eq!(keys(&def["properties"]), keys(&written), "{name}");
+            let inner = if name == "cgroup_cpu" {
+                "groups"
+            } else {
+                "busiest"
+            };
+            assert_eq!(
+                keys(&def["properties"][inner]["items"]["properties"]),
+                keys(&written[inner][0]),
+                "{name}.{inner}"
+            );
+        }
         let top = keys(&schema["properties"]);
         for k in keys(&serde_json::to_value(&per).unwrap()) {
             assert!(

@@ -51,6 +51,9 @@ pub fn markdown(a: &RunAnalysis) -> String {
     let mut out = String::from("## Why it stops scaling\n\n");
     for d in &a.diagnosis {
         let _ = writeln!(out, "{}\n", escape(&d.sentence));
+        for n in &d.notes {
+            let _ = writeln!(out, "_Note: {}_\n", escape(n));
+        }
         let figures: Vec<String> = d
             .evidence
             .iter()
@@ -67,6 +70,9 @@ pub fn text(a: &RunAnalysis) -> String {
     let mut out = String::new();
     for d in &a.diagnosis {
         let _ = writeln!(out, "{}\n  {}", d.sentence, verdict(d));
+        for n in &d.notes {
+            let _ = writeln!(out, "  note: {n}");
+        }
         for e in &d.evidence {
             let _ = writeln!(out, "  - {}", evidence_text(e));
         }
@@ -257,6 +263,7 @@ mod tests {
                 note: "thread redis-server, % of one CPU".into(),
             }],
             sentence: "redis/separated stops scaling at 4 clients: its busiest thread (redis-server) is 97% of one CPU: a single-thread limit.".into(),
+            notes: Vec::new(),
         }
     }
 

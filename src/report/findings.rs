@@ -114,11 +114,11 @@ fn coinciding_ratios(a: &RunAnalysis) -> Vec<String> {
 /// diagnosis sentence, then the verdicts.
 pub fn stdout_lines(a: &RunAnalysis) -> Vec<String> {
     let mut out = peak_lines(a);
-    out.extend(
-        a.diagnosis
-            .iter()
-            .map(|d| format!("diagnosis: {}", d.sentence)),
-    );
+    for d in &a.diagnosis {
+        out.push(format!("diagnosis: {}", d.sentence));
+        // Beside it, what kept its confidence down (neighbours, noisy levels).
+        out.extend(d.notes.iter().map(|n| format!("  note: {n}")));
+    }
     out.extend(
         verdict_sentences(a)
             .into_iter()

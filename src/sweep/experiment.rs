@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use super::plan::Point;
 use super::plan::{ClientPlan, Plan};
 use super::progress::Progress;
-use super::runner::{step_id, RunSummary, Runner};
+use super::runner::{step_id, RunEnd, RunSummary, Runner};
 use crate::fleet::driver::{CommandDriver, Driver, EngineDriver};
 use crate::fleet::server::{Launcher, ProcessLauncher};
 use crate::fleet::target::TargetPlan;
@@ -75,7 +75,7 @@ pub fn run_plan(
     };
     let result = runner.run();
     crate::process::reap_orphans();
-    let mut summary = result?;
+    let mut summary = result.map_err(|e| e.to_string())?;
     // A host that could not be set up is in the notes as well as on the console.
     let down =
         (sessions.down.iter()).map(|(name, why)| format!("host {name}: {why}; its steps fail"));
@@ -274,11 +274,14 @@ fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
 /// (`cli::run::write_reports`), so the sweep never imports the report module.
 pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
     let mut notes = summary.findings.clone();
-    if summary.interrupted {
-        notes.push("The run was interrupted; the steps above are those that finished.".into());
-    }
-    if summary.stopped_on_failure {
-        notes.push("The run stopped at a failed step (on_failure = \"stop\").".into());
+    match summary.end {
+        RunEnd::Interrupted => {
+            notes.push("The run was interrupted; the steps above are those that finished.".into())
+        }
+        RunEnd::StoppedOnFailure => {
+            notes.push("The run stopped at a failed step (on_failure = \"stop\").".into())
+        }
+        _ => {}
     }
     let write = |name: &str, text: String| {
         dir.write_file(name, &text)

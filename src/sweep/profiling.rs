@@ -101,7 +101,7 @@ impl Runner<'_> {
         let mut passes = Vec::new();
         for choice in &choices {
             if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
-                summary.interrupted = true;
+                summary.end = super::runner::RunEnd::Interrupted;
                 return Ok(());
             }
             let record = match log.earlier_pass(&choice.step) {
@@ -141,6 +141,7 @@ impl Runner<'_> {
         let outcome = self
             .placements
             .cpus(placement, follow)
+            .map_err(|e| e.to_string())
             .and_then(|cpus| {
                 self.live_server(target, &cpus, choice.point.clients, server, server_cpus)?;
                 Ok(cpus)
@@ -182,7 +183,8 @@ impl Runner<'_> {
         if let Some(mut old) = server.take() {
             old.stop();
         }
-        let s = self.launcher.launch(target, cpus, clients, self.stop)?;
+        let s =
+            (self.launcher.launch(target, cpus, clients, self.stop)).map_err(|e| e.to_string())?;
         *server = Some(s);
         *server_cpus = Some(cpus.server.clone());
         Ok(())

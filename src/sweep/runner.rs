@@ -4,6 +4,7 @@
 //! tested with fakes.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -28,16 +29,40 @@ use crate::record::steps::{now_unix_s, ErrorKind, StepResult, StepStatus};
 pub struct RunSummary {
     /// Every step of the run directory (resumed ones included), in order.
     pub steps: Vec<StepResult>,
-    /// Ctrl-C (or SIGTERM) ended it.
-    pub interrupted: bool,
-    /// A failure ended it (`on_failure = "stop"`).
-    pub stopped_on_failure: bool,
-    /// A breached `abort = true` threshold ended it: why.
-    pub threshold_abort: Option<String>,
-    /// The hosts went away for good (the Slurm allocation it ran in ended): why.
-    pub hosts_gone: Option<String>,
+    /// How it ended.
+    pub end: RunEnd,
     /// Lines worth reporting (rate-search results, early stops).
     pub findings: Vec<String>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Every planned step ran (skipped ones included).
+    #[default]
+    Completed,
+    /// Ctrl-C (or SIGTERM) ended it.
+    Interrupted,
+    /// A failed step ended it (`on_failure = "stop"`).
+    StoppedOnFailure,
+    /// A breached `abort = true` threshold ended it: why.
+    ThresholdAbort(String),
+    /// The hosts went away for good (the Slurm allocation it ran in ended): why.
+    HostsGone(String),
+}
+
+/// Why a run stopped with an error (its finished steps are kept in its directory).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Its directory's steps could not be read (an earlier run's, for `--resume`).
+    #[error("{0}")]
+    Read(String),
+    /// Its directory could not be written (a full disk): what failed and how to go on.
+    #[error("{0}")]
+    Write(String),
+    /// A profile pass's record could not be written.
+    #[error("{0}")]
+    Profile(String),
 }
 
 /// The step loop and its collaborators.
@@ -227,10 +252,11 @@ impl<'p> SeriesRun<'p> {
 
 impl Runner<'_> {
     /// Runs every series; results already in the directory (`--resume`) are kept and skipped.
-    pub fn run(&mut self) -> Result<RunSummary, String> {
+    pub fn run(&mut self) -> Result<RunSummary, RunError> {
         let done: BTreeMap<String, StepResult> = self
             .dir
-            .steps()?
+            .steps()
+            .map_err(RunError::Read)?
             .into_iter()
             .map(|s| (s.id.clone(), s))
             .collect();
@@ -260,7 +286,7 @@ impl Runner<'_> {
                 }
             }
         }
-        let mut steps: Vec<StepResult> = self.dir.steps()?;
+        let mut steps: Vec<StepResult> = self.dir.steps().map_err(RunError::Read)?;
         steps.sort_by(|a, b| a.started_unix_s.total_cmp(&b.started_unix_s));
         run.summary.steps = steps;
         self.progress.finish();
@@ -273,7 +299,7 @@ impl Runner<'_> {
         target: &TargetPlan,
         placement: &str,
         run: &mut RunState,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RunError> {
         let mut series = SeriesRun::new(target, placement, &self.plan.series);
         let mut end_run = false;
         let series_started = run.at.series_started;
@@ -282,8 +308,11 @@ impl Runner<'_> {
             // Its server started with its first point: the ETA counts no start for it after.
             run.at.series_started = series_started + 1;
             match reps {
-                Some(reps) => self.after_point(&mut series, point, &reps, &mut run.summary),
-                None => {
+                ControlFlow::Continue(reps) => {
+                    self.after_point(&mut series, point, &reps, &mut run.summary)
+                }
+                ControlFlow::Break(end) => {
+                    run.summary.end = end;
                     end_run = true;
                     break;
                 }
@@ -299,7 +328,8 @@ impl Runner<'_> {
                 &mut series.server,
                 &mut series.server_cpus,
                 &mut run.summary,
-            )?;
+            )
+            .map_err(RunError::Profile)?;
         }
         series.stop_server();
         for note in series.take_stop_notes() {
@@ -308,14 +338,14 @@ impl Runner<'_> {
         Ok(end_run)
     }
 
-    /// Runs a point's repetitions, each recorded as it ends; None when the run must end
-    /// (Ctrl-C, or a failure under `on_failure = "stop"`).
+    /// Runs a point's repetitions, each recorded as it ends; Break with how the run ends when
+    /// it must end there (Ctrl-C, a failure under `on_failure = "stop"`, ...).
     fn run_point(
         &mut self,
         series: &mut SeriesRun,
         point: Point,
         run: &mut RunState,
-    ) -> Result<Option<Vec<StepResult>>, String> {
+    ) -> Result<ControlFlow<RunEnd, Vec<StepResult>>, RunError> {
         let mut reps = Vec::new();
         run.at.runs_of_step = 0;
         for rep in 0..self.plan.repetitions.max_runs() {
@@ -323,8 +353,8 @@ impl Runner<'_> {
                 break;
             }
             run.at.runs_of_step = rep;
-            if self.interrupted(&mut run.summary) {
-                return Ok(None);
+            if self.interrupted(&run.summary) {
+                return Ok(ControlFlow::Break(RunEnd::Interrupted));
             }
             let key = StepKey::new(series.target, series.placement, point, rep);
             if let Some(prev) = run.done.get(&key.id) {
@@ -346,8 +376,8 @@ impl Runner<'_> {
                 self.note(&mut run.summary, note);
             }
             // A step cut short by Ctrl-C is not recorded: --resume runs it again.
-            if self.interrupted(&mut run.summary) {
-                return Ok(None);
+            if self.interrupted(&run.summary) {
+                return Ok(ControlFlow::Break(RunEnd::Interrupted));
             }
             // Nor is one whose files could not be written: the next would fail alike.
             if step.error_kind == Some(ErrorKind::Io) {
@@ -364,19 +394,16 @@ impl Runner<'_> {
             let abort = thresholds::abort_reason(&self.plan.thresholds, &step);
             reps.push(step);
             if failed && self.plan.on_failure == OnFailure::Stop {
-                run.summary.stopped_on_failure = true;
-                return Ok(None);
+                return Ok(ControlFlow::Break(RunEnd::StoppedOnFailure));
             }
             if let Some(why) = gone {
                 let line = format!("{why}: the run stopped there, its later steps were not run");
                 self.note(&mut run.summary, line);
-                run.summary.hosts_gone = Some(why);
-                return Ok(None);
+                return Ok(ControlFlow::Break(RunEnd::HostsGone(why)));
             }
             if let Some(why) = abort {
                 self.note(&mut run.summary, why.clone());
-                run.summary.threshold_abort = Some(why);
-                return Ok(None);
+                return Ok(ControlFlow::Break(RunEnd::ThresholdAbort(why)));
             }
             if series.saturated.is_none() && !self.plan.cooldown.is_zero() {
                 self.sleep(self.plan.cooldown);
@@ -384,7 +411,7 @@ impl Runner<'_> {
         }
         run.at.steps += 1;
         run.at.runs += reps.len();
-        Ok(Some(reps))
+        Ok(ControlFlow::Continue(reps))
     }
 
     /// The progress line's position at repetition `rep` (from 0) of the current step.
@@ -407,23 +434,21 @@ impl Runner<'_> {
 
     /// The error that ends a run whose directory cannot be written (a full disk): what
     /// failed, and how to go on once there is room.
-    fn cannot_write(&self, what: &str) -> String {
-        format!(
+    fn cannot_write(&self, what: &str) -> RunError {
+        RunError::Write(format!(
             "{what}; the run stopped, its finished steps are in {}: free space, then continue with `stairbench run --resume {}`",
             self.dir.path.join("steps.jsonl").display(),
             self.dir.path.display()
-        )
+        ))
     }
 
-    /// True (and the summary says so) once Ctrl-C has been pressed.
-    fn interrupted(&self, summary: &mut RunSummary) -> bool {
-        let stopped = self.stop.load(Ordering::Relaxed);
-        summary.interrupted |= stopped;
-        stopped
+    /// True once Ctrl-C has been pressed (or a profile pass saw it).
+    fn interrupted(&self, summary: &RunSummary) -> bool {
+        self.stop.load(Ordering::Relaxed) || summary.end == RunEnd::Interrupted
     }
 
     /// Appends a finished step to steps.jsonl (on disk before the next starts) and shows it.
-    fn record(&mut self, step: &StepResult, run: &mut RunState) -> Result<(), String> {
+    fn record(&mut self, step: &StepResult, run: &mut RunState) -> Result<(), RunError> {
         self.dir
             .append(step)
             .map_err(|e| self.cannot_write(&format!("writing steps.jsonl: {e}")))?;
@@ -578,7 +603,8 @@ impl Runner<'_> {
             self.placements
                 .cpus_on(server_host, client_host, key.placement, follow)
         };
-        let pair = on(groups.first().and_then(Option::as_deref)).map_err(StepEnd::Skipped)?;
+        let pair = on(groups.first().and_then(Option::as_deref))
+            .map_err(|why| StepEnd::Skipped(why.to_string()))?;
         let groups = groups
             .iter()
             .map(|g| on(g.as_deref()).map(|p| p.client))
@@ -618,10 +644,10 @@ impl Runner<'_> {
                     series.server_cpus = Some(cpus.server.clone());
                 }
                 // A server already running may answer again at the next step.
-                Err(why) if running => return Err(StepError::Launch(why)),
+                Err(why) if running => return Err(why.into()),
                 Err(why) => {
-                    series.launch_failed = Some(first_line(&why));
-                    return Err(StepError::Launch(why));
+                    series.launch_failed = Some(first_line(&why.to_string()));
+                    return Err(why.into());
                 }
             }
         }

@@ -86,3 +86,50 @@ fn the_nginx_wrk_example_measures_nginx() {
         "{stdout}"
     );
 }
+
+/// Run as root from a directory only root may enter (a clone in /root, a `mktemp -d`), the
+/// example still serves its page: nginx's workers would otherwise run as an unprivileged user
+/// that cannot read it, and answer every request 403.
+#[test]
+fn the_nginx_wrk_example_serves_its_page_from_a_directory_only_root_may_enter() {
+    use std::os::unix::fs::PermissionsExt;
+    // Safety: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return common::skip_or_fail("the case needs root (a directory only root may enter)");
+    }
+    let missing = ["nginx", "wrk"]
+        .into_iter()
+        .find(|p| common::find_program(p).is_none());
+    if let Some(p) = missing {
+        return common::skip_or_fail(format!("{p} is not installed"));
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let text = std::fs::read_to_string(examples.join("nginx-wrk.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    // The example's files copied in too, as in a clone under /root.
+    let inside = dir.path().join("examples");
+    std::fs::create_dir(&inside).unwrap();
+    std::fs::copy(examples.join("nginx.sh"), inside.join("nginx.sh")).unwrap();
+    let quick = text
+        .replace("duration = \"5s\"", "duration = \"1s\"")
+        .replace("clients = [1, 2, 4, 8, 16, 32, 64]", "clients = [1, 2]")
+        .replace("{spec_dir}", &inside.display().to_string());
+    let spec = inside.join("nginx-wrk.toml");
+    std::fs::write(&spec, quick).unwrap();
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    let steps = common::steps_json(&out_dir);
+    assert_eq!(steps.len(), 2, "{steps:#?}");
+    for s in &steps {
+        assert_eq!(s["status"], "ok", "{s:#}");
+        assert!(s["requests"].as_f64().unwrap() > 0.0, "{s:#}");
+        assert!(
+            s["errors"]["http_non_2xx_3xx"].is_null(),
+            "{}: {:#}",
+            s["id"],
+            s["errors"]
+        );
+    }
+}

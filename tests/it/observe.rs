@@ -113,6 +113,11 @@ fn recorded_observation(tree_after: &TreeSample, perf_csv: &str) -> Observation 
         perf: stairbench::observe::perf::parse_csv(perf_csv),
         observer_cpu_s: 0.0,
         notes: Vec::new(),
+        cgroup_cpu: None,
+        neighbours: None,
+        sockets: None,
+        link: None,
+        disk: None,
     }
 }
 

@@ -21,7 +21,7 @@ use stairbench::record::steps::{read_steps, ErrorKind, StepResult, StepStatus};
 use stairbench::sweep::experiment::finish_dir;
 use stairbench::sweep::plan::{Plan, Series};
 use stairbench::sweep::progress::Quiet;
-use stairbench::sweep::runner::{RunSummary, Runner};
+use stairbench::sweep::runner::{RunEnd, RunSummary, Runner};
 use stairbench::sweep::spec::SpecFile;
 
 fn plan(text: &str) -> Plan {
@@ -239,7 +239,7 @@ fn fake_loop_writes_each_step_and_the_reports() {
         &mut launcher,
         &AtomicBool::new(false),
     );
-    assert!(!summary.interrupted);
+    assert_eq!(summary.end, RunEnd::Completed);
     // 2 targets × 2 placements × 5 counts, one server per series.
     assert_eq!(summary.steps.len(), 20);
     assert_eq!(launcher.launches, 4);
@@ -445,7 +445,7 @@ fn on_failure_stop_ends_the_run_and_launch_failures_skip_their_series() {
         &mut FakeLauncher::default(),
         &AtomicBool::new(false),
     );
-    assert!(summary.stopped_on_failure);
+    assert_eq!(summary.end, RunEnd::StoppedOnFailure);
     assert_eq!(summary.steps.len(), 2);
 
     let dir = tempfile::tempdir().unwrap();
@@ -596,7 +596,7 @@ fn results_are_on_disk_after_each_step_and_resume_continues() {
         &mut FakeLauncher::default(),
         &STOP,
     );
-    assert!(summary.interrupted);
+    assert_eq!(summary.end, RunEnd::Interrupted);
     assert_eq!(
         summary.steps.len(),
         6,
@@ -1613,7 +1613,7 @@ mod policy_units {
 mod placement_units {
     use std::collections::BTreeMap;
 
-    use stairbench::placement::{CpuPair, PlacementSource, TopologyPlacements};
+    use stairbench::placement::{CpuPair, CpusError, PlacementSource, TopologyPlacements};
 
     #[test]
     fn two_cpus() {
@@ -1632,11 +1632,13 @@ mod placement_units {
                 client: vec![0, 1]
             }
         );
-        assert!(p
-            .cpus("separated", Some(2))
-            .unwrap_err()
-            .contains("needs 4 CPUs"));
-        assert!(p.cpus("nope", None).is_err());
+        let err = p.cpus("separated", Some(2)).unwrap_err();
+        assert!(matches!(err, CpusError::TooFewCpus(_)), "{err:?}");
+        assert!(err.to_string().contains("needs 4 CPUs"), "{err}");
+        assert_eq!(
+            p.cpus("nope", None).unwrap_err(),
+            CpusError::Unknown("nope".into())
+        );
     }
 }
 

@@ -13,12 +13,17 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs examples/NAME.toml with 1 s steps (under `chrt -f 5` where possible); its first diagnosis, or None when a program it
 /// needs is missing (skipped outside CI).
-fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
+pub(crate) fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
     run_example(name, needs).map(|(d, _)| d)
 }
 
 /// As [`diagnose_example`], with the run's steps (steps.jsonl) too.
-fn run_example(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>)> {
+pub(crate) fn run_example(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>)> {
+    run_example_kept(name, needs).map(|(d, steps, _)| (d, steps))
+}
+
+/// As [`run_example`], keeping the run's directory (`DIR/run`) for the example's own files.
+fn run_example_kept(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>, tempfile::TempDir)> {
     if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
         common::skip_or_fail(format!("{missing} is not installed"));
         return None;
@@ -38,8 +43,9 @@ fn run_example(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>)> {
     common::assert_success(&printed);
     let list: Value = serde_json::from_slice(&printed.stdout).unwrap();
     let d = list[0].clone();
-    eprintln!("{name}: {}", d["sentence"]);
-    Some((d, common::steps_json(&out)))
+    eprintln!("{name}: {} ({})", d["sentence"], d["confidence"]);
+    let steps = common::steps_json(&out);
+    Some((d, steps, dir))
 }
 
 /// `stairbench run SPEC --out OUT` under SCHED_FIFO priority 5 where `chrt` may set it
@@ -66,7 +72,7 @@ fn run_favoured(spec: &Path, out: &Path) -> std::process::Output {
 }
 
 /// The value of the last evidence entry named `metric`.
-fn figure(d: &Value, metric: &str) -> f64 {
+pub(crate) fn figure(d: &Value, metric: &str) -> f64 {
     d["evidence"]
         .as_array()
         .unwrap()
@@ -120,7 +126,7 @@ fn a_delaying_pipeline_is_outside_both_processes() {
 
 /// True when Debian's PostgreSQL server is installed (its binaries are not on PATH); says why
 /// not otherwise (a failure in CI).
-fn postgresql_installed() -> bool {
+pub(crate) fn postgresql_installed() -> bool {
     let found = std::fs::read_dir("/usr/lib/postgresql")
         .map(|dirs| {
             dirs.flatten()
@@ -143,7 +149,7 @@ fn lock_waiters(step: &Value) -> f64 {
 }
 
 /// The step at `clients`.
-fn at(steps: &[Value], clients: u64) -> &Value {
+pub(crate) fn at(steps: &[Value], clients: u64) -> &Value {
     steps
         .iter()
         .find(|s| s["clients"] == clients)
@@ -219,4 +225,75 @@ fn postgresql_hot_row_held_across_round_trips_is_coherency() {
     assert!(throughput[1] < 0.9 * throughput[0], "{d:#}");
     assert!(lock_waiters(at(&steps, 1)) < 0.5, "{steps:#?}");
     assert!(lock_waiters(at(&steps, 16)) >= 6.0, "{steps:#?}");
+}
+
+/// True when this process may make cgroups (root); says why not otherwise (a failure in CI).
+fn root() -> bool {
+    // Safety: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        common::skip_or_fail("making a CPU cgroup needs root");
+    }
+    root
+}
+
+/// `cpu.stat`'s counter `key`.
+fn cpu_stat(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+#[test]
+fn nginx_in_a_cgroup_with_a_cpu_quota_is_quota() {
+    if !root() {
+        return;
+    }
+    let Some((d, _, dir)) = run_example_kept("limits-quota", &["nginx", "wrk"]) else {
+        return;
+    };
+    // The kernel's own count, from the cgroup's cpu.stat as nginx-quota.sh copied it.
+    let read = |end: &str| {
+        std::fs::read_to_string(dir.path().join(format!("run/quota-cpu.stat.{end}")))
+            .unwrap_or_else(|e| panic!("quota-cpu.stat.{end}: {e}"))
+    };
+    let (a, b) = (read("start"), read("end"));
+    let periods = cpu_stat(&b, "nr_periods ") - cpu_stat(&a, "nr_periods ");
+    let throttled = cpu_stat(&b, "nr_throttled ") - cpu_stat(&a, "nr_throttled ");
+    eprintln!(
+        "limits-quota: the cgroup's cpu.stat: throttled in {throttled} of {periods} periods over the run"
+    );
+    assert_eq!(d["limit"], "quota", "{d:#}");
+    assert_eq!(figure(&d, "quota_cpus"), 0.2, "{d:#}");
+    assert!(figure(&d, "throttled_periods_pct") >= 20.0, "{d:#}");
+    assert!(
+        throttled * 5 >= periods && periods > 0,
+        "{throttled} of {periods}"
+    );
+}
+
+#[test]
+fn nginx_beside_a_pinned_cpu_hog_is_neighbour() {
+    let Some((d, _, dir)) = run_example_kept(
+        "limits-neighbour",
+        &["nginx", "wrk", "setsid", "taskset", "chrt"],
+    ) else {
+        return;
+    };
+    // The hog's own CPU over its life, from its /proc/PID/stat line and /proc/uptime.
+    let text = std::fs::read_to_string(dir.path().join("run/hog.stat")).unwrap();
+    let (stat, uptime) = text.split_once('\n').unwrap();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    let num = |k: usize| f[k - 3].parse::<f64>().unwrap();
+    let tps = 100.0;
+    let cpu_s = (num(14) + num(15)) / tps;
+    let life_s = uptime.trim().parse::<f64>().unwrap() - num(22) / tps;
+    let hog_pct = 100.0 * cpu_s / life_s;
+    eprintln!("limits-neighbour: the hog's own CPU from /proc: {cpu_s:.1} s in {life_s:.1} s, {hog_pct:.0}% of one CPU");
+    assert_eq!(d["limit"], "neighbour", "{d:#}");
+    assert!(figure(&d, "neighbours_pct") >= 10.0, "{d:#}");
+    assert!(d["sentence"].as_str().unwrap().contains("sh (pid"), "{d:#}");
+    assert!(hog_pct >= 20.0, "the hog took {hog_pct:.0}% of one CPU");
 }

@@ -7,3 +7,4 @@
 #[path = "../it/common.rs"]
 mod common;
 mod diagnosis;
+mod limits_io;

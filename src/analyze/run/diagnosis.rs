@@ -48,8 +48,21 @@ pub enum Limit {
     Coherency,
     /// More runnable server threads than CPUs: run-queue wait per request grew.
     Oversubscription,
+    /// The server holds a fixed number of requests at once: the rest wait unread in its
+    /// sockets while its CPUs idle.
+    Concurrency,
+    /// The link carrying the traffic is near its capacity.
+    Network,
+    /// The server waits on its storage.
+    Disk,
     /// Neither side busy, flat throughput, latency growing as Little's law predicts.
     Outside,
+    /// A cgroup's CPU quota throttled the server (or its cgroup cpuset held fewer CPUs than
+    /// its placement), and the server used what it allowed.
+    Quota,
+    /// Other processes took 10% or more of the server's or the client's CPUs, which had no
+    /// room left.
+    Neighbour,
     /// No rule fits.
     Undetermined,
 }
@@ -95,8 +108,13 @@ pub struct Diagnosis {
     /// The figures it rests on (for `undetermined`, those that ruled each limit out); never
     /// empty.
     pub evidence: Vec<Evidence>,
-    /// The diagnosis in one sentence, printed verbatim at the top of the reports.
+    /// The diagnosis in one sentence, printed verbatim at the top of the reports; it ends
+    /// with what to try next (`Next: ...`).
     pub sentence: String,
+    /// What limits the confidence, printed beside the sentence: neighbours that took 10% of
+    /// either side's CPUs, levels still noisy after their repetitions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// One load level's evidence, repetitions averaged.
@@ -118,8 +136,18 @@ struct Level {
     run_delay_us_per_req: Option<f64>,
     run_delay_pct: Option<f64>,
     busiest: Option<(String, f64)>,
+    /// The server's CPU (% of its cpuset) in the repetition the busiest thread comes from.
+    busiest_cpuset_pct: Option<f64>,
     little_ratio: Option<f64>,
     inflight: Option<f64>,
+    /// The throughput's coefficient of variation over the repetitions (fraction).
+    throughput_cv: f64,
+    /// The throughput varied 3% or more over 2 or more repetitions.
+    noisy: bool,
+    /// The quota, the cgroup cpuset and the neighbours.
+    cpu: limits_cpu::CpuLevel,
+    /// Sockets, link and disk (limits_io.rs).
+    io: limits_io::IoLevel,
 }
 
 /// Diagnoses a series from its analysis and its ok steps.
@@ -139,7 +167,9 @@ pub fn diagnose_with_profile(
         .map(|p| level(p, series, steps))
         .collect();
     let knee = series.knee.as_ref().and_then(|k| k.throughput_knee);
-    let knee_index = knee.and_then(|k| series.points.iter().position(|p| load_of(p) >= k));
+    let knee_index = knee
+        .and_then(|k| series.points.iter().position(|p| load_of(p) >= k))
+        .or_else(|| flat_from_the_start(series, &levels));
     let name = format!("{}/{}", series.target, series.placement);
     if levels.is_empty() {
         return Diagnosis {
@@ -154,7 +184,8 @@ pub fn diagnose_with_profile(
                 at_clients: None,
                 note: "no step measured anything".into(),
             }],
-            sentence: format!("{name}: no step measured anything, so nothing can be said."),
+            sentence: format!("{name}: no step measured anything, so nothing can be said. Next: check the steps' failures (report.md lists them) and run again."),
+            notes: Vec::new(),
         };
     }
     // Without a knee (Kneedle reads only the rising part: a curve whose peak is its first
@@ -183,8 +214,8 @@ pub fn diagnose_with_profile(
     let found = rules.iter().find_map(|rule| rule(&ctx));
     let knee_clients = knee_index.map(|i| levels[i].clients);
     let opening = opening(&name, series, &levels, knee_index);
-    let (limit, mut confidence, mut evidence, because) = match found {
-        Some(f) => (f.limit, f.confidence, f.evidence, f.because),
+    let (limit, mut confidence, mut evidence, because, next) = match found {
+        Some(f) => (f.limit, f.confidence, f.evidence, f.because, f.next),
         None => match unobserved {
             Some(why) => not_observed(&ctx, why),
             None => (
@@ -192,12 +223,14 @@ pub fn diagnose_with_profile(
                 Confidence::Low,
                 ruled_out(&ctx),
                 "no rule fits the evidence (the figures that ruled each limit out are listed): undetermined".to_string(),
+                "run more repetitions or longer steps, with a profile pass, so that a rule has evidence to read".to_string(),
             ),
         },
     };
     if knee_clients.is_none() {
         confidence = confidence.min(Confidence::Low);
     }
+    let notes = limits_cpu::cap(&ctx, limit, &mut confidence, &mut evidence);
     if let Some(p) = profile {
         evidence.extend(p.evidence());
     }
@@ -208,8 +241,26 @@ pub fn diagnose_with_profile(
         limit,
         confidence,
         evidence,
-        sentence: format!("{opening}: {because}."),
+        sentence: format!("{opening}: {because}. Next: {next}."),
+        notes,
     }
+}
+
+/// A series flat (within noise of its peak) from its first or second level on, which
+/// Kneedle cannot see a knee in: it stops scaling at that level.
+fn flat_from_the_start(series: &SeriesAnalysis, levels: &[Level]) -> Option<usize> {
+    let peak = series.peak.throughput_rps?;
+    let i = levels
+        .iter()
+        .position(|l| level_within_noise(l.throughput_rps, peak, peak))?;
+    let rest = &levels[i..];
+    (i <= 1
+        && levels.len() >= 3
+        && rest.len() >= 2
+        && rest
+            .iter()
+            .all(|l| !l.client_saturated && level_within_noise(l.throughput_rps, peak, peak)))
+    .then_some(i)
 }
 
 /// The diagnosis' first words: where the series stops scaling, with the levels that are level
@@ -277,6 +328,8 @@ struct Found {
     confidence: Confidence,
     evidence: Vec<Evidence>,
     because: String,
+    /// What to try next, in one line.
+    next: String,
 }
 
 /// The series as the rules read it: its levels, and where the saturated part starts (the
@@ -326,13 +379,18 @@ type Rule = fn(&Ctx) -> Option<Found>;
 /// threads makes a cpuset look busy; a saturated single thread is the limit even when
 /// throughput then falls (noise, or that thread doing more per request); a fall after the
 /// peak is the most specific of the rest.
-const RULES: [Rule; 7] = [
+const RULES: [Rule; 12] = [
     client,
+    limits_cpu::quota,
+    limits_cpu::neighbour,
     oversubscription,
     one_thread,
     coherency,
     server_cpu,
     contention,
+    limits_io::concurrency,
+    limits_io::network,
+    limits_io::disk,
     outside,
 ];
 
@@ -395,6 +453,8 @@ fn client(c: &Ctx) -> Option<Found> {
             },
             evidence,
             because: format!("{because}: a client limit, not the server's"),
+            next: "give the load generator more CPUs or threads (or another machine) and run again"
+                .into(),
         });
     }
     let top = c.top();
@@ -411,8 +471,13 @@ fn client(c: &Ctx) -> Option<Found> {
                 because: format!(
                     "the load generator uses {cpu:.0}% of its CPUs while the server uses {server:.0}% of its own: a client limit, not the server's"
                 ),
+                next: "give the load generator more CPUs or threads (or another machine) and run again".into(),
             });
         }
+    }
+    // A link near its capacity explains fewer requests in flight than configured (issue 33).
+    if limits_io::link_busy(top) {
+        return None;
     }
     let ratio = top.little_ratio?;
     (ratio < 1.0 - 2.0 * crate::analyze::little::TOLERANCE).then(|| {
@@ -431,6 +496,7 @@ fn client(c: &Ctx) -> Option<Found> {
                 ratio * inflight,
                 top.clients
             ),
+            next: "check why the generator's requests were not in flight (its threads' CPU, connection errors, think time) and raise its connections".into(),
         }
     })
 }
@@ -498,6 +564,7 @@ fn coherency(c: &Ctx) -> Option<Found> {
         },
         evidence,
         because: format!("{because}: coherency/crosstalk"),
+        next: "find the state every request touches (a hot lock, row or counter) with a profile at the peak and past it, and split it".into(),
     })
 }
 
@@ -555,6 +622,7 @@ fn oversubscription(c: &Ctx) -> Option<Found> {
             top.server_cpus,
             if top.server_cpus == 1 { "" } else { "s" }
         ),
+        next: "run fewer server threads than it has CPUs (or give it more CPUs)".into(),
     })
 }
 
@@ -564,7 +632,7 @@ fn one_thread(c: &Ctx) -> Option<Found> {
     if pct < THREAD_BUSY_PCT {
         return None;
     }
-    let cpuset = top.server_cpu_pct;
+    let cpuset = top.busiest_cpuset_pct.or(top.server_cpu_pct);
     // With room in the cpuset, or a one-CPU cpuset that this thread fills on its own
     // (adding CPUs would not help it either).
     let room = cpuset.is_some_and(|p| p < BUSY_PCT);
@@ -614,6 +682,7 @@ fn one_thread(c: &Ctx) -> Option<Found> {
         },
         evidence,
         because: format!("{because}: a single-thread limit"),
+        next: "spread that thread's work over more threads (more workers or shards) or make it cheaper per request".into(),
     })
 }
 
@@ -666,6 +735,7 @@ fn server_cpu(c: &Ctx) -> Option<Found> {
             if top.server_cpus == 1 { "" } else { "s" },
             if top.server_cpus == 1 { "is" } else { "are" },
         ),
+        next: "give the server more CPUs, or make each request cheaper (a profile pass shows where its CPU goes)".into(),
     })
 }
 
@@ -752,6 +822,7 @@ fn contention(c: &Ctx) -> Option<Found> {
         },
         evidence,
         because: format!("{because}: contention"),
+        next: "find the lock or shared resource that grows with load (a profile at two levels) and split or shorten it".into(),
     })
 }
 
@@ -798,6 +869,7 @@ fn outside(c: &Ctx) -> Option<Found> {
             "X·R / L: the latency is the requests in flight over the throughput",
         ),
     ];
+    limits_cpu::ruled_out(c, &mut evidence);
     let mut sides = format!("server {server:.0}% of its CPUs");
     if let Some(p) = top.client_cpu_pct {
         evidence.push(ev(
@@ -808,6 +880,7 @@ fn outside(c: &Ctx) -> Option<Found> {
         ));
         sides.push_str(&format!(", client {p:.0}% of its own"));
     }
+    evidence.extend(limits_io::ruled_out(c));
     Some(Found {
         limit: Limit::Outside,
         confidence: if c.separate_client() {
@@ -822,12 +895,13 @@ fn outside(c: &Ctx) -> Option<Found> {
             us(a),
             us(b)
         ),
+        next: "find what each request waits on outside both processes (a backend, a pool, the network or the disk) and widen it".into(),
     })
 }
 
 /// `undetermined` for a series whose server was not observed: no client limit was found,
 /// and no server-side limit can be told.
-fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String) {
+fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String, String) {
     let at = Some(c.top().clients);
     let mut evidence = vec![ev(
         "server_observed",
@@ -841,7 +915,16 @@ fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String
             .filter(|e| e.metric.starts_with("client_") || e.metric == "little_ratio"),
     );
     let because = "the server was not observed (a server already running with no pid, pidfile or process), so only a client-side limit can be told and none was found: undetermined".to_string();
-    (Limit::Undetermined, Confidence::Low, evidence, because)
+    let next =
+        "give the server's pid (pid_file or command in the spec) so that its side is observed"
+            .to_string();
+    (
+        Limit::Undetermined,
+        Confidence::Low,
+        evidence,
+        because,
+        next,
+    )
 }
 
 /// For `undetermined`: the figure that ruled out each limit, or that it was missing.
@@ -899,6 +982,8 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
         at,
         "coherency: throughput did not fall 10% below its peak",
     ));
+    limits_cpu::ruled_out(c, &mut out);
+    out.extend(limits_io::ruled_out(c));
     out
 }
 
@@ -933,13 +1018,20 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
         .filter_map(|s| s.observation().cloned())
         .collect();
     let per_request: Vec<PerRequest> = reps.iter().map(|s| s.per_request().clone()).collect();
-    let busiest = observed
+    // The busiest thread and its cpuset's share from the same repetition: from two, a
+    // thread could read busier than its whole cpuset.
+    let busiest_rep = observed
         .iter()
         .filter_map(|o| {
             let b = o.threads.as_ref()?.busiest.as_ref()?;
-            Some((b.name.clone(), b.cpu_pct))
+            let cpuset = o.server.as_ref().filter(|_| o.window_s > 0.0).map(|t| {
+                100.0 * (t.user_s + t.sys_s) / o.window_s / o.server_cpus.len().max(1) as f64
+            });
+            Some(((b.name.clone(), b.cpu_pct), cpuset))
         })
-        .max_by(|a, b| a.1.total_cmp(&b.1));
+        .max_by(|a, b| a.0 .1.total_cmp(&b.0 .1));
+    let busiest = busiest_rep.as_ref().map(|b| b.0.clone());
+    let busiest_cpuset_pct = busiest_rep.and_then(|b| b.1);
     let mean_of = |v: Vec<Option<f64>>| {
         let v: Vec<f64> = v.into_iter().flatten().filter(|x| x.is_finite()).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
@@ -977,8 +1069,13 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
                 .collect(),
         ),
         busiest,
+        busiest_cpuset_pct,
         little_ratio: little_mean(|r| r.check.ratio),
         inflight: little_mean(|r| r.check.inflight),
+        throughput_cv: p.throughput_rps.cv,
+        noisy: p.noisy,
+        cpu: limits_cpu::cpu_level(&reps),
+        io: limits_io::io_level(&observed, p.throughput_rps.mean),
     }
 }
 
@@ -1016,6 +1113,11 @@ fn us(x: f64) -> String {
 #[path = "diagnosis_profile.rs"]
 pub mod profile;
 pub use profile::ProfileEvidence;
+
+#[path = "limits_cpu.rs"]
+mod limits_cpu;
+#[path = "limits_io.rs"]
+mod limits_io;
 
 #[path = "diagnosis_wakeup.rs"]
 mod wakeup;

@@ -118,7 +118,9 @@ fn one_busy_thread_with_room_in_the_cpuset() {
         d.sentence,
         "web/sep stops scaling near 4 clients (it bends there and gains 3% more up to its peak \
          at 16 clients): its busiest thread (reactor-0) is 97% of one CPU \
-         while its 2 CPUs are 50% busy and CPU per request stays at 7.7 µs: a single-thread limit."
+         while its 2 CPUs are 50% busy and CPU per request stays at 7.7 µs: a single-thread limit. \
+         Next: spread that thread's work over more threads (more workers or shards) or make it \
+         cheaper per request."
     );
 }
 
@@ -492,4 +494,372 @@ fn the_built_in_generators_own_threads_are_evidence_where_it_gave_them() {
         .evidence
         .iter()
         .any(|e| e.metric.starts_with("client_busiest")));
+}
+
+/// Issue 33's resources outside the CPU: `io(i)` gives level i's `server.sockets`, `link` and
+/// `disk` (merged into the step's server figures).
+fn diagnose_io(shape: &[S], io: impl Fn(usize) -> serde_json::Value) -> Diagnosis {
+    let steps: Vec<StepResult> = shape
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut r = step(s);
+            let mut server = serde_json::to_value(&r.server).unwrap();
+            if let (Some(figures), serde_json::Value::Object(extra)) =
+                (server.as_object_mut(), io(i))
+            {
+                figures.extend(extra);
+            }
+            r.server = serde_json::from_value(server).unwrap();
+            r
+        })
+        .collect();
+    let a = analyze(&steps, None);
+    a.diagnosis[0].clone()
+}
+
+fn quiet(_: usize, s: &mut S) {
+    s.busy_pct = 10.0;
+    s.client_busy_pct = 10.0;
+    s.busiest = Some(("worker", 8.0));
+}
+
+#[test]
+fn requests_waiting_unread_in_an_idle_server_are_a_concurrency_limit() {
+    // 2 workers at 5 ms: 400 req/s; the rest of the clients wait in the accept queue.
+    let shape: Vec<S> = [(1, 190.0), (2, 380.0), (4, 400.0), (8, 400.0), (16, 400.0)]
+        .iter()
+        .map(|&(c, x)| {
+            let mut s = base(c, x);
+            quiet(0, &mut s);
+            s.latency_us = Some(if c == 1 { 5_000.0 } else { c as f64 / x * 1e6 });
+            s
+        })
+        .collect();
+    let waiting = [0.0, 0.1, 2.0, 6.0, 14.0];
+    let d = diagnose_io(&shape, |i| {
+        json!({"sockets": {"waiting_mean": waiting[i], "unread_connections_mean": 1.0,
+            "accept_queue_mean": waiting[i] - 1.0, "samples": 20}})
+    });
+    assert_eq!(d.limit, Limit::Concurrency, "{}", d.sentence);
+    assert_eq!(d.confidence, Confidence::High, "{}", d.sentence);
+    assert_eq!(metric(&d, "waiting_requests").value, 14.0);
+    assert!((metric(&d, "served_at_once").value - 2.0).abs() < 1e-9);
+    assert!(
+        d.sentence
+            .contains("14.0 of the 16 requests waited unread inside it")
+            && d.sentence.contains("served about 2.0 at once")
+            && d.sentence.ends_with("try more workers or threads."),
+        "{}",
+        d.sentence
+    );
+    // Empty sockets: the same curve is outside, and the evidence says the sockets were empty.
+    let d = diagnose_io(&shape, |_| json!({"sockets": {"waiting_mean": 0.2}}));
+    assert_eq!(d.limit, Limit::Outside, "{}", d.sentence);
+    assert_eq!(metric(&d, "waiting_requests").value, 0.2);
+    assert!(metric(&d, "link_utilisation_pct").value.is_nan());
+}
+
+fn link(util: f64) -> serde_json::Value {
+    json!({"link": {"interface": "veth", "tx_bytes_per_s": util / 100.0 * 25e6,
+        "qdisc": "tbf", "qdisc_rate_bits_per_s": 200e6, "capacity_bits_per_s": 200e6,
+        "utilisation_pct": util, "qdisc_overlimits": 900, "qdisc_drops": 12,
+        "tcp_retrans_segs": 30}})
+}
+
+#[test]
+fn a_full_link_wins_over_littles_law_but_not_over_a_saturated_client() {
+    // Fewer requests in flight than configured (X·R/L = 0.5), as behind a full link.
+    let shape = bending(|i, s| {
+        quiet(i, s);
+        s.latency_us = Some(s.clients as f64 / s.x * 0.5e6);
+    });
+    let util = [30.0, 60.0, 95.0, 97.0, 97.0];
+    let d = diagnose_io(&shape, |i| link(util[i]));
+    assert_eq!(d.limit, Limit::Network, "{}", d.sentence);
+    assert_eq!(d.confidence, Confidence::High, "{}", d.sentence);
+    assert!(
+        d.sentence
+            .contains("the link veth (tbf at 200.0 Mbit/s) carried 194.0 Mbit/s, 97% of it")
+            && d.sentence.contains("900 overlimits, 12 drops")
+            && d.sentence
+                .ends_with("try a faster link or smaller replies."),
+        "{}",
+        d.sentence
+    );
+    // Without the link's figures the same curve is the client's (Little's law).
+    let d = diagnose_io(&shape, |_| json!({}));
+    assert_eq!(d.limit, Limit::Client, "{}", d.sentence);
+    // A saturated generator still hides everything.
+    let saturated = bending(|i, s| {
+        quiet(i, s);
+        s.saturated = i >= 3;
+    });
+    let d = diagnose_io(&saturated, |i| link(util[i]));
+    assert_eq!(d.limit, Limit::Client, "{}", d.sentence);
+}
+
+#[test]
+fn an_idle_server_waiting_on_a_full_io_throttle_is_a_disk_limit() {
+    let shape = bending(quiet);
+    let used = [40.0, 80.0, 99.0, 100.0, 100.0];
+    let disk = |i: usize, waiting: f64| {
+        json!({"disk": {"devices": [{"device": "vda", "dev": "254:0", "util_pct": 12.0,
+            "queue_mean": 0.1}], "blkio_delay_s": waiting * 2.0, "blkio_waiting_mean": waiting,
+            "throttles": [{"cgroup": "/sb-disk", "dev": "254:0", "kind": "write_bps",
+            "limit_per_s": 4194304.0, "used_per_s": used[i] / 100.0 * 4194304.0,
+            "use_pct": used[i]}]}})
+    };
+    let d = diagnose_io(&shape, |i| disk(i, 1.0 + i as f64));
+    assert_eq!(d.limit, Limit::Disk, "{}", d.sentence);
+    assert_eq!(d.confidence, Confidence::High, "{}", d.sentence);
+    assert!(
+        d.sentence
+            .contains("on average 5.0 of its tasks waited for block I/O")
+            && d.sentence
+                .contains("write_bps throttle on 254:0 (4.19 MB/s) was 100% used")
+            && d.sentence
+                .ends_with("or group commit (fewer syncs per request)."),
+        "{}",
+        d.sentence
+    );
+    // A full throttle nobody waits on is not the limit.
+    let d = diagnose_io(&shape, |i| disk(i, 0.1));
+    assert_ne!(d.limit, Limit::Disk, "{}", d.sentence);
+}
+
+/// The steps of `shape`, each with `extra` merged into its `server` object (the window, the
+/// tree's CPU, the cgroups, the neighbours).
+fn diagnose_with(shape: &[S], extra: impl Fn(usize) -> serde_json::Value) -> Diagnosis {
+    let steps: Vec<StepResult> = shape
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut r = step(s);
+            if let serde_json::Value::Object(m) = extra(i) {
+                let mut server = serde_json::to_value(&r.server).unwrap();
+                for (k, v) in m {
+                    server[k] = v;
+                }
+                r.server = serde_json::from_value(server).unwrap();
+            }
+            r
+        })
+        .collect();
+    let d = analyze(&steps, None).diagnosis[0].clone();
+    assert!(d.sentence.starts_with("web/sep "), "{}", d.sentence);
+    d
+}
+
+/// A 2 s window in which the tree used `cpus` CPUs, in a v1 group of 0.2 CPUs throttled in
+/// `throttled` of 20 periods.
+fn throttled(cpus: f64, throttled: u64) -> serde_json::Value {
+    json!({"window_s": 2.0, "server": {"pid": 1, "user_s": 2.0 * cpus, "sys_s": 0.0},
+        "cgroup_cpu": {"groups": [{"path": "/stairbench-quota", "version": 1, "quota_cpus": 0.2,
+            "period_us": 100000, "periods": 20, "throttled_periods": throttled,
+            "throttled_s": 0.08 * throttled as f64, "usage_s": 2.0 * cpus}]}})
+}
+
+/// Latency as Little's law predicts, both sides idle, throughput flat past 4 clients: what
+/// the old diagnosis called `outside`, at high confidence.
+fn idle_flat() -> Vec<S> {
+    bending(|_, s| {
+        s.busy_pct = 10.0;
+        s.client_busy_pct = 20.0;
+    })
+}
+
+#[test]
+fn a_throttling_quota_is_the_limit_not_outside() {
+    let before = diagnose_all(&idle_flat());
+    assert_eq!(before.limit, Limit::Outside, "{}", before.sentence);
+    let d = diagnose_with(&idle_flat(), |i| {
+        throttled([0.1, 0.15, 0.2, 0.2, 0.2][i], [0, 5, 19, 19, 19][i])
+    });
+    assert_eq!(
+        (d.limit, d.confidence),
+        (Limit::Quota, Confidence::High),
+        "{}",
+        d.sentence
+    );
+    assert_eq!(metric(&d, "quota_cpus").value, 0.2);
+    assert_eq!(metric(&d, "throttled_periods_pct").value, 95.0);
+    assert!(
+        d.sentence.contains(
+            "its cgroup /stairbench-quota allows 0.20 CPUs (cpu.cfs_quota_us) and throttled it in 19 of 20 periods (1.52 s throttled in 2.0 s) at 16 clients, while the server used 0.20 CPUs (100% of the quota)"
+        ),
+        "{}",
+        d.sentence
+    );
+    assert!(
+        d.sentence.ends_with(
+            "a CPU quota limit. Next: raise the cgroup's CPU quota (cpu.cfs_quota_us) or run the server outside that cgroup."
+        ),
+        "{}",
+        d.sentence
+    );
+    // A quota the server stayed far below rules it out, and says so among outside's figures.
+    let d = diagnose_with(&idle_flat(), |_| throttled(0.02, 0));
+    assert_eq!(d.limit, Limit::Outside, "{}", d.sentence);
+    assert_eq!(metric(&d, "throttled_periods_pct").value, 0.0);
+}
+
+/// `others_pct` of the server's one CPU taken by pid 77 (`sh`), the CPU `busy` % busy.
+fn neighbours(others_pct: f64, busy: f64) -> serde_json::Value {
+    json!({"window_s": 2.0, "server_cpus_busy_pct": busy,
+        "neighbours": {"server_cpus_others_pct": others_pct, "client_cpus_others_pct": 0.0,
+            "server_steal_pct": 0.0, "client_steal_pct": 0.0,
+            "busiest": [{"pid": 77, "name": "sh", "cpu_pct": others_pct, "server_cpus_pct": others_pct - 1.0, "client_cpus_pct": 0.0}]}})
+}
+
+fn falling() -> Vec<S> {
+    [
+        (1, 10e3),
+        (2, 19e3),
+        (4, 30e3),
+        (8, 32e3),
+        (16, 24e3),
+        (32, 18e3),
+    ]
+    .iter()
+    .map(|&(c, x)| {
+        let mut s = base(c, x);
+        s.server_cpus = "0";
+        s
+    })
+    .collect()
+}
+
+#[test]
+fn a_busy_neighbour_is_named_before_coherency() {
+    let before = diagnose_all(&falling());
+    assert_eq!(before.limit, Limit::Coherency, "{}", before.sentence);
+    let d = diagnose_with(&falling(), |_| neighbours(48.0, 99.0));
+    assert_eq!(
+        (d.limit, d.confidence),
+        (Limit::Neighbour, Confidence::High),
+        "{}",
+        d.sentence
+    );
+    assert_eq!(metric(&d, "neighbours_pct").value, 48.0);
+    assert!(
+        d.sentence.contains("other processes took 48% of its 1 CPU at 32 clients while it was 99% busy (steal 0%); the busiest: sh (pid 77) 47%: a neighbour limit. Next: move the other processes off the server's CPUs"),
+        "{}",
+        d.sentence
+    );
+}
+
+#[test]
+fn a_neighbour_with_room_left_caps_another_limits_confidence_and_says_so() {
+    let d = diagnose_with(&falling(), |_| neighbours(12.0, 60.0));
+    assert_eq!(d.limit, Limit::Coherency, "{}", d.sentence);
+    assert!(d.confidence < Confidence::High, "{d:?}");
+    assert!(
+        d.notes.iter().any(
+            |n| n.contains("other processes took 12% of the server's CPUs")
+                && n.ends_with("no limit is named at high confidence")
+        ),
+        "{:?}",
+        d.notes
+    );
+}
+
+#[test]
+fn a_series_flat_from_its_second_level_stops_scaling_at_2() {
+    let shape: Vec<S> = [(1, 10e3), (2, 30e3), (4, 30.3e3), (8, 30.1e3), (16, 30.2e3)]
+        .iter()
+        .map(|&(c, x)| base(c, x))
+        .collect();
+    let d = diagnose_all(&shape);
+    assert!(
+        d.sentence.contains("stops scaling at 2 clients"),
+        "{}",
+        d.sentence
+    );
+    assert!(!d.sentence.contains("no knee"), "{}", d.sentence);
+    assert_eq!(d.knee_clients, Some(2), "{d:?}");
+}
+
+#[test]
+fn every_sentence_ends_with_what_to_try_next() {
+    for d in [
+        diagnose_all(&falling()),
+        diagnose_all(&idle_flat()),
+        diagnose_all(&bending(|i, s| s.saturated = i >= 3)),
+        diagnose_all(&bending(|_, s| s.busy_pct = 75.0)),
+    ] {
+        let next = d.sentence.rsplit_once(". Next: ").map(|x| x.1);
+        assert!(
+            next.is_some_and(|n| n.ends_with('.') && !n.contains(". ") && !n.contains('\n')),
+            "{}",
+            d.sentence
+        );
+    }
+}
+
+/// Over generated series (rising, bending, falling; idle or busy; with throttling and
+/// neighbours on random levels), a limit named at high confidence never contradicts the
+/// recorded evidence of another: a throttled quota is never `outside`, a neighbour's share
+/// of 10% or more past the knee never leaves another limit at high.
+#[test]
+fn a_high_limit_never_contradicts_the_recorded_evidence_of_another() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for case in 0..300 {
+        let base_shape = match case % 3 {
+            0 => idle_flat(),
+            1 => falling(),
+            _ => bending(|i, s| s.busy_pct = [30.0, 60.0, 92.0, 95.0, 96.0][i]),
+        };
+        let n = base_shape.len();
+        let busy = 10.0 + 90.0 * next();
+        let throttle: Vec<u64> = (0..n).map(|_| (20.0 * next()) as u64).collect();
+        let others: Vec<f64> = (0..n).map(|_| 30.0 * next()).collect();
+        let with_quota = next() < 0.5;
+        let with_neighbours = next() < 0.5;
+        let d = diagnose_with(&base_shape, |i| {
+            let mut v = json!({"window_s": 2.0});
+            if with_quota {
+                v = throttled(0.2 * throttle[i] as f64 / 20.0, throttle[i]);
+            }
+            if with_neighbours {
+                let nb = neighbours(others[i], busy);
+                v["neighbours"] = nb["neighbours"].clone();
+                v["server_cpus_busy_pct"] = nb["server_cpus_busy_pct"].clone();
+            }
+            v
+        });
+        let top = n - 1;
+        if with_quota && throttle[top] >= 4 {
+            assert_ne!(d.limit, Limit::Outside, "case {case}: {}", d.sentence);
+        }
+        let from = d
+            .knee_clients
+            .and_then(|k| base_shape.iter().position(|s| s.clients == k))
+            .unwrap_or(top);
+        let neighbour_seen = with_neighbours && others[from..].iter().any(|&o| o >= 10.0);
+        if neighbour_seen && d.confidence == Confidence::High {
+            assert_eq!(
+                d.limit,
+                Limit::Neighbour,
+                "case {case}: {} {:?}",
+                d.sentence,
+                d.notes
+            );
+        }
+        if neighbour_seen {
+            assert!(
+                d.limit == Limit::Neighbour
+                    || d.notes.iter().any(|n| n.contains("other processes took")),
+                "case {case}: {} {:?}",
+                d.sentence,
+                d.notes
+            );
+        }
+    }
 }

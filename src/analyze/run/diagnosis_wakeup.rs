@@ -53,7 +53,9 @@ pub fn add_wakeup_sentences(diagnoses: &mut [Diagnosis], steps: &[&StepResult]) 
             Some(clients),
             "median latency at the same level with server and client sharing CPUs",
         ));
-        d.sentence.push_str(&format!(
+        // Before the sentence's last words, what to try next.
+        let at = d.sentence.rfind(" Next: ").unwrap_or(d.sentence.len());
+        d.sentence.insert_str(at, &format!(
             " At {clients} client{} its median latency is {} against {} when server and client share CPUs ({:.1}×): the cost of waking threads on another CPU.",
             if clients == 1 { "" } else { "s" },
             us(sep),
@@ -113,8 +115,8 @@ mod tests {
     fn a_separated_median_far_above_the_shared_one_gets_its_sentence() {
         let s = sentences(95.0);
         assert!(
-            s[1].ends_with(
-                " At 2 clients its median latency is 95.0 µs against 30.0 µs when server and client share CPUs (3.2×): the cost of waking threads on another CPU."
+            s[1].contains(
+                " At 2 clients its median latency is 95.0 µs against 30.0 µs when server and client share CPUs (3.2×): the cost of waking threads on another CPU. Next: "
             ),
             "{s:?}"
         );

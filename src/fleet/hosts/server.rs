@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::server_health::ServerHosts;
 use super::session::{HostSession, Sessions};
+use crate::fleet::error::LaunchError;
 use crate::fleet::ranks;
 use crate::fleet::server::{Launcher, ProcessLauncher, Server};
 use crate::fleet::target::{TargetKind, TargetPlan};
@@ -128,24 +129,26 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
         cpus: &CpuPair,
         clients: usize,
         stop: &AtomicBool,
-    ) -> Result<Box<dyn Server>, String> {
+    ) -> Result<Box<dyn Server>, LaunchError> {
         let Some(host) = &target.host else {
             return self.local.launch(target, cpus, clients, stop);
         };
         if let Some(why) = self.health.down_reason(host) {
-            return Err(why);
+            return Err(LaunchError::Host(why));
         }
         // Every rank first, then their readiness: a kvd rank is ready once its peers are up.
         let sessions = (rank_plans(target, &[]).iter())
             .map(|(host, _)| {
-                (self.sessions.get(host)).map_err(|why| format!("host {host:?}: {why}"))
+                (self.sessions.get(host))
+                    .map_err(|why| LaunchError::Host(format!("host {host:?}: {why}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let plans = rank_plans(target, &addresses(&sessions));
         let procs = match one_step(&sessions) {
-            true => self.start_one_step(target, &plans, &sessions, cpus, clients)?,
-            false => self.start_each(target, plans, sessions, cpus, clients)?,
-        };
+            true => self.start_one_step(target, &plans, &sessions, cpus, clients),
+            false => self.start_each(target, plans, sessions, cpus, clients),
+        }
+        .map_err(LaunchError::Start)?;
         let mut server = RemoteServer {
             port: target.port.unwrap_or(0),
             procs,
@@ -159,7 +162,7 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
                 if server.host_lost() || self.health.on_probation(host) {
                     self.health.failed(host, first_line(&why));
                 }
-                Err(why)
+                Err(LaunchError::Start(why))
             }
         }
     }

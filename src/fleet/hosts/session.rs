@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::placement::TopologyReport;
-use crate::placement::{CpuPair, CustomTable, PlacementSource, TopologyPlacements};
+use crate::placement::{CpuPair, CpusError, CustomTable, PlacementSource, TopologyPlacements};
 use crate::record::overhead::HostSetUp;
 use crate::remote::{ClockOffset, Engine, HostSpec, RemoteError, REMOTE_BIN};
 
@@ -186,16 +186,18 @@ pub struct HostPlacements<'a> {
 }
 
 impl HostPlacements<'_> {
-    fn on(&self, host: Option<&str>) -> Result<TopologyPlacements, String> {
+    fn on(&self, host: Option<&str>) -> Result<TopologyPlacements, CpusError> {
         match host {
             None => Ok(self.local.clone()),
-            Some(h) => Ok(self.sessions.get(h)?.placements.clone()),
+            Some(h) => Ok((self.sessions.get(h).map_err(CpusError::Host)?)
+                .placements
+                .clone()),
         }
     }
 }
 
 impl PlacementSource for HostPlacements<'_> {
-    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, String> {
+    fn cpus(&self, placement: &str, count: Option<usize>) -> Result<CpuPair, CpusError> {
         self.local.cpus(placement, count)
     }
 
@@ -213,7 +215,7 @@ impl PlacementSource for HostPlacements<'_> {
         client_host: Option<&str>,
         placement: &str,
         count: Option<usize>,
-    ) -> Result<CpuPair, String> {
+    ) -> Result<CpuPair, CpusError> {
         if server_host == client_host {
             return self.on(server_host)?.cpus(placement, count);
         }

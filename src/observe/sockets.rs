@@ -1,0 +1,486 @@
+//! Requests waiting inside the server (the `concurrency` limit's evidence): the server's TCP
+//! sockets sampled every [`SAMPLE_EVERY`] during the window. A server that holds a fixed
+//! number of requests at once (a worker pool, a connection cap) leaves the rest unread in its
+//! connections' receive queues and its listen sockets' accept queues while its CPUs idle.
+//!
+//! The sockets come from sock_diag over netlink (only listening and established TCP sockets:
+//! a server closing a connection per request leaves thousands in TIME_WAIT that
+//! /proc/net/tcp would list and cost 10 ms of CPU a read), one netlink socket opened in each
+//! network namespace of the tree's processes; /proc/PID/net/tcp{,6} when netlink is refused.
+//! They are matched to the socket inodes the tree's processes hold open (/proc/PID/fd). A
+//! connection the kernel completed but no process accepted has no inode yet: it counts in
+//! its listen socket's accept queue (the receive queue of a listening socket).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::machine::procfs;
+use crate::record::use_io::SocketQueues;
+
+/// How often the sockets are sampled during a window.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// How often the tree's process list is refreshed (listing every process costs more than
+/// reading a few fd tables).
+const PIDS_EVERY: Duration = Duration::from_millis(500);
+
+/// TCP state of a listening socket in /proc/net/tcp.
+const LISTEN: u8 = 0x0A;
+/// TCP state of an established connection.
+const ESTABLISHED: u8 = 0x01;
+
+/// One line of /proc/net/tcp{,6}.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpLine {
+    /// The TCP state (0x0A listening, 0x01 established, ...).
+    pub state: u8,
+    /// Send queue: unsent and unacknowledged bytes; for a listening socket, its backlog limit
+    /// from sock_diag (/proc/net/tcp gives 0 there).
+    pub tx_queue: u64,
+    /// Receive queue: unread bytes; for a listening socket, its accept queue's length.
+    pub rx_queue: u64,
+    /// The socket's inode (0 for a connection no process has accepted).
+    pub inode: u64,
+}
+
+/// Parses /proc/net/tcp or tcp6 (the header line is skipped).
+pub fn parse_tcp(text: &str) -> Vec<TcpLine> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (tx, rx) = f.get(4)?.split_once(':')?;
+            Some(TcpLine {
+                state: u8::from_str_radix(f.get(3)?, 16).ok()?,
+                tx_queue: u64::from_str_radix(tx, 16).ok()?,
+                rx_queue: u64::from_str_radix(rx, 16).ok()?,
+                inode: f.get(9)?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The socket inodes process `pid` holds open.
+pub fn socket_inodes(proc_root: &Path, pid: i32, into: &mut BTreeSet<u64>) {
+    let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else {
+        return;
+    };
+    for fd in fds.flatten() {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            let t = target.to_string_lossy();
+            if let Some(n) = t
+                .strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .and_then(|n| n.parse().ok())
+            {
+                into.insert(n);
+            }
+        }
+    }
+}
+
+/// One sample of the server's sockets.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sample {
+    /// Established connections the tree holds.
+    pub connections: u64,
+    /// Of those, connections with unread bytes.
+    pub unread_connections: u64,
+    /// Unread bytes over them.
+    pub unread_bytes: u64,
+    /// Accept queues of the tree's listen sockets, summed.
+    pub accept_queue: u64,
+    /// The largest listen backlog.
+    pub backlog: Option<u64>,
+}
+
+/// The tree's sockets among `lines`.
+pub fn sample(lines: &[TcpLine], inodes: &BTreeSet<u64>) -> Sample {
+    let mut s = Sample::default();
+    for l in lines
+        .iter()
+        .filter(|l| l.inode != 0 && inodes.contains(&l.inode))
+    {
+        match l.state {
+            LISTEN => {
+                s.accept_queue += l.rx_queue;
+                if l.tx_queue > 0 {
+                    s.backlog = s.backlog.max(Some(l.tx_queue));
+                }
+            }
+            ESTABLISHED => {
+                s.connections += 1;
+                s.unread_bytes += l.rx_queue;
+                s.unread_connections += u64::from(l.rx_queue > 0);
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
+/// The window's figures from its samples (None without a sample).
+pub fn summarise(samples: &[Sample]) -> Option<SocketQueues> {
+    let n = samples.len() as f64;
+    let mean = |f: fn(&Sample) -> u64| samples.iter().map(|s| f(s) as f64).sum::<f64>() / n;
+    (!samples.is_empty()).then(|| {
+        let unread = mean(|s| s.unread_connections);
+        let accept = mean(|s| s.accept_queue);
+        SocketQueues {
+            samples: samples.len() as u64,
+            sample_every_ms: SAMPLE_EVERY.as_millis() as u64,
+            connections_mean: mean(|s| s.connections),
+            unread_connections_mean: unread,
+            unread_bytes_mean: mean(|s| s.unread_bytes),
+            accept_queue_mean: accept,
+            accept_queue_max: samples.iter().map(|s| s.accept_queue).max().unwrap_or(0),
+            accept_backlog: samples.iter().filter_map(|s| s.backlog).max(),
+            waiting_mean: unread + accept,
+        }
+    })
+}
+
+/// A thread sampling a tree's sockets until [`SocketWatch::finish`]; it also keeps each
+/// task's block-I/O delay at its last sample (the disk's evidence), since a process per
+/// connection (PostgreSQL's backends) may begin and end inside the window.
+#[derive(Debug)]
+pub struct SocketWatch {
+    stop: mpsc::Sender<()>,
+    handle: JoinHandle<Watched>,
+}
+
+/// Each task's block-I/O delay in ticks at its first and last samples, by (pid, tid).
+pub type BlkioSeen = std::collections::BTreeMap<(i32, i32), (u64, u64)>;
+
+/// What the sampling thread saw.
+#[derive(Debug, Default)]
+struct Watched {
+    samples: Vec<Sample>,
+    blkio_ticks: BlkioSeen,
+    cpu_s: f64,
+}
+
+impl SocketWatch {
+    /// Starts sampling the sockets of the tree rooted at `root`.
+    pub fn start(root: i32) -> std::io::Result<SocketWatch> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("observe-sockets".into())
+            .spawn(move || {
+                let proc_root = Path::new("/proc");
+                let mut seen = Watched::default();
+                let delayacct = super::disk::delayacct_note().is_none();
+                let mut pids = procfs::descendants(root, &procfs::parent_map(proc_root));
+                let source = Source::open(proc_root, &pids);
+                let mut listed = Instant::now();
+                loop {
+                    if listed.elapsed() >= PIDS_EVERY {
+                        pids = procfs::descendants(root, &procfs::parent_map(proc_root));
+                        listed = Instant::now();
+                    }
+                    match sample_now(proc_root, root, &pids, &source) {
+                        Some(s) => seen.samples.push(s),
+                        None => break,
+                    }
+                    if delayacct {
+                        let mut now = std::collections::BTreeMap::new();
+                        for &pid in &pids {
+                            super::disk::blkio_of(pid, &mut now);
+                        }
+                        for (task, t) in now {
+                            seen.blkio_ticks.entry(task).or_insert((t, t)).1 = t;
+                        }
+                    }
+                    if !matches!(
+                        stopped.recv_timeout(SAMPLE_EVERY),
+                        Err(mpsc::RecvTimeoutError::Timeout)
+                    ) {
+                        break;
+                    }
+                }
+                seen.cpu_s = super::thread_cpu_s();
+                seen
+            })?;
+        Ok(SocketWatch { stop, handle })
+    }
+
+    /// Stops sampling: the window's figures (None when no sample was taken), each task's
+    /// block-I/O delay at its first and last samples, and the CPU the sampling used, in seconds.
+    pub fn finish(self) -> (Option<SocketQueues>, BlkioSeen, f64) {
+        let _ = self.stop.send(());
+        let seen = self.handle.join().unwrap_or_default();
+        (summarise(&seen.samples), seen.blkio_ticks, seen.cpu_s)
+    }
+}
+
+/// Where the sockets are read: netlink sockets opened in the tree's namespaces, else /proc.
+enum Source {
+    Diag(Vec<std::os::fd::OwnedFd>),
+    Proc,
+}
+
+impl Source {
+    /// Netlink sockets in the network namespace of each of `pids` (entered with setns on this
+    /// thread, which then returns to its own); /proc when any of it fails (no permission to
+    /// enter another namespace, no sock_diag).
+    fn open(proc_root: &Path, pids: &[i32]) -> Source {
+        let ns_of =
+            |pid: i32| std::fs::read_link(proc_root.join(pid.to_string()).join("ns/net")).ok();
+        let own = std::fs::read_link("/proc/thread-self/ns/net").ok();
+        let mut seen = BTreeSet::new();
+        let mut socks = Vec::new();
+        for &pid in pids {
+            let ns = ns_of(pid);
+            if ns.is_none() || !seen.insert(ns.clone()) {
+                continue;
+            }
+            let sock = if ns == own {
+                diag::open()
+            } else {
+                diag::open_in(&proc_root.join(pid.to_string()).join("ns/net"))
+            };
+            match sock {
+                Ok(s) => socks.push(s),
+                Err(_) => return Source::Proc,
+            }
+        }
+        if socks.is_empty() {
+            Source::Proc
+        } else {
+            Source::Diag(socks)
+        }
+    }
+}
+
+/// One sample of the tree `pids` (rooted at `root`); None when the root is gone.
+fn sample_now(proc_root: &Path, root: i32, pids: &[i32], source: &Source) -> Option<Sample> {
+    let mut inodes = BTreeSet::new();
+    for &pid in pids {
+        socket_inodes(proc_root, pid, &mut inodes);
+    }
+    if !proc_root.join(root.to_string()).exists() {
+        return None;
+    }
+    let lines = match source {
+        Source::Diag(socks) => {
+            let mut lines = Vec::new();
+            for s in socks {
+                for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+                    if diag::dump(s, family, &mut lines).is_err() {
+                        return proc_sample(proc_root, root, pids, &inodes);
+                    }
+                }
+            }
+            lines
+        }
+        Source::Proc => return proc_sample(proc_root, root, pids, &inodes),
+    };
+    Some(sample(&lines, &inodes))
+}
+
+/// One sample from the TCP tables in /proc of every network namespace the tree's processes
+/// are in, read once each.
+fn proc_sample(
+    proc_root: &Path,
+    root: i32,
+    pids: &[i32],
+    inodes: &BTreeSet<u64>,
+) -> Option<Sample> {
+    let mut namespaces = BTreeSet::new();
+    let mut lines = Vec::new();
+    let mut any = false;
+    for &pid in pids {
+        let ns = std::fs::read_link(proc_root.join(pid.to_string()).join("ns/net")).ok();
+        if !namespaces.insert(ns) {
+            continue;
+        }
+        let net = proc_root.join(pid.to_string()).join("net");
+        for file in ["tcp", "tcp6"] {
+            if let Ok(text) = std::fs::read_to_string(net.join(file)) {
+                any |= pid == root;
+                lines.extend(parse_tcp(&text));
+            }
+        }
+    }
+    any.then(|| sample(&lines, inodes))
+}
+
+/// sock_diag (INET_DIAG) over netlink: the listening and established TCP sockets of one
+/// network namespace, with their queues and inodes.
+mod diag {
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::path::Path;
+
+    use super::{TcpLine, ESTABLISHED, LISTEN};
+
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    /// struct nlmsghdr.
+    const HDR: usize = 16;
+    /// struct inet_diag_req_v2.
+    const REQ: usize = 56;
+    /// struct inet_diag_msg.
+    const MSG: usize = 72;
+
+    /// A netlink sock_diag socket in this thread's network namespace.
+    pub fn open() -> io::Result<OwnedFd> {
+        // SAFETY: plain socket(2); the descriptor is owned at once.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                libc::NETLINK_SOCK_DIAG,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a new descriptor nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// A sock_diag socket in the network namespace `ns` (/proc/PID/ns/net): this thread enters
+    /// it, opens the socket (which stays in it) and returns to its own namespace.
+    pub fn open_in(ns: &Path) -> io::Result<OwnedFd> {
+        let own = std::fs::File::open("/proc/thread-self/ns/net")?;
+        let theirs = std::fs::File::open(ns)?;
+        // SAFETY: setns(2) on this thread with descriptors we hold open.
+        if unsafe { libc::setns(theirs.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let sock = open();
+        // SAFETY: as above, back to the namespace this thread started in.
+        if unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        sock
+    }
+
+    /// Appends the listening and established TCP sockets of `family` to `out`.
+    pub fn dump(sock: &OwnedFd, family: u8, out: &mut Vec<TcpLine>) -> io::Result<()> {
+        let mut req = [0u8; HDR + REQ];
+        req[0..4].copy_from_slice(&((HDR + REQ) as u32).to_ne_bytes());
+        req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
+        req[6..8].copy_from_slice(&flags.to_ne_bytes());
+        req[HDR] = family;
+        req[HDR + 1] = libc::IPPROTO_TCP as u8;
+        let states: u32 = (1 << ESTABLISHED) | (1 << LISTEN);
+        req[HDR + 4..HDR + 8].copy_from_slice(&states.to_ne_bytes());
+        // SAFETY: sockaddr_nl is plain data; zero is the kernel's address.
+        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        kernel.nl_family = libc::AF_NETLINK as u16;
+        // SAFETY: sendto(2) with a buffer and an address that outlive the call.
+        let sent = unsafe {
+            libc::sendto(
+                sock.as_raw_fd(),
+                req.as_ptr().cast(),
+                req.len(),
+                0,
+                std::ptr::addr_of!(kernel).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            )
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: recv(2) into a buffer we own, at most its length.
+            let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if parse(&buf[..n as usize], out)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Parses one datagram of the dump; true at its end.
+    pub fn parse(mut buf: &[u8], out: &mut Vec<TcpLine>) -> io::Result<bool> {
+        let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        while buf.len() >= HDR {
+            let len = u32_at(buf, 0) as usize;
+            let kind = u16::from_ne_bytes([buf[4], buf[5]]);
+            if len < HDR || len > buf.len() {
+                return Err(io::Error::other("sock_diag: a truncated message"));
+            }
+            match kind {
+                NLMSG_DONE => return Ok(true),
+                NLMSG_ERROR => {
+                    return Err(io::Error::other("sock_diag: the kernel refused the dump"))
+                }
+                _ => {}
+            }
+            let msg = &buf[HDR..len];
+            if msg.len() >= MSG {
+                out.push(TcpLine {
+                    state: msg[1],
+                    rx_queue: u64::from(u32_at(msg, 56)),
+                    tx_queue: u64::from(u32_at(msg, 60)),
+                    inode: u64::from(u32_at(msg, 68)),
+                });
+            }
+            buf = &buf[((len + 3) & !3).min(buf.len())..];
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000800:0000000C 00:00000000 00000000     0        0 100 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:A000 01 00000000:0000004E 00:00000000 00000000     0        0 101 1 0000000000000000 20 4 30 10 -1
+   2: 0100007F:1F90 0100007F:A001 01 00000000:00000000 00:00000000 00000000     0        0 102 1 0000000000000000 20 4 30 10 -1
+   3: 0100007F:1F90 0100007F:A002 01 00000000:0000004E 00:00000000 00000000     0        0 0 1 0000000000000000 20 4 30 10 -1
+   4: 0100007F:A000 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 900 1 0000000000000000 20 4 30 10 -1
+";
+
+    #[test]
+    fn the_trees_sockets_give_unread_connections_and_the_accept_queue() {
+        let lines = parse_tcp(TCP);
+        assert_eq!(lines.len(), 5);
+        let inodes = BTreeSet::from([100, 101, 102]);
+        let s = sample(&lines, &inodes);
+        // The client's end (900) and the not-yet-accepted connection (inode 0) are not the
+        // tree's: the latter counts in the listen socket's accept queue (12).
+        assert_eq!(s.connections, 2);
+        assert_eq!(s.unread_connections, 1);
+        assert_eq!(s.unread_bytes, 0x4E);
+        assert_eq!(s.accept_queue, 12);
+        assert_eq!(s.backlog, Some(0x800));
+        let q = summarise(&[s, Sample::default()]).unwrap();
+        assert_eq!(q.waiting_mean, 6.5);
+        assert_eq!(q.accept_queue_max, 12);
+        assert!(summarise(&[]).is_none());
+    }
+
+    #[test]
+    fn a_listening_socket_of_this_process_is_found() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let me = std::process::id() as i32;
+        let root = Path::new("/proc");
+        // Both sources: sock_diag (its socket in our own namespace) and /proc's tables.
+        let diag = Source::open(root, &[me]);
+        assert!(matches!(diag, Source::Diag(_)), "sock_diag refused");
+        for source in [diag, Source::Proc] {
+            let diag = matches!(source, Source::Diag(_));
+            let s = sample_now(root, me, &[me], &source).unwrap();
+            // The client's connection waits in the accept queue; the client's own end is ours.
+            assert!(s.accept_queue >= 1, "{s:?}");
+            assert!(s.connections >= 1, "{s:?}");
+            // Only sock_diag tells a listening socket's backlog.
+            assert_eq!(s.backlog.is_some(), diag, "{s:?}");
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The CPU resources a server can run out of besides its own cpuset, as a step records them
+//! (`server.cgroup_cpu`, `server.neighbours` in steps.jsonl): the CPU quota and cpuset of the
+//! cgroups its processes are in, and the other processes that took its (or the client's)
+//! CPUs. `observe::cgroup_cpu` and `observe::neighbours` fill them; the diagnosis' `quota` and
+//! `neighbour` rules read them.
+
+use serde::{Deserialize, Serialize};
+
+/// The CPU cgroups of the server's processes over the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CgroupCpu {
+    /// Every cgroup a server process is in, and each ancestor of one that sets a quota.
+    pub groups: Vec<CpuGroup>,
+    /// The CPUs the server's cpuset cgroups allow, when fewer than the placement gave it
+    /// (`"0"` for a placement of `"0-1"`); None when they allow all of them.
+    pub narrower_cpuset: Option<String>,
+}
+
+/// One cgroup's CPU controller over the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CpuGroup {
+    /// Its path inside its hierarchy (`/stairbench-quota`).
+    pub path: String,
+    /// The cgroup version: 1 (`cpu.cfs_quota_us`) or 2 (`cpu.max`).
+    pub version: u8,
+    /// The quota in CPUs (quota / period: 0.2 is 20% of one CPU); None when unlimited.
+    pub quota_cpus: Option<f64>,
+    /// The enforcement period, in microseconds.
+    pub period_us: u64,
+    /// Enforcement periods that elapsed in the window (`nr_periods`).
+    pub periods: u64,
+    /// Periods in the window in which the group was throttled (`nr_throttled`).
+    pub throttled_periods: u64,
+    /// Time the group's tasks were throttled in the window, in seconds (`throttled_time`,
+    /// `throttled_usec`).
+    pub throttled_s: f64,
+    /// The whole group's CPU in the window, in CPU seconds (v1 `cpuacct.usage`, v2
+    /// `usage_usec`); None where the kernel does not account it.
+    pub usage_s: Option<f64>,
+}
+
+impl CpuGroup {
+    /// Share of the window's enforcement periods in which the group was throttled, percent.
+    pub fn throttled_pct(&self) -> Option<f64> {
+        (self.periods > 0).then(|| 100.0 * self.throttled_periods as f64 / self.periods as f64)
+    }
+}
+
+impl CgroupCpu {
+    /// The tightest quota of the server's groups (the fewest CPUs), if any sets one.
+    pub fn tightest(&self) -> Option<&CpuGroup> {
+        self.groups
+            .iter()
+            .filter(|g| g.quota_cpus.is_some())
+            .min_by(|a, b| {
+                a.quota_cpus
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.quota_cpus.unwrap_or(0.0))
+            })
+    }
+
+    /// The most throttled group (the largest share of throttled periods).
+    pub fn most_throttled(&self) -> Option<&CpuGroup> {
+        self.groups
+            .iter()
+            .filter(|g| g.throttled_periods > 0)
+            .max_by(|a, b| {
+                a.throttled_pct()
+                    .unwrap_or(0.0)
+                    .total_cmp(&b.throttled_pct().unwrap_or(0.0))
+            })
+    }
+}
+
+/// Other processes on the server's and the client's CPUs over the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Neighbours {
+    /// The server's CPUs' busy share that neither the server's tree nor stairbench (its load
+    /// threads, its observers, the tools it started) used, % of the server's cpuset:
+    /// /proc/stat's busy minus theirs.
+    pub server_cpus_others_pct: Option<f64>,
+    /// The same on the client's CPUs, % of the client's cpuset (the server's tree and
+    /// stairbench's own left out).
+    pub client_cpus_others_pct: Option<f64>,
+    /// Mean steal time of the server's CPUs (a hypervisor ran another guest), %.
+    pub server_steal_pct: f64,
+    /// Mean steal time of the client's CPUs, %.
+    pub client_steal_pct: f64,
+    /// The busiest other processes, busiest first (at most five).
+    pub busiest: Vec<Neighbour>,
+}
+
+/// One other process on the server's or the client's CPUs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Neighbour {
+    /// Its process id.
+    pub pid: i32,
+    /// Its name (`/proc/PID/comm`).
+    pub name: String,
+    /// Its CPU over the window, % of one CPU.
+    pub cpu_pct: f64,
+    /// Its CPU on the server's CPUs, % of the server's cpuset (each thread's CPU shared out
+    /// over the CPUs it may run on).
+    pub server_cpus_pct: f64,
+    /// Its CPU on the client's CPUs, % of the client's cpuset (the same sharing out).
+    pub client_cpus_pct: f64,
+}

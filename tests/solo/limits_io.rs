@@ -1,0 +1,186 @@
+//! Issue 33's demonstrations of the limits outside the CPU, each on real software and
+//! confirmed by a tool other than stairbench: a worker pool (gunicorn, `ss`), a shaped link
+//! (nginx behind tbf, the qdisc's own counters) and a throttled disk (PostgreSQL, its own
+//! pg_stat_activity). The link and the disk need root (namespaces, cgroups).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common;
+use crate::diagnosis::{at, figure, postgresql_installed, run_example};
+
+/// A shell command run every 100 ms on a thread while a demonstration runs; each output kept.
+struct Poll {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Vec<String>>,
+}
+
+impl Poll {
+    fn start(script: &'static str) -> Poll {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            while !stopped.load(Ordering::Relaxed) {
+                if let Ok(o) = std::process::Command::new("sh")
+                    .args(["-c", script])
+                    .output()
+                {
+                    out.push(String::from_utf8_lossy(&o.stdout).into_owned());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            out
+        });
+        Poll { stop, handle }
+    }
+
+    fn finish(self) -> Vec<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}
+
+/// True when running as root; says why not otherwise (a failure in CI).
+fn root(example: &str) -> bool {
+    // SAFETY: geteuid(2) cannot fail.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    if !is_root {
+        common::skip_or_fail(format!(
+            "{example} needs root (network namespaces, tc, cgroups)"
+        ));
+    }
+    is_root
+}
+
+/// gunicorn's sockets (its processes are `python3 -m gunicorn`), as `ss -Htanp` lists them.
+const GUNICORN_SS: &str = "p=$(pgrep -d'|' -f 'm gunicorn') && ss -Htanp | grep -E \"pid=($p),\"";
+
+/// Requests waiting in gunicorn's sockets in one sample of [`GUNICORN_SS`]: its established
+/// connections with unread bytes (Recv-Q > 0) plus its listen socket's accept queue.
+fn gunicorn_waiting(sample: &str) -> u64 {
+    sample
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let recv: u64 = f.get(1)?.parse().ok()?;
+            match *f.first()? {
+                "LISTEN" => Some(recv),
+                "ESTAB" => Some(u64::from(recv > 0)),
+                _ => None,
+            }
+        })
+        .sum()
+}
+
+/// True when Debian's python3 has gunicorn (python3-gunicorn); says why not otherwise.
+fn gunicorn_installed() -> bool {
+    let found = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import gunicorn"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        common::skip_or_fail("no gunicorn for /usr/bin/python3 (apt-get install python3-gunicorn)");
+    }
+    found
+}
+
+#[test]
+fn gunicorn_with_two_sync_workers_is_a_concurrency_limit() {
+    if !gunicorn_installed() {
+        return;
+    }
+    let ss = Poll::start(GUNICORN_SS);
+    let run = run_example("limits-workers", &["ss", "pgrep"]);
+    let samples = ss.finish();
+    let Some((d, _)) = run else {
+        return;
+    };
+    let seen = samples
+        .iter()
+        .map(|s| gunicorn_waiting(s))
+        .max()
+        .unwrap_or(0);
+    let waiting = figure(&d, "waiting_requests");
+    eprintln!(
+        "limits-workers: {} ({}): {waiting:.1} requests waiting at 16 clients (stairbench), up to {seen} (ss, {} samples)",
+        d["limit"],
+        d["confidence"],
+        samples.len()
+    );
+    assert_eq!(d["limit"], "concurrency", "{d:#}");
+    // 2 workers hold 2 of the 16 requests: most of the rest wait inside the server.
+    assert!(waiting >= 8.0, "{d:#}");
+    assert!(seen >= 8, "ss saw at most {seen} waiting: {d:#}");
+    let at_once = figure(&d, "served_at_once");
+    assert!((1.0..4.0).contains(&at_once), "{d:#}");
+}
+
+/// (overlimits, drops, bytes sent) of the tbf qdisc in one `tc -s -j` sample.
+fn qdisc_counters(sample: &str) -> Option<(u64, u64, u64)> {
+    let list: Vec<Value> = serde_json::from_str(sample).ok()?;
+    let q = list.iter().find(|q| q["kind"] == "tbf")?;
+    Some((
+        q["overlimits"].as_u64()?,
+        q["drops"].as_u64()?,
+        q["bytes"].as_u64()?,
+    ))
+}
+
+#[test]
+fn nginx_behind_a_shaped_link_is_a_network_limit() {
+    if !root("limits-link") {
+        return;
+    }
+    let tc = Poll::start("ip netns exec sb-link tc -s -j qdisc show dev sb-link-n 2>/dev/null");
+    let run = run_example("limits-link", &["nginx", "tc", "ip", "ss"]);
+    let samples = tc.finish();
+    let Some((d, _)) = run else {
+        return;
+    };
+    // The counters grow from the qdisc's creation: the last sample holds the run's totals.
+    let (overlimits, drops, bytes) = samples
+        .iter()
+        .filter_map(|s| qdisc_counters(s))
+        .next_back()
+        .expect("no tbf counters read during the run");
+    let util = figure(&d, "link_utilisation_pct");
+    eprintln!(
+        "limits-link: {} ({}): link {util:.0}% used at 16 clients (stairbench); the qdisc counted {overlimits} overlimits, {drops} drops, {:.0} MB sent",
+        d["limit"],
+        d["confidence"],
+        bytes as f64 / 1e6
+    );
+    assert_eq!(d["limit"], "network", "{d:#}");
+    assert!(util >= 80.0, "{d:#}");
+    assert!(overlimits > 0, "the qdisc never held a packet back");
+    let per_req = figure(&d, "bytes_per_req");
+    assert!((60_000.0..80_000.0).contains(&per_req), "{d:#}");
+}
+
+#[test]
+fn postgresql_on_a_throttled_disk_is_a_disk_limit() {
+    if !root("limits-disk") || !postgresql_installed() {
+        return;
+    }
+    let Some((d, steps)) = run_example("limits-disk", &["pgbench", "psql"]) else {
+        return;
+    };
+    let top = at(&steps, 16);
+    let m = &top["target_metrics"]["pg"];
+    let samples = m["samples"].as_f64().unwrap_or(0.0);
+    assert!(samples >= 3.0, "too few pg_stat_activity samples: {top:#}");
+    let wal = m["wal_waiting"].as_f64().unwrap() / samples;
+    eprintln!(
+        "limits-disk: {} ({}): {}; pg_stat_activity: {wal:.1} backends waiting on the WAL flush at 16 clients",
+        d["limit"], d["confidence"], d["sentence"]
+    );
+    assert_eq!(d["limit"], "disk", "{d:#}");
+    assert!(figure(&d, "io_throttle_use_pct") >= 80.0, "{d:#}");
+    // The server's own account: its backends wait for the WAL flush.
+    assert!(wal >= 0.5, "{top:#}");
+}
