@@ -38,9 +38,8 @@ CASES=(
     "limits-pool|oversubscription: 16 workers pinned to one CPU|by construction|confirm_none"
     "limits-outside|outside: a pipeline of 2 places held 2 ms each|by construction (at most 2 / 2 ms = 1000 req/s)|confirm_none"
     "limits-nginx|client or server_cpu: nginx and wrk sharing both CPUs|by construction|confirm_none"
-    # limits-cpu's cases (issue 33) go here:
-    # "limits-quota|quota: ...|the cgroup's cpu.stat: nr_throttled / nr_periods|confirm_quota"
-    # "limits-neighbour|neighbour: ...|the neighbour's own CPU (/proc/PID/stat)|confirm_neighbour"
+    "limits-quota|quota: nginx in a CPU cgroup of 20% of one CPU|the cgroup's own cpu.stat: nr_throttled / nr_periods over the run|confirm_quota"
+    "limits-neighbour|neighbour: nginx with a CPU hog pinned on its CPU|the hog's own CPU (/proc/PID/stat over its life)|confirm_neighbour"
 )
 
 WORK=$(mktemp -d /tmp/stairbench-limits.XXXXXX)
@@ -58,6 +57,28 @@ trap stop_sampler EXIT
 trap 'exit 130' INT TERM
 
 confirm_none() { [ "$1" = end ] && echo "by construction" || true; }
+
+# The quota's cgroup's own cpu.stat, as nginx-quota.sh copied it when nginx started and ended.
+confirm_quota() {
+    [ "$1" = end ] || return 0
+    python3 - "$2" <<'PY'
+import sys
+d = sys.argv[1]
+def read(f):
+    return {l.split()[0]: int(l.split()[1]) for l in open(f"{d}/quota-cpu.stat.{f}")}
+a, b = read("start"), read("end")
+t = b["nr_throttled"] - a["nr_throttled"]
+p = b["nr_periods"] - a["nr_periods"]
+print(f"cpu.stat: throttled in {t} of {p} periods")
+PY
+}
+
+# The hog's own CPU over its life: its /proc/PID/stat line and /proc/uptime (hog.stat).
+confirm_neighbour() {
+    [ "$1" = end ] || return 0
+    awk 'NR == 1 {cpu = ($14 + $15) / 100; start = $22 / 100}
+         NR == 2 {printf "the hog (/proc): %.1f s of CPU in %.1f s, %.0f%% of one CPU\n", cpu, $1 - start, 100 * cpu / ($1 - start)}' "$2/hog.stat"
+}
 
 # The most requests ss saw waiting in gunicorn's sockets (one sample every 100 ms).
 confirm_ss_gunicorn() {
