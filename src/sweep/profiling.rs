@@ -392,6 +392,9 @@ mod tests {
         let (choices, missing) = choose(&spec, levels.as_ref(), "a", "p");
         assert_eq!(choices.len(), 1);
         assert_eq!(missing[0].level.as_deref(), Some("busy"));
-        assert!(missing[0].reason.contains("under 70%"), "{missing:?}");
+        assert!(
+            missing[0].reason.contains("saturates at its first step"),
+            "{missing:?}"
+        );
     }
 }

@@ -549,7 +549,7 @@ fn requests_waiting_unread_in_an_idle_server_are_a_concurrency_limit() {
         d.sentence
             .contains("14.0 of the 16 requests waited unread inside it")
             && d.sentence.contains("served about 2.0 at once")
-            && d.sentence.ends_with("try more workers or threads."),
+            && d.sentence.ends_with("Next: more workers or threads."),
         "{}",
         d.sentence
     );
@@ -583,7 +583,7 @@ fn a_full_link_wins_over_littles_law_but_not_over_a_saturated_client() {
             .contains("the link veth (tbf at 200.0 Mbit/s) carried 194.0 Mbit/s, 97% of it")
             && d.sentence.contains("900 overlimits, 12 drops")
             && d.sentence
-                .ends_with("try a faster link or smaller replies."),
+                .ends_with("Next: a faster link or smaller replies."),
         "{}",
         d.sentence
     );
