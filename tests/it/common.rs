@@ -634,3 +634,15 @@ fn write_file(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, format!("{text}\n")).unwrap();
 }
+
+/// Where Debian's tomcat10 puts catalina.sh.
+const CATALINA: &str = "/usr/share/tomcat10/bin/catalina.sh";
+
+/// Tomcat and a JVM are installed (else skipped outside CI, failed in it).
+pub fn tomcat_available() -> bool {
+    if !Path::new(CATALINA).is_file() || find_program("java").is_none() {
+        skip_or_fail("tomcat10 (with a java runtime) is not installed");
+        return false;
+    }
+    true
+}

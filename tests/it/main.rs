@@ -58,6 +58,5 @@ mod sweep;
 mod templates;
 mod threads;
 mod tls;
-mod tomcat;
 mod topology;
 mod windows;

@@ -1333,7 +1333,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn every_example_runs_from_the_repository_root_with_a_short_duration() {
     if !tools_available(&["nginx", "wrk", "redis-server", "redis-benchmark"])
-        || !crate::tomcat::tomcat_available()
+        || !common::tomcat_available()
     {
         return;
     }

@@ -8,3 +8,4 @@
 mod common;
 mod diagnosis;
 mod limits_io;
+mod tomcat;
