@@ -85,6 +85,7 @@ pub(crate) fn figure(d: &Value, metric: &str) -> f64 {
 
 #[test]
 fn redis_main_thread_is_one_thread() {
+    let _alone = crate::alone();
     let Some(d) = diagnose_example("limits-redis", &["redis-server"]) else {
         return;
     };
@@ -94,6 +95,7 @@ fn redis_main_thread_is_one_thread() {
 
 #[test]
 fn pool_with_more_workers_than_cpus_is_oversubscribed() {
+    let _alone = crate::alone();
     let Some(d) = diagnose_example("limits-pool", &[]) else {
         return;
     };
@@ -103,6 +105,7 @@ fn pool_with_more_workers_than_cpus_is_oversubscribed() {
 
 #[test]
 fn nginx_and_wrk_on_shared_cpus_fill_them() {
+    let _alone = crate::alone();
     let Some(d) = diagnose_example("limits-nginx", &["nginx", "wrk"]) else {
         return;
     };
@@ -115,6 +118,7 @@ fn nginx_and_wrk_on_shared_cpus_fill_them() {
 
 #[test]
 fn a_delaying_pipeline_is_outside_both_processes() {
+    let _alone = crate::alone();
     let Some(d) = diagnose_example("limits-outside", &["nginx", "python3"]) else {
         return;
     };
@@ -173,6 +177,7 @@ fn print_steps(name: &str, steps: &[Value]) {
 
 #[test]
 fn postgresql_hot_row_behind_client_work_is_contention() {
+    let _alone = crate::alone();
     if !postgresql_installed() {
         return;
     }
@@ -205,6 +210,7 @@ fn postgresql_hot_row_behind_client_work_is_contention() {
 
 #[test]
 fn postgresql_hot_row_held_across_round_trips_is_coherency() {
+    let _alone = crate::alone();
     if !postgresql_installed() {
         return;
     }
@@ -246,6 +252,7 @@ fn cpu_stat(text: &str, key: &str) -> u64 {
 
 #[test]
 fn nginx_in_a_cgroup_with_a_cpu_quota_is_quota() {
+    let _alone = crate::alone();
     if !root() {
         return;
     }
@@ -274,6 +281,7 @@ fn nginx_in_a_cgroup_with_a_cpu_quota_is_quota() {
 
 #[test]
 fn nginx_beside_a_pinned_cpu_hog_is_neighbour() {
+    let _alone = crate::alone();
     let Some((d, _, dir)) = run_example_kept(
         "limits-neighbour",
         &["nginx", "wrk", "setsid", "taskset", "chrt"],

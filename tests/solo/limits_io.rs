@@ -91,6 +91,7 @@ fn gunicorn_installed() -> bool {
 
 #[test]
 fn gunicorn_with_two_sync_workers_is_a_concurrency_limit() {
+    let _alone = crate::alone();
     if !gunicorn_installed() {
         return;
     }
@@ -133,6 +134,7 @@ fn qdisc_counters(sample: &str) -> Option<(u64, u64, u64)> {
 
 #[test]
 fn nginx_behind_a_shaped_link_is_a_network_limit() {
+    let _alone = crate::alone();
     if !root("limits-link") {
         return;
     }
@@ -164,6 +166,7 @@ fn nginx_behind_a_shaped_link_is_a_network_limit() {
 
 #[test]
 fn postgresql_on_a_throttled_disk_is_a_disk_limit() {
+    let _alone = crate::alone();
     if !root("limits-disk") || !postgresql_installed() {
         return;
     }

@@ -59,6 +59,7 @@ pub fn assert_jit_frames_named(pass: &Value, dir: &Path) {
 
 #[test]
 fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
+    let _alone = crate::alone();
     if !tomcat_available() {
         return;
     }
@@ -145,6 +146,7 @@ fn netty_available() -> bool {
 /// JIT frames named, and the off-CPU chain graph with its cost and its largest paths.
 #[test]
 fn tomcat_and_netty_are_compared_with_a_verdict_at_each_level() {
+    let _alone = crate::alone();
     if !tomcat_available() || !netty_available() {
         return;
     }
