@@ -269,17 +269,13 @@ pub fn descendants(root: i32, parents: &BTreeMap<i32, i32>) -> Vec<i32> {
 }
 
 /// Snapshots the live tree rooted at `root` under the proc tree at `proc_root` ("/proc").
-/// Returns None when the root process is gone. A descendant that started a session of its
-/// own (`setsid`) is left out with its own descendants: it made itself another job (another
-/// tenant's process beside the server, as examples/nginx-neighbour.sh's CPU hog).
+/// Returns None when the root process is gone. Every descendant counts, whatever its session:
+/// daemons start their own (PostgreSQL's postmaster calls `setsid`), and leaving those out
+/// dropped PostgreSQL's backends from its tree.
 pub fn sample_tree(proc_root: &Path, root: i32) -> Option<TreeSample> {
     let stats = all_pid_stats(proc_root);
-    let session = stats.get(&root)?.session;
-    let parents: BTreeMap<i32, i32> = stats
-        .iter()
-        .filter(|(&pid, s)| pid == root || s.session == session)
-        .map(|(&pid, s)| (pid, s.ppid))
-        .collect();
+    stats.get(&root)?;
+    let parents: BTreeMap<i32, i32> = stats.iter().map(|(&pid, s)| (pid, s.ppid)).collect();
     let mut sample = TreeSample::default();
     for pid in descendants(root, &parents) {
         sample.processes.insert(pid, stats[&pid]);
@@ -383,10 +379,10 @@ mod tests {
     }
 
     #[test]
-    fn a_descendant_in_a_session_of_its_own_is_not_part_of_the_tree() {
+    fn a_descendant_in_a_session_of_its_own_is_part_of_the_tree() {
         let tmp = tempfile::tempdir().unwrap();
-        // (pid, ppid, session): 10 the root, 11 its child, 12 a setsid'd child of 11 and 13
-        // that one's child.
+        // (pid, ppid, session): 10 the root, 11 its child, 12 a setsid'd child of 11 (a
+        // daemon's own session, as PostgreSQL's postmaster) and 13 that one's child.
         for (pid, ppid, session) in [(10, 1, 5), (11, 10, 5), (12, 11, 12), (13, 12, 12)] {
             let dir = tmp.path().join(pid.to_string());
             std::fs::create_dir(&dir).unwrap();
@@ -398,7 +394,7 @@ mod tests {
         let tree = sample_tree(tmp.path(), 10).unwrap();
         assert_eq!(
             tree.processes.keys().copied().collect::<Vec<_>>(),
-            vec![10, 11]
+            vec![10, 11, 12, 13]
         );
     }
 
