@@ -716,6 +716,11 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     if let Some(m) = c.msg_size {
         proto.msg_size = m;
     }
+    if let Some(m) = &c.memcache_commands {
+        proto.memcache_commands = m
+            .parse()
+            .map_err(|e: String| spec.error_at(&["client", "memcache_commands"], e))?;
+    }
     requests(spec, &mut proto)?;
     tls(spec, &mut proto)?;
     Ok(ClientPlan::Engine {
