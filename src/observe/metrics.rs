@@ -1,5 +1,5 @@
 //! Target-reported metrics: a JSON file or an HdrHistogram log the target writes (the
-//! `{metrics}` placeholder), or a JSON endpoint on loopback. The step loop snapshots them at
+//! `{metrics}` placeholder), a JSON endpoint on loopback, or memcached's `stats`. The step loop snapshots them at
 //! both edges of the measured window and keeps the difference: numeric leaves subtracted,
 //! and for a histogram log the histogram of the window.
 
@@ -32,7 +32,7 @@ pub enum MetricsPlan {
         /// Its format.
         format: MetricsFormat,
     },
-    /// An HTTP URL template on loopback.
+    /// An HTTP URL template on loopback answering JSON, or `memcache://HOST:PORT` (its `stats`).
     Url(String),
 }
 
@@ -90,7 +90,7 @@ pub enum MetricsSource {
         /// Its format.
         format: MetricsFormat,
     },
-    /// A loopback URL answering JSON.
+    /// A loopback URL answering JSON, or a memcached answering `stats`.
     Url(String),
 }
 
@@ -168,6 +168,9 @@ impl MetricsSource {
                 serde_json::from_slice(&bytes)
                     .map(Snapshot::Json)
                     .map_err(|e| format!("{} is not JSON: {e}", path.display()))
+            }
+            MetricsSource::Url(url) if url.starts_with(super::memcached::SCHEME) => {
+                super::memcached::stats(url).map(Snapshot::Json)
             }
             MetricsSource::Url(url) => http_get_json(url).map(Snapshot::Json),
         }
@@ -345,11 +348,13 @@ pub fn hist_summary(h: &Histogram<u64>) -> Value {
     })
 }
 
-/// Host, port and path of an `http://` URL on loopback (nothing else is reached).
+/// Host, port and path of an `http://` (or `memcache://`) URL on loopback (nothing else is
+/// reached).
 pub fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
     let rest = url
         .strip_prefix("http://")
-        .ok_or_else(|| format!("{url:?}: expected an http:// URL on 127.0.0.1"))?;
+        .or_else(|| url.strip_prefix(super::memcached::SCHEME))
+        .ok_or_else(|| format!("{url:?}: expected an http:// (or memcache://) URL on 127.0.0.1"))?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], rest[i..].to_string()),
         None => (rest, "/".to_string()),
