@@ -170,7 +170,8 @@ impl MetricsSource {
                     .map_err(|e| format!("{} is not JSON: {e}", path.display()))
             }
             MetricsSource::Url(url) if url.starts_with(super::memcached::SCHEME) => {
-                super::memcached::stats(url).map(Snapshot::Json)
+                let (addr, _) = parse_url(url)?;
+                super::memcached::stats(addr, url).map(Snapshot::Json)
             }
             MetricsSource::Url(url) => http_get_json(url).map(Snapshot::Json),
         }
@@ -755,5 +756,26 @@ mod tests {
             e.contains("both Transfer-Encoding and Content-Length"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn memcached_stats_window_subtracts_counters_and_keeps_gauges() {
+        use crate::observe::memcached::parse_stats;
+        let a =
+            parse_stats(b"STAT cmd_get 100\r\nSTAT threads 4\r\nSTAT rusage_user 1.5\r\nEND\r\n");
+        let b =
+            parse_stats(b"STAT cmd_get 250\r\nSTAT threads 4\r\nSTAT rusage_user 2.0\r\nEND\r\n");
+        let w = difference(&Snapshot::Json(a.unwrap()), &Snapshot::Json(b.unwrap()));
+        assert_eq!(w["cmd_get"], 150);
+        assert_eq!(w["rusage_user"], 0.5);
+        assert_eq!(w["gauges"]["threads"], 4);
+    }
+
+    #[test]
+    fn memcached_is_read_on_loopback_only() {
+        assert!(parse_url("memcache://192.0.2.1:11211")
+            .unwrap_err()
+            .contains("loopback"));
+        assert!(parse_url("memcache://127.0.0.1:11211").is_ok());
     }
 }
