@@ -52,9 +52,9 @@ fn memcached_threads_example_diagnoses_each_target_from_its_own_stats() {
 /// memcached's `stats` over the window: the threads its command line set, and the gets and
 /// sets it executed within a few pipelines of the requests the engine completed there.
 fn check_stats(step: &Value) {
-    let m = &step["target_metrics"];
-    let what = format!("{:#}", m);
     let target = step["target"].as_str().unwrap_or_default();
+    let m = &step["target_metrics"][target];
+    let what = format!("{:#}", step["target_metrics"]);
     let threads: u64 = target.trim_start_matches("memcached-t").parse().unwrap();
     assert_eq!(m["gauges"]["threads"], threads, "{target}: {what}");
     let executed = m["cmd_get"].as_u64().unwrap() + m["cmd_set"].as_u64().unwrap();
