@@ -188,7 +188,11 @@ impl Target {
             unreachable!("HTTP/2 is checked to be HTTP by Target::parse");
         };
         let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let method = if self.grpc { "POST" } else { opts.method.as_str() };
+        let method = if self.grpc {
+            "POST"
+        } else {
+            opts.method.as_str()
+        };
         let mut req = http::Request::builder()
             .method(method)
             .uri(format!("{scheme}://{host}{path}"));
@@ -347,7 +351,9 @@ fn check_grpc_options(grpc: bool, opts: &ProtoOptions) -> Result<(), LoadError> 
         };
     }
     if opts.body.is_some() {
-        return refuse("gRPC's request message comes from --body-file FILE (serialized protobuf), not --body");
+        return refuse(
+            "gRPC's request message comes from --body-file FILE (serialized protobuf), not --body",
+        );
     }
     if opts.requests.is_some() {
         return refuse("--requests works with http:// and redis:// targets only: gRPC's message comes from --body-file");

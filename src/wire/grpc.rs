@@ -204,15 +204,15 @@ mod tests {
         let end = read(
             &[],
             &[],
-            &[("grpc-status", "5"), ("grpc-message", "no%20such key %E2%9C%93")],
+            &[
+                ("grpc-status", "5"),
+                ("grpc-message", "no%20such key %E2%9C%93"),
+            ],
         );
         assert_eq!(end, End::Status(5, "no such key ✓".into()));
         let long = "x".repeat(500);
-        let End::Status(13, m) = read(
-            &[],
-            &[],
-            &[("grpc-status", "13"), ("grpc-message", &long)],
-        ) else {
+        let End::Status(13, m) = read(&[], &[], &[("grpc-status", "13"), ("grpc-message", &long)])
+        else {
             panic!()
         };
         assert_eq!(m.len(), MAX_MESSAGE_CHARS);
@@ -238,7 +238,10 @@ mod tests {
             read(&[("grpc-encoding", "gzip")], &[&compressed], OK),
             End::Ok
         );
-        assert_eq!(read(&[], &[&[7, 0, 0, 0, 0]], OK), End::Broken("grpc_framing"));
+        assert_eq!(
+            read(&[], &[&[7, 0, 0, 0, 0]], OK),
+            End::Broken("grpc_framing")
+        );
         assert_eq!(read(&[], &[&frame(b"a")], &[]), End::NoStatus);
         assert_eq!(read(&[], &[], OK), End::Broken("grpc_message_count"));
         let two = [frame(b"a"), frame(b"b")].concat();

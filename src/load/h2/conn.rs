@@ -656,7 +656,11 @@ impl<T: Copy> H2Conn<T> {
         let mut bad_status = false;
         // gRPC: the stream's reader sees every field (its status may be in any block).
         let mut grpc = match self.grpc && stream != 0 {
-            true => self.slots.iter_mut().find(|s| s.id == stream).map(|s| &mut s.grpc),
+            true => self
+                .slots
+                .iter_mut()
+                .find(|s| s.id == stream)
+                .map(|s| &mut s.grpc),
             false => None,
         };
         self.decoder
@@ -1018,7 +1022,12 @@ mod tests {
         c.open(&[0x82], None, 2);
         let mut input = frame(HEADERS, END_HEADERS, 1, &headers);
         input.extend(frame(DATA, 0, 1, &message[..3]));
-        input.extend(frame(DATA, PADDED, 1, &[[2].as_slice(), &message[3..], &[0, 0]].concat()));
+        input.extend(frame(
+            DATA,
+            PADDED,
+            1,
+            &[[2].as_slice(), &message[3..], &[0, 0]].concat(),
+        ));
         input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &ok));
         // Trailers-Only: the status in the only block.
         let only = [headers.clone(), not_found].concat();

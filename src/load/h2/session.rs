@@ -258,9 +258,10 @@ fn ended(e: Event<Tag>, tally: &mut Tally, now: u64) {
         }
         Event::Refused(tag) => tally.refused(tag),
         Event::Failed(_, kind) => tally.failed(kind, now),
-        Event::GrpcStatus(_, code, message) => {
-            tally.failed(&crate::load::protocol::grpc::status_kind(code, &message), now)
-        }
+        Event::GrpcStatus(_, code, message) => tally.failed(
+            &crate::load::protocol::grpc::status_kind(code, &message),
+            now,
+        ),
     }
 }
 

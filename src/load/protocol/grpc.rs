@@ -43,13 +43,19 @@ mod tests {
         assert!(check_path("/helloworld.Greeter/SayHello").is_ok());
         assert!(check_path("/Svc/M").is_ok());
         for bad in ["/", "/a", "/a/", "//m", "/a/b/c", "a/b"] {
-            assert!(check_path(bad).unwrap_err().contains("PACKAGE.SERVICE"), "{bad}");
+            assert!(
+                check_path(bad).unwrap_err().contains("PACKAGE.SERVICE"),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn a_status_kind_keeps_code_name_and_message() {
-        assert_eq!(status_kind(5, "no such key"), "grpc_status 5 NOT_FOUND: no such key");
+        assert_eq!(
+            status_kind(5, "no such key"),
+            "grpc_status 5 NOT_FOUND: no such key"
+        );
         assert_eq!(status_kind(14, ""), "grpc_status 14 UNAVAILABLE");
     }
 }
