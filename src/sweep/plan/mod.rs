@@ -461,7 +461,7 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         rank_hosts,
         instances,
         instance: None,
-        metrics: target_metrics(spec, i, t, &kind)?,
+        metrics: target_metrics(spec, i, t, &kind, &url)?,
         name: t.name.clone(),
         kind,
         port: t.port,
@@ -551,6 +551,7 @@ fn target_metrics(
     i: usize,
     t: &super::spec::TargetSpec,
     kind: &TargetKind,
+    url: &str,
 ) -> Result<Option<MetricsPlan>, SpecError> {
     Ok(match &t.metrics {
         Some(m) => Some(m.plan().map_err(|e| target_error(spec, i, "metrics", e))?),
@@ -564,6 +565,11 @@ fn target_metrics(
                 template: "{metrics}".into(),
                 format: crate::observe::metrics::MetricsFormat::Json,
             })
+        }
+        // memcached answers `stats` on the port it is loaded at (read from this machine, so
+        // on loopback only).
+        None if t.host.is_none() && url.starts_with("memcache://") => {
+            Some(MetricsPlan::Url(url.to_string()))
         }
         None => None,
     })
@@ -715,6 +721,11 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     }
     if let Some(m) = c.msg_size {
         proto.msg_size = m;
+    }
+    if let Some(m) = &c.memcache_commands {
+        proto.memcache_commands = m
+            .parse()
+            .map_err(|e: String| spec.error_at(&["client", "memcache_commands"], e))?;
     }
     requests(spec, &mut proto)?;
     tls(spec, &mut proto)?;
