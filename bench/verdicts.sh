@@ -23,7 +23,8 @@ command -v python3 >/dev/null || die "needs python3 (to read the analyses' JSON)
 WORK=$(mktemp -d /tmp/verdicts.XXXXXX)
 echo "verdicts: runs under $WORK" >&2
 
-favoured() { if chrt -f 5 true 2>/dev/null; then chrt -f 5 "$@"; else "$@"; fi; }
+favoured=()
+if chrt -f 5 true 2>/dev/null; then favoured=(chrt -f 5); fi
 
 if [ $# -gt 0 ]; then names=("$@"); else
     names=()
@@ -34,10 +35,10 @@ rows="$WORK/rows.tsv"
 for name in "${names[@]}"; do
     run="$WORK/$name"
     echo "verdicts: $name" >&2
-    if ! timeout 900 favoured "$STAIRBENCH" run "examples/$name.toml" --duration "$DURATION" \
+    if ! timeout 900 "${favoured[@]}" "$STAIRBENCH" run "examples/$name.toml" --duration "$DURATION" \
         --out "$run" >"$WORK/$name.log" 2>&1; then
         printf '%s\t-\t(run failed: %s)\t-\n' "$name" \
-            "$(grep -m1 -i error "$WORK/$name.log" | tr '\t' ' ' | cut -c1-80)" >>"$rows"
+            "$(grep -m1 -i -E 'error|failed|not found|needs' "$WORK/$name.log" | tr '\t|' '  ' | cut -c1-90)" >>"$rows"
         continue
     fi
     "$STAIRBENCH" analyze "$run" --json >"$run/after.json" 2>/dev/null || echo '[]' >"$run/after.json"
