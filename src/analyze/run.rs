@@ -175,7 +175,7 @@ pub fn analyze_run(dir: &Path) -> Result<RunAnalysis, AnalysisError> {
 pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
     let mut notes = Vec::new();
     let spec = dir.and_then(|d| read_spec(d, &mut notes));
-    let series: Vec<SeriesAnalysis> = series_keys(steps)
+    let mut series: Vec<SeriesAnalysis> = series_keys(steps)
         .into_iter()
         .map(|(t, p)| analyze_series(steps, &t, &p, dir, spec.as_ref(), &mut notes))
         .collect();
@@ -183,6 +183,13 @@ pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
         .iter()
         .map(|s| diagnose_series(s, steps, dir))
         .collect();
+    // A series flat from its second level has no bend for Kneedle; the diagnosis finds its
+    // knee there, and every table says the same ("stops scaling at 2", never "no knee").
+    for (s, d) in series.iter_mut().zip(&diagnosis) {
+        if let (Some(k), Some(at)) = (s.knee.as_mut(), d.knee_clients) {
+            k.throughput_knee = k.throughput_knee.or(Some(at as f64));
+        }
+    }
     let ok: Vec<&StepResult> = steps
         .iter()
         .filter(|s| s.status == StepStatus::Ok && s.load.is_some())

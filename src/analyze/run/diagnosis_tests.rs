@@ -814,6 +814,11 @@ fn a_series_flat_from_its_second_level_stops_scaling_at_2() {
     );
     assert!(!d.sentence.contains("no knee"), "{}", d.sentence);
     assert_eq!(d.knee_clients, Some(2), "{d:?}");
+    // The series' knee, which the scalability tables (markdown, HTML) print, says the same.
+    let steps: Vec<StepResult> = shape.iter().map(step).collect();
+    let a = analyze(&steps, None);
+    let knee = a.series[0].knee.as_ref().unwrap().throughput_knee;
+    assert_eq!(knee, Some(2.0), "{:?}", a.series[0].knee);
 }
 
 #[test]
