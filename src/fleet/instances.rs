@@ -344,7 +344,7 @@ pub fn merge_loads(
     }
     let reports: Vec<&LoadReport> = loads.iter().map(|l| &l.report).collect();
     let hists: Vec<Option<&Histogram<u64>>> = loads.iter().map(|l| l.hist_ns.as_ref()).collect();
-    let hist = merged_hist(&hists).map_err(StepError::Load)?;
+    let hist = merged_hist(&hists).map_err(|e| StepError::Load(e.to_string()))?;
     let mut report = sum_reports(&reports);
     report.latency_us = match &hist {
         Some(h) if !h.is_empty() => crate::record::load::latency_us(h),

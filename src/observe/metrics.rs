@@ -273,7 +273,7 @@ fn hist_window(start: Option<&Value>, end: &Value) -> Value {
     let decoded = |v: &Value| {
         v.as_str()
             .ok_or("not a string".to_string())
-            .and_then(decode)
+            .and_then(|t| decode(t).map_err(|e| e.to_string()))
     };
     let mut window = match decoded(end) {
         Ok(h) => h,

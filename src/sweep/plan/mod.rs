@@ -540,8 +540,8 @@ fn check_url(
         return Ok(());
     }
     crate::load::target::check_shape(url).map_err(|e| match (&t.url, &spec.spec.client.url) {
-        (None, Some(_)) => spec.error_at(&["client", "url"], e),
-        _ => target_error(spec, i, "url", e),
+        (None, Some(_)) => spec.error_at(&["client", "url"], e.to_string()),
+        _ => target_error(spec, i, "url", e.to_string()),
     })
 }
 
@@ -599,9 +599,9 @@ fn check_serve_args(args: &[String]) -> Result<(), String> {
 fn requests(spec: &SpecFile, proto: &mut ProtoOptions) -> Result<(), SpecError> {
     let c = &spec.spec.client;
     if let Some(o) = &c.order {
-        proto.order = o
-            .parse()
-            .map_err(|e: String| spec.error_at(&["client", "order"], e))?;
+        proto.order = o.parse().map_err(|e: crate::load::template::BadOrder| {
+            spec.error_at(&["client", "order"], e.to_string())
+        })?;
     }
     if let Some(file) = &c.requests {
         let path = spec_dir(spec).join(file);
