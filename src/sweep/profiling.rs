@@ -213,7 +213,7 @@ impl Runner<'_> {
         let (load, capture) = std::thread::scope(|scope| {
             let recorder = scope.spawn(|| {
                 std::thread::sleep(warmup);
-                let pids = whose.pids()?;
+                let pids = whose.pids().map_err(|e| e.to_string())?;
                 crate::profile::capture(&pids, spec.seconds, &spec.events, &out_dir)
                     .map_err(|e| e.to_string())
             });

@@ -653,7 +653,10 @@ fn raw_endpoint(answer: Vec<u8>) -> String {
 }
 
 fn read_url(url: &str) -> Result<serde_json::Value, String> {
-    match MetricsSource::Url(url.to_string()).snapshot()? {
+    match MetricsSource::Url(url.to_string())
+        .snapshot()
+        .map_err(|e| e.to_string())?
+    {
         Snapshot::Json(v) => Ok(v),
         Snapshot::Hist(_) => panic!("a URL gives JSON"),
     }

@@ -290,7 +290,9 @@ impl Plan {
 fn series(spec: &SpecFile) -> Result<Series, SpecError> {
     let s = &spec.spec;
     let counts = match &s.clients {
-        Some(c) => c.expand().map_err(|e| spec.error_at(&["clients"], e))?,
+        Some(c) => c
+            .expand()
+            .map_err(|e| spec.error_at(&["clients"], e.to_string()))?,
         None => vec![1],
     };
     match (&s.rate, &s.find) {
@@ -334,7 +336,9 @@ fn series(spec: &SpecFile) -> Result<Series, SpecError> {
                     })
                 }
                 None => Ok(Series::Rates {
-                    rates: rate.expand().map_err(|e| spec.error_at(&["rate"], e))?,
+                    rates: rate
+                        .expand()
+                        .map_err(|e| spec.error_at(&["rate"], e.to_string()))?,
                     clients: counts[0],
                 }),
             }
@@ -393,7 +397,7 @@ fn observe_entries(spec: &SpecFile) -> Result<Vec<ObserveEntry>, SpecError> {
     for (i, o) in spec.spec.observe.iter().enumerate() {
         let entry = o
             .entry(&spec_dir(spec))
-            .map_err(|e| spec.error_at(&["observe", &i.to_string()], e))?;
+            .map_err(|e| spec.error_at(&["observe", &i.to_string()], e.to_string()))?;
         observe.push(entry);
     }
     Ok(observe)
@@ -553,7 +557,10 @@ fn target_metrics(
     kind: &TargetKind,
 ) -> Result<Option<MetricsPlan>, SpecError> {
     Ok(match &t.metrics {
-        Some(m) => Some(m.plan().map_err(|e| target_error(spec, i, "metrics", e))?),
+        Some(m) => Some(
+            m.plan()
+                .map_err(|e| target_error(spec, i, "metrics", e.to_string()))?,
+        ),
         // The built-in msgr server and kvd daemon write their counters when asked (into a file on
         // this machine: not for a server on another host, except a kvd target's ranks, whose
         // files each rank's host reads back).
