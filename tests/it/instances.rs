@@ -238,7 +238,7 @@ fn instances_that_do_not_fit_are_refused_before_anything_starts() {
     let spec = SpecFile::parse(Path::new("s.toml"), OVERSUBSCRIBED).unwrap();
     let plan = Plan::new(spec, common::stairbench_bin()).unwrap();
     let placements = TopologyPlacements::with_cpus(vec![0, 1], Default::default());
-    let err = check_fit(&plan, &placements).unwrap_err();
+    let err = check_fit(&plan, &placements).unwrap_err().to_string();
     assert!(
         err.contains("instances = 64") && err.contains("gives the server 2 CPU(s)"),
         "{err}"
