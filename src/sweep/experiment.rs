@@ -213,7 +213,7 @@ fn group_hosts(
             None => GroupHost::Local,
             Some(h) => match sessions.get(h) {
                 Ok(s) => GroupHost::Remote(s),
-                Err(why) => GroupHost::Down(h.clone(), why),
+                Err(why) => GroupHost::Down(h.clone(), why.to_string()),
             },
         })
         .collect()
