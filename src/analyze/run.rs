@@ -220,7 +220,7 @@ fn spec_thresholds(
     match super::thresholds::from_spec(spec) {
         Ok(t) => super::thresholds::evaluate(&t, steps),
         Err(e) => {
-            notes.push(e);
+            notes.push(e.to_string());
             Vec::new()
         }
     }
