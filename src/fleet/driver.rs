@@ -268,7 +268,9 @@ impl CommandDriver {
             .map_err(|e| StepError::Load(format!("cannot start {}: {e}", launch.name)))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);
         let started = std::time::Instant::now();
-        let finished = child.wait(limit, stop).map_err(StepError::Load)?;
+        let finished = child
+            .wait(limit, stop)
+            .map_err(|e| StepError::Load(e.to_string()))?;
         let ran_s = started.elapsed().as_secs_f64();
         // The tool's own tree only (wait4 on its pid, plus its orphans): this process's
         // other children (another instance's tool, perf, reaped orphans) are not its CPU.

@@ -260,16 +260,16 @@ impl Plan {
 
     /// A quick trial at other client counts: the staircase's steps, or the one client count
     /// of a rate series.
-    pub fn with_clients(&mut self, clients: &[usize]) -> Result<(), String> {
+    pub fn with_clients(&mut self, clients: &[usize]) -> Result<(), ClientsError> {
         if clients.is_empty() || clients.contains(&0) {
-            return Err("--clients: expected client counts of at least 1, e.g. 1,4".into());
+            return Err(ClientsError::Zero);
         }
         match (&mut self.series, clients) {
             (Series::Clients(c), _) => *c = clients.to_vec(),
             (Series::Rates { clients: c, .. } | Series::Find { clients: c, .. }, [one]) => {
                 *c = *one
             }
-            _ => return Err("--clients: a rate series takes one client count".into()),
+            _ => return Err(ClientsError::RateSeries),
         }
         Ok(())
     }
@@ -448,7 +448,9 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         return Err(at("instances", "expected at least 1".into()));
     }
     let stop_signal = match &t.stop_signal {
-        Some(name) => crate::process::parse_stop_signal(name).map_err(|e| at("stop_signal", e))?,
+        Some(name) => {
+            crate::process::parse_stop_signal(name).map_err(|e| at("stop_signal", e.to_string()))?
+        }
         None => nix::sys::signal::Signal::SIGTERM,
     };
     let stop_grace = t.stop_timeout.map_or(STOP_GRACE, |d| d.0);
@@ -494,7 +496,7 @@ fn target_kind(
             let args: Vec<String> = b.split_whitespace().map(str::to_string).collect();
             match args.first() {
                 Some(k) if BUILTIN_SERVERS.contains(&k.as_str()) => {
-                    check_serve_args(&args).map_err(|e| at("builtin", e))?;
+                    check_serve_args(&args).map_err(|e| at("builtin", e.to_string()))?;
                     Ok(TargetKind::Builtin(args))
                 }
                 _ => Err(at("builtin", format!("{b:?}: expected a built-in server ({}) and its options, e.g. \"msgr --arch reactor\"", BUILTIN_SERVERS.join(", ")))),
@@ -586,20 +588,28 @@ struct ServeLine {
 
 /// Parses `builtin`'s words with the same definitions as `stairbench serve` (an option the
 /// runner adds itself, such as --port, may be missing).
-fn check_serve_args(args: &[String]) -> Result<(), String> {
+fn check_serve_args(args: &[String]) -> Result<(), BuiltinArgs> {
     use clap::error::ErrorKind;
     match <ServeLine as clap::Parser>::try_parse_from(args) {
-        Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => {
-            let text = e.render().to_string();
-            Err(text
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("error: ")
-                .to_string())
-        }
+        Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => Err(BuiltinArgs(e)),
         _ => Ok(()),
     }
+}
+
+/// `builtin` words that `stairbench serve` refuses: clap's first line, without `error: `.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.render().to_string().lines().next().unwrap_or("").trim_start_matches("error: "))]
+struct BuiltinArgs(clap::Error);
+
+/// A `--clients` override the plan cannot take.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClientsError {
+    /// No count, or a count of 0.
+    #[error("--clients: expected client counts of at least 1, e.g. 1,4")]
+    Zero,
+    /// Several counts for a rate series.
+    #[error("--clients: a rate series takes one client count")]
+    RateSeries,
 }
 
 /// `[client] requests` and `order`: the file is read and checked now, relative to the spec.
@@ -651,7 +661,7 @@ fn custom_tables(spec: &SpecFile) -> Result<BTreeMap<String, CustomTable>, SpecE
         };
         let key = c.key.clone().unwrap_or_else(|| name.clone());
         let table = CustomTable::read(&path, &key)
-            .map_err(|e| spec.error_at(&["custom_placements", name, "file"], e))?;
+            .map_err(|e| spec.error_at(&["custom_placements", name, "file"], e.to_string()))?;
         out.insert(name.clone(), table);
     }
     Ok(out)
