@@ -2,11 +2,11 @@
 # nginx (nginx.sh) with a CPU hog pinned on its CPU, for examples/limits-neighbour.toml:
 # another tenant's busy process that shares the server's CPU for the whole run.
 #   nginx-neighbour.sh OUT_DIR PORT WORKERS
-# The hog is a shell loop in a session of its own (setsid): a child of nginx's master (this
-# script becomes it), but another job, which stairbench leaves out of the server's tree, and
-# in no process group stairbench started: to stairbench it is another process. It runs on the
-# CPUs stairbench pinned this script to, ends when nginx does, and is ended with the server's
-# tree when stairbench stops it.
+# The hog is a shell loop started by a double fork in a session of its own (setsid): its
+# parent exits at once, so it is no descendant of nginx's master (this script becomes it)
+# and in no process group stairbench started: to stairbench it is another process. It runs
+# on the CPUs stairbench pinned this script to and ends when nginx does; stairbench, which
+# inherits it as an orphan, ends it with the server (never with a step's client).
 # Every 20,000 turns it writes its own /proc/PID/stat line and /proc/uptime to
 # OUT_DIR/hog.stat: its CPU over its life, from the kernel, for confirmation.
 set -e
@@ -15,7 +15,7 @@ set -e
 chrt -o -p 0 $$ 2>/dev/null || true
 cpus=$(taskset -pc $$ | sed 's/.*: //')
 server=$$
-setsid sh -c '
+(setsid sh -c '
     out=$1 server=$2 i=0
     while kill -0 "$server" 2>/dev/null; do
         i=$((i + 1))
@@ -25,5 +25,5 @@ setsid sh -c '
             read -r up _ </proc/uptime
             printf "%s\n%s\n" "$stat" "$up" >"$out/hog.stat"
         fi
-    done' hog "$1" "$server" </dev/null >/dev/null 2>&1 &
+    done' hog "$1" "$server" </dev/null >/dev/null 2>&1 &)
 exec taskset -c "$cpus" sh "$(dirname "$0")/nginx.sh" "$@"

@@ -55,6 +55,9 @@ pub struct ChildProc {
     exit: Option<String>,
     /// Its own CPU and that of the descendants it waited for, from wait4 once it ended.
     rusage: Option<Cpu>,
+    /// When it started, in ticks since boot (0 when /proc did not say): orphans older than
+    /// it are not its own and outlive its stop.
+    start_ticks: u64,
 }
 
 /// User and system CPU, in seconds.
@@ -130,6 +133,7 @@ impl ChildProc {
             });
         }
         let mut child = cmd.spawn()?;
+        let child_pid = child.id() as i32;
         if let Ok(mut t) = TRACKED.lock() {
             t.push(child.id() as i32);
         }
@@ -162,6 +166,7 @@ impl ChildProc {
             readers,
             exit: None,
             rusage: None,
+            start_ticks: start_ticks(child_pid),
         })
     }
 
@@ -331,7 +336,7 @@ impl ChildProc {
             t.retain(|&p| p != self.pid());
         }
         self.drain_output(Duration::from_millis(500));
-        reap_orphans();
+        reap_orphans_since(self.start_ticks);
         ignored_term
     }
 }
@@ -453,15 +458,36 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
 /// ourselves (tracked) are left to their owners; without the subreaper role nothing is
 /// touched (a test process has children of its own).
 pub fn reap_orphans() {
+    reap_orphans_since(0);
+}
+
+/// [`reap_orphans`] for those that started at or after `since_ticks` (ticks since boot):
+/// what a child left behind when it stops. An older orphan belongs to a process that
+/// started before it (a target's neighbour outlives each step's client) and goes when
+/// that one stops, or at the end of the run.
+fn reap_orphans_since(since_ticks: u64) {
     if !SUBREAPER.load(Ordering::SeqCst) {
         return;
     }
     let tracked = TRACKED.lock().map(|t| t.clone()).unwrap_or_default();
     let me = std::process::id() as i32;
-    for pid in children_of(me).into_iter().filter(|p| !tracked.contains(p)) {
+    let stats = procfs::all_pid_stats(Path::new("/proc"));
+    let orphans = stats
+        .iter()
+        .filter(|&(pid, s)| s.ppid == me && !tracked.contains(pid) && s.start_ticks >= since_ticks);
+    for (&pid, _) in orphans {
         let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
     }
+}
+
+/// When `pid` started, in ticks since boot; 0 when /proc does not say (then every orphan
+/// counts as younger).
+fn start_ticks(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|t| procfs::parse_pid_stat(&t))
+        .map_or(0, |s| s.start_ticks)
 }
 
 /// `root`'s descendants (not `root` itself), from /proc.

@@ -1925,3 +1925,62 @@ fn a_full_disk_stops_the_run_keeping_every_finished_step_and_resume_goes_on() {
         .join("intervals/reactor.shared.c2.r0.partial.csv")
         .exists());
 }
+
+/// A process a target started and left to stairbench (a double fork in a session of its
+/// own, like the neighbour demonstration's CPU hog) outlives each step's client, whose stop
+/// ends only what appeared after the client started; it goes when the run ends.
+#[test]
+fn a_targets_orphan_outlives_each_steps_client_and_not_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("orphan.pid");
+    let target = dir.path().join("target.sh");
+    std::fs::write(
+        &target,
+        "(setsid sh -c 'echo $$ > \"$1\"; while sleep 0.05; do :; done' x \"$1\" &)\n\
+         exec python3 -m http.server \"$2\" --bind 127.0.0.1\n",
+    )
+    .unwrap();
+    // The client fails (and so does its step) when the orphan is gone.
+    let spec = dir.path().join("orphan.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"name = "orphan"
+duration = "1s"
+warmup = "0s"
+clients = [1, 2, 3]
+placements = ["shared"]
+[[targets]]
+name = "t"
+command = "sh {target} {pidfile} {{port}}"
+ready = {{ tcp = true, timeout = "20s" }}
+[client]
+command = "sh -c 'sleep 0.3; kill -0 $(cat {pidfile}) && echo requests: 10 && echo duration: 0.3'"
+parser = "regex"
+parser_options = {{ patterns = ['requests: (?P<requests>[0-9]+)', 'duration: (?P<duration_s>[0-9.]+)'] }}
+"#,
+            target = target.display(),
+            pidfile = pidfile.display(),
+        ),
+    )
+    .unwrap();
+    let out_dir = dir.path().join("run");
+    let out = common::run_spec(&spec, &out_dir);
+    common::assert_success(&out);
+    let steps = common::steps_json(&out_dir);
+    assert_eq!(steps.len(), 3, "{}", String::from_utf8_lossy(&out.stderr));
+    for step in &steps {
+        assert_eq!(step["status"], "ok", "the orphan was gone: {step:#}");
+    }
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = || unsafe { libc::kill(pid, 0) } == 0;
+    let start = std::time::Instant::now();
+    while alive() && start.elapsed() < std::time::Duration::from_secs(3) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!alive(), "the orphan {pid} outlived the run");
+}

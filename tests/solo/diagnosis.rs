@@ -281,12 +281,6 @@ fn nginx_in_a_cgroup_with_a_cpu_quota_is_quota() {
 }
 
 #[test]
-// Known gap (the closing note of 2026-11-27 says it): the server's tree now counts every
-// descendant whatever its session (leaving setsid'd ones out dropped PostgreSQL's backends and
-// broke the contention demonstration), so this example's hog, a setsid'd child of nginx's
-// master, is the server's again; started outside the tree it is reaped by stairbench after
-// each step. The hog must be started by another process (not an orphan of the server).
-#[ignore = "the example's hog counts as the server's since the setsid exclusion was reverted"]
 fn nginx_beside_a_pinned_cpu_hog_is_neighbour() {
     let _alone = crate::alone();
     let Some((d, _, dir)) = run_example_kept(

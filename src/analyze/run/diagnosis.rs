@@ -362,14 +362,21 @@ impl Ctx<'_> {
         self.top().client_cpu_pct.is_some()
     }
     /// Throughput stopped growing after the knee: at most 25% more at the last level than
-    /// at the knee, and the last level within 10% of the best past it.
+    /// at the knee, and the last level within 10% of the best past it, or below it at that
+    /// one last level only: as in `coherency`, one low step is noise, not a fall (without
+    /// this a series whose last step dipped was neither flat nor falling: undetermined).
     fn flat_throughput(&self) -> bool {
         let past = self.past_knee();
-        let max = past.iter().map(|l| l.throughput_rps).fold(0.0, f64::max);
+        let (peak_i, max) = past
+            .iter()
+            .map(|l| l.throughput_rps)
+            .enumerate()
+            .fold((0, 0.0), |m, (i, x)| if x > m.1 { (i, x) } else { m });
         let (knee, top) = (&past[0], self.top());
+        let one_low_step = peak_i + 2 == past.len();
         past.len() >= 2
             && top.throughput_rps <= (1.0 + FLAT_GROWTH) * knee.throughput_rps
-            && top.throughput_rps >= 0.9 * max
+            && (top.throughput_rps >= 0.9 * max || one_low_step)
     }
 }
 

@@ -366,6 +366,25 @@ fn waiters_woken_together_are_contention_not_oversubscription() {
 }
 
 #[test]
+fn one_low_last_step_after_the_peak_is_flat_not_undetermined() {
+    // Measured in CI: the hot row's last level 13% under the peak one level before it.
+    // Coherency needs two levels past the peak; the flat part must then take the dip.
+    let dip = |i: usize, s: &mut S| {
+        s.x = [339.0, 671.0, 1332.0, 1405.0, 1219.0][i];
+    };
+    let d = diagnose_all(&hot_row(dip));
+    assert_eq!(d.limit, Limit::Contention, "{}", d.sentence);
+    // Two low steps past the peak are a fall: coherency.
+    let mut longer = hot_row(dip);
+    let mut last = longer[4].clone();
+    last.clients = 32;
+    last.x = 1100.0;
+    longer.push(last);
+    let fall = diagnose_all(&longer);
+    assert_eq!(fall.limit, Limit::Coherency, "{}", fall.sentence);
+}
+
+#[test]
 fn without_a_knee_the_flat_part_starts_at_the_saturation_point() {
     // The peak is the first flat level, so Kneedle (on the rising part only) sees a line.
     let d = diagnose_all(&hot_row(|_, _| ()));
