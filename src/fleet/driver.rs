@@ -333,10 +333,22 @@ pub const CLIENT_PLACEHOLDERS: &[&str] = &[
     "spec_dir",
 ];
 
+/// A template's `{name}` that is a near miss of a known placeholder.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("unknown placeholder {{{name}}} (did you mean {{{near}}}?); known: {}", .known.iter().map(|k| format!("{{{k}}}")).collect::<Vec<_>>().join(", "))]
+pub struct NearMiss {
+    /// The name written.
+    name: String,
+    /// The known placeholder it is near.
+    near: String,
+    /// Every known placeholder.
+    known: Vec<String>,
+}
+
 /// Refuses a `{name}` in a template that is a near miss of a known placeholder (`{prot}`,
 /// `{duration}`): left as it is, the shell would get the braces. A word far from every
 /// placeholder (awk's `{print}`) is the command's own and passes.
-pub fn check_placeholders(template: &str, known: &[&str]) -> Result<(), String> {
+pub fn check_placeholders(template: &str, known: &[&str]) -> Result<(), NearMiss> {
     let re = regex::Regex::new(r"\{([a-z_][a-z0-9_]*)\}").expect("a valid pattern");
     for m in re.captures_iter(template) {
         let whole = m.get(0).expect("the match");
@@ -346,14 +358,11 @@ pub fn check_placeholders(template: &str, known: &[&str]) -> Result<(), String> 
             continue;
         }
         if let Some(near) = crate::units::closest(name, known) {
-            return Err(format!(
-                "unknown placeholder {{{name}}} (did you mean {{{near}}}?); known: {}",
-                known
-                    .iter()
-                    .map(|k| format!("{{{k}}}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(NearMiss {
+                name: name.into(),
+                near: near.into(),
+                known: known.iter().map(|k| k.to_string()).collect(),
+            });
         }
     }
     Ok(())

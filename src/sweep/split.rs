@@ -109,8 +109,7 @@ pub fn driver_factory(client: &ClientPlan) -> DriverFactory {
             Arc::new(move || {
                 Ok(Box::new(crate::fleet::driver::CommandDriver {
                     template: template.clone(),
-                    parser: crate::load::external::by_name(&parser, &options)
-                        .map_err(|e| e.to_string())?,
+                    parser: crate::load::external::by_name(&parser, &options)?,
                 }) as Box<dyn Driver>)
             })
         }

@@ -441,7 +441,7 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
     check_url(spec, i, t, &url)?;
     if let TargetKind::Command(c) = &kind {
         crate::fleet::driver::check_placeholders(c, crate::fleet::server::TARGET_PLACEHOLDERS)
-            .map_err(|e| at("command", e))?;
+            .map_err(|e| at("command", e.to_string()))?;
     }
     let instances = t.instances.unwrap_or(1);
     if instances == 0 {
@@ -690,7 +690,7 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
             template,
             crate::fleet::driver::CLIENT_PLACEHOLDERS,
         )
-        .map_err(|e| spec.error_at(&["client", "command"], e))?;
+        .map_err(|e| spec.error_at(&["client", "command"], e.to_string()))?;
         let options = c.parser_options.clone().unwrap_or_default();
         crate::load::external::by_name(&parser, &options)
             .map_err(|e| spec.error_at(&["client", "parser"], e.to_string()))?;
