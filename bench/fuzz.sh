@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
-ALL="http_response resp_reply msgr_frame shm_header spec_toml tool_output run_files kvd_peer metrics_request metrics_body hpack h2_conn flame"
+ALL="http_response resp_reply memcache_reply msgr_frame shm_header spec_toml tool_output run_files kvd_peer metrics_request metrics_body hpack h2_conn flame"
 RUNS=${RUNS:-}
 MAX_LEN=${MAX_LEN:-}
 TARGETS=${TARGETS:-$ALL}
@@ -99,6 +99,12 @@ make_corpora() {
     literal $c/resp_reply nil '$-1\r\n'
     literal $c/resp_reply array '*2\r\n+OK\r\n:12\r\n'
     literal $c/resp_reply error '-ERR x\r\n'
+    literal $c/memcache_reply hit 'VALUE key:1 0 5\r\nhello\r\nEND\r\n'
+    literal $c/memcache_reply miss 'END\r\n'
+    literal $c/memcache_reply stored 'STORED\r\n'
+    literal $c/memcache_reply meta-hit 'VA 2 f0 t-1\r\nab\r\n'
+    literal $c/memcache_reply meta-miss 'EN\r\n'
+    literal $c/memcache_reply error 'SERVER_ERROR out of memory\r\n'
     literal $c/msgr_frame reply '\100\0\0\0\0\0\0\0'
     literal $c/msgr_frame request '\4\0\0\0\4\0\0\0abcd'
     # kvd: a hello for "127.0.0.1:7001,127.0.0.1:7002" (rank 1), then a request and a reply.

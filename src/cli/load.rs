@@ -29,7 +29,7 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 #[derive(Debug, Args)]
 pub struct LoadArgs {
     /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, h2c://HOST:PORT/PATH,
-    /// redis://HOST:PORT, msgr://HOST:PORT, shm://NAME (a `stairbench serve shmkv` region) or
+    /// redis://HOST:PORT, memcache://HOST:PORT, msgr://HOST:PORT, shm://NAME (a `stairbench serve shmkv` region) or
     /// kvd://NAME (a `stairbench serve kvd` daemon).
     pub url: String,
     /// Connections in total.
@@ -103,24 +103,43 @@ pub struct LoadArgs {
     #[arg(long, help_heading = "HTTP")]
     pub body: Option<String>,
     /// Number of distinct keys [default: 1024; kvd://: the daemon's keys per rank × ranks].
-    #[arg(long, help_heading = "Redis")]
+    #[arg(long, help_heading = "Key-value (redis, memcache)")]
     pub keys: Option<u64>,
     /// Share of GETs (the rest are SETs), 0 to 1.
-    #[arg(long, default_value_t = 1.0, help_heading = "Redis")]
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        help_heading = "Key-value (redis, memcache)"
+    )]
     pub read_ratio: f64,
     /// SET value size in bytes.
-    #[arg(long, default_value_t = 16, help_heading = "Redis")]
+    #[arg(
+        long,
+        default_value_t = 16,
+        help_heading = "Key-value (redis, memcache)"
+    )]
     pub value_size: usize,
     /// Key distribution: uniform or zipf:THETA (0 < THETA < 1).
-    #[arg(long, default_value = "uniform", value_parser = parse_distribution, help_heading = "Redis")]
+    #[arg(long, default_value = "uniform", value_parser = parse_distribution, help_heading = "Key-value (redis, memcache)")]
     pub distribution: Distribution,
     /// Seed; connection i draws keys with seed*1000+i.
-    #[arg(long, default_value_t = 1, help_heading = "Redis")]
+    #[arg(
+        long,
+        default_value_t = 1,
+        help_heading = "Key-value (redis, memcache)"
+    )]
     pub seed: u64,
     /// SET every key (--keys, --value-size) before the load, so GETs find them; these SETs
     /// count in `sent`.
-    #[arg(long, help_heading = "Redis")]
+    #[arg(long, help_heading = "Key-value (redis, memcache)")]
     pub preload: bool,
+    /// memcache://: text (get, set) or meta (mg, ms: memcached 1.6 and later) commands.
+    #[arg(
+        long,
+        default_value = "text",
+        help_heading = "Key-value (redis, memcache)"
+    )]
+    pub memcache_commands: crate::load::protocol::memcache::Commands,
     /// Requests from FILE (HTTP requests or redis commands with placeholders, see README)
     /// instead of --method/--body or redis's GET/SET; -H headers are added to each.
     #[arg(long, value_name = "FILE", help_heading = "Templates")]
@@ -263,6 +282,7 @@ impl LoadArgs {
                 requests: None,
                 order: self.order,
                 http2: self.tls.http2,
+                memcache_commands: self.memcache_commands,
             },
             connect: crate::load::sources::ConnectOptions {
                 source_addrs: self.tls.source_addrs.clone().map_or(Vec::new(), |s| s.0),
@@ -404,7 +424,7 @@ fn print_lookups(r: &LoadReport, out: &mut dyn Write) -> anyhow::Result<()> {
     if hits + misses == 0 {
         return Ok(());
     }
-    write!(out, "  GETs: {hits} found, {misses} missed (nil)")?;
+    write!(out, "  GETs: {hits} found, {misses} missed")?;
     if misses > hits {
         write!(
             out,

@@ -1,5 +1,5 @@
 //! The request bookkeeping a load's report carries beside its latencies: re-sends, the error
-//! ratio and, for redis, the GETs that found their key.
+//! ratio and, for redis, memcached and kvd, the GETs that found their key.
 
 use super::recorder::Totals;
 use super::LoadConfig;
@@ -9,7 +9,8 @@ use crate::record::load::{error_ratio, LoadReport};
 /// counts `sent`, `requests` and `errors` are already summed).
 pub(super) fn fill(report: &mut LoadReport, totals: &[Totals], config: &LoadConfig) {
     report.resent = totals.iter().map(|t| t.resent).sum();
-    if config.url.starts_with("redis://") || config.url.starts_with("kvd://") {
+    let lookups = ["redis://", "memcache://", "kvd://"];
+    if lookups.iter().any(|s| config.url.starts_with(s)) {
         report.redis_hits = Some(totals.iter().map(|t| t.redis_hits).sum());
         report.redis_misses = Some(totals.iter().map(|t| t.redis_misses).sum());
     }

@@ -97,6 +97,8 @@ pub struct ProtoOptions {
     pub order: template::Order,
     /// HTTP/2: with prior knowledge on `http://` (as `h2c://`), by ALPN on `https://`.
     pub http2: bool,
+    /// memcached: the text commands (get/set) or the meta ones (mg/ms).
+    pub memcache_commands: protocol::memcache::Commands,
 }
 
 impl Default for ProtoOptions {
@@ -117,6 +119,7 @@ impl Default for ProtoOptions {
             requests: None,
             order: template::Order::Weighted,
             http2: false,
+            memcache_commands: protocol::memcache::Commands::Text,
         }
     }
 }

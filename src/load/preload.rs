@@ -1,10 +1,10 @@
-//! `--preload`: SETs every key of a redis key space before the load, so that its GETs measure
-//! lookups that find something (on an empty database every GET is a miss).
+//! `--preload`: stores every key of a redis or memcached key space before the load, so that
+//! its GETs measure lookups that find something (on an empty server every GET is a miss).
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 
-use super::protocol::{redis::Redis, Protocol, Reply};
+use super::protocol::{Preload, Reply};
 use super::target::Target;
 use super::{LoadConfig, LoadError};
 
@@ -16,7 +16,8 @@ pub(super) fn run(config: &LoadConfig, target: &Target) -> Result<u64, LoadError
     if !config.proto.preload {
         return Ok(0);
     }
-    let Some(space) = target.redis_keys() else {
+    let (Some(space), Some(mut proto)) = (target.redis_keys(), target.preloader(&config.proto))
+    else {
         return Ok(0);
     };
     let mut stream =
@@ -29,7 +30,6 @@ pub(super) fn run(config: &LoadConfig, target: &Target) -> Result<u64, LoadError
     stream
         .set_read_timeout(Some(config.timeout))
         .map_err(failed)?;
-    let mut proto = Redis::new(space.clone(), 0.0, config.proto.value_size, 0);
     let mut from = 0;
     while from < space.keys() {
         let to = (from + BATCH).min(space.keys());
@@ -38,14 +38,14 @@ pub(super) fn run(config: &LoadConfig, target: &Target) -> Result<u64, LoadError
             batch.extend_from_slice(proto.set_of(key));
         }
         stream.write_all(&batch).map_err(failed)?;
-        read_replies(&mut stream, &mut proto, to - from)?;
+        read_replies(&mut stream, proto.as_mut(), to - from)?;
         from = to;
     }
     Ok(space.keys())
 }
 
 /// Reads `n` replies, each of which must be a success.
-fn read_replies(stream: &mut TcpStream, proto: &mut Redis, n: u64) -> Result<(), LoadError> {
+fn read_replies(stream: &mut TcpStream, proto: &mut dyn Preload, n: u64) -> Result<(), LoadError> {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     let (mut start, mut done) = (0, 0);
@@ -60,7 +60,7 @@ fn read_replies(stream: &mut TcpStream, proto: &mut Redis, n: u64) -> Result<(),
             Reply::Done { len, .. } => {
                 let text = String::from_utf8_lossy(&buf[start..start + len]);
                 return Err(failed(io::Error::other(format!(
-                    "redis refused a SET: {}",
+                    "the server refused a SET: {}",
                     text.trim()
                 ))));
             }
@@ -81,7 +81,7 @@ fn read_replies(stream: &mut TcpStream, proto: &mut Redis, n: u64) -> Result<(),
 
 fn failed(source: io::Error) -> LoadError {
     LoadError::Io {
-        context: "preloading the redis key space (--preload)".into(),
+        context: "preloading the key space (--preload)".into(),
         source,
     }
 }

@@ -3,7 +3,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
-use super::protocol::{http::Http, msgr::MsgrProto, redis, Protocol};
+use super::protocol::{http::Http, memcache, msgr::MsgrProto, redis, Protocol};
 use super::template::{self, Framing, H2Requests};
 use super::tls::TlsClient;
 use super::{LoadError, ProtoOptions};
@@ -26,7 +26,9 @@ pub struct Target {
 
 /// Every URL scheme `load` (and a spec's `url`) takes: socket targets by HOST:PORT, then the
 /// shared-memory ones by region NAME.
-pub const SCHEMES: &[&str] = &["http", "https", "h2c", "redis", "msgr", "shm", "kvd"];
+pub const SCHEMES: &[&str] = &[
+    "http", "https", "h2c", "redis", "memcache", "msgr", "shm", "kvd",
+];
 
 /// The schemes as a phrase for help and errors: "http, https, ... or kvd".
 pub fn schemes_phrase() -> String {
@@ -114,6 +116,7 @@ pub fn check_shape(url: &str) -> Result<(), UrlShapeError> {
 enum Kind {
     Http { host: String, path: String },
     Redis(redis::KeySpace),
+    Memcache(redis::KeySpace),
     Msgr,
 }
 
@@ -136,6 +139,7 @@ impl Target {
             "https" => 443,
             "h2c" => 80,
             "redis" => 6379,
+            "memcache" => 11211,
             "msgr" => 9000,
             other => {
                 return Err(bad(format!(
@@ -150,16 +154,14 @@ impl Target {
                 host: authority.to_string(),
                 path: path.to_string(),
             },
-            "redis" => Kind::Redis(
-                redis::KeySpace::new(opts.keys, opts.distribution)
-                    .map_err(|e| LoadError::BadInput(e.to_string()))?,
-            ),
+            "redis" => Kind::Redis(key_space(opts)?),
+            "memcache" => Kind::Memcache(key_space(opts)?),
             _ => Kind::Msgr,
         };
         check_options(opts)?;
-        if opts.preload && !matches!(kind, Kind::Redis(_)) {
+        if opts.preload && !matches!(kind, Kind::Redis(_) | Kind::Memcache(_)) {
             return Err(LoadError::BadInput(
-                "--preload works with redis:// targets only".into(),
+                "--preload works with redis:// and memcache:// targets only".into(),
             ));
         }
         let tls = match scheme {
@@ -207,10 +209,30 @@ impl Target {
         })
     }
 
-    /// The key space of a redis target.
+    /// The key space of a redis or memcached target.
     pub fn redis_keys(&self) -> Option<&redis::KeySpace> {
         match &self.kind {
-            Kind::Redis(space) => Some(space),
+            Kind::Redis(space) | Kind::Memcache(space) => Some(space),
+            _ => None,
+        }
+    }
+
+    /// A connection of this key-value target that stores the key space's keys (`--preload`).
+    pub fn preloader(&self, opts: &ProtoOptions) -> Option<Box<dyn super::protocol::Preload>> {
+        match &self.kind {
+            Kind::Redis(space) => Some(Box::new(redis::Redis::new(
+                space.clone(),
+                0.0,
+                opts.value_size,
+                0,
+            ))),
+            Kind::Memcache(space) => Some(Box::new(memcache::Memcache::new(
+                space.clone(),
+                0.0,
+                opts.value_size,
+                0,
+                opts.memcache_commands,
+            ))),
             _ => None,
         }
     }
@@ -271,9 +293,22 @@ impl Target {
                 opts.value_size,
                 seed,
             )),
+            Kind::Memcache(space) => Box::new(memcache::Memcache::new(
+                space.clone(),
+                opts.read_ratio,
+                opts.value_size,
+                seed,
+                opts.memcache_commands,
+            )),
             Kind::Msgr => Box::new(MsgrProto::new(opts.msg_size)),
         }
     }
+}
+
+/// The key space `--keys` and `--distribution` describe.
+fn key_space(opts: &ProtoOptions) -> Result<redis::KeySpace, LoadError> {
+    redis::KeySpace::new(opts.keys, opts.distribution)
+        .map_err(|e| LoadError::BadInput(e.to_string()))
 }
 
 /// The seed of connection number `index`'s generator.
@@ -327,7 +362,7 @@ fn templates(
             headers: &headers,
         },
         (Kind::Redis(_), _) => Framing::Resp,
-        (Kind::Msgr, _) => {
+        (Kind::Msgr | Kind::Memcache(_), _) => {
             return Err(LoadError::BadInput(
                 "--requests works with http:// and redis:// targets only".into(),
             ))
@@ -384,6 +419,13 @@ mod tests {
         assert_eq!(
             Target::parse("redis://127.0.0.1", &o).unwrap().addr.port(),
             6379
+        );
+        assert_eq!(
+            Target::parse("memcache://127.0.0.1", &o)
+                .unwrap()
+                .addr
+                .port(),
+            11211
         );
         assert_eq!(Target::parse("msgr://[::1]:7", &o).unwrap().addr.port(), 7);
         let https = Target::parse("https://127.0.0.1/", &o).unwrap();

@@ -1,5 +1,5 @@
 //! Target-reported metrics: a JSON file or an HdrHistogram log the target writes (the
-//! `{metrics}` placeholder), or a JSON endpoint on loopback. The step loop snapshots them at
+//! `{metrics}` placeholder), a JSON endpoint on loopback, or memcached's `stats`. The step loop snapshots them at
 //! both edges of the measured window and keeps the difference: numeric leaves subtracted,
 //! and for a histogram log the histogram of the window.
 
@@ -32,7 +32,7 @@ pub enum MetricsPlan {
         /// Its format.
         format: MetricsFormat,
     },
-    /// An HTTP URL template on loopback.
+    /// An HTTP URL template on loopback answering JSON, or `memcache://HOST:PORT` (its `stats`).
     Url(String),
 }
 
@@ -90,7 +90,7 @@ pub enum MetricsSource {
         /// Its format.
         format: MetricsFormat,
     },
-    /// A loopback URL answering JSON.
+    /// A loopback URL answering JSON, or a memcached answering `stats`.
     Url(String),
 }
 
@@ -132,8 +132,8 @@ pub enum MetricsError {
         /// What serde said.
         source: serde_json::Error,
     },
-    /// A URL that is not `http://`.
-    #[error("{0:?}: expected an http:// URL on 127.0.0.1")]
+    /// A URL that is not `http://` (or `memcache://`).
+    #[error("{0:?}: expected an http:// (or memcache://) URL on 127.0.0.1")]
     NotHttp(String),
     /// A URL whose host and port do not resolve.
     #[error("{0:?}: cannot read the host and port")]
@@ -189,6 +189,9 @@ pub enum MetricsError {
         /// The framer's error kind.
         kind: &'static str,
     },
+    /// A memcached's `stats` that could not be read (what went wrong, naming its URL).
+    #[error("{0}")]
+    Memcached(String),
     /// A body that is not JSON.
     #[error("{url} did not answer JSON: {source}")]
     AnswerJson {
@@ -262,6 +265,12 @@ impl MetricsSource {
                         path: path.clone(),
                         source,
                     })
+            }
+            MetricsSource::Url(url) if url.starts_with(super::memcached::SCHEME) => {
+                let (addr, _) = parse_url(url)?;
+                super::memcached::stats(addr, url)
+                    .map(Snapshot::Json)
+                    .map_err(MetricsError::Memcached)
             }
             MetricsSource::Url(url) => http_get_json(url).map(Snapshot::Json),
         }
@@ -439,10 +448,12 @@ pub fn hist_summary(h: &Histogram<u64>) -> Value {
     })
 }
 
-/// Host, port and path of an `http://` URL on loopback (nothing else is reached).
+/// Host, port and path of an `http://` (or `memcache://`) URL on loopback (nothing else is
+/// reached).
 pub fn parse_url(url: &str) -> Result<(SocketAddr, String), MetricsError> {
     let rest = url
         .strip_prefix("http://")
+        .or_else(|| url.strip_prefix(super::memcached::SCHEME))
         .ok_or_else(|| MetricsError::NotHttp(url.into()))?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], rest[i..].to_string()),
@@ -870,5 +881,27 @@ mod tests {
             e.contains("both Transfer-Encoding and Content-Length"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn memcached_stats_window_subtracts_counters_and_keeps_gauges() {
+        use crate::observe::memcached::parse_stats;
+        let a =
+            parse_stats(b"STAT cmd_get 100\r\nSTAT threads 4\r\nSTAT rusage_user 1.5\r\nEND\r\n");
+        let b =
+            parse_stats(b"STAT cmd_get 250\r\nSTAT threads 4\r\nSTAT rusage_user 2.0\r\nEND\r\n");
+        let w = difference(&Snapshot::Json(a.unwrap()), &Snapshot::Json(b.unwrap()));
+        assert_eq!(w["cmd_get"], 150);
+        assert_eq!(w["rusage_user"], 0.5);
+        assert_eq!(w["gauges"]["threads"], 4);
+    }
+
+    #[test]
+    fn memcached_is_read_on_loopback_only() {
+        assert!(parse_url("memcache://192.0.2.1:11211")
+            .unwrap_err()
+            .to_string()
+            .contains("loopback"));
+        assert!(parse_url("memcache://127.0.0.1:11211").is_ok());
     }
 }

@@ -18,6 +18,7 @@ pub mod disk;
 pub mod environment;
 pub mod extra;
 pub mod link;
+pub mod memcached;
 pub mod metrics;
 pub mod neighbours;
 pub mod perf;

@@ -387,6 +387,9 @@ pub struct ClientSpec {
     /// msgr payload size in bytes.
     #[serde(default)]
     pub msg_size: Option<usize>,
+    /// memcache:// targets: "text" (get/set, default) or "meta" (mg/ms) commands.
+    #[serde(default)]
+    pub memcache_commands: Option<String>,
     /// A request file (HTTP requests or redis commands with placeholders), relative to the
     /// spec; replaces method/headers/body and redis's GET/SET.
     #[serde(default)]

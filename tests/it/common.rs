@@ -536,6 +536,86 @@ impl Redis {
     }
 }
 
+/// memcached on 127.0.0.1 (Debian's package), `-t THREADS` worker threads, no UDP.
+#[derive(Debug)]
+pub struct Memcached {
+    /// Its listening port on 127.0.0.1.
+    pub port: u16,
+    /// Its log.
+    #[allow(dead_code)] // held, not read: the dir lives as long as the server
+    pub dir: tempfile::TempDir,
+    /// The server process (leader of its own group).
+    #[allow(dead_code)] // held, not read: dropping it stops the server
+    pub process: ServerProcess,
+}
+
+/// Starts memcached with `threads` worker threads; `None` when it is not installed.
+pub fn start_memcached(threads: usize) -> Option<Memcached> {
+    let Some(program) = find_program("memcached") else {
+        skip_or_fail("memcached is not installed (Debian: apt-get install memcached)");
+        return None;
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("stairbench-memcached-")
+        .tempdir()
+        .expect("creating a temp dir");
+    let log = dir.path().join("memcached.log");
+    let (process, port) = start_on_free_port(|port| {
+        let mut cmd = Command::new(&program);
+        // memcached refuses to run as root without a user to switch to.
+        cmd.args(["-u", "nobody", "-l", "127.0.0.1", "-U", "0", "-m", "256"])
+            .args(["-p", &port.to_string(), "-t", &threads.to_string()]);
+        (ServerProcess::spawn("memcached", cmd, &log), log.clone())
+    });
+    Some(Memcached { port, dir, process })
+}
+
+impl Memcached {
+    /// `memcache://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("memcache://127.0.0.1:{}", self.port)
+    }
+
+    /// memcached's `stats`: every `STAT name value` line.
+    pub fn stats(&self) -> std::collections::BTreeMap<String, String> {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).expect("memcached");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream.write_all(b"stats\r\n").unwrap();
+        let mut text = Vec::new();
+        let mut chunk = [0u8; 8192];
+        while !text.ends_with(b"END\r\n") {
+            let n = stream.read(&mut chunk).expect("reading memcached's stats");
+            assert!(n > 0, "memcached closed during stats");
+            text.extend_from_slice(&chunk[..n]);
+        }
+        String::from_utf8_lossy(&text)
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("STAT ")?.splitn(2, ' ');
+                Some((w.next()?.to_string(), w.next()?.to_string()))
+            })
+            .collect()
+    }
+
+    /// One counter of `stats`.
+    pub fn stat(&self, name: &str) -> u64 {
+        let stats = self.stats();
+        stats
+            .get(name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in memcached's stats: {stats:?}"))
+    }
+
+    /// `cmd_get + cmd_set`: the lookups and stores it has executed (`stats` is neither).
+    pub fn gets_and_sets(&self) -> u64 {
+        let s = self.stats();
+        let n = |k: &str| s[k].parse::<u64>().unwrap();
+        n("cmd_get") + n("cmd_set")
+    }
+}
+
 /// Reads one RESP reply: `+OK`, `-ERR ...`, `:5` are returned as their line; `$n` bulk
 /// strings as their content.
 fn read_resp_reply(stream: &mut TcpStream) -> std::io::Result<String> {

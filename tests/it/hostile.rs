@@ -348,6 +348,20 @@ fn replies_nobody_asked_for_on_a_pipeline_are_unexpected() {
     assert!(run.line_times.len() as u64 >= DURATION_S, "{what}");
 }
 
+#[test]
+fn memcache_error_lines_and_wrong_length_values_are_errors_of_their_kinds() {
+    let server_error = serve(|s| answer_each(s, b"SERVER_ERROR out of memory storing object\r\n"));
+    let run = load(&format!("memcache://127.0.0.1:{server_error}"), 2, &[]);
+    assert_survived(&run, "memcache_server_error", SMALL_RSS_MB);
+    // Five bytes announced, two sent: the CRLF is not where the length says.
+    let short = serve(|s| answer_each(s, b"VALUE key:0 0 5\r\nab\r\nEND\r\n"));
+    let run = load(&format!("memcache://127.0.0.1:{short}"), 2, &[]);
+    assert_survived(&run, "memcache_bad_value", SMALL_RSS_MB);
+    let garbage = serve(|s| answer_each(s, b"+OK\r\n"));
+    let run = load(&format!("memcache://127.0.0.1:{garbage}"), 2, &[]);
+    assert_survived(&run, "memcache_bad_reply", SMALL_RSS_MB);
+}
+
 // ---- HTTP/1.1 framing (RFC 9112 §6): HEAD, interim replies, conflicting lengths, chunked
 // bodies, the thread's reply budget.
 

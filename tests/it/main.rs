@@ -40,6 +40,7 @@ mod live;
 mod load_engine;
 mod load_histograms;
 mod many_hosts;
+mod memcache;
 mod nginx_example;
 mod observe;
 mod parsers;

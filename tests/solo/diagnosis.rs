@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::common;
 
 /// One demonstration at a time: two at once on 2 CPUs would measure each other.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+pub(crate) static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs examples/NAME.toml with 1 s steps (under `chrt -f 5` where possible); its first diagnosis, or None when a program it
 /// needs is missing (skipped outside CI).
@@ -34,18 +34,24 @@ fn run_example_kept(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>, te
         .unwrap()
         .replace("duration = \"2s\"", "duration = \"1s\"")
         .replace("{spec_dir}", examples.to_str().unwrap());
+    let (list, steps, dir) = run_and_analyze(&spec);
+    let d = list[0].clone();
+    eprintln!("{name}: {} ({})", d["sentence"], d["confidence"]);
+    Some((d, steps, dir))
+}
+
+/// Runs the spec `text` (favoured, see [`run_favoured`]) in a temp dir: its analysis (one
+/// diagnosis per series), its steps, and the dir (`DIR/run` is the run).
+pub(crate) fn run_and_analyze(text: &str) -> (Value, Vec<Value>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let spec_path = dir.path().join("spec.toml");
-    std::fs::write(&spec_path, spec).unwrap();
+    std::fs::write(&spec_path, text).unwrap();
     let out = dir.path().join("run");
     common::assert_success(&run_favoured(&spec_path, &out));
     let printed = common::cli(&["analyze".as_ref(), out.as_os_str(), "--json".as_ref()]);
     common::assert_success(&printed);
     let list: Value = serde_json::from_slice(&printed.stdout).unwrap();
-    let d = list[0].clone();
-    eprintln!("{name}: {} ({})", d["sentence"], d["confidence"]);
-    let steps = common::steps_json(&out);
-    Some((d, steps, dir))
+    (list, common::steps_json(&out), dir)
 }
 
 /// `stairbench run SPEC --out OUT` under SCHED_FIFO priority 5 where `chrt` may set it

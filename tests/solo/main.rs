@@ -17,4 +17,5 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 mod common;
 mod diagnosis;
 mod limits_io;
+mod memcached;
 mod tomcat;

@@ -275,6 +275,9 @@ pub fn load_args(sub: &StepRequest, proto: &ProtoOptions) -> Vec<String> {
     if proto.preload {
         args.push("--preload".into());
     }
+    if proto.memcache_commands == crate::load::protocol::memcache::Commands::Meta {
+        args.extend(["--memcache-commands".into(), "meta".into()]);
+    }
     if proto.tls.insecure {
         args.push("--insecure".into());
     }

@@ -4,6 +4,8 @@
 //! varying fields in place) and recognises complete replies at the front of a buffer.
 
 pub mod http;
+pub mod keys;
+pub mod memcache;
 pub mod msgr;
 pub mod redis;
 
@@ -37,4 +39,10 @@ pub trait Protocol: Send {
     fn parse_reply(&mut self, buf: &[u8]) -> Reply;
     /// The connection was dropped: forget the reply in progress and the requests in flight.
     fn reset(&mut self) {}
+}
+
+/// A key-value protocol's store of one key, for `--preload` (RESP's SET, memcached's set).
+pub trait Preload: Protocol {
+    /// The store of key number `key`, the reply read as any other.
+    fn set_of(&mut self, key: u64) -> &[u8];
 }

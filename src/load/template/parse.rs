@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use super::{Entry, Gen, Part, TemplateError, Text};
-use crate::load::protocol::redis::{KeySpace, KeySpaceError};
+use crate::load::protocol::keys::KeySpaceError;
+use crate::load::protocol::redis::KeySpace;
 use crate::load::Distribution;
 
 /// Largest `{rand:BYTES}`.

@@ -467,7 +467,7 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         rank_hosts,
         instances,
         instance: None,
-        metrics: target_metrics(spec, i, t, &kind)?,
+        metrics: target_metrics(spec, i, t, &kind, &url)?,
         name: t.name.clone(),
         kind,
         port: t.port,
@@ -557,6 +557,7 @@ fn target_metrics(
     i: usize,
     t: &super::spec::TargetSpec,
     kind: &TargetKind,
+    url: &str,
 ) -> Result<Option<MetricsPlan>, SpecError> {
     Ok(match &t.metrics {
         Some(m) => Some(
@@ -573,6 +574,11 @@ fn target_metrics(
                 template: "{metrics}".into(),
                 format: crate::observe::metrics::MetricsFormat::Json,
             })
+        }
+        // memcached answers `stats` on the port it is loaded at (read from this machine, so
+        // on loopback only).
+        None if t.host.is_none() && url.starts_with("memcache://") => {
+            Some(MetricsPlan::Url(url.to_string()))
         }
         None => None,
     })
@@ -732,6 +738,13 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     }
     if let Some(m) = c.msg_size {
         proto.msg_size = m;
+    }
+    if let Some(m) = &c.memcache_commands {
+        proto.memcache_commands =
+            m.parse()
+                .map_err(|e: crate::load::protocol::memcache::BadCommands| {
+                    spec.error_at(&["client", "memcache_commands"], e.to_string())
+                })?;
     }
     requests(spec, &mut proto)?;
     tls(spec, &mut proto)?;

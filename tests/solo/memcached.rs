@@ -1,0 +1,72 @@
+//! examples/memcached-threads.toml with short steps: memcached at 1, 2 and 4 worker threads,
+//! each target diagnosed, and memcached's own `stats` in every step agreeing with what the
+//! engine counted.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common;
+use crate::diagnosis::{run_and_analyze, ONE_AT_A_TIME};
+
+const TARGETS: [&str; 3] = ["memcached-t1", "memcached-t2", "memcached-t4"];
+
+/// The example with 1 s steps at 1, 4 and 16 clients: (analysis list, steps).
+fn run_short() -> Option<(Vec<Value>, Vec<Value>)> {
+    if common::find_program("memcached").is_none() {
+        common::skip_or_fail("memcached is not installed (Debian: apt-get install memcached)");
+        return None;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let spec = std::fs::read_to_string(examples.join("memcached-threads.toml"))
+        .unwrap()
+        .replace("duration = \"3s\"", "duration = \"1s\"")
+        .replace("warmup = \"1s\"", "warmup = \"300ms\"")
+        .replace("clients = [1, 2, 4, 8, 16, 32]", "clients = [1, 4, 16]");
+    let (list, steps, _dir) = run_and_analyze(&spec);
+    let list = list.as_array().cloned().unwrap_or_default();
+    Some((list, steps))
+}
+
+#[test]
+fn memcached_threads_example_diagnoses_each_target_from_its_own_stats() {
+    let _alone = crate::alone();
+    let Some((diagnoses, steps)) = run_short() else {
+        return;
+    };
+    for target in TARGETS {
+        let d = diagnoses
+            .iter()
+            .find(|d| d["target"] == target)
+            .unwrap_or_else(|| panic!("no diagnosis of {target}: {diagnoses:#?}"));
+        eprintln!("{target}: {} ({})", d["sentence"], d["limit"]);
+        assert_ne!(d["limit"], "undetermined", "{d:#}");
+    }
+    assert_eq!(steps.len(), 9, "three targets at three levels");
+    for step in &steps {
+        check_stats(step);
+    }
+}
+
+/// memcached's `stats` over the window: the threads its command line set, and the gets and
+/// sets it executed within a few pipelines of the requests the engine completed there.
+fn check_stats(step: &Value) {
+    let target = step["target"].as_str().unwrap_or_default();
+    let m = &step["target_metrics"][target];
+    let what = format!("{:#}", step["target_metrics"]);
+    let threads: u64 = target.trim_start_matches("memcached-t").parse().unwrap();
+    assert_eq!(m["gauges"]["threads"], threads, "{target}: {what}");
+    let executed = m["cmd_get"].as_u64().unwrap() + m["cmd_set"].as_u64().unwrap();
+    let requests = step["requests"].as_u64().unwrap();
+    // The edges are a few milliseconds apart from the window's; at most every connection's
+    // pipeline (8 deep) twice, plus 2% of the window, separates the two counts.
+    let connections = step["connections"].as_u64().unwrap();
+    let slack = 2 * connections * 8 + requests / 50;
+    assert!(
+        executed.abs_diff(requests) <= slack,
+        "{target}: memcached executed {executed}, the engine completed {requests} (slack {slack}): {what}"
+    );
+    assert!(m["get_hits"].as_u64().unwrap() > 0, "{target}: {what}");
+    assert!(m["rusage_user"].as_f64().unwrap() > 0.0, "{target}: {what}");
+}
