@@ -189,9 +189,9 @@ pub enum MetricsError {
         /// The framer's error kind.
         kind: &'static str,
     },
-    /// A memcached's `stats` that could not be read (what went wrong, naming its URL).
-    #[error("{0}")]
-    Memcached(String),
+    /// A memcached's `stats` that could not be read.
+    #[error(transparent)]
+    Memcached(#[from] super::memcached::StatsError),
     /// A body that is not JSON.
     #[error("{url} did not answer JSON: {source}")]
     AnswerJson {
