@@ -149,9 +149,15 @@ fn grpcs_calls_sent_equal_grpcios_count_over_tls_at_depth_8() {
     let url = format!("grpcs://localhost:{}/bench.Echo/Echo", server.port);
     let ca = certs.ca();
     let ca = ca.to_str().unwrap();
-    let doc = load(&url, &["-c", "2", "-d", "1s", "--depth", "8", "--cacert", ca]);
+    let doc = load(
+        &url,
+        &["-c", "2", "-d", "1s", "--depth", "8", "--cacert", ca],
+    );
     let count = server.counts()["Echo"].as_u64().unwrap();
-    eprintln!("grpcs depth 8: sent {} grpcio counted {count}", u(&doc, "sent"));
+    eprintln!(
+        "grpcs depth 8: sent {} grpcio counted {count}",
+        u(&doc, "sent")
+    );
     assert_eq!(u(&doc, "sent"), count, "{doc:#}");
     assert!(u(&doc, "requests") > 100, "{doc:#}");
     assert_eq!(doc["errors"], serde_json::json!({}), "{doc:#}");
