@@ -8,7 +8,9 @@ Methods of service bench.Echo:
 It counts the calls each method received. A line "count" on standard input prints the counts
 as one JSON object on standard output (the tests' independent count); end of input is ignored.
 
-  python3 grpc_server.py PORT [WORKERS]
+  python3 grpc_server.py PORT [WORKERS [CERT KEY]]
+
+With CERT and KEY (PEM files) it serves over TLS (grpcs://), ALPN h2.
 """
 
 import json
@@ -66,7 +68,12 @@ def main():
         options=[("grpc.max_concurrent_streams", 1000)],
     )
     server.add_generic_rpc_handlers((handler(),))
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    if len(sys.argv) > 4:
+        with open(sys.argv[3], "rb") as c, open(sys.argv[4], "rb") as k:
+            creds = grpc.ssl_server_credentials([(k.read(), c.read())])
+        server.add_secure_port(f"127.0.0.1:{port}", creds)
+    else:
+        server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     print(f"listening on {port}", flush=True)
     threading.Thread(target=answer_counts, daemon=True).start()

@@ -32,6 +32,11 @@ pub struct GrpcServer {
 impl GrpcServer {
     /// Starts it with `workers` threads; `None` (after `skip_or_fail`) without grpcio.
     pub fn start(workers: usize) -> Option<GrpcServer> {
+        Self::start_with(workers, &[])
+    }
+
+    /// [`GrpcServer::start`] with more arguments (a certificate and key: TLS).
+    fn start_with(workers: usize, more: &[&Path]) -> Option<GrpcServer> {
         let has_grpc = Command::new(PYTHON)
             .args(["-c", "import grpc"])
             .stderr(Stdio::null())
@@ -48,6 +53,7 @@ impl GrpcServer {
         let mut child = Command::new(PYTHON)
             .arg(script)
             .args([port.to_string(), workers.to_string()])
+            .args(more)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -130,6 +136,32 @@ fn grpc_calls_sent_equal_grpcios_count_at_depths_1_8_and_16() {
             "{doc:#}"
         );
     }
+}
+
+#[test]
+fn grpcs_calls_sent_equal_grpcios_count_over_tls_at_depth_8() {
+    let Some(certs) = crate::certs::make_certs() else {
+        return;
+    };
+    let Some(mut server) = GrpcServer::start_with(4, &[&certs.cert(), &certs.key()]) else {
+        return;
+    };
+    let url = format!("grpcs://localhost:{}/bench.Echo/Echo", server.port);
+    let ca = certs.ca();
+    let ca = ca.to_str().unwrap();
+    let doc = load(
+        &url,
+        &["-c", "2", "-d", "1s", "--depth", "8", "--cacert", ca],
+    );
+    let count = server.counts()["Echo"].as_u64().unwrap();
+    eprintln!(
+        "grpcs depth 8: sent {} grpcio counted {count}",
+        u(&doc, "sent")
+    );
+    assert_eq!(u(&doc, "sent"), count, "{doc:#}");
+    assert!(u(&doc, "requests") > 100, "{doc:#}");
+    assert_eq!(doc["errors"], serde_json::json!({}), "{doc:#}");
+    assert_eq!(u(&doc, "tls_handshakes"), 2, "{doc:#}");
 }
 
 #[test]
