@@ -78,6 +78,8 @@ pub struct CpuTimes {
     pub user: u64,
     /// system + irq + softirq.
     pub sys: u64,
+    /// irq + softirq (inside `sys`): interrupt work no task is charged for.
+    pub irq: u64,
     /// idle + iowait.
     pub idle: u64,
     /// Time the hypervisor gave to someone else.
@@ -102,6 +104,7 @@ pub fn parse_proc_stat(text: &str) -> BTreeMap<usize, CpuTimes> {
             CpuTimes {
                 user: at(0) + at(1),
                 sys: at(2) + at(5) + at(6),
+                irq: at(5) + at(6),
                 idle: at(3) + at(4),
                 steal: at(7),
             },
@@ -121,6 +124,10 @@ pub struct CoreBusy {
     pub user_pct: f64,
     /// System time (system + irq + softirq), percent of the window.
     pub sys_pct: f64,
+    /// Interrupt time (irq + softirq, inside `sys_pct`), percent of the window: work no
+    /// task is charged for, such as the network stack's for loopback traffic.
+    #[serde(default)]
+    pub irq_pct: f64,
     /// Time stolen by the hypervisor, percent of the window.
     pub steal_pct: f64,
 }
@@ -140,6 +147,7 @@ pub fn core_busy(
         let sys = b.sys.saturating_sub(a.sys) as f64;
         let idle = b.idle.saturating_sub(a.idle) as f64;
         let steal = b.steal.saturating_sub(a.steal) as f64;
+        let irq = b.irq.saturating_sub(a.irq) as f64;
         let total = user + sys + idle + steal;
         let pct = |x: f64| if total > 0.0 { 100.0 * x / total } else { 0.0 };
         out.push(CoreBusy {
@@ -147,6 +155,7 @@ pub fn core_busy(
             busy_pct: pct(user + sys),
             user_pct: pct(user),
             sys_pct: pct(sys),
+            irq_pct: pct(irq),
             steal_pct: pct(steal),
         });
     }

@@ -206,6 +206,7 @@ pub(crate) mod tests {
             busy_pct: 50.0,
             user_pct: 40.0,
             sys_pct: 10.0,
+            irq_pct: 0.0,
             steal_pct: 0.0,
         };
         let obs = Observation {
@@ -236,6 +237,8 @@ pub(crate) mod tests {
             neighbours: Some(Neighbours {
                 server_cpus_others_pct: Some(50.0),
                 client_cpus_others_pct: Some(1.0),
+                server_irq_pct: 0.0,
+                client_irq_pct: 0.0,
                 server_steal_pct: 0.0,
                 client_steal_pct: 0.0,
                 busiest: vec![Neighbour {

@@ -80,11 +80,16 @@ impl CgroupCpu {
 pub struct Neighbours {
     /// The server's CPUs' busy share that neither the server's tree nor stairbench (its load
     /// threads, its observers, the tools it started) used, % of the server's cpuset:
-    /// /proc/stat's busy minus theirs.
+    /// /proc/stat's busy minus theirs and minus interrupt time.
     pub server_cpus_others_pct: Option<f64>,
     /// The same on the client's CPUs, % of the client's cpuset (the server's tree and
     /// stairbench's own left out).
     pub client_cpus_others_pct: Option<f64>,
+    /// Mean interrupt time (irq + softirq) of the server's CPUs, %: no task's, left out of
+    /// the others' share (on loopback it is mostly the traffic under test's network work).
+    pub server_irq_pct: f64,
+    /// Mean interrupt time of the client's CPUs, %.
+    pub client_irq_pct: f64,
     /// Mean steal time of the server's CPUs (a hypervisor ran another guest), %.
     pub server_steal_pct: f64,
     /// Mean steal time of the client's CPUs, %.

@@ -24,6 +24,15 @@ pub(crate) fn run_example(name: &str, needs: &[&str]) -> Option<(Value, Vec<Valu
 
 /// As [`run_example`], keeping the run's directory (`DIR/run`) for the example's own files.
 fn run_example_kept(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>, tempfile::TempDir)> {
+    run_example_edited(name, needs, &[])
+}
+
+/// [`run_example_kept`] with each (from, to) replaced in the spec's text first.
+fn run_example_edited(
+    name: &str,
+    needs: &[&str],
+    edits: &[(&str, &str)],
+) -> Option<(Value, Vec<Value>, tempfile::TempDir)> {
     if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
         common::skip_or_fail(format!("{missing} is not installed"));
         return None;
@@ -34,6 +43,10 @@ fn run_example_kept(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>, te
         .unwrap()
         .replace("duration = \"2s\"", "duration = \"1s\"")
         .replace("{spec_dir}", examples.to_str().unwrap());
+    let spec = edits.iter().fold(spec, |s, (from, to)| {
+        assert!(s.contains(from), "{name}.toml has no {from:?}");
+        s.replace(from, to)
+    });
     let (list, steps, dir) = run_and_analyze(&spec);
     let d = list[0].clone();
     eprintln!("{name}: {} ({})", d["sentence"], d["confidence"]);
@@ -311,4 +324,37 @@ fn nginx_beside_a_pinned_cpu_hog_is_neighbour() {
     assert!(figure(&d, "neighbours_pct") >= 10.0, "{d:#}");
     assert!(d["sentence"].as_str().unwrap().contains("sh (pid"), "{d:#}");
     assert!(hog_pct >= 20.0, "the hog took {hog_pct:.0}% of one CPU");
+}
+
+/// The same hog under `nice -n 19` takes only the time nginx leaves idle: the CPU is as busy
+/// and the hog's share as large, but nginx's thread barely waited for it (the kernel's
+/// run-queue wait), so the neighbour is not named: nginx's own CPU is.
+#[test]
+fn a_niced_hog_beside_nginx_is_not_its_limit() {
+    let _alone = crate::alone();
+    let Some((d, steps, dir)) = run_example_edited(
+        "limits-neighbour",
+        &["nginx", "wrk", "setsid", "taskset", "chrt", "nice"],
+        &[(
+            "nginx-neighbour.sh {out} {port} 1",
+            "nginx-neighbour.sh {out} {port} 1 19",
+        )],
+    ) else {
+        return;
+    };
+    let text = std::fs::read_to_string(dir.path().join("run/hog.stat")).unwrap();
+    let stat = text.lines().next().unwrap();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    // Field 19 of /proc/PID/stat: the hog's niceness, from the kernel.
+    assert_eq!(f[19 - 3], "19", "{stat}");
+    let top = steps.last().unwrap();
+    let waited = top["server"]["threads"]["run_delay_pct"].as_f64().unwrap();
+    let others = top["server"]["neighbours"]["server_cpus_others_pct"]
+        .as_f64()
+        .unwrap();
+    eprintln!("limits-neighbour at nice 19: others took {others:.0}% of nginx's CPU, nginx's threads waited {waited:.1}% of the window");
+    assert!(waited < 10.0, "{top:#}");
+    assert_ne!(d["limit"], "neighbour", "{d:#}");
 }

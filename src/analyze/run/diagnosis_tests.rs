@@ -769,6 +769,23 @@ fn a_busy_neighbour_is_named_before_coherency() {
 }
 
 #[test]
+fn a_neighbour_the_server_never_waited_for_is_not_its_limit() {
+    // A job under `nice` fills the server's idle time and yields whenever it wakes: the CPUs
+    // are busy and others took 48% of them, but the server's threads waited 2% of the window.
+    let waited = |pct: f64| -> Vec<S> {
+        let mut shape = falling();
+        for s in &mut shape {
+            s.run_delay = Some((5.0, pct));
+        }
+        shape
+    };
+    let niced = diagnose_with(&waited(2.0), |_| neighbours(48.0, 99.0));
+    assert_eq!(niced.limit, Limit::Coherency, "{}", niced.sentence);
+    let competed = diagnose_with(&waited(45.0), |_| neighbours(48.0, 99.0));
+    assert_eq!(competed.limit, Limit::Neighbour, "{}", competed.sentence);
+}
+
+#[test]
 fn a_neighbour_with_room_left_caps_another_limits_confidence_and_says_so() {
     let d = diagnose_with(&falling(), |_| neighbours(12.0, 60.0));
     assert_eq!(d.limit, Limit::Coherency, "{}", d.sentence);

@@ -19,6 +19,9 @@ pub const QUOTA_USED_PCT: f64 = 90.0;
 /// Other processes that took at least this share of the server's or the client's CPUs
 /// (percent) are neighbours worth naming; below it, noise of the measurement.
 pub const NEIGHBOUR_PCT: f64 = 10.0;
+/// Neighbours limit a side only when its threads waited on the run queue for at least this
+/// share of the window (percent, summed over threads): below it they took idle time.
+pub const NEIGHBOUR_WAIT_PCT: f64 = 10.0;
 /// The largest throughput CV (fraction) of a deciding level for a high confidence: the
 /// tightest throughput margin a rule needs is the coherency rule's 10% fall.
 pub const HIGH_MAX_CV: f64 = 0.10;
@@ -275,12 +278,20 @@ pub(super) fn neighbour(c: &Ctx) -> Option<Found> {
     let top = c.top();
     let n = top.cpu.neighbours.as_ref()?;
     let (server_busy, client_busy) = top.cpu.busy_pct;
-    let taken = |others: Option<f64>, busy: Option<f64>| {
+    // Others that only filled idle time (a job under `nice`, which the scheduler preempts
+    // whenever the server wakes) took CPU nobody wanted: a side's threads must have waited
+    // on the run queue too, where the kernel says (schedstat).
+    let taken = |others: Option<f64>, busy: Option<f64>, wait: Option<f64>| {
         let (o, b) = (others?, busy?);
-        (o >= NEIGHBOUR_PCT && b >= BUSY_PCT).then_some((o, b))
+        let waited = wait.is_none_or(|w| w >= NEIGHBOUR_WAIT_PCT);
+        (o >= NEIGHBOUR_PCT && b >= BUSY_PCT && waited).then_some((o, b))
     };
-    let server = taken(n.server_cpus_others_pct, server_busy);
-    let client = taken(n.client_cpus_others_pct, client_busy);
+    let server = taken(n.server_cpus_others_pct, server_busy, top.run_delay_pct);
+    let client = taken(
+        n.client_cpus_others_pct,
+        client_busy,
+        top.client_run_delay_pct,
+    );
     if server.is_none() && client.is_none() {
         return None;
     }
@@ -513,7 +524,7 @@ pub(super) fn ruled_out(c: &Ctx, out: &mut Vec<Evidence>) {
             "neighbours_pct",
             others_pct(n),
             at,
-            format!("neighbour: other processes took {:.0}% of the server's CPUs and {:.0}% of the client's (a limit needs {NEIGHBOUR_PCT:.0}% on CPUs {BUSY_PCT:.0}% busy)", n.server_cpus_others_pct.unwrap_or(0.0), n.client_cpus_others_pct.unwrap_or(0.0)),
+            format!("neighbour: other processes took {:.0}% of the server's CPUs and {:.0}% of the client's{} (a limit needs {NEIGHBOUR_PCT:.0}% on CPUs {BUSY_PCT:.0}% busy, and the side's threads waiting {NEIGHBOUR_WAIT_PCT:.0}% of the window for a CPU)", n.server_cpus_others_pct.unwrap_or(0.0), n.client_cpus_others_pct.unwrap_or(0.0), top.run_delay_pct.map(|w| format!("; the server's threads waited {w:.0}% of the window for a CPU")).unwrap_or_default()),
         )),
         None => out.push(ev("neighbours_pct", f64::NAN, at, "neighbour: the other processes were not observed")),
     }
