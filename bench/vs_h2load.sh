@@ -5,9 +5,17 @@
 # (user + system, start to exit) per completed request; then the medians and the ratios
 # stairbench/h2load.
 #
+# GRPC=1: unary gRPC calls instead, against grpcio's server (Debian's python3-grpcio,
+# examples/grpc_server.py, GRPC_WORKERS threads) on core 0: stairbench loads
+# grpc://.../bench.Echo/Echo with a 7-byte message, h2load POSTs the same gRPC-framed body
+# (-d FILE: the 5-byte prefix and the message) with content-type: application/grpc and
+# te: trailers. The server is slow (Python); both tools meet the same one, so what counts is
+# each tool's CPU per completed call.
+#
 # Usage (after `cargo build --release`): bench/vs_h2load.sh
 # Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=16 STREAMS=8 SERVER_CPU=0 CLIENT_CPU=1
-#                         CPU_METHOD=perf STAIRBENCH=target/release/stairbench
+#                         CPU_METHOD=perf STAIRBENCH=target/release/stairbench GRPC=0
+#                         GRPC_WORKERS=4
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +33,14 @@ program() { # the path of $1, looking in sbin too (Debian's nginx)
     command -v "$1" 2>/dev/null || { [ -x "/usr/sbin/$1" ] && echo "/usr/sbin/$1"; } || return 1
 }
 
-NGINX=$(program nginx) || die "nginx not found (apt-get install nginx-light)"
+GRPC=${GRPC:-0}
+GRPC_WORKERS=${GRPC_WORKERS:-4}
+PYTHON=/usr/bin/python3
+if [ "$GRPC" = 1 ]; then
+    "$PYTHON" -c 'import grpc' 2>/dev/null || die "no grpcio (apt-get install python3-grpcio)"
+else
+    NGINX=$(program nginx) || die "nginx not found (apt-get install nginx-light)"
+fi
 H2LOAD=$(program h2load) || die "h2load not found (apt-get install nghttp2-client)"
 [ -x "$STAIRBENCH" ] || die "$STAIRBENCH not found: run cargo build --release first"
 
@@ -39,11 +54,31 @@ start_nginx() {
     wait_port "$1"
 }
 
+# grpcio's server on core $SERVER_CPU in its own process group (SERVER_PID).
+start_grpc() {
+    setsid taskset -c "$SERVER_CPU" "$PYTHON" examples/grpc_server.py "$1" "$GRPC_WORKERS" \
+        </dev/null >"$WORK/grpc.log" 2>&1 &
+    SERVER_PID=$!
+    wait_port "$1"
+}
+
+# The gRPC request: field 1 (string) = "hello", as a length-prefixed message for h2load.
+MESSAGE="$WORK/message.bin"
+FRAMED="$WORK/framed.bin"
+printf '\x0a\x05hello' >"$MESSAGE"
+printf '\x00\x00\x00\x00\x07\x0a\x05hello' >"$FRAMED"
+H2LOAD_ARGS=()
+STAIRBENCH_ARGS=()
+if [ "$GRPC" = 1 ]; then
+    H2LOAD_ARGS=(-d "$FRAMED" -H 'content-type: application/grpc' -H 'te: trailers')
+    STAIRBENCH_ARGS=(--body-file "$MESSAGE")
+fi
+
 # run_h2load N URL: prints "requests req_per_s cpu_us"
 run_h2load() {
     local out="$WORK/h2load.$1"
     measured "$out.cpu" taskset -c "$CLIENT_CPU" "$H2LOAD" -t1 -c"$CONNECTIONS" -m"$STREAMS" \
-        -D"$DURATION" "$2" >"$out"
+        -D"$DURATION" "${H2LOAD_ARGS[@]}" "$2" >"$out"
     local requests rps
     requests=$(awk '/^requests:/ { print $8 }' "$out")
     rps=$(awk '/^finished in/ { gsub(",", "", $4); print $4 }' "$out")
@@ -55,7 +90,7 @@ run_h2load() {
 run_stairbench() {
     local out="$WORK/stairbench.$1"
     measured "$out.cpu" taskset -c "$CLIENT_CPU" "$STAIRBENCH" load "$2" -c "$CONNECTIONS" -t 1 \
-        --depth "$STREAMS" -d "$DURATION" --json "$out.json" >"$out" 2>&1
+        --depth "$STREAMS" -d "$DURATION" "${STAIRBENCH_ARGS[@]}" --json "$out.json" >"$out" 2>&1
     local requests rps
     requests=$(json_number "$out.json" requests)
     rps=$(json_number "$out.json" throughput_rps)
@@ -64,16 +99,26 @@ run_stairbench() {
 }
 
 PORT=$(free_port)
-start_nginx "$PORT"
-echo "nginx (h2c) on core $SERVER_CPU, port $PORT; generators on core $CLIENT_CPU;" \
+if [ "$GRPC" = 1 ]; then
+    start_grpc "$PORT"
+    SERVER="grpcio ($GRPC_WORKERS threads)"
+    H2LOAD_URL="http://127.0.0.1:$PORT/bench.Echo/Echo"
+    STAIRBENCH_URL="grpc://127.0.0.1:$PORT/bench.Echo/Echo"
+else
+    start_nginx "$PORT"
+    SERVER="nginx (h2c)"
+    H2LOAD_URL="http://127.0.0.1:$PORT/"
+    STAIRBENCH_URL="h2c://127.0.0.1:$PORT/"
+fi
+echo "$SERVER on core $SERVER_CPU, port $PORT; generators on core $CLIENT_CPU;" \
     "$CONNECTIONS connections × $STREAMS streams, ${DURATION}s per run, $RUNS runs each; CPU by $CPU_METHOD"
 : >"$WORK/h2load.results"
 : >"$WORK/stairbench.results"
 for n in $(seq "$RUNS"); do
-    result=$(run_h2load "$n" "http://127.0.0.1:$PORT/")
+    result=$(run_h2load "$n" "$H2LOAD_URL")
     report_run h2load "$n" "$result"
     echo "$result" >>"$WORK/h2load.results"
-    result=$(run_stairbench "$n" "h2c://127.0.0.1:$PORT/")
+    result=$(run_stairbench "$n" "$STAIRBENCH_URL")
     report_run stairbench "$n" "$result"
     echo "$result" >>"$WORK/stairbench.results"
 done

@@ -29,6 +29,7 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 #[derive(Debug, Args)]
 pub struct LoadArgs {
     /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, h2c://HOST:PORT/PATH,
+    /// grpc://HOST:PORT/PACKAGE.SERVICE/METHOD (unary calls over HTTP/2; grpcs:// over TLS),
     /// redis://HOST:PORT, memcache://HOST:PORT, msgr://HOST:PORT, shm://NAME (a `stairbench serve shmkv` region) or
     /// kvd://NAME (a `stairbench serve kvd` daemon).
     pub url: String,
@@ -102,6 +103,10 @@ pub struct LoadArgs {
     /// HTTP request body.
     #[arg(long, help_heading = "HTTP")]
     pub body: Option<String>,
+    /// The request message of every call: FILE's bytes (serialized protobuf), framed as
+    /// gRPC's length-prefixed message [default: the empty message].
+    #[arg(long, value_name = "FILE", help_heading = "gRPC")]
+    pub body_file: Option<PathBuf>,
     /// Number of distinct keys [default: 1024; kvd://: the daemon's keys per rank × ranks].
     #[arg(long, help_heading = "Key-value (redis, memcache)")]
     pub keys: Option<u64>,
@@ -261,6 +266,7 @@ impl LoadArgs {
                 method: self.method.clone(),
                 headers: self.headers.clone(),
                 body: self.body.clone(),
+                body_file: None,
                 // 0 asks kvd:// for its daemons' whole key space.
                 keys: self.keys.unwrap_or(if self.url.starts_with("kvd://") {
                     0
@@ -307,6 +313,11 @@ impl LoadArgs {
 pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.config();
     config.proto.requests = args.read_requests()?;
+    if let Some(path) = &args.body_file {
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading --body-file {}", path.display()))?;
+        config.proto.body_file = Some(bytes.into());
+    }
     let stop = crate::signals::stop_flag();
     let live_step = LiveStep {
         target: config.url.clone(),

@@ -242,7 +242,10 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
     if config.depth == 0 {
         return bad("--depth must be at least 1");
     }
-    let http2 = config.proto.http2 || config.url.starts_with("h2c://");
+    let http2 = config.proto.http2
+        || ["h2c://", "grpc://", "grpcs://"]
+            .iter()
+            .any(|s| config.url.starts_with(s));
     if http2 && config.ramp.is_some() && config.rate_rps.is_none() {
         return bad("--ramp without --rate (a ramp of connections) is not available with HTTP/2: give --rate to ramp the rate");
     }

@@ -43,7 +43,8 @@ pub(super) fn check_alpn(target: &Target, alpn: Option<&[u8]>) -> Result<(), Loa
 }
 
 /// For the `h2_conn` fuzz target: a client connection (depth 8) fed `input` as all a server
-/// sent, in reads of 1-64 bytes (sized by the first byte), opening streams whenever it may
+/// sent, in reads of 1-64 bytes (sized by the first byte, whose top bit makes it a gRPC
+/// connection: every response's framing and status read), opening streams whenever it may
 /// and cancelling the oldest now and then. Checks its stream accounting and that it holds
 /// at most [`conn::MAX_HELD_BYTES`] of the server's bytes after each read;
 /// the connection error it ended with, if any.
@@ -55,6 +56,9 @@ pub fn fuzz_client_connection(input: &[u8]) -> Result<(), &'static str> {
     };
     let read = (first as usize % 64) + 1;
     let mut c = conn::H2Conn::<u64>::new(DEPTH);
+    if first & 0x80 != 0 {
+        c = c.grpc();
+    }
     let mut block = Vec::new();
     let request = http::Request::get("http://fuzz/")
         .body(())

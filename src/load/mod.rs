@@ -72,6 +72,9 @@ pub struct ProtoOptions {
     pub headers: Vec<String>,
     /// HTTP request body.
     pub body: Option<String>,
+    /// gRPC: the request message's bytes (serialized protobuf, `--body-file`); none is the
+    /// empty message.
+    pub body_file: Option<std::sync::Arc<[u8]>>,
     /// Redis key space size.
     pub keys: u64,
     /// Redis share of GETs (the rest are SETs), 0..=1.
@@ -107,6 +110,7 @@ impl Default for ProtoOptions {
             method: "GET".into(),
             headers: Vec::new(),
             body: None,
+            body_file: None,
             keys: 1024,
             read_ratio: 1.0,
             value_size: 16,

@@ -224,6 +224,12 @@ fn record(h: &mut Histogram<u64>, ns: u64) {
     }
 }
 
+/// The distinct error kinds a thread keeps: past them (a gRPC server whose messages vary
+/// from call to call), errors of a new kind count under [`OTHER_ERRORS`].
+const MAX_ERROR_KINDS: usize = 64;
+/// The kind of the errors past [`MAX_ERROR_KINDS`].
+const OTHER_ERRORS: &str = "other_kinds";
+
 /// One thread's counters for the interval under way, its totals for the window, and where it
 /// stands in the shared schedule.
 pub(super) struct Recorder {
@@ -373,7 +379,17 @@ impl Recorder {
     pub fn error(&mut self, kind: &str, now: u64) {
         self.errors += 1;
         if self.in_window(now) {
-            *self.totals.errors.entry(kind.to_string()).or_default() += 1;
+            let errors = &mut self.totals.errors;
+            let kind = match errors.len() < MAX_ERROR_KINDS || errors.contains_key(kind) {
+                true => kind,
+                false => OTHER_ERRORS,
+            };
+            match errors.get_mut(kind) {
+                Some(n) => *n += 1,
+                None => {
+                    errors.insert(kind.to_string(), 1);
+                }
+            }
         }
     }
 

@@ -15,8 +15,10 @@ pub struct Target {
     pub addr: SocketAddr,
     /// TLS over the connections (`https://`).
     pub tls: Option<TlsClient>,
-    /// HTTP/2 (`h2c://`, or `--http2`).
+    /// HTTP/2 (`h2c://`, `grpc://`, `grpcs://`, or `--http2`).
     pub http2: bool,
+    /// gRPC unary calls (`grpc://`, `grpcs://`) over HTTP/2.
+    pub grpc: bool,
     /// Source addresses the connections take round-robin (empty: the kernel's choice).
     pub sources: Vec<std::net::IpAddr>,
     kind: Kind,
@@ -27,7 +29,7 @@ pub struct Target {
 /// Every URL scheme `load` (and a spec's `url`) takes: socket targets by HOST:PORT, then the
 /// shared-memory ones by region NAME.
 pub const SCHEMES: &[&str] = &[
-    "http", "https", "h2c", "redis", "memcache", "msgr", "shm", "kvd",
+    "http", "https", "h2c", "grpc", "grpcs", "redis", "memcache", "msgr", "shm", "kvd",
 ];
 
 /// The schemes as a phrase for help and errors: "http, https, ... or kvd".
@@ -89,7 +91,8 @@ impl Target {
         let default_port = match scheme {
             "http" => 80,
             "https" => 443,
-            "h2c" => 80,
+            "h2c" | "grpc" => 80,
+            "grpcs" => 443,
             "redis" => 6379,
             "memcache" => 11211,
             "msgr" => 9000,
@@ -102,6 +105,13 @@ impl Target {
         };
         let addr = resolve(authority, default_port).map_err(bad)?;
         let kind = match scheme {
+            "grpc" | "grpcs" => {
+                super::protocol::grpc::check_path(path).map_err(bad)?;
+                Kind::Http {
+                    host: authority.to_string(),
+                    path: path.to_string(),
+                }
+            }
             "http" | "https" | "h2c" => Kind::Http {
                 host: authority.to_string(),
                 path: path.to_string(),
@@ -129,6 +139,7 @@ impl Target {
                 &[b"http/1.1"],
                 &opts.tls,
             )?),
+            "grpcs" => Some(TlsClient::new(host_of(authority), &[b"h2"], &opts.tls)?),
             _ => {
                 super::tls::check_unused(&opts.tls)?;
                 None
@@ -139,7 +150,9 @@ impl Target {
                 "--new-connection-per-request works with http:// and https:// targets only".into(),
             ));
         }
-        let http2 = scheme == "h2c" || opts.http2;
+        let grpc = matches!(scheme, "grpc" | "grpcs");
+        check_grpc_options(grpc, opts)?;
+        let http2 = matches!(scheme, "h2c" | "grpc" | "grpcs") || opts.http2;
         let templates = templates(opts, &kind, http2.then_some(scheme))?;
         if http2 && !matches!(kind, Kind::Http { .. }) {
             return Err(LoadError::BadInput(
@@ -155,6 +168,7 @@ impl Target {
             addr,
             tls,
             http2,
+            grpc,
             sources: Vec::new(),
             kind,
             templates,
@@ -195,9 +209,19 @@ impl Target {
             unreachable!("HTTP/2 is checked to be HTTP by Target::parse");
         };
         let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let method = if self.grpc {
+            "POST"
+        } else {
+            opts.method.as_str()
+        };
         let mut req = http::Request::builder()
-            .method(opts.method.as_str())
+            .method(method)
             .uri(format!("{scheme}://{host}{path}"));
+        if self.grpc {
+            for (name, value) in super::protocol::grpc::HEADERS {
+                req = req.header(name, value);
+            }
+        }
         for h in &opts.headers {
             let Some((name, value)) = h.split_once(':') else {
                 continue;
@@ -208,7 +232,12 @@ impl Target {
                 req = req.header(name, value.trim());
             }
         }
-        let body = opts.body.as_ref().map(|b| bytes::Bytes::from(b.clone()));
+        let body = match self.grpc {
+            true => Some(bytes::Bytes::from(crate::wire::grpc::frame(
+                opts.body_file.as_deref().unwrap_or_default(),
+            ))),
+            false => opts.body.as_ref().map(|b| bytes::Bytes::from(b.clone())),
+        };
         if let Some(b) = &body {
             req = req.header("content-length", b.len());
         }
@@ -342,6 +371,30 @@ fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve {authority:?}: {e}"))?
         .next()
         .ok_or_else(|| format!("{authority:?} resolves to no address"))
+}
+
+/// gRPC's message is `--body-file`'s bytes (serialized protobuf); the method, the text body
+/// and request files are HTTP's.
+fn check_grpc_options(grpc: bool, opts: &ProtoOptions) -> Result<(), LoadError> {
+    let refuse = |s: &str| Err(LoadError::BadInput(s.to_string()));
+    if !grpc {
+        return match opts.body_file.is_some() {
+            true => refuse("--body-file (a gRPC message) works with grpc:// and grpcs:// targets only: use --body for HTTP"),
+            false => Ok(()),
+        };
+    }
+    if opts.body.is_some() {
+        return refuse(
+            "gRPC's request message comes from --body-file FILE (serialized protobuf), not --body",
+        );
+    }
+    if opts.requests.is_some() {
+        return refuse("--requests works with http:// and redis:// targets only: gRPC's message comes from --body-file");
+    }
+    if opts.method != "GET" && opts.method != "POST" {
+        return refuse("gRPC calls are POSTs: drop --method");
+    }
+    Ok(())
 }
 
 fn check_options(opts: &ProtoOptions) -> Result<(), LoadError> {

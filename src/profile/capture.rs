@@ -122,10 +122,12 @@ pub fn capture(
     } else {
         events
     });
+    let first_maps = super::jvm::first_maps(pids);
     let recordings = record_all(pids, seconds, &events, out_dir);
     // before `perf script` resolves the recordings: JIT code compiled while recording is
     // then in the maps
-    let jvms = super::jvm::write_perf_maps(pids, out_dir);
+    let first_maps = first_maps.join().unwrap_or_default();
+    let jvms = super::jvm::write_perf_maps(pids, &first_maps, out_dir);
     let mut summary = ProfileSummary {
         dir: out_dir.to_path_buf(),
         pids: pids.to_vec(),

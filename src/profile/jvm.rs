@@ -5,7 +5,11 @@
 //! line) by the time `perf script` resolves the recording. OpenJDK 17 writes it on demand,
 //! `jcmd PID Compiler.perfmap`, so a recorded JVM gets its map right after the recording
 //! stops (code compiled during the recording is then in it), before `perf script` runs; the
-//! map is copied beside the profile's perf script so the names can be checked later. Where
+//! map is copied beside the profile's perf script so the names can be checked later. The map
+//! lists only the code alive when it is written: a JVM busy recompiling (beside other work,
+//! 48% of its Java samples stayed unnamed) frees code the recording sampled, so a first map
+//! is also taken while the recording starts, and its entries that no later one overlaps are
+//! kept in the map `perf script` reads. Where
 //! jcmd is missing or refused the JVM can write it itself when it exits
 //! (`-XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit`), which is the advice given.
 //!
@@ -33,21 +37,84 @@ pub fn is_jvm(pid: i32) -> bool {
         .is_ok_and(|maps| maps.lines().any(|l| l.ends_with("/libjvm.so")))
 }
 
-/// For each JVM among `pids`: asks it to write its perf map, copies the map into `out_dir`
-/// (`perf-PID.map`) and checks for frame pointers. Call after recording, before `perf script`.
-pub fn write_perf_maps(pids: &[i32], out_dir: &Path) -> Vec<JvmMap> {
+/// The perf maps of the JVMs among some pids as a recording starts: (pid, map text).
+pub type FirstMaps = Vec<(i32, String)>;
+
+/// Asks each JVM among `pids` for its perf map, in a thread, while the recording starts:
+/// join it after the recording and hand the maps to [`write_perf_maps`].
+pub fn first_maps(pids: &[i32]) -> std::thread::JoinHandle<FirstMaps> {
+    let jvms: Vec<i32> = pids.iter().copied().filter(|&p| is_jvm(p)).collect();
+    std::thread::spawn(move || {
+        jvms.into_iter()
+            .filter_map(|pid| {
+                jcmd(pid, "Compiler.perfmap").ok()?;
+                Some((
+                    pid,
+                    std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).ok()?,
+                ))
+            })
+            .collect()
+    })
+}
+
+/// For each JVM among `pids`: asks it to write its perf map, adds the entries of its map in
+/// `first` that no entry of the new one overlaps, writes that back for `perf script`, copies
+/// it into `out_dir` (`perf-PID.map`) and checks for frame pointers. Call after recording,
+/// before `perf script`.
+pub fn write_perf_maps(pids: &[i32], first: &FirstMaps, out_dir: &Path) -> Vec<JvmMap> {
     pids.iter()
         .filter(|&&pid| is_jvm(pid))
-        .map(|&pid| write_perf_map(pid, out_dir))
+        .map(|&pid| {
+            let earlier = first
+                .iter()
+                .find(|(p, _)| *p == pid)
+                .map(|(_, t)| t.as_str());
+            write_perf_map(pid, earlier, out_dir)
+        })
         .collect()
 }
 
-fn write_perf_map(pid: i32, out_dir: &Path) -> JvmMap {
+/// The lines of the map `last`, then those of `earlier` whose address range overlaps none
+/// of `last`'s: code freed since `earlier` was written keeps its name, and an address the
+/// JVM reused is named as it is now.
+fn merge_maps(earlier: &str, last: &str) -> String {
+    let range = |line: &str| {
+        let mut f = line.split_whitespace();
+        let start = u64::from_str_radix(f.next()?.trim_start_matches("0x"), 16).ok()?;
+        let size = u64::from_str_radix(f.next()?.trim_start_matches("0x"), 16).ok()?;
+        Some((start, start + size))
+    };
+    let mut taken: Vec<(u64, u64)> = last.lines().filter_map(range).collect();
+    taken.sort_unstable();
+    let overlaps = |(a, b): (u64, u64)| {
+        let i = taken.partition_point(|r| r.1 <= a);
+        taken.get(i).is_some_and(|r| r.0 < b)
+    };
+    let mut out = String::from(last);
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    for line in earlier.lines() {
+        if range(line).is_some_and(|r| !overlaps(r)) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn write_perf_map(pid: i32, earlier: Option<&str>, out_dir: &Path) -> JvmMap {
     let mut advice = Vec::new();
     let tmp_map = format!("/tmp/perf-{pid}.map");
     let (map_file, symbols) = match jcmd(pid, "Compiler.perfmap") {
         Ok(_) => match std::fs::read_to_string(&tmp_map) {
-            Ok(text) => {
+            Ok(last) => {
+                let text = earlier.map_or(last.clone(), |e| merge_maps(e, &last));
+                if text != last {
+                    if let Err(e) = std::fs::write(&tmp_map, &text) {
+                        advice.push(format!("{tmp_map} could not be rewritten: {e}"));
+                    }
+                }
                 let name = format!("perf-{pid}.map");
                 match std::fs::write(out_dir.join(&name), &text) {
                     Ok(()) => (Some(name), text.lines().count()),
@@ -225,6 +292,18 @@ mod tests {
     }
 
     #[test]
+    fn a_first_maps_entries_stay_where_no_later_code_lies() {
+        let first = "7f00 20 LA::old\n7f40 10 LA::freed\n7f80 10 LA::kept\n";
+        let last = "7f00 20 LB::recompiled\n7f48 4 LB::reused\n";
+        let merged = merge_maps(first, last);
+        assert_eq!(
+            merged,
+            "7f00 20 LB::recompiled\n7f48 4 LB::reused\n7f80 10 LA::kept\n"
+        );
+        assert_eq!(merge_maps("", last), last);
+    }
+
+    #[test]
     fn the_last_frame_pointer_flag_wins() {
         assert!(!last_flag("java -Xmx1g Main"));
         assert!(last_flag("-XX:+PreserveFramePointer -Xmx1g"));
@@ -241,6 +320,6 @@ mod tests {
         let me = std::process::id() as i32;
         assert!(!is_jvm(me));
         let dir = tempfile::tempdir().unwrap();
-        assert!(write_perf_maps(&[me], dir.path()).is_empty());
+        assert!(write_perf_maps(&[me], &Vec::new(), dir.path()).is_empty());
     }
 }

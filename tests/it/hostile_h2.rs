@@ -34,7 +34,7 @@ const DURATION_S: u64 = 2;
 /// A run this long is hung: killed so the test fails rather than hangs.
 const KILL_AFTER: Duration = Duration::from_secs(30);
 
-fn frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
     let len = (payload.len() as u32).to_be_bytes();
     let mut f = vec![len[1], len[2], len[3], ty, flags];
     f.extend_from_slice(&id.to_be_bytes());
@@ -43,13 +43,13 @@ fn frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
 }
 
 /// One server connection: frames read one at a time.
-struct Conn {
+pub(crate) struct Conn {
     s: TcpStream,
 }
 
 impl Conn {
     /// Reads the client's preface and sends our (empty) SETTINGS.
-    fn start(mut s: TcpStream) -> Option<Conn> {
+    pub(crate) fn start(mut s: TcpStream) -> Option<Conn> {
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         let mut preface = [0u8; PREFACE_LEN];
         s.read_exact(&mut preface).ok()?;
@@ -69,7 +69,7 @@ impl Conn {
     }
 
     /// Acks SETTINGS until a request's HEADERS: its stream id. A GOAWAY's code is recorded.
-    fn request(&mut self, goaways: &Mutex<Vec<u32>>) -> Option<u32> {
+    pub(crate) fn request(&mut self, goaways: &Mutex<Vec<u32>>) -> Option<u32> {
         loop {
             let (ty, flags, id, payload) = self.next()?;
             match ty {
@@ -85,7 +85,7 @@ impl Conn {
         }
     }
 
-    fn send(&mut self, bytes: &[u8]) -> Option<()> {
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> Option<()> {
         self.s.write_all(bytes).ok()
     }
 

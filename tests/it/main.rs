@@ -25,6 +25,7 @@ mod external_servers;
 mod flame;
 mod gaps;
 mod gates;
+mod grpc;
 mod h2;
 mod help;
 mod hostile;

@@ -29,6 +29,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+use crate::wire::grpc::{self, ReplyReader};
 use crate::wire::hpack::{self, Decoder};
 
 /// What a client sends first.
@@ -96,8 +97,10 @@ pub(super) enum Event<T> {
     /// Refused unprocessed (REFUSED_STREAM before any answer, or above a GOAWAY's last
     /// stream id): the server did not process it, so it may be sent again.
     Refused(T),
-    /// Failed, by kind (`h2_reset`, `h2_no_status`).
+    /// Failed, by kind (`h2_reset`, `h2_no_status`; gRPC: `grpc_no_status`, `grpc_framing`...).
     Failed(T, &'static str),
+    /// gRPC: the call ended with a non-zero `grpc-status`, its code and `grpc-message`.
+    GrpcStatus(T, u32, String),
 }
 
 /// A connection error: the connection is unusable; its streams fail with `kind`, and the
@@ -145,6 +148,8 @@ struct Slot<T> {
     send_window: i64,
     /// The part of the request body not sent yet.
     body: Option<Bytes>,
+    /// gRPC: the response's framing and status so far.
+    grpc: ReplyReader,
 }
 
 /// A header block being collected over HEADERS and CONTINUATION frames.
@@ -190,6 +195,8 @@ pub(super) struct H2Conn<T> {
     partial: Vec<u8>,
     /// Streams whose request body is not all sent.
     bodies: usize,
+    /// Responses are gRPC calls': their framing is checked and their status read.
+    grpc: bool,
     /// Bytes to write, in order.
     pub out: Vec<u8>,
 }
@@ -225,8 +232,15 @@ impl<T: Copy> H2Conn<T> {
             idle_frames: 0,
             partial: Vec::new(),
             bodies: 0,
+            grpc: false,
             out,
         }
+    }
+
+    /// Reads every response as a unary gRPC call's (see [`crate::wire::grpc`]).
+    pub fn grpc(mut self) -> Self {
+        self.grpc = true;
+        self
     }
 
     /// Streams in flight.
@@ -270,6 +284,7 @@ impl<T: Copy> H2Conn<T> {
             unwritten: 0,
             send_window: self.peer_initial_window,
             body,
+            grpc: ReplyReader::default(),
         };
         if slot.body.is_some() {
             self.bodies += 1;
@@ -481,14 +496,19 @@ impl<T: Copy> H2Conn<T> {
     }
 
     /// Frees stream `id`'s slot and says how it ended.
-    fn end(&mut self, id: u32, events: &mut Vec<Event<T>>, how: impl FnOnce(T, u16) -> Event<T>) {
+    fn end(
+        &mut self,
+        id: u32,
+        events: &mut Vec<Event<T>>,
+        how: impl FnOnce(&mut Slot<T>) -> Event<T>,
+    ) {
         if let Some(s) = self.slots.iter_mut().find(|s| s.id == id && id != 0) {
             s.id = 0;
             if s.body.take().is_some() {
                 self.bodies -= 1;
             }
             self.active -= 1;
-            events.push(how(s.tag, s.status));
+            events.push(how(s));
         }
     }
 
@@ -502,11 +522,13 @@ impl<T: Copy> H2Conn<T> {
         if id == 0 {
             return Err(ConnError::PROTOCOL);
         }
+        let mut content = payload;
         if flags & PADDED != 0 {
             let pad = *payload.first().ok_or(ConnError::FRAME_SIZE)? as usize;
             if pad + 1 > payload.len() {
                 return Err(ConnError::PROTOCOL);
             }
+            content = &payload[1..payload.len() - pad];
         }
         // Flow control counts the whole payload, padding included, on every stream, even
         // one we no longer track (cancelled). The server may send what our written updates
@@ -523,22 +545,18 @@ impl<T: Copy> H2Conn<T> {
             self.updates_unwritten = true;
             self.updates_end = self.out.len();
         }
+        let grpc = self.grpc;
         let Some(s) = self.slot(id) else {
             return self.untracked(id);
         };
         if s.unacked + s.unwritten + len > STREAM_WINDOW {
             return Err(ConnError::FLOW_CONTROL);
         }
+        if grpc {
+            s.grpc.data(content);
+        }
         if flags & END_STREAM != 0 {
-            let ok = s.status != 0;
-            self.end(id, events, |t, status| {
-                if ok {
-                    Event::Done(t, status)
-                } else {
-                    // DATA before any HEADERS.
-                    Event::Failed(t, "h2_no_status")
-                }
-            });
+            self.end(id, events, |s| s.response_end(grpc));
             return Ok(());
         }
         s.unacked += len;
@@ -636,11 +654,22 @@ impl<T: Copy> H2Conn<T> {
         } = block;
         let mut status = None;
         let mut bad_status = false;
+        // gRPC: the stream's reader sees every field (its status may be in any block).
+        let mut grpc = match self.grpc && stream != 0 {
+            true => self
+                .slots
+                .iter_mut()
+                .find(|s| s.id == stream)
+                .map(|s| &mut s.grpc),
+            false => None,
+        };
         self.decoder
             .decode(bytes, |name, value| {
                 if name == b":status" {
                     status = parse_status(value);
                     bad_status |= status.is_none();
+                } else if let Some(g) = grpc.as_mut() {
+                    g.header(name, value);
                 }
             })
             .map_err(|_| ConnError::COMPRESSION)?;
@@ -658,14 +687,8 @@ impl<T: Copy> H2Conn<T> {
             _ => {}
         }
         if end_stream {
-            let ok = s.status >= 200;
-            self.end(stream, events, |t, status| {
-                if ok {
-                    Event::Done(t, status)
-                } else {
-                    Event::Failed(t, "h2_no_status")
-                }
-            });
+            let grpc = self.grpc;
+            self.end(stream, events, |s| s.response_end(grpc));
         }
         Ok(())
     }
@@ -689,11 +712,11 @@ impl<T: Copy> H2Conn<T> {
             // A stream that ended already (a server may reset one it answered).
             return self.idle_frame();
         }
-        self.end(id, events, |t, status| {
-            if code == REFUSED_STREAM && status == 0 {
-                Event::Refused(t)
+        self.end(id, events, |s| {
+            if code == REFUSED_STREAM && s.status == 0 {
+                Event::Refused(s.tag)
             } else {
-                Event::Failed(t, "h2_reset")
+                Event::Failed(s.tag, "h2_reset")
             }
         });
         Ok(())
@@ -781,7 +804,7 @@ impl<T: Copy> H2Conn<T> {
             .map(|s| s.id)
             .collect();
         for id in refused {
-            self.end(id, events, |t, _| Event::Refused(t));
+            self.end(id, events, |s| Event::Refused(s.tag));
         }
         Ok(())
     }
@@ -872,6 +895,27 @@ impl<T: Copy> H2Conn<T> {
     }
 }
 
+impl<T: Copy> Slot<T> {
+    /// How the stream ended, its response whole: its status (a final one, else
+    /// `h2_no_status`), and for a gRPC call the call's result, read from its framing and
+    /// trailers (an HTTP error status without a `grpc-status` stays the HTTP error).
+    fn response_end(&mut self, grpc: bool) -> Event<T> {
+        if self.status < 200 {
+            return Event::Failed(self.tag, "h2_no_status");
+        }
+        if !grpc {
+            return Event::Done(self.tag, self.status);
+        }
+        match std::mem::take(&mut self.grpc).end() {
+            grpc::End::Ok => Event::Done(self.tag, self.status),
+            grpc::End::Status(code, message) => Event::GrpcStatus(self.tag, code, message),
+            grpc::End::NoStatus if self.status != 200 => Event::Done(self.tag, self.status),
+            grpc::End::NoStatus => Event::Failed(self.tag, "grpc_no_status"),
+            grpc::End::Broken(kind) => Event::Failed(self.tag, kind),
+        }
+    }
+}
+
 fn parse_status(v: &[u8]) -> Option<u16> {
     match v {
         [a @ b'1'..=b'9', b @ b'0'..=b'9', c @ b'0'..=b'9'] => {
@@ -955,6 +999,61 @@ mod tests {
             .unwrap();
         assert!(events.is_empty() && c.ready());
         c
+    }
+
+    /// A header block of `fields`.
+    fn block(fields: &[(&str, &str)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (n, v) in fields {
+            hpack::encode_field(n.as_bytes(), v.as_bytes(), &mut b);
+        }
+        b
+    }
+
+    #[test]
+    fn grpc_calls_end_with_their_trailers_status_or_framing_error() {
+        let mut c = ready_conn().grpc();
+        let headers = block(&[(":status", "200"), ("content-type", "application/grpc")]);
+        let message = grpc::frame(b"hi");
+        let ok = block(&[("grpc-status", "0")]);
+        let not_found = block(&[("grpc-status", "5"), ("grpc-message", "gone%21")]);
+        let mut events = Vec::new();
+        c.open(&[0x82], None, 1);
+        c.open(&[0x82], None, 2);
+        let mut input = frame(HEADERS, END_HEADERS, 1, &headers);
+        input.extend(frame(DATA, 0, 1, &message[..3]));
+        input.extend(frame(
+            DATA,
+            PADDED,
+            1,
+            &[[2].as_slice(), &message[3..], &[0, 0]].concat(),
+        ));
+        input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &ok));
+        // Trailers-Only: the status in the only block.
+        let only = [headers.clone(), not_found].concat();
+        input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 3, &only));
+        c.receive(&input, &mut events).unwrap();
+        assert_eq!(
+            events,
+            vec![Event::Done(1, 200), Event::GrpcStatus(2, 5, "gone!".into())]
+        );
+        events.clear();
+        c.open(&[0x82], None, 3);
+        c.open(&[0x82], None, 4);
+        // No trailers; then a prefix promising more than comes.
+        let mut input = frame(HEADERS, END_HEADERS, 5, &headers);
+        input.extend(frame(DATA, END_STREAM, 5, &message));
+        input.extend(frame(HEADERS, END_HEADERS, 7, &headers));
+        input.extend(frame(DATA, 0, 7, &message[..4]));
+        input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 7, &ok));
+        c.receive(&input, &mut events).unwrap();
+        assert_eq!(
+            events,
+            vec![
+                Event::Failed(3, "grpc_no_status"),
+                Event::Failed(4, "grpc_framing")
+            ]
+        );
     }
 
     #[test]

@@ -90,7 +90,8 @@ impl Connection for H2Session {
                 return Err(io::Error::other(super::not_h2(tls.host(), alpn)));
             }
         }
-        self.h2 = Some(H2Conn::new(config.depth));
+        let h2 = H2Conn::new(config.depth);
+        self.h2 = Some(if target.grpc { h2.grpc() } else { h2 });
         Ok(())
     }
 
@@ -257,6 +258,10 @@ fn ended(e: Event<Tag>, tally: &mut Tally, now: u64) {
         }
         Event::Refused(tag) => tally.refused(tag),
         Event::Failed(_, kind) => tally.failed(kind, now),
+        Event::GrpcStatus(_, code, message) => tally.failed(
+            &crate::load::protocol::grpc::status_kind(code, &message),
+            now,
+        ),
     }
 }
 

@@ -3,6 +3,7 @@
 //! A protocol instance belongs to one connection: it encodes requests (once, patching
 //! varying fields in place) and recognises complete replies at the front of a buffer.
 
+pub mod grpc;
 pub mod http;
 pub mod keys;
 pub mod memcache;
