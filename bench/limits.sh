@@ -123,31 +123,30 @@ PY
     esac
 }
 
-# pg-sync-commit.sh's sampler at the last step.
-confirm_pg_wal() {
-    [ "$1" = end ] || return 0
-    python3 - "$2/steps.jsonl" <<'PY'
+# A pg-sampler.sh counter at the last step, per sample: `pg_waiting DIR FIELD WHAT` prints
+# "pg_stat_activity: N.N backends WHAT at C clients".
+pg_waiting() {
+    python3 - "$1/steps.jsonl" "$2" "$3" <<'PY'
 import json, sys
 steps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 top = max((s for s in steps if s.get("status") == "ok"), key=lambda s: s["clients"])
 m = top.get("target_metrics", {}).get("pg", {})
 n = m.get("samples") or 0
-wal = m.get("wal_waiting", 0) / n if n else float("nan")
-print(f"pg_stat_activity: {wal:.1f} backends waiting on the WAL flush at {top['clients']} clients")
+mean = m.get(sys.argv[2], 0) / n if n else float("nan")
+print(f"pg_stat_activity: {mean:.1f} backends {sys.argv[3]} at {top['clients']} clients")
 PY
+}
+
+# pg-sync-commit.sh's sampler at the last step: backends waiting on the WAL flush.
+confirm_pg_wal() {
+    [ "$1" = end ] || return 0
+    pg_waiting "$2" wal_waiting "waiting on the WAL flush"
 }
 
 # pg-hot-row.sh's sampler at the last step: backends waiting for the row lock.
 confirm_pg_locks() {
     [ "$1" = end ] || return 0
-    python3 - "$2/steps.jsonl" <<'PY'
-import json, sys
-steps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-top = max((s for s in steps if s.get("status") == "ok"), key=lambda s: s["clients"])
-m = top.get("target_metrics", {}).get("pg", {})
-n = m.get("samples") or 0
-print(f"pg_stat_activity: {m.get('lock_waiting', 0) / n if n else float('nan'):.1f} backends waiting for a lock at {top['clients']} clients")
-PY
+    pg_waiting "$2" lock_waiting "waiting for a lock"
 }
 
 # "limit confidence" of a run's first diagnosis.

@@ -37,25 +37,10 @@ chmod 777 "$out"
 $as_pg "$bin/initdb" -D "$out/data" -U postgres --auth=trust --no-sync -E UTF8 >"$out/initdb.log" 2>&1
 echo "CREATE TABLE t (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO t VALUES (1, 0);" |
     $as_pg "$bin/postgres" --single -D "$out/data" -c fsync=off postgres >"$out/setup.log" 2>&1
-n=0 lock=0 act=0
-echo '{"samples": 0, "lock_waiting": 0, "active": 0}' >"$metrics"
 query="SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'),
  count(*) FILTER (WHERE state = 'active') - 1
  FROM pg_stat_activity WHERE backend_type = 'client backend'"
-{
-    tries=0
-    until psql -At -h 127.0.0.1 -p "$port" -U postgres -c 'SELECT 1' postgres >/dev/null 2>&1; do
-        tries=$((tries + 1))
-        [ $tries -lt 600 ] || exit 1
-        sleep 0.1
-    done
-    printf '%s \\watch 0.1\n' "$query" |
-        stdbuf -oL psql -At -F ' ' -h 127.0.0.1 -p "$port" -U postgres postgres 2>/dev/null |
-        while read -r waiting running; do
-            n=$((n + 1)) lock=$((lock + waiting)) act=$((act + running))
-            printf '{"samples": %d, "lock_waiting": %d, "active": %d}\n' $n $lock $act >"$metrics.tmp"
-            mv "$metrics.tmp" "$metrics"
-        done
-} 2>>"$out/sampler.log" &
+. "$(dirname "$0")/pg-sampler.sh"
+pg_sample "$port" "$metrics" "$out/sampler.log" "$query" lock_waiting active
 $as_pg "$bin/postgres" -D "$out/data" -p "$port" -k "$out" -c listen_addresses=127.0.0.1 \
     -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100

@@ -66,25 +66,10 @@ echo "pg-sync-commit.sh: writes to $dev throttled to $bps bytes/s in $cg" >&2
 $as_pg "$bin/initdb" -D "$out/data" -U postgres --auth=trust --no-sync -E UTF8 >"$out/initdb.log" 2>&1
 echo "CREATE TABLE t (v bytea NOT NULL); ALTER TABLE t ALTER COLUMN v SET STORAGE EXTERNAL;" |
     $as_pg "$bin/postgres" --single -D "$out/data" postgres >"$out/setup.log" 2>&1
-n=0 wal=0 io=0
-echo '{"samples": 0, "wal_waiting": 0, "io_waiting": 0}' >"$metrics"
 query="SELECT count(*) FILTER (WHERE wait_event IN ('WALSync', 'WALWrite')),
  count(*) FILTER (WHERE wait_event_type = 'IO')
  FROM pg_stat_activity WHERE backend_type = 'client backend'"
-{
-    tries=0
-    until psql -At -h 127.0.0.1 -p "$port" -U postgres -c 'SELECT 1' postgres >/dev/null 2>&1; do
-        tries=$((tries + 1))
-        [ $tries -lt 600 ] || exit 1
-        sleep 0.1
-    done
-    printf '%s \\watch 0.1\n' "$query" |
-        stdbuf -oL psql -At -F ' ' -h 127.0.0.1 -p "$port" -U postgres postgres 2>/dev/null |
-        while read -r w i; do
-            n=$((n + 1)) wal=$((wal + w)) io=$((io + i))
-            printf '{"samples": %d, "wal_waiting": %d, "io_waiting": %d}\n' $n $wal $io >"$metrics.tmp"
-            mv "$metrics.tmp" "$metrics"
-        done
-} 2>>"$out/sampler.log" &
+. "$(dirname "$0")/pg-sampler.sh"
+pg_sample "$port" "$metrics" "$out/sampler.log" "$query" wal_waiting io_waiting
 $as_pg "$bin/postgres" -D "$out/data" -p "$port" -k "$out" -c listen_addresses=127.0.0.1 \
     -c max_connections=100 -c wal_init_zero=off

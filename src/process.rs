@@ -252,7 +252,7 @@ impl ChildProc {
     /// Waits for the child to exit by itself, polling `stop`; returns its exit description,
     /// with `keep_stdout` everything it printed, and the CPU of its tree (sampling /proc
     /// every 100 ms for descendants orphaned to us).
-    pub fn wait(&mut self, limit: Duration, stop: &AtomicBool) -> Result<Finished, String> {
+    pub fn wait(&mut self, limit: Duration, stop: &AtomicBool) -> Result<Finished, WaitError> {
         let start = Instant::now();
         let mut orphans = Orphans::default();
         let mut sampled = Instant::now() - ORPHAN_SAMPLE;
@@ -263,11 +263,14 @@ impl ChildProc {
             }
             if stop.load(Ordering::Relaxed) {
                 let _ = self.stop(Duration::from_millis(500));
-                return Err(format!("{} interrupted", self.name));
+                return Err(WaitError::Interrupted(self.name.clone()));
             }
             if start.elapsed() > limit {
                 let _ = self.stop(Duration::from_millis(500));
-                return Err(format!("{} did not finish within {limit:?}", self.name));
+                return Err(WaitError::TooLong {
+                    name: self.name.clone(),
+                    limit,
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -527,21 +530,36 @@ pub const STOP_SIGNALS: &[(&str, Signal)] = &[
     ("KILL", Signal::SIGKILL),
 ];
 
+/// Why a child was stopped before it finished by itself.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WaitError {
+    /// The run was stopped (Ctrl-C).
+    #[error("{0} interrupted")]
+    Interrupted(String),
+    /// It ran past its limit.
+    #[error("{name} did not finish within {limit:?}")]
+    TooLong {
+        /// What it is (`client command "wrk ..."`).
+        name: String,
+        /// How long it could take.
+        limit: Duration,
+    },
+}
+
+/// A stop signal not in [`STOP_SIGNALS`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("unknown signal {0:?}: expected one of {names}", names = STOP_SIGNALS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
+pub struct UnknownSignal(String);
+
 /// The signal named `name` (`INT` or `SIGINT`, any case), or an error listing the names.
-pub fn parse_stop_signal(name: &str) -> Result<Signal, String> {
+pub fn parse_stop_signal(name: &str) -> Result<Signal, UnknownSignal> {
     let upper = name.trim().to_ascii_uppercase();
     let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
     STOP_SIGNALS
         .iter()
         .find(|(n, _)| *n == bare)
         .map(|&(_, s)| s)
-        .ok_or_else(|| {
-            let names: Vec<&str> = STOP_SIGNALS.iter().map(|(n, _)| *n).collect();
-            format!(
-                "unknown signal {name:?}: expected one of {}",
-                names.join(", ")
-            )
-        })
+        .ok_or_else(|| UnknownSignal(name.to_string()))
 }
 
 /// The short name of `signal` as specs and notes write it (`INT` for SIGINT).
@@ -616,7 +634,7 @@ mod tests {
         assert_eq!(parse_stop_signal("SIGQUIT"), Ok(Signal::SIGQUIT));
         assert_eq!(parse_stop_signal("TERM"), Ok(Signal::SIGTERM));
         assert_eq!(signal_name(Signal::SIGINT), "INT");
-        let err = parse_stop_signal("STOP").unwrap_err();
+        let err = parse_stop_signal("STOP").unwrap_err().to_string();
         assert!(
             err.contains("\"STOP\"") && err.contains("TERM, INT, QUIT"),
             "{err}"

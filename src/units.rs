@@ -28,16 +28,35 @@ pub fn closest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
         .map(|(_, k)| k)
 }
 
+/// A duration that does not read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    /// No number first.
+    #[error("bad duration {0:?}: expected a number with a unit, such as 2s or 500ms")]
+    Number(String),
+    /// A unit that is not h, m, s, ms or us.
+    #[error("bad duration {text:?}: unknown unit {unit:?} (use h, m, s, ms or us)")]
+    Unit {
+        /// The duration as given.
+        text: String,
+        /// Its unit.
+        unit: String,
+    },
+    /// Negative or over 10^9 s.
+    #[error("bad duration {0:?}: out of range")]
+    Range(String),
+}
+
 /// Parses "10" (seconds), "2.5s", "500ms", "750us", "1m", "1h".
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let value: f64 = number.parse().map_err(|_| {
-        format!("bad duration {text:?}: expected a number with a unit, such as 2s or 500ms")
-    })?;
+    let value: f64 = number
+        .parse()
+        .map_err(|_| DurationError::Number(text.into()))?;
     let scale = match unit.trim() {
         "" | "s" => 1.0,
         "ms" => 1e-3,
@@ -45,14 +64,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" | "min" => 60.0,
         "h" => 3600.0,
         other => {
-            return Err(format!(
-                "bad duration {text:?}: unknown unit {other:?} (use h, m, s, ms or us)"
-            ))
+            return Err(DurationError::Unit {
+                text: text.into(),
+                unit: other.into(),
+            })
         }
     };
     let secs = value * scale;
     if !(0.0..=1e9).contains(&secs) {
-        return Err(format!("bad duration {text:?}: out of range"));
+        return Err(DurationError::Range(text.into()));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -81,6 +101,7 @@ mod tests {
         assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
         assert!(parse_duration("5 parsecs")
             .unwrap_err()
+            .to_string()
             .contains("unknown unit"));
         assert!(parse_duration("fast").is_err());
     }

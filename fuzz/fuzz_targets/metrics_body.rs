@@ -14,9 +14,9 @@ fuzz_target!(|input: &[u8]| {
         Ok(body) => {
             assert!(body.len() <= input.len());
             if let Err(e) = json_body(URL, &body) {
-                assert!(e.contains(URL));
+                assert!(e.to_string().contains(URL));
             }
         }
-        Err(e) => assert!(e.contains(URL), "{e}"),
+        Err(e) => assert!(e.to_string().contains(URL), "{e}"),
     }
 });

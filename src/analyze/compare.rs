@@ -107,15 +107,37 @@ pub struct Selector {
     pub clients: Option<usize>,
 }
 
-impl std::str::FromStr for Selector {
-    type Err = String;
+/// A selector that does not read as `TARGET[/PLACEMENT][@CLIENTS]`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SelectorError {
+    /// What follows `@` is not a number.
+    #[error(
+        "{text:?}: {clients:?} after '@' is not a client count (TARGET[/PLACEMENT][@CLIENTS])"
+    )]
+    Clients {
+        /// The selector.
+        text: String,
+        /// What follows `@`.
+        clients: String,
+    },
+    /// No target before `/` or `@`.
+    #[error("{0:?} names no target (TARGET[/PLACEMENT][@CLIENTS])")]
+    NoTarget(String),
+}
 
-    fn from_str(text: &str) -> Result<Selector, String> {
+impl std::str::FromStr for Selector {
+    type Err = SelectorError;
+
+    fn from_str(text: &str) -> Result<Selector, SelectorError> {
         let (rest, clients) = match text.rsplit_once('@') {
             Some((rest, n)) => {
-                let n = n.trim().parse::<usize>().map_err(|_| {
-                    format!("{text:?}: {n:?} after '@' is not a client count (TARGET[/PLACEMENT][@CLIENTS])")
-                })?;
+                let n = n
+                    .trim()
+                    .parse::<usize>()
+                    .map_err(|_| SelectorError::Clients {
+                        text: text.into(),
+                        clients: n.into(),
+                    })?;
                 (rest, Some(n))
             }
             None => (text, None),
@@ -125,9 +147,7 @@ impl std::str::FromStr for Selector {
             None => (rest.trim(), None),
         };
         if target.is_empty() {
-            return Err(format!(
-                "{text:?} names no target (TARGET[/PLACEMENT][@CLIENTS])"
-            ));
+            return Err(SelectorError::NoTarget(text.into()));
         }
         Ok(Selector {
             target: target.to_string(),
@@ -384,6 +404,7 @@ mod tests {
         assert!("pool@x"
             .parse::<Selector>()
             .unwrap_err()
+            .to_string()
             .contains("client count"));
         assert!("/shared".parse::<Selector>().is_err());
     }

@@ -164,9 +164,9 @@ pub enum AnalysisError {
 
 /// Reads a run directory's steps.jsonl and analyses it (with its histograms and spec).
 pub fn analyze_run(dir: &Path) -> Result<RunAnalysis, AnalysisError> {
-    let steps = read_steps(&dir.join("steps.jsonl")).map_err(|reason| AnalysisError::Read {
+    let steps = read_steps(&dir.join("steps.jsonl")).map_err(|e| AnalysisError::Read {
         dir: dir.to_path_buf(),
-        reason,
+        reason: e.to_string(),
     })?;
     Ok(analyze(&steps, Some(dir)))
 }
@@ -220,7 +220,7 @@ fn spec_thresholds(
     match super::thresholds::from_spec(spec) {
         Ok(t) => super::thresholds::evaluate(&t, steps),
         Err(e) => {
-            notes.push(e);
+            notes.push(e.to_string());
             Vec::new()
         }
     }

@@ -101,19 +101,26 @@ impl Default for TestOptions {
     }
 }
 
+/// A confidence level or minimum effect out of range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OptionsError {
+    /// Not above 50 and below 100.
+    #[error("confidence {0}%: give a level above 50 and below 100, e.g. 95")]
+    Confidence(f64),
+    /// Not from 0 to below 100.
+    #[error("minimum effect {0}%: give a percentage of 0 or more and below 100, e.g. 2")]
+    MinEffect(f64),
+}
+
 impl TestOptions {
     /// From percentages as written on the command line and in specs (`95`, `2`); an error
     /// says which is out of range.
-    pub fn from_pct(confidence_pct: f64, min_effect_pct: f64) -> Result<TestOptions, String> {
+    pub fn from_pct(confidence_pct: f64, min_effect_pct: f64) -> Result<TestOptions, OptionsError> {
         if !(confidence_pct.is_finite() && confidence_pct > 50.0 && confidence_pct < 100.0) {
-            return Err(format!(
-                "confidence {confidence_pct}%: give a level above 50 and below 100, e.g. 95"
-            ));
+            return Err(OptionsError::Confidence(confidence_pct));
         }
         if !(min_effect_pct.is_finite() && (0.0..100.0).contains(&min_effect_pct)) {
-            return Err(format!(
-                "minimum effect {min_effect_pct}%: give a percentage of 0 or more and below 100, e.g. 2"
-            ));
+            return Err(OptionsError::MinEffect(min_effect_pct));
         }
         Ok(TestOptions {
             level: confidence_pct / 100.0,
@@ -589,9 +596,11 @@ mod tests {
         assert_eq!((o.level, o.min_effect), (0.99, 0.05));
         assert!(TestOptions::from_pct(100.0, 2.0)
             .unwrap_err()
+            .to_string()
             .contains("confidence 100%"));
         assert!(TestOptions::from_pct(95.0, -1.0)
             .unwrap_err()
+            .to_string()
             .contains("minimum effect -1%"));
     }
 

@@ -239,15 +239,43 @@ impl fmt::Display for Threshold {
     }
 }
 
+/// What a threshold should look like, for errors.
+const EXPECTED: &str = "expected METRIC OP VALUE, e.g. 'p99_ms<5' (OP one of <, <=, >, >=)";
+
+/// A threshold that cannot be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ThresholdError {
+    /// No comparison operator.
+    #[error("{0:?}: {expected}", expected = EXPECTED)]
+    NoOp(String),
+    /// A metric no threshold can check.
+    #[error("unknown metric {0:?}: expected one of {names}", names = metric_names().join(", "))]
+    UnknownMetric(String),
+    /// A value that is not a finite number.
+    #[error("{text:?}: {value:?} is not a number; {expected}", expected = EXPECTED)]
+    NotANumber {
+        /// The whole threshold.
+        text: String,
+        /// Its value part.
+        value: String,
+    },
+    /// A run directory's `[[thresholds]]` that do not read back (what TOML said).
+    #[error("spec.toml's [[thresholds]]: {0}")]
+    Spec(String),
+}
+
+fn metric_names() -> Vec<&'static str> {
+    METRICS.iter().map(|(n, _)| *n).collect()
+}
+
 impl FromStr for Threshold {
-    type Err = String;
+    type Err = ThresholdError;
 
     /// `METRIC OP VALUE`, spaces optional: `p99_ms<5`, `throughput_rps >= 1000`.
-    fn from_str(text: &str) -> Result<Threshold, String> {
-        let expected = "expected METRIC OP VALUE, e.g. 'p99_ms<5' (OP one of <, <=, >, >=)";
+    fn from_str(text: &str) -> Result<Threshold, ThresholdError> {
         let at = text
             .find(['<', '>'])
-            .ok_or_else(|| format!("{text:?}: {expected}"))?;
+            .ok_or_else(|| ThresholdError::NoOp(text.into()))?;
         let (name, rest) = (text[..at].trim(), &text[at..]);
         let (op, value) = match rest.as_bytes().get(1) {
             Some(b'=') => (&rest[..2], &rest[2..]),
@@ -265,7 +293,10 @@ impl FromStr for Threshold {
             .parse()
             .ok()
             .filter(|v: &f64| v.is_finite())
-            .ok_or_else(|| format!("{text:?}: {value:?} is not a number; {expected}"))?;
+            .ok_or_else(|| ThresholdError::NotANumber {
+                text: text.into(),
+                value: value.into(),
+            })?;
         Ok(Threshold {
             metric,
             op,
@@ -279,18 +310,12 @@ impl FromStr for Threshold {
 }
 
 /// The metric of that name, or which names there are.
-fn metric_named(name: &str) -> Result<ThresholdMetric, String> {
+fn metric_named(name: &str) -> Result<ThresholdMetric, ThresholdError> {
     METRICS
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, m)| *m)
-        .ok_or_else(|| {
-            let names: Vec<&str> = METRICS.iter().map(|(n, _)| *n).collect();
-            format!(
-                "unknown metric {name:?}: expected one of {}",
-                names.join(", ")
-            )
-        })
+        .ok_or_else(|| ThresholdError::UnknownMetric(name.into()))
 }
 
 impl Threshold {
@@ -458,13 +483,13 @@ pub fn abort_reason(thresholds: &[Threshold], step: &StepResult) -> Option<Strin
 }
 
 /// The `[[thresholds]]` of a spec read back as a TOML table (a run directory's spec.toml).
-pub fn from_spec(spec: &toml::Table) -> Result<Vec<Threshold>, String> {
+pub fn from_spec(spec: &toml::Table) -> Result<Vec<Threshold>, ThresholdError> {
     match spec.get("thresholds") {
         None => Ok(Vec::new()),
         Some(v) => v
             .clone()
             .try_into::<Vec<Threshold>>()
-            .map_err(|e| format!("spec.toml's [[thresholds]]: {}", e.message().trim())),
+            .map_err(|e| ThresholdError::Spec(e.message().trim().to_string())),
     }
 }
 
@@ -499,11 +524,13 @@ mod tests {
         assert!("p95_ms<5"
             .parse::<Threshold>()
             .unwrap_err()
+            .to_string()
             .contains("unknown metric"));
         assert!("p99_ms=5".parse::<Threshold>().is_err());
         assert!("p99_ms<fast"
             .parse::<Threshold>()
             .unwrap_err()
+            .to_string()
             .contains("not a number"));
     }
 

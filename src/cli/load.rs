@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::live::LiveOutputs;
-use crate::analyze::thresholds::{self, Threshold, ThresholdVerdict};
+use crate::analyze::thresholds::{self, Threshold, ThresholdError, ThresholdVerdict};
 use crate::load::raw::RawSink;
 use crate::load::template::RequestFile;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
@@ -215,7 +215,7 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 }
 
 fn parse_threshold(s: &str) -> Result<Threshold, String> {
-    let t: Threshold = s.parse()?;
+    let t: Threshold = s.parse().map_err(|e: ThresholdError| e.to_string())?;
     if t.metric.needs_server() {
         return Err(format!(
             "{}: load does not observe the server; check it in a run spec's [[thresholds]]",

@@ -113,13 +113,7 @@ pub fn observe(args: ObserveArgs) -> anyhow::Result<ExitCode> {
     let mut out = serde_json::to_value(&observation)?;
     if !sources.is_empty() {
         let windows: Vec<Value> = (before.into_iter().zip(snapshots()))
-            .map(|(a, b)| {
-                window_difference(
-                    a.as_ref().map_err(String::as_str),
-                    b.as_ref().map_err(String::as_str),
-                    began,
-                )
-            })
+            .map(|(a, b)| window_difference(a.as_ref(), b.as_ref(), began))
             .collect();
         out["target_metrics"] = Value::Array(windows);
     }

@@ -80,7 +80,7 @@ pub struct DemoArgs {
     pub verbosity: Verbosity,
 }
 
-fn parse_dur(s: &str) -> Result<std::time::Duration, String> {
+fn parse_dur(s: &str) -> Result<std::time::Duration, crate::units::DurationError> {
     crate::sweep::spec::parse_duration(s)
 }
 

@@ -268,7 +268,9 @@ impl CommandDriver {
             .map_err(|e| StepError::Load(format!("cannot start {}: {e}", launch.name)))?;
         let limit = req.duration + req.warmup + Duration::from_secs(30);
         let started = std::time::Instant::now();
-        let finished = child.wait(limit, stop).map_err(StepError::Load)?;
+        let finished = child
+            .wait(limit, stop)
+            .map_err(|e| StepError::Load(e.to_string()))?;
         let ran_s = started.elapsed().as_secs_f64();
         // The tool's own tree only (wait4 on its pid, plus its orphans): this process's
         // other children (another instance's tool, perf, reaped orphans) are not its CPU.
@@ -331,10 +333,22 @@ pub const CLIENT_PLACEHOLDERS: &[&str] = &[
     "spec_dir",
 ];
 
+/// A template's `{name}` that is a near miss of a known placeholder.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("unknown placeholder {{{name}}} (did you mean {{{near}}}?); known: {}", .known.iter().map(|k| format!("{{{k}}}")).collect::<Vec<_>>().join(", "))]
+pub struct NearMiss {
+    /// The name written.
+    name: String,
+    /// The known placeholder it is near.
+    near: String,
+    /// Every known placeholder.
+    known: Vec<String>,
+}
+
 /// Refuses a `{name}` in a template that is a near miss of a known placeholder (`{prot}`,
 /// `{duration}`): left as it is, the shell would get the braces. A word far from every
 /// placeholder (awk's `{print}`) is the command's own and passes.
-pub fn check_placeholders(template: &str, known: &[&str]) -> Result<(), String> {
+pub fn check_placeholders(template: &str, known: &[&str]) -> Result<(), NearMiss> {
     let re = regex::Regex::new(r"\{([a-z_][a-z0-9_]*)\}").expect("a valid pattern");
     for m in re.captures_iter(template) {
         let whole = m.get(0).expect("the match");
@@ -344,14 +358,11 @@ pub fn check_placeholders(template: &str, known: &[&str]) -> Result<(), String> 
             continue;
         }
         if let Some(near) = crate::units::closest(name, known) {
-            return Err(format!(
-                "unknown placeholder {{{name}}} (did you mean {{{near}}}?); known: {}",
-                known
-                    .iter()
-                    .map(|k| format!("{{{k}}}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(NearMiss {
+                name: name.into(),
+                near: near.into(),
+                known: known.iter().map(|k| k.to_string()).collect(),
+            });
         }
     }
     Ok(())

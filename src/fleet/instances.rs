@@ -195,7 +195,9 @@ pub fn addrs(extras: &ServerExtras, url_template: &str) -> Vec<InstanceAddr> {
 }
 
 /// Makes a fresh driver (one per instance, inside its own thread).
-pub type DriverFactory = Arc<dyn Fn() -> Result<Box<dyn Driver>, String> + Send + Sync>;
+pub type DriverFactory = Arc<
+    dyn Fn() -> Result<Box<dyn Driver>, crate::load::external::ParserConfigError> + Send + Sync,
+>;
 
 /// Runs single steps with `single` and split ones with one driver per instance.
 pub struct SplitDriver {
@@ -276,7 +278,7 @@ impl SplitDriver {
                     let make = self.make.clone();
                     scope.spawn(move || {
                         make()
-                            .map_err(StepError::Load)?
+                            .map_err(|e| StepError::Load(e.to_string()))?
                             .run_step(sub, &mut chan, stop)
                     })
                 })
@@ -344,7 +346,7 @@ pub fn merge_loads(
     }
     let reports: Vec<&LoadReport> = loads.iter().map(|l| &l.report).collect();
     let hists: Vec<Option<&Histogram<u64>>> = loads.iter().map(|l| l.hist_ns.as_ref()).collect();
-    let hist = merged_hist(&hists).map_err(StepError::Load)?;
+    let hist = merged_hist(&hists).map_err(|e| StepError::Load(e.to_string()))?;
     let mut report = sum_reports(&reports);
     report.latency_us = match &hist {
         Some(h) if !h.is_empty() => crate::record::load::latency_us(h),

@@ -160,7 +160,7 @@ impl Launcher for ProcessLauncher {
         stop: &AtomicBool,
     ) -> Result<Box<dyn Server>, LaunchError> {
         self.start(target, cpus, clients, stop)
-            .map_err(LaunchError::Start)
+            .map_err(|e| LaunchError::Start(e.to_string()))
     }
 
     fn describe(&self, target: &TargetPlan, cpus: &CpuPair, clients: usize) -> String {
@@ -176,6 +176,70 @@ impl Launcher for ProcessLauncher {
     }
 }
 
+/// Why a target process did not start or become ready.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A server already running could not be used.
+    #[error(transparent)]
+    Attach(#[from] running::AttachError),
+    /// Its fixed port is taken.
+    #[error("port {port} of target {target:?} is already taken by another process: stop it or leave `port` out so a free one is chosen")]
+    PortTaken {
+        /// The port.
+        port: u16,
+        /// The target's name.
+        target: String,
+    },
+    /// No port could be picked for it.
+    #[error("no free TCP port on 127.0.0.1: {0}")]
+    NoFreePort(std::io::Error),
+    /// Its command could not be spawned.
+    #[error("cannot start target {target:?} ({command}): {source}")]
+    Spawn {
+        /// The target's name.
+        target: String,
+        /// Its command line.
+        command: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// Its ready line holds no port.
+    #[error("target {target:?} said {line:?}, which names no port")]
+    NoPort {
+        /// The target's name.
+        target: String,
+        /// The line that matched `ready_log`.
+        line: String,
+    },
+    /// It exited before it was ready: how, a hint, and the end of its output.
+    #[error("target {target:?} {exit} before it was ready{hint}{tail}")]
+    Exited {
+        /// The target's name.
+        target: String,
+        /// How it ended (`exited with status 1`).
+        exit: String,
+        /// A hint when it exited cleanly (it daemonized).
+        hint: &'static str,
+        /// The end of its output, as [`output_ends`] says it.
+        tail: String,
+    },
+    /// The run was stopped while waiting.
+    #[error("interrupted")]
+    Interrupted,
+    /// It did not become ready in time.
+    #[error("target {target:?} was not ready within {timeout:?} ({what}){tail}")]
+    NotReady {
+        /// The target's name.
+        target: String,
+        /// Its `ready_timeout`.
+        timeout: Duration,
+        /// What was missing.
+        what: String,
+        /// The end of its output.
+        tail: String,
+    },
+}
+
 impl ProcessLauncher {
     /// Starts `target` (see [`Launcher::launch`]).
     fn start(
@@ -184,20 +248,20 @@ impl ProcessLauncher {
         cpus: &CpuPair,
         clients: usize,
         stop: &AtomicBool,
-    ) -> Result<Box<dyn Server>, String> {
+    ) -> Result<Box<dyn Server>, StartError> {
         if let TargetKind::Running(r) = &target.kind {
-            return running::attach(target, r);
+            return Ok(running::attach(target, r)?);
         }
         let port = match target.port {
             None if target.port_from_log => 0,
             Some(p) if port_open(p) => {
-                return Err(format!(
-                    "port {p} of target {:?} is already taken by another process: stop it or leave `port` out so a free one is chosen",
-                    target.name
-                ))
+                return Err(StartError::PortTaken {
+                    port: p,
+                    target: target.name.clone(),
+                })
             }
             Some(p) => p,
-            None => free_port().map_err(|e| format!("no free TCP port on 127.0.0.1: {e}"))?,
+            None => free_port().map_err(StartError::NoFreePort)?,
         };
         let argv = self.argv(target, cpus, clients, &port.to_string());
         if let Some(m) = &target.metrics {
@@ -222,12 +286,10 @@ impl ProcessLauncher {
             ready_log: target.ready_log.clone(),
             keep_stdout: false,
         };
-        let child = ChildProc::spawn(&launch).map_err(|e| {
-            format!(
-                "cannot start target {:?} ({}): {e}",
-                target.name,
-                argv.join(" ")
-            )
+        let child = ChildProc::spawn(&launch).map_err(|source| StartError::Spawn {
+            target: target.name.clone(),
+            command: argv.join(" "),
+            source,
         })?;
         let mut server = ProcessServer {
             child,
@@ -253,7 +315,7 @@ impl ProcessLauncher {
 }
 
 /// The port in the ready line's first capture group.
-fn listening_port(child: &ChildProc, target: &TargetPlan) -> Result<u16, String> {
+fn listening_port(child: &ChildProc, target: &TargetPlan) -> Result<u16, StartError> {
     let line = child.matched_line().unwrap_or_default();
     target
         .ready_log
@@ -261,11 +323,9 @@ fn listening_port(child: &ChildProc, target: &TargetPlan) -> Result<u16, String>
         .and_then(|re| re.captures(&line))
         .and_then(|c| c.get(1))
         .and_then(|m| m.as_str().parse().ok())
-        .ok_or_else(|| {
-            format!(
-                "target {:?} said {line:?}, which names no port",
-                target.name
-            )
+        .ok_or_else(|| StartError::NoPort {
+            target: target.name.clone(),
+            line: line.clone(),
         })
 }
 
@@ -273,7 +333,7 @@ fn wait_ready(
     server: &mut ProcessServer,
     target: &TargetPlan,
     stop: &AtomicBool,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let start = Instant::now();
     loop {
         if let Some(exit) = server.child.exited() {
@@ -282,11 +342,12 @@ fn wait_ready(
             } else {
                 ""
             };
-            return Err(format!(
-                "target {:?} {exit} before it was ready{hint}{}",
-                target.name,
-                output_ends(&server.child.output_tail())
-            ));
+            return Err(StartError::Exited {
+                target: target.name.clone(),
+                exit,
+                hint,
+                tail: output_ends(&server.child.output_tail()),
+            });
         }
         let log_ok = target.ready_log.is_none() || server.child.log_matched();
         let probe = ready_address(&target.url, server.port);
@@ -295,7 +356,7 @@ fn wait_ready(
             return Ok(());
         }
         if stop.load(Ordering::Relaxed) {
-            return Err("interrupted".into());
+            return Err(StartError::Interrupted);
         }
         if start.elapsed() > target.ready_timeout {
             let what = if log_ok {
@@ -303,12 +364,12 @@ fn wait_ready(
             } else {
                 "the log line never appeared".into()
             };
-            return Err(format!(
-                "target {:?} was not ready within {:?} ({what}){}",
-                target.name,
-                target.ready_timeout,
-                output_ends(&server.child.output_tail())
-            ));
+            return Err(StartError::NotReady {
+                target: target.name.clone(),
+                timeout: target.ready_timeout,
+                what,
+                tail: output_ends(&server.child.output_tail()),
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }

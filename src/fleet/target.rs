@@ -109,26 +109,28 @@ impl Watch {
     }
 
     /// The pid it names now, or why there is none.
-    pub fn resolve(&self) -> Result<i32, String> {
+    pub fn resolve(&self) -> Result<i32, WatchError> {
         match self {
             Watch::Pid(pid) if alive(*pid) => Ok(*pid),
-            Watch::Pid(pid) => Err(format!("no process {pid} is running")),
+            Watch::Pid(pid) => Err(WatchError::NotRunning(*pid)),
             Watch::PidFile(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read the pid file {}: {e}", path.display()))?;
+                let text = std::fs::read_to_string(path).map_err(|e| WatchError::PidFile {
+                    path: path.clone(),
+                    why: e.to_string(),
+                })?;
                 let pid = text
                     .split_whitespace()
                     .next()
                     .and_then(|w| w.parse::<i32>().ok())
                     .filter(|p| *p > 0)
-                    .ok_or_else(|| format!("the pid file {} holds no pid", path.display()))?;
+                    .ok_or_else(|| WatchError::NoPid(path.clone()))?;
                 if alive(pid) {
                     Ok(pid)
                 } else {
-                    Err(format!(
-                        "the pid file {} names pid {pid}, which is not running",
-                        path.display()
-                    ))
+                    Err(WatchError::StalePid {
+                        path: path.clone(),
+                        pid,
+                    })
                 }
             }
             Watch::Process(name) => process_root(name),
@@ -136,9 +138,47 @@ impl Watch {
     }
 }
 
+/// Why a running server's process cannot be found.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WatchError {
+    /// `pid = N` and N is not running.
+    #[error("no process {0} is running")]
+    NotRunning(i32),
+    /// The pid file cannot be read (what the OS said).
+    #[error("cannot read the pid file {}: {why}", path.display())]
+    PidFile {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        why: String,
+    },
+    /// The pid file holds no positive number.
+    #[error("the pid file {} holds no pid", .0.display())]
+    NoPid(PathBuf),
+    /// The pid file names a process that is gone.
+    #[error("the pid file {} names pid {pid}, which is not running", path.display())]
+    StalePid {
+        /// The file.
+        path: PathBuf,
+        /// The pid in it.
+        pid: i32,
+    },
+    /// No process by that name.
+    #[error("no running process is named {0:?}")]
+    NoProcess(String),
+    /// Several separate process trees by that name.
+    #[error("{} separate processes are named {name:?} (pids {}): give pid = N or pidfile = \"...\" to say which one is the server", .roots.len(), .roots.iter().map(i32::to_string).collect::<Vec<_>>().join(", "))]
+    Ambiguous {
+        /// The name.
+        name: String,
+        /// The roots of the trees.
+        roots: Vec<i32>,
+    },
+}
+
 /// The one process tree named `name`: the matches whose parent is not a match (nginx's
 /// master, not its workers); an error when there is none or more than one.
-fn process_root(name: &str) -> Result<i32, String> {
+fn process_root(name: &str) -> Result<i32, WatchError> {
     let pids: Vec<i32> = pids_by_comm(name)
         .into_iter()
         .filter(|p| alive(*p))
@@ -150,17 +190,12 @@ fn process_root(name: &str) -> Result<i32, String> {
         .filter(|p| parents.get(p).is_none_or(|pp| !pids.contains(pp)))
         .collect();
     match roots[..] {
-        [] => Err(format!("no running process is named {name:?}")),
+        [] => Err(WatchError::NoProcess(name.into())),
         [root] => Ok(root),
-        _ => Err(format!(
-            "{} separate processes are named {name:?} (pids {}): give pid = N or pidfile = \"...\" to say which one is the server",
-            roots.len(),
-            roots
-                .iter()
-                .map(i32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        _ => Err(WatchError::Ambiguous {
+            name: name.into(),
+            roots,
+        }),
     }
 }
 
@@ -197,7 +232,7 @@ mod tests {
     fn this_process_is_alive_and_a_huge_pid_is_not() {
         let me = std::process::id() as i32;
         assert_eq!(Watch::Pid(me).resolve(), Ok(me));
-        let err = Watch::Pid(i32::MAX).resolve().unwrap_err();
+        let err = Watch::Pid(i32::MAX).resolve().unwrap_err().to_string();
         assert!(err.contains("no process"), "{err}");
     }
 
@@ -211,7 +246,7 @@ mod tests {
             Ok(std::process::id() as i32)
         );
         std::fs::write(&file, "nothing").unwrap();
-        let err = Watch::PidFile(file).resolve().unwrap_err();
+        let err = Watch::PidFile(file).resolve().unwrap_err().to_string();
         assert!(err.contains("holds no pid"), "{err}");
     }
 
@@ -219,7 +254,8 @@ mod tests {
     fn a_missing_process_name_is_an_error() {
         let err = Watch::Process("no-such-proc-x".into())
             .resolve()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no running process is named"), "{err}");
     }
 }

@@ -24,14 +24,31 @@ pub enum Arrivals {
     Poisson,
 }
 
-impl std::str::FromStr for Arrivals {
-    type Err = String;
+/// An `--arrivals` or `--ramp` that cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ArrivalsError {
+    /// Neither `uniform` nor `poisson`.
+    #[error("bad arrivals {0:?}: use uniform or poisson")]
+    Arrivals(String),
+    /// Not `FROM:TO:DURATION` with numbers and a duration.
+    #[error("bad ramp {0:?}: expected FROM:TO:DURATION, e.g. 100:5000:10s")]
+    RampShape(String),
+    /// A ramp to zero or over no time.
+    #[error("bad ramp {0:?}: TO must be above 0 and DURATION longer than zero")]
+    RampEmpty(String),
+    /// Poisson gaps asked for a closed loop.
+    #[error("--arrivals poisson needs --rate (it spaces open-loop requests)")]
+    PoissonClosed,
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for Arrivals {
+    type Err = ArrivalsError;
+
+    fn from_str(s: &str) -> Result<Self, ArrivalsError> {
         match s {
             "uniform" => Ok(Arrivals::Uniform),
             "poisson" => Ok(Arrivals::Poisson),
-            _ => Err(format!("bad arrivals {s:?}: use uniform or poisson")),
+            _ => Err(ArrivalsError::Arrivals(s.to_string())),
         }
     }
 }
@@ -49,10 +66,10 @@ pub struct Ramp {
 }
 
 impl std::str::FromStr for Ramp {
-    type Err = String;
+    type Err = ArrivalsError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("bad ramp {s:?}: expected FROM:TO:DURATION, e.g. 100:5000:10s");
+    fn from_str(s: &str) -> Result<Self, ArrivalsError> {
+        let bad = || ArrivalsError::RampShape(s.to_string());
         let mut f = s.splitn(3, ':');
         let (Some(from), Some(to), Some(d)) = (f.next(), f.next(), f.next()) else {
             return Err(bad());
@@ -63,9 +80,7 @@ impl std::str::FromStr for Ramp {
         };
         let duration = crate::units::parse_duration(d).map_err(|_| bad())?;
         if to <= 0.0 || duration.is_zero() {
-            return Err(format!(
-                "bad ramp {s:?}: TO must be above 0 and DURATION longer than zero"
-            ));
+            return Err(ArrivalsError::RampEmpty(s.to_string()));
         }
         Ok(Ramp { from, to, duration })
     }
@@ -82,9 +97,9 @@ impl Ramp {
 
 /// Checks `--arrivals` and `--ramp` against the loop and lets the ramp set what it ramps:
 /// the rate (open loop: TO) or the connections opened (closed loop: the larger end).
-pub(super) fn apply(config: &mut LoadConfig) -> Result<(), String> {
+pub(super) fn apply(config: &mut LoadConfig) -> Result<(), ArrivalsError> {
     if config.arrivals == Arrivals::Poisson && config.rate_rps.is_none() {
-        return Err("--arrivals poisson needs --rate (it spaces open-loop requests)".into());
+        return Err(ArrivalsError::PoissonClosed);
     }
     let Some(ramp) = config.ramp else {
         return Ok(());

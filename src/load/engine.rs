@@ -266,7 +266,7 @@ fn validate(config: &LoadConfig) -> Result<LoadConfig, LoadError> {
     }
     check_cpus(config)?;
     let mut c = config.clone();
-    super::arrivals::apply(&mut c).map_err(LoadError::BadInput)?;
+    super::arrivals::apply(&mut c).map_err(|e| LoadError::BadInput(e.to_string()))?;
     c.threads = c.threads.clamp(1, c.connections);
     Ok(c)
 }

@@ -44,7 +44,8 @@ pub fn run(
         }
         k => k,
     };
-    let space = KeySpace::new(keys, config.proto.distribution).map_err(LoadError::BadInput)?;
+    let space = KeySpace::new(keys, config.proto.distribution)
+        .map_err(|e| LoadError::BadInput(e.to_string()))?;
     if key_width(keys) + 4 > MAX_KEY {
         return Err(LoadError::BadInput(format!(
             "--keys must be below 10^{}",

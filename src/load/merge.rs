@@ -170,13 +170,20 @@ pub fn merge_lines(row: &[(IntervalLine, Histogram<u64>)]) -> (IntervalLine, His
     (line, hist)
 }
 
+/// Two parts' histograms that cannot be added (their ranges or precisions differ).
+#[derive(Debug, thiserror::Error)]
+#[error("merging histograms: {0:?}")]
+pub struct MergeError(hdrhistogram::errors::AdditionError);
+
 /// The parts' histograms added (None when a part gave none: an external tool's).
-pub fn merged_hist(hists: &[Option<&Histogram<u64>>]) -> Result<Option<Histogram<u64>>, String> {
+pub fn merged_hist(
+    hists: &[Option<&Histogram<u64>>],
+) -> Result<Option<Histogram<u64>>, MergeError> {
     let mut out: Option<Histogram<u64>> = None;
     for h in hists {
         let Some(h) = *h else { return Ok(None) };
         match &mut out {
-            Some(o) => o.add(h).map_err(|e| format!("merging histograms: {e:?}"))?,
+            Some(o) => o.add(h).map_err(MergeError)?,
             None => out = Some(h.clone()),
         }
     }

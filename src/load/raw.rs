@@ -82,8 +82,32 @@ impl RawSink {
     }
 }
 
+/// A raw load file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RawError {
+    /// A line that is not JSON of a raw line's shape.
+    #[error("raw load line {line}: {source}")]
+    Json {
+        /// Its number, from 1.
+        line: usize,
+        /// What serde said.
+        source: serde_json::Error,
+    },
+    /// A line whose histogram cannot be decoded.
+    #[error("raw load line {line}: {source}")]
+    Histogram {
+        /// Its number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        source: crate::record::hist_b64::HistTextError,
+    },
+    /// No window line: the load stopped before its end.
+    #[error("the raw load has no window line: the load did not finish")]
+    NoWindow,
+}
+
 /// Reads a raw file's text.
-pub fn read(text: &str) -> Result<RawLoad, String> {
+pub fn read(text: &str) -> Result<RawLoad, RawError> {
     let mut lines = Vec::new();
     let mut window = None;
     for (i, row) in text
@@ -91,8 +115,11 @@ pub fn read(text: &str) -> Result<RawLoad, String> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let bad = |why: String| format!("raw load line {}: {why}", i + 1);
-        match serde_json::from_str::<RawLine>(row).map_err(|e| bad(e.to_string()))? {
+        let line = i + 1;
+        let bad = |source| RawError::Histogram { line, source };
+        match serde_json::from_str::<RawLine>(row)
+            .map_err(|source| RawError::Json { line, source })?
+        {
             RawLine::Interval { line, hist } => lines.push((line, decode(&hist).map_err(bad)?)),
             RawLine::Window {
                 window_unix_ns,
@@ -101,8 +128,7 @@ pub fn read(text: &str) -> Result<RawLoad, String> {
             } => window = Some((window_unix_ns, ready_unix_ns, decode(&hist).map_err(bad)?)),
         }
     }
-    let (window_unix_ns, ready_unix_ns, hist_ns) =
-        window.ok_or("the raw load has no window line: the load did not finish")?;
+    let (window_unix_ns, ready_unix_ns, hist_ns) = window.ok_or(RawError::NoWindow)?;
     Ok(RawLoad {
         lines,
         window_unix_ns,
@@ -115,7 +141,7 @@ fn encode(hist: &Histogram<u64>) -> String {
     crate::record::hist_b64::encode(hist)
 }
 
-fn decode(text: &str) -> Result<Histogram<u64>, String> {
+fn decode(text: &str) -> Result<Histogram<u64>, crate::record::hist_b64::HistTextError> {
     // Auto-resizing: merged with other hosts' histograms, whose range may be wider.
     crate::record::hist_b64::decode(text)
 }
@@ -153,6 +179,6 @@ mod tests {
         assert_eq!(back.lines[0].0, line);
         assert_eq!(back.lines[0].1, h);
         assert!(read("{\"line\": 1}").is_err());
-        assert!(read("").unwrap_err().contains("no window line"));
+        assert!(read("").unwrap_err().to_string().contains("no window line"));
     }
 }

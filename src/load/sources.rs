@@ -51,44 +51,78 @@ impl ConnectOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceAddrs(pub Vec<IpAddr>);
 
-impl std::str::FromStr for SourceAddrs {
-    type Err = String;
+/// A `--source-addrs` item that cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("bad source address {item:?} in {list:?}: {why}")]
+pub struct SourceAddrError {
+    /// The item (an address or a range `A-B`).
+    item: String,
+    /// The whole list it stands in.
+    list: String,
+    /// What is wrong with it.
+    why: BadRange,
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
+/// What is wrong with one item of `--source-addrs`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BadRange {
+    /// Not an IPv4 or IPv6 address.
+    #[error("not an IP address")]
+    NotAnAddress,
+    /// An IPv4 end and an IPv6 end.
+    #[error("a range's ends must be of one family")]
+    MixedFamilies,
+    /// `B` below `A`.
+    #[error("the range ends before it starts")]
+    Backwards,
+    /// More addresses than [`MAX_RANGE`].
+    #[error("a range holds at most {max} addresses", max = MAX_RANGE)]
+    TooLarge,
+}
+
+impl std::str::FromStr for SourceAddrs {
+    type Err = SourceAddrError;
+
+    fn from_str(s: &str) -> Result<Self, SourceAddrError> {
         parse_source_addrs(s).map(SourceAddrs)
     }
 }
 
 /// Parses `--source-addrs`: addresses and ranges `A-B` (inclusive, one family), separated by
 /// commas, e.g. `127.0.0.2-127.0.0.9` or `10.0.0.1,10.0.0.5`.
-pub fn parse_source_addrs(s: &str) -> Result<Vec<IpAddr>, String> {
+pub fn parse_source_addrs(s: &str) -> Result<Vec<IpAddr>, SourceAddrError> {
     let mut addrs = Vec::new();
     for item in s.split(',').map(str::trim) {
-        let bad = |why: &str| format!("bad source address {item:?} in {s:?}: {why}");
+        let bad = |why: BadRange| SourceAddrError {
+            item: item.to_string(),
+            list: s.to_string(),
+            why,
+        };
+        let ip = |t: &str| {
+            t.trim()
+                .parse::<IpAddr>()
+                .map_err(|_| bad(BadRange::NotAnAddress))
+        };
         match item.split_once('-') {
-            None => addrs.push(item.parse().map_err(|_| bad("not an IP address"))?),
-            Some((a, b)) => {
-                let a: IpAddr = a.trim().parse().map_err(|_| bad("not an IP address"))?;
-                let b: IpAddr = b.trim().parse().map_err(|_| bad("not an IP address"))?;
-                addrs.extend(range(a, b).map_err(|why| bad(&why))?);
-            }
+            None => addrs.push(ip(item)?),
+            Some((a, b)) => addrs.extend(range(ip(a)?, ip(b)?).map_err(bad)?),
         }
     }
     Ok(addrs)
 }
 
 /// The addresses from `a` to `b` inclusive.
-fn range(a: IpAddr, b: IpAddr) -> Result<Vec<IpAddr>, String> {
+fn range(a: IpAddr, b: IpAddr) -> Result<Vec<IpAddr>, BadRange> {
     let (lo, hi) = match (a, b) {
         (IpAddr::V4(a), IpAddr::V4(b)) => (u32::from(a) as u128, u32::from(b) as u128),
         (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b)),
-        _ => return Err("a range's ends must be of one family".into()),
+        _ => return Err(BadRange::MixedFamilies),
     };
     if hi < lo {
-        return Err("the range ends before it starts".into());
+        return Err(BadRange::Backwards);
     }
     if hi - lo >= MAX_RANGE {
-        return Err(format!("a range holds at most {MAX_RANGE} addresses"));
+        return Err(BadRange::TooLarge);
     }
     Ok((lo..=hi)
         .map(|n| match a {
@@ -223,7 +257,7 @@ mod tests {
             "1.2.3",
             "10.0.0.0-10.1.0.0",
         ] {
-            let e = parse_source_addrs(bad).unwrap_err();
+            let e = parse_source_addrs(bad).unwrap_err().to_string();
             assert!(e.starts_with("bad source address"), "{bad}: {e}");
         }
     }

@@ -40,28 +40,76 @@ pub fn schemes_phrase() -> String {
     }
 }
 
+/// A url whose shape `load` cannot use (found before any step runs).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UrlShapeError {
+    /// No `://`.
+    #[error(
+        "{url:?}: expected SCHEME://HOST:PORT or shm://NAME, kvd://NAME; SCHEME is one of {}",
+        schemes_phrase()
+    )]
+    NoScheme {
+        /// The url as given.
+        url: String,
+    },
+    /// A scheme `load` does not speak, with the closest one it does.
+    #[error("{url:?}: unknown scheme {scheme:?}{}; use {}", .closest.as_ref().map_or(String::new(), |s| format!(" (did you mean {s:?}?)")), schemes_phrase())]
+    UnknownScheme {
+        /// The url as given.
+        url: String,
+        /// Its scheme.
+        scheme: String,
+        /// The nearest known scheme, if one is near.
+        closest: Option<String>,
+    },
+    /// Nothing after `SCHEME://`.
+    #[error("{url:?}: nothing after {scheme}://: expected HOST:PORT (or a NAME for shm and kvd)")]
+    Empty {
+        /// The url as given.
+        url: String,
+        /// Its scheme.
+        scheme: String,
+    },
+}
+
+/// Why a url's authority gives no socket address.
+#[derive(Debug, thiserror::Error)]
+enum ResolveError {
+    /// An empty authority.
+    #[error("no host")]
+    NoHost,
+    /// The resolver failed.
+    #[error("cannot resolve {authority:?}: {source}")]
+    Lookup {
+        /// HOST[:PORT] as given.
+        authority: String,
+        /// What the resolver said.
+        source: std::io::Error,
+    },
+    /// The resolver gave no address.
+    #[error("{0:?} resolves to no address")]
+    Nothing(String),
+}
+
 /// Checks a url's shape before any step runs (a spec's `url` at plan time, placeholders such
 /// as `{port}` still in it): SCHEME://REST with a scheme `load` speaks, so a typo fails the
 /// dry run rather than every step of the real one.
-pub fn check_shape(url: &str) -> Result<(), String> {
+pub fn check_shape(url: &str) -> Result<(), UrlShapeError> {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(format!(
-            "{url:?}: expected SCHEME://HOST:PORT or shm://NAME, kvd://NAME; SCHEME is one of {}",
-            schemes_phrase()
-        ));
+        return Err(UrlShapeError::NoScheme { url: url.into() });
     };
     if !SCHEMES.contains(&scheme) {
-        let hint = crate::units::closest(scheme, SCHEMES)
-            .map_or(String::new(), |s| format!(" (did you mean {s:?}?)"));
-        return Err(format!(
-            "{url:?}: unknown scheme {scheme:?}{hint}; use {}",
-            schemes_phrase()
-        ));
+        return Err(UrlShapeError::UnknownScheme {
+            url: url.into(),
+            scheme: scheme.into(),
+            closest: crate::units::closest(scheme, SCHEMES).map(str::to_string),
+        });
     }
     if rest.is_empty() || rest.starts_with('/') {
-        return Err(format!(
-            "{url:?}: nothing after {scheme}://: expected HOST:PORT (or a NAME for shm and kvd)"
-        ));
+        return Err(UrlShapeError::Empty {
+            url: url.into(),
+            scheme: scheme.into(),
+        });
     }
     Ok(())
 }
@@ -103,7 +151,7 @@ impl Target {
                 )))
             }
         };
-        let addr = resolve(authority, default_port).map_err(bad)?;
+        let addr = resolve(authority, default_port).map_err(|e| bad(e.to_string()))?;
         let kind = match scheme {
             "grpc" | "grpcs" => {
                 super::protocol::grpc::check_path(path).map_err(bad)?;
@@ -288,7 +336,8 @@ impl Target {
 
 /// The key space `--keys` and `--distribution` describe.
 fn key_space(opts: &ProtoOptions) -> Result<redis::KeySpace, LoadError> {
-    redis::KeySpace::new(opts.keys, opts.distribution).map_err(LoadError::BadInput)
+    redis::KeySpace::new(opts.keys, opts.distribution)
+        .map_err(|e| LoadError::BadInput(e.to_string()))
 }
 
 /// The seed of connection number `index`'s generator.
@@ -353,9 +402,9 @@ fn templates(
         .map_err(|e| LoadError::BadInput(e.to_string()))
 }
 
-fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, String> {
+fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, ResolveError> {
     if authority.is_empty() {
-        return Err("no host".into());
+        return Err(ResolveError::NoHost);
     }
     let with_port = if authority
         .rsplit_once(':')
@@ -368,9 +417,12 @@ fn resolve(authority: &str, default_port: u16) -> Result<SocketAddr, String> {
     };
     with_port
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {authority:?}: {e}"))?
+        .map_err(|source| ResolveError::Lookup {
+            authority: authority.into(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("{authority:?} resolves to no address"))
+        .ok_or_else(|| ResolveError::Nothing(authority.into()))
 }
 
 /// gRPC's message is `--body-file`'s bytes (serialized protobuf); the method, the text body
@@ -460,16 +512,20 @@ mod tests {
     fn shapes_are_checked_before_any_step() {
         assert!(check_shape("http://127.0.0.1:{port}/page.html").is_ok());
         assert!(check_shape("kvd://kv").is_ok());
-        let e = check_shape("htp://127.0.0.1:{port}/").unwrap_err();
+        let e = check_shape("htp://127.0.0.1:{port}/")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("unknown scheme \"htp\" (did you mean \"http\"?)"),
             "{e}"
         );
         assert!(check_shape("127.0.0.1:8080")
             .unwrap_err()
+            .to_string()
             .contains("expected SCHEME://"));
         assert!(check_shape("http://")
             .unwrap_err()
+            .to_string()
             .contains("nothing after http://"));
     }
 }

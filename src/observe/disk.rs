@@ -184,48 +184,37 @@ fn v1_used(dir: &Path) -> BTreeMap<(String, String), u64> {
 
 /// The limits of a v2 group (`io.max`: `MAJ:MIN rbps=N wbps=max riops=N wiops=max`).
 pub fn parse_io_max(text: &str, cgroup: &str, out: &mut Vec<Limit>) {
-    for l in text.lines() {
-        let mut f = l.split_whitespace();
-        let Some(dev) = f.next() else { continue };
-        for kv in f {
-            let Some((k, v)) = kv.split_once('=') else {
-                continue;
-            };
-            let kind = match k {
-                "rbps" => "read_bps",
-                "wbps" => "write_bps",
-                "riops" => "read_iops",
-                "wiops" => "write_iops",
-                _ => continue,
-            };
-            if let Ok(v) = v.parse::<f64>() {
-                out.push((cgroup.into(), dev.into(), kind.into(), v));
-            }
+    for (dev, kind, v) in v2_fields(text, ["rbps", "wbps", "riops", "wiops"]) {
+        if let Ok(v) = v.parse::<f64>() {
+            out.push((cgroup.into(), dev.into(), kind.into(), v));
         }
     }
 }
 
 /// What a v2 group did (`io.stat`: `MAJ:MIN rbytes=N wbytes=N rios=N wios=N ...`).
 pub fn parse_io_stat(text: &str) -> BTreeMap<(String, String), u64> {
-    let mut out = BTreeMap::new();
-    for l in text.lines() {
+    v2_fields(text, ["rbytes", "wbytes", "rios", "wios"])
+        .map(|(dev, kind, v)| ((dev.to_string(), kind.to_string()), v.parse().unwrap_or(0)))
+        .collect()
+}
+
+/// The `MAJ:MIN key=value ...` lines of a v2 io file as (device, kind, value): `keys` name
+/// its read-bytes, write-bytes, read-operations and write-operations fields, in that order
+/// (the kinds `read_bps`, `write_bps`, `read_iops`, `write_iops`); other fields are skipped.
+fn v2_fields<'a>(
+    text: &'a str,
+    keys: [&'a str; 4],
+) -> impl Iterator<Item = (&'a str, &'static str, &'a str)> + 'a {
+    const KINDS: [&str; 4] = ["read_bps", "write_bps", "read_iops", "write_iops"];
+    text.lines().flat_map(move |l| {
         let mut f = l.split_whitespace();
-        let Some(dev) = f.next() else { continue };
-        for kv in f {
-            let Some((k, v)) = kv.split_once('=') else {
-                continue;
-            };
-            let kind = match k {
-                "rbytes" => "read_bps",
-                "wbytes" => "write_bps",
-                "rios" => "read_iops",
-                "wios" => "write_iops",
-                _ => continue,
-            };
-            out.insert((dev.to_string(), kind.to_string()), v.parse().unwrap_or(0));
-        }
-    }
-    out
+        let dev = f.next().unwrap_or_default();
+        f.filter_map(move |kv| {
+            let (k, v) = kv.split_once('=')?;
+            let i = keys.iter().position(|x| *x == k)?;
+            Some((dev, KINDS[i], v))
+        })
+    })
 }
 
 /// Samples the tree rooted at `root`; None when it is gone.

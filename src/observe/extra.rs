@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Map, Value};
 
-use super::metrics::{window_difference, Reading};
+use super::metrics::{window_difference, MetricsError, Reading};
 use super::step::{Observed, ServerExtras, StepObserver};
 use super::{Observation, TreeUsage};
 
@@ -31,13 +31,42 @@ pub struct ObserveEntry {
     pub selector: ProcessSelector,
 }
 
+/// Why an observed process (an `[[observe]]` entry or an instance) has no pid to watch.
+#[derive(Debug, thiserror::Error)]
+pub enum PidsError {
+    /// Its pid file cannot be read.
+    #[error("cannot read the pid file {}: {source}", path.display())]
+    PidFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// Its `pids` command cannot run.
+    #[error("cannot run `{cmd}`: {source}")]
+    Command {
+        /// The command.
+        cmd: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// None of the pids it named is running.
+    #[error("no running process for {0}")]
+    NoneRunning(String),
+    /// A split target's instance whose pid is unknown.
+    #[error("the instance has no process id")]
+    InstanceNoPid,
+}
+
 impl ObserveEntry {
     /// The pids it names now, or why there are none.
-    pub fn pids(&self) -> Result<Vec<i32>, String> {
+    pub fn pids(&self) -> Result<Vec<i32>, PidsError> {
         let pids = match &self.selector {
             ProcessSelector::PidFile(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read the pid file {}: {e}", path.display()))?;
+                let text = std::fs::read_to_string(path).map_err(|source| PidsError::PidFile {
+                    path: path.clone(),
+                    source,
+                })?;
                 parse_pids(&text)
             }
             ProcessSelector::Command(name) => pids_by_comm(name),
@@ -45,7 +74,10 @@ impl ObserveEntry {
                 let out = std::process::Command::new("sh")
                     .args(["-c", cmd])
                     .output()
-                    .map_err(|e| format!("cannot run `{cmd}`: {e}"))?;
+                    .map_err(|source| PidsError::Command {
+                        cmd: cmd.clone(),
+                        source,
+                    })?;
                 parse_pids(&String::from_utf8_lossy(&out.stdout))
             }
         };
@@ -54,7 +86,7 @@ impl ObserveEntry {
             .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
             .collect();
         if alive.is_empty() {
-            return Err(format!("no running process for {}", self.describe()));
+            return Err(PidsError::NoneRunning(self.describe()));
         }
         Ok(alive)
     }
@@ -100,8 +132,8 @@ pub struct ExtraObserver<O: StepObserver> {
     /// The `[[observe]]` entries.
     pub entries: Vec<ObserveEntry>,
     extras: ServerExtras,
-    running: Vec<(String, Result<super::Observer, String>)>,
-    before: Vec<(String, Result<Reading, String>)>,
+    running: Vec<(String, Result<super::Observer, PidsError>)>,
+    before: Vec<(String, Result<Reading, MetricsError>)>,
     /// When the window began (the metrics' staleness is told against it).
     began: std::time::SystemTime,
 }
@@ -137,10 +169,7 @@ impl<O: StepObserver> ExtraObserver<O> {
             }
         }
         for i in &self.extras.instances {
-            let obs = i
-                .pid
-                .map(observer_of)
-                .ok_or_else(|| "the instance has no process id".to_string());
+            let obs = i.pid.map(observer_of).ok_or(PidsError::InstanceNoPid);
             self.running.push((i.label.clone(), obs));
         }
     }
@@ -159,7 +188,7 @@ impl<O: StepObserver> ExtraObserver<O> {
                     }
                     serde_json::to_value(o).unwrap_or(Value::Null)
                 }
-                Err(why) => json!({ "note": why }),
+                Err(why) => json!({ "note": why.to_string() }),
             };
             out.insert(name, value);
         }
@@ -171,11 +200,7 @@ impl<O: StepObserver> ExtraObserver<O> {
         let mut out = Map::new();
         for ((label, source), (_, start)) in self.extras.metrics.iter().zip(before) {
             let end = source.snapshot_fresh();
-            let value = window_difference(
-                start.as_ref().map_err(String::as_str),
-                end.as_ref().map_err(String::as_str),
-                self.began,
-            );
+            let value = window_difference(start.as_ref(), end.as_ref(), self.began);
             out.insert(label.clone(), value);
         }
         out
@@ -279,6 +304,10 @@ mod tests {
             name: "x".into(),
             selector: ProcessSelector::Command("no-such-comm-q".into()),
         };
-        assert!(e.pids().unwrap_err().contains("no running process"));
+        assert!(e
+            .pids()
+            .unwrap_err()
+            .to_string()
+            .contains("no running process"));
     }
 }

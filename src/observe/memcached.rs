@@ -50,40 +50,106 @@ const GAUGES: &[&str] = &[
     "read_buf_bytes_free",
 ];
 
+/// A memcached's `stats` that could not be read; the message names its URL.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    /// Connecting, asking or reading failed.
+    #[error("{doing} {url}{what}: {source}")]
+    Io {
+        /// "cannot connect to", "asking", "reading".
+        doing: &'static str,
+        /// Its URL.
+        url: String,
+        /// " for its stats", "'s stats".
+        what: &'static str,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// No whole answer in time or within the size bound.
+    #[error("{url}: no whole stats answer within {} s and {} KiB ({bytes} bytes came)", ANSWER_WAIT.as_secs(), MAX_ANSWER_BYTES >> 10)]
+    Incomplete {
+        /// Its URL.
+        url: String,
+        /// Bytes read.
+        bytes: usize,
+    },
+    /// It closed mid-answer.
+    #[error("{0} closed during its stats answer")]
+    Closed(String),
+    /// The answer is not `STAT` lines.
+    #[error("{url}'s stats: {why}")]
+    Answer {
+        /// Its URL.
+        url: String,
+        /// What is wrong with the answer.
+        why: BadStats,
+    },
+}
+
+/// An answer to `stats` that is not `STAT name value` lines up to `END`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BadStats {
+    /// Not UTF-8.
+    #[error("not text")]
+    NotText,
+    /// A line that is not a STAT line.
+    #[error("{0:?} is not a STAT line")]
+    Line(String),
+    /// No STAT line at all.
+    #[error("no STAT line")]
+    Empty,
+}
+
 /// `stats` of the memcached at `addr` (its `url`, `memcache://HOST:PORT`, names it in errors)
 /// as a metrics document.
-pub fn stats(addr: SocketAddr, url: &str) -> Result<Value, String> {
+pub fn stats(addr: SocketAddr, url: &str) -> Result<Value, StatsError> {
+    let io = |doing, what| {
+        move |source| StatsError::Io {
+            doing,
+            url: url.into(),
+            what,
+            source,
+        }
+    };
     let until = Instant::now() + ANSWER_WAIT;
     let mut stream = TcpStream::connect_timeout(&addr, ANSWER_WAIT)
-        .map_err(|e| format!("cannot connect to {url} for its stats: {e}"))?;
+        .map_err(io("cannot connect to", " for its stats"))?;
     let _ = stream.set_write_timeout(Some(ANSWER_WAIT));
     stream
         .write_all(b"stats\r\n")
-        .map_err(|e| format!("asking {url} for its stats: {e}"))?;
+        .map_err(io("asking", " for its stats"))?;
     let answer = read_answer(url, &mut stream, until)?;
-    parse_stats(&answer).map_err(|e| format!("{url}'s stats: {e}"))
+    parse_stats(&answer).map_err(|why| StatsError::Answer {
+        url: url.into(),
+        why,
+    })
 }
 
 /// Reads until the `END` line, bounded in bytes and time.
-fn read_answer(url: &str, stream: &mut TcpStream, until: Instant) -> Result<Vec<u8>, String> {
+fn read_answer(url: &str, stream: &mut TcpStream, until: Instant) -> Result<Vec<u8>, StatsError> {
     let mut answer = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     while !answer.ends_with(b"END\r\n") {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() || answer.len() > MAX_ANSWER_BYTES {
-            return Err(format!(
-                "{url}: no whole stats answer within {} s and {} KiB ({} bytes came)",
-                ANSWER_WAIT.as_secs(),
-                MAX_ANSWER_BYTES >> 10,
-                answer.len()
-            ));
+            return Err(StatsError::Incomplete {
+                url: url.into(),
+                bytes: answer.len(),
+            });
         }
         let _ = stream.set_read_timeout(Some(left));
         match stream.read(&mut buf) {
-            Ok(0) => return Err(format!("{url} closed during its stats answer")),
+            Ok(0) => return Err(StatsError::Closed(url.into())),
             Ok(n) => answer.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("reading {url}'s stats: {e}")),
+            Err(e) => {
+                return Err(StatsError::Io {
+                    doing: "reading",
+                    url: url.into(),
+                    what: "'s stats",
+                    source: e,
+                })
+            }
         }
     }
     Ok(answer)
@@ -91,14 +157,14 @@ fn read_answer(url: &str, stream: &mut TcpStream, until: Instant) -> Result<Vec<
 
 /// `STAT name value` lines up to `END` as `{name: value, ..., "gauges": {...}}`: numbers as
 /// numbers, other values as strings.
-pub fn parse_stats(answer: &[u8]) -> Result<Value, String> {
-    let text = std::str::from_utf8(answer).map_err(|_| "not text".to_string())?;
+pub fn parse_stats(answer: &[u8]) -> Result<Value, BadStats> {
+    let text = std::str::from_utf8(answer).map_err(|_| BadStats::NotText)?;
     let (mut counters, mut gauges) = (Map::new(), Map::new());
     for line in text.split("\r\n").take_while(|l| *l != "END") {
         let mut words = line.splitn(3, ' ');
         let (Some("STAT"), Some(name), Some(value)) = (words.next(), words.next(), words.next())
         else {
-            return Err(format!("{line:?} is not a STAT line"));
+            return Err(BadStats::Line(line.to_string()));
         };
         let value = value_of(value);
         if GAUGES.contains(&name) {
@@ -108,7 +174,7 @@ pub fn parse_stats(answer: &[u8]) -> Result<Value, String> {
         }
     }
     if counters.is_empty() {
-        return Err("no STAT line".into());
+        return Err(BadStats::Empty);
     }
     counters.insert("gauges".into(), Value::Object(gauges));
     Ok(Value::Object(counters))

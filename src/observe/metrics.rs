@@ -110,6 +110,98 @@ pub enum Snapshot {
 /// nanoseconds): with it, a window's difference is scaled to the span its two readings cover.
 pub const WRITTEN_FIELD: &str = "written_unix_ns";
 
+/// A target's metrics that could not be read: the message names the file or URL.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// An HdrHistogram log that cannot be read.
+    #[error(transparent)]
+    Hlog(#[from] crate::record::hlog::HlogError),
+    /// A metrics file that cannot be read.
+    #[error("cannot read the metrics file {}: {source}", path.display())]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A metrics file that is not JSON.
+    #[error("{} is not JSON: {source}", path.display())]
+    FileJson {
+        /// The file.
+        path: PathBuf,
+        /// What serde said.
+        source: serde_json::Error,
+    },
+    /// A URL that is not `http://` (or `memcache://`).
+    #[error("{0:?}: expected an http:// (or memcache://) URL on 127.0.0.1")]
+    NotHttp(String),
+    /// A URL whose host and port do not resolve.
+    #[error("{0:?}: cannot read the host and port")]
+    HostPort(String),
+    /// A URL off this machine.
+    #[error("{0:?}: metrics are read from loopback only (127.0.0.1, ::1, localhost)")]
+    NotLoopback(String),
+    /// Connecting, writing or reading failed.
+    #[error("{doing} {url}: {source}")]
+    Io {
+        /// "cannot connect to", "writing to" or "reading".
+        doing: &'static str,
+        /// The URL.
+        url: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// No whole answer in time.
+    #[error("reading {url}: no whole answer within {} s ({bytes} bytes came)", ANSWER_WAIT.as_secs_f64())]
+    Timeout {
+        /// The URL.
+        url: String,
+        /// Bytes read by then.
+        bytes: usize,
+    },
+    /// An answer over [`MAX_METRICS_ANSWER`].
+    #[error("{0}: the answer is over {max} MiB; a metrics endpoint should answer a small JSON document", max = MAX_METRICS_ANSWER >> 20)]
+    TooLarge(String),
+    /// The peer closed before a header.
+    #[error("{0}: the answer has no HTTP header")]
+    NoHeader(String),
+    /// The peer closed inside the body.
+    #[error("{url}: the answer ends before its body is whole ({bytes} bytes came)")]
+    Truncated {
+        /// The URL.
+        url: String,
+        /// Bytes read.
+        bytes: usize,
+    },
+    /// A status other than 200 (its status line, at most 200 bytes).
+    #[error("{url} answered {status:?}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The status line.
+        status: String,
+    },
+    /// An answer the HTTP/1 framer refuses (its error kind).
+    #[error("{url}: {}", invalid_answer(kind))]
+    Invalid {
+        /// The URL.
+        url: String,
+        /// The framer's error kind.
+        kind: &'static str,
+    },
+    /// A memcached's `stats` that could not be read.
+    #[error(transparent)]
+    Memcached(#[from] super::memcached::StatsError),
+    /// A body that is not JSON.
+    #[error("{url} did not answer JSON: {source}")]
+    AnswerJson {
+        /// The URL.
+        url: String,
+        /// What serde said.
+        source: serde_json::Error,
+    },
+}
+
 /// One reading of a source, with what is known of its age.
 #[derive(Debug, Clone)]
 pub struct Reading {
@@ -126,7 +218,7 @@ impl MetricsSource {
     /// Reads it once it reflects this moment: a file is read after its next rewrite (up to
     /// `FRESH_WAIT`), since a target rewrites it periodically and a busy CPU can delay that.
     /// A file not rewritten meanwhile is still read; its `written` tells how old it is.
-    pub fn snapshot_fresh(&self) -> Result<Reading, String> {
+    pub fn snapshot_fresh(&self) -> Result<Reading, MetricsError> {
         let mut modified = None;
         if let MetricsSource::File { path, .. } = self {
             let asked = SystemTime::now();
@@ -155,23 +247,30 @@ impl MetricsSource {
     }
 
     /// Reads it now.
-    pub fn snapshot(&self) -> Result<Snapshot, String> {
+    pub fn snapshot(&self) -> Result<Snapshot, MetricsError> {
         match self {
             MetricsSource::File { path, format } => {
                 if *format == MetricsFormat::Hlog {
-                    return crate::record::hlog::read_hlog_or_empty(path)
-                        .map(Snapshot::Hist)
-                        .map_err(|e| e.to_string());
+                    return Ok(Snapshot::Hist(crate::record::hlog::read_hlog_or_empty(
+                        path,
+                    )?));
                 }
-                let bytes = std::fs::read(path)
-                    .map_err(|e| format!("cannot read the metrics file {}: {e}", path.display()))?;
+                let bytes = std::fs::read(path).map_err(|source| MetricsError::ReadFile {
+                    path: path.clone(),
+                    source,
+                })?;
                 serde_json::from_slice(&bytes)
                     .map(Snapshot::Json)
-                    .map_err(|e| format!("{} is not JSON: {e}", path.display()))
+                    .map_err(|source| MetricsError::FileJson {
+                        path: path.clone(),
+                        source,
+                    })
             }
             MetricsSource::Url(url) if url.starts_with(super::memcached::SCHEME) => {
                 let (addr, _) = parse_url(url)?;
-                super::memcached::stats(addr, url).map(Snapshot::Json)
+                super::memcached::stats(addr, url)
+                    .map(Snapshot::Json)
+                    .map_err(MetricsError::Memcached)
             }
             MetricsSource::Url(url) => http_get_json(url).map(Snapshot::Json),
         }
@@ -206,13 +305,13 @@ pub fn difference(before: &Snapshot, after: &Snapshot) -> Value {
 /// timestamp, `span_s` is the span the difference really covers (its counts stay exact):
 /// per-second figures drawn from it divide by that span, not by the load's window.
 pub fn window_difference(
-    before: Result<&Reading, &str>,
-    after: Result<&Reading, &str>,
+    before: Result<&Reading, &MetricsError>,
+    after: Result<&Reading, &MetricsError>,
     began: SystemTime,
 ) -> Value {
     let (a, b) = match (before, after) {
         (Ok(a), Ok(b)) => (a, b),
-        (Err(why), _) | (_, Err(why)) => return json!({ "note": why }),
+        (Err(why), _) | (_, Err(why)) => return json!({ "note": why.to_string() }),
     };
     if let (Some(wa), Some(wb)) = (a.written, b.written) {
         if wb <= wa {
@@ -277,7 +376,7 @@ fn hist_window(start: Option<&Value>, end: &Value) -> Value {
     let decoded = |v: &Value| {
         v.as_str()
             .ok_or("not a string".to_string())
-            .and_then(decode)
+            .and_then(|t| decode(t).map_err(|e| e.to_string()))
     };
     let mut window = match decoded(end) {
         Ok(h) => h,
@@ -351,11 +450,11 @@ pub fn hist_summary(h: &Histogram<u64>) -> Value {
 
 /// Host, port and path of an `http://` (or `memcache://`) URL on loopback (nothing else is
 /// reached).
-pub fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
+pub fn parse_url(url: &str) -> Result<(SocketAddr, String), MetricsError> {
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix(super::memcached::SCHEME))
-        .ok_or_else(|| format!("{url:?}: expected an http:// (or memcache://) URL on 127.0.0.1"))?;
+        .ok_or_else(|| MetricsError::NotHttp(url.into()))?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], rest[i..].to_string()),
         None => (rest, "/".to_string()),
@@ -372,11 +471,9 @@ pub fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("{url:?}: cannot read the host and port"))?;
+        .ok_or_else(|| MetricsError::HostPort(url.into()))?;
     if !addr.ip().is_loopback() {
-        return Err(format!(
-            "{url:?}: metrics are read from loopback only (127.0.0.1, ::1, localhost)"
-        ));
+        return Err(MetricsError::NotLoopback(url.into()));
     }
     Ok((addr, path))
 }
@@ -390,52 +487,59 @@ const ANSWER_WAIT: Duration = Duration::from_secs(2);
 /// GETs a URL on loopback over plain HTTP/1.0 and parses the body as JSON: at most
 /// [`MAX_METRICS_ANSWER`] bytes within 2 s; a body framed by Content-Length or chunks must be
 /// whole.
-pub fn http_get_json(url: &str) -> Result<Value, String> {
+pub fn http_get_json(url: &str) -> Result<Value, MetricsError> {
     let (addr, path) = parse_url(url)?;
     let until = Instant::now() + ANSWER_WAIT;
     let mut stream = TcpStream::connect_timeout(&addr, ANSWER_WAIT)
-        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+        .map_err(|source| io_error("cannot connect to", url, source))?;
     let _ = stream.set_write_timeout(Some(ANSWER_WAIT));
     let request =
         format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: application/json\r\nConnection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
-        .map_err(|e| format!("writing to {url}: {e}"))?;
+        .map_err(|source| io_error("writing to", url, source))?;
     let body = read_answer(url, &mut stream, until)?;
     json_body(url, &body)
 }
 
 /// The body as JSON (surrounding white space allowed).
-pub fn json_body(url: &str, body: &[u8]) -> Result<Value, String> {
-    serde_json::from_slice(body.trim_ascii()).map_err(|e| format!("{url} did not answer JSON: {e}"))
+pub fn json_body(url: &str, body: &[u8]) -> Result<Value, MetricsError> {
+    serde_json::from_slice(body.trim_ascii()).map_err(|source| MetricsError::AnswerJson {
+        url: url.into(),
+        source,
+    })
+}
+
+fn io_error(doing: &'static str, url: &str, source: std::io::Error) -> MetricsError {
+    MetricsError::Io {
+        doing,
+        url: url.into(),
+        source,
+    }
 }
 
 /// Reads the answer until it is whole (or the peer closes), bounded in bytes and time: its
 /// body.
-fn read_answer(url: &str, stream: &mut TcpStream, until: Instant) -> Result<Vec<u8>, String> {
+fn read_answer(url: &str, stream: &mut TcpStream, until: Instant) -> Result<Vec<u8>, MetricsError> {
     let mut raw = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut answer = Answer::new(url);
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!(
-                "reading {url}: no whole answer within {} s ({} bytes came)",
-                ANSWER_WAIT.as_secs_f64(),
-                raw.len()
-            ));
+            return Err(MetricsError::Timeout {
+                url: url.into(),
+                bytes: raw.len(),
+            });
         }
         let _ = stream.set_read_timeout(Some(left));
         let n = match stream.read(&mut buf) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("reading {url}: {e}")),
+            Err(e) => return Err(io_error("reading", url, e)),
         };
         if raw.len() + n > MAX_METRICS_ANSWER {
-            return Err(format!(
-                "{url}: the answer is over {} MiB; a metrics endpoint should answer a small JSON document",
-                MAX_METRICS_ANSWER >> 20
-            ));
+            return Err(MetricsError::TooLarge(url.into()));
         }
         raw.extend_from_slice(&buf[..n]);
         if let Some(body) = answer.take(&raw, n == 0)? {
@@ -464,8 +568,8 @@ impl<'u> Answer<'u> {
     /// Frames `raw`, all the answer's bytes so far (`closed`: the peer closed after them):
     /// the body once the answer is whole and says 200, `None` while it may still grow, an
     /// error naming the URL otherwise.
-    fn take(&mut self, raw: &[u8], closed: bool) -> Result<Option<Vec<u8>>, String> {
-        let url = self.url;
+    fn take(&mut self, raw: &[u8], closed: bool) -> Result<Option<Vec<u8>>, MetricsError> {
+        let url = self.url.to_string();
         let frame = if closed {
             self.framer.at_close(raw, false, &mut self.body)
         } else {
@@ -473,21 +577,24 @@ impl<'u> Answer<'u> {
         };
         match frame {
             Frame::Incomplete if closed && !raw.windows(4).any(|w| w == b"\r\n\r\n") => {
-                Err(format!("{url}: the answer has no HTTP header"))
+                Err(MetricsError::NoHeader(url))
             }
-            Frame::Incomplete if closed => Err(format!(
-                "{url}: the answer ends before its body is whole ({} bytes came)",
-                raw.len()
-            )),
+            Frame::Incomplete if closed => Err(MetricsError::Truncated {
+                url,
+                bytes: raw.len(),
+            }),
             Frame::Incomplete => Ok(None),
             Frame::Done { status: 200, .. } => Ok(Some(std::mem::take(&mut self.body))),
             Frame::Done { .. } => {
                 let status = raw.split(|&b| b == b'\n').next().unwrap_or_default();
                 let status = status.strip_suffix(b"\r").unwrap_or(status);
                 let shown = String::from_utf8_lossy(&status[..status.len().min(200)]);
-                Err(format!("{url} answered {shown:?}"))
+                Err(MetricsError::Status {
+                    url,
+                    status: shown.into_owned(),
+                })
             }
-            Frame::Invalid(kind) => Err(format!("{url}: {}", invalid_answer(kind))),
+            Frame::Invalid(kind) => Err(MetricsError::Invalid { url, kind }),
         }
     }
 }
@@ -520,7 +627,7 @@ fn invalid_answer(kind: &str) -> String {
 
 /// The body of a whole answer `raw` of `url` (the bytes it sent until it closed): what a
 /// test or fuzz target feeds the reader without a socket.
-pub fn answer_body(url: &str, raw: &[u8]) -> Result<Vec<u8>, String> {
+pub fn answer_body(url: &str, raw: &[u8]) -> Result<Vec<u8>, MetricsError> {
     let body = Answer::new(url).take(raw, true)?;
     Ok(body.expect("at the close an answer is whole or an error"))
 }
@@ -667,7 +774,7 @@ mod tests {
     fn only_loopback_urls() {
         assert!(parse_url("http://127.0.0.1:9/metrics").is_ok());
         assert!(parse_url("http://[::1]:9/").is_ok());
-        let err = parse_url("http://192.0.2.1:9/").unwrap_err();
+        let err = parse_url("http://192.0.2.1:9/").unwrap_err().to_string();
         assert!(err.contains("loopback"), "{err}");
         assert!(parse_url("https://127.0.0.1/").is_err());
     }
@@ -687,7 +794,9 @@ mod tests {
         body.extend_from_slice(b"\r\n0\r\nX-T: 1\r\n\r\n");
         assert_eq!(whole(&body), split);
         for cut in 0..body.len() {
-            let e = answer_body(url, &[&head[..], &body[..cut]].concat()).unwrap_err();
+            let e = answer_body(url, &[&head[..], &body[..cut]].concat())
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("ends before its body is whole"), "{cut}: {e}");
         }
     }
@@ -697,27 +806,43 @@ mod tests {
         let url = "http://127.0.0.1:9/m";
         let answer = |rest: &str| answer_body(url, format!("HTTP/1.1 200 OK\r\n{rest}").as_bytes());
         let e = answer("Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nzz\r\nab\r\n0\r\n\r\n")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with(url) && e.contains("a bad chunk"), "{e}");
-        let e = answer("Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n").unwrap_err();
+        let e = answer("Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("ends before its body is whole"), "{e}");
-        let e = answer("Transfer-Encoding: chunked\r\n\r\n2\r\n{}xx0\r\n\r\n").unwrap_err();
+        let e = answer("Transfer-Encoding: chunked\r\n\r\n2\r\n{}xx0\r\n\r\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a bad chunk"), "{e}");
-        let e = answer("Content-Length: 10\r\n\r\n{}").unwrap_err();
+        let e = answer("Content-Length: 10\r\n\r\n{}")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("ends before its body is whole"), "{e}");
         assert_eq!(answer("Content-Length: 2\r\n\r\n{}tail").unwrap(), b"{}");
         assert_eq!(answer("\r\n{}").unwrap(), b"{}");
-        let e = answer("Content-Length: x\r\n\r\n{}").unwrap_err();
+        let e = answer("Content-Length: x\r\n\r\n{}")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not HTTP/1.x"), "{e}");
-        let e = answer_body(url, b"HTTP/1.1 500 Oops\r\n\r\n").unwrap_err();
+        let e = answer_body(url, b"HTTP/1.1 500 Oops\r\n\r\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("answered \"HTTP/1.1 500 Oops\""), "{e}");
-        let e = answer_body(url, b"HTTP/1.1 200 OK\r\nX: y").unwrap_err();
+        let e = answer_body(url, b"HTTP/1.1 200 OK\r\nX: y")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no HTTP header"), "{e}");
         let huge = format!(
             "Transfer-Encoding: chunked\r\n\r\n{:x}\r\n",
             MAX_METRICS_ANSWER + 1
         );
-        assert!(answer(&huge).unwrap_err().contains("over 16 MiB"));
+        assert!(answer(&huge)
+            .unwrap_err()
+            .to_string()
+            .contains("over 16 MiB"));
     }
 
     /// Both framings at once: the load refuses such a reply (`http_te_and_content_length`);
@@ -728,7 +853,7 @@ mod tests {
     #[test]
     fn an_answer_with_transfer_encoding_and_content_length_is_refused_as_the_load_refuses_it() {
         let url = "http://127.0.0.1:9/m";
-        let e = answer_body(url, TE_AND_CL).unwrap_err();
+        let e = answer_body(url, TE_AND_CL).unwrap_err().to_string();
         assert!(
             e.starts_with(url) && e.contains("both Transfer-Encoding and Content-Length"),
             "{e}"
@@ -750,7 +875,7 @@ mod tests {
             let _ = s.read(&mut request);
             s.write_all(TE_AND_CL).unwrap();
         });
-        let e = http_get_json(&url).unwrap_err();
+        let e = http_get_json(&url).unwrap_err().to_string();
         server.join().unwrap();
         assert!(
             e.contains("both Transfer-Encoding and Content-Length"),
@@ -775,6 +900,7 @@ mod tests {
     fn memcached_is_read_on_loopback_only() {
         assert!(parse_url("memcache://192.0.2.1:11211")
             .unwrap_err()
+            .to_string()
             .contains("loopback"));
         assert!(parse_url("memcache://127.0.0.1:11211").is_ok());
     }

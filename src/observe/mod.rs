@@ -104,7 +104,7 @@ impl Observer {
         let (perf, perf_note) = match &pids {
             Some(pids) => match perf::PerfStat::start(pids) {
                 Ok(p) => (Some(p), None),
-                Err(why) => (None, Some(why)),
+                Err(why) => (None, Some(why.to_string())),
             },
             None => (None, None),
         };
@@ -158,7 +158,7 @@ impl Observer {
             .and_then(|pid| sockets::SocketWatch::start(pid).ok());
         if let Some(perf) = &mut self.perf {
             if let Err(why) = perf.enable() {
-                self.perf_note = Some(why);
+                self.perf_note = Some(why.to_string());
             }
             self.perf_late_s = self.started.elapsed().as_secs_f64();
         }

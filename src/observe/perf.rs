@@ -122,22 +122,63 @@ pub struct PerfResult {
     pub perf_cpu_s: f64,
 }
 
+/// Why perf cannot count here (said in the observation's note).
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    /// No `perf` on the PATH.
+    #[error("perf is not installed (Debian: linux-perf)")]
+    NotInstalled,
+    /// perf, or a file or pipe it needs, could not be set up.
+    #[error("{doing}: {source}")]
+    Io {
+        /// What failed ("cannot start perf", "cannot create FILE", ...).
+        doing: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A pipe to control perf could not be made.
+    #[error("cannot make a pipe for perf: {0}")]
+    Pipe(nix::Error),
+    /// Writing to perf's control pipe failed.
+    #[error("perf control: {0}")]
+    Control(nix::Error),
+    /// perf exited while attaching (its first error line).
+    #[error("perf stat exited ({status}): {message}")]
+    Exited {
+        /// How it ended.
+        status: String,
+        /// Its first error line, with a hint when perf_event_paranoid is in the way.
+        message: String,
+    },
+    /// perf did not answer `enable`.
+    #[error("perf stat did not acknowledge `enable` within 1 s")]
+    NoAck,
+    /// perf ran but does not count the event (its first field, e.g. `<not supported>`).
+    #[error("perf reports {0}")]
+    Unsupported(String),
+    /// perf ran and failed (its first error line).
+    #[error("{0}")]
+    Failed(String),
+}
+
 impl PerfStat {
     /// Starts `perf stat` on `pids` with its counters attached but disabled, and waits (up to
     /// 2 s) until they are attached; [`PerfStat::enable`] starts the counting. perf's start-up
     /// (up to a second of CPU on a busy machine) thus happens before the measured window.
     /// Err holds why perf cannot count here, for the observation's note.
-    pub fn start(pids: &[i32]) -> Result<PerfStat, String> {
-        let out = tempfile_path::TempPath::new("perf-out")?;
-        let err = tempfile_path::TempPath::new("perf-err")?;
+    pub fn start(pids: &[i32]) -> Result<PerfStat, PerfError> {
+        let out = tempfile_path::TempPath::new("perf-out");
+        let err = tempfile_path::TempPath::new("perf-err");
         let events: Vec<&str> = SOFTWARE_EVENTS
             .iter()
             .chain(&HARDWARE_EVENTS)
             .copied()
             .collect();
         let pid_list: Vec<String> = pids.iter().map(i32::to_string).collect();
-        let stderr =
-            File::create(&err.0).map_err(|e| format!("cannot create {}: {e}", err.0.display()))?;
+        let stderr = File::create(&err.0).map_err(|source| PerfError::Io {
+            doing: format!("cannot create {}", err.0.display()),
+            source,
+        })?;
         let mut cmd = Command::new("perf");
         cmd.args([
             "stat",
@@ -167,11 +208,12 @@ impl PerfStat {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                "perf is not installed (Debian: linux-perf)".to_string()
-            }
-            _ => format!("cannot start perf: {e}"),
+        let child = cmd.spawn().map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => PerfError::NotInstalled,
+            _ => PerfError::Io {
+                doing: "cannot start perf".into(),
+                source,
+            },
         })?;
         drop((pipes.perf_ctl, pipes.perf_ack));
         let perf = PerfStat {
@@ -187,16 +229,16 @@ impl PerfStat {
 
     /// Polls perf's open perf_event descriptors until their number stops growing; fails with
     /// perf's message when it exits first (not permitted, no such process).
-    fn wait_attached(&self) -> Result<(), String> {
+    fn wait_attached(&self) -> Result<(), PerfError> {
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut last = 0;
         while Instant::now() < deadline {
             if let Some(status) = self.try_reap() {
                 let msg = std::fs::read_to_string(&self.err.0).unwrap_or_default();
-                return Err(format!(
-                    "perf stat exited ({status}): {}",
-                    first_error_line(&msg)
-                ));
+                return Err(PerfError::Exited {
+                    status,
+                    message: first_error_line(&msg),
+                });
             }
             let n = count_perf_fds(self.pid);
             if n > 0 && n == last {
@@ -223,11 +265,11 @@ impl PerfStat {
     }
 
     /// Starts the counting (perf answers `ack` once its events are enabled, within 1 s).
-    pub fn enable(&mut self) -> Result<(), String> {
+    pub fn enable(&mut self) -> Result<(), PerfError> {
         let Some((ctl, ack)) = &self.control else {
             return Ok(());
         };
-        nix::unistd::write(ctl, b"enable\n").map_err(|e| format!("perf control: {e}"))?;
+        nix::unistd::write(ctl, b"enable\n").map_err(PerfError::Control)?;
         let mut fds = [nix::poll::PollFd::new(
             ack.as_fd(),
             nix::poll::PollFlags::POLLIN,
@@ -238,7 +280,7 @@ impl PerfStat {
                 let _ = nix::unistd::read(ack.as_raw_fd(), &mut buf);
                 Ok(())
             }
-            _ => Err("perf stat did not acknowledge `enable` within 1 s".into()),
+            _ => Err(PerfError::NoAck),
         }
     }
 
@@ -277,12 +319,10 @@ struct ControlPipes {
     perf_ack: std::os::fd::OwnedFd,
 }
 
-fn control_pipes() -> Result<ControlPipes, String> {
+fn control_pipes() -> Result<ControlPipes, PerfError> {
     let flags = nix::fcntl::OFlag::O_CLOEXEC;
-    let (perf_ctl, our_ctl) =
-        nix::unistd::pipe2(flags).map_err(|e| format!("cannot make a pipe for perf: {e}"))?;
-    let (our_ack, perf_ack) =
-        nix::unistd::pipe2(flags).map_err(|e| format!("cannot make a pipe for perf: {e}"))?;
+    let (perf_ctl, our_ctl) = nix::unistd::pipe2(flags).map_err(PerfError::Pipe)?;
+    let (our_ack, perf_ack) = nix::unistd::pipe2(flags).map_err(PerfError::Pipe)?;
     Ok(ControlPipes {
         perf_ctl,
         our_ctl,
@@ -366,22 +406,27 @@ fn first_error_line(msg: &str) -> String {
 }
 
 /// Whether `perf stat -e EVENT true` counts EVENT here: Ok(()) or why not.
-pub fn probe(event: &str) -> Result<(), String> {
+pub fn probe(event: &str) -> Result<(), PerfError> {
     let out = Command::new("perf")
         .args(["stat", "-x,", "-e", event, "true"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .output()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "perf is not installed".to_string(),
-            _ => format!("cannot run perf: {e}"),
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => PerfError::NotInstalled,
+            _ => PerfError::Io {
+                doing: "cannot run perf".into(),
+                source,
+            },
         })?;
     let text = String::from_utf8_lossy(&out.stderr);
     let line = text.lines().find(|l| l.contains(event));
     match line {
         Some(l) if !l.starts_with('<') && out.status.success() => Ok(()),
-        Some(l) => Err(format!("perf reports {}", l.split(',').next().unwrap_or(l))),
-        None => Err(first_error_line(&text)),
+        Some(l) => Err(PerfError::Unsupported(
+            l.split(',').next().unwrap_or(l).to_string(),
+        )),
+        None => Err(PerfError::Failed(first_error_line(&text))),
     }
 }
 
@@ -396,11 +441,11 @@ mod tempfile_path {
     pub struct TempPath(pub PathBuf);
 
     impl TempPath {
-        pub fn new(stem: &str) -> Result<TempPath, String> {
+        pub fn new(stem: &str) -> TempPath {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let path =
                 std::env::temp_dir().join(format!("stairbench-{stem}-{}-{n}", std::process::id()));
-            Ok(TempPath(path))
+            TempPath(path)
         }
     }
 

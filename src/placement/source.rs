@@ -5,7 +5,7 @@
 //! [`TopologyPlacements`], and a fake answers in tests.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -76,20 +76,57 @@ pub trait PlacementSource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CustomTable(CustomPlacement);
 
+/// A custom cpuset table file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TableFileError {
+    /// The file cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// Its content is not a table.
+    #[error("{}: {source}", path.display())]
+    Table {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        source: super::policy::CustomTableError,
+    },
+    /// It has no policy of that key.
+    #[error("{} has no policy {key:?} (it lists {})", path.display(), .listed.join(", "))]
+    NoPolicy {
+        /// The file.
+        path: PathBuf,
+        /// The key asked for.
+        key: String,
+        /// The keys it has.
+        listed: Vec<String>,
+    },
+}
+
 impl CustomTable {
     /// Reads the policy stored under `key` of a seed-000 JSON file.
-    pub fn read(path: &Path, key: &str) -> Result<CustomTable, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let mut tables =
-            load_custom_table(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        let listed = tables.keys().cloned().collect::<Vec<_>>().join(", ");
-        tables.remove(key).map(CustomTable).ok_or_else(|| {
-            format!(
-                "{} has no policy {key:?} (it lists {listed})",
-                path.display()
-            )
-        })
+    pub fn read(path: &Path, key: &str) -> Result<CustomTable, TableFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TableFileError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let mut tables = load_custom_table(&text).map_err(|source| TableFileError::Table {
+            path: path.into(),
+            source,
+        })?;
+        let listed = tables.keys().cloned().collect::<Vec<_>>();
+        tables
+            .remove(key)
+            .map(CustomTable)
+            .ok_or_else(|| TableFileError::NoPolicy {
+                path: path.into(),
+                key: key.into(),
+                listed,
+            })
     }
 
     /// The cpusets for `count` clients; a fixed placement takes the table's largest entry.

@@ -183,8 +183,28 @@ fn last_flag(text: &str) -> bool {
     }
 }
 
+/// Why `jcmd PID COMMAND` gave nothing (said after the command in the advice).
+#[derive(Debug, thiserror::Error)]
+enum JcmdError {
+    /// No jcmd on the PATH.
+    #[error("could not run: jcmd is not installed (Debian: openjdk-17-jdk-headless)")]
+    NotInstalled,
+    /// It could not be started or read.
+    #[error("could not start: {0}")]
+    Start(std::io::Error),
+    /// It ran past [`JCMD_TIMEOUT`].
+    #[error("did not answer within {} s", JCMD_TIMEOUT.as_secs())]
+    Timeout,
+    /// Its output could not be collected.
+    #[error("{0}")]
+    Output(std::io::Error),
+    /// The JVM refused the command (its first two lines).
+    #[error("was refused ({0})")]
+    Refused(String),
+}
+
 /// Runs `jcmd PID COMMAND` within [`JCMD_TIMEOUT`]: its output, or why it failed.
-fn jcmd(pid: i32, command: &str) -> Result<String, String> {
+fn jcmd(pid: i32, command: &str) -> Result<String, JcmdError> {
     let mut child = Command::new("jcmd")
         .args([&pid.to_string(), command])
         .stdin(Stdio::null())
@@ -192,10 +212,8 @@ fn jcmd(pid: i32, command: &str) -> Result<String, String> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                "could not run: jcmd is not installed (Debian: openjdk-17-jdk-headless)".to_string()
-            }
-            _ => format!("could not start: {e}"),
+            std::io::ErrorKind::NotFound => JcmdError::NotInstalled,
+            _ => JcmdError::Start(e),
         })?;
     let deadline = Instant::now() + JCMD_TIMEOUT;
     loop {
@@ -205,14 +223,11 @@ fn jcmd(pid: i32, command: &str) -> Result<String, String> {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "did not answer within {} s",
-                    JCMD_TIMEOUT.as_secs()
-                ));
+                return Err(JcmdError::Timeout);
             }
         }
     }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let out = child.wait_with_output().map_err(JcmdError::Output)?;
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     // jcmd exits 0 even when the JVM refuses a command; the refusal is in its output
     let refused = stdout.contains("Exception") || stdout.contains("Unknown diagnostic command");
@@ -227,7 +242,7 @@ fn jcmd(pid: i32, command: &str) -> Result<String, String> {
         .take(2)
         .collect::<Vec<_>>()
         .join(" ");
-    Err(format!("was refused ({said})"))
+    Err(JcmdError::Refused(said))
 }
 
 /// The Java share of stacks folded with `annotate_jit`; None when no stack runs Java code.

@@ -19,8 +19,8 @@ use super::capture::{parent_map, EventDiff, EventProfile};
 use super::ProfileSummary;
 use crate::record::load::LoadReport;
 use crate::record::profiles::{
-    append_line, read_lines, DeltaRow, DiffEventRecord, DiffRecord, Event, EventRecord,
-    FunctionRow, MissingRecord, PassRecord, ProfileLine, ProfileTarget,
+    append_line, read_lines, AppendError, DeltaRow, DiffEventRecord, DiffRecord, Event,
+    EventRecord, FunctionRow, MissingRecord, PassRecord, ProfileLine, ProfileTarget,
 };
 
 /// Load kept running past `seconds` so perf's start-up (it reads symbols first) is covered.
@@ -181,14 +181,14 @@ pub fn choose(
     let mut choices: Vec<Choice> = Vec::new();
     let mut missing = Vec::new();
     for level in &spec.at {
-        let found = series.ok_or_else(|| "no measured step".to_string());
+        let found = series.ok_or(PassError::NoSeries);
         match found.and_then(|s| level_point(*level, s)) {
             Ok(m) => add_choice(&mut choices, *level, m),
             Err(reason) => missing.push(MissingRecord {
                 target: target.into(),
                 placement: placement.into(),
                 level: Some(level.to_string()),
-                reason,
+                reason: reason.to_string(),
             }),
         }
     }
@@ -196,18 +196,45 @@ pub fn choose(
     (choices, missing)
 }
 
-fn level_point(level: Level, s: &SeriesLevels) -> Result<&MeasuredLevel, String> {
+/// Why a level, or a pass at it, has no profile (recorded in `profiles.jsonl`).
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    /// The series has no measured step at all.
+    #[error("no measured step")]
+    NoSeries,
+    /// `busy` asked, and no step qualifies.
+    #[error("no busy point: no step below the saturation has server CPU figures (the series saturates at its first step, or the CPU was not observed)")]
+    NoBusy,
+    /// `saturated` asked, and the series was not analysed.
+    #[error("no saturation point: no step to analyse")]
+    NoSaturation,
+    /// A level with no measured step.
+    #[error("no measured step at {0}")]
+    NoStepAt(Level),
+    /// A server target with no pid.
+    #[error("the target has no process id to record")]
+    NoServerPid,
+    /// A client target whose processes were not found.
+    #[error("no process of the load generator was found to record")]
+    NoClientProcess,
+    /// perf could not record or its output could not be read.
+    #[error(transparent)]
+    Capture(#[from] crate::profile::ProfileError),
+    /// The recording thread panicked.
+    #[error("the profiler thread panicked")]
+    Panicked,
+}
+
+fn level_point(level: Level, s: &SeriesLevels) -> Result<&MeasuredLevel, PassError> {
     let value = match level {
-        Level::Busy => s.busy.ok_or(
-            "no busy point: no step below the saturation has server CPU figures (the series saturates at its first step, or the CPU was not observed)",
-        )?,
-        Level::Saturated => s.saturation.ok_or("no saturation point: no step to analyse")?,
+        Level::Busy => s.busy.ok_or(PassError::NoBusy)?,
+        Level::Saturated => s.saturation.ok_or(PassError::NoSaturation)?,
         Level::Clients(n) => n as f64,
     };
     s.points
         .iter()
         .find(|p| p.load.value() == value)
-        .ok_or_else(|| format!("no measured step at {level}"))
+        .ok_or(PassError::NoStepAt(level))
 }
 
 fn add_choice(choices: &mut Vec<Choice>, level: Level, m: &MeasuredLevel) {
@@ -251,7 +278,7 @@ impl Log {
     }
 
     /// Appends `line` unless an earlier run wrote it.
-    pub fn append(&self, line: &ProfileLine) -> Result<(), String> {
+    pub fn append(&self, line: &ProfileLine) -> Result<(), AppendError> {
         if self.done.contains(line) {
             return Ok(());
         }
@@ -259,7 +286,7 @@ impl Log {
     }
 
     /// Says that `level` (None: the whole series) has no profile, and why.
-    pub fn missing(&self, level: Option<String>, reason: String) -> Result<(), String> {
+    pub fn missing(&self, level: Option<String>, reason: String) -> Result<(), AppendError> {
         self.append(&ProfileLine::Missing(MissingRecord {
             target: self.target.clone(),
             placement: self.placement.clone(),
@@ -282,7 +309,7 @@ impl Log {
         spec: &ProfileSpec,
         target: &str,
         passes: &[(Choice, PassRecord)],
-    ) -> Result<(), String> {
+    ) -> Result<(), AppendError> {
         match diff_pair(passes) {
             Some((a, b)) => {
                 let made = self.done.iter().any(|l| {
@@ -304,7 +331,7 @@ impl Log {
 }
 
 /// What a pass's perf capture gave: its summary, or why there is none.
-pub type CaptureResult = Result<ProfileSummary, String>;
+pub type CaptureResult = Result<ProfileSummary, PassError>;
 
 /// The `profiles.jsonl` line of a pass at `choice` before it runs (not ok, no figures yet).
 pub fn new_record(
@@ -349,7 +376,7 @@ pub fn fill_record(rec: &mut PassRecord, load: LoadReport, capture: CaptureResul
                 .collect();
             rec.reason = (!skipped.is_empty()).then(|| skipped.join("; "));
         }
-        Err(why) => rec.reason = Some(why),
+        Err(why) => rec.reason = Some(why.to_string()),
     }
 }
 
@@ -391,12 +418,12 @@ pub struct Whose {
 
 impl Whose {
     /// The pids to record, looked up once the load runs (an external client exists only then).
-    pub fn pids(&self) -> Result<Vec<i32>, String> {
+    pub fn pids(&self) -> Result<Vec<i32>, PassError> {
         let parents = parent_map();
         let server = match self.server_pid {
             Some(pid) => crate::machine::procfs::descendants(pid, &parents),
             None if self.target == ProfileTarget::Client => Vec::new(),
-            None => return Err("the target has no process id to record".into()),
+            None => return Err(PassError::NoServerPid),
         };
         let client = if self.external_client {
             let me = std::process::id() as i32;
@@ -413,7 +440,7 @@ impl Whose {
             ProfileTarget::Both => server.into_iter().chain(client).collect(),
         };
         if pids.is_empty() {
-            return Err("no process of the load generator was found to record".into());
+            return Err(PassError::NoClientProcess);
         }
         Ok(pids)
     }

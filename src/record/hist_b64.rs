@@ -13,14 +13,23 @@ pub fn encode(hist: &Histogram<u64>) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// A histogram text that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum HistTextError {
+    /// Not base64.
+    #[error("bad base64 histogram: {0}")]
+    Base64(#[from] base64::DecodeError),
+    /// Base64, but not a V2-deflate histogram.
+    #[error("bad histogram: {0:?}")]
+    Histogram(hdrhistogram::serialization::DeserializeError),
+}
+
 /// The histogram `encode` wrote, auto-resizing (so histograms of wider range add to it).
-pub fn decode(text: &str) -> Result<Histogram<u64>, String> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .map_err(|e| format!("bad base64 histogram: {e}"))?;
+pub fn decode(text: &str) -> Result<Histogram<u64>, HistTextError> {
+    let bytes = base64::engine::general_purpose::STANDARD.decode(text)?;
     let mut hist: Histogram<u64> = Deserializer::new()
         .deserialize(&mut bytes.as_slice())
-        .map_err(|e| format!("bad histogram: {e:?}"))?;
+        .map_err(HistTextError::Histogram)?;
     hist.auto(true);
     Ok(hist)
 }

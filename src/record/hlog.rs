@@ -158,8 +158,43 @@ pub enum HlogError {
         /// The log.
         path: PathBuf,
         /// What was wrong.
-        why: String,
+        why: LogFormatError,
     },
+}
+
+/// What is wrong with an interval log's bytes.
+#[derive(Debug, thiserror::Error)]
+pub enum LogFormatError {
+    /// hdrhistogram's log reader or decoder refused it (its error, as it prints it).
+    #[error("{0}")]
+    Decode(String),
+    /// A histogram that is not base64.
+    #[error("bad base64")]
+    Base64,
+    /// A payload shorter than its 8-byte header words.
+    #[error("a histogram payload of {0} bytes is cut short")]
+    CutShort(usize),
+    /// A compressed payload that does not inflate.
+    #[error("a histogram payload does not inflate: {0}")]
+    Inflate(io::Error),
+    /// A payload whose stated length is more than it holds (it would make the decoder
+    /// allocate what it is told).
+    #[error("a histogram payload says it holds {stated} bytes but holds {held}")]
+    StatedMore {
+        /// The length its header states.
+        stated: usize,
+        /// The bytes after its header.
+        held: usize,
+    },
+    /// A run of zeros the decoder would overflow on.
+    #[error("a histogram payload holds a run of zeros no histogram can have")]
+    ZeroRun,
+}
+
+impl LogFormatError {
+    fn decode(e: &dyn std::fmt::Debug) -> Self {
+        LogFormatError::Decode(format!("{e:?}"))
+    }
 }
 
 /// Every interval of an interval log added into one histogram (values as logged: nanoseconds
@@ -177,8 +212,8 @@ pub fn read_hlog(path: &Path) -> Result<Option<Histogram<u64>>, HlogError> {
 }
 
 /// [`read_hlog`] on a log's bytes: Err is what was wrong (without the file's name).
-pub fn parse_hlog(bytes: &[u8]) -> Result<Option<Histogram<u64>>, String> {
-    let bad = |e: &dyn std::fmt::Debug| format!("{e:?}");
+pub fn parse_hlog(bytes: &[u8]) -> Result<Option<Histogram<u64>>, LogFormatError> {
+    let bad = |e: &dyn std::fmt::Debug| LogFormatError::decode(e);
     // Auto-resizing, 3 digits like every histogram stairbench logs, so adding is exact.
     let mut total = Histogram::<u64>::new(3).map_err(|e| bad(&e))?;
     let mut intervals = 0usize;
@@ -187,7 +222,7 @@ pub fn parse_hlog(bytes: &[u8]) -> Result<Option<Histogram<u64>>, String> {
         let LogEntry::Interval(h) = entry.map_err(|e| bad(&e))? else {
             continue;
         };
-        let raw = base64_decode(h.encoded_histogram()).ok_or_else(|| "bad base64".to_string())?;
+        let raw = base64_decode(h.encoded_histogram()).ok_or(LogFormatError::Base64)?;
         let payload = bounded_v2(&raw)?;
         let hist: Histogram<u64> = deserializer
             .deserialize(&mut payload.as_slice())
@@ -204,7 +239,7 @@ pub fn read_hlog_or_empty(path: &Path) -> Result<Histogram<u64>, HlogError> {
         Some(h) => Ok(h),
         None => Histogram::new(3).map_err(|e| HlogError::Bad {
             path: path.into(),
-            why: format!("{e:?}"),
+            why: LogFormatError::decode(&e),
         }),
     }
 }
@@ -219,12 +254,12 @@ const MAX_INFLATED_BYTES: u64 = 64 << 20;
 /// A payload as an uncompressed V2 histogram (inflated, when compressed) whose stated payload
 /// length it holds: the deserializer allocates the length it is told (found by fuzzing: a
 /// 200-byte log asked for 4 GB).
-fn bounded_v2(raw: &[u8]) -> Result<Vec<u8>, String> {
+fn bounded_v2(raw: &[u8]) -> Result<Vec<u8>, LogFormatError> {
     use std::io::Read as _;
     let word = |b: &[u8], at: usize| {
         b.get(at..at + 4)
             .map(|w| u32::from_be_bytes(w.try_into().expect("4 bytes")))
-            .ok_or_else(|| format!("a histogram payload of {} bytes is cut short", b.len()))
+            .ok_or(LogFormatError::CutShort(b.len()))
     };
     let inner = if word(raw, 0)? & !0xf0 == 0x1c84_9304 {
         let len = word(raw, 4)? as usize;
@@ -233,7 +268,7 @@ fn bounded_v2(raw: &[u8]) -> Result<Vec<u8>, String> {
         flate2::read::ZlibDecoder::new(&data[..len.min(data.len())])
             .take(MAX_INFLATED_BYTES)
             .read_to_end(&mut out)
-            .map_err(|e| format!("a histogram payload does not inflate: {e}"))?;
+            .map_err(LogFormatError::Inflate)?;
         out
     } else {
         raw.to_vec()
@@ -241,14 +276,12 @@ fn bounded_v2(raw: &[u8]) -> Result<Vec<u8>, String> {
     let stated = word(&inner, 4)? as usize;
     let held = inner.len().saturating_sub(V2_HEADER_BYTES);
     if stated > held {
-        return Err(format!(
-            "a histogram payload says it holds {stated} bytes but holds {held}"
-        ));
+        return Err(LogFormatError::StatedMore { stated, held });
     }
     // A payload shorter than its header is left to the decoder, which says so.
     let counts = inner.get(V2_HEADER_BYTES..V2_HEADER_BYTES + stated);
     if counts.is_some_and(has_unnegatable_zero_run) {
-        return Err("a histogram payload holds a run of zeros no histogram can have".into());
+        return Err(LogFormatError::ZeroRun);
     }
     Ok(inner)
 }
@@ -355,7 +388,7 @@ mod tests {
     fn a_payload_stating_more_bytes_than_it_holds_is_refused_without_allocating_them() {
         // Found by the run_files fuzz target: the deserializer allocated the 4 GB it was told.
         let log = include_bytes!("../../tests/data/fuzz/hlog-payload-4gb.hlog");
-        let err = parse_hlog(log).unwrap_err();
+        let err = parse_hlog(log).unwrap_err().to_string();
         assert!(err.contains("but holds"), "{err}");
         // Whole logs, compressed or not, still read.
         let h = parse_hlog(&two_intervals_of_1500()).unwrap().unwrap();
@@ -366,10 +399,10 @@ mod tests {
     fn a_zero_run_the_decoder_cannot_negate_is_an_error_not_a_panic() {
         // Found by the run_files fuzz target: a run of i64::MIN zeros.
         let log = include_bytes!("../../tests/data/fuzz/hlog-zero-run-overflow.hlog");
-        let err = parse_hlog(log).unwrap_err();
+        let err = parse_hlog(log).unwrap_err().to_string();
         assert!(err.contains("no histogram can have"), "{err}");
         let log = include_bytes!("../../tests/data/fuzz/hlog-zero-run-overflow-2.hlog");
-        let err = parse_hlog(log).unwrap_err();
+        let err = parse_hlog(log).unwrap_err().to_string();
         assert!(err.contains("no histogram can have"), "{err}");
         // Found by the fuzzer in the first version of that check: a payload shorter than the
         // header was sliced past its end.

@@ -290,14 +290,25 @@ pub fn read_lines(dir: &Path) -> Vec<ProfileLine> {
         .unwrap_or_default()
 }
 
+/// A `profiles.jsonl` line that could not be appended.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// The line does not serialize.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// The file could not be written.
+    #[error("writing {file}: {0}", file = PROFILES_FILE)]
+    Write(std::io::Error),
+}
+
 /// Appends one line to `profiles.jsonl` of a run directory.
-pub fn append_line(dir: &Path, line: &ProfileLine) -> Result<(), String> {
-    let mut text = serde_json::to_string(line).map_err(|e| e.to_string())?;
+pub fn append_line(dir: &Path, line: &ProfileLine) -> Result<(), AppendError> {
+    let mut text = serde_json::to_string(line)?;
     text.push('\n');
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join(PROFILES_FILE))
         .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| format!("writing {PROFILES_FILE}: {e}"))
+        .map_err(AppendError::Write)
 }

@@ -69,7 +69,7 @@ impl RunDir {
     }
 
     /// The steps already written.
-    pub fn steps(&self) -> Result<Vec<StepResult>, String> {
+    pub fn steps(&self) -> Result<Vec<StepResult>, crate::record::steps::StepsError> {
         let p = self.path.join("steps.jsonl");
         if !p.exists() {
             return Ok(Vec::new());

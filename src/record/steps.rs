@@ -303,8 +303,8 @@ impl StepResult {
     }
 
     /// Reads one `steps.jsonl` object back: a missing or malformed field is an error naming it.
-    pub fn from_json(value: &Value) -> Result<StepResult, String> {
-        StepResult::deserialize(value).map_err(|e| e.to_string())
+    pub fn from_json(value: &Value) -> Result<StepResult, serde_json::Error> {
+        StepResult::deserialize(value)
     }
 
     /// Sets the observers' figures of the step (the server's, as a JSON object or null, and
@@ -314,8 +314,8 @@ impl StepResult {
         &mut self,
         server: Value,
         figures: Map<String, Value>,
-    ) -> Result<(), String> {
-        self.server = serde_json::from_value(server).map_err(|e| e.to_string())?;
+    ) -> Result<(), ObservedError> {
+        self.server = serde_json::from_value(server).map_err(ObservedError::Server)?;
         #[derive(Serialize, Deserialize)]
         struct Parts {
             #[serde(flatten)]
@@ -324,26 +324,67 @@ impl StepResult {
             figures: StepFigures,
         }
         let parts: Parts = serde_json::from_value(Value::Object(figures.clone()))
-            .map_err(|e| format!("the step's figures: {e}"))?;
-        let written = serde_json::to_value(&parts).map_err(|e| e.to_string())?;
+            .map_err(ObservedError::Figures)?;
+        let written = serde_json::to_value(&parts).map_err(ObservedError::Server)?;
         if let Some((k, _)) = figures
             .iter()
             .find(|(k, v)| !v.is_null() && written.get(k).is_none())
         {
-            return Err(format!(
-                "the step's figures: `{k}` is no field of the step record"
-            ));
+            return Err(ObservedError::Unknown(k.clone()));
         }
         (self.per_request, self.figures) = (parts.per_request, parts.figures);
         Ok(())
     }
 }
 
+/// Observers' figures that do not fit the step record.
+#[derive(Debug, thiserror::Error)]
+pub enum ObservedError {
+    /// The server's figures do not read as an observation.
+    #[error("{0}")]
+    Server(serde_json::Error),
+    /// A top-level figure of the wrong type.
+    #[error("the step's figures: {0}")]
+    Figures(serde_json::Error),
+    /// A top-level figure the record has no field for.
+    #[error("the step's figures: `{0}` is no field of the step record")]
+    Unknown(String),
+}
+
+/// A `steps.jsonl` that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StepsError {
+    /// The file cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A line (not the last) is not a step.
+    #[error("{}:{line}: {why}", path.display())]
+    Line {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
 /// Reads every step of a `steps.jsonl` file; a torn last line (a crash mid-write) is ignored.
-pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepResult>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    parse_steps(&text).map_err(|(line, e)| format!("{}:{line}: {e}", path.display()))
+pub fn read_steps(path: &std::path::Path) -> Result<Vec<StepResult>, StepsError> {
+    let text = std::fs::read_to_string(path).map_err(|source| StepsError::Read {
+        path: path.into(),
+        source,
+    })?;
+    parse_steps(&text).map_err(|(line, why)| StepsError::Line {
+        path: path.into(),
+        line,
+        why,
+    })
 }
 
 /// [`read_steps`] on a file's text: Err is the 1-based line and what is wrong with it.
@@ -352,7 +393,7 @@ pub fn parse_steps(text: &str) -> Result<Vec<StepResult>, (usize, String)> {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     for (i, line) in lines.iter().enumerate() {
         match serde_json::from_str::<Value>(line) {
-            Ok(v) => steps.push(StepResult::from_json(&v).map_err(|e| (i + 1, e))?),
+            Ok(v) => steps.push(StepResult::from_json(&v).map_err(|e| (i + 1, e.to_string()))?),
             Err(_) if i + 1 == lines.len() => break,
             Err(e) => return Err((i + 1, e.to_string())),
         }
@@ -489,7 +530,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("steps.jsonl");
         std::fs::write(&path, format!("not json\n{line}\n")).unwrap();
-        let err = read_steps(&path).unwrap_err();
+        let err = read_steps(&path).unwrap_err().to_string();
         assert!(err.starts_with(&format!("{}:1: ", path.display())), "{err}");
     }
 
@@ -605,7 +646,7 @@ pub(crate) mod tests {
     fn a_step_without_clients_is_an_error_naming_it() {
         let mut json = full_step().to_json();
         json.as_object_mut().unwrap().remove("clients");
-        let err = StepResult::from_json(&json).unwrap_err();
+        let err = StepResult::from_json(&json).unwrap_err().to_string();
         assert!(err.contains("clients"), "{err}");
     }
 
@@ -614,7 +655,7 @@ pub(crate) mod tests {
     fn a_malformed_server_object_is_an_error() {
         let mut json = full_step().to_json();
         json["server"]["server_cpus_busy_pct"] = "high".into();
-        let err = StepResult::from_json(&json).unwrap_err();
+        let err = StepResult::from_json(&json).unwrap_err().to_string();
         assert!(err.contains("server"), "{err}");
         let mut json = full_step().to_json();
         json["server"]["server"] = serde_json::json!({"user_s": "a lot"});
@@ -634,7 +675,10 @@ pub(crate) mod tests {
             (Some(2.0), Some(0.5))
         );
         figures.insert("cs_per_reqq".into(), 2.0.into());
-        let err = step.set_observed(Value::Null, figures).unwrap_err();
+        let err = step
+            .set_observed(Value::Null, figures)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cs_per_reqq"), "{err}");
     }
 }

@@ -116,7 +116,7 @@ pub trait Engine: Send + Sync + std::fmt::Debug {
     /// a node was lost only once Slurm declares it down, minutes later on most clusters).
     /// An error says why the host is lost; the channels opened there before it are no
     /// longer waited for ([`Engine::lost_since`]).
-    fn answers(&self) -> Result<(), String> {
+    fn answers(&self) -> Result<(), HostLost> {
         Ok(())
     }
 
@@ -228,6 +228,48 @@ fn parse_date_ns(text: &str) -> Option<i64> {
         return None;
     }
     text.parse().ok()
+}
+
+/// Why a host no longer answers ([`Engine::answers`]): a Slurm node whose slurmd is gone.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HostLost {
+    /// Its address does not resolve.
+    #[error("node {node}: cannot resolve its address {address}: {why}")]
+    Resolve {
+        /// The node.
+        node: String,
+        /// Its address.
+        address: String,
+        /// What the resolver said.
+        why: String,
+    },
+    /// Its slurmd did not accept a connection.
+    #[error("node {node} was lost: its slurmd ({at}) {how}")]
+    Lost {
+        /// The node.
+        node: String,
+        /// The slurmd's ADDRESS:PORT.
+        at: String,
+        /// How the connection failed.
+        how: ProbeFailure,
+    },
+}
+
+/// How a connection to a node's daemon failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProbeFailure {
+    /// Refused: the daemon is gone.
+    #[error("refused the connection: its Slurm daemon is gone")]
+    Refused,
+    /// No answer within the probe's time-out (seconds).
+    #[error("did not answer within {0} s: the node or its network is gone")]
+    TimedOut(u64),
+    /// Another error (what the OS said).
+    #[error("cannot be reached: {0}")]
+    Other(String),
+    /// The address resolved to nothing.
+    #[error("has no address")]
+    NoAddress,
 }
 
 #[cfg(test)]

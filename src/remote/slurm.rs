@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::engine::{CopyOutcome, Engine, RemoteOutput, REMOTE_BIN};
+use super::engine::{CopyOutcome, Engine, HostLost, ProbeFailure, RemoteOutput, REMOTE_BIN};
 use super::host::{HostError, HostSpec, DEFAULT_WORKDIR};
 use super::shell::sh_c;
 use super::ssh::{take_files_line, taken_files};
@@ -52,54 +52,130 @@ pub struct Allocation {
     pub nodes: Vec<String>,
 }
 
+/// Why the Slurm allocation or one of its nodes cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AllocationError {
+    /// Not inside an allocation.
+    #[error("not inside a Slurm allocation (SLURM_JOB_ID is not set): {how}", how = HOW_TO_ALLOCATE)]
+    NotAllocated,
+    /// No node list in the environment.
+    #[error("allocation {0}: SLURM_JOB_NODELIST is not set: {how}", how = HOW_TO_ALLOCATE)]
+    NoNodeList(String),
+    /// A node list that expands to nothing.
+    #[error("allocation {job_id}: node list {list:?} names no node")]
+    EmptyNodeList {
+        /// The job.
+        job_id: String,
+        /// Its node list.
+        list: String,
+    },
+    /// `+K` where K is not a number.
+    #[error("+{0} is not a node index (write +0, +1, ...)")]
+    NotAnIndex(String),
+    /// `+K` past the allocation's nodes.
+    #[error("allocation {job_id} has {} node(s) ({}): there is no +{index} (counted from +0)", .nodes.len(), .nodes.join(", "))]
+    NoSuchIndex {
+        /// The job.
+        job_id: String,
+        /// Its nodes.
+        nodes: Vec<String>,
+        /// The index asked for.
+        index: usize,
+    },
+    /// A node name not in the allocation.
+    #[error("node {node:?} is not in allocation {job_id} (its nodes: {})", .nodes.join(", "))]
+    NotInAllocation {
+        /// The name asked for.
+        node: String,
+        /// The job.
+        job_id: String,
+        /// Its nodes.
+        nodes: Vec<String>,
+    },
+    /// `scontrol show node` gives no NodeAddr.
+    #[error("`scontrol show node {node}` gives no NodeAddr: {out:?}")]
+    NoNodeAddr {
+        /// The node.
+        node: String,
+        /// What scontrol printed.
+        out: String,
+    },
+    /// A Slurm client command failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+}
+
+/// A Slurm client command (`scontrol`, `squeue`, `scancel`) that gave no answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ControlError {
+    /// It could not be run (what the OS said).
+    #[error("cannot run {program}: {why} (install Slurm's client commands: apt-get install slurm-client)")]
+    Run {
+        /// The program.
+        program: String,
+        /// What the OS said.
+        why: String,
+    },
+    /// It did not answer in time (seconds).
+    #[error("{program} did not answer within {seconds} s (is slurmctld up?)")]
+    Timeout {
+        /// The program.
+        program: String,
+        /// Its time-out.
+        seconds: u64,
+    },
+    /// It failed (its stderr).
+    #[error("{program} failed: {stderr}")]
+    Failed {
+        /// The program.
+        program: String,
+        /// What it said.
+        stderr: String,
+    },
+}
+
 impl Allocation {
     /// The current allocation, or why there is none usable.
-    pub fn current() -> Result<Allocation, String> {
+    pub fn current() -> Result<Allocation, AllocationError> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let Some(job_id) = var("SLURM_JOB_ID").or_else(|| var("SLURM_JOBID")) else {
-            return Err(format!(
-                "not inside a Slurm allocation (SLURM_JOB_ID is not set): {HOW_TO_ALLOCATE}"
-            ));
+            return Err(AllocationError::NotAllocated);
         };
         let Some(list) = var("SLURM_JOB_NODELIST").or_else(|| var("SLURM_NODELIST")) else {
-            return Err(format!(
-                "allocation {job_id}: SLURM_JOB_NODELIST is not set: {HOW_TO_ALLOCATE}"
-            ));
+            return Err(AllocationError::NoNodeList(job_id));
         };
         let out = control(Command::new("scontrol").args(["show", "hostnames", &list]))?;
         let nodes: Vec<String> = out.split_whitespace().map(str::to_owned).collect();
         if nodes.is_empty() {
-            return Err(format!(
-                "allocation {job_id}: node list {list:?} names no node"
-            ));
+            return Err(AllocationError::EmptyNodeList { job_id, list });
         }
         Ok(Allocation { job_id, nodes })
     }
 
     /// The node `slurm://REST` names: `+K` the K-th (from 0), else a node by name.
-    pub fn node(&self, rest: &str) -> Result<String, String> {
-        let listed = || self.nodes.join(", ");
+    pub fn node(&self, rest: &str) -> Result<String, AllocationError> {
         if let Some(k) = rest.strip_prefix('+') {
-            let k: usize = k
+            let index: usize = k
                 .parse()
-                .map_err(|_| format!("+{k} is not a node index (write +0, +1, ...)"))?;
-            return self.nodes.get(k).cloned().ok_or_else(|| {
-                format!(
-                    "allocation {} has {} node(s) ({}): there is no +{k} (counted from +0)",
-                    self.job_id,
-                    self.nodes.len(),
-                    listed()
-                )
-            });
+                .map_err(|_| AllocationError::NotAnIndex(k.into()))?;
+            return self
+                .nodes
+                .get(index)
+                .cloned()
+                .ok_or_else(|| AllocationError::NoSuchIndex {
+                    job_id: self.job_id.clone(),
+                    nodes: self.nodes.clone(),
+                    index,
+                });
         }
         if self.nodes.iter().any(|n| n == rest) {
             return Ok(rest.to_owned());
         }
-        Err(format!(
-            "node {rest:?} is not in allocation {} (its nodes: {})",
-            self.job_id,
-            listed()
-        ))
+        Err(AllocationError::NotInAllocation {
+            node: rest.into(),
+            job_id: self.job_id.clone(),
+            nodes: self.nodes.clone(),
+        })
     }
 }
 
@@ -120,9 +196,9 @@ pub fn parse_url(name: &str, url: &str, rest: &str) -> Result<HostSpec, HostErro
                 .into(),
         ));
     }
-    let allocation = Allocation::current().map_err(&bad)?;
-    let node = allocation.node(rest).map_err(&bad)?;
-    let address = node_address(&node).map_err(bad)?;
+    let allocation = Allocation::current().map_err(|e| bad(e.to_string()))?;
+    let node = allocation.node(rest).map_err(|e| bad(e.to_string()))?;
+    let address = node_address(&node).map_err(|e| bad(e.to_string()))?;
     Ok(HostSpec {
         name: name.into(),
         scheme: SCHEME.into(),
@@ -138,12 +214,15 @@ pub fn parse_url(name: &str, url: &str, rest: &str) -> Result<HostSpec, HostErro
 }
 
 /// The address Slurm reaches `node` at (`NodeAddr` of `scontrol show node`).
-pub fn node_address(node: &str) -> Result<String, String> {
+pub fn node_address(node: &str) -> Result<String, AllocationError> {
     let out = control(Command::new("scontrol").args(["show", "node", "--oneliner", node]))?;
     out.split_whitespace()
         .find_map(|field| field.strip_prefix("NodeAddr="))
         .map(str::to_owned)
-        .ok_or_else(|| format!("`scontrol show node {node}` gives no NodeAddr: {out:?}"))
+        .ok_or_else(|| AllocationError::NoNodeAddr {
+            node: node.into(),
+            out: out.clone(),
+        })
 }
 
 /// One node of the allocation, reached with `srun`.
@@ -353,12 +432,12 @@ impl Engine for Slurm {
     /// within [`PROBE_TIMEOUT`], and closes the connection at once: no job step, nothing run
     /// on the node. A new step would tell too, but srun retries a refused connection until
     /// MessageTimeout has passed (10 s by default) before it says so.
-    fn answers(&self) -> Result<(), String> {
+    fn answers(&self) -> Result<(), HostLost> {
         let Err(why) = probe_slurmd(&self.node, &self.spec.address, slurmd_port()) else {
             return Ok(());
         };
         let mut lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
-        *lost = Some((Instant::now(), why.clone()));
+        *lost = Some((Instant::now(), why.to_string()));
         Err(why)
     }
 
@@ -378,12 +457,16 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 static IN_USE: AtomicBool = AtomicBool::new(false);
 
 /// One connection to `node`'s slurmd at `address:port`, closed at once; why it failed.
-fn probe_slurmd(node: &str, address: &str, port: u16) -> Result<(), String> {
+fn probe_slurmd(node: &str, address: &str, port: u16) -> Result<(), HostLost> {
     use std::net::{TcpStream, ToSocketAddrs};
     let at = format!("{address}:{port}");
     let addrs: Vec<_> = (address, port)
         .to_socket_addrs()
-        .map_err(|e| format!("node {node}: cannot resolve its address {address}: {e}"))?
+        .map_err(|e| HostLost::Resolve {
+            node: node.into(),
+            address: address.into(),
+            why: e.to_string(),
+        })?
         .collect();
     let mut last = None;
     for a in &addrs {
@@ -392,18 +475,19 @@ fn probe_slurmd(node: &str, address: &str, port: u16) -> Result<(), String> {
             Err(e) => last = Some(e),
         }
     }
-    let why = match last {
-        Some(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-            "refused the connection: its Slurm daemon is gone".to_string()
+    let how = match last {
+        Some(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => ProbeFailure::Refused,
+        Some(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            ProbeFailure::TimedOut(PROBE_TIMEOUT.as_secs())
         }
-        Some(e) if e.kind() == std::io::ErrorKind::TimedOut => format!(
-            "did not answer within {} s: the node or its network is gone",
-            PROBE_TIMEOUT.as_secs()
-        ),
-        Some(e) => format!("cannot be reached: {e}"),
-        None => "has no address".to_string(),
+        Some(e) => ProbeFailure::Other(e.to_string()),
+        None => ProbeFailure::NoAddress,
     };
-    Err(format!("node {node} was lost: its slurmd ({at}) {why}"))
+    Err(HostLost::Lost {
+        node: node.into(),
+        at,
+        how,
+    })
 }
 
 /// The port slurmds listen on (`SlurmdPort`, 6818 unless the cluster says otherwise).
@@ -462,9 +546,9 @@ pub fn allocation_ended(failure: &str) -> Option<String> {
         let show = control(Command::new("scontrol").args(["show", "job", "--oneliner", &job_id]));
         let why = match show {
             Ok(text) => job_ended(&job_id, &text),
-            Err(e) if e.contains("Invalid job id") => Some(format!(
-                "the Slurm allocation {job_id} has ended (Slurm no longer knows it)"
-            )),
+            Err(ControlError::Failed { stderr, .. }) if stderr.contains("Invalid job id") => Some(
+                format!("the Slurm allocation {job_id} has ended (Slurm no longer knows it)"),
+            ),
             Err(_) => None,
         };
         if let Some(why) = why {
@@ -558,23 +642,24 @@ fn duration_s(text: &str) -> Option<u64> {
 
 /// Runs `program` (`scontrol`, `squeue`, `scancel`) within `CONTROL_TIMEOUT`; its stdout, or
 /// its stderr as the error.
-fn control(cmd: &mut Command) -> Result<String, String> {
+fn control(cmd: &mut Command) -> Result<String, ControlError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     match output_within(cmd, CONTROL_TIMEOUT) {
-        Err(e) => Err(format!(
-            "cannot run {program}: {e} (install Slurm's client commands: apt-get install slurm-client)"
-        )),
-        Ok(None) => Err(format!(
-            "{program} did not answer within {} s (is slurmctld up?)",
-            CONTROL_TIMEOUT.as_secs()
-        )),
+        Err(e) => Err(ControlError::Run {
+            program,
+            why: e.to_string(),
+        }),
+        Ok(None) => Err(ControlError::Timeout {
+            program,
+            seconds: CONTROL_TIMEOUT.as_secs(),
+        }),
         Ok(Some(out)) if out.status.success() => {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         }
-        Ok(Some(out)) => Err(format!(
-            "{program} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
+        Ok(Some(out)) => Err(ControlError::Failed {
+            program,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        }),
     }
 }
 
@@ -646,14 +731,14 @@ mod tests {
         assert_eq!(a.node("+0").unwrap(), "n1");
         assert_eq!(a.node("+2").unwrap(), "n3");
         assert_eq!(a.node("n2").unwrap(), "n2");
-        let e = a.node("+3").unwrap_err();
+        let e = a.node("+3").unwrap_err().to_string();
         assert!(
             e.contains("has 3 node(s) (n1, n2, n3)") && e.contains("+3"),
             "{e}"
         );
-        let e = a.node("+x").unwrap_err();
+        let e = a.node("+x").unwrap_err().to_string();
         assert!(e.contains("not a node index"), "{e}");
-        let e = a.node("n9").unwrap_err();
+        let e = a.node("n9").unwrap_err().to_string();
         assert!(e.contains("\"n9\" is not in allocation 42"), "{e}");
     }
 
@@ -710,7 +795,9 @@ mod tests {
         probe_slurmd("n1", "127.0.0.1", port).unwrap();
         drop(free);
         let started = Instant::now();
-        let why = probe_slurmd("n1", "127.0.0.1", port).unwrap_err();
+        let why = probe_slurmd("n1", "127.0.0.1", port)
+            .unwrap_err()
+            .to_string();
         assert!(started.elapsed() < PROBE_TIMEOUT, "{why}");
         assert_eq!(
             why,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use super::engine::Engine;
 use super::process::{wrapper_line, Channel, RemoteProcess, Tail};
 use super::shell::shell_quote;
-use super::slurm::{binds_tasks, Allocation, Slurm, RUN_TIMEOUT, SCHEME};
+use super::slurm::{binds_tasks, Allocation, AllocationError, Slurm, RUN_TIMEOUT, SCHEME};
 use super::RemoteError;
 
 /// The exit status of a task that landed on another node than its line's.
@@ -42,14 +42,27 @@ pub fn step_nodes(hosts: &[&dyn Engine]) -> Option<Vec<String>> {
         .then_some(nodes)
 }
 
+/// A step node that is not in the allocation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("node {node:?} is not in the allocation ({allocation:?})")]
+pub struct NotAllocated {
+    /// The node.
+    node: String,
+    /// The allocation's nodes.
+    allocation: Vec<String>,
+}
+
 /// The order of the step's tasks: `order[t]` is the index into `nodes` of task t's node,
 /// tasks numbered in the allocation's node order (`allocation`); a node not in it is an error.
-pub fn task_order(nodes: &[String], allocation: &[String]) -> Result<Vec<usize>, String> {
+pub fn task_order(nodes: &[String], allocation: &[String]) -> Result<Vec<usize>, NotAllocated> {
     let place = |n: &String| {
         allocation
             .iter()
             .position(|a| a == n)
-            .ok_or_else(|| format!("node {n:?} is not in the allocation ({allocation:?})"))
+            .ok_or_else(|| NotAllocated {
+                node: n.clone(),
+                allocation: allocation.to_vec(),
+            })
     };
     let places = nodes.iter().map(place).collect::<Result<Vec<_>, _>>()?;
     let mut order: Vec<usize> = (0..nodes.len()).collect();
@@ -101,8 +114,9 @@ pub fn spawn_step(
 ) -> Result<Vec<RemoteProcess>, RemoteError> {
     let borrowed: Vec<&dyn Engine> = hosts.iter().map(|h| &**h).collect();
     let nodes = step_nodes(&borrowed).expect("hosts checked with step_nodes");
-    let allocation = allocation().map_err(|why| hosts[0].unreachable(&why))?;
-    let order = task_order(&nodes, &allocation.nodes).map_err(|why| hosts[0].unreachable(&why))?;
+    let allocation = allocation().map_err(|why| hosts[0].unreachable(&why.to_string()))?;
+    let order = task_order(&nodes, &allocation.nodes)
+        .map_err(|why| hosts[0].unreachable(&why.to_string()))?;
     let lines: Vec<String> = (order.iter())
         .map(|&j| {
             let wrapper = wrapper_line(&hosts[j].spec().workdir, &commands[j], signal, grace);
@@ -137,8 +151,8 @@ pub fn spawn_step(
 }
 
 /// The current allocation, read once (`scontrol show hostnames`).
-fn allocation() -> Result<Allocation, String> {
-    static CURRENT: OnceLock<Result<Allocation, String>> = OnceLock::new();
+fn allocation() -> Result<Allocation, AllocationError> {
+    static CURRENT: OnceLock<Result<Allocation, AllocationError>> = OnceLock::new();
     CURRENT.get_or_init(Allocation::current).clone()
 }
 
@@ -260,7 +274,9 @@ mod tests {
             task_order(&nodes(&["n3", "n2"]), &allocation).unwrap(),
             [1, 0]
         );
-        let e = task_order(&nodes(&["n1", "n9"]), &allocation).unwrap_err();
+        let e = task_order(&nodes(&["n1", "n9"]), &allocation)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"n9\" is not in the allocation"), "{e}");
     }
 

@@ -46,7 +46,7 @@ pub struct RunData {
 impl RunData {
     /// Reads a run directory.
     pub fn read(dir: &Path) -> Result<RunData, String> {
-        let steps = read_steps(&dir.join("steps.jsonl"))?;
+        let steps = read_steps(&dir.join("steps.jsonl")).map_err(|e| e.to_string())?;
         let environment = std::fs::read_to_string(dir.join("environment.json"))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());

@@ -32,6 +32,39 @@ pub struct Destination {
     pub busy: Option<crate::observe::environment::BusySample>,
 }
 
+/// Why an experiment could not run or record its end (its finished steps stay in its
+/// directory).
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// A split target does not fit the plan.
+    #[error(transparent)]
+    Fit(#[from] super::split::FitError),
+    /// `--resume` names a directory with no steps.jsonl.
+    #[error("{} is not a run directory (no steps.jsonl)", .0.display())]
+    NotARun(PathBuf),
+    /// `--out` already holds a run.
+    #[error("{} already holds a run: continue it with --resume {}, or choose another --out", .0.display(), .0.display())]
+    AlreadyARun(PathBuf),
+    /// The run directory could not be opened, created or written.
+    #[error("{doing}: {source}")]
+    Dir {
+        /// What failed, naming the directory or file.
+        doing: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The spec names something the run cannot use (its file, line and key).
+    #[error(transparent)]
+    Spec(#[from] super::spec::SpecError),
+    /// The step loop stopped with an error.
+    #[error(transparent)]
+    Run(#[from] super::runner::RunError),
+}
+
+fn dir_error(doing: String) -> impl FnOnce(std::io::Error) -> ExperimentError {
+    move |source| ExperimentError::Dir { doing, source }
+}
+
 /// A finished (or interrupted) experiment.
 #[derive(Debug)]
 pub struct Finished {
@@ -47,7 +80,7 @@ pub fn run_plan(
     dest: &Destination,
     progress: &mut dyn Progress,
     stop: &AtomicBool,
-) -> Result<Finished, String> {
+) -> Result<Finished, ExperimentError> {
     crate::process::become_subreaper();
     let local = TopologyPlacements::detect(plan.custom.clone());
     let sessions = connect_hosts(plan, progress);
@@ -75,7 +108,7 @@ pub fn run_plan(
     };
     let result = runner.run();
     crate::process::reap_orphans();
-    let mut summary = result.map_err(|e| e.to_string())?;
+    let mut summary = result?;
     // A host that could not be set up is in the notes as well as on the console.
     let down =
         (sessions.down.iter()).map(|(name, why)| format!("host {name}: {why}; its steps fail"));
@@ -132,7 +165,7 @@ fn connect_hosts(
 fn run_driver(
     plan: &Plan,
     sessions: &crate::fleet::hosts::session::Sessions,
-) -> Result<crate::fleet::hosts::groups::GroupDriver, String> {
+) -> Result<crate::fleet::hosts::groups::GroupDriver, ExperimentError> {
     Ok(crate::fleet::hosts::groups::GroupDriver::new(
         Box::new(crate::fleet::instances::SplitDriver {
             single: make_driver(plan)?,
@@ -180,7 +213,7 @@ fn group_hosts(
             None => GroupHost::Local,
             Some(h) => match sessions.get(h) {
                 Ok(s) => GroupHost::Remote(s),
-                Err(why) => GroupHost::Down(h.clone(), why),
+                Err(why) => GroupHost::Down(h.clone(), why.to_string()),
             },
         })
         .collect()
@@ -205,21 +238,20 @@ fn open_dir(
     plan: &Plan,
     dest: &Destination,
     sessions: &crate::fleet::hosts::session::Sessions,
-) -> Result<RunDir, String> {
+) -> Result<RunDir, ExperimentError> {
     if let Some(path) = &dest.resume {
         if !path.join("steps.jsonl").exists() {
-            return Err(format!(
-                "{} is not a run directory (no steps.jsonl)",
-                path.display()
-            ));
+            return Err(ExperimentError::NotARun(path.clone()));
         }
-        return RunDir::open(path.clone()).map_err(|e| format!("opening {}: {e}", path.display()));
+        return RunDir::open(path.clone())
+            .map_err(dir_error(format!("opening {}", path.display())));
     }
     check_out(dest)?;
-    let dir = RunDir::create(dest.out.as_deref(), &plan.name).map_err(|e| match &dest.out {
-        Some(out) => format!("cannot create the run directory {}: {e}", out.display()),
-        None => format!("cannot create the run directory: {e}"),
-    })?;
+    let dir =
+        RunDir::create(dest.out.as_deref(), &plan.name).map_err(dir_error(match &dest.out {
+            Some(out) => format!("cannot create the run directory {}", out.display()),
+            None => "cannot create the run directory".to_string(),
+        }))?;
     let spec_dir = format!("{}\n", plan.spec.dir.display());
     dir.write_file("spec.toml", &plan.spec.text)
         .and_then(|_| dir.write_file(crate::sweep::spec::SPEC_DIR_FILE, &spec_dir))
@@ -229,22 +261,21 @@ fn open_dir(
                 &environment_json(sessions, dest.busy.clone()),
             )
         })
-        .map_err(|e| format!("writing into {}: {e}", dir.path.display()))?;
+        .map_err(dir_error(format!("writing into {}", dir.path.display())))?;
     Ok(dir)
 }
 
 /// Refuses an `--out` that already holds a run (before anything is started or waited for).
-pub fn check_out(dest: &Destination) -> Result<(), String> {
+pub fn check_out(dest: &Destination) -> Result<(), ExperimentError> {
     match &dest.out {
-        Some(out) if out.join("steps.jsonl").exists() => Err(format!(
-            "{} already holds a run: continue it with --resume {0}, or choose another --out",
-            out.display()
-        )),
+        Some(out) if out.join("steps.jsonl").exists() => {
+            Err(ExperimentError::AlreadyARun(out.clone()))
+        }
         _ => Ok(()),
     }
 }
 
-fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
+fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, ExperimentError> {
     Ok(match &plan.client {
         ClientPlan::Engine {
             proto,
@@ -261,18 +292,15 @@ fn make_driver(plan: &Plan) -> Result<Box<dyn Driver>, String> {
             options,
         } => Box::new(CommandDriver {
             template: template.clone(),
-            parser: crate::load::external::by_name(parser, options).map_err(|e| {
-                plan.spec
-                    .error_at(&["client", "parser"], e.to_string())
-                    .to_string()
-            })?,
+            parser: crate::load::external::by_name(parser, options)
+                .map_err(|e| plan.spec.error_at(&["client", "parser"], e.to_string()))?,
         }),
     })
 }
 
 /// Writes notes.txt (also after an interruption). The reports are the command's to write
 /// (`cli::run::write_reports`), so the sweep never imports the report module.
-pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
+pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), ExperimentError> {
     let mut notes = summary.findings.clone();
     match summary.end {
         RunEnd::Interrupted => {
@@ -285,7 +313,7 @@ pub fn finish_dir(dir: &RunDir, summary: &RunSummary) -> Result<(), String> {
     }
     let write = |name: &str, text: String| {
         dir.write_file(name, &text)
-            .map_err(|e| format!("writing {name}: {e}"))
+            .map_err(dir_error(format!("writing {name}")))
     };
     write(
         "notes.txt",

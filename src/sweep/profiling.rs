@@ -21,8 +21,8 @@ use crate::fleet::driver::StepRequest;
 use crate::fleet::server::Server;
 use crate::placement::CpuPair;
 use crate::profile::passes::{
-    choose, fill_record, new_record, CaptureResult, Choice, Log, MeasuredLevel, PassLoad,
-    ProfileSpec, SeriesLevels, Whose, PERF_START_ALLOWANCE,
+    choose, fill_record, new_record, CaptureResult, Choice, Log, MeasuredLevel, PassError,
+    PassLoad, ProfileSpec, SeriesLevels, Whose, PERF_START_ALLOWANCE,
 };
 use crate::record::load::{IntervalLine, IntervalSink};
 use crate::record::profiles::{PassRecord, ProfileLine};
@@ -65,6 +65,34 @@ impl IntervalSink for Discard {
     fn interval(&mut self, _: &IntervalLine, _: &hdrhistogram::Histogram<u64>) {}
 }
 
+/// Why a series' profiles could not be recorded (the run stops: its directory is unusable).
+#[derive(Debug, thiserror::Error)]
+pub enum ProfilingError {
+    /// `profiles.jsonl` could not be written.
+    #[error(transparent)]
+    Append(#[from] crate::record::profiles::AppendError),
+    /// `steps.jsonl` could not be read back.
+    #[error(transparent)]
+    Steps(#[from] crate::record::steps::StepsError),
+}
+
+/// Why one profile pass gave no profile (its record's reason).
+#[derive(Debug, thiserror::Error)]
+enum PassFailure {
+    /// The placement gives no cpusets at this level.
+    #[error(transparent)]
+    Cpus(#[from] crate::placement::source::CpusError),
+    /// The server could not be started for the pass.
+    #[error(transparent)]
+    Launch(#[from] crate::fleet::error::LaunchError),
+    /// The pass's load failed.
+    #[error(transparent)]
+    Load(#[from] crate::fleet::error::StepError),
+    /// No server is running to profile.
+    #[error("no server")]
+    NoServer,
+}
+
 impl Runner<'_> {
     /// After a series' measured steps: a profile pass at each level the spec's `[profile]`
     /// asks for, then the differential graphs. Never fails the run: what could not be
@@ -76,7 +104,7 @@ impl Runner<'_> {
         server: &mut Option<Box<dyn Server>>,
         server_cpus: &mut Option<Vec<usize>>,
         summary: &mut RunSummary,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProfilingError> {
         let Some(spec) = section(&self.plan.spec).ok().flatten() else {
             return Ok(());
         };
@@ -85,7 +113,7 @@ impl Runner<'_> {
             let note = format!("{} / {placement}: no profile: {e}", target.name);
             self.progress.note(&note);
             summary.findings.push(note);
-            return log.missing(None, e.to_string());
+            return Ok(log.missing(None, e.to_string())?);
         }
         let steps: Vec<StepResult> = self
             .dir
@@ -115,7 +143,7 @@ impl Runner<'_> {
             };
             passes.push((choice.clone(), record));
         }
-        log.diff(&spec, &target.name, &passes)
+        Ok(log.diff(&spec, &target.name, &passes)?)
     }
 
     fn profile_pass(
@@ -141,18 +169,18 @@ impl Runner<'_> {
         let outcome = self
             .placements
             .cpus(placement, follow)
-            .map_err(|e| e.to_string())
+            .map_err(PassFailure::from)
             .and_then(|cpus| {
                 self.live_server(target, &cpus, choice.point.clients, server, server_cpus)?;
                 Ok(cpus)
             })
             .and_then(|cpus| {
-                let srv = server.as_mut().ok_or("no server")?;
+                let srv = server.as_mut().ok_or(PassFailure::NoServer)?;
                 self.pass_with_capture(spec, target, choice, &cpus, srv.as_mut(), &rec.dir)
             });
         match outcome {
             Ok((load, capture)) => fill_record(&mut rec, load, capture),
-            Err(why) => rec.reason = Some(why),
+            Err(why) => rec.reason = Some(why.to_string()),
         }
         for advice in rec.jvms.iter().flat_map(|j| &j.advice) {
             self.progress
@@ -174,7 +202,7 @@ impl Runner<'_> {
         clients: usize,
         server: &mut Option<Box<dyn Server>>,
         server_cpus: &mut Option<Vec<usize>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PassFailure> {
         let usable = server.as_mut().is_some_and(|s| s.died().is_none())
             && server_cpus.as_ref() == Some(&cpus.server);
         if usable {
@@ -183,8 +211,7 @@ impl Runner<'_> {
         if let Some(mut old) = server.take() {
             old.stop();
         }
-        let s =
-            (self.launcher.launch(target, cpus, clients, self.stop)).map_err(|e| e.to_string())?;
+        let s = self.launcher.launch(target, cpus, clients, self.stop)?;
         *server = Some(s);
         *server_cpus = Some(cpus.server.clone());
         Ok(())
@@ -199,7 +226,7 @@ impl Runner<'_> {
         cpus: &CpuPair,
         server: &mut dyn Server,
         rel_dir: &str,
-    ) -> Result<(crate::record::load::LoadReport, CaptureResult), String> {
+    ) -> Result<(crate::record::load::LoadReport, CaptureResult), PassFailure> {
         let req = self.pass_request(spec, target, choice, cpus, server.port());
         let whose = Whose {
             target: spec.target,
@@ -214,16 +241,18 @@ impl Runner<'_> {
             let recorder = scope.spawn(|| {
                 std::thread::sleep(warmup);
                 let pids = whose.pids()?;
-                crate::profile::capture(&pids, spec.seconds, &spec.events, &out_dir)
-                    .map_err(|e| e.to_string())
+                Ok(crate::profile::capture(
+                    &pids,
+                    spec.seconds,
+                    &spec.events,
+                    &out_dir,
+                )?)
             });
             let load = driver.run_step(&req, &mut Discard, stop);
-            let capture = recorder
-                .join()
-                .unwrap_or_else(|_| Err("the profiler thread panicked".into()));
+            let capture = recorder.join().unwrap_or(Err(PassError::Panicked));
             (load, capture)
         });
-        Ok((load.map_err(|e| e.to_string())?.report, capture))
+        Ok((load?.report, capture))
     }
 
     fn pass_request(
@@ -300,10 +329,10 @@ mod tests {
         SpecFile::parse(Path::new("s.toml"), &text)
     }
 
-    fn checked(profile: &str) -> Result<Option<ProfileSpec>, String> {
-        let spec = spec_file(profile).map_err(|e| e.to_string())?;
-        check(&spec, &Series::Clients(vec![1, 2, 4])).map_err(|e| e.to_string())?;
-        section(&spec).map_err(|e| e.to_string())
+    fn checked(profile: &str) -> Result<Option<ProfileSpec>, SpecError> {
+        let spec = spec_file(profile)?;
+        check(&spec, &Series::Clients(vec![1, 2, 4]))?;
+        section(&spec)
     }
 
     #[test]
@@ -323,19 +352,23 @@ mod tests {
 
     #[test]
     fn errors_are_located() {
-        let err = checked("at = [\"busy\", \"bussy\"]\n").unwrap_err();
+        let err = checked("at = [\"busy\", \"bussy\"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("s.toml:7:15: profile.at[1]:"), "{err}");
         assert!(err.contains("expected \"busy\", \"saturated\""), "{err}");
-        let err = checked("at = [1, 8]\n").unwrap_err();
+        let err = checked("at = [1, 8]\n").unwrap_err().to_string();
         assert!(err.starts_with("s.toml:7:10: profile.at[1]:"), "{err}");
         assert!(err.contains("not a step of the series"), "{err}");
-        let err = checked("at = [1]\nseconds = 0\n").unwrap_err();
+        let err = checked("at = [1]\nseconds = 0\n").unwrap_err().to_string();
         assert!(err.starts_with("s.toml:8:11: profile.seconds:"), "{err}");
-        let err = checked("at = [1]\ntarget = \"servr\"\n").unwrap_err();
+        let err = checked("at = [1]\ntarget = \"servr\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("s.toml:8:10: profile.target:"), "{err}");
-        let err = checked("at = []\n").unwrap_err();
+        let err = checked("at = []\n").unwrap_err().to_string();
         assert!(err.contains("profile.at: no level"), "{err}");
-        let err = checked("at = [1]\nevnts = []\n").unwrap_err();
+        let err = checked("at = [1]\nevnts = []\n").unwrap_err().to_string();
         assert!(err.contains("unknown field"), "{err}");
     }
 

@@ -256,7 +256,7 @@ impl Runner<'_> {
         let done: BTreeMap<String, StepResult> = self
             .dir
             .steps()
-            .map_err(RunError::Read)?
+            .map_err(|e| RunError::Read(e.to_string()))?
             .into_iter()
             .map(|s| (s.id.clone(), s))
             .collect();
@@ -286,7 +286,10 @@ impl Runner<'_> {
                 }
             }
         }
-        let mut steps: Vec<StepResult> = self.dir.steps().map_err(RunError::Read)?;
+        let mut steps: Vec<StepResult> = self
+            .dir
+            .steps()
+            .map_err(|e| RunError::Read(e.to_string()))?;
         steps.sort_by(|a, b| a.started_unix_s.total_cmp(&b.started_unix_s));
         run.summary.steps = steps;
         self.progress.finish();
@@ -329,7 +332,7 @@ impl Runner<'_> {
                 &mut series.server_cpus,
                 &mut run.summary,
             )
-            .map_err(RunError::Profile)?;
+            .map_err(|e| RunError::Profile(e.to_string()))?;
         }
         series.stop_server();
         for note in series.take_stop_notes() {
@@ -579,7 +582,7 @@ impl Runner<'_> {
             );
         }
         step.set_observed(observed.server, observed.derived)
-            .map_err(|e| StepEnd::Failed(StepError::Load(e)))?;
+            .map_err(|e| StepEnd::Failed(StepError::Load(e.to_string())))?;
         (step.status, step.reason) = verdict(step, self.plan.max_error_ratio);
         if step.status == StepStatus::Failed {
             step.error_kind = Some(ErrorKind::Load);

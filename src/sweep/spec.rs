@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analyze::stats::{self, AUTO_MAX_REPETITIONS};
 use crate::observe::extra::{ObserveEntry, ProcessSelector};
-use crate::observe::metrics::{parse_url, MetricsFormat, MetricsPlan};
+use crate::observe::metrics::{parse_url, MetricsError, MetricsFormat, MetricsPlan};
 
 /// A spec file as written (before validation into a [`super::plan::Plan`]).
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -188,6 +188,63 @@ pub struct ReadySpec {
     pub timeout: Option<Dur>,
 }
 
+/// A value of the spec that cannot be used; [`SpecFile::error_at`] adds its file, line and key.
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    /// `clients = []`.
+    #[error("the list is empty")]
+    NoCounts,
+    /// A client count of 0 in a list.
+    #[error("a count of 0 clients")]
+    ZeroClients,
+    /// A count range that is empty or starts at 0.
+    #[error("from = {from} to = {to}: expected 1 <= from <= to")]
+    CountBounds {
+        /// Its `from`.
+        from: usize,
+        /// Its `to`.
+        to: usize,
+    },
+    /// A count range with both `step` and `double`.
+    #[error("give either step or double = true, not both")]
+    StepAndDouble,
+    /// A count range with neither `step` nor `double`.
+    #[error("expected step = N or double = true")]
+    NoStep,
+    /// `step = 0`.
+    #[error("step must be at least 1")]
+    ZeroStep,
+    /// A rate list that is empty or has a rate at or below 0.
+    #[error("expected a non-empty list of positive rates")]
+    Rates,
+    /// A rate range with no `step` (and no `find`).
+    #[error("expected step = N (or a find = {{...}} search)")]
+    NoRateStep,
+    /// A rate range that is empty or does not move.
+    #[error("expected 0 < from <= to and step > 0")]
+    RateBounds,
+    /// `metrics` with both a file and a url.
+    #[error(
+        "give file = \"{{metrics}}\" or url = \"http://127.0.0.1:{{port}}/metrics\", not both"
+    )]
+    MetricsBoth,
+    /// `metrics` with neither a file nor a url.
+    #[error("expected file = \"{{metrics}}\" (with format = \"json\" or \"hlog\") or url = \"http://127.0.0.1:{{port}}/metrics\"")]
+    MetricsNone,
+    /// A metrics file format other than json or hlog.
+    #[error("format {0:?}: expected \"json\" or \"hlog\"")]
+    MetricsFormat(String),
+    /// A format given with a metrics url.
+    #[error("a metrics url answers JSON: leave format out")]
+    UrlFormat,
+    /// A metrics url that cannot be read from.
+    #[error(transparent)]
+    MetricsUrl(#[from] MetricsError),
+    /// An `[[observe]]` entry with no selector or more than one.
+    #[error("observe {0:?}: give exactly one of pid_file = \"...\", command = \"name\" or pids_command = \"...\"")]
+    ObserveSelector(String),
+}
+
 /// `metrics = { file = "{metrics}", format = "json" }` or `metrics = { url = "..." }`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -206,22 +263,24 @@ pub struct MetricsSpec {
 
 impl MetricsSpec {
     /// Checks it into the observers' plan of where the target's metrics come from.
-    pub fn plan(&self) -> Result<MetricsPlan, String> {
-        let bad = |m: &str| Err(m.to_string());
+    pub fn plan(&self) -> Result<MetricsPlan, ValueError> {
         match (&self.file, &self.url) {
-            (Some(_), Some(_)) => bad("give file = \"{metrics}\" or url = \"http://127.0.0.1:{port}/metrics\", not both"),
-            (None, None) => bad("expected file = \"{metrics}\" (with format = \"json\" or \"hlog\") or url = \"http://127.0.0.1:{port}/metrics\""),
+            (Some(_), Some(_)) => Err(ValueError::MetricsBoth),
+            (None, None) => Err(ValueError::MetricsNone),
             (Some(file), None) => {
                 let format = match self.format.as_deref() {
                     None | Some("json") => MetricsFormat::Json,
                     Some("hlog") => MetricsFormat::Hlog,
-                    Some(other) => return bad(&format!("format {other:?}: expected \"json\" or \"hlog\"")),
+                    Some(other) => return Err(ValueError::MetricsFormat(other.to_string())),
                 };
-                Ok(MetricsPlan::File { template: file.clone(), format })
+                Ok(MetricsPlan::File {
+                    template: file.clone(),
+                    format,
+                })
             }
             (None, Some(url)) => {
                 if self.format.as_deref().is_some_and(|f| f != "json") {
-                    return bad("a metrics url answers JSON: leave format out");
+                    return Err(ValueError::UrlFormat);
                 }
                 parse_url(&url.replace("{port}", "1"))?;
                 Ok(MetricsPlan::Url(url.clone()))
@@ -249,19 +308,14 @@ pub struct ObserveSpec {
 
 impl ObserveSpec {
     /// Checks it into the observers' entry; relative pid files are read from `spec_dir`.
-    pub fn entry(&self, spec_dir: &Path) -> Result<ObserveEntry, String> {
+    pub fn entry(&self, spec_dir: &Path) -> Result<ObserveEntry, ValueError> {
         let selector = match (&self.pid_file, &self.command, &self.pids_command) {
             (Some(f), None, None) => ProcessSelector::PidFile(spec_dir.join(f)),
             (None, Some(c), None) if !c.is_empty() => ProcessSelector::Command(c.clone()),
             (None, None, Some(c)) if !c.trim().is_empty() => {
                 ProcessSelector::PidsCommand(c.clone())
             }
-            _ => {
-                return Err(format!(
-                    "observe {:?}: give exactly one of pid_file = \"...\", command = \"name\" or pids_command = \"...\"",
-                    self.name
-                ))
-            }
+            _ => return Err(ValueError::ObserveSelector(self.name.clone())),
         };
         Ok(ObserveEntry {
             name: self.name.clone(),
@@ -470,10 +524,10 @@ pub struct CountRange {
 
 impl Counts {
     /// The counts in order.
-    pub fn expand(&self) -> Result<Vec<usize>, String> {
+    pub fn expand(&self) -> Result<Vec<usize>, ValueError> {
         match self {
-            Counts::List(v) if v.is_empty() => Err("the list is empty".into()),
-            Counts::List(v) if v.contains(&0) => Err("a count of 0 clients".into()),
+            Counts::List(v) if v.is_empty() => Err(ValueError::NoCounts),
+            Counts::List(v) if v.contains(&0) => Err(ValueError::ZeroClients),
             Counts::List(v) => Ok(v.clone()),
             Counts::Range(r) => r.expand(),
         }
@@ -481,19 +535,19 @@ impl Counts {
 }
 
 impl CountRange {
-    fn expand(&self) -> Result<Vec<usize>, String> {
+    fn expand(&self) -> Result<Vec<usize>, ValueError> {
         if self.from == 0 || self.to < self.from {
-            return Err(format!(
-                "from = {} to = {}: expected 1 <= from <= to",
-                self.from, self.to
-            ));
+            return Err(ValueError::CountBounds {
+                from: self.from,
+                to: self.to,
+            });
         }
         let mut out = Vec::new();
         let mut n = self.from;
         match (self.step, self.double) {
-            (Some(_), true) => return Err("give either step or double = true, not both".into()),
-            (None, false) => return Err("expected step = N or double = true".into()),
-            (Some(0), _) => return Err("step must be at least 1".into()),
+            (Some(_), true) => return Err(ValueError::StepAndDouble),
+            (None, false) => return Err(ValueError::NoStep),
+            (Some(0), _) => return Err(ValueError::ZeroStep),
             (Some(step), false) => {
                 while n <= self.to {
                     out.push(n);
@@ -581,18 +635,14 @@ impl Rates {
     }
 
     /// The rates in order.
-    pub fn expand(&self) -> Result<Vec<f64>, String> {
+    pub fn expand(&self) -> Result<Vec<f64>, ValueError> {
         match self {
-            Rates::List(v) if v.is_empty() || v.iter().any(|r| *r <= 0.0) => {
-                Err("expected a non-empty list of positive rates".into())
-            }
+            Rates::List(v) if v.is_empty() || v.iter().any(|r| *r <= 0.0) => Err(ValueError::Rates),
             Rates::List(v) => Ok(v.clone()),
             Rates::Range(r) => {
-                let step = r
-                    .step
-                    .ok_or("expected step = N (or a find = {...} search)")?;
+                let step = r.step.ok_or(ValueError::NoRateStep)?;
                 if r.from <= 0.0 || r.to < r.from || step <= 0.0 {
-                    return Err("expected 0 < from <= to and step > 0".into());
+                    return Err(ValueError::RateBounds);
                 }
                 let n = ((r.to - r.from) / step).floor() as usize;
                 Ok((0..=n).map(|i| r.from + step * i as f64).collect())
@@ -1027,14 +1077,14 @@ mod tests {
             command: Some("postgres".into()),
             pids_command: None,
         };
-        let err = spec.entry(Path::new("/s")).unwrap_err();
+        let err = spec.entry(Path::new("/s")).unwrap_err().to_string();
         assert!(err.contains("exactly one"), "{err}");
     }
 
     #[test]
     fn spec_needs_one_source() {
         use crate::observe::metrics::MetricsSource;
-        let none = MetricsSpec::default().plan().unwrap_err();
+        let none = MetricsSpec::default().plan().unwrap_err().to_string();
         assert!(none.contains("expected file"), "{none}");
         let spec = MetricsSpec {
             file: Some("{metrics}".into()),

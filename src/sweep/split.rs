@@ -11,7 +11,39 @@ use crate::placement::PlacementSource;
 
 /// Refuses, before anything starts, a split target its placements cannot hold: more
 /// instances than server CPUs, or fewer connections than instances.
-pub fn check_fit(plan: &Plan, placements: &dyn PlacementSource) -> Result<(), String> {
+/// A split target whose instances do not fit the plan's steps.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FitError {
+    /// A step opens fewer connections than the target has instances.
+    #[error("target {target:?} has instances = {instances} but the step with {clients} clients opens only {connections} connections: each instance needs at least one (raise clients or connections_per_client, or lower instances)")]
+    Connections {
+        /// The target's name.
+        target: String,
+        /// Its instance count.
+        instances: usize,
+        /// The step's clients.
+        clients: usize,
+        /// The connections they open.
+        connections: usize,
+    },
+    /// A placement gives the server fewer CPUs than the target has instances.
+    #[error("target {target:?} has instances = {instances} but placement {placement:?}{} gives the server {} CPU(s) ({}): each instance needs a CPU of its own; lower instances or use a placement with at least {instances} server CPUs", .clients.map_or(String::new(), |c| format!(" at {c} clients")), .server_cpus.len(), crate::cpuset::format(.server_cpus))]
+    Cpus {
+        /// The target's name.
+        target: String,
+        /// Its instance count.
+        instances: usize,
+        /// The placement.
+        placement: String,
+        /// The client count, when the cpusets follow it.
+        clients: Option<usize>,
+        /// The server's CPUs under it.
+        server_cpus: Vec<usize>,
+    },
+}
+
+/// Checks that every split target's instances get a connection and a CPU each.
+pub fn check_fit(plan: &Plan, placements: &dyn PlacementSource) -> Result<(), FitError> {
     for target in plan.targets.iter().filter(|t| t.instances > 1) {
         let n = target.instances;
         let counts = match &plan.series {
@@ -22,11 +54,12 @@ pub fn check_fit(plan: &Plan, placements: &dyn PlacementSource) -> Result<(), St
             .iter()
             .find(|&&c| c * plan.connections_per_client < n)
         {
-            return Err(format!(
-                "target {:?} has instances = {n} but the step with {c} clients opens only {} connections: each instance needs at least one (raise clients or connections_per_client, or lower instances)",
-                target.name,
-                c * plan.connections_per_client
-            ));
+            return Err(FitError::Connections {
+                target: target.name.clone(),
+                instances: n,
+                clients: c,
+                connections: c * plan.connections_per_client,
+            });
         }
         for placement in &plan.placements {
             for &c in &counts {
@@ -36,13 +69,13 @@ pub fn check_fit(plan: &Plan, placements: &dyn PlacementSource) -> Result<(), St
                     continue;
                 };
                 if cpus.server.len() < n {
-                    return Err(format!(
-                        "target {:?} has instances = {n} but placement {placement:?}{} gives the server {} CPU(s) ({}): each instance needs a CPU of its own; lower instances or use a placement with at least {n} server CPUs",
-                        target.name,
-                        follow.map_or(String::new(), |c| format!(" at {c} clients")),
-                        cpus.server.len(),
-                        crate::cpuset::format(&cpus.server)
-                    ));
+                    return Err(FitError::Cpus {
+                        target: target.name.clone(),
+                        instances: n,
+                        placement: placement.clone(),
+                        clients: follow,
+                        server_cpus: cpus.server.clone(),
+                    });
                 }
             }
         }
@@ -76,8 +109,7 @@ pub fn driver_factory(client: &ClientPlan) -> DriverFactory {
             Arc::new(move || {
                 Ok(Box::new(crate::fleet::driver::CommandDriver {
                     template: template.clone(),
-                    parser: crate::load::external::by_name(&parser, &options)
-                        .map_err(|e| e.to_string())?,
+                    parser: crate::load::external::by_name(&parser, &options)?,
                 }) as Box<dyn Driver>)
             })
         }

@@ -238,7 +238,7 @@ fn instances_that_do_not_fit_are_refused_before_anything_starts() {
     let spec = SpecFile::parse(Path::new("s.toml"), OVERSUBSCRIBED).unwrap();
     let plan = Plan::new(spec, common::stairbench_bin()).unwrap();
     let placements = TopologyPlacements::with_cpus(vec![0, 1], Default::default());
-    let err = check_fit(&plan, &placements).unwrap_err();
+    let err = check_fit(&plan, &placements).unwrap_err().to_string();
     assert!(
         err.contains("instances = 64") && err.contains("gives the server 2 CPU(s)"),
         "{err}"
@@ -653,7 +653,10 @@ fn raw_endpoint(answer: Vec<u8>) -> String {
 }
 
 fn read_url(url: &str) -> Result<serde_json::Value, String> {
-    match MetricsSource::Url(url.to_string()).snapshot()? {
+    match MetricsSource::Url(url.to_string())
+        .snapshot()
+        .map_err(|e| e.to_string())?
+    {
         Snapshot::Json(v) => Ok(v),
         Snapshot::Hist(_) => panic!("a URL gives JSON"),
     }

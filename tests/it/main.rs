@@ -17,6 +17,7 @@ mod accounting;
 mod analyze;
 mod arrivals;
 mod cli;
+mod code_health;
 mod compare;
 mod demo;
 mod docs;

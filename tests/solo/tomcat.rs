@@ -5,7 +5,7 @@
 //! (CI saw 48% of the Java samples unnamed there, 0% alone); a map taken as the recording
 //! starts, merged with the last one, names that code too.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -65,23 +65,19 @@ fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
     if !tomcat_available() {
         return;
     }
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let spec = std::fs::read_to_string(examples.join("tomcat.toml"))
-        .unwrap()
-        .replace("duration = \"5s\"", "duration = \"1s\"")
-        .replace("warmup = \"3s\"", "warmup = \"1s\"")
-        .replace(
-            "clients = [1, 2, 4, 8, 16, 32, 64, 128]",
-            "clients = [1, 8]",
-        )
-        .replace("seconds = 5", "seconds = 1")
-        .replace("{spec_dir}", examples.to_str().unwrap());
-    assert!(spec.contains("clients = [1, 8]") && spec.contains("seconds = 1"));
-    let dir = tempfile::tempdir().unwrap();
-    let spec_path = dir.path().join("tomcat.toml");
-    std::fs::write(&spec_path, spec).unwrap();
-    let out = dir.path().join("run");
-    common::assert_success(&common::run_spec(&spec_path, &out));
+    let (_dir, out) = run_short_example(
+        "tomcat.toml",
+        &[
+            ("duration = \"5s\"", "duration = \"1s\""),
+            ("warmup = \"3s\"", "warmup = \"1s\""),
+            (
+                "clients = [1, 2, 4, 8, 16, 32, 64, 128]",
+                "clients = [1, 8]",
+            ),
+            ("seconds = 5", "seconds = 1"),
+        ],
+        &[],
+    );
 
     let steps = common::steps_json(&out);
     assert_eq!(steps.len(), 2, "{steps:?}");
@@ -132,6 +128,32 @@ fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
     );
 }
 
+/// Runs `examples/NAME` made short by `edits` (each `(from, to)` must apply; the spec must
+/// also hold each of `keeps`), with `{spec_dir}` the examples directory: the temporary
+/// directory (kept while the test reads the run) and the run directory in it.
+fn run_short_example(
+    name: &str,
+    edits: &[(&str, &str)],
+    keeps: &[&str],
+) -> (tempfile::TempDir, PathBuf) {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut spec = std::fs::read_to_string(examples.join(name)).unwrap();
+    for (from, to) in edits {
+        assert!(spec.contains(from), "{name} no longer holds {from:?}");
+        spec = spec.replace(from, to);
+    }
+    for keep in keeps {
+        assert!(spec.contains(keep), "{name} no longer holds {keep:?}");
+    }
+    let spec = spec.replace("{spec_dir}", examples.to_str().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = dir.path().join(name);
+    std::fs::write(&spec_path, spec).unwrap();
+    let out = dir.path().join("run");
+    common::assert_success(&common::run_spec(&spec_path, &out));
+    (dir, out)
+}
+
 /// Debian's libnetty-java and a JDK's javac (examples/netty.sh compiles NettyHello.java).
 fn netty_available() -> bool {
     if !Path::new("/usr/share/java/netty-codec-http.jar").is_file()
@@ -152,21 +174,16 @@ fn tomcat_and_netty_are_compared_with_a_verdict_at_each_level() {
     if !tomcat_available() || !netty_available() {
         return;
     }
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let spec = std::fs::read_to_string(examples.join("tomcat-vs-netty.toml"))
-        .unwrap()
-        .replace("duration = \"3s\"", "duration = \"1s\"")
-        .replace("warmup = \"2s\"", "warmup = \"1s\"")
-        .replace("clients = [1, 4, 16, 64]", "clients = [1, 16]")
-        .replace("seconds = 3", "seconds = 1")
-        .replace("{spec_dir}", examples.to_str().unwrap());
-    assert!(spec.contains("clients = [1, 16]") && spec.contains("seconds = 1"));
-    assert!(spec.contains("repetitions = 3") && spec.contains("\"offcpu\""));
-    let dir = tempfile::tempdir().unwrap();
-    let spec_path = dir.path().join("tomcat-vs-netty.toml");
-    std::fs::write(&spec_path, spec).unwrap();
-    let out = dir.path().join("run");
-    common::assert_success(&common::run_spec(&spec_path, &out));
+    let (_dir, out) = run_short_example(
+        "tomcat-vs-netty.toml",
+        &[
+            ("duration = \"3s\"", "duration = \"1s\""),
+            ("warmup = \"2s\"", "warmup = \"1s\""),
+            ("clients = [1, 4, 16, 64]", "clients = [1, 16]"),
+            ("seconds = 3", "seconds = 1"),
+        ],
+        &["repetitions = 3", "\"offcpu\""],
+    );
 
     let steps = common::steps_json(&out);
     assert_eq!(steps.len(), 2 * 2 * 3, "{steps:?}");

@@ -75,9 +75,9 @@ pub fn read_runs(dirs: &[PathBuf]) -> Result<Vec<Run>, CompareError> {
 
 /// One run directory: its steps, environment and spec, labelled by the directory's name.
 fn read_run(dir: &Path) -> Result<Run, CompareError> {
-    let steps = read_steps(&dir.join("steps.jsonl")).map_err(|reason| CompareError::Read {
+    let steps = read_steps(&dir.join("steps.jsonl")).map_err(|e| CompareError::Read {
         dir: dir.to_path_buf(),
-        reason,
+        reason: e.to_string(),
     })?;
     let environment = std::fs::read_to_string(dir.join("environment.json"))
         .ok()

@@ -39,14 +39,48 @@ pub struct ComparisonSpec {
     pub min_effect_pct: Option<f64>,
 }
 
+/// A `[[comparisons]]` entry that cannot be read or resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ComparisonError {
+    /// Not the entry's shape (what TOML said).
+    #[error("{0} (expected a = \"TARGET[/PLACEMENT][@CLIENTS]\", b = ..., and optionally name, name_a, name_b, metric, confidence_pct, min_effect_pct)")]
+    Shape(String),
+    /// A side's selector.
+    #[error(transparent)]
+    Selector(#[from] super::SelectorError),
+    /// Its test's options.
+    #[error("confidence_pct / min_effect_pct: {0}")]
+    Options(#[from] crate::analyze::stats::OptionsError),
+    /// Side A selects no ok step.
+    #[error("no ok step matches a = {0:?}")]
+    NoOkStep(String),
+    /// Side A's ok steps lack the metric (an external tool that reports no p99, say).
+    #[error("the {ok} ok step(s) matching a = {text:?} have no {metric} (not measured by their load), so there is nothing to compare")]
+    NoMetric {
+        /// Side A's ok steps.
+        ok: usize,
+        /// Side A's selector.
+        text: String,
+        /// The metric's name.
+        metric: String,
+    },
+    /// Side B has no ok step where A has some.
+    #[error("no ok step matches b = {b:?} where a = {a:?} has steps")]
+    NoPartner {
+        /// Side A's selector.
+        a: String,
+        /// Side B's selector.
+        b: String,
+    },
+}
+
 impl ComparisonSpec {
     /// The test's level and minimum effect, defaults filled in; an error names the bad key.
-    pub fn test_options(&self) -> Result<TestOptions, String> {
-        TestOptions::from_pct(
+    pub fn test_options(&self) -> Result<TestOptions, ComparisonError> {
+        Ok(TestOptions::from_pct(
             self.confidence_pct.unwrap_or(DEFAULT_LEVEL * 100.0),
             self.min_effect_pct.unwrap_or(DEFAULT_MIN_EFFECT * 100.0),
-        )
-        .map_err(|e| format!("confidence_pct / min_effect_pct: {e}"))
+        )?)
     }
 }
 
@@ -88,13 +122,11 @@ pub fn spec_comparisons(
 /// Reads one `[[comparisons]]` entry and checks its selectors, so a spec can be validated
 /// before the run: `a`/`candidate`, `b`/`baseline` as `TARGET[/PLACEMENT][@CLIENTS]`,
 /// optional `name`, `name_a`, `name_b`, `metric`, `confidence_pct`, `min_effect_pct`.
-pub fn parse_comparison(item: &toml::Value) -> Result<ComparisonSpec, String> {
-    let spec: ComparisonSpec = item.clone().try_into().map_err(|e: toml::de::Error| {
-        format!(
-            "{} (expected a = \"TARGET[/PLACEMENT][@CLIENTS]\", b = ..., and optionally name, name_a, name_b, metric, confidence_pct, min_effect_pct)",
-            e.message()
-        )
-    })?;
+pub fn parse_comparison(item: &toml::Value) -> Result<ComparisonSpec, ComparisonError> {
+    let spec: ComparisonSpec = item
+        .clone()
+        .try_into()
+        .map_err(|e: toml::de::Error| ComparisonError::Shape(e.message().to_string()))?;
     spec.a.parse::<Selector>()?;
     spec.b.parse::<Selector>()?;
     spec.test_options()?;
@@ -105,7 +137,7 @@ pub fn parse_comparison(item: &toml::Value) -> Result<ComparisonSpec, String> {
 pub fn resolve(
     spec: &ComparisonSpec,
     steps: &[StepResult],
-) -> Result<Vec<ComparisonOutcome>, String> {
+) -> Result<Vec<ComparisonOutcome>, ComparisonError> {
     let a: Selector = spec.a.parse()?;
     let b: Selector = spec.b.parse()?;
     let opts = spec.test_options()?;
@@ -129,29 +161,30 @@ pub fn resolve(
         })
         .collect();
     if out.is_empty() {
-        return Err(format!(
-            "no ok step matches b = {:?} where a = {:?} has steps",
-            spec.b, spec.a
-        ));
+        return Err(ComparisonError::NoPartner {
+            a: spec.a.clone(),
+            b: spec.b.clone(),
+        });
     }
     Ok(out)
 }
 
 /// Why no step of a side has a value: no ok step there, or ok steps without the metric (an
 /// external tool that does not report a p99, say).
-fn no_value(text: &str, side: &Selector, metric: Metric, steps: &[StepResult]) -> String {
+fn no_value(text: &str, side: &Selector, metric: Metric, steps: &[StepResult]) -> ComparisonError {
     let ok = steps
         .iter()
         .filter(|s| s.status == crate::record::steps::StepStatus::Ok)
         .filter(|s| side.selects(&StepKey::of(s)))
         .count();
     if ok == 0 {
-        format!("no ok step matches a = {text:?}")
+        ComparisonError::NoOkStep(text.into())
     } else {
-        format!(
-            "the {ok} ok step(s) matching a = {text:?} have no {} (not measured by their load), so there is nothing to compare",
-            metric.name()
-        )
+        ComparisonError::NoMetric {
+            ok,
+            text: text.into(),
+            metric: metric.name().to_string(),
+        }
     }
 }
 
@@ -198,16 +231,22 @@ mod tests {
         let c = parse_comparison(&ok).unwrap();
         assert_eq!((c.b.as_str(), c.metric), ("y", Metric::P99));
         let typo: toml::Value = toml::from_str("a = \"x\"\nb = \"y\"\nmetrc = \"p99\"").unwrap();
-        assert!(parse_comparison(&typo).unwrap_err().contains("metrc"));
+        assert!(parse_comparison(&typo)
+            .unwrap_err()
+            .to_string()
+            .contains("metrc"));
         let bad: toml::Value = toml::from_str("a = \"x@four\"\nb = \"y\"").unwrap();
-        assert!(parse_comparison(&bad).unwrap_err().contains("client count"));
+        assert!(parse_comparison(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("client count"));
         let level: toml::Value =
             toml::from_str("a = \"x\"\nb = \"y\"\nconfidence_pct = 99\nmin_effect_pct = 5")
                 .unwrap();
         let opts = parse_comparison(&level).unwrap().test_options().unwrap();
         assert_eq!((opts.level, opts.min_effect), (0.99, 0.05));
         let bad: toml::Value = toml::from_str("a = \"x\"\nb = \"y\"\nmin_effect_pct = -3").unwrap();
-        let e = parse_comparison(&bad).unwrap_err();
+        let e = parse_comparison(&bad).unwrap_err().to_string();
         assert!(e.contains("min_effect_pct") && e.contains("-3%"), "{e}");
     }
 }

@@ -186,12 +186,46 @@ impl Driver for GroupDriver {
             return self.single.run_step(req, sink, stop);
         }
         // A step with client groups runs on other hosts: its failures are remote ones.
-        self.run_groups(req, sink, stop).map_err(StepError::Remote)
+        self.run_groups(req, sink, stop)
+            .map_err(|e| StepError::Remote(e.to_string()))
     }
 
     fn take_notes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.notes)
     }
+}
+
+/// Why a step over client groups failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupsError {
+    /// Fewer connections than groups.
+    #[error(
+        "{groups} client groups need at least {groups} connections; this step opens {connections}"
+    )]
+    TooFewConnections {
+        /// The groups.
+        groups: usize,
+        /// The step's connections.
+        connections: usize,
+    },
+    /// A group's host was down from the start, or groups failed: each `client group K (host
+    /// H): why`, joined.
+    #[error("{0}")]
+    Groups(String),
+    /// Stopped (Ctrl-C).
+    #[error("interrupted")]
+    Interrupted,
+    /// The groups' windows overlap too little to add their loads.
+    #[error("the client groups' measured windows overlap {:.1}% (at least {:.0}% is needed): {}", .overlap * 100.0, MIN_WINDOW_OVERLAP * 100.0, describe_windows(.windows))]
+    Overlap {
+        /// Their overlap, a fraction of the longest window.
+        overlap: f64,
+        /// Each group's window.
+        windows: Vec<(i64, i64)>,
+    },
+    /// Their loads could not be merged.
+    #[error("{0}")]
+    Merge(String),
 }
 
 impl GroupDriver {
@@ -202,16 +236,16 @@ impl GroupDriver {
         req: &StepRequest,
         sink: &mut dyn IntervalSink,
         stop: &AtomicBool,
-    ) -> Result<StepLoad, String> {
+    ) -> Result<StepLoad, GroupsError> {
         let n = self.groups.len();
         if req.connections < n {
-            return Err(format!(
-                "{n} client groups need at least {n} connections; this step opens {}",
-                req.connections
-            ));
+            return Err(GroupsError::TooFewConnections {
+                groups: n,
+                connections: req.connections,
+            });
         }
         if let Some(why) = self.down_reason() {
-            return Err(why);
+            return Err(GroupsError::Groups(why));
         }
         let subs: Vec<StepRequest> = (0..n).map(|k| group_request(req, k, n)).collect();
         let offsets: Vec<ClockOffset> = self.groups.iter().map(GroupHost::offset).collect();
@@ -261,7 +295,7 @@ impl GroupDriver {
         self.slowest_start = self.slowest_start.max(slowest);
         self.count_host_failures(&results);
         let merged = if stop.load(Ordering::Relaxed) {
-            Err("interrupted".to_string())
+            Err(GroupsError::Interrupted)
         } else {
             self.merge(results, &subs, (start.common_start_ns, lead))
         };
@@ -320,7 +354,7 @@ impl GroupDriver {
         results: Vec<Result<GroupLoad, GroupFailure>>,
         subs: &[StepRequest],
         (start_ns, lead): (i64, Duration),
-    ) -> Result<StepLoad, String> {
+    ) -> Result<StepLoad, GroupsError> {
         let mut times = Vec::new();
         let mut loads = Vec::new();
         let mut failures = Vec::new();
@@ -343,19 +377,14 @@ impl GroupDriver {
             if stopped > 0 {
                 why.push_str(&format!("; the other {stopped} group(s) were stopped"));
             }
-            return Err(why);
+            return Err(GroupsError::Groups(why));
         }
         let windows: Vec<_> = times.iter().map(|t| t.window_ns).collect();
         let overlap = window_overlap(&windows);
         if overlap < MIN_WINDOW_OVERLAP {
-            return Err(format!(
-                "the client groups' measured windows overlap {:.1}% (at least {:.0}% is needed): {}",
-                overlap * 100.0,
-                MIN_WINDOW_OVERLAP * 100.0,
-                describe_windows(&windows)
-            ));
+            return Err(GroupsError::Overlap { overlap, windows });
         }
-        let mut merged = merge_loads(loads, subs).map_err(|e| e.to_string())?;
+        let mut merged = merge_loads(loads, subs).map_err(|e| GroupsError::Merge(e.to_string()))?;
         let per_instance = merged.extra.remove("per_instance");
         let mut per_host: Vec<Value> = match per_instance {
             Some(Value::Array(v)) => v,

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use super::server::RemoteTarget;
 use crate::observe::step::{Observed, ServerExtras, StepObserver};
 use crate::observe::Observation;
-use crate::remote::engine::QUIET_BEFORE_CHECK;
+use crate::remote::engine::{HostLost, QUIET_BEFORE_CHECK};
 use crate::remote::Engine;
 
 /// Passes everything to `inner`, except a remote server's own figures, which come from its
@@ -33,7 +33,29 @@ struct Running {
 }
 
 /// What a remote observer answered: the observation and its metrics window, if it read one.
-type Answer = Result<(Observation, Option<Value>), String>;
+type Answer = Result<(Observation, Option<Value>), ObserverFailure>;
+
+/// Why a remote observer gave no observation.
+#[derive(Debug, thiserror::Error)]
+enum ObserverFailure {
+    /// It was not started.
+    #[error("the remote observer did not start")]
+    NotStarted,
+    /// The step has no remote target to observe.
+    #[error("no remote observer")]
+    None,
+    /// Its host was lost meanwhile.
+    #[error(transparent)]
+    Lost(#[from] HostLost),
+    /// Its last line is not an observation.
+    #[error("the remote observer answered {last:?}: {source}")]
+    Answer {
+        /// Its last line.
+        last: String,
+        /// What serde said.
+        source: serde_json::Error,
+    },
+}
 
 impl<O: StepObserver> HostObserver<O> {
     /// Wraps the local observers.
@@ -117,11 +139,13 @@ impl<O: StepObserver> HostObserver<O> {
             .into_iter()
             .zip(self.targets())
             .map(|(r, target)| {
-                let running = r.ok_or("the remote observer did not start")?;
+                let running = r.ok_or(ObserverFailure::NotStarted)?;
                 let text = answer_of(running, &*target.session.engine)?;
                 let last = text.lines().last().unwrap_or("");
-                let bad =
-                    |e: serde_json::Error| format!("the remote observer answered {last:?}: {e}");
+                let bad = |source| ObserverFailure::Answer {
+                    last: last.to_string(),
+                    source,
+                };
                 let mut value: Value = serde_json::from_str(last).map_err(bad)?;
                 // Its metrics window (the only metrics file it was given), beside the observation.
                 let metrics = (value.as_object_mut())
@@ -182,7 +206,7 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
         }
         let targets = self.targets();
         let mut answers = self.remote_observations().into_iter();
-        let main = answers.next().unwrap_or(Err("no remote observer".into()));
+        let main = answers.next().unwrap_or(Err(ObserverFailure::None));
         let mut observed = self.inner.finish(requests);
         let mut metrics = Map::new();
         take_metrics(&mut metrics, &targets[0], &main);
@@ -232,7 +256,7 @@ fn ready_of(
 /// [`QUIET_BEFORE_CHECK`] or ends without an answer, its host is checked: a host found lost
 /// is the error (the observer's channel is given up, and the engine gives up the others
 /// opened there before, the server's among them).
-fn answer_of(running: Running, engine: &dyn Engine) -> Result<String, String> {
+fn answer_of(running: Running, engine: &dyn Engine) -> Result<String, HostLost> {
     let Running {
         mut child,
         stdin,
@@ -274,7 +298,7 @@ fn take_metrics(out: &mut Map<String, Value>, target: &RemoteTarget, answer: &An
     let value = match answer {
         Ok((_, Some(m))) => m.clone(),
         Ok((_, None)) => json!({ "note": "the remote observer read no metrics" }),
-        Err(why) => json!({ "note": why }),
+        Err(why) => json!({ "note": why.to_string() }),
     };
     out.insert(target.label.clone(), value);
 }
@@ -321,7 +345,7 @@ fn server_figures(
             observed.server = server;
         }
         Err(why) => {
-            observed.server = json!({ "host": host, "notes": [why] });
+            observed.server = json!({ "host": host, "notes": [why.to_string()] });
         }
     }
 }
@@ -337,7 +361,7 @@ fn rank_figures(answer: Answer, target: &RemoteTarget) -> Value {
             }
             v
         }
-        Err(why) => json!({ "host": host, "note": why }),
+        Err(why) => json!({ "host": host, "note": why.to_string() }),
     }
 }
 

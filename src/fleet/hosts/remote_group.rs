@@ -88,7 +88,7 @@ pub fn remote_load(
     let on_disk_ns = crate::clock::now_ns();
     let report = serde_json::from_str(&texts[0])
         .map_err(|e| GroupFailure::Load(format!("{json_name} from the host: {e}")))?;
-    let raw = crate::load::raw::read(&texts[1]).map_err(GroupFailure::Load)?;
+    let raw = crate::load::raw::read(&texts[1]).map_err(|e| GroupFailure::Load(e.to_string()))?;
     Ok(RemoteLoad {
         raw,
         report,

@@ -43,6 +43,50 @@ pub struct HostLauncher<'a, L: Launcher> {
     pub health: ServerHosts,
 }
 
+/// Why a target on other hosts did not start or become ready.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteStartError {
+    /// A process could not be started on its host.
+    #[error("cannot start target {target:?}: {source}")]
+    Spawn {
+        /// The target (or rank) name.
+        target: String,
+        /// What the engine said.
+        source: RemoteError,
+    },
+    /// The ranks' job step could not be started.
+    #[error("cannot start the ranks of target {target:?}: {source}")]
+    Ranks {
+        /// The target's name.
+        target: String,
+        /// What the engine said.
+        source: RemoteError,
+    },
+    /// A process ended before it was ready.
+    #[error("{who} {status} before it was ready{tail}")]
+    Exited {
+        /// Which process, on which host.
+        who: String,
+        /// How it ended.
+        status: String,
+        /// The end of its output.
+        tail: String,
+    },
+    /// Stopped (Ctrl-C) while waiting.
+    #[error("interrupted")]
+    Interrupted,
+    /// A process did not become ready in time.
+    #[error("{who} was not ready within {timeout:?}{tail}")]
+    NotReady {
+        /// Which process, on which host.
+        who: String,
+        /// Its `ready_timeout`.
+        timeout: Duration,
+        /// The end of its output.
+        tail: String,
+    },
+}
+
 impl<L: Launcher> HostLauncher<'_, L> {
     /// Starts each process of `target` on its host over its own channel.
     fn start_each(
@@ -52,7 +96,7 @@ impl<L: Launcher> HostLauncher<'_, L> {
         sessions: Vec<Arc<HostSession>>,
         cpus: &CpuPair,
         clients: usize,
-    ) -> Result<Vec<RemoteProc>, String> {
+    ) -> Result<Vec<RemoteProc>, RemoteStartError> {
         let mut procs = Vec::new();
         for (rank, ((host, plan), session)) in plans.into_iter().zip(sessions).enumerate() {
             let line = remote_line(&plan, cpus, clients);
@@ -65,10 +109,14 @@ impl<L: Launcher> HostLauncher<'_, L> {
                     session,
                     process,
                 }),
-                Err(e) => {
-                    let why = format!("cannot start target {:?}: {e}", plan.name);
-                    if matches!(e, RemoteError::Unreachable { .. }) {
-                        self.health.failed(&host, &why);
+                Err(source) => {
+                    let unreachable = matches!(source, RemoteError::Unreachable { .. });
+                    let why = RemoteStartError::Spawn {
+                        target: plan.name.clone(),
+                        source,
+                    };
+                    if unreachable {
+                        self.health.failed(&host, &why.to_string());
                     }
                     for p in &mut procs {
                         p.process.stop();
@@ -89,17 +137,21 @@ impl<L: Launcher> HostLauncher<'_, L> {
         sessions: &[Arc<HostSession>],
         cpus: &CpuPair,
         clients: usize,
-    ) -> Result<Vec<RemoteProc>, String> {
+    ) -> Result<Vec<RemoteProc>, RemoteStartError> {
         let engines: Vec<_> = sessions.iter().map(|s| s.engine.clone()).collect();
         let lines: Vec<String> = (plans.iter())
             .map(|(_, plan)| remote_line(plan, cpus, clients))
             .collect();
         let signal = crate::process::signal_name(target.stop_signal);
         let processes = slurm_step::spawn_step(&engines, &lines, signal, target.stop_grace)
-            .map_err(|e| {
-                let why = format!("cannot start the ranks of target {:?}: {e}", target.name);
-                if matches!(e, RemoteError::Unreachable { .. }) {
-                    self.health.failed(&plans[0].0, &why);
+            .map_err(|source| {
+                let unreachable = matches!(source, RemoteError::Unreachable { .. });
+                let why = RemoteStartError::Ranks {
+                    target: target.name.clone(),
+                    source,
+                };
+                if unreachable {
+                    self.health.failed(&plans[0].0, &why.to_string());
                 }
                 why
             })?;
@@ -148,7 +200,7 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
             true => self.start_one_step(target, &plans, &sessions, cpus, clients),
             false => self.start_each(target, plans, sessions, cpus, clients),
         }
-        .map_err(LaunchError::Start)?;
+        .map_err(|e| LaunchError::Start(e.to_string()))?;
         let mut server = RemoteServer {
             port: target.port.unwrap_or(0),
             procs,
@@ -159,6 +211,7 @@ impl<L: Launcher> Launcher for HostLauncher<'_, L> {
                 Ok(Box::new(server))
             }
             Err(why) => {
+                let why = why.to_string();
                 if server.host_lost() || self.health.on_probation(host) {
                     self.health.failed(host, first_line(&why));
                 }
@@ -361,7 +414,11 @@ pub struct RemoteServer {
 }
 
 impl RemoteServer {
-    fn wait_ready(&mut self, target: &TargetPlan, stop: &AtomicBool) -> Result<(), String> {
+    fn wait_ready(
+        &mut self,
+        target: &TargetPlan,
+        stop: &AtomicBool,
+    ) -> Result<(), RemoteStartError> {
         let plans: Vec<TargetPlan> = rank_plans(target, &[])
             .into_iter()
             .map(|(_, p)| p)
@@ -373,11 +430,11 @@ impl RemoteServer {
                 let p = &mut self.procs[k];
                 let status = p.process.try_status();
                 if status != RemoteStatus::Running {
-                    return Err(format!(
-                        "{} {status} before it was ready{}",
-                        p.describe(target),
-                        crate::fleet::server::output_ends(&p.tail())
-                    ));
+                    return Err(RemoteStartError::Exited {
+                        who: p.describe(target),
+                        status: status.to_string(),
+                        tail: crate::fleet::server::output_ends(&p.tail()),
+                    });
                 }
                 let take_port = k == 0 && target.port_from_log;
                 let log_ok = match (&plans[k].ready_log, take_port) {
@@ -397,17 +454,16 @@ impl RemoteServer {
                 return Ok(());
             }
             if stop.load(Ordering::Relaxed) {
-                return Err("interrupted".into());
+                return Err(RemoteStartError::Interrupted);
             }
             if start.elapsed() > target.ready_timeout {
                 let k = ready.iter().position(|r| !r).unwrap_or(0);
                 let p = &self.procs[k];
-                return Err(format!(
-                    "{} was not ready within {:?}{}",
-                    p.describe(target),
-                    target.ready_timeout,
-                    crate::fleet::server::output_ends(&p.tail())
-                ));
+                return Err(RemoteStartError::NotReady {
+                    who: p.describe(target),
+                    timeout: target.ready_timeout,
+                    tail: crate::fleet::server::output_ends(&p.tail()),
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -55,17 +55,27 @@ pub struct Sessions {
     pub down: BTreeMap<String, String>,
 }
 
+/// Why a host has no session.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NoSession {
+    /// It could not be set up when the run started (why).
+    #[error("{0}")]
+    Down(String),
+    /// No host has that name.
+    #[error("host {0:?} is not in the [hosts] table")]
+    Unknown(String),
+}
+
 impl Sessions {
     /// The session of `name`, or why there is none.
-    pub fn get(&self, name: &str) -> Result<Arc<HostSession>, String> {
+    pub fn get(&self, name: &str) -> Result<Arc<HostSession>, NoSession> {
         if let Some(s) = self.up.get(name) {
             return Ok(s.clone());
         }
-        Err(self
-            .down
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| format!("host {name:?} is not in the [hosts] table")))
+        Err(match self.down.get(name) {
+            Some(why) => NoSession::Down(why.clone()),
+            None => NoSession::Unknown(name.into()),
+        })
     }
 
     /// What environment.json keeps of the hosts: each one's environment, or why it is missing.
@@ -89,7 +99,7 @@ pub fn connect_all(
     custom: &BTreeMap<String, CustomTable>,
     note: &mut dyn FnMut(String),
 ) -> Sessions {
-    let results: Vec<(String, Result<HostSession, String>)> = std::thread::scope(|scope| {
+    let results: Vec<(String, Result<HostSession, RemoteError>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = hosts
             .iter()
             .map(|(name, spec)| {
@@ -117,7 +127,7 @@ pub fn connect_all(
             }
             Err(why) => {
                 note(format!("host {name}: {why}; its steps fail"));
-                sessions.down.insert(name, why);
+                sessions.down.insert(name, why.to_string());
             }
         }
     }
@@ -130,20 +140,18 @@ pub fn connect(
     spec: HostSpec,
     stairbench_bin: &Path,
     custom: &BTreeMap<String, CustomTable>,
-) -> Result<HostSession, String> {
+) -> Result<HostSession, RemoteError> {
     let engine = crate::remote::engine(&spec);
     let t = std::time::Instant::now();
-    engine.check().map_err(|e| e.to_string())?;
+    engine.check()?;
     let login = t.elapsed();
     // Without its line tables: a tenth of the size to copy (made once per build, cached).
     let (bin, not_stripped) = crate::remote::stripped::for_hosts(stairbench_bin);
-    let copied = engine.put(&bin).map_err(|e| e.to_string())?;
+    let copied = engine.put(&bin)?;
     let binary = t.elapsed() - login;
-    let topology = topology_json(&*engine).map_err(|e| e.to_string())?;
-    let mut environment: Value = engine
-        .run_json(&format!("./{REMOTE_BIN} environment --json"))
-        .map_err(|e| e.to_string())?;
-    let offset = engine.clock_offset().map_err(|e| e.to_string())?;
+    let topology = topology_json(&*engine)?;
+    let mut environment: Value = engine.run_json(&format!("./{REMOTE_BIN} environment --json"))?;
+    let offset = engine.clock_offset()?;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let set_up = HostSetUp {
         total_ms: ms(t.elapsed()),
@@ -189,9 +197,12 @@ impl HostPlacements<'_> {
     fn on(&self, host: Option<&str>) -> Result<TopologyPlacements, CpusError> {
         match host {
             None => Ok(self.local.clone()),
-            Some(h) => Ok((self.sessions.get(h).map_err(CpusError::Host)?)
-                .placements
-                .clone()),
+            Some(h) => Ok((self
+                .sessions
+                .get(h)
+                .map_err(|e| CpusError::Host(e.to_string()))?)
+            .placements
+            .clone()),
         }
     }
 }
@@ -206,7 +217,7 @@ impl PlacementSource for HostPlacements<'_> {
     }
 
     fn host_down(&self, host: &str) -> Option<String> {
-        self.sessions.get(host).err()
+        self.sessions.get(host).err().map(|e| e.to_string())
     }
 
     fn cpus_on(

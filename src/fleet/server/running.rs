@@ -10,21 +10,42 @@ use crate::fleet::target::{alive, answers, Running, TargetPlan, NOT_OBSERVED};
 use crate::observe::metrics::MetricsSource;
 use crate::observe::step::ServerExtras;
 
+/// Why a server already running cannot be used for a step.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// Nothing accepts at its address.
+    #[error("nothing answers at {address} (target {target:?}, a server already running)")]
+    Silent {
+        /// Its address.
+        address: std::net::SocketAddr,
+        /// The target's name.
+        target: String,
+    },
+    /// Its process cannot be found.
+    #[error("target {target:?}, observed by {watch}: {why}")]
+    Watch {
+        /// The target's name.
+        target: String,
+        /// How it is watched (`pid 12`, `the pid in FILE`, ...).
+        watch: String,
+        /// Why the process was not found.
+        why: crate::fleet::target::WatchError,
+    },
+}
+
 /// The step's view of a server already running: checked to answer, its process found.
-pub fn attach(target: &TargetPlan, running: &Running) -> Result<Box<dyn Server>, String> {
+pub fn attach(target: &TargetPlan, running: &Running) -> Result<Box<dyn Server>, AttachError> {
     if !answers(&running.address) {
-        return Err(format!(
-            "nothing answers at {} (target {:?}, a server already running)",
-            running.address, target.name
-        ));
+        return Err(AttachError::Silent {
+            address: running.address,
+            target: target.name.clone(),
+        });
     }
     let pid = match &running.watch {
-        Some(w) => Some(w.resolve().map_err(|why| {
-            format!(
-                "target {:?}, observed by {}: {why}",
-                target.name,
-                w.describe()
-            )
+        Some(w) => Some(w.resolve().map_err(|why| AttachError::Watch {
+            target: target.name.clone(),
+            watch: w.describe(),
+            why,
         })?),
         None => None,
     };

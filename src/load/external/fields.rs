@@ -24,23 +24,39 @@ pub const FIELD_NAMES: [&str; 14] = [
     "latency_us.max",
 ];
 
+/// A field a parser's map cannot set.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum FieldError {
+    /// Not one of [`FIELD_NAMES`] nor `errors.<kind>`/`extra.<name>`.
+    #[error("unknown field {0:?}; expected one of {names}, errors.<kind> or extra.<name>", names = FIELD_NAMES.join(", "))]
+    Unknown(String),
+    /// `latency_us.<sub>` with a percentile the load does not keep.
+    #[error("unknown latency field {0:?}")]
+    Latency(String),
+    /// A count that is negative or not finite.
+    #[error("{name} must be a non-negative count, got {value}")]
+    Count {
+        /// The field.
+        name: String,
+        /// What was read.
+        value: f64,
+    },
+}
+
 /// Checks that `name` is a field a map may set; the error lists the valid names.
-pub(crate) fn check_field_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_field_name(name: &str) -> Result<(), FieldError> {
     let prefixed = ["errors.", "extra."]
         .iter()
         .any(|p| name.strip_prefix(p).is_some_and(|rest| !rest.is_empty()));
     if prefixed || FIELD_NAMES.contains(&name) {
         Ok(())
     } else {
-        Err(format!(
-            "unknown field {name:?}; expected one of {}, errors.<kind> or extra.<name>",
-            FIELD_NAMES.join(", ")
-        ))
+        Err(FieldError::Unknown(name.to_string()))
     }
 }
 
 /// Stores `value` in the field `name` (already checked with [`check_field_name`]).
-pub(crate) fn set_field(load: &mut ParsedLoad, name: &str, value: f64) -> Result<(), String> {
+pub(crate) fn set_field(load: &mut ParsedLoad, name: &str, value: f64) -> Result<(), FieldError> {
     check_field_name(name)?;
     if let Some(kind) = name.strip_prefix("errors.") {
         load.errors.insert(kind.into(), to_count(name, value)?);
@@ -50,7 +66,7 @@ pub(crate) fn set_field(load: &mut ParsedLoad, name: &str, value: f64) -> Result
         let slot = load
             .latency_us
             .get_mut(sub)
-            .ok_or_else(|| format!("unknown latency field {sub:?}"))?;
+            .ok_or_else(|| FieldError::Latency(sub.to_string()))?;
         *slot = Some(value);
     } else {
         match name {
@@ -65,11 +81,14 @@ pub(crate) fn set_field(load: &mut ParsedLoad, name: &str, value: f64) -> Result
 }
 
 /// A count read as a float: must be finite and not negative; rounded to the nearest integer.
-pub(crate) fn to_count(name: &str, value: f64) -> Result<u64, String> {
+pub(crate) fn to_count(name: &str, value: f64) -> Result<u64, FieldError> {
     if value.is_finite() && value >= 0.0 {
         Ok(value.round() as u64)
     } else {
-        Err(format!("{name} must be a non-negative count, got {value}"))
+        Err(FieldError::Count {
+            name: name.to_string(),
+            value,
+        })
     }
 }
 

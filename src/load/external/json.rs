@@ -68,7 +68,7 @@ impl OutputParser for JsonParser {
             })?;
             let scaled = number * self.scale.get(name).copied().unwrap_or(1.0);
             set_field(&mut load, name, scaled)
-                .map_err(|m| ParseError::bad_value(TOOL, 0, &m, &value.to_string()))?;
+                .map_err(|m| ParseError::bad_value(TOOL, 0, &m.to_string(), &value.to_string()))?;
         }
         Ok(load)
     }

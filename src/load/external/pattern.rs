@@ -124,7 +124,8 @@ impl RegexParser {
             .parse()
             .map_err(|_| ParseError::bad_value(TOOL, line, name, text))?;
         let scaled = value * self.scale.get(name).copied().unwrap_or(1.0);
-        set_field(load, name, scaled).map_err(|m| ParseError::bad_value(TOOL, line, &m, text))
+        set_field(load, name, scaled)
+            .map_err(|m| ParseError::bad_value(TOOL, line, &m.to_string(), text))
     }
 }
 

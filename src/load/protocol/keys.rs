@@ -4,6 +4,17 @@
 
 use crate::load::Distribution;
 
+/// A key space that cannot be drawn from.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KeySpaceError {
+    /// No key at all.
+    #[error("--keys must be at least 1")]
+    NoKeys,
+    /// A Zipf exponent outside (0, 1).
+    #[error("zipf theta must be between 0 and 1 (exclusive), got {0}")]
+    Theta(f64),
+}
+
 /// Key choice shared by all connections (the Zipf constants are computed once).
 #[derive(Debug, Clone)]
 pub struct KeySpace {
@@ -14,9 +25,9 @@ pub struct KeySpace {
 
 impl KeySpace {
     /// A key space of `keys` keys drawn by `distribution`.
-    pub fn new(keys: u64, distribution: Distribution) -> Result<Self, String> {
+    pub fn new(keys: u64, distribution: Distribution) -> Result<Self, KeySpaceError> {
         if keys == 0 {
-            return Err("--keys must be at least 1".into());
+            return Err(KeySpaceError::NoKeys);
         }
         let zipf = match distribution {
             Distribution::Uniform => None,
@@ -143,11 +154,9 @@ struct Zipf {
 }
 
 impl Zipf {
-    fn new(n: u64, theta: f64) -> Result<Self, String> {
+    fn new(n: u64, theta: f64) -> Result<Self, KeySpaceError> {
         if !(theta > 0.0 && theta < 1.0) {
-            return Err(format!(
-                "zipf theta must be between 0 and 1 (exclusive), got {theta}"
-            ));
+            return Err(KeySpaceError::Theta(theta));
         }
         let zeta = |k: u64| (1..=k).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
         let zetan = zeta(n);

@@ -27,14 +27,19 @@ pub enum Commands {
     Meta,
 }
 
-impl FromStr for Commands {
-    type Err = String;
+/// A `--memcache-commands` that is neither `text` nor `meta`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0:?}: expected text (get/set) or meta (mg/ms)")]
+pub struct BadCommands(String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl FromStr for Commands {
+    type Err = BadCommands;
+
+    fn from_str(s: &str) -> Result<Self, BadCommands> {
         match s {
             "text" => Ok(Commands::Text),
             "meta" => Ok(Commands::Meta),
-            _ => Err(format!("{s:?}: expected text (get/set) or meta (mg/ms)")),
+            _ => Err(BadCommands(s.to_string())),
         }
     }
 }

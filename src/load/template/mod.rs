@@ -42,14 +42,19 @@ pub enum Order {
     Sequential,
 }
 
-impl std::str::FromStr for Order {
-    type Err = String;
+/// An `--order` that is neither `weighted` nor `sequential`.
+#[derive(Debug, thiserror::Error)]
+#[error("bad order {0:?}: use weighted or sequential")]
+pub struct BadOrder(String);
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for Order {
+    type Err = BadOrder;
+
+    fn from_str(s: &str) -> Result<Self, BadOrder> {
         match s {
             "weighted" => Ok(Order::Weighted),
             "sequential" => Ok(Order::Sequential),
-            _ => Err(format!("bad order {s:?}: use weighted or sequential")),
+            _ => Err(BadOrder(s.to_string())),
         }
     }
 }

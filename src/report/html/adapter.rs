@@ -49,7 +49,7 @@ pub enum AdapterError {
         /// The log.
         path: PathBuf,
         /// What was wrong.
-        why: String,
+        why: crate::record::hlog::LogFormatError,
     },
 }
 

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use super::peers::PeerFault;
 use crate::wire::kvd::{decode, encode_request, encode_response, Frame};
 use crate::wire::shmkv::per_worker::SPIN;
 
@@ -68,7 +69,7 @@ impl<'a> Wire<'a> {
     }
 
     /// Sends `n` pings and the last one, one at a time, recording each round trip (ns).
-    pub fn ping(&mut self, n: u64, rtt_ns: &mut Histogram<u64>) -> Result<(), String> {
+    pub fn ping(&mut self, n: u64, rtt_ns: &mut Histogram<u64>) -> Result<(), PeerFault> {
         let mut out = Vec::with_capacity(64);
         for i in 0..=n {
             out.clear();
@@ -79,7 +80,7 @@ impl<'a> Wire<'a> {
             let (len, ok) =
                 self.frame(|f| matches!(f, Frame::Response { id, .. } if id == i as u32))?;
             if !ok {
-                return Err(format!("it answered ping {i} with another frame"));
+                return Err(PeerFault::OtherFrame(i));
             }
             if i < n {
                 let _ = rtt_ns.record(sent.elapsed().as_nanos() as u64);
@@ -90,7 +91,7 @@ impl<'a> Wire<'a> {
     }
 
     /// Echoes pings until the last one; how many came.
-    pub fn pong(&mut self) -> Result<u64, String> {
+    pub fn pong(&mut self) -> Result<u64, PeerFault> {
         let mut out = Vec::with_capacity(64);
         for count in 0.. {
             let mut echo = None;
@@ -104,7 +105,7 @@ impl<'a> Wire<'a> {
                 _ => false,
             })?;
             if !ok {
-                return Err("it sent a frame other than a ping at the start".into());
+                return Err(PeerFault::NotPing);
             }
             self.input.drain(..len);
             self.write_all(&out)?;
@@ -116,17 +117,20 @@ impl<'a> Wire<'a> {
     }
 
     /// Waits for a whole frame; (its length, what `check` said of it).
-    fn frame(&mut self, mut check: impl FnMut(Frame<'_>) -> bool) -> Result<(usize, bool), String> {
+    fn frame(
+        &mut self,
+        mut check: impl FnMut(Frame<'_>) -> bool,
+    ) -> Result<(usize, bool), PeerFault> {
         let mut buf = [0u8; 4096];
         let mut idle_since = Instant::now();
         loop {
             match decode(&self.input) {
                 Ok(Some((f, len))) => return Ok((len, check(f))),
                 Ok(None) => {}
-                Err(e) => return Err(format!("it sent a malformed frame: {e}")),
+                Err(e) => return Err(PeerFault::Malformed(e)),
             }
             match self.stream.read(&mut buf) {
-                Ok(0) => return Err("it closed the connection".into()),
+                Ok(0) => return Err(PeerFault::Closed),
                 Ok(n) => {
                     self.input.extend_from_slice(&buf[..n]);
                     idle_since = Instant::now();
@@ -134,18 +138,15 @@ impl<'a> Wire<'a> {
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
                     self.wait(idle_since)?
                 }
-                Err(e) => return Err(format!("reading from it failed: {e}")),
+                Err(e) => return Err(PeerFault::Read(e)),
             }
         }
     }
 
     /// One wait for the socket: spin, or (adaptive, after [`SPIN`]) poll(2) for 1 ms.
-    fn wait(&self, idle_since: Instant) -> Result<(), String> {
+    fn wait(&self, idle_since: Instant) -> Result<(), PeerFault> {
         if Instant::now() >= self.deadline {
-            return Err(format!(
-                "the ping-pong at start did not end within {} s",
-                CALIBRATION_LIMIT.as_secs()
-            ));
+            return Err(PeerFault::Calibration(CALIBRATION_LIMIT.as_secs()));
         }
         if self.mode == PollMode::Adaptive && idle_since.elapsed() >= SPIN {
             let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
@@ -156,14 +157,14 @@ impl<'a> Wire<'a> {
         Ok(())
     }
 
-    fn write_all(&mut self, mut bytes: &[u8]) -> Result<(), String> {
+    fn write_all(&mut self, mut bytes: &[u8]) -> Result<(), PeerFault> {
         while !bytes.is_empty() {
             match self.stream.write(bytes) {
                 Ok(n) => bytes = &bytes[n..],
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
                     self.wait(Instant::now())?
                 }
-                Err(e) => return Err(format!("writing to it failed: {e}")),
+                Err(e) => return Err(PeerFault::Write(e)),
             }
         }
         Ok(())

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::calibrate::{PollMode, Wire};
 use super::metrics::{Counters, Gauges, Phases, Shared, PUBLISH_EVERY};
-use super::peers::PeerConn;
+use super::peers::{PeerConn, PeerFault};
 use crate::serve::shmkv::per_worker::reap_dead;
 use crate::wire::kvd::{
     decode, encode_request, encode_response, key_number, owner, Frame, ST_PEER_DOWN,
@@ -413,7 +413,7 @@ impl Daemon {
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => false,
             Err(e) => {
-                self.fail_peer(j, b, &format!("writing to it failed: {e}"));
+                self.fail_peer(j, b, &PeerFault::Write(e));
                 true
             }
         }
@@ -426,14 +426,14 @@ impl Daemon {
         };
         let n = match stream.read(&mut self.read_buf) {
             Ok(0) => {
-                self.fail_peer(j, b, "it closed the connection");
+                self.fail_peer(j, b, &PeerFault::Closed);
                 return true;
             }
             Ok(n) => n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == ErrorKind::Interrupted => return false,
             Err(e) => {
-                self.fail_peer(j, b, &format!("reading from it failed: {e}"));
+                self.fail_peer(j, b, &PeerFault::Read(e));
                 return true;
             }
         };
@@ -456,7 +456,7 @@ impl Daemon {
                     at += len;
                 }
                 Ok(None) => break None,
-                Err(e) => break Some(format!("it sent a malformed frame: {e}")),
+                Err(e) => break Some(PeerFault::Malformed(e)),
             }
         };
         input.drain(..at);
@@ -521,18 +521,17 @@ impl Daemon {
         b: &Block,
         frame: Frame<'_>,
         read_ns: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), PeerFault> {
         match frame {
             Frame::Request { id, op, key, value } => {
                 self.counters.incoming += 1;
                 let slot = match key_number(key).map(|k| owner(k, self.cfg.ranks)) {
                     Some((r, slot)) if r == self.cfg.rank => slot,
                     _ => {
-                        return Err(format!(
-                            "it sent a request for key {:?}, which rank {} does not own",
-                            String::from_utf8_lossy(key),
-                            self.cfg.rank
-                        ))
+                        return Err(PeerFault::NotOwned {
+                            key: String::from_utf8_lossy(key).into_owned(),
+                            rank: self.cfg.rank,
+                        })
                     }
                 };
                 let mut out = std::mem::take(&mut self.read_buf);
@@ -550,7 +549,7 @@ impl Daemon {
                     .and_then(Option::take)
                     .filter(|q| q.peer as usize == j)
                 else {
-                    return Err(format!("it answered request {id}, which it was not sent"));
+                    return Err(PeerFault::Unasked(id));
                 };
                 let cb = self.now_ns();
                 self.phases.record(RTT, cb - q.call_ns);
@@ -573,7 +572,7 @@ impl Daemon {
     }
 
     /// Drops peer `j`: its in-flight requests answer `peer_down`, and so will its keys.
-    fn fail_peer(&mut self, j: usize, b: &Block, why: &str) {
+    fn fail_peer(&mut self, j: usize, b: &Block, why: &PeerFault) {
         let Some(p) = self.peers[j].as_mut() else {
             return;
         };

@@ -144,7 +144,7 @@ fn accept_higher(
                 }
                 Err(why) => {
                     let p = pending.swap_remove(i);
-                    refuse(rank, &p, &why);
+                    refuse(rank, &p, &why.to_string());
                 }
             }
         }
@@ -205,9 +205,56 @@ fn accept_new(
     }
 }
 
+/// Why a peer connection (or one that claims to be) is dropped: a phrase, said after "rank
+/// N failed: " or "closed a connection from ADDRESS that is not a peer: ".
+#[derive(Debug, thiserror::Error)]
+pub enum PeerFault {
+    /// Writing to it failed.
+    #[error("writing to it failed: {0}")]
+    Write(std::io::Error),
+    /// Reading from it failed.
+    #[error("reading from it failed: {0}")]
+    Read(std::io::Error),
+    /// It closed the connection.
+    #[error("it closed the connection")]
+    Closed,
+    /// It sent bytes that are no frame.
+    #[error("it sent a malformed frame: {0}")]
+    Malformed(FrameError),
+    /// It asked for a key this rank does not own.
+    #[error("it sent a request for key {key:?}, which rank {rank} does not own")]
+    NotOwned {
+        /// The key, as text.
+        key: String,
+        /// This rank.
+        rank: u32,
+    },
+    /// An answer to a request it was not sent.
+    #[error("it answered request {0}, which it was not sent")]
+    Unasked(u32),
+    /// A ping answered by another frame.
+    #[error("it answered ping {0} with another frame")]
+    OtherFrame(u64),
+    /// Something else than a ping during calibration.
+    #[error("it sent a frame other than a ping at the start")]
+    NotPing,
+    /// The calibration took too long (seconds).
+    #[error("the ping-pong at start did not end within {0} s")]
+    Calibration(u64),
+    /// Its hello is not a kvd hello.
+    #[error("it is not a kvd peer: {0}")]
+    NotAPeer(FrameError),
+    /// It closed before its hello was whole.
+    #[error("it closed the connection before a whole hello")]
+    ClosedBeforeHello,
+    /// Reading its hello failed.
+    #[error("reading its hello failed: {0}")]
+    ReadHello(std::io::Error),
+}
+
 /// Reads what a pending connection has sent, never past its hello: `Some(len)` once the
-/// hello is whole, an error (a phrase) once it cannot become one.
-fn read_hello(p: &mut Pending) -> Result<Option<usize>, String> {
+/// hello is whole, an error once it cannot become one.
+fn read_hello(p: &mut Pending) -> Result<Option<usize>, PeerFault> {
     loop {
         match decode_hello(&p.got) {
             Ok(Some((_, len))) => return Ok(Some(len)),
@@ -221,16 +268,16 @@ fn read_hello(p: &mut Pending) -> Result<Option<usize>, String> {
                 {
                     p.got.extend_from_slice(&more[..n]);
                 }
-                return Err(format!("it is not a kvd peer: {e}"));
+                return Err(PeerFault::NotAPeer(e));
             }
         }
         let mut buf = vec![0u8; hello_wants(&p.got)];
         match p.stream.read(&mut buf) {
-            Ok(0) => return Err("it closed the connection before a whole hello".into()),
+            Ok(0) => return Err(PeerFault::ClosedBeforeHello),
             Ok(n) => p.got.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("reading its hello failed: {e}")),
+            Err(e) => return Err(PeerFault::ReadHello(e)),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `[client] arrivals` and `ramp` in a spec: Poisson arrivals for an open-loop `rate` series;
 //! a ramp refused with its reason.
 
-use crate::load::arrivals::Arrivals;
+use crate::load::arrivals::{Arrivals, ArrivalsError};
 use crate::sweep::spec::{SpecError, SpecFile};
 
 /// Why a spec takes no `ramp`: each step of a staircase holds one load level, and its figures
@@ -22,7 +22,9 @@ pub fn arrivals(spec: &SpecFile) -> Result<Arrivals, SpecError> {
         return Ok(Arrivals::Uniform);
     };
     let at = |why: &str| spec.error_at(&["client", "arrivals"], why);
-    let arrivals: Arrivals = text.parse().map_err(|e: String| at(&e))?;
+    let arrivals: Arrivals = text
+        .parse()
+        .map_err(|e: ArrivalsError| at(&e.to_string()))?;
     if arrivals == Arrivals::Poisson {
         if spec.spec.rate.is_none() {
             return Err(at("arrivals = \"poisson\" spaces open-loop requests: it needs a rate series (rate = [...] or { from, to, step }); a clients staircase is closed loop"));

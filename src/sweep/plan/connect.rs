@@ -33,8 +33,8 @@ pub fn connect(spec: &SpecFile) -> Result<ConnectOptions, SpecError> {
         }
     }
     if let Some(text) = &c.source_addrs {
-        out.source_addrs =
-            parse_source_addrs(text).map_err(|e| spec.error_at(&["client", "source_addrs"], e))?;
+        out.source_addrs = parse_source_addrs(text)
+            .map_err(|e| spec.error_at(&["client", "source_addrs"], e.to_string()))?;
     }
     if let Some(rate) = c.connect_rate {
         if !(rate.is_finite() && rate >= 1.0) {

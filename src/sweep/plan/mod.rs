@@ -260,16 +260,16 @@ impl Plan {
 
     /// A quick trial at other client counts: the staircase's steps, or the one client count
     /// of a rate series.
-    pub fn with_clients(&mut self, clients: &[usize]) -> Result<(), String> {
+    pub fn with_clients(&mut self, clients: &[usize]) -> Result<(), ClientsError> {
         if clients.is_empty() || clients.contains(&0) {
-            return Err("--clients: expected client counts of at least 1, e.g. 1,4".into());
+            return Err(ClientsError::Zero);
         }
         match (&mut self.series, clients) {
             (Series::Clients(c), _) => *c = clients.to_vec(),
             (Series::Rates { clients: c, .. } | Series::Find { clients: c, .. }, [one]) => {
                 *c = *one
             }
-            _ => return Err("--clients: a rate series takes one client count".into()),
+            _ => return Err(ClientsError::RateSeries),
         }
         Ok(())
     }
@@ -290,7 +290,9 @@ impl Plan {
 fn series(spec: &SpecFile) -> Result<Series, SpecError> {
     let s = &spec.spec;
     let counts = match &s.clients {
-        Some(c) => c.expand().map_err(|e| spec.error_at(&["clients"], e))?,
+        Some(c) => c
+            .expand()
+            .map_err(|e| spec.error_at(&["clients"], e.to_string()))?,
         None => vec![1],
     };
     match (&s.rate, &s.find) {
@@ -334,7 +336,9 @@ fn series(spec: &SpecFile) -> Result<Series, SpecError> {
                     })
                 }
                 None => Ok(Series::Rates {
-                    rates: rate.expand().map_err(|e| spec.error_at(&["rate"], e))?,
+                    rates: rate
+                        .expand()
+                        .map_err(|e| spec.error_at(&["rate"], e.to_string()))?,
                     clients: counts[0],
                 }),
             }
@@ -393,7 +397,7 @@ fn observe_entries(spec: &SpecFile) -> Result<Vec<ObserveEntry>, SpecError> {
     for (i, o) in spec.spec.observe.iter().enumerate() {
         let entry = o
             .entry(&spec_dir(spec))
-            .map_err(|e| spec.error_at(&["observe", &i.to_string()], e))?;
+            .map_err(|e| spec.error_at(&["observe", &i.to_string()], e.to_string()))?;
         observe.push(entry);
     }
     Ok(observe)
@@ -437,14 +441,16 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
     check_url(spec, i, t, &url)?;
     if let TargetKind::Command(c) = &kind {
         crate::fleet::driver::check_placeholders(c, crate::fleet::server::TARGET_PLACEHOLDERS)
-            .map_err(|e| at("command", e))?;
+            .map_err(|e| at("command", e.to_string()))?;
     }
     let instances = t.instances.unwrap_or(1);
     if instances == 0 {
         return Err(at("instances", "expected at least 1".into()));
     }
     let stop_signal = match &t.stop_signal {
-        Some(name) => crate::process::parse_stop_signal(name).map_err(|e| at("stop_signal", e))?,
+        Some(name) => {
+            crate::process::parse_stop_signal(name).map_err(|e| at("stop_signal", e.to_string()))?
+        }
         None => nix::sys::signal::Signal::SIGTERM,
     };
     let stop_grace = t.stop_timeout.map_or(STOP_GRACE, |d| d.0);
@@ -490,7 +496,7 @@ fn target_kind(
             let args: Vec<String> = b.split_whitespace().map(str::to_string).collect();
             match args.first() {
                 Some(k) if BUILTIN_SERVERS.contains(&k.as_str()) => {
-                    check_serve_args(&args).map_err(|e| at("builtin", e))?;
+                    check_serve_args(&args).map_err(|e| at("builtin", e.to_string()))?;
                     Ok(TargetKind::Builtin(args))
                 }
                 _ => Err(at("builtin", format!("{b:?}: expected a built-in server ({}) and its options, e.g. \"msgr --arch reactor\"", BUILTIN_SERVERS.join(", ")))),
@@ -540,8 +546,8 @@ fn check_url(
         return Ok(());
     }
     crate::load::target::check_shape(url).map_err(|e| match (&t.url, &spec.spec.client.url) {
-        (None, Some(_)) => spec.error_at(&["client", "url"], e),
-        _ => target_error(spec, i, "url", e),
+        (None, Some(_)) => spec.error_at(&["client", "url"], e.to_string()),
+        _ => target_error(spec, i, "url", e.to_string()),
     })
 }
 
@@ -554,7 +560,10 @@ fn target_metrics(
     url: &str,
 ) -> Result<Option<MetricsPlan>, SpecError> {
     Ok(match &t.metrics {
-        Some(m) => Some(m.plan().map_err(|e| target_error(spec, i, "metrics", e))?),
+        Some(m) => Some(
+            m.plan()
+                .map_err(|e| target_error(spec, i, "metrics", e.to_string()))?,
+        ),
         // The built-in msgr server and kvd daemon write their counters when asked (into a file on
         // this machine: not for a server on another host, except a kvd target's ranks, whose
         // files each rank's host reads back).
@@ -585,29 +594,37 @@ struct ServeLine {
 
 /// Parses `builtin`'s words with the same definitions as `stairbench serve` (an option the
 /// runner adds itself, such as --port, may be missing).
-fn check_serve_args(args: &[String]) -> Result<(), String> {
+fn check_serve_args(args: &[String]) -> Result<(), BuiltinArgs> {
     use clap::error::ErrorKind;
     match <ServeLine as clap::Parser>::try_parse_from(args) {
-        Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => {
-            let text = e.render().to_string();
-            Err(text
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("error: ")
-                .to_string())
-        }
+        Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => Err(BuiltinArgs(e)),
         _ => Ok(()),
     }
+}
+
+/// `builtin` words that `stairbench serve` refuses: clap's first line, without `error: `.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.render().to_string().lines().next().unwrap_or("").trim_start_matches("error: "))]
+struct BuiltinArgs(clap::Error);
+
+/// A `--clients` override the plan cannot take.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClientsError {
+    /// No count, or a count of 0.
+    #[error("--clients: expected client counts of at least 1, e.g. 1,4")]
+    Zero,
+    /// Several counts for a rate series.
+    #[error("--clients: a rate series takes one client count")]
+    RateSeries,
 }
 
 /// `[client] requests` and `order`: the file is read and checked now, relative to the spec.
 fn requests(spec: &SpecFile, proto: &mut ProtoOptions) -> Result<(), SpecError> {
     let c = &spec.spec.client;
     if let Some(o) = &c.order {
-        proto.order = o
-            .parse()
-            .map_err(|e: String| spec.error_at(&["client", "order"], e))?;
+        proto.order = o.parse().map_err(|e: crate::load::template::BadOrder| {
+            spec.error_at(&["client", "order"], e.to_string())
+        })?;
     }
     if let Some(file) = &c.requests {
         let path = spec_dir(spec).join(file);
@@ -650,7 +667,7 @@ fn custom_tables(spec: &SpecFile) -> Result<BTreeMap<String, CustomTable>, SpecE
         };
         let key = c.key.clone().unwrap_or_else(|| name.clone());
         let table = CustomTable::read(&path, &key)
-            .map_err(|e| spec.error_at(&["custom_placements", name, "file"], e))?;
+            .map_err(|e| spec.error_at(&["custom_placements", name, "file"], e.to_string()))?;
         out.insert(name.clone(), table);
     }
     Ok(out)
@@ -679,7 +696,7 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
             template,
             crate::fleet::driver::CLIENT_PLACEHOLDERS,
         )
-        .map_err(|e| spec.error_at(&["client", "command"], e))?;
+        .map_err(|e| spec.error_at(&["client", "command"], e.to_string()))?;
         let options = c.parser_options.clone().unwrap_or_default();
         crate::load::external::by_name(&parser, &options)
             .map_err(|e| spec.error_at(&["client", "parser"], e.to_string()))?;
@@ -723,9 +740,11 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
         proto.msg_size = m;
     }
     if let Some(m) = &c.memcache_commands {
-        proto.memcache_commands = m
-            .parse()
-            .map_err(|e: String| spec.error_at(&["client", "memcache_commands"], e))?;
+        proto.memcache_commands =
+            m.parse()
+                .map_err(|e: crate::load::protocol::memcache::BadCommands| {
+                    spec.error_at(&["client", "memcache_commands"], e.to_string())
+                })?;
     }
     requests(spec, &mut proto)?;
     tls(spec, &mut proto)?;

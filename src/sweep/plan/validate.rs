@@ -12,9 +12,9 @@ pub fn report(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
     let Some(text) = spec.spec.report.as_ref().and_then(|r| r.heat_map.as_ref()) else {
         return Ok(());
     };
-    let at = |message: String| spec.error_at(&["report", "heat_map"], message);
-    let selector: Selector = text.parse().map_err(at)?;
-    selector_fits(spec, series, &selector).map_err(at)
+    let at = |e: &dyn std::fmt::Display| spec.error_at(&["report", "heat_map"], e.to_string());
+    let selector: Selector = text.parse().map_err(|e| at(&e))?;
+    selector_fits(spec, series, &selector).map_err(|e| at(&e))
 }
 
 /// Checks every `[[thresholds]]` entry's selectors: its target and placement exist, and its
@@ -87,10 +87,13 @@ pub fn comparisons(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
             let text = value
                 .as_str()
                 .ok_or_else(|| at("expected a string \"TARGET[/PLACEMENT][@CLIENTS]\"".into()))?;
-            let selector: Selector = text.parse().map_err(at)?;
-            selector_fits(spec, series, &selector).map_err(at)?;
+            let selector: Selector = text
+                .parse()
+                .map_err(|e: crate::analyze::compare::SelectorError| at(e.to_string()))?;
+            selector_fits(spec, series, &selector).map_err(|e| at(e.to_string()))?;
         }
-        parse_comparison(&toml::Value::Table(item.clone())).map_err(|message| {
+        parse_comparison(&toml::Value::Table(item.clone())).map_err(|e| {
+            let message = e.to_string();
             let key = unknown_field(&message).filter(|k| item.contains_key(k.as_str()));
             match key {
                 Some(k) => spec.error_at(&["comparisons", &idx, &k], message),
@@ -101,34 +104,61 @@ pub fn comparisons(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// A selector that names what the spec does not have.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SelectorFitError {
+    /// No such target.
+    #[error("unknown target {name:?}: expected one of {}", .known.join(", "))]
+    Target {
+        /// The name given.
+        name: String,
+        /// The spec's targets.
+        known: Vec<String>,
+    },
+    /// No such placement.
+    #[error("unknown placement {name:?}: the spec's placements are {}", .known.join(", "))]
+    Placement {
+        /// The name given.
+        name: String,
+        /// The spec's placements.
+        known: Vec<String>,
+    },
+    /// No step at that client count.
+    #[error("no step has {clients} clients: the series steps through {}", .counts.iter().map(usize::to_string).collect::<Vec<_>>().join(", "))]
+    Clients {
+        /// The count given.
+        clients: usize,
+        /// The series' counts.
+        counts: Vec<usize>,
+    },
+}
+
 /// Checks a selector against the spec: its target and placement exist, and its client
 /// count is one the series steps through.
-pub fn selector_fits(spec: &SpecFile, series: &Series, sel: &Selector) -> Result<(), String> {
+pub fn selector_fits(
+    spec: &SpecFile,
+    series: &Series,
+    sel: &Selector,
+) -> Result<(), SelectorFitError> {
     let s = &spec.spec;
     if !s.targets.iter().any(|t| t.name == sel.target) {
-        let names: Vec<&str> = s.targets.iter().map(|t| t.name.as_str()).collect();
-        return Err(format!(
-            "unknown target {:?}: expected one of {}",
-            sel.target,
-            names.join(", ")
-        ));
+        return Err(SelectorFitError::Target {
+            name: sel.target.clone(),
+            known: s.targets.iter().map(|t| t.name.clone()).collect(),
+        });
     }
     if let Some(p) = &sel.placement {
         if !s.placements.contains(p) {
-            return Err(format!(
-                "unknown placement {p:?}: the spec's placements are {}",
-                s.placements.join(", ")
-            ));
+            return Err(SelectorFitError::Placement {
+                name: p.clone(),
+                known: s.placements.clone(),
+            });
         }
     }
     if let Some(c) = sel.clients {
         let counts = series_clients(series);
         if !counts.contains(&c) {
-            let list: Vec<String> = counts.iter().map(usize::to_string).collect();
-            return Err(format!(
-                "no step has {c} clients: the series steps through {}",
-                list.join(", ")
-            ));
+            return Err(SelectorFitError::Clients { clients: c, counts });
         }
     }
     Ok(())

@@ -1,0 +1,107 @@
+//! Counts the project holds itself to (docs/benchmarks.md, "Code-health counts").
+
+use std::path::{Path, PathBuf};
+
+/// The `Result<T, String>` in `text`, counted as `bench/count_string_results.py` counts them:
+/// each `Result<` whose arguments, at the top level, are two and end in `String`, across
+/// line breaks.
+fn string_results(text: &str) -> usize {
+    let mut n = 0;
+    let mut from = 0;
+    while let Some(at) = text[from..].find("Result") {
+        let start = from + at;
+        from = start + "Result".len();
+        let before = text[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let Some(args) = text[from..].trim_start().strip_prefix('<') else {
+            continue;
+        };
+        if top_level_args(args).is_some_and(|a| a.len() == 2 && a[1].trim() == "String") {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The top-level arguments of the angle brackets `args` starts inside of (None: unclosed).
+fn top_level_args(args: &str) -> Option<Vec<String>> {
+    let (mut depth, mut out, mut cur) = (1, Vec::new(), String::new());
+    for c in args.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    out.push(cur);
+                    return Some(out);
+                }
+            }
+            ',' if depth == 1 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    None
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn the_count_follows_signatures_across_lines() {
+    assert_eq!(string_results("fn f() -> Result<(), String> {}"), 1);
+    assert_eq!(
+        string_results("fn f()\n    -> Result<\n        Vec<u8>,\n        String\n    > {}"),
+        1
+    );
+    assert_eq!(string_results("Result<Option<String>, String>"), 1);
+    assert_eq!(
+        string_results("Result<String, MetricsError> io::Result<String>"),
+        0
+    );
+    assert_eq!(
+        string_results("FooResult<(), String> Result<(), StringError>"),
+        0
+    );
+}
+
+/// Typed errors inside the library; `Result<_, String>` only at the edges that print (a
+/// command's clap value parsers, the report writers' top): at most 25 (126 before).
+#[test]
+fn at_most_25_string_errors_are_left_in_src() {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut per_file: Vec<(usize, String)> = files
+        .iter()
+        .map(|p| {
+            (
+                string_results(&std::fs::read_to_string(p).unwrap()),
+                p.display().to_string(),
+            )
+        })
+        .filter(|(n, _)| *n > 0)
+        .collect();
+    per_file.sort_by(|a, b| b.cmp(a));
+    let total: usize = per_file.iter().map(|(n, _)| n).sum();
+    assert!(
+        total <= 25,
+        "{total} Result<_, String> in src (at most 25, at the edges that print); give the \
+         module a thiserror enum: {per_file:?}"
+    );
+}
