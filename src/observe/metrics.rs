@@ -268,9 +268,14 @@ impl MetricsSource {
             }
             MetricsSource::Url(url) if url.starts_with(super::memcached::SCHEME) => {
                 let (addr, _) = parse_url(url)?;
-                super::memcached::stats(addr, url)
-                    .map(Snapshot::Json)
-                    .map_err(MetricsError::Memcached)
+                let mut stats =
+                    super::memcached::stats(addr, url).map_err(MetricsError::Memcached)?;
+                // memcached counts as it is asked: the answer's arrival dates the reading, so
+                // a window's difference says the span it covers (`span_s`), however late a
+                // busy server answered at either edge.
+                let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
+                stats[WRITTEN_FIELD] = json!(now.unwrap_or_default().as_nanos() as u64);
+                Ok(Snapshot::Json(stats))
             }
             MetricsSource::Url(url) => http_get_json(url).map(Snapshot::Json),
         }
