@@ -35,6 +35,9 @@ pub struct ProcSample {
     pub start_ticks: u64,
     /// Each thread's CPU in ticks and the CPUs it may run on, by tid.
     pub threads: BTreeMap<i32, (u64, Vec<usize>)>,
+    /// The whole process's CPU in ticks (utime + stime of /proc/PID/stat), its ended
+    /// threads' included.
+    pub cpu_ticks: u64,
 }
 
 /// Every process at one end of the window, by pid.
@@ -51,6 +54,7 @@ pub fn scan(proc_root: &Path, ncpus: usize) -> Scan {
         let mut p = ProcSample {
             pgrp: stat.pgrp,
             start_ticks: stat.start_ticks,
+            cpu_ticks: stat.utime + stat.stime,
             ..ProcSample::default()
         };
         for e in entries.flatten() {
@@ -84,7 +88,11 @@ fn affinity(tid: i32, ncpus: usize) -> Vec<usize> {
 }
 
 /// Each process's CPU over the window, in ticks: in all, on the CPUs of `a`, on those of `b`
-/// (a thread's ticks shared out evenly over the CPUs it may run on).
+/// (a thread's ticks shared out evenly over the CPUs it may run on). Threads that ended
+/// inside the window (a step's load threads, joined before its end is scanned) are no
+/// longer listed: their CPU is the process's growth less its live threads', placed where
+/// the ended threads were allowed to run (stairbench's own load threads once counted as
+/// others' CPU on the client's CPUs this way: 80% of them).
 fn process_ticks(before: &Scan, after: &Scan, a: &[usize], b: &[usize]) -> BTreeMap<i32, [f64; 3]> {
     let share = |allowed: &[usize], set: &[usize]| {
         if allowed.is_empty() {
@@ -98,12 +106,33 @@ fn process_ticks(before: &Scan, after: &Scan, a: &[usize], b: &[usize]) -> BTree
         // A pid reused during the window is another process: all of its CPU is new.
         let old = before.get(pid).filter(|o| o.start_ticks == p.start_ticks);
         let mut t = [0.0; 3];
+        let mut live = 0;
         for (tid, (ticks, allowed)) in &p.threads {
             let was = old.and_then(|o| o.threads.get(tid)).map_or(0, |x| x.0);
-            let d = ticks.saturating_sub(was) as f64;
-            t[0] += d;
-            t[1] += d * share(allowed, a);
-            t[2] += d * share(allowed, b);
+            let d = ticks.saturating_sub(was);
+            live += d;
+            t[0] += d as f64;
+            t[1] += d as f64 * share(allowed, a);
+            t[2] += d as f64 * share(allowed, b);
+        }
+        let grown = p.cpu_ticks.saturating_sub(old.map_or(0, |o| o.cpu_ticks));
+        let ended = grown.saturating_sub(live) as f64;
+        if ended > 0.0 {
+            let gone: Vec<&Vec<usize>> = old
+                .iter()
+                .flat_map(|o| &o.threads)
+                .filter(|(tid, _)| !p.threads.contains_key(tid))
+                .map(|(_, (_, allowed))| allowed)
+                .collect();
+            let place = if gone.is_empty() {
+                p.threads.values().map(|(_, allowed)| allowed).collect()
+            } else {
+                gone
+            };
+            let n = place.len().max(1) as f64;
+            t[0] += ended;
+            t[1] += ended * place.iter().map(|c| share(c, a)).sum::<f64>() / n;
+            t[2] += ended * place.iter().map(|c| share(c, b)).sum::<f64>() / n;
         }
         out.insert(*pid, t);
     }
@@ -222,6 +251,7 @@ mod tests {
             name: name.into(),
             pgrp,
             start_ticks: 1,
+            cpu_ticks: threads.iter().map(|t| t.1).sum(),
             threads: threads
                 .iter()
                 .map(|(t, ticks, cpus)| (*t, (*ticks, cpus.to_vec())))
@@ -288,6 +318,22 @@ mod tests {
         assert!((n.busiest[0].server_cpus_pct - 55.0).abs() < 1.0, "{n:?}");
         assert!((n.busiest[1].client_cpus_pct - 10.0).abs() < 1.0, "{n:?}");
         assert!((n.busiest[1].cpu_pct - 20.0).abs() < 1.0, "{n:?}");
+    }
+
+    #[test]
+    fn threads_that_ended_in_the_window_are_still_their_process_cpu() {
+        // stairbench's main thread (any CPU) and a load thread pinned to CPU 1 that used
+        // 50 ticks in the window and was joined before the end scan.
+        let before: Scan = [(
+            20,
+            proc("stairbench", 20, &[(20, 10, &[0, 1]), (21, 5, &[1])]),
+        )]
+        .into();
+        let mut after = proc("stairbench", 20, &[(20, 20, &[0, 1])]);
+        after.cpu_ticks = 15 + 10 + 50;
+        let after: Scan = [(20, after)].into();
+        let t = process_ticks(&before, &after, &[0], &[1]);
+        assert_eq!(t[&20], [60.0, 5.0, 55.0]);
     }
 
     #[test]
