@@ -91,8 +91,8 @@ fn affinity(tid: i32, ncpus: usize) -> Vec<usize> {
 /// (a thread's ticks shared out evenly over the CPUs it may run on). Threads that ended
 /// inside the window (a step's load threads, joined before its end is scanned) are no
 /// longer listed: their CPU is the process's growth less its live threads', placed where
-/// the ended threads were allowed to run (stairbench's own load threads once counted as
-/// others' CPU on the client's CPUs this way: 80% of them).
+/// the ended threads were allowed to run (stairbench's own load threads, missed this way,
+/// once read as others taking 80% of the client's CPUs in the memcached study).
 fn process_ticks(before: &Scan, after: &Scan, a: &[usize], b: &[usize]) -> BTreeMap<i32, [f64; 3]> {
     let share = |allowed: &[usize], set: &[usize]| {
         if allowed.is_empty() {
