@@ -92,12 +92,7 @@ fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
         );
     }
 
-    let lines = std::fs::read_to_string(out.join("profiles.jsonl")).unwrap();
-    let passes: Vec<Value> = lines
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|l| l["kind"] == "pass")
-        .collect();
+    let (lines, passes) = profile_passes(&out);
     assert!(!passes.is_empty(), "{lines}");
     for p in &passes {
         if p["ok"] == true {
@@ -213,12 +208,7 @@ fn tomcat_and_netty_are_compared_with_a_verdict_at_each_level() {
         }
     }
 
-    let lines = std::fs::read_to_string(out.join("profiles.jsonl")).unwrap();
-    let passes: Vec<Value> = lines
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|l| l["kind"] == "pass")
-        .collect();
+    let (lines, passes) = profile_passes(&out);
     for server in ["tomcat", "netty"] {
         let ok: Vec<&Value> = passes
             .iter()
@@ -254,4 +244,15 @@ fn tomcat_and_netty_are_compared_with_a_verdict_at_each_level() {
             assert!(d.join("offcpu.svg").is_file() && d.join("offcpu.paths.md").is_file());
         }
     }
+}
+
+/// The run's profiles.jsonl (its text, for messages) and its profile passes.
+fn profile_passes(out: &Path) -> (String, Vec<Value>) {
+    let lines = std::fs::read_to_string(out.join("profiles.jsonl")).unwrap();
+    let passes = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["kind"] == "pass")
+        .collect();
+    (lines, passes)
 }
