@@ -139,7 +139,13 @@ fn process_ticks(
         let place = if gone.is_empty() { &own } else { &gone };
         add(&mut t, grown.saturating_sub(live) as f64, place, a, b);
         if reaped(*pid) {
-            add(&mut t, reaped_ticks(*pid, p, old, before, after) as f64, &own, a, b);
+            add(
+                &mut t,
+                reaped_ticks(*pid, p, old, before, after) as f64,
+                &own,
+                a,
+                b,
+            );
         }
         out.insert(*pid, t);
     }
@@ -168,7 +174,13 @@ fn add(t: &mut [f64; 3], ticks: f64, place: &[&Vec<usize>], a: &[usize], b: &[us
 /// The CPU of `pid`'s children that it reaped inside the window: its reaped-children
 /// counter's growth, less what the children seen at the start and gone at the end (so
 /// reaped by it: a live parent keeps its children) had used by then.
-fn reaped_ticks(pid: i32, p: &ProcSample, old: Option<&ProcSample>, before: &Scan, after: &Scan) -> u64 {
+fn reaped_ticks(
+    pid: i32,
+    p: &ProcSample,
+    old: Option<&ProcSample>,
+    before: &Scan,
+    after: &Scan,
+) -> u64 {
     let grown = p
         .children_ticks
         .saturating_sub(old.map_or(0, |o| o.children_ticks));
@@ -178,10 +190,7 @@ fn reaped_ticks(pid: i32, p: &ProcSample, old: Option<&ProcSample>, before: &Sca
     let earlier: u64 = before
         .iter()
         .filter(|(c, s)| {
-            s.ppid == pid
-                && after
-                    .get(c)
-                    .is_none_or(|n| n.start_ticks != s.start_ticks)
+            s.ppid == pid && after.get(c).is_none_or(|n| n.start_ticks != s.start_ticks)
         })
         .map(|(_, s)| s.cpu_ticks + s.children_ticks)
         .sum();
