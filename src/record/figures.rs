@@ -242,6 +242,11 @@ impl ForeignJson {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
 
+    /// `{"note": why}`: a metrics entry that has no window to give, and why.
+    pub fn note(why: impl Into<String>) -> Self {
+        ForeignJson::Object([("note".to_string(), ForeignJson::Text(why.into()))].into())
+    }
+
     /// The JSON value as this type holds it.
     pub fn from_value(value: serde_json::Value) -> Self {
         serde_json::from_value(value).unwrap_or(ForeignJson::Null)
