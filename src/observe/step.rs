@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::metrics::MetricsSource;
 
 /// Figures of one measured window, in the step record's types.
-pub use crate::record::observed::Observed;
+pub use crate::record::figures::Observed;
 
 /// What the running server offers beside its own pid: its instances and metrics sources.
 #[derive(Debug, Clone, Default)]

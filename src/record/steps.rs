@@ -7,9 +7,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::record::figures::{load_fields, ServerFigures, StepFigures};
+use crate::record::figures::{load_fields, Observed, ServerFigures, StepFigures};
 use crate::record::load::LoadReport;
-use crate::record::observed::{Observation, Observed, PerRequest};
+use crate::record::observed::{Observation, PerRequest};
 
 /// Version of the `steps.jsonl` layout.
 pub const STEPS_SCHEMA_VERSION: u32 = 1;
