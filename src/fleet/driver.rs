@@ -28,6 +28,8 @@ pub struct StepRequest {
     pub connections: usize,
     /// Requests in flight per connection.
     pub depth: usize,
+    /// The target's own gRPC request message, in place of the client's (`body_file`).
+    pub message: Option<std::sync::Arc<[u8]>>,
     /// Generator threads.
     pub threads: usize,
     /// Measured window.
@@ -149,6 +151,10 @@ impl Driver for EngineDriver {
 
 /// The built-in engine's configuration for a step.
 pub fn engine_config(proto: &ProtoOptions, req: &StepRequest) -> LoadConfig {
+    let mut proto = proto.clone();
+    if let Some(message) = &req.message {
+        proto.body_file = Some(message.clone());
+    }
     LoadConfig {
         url: req.url.clone(),
         connections: req.connections,
@@ -159,7 +165,7 @@ pub fn engine_config(proto: &ProtoOptions, req: &StepRequest) -> LoadConfig {
         depth: req.depth,
         rate_rps: req.rate_rps,
         cpuset: Some(req.client_cpus.clone()),
-        proto: proto.clone(),
+        proto,
         ..LoadConfig::default()
     }
 }

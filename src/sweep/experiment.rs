@@ -456,6 +456,7 @@ fn describe_client(plan: &Plan, target: &TargetPlan, point: Point, cpus: &CpuPai
                 clients: point.clients,
                 connections,
                 depth: target.depth,
+                message: target.message.clone(),
                 threads,
                 duration: plan.duration,
                 warmup: plan.warmup,
@@ -469,11 +470,19 @@ fn describe_client(plan: &Plan, target: &TargetPlan, point: Point, cpus: &CpuPai
             };
             crate::fleet::driver::client_line(template, &req, &port)
         }
-        ClientPlan::Engine { .. } => format!(
-            "built-in engine at {url}: {connections} connection(s), {threads} thread(s), depth {}{rate}",
-            target.depth
+        ClientPlan::Engine { proto, .. } => format!(
+            "built-in engine at {url}: {connections} connection(s), {threads} thread(s), depth {}{rate}{}",
+            target.depth,
+            message_words(target.message.as_ref().or(proto.body_file.as_ref())),
         ),
     }
+}
+
+/// The gRPC message a dry run's step line names: its size, so a wrong file shows.
+fn message_words(message: Option<&std::sync::Arc<[u8]>>) -> String {
+    message.map_or(String::new(), |m| {
+        format!(", a {}-byte gRPC message", m.len())
+    })
 }
 
 /// A step's client groups and their shares, when the plan has groups.

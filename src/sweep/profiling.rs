@@ -271,6 +271,7 @@ impl Runner<'_> {
             clients: choice.point.clients,
             connections,
             depth: target.depth,
+            message: target.message.clone(),
             threads: self
                 .plan
                 .client_threads

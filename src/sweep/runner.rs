@@ -747,6 +747,7 @@ impl Runner<'_> {
             clients: key.point.clients,
             connections,
             depth: key.target.depth,
+            message: key.target.message.clone(),
             threads,
             duration: self.plan.duration,
             warmup: self.plan.warmup,

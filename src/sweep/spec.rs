@@ -140,6 +140,10 @@ pub struct TargetSpec {
     /// Requests in flight per connection for this target (overrides the top-level depth).
     #[serde(default)]
     pub depth: Option<usize>,
+    /// gRPC targets: the request message's file (serialized protobuf), relative to the spec
+    /// or under `{spec_dir}`; overrides `[client] body_file` for this target.
+    #[serde(default)]
+    pub body_file: Option<String>,
     /// Copies of the server, each on an equal share of the server cpuset with its own port
     /// (the client side is split the same way); the step sums them.
     #[serde(default)]
@@ -369,6 +373,10 @@ pub struct ClientSpec {
     /// HTTP body.
     #[serde(default)]
     pub body: Option<String>,
+    /// gRPC targets: the request message's file (serialized protobuf, `load --body-file`),
+    /// relative to the spec or under `{spec_dir}`; every gRPC target's unless it has its own.
+    #[serde(default)]
+    pub body_file: Option<String>,
     /// Redis key space.
     #[serde(default)]
     pub keys: Option<u64>,

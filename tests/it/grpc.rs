@@ -74,6 +74,10 @@ impl GrpcServer {
         })
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn url(&self, method: &str) -> String {
         format!("grpc://127.0.0.1:{}/bench.Echo/{method}", self.port)
     }
@@ -136,6 +140,96 @@ fn grpc_calls_sent_equal_grpcios_count_at_depths_1_8_and_16() {
             "{doc:#}"
         );
     }
+}
+
+/// A spec's target gives its message with `body_file = "{spec_dir}/..."`: every call grpcio
+/// received carried it (its byte count is the calls' times the file's length), and the
+/// calls sent over the staircase equal grpcio's count. Before, a spec could not give a
+/// gRPC message at all (`body_file` was an unknown key).
+#[test]
+fn a_spec_targets_body_file_is_the_message_of_every_call_grpcio_counts() {
+    let Some(mut server) = GrpcServer::start(4) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let message = b"\x0a\x0bhello spec\x10\x2a".repeat(20);
+    std::fs::write(dir.path().join("msg.bin"), &message).unwrap();
+    let spec = dir.path().join("spec.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"grpc-body\"\nclients = [1, 2]\nduration = \"1s\"\nwarmup = \"200ms\"\n\
+             [[targets]]\nname = \"grpcio\"\nurl = \"{}\"\npid = {}\ndepth = 4\n\
+             body_file = \"{{spec_dir}}/msg.bin\"\n",
+            server.url("Echo"),
+            server.pid()
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    common::assert_success(&common::run_spec(&spec, &out));
+    let steps = common::steps_json(&out);
+    assert_eq!(steps.len(), 2, "{steps:#?}");
+    let sent: u64 = steps.iter().map(|s| u(s, "sent")).sum();
+    let counts = server.counts();
+    let calls = counts["Echo"].as_u64().unwrap();
+    eprintln!(
+        "sent {sent}, grpcio counted {calls} calls, {} bytes",
+        counts["bytes"]["Echo"]
+    );
+    assert_eq!(sent, calls, "{counts}");
+    assert!(calls > 100, "{counts}");
+    assert_eq!(
+        counts["bytes"]["Echo"].as_u64().unwrap(),
+        calls * message.len() as u64,
+        "{counts}"
+    );
+}
+
+/// `body_file` is checked by the dry run where it is written: a missing file, a file for an
+/// HTTP target, a file for an external client command.
+#[test]
+fn dry_run_refuses_a_body_file_at_its_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let dry_run = |text: &str| {
+        let spec = dir.path().join("s.toml");
+        std::fs::write(&spec, text).unwrap();
+        let out = common::cli(&["run".as_ref(), spec.as_os_str(), "--dry-run".as_ref()]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        let printed = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.code(), format!("{printed}{err}"))
+    };
+    let target = "name = \"x\"\nclients = [1]\n[[targets]]\nname = \"g\"\ncommand = \"sleep 60\"\n";
+    let grpc = format!("{target}url = \"grpc://127.0.0.1:{{port}}/bench.Echo/Echo\"\n");
+    let (code, err) = dry_run(&format!("{grpc}body_file = \"{{spec_dir}}/missing.bin\"\n"));
+    let missing = dir.path().join("missing.bin");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "s.toml:7:13: targets[0].body_file: reading {}: No such file or directory",
+            missing.display()
+        )),
+        "{err}"
+    );
+    std::fs::write(dir.path().join("m.bin"), b"\x0a\x01x").unwrap();
+    // `[client] body_file`, relative to the spec: its size is on the step's client line.
+    let (code, out) = dry_run(&format!("{grpc}[client]\nbody_file = \"m.bin\"\n"));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("depth 1, a 3-byte gRPC message"), "{out}");
+    let http = format!("{target}url = \"http://127.0.0.1:{{port}}/\"\nbody_file = \"m.bin\"\n");
+    let (code, err) = dry_run(&http);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("targets[0].body_file: body_file is a gRPC request message, but target \"g\" is loaded at \"http://127.0.0.1:{port}/\""),
+        "{err}"
+    );
+    let wrk = "[client]\ncommand = \"wrk {url}\"\nparser = \"wrk\"\nbody_file = \"m.bin\"\n";
+    let (code, err) = dry_run(&format!("{grpc}{wrk}"));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("client.body_file: body_file is an option of the built-in engine"),
+        "{err}"
+    );
 }
 
 #[test]

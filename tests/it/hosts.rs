@@ -410,6 +410,7 @@ mod group_load_args {
             clients: 1,
             connections: 2,
             depth: 1,
+            message: None,
             threads: 1,
             duration: Duration::from_secs(1),
             warmup: Duration::ZERO,

@@ -603,6 +603,7 @@ mod merge_units {
             clients: 2,
             connections: 2,
             depth: 1,
+            message: None,
             threads: 2,
             duration: std::time::Duration::from_secs(1),
             warmup: std::time::Duration::ZERO,

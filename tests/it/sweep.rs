@@ -1439,6 +1439,7 @@ mod driver_helpers {
             clients: 1,
             connections: 1,
             depth: 1,
+            message: None,
             threads: 1,
             duration: Duration::from_secs(1),
             warmup: Duration::ZERO,

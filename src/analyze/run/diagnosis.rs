@@ -230,7 +230,20 @@ pub fn diagnose_with_profile(
     if knee_clients.is_none() {
         confidence = confidence.min(Confidence::Low);
     }
-    let notes = limits_cpu::cap(&ctx, limit, &mut confidence, &mut evidence);
+    let mut notes = limits_cpu::cap(&ctx, limit, &mut confidence, &mut evidence);
+    if confidence == Confidence::High {
+        let split = reps::disagreements(&ctx, steps, limit, rules);
+        if !split.is_empty() {
+            confidence = Confidence::Medium;
+            evidence.push(ev(
+                "repetitions_disagreeing",
+                split.len() as f64,
+                None,
+                "repetitions whose own figures name another limit: no high confidence",
+            ));
+            notes.push(reps::note(limit, &split, reps::repetitions(steps).len()));
+        }
+    }
     if let Some(p) = profile {
         evidence.extend(p.evidence());
     }
@@ -357,6 +370,18 @@ impl Ctx<'_> {
         let b = f(self.top())?;
         (a > 0.0 && self.levels.len() >= 2).then(|| (a, b, b / a - 1.0))
     }
+    /// Level `low` fell below level `peak` beyond both's repetitions' noise: two or more
+    /// repetitions each, and their 95% confidence intervals apart. One low step measured
+    /// once may be noise; three that agree to 1% are a fall (shmkv's single channel at 5
+    /// clients: 27.2k -> 19.6k req/s, CV under 1%, was read as flat).
+    fn fall_confirmed(&self, peak: usize, low: usize) -> bool {
+        let points = &self.series.points;
+        let (Some(p), Some(l)) = (points.get(peak), points.get(low)) else {
+            return false;
+        };
+        let (p, l) = (&p.throughput_rps, &l.throughput_rps);
+        p.n >= 2 && l.n >= 2 && l.ci95_high() < p.ci95_low()
+    }
     /// The series ran on its own CPUs, apart from the client's.
     fn separate_client(&self) -> bool {
         self.top().client_cpu_pct.is_some()
@@ -373,7 +398,9 @@ impl Ctx<'_> {
             .enumerate()
             .fold((0, 0.0), |m, (i, x)| if x > m.1 { (i, x) } else { m });
         let (knee, top) = (&past[0], self.top());
-        let one_low_step = peak_i + 2 == past.len();
+        let last = self.levels.len() - 1;
+        let one_low_step =
+            peak_i + 2 == past.len() && !self.fall_confirmed(self.from + peak_i, last);
         past.len() >= 2
             && top.throughput_rps <= (1.0 + FLAT_GROWTH) * knee.throughput_rps
             && (top.throughput_rps >= 0.9 * max || one_low_step)
@@ -515,10 +542,11 @@ fn coherency(c: &Ctx) -> Option<Found> {
         .enumerate()
         .max_by(|a, b| a.1.throughput_rps.total_cmp(&b.1.throughput_rps))?;
     let top = c.top();
-    // Two levels past the peak, the last well below it: one low step is noise, not a fall.
-    if peak_i + 2 >= c.levels.len()
-        || top.throughput_rps >= RETROGRADE_FRACTION * peak.throughput_rps
-    {
+    // Two levels past the peak, the last well below it: one low step is noise, not a fall,
+    // unless its repetitions and the peak's say it is one.
+    let last = c.levels.len() - 1;
+    let past = peak_i + 2 <= last || (peak_i + 1 == last && c.fall_confirmed(peak_i, last));
+    if !past || top.throughput_rps >= RETROGRADE_FRACTION * peak.throughput_rps {
         return None;
     }
     let mut evidence = vec![
@@ -1126,6 +1154,8 @@ mod limits_cpu;
 #[path = "limits_io.rs"]
 mod limits_io;
 
+#[path = "diagnosis_reps.rs"]
+mod reps;
 #[path = "diagnosis_wakeup.rs"]
 mod wakeup;
 pub use wakeup::add_wakeup_sentences;

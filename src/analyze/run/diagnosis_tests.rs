@@ -124,6 +124,55 @@ fn one_busy_thread_with_room_in_the_cpuset() {
     );
 }
 
+/// `shape` measured twice: `second` changes the second repetition's figures.
+fn diagnose_two_reps(shape: &[S], second: impl Fn(usize, &mut S)) -> Diagnosis {
+    let mut steps: Vec<StepResult> = shape.iter().map(step).collect();
+    for (i, s) in shape.iter().enumerate() {
+        let mut s = s.clone();
+        second(i, &mut s);
+        let mut r = step(&s);
+        r.rep = 1;
+        r.id.push_str(".r1");
+        steps.push(r);
+    }
+    analyze(&steps, None).diagnosis[0].clone()
+}
+
+#[test]
+fn a_busiest_thread_straddling_its_rules_margin_is_not_high() {
+    let busy_thread = |i: usize, s: &mut S| {
+        s.busiest = Some(("reactor-0", [30.0, 55.0, 92.0, 96.0, 97.0][i]));
+        s.busy_pct = [15.0, 28.0, 47.0, 49.0, 50.0][i];
+        s.cpu_us = 7.7;
+    };
+    let shape = bending(busy_thread);
+    // Two repetitions within 1% of each other agree: still high.
+    let d = diagnose_two_reps(&shape, |_, s| s.x *= 1.01);
+    assert_eq!(
+        (d.limit, d.confidence),
+        (Limit::OneThread, Confidence::High)
+    );
+    assert!(d.notes.is_empty(), "{:?}", d.notes);
+    // The same throughput, but the second repetition's thread peaks at 85%: below the
+    // rule's 90% read alone, so the two do not agree on a single-thread limit.
+    let d = diagnose_two_reps(&shape, |i, s| {
+        s.busiest = Some(("reactor-0", [28.0, 50.0, 80.0, 84.0, 85.0][i]));
+    });
+    assert_eq!(
+        (d.limit, d.confidence),
+        (Limit::OneThread, Confidence::Medium)
+    );
+    assert_eq!(metric(&d, "repetitions_disagreeing").value, 1.0);
+    let note = d.notes.iter().find(|n| n.contains("rep 1 alone reads"));
+    assert!(
+        note.is_some_and(
+            |n| n.starts_with("1 of 2 repetitions read alone name another limit than one_thread")
+        ),
+        "{:?}",
+        d.notes
+    );
+}
+
 #[test]
 fn busy_cpuset_at_flat_cpu_per_request() {
     let d = diagnose_all(&bending(|i, s| {
@@ -382,6 +431,29 @@ fn one_low_last_step_after_the_peak_is_flat_not_undetermined() {
     longer.push(last);
     let fall = diagnose_all(&longer);
     assert_eq!(fall.limit, Limit::Coherency, "{}", fall.sentence);
+}
+
+#[test]
+fn one_low_last_step_is_a_fall_when_its_repetitions_say_so() {
+    let dip = |i: usize, s: &mut S| {
+        s.x = [339.0, 671.0, 1332.0, 1405.0, 1219.0][i];
+    };
+    // Measured twice within 1%: the 13% dip is beyond both levels' noise.
+    let d = diagnose_two_reps(&hot_row(dip), |_, s| s.x *= 1.01);
+    assert_eq!(d.limit, Limit::Coherency, "{}", d.sentence);
+    assert!(
+        d.sentence
+            .contains("throughput falls from 1412 req/s at 8 clients to 1225 req/s at 16"),
+        "{}",
+        d.sentence
+    );
+    // The second repetition's last level as high as the peak: the dip is within the noise.
+    let d = diagnose_two_reps(&hot_row(dip), |i, s| {
+        if i == 4 {
+            s.x = 1420.0;
+        }
+    });
+    assert_eq!(d.limit, Limit::Contention, "{}", d.sentence);
 }
 
 #[test]

@@ -581,6 +581,7 @@ mod tests {
             clients: 3,
             connections: 3,
             depth: 1,
+            message: None,
             threads: 3,
             duration: Duration::from_secs(1),
             warmup: Duration::ZERO,

@@ -104,6 +104,9 @@ fn check_supported(
              it yet",
         ));
     }
+    if plan.remote_clients() {
+        refuse_message_file(spec)?;
+    }
     if plan.remote_clients() && s.client.cacert.is_some() {
         return Err(spec.error_at(
             &["client", "cacert"],
@@ -229,4 +232,22 @@ pub fn fill_host(url: &str, host: Option<&HostSpec>) -> String {
         None => "127.0.0.1".into(),
     };
     url.replace("{host}", &address)
+}
+
+/// A gRPC message file (`body_file`) is read on this machine: client groups on other hosts
+/// would load without it.
+fn refuse_message_file(spec: &SpecFile) -> Result<(), SpecError> {
+    let s = &spec.spec;
+    let index = s.targets.iter().position(|t| t.body_file.is_some());
+    let keys: Vec<String> = match (index, &s.client.body_file) {
+        (_, Some(_)) => vec!["client".into(), "body_file".into()],
+        (Some(i), None) => vec!["targets".into(), i.to_string(), "body_file".into()],
+        (None, None) => return Ok(()),
+    };
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    Err(spec.error_at(
+        &keys,
+        "a gRPC message file is read on this machine; client groups on other hosts cannot use \
+         it yet",
+    ))
 }

@@ -5,6 +5,7 @@ pub mod arrivals;
 pub mod connect;
 pub mod estimate;
 pub mod hosts;
+mod message;
 pub mod profile;
 pub mod ranks;
 pub mod running;
@@ -439,6 +440,7 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         _ => target_url(spec, i, t, &kind)?,
     };
     check_url(spec, i, t, &url)?;
+    let message = message::target_message(spec, i, &url)?;
     if let TargetKind::Command(c) = &kind {
         crate::fleet::driver::check_placeholders(c, crate::fleet::server::TARGET_PLACEHOLDERS)
             .map_err(|e| at("command", e.to_string()))?;
@@ -477,6 +479,7 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         port_from_log,
         url,
         depth: t.depth.unwrap_or(spec.spec.depth),
+        message,
         spec_dir: spec_dir(spec),
     })
 }
@@ -675,6 +678,7 @@ fn custom_tables(spec: &SpecFile) -> Result<BTreeMap<String, CustomTable>, SpecE
 
 fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     let c = &spec.spec.client;
+    let message = message::client_message(spec)?;
     let arrivals = arrivals::arrivals(spec)?;
     let connect = connect::connect(spec)?;
     if c.command.is_some() && c.arrivals.is_some() {
@@ -715,6 +719,7 @@ fn client(spec: &SpecFile) -> Result<ClientPlan, SpecError> {
     }
     proto.headers = c.headers.clone();
     proto.body = c.body.clone();
+    proto.body_file = message;
     if let Some(k) = c.keys {
         proto.keys = k;
     }
