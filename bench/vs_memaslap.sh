@@ -12,6 +12,9 @@
 # Usage (after `cargo build --release`): bench/vs_memaslap.sh
 # Settings (environment): RUNS=5 DURATION=5 CONNECTIONS=16 SERVER_CPU=0 CLIENT_CPU=1 CPU_METHOD=perf
 #   STAIRBENCH=target/release/stairbench COMMANDS=text (or meta: stairbench's mg/ms)
+#   SYSCALLS=1: then one more run of each, its system calls counted by kind (perf's
+#   syscalls:sys_enter_* tracepoints, root), printed per request (not part of the medians:
+#   the tracepoints slow every system call down a little)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +25,7 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 COMMANDS=${COMMANDS:-text}
 STAIRBENCH=${STAIRBENCH:-target/release/stairbench}
+SYSCALLS=${SYSCALLS:-0}
 
 die() { echo "vs_memaslap: $*" >&2; exit 1; }
 
@@ -79,6 +83,27 @@ run_stairbench() {
     echo "$sent $rps $(cat "$out.cpu")"
 }
 
+# The system calls either tool makes on this path (glibc's send/recv are sendto/recvfrom).
+SYSCALL_KINDS="sendto sendmsg write recvfrom recvmsg read epoll_wait epoll_pwait epoll_ctl clock_gettime futex"
+
+# syscall_profile TOOL REQUESTS_CMD -- CMD...: runs CMD under perf stat counting each kind,
+# then REQUESTS_CMD (a shell snippet printing the requests that run made); prints the calls
+# per request of each kind that was called, and the CPU µs per request of that run.
+syscall_profile() {
+    local tool=$1 requests_cmd=$2 events=task-clock kind
+    shift 3
+    for kind in $SYSCALL_KINDS; do events="$events,syscalls:sys_enter_$kind"; done
+    perf stat -x, -e "$events" -o "$WORK/$tool.syscalls" -- "$@" >"$WORK/$tool.syscalls.out" 2>&1 ||
+        die "$tool under perf stat: $(tail -3 "$WORK/$tool.syscalls.out")"
+    local requests
+    requests=$(eval "$requests_cmd")
+    awk -F, -v t="$tool" -v q="$requests" '
+        $3 ~ /^task-clock/ { cpu = $1 * 1000 }
+        $3 ~ /^syscalls:sys_enter_/ && $1 > 0 { sub(/^syscalls:sys_enter_/, "", $3); line = line sprintf("  %s %.3f", $3, $1 / q) }
+        END { printf "%-11s %9d requests, %6.3f CPU µs/request; system calls per request:%s\n", t, q, cpu / q, line }
+    ' "$WORK/$tool.syscalls"
+}
+
 PORT=$(free_port)
 start_memcached "$PORT"
 echo "memcached -t 1 on core $SERVER_CPU at 127.0.0.1:$PORT; generators on core $CLIENT_CPU;" \
@@ -96,6 +121,18 @@ for n in $(seq "$RUNS"); do
     report_run stairbench "$n" "$result"
     echo "$result" >>"$WORK/stairbench.results"
 done
+
+if [ "$SYSCALLS" = 1 ]; then
+    echo "system calls (one more run each, perf stat -e syscalls:sys_enter_*):"
+    syscall_profile memcaslap \
+        "awk '/^Run time:/ { for (i = 1; i <= NF; i++) if (\$i == \"Ops:\") print \$(i + 1) }' \"\$WORK/memcaslap.syscalls.out\" | tail -1" \
+        -- taskset -c "$CLIENT_CPU" "$MEMASLAP" -s "127.0.0.1:$PORT" -T 1 -c "$CONNECTIONS" \
+        -t "${DURATION}s" -F "$WORK/memaslap.cfg"
+    syscall_profile stairbench 'echo $(($(json_number "$WORK/sb.syscalls.json" sent) - 10000))' \
+        -- taskset -c "$CLIENT_CPU" "$STAIRBENCH" load "memcache://127.0.0.1:$PORT" -c "$CONNECTIONS" \
+        -t 1 -d "$DURATION" --read-ratio 0.9 --value-size 32 --keys 10000 --preload \
+        --memcache-commands "$COMMANDS" -q --json "$WORK/sb.syscalls.json"
+fi
 
 read -r tool_rps tool_cpu <<<"$(summary "$WORK/memaslap.results")"
 read -r sb_rps sb_cpu <<<"$(summary "$WORK/stairbench.results")"

@@ -58,6 +58,7 @@ mod soak;
 mod sources;
 mod stop_signal;
 mod sweep;
+mod syscalls;
 mod templates;
 mod threads;
 mod tls;

@@ -28,7 +28,7 @@ fn run_example_kept(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>, te
 }
 
 /// [`run_example_kept`] with each (from, to) replaced in the spec's text first.
-fn run_example_edited(
+pub(crate) fn run_example_edited(
     name: &str,
     needs: &[&str],
     edits: &[(&str, &str)],

@@ -16,6 +16,7 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 #[path = "../it/common.rs"]
 mod common;
 mod diagnosis;
+mod grpc;
 mod limits_io;
 mod memcached;
 mod tomcat;

@@ -1,0 +1,116 @@
+//! examples/grpc-python.toml with 1 s steps: grpcio's Python server (Debian's python3-grpcio)
+//! on the staircase, its diagnosis checked against grpcio's own figures. The server writes its
+//! own count of calls and request bytes and its process's CPU seconds (`--metrics`, every
+//! 25 ms and once more when it is stopped): the calls stairbench sent over the whole series
+//! equal grpcio's final count, each carried the example's 7-byte message, each step's rate
+//! agrees with grpcio's, and the limit the diagnosis names is the one grpcio's own CPU
+//! seconds show (its CPU full, the same CPU per call at every level).
+
+use serde_json::Value;
+
+use crate::common;
+use crate::diagnosis::{figure, run_example_edited};
+
+/// The example's message: field 1 (string) = "hello" (examples/echo-msg.bin).
+const MESSAGE_BYTES: u64 = 7;
+
+fn has_grpcio() -> bool {
+    std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import grpc"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// How many CPUs a cpuset list such as `0`, `0-1` or `0,2-3` names.
+fn cpu_count(list: &str) -> usize {
+    list.split(',')
+        .map(|part| match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+fn f(v: &Value, what: &str) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("no {what}: {v}"))
+}
+
+/// grpcio's own figures over a step's window: (calls/s, its process's CPUs busy, CPU µs per
+/// call), each over the span its two readings cover.
+fn grpcio_window(step: &Value) -> (f64, f64, f64) {
+    let m = &step["target_metrics"]["grpcio"];
+    let span_s = f(&m["span_s"], "span_s");
+    let calls = f(&m["calls"]["Echo"], "calls.Echo");
+    let cpu_s = f(&m["cpu_s"], "cpu_s");
+    (calls / span_s, cpu_s / span_s, cpu_s * 1e6 / calls)
+}
+
+#[test]
+fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu() {
+    let _alone = crate::alone();
+    if !has_grpcio() {
+        common::skip_or_fail(
+            "no grpcio for /usr/bin/python3 (Debian: apt-get install python3-grpcio)",
+        );
+        return;
+    }
+    let edits = [("warmup = \"0.5s\"", "warmup = \"300ms\"")];
+    let Some((d, steps, dir)) = run_example_edited("grpc-python", &[], &edits) else {
+        return;
+    };
+    assert_eq!(steps.len(), 5, "five levels: {steps:#?}");
+    // Exact accounting: grpcio's count once stopped, against every call the engine sent
+    // (warm-ups included: the server ran through the whole series).
+    let last = std::fs::read_to_string(dir.path().join("run/metrics/grpcio.json")).unwrap();
+    let last: Value = serde_json::from_str(&last).unwrap();
+    let calls = last["calls"]["Echo"].as_u64().unwrap();
+    let sent: u64 = steps.iter().map(|s| s["sent"].as_u64().unwrap()).sum();
+    eprintln!("sent {sent}, grpcio counted {calls}: {last}");
+    assert_eq!(sent, calls, "{last}");
+    assert_eq!(last["calls"]["Fail"], 0, "{last}");
+    assert_eq!(
+        last["request_bytes"]["Echo"],
+        calls * MESSAGE_BYTES,
+        "{last}"
+    );
+    let mut per_call = Vec::new();
+    for step in &steps {
+        let (rate, busy, cpu_us) = grpcio_window(step);
+        let engine = f(&step["throughput_rps"], "throughput_rps");
+        eprintln!(
+            "{} clients: engine {engine:.0}/s, grpcio {rate:.0}/s, its CPU {busy:.2} of its \
+             CPUs, {cpu_us:.1} µs per call (stairbench: {:.1})",
+            step["clients"], step["cpu_us_per_req"]["total"]
+        );
+        assert!(
+            (rate / engine - 1.0).abs() <= 0.05,
+            "{}: grpcio {rate:.0}/s, the engine {engine:.0}/s",
+            step["id"]
+        );
+        assert_eq!(step["errors"], serde_json::json!({}), "{}", step["id"]);
+        per_call.push((
+            busy / cpu_count(step["server_cpus"].as_str().unwrap()) as f64,
+            cpu_us,
+        ));
+    }
+    // The diagnosis: the server's CPU, and grpcio's own CPU seconds say the same: its CPU
+    // full at the top levels, the same CPU per call from the first level to the last, and
+    // that CPU per call the one the diagnosis gives (from /proc and the engine's count).
+    assert_eq!(d["limit"], "server_cpu", "{d:#}");
+    let top = per_call[per_call.len() - 2..].iter().map(|p| p.0);
+    assert!(
+        top.clone().all(|busy| busy >= 0.8),
+        "grpcio's own CPU at the top levels: {per_call:?}"
+    );
+    let (first, last) = (per_call[0].1, per_call[per_call.len() - 1].1);
+    assert!(
+        (last / first - 1.0).abs() <= 0.25,
+        "grpcio's own CPU per call {first:.1} µs -> {last:.1} µs"
+    );
+    let said = figure(&d, "cpu_us_per_req");
+    assert!(
+        (said / last - 1.0).abs() <= 0.15,
+        "the diagnosis says {said:.1} µs per call, grpcio's own figures {last:.1} µs"
+    );
+}
