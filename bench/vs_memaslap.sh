@@ -15,6 +15,9 @@
 #   SYSCALLS=1: then one more run of each, its system calls counted by kind (perf's
 #   syscalls:sys_enter_* tracepoints, root), printed per request (not part of the medians:
 #   the tracepoints slow every system call down a little)
+#   FLOOR=1: a third generator in each round, bench/memcache_floor.c (built with cc): the same
+#   job with nothing but epoll_wait, one send and one recv per request, the least CPU per
+#   request any client can be charged for it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +29,7 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 COMMANDS=${COMMANDS:-text}
 STAIRBENCH=${STAIRBENCH:-target/release/stairbench}
 SYSCALLS=${SYSCALLS:-0}
+FLOOR=${FLOOR:-0}
 
 die() { echo "vs_memaslap: $*" >&2; exit 1; }
 
@@ -104,6 +108,20 @@ syscall_profile() {
     ' "$WORK/$tool.syscalls"
 }
 
+# run_floor N PORT: prints "requests req_per_s cpu_us"
+run_floor() {
+    local out="$WORK/floor.$1" requests
+    measured "$out.cpu" taskset -c "$CLIENT_CPU" "$WORK/memcache_floor" "$2" "$CONNECTIONS" \
+        "$DURATION" >"$out" 2>&1
+    requests=$(tail -1 "$out")
+    [[ $requests =~ ^[0-9]+$ ]] || die "memcache_floor: $(cat "$out")"
+    echo "$requests $((requests / DURATION)) $(cat "$out.cpu")"
+}
+
+if [ "$FLOOR" = 1 ]; then
+    cc -O2 -o "$WORK/memcache_floor" bench/memcache_floor.c || die "cannot build bench/memcache_floor.c"
+fi
+
 PORT=$(free_port)
 start_memcached "$PORT"
 echo "memcached -t 1 on core $SERVER_CPU at 127.0.0.1:$PORT; generators on core $CLIENT_CPU;" \
@@ -113,6 +131,7 @@ echo "memcached -t 1 on core $SERVER_CPU at 127.0.0.1:$PORT; generators on core 
 
 : >"$WORK/memaslap.results"
 : >"$WORK/stairbench.results"
+: >"$WORK/floor.results"
 for n in $(seq "$RUNS"); do
     result=$(run_memaslap "$n" "$PORT")
     report_run memcaslap "$n" "$result"
@@ -120,6 +139,11 @@ for n in $(seq "$RUNS"); do
     result=$(run_stairbench "$n" "memcache://127.0.0.1:$PORT")
     report_run stairbench "$n" "$result"
     echo "$result" >>"$WORK/stairbench.results"
+    if [ "$FLOOR" = 1 ]; then
+        result=$(run_floor "$n" "$PORT")
+        report_run floor "$n" "$result"
+        echo "$result" >>"$WORK/floor.results"
+    fi
 done
 
 if [ "$SYSCALLS" = 1 ]; then
@@ -145,3 +169,10 @@ awk -v wr="$tool_rps" -v wc="$tool_cpu" -v sr="$sb_rps" -v sc="$sb_cpu" 'BEGIN {
     ok = (sc / wc <= 0.8)
     printf "target (CPU per request <= 0.8x memcaslap): %s\n", ok ? "met" : "NOT met"
 }'
+if [ "$FLOOR" = 1 ]; then
+    read -r floor_rps floor_cpu <<<"$(summary "$WORK/floor.results")"
+    awk -v wc="$tool_cpu" -v sc="$sb_cpu" -v fr="$floor_rps" -v fc="$floor_cpu" 'BEGIN {
+        printf "  floor       %10.0f req/s  %8.3f CPU µs/request (bench/memcache_floor.c)\n", fr, fc
+        printf "ratios: floor/memcaslap %.3f (the least any client is charged), stairbench/floor %.3f\n", fc / wc, sc / fc
+    }'
+fi

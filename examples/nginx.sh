@@ -1,11 +1,15 @@
 #!/bin/sh
 # Starts nginx in the foreground for examples/nginx-wrk.toml: prefix and config in the run
-# directory, listening on the port stairbench chose.   nginx.sh OUT_DIR PORT WORKERS
+# directory, listening on the port stairbench chose.   nginx.sh OUT_DIR PORT WORKERS [ADDR]
 # `/` answers a short text; `/page.html` a 16 kB HTML table that nginx gzips afresh for every
-# request that accepts gzip (the costly side for nginx-wrk.toml).
+# request that accepts gzip (the costly side for nginx-wrk.toml). ADDR is the address it
+# listens on (127.0.0.1 by default). Other scripts reuse this config: each `*.conf` in the
+# prefix's `locations/` is included in its server block, and with NGINX_CONF_ONLY=1 the
+# script only writes the config and prints the prefix (examples/shaped-nginx.sh then starts
+# nginx in its namespace).
 set -e
 prefix="$1/nginx-$2"
-mkdir -p "$prefix/tmp" "$prefix/html"
+mkdir -p "$prefix/tmp" "$prefix/html" "$prefix/locations"
 i=0
 while [ $i -lt 200 ]; do
     echo "<tr><td>row $i</td><td>$((i * 7919 % 10007))</td><td>compressed again for each request</td></tr>"
@@ -37,7 +41,8 @@ http {
     uwsgi_temp_path tmp/uwsgi;
     scgi_temp_path tmp/scgi;
     server {
-        listen 127.0.0.1:$2;
+        listen ${4:-127.0.0.1}:$2;
+        include locations/*.conf;
         location / { return 200 "hello from nginx\n"; }
         location = /page.html {
             root "$html";
@@ -48,4 +53,8 @@ http {
     }
 }
 CONF
+if [ "${NGINX_CONF_ONLY:-0}" = 1 ]; then
+    echo "$prefix"
+    exit 0
+fi
 exec nginx -p "$prefix" -c "$prefix/nginx.conf"

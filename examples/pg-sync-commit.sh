@@ -48,13 +48,19 @@ if [ -e "/sys/dev/block/$dev/partition" ]; then
     dev=$(cat "$(readlink -f "/sys/dev/block/$dev")/../dev")
 fi
 sysctl -qw kernel.task_delayacct=1
-if [ -d /sys/fs/cgroup/blkio ]; then
+# v1 where the blkio controller is mounted (its files, not an empty mount point); else the
+# cgroup2 hierarchy that has the io controller (/sys/fs/cgroup, or /sys/fs/cgroup/unified
+# beside v1 hierarchies once blkio is unmounted there).
+v2=$(findmnt -rn -t cgroup2 -o TARGET | while read -r m; do
+    grep -qw io "$m/cgroup.controllers" 2>/dev/null && echo "$m" && break
+done)
+if [ -f /sys/fs/cgroup/blkio/blkio.throttle.write_bps_device ]; then
     cg=/sys/fs/cgroup/blkio/sb-disk
     mkdir -p $cg
     echo "$dev $bps" >$cg/blkio.throttle.write_bps_device
-elif [ -f /sys/fs/cgroup/cgroup.controllers ]; then
-    echo +io >/sys/fs/cgroup/cgroup.subtree_control
-    cg=/sys/fs/cgroup/sb-disk
+elif [ -n "$v2" ]; then
+    echo +io >"$v2/cgroup.subtree_control"
+    cg=$v2/sb-disk
     mkdir -p $cg
     echo "$dev wbps=$bps" >$cg/io.max
 else

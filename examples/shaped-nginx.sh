@@ -5,8 +5,9 @@
 # egress (the replies) `tc qdisc ... tbf rate RATE` shapes; the host keeps sb-link-h
 # (10.233.33.1/30). nginx serves /64k: 65536 random bytes (nothing to compress), each
 # connection at most PER_CONNECTION bytes/s (nginx's limit_rate, as each client's own slower
-# path would: so that one client alone does not fill the link and the curve has a knee). Prints "nginx is listening" when it is; on INT or TERM (stairbench
-# stops the whole process group) the namespace and both veth ends are deleted.
+# path would: so that one client alone does not fill the link and the curve has a knee), in
+# examples/nginx.sh's config. Prints "nginx is listening" when it is; on INT or TERM
+# (stairbench stops the whole process group) the namespace and both veth ends are deleted.
 # Needs root (namespaces, tc): refuses clearly otherwise.
 set -e
 if [ "$(id -u)" != 0 ]; then
@@ -25,35 +26,18 @@ ip netns exec $ns ip link set lo up
 ip netns exec $ns ip addr add 10.233.33.2/30 dev sb-link-n
 ip netns exec $ns ip link set sb-link-n up
 ip netns exec $ns tc qdisc add dev sb-link-n root tbf rate "$3" burst 64kb latency 50ms
-prefix="$1/nginx-link-$2"
-mkdir -p "$prefix/tmp" "$prefix/html"
+# nginx.sh's config (its workers run as root: the run directory may be one only root can
+# read), listening on the namespace's address, with /64k added.
+prefix=$(NGINX_CONF_ONLY=1 sh "$(dirname "$0")/nginx.sh" "$1" "$2" 1 10.233.33.2)
 head -c 65536 /dev/urandom >"$prefix/html/64k"
-cat >"$prefix/nginx.conf" <<CONF
-daemon off;
-# The run directory may be one only root can read (a clone in /root): workers run as root.
-user root;
-worker_processes 1;
-error_log stderr warn;
-pid nginx.pid;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path tmp/body;
-    proxy_temp_path tmp/proxy;
-    fastcgi_temp_path tmp/fastcgi;
-    uwsgi_temp_path tmp/uwsgi;
-    scgi_temp_path tmp/scgi;
-    server {
-        listen 10.233.33.2:$2;
-        # limit_rate acts between writes: 16 KiB writes without sendfile let it pace a 64 KiB reply.
-        location = /64k {
-            root html;
-            default_type application/octet-stream;
-            sendfile off;
-            output_buffers 1 16k;
-            limit_rate $4;
-        }
-    }
+cat >"$prefix/locations/64k.conf" <<CONF
+# limit_rate acts between writes: 16 KiB writes without sendfile let it pace a 64 KiB reply.
+location = /64k {
+    root html;
+    default_type application/octet-stream;
+    sendfile off;
+    output_buffers 1 16k;
+    limit_rate $4;
 }
 CONF
 # The server's process tree lives in the namespace (stairbench reads the link of the tree's

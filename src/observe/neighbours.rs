@@ -3,9 +3,9 @@
 //! from /proc/stat, less the server tree's and stairbench's own and less interrupt time
 //! (irq, softirq: charged to no task, and on loopback mostly the network work of the traffic
 //! under test: 10% of nginx's one CPU at 14.6k req/s from wrk), is what the others took.
-//! That difference also counts what the scan cannot name (processes that began and ended
-//! inside the window, other containers' processes on a shared kernel); the scan names the
-//! busiest it saw.
+//! That difference also counts what the scan cannot name (other containers' processes on a
+//! shared kernel, processes whose parent ended too); the scan names the busiest it saw, a
+//! process's children that ended inside the window counted as its own.
 //!
 //! stairbench's own: this process (its load threads and observers), and every process in
 //! the process group of a child it started (the server, an external load tool) or in its own
@@ -38,6 +38,11 @@ pub struct ProcSample {
     /// The whole process's CPU in ticks (utime + stime of /proc/PID/stat), its ended
     /// threads' included.
     pub cpu_ticks: u64,
+    /// Parent process id.
+    pub ppid: i32,
+    /// Its reaped children's CPU in ticks (cutime + cstime): where the CPU of processes that
+    /// ended inside the window went.
+    pub children_ticks: u64,
 }
 
 /// Every process at one end of the window, by pid.
@@ -55,6 +60,8 @@ pub fn scan(proc_root: &Path, ncpus: usize) -> Scan {
             pgrp: stat.pgrp,
             start_ticks: stat.start_ticks,
             cpu_ticks: stat.utime + stat.stime,
+            ppid: stat.ppid,
+            children_ticks: stat.cutime + stat.cstime,
             ..ProcSample::default()
         };
         for e in entries.flatten() {
@@ -88,19 +95,27 @@ fn affinity(tid: i32, ncpus: usize) -> Vec<usize> {
 }
 
 /// Each process's CPU over the window, in ticks: in all, on the CPUs of `a`, on those of `b`
-/// (a thread's ticks shared out evenly over the CPUs it may run on). Threads that ended
-/// inside the window (a step's load threads, joined before its end is scanned) are no
-/// longer listed: their CPU is the process's growth less its live threads', placed where
-/// the ended threads were allowed to run (stairbench's own load threads, missed this way,
-/// once read as others taking 80% of the client's CPUs in the memcached study).
-fn process_ticks(before: &Scan, after: &Scan, a: &[usize], b: &[usize]) -> BTreeMap<i32, [f64; 3]> {
-    let share = |allowed: &[usize], set: &[usize]| {
-        if allowed.is_empty() {
-            0.0
-        } else {
-            allowed.iter().filter(|c| set.contains(c)).count() as f64 / allowed.len() as f64
-        }
-    };
+/// (a thread's ticks shared out evenly over the CPUs it may run on).
+/// - Threads that ended inside the window (a step's load threads, joined before its end is
+///   scanned) are no longer listed: their CPU is the process's growth less its live
+///   threads', placed where the ended threads were allowed to run (stairbench's own load
+///   threads, missed this way, once read as others taking 80% of the client's CPUs in the
+///   memcached study).
+/// - Children that ended inside the window (a shell's commands, a build's compilers, an
+///   external load tool reaped before the end scan) are in no scan: their CPU is their
+///   parent's reaped-children growth, less what the ones seen at the start had already used,
+///   placed where the parent may run (children inherit its affinity). Without it, a shell
+///   loop of short commands beside a server took its CPU unnamed.
+///
+/// `reaped` says whose reaped children count: not stairbench's own, whose children are
+/// external load tools, counted from their own rusage by the analysis (counting them here
+/// too would take them off the others' share twice).
+fn process_ticks(
+    before: &Scan,
+    after: &Scan,
+    (a, b): (&[usize], &[usize]),
+    reaped: &dyn Fn(i32) -> bool,
+) -> BTreeMap<i32, [f64; 3]> {
     let mut out = BTreeMap::new();
     for (pid, p) in after {
         // A pid reused during the window is another process: all of its CPU is new.
@@ -111,32 +126,75 @@ fn process_ticks(before: &Scan, after: &Scan, a: &[usize], b: &[usize]) -> BTree
             let was = old.and_then(|o| o.threads.get(tid)).map_or(0, |x| x.0);
             let d = ticks.saturating_sub(was);
             live += d;
-            t[0] += d as f64;
-            t[1] += d as f64 * share(allowed, a);
-            t[2] += d as f64 * share(allowed, b);
+            add(&mut t, d as f64, &[allowed], a, b);
         }
         let grown = p.cpu_ticks.saturating_sub(old.map_or(0, |o| o.cpu_ticks));
-        let ended = grown.saturating_sub(live) as f64;
-        if ended > 0.0 {
-            let gone: Vec<&Vec<usize>> = old
-                .iter()
-                .flat_map(|o| &o.threads)
-                .filter(|(tid, _)| !p.threads.contains_key(tid))
-                .map(|(_, (_, allowed))| allowed)
-                .collect();
-            let place = if gone.is_empty() {
-                p.threads.values().map(|(_, allowed)| allowed).collect()
-            } else {
-                gone
-            };
-            let n = place.len().max(1) as f64;
-            t[0] += ended;
-            t[1] += ended * place.iter().map(|c| share(c, a)).sum::<f64>() / n;
-            t[2] += ended * place.iter().map(|c| share(c, b)).sum::<f64>() / n;
+        let gone: Vec<&Vec<usize>> = old
+            .iter()
+            .flat_map(|o| &o.threads)
+            .filter(|(tid, _)| !p.threads.contains_key(tid))
+            .map(|(_, (_, allowed))| allowed)
+            .collect();
+        let own: Vec<&Vec<usize>> = p.threads.values().map(|(_, allowed)| allowed).collect();
+        let place = if gone.is_empty() { &own } else { &gone };
+        add(&mut t, grown.saturating_sub(live) as f64, place, a, b);
+        if reaped(*pid) {
+            add(
+                &mut t,
+                reaped_ticks(*pid, p, old, before, after) as f64,
+                &own,
+                a,
+                b,
+            );
         }
         out.insert(*pid, t);
     }
     out
+}
+
+/// Adds `ticks` to `t`, spread evenly over the affinities in `place`.
+fn add(t: &mut [f64; 3], ticks: f64, place: &[&Vec<usize>], a: &[usize], b: &[usize]) {
+    let share = |allowed: &[usize], set: &[usize]| {
+        if allowed.is_empty() {
+            0.0
+        } else {
+            allowed.iter().filter(|c| set.contains(c)).count() as f64 / allowed.len() as f64
+        }
+    };
+    if ticks <= 0.0 || place.is_empty() {
+        t[0] += ticks.max(0.0);
+        return;
+    }
+    let n = place.len() as f64;
+    t[0] += ticks;
+    t[1] += ticks * place.iter().map(|c| share(c, a)).sum::<f64>() / n;
+    t[2] += ticks * place.iter().map(|c| share(c, b)).sum::<f64>() / n;
+}
+
+/// The CPU of `pid`'s children that it reaped inside the window: its reaped-children
+/// counter's growth, less what the children seen at the start and gone at the end (so
+/// reaped by it: a live parent keeps its children) had used by then.
+fn reaped_ticks(
+    pid: i32,
+    p: &ProcSample,
+    old: Option<&ProcSample>,
+    before: &Scan,
+    after: &Scan,
+) -> u64 {
+    let grown = p
+        .children_ticks
+        .saturating_sub(old.map_or(0, |o| o.children_ticks));
+    if grown == 0 {
+        return 0;
+    }
+    let earlier: u64 = before
+        .iter()
+        .filter(|(c, s)| {
+            s.ppid == pid && after.get(c).is_none_or(|n| n.start_ticks != s.start_ticks)
+        })
+        .map(|(_, s)| s.cpu_ticks + s.children_ticks)
+        .sum();
+    grown.saturating_sub(earlier)
 }
 
 /// What the neighbours computation needs to know of the window.
@@ -168,13 +226,13 @@ pub fn neighbours(before: &Scan, after: &Scan, w: &Window) -> Option<Neighbours>
         return None;
     }
     let tps = procfs::ticks_per_s();
-    let ticks = process_ticks(before, after, w.server_cpus, w.client_cpus);
     let own = |pid: i32| {
         pid == w.own_pid
             || after
                 .get(&pid)
                 .is_some_and(|p| w.own_groups.contains(&p.pgrp))
     };
+    let ticks = process_ticks(before, after, (w.server_cpus, w.client_cpus), &|p| !own(p));
     let sum = |keep: &dyn Fn(i32) -> bool| {
         ticks
             .iter()
@@ -256,6 +314,8 @@ mod tests {
                 .iter()
                 .map(|(t, ticks, cpus)| (*t, (*ticks, cpus.to_vec())))
                 .collect(),
+            ppid: 1,
+            children_ticks: 0,
         }
     }
 
@@ -332,7 +392,7 @@ mod tests {
         let mut after = proc("stairbench", 20, &[(20, 20, &[0, 1])]);
         after.cpu_ticks = 15 + 10 + 50;
         let after: Scan = [(20, after)].into();
-        let t = process_ticks(&before, &after, &[0], &[1]);
+        let t = process_ticks(&before, &after, (&[0], &[1]), &|_| true);
         assert_eq!(t[&20], [60.0, 5.0, 55.0]);
     }
 
@@ -364,12 +424,31 @@ mod tests {
     }
 
     #[test]
+    fn children_that_ended_in_the_window_are_their_parents_cpu() {
+        // A shell (pid 30, pinned to CPU 0) ran short commands inside the window: 40 ticks,
+        // none of them in either scan, plus one (pid 31) seen at the start with 25 ticks
+        // that used 10 more before the shell reaped it (its 35 all went to the counter).
+        let mut sh0 = proc("sh", 30, &[(30, 100, &[0])]);
+        sh0.children_ticks = 500;
+        let mut cmd = proc("sleep", 30, &[(31, 25, &[0])]);
+        cmd.ppid = 30;
+        let before: Scan = [(30, sh0.clone()), (31, cmd)].into();
+        let mut sh1 = sh0;
+        sh1.threads.insert(30, (102, vec![0]));
+        sh1.cpu_ticks = 102;
+        sh1.children_ticks = 500 + 40 + 35;
+        let after: Scan = [(30, sh1)].into();
+        let t = process_ticks(&before, &after, (&[0], &[1]), &|_| true);
+        assert_eq!(t[&30], [2.0 + 40.0 + 10.0, 52.0, 0.0]);
+    }
+
+    #[test]
     fn a_pid_reused_in_the_window_counts_all_of_its_cpu() {
         let before: Scan = [(5, proc("old", 5, &[(5, 1000, &[0])]))].into();
         let mut new = proc("new", 5, &[(5, 30, &[0])]);
         new.start_ticks = 99;
         let after: Scan = [(5, new)].into();
-        let t = process_ticks(&before, &after, &[0], &[1]);
+        let t = process_ticks(&before, &after, (&[0], &[1]), &|_| true);
         assert_eq!(t[&5], [30.0, 30.0, 0.0]);
     }
 }
