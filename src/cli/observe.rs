@@ -6,9 +6,10 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::Value;
 
+use crate::observe::answer::ObserveAnswer;
 use crate::observe::metrics::{window_difference, MetricsFormat, MetricsSource};
+use crate::record::figures::ForeignJson;
 
 /// Options of `stairbench environment`.
 #[derive(Debug, Args)]
@@ -109,14 +110,13 @@ pub fn observe(args: ObserveArgs) -> anyhow::Result<ExitCode> {
         obs.begin();
         snapshots()
     });
-    let observation = obs.finish();
-    let mut out = serde_json::to_value(&observation)?;
-    if !sources.is_empty() {
-        let windows: Vec<Value> = (before.into_iter().zip(snapshots()))
+    let answer = ObserveAnswer {
+        observation: obs.finish(),
+        target_metrics: (before.into_iter().zip(snapshots()))
             .map(|(a, b)| window_difference(a.as_ref(), b.as_ref(), began))
-            .collect();
-        out["target_metrics"] = Value::Array(windows);
-    }
-    println!("{}", serde_json::to_string(&out)?);
+            .map(ForeignJson::from_value)
+            .collect(),
+    };
+    println!("{}", answer.to_line()?);
     Ok(ExitCode::SUCCESS)
 }

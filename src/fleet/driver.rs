@@ -10,6 +10,7 @@ use hdrhistogram::Histogram;
 use super::error::StepError;
 use crate::load::external::{OutputParser, ToolLoad};
 use crate::load::{LoadConfig, ProtoOptions};
+use crate::record::figures::StepFigures;
 use crate::record::load::{ClientCpu, IntervalSink, LoadReport};
 
 /// One step's load, as the step loop asks for it.
@@ -78,8 +79,8 @@ pub struct StepLoad {
     pub report: LoadReport,
     /// All latencies of the window in nanoseconds, when the driver has them.
     pub hist_ns: Option<Histogram<u64>>,
-    /// Further figures for the step's line (e.g. an external tool's own).
-    pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The step's other figures from the load (an external tool's own, a split load's parts).
+    pub figures: StepFigures,
 }
 
 /// Runs the load of one step.
@@ -143,7 +144,7 @@ impl Driver for EngineDriver {
         Ok(StepLoad {
             report: outcome.report,
             hist_ns: Some(outcome.hist_ns),
-            extra: serde_json::Map::new(),
+            figures: StepFigures::default(),
         })
     }
 }
@@ -234,18 +235,18 @@ impl Driver for CommandDriver {
         r.rate_rps = req.rate_rps;
         r.client_saturated = saturated;
         r.client_cpu = client_cpu;
-        let mut extra = serde_json::Map::new();
-        extra.insert("tool".into(), tool.extra);
-        // The observers ran from the tool's start to its end, and its counts cover its
-        // whole run too: per-request figures are over that span, and the step says so.
-        extra.insert("window".into(), WHOLE_RUN_WINDOW.into());
-        if orphans_cpu_s > 0.0 {
-            extra.insert("client_cpu_orphans_s".into(), orphans_cpu_s.into());
-        }
+        let figures = StepFigures {
+            tool: tool.figures,
+            // The observers ran from the tool's start to its end, and its counts cover its
+            // whole run too: per-request figures are over that span, and the step says so.
+            window: Some(WHOLE_RUN_WINDOW.into()),
+            client_cpu_orphans_s: (orphans_cpu_s > 0.0).then_some(orphans_cpu_s),
+            ..StepFigures::default()
+        };
         Ok(StepLoad {
             report: tool.report,
             hist_ns: None,
-            extra,
+            figures,
         })
     }
 }
@@ -484,7 +485,7 @@ impl Driver for FakeDriver {
                 ..LoadReport::default()
             },
             hist_ns: Some(hist),
-            extra: serde_json::Map::new(),
+            figures: StepFigures::default(),
         })
     }
 }

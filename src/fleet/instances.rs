@@ -9,7 +9,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc};
 
 use hdrhistogram::Histogram;
-use serde_json::{json, Map, Value};
 
 use super::driver::{Driver, InstanceAddr, StepLoad, StepRequest};
 use super::error::{LaunchError, StepError};
@@ -20,6 +19,7 @@ use crate::load::merge::{
 };
 use crate::observe::step::{InstanceInfo, ServerExtras};
 use crate::placement::CpuPair;
+use crate::record::figures::{LoadPart, StepFigures};
 use crate::record::load::{IntervalSink, LoadReport};
 use crate::record::rundir::{RunDir, StepSink};
 
@@ -352,35 +352,27 @@ pub fn merge_loads(
         Some(h) if !h.is_empty() => crate::record::load::latency_us(h),
         _ => mean_only_latency(&reports),
     };
-    let per_instance: Vec<Value> = loads
-        .iter()
-        .zip(subs)
-        .enumerate()
-        .map(|(k, (l, sub))| instance_json(k, l, sub))
+    let per_instance = (loads.into_iter().zip(subs).enumerate())
+        .map(|(k, (l, sub))| instance_part(k, l, sub))
         .collect();
-    let mut extra = Map::new();
-    extra.insert("per_instance".into(), Value::Array(per_instance));
     Ok(StepLoad {
         report,
         hist_ns: hist,
-        extra,
+        figures: StepFigures {
+            per_instance,
+            ..StepFigures::default()
+        },
     })
 }
 
-fn instance_json(k: usize, load: &StepLoad, sub: &StepRequest) -> Value {
-    let mut obj = match serde_json::to_value(&load.report) {
-        Ok(Value::Object(m)) => m,
-        _ => Map::new(),
-    };
-    obj.remove("schema");
-    obj.insert("instance".into(), json!(k));
-    obj.insert("port".into(), json!(sub.port));
-    obj.insert(
-        "client_cpus".into(),
-        json!(crate::cpuset::format(&sub.client_cpus)),
-    );
-    for (key, v) in &load.extra {
-        obj.insert(key.clone(), v.clone());
+/// Instance `k`'s part of the step (`per_instance`): its own load and figures, where it went.
+fn instance_part(k: usize, load: StepLoad, sub: &StepRequest) -> LoadPart {
+    LoadPart {
+        instance: Some(k),
+        port: Some(sub.port),
+        client_cpus: Some(crate::cpuset::format(&sub.client_cpus)),
+        figures: load.figures,
+        load: load.report,
+        ..LoadPart::default()
     }
-    Value::Object(obj)
 }

@@ -73,9 +73,9 @@ impl CoreSampler {
 }
 
 /// Adds the sampling's CPU to a step's `observer_cpu_s` (when the observers reported one).
-pub fn add_observer_cpu(derived: &mut serde_json::Map<String, serde_json::Value>, cpu_s: f64) {
-    if let Some(v) = derived.get_mut("observer_cpu_s") {
-        *v = serde_json::json!(v.as_f64().unwrap_or(0.0) + cpu_s);
+pub fn add_observer_cpu(observer_cpu_s: &mut Option<f64>, cpu_s: f64) {
+    if let Some(v) = observer_cpu_s {
+        *v += cpu_s;
     }
 }
 
@@ -322,12 +322,12 @@ mod tests {
 
     #[test]
     fn sampling_cost_joins_the_observers_cost_when_there_is_one() {
-        let mut derived = serde_json::Map::new();
-        add_observer_cpu(&mut derived, 0.25);
-        assert!(derived.is_empty());
-        derived.insert("observer_cpu_s".into(), serde_json::json!(0.5));
-        add_observer_cpu(&mut derived, 0.25);
-        assert_eq!(derived["observer_cpu_s"], 0.75);
+        let mut observer_cpu_s = None;
+        add_observer_cpu(&mut observer_cpu_s, 0.25);
+        assert_eq!(observer_cpu_s, None);
+        observer_cpu_s = Some(0.5);
+        add_observer_cpu(&mut observer_cpu_s, 0.25);
+        assert_eq!(observer_cpu_s, Some(0.75));
     }
 
     #[test]

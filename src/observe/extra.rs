@@ -3,13 +3,13 @@
 //! target's own metrics. [`ExtraObserver`] wraps the step loop's observer and adds
 //! `observed` and `target_metrics` to the step.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-use serde_json::{json, Map, Value};
 
 use super::metrics::{window_difference, MetricsError, Reading};
 use super::step::{Observed, ServerExtras, StepObserver};
-use super::{Observation, TreeUsage};
+use super::TreeUsage;
+use crate::record::figures::{ForeignJson, ServerFigures, Unavailable};
 
 /// How an observed process is found, at the start of each step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,33 +175,36 @@ impl<O: StepObserver> ExtraObserver<O> {
     }
 
     /// The processes' figures by name, and the process trees of a split target's instances.
-    fn finish_processes(&mut self) -> (Map<String, Value>, Vec<TreeUsage>) {
+    fn finish_processes(&mut self) -> (BTreeMap<String, ServerFigures>, Vec<TreeUsage>) {
         let mut trees = Vec::new();
-        let mut out = Map::new();
+        let mut out = BTreeMap::new();
         for (name, obs) in self.running.drain(..) {
-            let value = match obs {
+            let figures = match obs {
                 Ok(o) => {
                     let o = o.finish();
                     let instance = self.extras.instances.iter().any(|i| i.label == name);
                     if let (true, Some(t)) = (instance, &o.server) {
                         trees.push(t.clone());
                     }
-                    serde_json::to_value(o).unwrap_or(Value::Null)
+                    o.into()
                 }
-                Err(why) => json!({ "note": why.to_string() }),
+                Err(why) => ServerFigures::Unavailable(Unavailable {
+                    note: Some(why.to_string()),
+                    ..Unavailable::default()
+                }),
             };
-            out.insert(name, value);
+            out.insert(name, figures);
         }
         (out, trees)
     }
 
-    fn finish_metrics(&mut self) -> Map<String, Value> {
+    fn finish_metrics(&mut self) -> BTreeMap<String, ForeignJson> {
         let before = std::mem::take(&mut self.before);
-        let mut out = Map::new();
+        let mut out = BTreeMap::new();
         for ((label, source), (_, start)) in self.extras.metrics.iter().zip(before) {
             let end = source.snapshot_fresh();
             let value = window_difference(start.as_ref(), end.as_ref(), self.began);
-            out.insert(label.clone(), value);
+            out.insert(label.clone(), ForeignJson::from_value(value));
         }
         out
     }
@@ -210,7 +213,7 @@ impl<O: StepObserver> ExtraObserver<O> {
 /// A split target has no single server process: its `server` figures (and the per-request
 /// ones derived from them) become the sum of its instances' process trees.
 fn sum_instances(observed: &mut Observed, trees: &[TreeUsage], requests: u64) {
-    let Ok(mut obs) = serde_json::from_value::<Observation>(observed.server.clone()) else {
+    let Some(obs) = observed.observation_mut() else {
         return;
     };
     if obs.server.is_some() {
@@ -232,10 +235,7 @@ fn sum_instances(observed: &mut Observed, trees: &[TreeUsage], requests: u64) {
         "server: the sum of {} instances' process trees (pid is the first one's; see `observed`)",
         trees.len()
     ));
-    if let Ok(Value::Object(per)) = serde_json::to_value(super::per_request(&obs, requests)) {
-        observed.derived.extend(per);
-    }
-    observed.server = serde_json::to_value(&obs).unwrap_or(Value::Null);
+    observed.per_request = super::per_request(obs, requests);
 }
 
 fn observer_of(pid: i32) -> super::Observer {
@@ -274,17 +274,8 @@ impl<O: StepObserver> StepObserver for ExtraObserver<O> {
         if !trees.is_empty() {
             sum_instances(&mut observed, &trees, requests);
         }
-        if !processes.is_empty() {
-            observed
-                .derived
-                .insert("observed".into(), Value::Object(processes));
-        }
-        let metrics = self.finish_metrics();
-        if !metrics.is_empty() {
-            observed
-                .derived
-                .insert("target_metrics".into(), Value::Object(metrics));
-        }
+        observed.observed.extend(processes);
+        observed.target_metrics.extend(self.finish_metrics());
         observed
     }
 }

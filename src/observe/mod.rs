@@ -12,6 +12,7 @@
 //! imports only the layers below it (machine, record, cpuset); the spec sections that
 //! configure it are parsed by `sweep`.
 
+pub mod answer;
 pub mod cgroup_cpu;
 pub mod cores;
 pub mod disk;

@@ -6,18 +6,10 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
-
 use super::metrics::MetricsSource;
 
-/// Figures of one measured window.
-#[derive(Debug, Clone, Default)]
-pub struct Observed {
-    /// The server's figures (JSON object).
-    pub server: Value,
-    /// Derived per-request figures and the observers' own CPU.
-    pub derived: Map<String, Value>,
-}
+/// Figures of one measured window, in the step record's types.
+pub use crate::record::figures::Observed;
 
 /// What the running server offers beside its own pid: its instances and metrics sources.
 #[derive(Debug, Clone, Default)]
@@ -114,18 +106,11 @@ impl StepObserver for FullObserver {
             (None, Some(running)) => running.finish(),
             (None, None) => return Observed::default(),
         };
-        let per = crate::observe::per_request(&obs, requests);
-        let mut derived = match serde_json::to_value(&per) {
-            Ok(Value::Object(m)) => m,
-            _ => Map::new(),
-        };
-        derived.insert(
-            crate::record::steps::OBSERVER_CPU_S.into(),
-            json!(obs.observer_cpu_s),
-        );
         Observed {
-            server: serde_json::to_value(&obs).unwrap_or(Value::Null),
-            derived,
+            per_request: crate::observe::per_request(&obs, requests),
+            observer_cpu_s: Some(obs.observer_cpu_s),
+            server: Some(obs.into()),
+            ..Observed::default()
         }
     }
 }

@@ -9,7 +9,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::record::load::LoadReport;
-use crate::record::observed::Observation;
+use crate::record::observed::{Observation, PerRequest};
 use crate::record::overhead::{GroupOverhead, StepOverhead};
 
 /// A process tree's figures over a step's window (the step's `server`, an `observed` entry),
@@ -96,6 +96,51 @@ impl<'de> Deserialize<'de> for ServerFigures {
             observed.map(|o| ServerFigures::Observed(Box::new(o)))
         };
         figures.map_err(|e| D::Error::custom(format!("server figures: {e}")))
+    }
+}
+
+/// What the step loop's observers measured over one step's window, in the step record's
+/// types: the observers build it (`observe::step::StepObserver::finish`) and
+/// [`crate::record::steps::StepResult::set_observed`] files it, field by field.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// The server's figures over the window, or why there are none (None: nothing observed).
+    pub server: Option<ServerFigures>,
+    /// Figures per request, from the server's over the window's completed requests.
+    pub per_request: PerRequest,
+    /// CPU the observers used over the step, in seconds (None: no observer ran).
+    pub observer_cpu_s: Option<f64>,
+    /// Why the server's figures were not observed (a server already running, given by
+    /// address), when they were not.
+    pub server_not_observed: Option<String>,
+    /// `[[observe]]` processes, a split target's instances and a target's further ranks, by
+    /// name.
+    pub observed: BTreeMap<String, ServerFigures>,
+    /// What each target reported itself (metrics file or endpoint) over the window, by label:
+    /// that program's JSON, kept as it wrote it.
+    pub target_metrics: BTreeMap<String, ForeignJson>,
+}
+
+impl Observed {
+    /// The server's observation, when there is one.
+    pub fn observation_mut(&mut self) -> Option<&mut Observation> {
+        match self.server.as_mut()? {
+            ServerFigures::Observed(o) => Some(&mut o.observation),
+            ServerFigures::Unavailable(_) => None,
+        }
+    }
+
+    /// Marks the server's figures not observed: `why` becomes the step's
+    /// `server_not_observed` and the first of the server's notes.
+    pub fn mark_not_observed(&mut self, why: &str) {
+        self.server_not_observed = Some(why.to_string());
+        match &mut self.server {
+            Some(ServerFigures::Observed(o)) => o.observation.notes.insert(0, why.to_string()),
+            Some(ServerFigures::Unavailable(Unavailable { notes, .. })) => {
+                notes.insert(0, why.to_string())
+            }
+            None => {}
+        }
     }
 }
 
@@ -240,6 +285,11 @@ impl ForeignJson {
     /// As a `serde_json` value, for readers that walk it by path.
     pub fn to_value(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// `{"note": why}`: a metrics entry that has no window to give, and why.
+    pub fn note(why: impl Into<String>) -> Self {
+        ForeignJson::Object([("note".to_string(), ForeignJson::Text(why.into()))].into())
     }
 
     /// The JSON value as this type holds it.

@@ -5,21 +5,14 @@
 //! reaches any of them.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::record::figures::{load_fields, ServerFigures, StepFigures};
+use crate::record::figures::{load_fields, Observed, ServerFigures, StepFigures};
 use crate::record::load::LoadReport;
 use crate::record::observed::{Observation, PerRequest};
 
 /// Version of the `steps.jsonl` layout.
 pub const STEPS_SCHEMA_VERSION: u32 = 1;
-
-/// The key of a step whose server-side figures were not observed (a server already running
-/// with no process to observe it by): the reason; those figures are null.
-pub const SERVER_NOT_OBSERVED: &str = "server_not_observed";
-
-/// The key of the observers' own CPU (seconds) among a step's top-level figures.
-pub const OBSERVER_CPU_S: &str = "observer_cpu_s";
 
 /// How a step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -307,48 +300,24 @@ impl StepResult {
         StepResult::deserialize(value)
     }
 
-    /// Sets the observers' figures of the step (the server's, as a JSON object or null, and
-    /// the top-level ones: per-request and others): an error when one does not fit the
-    /// record, or is a key the record does not know.
-    pub fn set_observed(
-        &mut self,
-        server: Value,
-        figures: Map<String, Value>,
-    ) -> Result<(), ObservedError> {
-        self.server = serde_json::from_value(server).map_err(ObservedError::Server)?;
-        #[derive(Serialize, Deserialize)]
-        struct Parts {
-            #[serde(flatten)]
-            per_request: PerRequest,
-            #[serde(flatten)]
-            figures: StepFigures,
-        }
-        let parts: Parts = serde_json::from_value(Value::Object(figures.clone()))
-            .map_err(ObservedError::Figures)?;
-        let written = serde_json::to_value(&parts).map_err(ObservedError::Server)?;
-        if let Some((k, _)) = figures
-            .iter()
-            .find(|(k, v)| !v.is_null() && written.get(k).is_none())
-        {
-            return Err(ObservedError::Unknown(k.clone()));
-        }
-        (self.per_request, self.figures) = (parts.per_request, parts.figures);
-        Ok(())
+    /// Files the observers' figures of the step: the server's, the per-request ones and
+    /// the observers' own (the load's figures are left as they are).
+    pub fn set_observed(&mut self, observed: Observed) {
+        let Observed {
+            server,
+            per_request,
+            observer_cpu_s,
+            server_not_observed,
+            observed,
+            target_metrics,
+        } = observed;
+        self.server = server;
+        self.per_request = per_request;
+        self.figures.observer_cpu_s = observer_cpu_s;
+        self.figures.server_not_observed = server_not_observed;
+        self.figures.observed = observed;
+        self.figures.target_metrics = target_metrics;
     }
-}
-
-/// Observers' figures that do not fit the step record.
-#[derive(Debug, thiserror::Error)]
-pub enum ObservedError {
-    /// The server's figures do not read as an observation.
-    #[error("{0}")]
-    Server(serde_json::Error),
-    /// A top-level figure of the wrong type.
-    #[error("the step's figures: {0}")]
-    Figures(serde_json::Error),
-    /// A top-level figure the record has no field for.
-    #[error("the step's figures: `{0}` is no field of the step record")]
-    Unknown(String),
 }
 
 /// A `steps.jsonl` that cannot be read.
@@ -662,23 +631,26 @@ pub(crate) mod tests {
         assert!(StepResult::from_json(&json).is_err());
     }
 
-    /// The observers' figures go in typed: a key the record does not know is an error.
+    /// The observers' figures go in as they are typed, and leave the load's own alone.
     #[test]
-    fn observed_figures_the_record_does_not_know_are_an_error() {
-        let mut step = StepResult::empty("s".into(), "t", "p", 1, 0);
-        let mut figures = Map::new();
-        figures.insert("cs_per_req".into(), 2.0.into());
-        figures.insert("observer_cpu_s".into(), 0.5.into());
-        step.set_observed(Value::Null, figures.clone()).unwrap();
-        assert_eq!(
-            (step.per_request.cs_per_req, step.observer_cpu_s()),
-            (Some(2.0), Some(0.5))
-        );
-        figures.insert("cs_per_reqq".into(), 2.0.into());
-        let err = step
-            .set_observed(Value::Null, figures)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("cs_per_reqq"), "{err}");
+    fn observed_figures_are_filed_beside_the_loads() {
+        let mut step = full_step();
+        let load_figures = step.figures.clone();
+        let (obs, per) = crate::record::observed::tests::full();
+        let mut observed = Observed {
+            server: Some(obs.into()),
+            per_request: per.clone(),
+            observer_cpu_s: Some(0.5),
+            ..Observed::default()
+        };
+        observed.mark_not_observed("given by address");
+        step.set_observed(observed);
+        assert_eq!(step.per_request(), &per);
+        assert_eq!(step.observer_cpu_s(), Some(0.5));
+        assert_eq!(step.server_not_observed(), Some("given by address"));
+        assert_eq!(step.server.as_ref().unwrap().notes()[0], "given by address");
+        assert_eq!(step.figures.per_host, load_figures.per_host);
+        assert_eq!(step.figures.tool, load_figures.tool);
+        assert!(step.figures.observed.is_empty());
     }
 }

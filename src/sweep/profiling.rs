@@ -382,8 +382,11 @@ mod tests {
             ..crate::record::load::LoadReport::default()
         });
         s.server_cpus = "0".into();
-        let server = serde_json::json!({ "server_cpus_busy_pct": cpu_pct });
-        s.server = serde_json::from_value(server).unwrap();
+        let obs = crate::record::observed::Observation {
+            server_cpus_busy_pct: Some(cpu_pct),
+            ..Default::default()
+        };
+        s.server = Some(obs.into());
         s
     }
 

@@ -20,6 +20,7 @@ use crate::fleet::error::StepError;
 use crate::fleet::server::{Launcher, Server};
 use crate::observe::step::{Observed, StepObserver};
 use crate::placement::{CpuPair, PlacementSource};
+use crate::record::figures::StepFigures;
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 use crate::record::rundir::{RunDir, StepSink};
 use crate::record::steps::{now_unix_s, ErrorKind, StepResult, StepStatus};
@@ -572,17 +573,12 @@ impl Runner<'_> {
         if self.plan.restart == Restart::Step {
             series.stop_server();
         }
-        let (load, mut observed) = outcome.map_err(StepEnd::Failed)?;
-        step.load = Some(load);
+        let (load, figures, mut observed) = outcome.map_err(StepEnd::Failed)?;
+        (step.load, step.figures) = (Some(load), figures);
         if let Some(why) = not_observed {
-            crate::fleet::server::running::mark_not_observed(
-                &mut observed.server,
-                &mut observed.derived,
-                &why,
-            );
+            observed.mark_not_observed(&why);
         }
-        step.set_observed(observed.server, observed.derived)
-            .map_err(|e| StepEnd::Failed(StepError::Load(e.to_string())))?;
+        step.set_observed(observed);
         (step.status, step.reason) = verdict(step, self.plan.max_error_ratio);
         if step.status == StepStatus::Failed {
             step.error_kind = Some(ErrorKind::Load);
@@ -661,13 +657,13 @@ impl Runner<'_> {
     }
 
     /// Runs the step's load with the observers on over its measured window; the load's
-    /// figures and the observers'.
+    /// figures (the engine's and its others) and the observers'.
     fn measure(
         &mut self,
         key: &StepKey,
         cpus: StepCpus,
         server: &mut Box<dyn Server>,
-    ) -> Result<(LoadReport, Observed), StepError> {
+    ) -> Result<(LoadReport, StepFigures, Observed), StepError> {
         self.observer.server_extras(&server.extras());
         let (watched, local_server) = self.watched_cpus(key, &cpus);
         let req = self.step_request(key, cpus, &**server);
@@ -831,7 +827,7 @@ impl LoopSink<'_> {
     fn end(
         mut self,
         result: Result<StepLoad, StepError>,
-    ) -> Result<(LoadReport, Observed), StepError> {
+    ) -> Result<(LoadReport, StepFigures, Observed), StepError> {
         if !self.started {
             self.start_observer();
         }
@@ -842,9 +838,8 @@ impl LoopSink<'_> {
             .finish(hist, result.is_ok())
             .map_err(|e| StepError::io("writing the step's files", e))?;
         let load = result?;
-        crate::observe::cores::add_observer_cpu(&mut observed.derived, cores_cpu_s);
-        observed.derived.extend(load.extra);
-        Ok((load.report, observed))
+        crate::observe::cores::add_observer_cpu(&mut observed.observer_cpu_s, cores_cpu_s);
+        Ok((load.report, load.figures, observed))
     }
 
     /// Flushes the step's files (named `.partial` unless the load `complete`d); returns the

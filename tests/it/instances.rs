@@ -261,12 +261,17 @@ fn instances_that_do_not_fit_are_refused_before_anything_starts() {
     );
 }
 
-fn observe(entries: Vec<ObserveEntry>, extras: ServerExtras) -> serde_json::Map<String, Value> {
+/// The observers' `observed` and `target_metrics`, as a step's line writes them.
+fn observe(entries: Vec<ObserveEntry>, extras: ServerExtras) -> Value {
     let mut obs = ExtraObserver::new(NullObserver, entries);
     obs.server_extras(&extras);
     obs.start(None, &[], &[]);
     std::thread::sleep(Duration::from_millis(50));
-    obs.finish(0).derived
+    let observed = obs.finish(0);
+    serde_json::json!({
+        "observed": observed.observed,
+        "target_metrics": observed.target_metrics,
+    })
 }
 
 #[test]
@@ -526,7 +531,6 @@ fn a_failed_histogram_subtraction_is_unavailable_not_the_whole_run() {
 /// Split shares and the exact merge of instances' figures (were `fleet::instances`' unit tests).
 mod merge_units {
     use hdrhistogram::Histogram;
-    use serde_json::Map;
 
     use stairbench::fleet::driver::{InstanceAddr, StepLoad, StepRequest};
     use stairbench::fleet::instances::{client_shares, merge_loads, split_cpus, sub_request};
@@ -587,7 +591,7 @@ mod merge_units {
                 ..LoadReport::default()
             },
             hist_ns: Some(hist(values)),
-            extra: Map::new(),
+            figures: Default::default(),
         };
         // One fast instance, one slow: the merged p99 is the slow one's, not an average.
         let fast = load(900.0, 99, &[1_000; 99]);
@@ -631,7 +635,9 @@ mod merge_units {
         assert_eq!(merged.hist_ns.as_ref().unwrap().len(), 100);
         assert!(merged.report.latency_us.max > 49_000.0);
         assert!(merged.report.latency_us.p50 < 2.0);
-        assert_eq!(merged.extra["per_instance"].as_array().unwrap().len(), 2);
+        let ports: Vec<Option<u16>> = merged.figures.per_instance.iter().map(|p| p.port).collect();
+        assert_eq!(ports, [Some(1), Some(2)]);
+        assert_eq!(merged.figures.per_instance[1].load.throughput_rps, 10.0);
     }
 }
 

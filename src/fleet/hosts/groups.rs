@@ -9,8 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use serde_json::{json, Value};
-
 pub use super::remote_group::load_args;
 use super::remote_group::{remote_load, settle_fetched, GroupFailure, GroupStart, RemoteLoad};
 use super::session::HostSession;
@@ -385,52 +383,31 @@ impl GroupDriver {
             return Err(GroupsError::Overlap { overlap, windows });
         }
         let mut merged = merge_loads(loads, subs).map_err(|e| GroupsError::Merge(e.to_string()))?;
-        let per_instance = merged.extra.remove("per_instance");
-        let mut per_host: Vec<Value> = match per_instance {
-            Some(Value::Array(v)) => v,
-            _ => Vec::new(),
-        };
-        for (k, entry) in per_host.iter_mut().enumerate() {
-            if let Value::Object(m) = entry {
-                m.remove("instance");
-                m.insert("group".into(), json!(k));
-                m.insert("host".into(), json!(self.groups[k].name()));
-                m.insert("window_unix_ns".into(), json!(windows[k]));
-                if let Ok(Value::Object(o)) =
-                    serde_json::to_value(GroupOverhead::of(&times[k], start_ns))
-                {
-                    m.extend(o);
-                }
-                let busy = &merged_busy(&subs[k], m);
-                m.insert("client_busy_pct".into(), json!(busy));
-            }
+        let mut per_host = std::mem::take(&mut merged.figures.per_instance);
+        for (k, part) in per_host.iter_mut().enumerate() {
+            part.instance = None;
+            part.group = Some(k);
+            part.host = Some(self.groups[k].name().to_string());
+            part.window_unix_ns = Some(windows[k]);
+            part.overhead = Some(GroupOverhead::of(&times[k], start_ns));
+            part.client_busy_pct = Some(merged_busy(&subs[k], &part.load.client_cpu.per_core_busy));
         }
         // Threads of different hosts side by side mean nothing: each host's are in per_host.
         merged.report.client_cpu.per_core_busy.clear();
-        merged
-            .extra
-            .insert("per_host".into(), Value::Array(per_host));
-        merged.extra.insert("window_overlap".into(), json!(overlap));
         let lead_ms = lead.as_secs_f64() * 1e3;
-        let overhead = StepOverhead::of(&times, start_ns, lead_ms);
-        merged
-            .extra
-            .insert("groups_overhead".into(), json!(overhead));
+        merged.figures.per_host = per_host;
+        merged.figures.window_overlap = Some(overlap);
+        merged.figures.groups_overhead = Some(StepOverhead::of(&times, start_ns, lead_ms));
         Ok(merged)
     }
 }
 
 /// A group's generator busy % per CPU of its host (its threads' busy % summed over the CPU
 /// each is pinned to, `cpus[t % len]`; by thread when it has no cpuset).
-fn merged_busy(sub: &StepRequest, entry: &serde_json::Map<String, Value>) -> BTreeMap<String, f64> {
-    let threads: Vec<f64> = entry
-        .get("client_cpu")
-        .and_then(|c| c.get("per_core_busy"))
-        .and_then(Value::as_array)
-        .map(|v| v.iter().filter_map(Value::as_f64).collect())
-        .unwrap_or_default();
+fn merged_busy(sub: &StepRequest, threads: &[f64]) -> BTreeMap<String, f64> {
     let mut busy = BTreeMap::new();
-    for (t, pct) in threads.iter().enumerate() {
+    // A thread whose busy % is unknown (NaN) adds nothing, and keeps its place.
+    for (t, pct) in threads.iter().enumerate().filter(|(_, p)| p.is_finite()) {
         let key = match sub.client_cpus.len() {
             0 => format!("thread {t}"),
             n => format!("cpu {}", sub.client_cpus[t % n]),
@@ -518,7 +495,7 @@ fn run_group(
             let load = StepLoad {
                 report: outcome.report,
                 hist_ns: Some(outcome.hist_ns),
-                extra: serde_json::Map::new(),
+                figures: Default::default(),
             };
             // This machine's clock is the reference.
             let times = GroupTimes {
@@ -549,7 +526,7 @@ fn run_group(
             let load = StepLoad {
                 report,
                 hist_ns: Some(raw.hist_ns),
-                extra: serde_json::Map::new(),
+                figures: Default::default(),
             };
             Ok((load, times))
         }
@@ -616,8 +593,8 @@ mod tests {
             group_cpus: Vec::new(),
             group_targets: Vec::new(),
         };
-        let entry = json!({ "client_cpu": { "per_core_busy": [40.0, 30.0, 20.0] } });
-        let busy = merged_busy(&req, entry.as_object().unwrap());
+        let threads = [40.0, 30.0, 20.0];
+        let busy = merged_busy(&req, &threads);
         // Threads 0 and 2 run on CPU 2, thread 1 on CPU 5.
         assert_eq!(busy.get("cpu 2"), Some(&60.0));
         assert_eq!(busy.get("cpu 5"), Some(&30.0));
@@ -625,7 +602,7 @@ mod tests {
             client_cpus: Vec::new(),
             ..req
         };
-        let busy = merged_busy(&no_cpuset, entry.as_object().unwrap());
+        let busy = merged_busy(&no_cpuset, &threads);
         assert_eq!(busy.len(), 3);
         assert_eq!(busy.get("thread 1"), Some(&30.0));
     }

@@ -6,11 +6,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
 
 use super::server::RemoteTarget;
+use crate::observe::answer::{AnswerError, ObserveAnswer};
 use crate::observe::step::{Observed, ServerExtras, StepObserver};
-use crate::observe::Observation;
+use crate::record::figures::{ForeignJson, HostObservation, ServerFigures, Unavailable};
 use crate::remote::engine::{HostLost, QUIET_BEFORE_CHECK};
 use crate::remote::Engine;
 
@@ -32,8 +33,8 @@ struct Running {
     stdout: BufReader<ChildStdout>,
 }
 
-/// What a remote observer answered: the observation and its metrics window, if it read one.
-type Answer = Result<(Observation, Option<Value>), ObserverFailure>;
+/// What a remote observer answered: the observation and its metrics windows.
+type Answer = Result<ObserveAnswer, ObserverFailure>;
 
 /// Why a remote observer gave no observation.
 #[derive(Debug, thiserror::Error)]
@@ -47,13 +48,13 @@ enum ObserverFailure {
     /// Its host was lost meanwhile.
     #[error(transparent)]
     Lost(#[from] HostLost),
-    /// Its last line is not an observation.
-    #[error("the remote observer answered {last:?}: {source}")]
+    /// Its last line is not an observation, or lacks or mistypes a field of one.
+    #[error("the remote observer on host {host}: {source}")]
     Answer {
-        /// Its last line.
-        last: String,
-        /// What serde said.
-        source: serde_json::Error,
+        /// The host it ran on.
+        host: String,
+        /// What is wrong with its answer.
+        source: AnswerError,
     },
 }
 
@@ -141,17 +142,7 @@ impl<O: StepObserver> HostObserver<O> {
             .map(|(r, target)| {
                 let running = r.ok_or(ObserverFailure::NotStarted)?;
                 let text = answer_of(running, &*target.session.engine)?;
-                let last = text.lines().last().unwrap_or("");
-                let bad = |source| ObserverFailure::Answer {
-                    last: last.to_string(),
-                    source,
-                };
-                let mut value: Value = serde_json::from_str(last).map_err(bad)?;
-                // Its metrics window (the only metrics file it was given), beside the observation.
-                let metrics = (value.as_object_mut())
-                    .and_then(|m| m.remove("target_metrics"))
-                    .and_then(|m| m.get(0).cloned());
-                Ok((serde_json::from_value(value).map_err(bad)?, metrics))
+                read_answer(target.session.name(), text.lines().last().unwrap_or(""))
             })
             .collect()
     }
@@ -208,16 +199,15 @@ impl<O: StepObserver> StepObserver for HostObserver<O> {
         let mut answers = self.remote_observations().into_iter();
         let main = answers.next().unwrap_or(Err(ObserverFailure::None));
         let mut observed = self.inner.finish(requests);
-        let mut metrics = Map::new();
+        let mut metrics = BTreeMap::new();
         take_metrics(&mut metrics, &targets[0], &main);
-        server_figures(&mut observed, main, &targets[0], requests, targets.len());
-        let mut ranks = Map::new();
+        let host = targets[0].session.name().to_string();
+        server_figures(&mut observed, main, host, requests, targets.len());
         for (t, answer) in targets[1..].iter().zip(answers) {
             take_metrics(&mut metrics, t, &answer);
-            ranks.insert(t.label.clone(), rank_figures(answer, t));
+            (observed.observed).insert(t.label.clone(), rank_figures(answer, t));
         }
-        extend_object(&mut observed.derived, "observed", ranks);
-        extend_object(&mut observed.derived, "target_metrics", metrics);
+        observed.target_metrics.extend(metrics);
         observed
     }
 }
@@ -290,91 +280,84 @@ fn answer_of(running: Running, engine: &dyn Engine) -> Result<String, HostLost> 
     Ok(text)
 }
 
-/// A process's metrics window, under its label, when it has a metrics file.
-fn take_metrics(out: &mut Map<String, Value>, target: &RemoteTarget, answer: &Answer) {
+/// A remote observer's answer line, read strictly: a missing, renamed or malformed field is
+/// an error naming `host` and the field.
+fn read_answer(host: &str, line: &str) -> Answer {
+    ObserveAnswer::read(line).map_err(|source| ObserverFailure::Answer {
+        host: host.to_string(),
+        source,
+    })
+}
+
+/// A process's metrics window (the only metrics file its observer was given), under its
+/// label, when it has a metrics file.
+fn take_metrics(out: &mut BTreeMap<String, ForeignJson>, target: &RemoteTarget, answer: &Answer) {
     if target.metrics.is_none() {
         return;
     }
-    let value = match answer {
-        Ok((_, Some(m))) => m.clone(),
-        Ok((_, None)) => json!({ "note": "the remote observer read no metrics" }),
-        Err(why) => json!({ "note": why.to_string() }),
+    let window = match answer {
+        Ok(a) => (a.target_metrics.first().cloned())
+            .unwrap_or_else(|| ForeignJson::note("the remote observer read no metrics")),
+        Err(why) => ForeignJson::note(why.to_string()),
     };
-    out.insert(target.label.clone(), value);
+    out.insert(target.label.clone(), window);
 }
 
-/// The step's `server` figures from the target's own host (with `ranks` processes, rank 0's:
-/// the other ranks' are under `observed`).
+/// The step's `server` figures from the target's own `host` (with `ranks` processes, rank 0's:
+/// the other ranks' are under `observed`). Without them, no per-request figure either: the
+/// local ones would count this machine's `lo`, which the load does not cross.
 fn server_figures(
     observed: &mut Observed,
     answer: Answer,
-    target: &RemoteTarget,
+    host: String,
     requests: u64,
     ranks: usize,
 ) {
-    let local_cpu_s = observed
-        .derived
-        .get("observer_cpu_s")
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
-    let host = target.session.name().to_string();
-    match answer {
-        Ok((mut obs, _)) => {
-            // Its `lo` carries none of the load's traffic, which reaches it over the network.
-            obs.loopback = None;
-            obs.notes.push(LOOPBACK_NOTE.into());
-            if ranks > 1 {
-                obs.notes.push(format!(
-                    "server: rank 0's process tree on host {host}; the other {} rank(s) are under `observed`",
-                    ranks - 1
-                ));
-            }
-            if let Ok(Value::Object(per)) =
-                serde_json::to_value(crate::observe::per_request(&obs, requests))
-            {
-                observed.derived.extend(per);
-            }
-            observed.derived.insert(
-                "observer_cpu_s".into(),
-                json!(local_cpu_s + obs.observer_cpu_s),
-            );
-            let mut server = serde_json::to_value(&obs).unwrap_or(Value::Null);
-            if let Value::Object(m) = &mut server {
-                m.insert("host".into(), json!(host));
-            }
-            observed.server = server;
-        }
+    let mut obs = match answer {
+        Ok(answer) => answer.observation,
         Err(why) => {
-            observed.server = json!({ "host": host, "notes": [why.to_string()] });
+            observed.per_request = Default::default();
+            observed.server = Some(ServerFigures::Unavailable(Unavailable {
+                host: Some(host),
+                notes: vec![why.to_string()],
+                note: None,
+            }));
+            return;
         }
+    };
+    // Its `lo` carries none of the load's traffic, which reaches it over the network.
+    obs.loopback = None;
+    obs.notes.push(LOOPBACK_NOTE.into());
+    if ranks > 1 {
+        obs.notes.push(format!(
+            "server: rank 0's process tree on host {host}; the other {} rank(s) are under `observed`",
+            ranks - 1
+        ));
     }
+    observed.per_request = crate::observe::per_request(&obs, requests);
+    let local_cpu_s = observed.observer_cpu_s.unwrap_or(0.0);
+    observed.observer_cpu_s = Some(local_cpu_s + obs.observer_cpu_s);
+    observed.server = Some(on_host(obs, host));
+}
+
+/// An observation made on `host`.
+fn on_host(observation: crate::observe::Observation, host: String) -> ServerFigures {
+    ServerFigures::Observed(Box::new(HostObservation {
+        host: Some(host),
+        observation,
+    }))
 }
 
 /// A further rank's observation as `observed.<label>` holds it, with its host.
-fn rank_figures(answer: Answer, target: &RemoteTarget) -> Value {
-    let host = target.session.name();
+fn rank_figures(answer: Answer, target: &RemoteTarget) -> ServerFigures {
+    let host = target.session.name().to_string();
     match answer {
-        Ok((obs, _)) => {
-            let mut v = serde_json::to_value(&obs).unwrap_or(Value::Null);
-            if let Value::Object(m) = &mut v {
-                m.insert("host".into(), json!(host));
-            }
-            v
-        }
-        Err(why) => json!({ "host": host, "note": why.to_string() }),
-    }
-}
-
-/// Adds `entries` to the object `key` of `derived` (created when missing).
-fn extend_object(derived: &mut Map<String, Value>, key: &str, entries: Map<String, Value>) {
-    if entries.is_empty() {
-        return;
-    }
-    match derived.get_mut(key) {
-        Some(Value::Object(m)) => m.extend(entries),
-        _ => {
-            derived.insert(key.into(), Value::Object(entries));
-        }
+        Ok(answer) => on_host(answer.observation, host),
+        Err(why) => ServerFigures::Unavailable(Unavailable {
+            host: Some(host),
+            note: Some(why.to_string()),
+            ..Unavailable::default()
+        }),
     }
 }
 
@@ -385,15 +368,117 @@ const LOOPBACK_NOTE: &str = "loopback packets unavailable: the load crosses the 
 /// Marks the loopback counters and packets per request unavailable (null, never 0): the
 /// load's traffic went over the network (`why`), not over this machine's `lo`.
 fn loopback_unavailable(observed: &mut Observed, why: &str) {
-    observed.derived.insert("pkts_per_req".into(), Value::Null);
-    if let Value::Object(m) = &mut observed.server {
-        m.insert("loopback".into(), Value::Null);
-        let note = json!(format!("{LOOPBACK_NOTE} ({why})"));
-        match m.get_mut("notes") {
-            Some(Value::Array(notes)) => notes.push(note),
-            _ => {
-                m.insert("notes".into(), json!([note]));
-            }
+    observed.per_request.pkts_per_req = None;
+    if let Some(obs) = observed.observation_mut() {
+        obs.loopback = None;
+        obs.notes.push(format!("{LOOPBACK_NOTE} ({why})"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::observed::PerRequest;
+
+    fn answer_line() -> serde_json::Value {
+        let (observation, _) = crate::record::observed::tests::full();
+        let answer = ObserveAnswer {
+            observation,
+            ..ObserveAnswer::default()
+        };
+        serde_json::from_str(&answer.to_line().unwrap()).unwrap()
+    }
+
+    /// Both ends run the same binary: a field the answer lacks or names otherwise is a
+    /// mismatch to report, with the host and the field, not a figure defaulted to 0 or null.
+    #[test]
+    fn a_remote_observation_missing_or_renaming_a_field_is_an_error_naming_host_and_field() {
+        let line = answer_line();
+        assert!(read_answer("b", &line.to_string()).is_ok());
+        let mut lacking = line.clone();
+        lacking["server"].as_object_mut().unwrap().remove("user_s");
+        // The tolerant reading old run directories need (and the one this replaced) takes it,
+        // its CPU a silent 0.
+        let tolerant: crate::observe::Observation =
+            serde_json::from_value(lacking.clone()).unwrap();
+        assert_eq!(tolerant.server.unwrap().user_s, 0.0);
+        let err = read_answer("b", &lacking.to_string())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "the remote observer on host b: its answer lacks `server.user_s`"
+        );
+        let mut renamed = line;
+        let m = renamed.as_object_mut().unwrap();
+        let window = m.remove("window_s").unwrap();
+        m.insert("window_secs".into(), window);
+        let err = read_answer("b", &renamed.to_string())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "the remote observer on host b: its answer lacks `window_s`"
+        );
+    }
+
+    /// The local observers' figures with the server elsewhere: no server tree, and `lo`'s
+    /// packets (which the load did not cross).
+    fn local_only() -> Observed {
+        let (mut obs, per) = crate::record::observed::tests::full();
+        obs.server = None;
+        Observed {
+            server: Some(obs.into()),
+            per_request: per,
+            observer_cpu_s: Some(0.1),
+            ..Observed::default()
         }
+    }
+
+    /// The server's host answers: its figures, with the host, and the per-request ones
+    /// from them; the observers' CPU is both hosts'.
+    #[test]
+    fn a_remote_observation_becomes_the_steps_server_figures() {
+        let mut observed = local_only();
+        let answer = read_answer("b", &answer_line().to_string());
+        server_figures(&mut observed, answer, "b".into(), 100, 1);
+        let json = serde_json::to_value(observed.server.as_ref().unwrap()).unwrap();
+        assert_eq!(json["host"], "b");
+        assert_eq!(json["server"]["user_s"], 1.0);
+        assert!(json["loopback"].is_null(), "{json}");
+        assert_eq!(observed.per_request.cpu_us_per_req.user, Some(1e4));
+        assert_eq!(observed.per_request.pkts_per_req, None);
+        assert!((observed.observer_cpu_s.unwrap() - 0.11).abs() < 1e-9);
+    }
+
+    /// A host whose observer failed gives no server figures and no per-request ones: the
+    /// local observers' would count this machine's `lo`, which the load did not cross.
+    #[test]
+    fn a_failed_remote_observer_leaves_no_figure_behind() {
+        let mut observed = local_only();
+        let answer = read_answer("b", "perf: not permitted");
+        server_figures(&mut observed, answer, "b".into(), 100, 1);
+        assert_eq!(observed.per_request, PerRequest::default());
+        let server = observed.server.as_ref().unwrap();
+        assert_eq!(server.observation(), None);
+        let note = server.notes()[0];
+        assert!(
+            note.starts_with("the remote observer on host b: answered \"perf"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn loopback_figures_of_a_load_from_other_hosts_are_unavailable() {
+        let mut observed = local_only();
+        loopback_unavailable(&mut observed, "client groups on other hosts");
+        assert_eq!(observed.per_request.pkts_per_req, None);
+        let obs = observed.observation_mut().unwrap();
+        assert_eq!(obs.loopback, None);
+        assert!(
+            obs.notes.last().unwrap().contains("client groups"),
+            "{:?}",
+            obs.notes
+        );
     }
 }

@@ -3,8 +3,6 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
-
 use super::Server;
 use crate::fleet::target::{alive, answers, Running, TargetPlan, NOT_OBSERVED};
 use crate::observe::metrics::MetricsSource;
@@ -126,24 +124,6 @@ impl Server for RunningServer {
     }
     fn not_observed(&self) -> Option<String> {
         self.pid.is_none().then(|| NOT_OBSERVED.to_string())
-    }
-}
-
-/// Marks a measured step's server-side figures as not observed: the reason at the top level
-/// (`server_not_observed`) and among the server's notes.
-pub fn mark_not_observed(
-    server: &mut Value,
-    derived: &mut serde_json::Map<String, Value>,
-    why: &str,
-) {
-    derived.insert(crate::record::steps::SERVER_NOT_OBSERVED.into(), json!(why));
-    if let Value::Object(m) = server {
-        match m.get_mut("notes") {
-            Some(Value::Array(notes)) => notes.insert(0, json!(why)),
-            _ => {
-                m.insert("notes".into(), json!([why]));
-            }
-        }
     }
 }
 

@@ -64,7 +64,7 @@ mod tests {
         let tool = StairbenchJson.parse_report(HTTP).unwrap();
         assert_eq!(tool.report.sent, whole.sent);
         assert_eq!(tool.report.client_cpu.user_s, whole.client_cpu.user_s);
-        assert!(tool.extra.is_null() && tool.intervals.is_empty());
+        assert!(tool.figures.is_none() && tool.intervals.is_empty());
         let parsed = StairbenchJson.parse(HTTP).unwrap();
         assert_eq!(parsed.requests, Some(whole.requests));
         assert_eq!(parsed.latency_us.p99, Some(whole.latency_us.p99));

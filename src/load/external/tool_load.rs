@@ -1,9 +1,10 @@
 //! An external tool's run in the engine's layout: the [`ParsedLoad`] a parser read, turned
 //! into the [`LoadReport`] and per-second [`IntervalLine`]s a step records.
 
+use crate::record::figures::ToolFigures;
 use crate::record::load::{IntervalLine, LatencyUs, LoadReport};
 
-use super::{ParseError, ParsedInterval, ParsedLoad};
+use super::{LatencyFields, ParseError, ParsedInterval, ParsedLoad};
 
 /// An external tool's figures in the engine's layout.
 #[derive(Debug, Clone, Default)]
@@ -12,8 +13,9 @@ pub struct ToolLoad {
     pub report: LoadReport,
     /// The periodic lines the tool printed, if any.
     pub intervals: Vec<IntervalLine>,
-    /// What the tool printed beyond the engine's fields (kept in the step's `tool` object).
-    pub extra: serde_json::Value,
+    /// What the tool printed, in its own terms (the step's `tool` object; None when it is
+    /// the engine's own report, whose every figure is in `report`).
+    pub figures: Option<ToolFigures>,
 }
 
 impl ToolLoad {
@@ -21,16 +23,59 @@ impl ToolLoad {
     pub fn from_parsed(p: ParsedLoad) -> Result<Self, ParseError> {
         let report = report_of(&p)?;
         let intervals = p.intervals.iter().map(interval_line).collect();
-        let mut extra = serde_json::to_value(&p).unwrap_or(serde_json::Value::Null);
-        // The lines are recorded as the step's intervals already.
-        if let Some(obj) = extra.as_object_mut() {
-            obj.remove("intervals");
-        }
         Ok(ToolLoad {
             report,
             intervals,
-            extra,
+            figures: Some(tool_figures(p)),
         })
+    }
+}
+
+/// What a parser read, as the step's `tool` object keeps it (the lines are recorded as the
+/// step's intervals already).
+fn tool_figures(p: ParsedLoad) -> ToolFigures {
+    let ParsedLoad {
+        requests,
+        duration_s,
+        throughput_rps,
+        bytes_received,
+        latency_us,
+        errors,
+        extra,
+        intervals: _,
+    } = p;
+    let LatencyFields {
+        mean,
+        stdev,
+        min,
+        p50,
+        p75,
+        p90,
+        p95,
+        p99,
+        p999,
+        max,
+    } = latency_us;
+    let latency = [
+        ("mean", mean),
+        ("stdev", stdev),
+        ("min", min),
+        ("p50", p50),
+        ("p75", p75),
+        ("p90", p90),
+        ("p95", p95),
+        ("p99", p99),
+        ("p999", p999),
+        ("max", max),
+    ];
+    ToolFigures {
+        requests,
+        duration_s,
+        throughput_rps,
+        bytes_received,
+        latency_us: latency.map(|(n, v)| (n.to_string(), v)).into(),
+        errors,
+        extra,
     }
 }
 
@@ -110,5 +155,28 @@ mod tests {
         );
         let err = ToolLoad::from_parsed(ParsedLoad::default()).unwrap_err();
         assert!(matches!(err, ParseError::NoRate), "{err}");
+    }
+
+    /// The step's `tool` object keeps what the parser read, key for key, but its lines.
+    #[test]
+    fn the_tool_figures_are_the_parsed_ones_but_the_lines() {
+        let p = ParsedLoad {
+            requests: Some(5),
+            throughput_rps: Some(2.5),
+            bytes_received: Some(9),
+            latency_us: LatencyFields {
+                stdev: Some(3.0),
+                p999: Some(7.0),
+                ..LatencyFields::default()
+            },
+            errors: [("timeout".to_string(), 1)].into(),
+            extra: [("threads".to_string(), 2.0)].into(),
+            intervals: vec![ParsedInterval::default()],
+            ..ParsedLoad::default()
+        };
+        let mut parsed = serde_json::to_value(&p).unwrap();
+        parsed.as_object_mut().unwrap().remove("intervals");
+        let tool = ToolLoad::from_parsed(p).unwrap().figures.unwrap();
+        assert_eq!(serde_json::to_value(&tool).unwrap(), parsed);
     }
 }
