@@ -51,9 +51,10 @@ sysctl -qw kernel.task_delayacct=1
 # v1 where the blkio controller is mounted (its files, not an empty mount point); else the
 # cgroup2 hierarchy that has the io controller (/sys/fs/cgroup, or /sys/fs/cgroup/unified
 # beside v1 hierarchies once blkio is unmounted there).
+# (`|| true`: the loop's status is its last grep's, and set -e would end the script on it.)
 v2=$(findmnt -rn -t cgroup2 -o TARGET | while read -r m; do
     grep -qw io "$m/cgroup.controllers" 2>/dev/null && echo "$m" && break
-done)
+done || true)
 if [ -f /sys/fs/cgroup/blkio/blkio.throttle.write_bps_device ]; then
     cg=/sys/fs/cgroup/blkio/sb-disk
     mkdir -p $cg
