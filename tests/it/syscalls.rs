@@ -124,11 +124,8 @@ fn assert_batched(what: &str, depth: u64, sent: u64, c: &BTreeMap<String, u64>) 
     }
 }
 
-#[test]
-fn memcache_one_sendto_and_one_recvfrom_per_request_none_per_reply_when_pipelined() {
-    let Some(mc) = common::start_memcached(1) else {
-        return;
-    };
+/// At depth 1, one send and one receive per request; at depth 8, one of each per batch.
+fn one_per_request_then_batched(name: &str, url: &str) {
     let one = [
         "-c",
         "4",
@@ -139,39 +136,27 @@ fn memcache_one_sendto_and_one_recvfrom_per_request_none_per_reply_when_pipeline
         "--value-size",
         "32",
     ];
-    let Some((sent, counts)) = traced_load(&mc.url(), &one) else {
+    let Some((sent, counts)) = traced_load(url, &one) else {
         return;
     };
-    eprintln!("memcache depth 1: {sent} sent, {counts:?}");
-    assert_one_send_one_receive("memcache depth 1", 4, sent, &counts);
+    eprintln!("{name} depth 1: {sent} sent, {counts:?}");
+    assert_one_send_one_receive(&format!("{name} depth 1"), 4, sent, &counts);
     let deep = [&one[..], &["--depth", "8"]].concat();
-    let (sent, counts) = traced_load(&mc.url(), &deep).expect("strace ran before");
-    eprintln!("memcache depth 8: {sent} sent, {counts:?}");
-    assert_batched("memcache", 8, sent, &counts);
+    let (sent, counts) = traced_load(url, &deep).expect("strace ran before");
+    eprintln!("{name} depth 8: {sent} sent, {counts:?}");
+    assert_batched(name, 8, sent, &counts);
+}
+
+#[test]
+fn memcache_one_sendto_and_one_recvfrom_per_request_none_per_reply_when_pipelined() {
+    if let Some(mc) = common::start_memcached(1) {
+        one_per_request_then_batched("memcache", &mc.url());
+    }
 }
 
 #[test]
 fn resp_one_sendto_and_one_recvfrom_per_request_none_per_reply_when_pipelined() {
-    let Some(redis) = common::start_redis() else {
-        return;
-    };
-    let one = [
-        "-c",
-        "4",
-        "-d",
-        "1s",
-        "--read-ratio",
-        "0.9",
-        "--value-size",
-        "32",
-    ];
-    let Some((sent, counts)) = traced_load(&redis.url(), &one) else {
-        return;
-    };
-    eprintln!("redis depth 1: {sent} sent, {counts:?}");
-    assert_one_send_one_receive("redis depth 1", 4, sent, &counts);
-    let deep = [&one[..], &["--depth", "8"]].concat();
-    let (sent, counts) = traced_load(&redis.url(), &deep).expect("strace ran before");
-    eprintln!("redis depth 8: {sent} sent, {counts:?}");
-    assert_batched("redis", 8, sent, &counts);
+    if let Some(redis) = common::start_redis() {
+        one_per_request_then_batched("redis", &redis.url());
+    }
 }
