@@ -23,8 +23,10 @@ pub struct TreeUsage {
     /// Threads in the tree at the end of the window.
     pub threads: u64,
     /// User CPU, in seconds (10 ms resolution: /proc counts clock ticks).
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub user_s: f64,
     /// System CPU, in seconds (10 ms resolution).
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub sys_s: f64,
     /// Voluntary context switches (a thread blocked), summed over threads alive at the end.
     pub voluntary_cs: u64,
@@ -42,6 +44,7 @@ pub struct TreeUsage {
 #[serde(default)]
 pub struct Observation {
     /// Length of the observed window, in seconds.
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub window_s: f64,
     /// The server's process tree (None when no server pid was given or it had ended).
     pub server: Option<TreeUsage>,
@@ -62,6 +65,7 @@ pub struct Observation {
     /// `perf stat` counts of the server's tree; unavailable events are None, never 0.
     pub perf: PerfCounters,
     /// CPU the observers used, in seconds: this process while sampling plus perf's own CPU.
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub observer_cpu_s: f64,
     /// What made a figure partial or unavailable.
     pub notes: Vec<String>,

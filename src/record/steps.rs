@@ -420,6 +420,32 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_figure_written_as_null_reads_back_as_nan_not_as_an_unreadable_run() {
+        // JSON has no NaN: serde writes one as null. A plain f64 that would not read null
+        // back would make the whole steps.jsonl unreadable (resume and the reports with it).
+        let mut json = StepResult::empty("a.shared.c4.r0".into(), "a", "shared", 4, 0).to_json();
+        json["server"] = serde_json::json!({
+            "window_s": null, "observer_cpu_s": null,
+            "server": {"pid": 1, "user_s": null, "sys_s": null},
+            "neighbours": {"server_irq_pct": null, "client_irq_pct": null,
+                "server_steal_pct": null, "client_steal_pct": null,
+                "busiest": [{"pid": 2, "name": "sh", "cpu_pct": null,
+                    "server_cpus_pct": null, "client_cpus_pct": null}]},
+            "cgroup_cpu": {"groups": [{"path": "/", "version": 2, "period_us": 100000,
+                "periods": 1, "throttled_periods": 1, "throttled_s": null}]}
+        });
+        let back = StepResult::from_json(&json).unwrap();
+        let o = back.observation().unwrap();
+        assert!(o.window_s.is_nan() && o.observer_cpu_s.is_nan());
+        assert!(o.server.as_ref().unwrap().user_s.is_nan());
+        let n = o.neighbours.as_ref().unwrap();
+        assert!(n.server_irq_pct.is_nan() && n.busiest[0].cpu_pct.is_nan());
+        assert!(o.cgroup_cpu.as_ref().unwrap().groups[0]
+            .throttled_s
+            .is_nan());
+    }
+
+    #[test]
     fn round_trips_through_json() {
         let mut step = StepResult::empty("a.shared.c4.r0".into(), "a", "shared", 4, 0);
         step.status = StepStatus::Ok;

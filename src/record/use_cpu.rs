@@ -35,6 +35,7 @@ pub struct CpuGroup {
     pub throttled_periods: u64,
     /// Time the group's tasks were throttled in the window, in seconds (`throttled_time`,
     /// `throttled_usec`).
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub throttled_s: f64,
     /// The whole group's CPU in the window, in CPU seconds (v1 `cpuacct.usage`, v2
     /// `usage_usec`); None where the kernel does not account it.
@@ -87,12 +88,16 @@ pub struct Neighbours {
     pub client_cpus_others_pct: Option<f64>,
     /// Mean interrupt time (irq + softirq) of the server's CPUs, %: no task's, left out of
     /// the others' share (on loopback it is mostly the traffic under test's network work).
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub server_irq_pct: f64,
     /// Mean interrupt time of the client's CPUs, %.
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub client_irq_pct: f64,
     /// Mean steal time of the server's CPUs (a hypervisor ran another guest), %.
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub server_steal_pct: f64,
     /// Mean steal time of the client's CPUs, %.
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub client_steal_pct: f64,
     /// The busiest other processes, busiest first (at most five).
     pub busiest: Vec<Neighbour>,
@@ -107,10 +112,13 @@ pub struct Neighbour {
     /// Its name (`/proc/PID/comm`).
     pub name: String,
     /// Its CPU over the window, % of one CPU.
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub cpu_pct: f64,
     /// Its CPU on the server's CPUs, % of the server's cpuset (each thread's CPU shared out
     /// over the CPUs it may run on).
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub server_cpus_pct: f64,
     /// Its CPU on the client's CPUs, % of the client's cpuset (the same sharing out).
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub client_cpus_pct: f64,
 }
