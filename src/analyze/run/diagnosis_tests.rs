@@ -865,6 +865,7 @@ fn a_neighbour_with_room_left_caps_another_limits_confidence_and_says_so() {
     assert!(
         d.notes.iter().any(
             |n| n.contains("other processes took 12% of the server's CPUs")
+                && n.contains("; the busiest: sh (pid 77) 11%")
                 && n.ends_with("no limit is named at high confidence")
         ),
         "{:?}",

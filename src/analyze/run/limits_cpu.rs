@@ -444,10 +444,11 @@ pub(super) fn cap(
                 l.clients,
                 n.server_cpus_others_pct.unwrap_or(0.0),
                 n.client_cpus_others_pct.unwrap_or(0.0),
+                n,
             )
         })
         .max_by(|a, b| a.1.max(a.2).total_cmp(&b.1.max(b.2)));
-    if let Some((clients, s, cl)) = worst.filter(|w| w.1.max(w.2) >= NEIGHBOUR_PCT) {
+    if let Some((clients, s, cl, n)) = worst.filter(|w| w.1.max(w.2) >= NEIGHBOUR_PCT) {
         if limit != Limit::Neighbour {
             evidence.push(ev(
                 "neighbours_pct",
@@ -458,8 +459,16 @@ pub(super) fn cap(
             if *confidence == Confidence::High {
                 *confidence = Confidence::Medium;
             }
+            // Who they were, on the side where they took more: an idle machine's share that
+            // no scan names (the VM's own accounting, processes gone with their parents)
+            // reads differently from a named compiler.
+            let who = if s >= cl {
+                named(n, |x| x.server_cpus_pct)
+            } else {
+                named(n, |x| x.client_cpus_pct)
+            };
             notes.push(format!(
-                "other processes took {s:.0}% of the server's CPUs and {cl:.0}% of the client's at {clients} clients: no limit is named at high confidence"
+                "other processes took {s:.0}% of the server's CPUs and {cl:.0}% of the client's at {clients} clients{who}: no limit is named at high confidence"
             ));
         }
     }
