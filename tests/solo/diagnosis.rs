@@ -318,11 +318,7 @@ fn nginx_beside_a_pinned_cpu_hog_is_neighbour() {
 /// The hog's CPU over its life (its own and its reaped children's), % of one CPU, from its
 /// /proc/PID/stat line and /proc/uptime as nginx-neighbour.sh copied them.
 fn hog_cpu_pct(dir: &std::path::Path, case: &str) -> f64 {
-    let text = std::fs::read_to_string(dir.join("run/hog.stat")).unwrap();
-    let (stat, uptime) = text.split_once('\n').unwrap();
-    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
-        .split_whitespace()
-        .collect();
+    let (f, uptime) = hog_stat(dir);
     let num = |k: usize| f[k - 3].parse::<f64>().unwrap();
     let tps = 100.0;
     let own_s = (num(14) + num(15)) / tps;
@@ -331,6 +327,18 @@ fn hog_cpu_pct(dir: &std::path::Path, case: &str) -> f64 {
     let pct = 100.0 * (own_s + children_s) / life_s;
     eprintln!("{case}: the hog's CPU from /proc: {own_s:.1} s its own and {children_s:.1} s its children's in {life_s:.1} s, {pct:.0}% of one CPU");
     pct
+}
+
+/// The hog's /proc/PID/stat fields from field 3 on (field k is at k - 3), and
+/// /proc/uptime's line, as nginx-neighbour.sh copied them to hog.stat.
+fn hog_stat(dir: &std::path::Path) -> (Vec<String>, String) {
+    let text = std::fs::read_to_string(dir.join("run/hog.stat")).unwrap();
+    let (stat, uptime) = text.split_once('\n').unwrap();
+    let fields = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    (fields, uptime.to_string())
 }
 
 /// A hog made of processes that each live a millisecond (/bin/true over and over): no scan of
@@ -385,13 +393,9 @@ fn a_niced_hog_beside_nginx_is_not_its_limit() {
     ) else {
         return;
     };
-    let text = std::fs::read_to_string(dir.path().join("run/hog.stat")).unwrap();
-    let stat = text.lines().next().unwrap();
-    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
-        .split_whitespace()
-        .collect();
+    let (f, _) = hog_stat(dir.path());
     // Field 19 of /proc/PID/stat: the hog's niceness, from the kernel.
-    assert_eq!(f[19 - 3], "19", "{stat}");
+    assert_eq!(f[19 - 3], "19", "{f:?}");
     let top = steps.last().unwrap();
     let waited = top["server"]["threads"]["run_delay_pct"].as_f64().unwrap();
     let others = top["server"]["neighbours"]["server_cpus_others_pct"]

@@ -414,13 +414,15 @@ fn waiters_woken_together_are_contention_not_oversubscription() {
     assert_eq!(busy.limit, Limit::Oversubscription, "{}", busy.sentence);
 }
 
+/// The hot row measured in CI: its last level 13% under the peak one level before it.
+fn dip(i: usize, s: &mut S) {
+    s.x = [339.0, 671.0, 1332.0, 1405.0, 1219.0][i];
+}
+
 #[test]
 fn one_low_last_step_after_the_peak_is_flat_not_undetermined() {
     // Measured in CI: the hot row's last level 13% under the peak one level before it.
     // Coherency needs two levels past the peak; the flat part must then take the dip.
-    let dip = |i: usize, s: &mut S| {
-        s.x = [339.0, 671.0, 1332.0, 1405.0, 1219.0][i];
-    };
     let d = diagnose_all(&hot_row(dip));
     assert_eq!(d.limit, Limit::Contention, "{}", d.sentence);
     // Two low steps past the peak are a fall: coherency.
@@ -435,9 +437,6 @@ fn one_low_last_step_after_the_peak_is_flat_not_undetermined() {
 
 #[test]
 fn one_low_last_step_is_a_fall_when_its_repetitions_say_so() {
-    let dip = |i: usize, s: &mut S| {
-        s.x = [339.0, 671.0, 1332.0, 1405.0, 1219.0][i];
-    };
     // Measured twice within 1%: the 13% dip is beyond both levels' noise.
     let d = diagnose_two_reps(&hot_row(dip), |_, s| s.x *= 1.01);
     assert_eq!(d.limit, Limit::Coherency, "{}", d.sentence);
