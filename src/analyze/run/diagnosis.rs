@@ -276,6 +276,30 @@ fn flat_from_the_start(series: &SeriesAnalysis, levels: &[Level]) -> Option<usiz
     .then_some(i)
 }
 
+/// A series whose throughput never rose 25% above its first level's, though too uneven for
+/// the noise band to call it flat: "no knee up to 16 clients" would read as still scaling
+/// (grpcio on its one CPU: 17.4k to 19.2k req/s from 1 client to 16).
+fn never_grew(name: &str, levels: &[Level]) -> Option<String> {
+    let (first, top) = (&levels[0], &levels[levels.len() - 1]);
+    let xs = levels.iter().map(|l| l.throughput_rps);
+    let (low, high) = (
+        xs.clone().fold(f64::INFINITY, f64::min),
+        xs.fold(0.0, f64::max),
+    );
+    let saturated = levels.iter().any(|l| l.client_saturated);
+    (levels.len() >= 3 && !saturated && high < (1.0 + FLAT_GROWTH) * first.throughput_rps).then(
+        || {
+            format!(
+                "{name} does not scale past its first level: throughput stays between {} and {} from {} to {}",
+                rps(low),
+                rps(high),
+                clients_text(first.clients),
+                clients_text(top.clients)
+            )
+        },
+    )
+}
+
 /// The diagnosis' first words: where the series stops scaling, with the levels that are level
 /// within noise named (so "stops scaling at 2" never hides that 16 measured the same), or
 /// where it bends when it still grows beyond the noise past its knee.
@@ -305,6 +329,9 @@ fn opening(name: &str, series: &SeriesAnalysis, levels: &[Level], knee: Option<u
         )
     });
     let Some(i) = knee else {
+        if let Some(text) = never_grew(name, levels) {
+            return text;
+        }
         let mut text = format!("{name} shows no knee up to {}", clients_text(top.clients));
         match flat_text {
             Some(f) => text.push_str(&format!(" ({f})")),
@@ -617,7 +644,7 @@ fn oversubscription(c: &Ctx) -> Option<Found> {
     let top = c.top();
     let waiting = top.run_delay_pct? / 100.0;
     let per_cpu = waiting / top.server_cpus.max(1) as f64;
-    if growth + 1.0 < RUN_DELAY_GROWTH || per_cpu < WAITING_PER_CPU {
+    if growth + 1.0 < RUN_DELAY_GROWTH || per_cpu < WAITING_PER_CPU || queued_from_the_start(c) {
         return None;
     }
     let evidence = vec![
@@ -659,6 +686,18 @@ fn oversubscription(c: &Ctx) -> Option<Found> {
         ),
         next: "run fewer server threads than it has CPUs (or give it more CPUs)".into(),
     })
+}
+
+/// A run queue a thread per CPU deep already at the first level did not come with the load:
+/// it is the server's standing thread count on a full CPU, and the CPU is the limit
+/// (`server_cpu`). grpcio's Python server on one CPU: 1.8 threads waiting at 1 client, 2.7 at
+/// 16, throughput level; one pool thread instead of four is slower (13.5k calls/s against
+/// 16.0k), not faster, so "fewer threads" would be the wrong advice.
+fn queued_from_the_start(c: &Ctx) -> bool {
+    let first = c.first();
+    first
+        .run_delay_pct
+        .is_some_and(|p| p / 100.0 / first.server_cpus.max(1) as f64 >= WAITING_PER_CPU)
 }
 
 fn one_thread(c: &Ctx) -> Option<Found> {
@@ -991,7 +1030,7 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
         None => missing("busiest_thread_cpu_pct", "one_thread: no per-thread figures"),
     });
     out.push(match top.run_delay_pct {
-        Some(p) => ev("run_delay_pct", p, at, "oversubscription: run-queue wait did not grow enough per request, or too few threads waited"),
+        Some(p) => ev("run_delay_pct", p, at, "oversubscription: run-queue wait did not grow enough per request, too few threads waited, or as many waited already at the first level"),
         None => missing("run_delay_pct", "oversubscription: no run-queue figures (schedstat)"),
     });
     out.push(match c.growth(|l| l.cpu_us_per_req) {

@@ -284,6 +284,48 @@ fn run_queue_wait_growing_with_more_threads_than_cpus() {
     );
 }
 
+/// grpcio's Python server on its one CPU, as measured in CI: the CPU full and throughput
+/// level from the first level, where four calls were already in flight.
+fn grpcio(i: usize, s: &mut S) {
+    s.x = [17460.0, 18435.0, 19482.0, 18832.0, 17603.0][i];
+    s.server_cpus = "0";
+    s.busy_pct = [95.0, 94.0, 96.0, 98.0, 95.0][i];
+    s.cpu_us = [55.0, 51.5, 50.3, 52.6, 53.4][i];
+    s.busiest = Some(("grpcio", 45.0));
+    s.run_delay = Some(
+        [
+            (101.7, 177.5),
+            (110.0, 202.8),
+            (120.0, 233.8),
+            (135.0, 254.2),
+            (152.9, 270.8),
+        ][i],
+    );
+}
+
+#[test]
+fn threads_queued_from_the_first_level_on_a_full_cpu_are_its_cpu_limit() {
+    let d = diagnose_all(&bending(grpcio));
+    assert_eq!(d.limit, Limit::ServerCpu, "{}", d.sentence);
+    // Never 25% above its first level: not "no knee", which reads as still scaling.
+    assert!(
+        d.sentence.starts_with(
+            "web/sep does not scale past its first level: throughput stays between 17.5k req/s \
+             and 19.5k req/s from 1 client to 16 clients: its 1 CPU is"
+        ),
+        "{}",
+        d.sentence
+    );
+    // The same growth from a first level with no queue is oversubscription.
+    let d = diagnose_all(&bending(|i, s| {
+        grpcio(i, s);
+        if i == 0 {
+            s.run_delay = Some((10.0, 17.5));
+        }
+    }));
+    assert_eq!(d.limit, Limit::Oversubscription, "{}", d.sentence);
+}
+
 #[test]
 fn neither_side_busy_and_latency_as_littles_law_says() {
     let d = diagnose_all(&bending(|i, s| {
