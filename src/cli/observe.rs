@@ -112,7 +112,8 @@ pub fn observe(args: ObserveArgs) -> anyhow::Result<ExitCode> {
     });
     let answer = ObserveAnswer {
         observation: obs.finish(),
-        target_metrics: (before.into_iter().zip(snapshots()))
+        target_metrics: (before.iter().zip(&sources))
+            .map(|(a, s)| (a, s.snapshot_at_end(a.as_ref().ok())))
             .map(|(a, b)| window_difference(a.as_ref(), b.as_ref(), began))
             .map(ForeignJson::from_value)
             .collect(),

@@ -134,6 +134,8 @@ pub struct ExtraObserver<O: StepObserver> {
     extras: ServerExtras,
     running: Vec<(String, Result<super::Observer, PidsError>)>,
     before: Vec<(String, Result<Reading, MetricsError>)>,
+    /// The metrics read when the window ended (None until it has; `finish` reads them then).
+    after: Option<Vec<Result<Reading, MetricsError>>>,
     /// When the window began (the metrics' staleness is told against it).
     began: std::time::SystemTime,
 }
@@ -147,6 +149,7 @@ impl<O: StepObserver> ExtraObserver<O> {
             extras: ServerExtras::default(),
             running: Vec::new(),
             before: Vec::new(),
+            after: None,
             began: std::time::SystemTime::now(),
         }
     }
@@ -198,11 +201,26 @@ impl<O: StepObserver> ExtraObserver<O> {
         (out, trees)
     }
 
+    /// Each metrics source read as the window ends (see [`MetricsSource::snapshot_at_end`]).
+    fn read_at_end(
+        &self,
+        before: &[(String, Result<Reading, MetricsError>)],
+    ) -> Vec<Result<Reading, MetricsError>> {
+        let sources = self.extras.metrics.iter().map(|(_, s)| s);
+        sources
+            .zip(before)
+            .map(|(source, (_, start))| source.snapshot_at_end(start.as_ref().ok()))
+            .collect()
+    }
+
     fn finish_metrics(&mut self) -> BTreeMap<String, ForeignJson> {
         let before = std::mem::take(&mut self.before);
+        let after = self
+            .after
+            .take()
+            .unwrap_or_else(|| self.read_at_end(&before));
         let mut out = BTreeMap::new();
-        for ((label, source), (_, start)) in self.extras.metrics.iter().zip(before) {
-            let end = source.snapshot_fresh();
+        for (((label, _), (_, start)), end) in self.extras.metrics.iter().zip(before).zip(after) {
             let value = window_difference(start.as_ref(), end.as_ref(), self.began);
             out.insert(label.clone(), ForeignJson::from_value(value));
         }
@@ -253,6 +271,7 @@ impl<O: StepObserver> StepObserver for ExtraObserver<O> {
 
     fn start(&mut self, server_pid: Option<i32>, server_cpus: &[usize], client_cpus: &[usize]) {
         self.began = std::time::SystemTime::now();
+        self.after = None;
         self.inner.start(server_pid, server_cpus, client_cpus);
         self.start_processes();
         // Last: waiting for a metrics file's rewrite must not delay the other observers.
@@ -266,6 +285,8 @@ impl<O: StepObserver> StepObserver for ExtraObserver<O> {
 
     fn end_window(&mut self) {
         self.inner.end_window();
+        // Last, as at the start: a wait for a rewrite must not delay the other observers.
+        self.after = Some(self.read_at_end(&self.before));
     }
 
     fn finish(&mut self, requests: u64) -> Observed {

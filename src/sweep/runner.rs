@@ -561,7 +561,11 @@ impl Runner<'_> {
         let not_observed = server.not_observed();
         step.started_unix_s = now_unix_s();
         let outcome = self.measure(key, cpus, server);
-        if let Some(why) = server.died() {
+        let gone = outcome.as_ref().is_ok_and(|(load, ..)| saw_server_go(load));
+        if let Some(why) = died_within(
+            server.as_mut(),
+            if gone { EXIT_WAIT } else { Duration::ZERO },
+        ) {
             let lost = server.host_lost();
             series.server = None;
             if lost {
@@ -938,6 +942,30 @@ fn ok_throughputs(reps: &[StepResult]) -> Vec<f64> {
 
 /// True when a repetition of the point saturated its load generator (as the analysis
 /// counts a point client-saturated).
+/// The load's error kinds that say the server went away: its connections closed or refused,
+/// or a shared-memory server's region stopped.
+const GONE_KINDS: [&str; 3] = ["closed", "connect", "server_stopped"];
+
+/// How long a server the load saw go away may take to exit and be reaped: a kvd rank 0 whose
+/// peer was killed exits only once the load's clients have left, after the window.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+
+fn saw_server_go(load: &LoadReport) -> bool {
+    GONE_KINDS.iter().any(|k| load.errors.contains_key(*k))
+}
+
+/// Why the server died, waiting up to `wait` for it to do so.
+fn died_within(server: &mut dyn Server, wait: Duration) -> Option<String> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let why = server.died();
+        if why.is_some() || std::time::Instant::now() >= deadline {
+            return why;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn measured_the_client(reps: &[StepResult]) -> bool {
     reps.iter()
         .any(|s| s.load.as_ref().is_some_and(|l| l.client_saturated))

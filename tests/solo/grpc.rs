@@ -3,7 +3,7 @@
 //! own count of calls and request bytes and its process's CPU seconds (`--metrics`, every
 //! 25 ms and once more when it is stopped): the calls stairbench sent over the whole series
 //! equal grpcio's final count, each carried the example's 7-byte message, each step's rate
-//! agrees with grpcio's (within 3% above, 8% below: its last reading may come late), and the
+//! agrees with grpcio's within 3%, and the
 //! limit the diagnosis names is the one grpcio's own CPU seconds show (its CPU full, the same
 //! CPU per call at every level).
 
@@ -84,12 +84,12 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
              CPUs, {cpu_us:.1} µs per call (stairbench: {:.1})",
             step["clients"], step["cpu_us_per_req"]["total"]
         );
-        // grpcio's reading at the window's end comes up to one writing period (25 ms) and
-        // the GIL's wait after it is asked for, when the load may have stopped: its span can
-        // hold some idle time, never calls the engine did not send.
+        // Both of grpcio's readings lie inside the window (the first rewrite after it began,
+        // the last one before it ended), each dated by grpcio with its counts: the same rate
+        // as the engine's. Read after the load stopped, the span held idle time (9% low).
         let ratio = rate / engine;
         assert!(
-            (0.92..=1.03).contains(&ratio),
+            (0.97..=1.03).contains(&ratio),
             "{}: grpcio {rate:.0}/s, the engine {engine:.0}/s",
             step["id"]
         );
