@@ -241,18 +241,24 @@ impl MetricsSource {
     /// steps). One not rewritten since `start`, or with no time of its own, waits as
     /// [`Self::snapshot_fresh`] does.
     pub fn snapshot_at_end(&self, start: Option<&Reading>) -> Result<Reading, MetricsError> {
-        if let MetricsSource::File { path, .. } = self {
-            let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-            let now = self.reading(modified)?;
-            let newer = match start.and_then(|s| s.written) {
-                Some(began) => now.written.is_some_and(|w| w > began),
-                None => true,
-            };
-            if now.own_time && newer {
-                return Ok(now);
-            }
-        }
-        self.snapshot_fresh()
+        self.snapshot_now(start)
+            .unwrap_or_else(|| self.snapshot_fresh())
+    }
+
+    /// The reading at the window's end when it needs no wait: an endpoint's answer (it is
+    /// dated by its arrival), or a file dated by itself and rewritten since `start`. None
+    /// when the file must be waited for.
+    pub fn snapshot_now(&self, start: Option<&Reading>) -> Option<Result<Reading, MetricsError>> {
+        let MetricsSource::File { path, .. } = self else {
+            return Some(self.snapshot_fresh());
+        };
+        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let now = self.reading(modified).ok()?;
+        let newer = match start.and_then(|s| s.written) {
+            Some(began) => now.written.is_some_and(|w| w > began),
+            None => true,
+        };
+        (now.own_time && newer).then_some(Ok(now))
     }
 
     /// Reads it now, dated by its own time field, else by `modified`.

@@ -62,6 +62,11 @@ fn check_stats(step: &Value) {
     let span_s = m["span_s"].as_f64().expect("the readings' span");
     let server_rps = executed as f64 / span_s;
     let engine_rps = step["throughput_rps"].as_f64().unwrap();
+    eprintln!(
+        "{}: memcached {server_rps:.0}/s over {span_s:.3} s, the engine {engine_rps:.0}/s ({:+.1}%)",
+        step["id"],
+        100.0 * (server_rps / engine_rps - 1.0)
+    );
     assert!(
         (server_rps / engine_rps - 1.0).abs() <= 0.03,
         "{target}: memcached executed {server_rps:.0}/s over {span_s:.3} s, the engine completed {engine_rps:.0}/s: {what}"
