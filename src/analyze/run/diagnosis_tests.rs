@@ -327,6 +327,31 @@ fn threads_queued_from_the_first_level_on_a_full_cpu_are_its_cpu_limit() {
 }
 
 #[test]
+fn a_series_flat_from_its_third_level_stops_scaling_there() {
+    // nginx beside a CPU hog (bench/limits.sh): Kneedle sees no knee in it.
+    let shape: Vec<S> = [
+        (1, 5426.0),
+        (2, 7186.0),
+        (4, 7752.0),
+        (8, 7665.0),
+        (16, 7589.0),
+    ]
+    .iter()
+    .map(|&(c, x)| base(c, x))
+    .collect();
+    let d = diagnose_all(&shape);
+    assert_eq!(d.knee_clients, Some(4), "{}", d.sentence);
+    assert!(
+        d.sentence.starts_with(
+            "web/sep stops scaling at 4 clients (throughput is level within noise (3% of the \
+             peak) at 4, 8, 16 clients"
+        ),
+        "{}",
+        d.sentence
+    );
+}
+
+#[test]
 fn neither_side_busy_and_latency_as_littles_law_says() {
     let d = diagnose_all(&bending(|i, s| {
         s.busy_pct = [5.0, 9.0, 14.0, 15.0, 15.0][i];
