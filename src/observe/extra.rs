@@ -201,24 +201,31 @@ impl<O: StepObserver> ExtraObserver<O> {
         (out, trees)
     }
 
-    /// Each metrics source read as the window ends (see [`MetricsSource::snapshot_at_end`]).
-    fn read_at_end(
+    /// The end readings that need no wait (see [`MetricsSource::snapshot_now`]); None for a
+    /// file that must wait for its rewrite.
+    fn end_readings_now(&self) -> Vec<Option<Result<Reading, MetricsError>>> {
+        (self.extras.metrics.iter().zip(&self.before))
+            .map(|((_, source), (_, start))| source.snapshot_now(start.as_ref().ok()))
+            .collect()
+    }
+
+    /// The end readings, those `now` lacks waited for as at the start.
+    fn end_readings(
         &self,
-        before: &[(String, Result<Reading, MetricsError>)],
+        now: Vec<Option<Result<Reading, MetricsError>>>,
     ) -> Vec<Result<Reading, MetricsError>> {
         let sources = self.extras.metrics.iter().map(|(_, s)| s);
-        sources
-            .zip(before)
-            .map(|(source, (_, start))| source.snapshot_at_end(start.as_ref().ok()))
+        (sources.zip(now))
+            .map(|(source, read)| read.unwrap_or_else(|| source.snapshot_fresh()))
             .collect()
     }
 
     fn finish_metrics(&mut self) -> BTreeMap<String, ForeignJson> {
+        let after = match self.after.take() {
+            Some(after) => after,
+            None => self.end_readings(self.end_readings_now()),
+        };
         let before = std::mem::take(&mut self.before);
-        let after = self
-            .after
-            .take()
-            .unwrap_or_else(|| self.read_at_end(&before));
         let mut out = BTreeMap::new();
         for (((label, _), (_, start)), end) in self.extras.metrics.iter().zip(before).zip(after) {
             let value = window_difference(start.as_ref(), end.as_ref(), self.began);
@@ -287,16 +294,10 @@ impl<O: StepObserver> StepObserver for ExtraObserver<O> {
         // First the readings that need no wait: the load stops now, and the other observers'
         // ends take tens of ms, which a reading after them would count as the target's idle
         // time (memcached's: 3% of a 1 s window).
-        let now: Vec<_> = (self.extras.metrics.iter().zip(&self.before))
-            .map(|((_, source), (_, start))| source.snapshot_now(start.as_ref().ok()))
-            .collect();
+        let now = self.end_readings_now();
         self.inner.end_window();
         // Then, as at the start, the ones that wait for a rewrite.
-        let sources = self.extras.metrics.iter().map(|(_, s)| s);
-        let after = (sources.zip(now))
-            .map(|(source, read)| read.unwrap_or_else(|| source.snapshot_fresh()))
-            .collect();
-        self.after = Some(after);
+        self.after = Some(self.end_readings(now));
     }
 
     fn finish(&mut self, requests: u64) -> Observed {
