@@ -581,10 +581,17 @@ fn profile_pid_of_nginx_master_records_its_worker() {
         return;
     };
     let master = nginx.process.pgid();
-    let worker = common::group_members(master)
-        .into_iter()
-        .find(|p| *p != master)
-        .expect("nginx's worker") as u32;
+    // nginx listens before it forks its worker: wait for the worker, up to 5 s.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let worker = loop {
+        let found = common::group_members(master)
+            .into_iter()
+            .find(|p| *p != master);
+        if found.is_some() || Instant::now() >= deadline {
+            break found.expect("nginx's worker") as u32;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let mut load = common::cli_cmd()
         .args(["load", &nginx.url("/"), "-c", "4", "-d", "4s", "-q"])
         .stdout(Stdio::null())
