@@ -5,6 +5,10 @@
 //! unweighted least squares on throughput with σ, κ ≥ 0, as the USL tools do. A coarse grid over
 //! (σ, κ) with λ solved exactly for each cell finds the basin; projected Levenberg–Marquardt on
 //! all three parameters then polishes it.
+//!
+//! A fit names a term as the limit only where that term bites within twice the largest load
+//! measured ([`UslFit::reading`]); further out the fitted curve is an extrapolation, not a
+//! finding, however good its R² over the measured range.
 
 use serde::Serialize;
 
@@ -29,12 +33,101 @@ pub struct UslFit {
     /// Which term costs most at the largest measured N: "contention", "coherency", or "none"
     /// when together they lose less than 5% against linear scaling there.
     pub dominant: String,
+    /// The largest load among the fitted points (clients).
+    pub largest_n: f64,
+}
+
+/// How far past the largest measured load a term's onset may lie and still be read as a
+/// finding: twice it.
+pub const MAX_EXTRAPOLATION: f64 = 2.0;
+
+/// A term of the USL's denominator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UslTerm {
+    /// σ: the serial share of the work.
+    Contention,
+    /// κ: the pairwise cross-talk penalty.
+    Coherency,
+}
+
+impl UslTerm {
+    /// The term's name in sentences: "contention", "coherency".
+    pub fn name(self) -> &'static str {
+        match self {
+            UslTerm::Contention => "contention",
+            UslTerm::Coherency => "coherency",
+        }
+    }
+}
+
+/// What a fit says about the series' limit: the one reading every sentence, table, chart and
+/// diagnosis rule uses.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum UslReading {
+    /// Neither term costs 5% against linear scaling at the largest load measured.
+    Linear,
+    /// `term` limits throughput: its onset lies within twice the largest load measured.
+    Limit {
+        /// The term that costs most at the largest load measured.
+        term: UslTerm,
+        /// The term's onset (clients), see [`UslFit::onset`].
+        onset_n: f64,
+    },
+    /// The term the fit would name bites only past twice the largest load measured: an
+    /// extrapolation, not a finding.
+    Extrapolation {
+        /// The term that costs most at the largest load measured.
+        term: UslTerm,
+        /// The term's onset (clients), see [`UslFit::onset`]; infinite when the term is 0.
+        onset_n: f64,
+        /// The largest load measured (clients).
+        largest_n: f64,
+    },
 }
 
 impl UslFit {
     /// The fitted throughput at load `n`.
     pub fn throughput(&self, n: f64) -> f64 {
         model(self.lambda, self.sigma, self.kappa, n)
+    }
+
+    /// The load at which `term` bites: coherency at the peak N* = √((1−σ)/κ); contention at
+    /// 1/σ, where its ceiling λ/σ meets linear scaling λN. None when the term is 0 (or σ ≥ 1
+    /// leaves no peak).
+    pub fn onset(&self, term: UslTerm) -> Option<f64> {
+        match term {
+            UslTerm::Coherency => self.n_star,
+            UslTerm::Contention => (self.sigma > 0.0).then(|| 1.0 / self.sigma),
+        }
+    }
+
+    /// Whether the fit may name `term` as limiting: its onset lies within
+    /// [`MAX_EXTRAPOLATION`] times the largest load measured.
+    pub fn names(&self, term: UslTerm) -> bool {
+        self.onset(term)
+            .is_some_and(|n| n <= MAX_EXTRAPOLATION * self.largest_n)
+    }
+
+    /// What the fit says about the limit: the dominant term when [`UslFit::names`] it, else
+    /// an extrapolation; `Linear` when no term costs 5% at the largest load.
+    pub fn reading(&self) -> UslReading {
+        let term = match self.dominant.as_str() {
+            "contention" => UslTerm::Contention,
+            "coherency" => UslTerm::Coherency,
+            _ => return UslReading::Linear,
+        };
+        let onset_n = self.onset(term).unwrap_or(f64::INFINITY);
+        if self.names(term) {
+            UslReading::Limit { term, onset_n }
+        } else {
+            UslReading::Extrapolation {
+                term,
+                onset_n,
+                largest_n: self.largest_n,
+            }
+        }
     }
 }
 
@@ -267,6 +360,7 @@ fn summarise(points: &[(f64, f64)], lambda: f64, sigma: f64, kappa: f64) -> UslF
         x_max,
         r2: r_squared(points, lambda, sigma, kappa),
         dominant: dominant(points, sigma, kappa).to_string(),
+        largest_n: largest_n(points),
     }
 }
 
@@ -279,8 +373,12 @@ fn r_squared(points: &[(f64, f64)], lambda: f64, sigma: f64, kappa: f64) -> f64 
     1.0 - sse(points, lambda, sigma, kappa) / total
 }
 
+fn largest_n(points: &[(f64, f64)]) -> f64 {
+    points.iter().map(|p| p.0).fold(f64::MIN, f64::max)
+}
+
 fn dominant(points: &[(f64, f64)], sigma: f64, kappa: f64) -> &'static str {
-    let n = points.iter().map(|p| p.0).fold(f64::MIN, f64::max);
+    let n = largest_n(points);
     let contention = sigma * (n - 1.0);
     let coherency = kappa * n * (n - 1.0);
     if contention + coherency < 0.05 {
@@ -352,5 +450,85 @@ mod tests {
         for (v, want) in x.iter().zip([1.0, 1.0, 1.0]) {
             assert!((v - want).abs() < 1e-12);
         }
+    }
+
+    /// Doubling client counts from 1 to `largest`, exactly on the model.
+    fn doubling(lambda: f64, sigma: f64, kappa: f64, largest: f64) -> Vec<(f64, f64)> {
+        std::iter::successors(Some(1.0), |n| Some(n * 2.0))
+            .take_while(|&n| n <= largest)
+            .map(|n| (n, model(lambda, sigma, kappa, n)))
+            .collect()
+    }
+
+    #[test]
+    fn a_peak_far_past_the_largest_level_is_an_extrapolation() {
+        // Issue 40's series: R² 1.000, κ = 5e-8, measured up to 1024 clients; coherency costs
+        // 5% there and its peak lies at ~4,470 clients, past twice 1024.
+        let fit = fit(&doubling(1000.0, 1e-5, 5e-8, 1024.0)).unwrap();
+        assert!(fit.r2 > 0.999, "{fit:?}");
+        assert_eq!(fit.dominant, "coherency");
+        assert_eq!(fit.largest_n, 1024.0);
+        assert!(!fit.names(UslTerm::Coherency));
+        match fit.reading() {
+            UslReading::Extrapolation {
+                term: UslTerm::Coherency,
+                onset_n,
+                largest_n,
+            } => {
+                assert!((onset_n - 4472.0).abs() < 20.0, "{onset_n}");
+                assert_eq!(largest_n, 1024.0);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_peak_within_twice_the_largest_level_is_a_finding() {
+        // κ = 5e-7: N* ≈ 1,414 ≤ 2 × 1024.
+        let fit = fit(&doubling(1000.0, 1e-5, 5e-7, 1024.0)).unwrap();
+        assert!(fit.names(UslTerm::Coherency));
+        match fit.reading() {
+            UslReading::Limit {
+                term: UslTerm::Coherency,
+                onset_n,
+            } => assert!((onset_n - 1414.0).abs() < 5.0, "{onset_n}"),
+            other => panic!("{other:?}"),
+        }
+        // The boundary itself: N* exactly twice the largest level is still a finding.
+        let mut at = fit.clone();
+        at.n_star = Some(2048.0);
+        assert!(at.names(UslTerm::Coherency));
+        at.n_star = Some(2048.5);
+        assert!(!at.names(UslTerm::Coherency));
+    }
+
+    #[test]
+    fn contention_is_named_from_where_its_ceiling_meets_linear_scaling() {
+        // σ = 0.05 bends the curve from 1/σ = 20 clients, inside 64: a finding, although the
+        // small κ puts the peak past 3,000 clients.
+        let bent = fit(&doubling(1000.0, 0.05, 1e-7, 64.0)).unwrap();
+        assert_eq!(bent.dominant, "contention");
+        assert!(matches!(
+            bent.reading(),
+            UslReading::Limit {
+                term: UslTerm::Contention,
+                ..
+            }
+        ));
+        // σ = 1e-4 costs 10% at 1024 clients but bends only from 10,000: an extrapolation.
+        let far = fit(&doubling(1000.0, 1e-4, 0.0, 1024.0)).unwrap();
+        assert_eq!(far.dominant, "contention");
+        assert!(!far.names(UslTerm::Contention));
+        assert!(matches!(
+            far.reading(),
+            UslReading::Extrapolation {
+                term: UslTerm::Contention,
+                ..
+            }
+        ));
+        assert_eq!(
+            fit(&synthetic(10.0, 0.0, 0.0)).unwrap().reading(),
+            UslReading::Linear
+        );
     }
 }

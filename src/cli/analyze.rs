@@ -13,6 +13,8 @@ use crate::exit::OrUsage as _;
 use crate::analyze::little::LatencyUnit;
 use crate::analyze::series::{analyze_table, Analysis, AnalyzeOptions, GroupAnalysis};
 use crate::analyze::table::Table;
+use crate::analyze::usl;
+use crate::units;
 
 /// Options of `stairbench analyze`.
 #[derive(Debug, clap::Args)]
@@ -256,8 +258,23 @@ fn render_usl(out: &mut String, group: &GroupAnalysis) {
         optional(usl.n_star, 1),
         optional(usl.x_max, 1),
         usl.r2,
-        usl.dominant
+        usl_term(usl)
     );
+}
+
+/// The fit's dominant term, said to be an extrapolation when it bites only past twice the
+/// largest load measured ([`usl::UslFit::reading`]).
+fn usl_term(fit: &usl::UslFit) -> String {
+    match fit.reading() {
+        usl::UslReading::Extrapolation {
+            onset_n, largest_n, ..
+        } => format!(
+            "{} (from {}, past twice the largest measured, {largest_n}: an extrapolation, not a finding)",
+            fit.dominant,
+            units::approx_count(onset_n)
+        ),
+        _ => fit.dominant.clone(),
+    }
 }
 
 fn render_knee(out: &mut String, group: &GroupAnalysis, x_name: &str) {

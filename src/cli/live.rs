@@ -198,14 +198,14 @@ impl Progress for Live {
     fn interval(&mut self, step: &LiveStep, line: &IntervalLine, hist_ns: &Histogram<u64>) {
         if self.verbose {
             self.inner.line(&format!(
-                "{} {} c={} rep {}: {:>6.1} s {:>11.1} ops/s {:>8.3} ms mean, {} in flight, {} errors",
+                "{} {} c={} rep {}: {:>6.1} s {:>11.1} ops/s {:>9} mean, {} in flight, {} errors",
                 step.target,
                 step.placement,
                 step.clients,
                 step.rep,
                 line.elapsed_s,
                 line.ops_per_s,
-                line.mean_latency_ms,
+                crate::units::duration_us(line.mean_latency_ms * 1e3),
                 line.inflight,
                 line.errors
             ));

@@ -17,6 +17,7 @@ use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions
 use crate::record::hlog::HlogSink;
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
 use crate::sweep::progress::LiveStep;
+use crate::units;
 
 /// Exit status when the load ran but more requests failed than `--max-error-ratio` allows.
 pub const EXIT_ERRORS: u8 = 3;
@@ -490,8 +491,8 @@ impl IntervalSink for LineSink {
         }
         if !self.header_done {
             eprintln!(
-                "{:>6} {:>8} {:>11} {:>9} {:>8} -- busy%",
-                "sec", "inflight", "ops/s", "MB/s", "lat(ms)"
+                "{:>6} {:>8} {:>11} {:>9} {:>9} -- busy%",
+                "sec", "inflight", "ops/s", "MB/s", "mean lat"
             );
             self.header_done = true;
         }
@@ -501,12 +502,12 @@ impl IntervalSink for LineSink {
             .map(|b| format!("{b:.0}"))
             .collect();
         eprintln!(
-            "{:>6.1} {:>8} {:>11.1} {:>9.2} {:>8.3} -- {}{}",
+            "{:>6.1} {:>8} {:>11.1} {:>9.2} {:>9} -- {}{}",
             line.elapsed_s,
             line.inflight,
             line.ops_per_s,
             line.mb_per_s,
-            line.mean_latency_ms,
+            units::duration_us(line.mean_latency_ms * 1e3),
             busy.join(","),
             if line.errors > 0 {
                 format!("  errors {}", line.errors)
@@ -517,9 +518,41 @@ impl IntervalSink for LineSink {
     }
 }
 
+/// The latency lines of the summary, each figure in its readable unit.
+fn print_latency(r: &LoadReport, out: &mut dyn Write) -> anyhow::Result<()> {
+    let l = &r.latency_us;
+    let d = units::duration_us;
+    writeln!(
+        out,
+        "  latency: mean {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+        d(l.mean),
+        d(l.p50),
+        d(l.p90),
+        d(l.p99),
+        d(l.p999),
+        d(l.max)
+    )?;
+    if let (Some(u), Some(o)) = (&r.uncorrected_latency_us, r.omitted) {
+        writeln!(
+            out,
+            "  uncorrected (from actual send): p50 {}  p99 {}  max {}; {o} requests left late",
+            d(u.p50),
+            d(u.p99),
+            d(u.max)
+        )?;
+    }
+    if let (Some(late), Some(lag_us)) = (r.late_sends, r.send_lag_p99_us) {
+        writeln!(
+            out,
+            "  send lag p99 {}; {late} sends left late with a connection free",
+            d(lag_us)
+        )?;
+    }
+    Ok(())
+}
+
 fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<()> {
     let r = &outcome.report;
-    let l = &r.latency_us;
     writeln!(
         out,
         "{} over {:.2} s: {} requests, {:.1} req/s, {:.2} MB/s in",
@@ -529,20 +562,8 @@ fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<(
         r.throughput_rps,
         r.bytes_received as f64 / 1e6 / r.duration_s.max(1e-9)
     )?;
-    writeln!(
-        out,
-        "  latency us: mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
-        l.mean, l.p50, l.p90, l.p99, l.p999, l.max
-    )?;
-    if let (Some(u), Some(o)) = (&r.uncorrected_latency_us, r.omitted) {
-        writeln!(out, "  uncorrected (from actual send) us: p50 {:.1}  p99 {:.1}  max {:.1}; {o} requests left late", u.p50, u.p99, u.max)?;
-    }
-    if let (Some(late), Some(lag_us)) = (r.late_sends, r.send_lag_p99_us) {
-        writeln!(
-            out,
-            "  send lag p99 {lag_us:.1} us; {late} sends left late with a connection free"
-        )?;
-    }
+    print_latency(r, out)?;
+    let d = units::duration_us;
     let busy: Vec<String> = r
         .client_cpu
         .per_core_busy
@@ -557,16 +578,19 @@ fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<(
     print_lookups(r, out)?;
     writeln!(
         out,
-        "  set-up: {} connections open in {:.3} s (mean connect {:.3} ms)",
+        "  set-up: {} connections open in {} (mean connect {})",
         r.connections,
-        r.setup_s,
-        r.connect_time_s * 1e3
+        d(r.setup_s * 1e6),
+        d(r.connect_time_s * 1e6)
     )?;
     if let (Some(n), Some(h)) = (r.tls_handshakes, &r.tls_handshake_us) {
         writeln!(
             out,
-            "  TLS handshakes: {n} (whole run, {} resumed), us: p50 {:.1}  p99 {:.1}  max {:.1} (not in the request latency)",
-            r.tls_resumed.unwrap_or(0), h.p50, h.p99, h.max
+            "  TLS handshakes: {n} (whole run, {} resumed): p50 {}  p99 {}  max {} (not in the request latency)",
+            r.tls_resumed.unwrap_or(0),
+            d(h.p50),
+            d(h.p99),
+            d(h.max)
         )?;
     }
     writeln!(
@@ -582,4 +606,30 @@ fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<(
         }
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_writes_each_latency_in_its_readable_unit() {
+        let mut r = LoadReport::default();
+        r.latency_us.mean = 57.14;
+        r.latency_us.p50 = 9_999.0;
+        r.latency_us.p90 = 10_000.0;
+        r.latency_us.p99 = 302_776.3;
+        r.latency_us.p999 = 12_345_678.0;
+        r.latency_us.max = f64::NAN;
+        r.send_lag_p99_us = Some(1.2);
+        r.late_sends = Some(3);
+        let mut out = Vec::new();
+        print_latency(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "  latency: mean 57.1 µs  p50 9999 µs  p90 10.0 ms  p99 303 ms  p99.9 12.3 s  max –\n  \
+             send lag p99 1.20 µs; 3 sends left late with a connection free\n"
+        );
+    }
 }

@@ -8,13 +8,26 @@ use super::cell::escape;
 use crate::analyze::compare::runs::Comparison;
 use crate::analyze::compare::{Metric, Relation};
 use crate::analyze::stats::Summary;
+use crate::units;
 
-/// `mean ± half width` (or the mean alone without repetitions), in the metric's precision.
+/// `mean ± half width` (or the mean alone without repetitions): throughput in whole req/s,
+/// times (given in µs) each in its readable unit ("303 ms ± 2.10 ms").
 pub fn show_summary(s: &Summary, metric: Metric) -> String {
-    let digits = if metric.higher_is_better() { 0 } else { 1 };
+    let show = |v: f64| match metric {
+        Metric::ThroughputRps => format!("{v:.0}"),
+        _ => units::duration_us(v),
+    };
     match s.ci95_half_width {
-        Some(h) => format!("{:.digits$} ± {h:.digits$}", s.mean),
-        None => format!("{:.digits$}", s.mean),
+        Some(h) => format!("{} ± {}", show(s.mean), show(h)),
+        None => show(s.mean),
+    }
+}
+
+/// The unit a table header names: req/s; none for times, whose cells carry theirs.
+fn header_unit(metric: Metric) -> String {
+    match metric {
+        Metric::ThroughputRps => format!("{}, ", metric.unit()),
+        _ => String::new(),
     }
 }
 
@@ -70,9 +83,9 @@ fn render_rows(out: &mut String, cmp: &Comparison) {
     let m = cmp.metric;
     let _ = writeln!(
         out,
-        "## {} ({}, {} is better), mean ± 95% CI over repetitions\n",
+        "## {} ({}{} is better), mean ± 95% CI over repetitions\n",
         m.name(),
-        m.unit(),
+        header_unit(m),
         if m.higher_is_better() {
             "higher"
         } else {

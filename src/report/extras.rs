@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use super::doc::{Block, Doc, Item, Table};
 use crate::record::steps::{StepResult, StepStatus};
+use crate::units;
 
 /// Every section that has something to show.
 pub fn sections(steps: &[StepResult]) -> Doc {
@@ -184,8 +185,8 @@ fn client_groups(out: &mut Doc, steps: &[StepResult]) {
             "step",
             "host",
             "requests/s",
-            "p50 (µs)",
-            "p99 (µs)",
+            "p50",
+            "p99",
             "windows overlap",
             "ready before start (ms)",
             "fetch (ms)",
@@ -206,8 +207,8 @@ fn client_groups(out: &mut Doc, steps: &[StepResult]) {
                 s.id.clone(),
                 g.host.as_deref().unwrap_or("?").to_string(),
                 format!("{:.0}", g.load.throughput_rps),
-                format!("{:.1}", g.load.latency_us.p50),
-                format!("{:.1}", g.load.latency_us.p99),
+                units::duration_us(g.load.latency_us.p50),
+                units::duration_us(g.load.latency_us.p99),
                 overlap.map_or("—".into(), |o| format!("{:.2}%", o * 100.0)),
                 or_dash(overhead.and_then(|o| o.ready_before_start_us), 1e-3),
                 or_dash(overhead.and_then(|o| o.fetch_ms), 1.0),
@@ -218,8 +219,8 @@ fn client_groups(out: &mut Doc, steps: &[StepResult]) {
             s.id.clone(),
             "**all (merged)**".into(),
             format!("{:.0}", load.map_or(f64::NAN, |l| l.throughput_rps)),
-            format!("{:.1}", load.map_or(f64::NAN, |l| l.latency_us.p50)),
-            format!("{:.1}", load.map_or(f64::NAN, |l| l.latency_us.p99)),
+            units::duration_us(load.map_or(f64::NAN, |l| l.latency_us.p50)),
+            units::duration_us(load.map_or(f64::NAN, |l| l.latency_us.p99)),
         ]);
     }
     if t.rows.is_empty() {

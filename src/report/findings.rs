@@ -16,6 +16,8 @@ use crate::analyze::run::{
     load_label, LittleRow, LoadPoint, RunAnalysis, SeriesAnalysis, StepModes,
 };
 use crate::analyze::stats;
+use crate::analyze::usl::{UslFit, UslReading, UslTerm};
+use crate::units;
 
 /// Each series' peak in one sentence, then the comparisons and what Little's law found: the
 /// answers a reader wants first, in the order report.md and report.html show them.
@@ -148,14 +150,55 @@ fn series_conclusion(s: &SeriesAnalysis) -> String {
     }
     text.push('.');
     match (&s.usl, &s.usl_caveat) {
-        (Some(u), None) if u.dominant != "none" => text.push_str(&format!(
-            " The USL fit (R² {:.3}) says {} limits it.",
-            u.r2, u.dominant
-        )),
+        (Some(u), None) => text.push_str(&usl_sentence(u)),
         (Some(_), Some(_)) => text.push_str(" Its USL fit is not a finding (see the caveat)."),
         _ => {}
     }
     text
+}
+
+/// What a fit without a caveat says, by [`UslFit::reading`]: the term it names, or why its
+/// term is an extrapolation; nothing when it scales linearly over the levels measured.
+fn usl_sentence(u: &UslFit) -> String {
+    let largest = units::grouped(u.largest_n.round() as u64);
+    match u.reading() {
+        UslReading::Linear => String::new(),
+        UslReading::Limit {
+            term: UslTerm::Coherency,
+            onset_n,
+        } => format!(
+            " The USL fit (R² {:.3}) says coherency limits it (its peak at {} clients).",
+            u.r2,
+            units::approx_count(onset_n)
+        ),
+        UslReading::Limit { term, .. } => {
+            format!(" The USL fit (R² {:.3}) says {} limits it.", u.r2, term.name())
+        }
+        UslReading::Extrapolation {
+            term: UslTerm::Coherency,
+            onset_n,
+            ..
+        } => format!(
+            " The USL fit peaks at {} clients, beyond twice the largest level measured ({largest}): an extrapolation, not a finding.",
+            units::approx_count(onset_n)
+        ),
+        UslReading::Extrapolation { onset_n, .. } => format!(
+            " The USL fit's contention bends it only from {} clients, beyond twice the largest level measured ({largest}): an extrapolation, not a finding.",
+            units::approx_count(onset_n)
+        ),
+    }
+}
+
+/// The scalability table's "limited by": the term the fit names, and why it names none.
+fn usl_limited_by(u: &UslFit, caveat: Option<&String>) -> String {
+    if caveat.is_some() {
+        return "– (see caveat)".into();
+    }
+    match u.reading() {
+        UslReading::Linear => "none".into(),
+        UslReading::Limit { term, .. } => term.name().into(),
+        UslReading::Extrapolation { .. } => "– (extrapolation)".into(),
+    }
 }
 
 /// Each series' peak as the run's last lines print it: "reactor / shared  peak 125351 req/s
@@ -313,11 +356,7 @@ pub fn scalability_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
                 opt(u.and_then(|u| u.n_star), 1),
                 opt(u.and_then(|u| u.x_max), 0),
                 opt(u.map(|u| u.r2), 3),
-                match (u, &s.usl_caveat) {
-                    (Some(_), Some(_)) => "– (see caveat)".into(),
-                    (Some(u), None) => u.dominant.clone(),
-                    (None, _) => "–".into(),
-                },
+                u.map_or("–".into(), |u| usl_limited_by(u, s.usl_caveat.as_ref())),
             ]
         })
         .collect();
@@ -376,8 +415,8 @@ pub fn little_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
         "rep",
         "L",
         "X (req/s)",
-        "predicted R (µs)",
-        "measured R (µs)",
+        "predicted R",
+        "measured R",
         "X·R / L",
         "flag",
     ]
@@ -396,8 +435,8 @@ pub fn little_rows(a: &RunAnalysis) -> (Vec<String>, Vec<Vec<String>>) {
                     r.rep.to_string(),
                     format!("{:.0}", c.inflight),
                     format!("{:.0}", r.throughput_rps),
-                    format!("{:.1}", c.predicted_latency),
-                    format!("{:.1}", c.measured_latency),
+                    units::duration_us(c.predicted_latency),
+                    units::duration_us(c.measured_latency),
                     format!("{:.2}", c.ratio),
                     little_flag(r),
                 ]
@@ -456,11 +495,10 @@ fn little_flag(r: &LittleRow) -> String {
 
 fn show_mode(m: &Mode) -> String {
     format!(
-        "{:.0}% at {:.1} µs ({:.1}–{:.1})",
+        "{:.0}% at {} ({})",
         m.share * 100.0,
-        m.centre,
-        m.low,
-        m.high
+        units::duration_us(m.centre),
+        units::duration_range_us(m.low, m.high)
     )
 }
 
@@ -679,11 +717,11 @@ mod tests {
         off[1].load.as_mut().unwrap().latency_us.mean = 15_000.0;
         let table = md(off);
         assert!(
-            table.contains("| t | p | 2 | 0 | 2 | 200 | 10000.0 | 15000.0 | 1.50 |"),
+            table.contains("| t | p | 2 | 0 | 2 | 200 | 10.0 ms | 15.0 ms | 1.50 |"),
             "{table}"
         );
         assert!(
-            table.contains("| t | p | 1 | 0 | 1 | 100 | 10000.0 | 10000.0 | 1.00 |"),
+            table.contains("| t | p | 1 | 0 | 1 | 100 | 10.0 ms | 10.0 ms | 1.00 |"),
             "{table}"
         );
         // An external tool's figures: the table even when every row holds.
@@ -734,6 +772,44 @@ mod tests {
             assert!(u.r2 < USL_MIN_R2);
             assert!(a.series[0].usl_caveat.as_deref().unwrap().contains("R²"));
         }
+    }
+
+    /// Doubling client counts from 1 to 1024, exactly on a USL curve with σ = 1e-5.
+    fn usl_series(kappa: f64) -> RunAnalysis {
+        let steps: Vec<StepResult> = std::iter::successors(Some(1usize), |n| Some(n * 2))
+            .take_while(|&n| n <= 1024)
+            .map(|n| {
+                let x = crate::analyze::usl::model(1000.0, 1e-5, kappa, n as f64);
+                ok_step(n, x, 1e6 * n as f64 / x)
+            })
+            .collect();
+        analyze(&steps, None)
+    }
+
+    #[test]
+    fn a_usl_peak_past_twice_the_largest_level_is_called_an_extrapolation() {
+        // Issue 40: R² 1.000 and κ = 5e-8 up to 1024 clients once read "The USL fit (R² 1.000)
+        // says coherency limits it", with its peak at ~4,470 clients.
+        let far = usl_series(5e-8);
+        let text = series_conclusion(&far.series[0]);
+        assert!(
+            text.ends_with(" The USL fit peaks at 4,500 clients, beyond twice the largest level measured (1,024): an extrapolation, not a finding."),
+            "{text}"
+        );
+        assert!(!text.contains("limits it"), "{text}");
+        let (_, rows) = scalability_rows(&far);
+        assert_eq!(rows[0].last().unwrap(), "– (extrapolation)");
+        // κ = 5e-7: the peak at ~1,414 clients lies within twice 1024, a finding.
+        let near = usl_series(5e-7);
+        let text = series_conclusion(&near.series[0]);
+        assert!(
+            text.ends_with(
+                " The USL fit (R² 1.000) says coherency limits it (its peak at 1,400 clients)."
+            ),
+            "{text}"
+        );
+        let (_, rows) = scalability_rows(&near);
+        assert_eq!(rows[0].last().unwrap(), "coherency");
     }
 
     /// Two servers that each fill their one CPU: the CPU-per-request ratio is the throughput

@@ -136,7 +136,10 @@ fn contradictions(s: &SeriesAnalysis, d: &Diagnosis, conclusion: &str) -> Vec<St
     if s.peak.within_noise.len() >= 2 && !conclusion.contains("within noise") {
         found.push("\"peaks at\" without the levels within noise of it".into());
     }
-    if conclusion.contains("USL fit is not a finding") && text.contains("USL") {
+    // A caveat, or a term that bites only past twice the largest level.
+    let not_a_finding = conclusion.contains("USL fit is not a finding")
+        || conclusion.contains("an extrapolation, not a finding");
+    if not_a_finding && text.contains("USL") {
         found.push("a fit called \"not a finding\" quoted as a limit's evidence".into());
     }
     if text.contains("stops scaling at") && text.contains("bends") {

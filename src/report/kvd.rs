@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::doc::{Doc, Table};
 use crate::record::steps::{StepResult, StepStatus};
+use crate::units;
 
 /// One step's figures of one rank's daemon.
 struct Row<'a> {
@@ -116,7 +117,7 @@ fn row<'a>(step: &'a StepResult, label: &str, m: &Value) -> Option<Row<'a>> {
 }
 
 fn us(x: Option<f64>) -> String {
-    x.map_or("—".into(), |v| format!("{v:.2}"))
+    x.map_or("—".into(), units::duration_us)
 }
 
 fn rps(step: &StepResult) -> String {
@@ -177,8 +178,8 @@ fn scaling(out: &mut Doc, p: &str, rows: &[&Row]) {
     let mut t = Table::new(
         &[
             "clients/rank",
-            "RTT p50 (µs)",
-            "RTT mean (µs)",
+            "RTT p50",
+            "RTT mean",
             "total req/s",
             "remote req/s (this rank)",
         ],
@@ -187,8 +188,8 @@ fn scaling(out: &mut Doc, p: &str, rows: &[&Row]) {
     for r in rows {
         t.row(vec![
             r.per_rank.to_string(),
-            format!("{:.2}", r.rtt.value_at_quantile(0.5) as f64 / 1e3),
-            format!("{:.2}", r.rtt.mean() / 1e3),
+            units::duration_us(r.rtt.value_at_quantile(0.5) as f64 / 1e3),
+            units::duration_us(r.rtt.mean() / 1e3),
             rps(r.step),
             format!("{:.0}", r.remote_per_s),
         ]);
@@ -203,8 +204,8 @@ fn little(out: &mut Doc, p: &str, rows: &[&Row]) {
             "clients/rank",
             "in-flight (daemon mean)",
             "λ remote (req/s)",
-            "RTT predicted (µs)",
-            "RTT measured mean (µs)",
+            "RTT predicted",
+            "RTT measured mean",
         ],
         "rrrrr",
     );
@@ -218,7 +219,7 @@ fn little(out: &mut Doc, p: &str, rows: &[&Row]) {
             r.inflight_mean.map_or("—".into(), |l| format!("{l:.2}")),
             format!("{:.0}", r.remote_per_s),
             us(predicted),
-            format!("{:.2}", r.rtt.mean() / 1e3),
+            units::duration_us(r.rtt.mean() / 1e3),
         ]);
     }
     out.table(t);
@@ -229,11 +230,11 @@ fn phases(out: &mut Doc, p: &str, rows: &[&Row]) {
     let mut t = Table::new(
         &[
             "clients/rank",
-            "call_to_flush (µs)",
-            "flush_to_cb (µs)",
-            "turnaround (µs)",
-            "(p50 flush_to_cb − p50 peer turnaround) / 2 (µs)",
-            "one-way, exact: (mean flush_to_cb − owner's mean turnaround of these requests) / 2 (µs)",
+            "call_to_flush",
+            "flush_to_cb",
+            "turnaround",
+            "(p50 flush_to_cb − p50 peer turnaround) / 2",
+            "one-way, exact: (mean flush_to_cb − owner's mean turnaround of these requests) / 2",
             "total req/s",
         ],
         "rrrrrrr",
@@ -370,18 +371,18 @@ mod tests {
             .collect();
         let text = sections(&[step]).to_markdown();
         assert!(
-            text.contains("| (p50 flush_to_cb − p50 peer turnaround) / 2 (µs) | one-way, exact"),
+            text.contains("| (p50 flush_to_cb − p50 peer turnaround) / 2 | one-way, exact"),
             "{text}"
         );
         // Rank 0: p50s 7 and 6 → 0.50 published; means 8 and 2 (rank 1's turnaround) → 3.00.
         assert!(
-            text.contains("| 1 | 1.00 | 7.00 | 6.00 | 0.50 | 3.00 |"),
+            text.contains("| 1 | 1.00 µs | 7.00 µs | 6.00 µs | 0.500 µs | 3.00 µs |"),
             "{text}"
         );
         // Rank 1: p50s 14 (14.01 in HDR's 3 digits) and 1 → 6.50 published; means 14 and 6
         // (rank 0's) → 4.00.
         assert!(
-            text.contains("| 1 | 1.00 | 14.01 | 1.00 | 6.50 | 4.00 |"),
+            text.contains("| 1 | 1.00 µs | 14.0 µs | 1.00 µs | 6.50 µs | 4.00 µs |"),
             "{text}"
         );
     }

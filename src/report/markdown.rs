@@ -8,6 +8,7 @@ use super::doc::{Doc, Table};
 use super::{findings, Exporter, RunData};
 use crate::analyze::run::{analyze, RunAnalysis};
 use crate::record::steps::{StepResult, StepStatus};
+use crate::units;
 
 /// The markdown exporter.
 #[derive(Debug, Clone, Copy)]
@@ -191,10 +192,10 @@ fn results_table(steps: &[StepResult]) -> Table {
             "rep",
             "status",
             "throughput (req/s)",
-            "mean (µs)",
-            "p50 (µs)",
-            "p99 (µs)",
-            "server CPU µs/req",
+            "mean",
+            "p50",
+            "p99",
+            "server CPU/req",
             "cs/req",
             "client saturated",
             "cpus (server / client)",
@@ -205,6 +206,7 @@ fn results_table(steps: &[StepResult]) -> Table {
         v.filter(|x| x.is_finite())
             .map_or("–".to_string(), |x| format!("{x:.digits$}"))
     };
+    let d = |v: Option<f64>| v.map_or("–".to_string(), units::duration_us);
     for s in steps {
         let l = s.load.as_ref();
         let status = match (&s.status, &s.reason) {
@@ -232,10 +234,10 @@ fn results_table(steps: &[StepResult]) -> Table {
             s.rep.to_string(),
             status,
             f(l.map(|l| l.throughput_rps), 0),
-            f(l.map(|l| l.latency_us.mean), 1),
-            f(l.map(|l| l.latency_us.p50), 1),
-            f(l.map(|l| l.latency_us.p99), 1),
-            server_cell(s, f(s.per_request().cpu_us_per_req.total, 2)),
+            d(l.map(|l| l.latency_us.mean)),
+            d(l.map(|l| l.latency_us.p50)),
+            d(l.map(|l| l.latency_us.p99)),
+            server_cell(s, d(s.per_request().cpu_us_per_req.total)),
             server_cell(s, f(s.per_request().cs_per_req, 3)),
             l.map_or("–", |l| if l.client_saturated { "yes" } else { "no" })
                 .to_string(),

@@ -1,6 +1,6 @@
 //! The study's table (seed 003's benchreport columns): per load level and server, the means
 //! over the level's repetitions of requests/s, latency mean and max, the server's CPU %,
-//! context switches and migrations per request, user and system CPU ms per request, loopback
+//! context switches and migrations per request, user and system CPU time per request, loopback
 //! packets per request, and cycles, instructions and IPC where the machine has a PMU (else
 //! "unavailable", never 0). Shown when a run measures two targets or more.
 
@@ -10,16 +10,17 @@ use serde_json::Value;
 
 use super::doc::{Doc, Table};
 use crate::record::steps::{StepResult, StepStatus};
+use crate::units;
 
 /// The figures of one step, by JSON pointer into the step's record.
 const COLUMNS: [(&str, &str); 10] = [
     ("req/s", "/throughput_rps"),
-    ("latency mean ms", "/latency_us/mean"),
-    ("latency max ms", "/latency_us/max"),
+    ("latency mean", "/latency_us/mean"),
+    ("latency max", "/latency_us/max"),
     ("cs/req", "/cs_per_req"),
     ("migrations/req", "/migr_per_req"),
-    ("user ms/req", "/cpu_us_per_req/user"),
-    ("sys ms/req", "/cpu_us_per_req/sys"),
+    ("user CPU/req", "/cpu_us_per_req/user"),
+    ("sys CPU/req", "/cpu_us_per_req/sys"),
     ("packets/req", "/pkts_per_req"),
     ("cycles/req", "/server/perf/cycles"),
     ("instructions/req", "/server/perf/instructions"),
@@ -44,20 +45,20 @@ pub fn sections(steps: &[StepResult]) -> Doc {
         return out;
     }
     out.heading("The study's table");
-    out.paragraph("Per load level and server, the mean of its repetitions: CPU % is the server's process tree in % of its CPUs; user and sys ms are its CPU time per request; packets are loopback packets per request; cycles, instructions and IPC need a hardware PMU (\"unavailable\" without one).");
+    out.paragraph("Per load level and server, the mean of its repetitions: CPU % is the server's process tree in % of its CPUs; user and sys CPU/req are its CPU time per request; packets are loopback packets per request; cycles, instructions and IPC need a hardware PMU (\"unavailable\" without one).");
     let header = [
         "clients",
         "placement",
         "server",
         "reps",
         "req/s",
-        "latency mean ms",
-        "latency max ms",
+        "latency mean",
+        "latency max",
         "CPU %",
         "cs/req",
         "migrations/req",
-        "user ms/req",
-        "sys ms/req",
+        "user CPU/req",
+        "sys CPU/req",
         "packets/req",
         "cycles/req",
         "instructions/req",
@@ -121,15 +122,15 @@ fn row(reps: &[&StepResult]) -> Vec<String> {
         let v = mean(pointer);
         let cell = match name {
             "req/s" => v.map(|x| format!("{x:.0}")),
-            "latency mean ms" | "latency max ms" => v.map(|x| format!("{:.2}", x / 1e3)),
-            "user ms/req" | "sys ms/req" => v.map(|x| format!("{:.4}", x / 1e3)),
+            "latency mean" | "latency max" => v.map(units::duration_us),
+            "user CPU/req" | "sys CPU/req" => v.map(units::duration_us),
             "cycles/req" | "instructions/req" => v
                 .filter(|_| requests > 0.0)
                 .map(|x| format!("{:.0}", x / requests)),
             _ => v.map(|x| format!("{x:.3}")),
         };
         cells.push(cell);
-        if name == "latency max ms" {
+        if name == "latency max" {
             cells.push(
                 (!cpu.is_empty())
                     .then(|| format!("{:.0}", cpu.iter().sum::<f64>() / cpu.len() as f64)),

@@ -903,8 +903,13 @@ fn repetitions_merge_their_histograms_for_percentiles() {
         (lo - 100.0).abs() < 1.0 && (hi - 1000.0).abs() < 2.0,
         "{lo} {hi}"
     );
-    let text = format!("{want_p99:.1} µs (reps {lo:.1}–{hi:.1})");
+    let us = stairbench::units::duration_us;
+    let text = format!(
+        "{} (reps {})",
+        us(want_p99),
+        stairbench::units::duration_range_us(lo, hi)
+    );
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains(&text), "{text} not in\n{md}");
-    assert!(!md.contains(&format!("{mean_of_p99s:.1} µs")), "{md}");
+    assert!(!md.contains(&format!("{} (reps", us(mean_of_p99s))), "{md}");
 }

@@ -206,7 +206,7 @@ fn load_streams_json_lines_to_stdout_and_its_summary_to_stderr() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("latency us:"), "{stderr}");
+    assert!(stderr.contains("latency: mean "), "{stderr}");
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))

@@ -361,7 +361,7 @@ fn cli_writes_json_and_an_interval_log_that_reads_back() {
     common::assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("ops/s") && stderr.contains("lat(ms)"),
+        stderr.contains("ops/s") && stderr.contains("mean lat"),
         "per-second lines: {stderr}"
     );
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();

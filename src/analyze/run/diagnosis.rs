@@ -592,11 +592,9 @@ fn coherency(c: &Ctx) -> Option<Found> {
         ),
     ];
     // A fit the reports call not a finding is not quoted as evidence.
-    let usl = c
-        .series
-        .usl
-        .as_ref()
-        .filter(|u| u.kappa > 0.0 && c.series.usl_caveat.is_none());
+    let usl = c.series.usl.as_ref().filter(|u| {
+        u.names(crate::analyze::usl::UslTerm::Coherency) && c.series.usl_caveat.is_none()
+    });
     let mut because = format!(
         "throughput falls from {} at {} clients to {} at {}",
         rps(peak.throughput_rps),
@@ -863,7 +861,9 @@ fn contention(c: &Ctx) -> Option<Found> {
         .series
         .usl
         .as_ref()
-        .filter(|_| c.series.usl_caveat.is_none())
+        .filter(|u| {
+            u.names(crate::analyze::usl::UslTerm::Contention) && c.series.usl_caveat.is_none()
+        })
         .map(|u| u.sigma)
         .filter(|&s| s > SIGMA_CLEAR);
     // Supporting evidence only: the profile's lock share grew between its two levels.
@@ -1174,15 +1174,9 @@ fn rps(x: f64) -> String {
     }
 }
 
-/// `7.7 µs`, `1.2 ms`.
+/// `7.73 µs`, `12.3 ms`: see [`crate::units::duration_us`].
 fn us(x: f64) -> String {
-    if x >= 1e4 {
-        format!("{:.1} ms", x / 1e3)
-    } else if x >= 100.0 {
-        format!("{x:.0} µs")
-    } else {
-        format!("{x:.1} µs")
-    }
+    crate::units::duration_us(x)
 }
 
 #[path = "diagnosis_profile.rs"]

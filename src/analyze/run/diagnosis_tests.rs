@@ -118,7 +118,7 @@ fn one_busy_thread_with_room_in_the_cpuset() {
         d.sentence,
         "web/sep stops scaling near 4 clients (it bends there and gains 3% more up to its peak \
          at 16 clients): its busiest thread (reactor-0) is 97% of one CPU \
-         while its 2 CPUs are 50% busy and CPU per request stays at 7.7 µs: a single-thread limit. \
+         while its 2 CPUs are 50% busy and CPU per request stays at 7.70 µs: a single-thread limit. \
          Next: spread that thread's work over more threads (more workers or shards) or make it \
          cheaper per request."
     );

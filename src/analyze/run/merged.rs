@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::{load_of, LoadPoint};
 use crate::record::hlog::read_hlog_or_empty;
 use crate::record::steps::StepResult;
+use crate::units;
 
 /// Percentiles of a load level's merged histogram, in µs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -116,13 +117,11 @@ impl LoadPoint {
         self.merged_latency_us.map(|m| m.p50)
     }
 
-    /// "57.1 µs", with the repetitions' spread: "57.1 µs (reps 55.0–60.2)".
+    /// "57.1 µs", with the repetitions' spread: "57.1 µs (reps 55.0–60.2 µs)".
     pub fn p99_text(&self) -> String {
-        let value = self
-            .p99_us()
-            .map_or("–".to_string(), |v| format!("{v:.1} µs"));
+        let value = self.p99_us().map_or("–".to_string(), units::duration_us);
         match self.p99_reps_us {
-            Some([lo, hi]) => format!("{value} (reps {lo:.1}–{hi:.1})"),
+            Some([lo, hi]) => format!("{value} (reps {})", units::duration_range_us(lo, hi)),
             None => value,
         }
     }

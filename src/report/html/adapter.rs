@@ -576,6 +576,7 @@ fn core_labels(cpu_list: &str, count: usize) -> Vec<String> {
 
 fn result_row(s: &Value) -> Vec<String> {
     let fmt = |path: &[&str]| f64_at(s, path).map_or(String::new(), format_number);
+    let time = |path: &[&str]| f64_at(s, path).map_or(String::new(), crate::units::duration_us);
     let mut status = str_at(s, "status").to_string();
     if s["client_saturated"] == true {
         status.push_str(" (client saturated)");
@@ -590,11 +591,11 @@ fn result_row(s: &Value) -> Vec<String> {
         int("clients"),
         int("rep"),
         fmt(&["throughput_rps"]),
-        fmt(&["latency_us", "p50"]),
-        fmt(&["latency_us", "p99"]),
+        time(&["latency_us", "p50"]),
+        time(&["latency_us", "p99"]),
         match s["server_not_observed"].as_str() {
             Some(_) => "not observed".to_string(),
-            None => fmt(&["cpu_us_per_req", "total"]),
+            None => time(&["cpu_us_per_req", "total"]),
         },
         status,
     ]
@@ -612,9 +613,9 @@ fn results_table(steps: &[Value]) -> Table {
             "clients",
             "rep",
             "requests/s",
-            "p50 (µs)",
-            "p99 (µs)",
-            "CPU µs/req",
+            "p50",
+            "p99",
+            "CPU/req",
             "status",
         ]
         .map(String::from)

@@ -70,7 +70,7 @@ pub(super) fn throughput(page: &mut String, series: &[Series]) {
         } else {
             (
                 Axis::with_scale("clients", Scale::Log2),
-                "One line per placement; dashed: the fitted Universal Scalability Law; hollow markers: the load generator was saturated (not the server's limit).",
+                "One line per placement; dashed: the fitted Universal Scalability Law, drawn only where its fit is a finding (see the scalability table); hollow markers: the load generator was saturated (not the server's limit).",
             )
         };
         let chart = LineChart {

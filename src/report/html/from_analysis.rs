@@ -3,6 +3,7 @@
 
 use super::{Point, Series, UslCurve};
 use crate::analyze::run::{LoadPoint, RunAnalysis, SeriesAnalysis};
+use crate::analyze::usl::UslReading;
 use crate::record::observed::CpuUsPerReq;
 use crate::record::steps::{StepResult, StepStatus};
 
@@ -102,12 +103,16 @@ fn threads_text(
 }
 
 /// Fitted USL curves by (target, placement), drawn dashed beside the measured points (the
-/// tables come from report.md's own sections).
+/// tables come from report.md's own sections). A chart is no bolder than the text: a fit that
+/// is not a finding (a caveat, or a term that bites only past twice the largest level, see
+/// `UslFit::reading`) is not drawn at all.
 pub fn usl_curves(a: &RunAnalysis) -> Vec<(String, String, UslCurve)> {
     a.series
         .iter()
         .filter_map(|s| {
-            let fit = s.usl.as_ref()?;
+            let fit = s.usl.as_ref().filter(|u| {
+                s.usl_caveat.is_none() && !matches!(u.reading(), UslReading::Extrapolation { .. })
+            })?;
             let curve = UslCurve {
                 lambda: fit.lambda,
                 sigma: fit.sigma,
@@ -116,4 +121,47 @@ pub fn usl_curves(a: &RunAnalysis) -> Vec<(String, String, UslCurve)> {
             Some((s.target.clone(), s.placement.clone(), curve))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::run::analyze;
+    use crate::analyze::run::tests::ok_step;
+    use crate::analyze::usl::model;
+
+    /// The throughput chart of a series measured exactly on a USL curve, doubling from 1 to
+    /// `largest` clients.
+    fn chart_of(sigma: f64, kappa: f64, largest: usize) -> String {
+        let steps: Vec<StepResult> = std::iter::successors(Some(1usize), |n| Some(n * 2))
+            .take_while(|&n| n <= largest)
+            .map(|n| {
+                let x = model(1000.0, sigma, kappa, n as f64);
+                ok_step(n, x, 1e6 * n as f64 / x)
+            })
+            .collect();
+        let a = analyze(&steps, None);
+        let mut data = super::super::ReportData {
+            series: series(&a, &steps, None),
+            ..Default::default()
+        };
+        super::super::adapter::add_analysis(&mut data, &usl_curves(&a));
+        let mut page = String::new();
+        super::super::charts::throughput(&mut page, &data.series);
+        page
+    }
+
+    #[test]
+    fn the_usl_curve_is_drawn_only_where_the_fit_is_a_finding() {
+        // κ = 5e-8 measured up to 1024 clients: R² 1.000, but its peak (~4,470) lies past
+        // twice 1024. The curve would claim what the text calls an extrapolation.
+        let far = chart_of(1e-5, 5e-8, 1024);
+        assert!(far.contains("<svg"), "{far}");
+        assert!(!far.contains("(USL fit)"), "{far}");
+        assert!(!far.contains("stroke-dasharray"), "{far}");
+        // κ = 5e-7: the peak (~1,414) lies within twice 1024, a finding, drawn dashed.
+        let near = chart_of(1e-5, 5e-7, 1024);
+        assert!(near.contains("p (USL fit)"), "{near}");
+        assert!(near.contains("stroke-dasharray"), "{near}");
+    }
 }
