@@ -167,3 +167,34 @@ pub fn gate_message(cmp: &Comparison) -> Option<String> {
     }
     Some(text)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(mean: f64, half: Option<f64>) -> Summary {
+        Summary {
+            n: 3,
+            mean,
+            stdev: 0.0,
+            cv: 0.0,
+            ci95_half_width: half,
+        }
+    }
+
+    #[test]
+    fn times_read_in_their_unit_and_throughput_in_whole_requests() {
+        let p99 = summary(302_776.3, Some(2_104.0));
+        assert_eq!(show_summary(&p99, Metric::P99), "303 ms ± 2104 µs");
+        assert_eq!(
+            show_summary(&summary(1.2, None), Metric::CpuUsPerReq),
+            "1.20 µs"
+        );
+        assert_eq!(
+            show_summary(&summary(999.6, Some(25.2)), Metric::ThroughputRps),
+            "1000 ± 25"
+        );
+        assert_eq!(header_unit(Metric::P99), "");
+        assert_eq!(header_unit(Metric::ThroughputRps), "req/s, ");
+    }
+}

@@ -143,3 +143,29 @@ fn row(reps: &[&StepResult]) -> Vec<String> {
         .map(|c| c.unwrap_or_else(|| "unavailable".into()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::run::tests::ok_step;
+
+    #[test]
+    fn cpu_per_request_and_latency_read_in_their_unit() {
+        // Issue 44: "user ms/req 0.0012" for 1.2 µs of user CPU per request.
+        let steps: Vec<StepResult> = ["a", "b"]
+            .into_iter()
+            .map(|target| {
+                let mut s = ok_step(1, 1000.0, 302_776.3);
+                s.target = target.into();
+                s.per_request.cpu_us_per_req.user = Some(1.2);
+                s.per_request.cpu_us_per_req.sys = Some(12_345.0);
+                s
+            })
+            .collect();
+        let md = sections(&steps).to_markdown();
+        assert!(md.contains("| user CPU/req | sys CPU/req |"), "{md}");
+        assert!(md.contains("| 303 ms |"), "{md}");
+        assert!(md.contains("| 1.20 µs | 12.3 ms |"), "{md}");
+        assert!(!md.contains("0.0012"), "{md}");
+    }
+}
