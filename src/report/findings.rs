@@ -812,6 +812,38 @@ mod tests {
         assert_eq!(rows[0].last().unwrap(), "coherency");
     }
 
+    #[test]
+    fn the_diagnosis_quotes_kappa_only_when_the_fit_names_coherency() {
+        // A fall from 8 to 64 clients on a USL curve whose peak (N* ≈ 9.9) lies within twice
+        // the largest level: the coherency rule quotes κ, at high confidence.
+        let steps: Vec<StepResult> = std::iter::successors(Some(1usize), |n| Some(n * 2))
+            .take_while(|&n| n <= 64)
+            .map(|n| {
+                let x = crate::analyze::usl::model(1000.0, 0.02, 0.01, n as f64);
+                ok_step(n, x, 1e6 * n as f64 / x)
+            })
+            .collect();
+        let a = analyze(&steps, None);
+        let d = &a.diagnosis[0];
+        assert!(
+            d.sentence.contains("(USL κ = 0.010, N* = 9.9)"),
+            "{}",
+            d.sentence
+        );
+        // The same fit said to reach only 4 clients: its peak is past twice that, the rule
+        // rests on the measured fall alone.
+        let mut s = a.series[0].clone();
+        s.usl.as_mut().unwrap().largest_n = 4.0;
+        let refs: Vec<&StepResult> = steps.iter().collect();
+        let d = crate::analyze::diagnosis::diagnose(&s, &refs);
+        assert!(
+            d.sentence.contains("throughput falls from"),
+            "{}",
+            d.sentence
+        );
+        assert!(!d.sentence.contains("USL"), "{}", d.sentence);
+    }
+
     /// Two servers that each fill their one CPU: the CPU-per-request ratio is the throughput
     /// ratio, and one sentence says why; a side whose generator saturated names no winner.
     #[test]
