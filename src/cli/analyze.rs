@@ -324,3 +324,27 @@ fn render_little(out: &mut String, group: &GroupAnalysis, unit: LatencyUnit) {
 fn optional(value: Option<f64>, decimals: usize) -> String {
     value.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fit(kappa: f64) -> usl::UslFit {
+        let points: Vec<(f64, f64)> = (0..=10)
+            .map(|i| {
+                let n = f64::from(1u32 << i);
+                (n, usl::model(1000.0, 1e-5, kappa, n))
+            })
+            .collect();
+        usl::fit(&points).unwrap()
+    }
+
+    #[test]
+    fn the_dominant_term_is_said_an_extrapolation_past_twice_the_largest_load() {
+        assert_eq!(
+            usl_term(&fit(5e-8)),
+            "coherency (from 4,500, past twice the largest measured, 1024: an extrapolation, not a finding)"
+        );
+        assert_eq!(usl_term(&fit(5e-7)), "coherency");
+    }
+}
