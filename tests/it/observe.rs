@@ -415,9 +415,9 @@ fn spin_between_prepare_and_begin() -> Observation {
 }
 
 /// A shell that runs a spinner (`sh -c`, in a subshell of its own when `through_subshell`:
-/// then the spinner is the shell's grandchild), started 1.5 s before the window, until the
-/// test creates the stop file inside the window; then it sleeps, alive at the window's end.
-/// Its own process group, so that it is no part of stairbench's.
+/// then the spinner is the shell's grandchild) until the test creates the stop file; then it
+/// sleeps, alive at the window's end. Its own process group, so that it is no part of
+/// stairbench's.
 fn shell_with_a_spinner(stop: &std::path::Path, through_subshell: bool) -> std::process::Child {
     let spin = r#"sh -c 'while [ ! -e "$1" ]; do :; done' x "$1""#;
     let script = if through_subshell {
@@ -446,6 +446,15 @@ fn scan_now() -> stairbench::observe::neighbours::Scan {
     stairbench::observe::neighbours::scan(std::path::Path::new("/proc"), ncpus)
 }
 
+/// The CPU of the live processes of process group `pgrp`, in ticks.
+fn group_cpu_ticks(pgrp: i32) -> u64 {
+    procfs::all_pid_stats(std::path::Path::new("/proc"))
+        .values()
+        .filter(|s| s.pgrp == pgrp)
+        .map(|s| s.utime + s.stime)
+        .sum()
+}
+
 /// The shell's reaped-children counter (cutime + cstime, ticks) from its /proc/PID/stat.
 fn children_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -455,17 +464,23 @@ fn children_ticks(pid: u32) -> u64 {
     f[16 - 3].parse::<u64>().unwrap() + f[17 - 3].parse::<u64>().unwrap()
 }
 
-/// A spinner that ran 1.5 s before a 0.5 s window and ended 0.1 s into it reaches its
-/// shell's reaped-children counter with all of its CPU: the shell is charged the window's
-/// part (about 0.1 s), never the spinner's life (read as 200-300% of one CPU before the
-/// grandchild's start was taken off too), whether the spinner is its child or its grandchild.
+/// A spinner that used 0.6 s of CPU before a 0.5 s window and ended 0.1 s into it reaches
+/// its shell's reaped-children counter with all of its CPU: the shell is charged the window's
+/// part (about 0.1 s), never the spinner's life (130% of one CPU and more, as the shell read
+/// before the grandchild's start was taken off too), whether the spinner is its child or its
+/// grandchild.
 #[test]
 fn a_spinner_reaped_inside_the_window_charges_its_shell_only_the_windows_part() {
     for through_subshell in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let stop = dir.path().join("stop");
         let mut sh = shell_with_a_spinner(&stop, through_subshell);
-        std::thread::sleep(Duration::from_millis(1500));
+        // 0.6 s of the spinner's CPU before the window, however busy the machine (bounded).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let enough = (0.6 * procfs::ticks_per_s()) as u64;
+        while group_cpu_ticks(sh.id() as i32) < enough && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let before = scan_now();
         let t0 = std::time::Instant::now();
         let counter0 = children_ticks(sh.id());
@@ -483,9 +498,9 @@ fn a_spinner_reaped_inside_the_window_charges_its_shell_only_the_windows_part() 
         eprintln!(
             "through a subshell {through_subshell}: the shell's counter grew {reaped_pct:.0}% of the window, charged {charged:.0}%"
         );
-        // The case must hold the bug's cause: the spinner's life reached the counter inside
-        // the window (at least 0.3 s of CPU, on a machine shared with other work).
-        assert!(reaped_pct >= 60.0, "the spinner used {reaped_pct:.0}%");
+        // The case must hold the bug's cause: the spinner's life (0.6 s at least) reached the
+        // counter inside the window.
+        assert!(reaped_pct >= 80.0, "the spinner used {reaped_pct:.0}%");
         assert!(charged <= 45.0, "charged {charged:.0}% of one CPU");
     }
 }
