@@ -173,3 +173,56 @@ pub struct Neighbour {
     #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub client_cpus_pct: f64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(pid: i32, server: f64, client: f64) -> Neighbour {
+        Neighbour {
+            pid,
+            name: format!("p{pid}"),
+            cpu_pct: server + client,
+            server_cpus_pct: server,
+            client_cpus_pct: client,
+        }
+    }
+
+    #[test]
+    fn named_shares_are_scaled_per_side_to_the_others_total_and_resorted() {
+        // "other processes took 53% … the busiest: sh 61%": the server's side is scaled
+        // (61 + 25 → 53), the client's (20 ≤ 40) is left alone.
+        let mut n = Neighbours {
+            server_cpus_others_pct: Some(53.0),
+            client_cpus_others_pct: Some(40.0),
+            busiest: vec![
+                named(1, 61.0, 0.0),
+                named(2, 25.0, 0.0),
+                named(3, 0.0, 20.0),
+            ],
+            ..Neighbours::default()
+        };
+        assert_eq!(n.named_within_totals(), [Some(86.0), None]);
+        let share = |pid: i32| n.busiest.iter().find(|x| x.pid == pid).unwrap().clone();
+        assert!((share(1).server_cpus_pct - 61.0 * 53.0 / 86.0).abs() < 1e-9);
+        assert!((share(2).server_cpus_pct - 25.0 * 53.0 / 86.0).abs() < 1e-9);
+        assert_eq!(share(3).client_cpus_pct, 20.0);
+        assert!(n.busiest.iter().all(|x| x.server_cpus_pct <= 53.0));
+        // Busiest first again: 37.6, 20 (the client's), 15.4.
+        let order: Vec<i32> = n.busiest.iter().map(|x| x.pid).collect();
+        assert_eq!(order, [1, 3, 2]);
+        // A side with no total (its CPUs' busy share unread) bounds nothing; a total of 0
+        // leaves no named share on that side.
+        let mut n = Neighbours {
+            server_cpus_others_pct: None,
+            client_cpus_others_pct: Some(0.0),
+            busiest: vec![named(1, 61.0, 5.0)],
+            ..Neighbours::default()
+        };
+        assert_eq!(n.named_within_totals(), [None, Some(5.0)]);
+        assert_eq!(
+            (n.busiest[0].server_cpus_pct, n.busiest[0].client_cpus_pct),
+            (61.0, 0.0)
+        );
+    }
+}
