@@ -252,6 +252,7 @@ pub(crate) mod tests {
                     server_cpus_pct: 50.0,
                     client_cpus_pct: 0.0,
                 }],
+                notes: Vec::new(),
             }),
             sockets: Some(SocketQueues::default()),
             link: Some(LinkUse::default()),

@@ -99,8 +99,56 @@ pub struct Neighbours {
     /// Mean steal time of the client's CPUs, %.
     #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub client_steal_pct: f64,
-    /// The busiest other processes, busiest first (at most five).
+    /// The busiest other processes, busiest first (at most five). Their shares of a cpuset
+    /// add up to at most the others' total share of it (`named_within_totals`).
     pub busiest: Vec<Neighbour>,
+    /// Each figure of `busiest` that read more than its CPUs allow, or named shares that
+    /// added up to more than the others' total, by more than the figures' resolution (two
+    /// ticks each over the window): the figure before it was clipped or scaled, and why.
+    /// Empty when none.
+    pub notes: Vec<String>,
+}
+
+impl Neighbours {
+    /// Keeps one sentence's figures adding up: where the named processes' shares of a
+    /// cpuset add up to more than the others' total share of it, each is scaled down in
+    /// proportion so that they add up to the total. The total is the measured figure (the
+    /// CPUs' busy share over the window from /proc/stat, less the server's, stairbench's own
+    /// and interrupt time), the one the rules read; the named shares only apportion it (each
+    /// thread's CPU shared out evenly over the CPUs it may run on, each read to a tick), so
+    /// they never raise it. Returns, per side (server, client), the named shares' sum before
+    /// scaling where one applied.
+    pub fn named_within_totals(&mut self) -> [Option<f64>; 2] {
+        let out = [
+            scale_named(&mut self.busiest, self.server_cpus_others_pct, |n| {
+                &mut n.server_cpus_pct
+            }),
+            scale_named(&mut self.busiest, self.client_cpus_others_pct, |n| {
+                &mut n.client_cpus_pct
+            }),
+        ];
+        let larger = |n: &Neighbour| n.server_cpus_pct.max(n.client_cpus_pct);
+        self.busiest.sort_by(|a, b| larger(b).total_cmp(&larger(a)));
+        out
+    }
+}
+
+/// Scales each of `named`'s `share` down in proportion when they add up to more than
+/// `total`; returns their sum before when it did.
+fn scale_named(
+    named: &mut [Neighbour],
+    total: Option<f64>,
+    share: fn(&mut Neighbour) -> &mut f64,
+) -> Option<f64> {
+    let total = total?.max(0.0);
+    let sum: f64 = named.iter_mut().map(|n| *share(n)).sum();
+    if sum <= total {
+        return None;
+    }
+    for n in named.iter_mut() {
+        *share(n) *= total / sum;
+    }
+    Some(sum)
 }
 
 /// One other process on the server's or the client's CPUs.
@@ -111,14 +159,70 @@ pub struct Neighbour {
     pub pid: i32,
     /// Its name (`/proc/PID/comm`).
     pub name: String,
-    /// Its CPU over the window, % of one CPU.
+    /// Its CPU over the window (between its own two readings), % of one CPU: its threads'
+    /// and its descendants' that ended inside the window, for their part inside it; at most
+    /// 100% times the CPUs its threads may run on.
     #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub cpu_pct: f64,
     /// Its CPU on the server's CPUs, % of the server's cpuset (each thread's CPU shared out
-    /// over the CPUs it may run on).
+    /// over the CPUs it may run on), at most 100% and at most `server_cpus_others_pct`.
     #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub server_cpus_pct: f64,
-    /// Its CPU on the client's CPUs, % of the client's cpuset (the same sharing out).
+    /// Its CPU on the client's CPUs, % of the client's cpuset (the same sharing out), at most
+    /// 100% and at most `client_cpus_others_pct`.
     #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub client_cpus_pct: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(pid: i32, server: f64, client: f64) -> Neighbour {
+        Neighbour {
+            pid,
+            name: format!("p{pid}"),
+            cpu_pct: server + client,
+            server_cpus_pct: server,
+            client_cpus_pct: client,
+        }
+    }
+
+    #[test]
+    fn named_shares_are_scaled_per_side_to_the_others_total_and_resorted() {
+        // "other processes took 53% … the busiest: sh 61%": the server's side is scaled
+        // (61 + 25 → 53), the client's (20 ≤ 40) is left alone.
+        let mut n = Neighbours {
+            server_cpus_others_pct: Some(53.0),
+            client_cpus_others_pct: Some(40.0),
+            busiest: vec![
+                named(1, 61.0, 0.0),
+                named(2, 25.0, 0.0),
+                named(3, 0.0, 20.0),
+            ],
+            ..Neighbours::default()
+        };
+        assert_eq!(n.named_within_totals(), [Some(86.0), None]);
+        let share = |pid: i32| n.busiest.iter().find(|x| x.pid == pid).unwrap().clone();
+        assert!((share(1).server_cpus_pct - 61.0 * 53.0 / 86.0).abs() < 1e-9);
+        assert!((share(2).server_cpus_pct - 25.0 * 53.0 / 86.0).abs() < 1e-9);
+        assert_eq!(share(3).client_cpus_pct, 20.0);
+        assert!(n.busiest.iter().all(|x| x.server_cpus_pct <= 53.0));
+        // Busiest first again: 37.6, 20 (the client's), 15.4.
+        let order: Vec<i32> = n.busiest.iter().map(|x| x.pid).collect();
+        assert_eq!(order, [1, 3, 2]);
+        // A side with no total (its CPUs' busy share unread) bounds nothing; a total of 0
+        // leaves no named share on that side.
+        let mut n = Neighbours {
+            server_cpus_others_pct: None,
+            client_cpus_others_pct: Some(0.0),
+            busiest: vec![named(1, 61.0, 5.0)],
+            ..Neighbours::default()
+        };
+        assert_eq!(n.named_within_totals(), [None, Some(5.0)]);
+        assert_eq!(
+            (n.busiest[0].server_cpus_pct, n.busiest[0].client_cpus_pct),
+            (61.0, 0.0)
+        );
+    }
 }

@@ -413,3 +413,132 @@ fn spin_between_prepare_and_begin() -> Observation {
     let _ = child.wait();
     obs
 }
+
+/// A shell that runs a spinner (`sh -c`, in a subshell of its own when `through_subshell`:
+/// then the spinner is the shell's grandchild) until the test creates the stop file; then it
+/// sleeps, alive at the window's end. Its own process group, so that it is no part of
+/// stairbench's.
+fn shell_with_a_spinner(stop: &std::path::Path, through_subshell: bool) -> std::process::Child {
+    let spin = r#"sh -c 'while [ ! -e "$1" ]; do :; done' x "$1""#;
+    let script = if through_subshell {
+        format!("({spin}; true); sleep 30")
+    } else {
+        format!("{spin}; sleep 30")
+    };
+    Command::new("sh")
+        .args(["-c", &script, "x"])
+        .arg(stop)
+        .process_group(0)
+        .spawn()
+        .expect("sh runs")
+}
+
+fn end_group(child: &mut std::process::Child) {
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = child.wait();
+}
+
+fn scan_now() -> stairbench::observe::neighbours::Scan {
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    stairbench::observe::neighbours::scan(std::path::Path::new("/proc"), ncpus)
+}
+
+/// The CPU of the live processes of process group `pgrp`, in ticks.
+fn group_cpu_ticks(pgrp: i32) -> u64 {
+    procfs::all_pid_stats(std::path::Path::new("/proc"))
+        .values()
+        .filter(|s| s.pgrp == pgrp)
+        .map(|s| s.utime + s.stime)
+        .sum()
+}
+
+/// The shell's reaped-children counter (cutime + cstime, ticks) from its /proc/PID/stat.
+fn children_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    f[16 - 3].parse::<u64>().unwrap() + f[17 - 3].parse::<u64>().unwrap()
+}
+
+/// A spinner that used 0.6 s of CPU before a 0.5 s window and ended 0.1 s into it reaches
+/// its shell's reaped-children counter with all of its CPU: the shell is charged the window's
+/// part (about 0.1 s), never the spinner's life (130% of one CPU and more, as the shell read
+/// before the grandchild's start was taken off too), whether the spinner is its child or its
+/// grandchild.
+#[test]
+fn a_spinner_reaped_inside_the_window_charges_its_shell_only_the_windows_part() {
+    for through_subshell in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = dir.path().join("stop");
+        let mut sh = shell_with_a_spinner(&stop, through_subshell);
+        // 0.6 s of the spinner's CPU before the window, however busy the machine (bounded).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let enough = (0.6 * procfs::ticks_per_s()) as u64;
+        while group_cpu_ticks(sh.id() as i32) < enough && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let before = scan_now();
+        let t0 = std::time::Instant::now();
+        let counter0 = children_ticks(sh.id());
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::write(&stop, "").unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        let counter1 = children_ticks(sh.id());
+        let after = scan_now();
+        let window_s = t0.elapsed().as_secs_f64();
+        end_group(&mut sh);
+        let pid = sh.id() as i32;
+        let charged =
+            stairbench::observe::neighbours::cpu_pct(&before, &after, pid, window_s).unwrap();
+        let reaped_pct = (counter1 - counter0) as f64 / procfs::ticks_per_s() / window_s * 100.0;
+        eprintln!(
+            "through a subshell {through_subshell}: the shell's counter grew {reaped_pct:.0}% of the window, charged {charged:.0}%"
+        );
+        // The case must hold the bug's cause: the spinner's life (0.6 s at least) reached the
+        // counter inside the window.
+        assert!(reaped_pct >= 80.0, "the spinner used {reaped_pct:.0}%");
+        assert!(charged <= 45.0, "charged {charged:.0}% of one CPU");
+    }
+}
+
+/// A shell loop of short spinners, each born and reaped inside the window, is charged their
+/// CPU, all of it: the shell's counter growth less at most the spinner that straddled the
+/// window's start.
+#[test]
+fn a_loop_of_short_spinners_is_charged_to_its_shell() {
+    let mut sh = Command::new("sh")
+        .args([
+            "-c",
+            "while :; do sh -c 'i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done'; done",
+        ])
+        .process_group(0)
+        .spawn()
+        .expect("sh runs");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = scan_now();
+    let t0 = std::time::Instant::now();
+    let counter0 = children_ticks(sh.id());
+    std::thread::sleep(Duration::from_millis(500));
+    let counter1 = children_ticks(sh.id());
+    let after = scan_now();
+    let window_s = t0.elapsed().as_secs_f64();
+    end_group(&mut sh);
+    let charged =
+        stairbench::observe::neighbours::cpu_pct(&before, &after, sh.id() as i32, window_s)
+            .unwrap();
+    let reaped_pct = (counter1 - counter0) as f64 / procfs::ticks_per_s() / window_s * 100.0;
+    eprintln!("loop of short spinners: counter grew {reaped_pct:.0}%, charged {charged:.0}%");
+    assert!(reaped_pct >= 10.0, "the spinners used {reaped_pct:.0}%");
+    assert!(
+        charged <= 110.0,
+        "charged {charged:.0}%: one spinner at a time"
+    );
+    assert!(
+        charged >= reaped_pct - 20.0,
+        "charged {charged:.0}% of a counter growth of {reaped_pct:.0}%"
+    );
+}

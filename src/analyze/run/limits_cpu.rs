@@ -167,6 +167,8 @@ fn without_tool(s: &StepResult, mut n: Neighbours) -> Neighbours {
     let less = |x: Option<f64>, by: f64| x.map(|v| (v - by).max(0.0));
     n.client_cpus_others_pct = less(n.client_cpus_others_pct, on(&client));
     n.server_cpus_others_pct = less(n.server_cpus_others_pct, on(&server));
+    // The named shares stay within the totals they are now read beside.
+    n.named_within_totals();
     n
 }
 
