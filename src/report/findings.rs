@@ -623,7 +623,7 @@ fn comparisons_section(out: &mut Doc, a: &RunAnalysis) {
 mod tests {
     use super::*;
     use crate::analyze::run::tests::ok_step;
-    use crate::analyze::run::{analyze, USL_MIN_R2};
+    use crate::analyze::run::{analyze_steps, USL_MIN_R2};
     use crate::record::steps::StepResult;
     use crate::report::RunData;
 
@@ -639,7 +639,7 @@ mod tests {
             steps,
             ..RunData::default()
         };
-        let a = analyze(&run.steps, None);
+        let a = analyze_steps(&run.steps);
         let s = &a.series[0];
         assert_eq!(s.points.len(), 4);
         assert_eq!(s.points[1].mean_latency_us, None);
@@ -660,17 +660,7 @@ mod tests {
     #[test]
     fn littles_law_table_only_when_it_tells_something() {
         let steps = || vec![ok_step(1, 100.0, 10_000.0), ok_step(2, 200.0, 10_000.0)];
-        let md = |steps: Vec<StepResult>| {
-            analysis_sections(&analyze(
-                &RunData {
-                    steps,
-                    ..RunData::default()
-                }
-                .steps,
-                None,
-            ))
-            .to_markdown()
-        };
+        let md = |steps: Vec<StepResult>| analysis_sections(&analyze_steps(&steps)).to_markdown();
         let holds = md(steps());
         assert!(holds.contains("within 10% of 1 at every one of the 2 closed-loop steps"));
         assert!(!holds.contains("| X·R / L |"), "{holds}");
@@ -703,7 +693,7 @@ mod tests {
                 .collect(),
             ..RunData::default()
         };
-        let four = analyze(&run(&[1, 2, 4, 8]).steps, None);
+        let four = analyze_steps(&run(&[1, 2, 4, 8]).steps);
         let s = &four.series[0];
         assert!(s.usl.as_ref().unwrap().r2 > 0.99);
         let caveat = s.usl_caveat.as_deref().expect("a caveat");
@@ -719,7 +709,7 @@ mod tests {
             "{md}"
         );
         // Six levels and a good fit: a finding, with its label.
-        let six = analyze(&run(&[1, 2, 4, 8, 16, 32]).steps, None);
+        let six = analyze_steps(&run(&[1, 2, 4, 8, 16, 32]).steps);
         assert_eq!(six.series[0].usl_caveat, None);
         let (_, rows) = scalability_rows(&six);
         assert_eq!(rows[0].last().unwrap(), "contention");
@@ -729,7 +719,7 @@ mod tests {
         for (i, s) in bad.steps.iter_mut().enumerate() {
             s.load.as_mut().unwrap().throughput_rps = if i % 2 == 0 { 1000.0 } else { 3000.0 };
         }
-        let a = analyze(&bad.steps, None);
+        let a = analyze_steps(&bad.steps);
         if let Some(u) = &a.series[0].usl {
             assert!(u.r2 < USL_MIN_R2);
             assert!(a.series[0].usl_caveat.as_deref().unwrap().contains("R²"));
@@ -762,7 +752,7 @@ mod tests {
         let steps: Vec<StepResult> = (0..3)
             .flat_map(|r| [step("a", 2000.0, r), step("b", 1000.0, r)])
             .collect();
-        let mut a = analyze(&steps, None);
+        let mut a = analyze_steps(&steps);
         for metric in ["throughput_rps", "cpu_us_per_req"] {
             let spec: toml::Value =
                 toml::from_str(&format!("a = \"a\"\nb = \"b\"\nmetric = \"{metric}\"")).unwrap();
@@ -804,7 +794,7 @@ mod tests {
             steps: vec![step],
             ..RunData::default()
         };
-        let md = analysis_sections(&analyze(&run.steps, None)).to_markdown();
+        let md = analysis_sections(&analyze_steps(&run.steps)).to_markdown();
         assert!(md.contains("| &lt;script&gt;\\|x | p |"), "{md}");
         assert!(!md.contains("<script>"));
     }
