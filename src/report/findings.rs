@@ -3,9 +3,6 @@
 //! comparisons) as markdown, with the rows report.html renders from the same source. The
 //! figures are `analyze::run`'s; this module only words and lays them out.
 
-use std::fmt::Write as _;
-
-use super::cell::escape;
 use super::compare::show_summary;
 use super::doc::{Doc, Table};
 use crate::analyze::compare::{Metric, StepKey};
@@ -174,17 +171,19 @@ pub fn peak_lines(a: &RunAnalysis) -> Vec<String> {
         .collect()
 }
 
-/// The conclusions as a markdown section.
-pub fn conclusions_markdown(a: &RunAnalysis) -> String {
+/// The conclusions as one section, rendered by report.md and report.html alike (empty when
+/// there are none).
+pub fn conclusions_doc(a: &RunAnalysis) -> Doc {
+    let mut out = Doc::new();
     let lines = conclusions(a);
     if lines.is_empty() {
-        return String::new();
+        return out;
     }
-    let mut out = String::from("## Conclusions\n\n");
-    for l in lines {
-        let _ = writeln!(out, "- {}", escape(&l));
-    }
-    out.push('\n');
+    out.heading("Conclusions");
+    out.styled_list(
+        "conclusions",
+        lines.into_iter().map(|l| (String::new(), l)).collect(),
+    );
     out
 }
 

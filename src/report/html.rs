@@ -35,10 +35,10 @@ pub struct ReportData {
     pub heat_map: Option<CoreHeatMap>,
     /// Tables (results, Little's law, knee/USL summary), in display order.
     pub tables: Vec<Table>,
-    /// The thresholds' verdicts, shown first: (passed, sentence).
-    pub thresholds: Vec<(bool, String)>,
-    /// The answers first: each series' peak and the comparisons, one sentence each.
-    pub conclusions: Vec<String>,
+    /// The thresholds' verdicts, shown first (report.md's section).
+    pub thresholds: Doc,
+    /// The answers first: each series' peak and the comparisons (report.md's section).
+    pub conclusions: Doc,
     /// The sections report.md shows too (peaks, results, analysis...), after the charts.
     pub sections: Doc,
     /// Why each series stops scaling, the page's first section (None: no series).
@@ -195,12 +195,12 @@ pub fn report_data(report: &Report, heat_step: Option<&str>) -> ReportData {
     let (run, a) = (&report.run, &report.analysis);
     let mut data = adapter::page_data(run, heat_step);
     data.series = from_analysis::series(a, run);
-    data.conclusions = findings::conclusions(a);
+    data.conclusions = findings::conclusions_doc(a);
     data.diagnosis = super::diagnosis::html(a)
         .map(|body| page::Section::titled("diagnosis", "Why it stops scaling", &body));
     data.thread_charts = super::diagnosis::thread_charts(&run.steps, a)
         .map(|body| page::Section::titled("threads", "Server threads", &body));
-    data.thresholds = super::gates::lines(a);
+    data.thresholds = super::gates::doc(a);
     data.sections = markdown::sections(run, a);
     data.profiles = run.profiles.clone();
     data

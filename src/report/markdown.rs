@@ -22,7 +22,7 @@ impl Exporter for Markdown {
         let (run, analysis) = (&report.run, &report.analysis);
         let mut out = format!("# {}\n\n", escape(&run.name));
         // The gate a CI job reads first, then why the curve stops: both before any table.
-        out.push_str(&super::gates::markdown(analysis));
+        out.push_str(&super::gates::doc(analysis).to_markdown());
         out.push_str(&super::diagnosis::markdown(analysis));
         conditions(&mut out, run);
         let _ = writeln!(out, "{}\n", step_counts(&run.steps));
@@ -34,7 +34,7 @@ impl Exporter for Markdown {
         if !run.notes.is_empty() {
             out.push('\n');
         }
-        out.push_str(&findings::conclusions_markdown(analysis));
+        out.push_str(&findings::conclusions_doc(analysis).to_markdown());
         out.push_str(&sections(run, analysis).to_markdown());
         out.push_str(&super::profiles::markdown(&run.profiles));
         out
