@@ -10,8 +10,6 @@
 //! This module computes; `report` renders what it computed (report.md's sections, the
 //! conclusions, analysis.json).
 
-use std::path::Path;
-
 use serde::Serialize;
 
 use super::compare::spec::{spec_comparisons, ComparisonOutcome};
@@ -20,8 +18,8 @@ use crate::analyze::little::{self, LatencyUnit, LittleStep};
 use crate::analyze::modes::{self, Mode};
 use crate::analyze::stats::{self, Summary};
 use crate::analyze::usl::{self, UslFit};
-use crate::record::hlog::read_hlog_or_empty;
-use crate::record::steps::{read_steps, StepResult, StepStatus};
+use crate::record::run::{Histograms, RunData, RunSpec};
+use crate::record::steps::{StepResult, StepStatus};
 
 pub mod diagnosis;
 mod merged;
@@ -149,40 +147,18 @@ pub struct StepModes {
     pub modes: Vec<Mode>,
 }
 
-/// What went wrong reading a run directory for its analysis.
-#[derive(Debug, thiserror::Error)]
-pub enum AnalysisError {
-    /// The run directory could not be read.
-    #[error("cannot read the run directory {dir}: {reason}")]
-    Read {
-        /// The directory.
-        dir: std::path::PathBuf,
-        /// Why.
-        reason: String,
-    },
-}
-
-/// Reads a run directory's steps.jsonl and analyses it (with its histograms and spec).
-pub fn analyze_run(dir: &Path) -> Result<RunAnalysis, AnalysisError> {
-    let steps = read_steps(&dir.join("steps.jsonl")).map_err(|e| AnalysisError::Read {
-        dir: dir.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    Ok(analyze(&steps, Some(dir)))
-}
-
-/// Analyses a run's steps; with `dir`, also its histograms and its spec's comparisons.
-pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
-    let mut notes = Vec::new();
-    let spec = dir.and_then(|d| read_spec(d, &mut notes));
+/// Analyses a run read once ([`RunData::read`]): no file is opened here, so every report
+/// made from one `RunData` shows the same figures.
+pub fn analyze(run: &RunData) -> RunAnalysis {
+    let steps = &run.steps[..];
+    // What the reader could not parse comes first: the figures below are made without it.
+    let mut notes = run.unreadable.clone();
+    let spec = run.spec.as_ref();
     let mut series: Vec<SeriesAnalysis> = series_keys(steps)
         .into_iter()
-        .map(|(t, p)| analyze_series(steps, &t, &p, dir, spec.as_ref(), &mut notes))
+        .map(|(t, p)| analyze_series(run, &t, &p, &mut notes))
         .collect();
-    let mut diagnosis: Vec<_> = series
-        .iter()
-        .map(|s| diagnose_series(s, steps, dir))
-        .collect();
+    let mut diagnosis: Vec<_> = series.iter().map(|s| diagnose_series(s, run)).collect();
     // A series flat from its second level has no bend for Kneedle; the diagnosis finds its
     // knee there, and every table says the same ("stops scaling at 2", never "no knee").
     for (s, d) in series.iter_mut().zip(&diagnosis) {
@@ -196,12 +172,10 @@ pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
         .collect();
     diagnosis::add_wakeup_sentences(&mut diagnosis, &ok);
     let comparisons = spec
-        .as_ref()
-        .map(|s| spec_comparisons(s, steps, &mut notes))
+        .map(|s| spec_comparisons(&s.raw, steps, &mut notes))
         .unwrap_or_default();
     let thresholds = spec
-        .as_ref()
-        .map(|s| spec_thresholds(s, steps, &mut notes))
+        .map(|s| spec_thresholds(&s.raw, steps, &mut notes))
         .unwrap_or_default();
     RunAnalysis {
         schema: SCHEMA_VERSION,
@@ -210,12 +184,13 @@ pub fn analyze(steps: &[StepResult], dir: Option<&Path>) -> RunAnalysis {
         comparisons,
         notes,
         thresholds,
-        auto_repetitions: spec
-            .as_ref()
-            .and_then(|s| s.get("repetitions"))
-            .and_then(|r| r.as_str())
-            == Some("auto"),
+        auto_repetitions: spec.is_some_and(|s| s.repetitions_auto),
     }
+}
+
+/// Analyses steps alone (no spec, histograms or profiles): a planner's or a test's view.
+pub fn analyze_steps(steps: &[StepResult]) -> RunAnalysis {
+    analyze(&RunData::from_steps(steps.to_vec()))
 }
 
 /// The verdicts of the spec's `[[thresholds]]` (a note when they do not parse).
@@ -233,19 +208,6 @@ fn spec_thresholds(
     }
 }
 
-fn read_spec(dir: &Path, notes: &mut Vec<String>) -> Option<toml::Table> {
-    let text = std::fs::read_to_string(dir.join("spec.toml")).ok()?;
-    match text.parse::<toml::Table>() {
-        Ok(t) => Some(t),
-        Err(e) => {
-            notes.push(format!(
-                "spec.toml does not parse, comparisons skipped: {e}"
-            ));
-            None
-        }
-    }
-}
-
 /// (target, placement) pairs in the order they first appear.
 fn series_keys(steps: &[StepResult]) -> Vec<(String, String)> {
     let mut keys: Vec<(String, String)> = Vec::new();
@@ -259,13 +221,12 @@ fn series_keys(steps: &[StepResult]) -> Vec<(String, String)> {
 }
 
 fn analyze_series(
-    all: &[StepResult],
+    run: &RunData,
     target: &str,
     placement: &str,
-    dir: Option<&Path>,
-    spec: Option<&toml::Table>,
     notes: &mut Vec<String>,
 ) -> SeriesAnalysis {
+    let all = &run.steps[..];
     let mut steps: Vec<&StepResult> = all
         .iter()
         .filter(|s| s.target == target && s.placement == placement)
@@ -274,9 +235,7 @@ fn analyze_series(
     steps.sort_by(|a, b| load_of(a).total_cmp(&load_of(b)).then(a.rep.cmp(&b.rep)));
     let open_loop = steps.iter().any(|s| s.rate_rps.is_some());
     let mut points = load_points(&steps);
-    if let Some(dir) = dir {
-        merged::merge_repetitions(dir, &steps, &mut points, notes);
-    }
+    merged::merge_repetitions(&run.histograms, &steps, &mut points, notes);
     let fitted: Vec<&StepResult> = steps.iter().copied().filter(|s| !is_saturated(s)).collect();
     let (usl, usl_note) = usl_fit(&fitted, open_loop);
     let usl_caveat = usl.as_ref().and_then(|u| usl_caveat(u, &fitted));
@@ -293,24 +252,22 @@ fn analyze_series(
         little: if open_loop {
             Vec::new()
         } else {
+            let spec = run.spec.as_ref();
             steps.iter().filter_map(|s| little_row(s, spec)).collect()
         },
-        modes: dir.map_or_else(Vec::new, |d| step_modes(d, &steps, notes)),
+        modes: step_modes(&run.histograms, &steps, notes),
         points,
     }
 }
 
-fn diagnose_series(
-    series: &SeriesAnalysis,
-    all: &[StepResult],
-    dir: Option<&Path>,
-) -> diagnosis::Diagnosis {
-    let steps: Vec<&StepResult> = all
+fn diagnose_series(series: &SeriesAnalysis, run: &RunData) -> diagnosis::Diagnosis {
+    let steps: Vec<&StepResult> = run
+        .steps
         .iter()
         .filter(|s| s.target == series.target && s.placement == series.placement)
         .filter(|s| s.status == StepStatus::Ok && s.load.is_some())
         .collect();
-    let profile = dir.and_then(|d| diagnosis::profile::read(d, &series.target, &series.placement));
+    let profile = diagnosis::profile::from_lines(&run.profiles, &series.target, &series.placement);
     diagnosis::diagnose_with_profile(series, &steps, profile.as_ref())
 }
 
@@ -452,7 +409,7 @@ fn knee_summary(points: &[LoadPoint]) -> Option<KneeSummary> {
     knee::summarise(&steps)
 }
 
-fn little_row(step: &StepResult, spec: Option<&toml::Table>) -> Option<LittleRow> {
+fn little_row(step: &StepResult, spec: Option<&RunSpec>) -> Option<LittleRow> {
     let load = step.load.as_ref()?;
     if !(load.latency_us.mean.is_finite() && load.throughput_rps > 0.0) {
         return None;
@@ -477,7 +434,7 @@ fn little_row(step: &StepResult, spec: Option<&toml::Table>) -> Option<LittleRow
 
 /// Requests configured in flight: the step's own figure, else the engine's connections ×
 /// depth, else the spec's clients × connections_per_client × depth.
-fn inflight_of(step: &StepResult, spec: Option<&toml::Table>) -> Option<usize> {
+fn inflight_of(step: &StepResult, spec: Option<&RunSpec>) -> Option<usize> {
     if step.inflight > 0 {
         return Some(step.inflight);
     }
@@ -485,40 +442,31 @@ fn inflight_of(step: &StepResult, spec: Option<&toml::Table>) -> Option<usize> {
         return Some(l.connections * l.depth.max(1));
     }
     let spec = spec?;
-    let int = |t: &toml::Table, k: &str| t.get(k).and_then(|v| v.as_integer());
-    let target_depth = spec
-        .get("targets")
-        .and_then(|t| t.as_array())
-        .and_then(|ts| {
-            ts.iter()
-                .filter_map(|t| t.as_table())
-                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(&step.target))
-        })
-        .and_then(|t| int(t, "depth"));
-    let depth = target_depth.or_else(|| int(spec, "depth")).unwrap_or(1);
-    let conns = int(spec, "connections_per_client").unwrap_or(1);
+    let target_depth = spec.target(&step.target).and_then(|t| t.depth);
+    let depth = target_depth.or(spec.depth).unwrap_or(1);
+    let conns = spec.connections_per_client.unwrap_or(1);
     usize::try_from(step.clients as i64 * conns * depth).ok()
 }
 
-fn step_modes(dir: &Path, steps: &[&StepResult], notes: &mut Vec<String>) -> Vec<StepModes> {
+/// The latency populations of each step whose histogram the run has; an undecodable one is
+/// a note.
+fn step_modes(
+    histograms: &Histograms,
+    steps: &[&StepResult],
+    notes: &mut Vec<String>,
+) -> Vec<StepModes> {
     let mut out = Vec::new();
     for step in steps {
-        let path = dir.join("hist").join(format!("{}.hlog", step.id));
-        if !path.exists() {
-            continue;
-        }
-        match read_hlog_or_empty(&path) {
-            Ok(h) => out.push(StepModes {
+        match histograms.get(&step.id) {
+            None => {}
+            Some(Ok(h)) => out.push(StepModes {
                 step: step.id.clone(),
                 clients: step.clients,
                 rep: step.rep,
                 rate_rps: step.rate_rps,
-                modes: modes::from_histogram(&h)
-                    .into_iter()
-                    .map(ns_to_us)
-                    .collect(),
+                modes: modes::from_histogram(h).into_iter().map(ns_to_us).collect(),
             }),
-            Err(e) => notes.push(e.to_string()),
+            Some(Err(e)) => notes.push(e.clone()),
         }
     }
     out
@@ -600,7 +548,7 @@ pub(crate) mod tests {
                 s
             })
             .collect();
-        let s = &analyze(&steps, None).series[0];
+        let s = &analyze_steps(&steps).series[0];
         assert!(s.open_loop);
         assert!(s.usl.is_none() && s.usl_note.as_ref().unwrap().contains("open loop"));
         assert!(s.little.is_empty());
@@ -609,13 +557,61 @@ pub(crate) mod tests {
         assert_eq!(s.knee.as_ref().unwrap().saturation, 3000.0);
     }
 
+    /// The analysis opens no file: every figure comes from the `RunData` it is given, so two
+    /// reports made from one `RunData` cannot differ. Catches a `std::fs` read, a `Path`
+    /// argument or a run-directory reader called from the analysis (outside its tests).
+    #[test]
+    fn the_analysis_opens_no_file() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/analyze");
+        let mut files = vec![
+            root.join("run.rs"),
+            root.join("thresholds.rs"),
+            root.join("compare/spec.rs"),
+        ];
+        for entry in std::fs::read_dir(root.join("run")).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+        let banned = [
+            "std::fs",
+            "Path",
+            "File::",
+            "read_to_string",
+            "read_hlog",
+            "read_lines(",
+            "read_steps(",
+            "RunData::read",
+        ];
+        let mut found = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            // Test modules may read fixtures: only the code before the first one counts.
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            let name = file.file_name().unwrap().to_string_lossy();
+            if name.ends_with("_tests.rs") {
+                continue;
+            }
+            for (n, line) in code.lines().enumerate() {
+                let line = line.split("//").next().unwrap_or("");
+                for b in banned.iter().filter(|b| line.contains(**b)) {
+                    found.push(format!("{}:{}: {b}", file.display(), n + 1));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "I/O in the analysis:\n{}",
+            found.join("\n")
+        );
+    }
+
     #[test]
     fn inflight_falls_back_to_the_spec() {
         let s = StepResult::empty("x".into(), "db", "p", 3, 0);
-        let spec: toml::Table =
+        let spec = RunSpec::from_table(
             "depth = 4\nconnections_per_client = 2\n[[targets]]\nname = \"db\"\ndepth = 8\n"
                 .parse()
-                .unwrap();
+                .unwrap(),
+        );
         assert_eq!(inflight_of(&s, Some(&spec)), Some(3 * 2 * 8));
         let other = StepResult::empty("x".into(), "web", "p", 3, 0);
         assert_eq!(inflight_of(&other, Some(&spec)), Some(3 * 2 * 4));

@@ -8,7 +8,7 @@ use crate::exit::OrUsage as _;
 
 /// Prints the run directory's diagnoses (as JSON with `json`).
 pub fn run(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let analysis = crate::analyze::run::analyze_run(dir).or_usage()?;
+    let analysis = crate::report::analyze_run(dir).or_usage()?;
     let out = if json {
         serde_json::to_string_pretty(&analysis.diagnosis)? + "\n"
     } else {

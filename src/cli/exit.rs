@@ -96,11 +96,6 @@ mod tests {
                 error: os(),
             }
             .into(),
-            crate::report::html::adapter::AdapterError::Read {
-                path: PathBuf::from("/x"),
-                error: os(),
-            }
-            .into(),
             crate::remote::RemoteError::Local {
                 what: "reading".into(),
                 error: os(),

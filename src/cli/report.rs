@@ -50,16 +50,14 @@ pub struct CompareArgs {
 
 /// Rebuilds a run directory's report files from its steps.jsonl.
 pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let run = crate::report::RunData::read(&args.dir)
-        .map_err(anyhow::Error::msg)
+    let report = crate::report::Report::read(&args.dir)
+        .map_err(|e| anyhow::Error::msg(e.to_string()))
         .with_context(|| format!("reading run directory {}", args.dir.display()))
         .map_err(|e| UsageError(format!("{e:#}")))?;
-    crate::report::write_all(&args.dir, &run)
+    crate::report::write_all(&args.dir, &report)
         .with_context(|| format!("writing reports into {}", args.dir.display()))?;
-    if let Some(analysis) = &run.analysis {
-        for line in crate::report::findings::stdout_lines(analysis) {
-            println!("{line}");
-        }
+    for line in crate::report::findings::stdout_lines(&report.analysis) {
+        println!("{line}");
     }
     for file in crate::report::written_files() {
         println!("wrote {}", args.dir.join(file).display());

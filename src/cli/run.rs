@@ -163,7 +163,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         ..Outputs::default()
     };
     let code = execute(&plan, &dest, false, &outputs)?;
-    let analysis = crate::analyze::run::analyze_run(&out).ok();
+    let analysis = crate::report::analyze_run(&out).ok();
     for line in demo::verdict(analysis.as_ref(), !settled.settled) {
         println!("note: {line}");
     }
@@ -217,10 +217,9 @@ fn execute(
     let mut progress = Live::new(bar, outputs.live.open()?, outputs.verbosity.verbose);
     let Finished { dir, summary } =
         run_plan(plan, dest, &mut progress, stop).map_err(anyhow::Error::msg)?;
-    write_reports(&dir)?;
-    // The figures as the reports define them (read back from the run directory, so the last
-    // lines and report.md/report.html can never disagree).
-    let analysis = crate::analyze::run::analyze_run(&dir).ok();
+    // The figures as the reports define them (the analysis the reports were written from, so
+    // the last lines and report.md/report.html can never disagree).
+    let analysis = Some(write_reports(&dir)?);
     let verdicts = analysis.as_ref().map_or(&[][..], |a| &a.thresholds[..]);
     // With the JSON lines on standard output, the words go to standard error.
     let mut out: Box<dyn Write> = if outputs.live.json_lines_on_stdout() {
@@ -237,11 +236,13 @@ fn execute(
 }
 
 /// Writes a finished (or interrupted) run directory's reports from its files (steps.jsonl,
-/// notes.txt, the raw files), as `stairbench report` rebuilds them.
-pub fn write_reports(dir: &Path) -> anyhow::Result<()> {
-    let run = crate::report::RunData::read(dir).map_err(anyhow::Error::msg)?;
-    crate::report::write_all(dir, &run)
-        .map_err(|e| anyhow::Error::msg(format!("writing the reports: {e}")))
+/// notes.txt, the raw files), as `stairbench report` rebuilds them; returns the analysis they
+/// were written from.
+pub fn write_reports(dir: &Path) -> anyhow::Result<RunAnalysis> {
+    let report = crate::report::Report::read(dir).map_err(|e| anyhow::Error::msg(e.to_string()))?;
+    crate::report::write_all(dir, &report)
+        .map_err(|e| anyhow::Error::msg(format!("writing the reports: {e}")))?;
+    Ok(report.analysis)
 }
 
 fn print_summary(

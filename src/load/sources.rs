@@ -136,7 +136,7 @@ fn range(a: IpAddr, b: IpAddr) -> Result<Vec<IpAddr>, BadRange> {
 pub fn ports_in_range(text: &str) -> Option<u64> {
     let mut it = text.split_whitespace().map(|p| p.parse::<u64>().ok());
     let (lo, hi) = (it.next()??, it.next()??);
-    (hi >= lo).then_some(hi - lo + 1)
+    (hi >= lo).then(|| hi - lo + 1)
 }
 
 /// The ephemeral ports this machine gives one source per destination.

@@ -2,9 +2,10 @@
 //!
 //! A run directory holds `steps.jsonl` ([`steps`]), `profiles.jsonl` ([`profiles`]), one
 //! HdrHistogram interval log per step ([`hlog`]) and one per-second CSV per step; [`rundir`]
-//! writes them as a run goes; [`overhead`] is what other hosts cost a run. The load's own result types ([`load`]) live here too, because
+//! writes them as a run goes; [`run`] reads them back once, typed, into `RunData`; [`overhead`] is what other hosts cost a run. The load's own result types ([`load`]) live here too, because
 //! the step lines and the per-second files are made of them.
 
+pub mod environment;
 pub mod figures;
 pub mod hist_b64;
 pub mod hlog;
@@ -12,6 +13,7 @@ pub mod load;
 pub mod observed;
 pub mod overhead;
 pub mod profiles;
+pub mod run;
 pub mod rundir;
 pub mod steps;
 pub mod use_cpu;

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{Exporter, RunData};
+use super::{Exporter, Report};
 use crate::record::steps::StepResult;
 
 /// The CSV exporter.
@@ -44,7 +44,8 @@ impl Exporter for Csv {
         "steps.csv"
     }
 
-    fn render(&self, _dir: &std::path::Path, run: &RunData) -> Result<String, super::ExportError> {
+    fn render(&self, report: &Report) -> String {
+        let run = &report.run;
         let names: Vec<&str> = COLUMNS.iter().map(|(name, _)| *name).collect();
         let mut out = names.join(",");
         out.push('\n');
@@ -52,7 +53,7 @@ impl Exporter for Csv {
             out.push_str(&row(step).join(","));
             out.push('\n');
         }
-        Ok(out)
+        out
     }
 }
 

@@ -70,6 +70,14 @@ pub enum Block {
     List(Vec<Item>),
     /// A table.
     Table(Table),
+    /// A list the page styles by its class, each item with a class of its own (empty for
+    /// none), as (class, text); in markdown a plain list.
+    Styled {
+        /// The list's class on the page.
+        class: String,
+        /// (item class, text), in order.
+        items: Vec<(String, String)>,
+    },
 }
 
 /// A list item, with its own sub-items (one level).
@@ -161,7 +169,15 @@ impl Doc {
         }
     }
 
-    /// A table.
+    /// Adds a list the page styles by `class`, each item (class, text).
+    pub fn styled_list(&mut self, class: &str, items: Vec<(String, String)>) {
+        self.blocks.push(Block::Styled {
+            class: class.to_string(),
+            items,
+        });
+    }
+
+    /// Adds a table.
     pub fn table(&mut self, table: Table) {
         self.blocks.push(Block::Table(table));
     }
@@ -195,6 +211,12 @@ impl Doc {
                     out.push('\n');
                 }
                 Block::Table(t) => markdown_table(&mut out, t),
+                Block::Styled { items, .. } => {
+                    for (_, text) in items {
+                        let _ = writeln!(out, "- {}", cell::escape(text));
+                    }
+                    out.push('\n');
+                }
             }
         }
         out
@@ -222,6 +244,19 @@ impl Doc {
                 }
                 Block::List(items) => html_list(&mut html, items),
                 Block::Table(t) => html_table(&mut html, t),
+                Block::Styled { class, items } => {
+                    let _ = write!(html, "<ul class=\"{}\">", html_escape(class));
+                    for (c, text) in items {
+                        match c.as_str() {
+                            "" => html.push_str("<li>"),
+                            c => {
+                                let _ = write!(html, "<li class=\"{}\">", html_escape(c));
+                            }
+                        }
+                        let _ = write!(html, "{}</li>", inline(text));
+                    }
+                    html.push_str("</ul>");
+                }
             }
         }
         Section { contents, html }
@@ -381,5 +416,24 @@ mod tests {
         );
         assert!(html.contains("<li>one &lt;b&gt;</li>"), "{html}");
         assert!(!html.contains("<b>") && !html.contains("<s>"));
+    }
+
+    /// Catches a styled list that loses its text or escaping in markdown, or its classes
+    /// (the page's pass/fail colours) in HTML.
+    #[test]
+    fn a_styled_list_is_a_plain_list_in_markdown_and_classed_on_the_page() {
+        let mut d = Doc::new();
+        d.styled_list(
+            "thresholds",
+            vec![
+                ("fail".into(), "p99 < 5 ms".into()),
+                (String::new(), "c".into()),
+            ],
+        );
+        assert_eq!(d.to_markdown(), "- p99 &lt; 5 ms\n- c\n\n");
+        assert_eq!(
+            d.to_html().html,
+            "<ul class=\"thresholds\"><li class=\"fail\">p99 &lt; 5 ms</li><li>c</li></ul>"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! with single ones (seed 000's "2 instances × 14 cores vs 1 instance × 28 cores"), the
 //! `[[observe]]` processes, and the targets' own metrics.
 
+// Value: the targets' own metrics (`ForeignJson`), read as their programs wrote them.
 use serde_json::Value;
 use std::collections::BTreeMap;
 

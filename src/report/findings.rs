@@ -3,9 +3,6 @@
 //! comparisons) as markdown, with the rows report.html renders from the same source. The
 //! figures are `analyze::run`'s; this module only words and lays them out.
 
-use std::fmt::Write as _;
-
-use super::cell::escape;
 use super::compare::show_summary;
 use super::doc::{Doc, Table};
 use crate::analyze::compare::{Metric, StepKey};
@@ -217,17 +214,19 @@ pub fn peak_lines(a: &RunAnalysis) -> Vec<String> {
         .collect()
 }
 
-/// The conclusions as a markdown section.
-pub fn conclusions_markdown(a: &RunAnalysis) -> String {
+/// The conclusions as one section, rendered by report.md and report.html alike (empty when
+/// there are none).
+pub fn conclusions_doc(a: &RunAnalysis) -> Doc {
+    let mut out = Doc::new();
     let lines = conclusions(a);
     if lines.is_empty() {
-        return String::new();
+        return out;
     }
-    let mut out = String::from("## Conclusions\n\n");
-    for l in lines {
-        let _ = writeln!(out, "- {}", escape(&l));
-    }
-    out.push('\n');
+    out.heading("Conclusions");
+    out.styled_list(
+        "conclusions",
+        lines.into_iter().map(|l| (String::new(), l)).collect(),
+    );
     out
 }
 
@@ -661,7 +660,7 @@ fn comparisons_section(out: &mut Doc, a: &RunAnalysis) {
 mod tests {
     use super::*;
     use crate::analyze::run::tests::ok_step;
-    use crate::analyze::run::{analyze, USL_MIN_R2};
+    use crate::analyze::run::{analyze_steps, USL_MIN_R2};
     use crate::record::steps::StepResult;
     use crate::report::RunData;
 
@@ -677,7 +676,7 @@ mod tests {
             steps,
             ..RunData::default()
         };
-        let a = analyze(&run.steps, None);
+        let a = analyze_steps(&run.steps);
         let s = &a.series[0];
         assert_eq!(s.points.len(), 4);
         assert_eq!(s.points[1].mean_latency_us, None);
@@ -698,17 +697,7 @@ mod tests {
     #[test]
     fn littles_law_table_only_when_it_tells_something() {
         let steps = || vec![ok_step(1, 100.0, 10_000.0), ok_step(2, 200.0, 10_000.0)];
-        let md = |steps: Vec<StepResult>| {
-            analysis_sections(&analyze(
-                &RunData {
-                    steps,
-                    ..RunData::default()
-                }
-                .steps,
-                None,
-            ))
-            .to_markdown()
-        };
+        let md = |steps: Vec<StepResult>| analysis_sections(&analyze_steps(&steps)).to_markdown();
         let holds = md(steps());
         assert!(holds.contains("within 10% of 1 at every one of the 2 closed-loop steps"));
         assert!(!holds.contains("| X·R / L |"), "{holds}");
@@ -741,7 +730,7 @@ mod tests {
                 .collect(),
             ..RunData::default()
         };
-        let four = analyze(&run(&[1, 2, 4, 8]).steps, None);
+        let four = analyze_steps(&run(&[1, 2, 4, 8]).steps);
         let s = &four.series[0];
         assert!(s.usl.as_ref().unwrap().r2 > 0.99);
         let caveat = s.usl_caveat.as_deref().expect("a caveat");
@@ -757,7 +746,7 @@ mod tests {
             "{md}"
         );
         // Six levels and a good fit: a finding, with its label.
-        let six = analyze(&run(&[1, 2, 4, 8, 16, 32]).steps, None);
+        let six = analyze_steps(&run(&[1, 2, 4, 8, 16, 32]).steps);
         assert_eq!(six.series[0].usl_caveat, None);
         let (_, rows) = scalability_rows(&six);
         assert_eq!(rows[0].last().unwrap(), "contention");
@@ -767,7 +756,7 @@ mod tests {
         for (i, s) in bad.steps.iter_mut().enumerate() {
             s.load.as_mut().unwrap().throughput_rps = if i % 2 == 0 { 1000.0 } else { 3000.0 };
         }
-        let a = analyze(&bad.steps, None);
+        let a = analyze_steps(&bad.steps);
         if let Some(u) = &a.series[0].usl {
             assert!(u.r2 < USL_MIN_R2);
             assert!(a.series[0].usl_caveat.as_deref().unwrap().contains("R²"));
@@ -783,7 +772,7 @@ mod tests {
                 ok_step(n, x, 1e6 * n as f64 / x)
             })
             .collect();
-        analyze(&steps, None)
+        analyze_steps(&steps)
     }
 
     #[test]
@@ -823,7 +812,7 @@ mod tests {
                 ok_step(n, x, 1e6 * n as f64 / x)
             })
             .collect();
-        let a = analyze(&steps, None);
+        let a = analyze_steps(&steps);
         let d = &a.diagnosis[0];
         assert!(
             d.sentence.contains("(USL κ = 0.010, N* = 9.9)"),
@@ -870,7 +859,7 @@ mod tests {
         let steps: Vec<StepResult> = (0..3)
             .flat_map(|r| [step("a", 2000.0, r), step("b", 1000.0, r)])
             .collect();
-        let mut a = analyze(&steps, None);
+        let mut a = analyze_steps(&steps);
         for metric in ["throughput_rps", "cpu_us_per_req"] {
             let spec: toml::Value =
                 toml::from_str(&format!("a = \"a\"\nb = \"b\"\nmetric = \"{metric}\"")).unwrap();
@@ -912,7 +901,7 @@ mod tests {
             steps: vec![step],
             ..RunData::default()
         };
-        let md = analysis_sections(&analyze(&run.steps, None)).to_markdown();
+        let md = analysis_sections(&analyze_steps(&run.steps)).to_markdown();
         assert!(md.contains("| &lt;script&gt;\\|x | p |"), "{md}");
         assert!(!md.contains("<script>"));
     }

@@ -6,7 +6,7 @@
 use super::series_conclusion;
 use crate::analyze::run::peak::level_within_noise;
 use crate::analyze::run::tests::ok_step;
-use crate::analyze::run::{analyze, SeriesAnalysis};
+use crate::analyze::run::{analyze_steps, SeriesAnalysis};
 use crate::analyze::{diagnosis::Diagnosis, knee::FALL_FRACTION};
 use crate::record::steps::StepResult;
 
@@ -155,7 +155,7 @@ fn no_pair_of_conclusions_contradicts_over_generated_series() {
     for seed in 1..=600u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let (shape, steps) = series(&mut rng, seed);
-        let a = analyze(&steps, None);
+        let a = analyze_steps(&steps);
         let (s, d) = (&a.series[0], &a.diagnosis[0]);
         let conclusion = series_conclusion(s);
         for (key, needle) in [
@@ -203,7 +203,7 @@ fn the_checks_catch_the_sentences_they_forbid() {
         .chain([(16, 600.0), (32, 450.0)])
         .map(|(n, x)| ok_step(n, x, 1e6 * n as f64 / x))
         .collect();
-    let a = analyze(&steps, None);
+    let a = analyze_steps(&steps);
     let (s, d) = (&a.series[0], &a.diagnosis[0]);
     let mut old = d.clone();
     old.knee_clients = None;
@@ -225,7 +225,7 @@ fn the_checks_catch_the_sentences_they_forbid() {
     .into_iter()
     .map(|(n, x)| ok_step(n, x, 1e6 * n as f64 / x))
     .collect();
-    let a = analyze(&flat, None);
+    let a = analyze_steps(&flat);
     let mut old = a.diagnosis[0].clone();
     old.sentence = "t/p stops scaling at 2 clients: undetermined.".into();
     let found = contradictions(

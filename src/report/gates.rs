@@ -1,25 +1,24 @@
 //! The thresholds' verdicts at the top of report.md and report.html: the gate a CI job reads
 //! first, one line per threshold with the worst value measured.
 
-use std::fmt::Write as _;
-
-use super::cell::escape;
+use super::doc::Doc;
 use crate::analyze::run::RunAnalysis;
 
-/// report.md's "Thresholds" section (empty when the spec has none).
-pub fn markdown(a: &RunAnalysis) -> String {
+/// The "Thresholds" section of report.md and report.html, each verdict marked passed or
+/// failed (empty when the spec has none).
+pub fn doc(a: &RunAnalysis) -> Doc {
+    let mut out = Doc::new();
     if a.thresholds.is_empty() {
-        return String::new();
+        return out;
     }
     let failed = a.thresholds.iter().filter(|v| !v.passed()).count();
-    let mut out = format!(
-        "## Thresholds\n\n{}\n\n",
-        summary(failed, a.thresholds.len())
-    );
-    for v in &a.thresholds {
-        let _ = writeln!(out, "- {}", escape(&v.sentence()));
-    }
-    out.push('\n');
+    out.heading("Thresholds");
+    out.paragraph(summary(failed, a.thresholds.len()));
+    let items = lines(a)
+        .into_iter()
+        .map(|(ok, l)| (if ok { "pass" } else { "fail" }.to_string(), l))
+        .collect();
+    out.styled_list("thresholds", items);
     out
 }
 

@@ -4,7 +4,7 @@
 //! [`ReportData`] is what the page shows; [`render`] lays it out as one [`page::Page`]: a
 //! title, then its sections in order (the charts, report.md's sections, the tables, the
 //! profiles), each listing its headings in the table of contents. [`Html`] is the exporter;
-//! [`adapter::from_run_dir`] reads the raw files of a run directory into the data.
+//! [`report_data`] makes the data from the one [`Report`] every exporter renders.
 
 pub mod adapter;
 mod charts;
@@ -12,11 +12,8 @@ pub mod from_analysis;
 pub mod page;
 mod sections;
 
-use std::path::Path;
-
 use super::doc::Doc;
-use super::{findings, markdown, ExportError, Exporter, RunData};
-use crate::analyze::run::analyze;
+use super::{findings, markdown, Exporter, Report};
 use crate::record::profiles::ProfileLine;
 
 /// Everything the page shows.
@@ -38,10 +35,10 @@ pub struct ReportData {
     pub heat_map: Option<CoreHeatMap>,
     /// Tables (results, Little's law, knee/USL summary), in display order.
     pub tables: Vec<Table>,
-    /// The thresholds' verdicts, shown first: (passed, sentence).
-    pub thresholds: Vec<(bool, String)>,
-    /// The answers first: each series' peak and the comparisons, one sentence each.
-    pub conclusions: Vec<String>,
+    /// The thresholds' verdicts, shown first (report.md's section).
+    pub thresholds: Doc,
+    /// The answers first: each series' peak and the comparisons (report.md's section).
+    pub conclusions: Doc,
     /// The sections report.md shows too (peaks, results, analysis...), after the charts.
     pub sections: Doc,
     /// Why each series stops scaling, the page's first section (None: no series).
@@ -186,59 +183,27 @@ impl Exporter for Html {
         "report.html"
     }
 
-    fn render(&self, dir: &Path, run: &RunData) -> Result<String, ExportError> {
-        Ok(render(&report_data(dir, run)?))
+    fn render(&self, report: &Report) -> String {
+        render(&report_data(report, None))
     }
 }
 
-/// The page of a run directory: its charts from the raw files, its series, conclusions and
-/// sections from the same analysis and markdown as report.md, its profiles from the run.
-pub fn report_data(dir: &Path, run: &RunData) -> Result<ReportData, adapter::AdapterError> {
-    let mut data = adapter::from_run_dir(dir)?;
-    let computed;
-    let a = match &run.analysis {
-        Some(a) => a,
-        None => {
-            computed = analyze(&run.steps, Some(dir));
-            &computed
-        }
-    };
-    let spec = std::fs::read_to_string(dir.join("spec.toml"))
-        .ok()
-        .and_then(|t| t.parse::<toml::Table>().ok());
-    data.series = from_analysis::series(a, &run.steps, spec.as_ref());
-    adapter::add_analysis(&mut data, &from_analysis::usl_curves(a));
-    // report.md's tables replace the adapter's and the analysis' own: one source for both.
-    data.tables.clear();
-    threads_condition(&mut data);
-    data.conclusions = findings::conclusions(a);
+/// The page of a run: its charts from the run's histograms and per-second figures, its
+/// series, conclusions and sections from the same analysis and markdown as report.md, its
+/// profiles from the run; the heat map shows step `heat_step` when given.
+pub fn report_data(report: &Report, heat_step: Option<&str>) -> ReportData {
+    let (run, a) = (&report.run, &report.analysis);
+    let mut data = adapter::page_data(run, heat_step);
+    data.series = from_analysis::series(a, run);
+    data.conclusions = findings::conclusions_doc(a);
     data.diagnosis = super::diagnosis::html(a)
         .map(|body| page::Section::titled("diagnosis", "Why it stops scaling", &body));
     data.thread_charts = super::diagnosis::thread_charts(&run.steps, a)
         .map(|body| page::Section::titled("threads", "Server threads", &body));
-    data.thresholds = super::gates::lines(a);
+    data.thresholds = super::gates::doc(a);
     data.sections = markdown::sections(run, a);
     data.profiles = run.profiles.clone();
-    Ok(data)
-}
-
-/// A conditions row saying how many server threads each series ran, when they follow the
-/// cpuset (otherwise the spec's fixed count is in the target's arguments).
-fn threads_condition(data: &mut ReportData) {
-    let known: Vec<String> = data
-        .series
-        .iter()
-        .filter_map(|s| {
-            let t = s.threads.as_ref()?;
-            Some(format!("{} / {}: {t}", s.target, s.placement))
-        })
-        .collect();
-    if !known.is_empty() {
-        data.conditions.push((
-            "Server --threads (follows the server cpuset)".into(),
-            known.join(", "),
-        ));
-    }
+    data
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
+// Value: the kvd daemon's metrics (a target's `ForeignJson`), read as the daemon wrote them.
 use serde_json::Value;
 
 use super::doc::{Doc, Table};

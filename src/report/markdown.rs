@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use super::cell::escape;
 use super::doc::{Doc, Table};
-use super::{findings, Exporter, RunData};
-use crate::analyze::run::{analyze, RunAnalysis};
+use super::{findings, Exporter, Report, RunData};
+use crate::analyze::run::RunAnalysis;
 use crate::record::steps::{StepResult, StepStatus};
 use crate::units;
 
@@ -19,18 +19,11 @@ impl Exporter for Markdown {
         "report.md"
     }
 
-    fn render(&self, _dir: &std::path::Path, run: &RunData) -> Result<String, super::ExportError> {
-        let computed;
-        let analysis = match &run.analysis {
-            Some(a) => a,
-            None => {
-                computed = analyze(&run.steps, None);
-                &computed
-            }
-        };
+    fn render(&self, report: &Report) -> String {
+        let (run, analysis) = (&report.run, &report.analysis);
         let mut out = format!("# {}\n\n", escape(&run.name));
         // The gate a CI job reads first, then why the curve stops: both before any table.
-        out.push_str(&super::gates::markdown(analysis));
+        out.push_str(&super::gates::doc(analysis).to_markdown());
         out.push_str(&super::diagnosis::markdown(analysis));
         conditions(&mut out, run);
         let _ = writeln!(out, "{}\n", step_counts(&run.steps));
@@ -42,10 +35,10 @@ impl Exporter for Markdown {
         if !run.notes.is_empty() {
             out.push('\n');
         }
-        out.push_str(&findings::conclusions_markdown(analysis));
+        out.push_str(&findings::conclusions_doc(analysis).to_markdown());
         out.push_str(&sections(run, analysis).to_markdown());
         out.push_str(&super::profiles::markdown(&run.profiles));
-        Ok(out)
+        out
     }
 }
 
@@ -116,71 +109,15 @@ fn observer_cost(out: &mut String, steps: &[StepResult]) {
 }
 
 fn conditions(out: &mut String, run: &RunData) {
-    let Some(env) = &run.environment else { return };
-    let text = |v: &serde_json::Value| match v {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Null => None,
-        other => Some(other.to_string()),
-    };
-    let at = |path: &[&str]| {
-        let mut v = env;
-        for key in path {
-            v = v.get(key)?;
-        }
-        text(v)
-    };
-    let governors = env.get("governors").and_then(|g| g.as_object()).map(|g| {
-        let mut names: Vec<String> = g.values().filter_map(text).collect();
-        names.dedup();
-        names.join(", ")
-    });
-    let rows = [
-        ("host", at(&["hostname"])),
-        ("CPU", at(&["cpu_model"])),
-        ("CPUs", at(&["cpus"])),
-        ("topology", at(&["topology", "summary"])),
-        ("kernel", at(&["kernel"])),
-        ("governor", governors),
-        ("turbo", at(&["turbo"])),
-        ("swap used (kB)", at(&["swap_used_kb"])),
-        (
-            "perf software / hardware",
-            at(&["perf", "software"])
-                .zip(at(&["perf", "hardware"]))
-                .map(|(s, h)| format!("{s} / {h}")),
-        ),
-        (
-            "stairbench",
-            at(&["stairbench_version"])
-                .map(|v| format!("{v} ({})", at(&["git_revision"]).unwrap_or_default())),
-        ),
-    ];
+    let rows = super::conditions::rows(run);
+    if rows.is_empty() {
+        return;
+    }
     out.push_str("| condition | value |\n| --- | --- |\n");
     for (label, value) in rows {
-        if let Some(value) = value {
-            let _ = writeln!(out, "| {label} | {} |", escape(&value));
-        }
-    }
-    if let Some(window) = observed_window(&run.steps) {
-        let _ = writeln!(out, "| observed window | {} |", escape(&window));
-    }
-    if let Some(w) = env.get("warnings").and_then(|w| w.as_array()) {
-        for warning in w.iter().filter_map(|w| w.as_str()) {
-            let _ = writeln!(out, "| warning | {} |", escape(warning));
-        }
+        let _ = writeln!(out, "| {label} | {} |", escape(&value));
     }
     out.push('\n');
-}
-
-/// The span the observers and the per-request figures covered when it is not the measured
-/// window (an external tool's whole run), with how many steps it applies to.
-fn observed_window(steps: &[StepResult]) -> Option<String> {
-    let spans: Vec<&str> = steps
-        .iter()
-        .filter_map(|s| s.figures.window.as_deref())
-        .collect();
-    let first = spans.first()?;
-    Some(format!("{first}: {} of {} steps", spans.len(), steps.len()))
 }
 
 fn results_table(steps: &[StepResult]) -> Table {
@@ -274,7 +211,7 @@ mod tests {
             steps: vec![s],
             ..RunData::default()
         };
-        let md = Markdown.render(std::path::Path::new("."), &run).unwrap();
+        let md = Markdown.render(&Report::new(run));
         assert!(
             md.contains(
                 "| &lt;script&gt; | shared | 2 | 0 | failed: server died \\| badly / ssh: Connection refused |"

@@ -6,24 +6,33 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use super::doc::{Doc, Table};
 use crate::record::steps::{StepResult, StepStatus};
 use crate::units;
 
-/// The figures of one step, by JSON pointer into the step's record.
-const COLUMNS: [(&str, &str); 10] = [
-    ("req/s", "/throughput_rps"),
-    ("latency mean", "/latency_us/mean"),
-    ("latency max", "/latency_us/max"),
-    ("cs/req", "/cs_per_req"),
-    ("migrations/req", "/migr_per_req"),
-    ("user CPU/req", "/cpu_us_per_req/user"),
-    ("sys CPU/req", "/cpu_us_per_req/sys"),
-    ("packets/req", "/pkts_per_req"),
-    ("cycles/req", "/server/perf/cycles"),
-    ("instructions/req", "/server/perf/instructions"),
+/// One figure of a step, None where it was not measured.
+type Figure = fn(&StepResult) -> Option<f64>;
+
+/// The figures of one step, by column.
+const COLUMNS: [(&str, Figure); 10] = [
+    ("req/s", |s| s.load.as_ref().map(|l| l.throughput_rps)),
+    ("latency mean", |s| {
+        s.load.as_ref().map(|l| l.latency_us.mean)
+    }),
+    ("latency max", |s| {
+        s.load.as_ref().map(|l| l.latency_us.max)
+    }),
+    ("cs/req", |s| s.per_request.cs_per_req),
+    ("migrations/req", |s| s.per_request.migr_per_req),
+    ("user CPU/req", |s| s.per_request.cpu_us_per_req.user),
+    ("sys CPU/req", |s| s.per_request.cpu_us_per_req.sys),
+    ("packets/req", |s| s.per_request.pkts_per_req),
+    ("cycles/req", |s| {
+        s.observation()?.perf.cycles.map(|c| c as f64)
+    }),
+    ("instructions/req", |s| {
+        s.observation()?.perf.instructions.map(|c| c as f64)
+    }),
 ];
 
 /// The section (empty with fewer than two targets).
@@ -84,42 +93,24 @@ pub fn sections(steps: &[StepResult]) -> Doc {
     out
 }
 
-/// The step as its steps.jsonl line reads: the figures per request, the load's, `server`.
-fn as_record(s: &StepResult) -> Value {
-    let mut m = serde_json::Map::new();
-    let parts = [
-        serde_json::to_value(&s.per_request).ok(),
-        s.load.as_ref().and_then(|l| serde_json::to_value(l).ok()),
-    ];
-    for part in parts.into_iter().flatten() {
-        if let Value::Object(o) = part {
-            for (k, v) in o {
-                m.entry(k).or_insert(v);
-            }
-        }
-    }
-    let server = serde_json::to_value(&s.server).unwrap_or(Value::Null);
-    m.insert("server".into(), server);
-    Value::Object(m)
-}
-
 fn row(reps: &[&StepResult]) -> Vec<String> {
-    let values: Vec<Value> = reps.iter().map(|s| as_record(s)).collect();
-    let mean = |pointer: &str| -> Option<f64> {
-        let v: Vec<f64> = values
+    // The mean over the repetitions, None unless every one measured the figure.
+    let mean = |f: Figure| -> Option<f64> {
+        let v: Vec<f64> = reps
             .iter()
-            .filter_map(|j| j.pointer(pointer)?.as_f64())
+            .filter_map(|s| f(s))
+            .filter(|x| x.is_finite())
             .collect();
-        (v.len() == values.len() && !v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        (v.len() == reps.len() && !v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
-    let requests = mean("/requests").unwrap_or(0.0);
+    let requests = mean(|s| s.load.as_ref().map(|l| l.requests as f64)).unwrap_or(0.0);
     let cpu: Vec<f64> = reps
         .iter()
         .filter_map(|s| crate::analyze::run::server_cpu_pct(s))
         .collect();
     let mut cells = Vec::new();
-    for (name, pointer) in COLUMNS {
-        let v = mean(pointer);
+    for (name, figure) in COLUMNS {
+        let v = mean(figure);
         let cell = match name {
             "req/s" => v.map(|x| format!("{x:.0}")),
             "latency mean" | "latency max" => v.map(units::duration_us),
@@ -137,7 +128,7 @@ fn row(reps: &[&StepResult]) -> Vec<String> {
             );
         }
     }
-    cells.push(mean("/ipc").map(|x| format!("{x:.2}")));
+    cells.push(mean(|s| s.per_request.ipc).map(|x| format!("{x:.2}")));
     cells
         .into_iter()
         .map(|c| c.unwrap_or_else(|| "unavailable".into()))

@@ -31,7 +31,7 @@ use crate::record::steps::StepResult;
 /// What choosing levels needs of the series' analysis: its measured levels (named by their
 /// first step) and its busy and saturation points; None when the series has no measured step.
 fn series_levels(steps: &[StepResult], target: &str, placement: &str) -> Option<SeriesLevels> {
-    let analysis = crate::analyze::run::analyze(steps, None);
+    let analysis = crate::analyze::run::analyze_steps(steps);
     let s = analysis
         .series
         .into_iter()

@@ -10,9 +10,10 @@ use std::time::SystemTime;
 
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
-use stairbench::analyze::run::{analyze_run, RunAnalysis};
+use stairbench::analyze::run::RunAnalysis;
 use stairbench::record::load::{LatencyUs, LoadReport};
 use stairbench::record::steps::{StepResult, StepStatus};
+use stairbench::report::analyze_run;
 
 const LAMBDA: f64 = 1000.0;
 const SIGMA: f64 = 0.05;
@@ -155,7 +156,7 @@ fn write_run(dir: &Path, steps: &[StepResult], kernel: &str) {
         .collect();
     std::fs::write(dir.join("steps.jsonl"), lines).unwrap();
     std::fs::write(dir.join("spec.toml"), SPEC).unwrap();
-    let env = json!({"hostname": "lab", "kernel": kernel, "cpus": "0-1", "topology": {"summary": "1 socket"}});
+    let env = json!({"hostname": "lab", "kernel": kernel, "cpus": 2, "topology": {"summary": "1 socket"}});
     std::fs::write(dir.join("environment.json"), env.to_string()).unwrap();
     let mut bimodal = Histogram::<u64>::new_with_bounds(1, 1_000_000_000, 3).unwrap();
     for (us, count) in SEED_004_RTT {

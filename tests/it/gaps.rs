@@ -22,6 +22,12 @@ use stairbench::sweep::progress::{Position, Progress, Quiet};
 use stairbench::sweep::runner::{RunSummary, Runner};
 use stairbench::sweep::spec::SpecFile;
 
+/// The page's data of a run directory, read once as `stairbench report` reads it.
+fn page_of(dir: &Path) -> stairbench::report::html::ReportData {
+    let report = stairbench::report::Report::read(dir).unwrap();
+    stairbench::report::html::report_data(&report, None)
+}
+
 fn plan(text: &str) -> Plan {
     let spec = SpecFile::parse(Path::new("spec.toml"), text).unwrap_or_else(|e| panic!("{e}"));
     Plan::new(spec, common::stairbench_bin()).unwrap_or_else(|e| panic!("{e}"))
@@ -116,7 +122,7 @@ fn saturation_never_acts_on_steps_that_measured_the_client() {
     assert_eq!(summary.steps.len(), 6);
     assert!(summary.steps.iter().all(|s| s.status == StepStatus::Ok));
     // Most of its levels measured the client: stdout says so, in one sentence.
-    let analysis = stairbench::analyze::run::analyze_run(dir.path()).unwrap();
+    let analysis = stairbench::report::analyze_run(dir.path()).unwrap();
     let line = stairbench::cli::run::measured_the_client(&analysis.series[0]).unwrap();
     assert!(
         line.starts_with("a / ") && line.contains(": this series measured the load generator, not a: it saturated its CPUs at 4, 8, 16, 32 clients (4 of 6 load levels)"),
@@ -129,7 +135,7 @@ fn saturation_never_acts_on_steps_that_measured_the_client() {
     driver.client_saturated_from = Some(16);
     let summary = run_fake(&p, dir.path(), &mut driver);
     assert!(summary.findings[0].ends_with("skipped: 16, 32 clients"));
-    let analysis = stairbench::analyze::run::analyze_run(dir.path()).unwrap();
+    let analysis = stairbench::report::analyze_run(dir.path()).unwrap();
     assert_eq!(
         stairbench::cli::run::measured_the_client(&analysis.series[0]),
         None,
@@ -401,7 +407,7 @@ fn intervals_hold_the_servers_per_core_busy_and_the_heat_map_shows_it() {
             assert!((0.0..=100.0).contains(&v), "{csv}");
         }
     }
-    let data = stairbench::report::html::adapter::from_run_dir(dir.path()).unwrap();
+    let data = page_of(dir.path());
     let heat = data.heat_map.expect("a heat map");
     // The busiest step of the first (only) series: 2 clients, on the server's cores.
     assert_eq!(heat.step_id, "a.shared.c2.r0");
@@ -427,13 +433,13 @@ fn heat_map_step_is_the_first_series_busiest_unless_the_spec_chooses() {
     };
     let dir = tempfile::tempdir().unwrap();
     run_fake(&plan(HEAT), dir.path(), &mut FakeDriver::new(curve));
-    let data = stairbench::report::html::adapter::from_run_dir(dir.path()).unwrap();
+    let data = page_of(dir.path());
     assert_eq!(data.heat_map.unwrap().step_id, "a.shared.c2.r0");
 
     let chosen = format!("{HEAT}[report]\nheat_map = \"b/separated@4\"\n");
     let dir = tempfile::tempdir().unwrap();
     run_fake(&plan(&chosen), dir.path(), &mut FakeDriver::new(curve));
-    let data = stairbench::report::html::adapter::from_run_dir(dir.path()).unwrap();
+    let data = page_of(dir.path());
     assert_eq!(data.heat_map.unwrap().step_id, "b.separated.c4.r0");
 
     let err = spec_error(&format!("{HEAT}[report]\nheat_map = \"b/separated@3\"\n"));

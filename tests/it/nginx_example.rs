@@ -78,7 +78,7 @@ fn the_nginx_wrk_example_measures_nginx() {
             s["id"]
         );
     }
-    let analysis = stairbench::analyze::run::analyze_run(&out_dir).unwrap();
+    let analysis = stairbench::report::analyze_run(&out_dir).unwrap();
     let diagnosis = &analysis.diagnosis[0];
     assert_ne!(diagnosis.limit, Limit::Client, "{}", diagnosis.sentence);
     assert!(

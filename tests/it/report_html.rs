@@ -16,9 +16,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
 use serde_json::Value;
-use stairbench::report::html::adapter::{self, add_analysis};
-use stairbench::report::html::{render, Html, ReportData, Table, UslCurve};
-use stairbench::report::{Exporter, RunData};
+use stairbench::report::doc::Block;
+use stairbench::report::html::{
+    adapter, render, report_data as page_data, Html, ReportData, Table,
+};
+use stairbench::report::{Exporter, Report};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -97,15 +99,10 @@ fn fixture_histograms_hold_every_request() {
     }
 }
 
-/// The fixture as the analysis would complete it: a USL curve and a Little's-law table
-/// computed here from the points (X·R / L with R ≈ p50, good enough to fill a table).
+/// The fixture's page as `stairbench report` makes it, with a Little's-law table computed
+/// here from the points (X·R / L with R ≈ p50, good enough to fill a table).
 fn report_data() -> ReportData {
-    let mut data = adapter::from_run_dir(&fixture()).unwrap();
-    let curve = UslCurve {
-        lambda: 42000.0,
-        sigma: 0.04,
-        kappa: 0.003,
-    };
+    let mut data = page_data(&Report::read(&fixture()).unwrap(), None);
     let mut little = Table {
         title: "Little's law".into(),
         note: "X·R / L: 1.0 when the law holds.".into(),
@@ -122,10 +119,6 @@ fn report_data() -> ReportData {
             ]);
         }
     }
-    add_analysis(
-        &mut data,
-        &[("msgr-reactor".into(), "separated".into(), curve)],
-    );
     data.tables.push(little);
     data
 }
@@ -146,7 +139,7 @@ fn expected_charts(data: &ReportData) -> usize {
 #[test]
 fn heat_map_step_can_be_chosen_and_report_written() {
     let id = "msgr-reactor.shared.c2.r0";
-    let data = adapter::from_run_dir_with(&fixture(), Some(id)).unwrap();
+    let data = page_data(&Report::read(&fixture()).unwrap(), Some(id));
     let heat = data.heat_map.expect("a heat map");
     assert_eq!(heat.step_id, id);
     // Two busy values over client cpus 0-3: not one per CPU, so numbered, not named.
@@ -155,8 +148,7 @@ fn heat_map_step_can_be_chosen_and_report_written() {
     for name in ["steps.jsonl", "spec.toml", "environment.json"] {
         std::fs::copy(fixture().join(name), copy.path().join(name)).unwrap();
     }
-    let run = RunData::read(copy.path()).unwrap();
-    let page = Html.render(copy.path(), &run).unwrap();
+    let page = Html.render(&Report::read(copy.path()).unwrap());
     assert!(
         page.contains("No latency histograms"),
         "no hist/ in the copy"
@@ -173,8 +165,17 @@ fn fixture_page_is_escaped_and_complete() {
     assert_eq!(data.histograms.len(), ok_steps().len());
     assert_eq!(data.series.len(), 3, "reactor × 2 placements, <script> × 1");
     assert!(data.series[0].usl.is_some());
-    // 13 complete steps plus the failed one; the torn line is ignored.
-    assert_eq!(data.tables[0].rows.len(), ok_steps().len() + 1);
+    // The results table (report.md's, shown on the page too): 13 complete steps plus the
+    // failed one; the torn line is ignored.
+    let blocks = &data.sections.blocks;
+    let at = blocks
+        .iter()
+        .position(|b| *b == Block::Heading("Results".into()))
+        .expect("a results section");
+    let Some(Block::Table(results)) = blocks.get(at + 1) else {
+        panic!("no table under Results: {blocks:?}")
+    };
+    assert_eq!(results.rows.len(), ok_steps().len() + 1);
     let heat = data.heat_map.as_ref().expect("a heat map");
     assert_eq!(heat.cores, ["cpu2", "cpu3"]);
     assert_eq!(heat.seconds.len(), 10, "warm-up line left out");
@@ -444,8 +445,7 @@ fn chromium_or_skip() -> bool {
 /// The quick demo's report, as `stairbench report` writes it.
 fn demo_page() -> String {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report_demo");
-    let run = RunData::read(&dir).unwrap();
-    Html.render(&dir, &run).unwrap()
+    Html.render(&Report::read(&dir).unwrap())
 }
 
 #[test]

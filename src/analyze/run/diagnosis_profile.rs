@@ -4,10 +4,8 @@
 //! differential graph's table). A growing lock share supports a contention diagnosis; alone
 //! it names no limit.
 
-use std::path::Path;
-
 use super::{ev, Evidence};
-use crate::record::profiles::{read_lines, DiffRecord, Event, PassRecord, ProfileLine};
+use crate::record::profiles::{DiffRecord, Event, PassRecord, ProfileLine};
 
 /// The lock share must grow by at least this many points (and by a quarter) to count.
 pub const SYNC_GROWTH_POINTS: f64 = 2.0;
@@ -74,11 +72,10 @@ impl ProfileEvidence {
     }
 }
 
-/// The profile evidence of a series from its run directory's profiles.jsonl: the
-/// differential pair's two passes; None without two profiled levels that both have CPU
-/// samples and their share.
-pub fn read(dir: &Path, target: &str, placement: &str) -> Option<ProfileEvidence> {
-    let lines = read_lines(dir);
+/// The profile evidence of a series from its run's profiles.jsonl lines: the differential
+/// pair's two passes; None without two profiled levels that both have CPU samples and their
+/// share.
+pub fn from_lines(lines: &[ProfileLine], target: &str, placement: &str) -> Option<ProfileEvidence> {
     let ours = |t: &str, p: &str| t == target && p == placement;
     let diff: &DiffRecord = lines.iter().rev().find_map(|l| match l {
         ProfileLine::Diff(d) if ours(&d.target, &d.placement) => Some(d),
@@ -122,8 +119,14 @@ pub fn read(dir: &Path, target: &str, placement: &str) -> Option<ProfileEvidence
 mod tests {
     use super::*;
     use crate::record::profiles::{
-        append_line, DeltaRow, DiffEventRecord, EventRecord, ProfileTarget,
+        append_line, read_lines, DeltaRow, DiffEventRecord, EventRecord, ProfileTarget,
     };
+    use std::path::Path;
+
+    /// The evidence of a series from a directory's profiles.jsonl, as a run's reader gives it.
+    fn read(dir: &Path, target: &str, placement: &str) -> Option<ProfileEvidence> {
+        from_lines(&read_lines(dir), target, placement)
+    }
 
     fn pass(step: &str, clients: usize, sync_pct: Option<f64>) -> ProfileLine {
         ProfileLine::Pass(PassRecord {

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::analyze::run::analyze;
+use crate::analyze::run::analyze_steps;
 use crate::record::steps::StepStatus;
 
 /// One synthetic step's figures; latency follows Little's law unless set.
@@ -76,7 +76,7 @@ fn step(s: &S) -> StepResult {
 
 fn diagnose_all(shape: &[S]) -> Diagnosis {
     let steps: Vec<StepResult> = shape.iter().map(step).collect();
-    let a = analyze(&steps, None);
+    let a = analyze_steps(&steps);
     let d = a.diagnosis[0].clone();
     assert!(!d.evidence.is_empty(), "{d:?}");
     assert!(d.sentence.starts_with("web/sep "), "{}", d.sentence);
@@ -135,7 +135,7 @@ fn diagnose_two_reps(shape: &[S], second: impl Fn(usize, &mut S)) -> Diagnosis {
         r.id.push_str(".r1");
         steps.push(r);
     }
-    analyze(&steps, None).diagnosis[0].clone()
+    analyze_steps(&steps).diagnosis[0].clone()
 }
 
 #[test]
@@ -580,7 +580,7 @@ fn a_growing_lock_share_supports_contention_and_names_nothing_alone() {
     .iter()
     .map(step)
     .collect();
-    let series = analyze(&contended, None).series.remove(0);
+    let series = analyze_steps(&contended).series.remove(0);
     let refs: Vec<&StepResult> = contended.iter().collect();
     let with = diagnose_with_profile(&series, &refs, Some(&profile(3.0, 14.0)));
     assert_eq!(
@@ -607,7 +607,7 @@ fn a_growing_lock_share_supports_contention_and_names_nothing_alone() {
     .iter()
     .map(step)
     .collect();
-    let series = analyze(&busy, None).series.remove(0);
+    let series = analyze_steps(&busy).series.remove(0);
     let refs: Vec<&StepResult> = busy.iter().collect();
     let d = diagnose_with_profile(&series, &refs, Some(&profile(3.0, 14.0)));
     assert_eq!(d.limit, Limit::ServerCpu, "{}", d.sentence);
@@ -629,7 +629,7 @@ fn the_built_in_generators_own_threads_are_evidence_where_it_gave_them() {
             .enumerate()
             .map(|(i, s)| with_threads(i, s))
             .collect();
-        analyze(&steps, None).diagnosis[0].clone()
+        analyze_steps(&steps).diagnosis[0].clone()
     };
     // A saturated generator: its busiest thread and its wait at the level it saturated.
     let d = diagnose_threads(&bending(|i, s| s.saturated = i >= 3));
@@ -671,7 +671,7 @@ fn diagnose_io(shape: &[S], io: impl Fn(usize) -> serde_json::Value) -> Diagnosi
             r
         })
         .collect();
-    let a = analyze(&steps, None);
+    let a = analyze_steps(&steps);
     a.diagnosis[0].clone()
 }
 
@@ -803,7 +803,7 @@ fn diagnose_with(shape: &[S], extra: impl Fn(usize) -> serde_json::Value) -> Dia
             r
         })
         .collect();
-    let d = analyze(&steps, None).diagnosis[0].clone();
+    let d = analyze_steps(&steps).diagnosis[0].clone();
     assert!(d.sentence.starts_with("web/sep "), "{}", d.sentence);
     d
 }
@@ -955,7 +955,7 @@ fn a_series_flat_from_its_second_level_stops_scaling_at_2() {
     assert_eq!(d.knee_clients, Some(2), "{d:?}");
     // The series' knee, which the scalability tables (markdown, HTML) print, says the same.
     let steps: Vec<StepResult> = shape.iter().map(step).collect();
-    let a = analyze(&steps, None);
+    let a = analyze_steps(&steps);
     let knee = a.series[0].knee.as_ref().unwrap().throughput_knee;
     assert_eq!(knee, Some(2.0), "{:?}", a.series[0].knee);
 }

@@ -79,7 +79,7 @@ fn p50_at(steps: &[&StepResult], target: &str, placement: &str, clients: usize) 
 
 #[cfg(test)]
 mod tests {
-    use crate::analyze::run::analyze;
+    use crate::analyze::run::analyze_steps;
     use crate::record::steps::{StepResult, StepStatus};
 
     fn step(placement: &str, clients: usize, p50_us: f64) -> StepResult {
@@ -104,7 +104,7 @@ mod tests {
         for (c, f) in [(1, 0.5), (2, 1.0), (4, 1.5)] {
             steps.push(step("separated", c, separated_p50_us * f));
         }
-        analyze(&steps, None)
+        analyze_steps(&steps)
             .diagnosis
             .iter()
             .map(|d| d.sentence.clone())
@@ -121,7 +121,7 @@ mod tests {
             "{s:?}"
         );
         assert!(!s[0].contains("waking"), "{s:?}");
-        let d = &analyze(&[step("shared", 1, 30.0), step("separated", 1, 95.0)], None).diagnosis;
+        let d = &analyze_steps(&[step("shared", 1, 30.0), step("separated", 1, 95.0)]).diagnosis;
         let figure = |m: &str| d[1].evidence.iter().find(|e| e.metric == m).unwrap().value;
         assert_eq!(
             (figure("p50_latency_us"), figure("shared_p50_latency_us")),
@@ -132,7 +132,7 @@ mod tests {
     #[test]
     fn under_twice_the_shared_median_says_nothing() {
         assert!(sentences(59.0).iter().all(|s| !s.contains("waking")));
-        let alone = analyze(&[step("separated", 1, 95.0)], None).diagnosis;
+        let alone = analyze_steps(&[step("separated", 1, 95.0)]).diagnosis;
         assert!(!alone[0].sentence.contains("waking"));
     }
 }

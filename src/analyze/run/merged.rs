@@ -2,13 +2,10 @@
 //! histograms added together, never the mean of their percentiles (the mean of three p99s is
 //! not the p99 of anything), with the spread of the single repetitions' p99 beside it.
 
-use std::path::Path;
-
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{load_of, LoadPoint};
-use crate::record::hlog::read_hlog_or_empty;
+use super::{load_of, Histograms, LoadPoint};
 use crate::record::steps::StepResult;
 use crate::units;
 
@@ -58,10 +55,10 @@ pub fn p99_range(reps: &[&StepResult]) -> Option<[f64; 2]> {
     })
 }
 
-/// Fills each point's `merged_latency_us` from the hlogs of its repetitions (`steps` in load
-/// order, as the points were made); a log that cannot be read is a note.
+/// Fills each point's `merged_latency_us` from the histograms of its repetitions (`steps` in
+/// load order, as the points were made); a log that could not be decoded is a note.
 pub fn merge_repetitions(
-    dir: &Path,
+    histograms: &Histograms,
     steps: &[&StepResult],
     points: &mut [LoadPoint],
     notes: &mut Vec<String>,
@@ -73,29 +70,30 @@ pub fn merge_repetitions(
             .copied()
             .filter(|s| load_of(s) == load)
             .collect();
-        point.merged_latency_us = merged(dir, &reps, notes).map(|h| MergedLatency::from_ns(&h));
+        point.merged_latency_us =
+            merged(histograms, &reps, notes).map(|h| MergedLatency::from_ns(&h));
     }
 }
 
 /// Every repetition's histogram added; None when one is missing (a partial merge would pass
 /// for the level's latency) or unreadable.
-fn merged(dir: &Path, reps: &[&StepResult], notes: &mut Vec<String>) -> Option<Histogram<u64>> {
+fn merged(
+    histograms: &Histograms,
+    reps: &[&StepResult],
+    notes: &mut Vec<String>,
+) -> Option<Histogram<u64>> {
     let mut total: Option<Histogram<u64>> = None;
     for step in reps {
-        let path = dir.join("hist").join(format!("{}.hlog", step.id));
-        if !path.exists() {
-            return None;
-        }
-        let h = match read_hlog_or_empty(&path) {
+        let h = match histograms.get(&step.id)? {
             Ok(h) => h,
             Err(e) => {
-                notes.push(e.to_string());
+                notes.push(e.clone());
                 return None;
             }
         };
         match total.as_mut() {
-            Some(t) => t.add(&h).ok()?,
-            None => total = Some(h),
+            Some(t) => t.add(h).ok()?,
+            None => total = Some(h.clone()),
         }
     }
     total.filter(|t| !t.is_empty())

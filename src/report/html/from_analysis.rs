@@ -5,12 +5,15 @@ use super::{Point, Series, UslCurve};
 use crate::analyze::run::{LoadPoint, RunAnalysis, SeriesAnalysis};
 use crate::analyze::usl::UslReading;
 use crate::record::observed::CpuUsPerReq;
+use crate::record::run::RunData;
 use crate::record::steps::{StepResult, StepStatus};
 
 /// The page's series: one point per load level of the analysis (an open-loop series one per
 /// offered rate), its latency from the repetitions' histograms merged, its CPU per request
-/// the repetitions' mean; `spec` says which targets' thread counts follow their cpuset.
-pub fn series(a: &RunAnalysis, steps: &[StepResult], spec: Option<&toml::Table>) -> Vec<Series> {
+/// the repetitions' mean, its fitted USL curve; the spec says which targets' thread counts
+/// follow their cpuset.
+pub fn series(a: &RunAnalysis, run: &RunData) -> Vec<Series> {
+    let steps = &run.steps[..];
     a.series
         .iter()
         .map(|s| {
@@ -26,8 +29,10 @@ pub fn series(a: &RunAnalysis, steps: &[StepResult], spec: Option<&toml::Table>)
                 target: s.target.clone(),
                 placement: s.placement.clone(),
                 points: s.points.iter().map(|p| point(p, &reps(p))).collect(),
-                usl: None,
-                threads: threads_text(s, steps, spec),
+                usl: usl_curve(s),
+                threads: run.spec.as_ref().and_then(|spec| {
+                    crate::report::conditions::threads_text(spec, steps, &s.target, &s.placement)
+                }),
             }
         })
         .collect()
@@ -58,69 +63,18 @@ fn point(p: &LoadPoint, reps: &[&StepResult]) -> Point {
     }
 }
 
-/// Whether a target's server threads follow its cpuset: a built-in server given no
-/// `--threads`, or a command using `{threads}`.
-pub fn threads_follow_cpuset(spec: &toml::Table, target: &str) -> bool {
-    let Some(t) = spec
-        .get("targets")
-        .and_then(|t| t.as_array())
-        .and_then(|ts| {
-            ts.iter()
-                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(target))
-        })
-    else {
-        return false;
-    };
-    if let Some(b) = t.get("builtin").and_then(|b| b.as_str()) {
-        return !b.split_whitespace().any(|w| w == "--threads");
-    }
-    t.get("command")
-        .is_some_and(|c| c.to_string().contains("{threads}"))
-}
-
-/// The server threads of a series' steps ("2", "1–4"), when they follow the cpuset.
-fn threads_text(
-    s: &SeriesAnalysis,
-    steps: &[StepResult],
-    spec: Option<&toml::Table>,
-) -> Option<String> {
-    if !threads_follow_cpuset(spec?, &s.target) {
-        return None;
-    }
-    let counts: Vec<usize> = steps
-        .iter()
-        .filter(|x| x.target == s.target && x.placement == s.placement)
-        .filter_map(|x| crate::cpuset::parse(&x.server_cpus).ok().map(|c| c.len()))
-        .filter(|n| *n > 0)
-        .collect();
-    let lo = counts.iter().min()?;
-    let hi = counts.iter().max()?;
-    Some(if lo == hi {
-        lo.to_string()
-    } else {
-        format!("{lo}–{hi}")
+/// The series' fitted USL curve, drawn dashed beside the measured points. A chart is no
+/// bolder than the text: a fit that is not a finding (a caveat, or a term that bites only
+/// past twice the largest level, see `UslFit::reading`) is not drawn at all.
+fn usl_curve(s: &SeriesAnalysis) -> Option<UslCurve> {
+    let fit = s.usl.as_ref().filter(|u| {
+        s.usl_caveat.is_none() && !matches!(u.reading(), UslReading::Extrapolation { .. })
+    })?;
+    Some(UslCurve {
+        lambda: fit.lambda,
+        sigma: fit.sigma,
+        kappa: fit.kappa,
     })
-}
-
-/// Fitted USL curves by (target, placement), drawn dashed beside the measured points (the
-/// tables come from report.md's own sections). A chart is no bolder than the text: a fit that
-/// is not a finding (a caveat, or a term that bites only past twice the largest level, see
-/// `UslFit::reading`) is not drawn at all.
-pub fn usl_curves(a: &RunAnalysis) -> Vec<(String, String, UslCurve)> {
-    a.series
-        .iter()
-        .filter_map(|s| {
-            let fit = s.usl.as_ref().filter(|u| {
-                s.usl_caveat.is_none() && !matches!(u.reading(), UslReading::Extrapolation { .. })
-            })?;
-            let curve = UslCurve {
-                lambda: fit.lambda,
-                sigma: fit.sigma,
-                kappa: fit.kappa,
-            };
-            Some((s.target.clone(), s.placement.clone(), curve))
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -140,14 +94,13 @@ mod tests {
                 ok_step(n, x, 1e6 * n as f64 / x)
             })
             .collect();
-        let a = analyze(&steps, None);
-        let mut data = super::super::ReportData {
-            series: series(&a, &steps, None),
+        let run = RunData {
+            steps,
             ..Default::default()
         };
-        super::super::adapter::add_analysis(&mut data, &usl_curves(&a));
+        let a = analyze(&run);
         let mut page = String::new();
-        super::super::charts::throughput(&mut page, &data.series);
+        super::super::charts::throughput(&mut page, &series(&a, &run));
         page
     }
 

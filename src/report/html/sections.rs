@@ -1,5 +1,5 @@
-//! [`ReportData`] laid out as the page's sections, in display order: conclusions, measurement
-//! conditions, the charts, report.md's sections, the tables, the profiles.
+//! [`ReportData`] laid out as the page's sections, in display order: thresholds, diagnosis,
+//! conclusions (those two rendered from report.md's own `Doc` sections), measurement conditions, the charts, report.md's sections, the tables, the profiles.
 
 use std::fmt::Write as _;
 
@@ -22,11 +22,11 @@ pub fn page(data: &ReportData) -> Page {
 fn sections(data: &ReportData) -> Vec<Section> {
     let mut out = Vec::new();
     if !data.thresholds.is_empty() {
-        out.push(thresholds(&data.thresholds));
+        out.push(data.thresholds.to_html());
     }
     out.extend(data.diagnosis.clone());
     if !data.conclusions.is_empty() {
-        out.push(conclusions(&data.conclusions));
+        out.push(data.conclusions.to_html());
     }
     out.push(conditions(&data.conditions));
     out.extend(chart_sections(data));
@@ -63,30 +63,6 @@ fn chart_sections(data: &ReportData) -> [Section; 5] {
             charts::histograms(p, &data.histograms)
         }),
     ]
-}
-
-/// The thresholds' verdicts, each marked passed or failed.
-fn thresholds(lines: &[(bool, String)]) -> Section {
-    titled("thresholds", "Thresholds", |p| {
-        let failed = lines.iter().filter(|(ok, _)| !ok).count();
-        let summary = crate::report::gates::summary(failed, lines.len());
-        let _ = write!(p, "<p>{}</p><ul class=\"thresholds\">", escape(&summary));
-        for (ok, l) in lines {
-            let class = if *ok { "pass" } else { "fail" };
-            let _ = write!(p, "<li class=\"{class}\">{}</li>", escape(l));
-        }
-        p.push_str("</ul>");
-    })
-}
-
-fn conclusions(lines: &[String]) -> Section {
-    titled("conclusions", "Conclusions", |p| {
-        p.push_str("<ul class=\"conclusions\">");
-        for l in lines {
-            let _ = write!(p, "<li>{}</li>", escape(l));
-        }
-        p.push_str("</ul>");
-    })
 }
 
 fn conditions(conditions: &[(String, String)]) -> Section {
