@@ -6,13 +6,13 @@
 //! (σ, κ) with λ solved exactly for each cell finds the basin; projected Levenberg–Marquardt on
 //! all three parameters then polishes it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Fewest points a fit is attempted on: three parameters need at least one point to spare.
 pub const MIN_POINTS: usize = 4;
 
 /// A fitted Universal Scalability Law curve.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UslFit {
     /// λ: throughput of one client with no contention (the slope at N = 0), in throughput units.
     pub lambda: f64,

@@ -5,14 +5,14 @@
 use std::path::Path;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{load_of, LoadPoint};
 use crate::record::hlog::read_hlog_or_empty;
 use crate::record::steps::StepResult;
 
 /// Percentiles of a load level's merged histogram, in µs.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct MergedLatency {
     /// Requests in the merged histogram (every repetition's window).
     pub count: u64,
