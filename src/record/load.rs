@@ -290,7 +290,7 @@ error_kinds! {
     MemcacheBadValue = "memcache_bad_value",
     /// msgr: a frame that is not one.
     BadFrame = "bad_frame",
-    /// msgr: a reply shorter than the message size.
+    /// msgr: a reply whose payload is not the message size.
     ShortBody = "short_body",
     /// A reply larger than any one reply may be.
     ReplyTooLarge = "reply_too_large",
@@ -304,7 +304,7 @@ error_kinds! {
     ShmError = "shm_error",
     /// kvd: the peer holding the key is down.
     PeerDown = "peer_down",
-    /// kvd: the server refused the request as malformed.
+    /// kvd: a status other than found, not found or peer down.
     BadRequest = "bad_request",
     /// The errors of kinds past the 64 distinct kinds a thread keeps.
     OtherKinds = "other_kinds",

@@ -1169,3 +1169,41 @@ fn analysis_json_reads_back_into_its_types() {
     let missing = read_analysis_json(&dir.path().join("none")).unwrap_err();
     assert!(missing.to_string().starts_with("cannot read "), "{missing}");
 }
+
+/// The names schema/analysis.schema.json allows for a diagnosis' `path` (`limit`,
+/// `confidence`, `evidence.metric`).
+fn schema_enum(path: &[&str]) -> Vec<String> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/analysis.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let mut at = &schema["$defs"]["diagnosis"]["properties"];
+    for (i, key) in path.iter().enumerate() {
+        at = &at[key];
+        if i + 1 < path.len() {
+            at = &at["items"]["properties"];
+        }
+    }
+    let list = at["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no enum at {path:?}"));
+    list.iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_schema_names_every_limit_confidence_and_metric() {
+    let names = |v: Vec<&str>| v.into_iter().map(String::from).collect::<Vec<_>>();
+    assert_eq!(
+        schema_enum(&["limit"]),
+        names(Limit::ALL.iter().map(|l| l.as_str()).collect())
+    );
+    assert_eq!(
+        schema_enum(&["confidence"]),
+        names(Confidence::ALL.iter().map(|c| c.as_str()).collect())
+    );
+    assert_eq!(
+        schema_enum(&["evidence", "metric"]),
+        names(Metric::ALL.iter().map(|m| m.as_str()).collect())
+    );
+}
