@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub const TOLERANCE: f64 = 0.10;
 
 /// The unit of a latency figure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum LatencyUnit {
     /// Seconds.
