@@ -181,7 +181,7 @@ impl Selector {
 }
 
 /// Where a step sits in a staircase: the key steps of different runs are matched on.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct StepKey {
     /// Target name.
     pub target: String,
@@ -230,7 +230,7 @@ pub fn values_by_key(steps: &[StepResult], metric: Metric) -> BTreeMap<StepKey, 
 }
 
 /// How A stands against B on a metric.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Relation {
     /// A's speed over B's: A's throughput / B's, or B's time / A's; above 1 A is faster.
     pub speedup: f64,

@@ -6,7 +6,7 @@
 //! lower envelope from the right (the least latency seen at this load or higher), which keeps
 //! the rise and drops the dips.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Kneedle's sensitivity S: how far the difference curve must fall after a maximum.
 pub const SENSITIVITY: f64 = 1.0;
@@ -84,7 +84,7 @@ fn first_confirmed_maximum(diff: &[f64], threshold: f64) -> Option<usize> {
 }
 
 /// The knees and limits of one series.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KneeSummary {
     /// Load at the knee of throughput vs load (Kneedle on the curve up to its maximum, so at
     /// or before it); a curve that falls past its maximum without such a bend has its knee

@@ -5,7 +5,7 @@
 //! fewer requests were really in flight than configured; above 1, the latency counts time the
 //! in-flight count does not (queueing before the timer starts) or the figures disagree.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How far (as a fraction) X·R / L may stray from 1 before the step is flagged.
 pub const TOLERANCE: f64 = 0.10;
@@ -47,7 +47,7 @@ impl LatencyUnit {
 }
 
 /// Little's law checked at one step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LittleStep {
     /// The step's load level (clients, or whatever the series is plotted against).
     pub x: f64,

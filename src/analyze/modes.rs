@@ -7,7 +7,7 @@
 //! population more likely to have produced it.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A valley must be at most this fraction of the smaller of the two peaks around it.
 pub const VALLEY_DEPTH: f64 = 0.8;
@@ -20,7 +20,7 @@ pub const MIN_SEPARATION: f64 = 2.0;
 pub const HISTOGRAM_BUCKETS: u64 = 100;
 
 /// One latency population.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mode {
     /// Share of all requests in this population (0–1).
     pub share: f64,

@@ -10,7 +10,7 @@
 //! This module computes; `report` renders what it computed (report.md's sections, the
 //! conclusions, analysis.json).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::compare::spec::{spec_comparisons, ComparisonOutcome};
 use crate::analyze::knee::{self, KneeSummary};
@@ -32,7 +32,7 @@ pub use peak::Peak;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The analysis of a whole run (analysis.json).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunAnalysis {
     /// Version of this layout.
     pub schema: u32,
@@ -53,7 +53,7 @@ pub struct RunAnalysis {
 }
 
 /// One series: a target under one placement across load levels.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeriesAnalysis {
     /// Target name.
     pub target: String,
@@ -83,7 +83,7 @@ pub struct SeriesAnalysis {
 }
 
 /// One load level of a series with its repetitions summarised.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadPoint {
     /// Clients of the step.
     pub clients: usize,
@@ -112,7 +112,7 @@ pub struct LoadPoint {
 }
 
 /// Little's law at one step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LittleRow {
     /// Step id (file stem of its raw files).
     pub step: String,
@@ -133,7 +133,7 @@ pub struct LittleRow {
 }
 
 /// The latency populations of one step's histogram.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepModes {
     /// Step id.
     pub step: String,

@@ -9,10 +9,10 @@
 //! taken from `statrs`, whose default features bring nalgebra and rand into the build for two
 //! functions.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Mean, spread and 95% confidence interval of repeated measurements of one figure.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Number of values.
     pub n: usize,
@@ -135,7 +135,7 @@ pub const DEFAULT_LEVEL: f64 = 0.95;
 pub const DEFAULT_MIN_EFFECT: f64 = 0.02;
 
 /// Whether two sets of repetitions differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Welch's test finds no difference at the level: the means differ by less than the noise.

@@ -341,7 +341,7 @@ impl Threshold {
 }
 
 /// A threshold's outcome over a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// Every step it selects met it.
@@ -354,7 +354,7 @@ pub enum Verdict {
 }
 
 /// One threshold's verdict (analysis.json's `thresholds`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThresholdVerdict {
     /// The threshold in words, e.g. `p99_ms < 5 at 4 on msgr/shared`.
     pub threshold: String,

@@ -10,13 +10,13 @@
 //! measured ([`UslFit::reading`]); further out the fitted curve is an extrapolation, not a
 //! finding, however good its R² over the measured range.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Fewest points a fit is attempted on: three parameters need at least one point to spare.
 pub const MIN_POINTS: usize = 4;
 
 /// A fitted Universal Scalability Law curve.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UslFit {
     /// λ: throughput of one client with no contention (the slope at N = 0), in throughput units.
     pub lambda: f64,

@@ -7,6 +7,7 @@
 //! connection that needs more than its share when the pool is spent fails its reply with
 //! `reply_over_budget` (and is reopened, freeing what it held); one reply over the
 //! per-connection cap is `reply_too_large`. What the thread holds is at most its budget.
+use crate::record::load::RequestError;
 
 /// Most bytes one connection may hold of a reply not yet whole: a server sending an endless
 /// body or endless headers costs this much at most, then the connection is reset with
@@ -47,14 +48,14 @@ impl ReplyBudget {
     /// The capacity a connection holding `held` bytes may grow its buffer to, to hold `need`:
     /// `hope` (amortised growth) when the budget allows it, else the most it allows; the
     /// error kind when `need` itself is not allowed.
-    pub fn grow(&self, held: usize, need: usize, hope: usize) -> Result<usize, &'static str> {
+    pub fn grow(&self, held: usize, need: usize, hope: usize) -> Result<usize, RequestError> {
         if need > self.conn_max_bytes {
-            return Err("reply_too_large");
+            return Err(RequestError::ReplyTooLarge);
         }
         let free = self.pool_bytes - self.lent_bytes + self.lent(held);
         let most = (self.share_bytes + free).min(self.conn_max_bytes);
         if need > most {
-            return Err("reply_over_budget");
+            return Err(RequestError::ReplyOverBudget);
         }
         Ok(hope.clamp(need, most))
     }
@@ -81,7 +82,10 @@ mod tests {
     fn a_few_connections_keep_the_per_connection_cap() {
         let b = ReplyBudget::new(DEFAULT_REPLY_BUDGET_BYTES, 4);
         assert_eq!(b.grow(0, MAX_REPLY_BYTES, 0), Ok(MAX_REPLY_BYTES));
-        assert_eq!(b.grow(0, MAX_REPLY_BYTES + 1, 0), Err("reply_too_large"));
+        assert_eq!(
+            b.grow(0, MAX_REPLY_BYTES + 1, 0),
+            Err(RequestError::ReplyTooLarge)
+        );
         // Growth hoped for beyond the cap is clamped to it.
         assert_eq!(b.grow(40 * MIB, 41 * MIB, 80 * MIB), Ok(MAX_REPLY_BYTES));
     }
@@ -106,7 +110,7 @@ mod tests {
                         held[c] = cap;
                     }
                     Err(kind) => {
-                        assert_eq!(kind, "reply_over_budget");
+                        assert_eq!(kind, RequestError::ReplyOverBudget);
                         refused[c] = true;
                     }
                 }
@@ -132,6 +136,6 @@ mod tests {
         assert_eq!(cap, 5 * MIB);
         b.held(0, cap);
         assert_eq!(b.grow(0, MIB, 0), Ok(MIB));
-        assert_eq!(b.grow(0, MIB + 1, 0), Err("reply_over_budget"));
+        assert_eq!(b.grow(0, MIB + 1, 0), Err(RequestError::ReplyOverBudget));
     }
 }

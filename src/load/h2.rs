@@ -49,7 +49,7 @@ pub(super) fn check_alpn(target: &Target, alpn: Option<&[u8]>) -> Result<(), Loa
 /// at most [`conn::MAX_HELD_BYTES`] of the server's bytes after each read;
 /// the connection error it ended with, if any.
 #[doc(hidden)]
-pub fn fuzz_client_connection(input: &[u8]) -> Result<(), &'static str> {
+pub fn fuzz_client_connection(input: &[u8]) -> Result<(), crate::record::load::RequestError> {
     const DEPTH: usize = 8;
     let Some((&first, input)) = input.split_first() else {
         return Ok(());

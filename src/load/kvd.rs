@@ -17,6 +17,7 @@ use super::recorder::{Msg, Recorder, Schedule};
 use super::shm::key_width;
 use super::{LoadConfig, LoadError, LoadOutcome};
 use crate::record::load::IntervalSink;
+use crate::record::load::RequestError;
 use crate::wire::kvd::{attach, ST_PEER_DOWN};
 use crate::wire::shmkv::msg::{MAX_KEY, OP_GET, OP_SET, ST_NOT_FOUND, ST_OK};
 use crate::wire::shmkv::per_worker::Client;
@@ -251,8 +252,8 @@ impl ClientThread {
                 Ok(()) => self.complete(s, (done - s.sent).as_nanos() as u64, now),
                 Err(e) => {
                     let kind = match e {
-                        ShmkvError::Timeout => "timeout",
-                        _ => "server_stopped",
+                        ShmkvError::Timeout => RequestError::Timeout,
+                        _ => RequestError::ServerStopped,
                     };
                     self.rec.error(kind, now);
                     // The slot cannot be reused: stop here.
@@ -275,7 +276,11 @@ impl ClientThread {
         if !gone && !late {
             return false;
         }
-        let kind = if gone { "server_stopped" } else { "timeout" };
+        let kind = if gone {
+            RequestError::ServerStopped
+        } else {
+            RequestError::Timeout
+        };
         for s in slots.iter_mut().filter(|s| !s.client.answered()) {
             self.rec.error(kind, now);
             s.client.abandon();
@@ -316,8 +321,8 @@ impl ClientThread {
                 self.rec.bytes_in(resp.value_len as usize, now);
                 self.rec.success(latency_ns, latency_ns, now);
             }
-            ST_PEER_DOWN => self.rec.error("peer_down", now),
-            _ => self.rec.error("bad_request", now),
+            ST_PEER_DOWN => self.rec.error(RequestError::PeerDown, now),
+            _ => self.rec.error(RequestError::BadRequest, now),
         }
     }
 }

@@ -14,6 +14,7 @@ use super::target::Target;
 use super::transport::Stream;
 use super::worker::{Connection, Sent, Tally, Verdict};
 use super::LoadConfig;
+use crate::record::load::RequestError;
 
 /// A write buffer grown past this (a deep pipeline of big requests) is freed once flushed.
 const KEEP_WBUF_BYTES: usize = 16 * 1024;
@@ -153,11 +154,11 @@ impl Connection for Pipelined {
         self.account(budget);
     }
 
-    fn expire(&mut self, timeout_ns: u64, _: &mut Tally, now: u64) -> Option<&'static str> {
+    fn expire(&mut self, timeout_ns: u64, _: &mut Tally, now: u64) -> Option<RequestError> {
         let oldest = self.pending.front().map(|p| p.sent_ns);
         oldest
             .is_some_and(|t| now.saturating_sub(t) >= timeout_ns)
-            .then_some("timeout")
+            .then_some(RequestError::Timeout)
     }
 }
 
@@ -188,7 +189,7 @@ impl Pipelined {
                 } => {
                     at += len;
                     let Some(p) = self.pending.pop_front() else {
-                        return Err(Verdict::Reset("unexpected_reply"));
+                        return Err(Verdict::Reset(RequestError::UnexpectedReply));
                     };
                     tally.answered(p, error, now);
                     if let Some(found) = found {

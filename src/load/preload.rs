@@ -64,7 +64,7 @@ fn read_replies(stream: &mut TcpStream, proto: &mut dyn Preload, n: u64) -> Resu
                     text.trim()
                 ))));
             }
-            Reply::Invalid(kind) => return Err(failed(io::Error::other(kind))),
+            Reply::Invalid(kind) => return Err(failed(io::Error::other(kind.as_str()))),
             Reply::Incomplete => {
                 buf.drain(..start);
                 start = 0;

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use hdrhistogram::Histogram;
 
 use super::{LoadConfig, LoadError};
+use crate::record::load::RequestError;
 
 /// The schedule every thread shares, in nanoseconds since the common start `t0`.
 #[derive(Debug)]
@@ -228,7 +229,7 @@ fn record(h: &mut Histogram<u64>, ns: u64) {
 /// from call to call), errors of a new kind count under [`OTHER_ERRORS`].
 const MAX_ERROR_KINDS: usize = 64;
 /// The kind of the errors past [`MAX_ERROR_KINDS`].
-const OTHER_ERRORS: &str = "other_kinds";
+const OTHER_ERRORS: RequestError = RequestError::OtherKinds;
 
 /// One thread's counters for the interval under way, its totals for the window, and where it
 /// stands in the shared schedule.
@@ -376,13 +377,19 @@ impl Recorder {
     }
 
     /// A failed request, by kind.
-    pub fn error(&mut self, kind: &str, now: u64) {
+    #[inline]
+    pub fn error(&mut self, kind: RequestError, now: u64) {
+        self.error_named(kind.as_str(), now);
+    }
+
+    /// A failed request whose kind is the server's words (a gRPC status and its message).
+    pub fn error_named(&mut self, kind: &str, now: u64) {
         self.errors += 1;
         if self.in_window(now) {
             let errors = &mut self.totals.errors;
             let kind = match errors.len() < MAX_ERROR_KINDS || errors.contains_key(kind) {
                 true => kind,
-                false => OTHER_ERRORS,
+                false => OTHER_ERRORS.as_str(),
             };
             match errors.get_mut(kind) {
                 Some(n) => *n += 1,

@@ -13,6 +13,7 @@ use super::protocol::redis::SplitMix64;
 use super::recorder::{Msg, Recorder, Schedule};
 use super::{Distribution, LoadConfig, LoadError, LoadOutcome};
 use crate::record::load::IntervalSink;
+use crate::record::load::RequestError;
 use crate::wire::shmkv::msg::{MAX_KEY, MAX_VALUE};
 use crate::wire::shmkv::{ShmkvClient, ShmkvError};
 
@@ -208,9 +209,9 @@ impl ClientThread {
 
     fn count_error(&mut self, e: &ShmkvError, now: u64) {
         let kind = match e {
-            ShmkvError::Timeout => "timeout",
-            ShmkvError::Stopped => "server_stopped",
-            _ => "shm_error",
+            ShmkvError::Timeout => RequestError::Timeout,
+            ShmkvError::Stopped => RequestError::ServerStopped,
+            _ => RequestError::ShmError,
         };
         self.rec.error(kind, now);
         if matches!(e, ShmkvError::Stopped | ShmkvError::Timeout) {

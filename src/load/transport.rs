@@ -21,6 +21,7 @@ use mio::{Interest, Registry, Token};
 use rustls::{ClientConnection, HandshakeKind};
 
 use super::tls::{is_tls_error, TlsClient};
+use crate::record::load::RequestError;
 
 /// Ciphertext read from the socket at a time.
 const TLS_READ_CHUNK: usize = 64 * 1024;
@@ -150,20 +151,20 @@ impl Stream {
 }
 
 /// The error kind of a failed read or write: a TLS protocol failure or a socket's.
-pub(super) fn error_kind(e: &io::Error) -> &'static str {
+pub(super) fn error_kind(e: &io::Error) -> RequestError {
     if is_tls_error(e) {
-        "tls_error"
+        RequestError::TlsError
     } else {
-        "io_error"
+        RequestError::IoError
     }
 }
 
 /// The error kind of a failed connection attempt.
-pub(super) fn connect_error_kind(e: &io::Error) -> &'static str {
+pub(super) fn connect_error_kind(e: &io::Error) -> RequestError {
     if is_tls_error(e) {
-        "tls_handshake"
+        RequestError::TlsHandshake
     } else {
-        "connect"
+        RequestError::Connect
     }
 }
 

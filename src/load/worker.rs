@@ -27,6 +27,7 @@ use super::recorder::{thread_cpu_ns, Msg, Recorder, Schedule};
 use super::target::Target;
 use super::transport::{connect_error_kind, error_kind, Stream};
 use super::{LoadConfig, LoadError};
+use crate::record::load::RequestError;
 
 const TIMER: Token = Token(usize::MAX);
 /// The thread's one read buffer: every connection reads into it, and only the bytes of a reply
@@ -110,8 +111,8 @@ pub(super) trait Connection: Send + Sized {
         now: u64,
     ) -> Verdict;
     /// The error kind of the peer's close.
-    fn closed_kind(&self) -> &'static str {
-        "closed"
+    fn closed_kind(&self) -> RequestError {
+        RequestError::Closed
     }
     /// The socket is dropped: forget the requests in flight; how many there were.
     fn abandon(&mut self) -> usize;
@@ -119,7 +120,7 @@ pub(super) trait Connection: Send + Sized {
     fn dropped(&mut self, budget: &mut ReplyBudget);
     /// Requests older than `timeout_ns` at `now`: what expired alone is told to `tally`; the
     /// error kind when the whole connection must be reset.
-    fn expire(&mut self, timeout_ns: u64, tally: &mut Tally, now: u64) -> Option<&'static str>;
+    fn expire(&mut self, timeout_ns: u64, tally: &mut Tally, now: u64) -> Option<RequestError>;
     /// The server is done with the connection and nothing is in flight: replace it.
     fn finished(&self) -> bool {
         false
@@ -132,9 +133,9 @@ pub(super) enum Verdict {
     /// It goes on.
     Open,
     /// Broken: its requests in flight fail with this kind; it is reopened.
-    Reset(&'static str),
+    Reset(RequestError),
     /// The same, after writing what it queued last (an HTTP/2 GOAWAY).
-    FlushAndReset(&'static str),
+    FlushAndReset(RequestError),
     /// The server closes it after its last reply: the requests it left unread were handed
     /// back ([`Tally::refused`]); it is reopened.
     Reopen,
@@ -153,7 +154,7 @@ pub(super) struct Tally {
 impl Tally {
     /// A request answered (`error`: the kind when the answer says it failed).
     #[inline]
-    pub fn answered(&mut self, req: Sent, error: Option<&'static str>, now: u64) {
+    pub fn answered(&mut self, req: Sent, error: Option<RequestError>, now: u64) {
         match error {
             Some(kind) => self.rec.error(kind, now),
             None => self.rec.success(
@@ -165,8 +166,13 @@ impl Tally {
     }
 
     /// A request failed without an answer.
-    pub fn failed(&mut self, kind: &str, now: u64) {
+    pub fn failed(&mut self, kind: RequestError, now: u64) {
         self.rec.error(kind, now);
+    }
+
+    /// A request failed with the server's own words for why (a gRPC status).
+    pub fn failed_named(&mut self, kind: &str, now: u64) {
+        self.rec.error_named(kind, now);
     }
 
     /// A lookup answered: whether the key was found.
@@ -793,10 +799,10 @@ impl<C: Connection> Worker<C> {
     }
 
     /// Drops a broken connection: its requests in flight fail with `kind`; it is reopened.
-    fn reset(&mut self, i: usize, kind: &'static str, now: u64) {
+    fn reset(&mut self, i: usize, kind: RequestError, now: u64) {
         let in_flight = self.conns[i].conn.abandon();
         // An idle connection the server closed lost nothing; garbage always costs one.
-        let lost = if kind == "closed" || kind == "h2_goaway" {
+        let lost = if kind == RequestError::Closed || kind == RequestError::H2Goaway {
             in_flight
         } else {
             in_flight.max(1)
@@ -823,7 +829,7 @@ impl<C: Connection> Worker<C> {
             return;
         }
         if self.connect(i, now).is_err() {
-            self.tally.failed("connect", now);
+            self.tally.failed(RequestError::Connect, now);
             self.conns[i].retry_at_ns = now + HOUSEKEEPING_NS;
         }
     }

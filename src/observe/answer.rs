@@ -5,7 +5,10 @@
 //! that the line lacks, or a key they do not know, is an error naming it, never a figure
 //! silently defaulted (the tolerant reading of [`Observation`] is for old run directories).
 
-use serde::de::DeserializeOwned;
+use std::fmt;
+
+use serde::de::value::{MapAccessDeserializer, MapDeserializer, SeqDeserializer};
+use serde::de::{DeserializeOwned, Deserializer, IntoDeserializer, Visitor};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -82,13 +85,12 @@ impl ObserveAnswer {
 /// so is a field `T` writes that `value` lacks (where `T` would default it) or a key of
 /// `value` that `T` does not write. `at` is the path of `value` itself.
 fn strict<T: Serialize + DeserializeOwned>(value: &Value, at: &str) -> Result<T, AnswerError> {
-    let typed: T = serde_path_to_error::deserialize(value).map_err(|e| {
+    let typed: T = serde_path_to_error::deserialize(Typed(value)).map_err(|e| {
         let field = join(at, &e.path().to_string());
-        let why = e.into_inner().to_string();
-        // A field without a default: serde names it, below the path.
-        match missing_field(&why) {
-            Some(name) => AnswerError::Missing(join(&field, name)),
-            None => AnswerError::Malformed { field, why },
+        match e.into_inner() {
+            // A field without a default, named below the path.
+            ReadError::Missing(name) => AnswerError::Missing(join(&field, name)),
+            ReadError::Other(why) => AnswerError::Malformed { field, why },
         }
     })?;
     let written = serde_json::to_value(&typed).map_err(|e| AnswerError::Malformed {
@@ -126,9 +128,112 @@ fn same_keys(read: &Value, written: &Value, at: &str) -> Result<(), AnswerError>
     }
 }
 
-/// The field serde's "missing field `name`" names.
-fn missing_field(why: &str) -> Option<&str> {
-    why.strip_prefix("missing field `")?.split('`').next()
+/// Why a value did not read as its type: a field it lacks (serde's derive reports one through
+/// [`serde::de::Error::missing_field`], kept here as the field's name), or anything else in
+/// serde's words.
+#[derive(Debug, Clone, PartialEq)]
+enum ReadError {
+    /// A field without a default is not in the value.
+    Missing(&'static str),
+    /// Any other reason.
+    Other(String),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            ReadError::Missing(name) => write!(f, "missing field `{name}`"),
+            ReadError::Other(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+impl serde::de::Error for ReadError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        ReadError::Other(msg.to_string())
+    }
+
+    fn missing_field(field: &'static str) -> Self {
+        ReadError::Missing(field)
+    }
+}
+
+/// A JSON value read as a serde [`Deserializer`] whose error is [`ReadError`]:
+/// serde_json's own error keeps only the text of a missing field.
+#[derive(Clone, Copy)]
+struct Typed<'a>(&'a Value);
+
+impl<'de> IntoDeserializer<'de, ReadError> for Typed<'_> {
+    type Deserializer = Self;
+
+    fn into_deserializer(self) -> Self {
+        self
+    }
+}
+
+impl<'a> Typed<'a> {
+    fn entries<'de>(
+        m: &'a serde_json::Map<String, Value>,
+    ) -> MapDeserializer<'de, impl Iterator<Item = (&'a str, Typed<'a>)>, ReadError> {
+        MapDeserializer::new(m.iter().map(|(k, v)| (k.as_str(), Typed(v))))
+    }
+}
+
+impl<'de> Deserializer<'de> for Typed<'_> {
+    type Error = ReadError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ReadError> {
+        match self.0 {
+            Value::Null => v.visit_unit(),
+            Value::Bool(b) => v.visit_bool(*b),
+            Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                (Some(u), _, _) => v.visit_u64(u),
+                (_, Some(i), _) => v.visit_i64(i),
+                (_, _, Some(f)) => v.visit_f64(f),
+                _ => Err(ReadError::Other(format!("{n} is no number"))),
+            },
+            Value::String(s) => v.visit_str(s),
+            Value::Array(a) => v.visit_seq(SeqDeserializer::new(a.iter().map(Typed))),
+            Value::Object(m) => v.visit_map(Typed::entries(m)),
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ReadError> {
+        match self.0 {
+            Value::Null => v.visit_none(),
+            _ => v.visit_some(self),
+        }
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, ReadError> {
+        match self.0 {
+            Value::String(s) => {
+                v.visit_enum(IntoDeserializer::<ReadError>::into_deserializer(s.as_str()))
+            }
+            Value::Object(m) => v.visit_enum(MapAccessDeserializer::new(Typed::entries(m))),
+            _ => self.deserialize_any(v),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        v: V,
+    ) -> Result<V::Value, ReadError> {
+        v.visit_newtype_struct(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct seq tuple tuple_struct map struct identifier ignored_any
+    }
 }
 
 fn join(at: &str, key: &str) -> String {
@@ -209,5 +314,36 @@ mod tests {
         assert!(err.contains("`server.user_s` is malformed"), "{err}");
         let err = ObserveAnswer::read("perf: not permitted").unwrap_err();
         assert!(err.to_string().contains("perf: not permitted"), "{err}");
+    }
+
+    /// A field whose own reader fails with words that read like serde's missing field.
+    fn says_missing<'de, D: serde::Deserializer<'de>>(_: D) -> Result<u32, D::Error> {
+        Err(serde::de::Error::custom("missing field `z`"))
+    }
+
+    #[derive(Debug, Serialize, serde::Deserialize)]
+    struct Two {
+        a: u32,
+        b: Option<u32>,
+        #[serde(deserialize_with = "says_missing")]
+        c: u32,
+    }
+
+    #[test]
+    fn only_a_field_serde_finds_absent_is_missing() {
+        let err = strict::<Two>(&serde_json::json!({"b": 1}), "top").unwrap_err();
+        assert!(
+            matches!(&err, AnswerError::Missing(f) if f == "top.a"),
+            "{err:?}"
+        );
+        // Words are not a missing field: the field that failed is malformed.
+        let err = strict::<Two>(&serde_json::json!({"a": 1, "b": 1, "c": 1}), "").unwrap_err();
+        match err {
+            AnswerError::Malformed { field, why } => {
+                assert_eq!(field, "c");
+                assert!(why.contains("missing field `z`"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

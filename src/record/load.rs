@@ -174,6 +174,155 @@ pub trait IntervalSink {
     fn window_ended(&mut self) {}
 }
 
+/// Declares [`RequestError`]: each variant with the key it is counted under in `errors`.
+macro_rules! error_kinds {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
+        /// Why a request failed, as the built-in engine counts it: the keys of
+        /// [`LoadReport::errors`] (an external tool's own keys and gRPC's `grpc_status N NAME:
+        /// message` are that tool's and server's words, not these).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        pub enum RequestError {
+            $($(#[$doc])* #[serde(rename = $name)] $variant,)*
+        }
+
+        impl RequestError {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [RequestError] = &[$(RequestError::$variant,)*];
+
+            /// The key it is counted under (`timeout`, `http_5xx`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(RequestError::$variant => $name,)*
+                }
+            }
+
+            /// The kind counted under `key`; None for a key no built-in engine writes.
+            pub fn from_key(key: &str) -> Option<RequestError> {
+                match key {
+                    $($name => Some(RequestError::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+error_kinds! {
+    /// No answer within the request timeout.
+    Timeout = "timeout",
+    /// The server closed the connection with requests in flight.
+    Closed = "closed",
+    /// The connection could not be opened.
+    Connect = "connect",
+    /// The TLS handshake failed.
+    TlsHandshake = "tls_handshake",
+    /// A TLS protocol failure on an open connection.
+    TlsError = "tls_error",
+    /// A socket read or write failed.
+    IoError = "io_error",
+    /// HTTP status 1xx as a final answer.
+    Http1xx = "http_1xx",
+    /// HTTP status 3xx.
+    Http3xx = "http_3xx",
+    /// HTTP status 4xx.
+    Http4xx = "http_4xx",
+    /// HTTP status 5xx.
+    Http5xx = "http_5xx",
+    /// HTTP/1.1: a reply that is not HTTP.
+    HttpBadResponse = "http_bad_response",
+    /// HTTP/1.1: 101 Switching Protocols to a request that asked for none.
+    HttpUnexpected101 = "http_unexpected_101",
+    /// HTTP/1.1: a malformed chunked body.
+    HttpBadChunk = "http_bad_chunk",
+    /// HTTP/1.1: both Transfer-Encoding and Content-Length.
+    HttpTeAndContentLength = "http_te_and_content_length",
+    /// HTTP/1.1: Content-Length headers that disagree.
+    HttpConflictingContentLength = "http_conflicting_content_length",
+    /// HTTP/1.1: a body larger than the engine reads.
+    HttpBodyTooLarge = "http_body_too_large",
+    /// HTTP/1.1: a reply whose length cannot be told.
+    HttpNoLength = "http_no_length",
+    /// HTTP/2: a connection error of kind PROTOCOL_ERROR.
+    H2Protocol = "h2_protocol",
+    /// HTTP/2: HPACK could not decode a header block.
+    H2Compression = "h2_compression",
+    /// HTTP/2: a frame of the wrong size.
+    H2FrameSize = "h2_frame_size",
+    /// HTTP/2: flow-control windows broken.
+    H2FlowControl = "h2_flow_control",
+    /// HTTP/2: a frame on a closed stream.
+    H2StreamClosed = "h2_stream_closed",
+    /// HTTP/2: a header block over the engine's limit.
+    H2HeadersTooLarge = "h2_headers_too_large",
+    /// HTTP/2: a flood of control frames.
+    H2Flood = "h2_flood",
+    /// HTTP/2: the server's GOAWAY carried an error.
+    H2Goaway = "h2_goaway",
+    /// HTTP/2: the server reset the stream.
+    H2Reset = "h2_reset",
+    /// HTTP/2: a response without `:status`.
+    H2NoStatus = "h2_no_status",
+    /// gRPC: a call that ended without `grpc-status`.
+    GrpcNoStatus = "grpc_no_status",
+    /// gRPC: a message whose length prefix is broken.
+    GrpcFraming = "grpc_framing",
+    /// gRPC: a `grpc-status` that is no number.
+    GrpcBadStatus = "grpc_bad_status",
+    /// gRPC: a compressed message on a call that announced no compression.
+    GrpcCompressedUnannounced = "grpc_compressed_unannounced",
+    /// gRPC: a unary call answered with other than one message.
+    GrpcMessageCount = "grpc_message_count",
+    /// RESP: an error reply.
+    RespError = "resp_error",
+    /// RESP: bytes that are no reply.
+    RespBadReply = "resp_bad_reply",
+    /// memcache: NOT_STORED.
+    MemcacheNotStored = "memcache_not_stored",
+    /// memcache: SERVER_ERROR.
+    MemcacheServerError = "memcache_server_error",
+    /// memcache: CLIENT_ERROR.
+    MemcacheClientError = "memcache_client_error",
+    /// memcache: ERROR.
+    MemcacheError = "memcache_error",
+    /// memcache: bytes that are no reply.
+    MemcacheBadReply = "memcache_bad_reply",
+    /// memcache: a VALUE whose length does not match its data.
+    MemcacheBadValue = "memcache_bad_value",
+    /// msgr: a frame that is not one.
+    BadFrame = "bad_frame",
+    /// msgr: a reply whose payload is not the message size.
+    ShortBody = "short_body",
+    /// A reply larger than any one reply may be.
+    ReplyTooLarge = "reply_too_large",
+    /// The connection held more unanswered reply bytes than the thread's budget.
+    ReplyOverBudget = "reply_over_budget",
+    /// A reply where no request was in flight.
+    UnexpectedReply = "unexpected_reply",
+    /// shmkv/kvd: the server stopped.
+    ServerStopped = "server_stopped",
+    /// shmkv: any other shared-memory failure.
+    ShmError = "shm_error",
+    /// kvd: the peer holding the key is down.
+    PeerDown = "peer_down",
+    /// kvd: a status other than found, not found or peer down.
+    BadRequest = "bad_request",
+    /// The errors of kinds past the 64 distinct kinds a thread keeps.
+    OtherKinds = "other_kinds",
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl LoadReport {
+    /// Requests of the measured window that failed with `kind`.
+    pub fn errors_of(&self, kind: RequestError) -> u64 {
+        self.errors.get(kind.as_str()).copied().unwrap_or(0)
+    }
+}
+
 /// Reads a figure written as null (NaN, unavailable: JSON has no NaN) back as NaN.
 pub fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
@@ -217,5 +366,113 @@ mod tests {
         assert_eq!(error_ratio(160, &errors), 0.2);
         assert_eq!(error_ratio(0, &BTreeMap::new()), 0.0);
         assert_eq!(error_ratio(0, &errors), 1.0);
+    }
+
+    /// The keys the built-in engine counted errors under while its kinds were `&'static str`
+    /// (main at 3302f11), sorted.
+    const KINDS_BEFORE: [&str; 50] = [
+        "bad_frame",
+        "bad_request",
+        "closed",
+        "connect",
+        "grpc_bad_status",
+        "grpc_compressed_unannounced",
+        "grpc_framing",
+        "grpc_message_count",
+        "grpc_no_status",
+        "h2_compression",
+        "h2_flood",
+        "h2_flow_control",
+        "h2_frame_size",
+        "h2_goaway",
+        "h2_headers_too_large",
+        "h2_no_status",
+        "h2_protocol",
+        "h2_reset",
+        "h2_stream_closed",
+        "http_1xx",
+        "http_3xx",
+        "http_4xx",
+        "http_5xx",
+        "http_bad_chunk",
+        "http_bad_response",
+        "http_body_too_large",
+        "http_conflicting_content_length",
+        "http_no_length",
+        "http_te_and_content_length",
+        "http_unexpected_101",
+        "io_error",
+        "memcache_bad_reply",
+        "memcache_bad_value",
+        "memcache_client_error",
+        "memcache_error",
+        "memcache_not_stored",
+        "memcache_server_error",
+        "other_kinds",
+        "peer_down",
+        "reply_over_budget",
+        "reply_too_large",
+        "resp_bad_reply",
+        "resp_error",
+        "server_stopped",
+        "shm_error",
+        "short_body",
+        "timeout",
+        "tls_error",
+        "tls_handshake",
+        "unexpected_reply",
+    ];
+
+    #[test]
+    fn every_error_kind_keeps_its_key_both_ways() {
+        let mut keys = Vec::new();
+        for &k in RequestError::ALL {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{k}\""), "{k:?}");
+            assert_eq!(serde_json::from_str::<RequestError>(&json).unwrap(), k);
+            assert_eq!(RequestError::from_key(k.as_str()), Some(k));
+            keys.push(k.as_str());
+        }
+        keys.sort_unstable();
+        assert_eq!(keys, KINDS_BEFORE);
+        assert_eq!(RequestError::from_key("grpc_status 14 UNAVAILABLE"), None);
+    }
+
+    /// The wire layer writes its kinds as text (it may not import `record`): each one it can
+    /// write must be a kind, or the engine would count it under its fallback.
+    #[test]
+    fn every_kind_the_wire_layer_writes_is_an_error_kind() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/wire");
+        let written =
+            regex::Regex::new(r#"(?:Err|Invalid|Broken|broke)\("([a-z0-9_]+)"\)"#).unwrap();
+        let mut seen = 0;
+        for file in ["http1.rs", "grpc.rs"] {
+            let text = std::fs::read_to_string(src.join(file)).unwrap();
+            for c in written.captures_iter(&text) {
+                assert!(RequestError::from_key(&c[1]).is_some(), "{file}: {}", &c[1]);
+                seen += 1;
+            }
+        }
+        assert!(
+            seen >= 10,
+            "only {seen} kinds found in src/wire: the pattern is stale"
+        );
+    }
+
+    #[test]
+    fn a_reports_errors_read_back_by_kind() {
+        let old = r#"{"timeout": 5, "http_5xx": 20, "grpc_status 14 UNAVAILABLE": 2}"#;
+        let report = LoadReport {
+            errors: serde_json::from_str(old).unwrap(),
+            ..LoadReport::default()
+        };
+        assert_eq!(report.errors_of(RequestError::Timeout), 5);
+        assert_eq!(report.errors_of(RequestError::Http5xx), 20);
+        assert_eq!(report.errors_of(RequestError::Http4xx), 0);
+        let written = serde_json::to_value(&report.errors).unwrap();
+        assert_eq!(
+            written,
+            serde_json::from_str::<serde_json::Value>(old).unwrap()
+        );
     }
 }

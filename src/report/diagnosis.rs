@@ -15,19 +15,7 @@ const NAMED_GROUPS: usize = 7;
 
 /// `limit one_thread, confidence high`.
 fn verdict(d: &Diagnosis) -> String {
-    format!(
-        "limit {}, confidence {}",
-        name(&d.limit),
-        name(&d.confidence)
-    )
-}
-
-/// The snake_case name an enum is written as in analysis.json.
-fn name<T: serde::Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
+    format!("limit {}, confidence {}", d.limit, d.confidence)
 }
 
 /// One figure as text: `busiest_thread_cpu_pct = 97.3 at 8 clients (thread redis-server)`.
@@ -257,7 +245,7 @@ mod tests {
             limit: Limit::OneThread,
             confidence: Confidence::High,
             evidence: vec![Evidence {
-                metric: "busiest_thread_cpu_pct".into(),
+                metric: crate::analyze::diagnosis::Metric::BusiestThreadCpuPct,
                 value: 97.0,
                 at_clients: Some(8),
                 note: "thread redis-server, % of one CPU".into(),

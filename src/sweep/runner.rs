@@ -21,7 +21,7 @@ use crate::fleet::server::{Launcher, Server};
 use crate::observe::step::{Observed, StepObserver};
 use crate::placement::{CpuPair, PlacementSource};
 use crate::record::figures::StepFigures;
-use crate::record::load::{IntervalLine, IntervalSink, LoadReport};
+use crate::record::load::{IntervalLine, IntervalSink, LoadReport, RequestError};
 use crate::record::rundir::{RunDir, StepSink};
 use crate::record::steps::{now_unix_s, ErrorKind, StepResult, StepStatus};
 
@@ -944,14 +944,18 @@ fn ok_throughputs(reps: &[StepResult]) -> Vec<f64> {
 /// counts a point client-saturated).
 /// The load's error kinds that say the server went away: its connections closed or refused,
 /// or a shared-memory server's region stopped.
-const GONE_KINDS: [&str; 3] = ["closed", "connect", "server_stopped"];
+const GONE_KINDS: [RequestError; 3] = [
+    RequestError::Closed,
+    RequestError::Connect,
+    RequestError::ServerStopped,
+];
 
 /// How long a server the load saw go away may take to exit and be reaped: a kvd rank 0 whose
 /// peer was killed exits only once the load's clients have left, after the window.
 const EXIT_WAIT: Duration = Duration::from_secs(1);
 
 fn saw_server_go(load: &LoadReport) -> bool {
-    GONE_KINDS.iter().any(|k| load.errors.contains_key(*k))
+    GONE_KINDS.iter().any(|&k| load.errors_of(k) > 0)
 }
 
 /// Why the server died, waiting up to `wait` for it to do so.
@@ -993,7 +997,7 @@ fn aggregate(reps: &[StepResult]) -> Option<(f64, f64, f64)> {
 /// timed-out request is slower than any target, so when over 1% of the requests tried timed
 /// out, the p99 is infinite.
 fn p99_with_timeouts_us(load: &crate::record::load::LoadReport) -> f64 {
-    let timeouts = load.errors.get("timeout").copied().unwrap_or(0);
+    let timeouts = load.errors_of(RequestError::Timeout);
     let tried = load.requests + load.errors.values().sum::<u64>();
     if tried > 0 && timeouts as f64 / tried as f64 > 0.01 {
         return f64::INFINITY;

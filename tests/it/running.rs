@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use stairbench::analyze::run::diagnosis::{read_analysis_json, Limit, Metric};
 
 use crate::common;
 
@@ -73,24 +74,18 @@ fn a_url_alone_runs_with_server_figures_not_observed() {
     assert!(md.contains("| not observed | not observed |"), "{md}");
     let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(html.contains("not observed"));
-    let analysis: Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("analysis.json")).unwrap())
-            .unwrap();
-    let d = &analysis["diagnosis"][0];
+    let analysis = read_analysis_json(&out_dir).unwrap();
+    let d = &analysis.diagnosis[0];
     assert!(
-        d["limit"] == "undetermined" || d["limit"] == "client",
-        "a server not observed gets no server-side limit: {d}"
+        matches!(d.limit, Limit::Undetermined | Limit::Client),
+        "a server not observed gets no server-side limit: {d:?}"
     );
-    let metrics: Vec<&str> = d["evidence"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["metric"].as_str())
-        .collect();
+    let metrics: Vec<Metric> = d.evidence.iter().map(|e| e.metric).collect();
     assert!(
-        !metrics.contains(&"server_cpu_pct") && !metrics.contains(&"cpu_us_per_req"),
+        !metrics.contains(&Metric::ServerCpuPct) && !metrics.contains(&Metric::CpuUsPerReq),
         "{metrics:?}"
     );
+    assert!(metrics.contains(&Metric::ServerObserved), "{metrics:?}");
 }
 
 /// Runs `spec` and returns its ok steps' server CPU per request (µs) and server cpus.

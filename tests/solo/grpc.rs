@@ -10,7 +10,9 @@
 use serde_json::Value;
 
 use crate::common;
-use crate::diagnosis::{figure, run_example_edited};
+use crate::diagnosis::run_example_edited;
+use crate::limits_io::{quoted, typed};
+use stairbench::analyze::run::diagnosis::{Limit, Metric};
 
 /// The example's message: field 1 (string) = "hello" (examples/echo-msg.bin).
 const MESSAGE_BYTES: u64 = 7;
@@ -102,7 +104,7 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
     // The diagnosis: the server's CPU, and grpcio's own CPU seconds say the same: its CPU
     // full at the top levels, the same CPU per call from the first level to the last, and
     // that CPU per call the one the diagnosis gives (from /proc and the engine's count).
-    assert_eq!(d["limit"], "server_cpu", "{d:#}");
+    assert_eq!(typed(&d).limit, Limit::ServerCpu, "{d:#}");
     let top = per_call[per_call.len() - 2..].iter().map(|p| p.0);
     assert!(
         top.clone().all(|busy| busy >= 0.8),
@@ -113,7 +115,7 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
         (last / first - 1.0).abs() <= 0.25,
         "grpcio's own CPU per call {first:.1} µs -> {last:.1} µs"
     );
-    let said = figure(&d, "cpu_us_per_req");
+    let said = quoted(&d, Metric::CpuUsPerReq);
     assert!(
         (said / last - 1.0).abs() <= 0.15,
         "the diagnosis says {said:.1} µs per call, grpcio's own figures {last:.1} µs"

@@ -11,7 +11,20 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common;
-use crate::diagnosis::{at, figure, postgresql_installed, run_example};
+use crate::diagnosis::{at, postgresql_installed, run_example};
+use stairbench::analyze::run::diagnosis::{Diagnosis, Limit, Metric};
+
+/// A diagnosis (one entry of `stairbench analyze --json`) read into its type.
+pub(crate) fn typed(d: &Value) -> Diagnosis {
+    serde_json::from_value(d.clone()).unwrap_or_else(|e| panic!("{e}: {d:#}"))
+}
+
+/// The value of the last evidence entry of `metric`.
+pub(crate) fn quoted(d: &Value, metric: Metric) -> f64 {
+    typed(d)
+        .figure(metric)
+        .unwrap_or_else(|| panic!("no {metric} in {d:#}"))
+}
 
 /// A shell command run every 100 ms on a thread while a demonstration runs; each output kept.
 struct Poll {
@@ -106,18 +119,18 @@ fn gunicorn_with_two_sync_workers_is_a_concurrency_limit() {
         .map(|s| gunicorn_waiting(s))
         .max()
         .unwrap_or(0);
-    let waiting = figure(&d, "waiting_requests");
+    let waiting = quoted(&d, Metric::WaitingRequests);
     eprintln!(
         "limits-workers: {} ({}): {waiting:.1} requests waiting at 16 clients (stairbench), up to {seen} (ss, {} samples)",
         d["limit"],
         d["confidence"],
         samples.len()
     );
-    assert_eq!(d["limit"], "concurrency", "{d:#}");
+    assert_eq!(typed(&d).limit, Limit::Concurrency, "{d:#}");
     // 2 workers hold 2 of the 16 requests: most of the rest wait inside the server.
     assert!(waiting >= 8.0, "{d:#}");
     assert!(seen >= 8, "ss saw at most {seen} waiting: {d:#}");
-    let at_once = figure(&d, "served_at_once");
+    let at_once = quoted(&d, Metric::ServedAtOnce);
     assert!((1.0..4.0).contains(&at_once), "{d:#}");
 }
 
@@ -150,17 +163,17 @@ fn nginx_behind_a_shaped_link_is_a_network_limit() {
         .filter_map(|s| qdisc_counters(s))
         .next_back()
         .expect("no tbf counters read during the run");
-    let util = figure(&d, "link_utilisation_pct");
+    let util = quoted(&d, Metric::LinkUtilisationPct);
     eprintln!(
         "limits-link: {} ({}): link {util:.0}% used at 16 clients (stairbench); the qdisc counted {overlimits} overlimits, {drops} drops, {:.0} MB sent",
         d["limit"],
         d["confidence"],
         bytes as f64 / 1e6
     );
-    assert_eq!(d["limit"], "network", "{d:#}");
+    assert_eq!(typed(&d).limit, Limit::Network, "{d:#}");
     assert!(util >= 80.0, "{d:#}");
     assert!(overlimits > 0, "the qdisc never held a packet back");
-    let per_req = figure(&d, "bytes_per_req");
+    let per_req = quoted(&d, Metric::BytesPerReq);
     assert!((60_000.0..80_000.0).contains(&per_req), "{d:#}");
 }
 
@@ -182,8 +195,8 @@ fn postgresql_on_a_throttled_disk_is_a_disk_limit() {
         "limits-disk: {} ({}): {}; pg_stat_activity: {wal:.1} backends waiting on the WAL flush at 16 clients",
         d["limit"], d["confidence"], d["sentence"]
     );
-    assert_eq!(d["limit"], "disk", "{d:#}");
-    assert!(figure(&d, "io_throttle_use_pct") >= 80.0, "{d:#}");
+    assert_eq!(typed(&d).limit, Limit::Disk, "{d:#}");
+    assert!(quoted(&d, Metric::IoThrottleUsePct) >= 80.0, "{d:#}");
     // The server's own account: its backends wait for the WAL flush.
     assert!(wal >= 0.5, "{top:#}");
 }

@@ -85,7 +85,7 @@ impl ComparisonSpec {
 }
 
 /// One resolved comparison: A's steps against B's.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComparisonOutcome {
     /// Seed 002's sentence, with the noise verdict when there are repetitions.
     pub sentence: String,

@@ -5,10 +5,10 @@
 //! out, when none fits. A diagnosis is never more confident than its evidence: without a
 //! knee it is at most `low`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::peak::{clients_text, level_within_noise, levels_text, NOISE_FRACTION};
-use super::{LittleRow, LoadPoint, SeriesAnalysis};
+use super::{LittleRow, LoadPoint, RunAnalysis, SeriesAnalysis};
 use crate::record::observed::{Observation, PerRequest};
 use crate::record::steps::StepResult;
 
@@ -32,7 +32,7 @@ pub const SIGMA_CLEAR: f64 = 0.03;
 pub const RETROGRADE_FRACTION: f64 = crate::analyze::knee::FALL_FRACTION;
 
 /// What a series ran into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
     /// The load generator (or the external tool) was saturated, or fewer requests were in
@@ -68,7 +68,7 @@ pub enum Limit {
 }
 
 /// How far the evidence goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Confidence {
     /// One figure, or no knee.
@@ -80,11 +80,13 @@ pub enum Confidence {
 }
 
 /// One figure a diagnosis rests on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// What was measured (`busiest_thread_cpu_pct`, `server_cpu_pct`, ...).
-    pub metric: String,
-    /// Its value (units in the metric's name).
+    pub metric: Metric,
+    /// Its value, in the metric's unit ([`Metric::unit`]); NaN (null in JSON) when it was
+    /// not measured.
+    #[serde(deserialize_with = "crate::record::load::nan_if_null")]
     pub value: f64,
     /// The load level (clients) it was measured at; None for a series-wide figure (USL).
     pub at_clients: Option<usize>,
@@ -93,7 +95,7 @@ pub struct Evidence {
 }
 
 /// The diagnosis of one series.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnosis {
     /// Target name.
     pub target: String,
@@ -113,8 +115,120 @@ pub struct Diagnosis {
     pub sentence: String,
     /// What limits the confidence, printed beside the sentence: neighbours that took 10% of
     /// either side's CPUs, levels still noisy after their repetitions.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+impl Limit {
+    /// Every limit, in declaration order.
+    pub const ALL: [Limit; 13] = [
+        Limit::Client,
+        Limit::ServerCpu,
+        Limit::OneThread,
+        Limit::Contention,
+        Limit::Coherency,
+        Limit::Oversubscription,
+        Limit::Concurrency,
+        Limit::Network,
+        Limit::Disk,
+        Limit::Outside,
+        Limit::Quota,
+        Limit::Neighbour,
+        Limit::Undetermined,
+    ];
+
+    /// Its name in analysis.json and the reports (`one_thread`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Client => "client",
+            Limit::ServerCpu => "server_cpu",
+            Limit::OneThread => "one_thread",
+            Limit::Contention => "contention",
+            Limit::Coherency => "coherency",
+            Limit::Oversubscription => "oversubscription",
+            Limit::Concurrency => "concurrency",
+            Limit::Network => "network",
+            Limit::Disk => "disk",
+            Limit::Outside => "outside",
+            Limit::Quota => "quota",
+            Limit::Neighbour => "neighbour",
+            Limit::Undetermined => "undetermined",
+        }
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Confidence {
+    /// Every confidence, lowest first.
+    pub const ALL: [Confidence; 3] = [Confidence::Low, Confidence::Medium, Confidence::High];
+
+    /// Its name in analysis.json and the reports (`high`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confidence::Low => "low",
+            Confidence::Medium => "medium",
+            Confidence::High => "high",
+        }
+    }
+}
+
+impl std::fmt::Display for Confidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Diagnosis {
+    /// The value of the last evidence entry of `metric` (a rule's own figure comes after
+    /// the ones it repeats from another), None when the diagnosis does not quote it.
+    pub fn figure(&self, metric: Metric) -> Option<f64> {
+        self.evidence
+            .iter()
+            .rev()
+            .find(|e| e.metric == metric)
+            .map(|e| e.value)
+    }
+}
+
+/// Why analysis.json could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisJsonError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is not an analysis as this build writes it.
+    #[error("{path} is not an analysis: {source}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+/// A run directory's analysis.json read back into the types that wrote it, so that a test or
+/// a script compares enums (`d.limit == Limit::Disk`), not strings.
+pub fn read_analysis_json(dir: &std::path::Path) -> Result<RunAnalysis, AnalysisJsonError> {
+    let path = dir.join("analysis.json");
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(&path).map_err(|source| AnalysisJsonError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| AnalysisJsonError::Parse {
+        path: shown,
+        source,
+    })
 }
 
 /// One load level's evidence, repetitions averaged.
@@ -179,7 +293,7 @@ pub fn diagnose_with_profile(
             limit: Limit::Undetermined,
             confidence: Confidence::Low,
             evidence: vec![Evidence {
-                metric: "ok_steps".into(),
+                metric: Metric::OkSteps,
                 value: 0.0,
                 at_clients: None,
                 note: "no step measured anything".into(),
@@ -236,7 +350,7 @@ pub fn diagnose_with_profile(
         if !split.is_empty() {
             confidence = Confidence::Medium;
             evidence.push(ev(
-                "repetitions_disagreeing",
+                Metric::RepetitionsDisagreeing,
                 split.len() as f64,
                 None,
                 "repetitions whose own figures name another limit: no high confidence",
@@ -456,9 +570,9 @@ const RULES: [Rule; 12] = [
     outside,
 ];
 
-fn ev(metric: &str, value: f64, at: Option<usize>, note: impl Into<String>) -> Evidence {
+fn ev(metric: Metric, value: f64, at: Option<usize>, note: impl Into<String>) -> Evidence {
     Evidence {
-        metric: metric.into(),
+        metric,
         value,
         at_clients: at,
         note: note.into(),
@@ -470,7 +584,7 @@ fn ev(metric: &str, value: f64, at: Option<usize>, note: impl Into<String>) -> E
 fn client_thread_evidence(l: &Level, evidence: &mut Vec<Evidence>) {
     if let Some(busiest) = l.client_busiest_pct {
         evidence.push(ev(
-            "client_busiest_thread_pct",
+            Metric::ClientBusiestThreadPct,
             busiest,
             Some(l.clients),
             "the load generator's busiest thread, % of one CPU",
@@ -478,7 +592,7 @@ fn client_thread_evidence(l: &Level, evidence: &mut Vec<Evidence>) {
     }
     if let Some(wait) = l.client_run_delay_pct {
         evidence.push(ev(
-            "client_run_delay_pct",
+            Metric::ClientRunDelayPct,
             wait,
             Some(l.clients),
             "the load generator's threads waiting for a CPU, % of the window",
@@ -490,7 +604,7 @@ fn client(c: &Ctx) -> Option<Found> {
     // Saturated levels are left out of the knee: the first one names the client's limit.
     if let Some(l) = c.levels.iter().find(|l| l.client_saturated) {
         let mut evidence = vec![ev(
-            "client_saturated",
+            Metric::ClientSaturated,
             1.0,
             Some(l.clients),
             "the load generator's own CPUs were saturated",
@@ -498,7 +612,7 @@ fn client(c: &Ctx) -> Option<Found> {
         let mut because = format!("the load generator was saturated at {} clients", l.clients);
         if let Some(cpu) = l.client_cpu_pct {
             evidence.push(ev(
-                "client_cpu_pct",
+                Metric::ClientCpuPct,
                 cpu,
                 Some(l.clients),
                 "the load generator's own CPU, % of its cpuset",
@@ -527,8 +641,8 @@ fn client(c: &Ctx) -> Option<Found> {
                 limit: Limit::Client,
                 confidence: Confidence::Medium,
                 evidence: vec![
-                    ev("client_cpu_pct", cpu, Some(top.clients), "the load generator's own CPU, % of its cpuset"),
-                    ev("server_cpu_pct", server, Some(top.clients), "the server's own CPU, % of its cpuset"),
+                    ev(Metric::ClientCpuPct, cpu, Some(top.clients), "the load generator's own CPU, % of its cpuset"),
+                    ev(Metric::ServerCpuPct, server, Some(top.clients), "the server's own CPU, % of its cpuset"),
                 ],
                 because: format!(
                     "the load generator uses {cpu:.0}% of its CPUs while the server uses {server:.0}% of its own: a client limit, not the server's"
@@ -548,7 +662,7 @@ fn client(c: &Ctx) -> Option<Found> {
             limit: Limit::Client,
             confidence: Confidence::Medium,
             evidence: vec![ev(
-                "little_ratio",
+                Metric::LittleRatio,
                 ratio,
                 Some(top.clients),
                 "X·R / L: fewer requests in flight than configured",
@@ -579,13 +693,13 @@ fn coherency(c: &Ctx) -> Option<Found> {
     }
     let mut evidence = vec![
         ev(
-            "throughput_rps",
+            Metric::ThroughputRps,
             peak.throughput_rps,
             Some(peak.clients),
             "the peak",
         ),
         ev(
-            "throughput_rps",
+            Metric::ThroughputRps,
             top.throughput_rps,
             Some(top.clients),
             "after the peak",
@@ -604,14 +718,14 @@ fn coherency(c: &Ctx) -> Option<Found> {
     );
     if let Some(u) = usl {
         evidence.push(ev(
-            "usl_kappa",
+            Metric::UslKappa,
             u.kappa,
             None,
             "coherency coefficient of the USL fit",
         ));
         because.push_str(&format!(" (USL κ = {:.3}", u.kappa));
         if let Some(n) = u.n_star {
-            evidence.push(ev("usl_n_star", n, None, "load of the USL's peak"));
+            evidence.push(ev(Metric::UslNStar, n, None, "load of the USL's peak"));
             because.push_str(&format!(", N* = {n:.1}"));
         }
         because.push(')');
@@ -648,19 +762,19 @@ fn oversubscription(c: &Ctx) -> Option<Found> {
     }
     let evidence = vec![
         ev(
-            "run_delay_us_per_req",
+            Metric::RunDelayUsPerReq,
             a,
             Some(c.first().clients),
             "run-queue wait per request at the first level",
         ),
         ev(
-            "run_delay_us_per_req",
+            Metric::RunDelayUsPerReq,
             b,
             Some(top.clients),
             "run-queue wait per request at the last level",
         ),
         ev(
-            "run_delay_pct",
+            Metric::RunDelayPct,
             waiting * 100.0,
             Some(top.clients),
             "server threads' run-queue wait, % of the window",
@@ -714,14 +828,14 @@ fn one_thread(c: &Ctx) -> Option<Found> {
         return None;
     }
     let mut evidence = vec![ev(
-        "busiest_thread_cpu_pct",
+        Metric::BusiestThreadCpuPct,
         pct,
         Some(top.clients),
         format!("thread {thread}, % of one CPU"),
     )];
     if let Some(p) = cpuset {
         evidence.push(ev(
-            "server_cpu_pct",
+            Metric::ServerCpuPct,
             p,
             Some(top.clients),
             "the server's own CPU, % of its cpuset",
@@ -739,7 +853,7 @@ fn one_thread(c: &Ctx) -> Option<Found> {
         .filter(|g| g.2.abs() < FLAT_GROWTH);
     if let Some((_, b, _)) = flat {
         evidence.push(ev(
-            "cpu_us_per_req",
+            Metric::CpuUsPerReq,
             b,
             Some(top.clients),
             "server CPU per request stays flat",
@@ -787,13 +901,13 @@ fn server_cpu(c: &Ctx) -> Option<Found> {
         },
         evidence: vec![
             ev(
-                "server_cpu_pct",
+                Metric::ServerCpuPct,
                 busy,
                 Some(top.clients),
                 "the server's own CPU, % of its cpuset",
             ),
             ev(
-                "cpu_us_per_req",
+                Metric::CpuUsPerReq,
                 b,
                 Some(top.clients),
                 format!(
@@ -833,13 +947,13 @@ fn contention(c: &Ctx) -> Option<Found> {
     let mut parts = Vec::new();
     if let Some((a, b, _)) = cpu {
         evidence.push(ev(
-            "cpu_us_per_req",
+            Metric::CpuUsPerReq,
             a,
             Some(c.first().clients),
             "server CPU per request at the first level",
         ));
         evidence.push(ev(
-            "cpu_us_per_req",
+            Metric::CpuUsPerReq,
             b,
             Some(top.clients),
             "server CPU per request at the last level",
@@ -848,7 +962,7 @@ fn contention(c: &Ctx) -> Option<Found> {
     }
     if let Some((a, b, _)) = cs {
         evidence.push(ev(
-            "voluntary_cs_per_req",
+            Metric::VoluntaryCsPerReq,
             b,
             Some(top.clients),
             format!("voluntary switches per request ({a:.2} at the first level)"),
@@ -881,7 +995,7 @@ fn contention(c: &Ctx) -> Option<Found> {
     );
     if let Some(s) = sigma {
         evidence.push(ev(
-            "usl_sigma",
+            Metric::UslSigma,
             s,
             None,
             "contention coefficient of the USL fit",
@@ -920,25 +1034,25 @@ fn outside(c: &Ctx) -> Option<Found> {
     }
     let mut evidence = vec![
         ev(
-            "server_cpu_pct",
+            Metric::ServerCpuPct,
             server,
             Some(top.clients),
             "the server's own CPU, % of its cpuset",
         ),
         ev(
-            "mean_latency_us",
+            Metric::MeanLatencyUs,
             a,
             Some(c.first().clients),
             "mean latency at the first level",
         ),
         ev(
-            "mean_latency_us",
+            Metric::MeanLatencyUs,
             b,
             Some(top.clients),
             "mean latency at the last level",
         ),
         ev(
-            "little_ratio",
+            Metric::LittleRatio,
             ratio,
             Some(top.clients),
             "X·R / L: the latency is the requests in flight over the throughput",
@@ -948,7 +1062,7 @@ fn outside(c: &Ctx) -> Option<Found> {
     let mut sides = format!("server {server:.0}% of its CPUs");
     if let Some(p) = top.client_cpu_pct {
         evidence.push(ev(
-            "client_cpu_pct",
+            Metric::ClientCpuPct,
             p,
             Some(top.clients),
             "the load generator's own CPU, % of its cpuset",
@@ -979,7 +1093,7 @@ fn outside(c: &Ctx) -> Option<Found> {
 fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String, String) {
     let at = Some(c.top().clients);
     let mut evidence = vec![ev(
-        "server_observed",
+        Metric::ServerObserved,
         0.0,
         at,
         format!("server-side limits: not observed ({why})"),
@@ -987,7 +1101,7 @@ fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String
     evidence.extend(
         ruled_out(c)
             .into_iter()
-            .filter(|e| e.metric.starts_with("client_") || e.metric == "little_ratio"),
+            .filter(|e| e.metric.is_client() || e.metric == Metric::LittleRatio),
     );
     let because = "the server was not observed (a server already running with no pid, pidfile or process), so only a client-side limit can be told and none was found: undetermined".to_string();
     let next =
@@ -1006,9 +1120,9 @@ fn not_observed(c: &Ctx, why: &str) -> (Limit, Confidence, Vec<Evidence>, String
 fn ruled_out(c: &Ctx) -> Vec<Evidence> {
     let top = c.top();
     let at = Some(top.clients);
-    let missing = |metric: &str, why: &str| ev(metric, f64::NAN, at, why);
+    let missing = |metric: Metric, why: &str| ev(metric, f64::NAN, at, why);
     let mut out = vec![ev(
-        "client_saturated",
+        Metric::ClientSaturated,
         0.0,
         at,
         "client: no level had the load generator saturated or its own CPU at 90% of its cpuset",
@@ -1016,27 +1130,27 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
     client_thread_evidence(top, &mut out);
     if let Some(r) = top.little_ratio {
         out.push(ev(
-            "little_ratio",
+            Metric::LittleRatio,
             r,
             at,
             "client: X·R / L did not show fewer requests in flight than configured; outside: it needs latency growing with X·R / L within 20% of 1",
         ));
     }
     out.push(match top.server_cpu_pct {
-        Some(p) => ev("server_cpu_pct", p, at, format!("server_cpu: the cpuset was {p:.0}% busy (a limit needs {BUSY_PCT:.0}% and a CPU per request that does not grow); outside: it needs under {IDLE_PCT:.0}%")),
-        None => missing("server_cpu_pct", "server_cpu, outside: the server's CPU was not observed"),
+        Some(p) => ev(Metric::ServerCpuPct, p, at, format!("server_cpu: the cpuset was {p:.0}% busy (a limit needs {BUSY_PCT:.0}% and a CPU per request that does not grow); outside: it needs under {IDLE_PCT:.0}%")),
+        None => missing(Metric::ServerCpuPct, "server_cpu, outside: the server's CPU was not observed"),
     });
     out.push(match &top.busiest {
-        Some((name, p)) => ev("busiest_thread_cpu_pct", *p, at, format!("one_thread: the busiest thread ({name}) was {p:.0}% of one CPU (a limit needs {THREAD_BUSY_PCT:.0}%)")),
-        None => missing("busiest_thread_cpu_pct", "one_thread: no per-thread figures"),
+        Some((name, p)) => ev(Metric::BusiestThreadCpuPct, *p, at, format!("one_thread: the busiest thread ({name}) was {p:.0}% of one CPU (a limit needs {THREAD_BUSY_PCT:.0}%)")),
+        None => missing(Metric::BusiestThreadCpuPct, "one_thread: no per-thread figures"),
     });
     out.push(match top.run_delay_pct {
-        Some(p) => ev("run_delay_pct", p, at, "oversubscription: run-queue wait did not grow enough per request, too few threads waited, or as many waited already at the first level"),
-        None => missing("run_delay_pct", "oversubscription: no run-queue figures (schedstat)"),
+        Some(p) => ev(Metric::RunDelayPct, p, at, "oversubscription: run-queue wait did not grow enough per request, too few threads waited, or as many waited already at the first level"),
+        None => missing(Metric::RunDelayPct, "oversubscription: no run-queue figures (schedstat)"),
     });
     out.push(match c.growth(|l| l.cpu_us_per_req) {
         Some((_, b, g)) => ev(
-            "cpu_us_per_req",
+            Metric::CpuUsPerReq,
             b,
             at,
             format!(
@@ -1049,10 +1163,10 @@ fn ruled_out(c: &Ctx) -> Vec<Evidence> {
                 }
             ),
         ),
-        None => missing("cpu_us_per_req", "contention: no CPU per request"),
+        None => missing(Metric::CpuUsPerReq, "contention: no CPU per request"),
     });
     out.push(ev(
-        "throughput_rps",
+        Metric::ThroughputRps,
         top.throughput_rps,
         at,
         "coherency: throughput did not fall 10% below its peak",
@@ -1178,6 +1292,10 @@ fn rps(x: f64) -> String {
 fn us(x: f64) -> String {
     crate::units::duration_us(x)
 }
+
+#[path = "diagnosis_metric.rs"]
+pub mod metric;
+pub use metric::{Metric, Unit};
 
 #[path = "diagnosis_profile.rs"]
 pub mod profile;

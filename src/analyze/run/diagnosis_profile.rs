@@ -4,7 +4,7 @@
 //! differential graph's table). A growing lock share supports a contention diagnosis; alone
 //! it names no limit.
 
-use super::{ev, Evidence};
+use super::{ev, Evidence, Metric};
 use crate::record::profiles::{DiffRecord, Event, PassRecord, ProfileLine};
 
 /// The lock share must grow by at least this many points (and by a quarter) to count.
@@ -47,7 +47,7 @@ impl ProfileEvidence {
             .iter()
             .map(|l| {
                 ev(
-                    "sync_frames_pct",
+                    Metric::SyncFramesPct,
                     l.sync_pct,
                     Some(l.clients),
                     format!(
@@ -59,7 +59,7 @@ impl ProfileEvidence {
             .collect();
         out.extend(self.growers.iter().map(|(name, a, b)| {
             ev(
-                "profile_growth_points",
+                Metric::ProfileGrowthPoints,
                 b - a,
                 Some(self.b.clients),
                 format!(
@@ -213,7 +213,7 @@ mod tests {
         let names: Vec<&str> = p.growers.iter().map(|g| g.0.as_str()).collect();
         assert_eq!(names, ["futex_wait", "schedule", "memcpy"]);
         let ev = p.evidence();
-        assert_eq!(ev[0].metric, "sync_frames_pct");
+        assert_eq!(ev[0].metric, Metric::SyncFramesPct);
         assert_eq!((ev[1].value, ev[1].at_clients), (11.5, Some(32)));
         assert_eq!(ev[2].value, 7.0);
         assert!(ev[2].note.starts_with("futex_wait: 1.0% of CPU samples at busy (4 clients) → 8.0% at saturated (32 clients)"), "{}", ev[2].note);

@@ -99,20 +99,11 @@ fn alone<'a>(c: &Ctx, steps: &[&'a StepResult], rep: usize) -> Option<Alone<'a>>
 pub(super) fn note(limit: Limit, split: &[Disagreement], reps: usize) -> String {
     let each: Vec<String> = split
         .iter()
-        .map(|d| format!("{} alone reads {}", rep_label(d.rep), name(d.limit)))
+        .map(|d| format!("{} alone reads {}", rep_label(d.rep), d.limit))
         .collect();
     format!(
-        "{} of {reps} repetitions read alone name another limit than {} ({}): its margin is within their noise, so it is not named at high confidence",
+        "{} of {reps} repetitions read alone name another limit than {limit} ({}): its margin is within their noise, so it is not named at high confidence",
         split.len(),
-        name(limit),
         each.join(", ")
     )
-}
-
-/// The snake_case name a limit is written as in analysis.json.
-pub(super) fn name(limit: Limit) -> String {
-    match serde_json::to_value(limit) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => format!("{limit:?}"),
-    }
 }

@@ -96,7 +96,7 @@ fn bending(mut each: impl FnMut(usize, &mut S)) -> Vec<S> {
         .collect()
 }
 
-fn metric<'a>(d: &'a Diagnosis, name: &str) -> &'a Evidence {
+fn metric(d: &Diagnosis, name: Metric) -> &Evidence {
     d.evidence
         .iter()
         .rev()
@@ -113,7 +113,7 @@ fn one_busy_thread_with_room_in_the_cpuset() {
     }));
     assert_eq!((d.limit, d.knee_clients), (Limit::OneThread, Some(4)));
     assert_eq!(d.confidence, Confidence::High);
-    assert_eq!(metric(&d, "busiest_thread_cpu_pct").value, 97.0);
+    assert_eq!(metric(&d, Metric::BusiestThreadCpuPct).value, 97.0);
     assert_eq!(
         d.sentence,
         "web/sep stops scaling near 4 clients (it bends there and gains 3% more up to its peak \
@@ -162,7 +162,7 @@ fn a_busiest_thread_straddling_its_rules_margin_is_not_high() {
         (d.limit, d.confidence),
         (Limit::OneThread, Confidence::Medium)
     );
-    assert_eq!(metric(&d, "repetitions_disagreeing").value, 1.0);
+    assert_eq!(metric(&d, Metric::RepetitionsDisagreeing).value, 1.0);
     let note = d.notes.iter().find(|n| n.contains("rep 1 alone reads"));
     assert!(
         note.is_some_and(
@@ -182,7 +182,7 @@ fn busy_cpuset_at_flat_cpu_per_request() {
     }));
     assert_eq!(d.limit, Limit::ServerCpu);
     assert_eq!(d.confidence, Confidence::High);
-    assert_eq!(metric(&d, "server_cpu_pct").value, 96.0);
+    assert_eq!(metric(&d, Metric::ServerCpuPct).value, 96.0);
     assert!(d
         .sentence
         .contains("its 2 CPUs are 96% busy while CPU per request stays at 63.0 µs"));
@@ -224,7 +224,7 @@ fn cpu_per_request_growing_at_flat_throughput() {
         s.cpu_us = [20.0, 22.0, 30.0, 45.0, 70.0][i];
     }));
     assert_eq!(idle.limit, Limit::Undetermined, "{}", idle.sentence);
-    assert_eq!(metric(&d, "cpu_us_per_req").value, 70.0);
+    assert_eq!(metric(&d, Metric::CpuUsPerReq).value, 70.0);
     assert!(
         d.sentence
             .contains("CPU per request grows from 20.0 µs to 70.0 µs"),
@@ -248,7 +248,7 @@ fn throughput_falling_after_its_peak() {
     .collect();
     let d = diagnose_all(&shape);
     assert_eq!((d.limit, d.knee_clients), (Limit::Coherency, Some(4)));
-    assert_eq!(metric(&d, "throughput_rps").value, 18e3);
+    assert_eq!(metric(&d, Metric::ThroughputRps).value, 18e3);
     assert!(d
         .sentence
         .contains("throughput falls from 32.0k req/s at 8 clients to 18.0k req/s at 32"));
@@ -275,7 +275,7 @@ fn run_queue_wait_growing_with_more_threads_than_cpus() {
     }));
     assert_eq!(d.limit, Limit::Oversubscription);
     assert_eq!(d.confidence, Confidence::High);
-    assert_eq!(metric(&d, "run_delay_us_per_req").value, 60.0);
+    assert_eq!(metric(&d, Metric::RunDelayUsPerReq).value, 60.0);
     assert!(
         d.sentence
             .contains("3.0 threads waiting on average for 1 CPU"),
@@ -360,7 +360,7 @@ fn neither_side_busy_and_latency_as_littles_law_says() {
     }));
     assert_eq!(d.limit, Limit::Outside);
     assert_eq!(d.confidence, Confidence::High);
-    let lat = metric(&d, "mean_latency_us").value;
+    let lat = metric(&d, Metric::MeanLatencyUs).value;
     assert!((lat - 16.0 / 31e3 * 1e6).abs() < 1e-6, "{lat}");
     assert!(d.sentence.contains("outside both processes"));
     assert!(
@@ -392,13 +392,13 @@ fn a_pipeline_still_creeping_up_past_its_knee_is_outside() {
 fn saturated_generator_or_too_few_in_flight() {
     let d = diagnose_all(&bending(|i, s| s.saturated = i >= 3));
     assert_eq!(d.limit, Limit::Client);
-    assert_eq!(metric(&d, "client_saturated").at_clients, Some(8));
+    assert_eq!(metric(&d, Metric::ClientSaturated).at_clients, Some(8));
     // Little's law: only half the configured requests were in flight.
     let d = diagnose_all(&bending(|_, s| {
         s.latency_us = Some(s.clients as f64 / s.x * 0.5e6)
     }));
     assert_eq!(d.limit, Limit::Client);
-    assert!((metric(&d, "little_ratio").value - 0.5).abs() < 1e-9);
+    assert!((metric(&d, Metric::LittleRatio).value - 0.5).abs() < 1e-9);
     assert!(
         d.sentence
             .contains("only 8.0 of the 16 configured requests"),
@@ -418,16 +418,16 @@ fn nothing_fits_and_each_limit_says_what_ruled_it_out() {
         (Limit::Undetermined, Confidence::Low)
     );
     for m in [
-        "client_saturated",
-        "server_cpu_pct",
-        "busiest_thread_cpu_pct",
-        "run_delay_pct",
-        "cpu_us_per_req",
-        "throughput_rps",
+        Metric::ClientSaturated,
+        Metric::ServerCpuPct,
+        Metric::BusiestThreadCpuPct,
+        Metric::RunDelayPct,
+        Metric::CpuUsPerReq,
+        Metric::ThroughputRps,
     ] {
         metric(&d, m);
     }
-    assert_eq!(metric(&d, "server_cpu_pct").value, 75.0);
+    assert_eq!(metric(&d, Metric::ServerCpuPct).value, 75.0);
     assert!(d.sentence.contains("undetermined"));
 }
 
@@ -594,11 +594,11 @@ fn a_growing_lock_share_supports_contention_and_names_nothing_alone() {
         "{}",
         with.sentence
     );
-    assert_eq!(metric(&with, "profile_growth_points").value, 8.0);
+    assert_eq!(metric(&with, Metric::ProfileGrowthPoints).value, 8.0);
     let flat = diagnose_with_profile(&series, &refs, Some(&profile(3.0, 4.0)));
     assert_eq!(flat.limit, Limit::Contention);
     assert!(!flat.sentence.contains("futex"), "{}", flat.sentence);
-    assert_eq!(metric(&flat, "sync_frames_pct").value, 4.0);
+    assert_eq!(metric(&flat, Metric::SyncFramesPct).value, 4.0);
     // A lock share growing at a busy cpuset with a flat CPU per request stays server_cpu.
     let busy: Vec<StepResult> = bending(|i, s| {
         s.busy_pct = [30.0, 60.0, 92.0, 95.0, 96.0][i];
@@ -611,7 +611,7 @@ fn a_growing_lock_share_supports_contention_and_names_nothing_alone() {
     let refs: Vec<&StepResult> = busy.iter().collect();
     let d = diagnose_with_profile(&series, &refs, Some(&profile(3.0, 14.0)));
     assert_eq!(d.limit, Limit::ServerCpu, "{}", d.sentence);
-    assert_eq!(metric(&d, "sync_frames_pct").value, 14.0);
+    assert_eq!(metric(&d, Metric::SyncFramesPct).value, 14.0);
 }
 
 #[test]
@@ -634,23 +634,23 @@ fn the_built_in_generators_own_threads_are_evidence_where_it_gave_them() {
     // A saturated generator: its busiest thread and its wait at the level it saturated.
     let d = diagnose_threads(&bending(|i, s| s.saturated = i >= 3));
     assert_eq!(d.limit, Limit::Client);
-    let busiest = metric(&d, "client_busiest_thread_pct");
+    let busiest = metric(&d, Metric::ClientBusiestThreadPct);
     assert_eq!((busiest.value, busiest.at_clients), (90.0, Some(8)));
-    assert_eq!(metric(&d, "client_run_delay_pct").value, 15.0);
+    assert_eq!(metric(&d, Metric::ClientRunDelayPct).value, 15.0);
     // Nothing fits: they are among what ruled the client out, at the last level.
     let d = diagnose_threads(&bending(|_, s| {
         s.busy_pct = 75.0;
         s.client_busy_pct = 70.0;
     }));
     assert_eq!(d.limit, Limit::Undetermined);
-    assert_eq!(metric(&d, "client_busiest_thread_pct").value, 100.0);
-    assert_eq!(metric(&d, "client_run_delay_pct").at_clients, Some(16));
+    assert_eq!(metric(&d, Metric::ClientBusiestThreadPct).value, 100.0);
+    assert_eq!(metric(&d, Metric::ClientRunDelayPct).at_clients, Some(16));
     // An external tool gives neither: no such evidence.
     let d = diagnose_all(&bending(|i, s| s.saturated = i >= 3));
     assert!(!d
         .evidence
         .iter()
-        .any(|e| e.metric.starts_with("client_busiest")));
+        .any(|e| e.metric == Metric::ClientBusiestThreadPct));
 }
 
 /// Issue 33's resources outside the CPU: `io(i)` gives level i's `server.sockets`, `link` and
@@ -700,8 +700,8 @@ fn requests_waiting_unread_in_an_idle_server_are_a_concurrency_limit() {
     });
     assert_eq!(d.limit, Limit::Concurrency, "{}", d.sentence);
     assert_eq!(d.confidence, Confidence::High, "{}", d.sentence);
-    assert_eq!(metric(&d, "waiting_requests").value, 14.0);
-    assert!((metric(&d, "served_at_once").value - 2.0).abs() < 1e-9);
+    assert_eq!(metric(&d, Metric::WaitingRequests).value, 14.0);
+    assert!((metric(&d, Metric::ServedAtOnce).value - 2.0).abs() < 1e-9);
     assert!(
         d.sentence
             .contains("14.0 of the 16 requests waited unread inside it")
@@ -713,8 +713,8 @@ fn requests_waiting_unread_in_an_idle_server_are_a_concurrency_limit() {
     // Empty sockets: the same curve is outside, and the evidence says the sockets were empty.
     let d = diagnose_io(&shape, |_| json!({"sockets": {"waiting_mean": 0.2}}));
     assert_eq!(d.limit, Limit::Outside, "{}", d.sentence);
-    assert_eq!(metric(&d, "waiting_requests").value, 0.2);
-    assert!(metric(&d, "link_utilisation_pct").value.is_nan());
+    assert_eq!(metric(&d, Metric::WaitingRequests).value, 0.2);
+    assert!(metric(&d, Metric::LinkUtilisationPct).value.is_nan());
 }
 
 fn link(util: f64) -> serde_json::Value {
@@ -839,8 +839,8 @@ fn a_throttling_quota_is_the_limit_not_outside() {
         "{}",
         d.sentence
     );
-    assert_eq!(metric(&d, "quota_cpus").value, 0.2);
-    assert_eq!(metric(&d, "throttled_periods_pct").value, 95.0);
+    assert_eq!(metric(&d, Metric::QuotaCpus).value, 0.2);
+    assert_eq!(metric(&d, Metric::ThrottledPeriodsPct).value, 95.0);
     assert!(
         d.sentence.contains(
             "its cgroup /stairbench-quota allows 0.20 CPUs (cpu.cfs_quota_us) and throttled it in 19 of 20 periods (1.52 s throttled in 2.0 s) at 16 clients, while the server used 0.20 CPUs (100% of the quota)"
@@ -858,7 +858,7 @@ fn a_throttling_quota_is_the_limit_not_outside() {
     // A quota the server stayed far below rules it out, and says so among outside's figures.
     let d = diagnose_with(&idle_flat(), |_| throttled(0.02, 0));
     assert_eq!(d.limit, Limit::Outside, "{}", d.sentence);
-    assert_eq!(metric(&d, "throttled_periods_pct").value, 0.0);
+    assert_eq!(metric(&d, Metric::ThrottledPeriodsPct).value, 0.0);
 }
 
 /// `others_pct` of the server's one CPU taken by pid 77 (`sh`), the CPU `busy` % busy.
@@ -898,7 +898,7 @@ fn a_busy_neighbour_is_named_before_coherency() {
         "{}",
         d.sentence
     );
-    assert_eq!(metric(&d, "neighbours_pct").value, 48.0);
+    assert_eq!(metric(&d, Metric::NeighboursPct).value, 48.0);
     assert!(
         d.sentence.contains("other processes took 48% of its 1 CPU at 32 clients while it was 99% busy (steal 0%); the busiest: sh (pid 77) 47%: a neighbour limit. Next: move the other processes off the server's CPUs"),
         "{}",
@@ -1042,4 +1042,168 @@ fn a_high_limit_never_contradicts_the_recorded_evidence_of_another() {
             );
         }
     }
+}
+
+#[test]
+fn limit_and_confidence_names_are_serdes() {
+    for l in Limit::ALL {
+        let json = serde_json::to_string(&l).unwrap();
+        assert_eq!(json, format!("\"{l}\""));
+        assert_eq!(serde_json::from_str::<Limit>(&json).unwrap(), l);
+    }
+    for c in Confidence::ALL {
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(json, format!("\"{c}\""));
+        assert_eq!(serde_json::from_str::<Confidence>(&json).unwrap(), c);
+    }
+    let mut names: Vec<&str> = Limit::ALL.iter().map(|l| l.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), Limit::ALL.len());
+}
+
+/// A run of three series (a single-thread limit measured twice, a series nothing fits whose
+/// evidence holds figures not measured, a client limit) as analysis.json holds it.
+fn three_series() -> RunAnalysis {
+    let named = |target: &str, shape: Vec<S>, rep: usize| -> Vec<StepResult> {
+        shape
+            .iter()
+            .map(|s| {
+                let mut r = step(s);
+                r.target = target.into();
+                r.rep = rep;
+                r.id = format!("{target}.sep.c{}.r{rep}", s.clients);
+                r
+            })
+            .collect()
+    };
+    let thread = |i: usize, s: &mut S| {
+        s.busiest = Some(("reactor-0", [30.0, 55.0, 92.0, 96.0, 97.0][i]));
+        s.busy_pct = [15.0, 28.0, 47.0, 49.0, 50.0][i];
+        s.cpu_us = 7.7;
+    };
+    let mut steps = named("redis", bending(thread), 0);
+    steps.extend(named(
+        "redis",
+        bending(|i, s| {
+            thread(i, s);
+            s.x *= 1.01;
+        }),
+        1,
+    ));
+    steps.extend(named(
+        "web",
+        bending(|_, s| {
+            s.busy_pct = 75.0;
+            s.client_busy_pct = 70.0;
+        }),
+        0,
+    ));
+    steps.extend(named("wrk", bending(|i, s| s.saturated = i >= 3), 0));
+    analyze_steps(&steps)
+}
+
+/// `a` and `b` hold the same keys, strings, nulls and bools, and numbers within 1e-12.
+fn same_json(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= 1e-12 * x.abs().max(1.0),
+                "{at}: {x} != {y}"
+            );
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            let keys = |m: &serde_json::Map<String, Value>| m.keys().cloned().collect::<Vec<_>>();
+            assert_eq!(keys(x), keys(y), "{at}");
+            for (k, v) in x {
+                same_json(v, &y[k], &format!("{at}.{k}"));
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (i, (v, w)) in x.iter().zip(y).enumerate() {
+                same_json(v, w, &format!("{at}[{i}]"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+#[test]
+fn analysis_json_reads_back_into_its_types() {
+    let a = three_series();
+    let limits: Vec<Limit> = a.diagnosis.iter().map(|d| d.limit).collect();
+    assert_eq!(
+        limits,
+        [Limit::OneThread, Limit::Undetermined, Limit::Client]
+    );
+    let undetermined = &a.diagnosis[1];
+    assert!(undetermined
+        .figure(Metric::BusiestThreadCpuPct)
+        .unwrap()
+        .is_nan());
+    let written = serde_json::to_string_pretty(&a).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("analysis.json"), &written).unwrap();
+    let back = read_analysis_json(dir.path()).unwrap();
+    // serde_json reads a float to within one ulp (its exact parser is a feature left off):
+    // every name, string and null the same, every number within 1e-12.
+    let again = serde_json::to_value(&back).unwrap();
+    same_json(&serde_json::to_value(&a).unwrap(), &again, "");
+    let back_limits: Vec<Limit> = back.diagnosis.iter().map(|d| d.limit).collect();
+    assert_eq!(back_limits, limits);
+    assert_eq!(back.diagnosis[0].confidence, a.diagnosis[0].confidence);
+    assert_eq!(
+        back.diagnosis[1].evidence.len(),
+        undetermined.evidence.len()
+    );
+    // The names are the ones scripts read: `"metric": "busiest_thread_cpu_pct"`, a figure not
+    // measured as null.
+    assert!(written.contains("\"limit\": \"one_thread\""), "{written}");
+    assert!(
+        written.contains("\"metric\": \"busiest_thread_cpu_pct\",\n          \"value\": null"),
+        "{written}"
+    );
+    let missing = read_analysis_json(&dir.path().join("none")).unwrap_err();
+    assert!(missing.to_string().starts_with("cannot read "), "{missing}");
+}
+
+/// The names schema/analysis.schema.json allows for a diagnosis' `path` (`limit`,
+/// `confidence`, `evidence.metric`).
+fn schema_enum(path: &[&str]) -> Vec<String> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/analysis.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let mut at = &schema["$defs"]["diagnosis"]["properties"];
+    for (i, key) in path.iter().enumerate() {
+        at = &at[key];
+        if i + 1 < path.len() {
+            at = &at["items"]["properties"];
+        }
+    }
+    let list = at["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no enum at {path:?}"));
+    list.iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_schema_names_every_limit_confidence_and_metric() {
+    let names = |v: Vec<&str>| v.into_iter().map(String::from).collect::<Vec<_>>();
+    assert_eq!(
+        schema_enum(&["limit"]),
+        names(Limit::ALL.iter().map(|l| l.as_str()).collect())
+    );
+    assert_eq!(
+        schema_enum(&["confidence"]),
+        names(Confidence::ALL.iter().map(|c| c.as_str()).collect())
+    );
+    assert_eq!(
+        schema_enum(&["evidence", "metric"]),
+        names(Metric::ALL.iter().map(|m| m.as_str()).collect())
+    );
 }

@@ -4,7 +4,7 @@
 //! thread on another CPU; on this VM about 3× at 1 client. One sentence, with both figures,
 //! added to the separated series' diagnosis.
 
-use super::{ev, us, Diagnosis};
+use super::{ev, us, Diagnosis, Metric};
 use crate::record::steps::StepResult;
 
 /// The separated p50 at least this many times the shared one's is worth a sentence.
@@ -42,13 +42,13 @@ pub fn add_wakeup_sentences(diagnoses: &mut [Diagnosis], steps: &[&StepResult]) 
             continue;
         }
         d.evidence.push(ev(
-            "p50_latency_us",
+            Metric::P50LatencyUs,
             sep,
             Some(clients),
             "median latency at the lowest level, separated placement",
         ));
         d.evidence.push(ev(
-            "shared_p50_latency_us",
+            Metric::SharedP50LatencyUs,
             sh,
             Some(clients),
             "median latency at the same level with server and client sharing CPUs",
@@ -80,6 +80,7 @@ fn p50_at(steps: &[&StepResult], target: &str, placement: &str, clients: usize) 
 #[cfg(test)]
 mod tests {
     use crate::analyze::run::analyze_steps;
+    use crate::analyze::run::diagnosis::Metric;
     use crate::record::steps::{StepResult, StepStatus};
 
     fn step(placement: &str, clients: usize, p50_us: f64) -> StepResult {
@@ -122,9 +123,12 @@ mod tests {
         );
         assert!(!s[0].contains("waking"), "{s:?}");
         let d = &analyze_steps(&[step("shared", 1, 30.0), step("separated", 1, 95.0)]).diagnosis;
-        let figure = |m: &str| d[1].evidence.iter().find(|e| e.metric == m).unwrap().value;
+        let figure = |m: Metric| d[1].figure(m).unwrap();
         assert_eq!(
-            (figure("p50_latency_us"), figure("shared_p50_latency_us")),
+            (
+                figure(Metric::P50LatencyUs),
+                figure(Metric::SharedP50LatencyUs)
+            ),
             (95.0, 30.0)
         );
     }

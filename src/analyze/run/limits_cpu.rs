@@ -7,7 +7,7 @@
 //! The figures a sentence quotes come from one repetition (the level's median one for the
 //! deciding figure), never from two: a thread's share and its cpuset's cannot then disagree.
 
-use super::{ev, rps, Confidence, Ctx, Evidence, Found, Level, Limit, BUSY_PCT};
+use super::{ev, rps, Confidence, Ctx, Evidence, Found, Level, Limit, Metric, BUSY_PCT};
 use crate::record::observed::Observation;
 use crate::record::steps::StepResult;
 use crate::record::use_cpu::{Neighbour, Neighbours};
@@ -194,7 +194,7 @@ pub(super) fn quota(c: &Ctx) -> Option<Found> {
         limit: Limit::Quota,
         confidence: Confidence::Medium,
         evidence: vec![ev(
-            "cgroup_cpuset_cpus",
+            Metric::CgroupCpusetCpus,
             n,
             Some(top.clients),
             format!("the server's cpuset cgroup allows only CPUs {set}, fewer than its placement's"),
@@ -215,7 +215,7 @@ fn quota_found(c: &Ctx, top: &Level, q: &QuotaRep) -> Found {
     let agree = q.throttled_pct() >= 50.0 && used >= 80.0 && top.cpu.quota_reps_agree;
     let evidence = vec![
         ev(
-            "quota_cpus",
+            Metric::QuotaCpus,
             q.quota_cpus,
             Some(top.clients),
             format!(
@@ -224,7 +224,7 @@ fn quota_found(c: &Ctx, top: &Level, q: &QuotaRep) -> Found {
             ),
         ),
         ev(
-            "throttled_periods_pct",
+            Metric::ThrottledPeriodsPct,
             thr,
             Some(top.clients),
             format!(
@@ -233,13 +233,13 @@ fn quota_found(c: &Ctx, top: &Level, q: &QuotaRep) -> Found {
             ),
         ),
         ev(
-            "throttled_s",
+            Metric::ThrottledS,
             q.throttled_s,
             Some(top.clients),
             format!("time throttled in the {:.1} s window", q.window_s),
         ),
         ev(
-            "server_quota_used_pct",
+            Metric::ServerQuotaUsedPct,
             used,
             Some(top.clients),
             "the server's CPU, % of the quota",
@@ -401,13 +401,13 @@ fn side_evidence(
 ) {
     let at = Some(clients);
     evidence.push(ev(
-        "neighbours_pct",
+        Metric::NeighboursPct,
         others,
         at,
         format!("other processes' share of the {side} CPUs (busy minus the server's and stairbench's own)"),
     ));
     evidence.push(ev(
-        "cpus_busy_pct",
+        Metric::CpusBusyPct,
         busy,
         at,
         format!("the {side} CPUs' busy %, everything on them"),
@@ -418,7 +418,7 @@ fn side_evidence(
         .max_by(|a, b| share(a).total_cmp(&share(b)))
     {
         evidence.push(ev(
-            "busiest_neighbour_pct",
+            Metric::BusiestNeighbourPct,
             share(x),
             at,
             format!("{} (pid {}), its share of the {side} CPUs", x.name, x.pid),
@@ -453,7 +453,7 @@ pub(super) fn cap(
     if let Some((clients, s, cl, n)) = worst.filter(|w| w.1.max(w.2) >= NEIGHBOUR_PCT) {
         if limit != Limit::Neighbour {
             evidence.push(ev(
-                "neighbours_pct",
+                Metric::NeighboursPct,
                 s.max(cl),
                 Some(clients),
                 "other processes' share of the server's or the client's CPUs: no limit is named at high confidence",
@@ -517,7 +517,7 @@ pub(super) fn ruled_out(c: &Ctx, out: &mut Vec<Evidence>) {
     let at = Some(top.clients);
     match &top.cpu.quota {
         Some(q) => out.push(ev(
-            "throttled_periods_pct",
+            Metric::ThrottledPeriodsPct,
             q.throttled_pct(),
             at,
             format!(
@@ -528,15 +528,15 @@ pub(super) fn ruled_out(c: &Ctx, out: &mut Vec<Evidence>) {
                 q.used_pct()
             ),
         )),
-        None => out.push(ev("quota_cpus", f64::NAN, at, "quota: no CPU quota on the server's cgroups")),
+        None => out.push(ev(Metric::QuotaCpus, f64::NAN, at, "quota: no CPU quota on the server's cgroups")),
     }
     match &top.cpu.neighbours {
         Some(n) => out.push(ev(
-            "neighbours_pct",
+            Metric::NeighboursPct,
             others_pct(n),
             at,
             format!("neighbour: other processes took {:.0}% of the server's CPUs and {:.0}% of the client's{} (a limit needs {NEIGHBOUR_PCT:.0}% on CPUs {BUSY_PCT:.0}% busy, and the side's threads waiting {NEIGHBOUR_WAIT_PCT:.0}% of the window for a CPU)", n.server_cpus_others_pct.unwrap_or(0.0), n.client_cpus_others_pct.unwrap_or(0.0), top.run_delay_pct.map(|w| format!("; the server's threads waited {w:.0}% of the window for a CPU")).unwrap_or_default()),
         )),
-        None => out.push(ev("neighbours_pct", f64::NAN, at, "neighbour: the other processes were not observed")),
+        None => out.push(ev(Metric::NeighboursPct, f64::NAN, at, "neighbour: the other processes were not observed")),
     }
 }

@@ -4,7 +4,7 @@
 //! quotes the figures it read and ends with what to try next; [`ruled_out`] gives `outside`
 //! and `undetermined` the figures that ruled each of these resources out.
 
-use super::{ev, rps, us, Confidence, Ctx, Evidence, Found, Level, Limit, IDLE_PCT};
+use super::{ev, rps, us, Confidence, Ctx, Evidence, Found, Level, Limit, Metric, IDLE_PCT};
 use crate::record::observed::Observation;
 use crate::record::use_io::{DiskUse, LinkUse};
 
@@ -178,13 +178,13 @@ pub(super) fn concurrency(c: &Ctx) -> Option<Found> {
     let cpu = top.server_cpu_pct.unwrap_or(0.0);
     let mut evidence = vec![
         ev(
-            "waiting_requests",
+            Metric::WaitingRequests,
             waiting,
             Some(top.clients),
             "requests waiting inside the server: connections with unread bytes plus the accept queue (sampled)",
         ),
         ev(
-            "server_cpu_pct",
+            Metric::ServerCpuPct,
             cpu,
             Some(top.clients),
             "the server's own CPU, % of its cpuset",
@@ -201,7 +201,7 @@ pub(super) fn concurrency(c: &Ctx) -> Option<Found> {
     let mut served = String::new();
     if let (Some(n), Some(r)) = (at_once, service) {
         evidence.push(ev(
-            "served_at_once",
+            Metric::ServedAtOnce,
             n,
             Some(top.clients),
             format!(
@@ -256,7 +256,7 @@ pub(super) fn network(c: &Ctx) -> Option<Found> {
     l.capacity_bits_per_s?;
     let mut evidence = vec![
         ev(
-            "link_utilisation_pct",
+            Metric::LinkUtilisationPct,
             util,
             Some(top.clients),
             format!(
@@ -266,7 +266,7 @@ pub(super) fn network(c: &Ctx) -> Option<Found> {
             ),
         ),
         ev(
-            "link_bits_per_s",
+            Metric::LinkBitsPerS,
             l.bits_per_s,
             Some(top.clients),
             format!("{}: the busier direction", l.interface),
@@ -280,7 +280,7 @@ pub(super) fn network(c: &Ctx) -> Option<Found> {
     );
     if let Some(b) = l.bytes_per_req {
         evidence.push(ev(
-            "bytes_per_req",
+            Metric::BytesPerReq,
             b,
             Some(top.clients),
             "bytes the server sent per request",
@@ -293,12 +293,16 @@ pub(super) fn network(c: &Ctx) -> Option<Found> {
     }
     for (metric, v, note) in [
         (
-            "qdisc_overlimits",
+            Metric::QdiscOverlimits,
             l.overlimits,
             "packets the qdisc held back over its rate",
         ),
-        ("qdisc_drops", l.drops, "packets the qdisc dropped"),
-        ("tcp_retrans_segs", l.retrans, "TCP segments retransmitted"),
+        (Metric::QdiscDrops, l.drops, "packets the qdisc dropped"),
+        (
+            Metric::TcpRetransSegs,
+            l.retrans,
+            "TCP segments retransmitted",
+        ),
     ] {
         evidence.push(ev(
             metric,
@@ -366,7 +370,7 @@ pub(super) fn disk(c: &Ctx) -> Option<Found> {
     let mut parts = Vec::new();
     if let Some(w) = waiting {
         evidence.push(ev(
-            "blkio_waiting",
+            Metric::BlkioWaiting,
             w,
             at,
             "the server tree's tasks waiting for block I/O, mean (delay accounting)",
@@ -377,7 +381,7 @@ pub(super) fn disk(c: &Ctx) -> Option<Found> {
     }
     if let Some((group, dev, kind, limit, pct)) = &d.throttle {
         evidence.push(ev(
-            "io_throttle_use_pct",
+            Metric::IoThrottleUsePct,
             *pct,
             at,
             format!("cgroup {group}: {kind} on {dev}, limit {limit:.0}/s"),
@@ -389,7 +393,7 @@ pub(super) fn disk(c: &Ctx) -> Option<Found> {
     }
     if let Some((name, util, queue)) = &d.device {
         evidence.push(ev(
-            "disk_util_pct",
+            Metric::DiskUtilPct,
             *util,
             at,
             format!("{name}: share of the window with I/O in flight"),
@@ -427,11 +431,11 @@ fn per_s(kind: &str, v: f64) -> String {
 pub(super) fn ruled_out(c: &Ctx) -> Vec<Evidence> {
     let top = c.top();
     let at = Some(top.clients);
-    let missing = |metric: &str, why: &str| ev(metric, f64::NAN, at, why);
+    let missing = |metric: Metric, why: &str| ev(metric, f64::NAN, at, why);
     let mut out = Vec::new();
     out.push(match top.io.waiting {
         Some(w) => ev(
-            "waiting_requests",
+            Metric::WaitingRequests,
             w,
             at,
             format!(
@@ -439,12 +443,12 @@ pub(super) fn ruled_out(c: &Ctx) -> Vec<Evidence> {
                 100.0 * WAITING_SHARE
             ),
         ),
-        None => missing("waiting_requests", "concurrency: the server's sockets were not sampled"),
+        None => missing(Metric::WaitingRequests, "concurrency: the server's sockets were not sampled"),
     });
     out.push(match &top.io.link {
         Some(l) => match l.utilisation_pct {
             Some(u) => ev(
-                "link_utilisation_pct",
+                Metric::LinkUtilisationPct,
                 u,
                 at,
                 format!(
@@ -455,7 +459,7 @@ pub(super) fn ruled_out(c: &Ctx) -> Vec<Evidence> {
                 ),
             ),
             None => ev(
-                "link_bits_per_s",
+                Metric::LinkBitsPerS,
                 l.bits_per_s,
                 at,
                 format!(
@@ -466,7 +470,7 @@ pub(super) fn ruled_out(c: &Ctx) -> Vec<Evidence> {
             ),
         },
         None => missing(
-            "link_utilisation_pct",
+            Metric::LinkUtilisationPct,
             "network: the server's link was not observed",
         ),
     });
@@ -478,7 +482,7 @@ pub(super) fn ruled_out(c: &Ctx) -> Vec<Evidence> {
                 .as_ref()
                 .map_or("no device".into(), |x| x.0.clone());
             out.push(ev(
-                "disk_util_pct",
+                Metric::DiskUtilPct,
                 util,
                 at,
                 format!(
@@ -492,7 +496,7 @@ pub(super) fn ruled_out(c: &Ctx) -> Vec<Evidence> {
             ));
         }
         None => out.push(missing(
-            "disk_util_pct",
+            Metric::DiskUtilPct,
             "disk: the server's storage was not observed",
         )),
     }

@@ -3,14 +3,14 @@
 //! not the p99 of anything), with the spread of the single repetitions' p99 beside it.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{load_of, Histograms, LoadPoint};
 use crate::record::steps::StepResult;
 use crate::units;
 
 /// Percentiles of a load level's merged histogram, in µs.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct MergedLatency {
     /// Requests in the merged histogram (every repetition's window).
     pub count: u64,

@@ -4,12 +4,12 @@
 //! whose requests failed too often measured errors: both are left out, and named, so a reader
 //! sees why the peak is not the highest figure in the results table.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::LoadPoint;
 
 /// The peak of one series.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Peak {
     /// Mean throughput (req/s) over the repetitions of the best server-limited load level;
     /// None when no level measured the server.

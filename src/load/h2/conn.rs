@@ -29,6 +29,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+use crate::record::load::RequestError;
 use crate::wire::grpc::{self, ReplyReader};
 use crate::wire::hpack::{self, Decoder};
 
@@ -98,7 +99,7 @@ pub(super) enum Event<T> {
     /// stream id): the server did not process it, so it may be sent again.
     Refused(T),
     /// Failed, by kind (`h2_reset`, `h2_no_status`; gRPC: `grpc_no_status`, `grpc_framing`...).
-    Failed(T, &'static str),
+    Failed(T, RequestError),
     /// gRPC: the call ended with a non-zero `grpc-status`, its code and `grpc-message`.
     GrpcStatus(T, u32, String),
 }
@@ -108,27 +109,28 @@ pub(super) enum Event<T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct ConnError {
     /// The error kind the streams in flight count as.
-    pub kind: &'static str,
+    pub kind: RequestError,
     /// The HTTP/2 error code of our GOAWAY.
     pub code: u32,
 }
 
 impl ConnError {
-    const PROTOCOL: Self = ConnError::new("h2_protocol", PROTOCOL_ERROR);
-    const COMPRESSION: Self = ConnError::new("h2_compression", COMPRESSION_ERROR);
-    const FRAME_SIZE: Self = ConnError::new("h2_frame_size", FRAME_SIZE_ERROR);
-    const FLOW_CONTROL: Self = ConnError::new("h2_flow_control", FLOW_CONTROL_ERROR);
-    const STREAM_CLOSED: Self = ConnError::new("h2_stream_closed", STREAM_CLOSED);
-    const HEADERS_TOO_LARGE: Self = ConnError::new("h2_headers_too_large", ENHANCE_YOUR_CALM);
-    const FLOOD: Self = ConnError::new("h2_flood", ENHANCE_YOUR_CALM);
+    const PROTOCOL: Self = ConnError::new(RequestError::H2Protocol, PROTOCOL_ERROR);
+    const COMPRESSION: Self = ConnError::new(RequestError::H2Compression, COMPRESSION_ERROR);
+    const FRAME_SIZE: Self = ConnError::new(RequestError::H2FrameSize, FRAME_SIZE_ERROR);
+    const FLOW_CONTROL: Self = ConnError::new(RequestError::H2FlowControl, FLOW_CONTROL_ERROR);
+    const STREAM_CLOSED: Self = ConnError::new(RequestError::H2StreamClosed, STREAM_CLOSED);
+    const HEADERS_TOO_LARGE: Self =
+        ConnError::new(RequestError::H2HeadersTooLarge, ENHANCE_YOUR_CALM);
+    const FLOOD: Self = ConnError::new(RequestError::H2Flood, ENHANCE_YOUR_CALM);
 
-    const fn new(kind: &'static str, code: u32) -> Self {
+    const fn new(kind: RequestError, code: u32) -> Self {
         ConnError { kind, code }
     }
 
     /// What the connection holds is more than the thread's reply budget lets it hold
     /// (`kind` is the budget's: `reply_over_budget`).
-    pub fn over_budget(kind: &'static str) -> Self {
+    pub fn over_budget(kind: RequestError) -> Self {
         ConnError::new(kind, ENHANCE_YOUR_CALM)
     }
 }
@@ -716,7 +718,7 @@ impl<T: Copy> H2Conn<T> {
             if code == REFUSED_STREAM && s.status == 0 {
                 Event::Refused(s.tag)
             } else {
-                Event::Failed(s.tag, "h2_reset")
+                Event::Failed(s.tag, RequestError::H2Reset)
             }
         });
         Ok(())
@@ -901,7 +903,7 @@ impl<T: Copy> Slot<T> {
     /// trailers (an HTTP error status without a `grpc-status` stays the HTTP error).
     fn response_end(&mut self, grpc: bool) -> Event<T> {
         if self.status < 200 {
-            return Event::Failed(self.tag, "h2_no_status");
+            return Event::Failed(self.tag, RequestError::H2NoStatus);
         }
         if !grpc {
             return Event::Done(self.tag, self.status);
@@ -910,8 +912,12 @@ impl<T: Copy> Slot<T> {
             grpc::End::Ok => Event::Done(self.tag, self.status),
             grpc::End::Status(code, message) => Event::GrpcStatus(self.tag, code, message),
             grpc::End::NoStatus if self.status != 200 => Event::Done(self.tag, self.status),
-            grpc::End::NoStatus => Event::Failed(self.tag, "grpc_no_status"),
-            grpc::End::Broken(kind) => Event::Failed(self.tag, kind),
+            grpc::End::NoStatus => Event::Failed(self.tag, RequestError::GrpcNoStatus),
+            // The wire layer's kinds as text; every one is an `RequestError` (see record::load).
+            grpc::End::Broken(kind) => Event::Failed(
+                self.tag,
+                RequestError::from_key(kind).unwrap_or(RequestError::GrpcFraming),
+            ),
         }
     }
 }
@@ -1050,8 +1056,8 @@ mod tests {
         assert_eq!(
             events,
             vec![
-                Event::Failed(3, "grpc_no_status"),
-                Event::Failed(4, "grpc_framing")
+                Event::Failed(3, RequestError::GrpcNoStatus),
+                Event::Failed(4, RequestError::GrpcFraming)
             ]
         );
     }
@@ -1107,7 +1113,7 @@ mod tests {
         assert!(c.going_away() && !c.goaway_error() && !c.can_open(8));
         c.receive(&frame(RST_STREAM, 0, 1, &CANCEL.to_be_bytes()), &mut events)
             .unwrap();
-        assert_eq!(events[1], Event::Failed(10, "h2_reset"));
+        assert_eq!(events[1], Event::Failed(10, RequestError::H2Reset));
     }
 
     #[test]
@@ -1185,7 +1191,7 @@ mod tests {
 
     /// The connection error a ready connection with stream 1 open (and stream 3 when
     /// `two`) meets on `input`.
-    fn error_on(input: &[u8], two: bool) -> Option<&'static str> {
+    fn error_on(input: &[u8], two: bool) -> Option<RequestError> {
         let mut c = ready_conn();
         c.open(&[0x82], None, 1);
         if two {
@@ -1203,56 +1209,56 @@ mod tests {
     #[test]
     fn each_broken_rule_is_a_connection_error_of_its_kind() {
         let eh = END_HEADERS | END_STREAM;
-        let cases: &[(&str, Vec<u8>, Option<&str>)] = &[
+        let cases: &[(&str, Vec<u8>, Option<RequestError>)] = &[
             (
                 "hpack 00",
                 frame(HEADERS, eh, 1, &[0x00]),
-                Some("h2_compression"),
+                Some(RequestError::H2Compression),
             ),
             (
                 "hpack ff 80",
                 frame(HEADERS, eh, 1, &[0xff, 0x80]),
-                Some("h2_compression"),
+                Some(RequestError::H2Compression),
             ),
             (
                 "DATA on an idle stream",
                 frame(DATA, 0, 5, b"x"),
-                Some("h2_protocol"),
+                Some(RequestError::H2Protocol),
             ),
             (
                 "DATA on a closed stream",
                 frames(&[(HEADERS, eh, 1, &[0x88]), (DATA, 0, 1, b"x")]),
-                Some("h2_stream_closed"),
+                Some(RequestError::H2StreamClosed),
             ),
             (
                 "SETTINGS on stream 1",
                 frame(SETTINGS, 0, 1, &[]),
-                Some("h2_protocol"),
+                Some(RequestError::H2Protocol),
             ),
             (
                 "PING on stream 1",
                 frame(PING, 0, 1, b"12345678"),
-                Some("h2_protocol"),
+                Some(RequestError::H2Protocol),
             ),
             (
                 "SETTINGS of 7 bytes",
                 frame(SETTINGS, 0, 0, &[0; 7]),
-                Some("h2_frame_size"),
+                Some(RequestError::H2FrameSize),
             ),
             (
                 "CONTINUATION alone",
                 frame(CONTINUATION, END_HEADERS, 1, &[0x88]),
-                Some("h2_protocol"),
+                Some(RequestError::H2Protocol),
             ),
             (
                 "RST_STREAM on an idle stream",
                 frame(RST_STREAM, 0, 7, &[0, 0, 0, 8]),
-                Some("h2_protocol"),
+                Some(RequestError::H2Protocol),
             ),
             (
                 "an oversize frame",
                 frame(DATA, 0, 1, &vec![0; MAX_FRAME + 1]),
-                Some("h2_frame_size"),
+                Some(RequestError::H2FrameSize),
             ),
             (
                 "a 65-KiB header block",
@@ -1263,7 +1269,7 @@ mod tests {
                     }
                     f
                 },
-                Some("h2_headers_too_large"),
+                Some(RequestError::H2HeadersTooLarge),
             ),
             (
                 "empty CONTINUATION frames",
@@ -1274,7 +1280,7 @@ mod tests {
                     }
                     f
                 },
-                Some("h2_headers_too_large"),
+                Some(RequestError::H2HeadersTooLarge),
             ),
             (
                 "resets of a closed stream",
@@ -1285,7 +1291,7 @@ mod tests {
                     }
                     f
                 },
-                Some("h2_flood"),
+                Some(RequestError::H2Flood),
             ),
             (
                 "a reset of an answered stream",
@@ -1301,7 +1307,7 @@ mod tests {
                     }
                     f
                 },
-                Some("h2_flow_control"),
+                Some(RequestError::H2FlowControl),
             ),
         ];
         for (what, input, want) in cases {

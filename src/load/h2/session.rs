@@ -27,6 +27,7 @@ use crate::load::template::H2Requests;
 use crate::load::transport::Stream;
 use crate::load::worker::{Connection, Sent, Tally, Verdict};
 use crate::load::LoadConfig;
+use crate::record::load::RequestError;
 
 /// A write buffer grown past this is freed once flushed.
 const KEEP_WBUF_BYTES: usize = 64 * 1024;
@@ -167,10 +168,10 @@ impl Connection for H2Session {
         }
     }
 
-    fn closed_kind(&self) -> &'static str {
+    fn closed_kind(&self) -> RequestError {
         match &self.h2 {
-            Some(h) if h.goaway_error() => "h2_goaway",
-            _ => "closed",
+            Some(h) if h.goaway_error() => RequestError::H2Goaway,
+            _ => RequestError::Closed,
         }
     }
 
@@ -188,10 +189,10 @@ impl Connection for H2Session {
 
     /// A server that never sent its SETTINGS resets the connection; streams past their
     /// timeout are cancelled, each a `timeout` error.
-    fn expire(&mut self, timeout_ns: u64, tally: &mut Tally, now: u64) -> Option<&'static str> {
+    fn expire(&mut self, timeout_ns: u64, tally: &mut Tally, now: u64) -> Option<RequestError> {
         let h2 = self.h2.as_mut()?;
         if !h2.ready() && now.saturating_sub(self.opened_ns) >= timeout_ns {
-            return Some("timeout");
+            return Some(RequestError::Timeout);
         }
         let mut expired = Vec::new();
         h2.cancel_where(
@@ -199,7 +200,7 @@ impl Connection for H2Session {
             &mut expired,
         );
         for _ in expired {
-            tally.failed("timeout", now);
+            tally.failed(RequestError::Timeout, now);
         }
         None
     }
@@ -229,7 +230,7 @@ impl H2Session {
     /// Tells `budget` what the HTTP/2 state holds now; the error kind when that is more
     /// than the connection's share and the budget cannot lend the rest (what it held before
     /// stays charged until it is closed).
-    fn charge(&mut self, budget: &mut ReplyBudget) -> Result<(), &'static str> {
+    fn charge(&mut self, budget: &mut ReplyBudget) -> Result<(), RequestError> {
         let now = self.h2.as_ref().map_or(0, H2Conn::held_bytes);
         if now == self.held {
             return Ok(());
@@ -258,7 +259,7 @@ fn ended(e: Event<Tag>, tally: &mut Tally, now: u64) {
         }
         Event::Refused(tag) => tally.refused(tag),
         Event::Failed(_, kind) => tally.failed(kind, now),
-        Event::GrpcStatus(_, code, message) => tally.failed(
+        Event::GrpcStatus(_, code, message) => tally.failed_named(
             &crate::load::protocol::grpc::status_kind(code, &message),
             now,
         ),
@@ -317,7 +318,7 @@ mod tests {
         bytes
     }
 
-    fn take(c: &mut H2Session, budget: &mut ReplyBudget, bytes: &[u8]) -> Result<(), &'static str> {
+    fn take(c: &mut H2Session, budget: &mut ReplyBudget, bytes: &[u8]) -> Result<(), RequestError> {
         let h2 = c.h2.as_mut().unwrap();
         h2.receive(bytes, &mut Vec::new()).unwrap();
         c.charge(budget)
@@ -362,7 +363,7 @@ mod tests {
         take(&mut a, &mut budget, &a_block_begun()).unwrap();
         assert_eq!(
             take(&mut b, &mut budget, &a_block_begun()),
-            Err("reply_over_budget")
+            Err(RequestError::ReplyOverBudget)
         );
         // Refused, b holds what it held before (nothing) until it is closed.
         assert_eq!((b.held, budget.lent_bytes()), (0, a.held));

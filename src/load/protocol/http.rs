@@ -6,6 +6,7 @@
 //! response) is reported so the engine reopens the connection.
 
 use super::{Protocol, Reply};
+use crate::record::load::RequestError;
 use crate::wire::http1::{self, Frame};
 
 /// One connection's reply parser: [`http1::Framer`], its frames as the engine's replies.
@@ -36,7 +37,11 @@ fn reply(frame: Frame) -> Reply {
             close,
             found: None,
         },
-        Frame::Invalid(kind) => Reply::Invalid(kind),
+        // The wire layer names its kinds as text (it sits beside `record`, not above it);
+        // every one it writes is an `RequestError` (a test in record::load holds it so).
+        Frame::Invalid(kind) => {
+            Reply::Invalid(RequestError::from_key(kind).unwrap_or(RequestError::HttpBadResponse))
+        }
     }
 }
 
@@ -93,13 +98,13 @@ impl Protocol for Http {
 }
 
 /// The error kind of an HTTP status (`None` for 2xx).
-pub(crate) fn status_error(status: u16) -> Option<&'static str> {
+pub(crate) fn status_error(status: u16) -> Option<RequestError> {
     match status {
         200..=299 => None,
-        100..=199 => Some("http_1xx"),
-        300..=399 => Some("http_3xx"),
-        400..=499 => Some("http_4xx"),
-        _ => Some("http_5xx"),
+        100..=199 => Some(RequestError::Http1xx),
+        300..=399 => Some(RequestError::Http3xx),
+        400..=499 => Some(RequestError::Http4xx),
+        _ => Some(RequestError::Http5xx),
     }
 }
 

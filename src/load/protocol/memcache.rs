@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 use super::keys::{KeySpace, KvRequests};
 use super::{Preload, Protocol, Reply};
+use crate::record::load::RequestError;
 
 /// Longest reply line accepted (a `VALUE` line names a key of at most 250 bytes; an error
 /// line is a short sentence): a longer one without its CRLF is not memcached talking.
@@ -105,7 +106,7 @@ pub fn parse_memcache(buf: &[u8]) -> Reply {
         let end = match word {
             // Only more values or their END may follow a value.
             _ if values > 0 && word != b"VALUE" && word != b"END" => {
-                return Reply::Invalid("memcache_bad_reply")
+                return Reply::Invalid(RequestError::MemcacheBadReply)
             }
             b"VALUE" => value_after(rest, 2, buf, next),
             b"VA" => value_after(rest, 0, buf, next),
@@ -130,16 +131,16 @@ fn status(word: &[u8], end: usize, had_values: bool) -> Reply {
         b"EN" => done(end, None, Some(false)),
         b"STORED" | b"HD" => done(end, None, None),
         b"NOT_STORED" | b"EXISTS" | b"NOT_FOUND" | b"NS" | b"EX" | b"NF" => {
-            done(end, Some("memcache_not_stored"), None)
+            done(end, Some(RequestError::MemcacheNotStored), None)
         }
-        b"SERVER_ERROR" => done(end, Some("memcache_server_error"), None),
-        b"CLIENT_ERROR" => done(end, Some("memcache_client_error"), None),
-        b"ERROR" => done(end, Some("memcache_error"), None),
-        _ => Reply::Invalid("memcache_bad_reply"),
+        b"SERVER_ERROR" => done(end, Some(RequestError::MemcacheServerError), None),
+        b"CLIENT_ERROR" => done(end, Some(RequestError::MemcacheClientError), None),
+        b"ERROR" => done(end, Some(RequestError::MemcacheError), None),
+        _ => Reply::Invalid(RequestError::MemcacheBadReply),
     }
 }
 
-fn done(len: usize, error: Option<&'static str>, found: Option<bool>) -> Reply {
+fn done(len: usize, error: Option<RequestError>, found: Option<bool>) -> Reply {
     Reply::Done {
         len,
         error,
@@ -151,13 +152,13 @@ fn done(len: usize, error: Option<&'static str>, found: Option<bool>) -> Reply {
 /// The line starting at `at` without its CRLF, and where the next one starts; `None` when
 /// its end has not arrived.
 #[inline]
-fn line_at(buf: &[u8], at: usize) -> Result<Option<(&[u8], usize)>, &'static str> {
+fn line_at(buf: &[u8], at: usize) -> Result<Option<(&[u8], usize)>, RequestError> {
     let rest = &buf[at..];
     let window = &rest[..rest.len().min(MAX_LINE_BYTES)];
     match memchr::memchr(b'\n', window) {
         Some(i) if i > 0 && window[i - 1] == b'\r' => Ok(Some((&window[..i - 1], at + i + 1))),
-        Some(_) => Err("memcache_bad_reply"),
-        None if rest.len() >= MAX_LINE_BYTES => Err("memcache_bad_reply"),
+        Some(_) => Err(RequestError::MemcacheBadReply),
+        None if rest.len() >= MAX_LINE_BYTES => Err(RequestError::MemcacheBadReply),
         None => Ok(None),
     }
 }
@@ -178,21 +179,21 @@ fn value_after(
     size_word: usize,
     buf: &[u8],
     data_at: usize,
-) -> Result<Option<usize>, &'static str> {
+) -> Result<Option<usize>, RequestError> {
     let size = args
         .split(|&b| b == b' ')
         .nth(size_word)
         .and_then(parse_size)
-        .ok_or("memcache_bad_reply")?;
+        .ok_or(RequestError::MemcacheBadReply)?;
     if size > MAX_VALUE_BYTES {
-        return Err("memcache_bad_reply");
+        return Err(RequestError::MemcacheBadReply);
     }
     let end = data_at + size + 2;
     if buf.len() < end {
         return Ok(None);
     }
     if &buf[end - 2..end] != b"\r\n" {
-        return Err("memcache_bad_value");
+        return Err(RequestError::MemcacheBadValue);
     }
     Ok(Some(end))
 }
@@ -218,7 +219,7 @@ mod tests {
         Memcache::new(space, read_ratio, 4, 7, commands)
     }
 
-    fn ok(len: usize, error: Option<&'static str>, found: Option<bool>) -> Reply {
+    fn ok(len: usize, error: Option<RequestError>, found: Option<bool>) -> Reply {
         done(len, error, found)
     }
 
@@ -264,7 +265,7 @@ mod tests {
         assert_eq!(p(b"STORED\r\nEND\r\n"), ok(8, None, None));
         assert_eq!(
             p(b"NOT_STORED\r\n"),
-            ok(12, Some("memcache_not_stored"), None)
+            ok(12, Some(RequestError::MemcacheNotStored), None)
         );
     }
 
@@ -275,16 +276,25 @@ mod tests {
         assert_eq!(p(b"HD\r\n"), ok(4, None, None));
         assert_eq!(p(b"VA 2 f0\r\nab\r\nHD\r\n"), ok(13, None, Some(true)));
         assert_eq!(p(b"VA 2\r\nab"), Reply::Incomplete);
-        assert_eq!(p(b"NS\r\n"), ok(4, Some("memcache_not_stored"), None));
+        assert_eq!(
+            p(b"NS\r\n"),
+            ok(4, Some(RequestError::MemcacheNotStored), None)
+        );
     }
 
     #[test]
     fn errors_are_their_own_kinds() {
         let p = parse_memcache;
         let e = |s: &[u8], kind| assert_eq!(p(s), ok(s.len(), Some(kind), None), "{s:?}");
-        e(b"SERVER_ERROR out of memory\r\n", "memcache_server_error");
-        e(b"CLIENT_ERROR bad data chunk\r\n", "memcache_client_error");
-        e(b"ERROR\r\n", "memcache_error");
+        e(
+            b"SERVER_ERROR out of memory\r\n",
+            RequestError::MemcacheServerError,
+        );
+        e(
+            b"CLIENT_ERROR bad data chunk\r\n",
+            RequestError::MemcacheClientError,
+        );
+        e(b"ERROR\r\n", RequestError::MemcacheError);
     }
 
     #[test]
@@ -292,16 +302,22 @@ mod tests {
         let p = parse_memcache;
         let bad = |s: &[u8], kind| assert_eq!(p(s), Reply::Invalid(kind), "{s:?}");
         // A value longer than announced: its CRLF is not where the length says.
-        bad(b"VALUE k 0 2\r\nabc\r\nEND\r\n", "memcache_bad_value");
-        bad(b"VA 1\r\nabc\r\n", "memcache_bad_value");
-        bad(b"VALUE k 0 x\r\n", "memcache_bad_reply");
-        bad(b"VALUE k 0\r\n", "memcache_bad_reply");
-        bad(b"VALUE k 0 99999999999\r\n", "memcache_bad_reply");
-        bad(b"VALUE k 0 1\r\na\r\nSTORED\r\n", "memcache_bad_reply");
-        bad(b"HTTP/1.1 200 OK\r\n", "memcache_bad_reply");
-        bad(b"END\n", "memcache_bad_reply");
-        bad(b"\n", "memcache_bad_reply");
-        bad(&[b'x'; MAX_LINE_BYTES], "memcache_bad_reply");
+        bad(
+            b"VALUE k 0 2\r\nabc\r\nEND\r\n",
+            RequestError::MemcacheBadValue,
+        );
+        bad(b"VA 1\r\nabc\r\n", RequestError::MemcacheBadValue);
+        bad(b"VALUE k 0 x\r\n", RequestError::MemcacheBadReply);
+        bad(b"VALUE k 0\r\n", RequestError::MemcacheBadReply);
+        bad(b"VALUE k 0 99999999999\r\n", RequestError::MemcacheBadReply);
+        bad(
+            b"VALUE k 0 1\r\na\r\nSTORED\r\n",
+            RequestError::MemcacheBadReply,
+        );
+        bad(b"HTTP/1.1 200 OK\r\n", RequestError::MemcacheBadReply);
+        bad(b"END\n", RequestError::MemcacheBadReply);
+        bad(b"\n", RequestError::MemcacheBadReply);
+        bad(&[b'x'; MAX_LINE_BYTES], RequestError::MemcacheBadReply);
         assert_eq!(p(b""), Reply::Incomplete);
         assert_eq!(p(b"VALU"), Reply::Incomplete);
     }

@@ -10,6 +10,8 @@ pub mod memcache;
 pub mod msgr;
 pub mod redis;
 
+use crate::record::load::RequestError;
+
 /// What [`Protocol::parse_reply`] found at the front of the receive buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {
@@ -20,14 +22,14 @@ pub enum Reply {
         /// Bytes the reply occupies at the front of the buffer.
         len: usize,
         /// The error kind when the reply says the request failed (HTTP non-2xx, RESP error).
-        error: Option<&'static str>,
+        error: Option<RequestError>,
         /// The server will close the connection after this reply (HTTP `Connection: close`).
         close: bool,
         /// For a lookup (a redis GET): whether the key was found; `None` for other replies.
         found: Option<bool>,
     },
     /// The bytes cannot be a reply: the connection must be dropped. Names the error kind.
-    Invalid(&'static str),
+    Invalid(RequestError),
 }
 
 /// One connection's view of a request/reply protocol.

@@ -2,6 +2,7 @@
 //! The frame format itself is [`crate::wire::msgr`], which the server uses too.
 
 use super::{Protocol, Reply};
+use crate::record::load::RequestError;
 use crate::wire::msgr::{FrameHeader, DEFAULT_MAX_FRAME, HEADER_LEN};
 
 /// The load engine's side: one pre-encoded request of `msg_size` bytes asking for a reply of
@@ -42,13 +43,13 @@ impl Protocol for MsgrProto {
             return Reply::Incomplete;
         };
         if header.reply_len != 0 || header.payload_len > self.max_frame {
-            return Reply::Invalid("bad_frame");
+            return Reply::Invalid(RequestError::BadFrame);
         }
         let len = HEADER_LEN + header.payload_len as usize;
         if buf.len() < len {
             return Reply::Incomplete;
         }
-        let error = (header.payload_len != self.msg_size).then_some("short_body");
+        let error = (header.payload_len != self.msg_size).then_some(RequestError::ShortBody);
         Reply::Done {
             len,
             error,
@@ -69,7 +70,7 @@ mod tests {
         out
     }
 
-    fn done(len: usize, error: Option<&'static str>) -> Reply {
+    fn done(len: usize, error: Option<RequestError>) -> Reply {
         Reply::Done {
             len,
             error,
@@ -122,7 +123,10 @@ mod tests {
     #[test]
     fn wrong_reply_size_is_short_body() {
         let mut proto = MsgrProto::new(64);
-        assert_eq!(proto.parse_reply(&reply(10)), done(18, Some("short_body")));
+        assert_eq!(
+            proto.parse_reply(&reply(10)),
+            done(18, Some(RequestError::ShortBody))
+        );
     }
 
     #[test]
@@ -134,7 +138,7 @@ mod tests {
         };
         assert_eq!(
             proto.parse_reply(&four_gb.encode()),
-            Reply::Invalid("bad_frame")
+            Reply::Invalid(RequestError::BadFrame)
         );
         let nonzero_second = FrameHeader {
             payload_len: 4,
@@ -142,7 +146,7 @@ mod tests {
         };
         assert_eq!(
             proto.parse_reply(&nonzero_second.encode()),
-            Reply::Invalid("bad_frame")
+            Reply::Invalid(RequestError::BadFrame)
         );
     }
 }

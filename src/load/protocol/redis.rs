@@ -7,6 +7,7 @@
 use super::keys::KvRequests;
 pub use super::keys::{KeySpace, SplitMix64};
 use super::{Preload, Protocol, Reply};
+use crate::record::load::RequestError;
 
 /// Largest bulk string accepted in a reply.
 const MAX_BULK_BYTES: i64 = 512 * 1024 * 1024;
@@ -52,7 +53,7 @@ pub fn parse_resp(buf: &[u8]) -> Reply {
     match parse_value(buf, 0, 0) {
         Ok(Some((len, kind))) => Reply::Done {
             len,
-            error: (kind == Value::Error).then_some("resp_error"),
+            error: (kind == Value::Error).then_some(RequestError::RespError),
             close: false,
             found: match kind {
                 Value::Bulk => Some(true),
@@ -80,9 +81,9 @@ fn parse_value(
     buf: &[u8],
     pos: usize,
     depth: usize,
-) -> Result<Option<(usize, Value)>, &'static str> {
+) -> Result<Option<(usize, Value)>, RequestError> {
     if depth > MAX_DEPTH {
-        return Err("resp_bad_reply");
+        return Err(RequestError::RespBadReply);
     }
     let Some(&kind) = buf.get(pos) else {
         return Ok(None);
@@ -100,7 +101,7 @@ fn parse_value(
                 return Ok(Some((after, Value::Nil)));
             }
             if n > MAX_BULK_BYTES {
-                return Err("resp_bad_reply");
+                return Err(RequestError::RespBadReply);
             }
             let end = after + n as usize + 2;
             Ok((buf.len() >= end).then_some((end, Value::Bulk)))
@@ -116,7 +117,7 @@ fn parse_value(
             }
             Ok(Some((at, Value::Other)))
         }
-        _ => Err("resp_bad_reply"),
+        _ => Err(RequestError::RespBadReply),
     }
 }
 
@@ -127,11 +128,11 @@ fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
         .map(|i| from + i)
 }
 
-fn parse_int(digits: &[u8]) -> Result<i64, &'static str> {
+fn parse_int(digits: &[u8]) -> Result<i64, RequestError> {
     std::str::from_utf8(digits)
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or("resp_bad_reply")
+        .ok_or(RequestError::RespBadReply)
 }
 
 #[cfg(test)]
@@ -190,7 +191,7 @@ mod tests {
         assert_eq!(r.parse_reply(b"$3\r\nab"), Reply::Incomplete);
         assert_eq!(
             r.parse_reply(b"-ERR no\r\n"),
-            ok(9, Some("resp_error"), None)
+            ok(9, Some(RequestError::RespError), None)
         );
         assert_eq!(
             r.parse_reply(b"*2\r\n:1\r\n$1\r\na\r\n"),
@@ -200,11 +201,11 @@ mod tests {
         assert_eq!(r.parse_reply(b"HTTP/1.1"), Reply::Incomplete);
         assert_eq!(
             r.parse_reply(b"HTTP/1.1\r\n"),
-            Reply::Invalid("resp_bad_reply")
+            Reply::Invalid(RequestError::RespBadReply)
         );
         assert_eq!(
             r.parse_reply(b"$4294967296\r\n"),
-            Reply::Invalid("resp_bad_reply")
+            Reply::Invalid(RequestError::RespBadReply)
         );
     }
 
