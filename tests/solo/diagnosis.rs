@@ -34,7 +34,7 @@ pub(crate) fn run_example_edited(
     edits: &[(&str, &str)],
 ) -> Option<(Value, Vec<Value>, tempfile::TempDir)> {
     if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
-        common::skip_or_fail(format!("{missing} is not installed"));
+        common::skip_or_fail(common::not_installed(missing));
         return None;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -154,7 +154,9 @@ fn netty_available() -> bool {
     if !Path::new("/usr/share/java/netty-codec-http.jar").is_file()
         || common::find_program("javac").is_none()
     {
-        common::skip_or_fail("libnetty-java (with javac) is not installed");
+        common::skip_or_fail(
+            "libnetty-java (with javac) is not installed (Debian: apt-get install libnetty-java default-jdk-headless)",
+        );
         return false;
     }
     true
