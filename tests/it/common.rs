@@ -79,7 +79,8 @@ pub fn skip_or_fail(reason: impl std::fmt::Display) {
 /// At exit (after libtest's `test result:` line, on success or failure): how many tests of
 /// this binary skipped, and which.
 extern "C" fn print_skip_summary() {
-    let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    skipped.sort();
     let mut text = format!(
         "\n{} test(s) of {} SKIPPED (a tool or permission missing; CI=true fails them instead):\n",
         skipped.len(),
