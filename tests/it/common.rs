@@ -258,6 +258,15 @@ pub fn unique_name(tag: &str) -> String {
     format!("sbt-{tag}-{}-{n}", std::process::id())
 }
 
+/// Held by each test that runs a staircase against `serve kvd` ranks (whose daemon threads
+/// poll without sleeping): two such runs at once on 2 CPUs starve each other's ranks, and a
+/// rank that made no progress in a window fails its step's checks.
+pub fn kvd_staircase_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding it poisons it; the next still takes its turn.
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))

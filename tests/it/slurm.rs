@@ -688,6 +688,7 @@ fn small_kvd_example(cluster: &SlurmLab, name: &str, nodes: [usize; 2]) -> Strin
 /// groups' counts merge exactly, and nothing is left once the run ends.
 #[test]
 fn the_kvd_example_starts_its_ranks_as_one_job_step() {
+    let _turn = common::kvd_staircase_turn();
     with_slurm(2, |cluster| {
         let name = common::unique_name("kvds");
         let text = small_kvd_example(cluster, &name, [1, 0]);
@@ -796,6 +797,7 @@ done"#;
 /// remote keys; nothing is left afterwards.
 #[test]
 fn a_kvd_rank_killed_in_its_job_step_fails_that_step_and_the_next_starts_both_again() {
+    let _turn = common::kvd_staircase_turn();
     with_slurm(2, |cluster| {
         let name = common::unique_name("kvdk");
         let text = small_kvd_example(cluster, &name, [0, 1])
