@@ -78,10 +78,15 @@ fn the_count_follows_signatures_across_lines() {
     );
 }
 
-/// Typed errors inside the library; `Result<_, String>` only at the edges that print (a
-/// command's clap value parsers, the report writers' top): at most 25 (126 before).
+/// A ratchet at today's count: typed errors inside the library, `Result<_, String>` only at
+/// the edges that print (`cli/load.rs`'s five clap value parsers, `RunData::read` at the
+/// report writers' top, the gRPC client's one): 7, as `bench/count_string_results.py src`
+/// counted on 2026-11-28 (126 before the typed errors). A new one fails; when one goes,
+/// lower the allowance with it.
+const STRING_ERRORS_ALLOWED: usize = 7;
+
 #[test]
-fn at_most_25_string_errors_are_left_in_src() {
+fn no_string_error_is_added_to_src() {
     let mut files = Vec::new();
     rust_files(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
@@ -100,8 +105,8 @@ fn at_most_25_string_errors_are_left_in_src() {
     per_file.sort_by(|a, b| b.cmp(a));
     let total: usize = per_file.iter().map(|(n, _)| n).sum();
     assert!(
-        total <= 25,
-        "{total} Result<_, String> in src (at most 25, at the edges that print); give the \
-         module a thiserror enum: {per_file:?}"
+        total <= STRING_ERRORS_ALLOWED,
+        "{total} Result<_, String> in src (at most {STRING_ERRORS_ALLOWED}, at the edges that \
+         print); give the module a thiserror enum: {per_file:?}"
     );
 }

@@ -9,7 +9,8 @@
 //! that is installed but fails to start is a test failure, with its log.
 //!
 //! A test that cannot run here (a missing tool, permission or namespace support) calls
-//! [`skip_or_fail`]: outside CI it is skipped with the reason; in CI (`CI=true`), where
+//! [`skip_or_fail`]: outside CI it prints `SKIPPED <test>: <reason>`, is recorded and returns
+//! (the binary ends with the count and names of its skips); in CI (`CI=true`), where
 //! `.ci/run` installs everything, it fails with the reason instead.
 
 use std::ffi::OsStr;
@@ -26,18 +27,100 @@ use nix::unistd::Pid;
 /// How long a server may take to answer on its port.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// True when running in CI (`CI=true`, as GitHub Actions and `.ci/run` set it).
+/// True when running in CI: the program's own test (`stairbench::cli::shell::in_ci`: `CI` set
+/// to anything but empty, `0` or `false`; `.ci/run` and GitHub Actions set `CI=true`). The one
+/// place tests read `CI`: a skip there fails instead.
 pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+    stairbench::cli::shell::in_ci()
 }
 
-/// A test cannot run here because of `reason`. Outside CI, prints why and returns, and the
-/// caller returns too; in CI, fails the test with the reason: a skip there would hide that
-/// the test never ran.
+/// The variable naming a file every skip appends its line to (`.ci/run` sets it and prints the
+/// count and names of the skipped tests after the test command).
+pub const SKIPS_FILE_VAR: &str = "STAIRBENCH_SKIPS_FILE";
+
+/// The skips of this test binary, printed again as a summary when it exits.
+static SKIPPED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// A test cannot run here because of `reason` (the missing tool and how to install it).
+/// In CI, fails the test with the reason: a skip there would hide that the test never ran.
+/// Outside CI, prints one line `SKIPPED <test>: <reason>` past libtest's output capture,
+/// appends it to `$STAIRBENCH_SKIPS_FILE` when set, and returns; the caller returns too. The
+/// test binary ends with the count and the names of its skipped tests.
 #[track_caller]
 pub fn skip_or_fail(reason: impl std::fmt::Display) {
     assert!(!in_ci(), "cannot run in CI (CI=true never skips): {reason}");
-    eprintln!("skipped: {reason}");
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("(a test's unnamed thread)")
+        .to_string();
+    let line = format!("SKIPPED {test}: {reason}\n");
+    // Straight to the stream: libtest captures print! and eprint! of a passing test.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    if let Some(path) = std::env::var_os(SKIPS_FILE_VAR) {
+        // One write of one line with O_APPEND: tests on other threads append whole lines.
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path);
+        if let Ok(mut file) = file {
+            let _ = std::io::Write::write_all(&mut file, line.as_bytes());
+        }
+    }
+    let mut skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    if skipped.is_empty() {
+        // SAFETY: registers a plain extern "C" function; it runs once, at exit.
+        unsafe { libc::atexit(print_skip_summary) };
+    }
+    if !skipped.contains(&test) {
+        skipped.push(test);
+    }
+}
+
+/// At exit (after libtest's `test result:` line, on success or failure): how many tests of
+/// this binary skipped, and which.
+extern "C" fn print_skip_summary() {
+    let mut skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    skipped.sort();
+    let mut text = format!(
+        "\n{} test(s) of {} SKIPPED (a tool or permission missing; CI=true fails them instead):\n",
+        skipped.len(),
+        std::env::args().next().unwrap_or_default()
+    );
+    for name in skipped.iter() {
+        text += &format!("  SKIPPED {name}\n");
+    }
+    // SAFETY: write(2) on the standard error descriptor, with a valid buffer and length.
+    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
+}
+
+/// "`program` is not installed (Debian: apt-get install PACKAGE)", with the package that
+/// provides it: a skip's reason names what to install.
+pub fn not_installed(program: &str) -> String {
+    let package = match program {
+        "nginx" => "nginx-light",
+        "redis-benchmark" => "redis-tools",
+        "perf" => "linux-perf",
+        "pgbench" | "psql" => "postgresql-client",
+        "postgres" => "postgresql",
+        "taskset" | "setsid" | "chrt" | "nsenter" | "unshare" | "setpriv" => "util-linux",
+        "nice" => "coreutils",
+        "pgrep" => "procps",
+        "ss" | "ip" | "tc" => "iproute2",
+        "ssh" | "scp" | "ssh-keygen" => "openssh-client",
+        "sshd" => "openssh-server",
+        "java" => "default-jre-headless",
+        "javac" => "default-jdk-headless",
+        "gunicorn" => "python3-gunicorn",
+        "cc" => "gcc",
+        "srun" | "salloc" | "sbcast" | "scontrol" | "scancel" | "squeue" | "sinfo" => {
+            "slurm-client"
+        }
+        "inferno-collapse-perf" => {
+            return format!("{program} is not installed (cargo install inferno)")
+        }
+        other => other,
+    };
+    format!("{program} is not installed (Debian: apt-get install {package})")
 }
 
 /// The stairbench binary Cargo built for these tests.
@@ -163,6 +246,25 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
         .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
+}
+
+/// A name no other test of this run gives anything (`sbt-TAG-PID-N`, N counted per process):
+/// for what is named machine-wide, such as a shared-memory region (/dev/shm is the same for
+/// every test and every namespace host, and a region whose server lives is refused): two
+/// tests never share one, whatever the filter and order.
+pub fn unique_name(tag: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("sbt-{tag}-{}-{n}", std::process::id())
+}
+
+/// Held by each test that runs a staircase against `serve kvd` ranks (whose daemon threads
+/// poll without sleeping): two such runs at once on 2 CPUs starve each other's ranks, and a
+/// rank that made no progress in a window fails its step's checks.
+pub fn kvd_staircase_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed while holding it poisons it; the next still takes its turn.
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.
@@ -721,7 +823,9 @@ const CATALINA: &str = "/usr/share/tomcat10/bin/catalina.sh";
 /// Tomcat and a JVM are installed (else skipped outside CI, failed in it).
 pub fn tomcat_available() -> bool {
     if !Path::new(CATALINA).is_file() || find_program("java").is_none() {
-        skip_or_fail("tomcat10 (with a java runtime) is not installed");
+        skip_or_fail(
+            "tomcat10 (with a java runtime) is not installed (Debian: apt-get install tomcat10)",
+        );
         return false;
     }
     true

@@ -190,7 +190,7 @@ fn schema_errors(steps: &[Value]) -> Vec<String> {
 #[test]
 fn on_one_cpu_the_demo_names_no_winner() {
     let Some(taskset) = common::find_program("taskset") else {
-        return common::skip_or_fail("taskset is missing");
+        return common::skip_or_fail(common::not_installed("taskset"));
     };
     let out = Command::new(taskset)
         .args(["-c", "0"])

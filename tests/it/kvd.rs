@@ -360,6 +360,7 @@ fn foreign_and_stale_regions_are_refused() {
 
 #[test]
 fn the_two_rank_example_runs_small_and_reports_seed_004s_tables() {
+    let _turn = common::kvd_staircase_turn();
     let dir = tempfile::tempdir().unwrap();
     let example = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kvd-two-ranks.toml"),
@@ -423,6 +424,7 @@ fn pid_with_arg(word: &str) -> Option<i32> {
 
 #[test]
 fn a_spawned_rank_killed_mid_step_fails_the_step_with_the_reason() {
+    let _turn = common::kvd_staircase_turn();
     let dir = tempfile::tempdir().unwrap();
     let (p0, p1) = (common::free_port(), common::free_port());
     let name = unique("midrun");

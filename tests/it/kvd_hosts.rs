@@ -113,8 +113,9 @@ pub(crate) fn check_rank(step: &Value, label: &str, rank: u64) -> (f64, f64, u64
 
 #[test]
 fn the_two_host_example_runs_small_with_each_rank_on_its_host() {
+    let _turn = common::kvd_staircase_turn();
     with_lab(&["a", "b"], &[], |lab| {
-        let name = format!("sbt-kvdh-{}", std::process::id());
+        let name = common::unique_name("kvdh");
         let spec = lab.dir.path().join("kvd.toml");
         std::fs::write(&spec, small_example(lab, &name)).unwrap();
         let dir = lab.dir.path().join("run");
@@ -185,8 +186,9 @@ fn the_two_host_example_runs_small_with_each_rank_on_its_host() {
 
 #[test]
 fn a_rank_killed_on_its_host_fails_the_step_with_its_name_and_the_next_step_runs() {
+    let _turn = common::kvd_staircase_turn();
     with_lab(&["a", "b"], &[], |lab| {
-        let name = format!("sbt-kvdk-{}", std::process::id());
+        let name = common::unique_name("kvdk");
         let text = small_example(lab, &name).replace("clients = [2, 4]", "clients = [2, 4, 6]");
         let spec = lab.dir.path().join("kvd.toml");
         std::fs::write(&spec, text).unwrap();

@@ -270,7 +270,7 @@ fn completions_for_three_shells_and_the_man_page() {
                     String::from_utf8_lossy(&check.stderr)
                 );
             }
-            None if shell == "bash" => common::skip_or_fail("bash is not installed"),
+            None if shell == "bash" => common::skip_or_fail(common::not_installed("bash")),
             None => {} // zsh and fish are optional: their scripts are checked for content only.
         }
     }

@@ -101,7 +101,7 @@ fn the_nginx_wrk_example_serves_its_page_from_a_directory_only_root_may_enter() 
         .into_iter()
         .find(|p| common::find_program(p).is_none());
     if let Some(p) = missing {
-        return common::skip_or_fail(format!("{p} is not installed"));
+        return common::skip_or_fail(common::not_installed(p));
     }
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let text = std::fs::read_to_string(examples.join("nginx-wrk.toml")).unwrap();

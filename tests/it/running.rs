@@ -143,7 +143,7 @@ struct NamedRedis {
 impl NamedRedis {
     fn start() -> Option<NamedRedis> {
         let Some(program) = common::find_program("redis-server") else {
-            common::skip_or_fail("redis-server is not installed");
+            common::skip_or_fail(common::not_installed("redis-server"));
             return None;
         };
         let dir = tempfile::tempdir().unwrap();

@@ -688,8 +688,9 @@ fn small_kvd_example(cluster: &SlurmLab, name: &str, nodes: [usize; 2]) -> Strin
 /// groups' counts merge exactly, and nothing is left once the run ends.
 #[test]
 fn the_kvd_example_starts_its_ranks_as_one_job_step() {
+    let _turn = common::kvd_staircase_turn();
     with_slurm(2, |cluster| {
-        let name = format!("sbt-kvds-{}", std::process::id());
+        let name = common::unique_name("kvds");
         let text = small_kvd_example(cluster, &name, [1, 0]);
         assert!(text.contains("n0 = { url = \"slurm://+1\""), "{text}");
         let started = Instant::now();
@@ -796,8 +797,9 @@ done"#;
 /// remote keys; nothing is left afterwards.
 #[test]
 fn a_kvd_rank_killed_in_its_job_step_fails_that_step_and_the_next_starts_both_again() {
+    let _turn = common::kvd_staircase_turn();
     with_slurm(2, |cluster| {
-        let name = format!("sbt-kvdk-{}", std::process::id());
+        let name = common::unique_name("kvdk");
         let text = small_kvd_example(cluster, &name, [0, 1])
             .replace("clients = [2, 4]", "clients = [2, 4, 6]");
         let started = Instant::now();

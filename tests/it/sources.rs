@@ -286,8 +286,11 @@ fn a_spec_spreads_and_paces_its_connections() {
     let steps = common::steps_json(&out);
     assert_eq!(steps[0]["status"], "ok", "{}", steps[0]);
     let setup_s = steps[0]["setup_s"].as_f64().unwrap();
-    // 20 connects 25 ms apart: the last starts 475 ms after the first.
-    assert!((0.4..3.0).contains(&setup_s), "set-up {setup_s} s");
+    eprintln!("figures: 20 connections at 40/s set up in {setup_s:.4} s");
+    // 20 connects 25 ms apart: the last starts 475 ms after the first. 0.478-0.495 s measured
+    // (5 runs, load average 14); at most twice the largest overshoot. Catches unpaced
+    // connections (~0.01 s), one interval fewer (0.45 s) or a rate of 36/s or less (0.53 s).
+    assert!((0.47..=0.52).contains(&setup_s), "set-up {setup_s} s");
     let sources = seen.lock().unwrap().clone();
     let from = |a: &str| sources.iter().filter(|ip| ip.to_string() == a).count();
     // The runner's reachability checks before the run connect from the kernel's choice

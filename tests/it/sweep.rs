@@ -1123,7 +1123,7 @@ fn killed_outright_its_servers_die_too() {
 /// fails the test instead of skipping it.
 fn tools_available(tools: &[&str]) -> bool {
     if let Some(p) = tools.iter().find(|p| common::find_program(p).is_none()) {
-        common::skip_or_fail(format!("{p} is not installed"));
+        common::skip_or_fail(common::not_installed(p));
         return false;
     }
     true

@@ -90,8 +90,11 @@ fn assert_one_send_one_receive(what: &str, connections: u64, sent: u64, c: &BTre
         let n = calls(c, name);
         assert!(n + slack >= sent && n <= sent + slack, "{per}: {shown}");
     }
+    // One wait serves every ready reply: under strace each wait returned the replies of all
+    // the connections (0.250-0.258 waits per request with 4 connections, 6 runs, 2026-11-28);
+    // at most twice that. Catches one wait per reply (1 per request) or per two.
     assert!(
-        calls(c, "epoll_wait") <= sent,
+        calls(c, "epoll_wait") * connections <= 2 * sent + slack,
         "one wait serves every ready reply: {shown}"
     );
     assert!(

@@ -141,7 +141,7 @@ fn redis_template_keys_reach_redis_and_sent_is_its_count() {
 #[test]
 fn a_spec_takes_a_request_file_relative_to_itself() {
     let Some(program) = common::find_program("redis-server") else {
-        common::skip_or_fail("redis-server is not installed");
+        common::skip_or_fail(common::not_installed("redis-server"));
         return;
     };
     let dir = tempfile::tempdir().unwrap();

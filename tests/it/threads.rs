@@ -115,7 +115,7 @@ parser = "stairbench"
 #[test]
 fn a_process_per_connection_servers_threads_add_up_to_its_cpu() {
     if common::find_program("python3").is_none() {
-        common::skip_or_fail("python3 is not installed");
+        common::skip_or_fail(common::not_installed("python3"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

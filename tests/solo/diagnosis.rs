@@ -34,7 +34,7 @@ pub(crate) fn run_example_edited(
     edits: &[(&str, &str)],
 ) -> Option<(Value, Vec<Value>, tempfile::TempDir)> {
     if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
-        common::skip_or_fail(format!("{missing} is not installed"));
+        common::skip_or_fail(common::not_installed(missing));
         return None;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -128,11 +128,11 @@ fn nginx_and_wrk_on_shared_cpus_fill_them() {
     let Some(d) = diagnose_example("limits-nginx", &["nginx", "wrk"]) else {
         return;
     };
-    match d["limit"].as_str().unwrap() {
-        "client" => assert_eq!(figure(&d, "client_saturated"), 1.0, "{d:#}"),
-        "server_cpu" => assert!(figure(&d, "server_cpu_pct") >= 90.0, "{d:#}"),
-        other => panic!("nginx + wrk: {other}: {d:#}"),
-    }
+    // wrk shares nginx's CPUs, so the server's own CPU cannot reach 90% of them while wrk's
+    // are full: the client rule, tried first, names wrk. Catches `server_cpu` (the server
+    // blamed for CPUs its generator filled) or a neighbour.
+    assert_eq!(d["limit"], "client", "{d:#}");
+    assert_eq!(figure(&d, "client_saturated"), 1.0, "{d:#}");
 }
 
 #[test]
@@ -200,32 +200,25 @@ fn postgresql_hot_row_behind_client_work_is_contention() {
     if !postgresql_installed() {
         return;
     }
-    // On a shared 2-CPU machine one run in several lands between the limits (throughput
-    // falling about 10% past its peak as the queue on the row grows, or CPU per transaction
-    // at 1 client 2x that at 2, hiding its growth) and is honestly called undetermined or
-    // outside; that run is shown and the example runs once more. A second miss fails.
-    let mut attempts = 0;
-    let (d, steps) = loop {
-        attempts += 1;
-        let Some((d, steps)) = run_example("limits-contention", &["pgbench", "psql"]) else {
-            return;
-        };
-        print_steps("contention", &steps);
-        if d["limit"] != "contention" && attempts < 2 {
-            eprintln!(
-                "contention: run {attempts} was {}: {}",
-                d["limit"], d["sentence"]
-            );
-            continue;
-        }
-        break (d, steps);
+    // Up to 8 clients: at 16 the queue on the row grows until throughput falls 10-12% past
+    // its peak (888 -> 782 tx/s here, 1433 -> 1265 in CI), between contention and coherency.
+    // At 8 the queue has formed (3.3-3.75 waiters) and throughput is still flat.
+    let Some((d, steps, _dir)) = run_example_edited(
+        "limits-contention",
+        &["pgbench", "psql"],
+        &[("clients = [1, 2, 4, 8, 16]", "clients = [1, 2, 4, 8]")],
+    ) else {
+        return;
     };
+    print_steps("contention", &steps);
+    // One run, one limit. Catches coherency (a fall past the peak read as crosstalk),
+    // undetermined or outside.
     assert_eq!(d["limit"], "contention", "{d:#}");
     // The blocking the rule read, and the server's own account of its cause: nobody waits
-    // for the row at 1 client, a queue forms on it at 16.
+    // for the row at 1 client, a queue forms on it at 8.
     assert!(figure(&d, "voluntary_cs_per_req") > 0.0, "{d:#}");
     assert!(lock_waiters(at(&steps, 1)) < 0.5, "{steps:#?}");
-    assert!(lock_waiters(at(&steps, 16)) >= 3.0, "{steps:#?}");
+    assert!(lock_waiters(at(&steps, 8)) >= 2.0, "{steps:#?}");
 }
 
 #[test]

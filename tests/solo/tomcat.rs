@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::common;
 
 use crate::common::tomcat_available;
+use crate::diagnosis::figure;
 
 /// A profile pass of a JVM: its perf map was written and kept beside the perf script, and
 /// under 10% of the samples running Java code carry an unnamed JIT frame (`[perf-PID.map]`;
@@ -113,7 +114,11 @@ fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
     let list: Value = serde_json::from_slice(&printed.stdout).unwrap();
     let d = &list[0];
     assert_eq!(d["target"], "tomcat", "{d:#}");
-    assert!(!d["evidence"].as_array().unwrap().is_empty(), "{d:#}");
+    eprintln!("tomcat: {} ({})", d["sentence"], d["limit"]);
+    // Tomcat's one CPU fills (docs/analysis.md: 95% busy from 4 clients on, CPU per request
+    // falling): catches a client, neighbour, oversubscription or undetermined reading.
+    assert_eq!(d["limit"], "server_cpu", "{d:#}");
+    assert!(figure(d, "server_cpu_pct") >= 90.0, "{d:#}");
     let sentence = d["sentence"].as_str().unwrap();
     assert!(sentence.starts_with("tomcat/separated "), "{sentence}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -154,7 +159,9 @@ fn netty_available() -> bool {
     if !Path::new("/usr/share/java/netty-codec-http.jar").is_file()
         || common::find_program("javac").is_none()
     {
-        common::skip_or_fail("libnetty-java (with javac) is not installed");
+        common::skip_or_fail(
+            "libnetty-java (with javac) is not installed (Debian: apt-get install libnetty-java default-jdk-headless)",
+        );
         return false;
     }
     true
