@@ -340,8 +340,14 @@ pub struct Summary<'a> {
 }
 
 impl Summary<'_> {
-    /// One thread's seconds in each state and its socket waits by peer address.
-    pub fn thread(&self, t: &Tally) -> (StateSeconds, BTreeMap<String, f64>) {
+    /// One thread's seconds in each state and its socket waits by peer address. A thread
+    /// never found blocked (a pass reads a subset of many threads) takes the shares of its
+    /// group's samples, `pooled`; with none either, its time off a CPU is `other`.
+    pub fn thread(
+        &self,
+        t: &Tally,
+        pooled: &BTreeMap<Wait, u64>,
+    ) -> (StateSeconds, BTreeMap<String, f64>) {
         let run_s = t.last.run_ns.saturating_sub(t.first.run_ns) as f64 / 1e9;
         let wait_s = t.last.wait_ns.saturating_sub(t.first.wait_ns) as f64 / 1e9;
         let (u, s) = (
@@ -360,7 +366,11 @@ impl Summary<'_> {
             ..StateSeconds::default()
         };
         let mut off_s = (t.span_s.1 - t.span_s.0 - run_s - wait_s).max(0.0);
-        let mut waits = t.waits.clone();
+        let mut waits = if t.waits.is_empty() {
+            pooled.clone()
+        } else {
+            t.waits.clone()
+        };
         if self.delayacct {
             let blk = t.last.blkio_ticks.saturating_sub(t.first.blkio_ticks) as f64;
             out.storage_s = (blk / self.ticks_per_s).min(off_s);
@@ -452,6 +462,17 @@ impl Summary<'_> {
     pub fn groups(&self, tallies: &[Tally]) -> BTreeMap<Role, Vec<ThreadStateGroup>> {
         type Key = (Role, i32, String);
         let mut acc: BTreeMap<Key, (ThreadStateGroup, BTreeMap<String, f64>)> = BTreeMap::new();
+        let key = |t: &Tally| {
+            let name = merge_thread_name(&t.name).to_string();
+            (t.role.unwrap_or(Role::Server), t.pid, name)
+        };
+        let mut pooled: BTreeMap<Key, BTreeMap<Wait, u64>> = BTreeMap::new();
+        for t in tallies {
+            let p = pooled.entry(key(t)).or_default();
+            for (w, k) in &t.waits {
+                *p.entry(*w).or_insert(0) += k;
+            }
+        }
         for t in tallies {
             let role = t.role.unwrap_or(Role::Server);
             let name = merge_thread_name(&t.name).to_string();
@@ -464,7 +485,7 @@ impl Summary<'_> {
                 };
                 (group, BTreeMap::new())
             });
-            let (secs, by_addr) = self.thread(t);
+            let (secs, by_addr) = self.thread(t, &pooled[&key(t)]);
             g.threads += 1;
             g.seconds.add(&secs);
             for (a, s) in by_addr {

@@ -8,13 +8,18 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{call, Role, Summary, Tally, Wait};
-use super::{classify, fd_kind, parse_stat, parse_syscall, peers, plan, Call, FdKind};
+use super::{
+    classify, fd_kind, parse_stat, parse_syscall, peers, plan, Call, FdKind, BUDGET_SHARE,
+};
 use crate::machine::procfs;
 use crate::machine::threads::merge_thread_name;
 use crate::record::observed::{ThreadStateGroup, ThreadStates};
 
-/// How often the list of threads is refreshed (listing every process costs more than a pass).
+/// How often the watched processes' threads are listed again.
 const LIST_EVERY: Duration = Duration::from_secs(1);
+/// How often every process's parent is read again (to find the trees' new processes): on a
+/// busy machine that is hundreds of files, more than a pass.
+const PROCESSES_EVERY: Duration = Duration::from_secs(5);
 /// Names of stairbench's own load-generator threads (before their `-N`).
 const LOAD_THREADS: [&str; 3] = ["load", "kvd", "shm"];
 /// Processes this one starts that are observers, not load: never counted as the client.
@@ -56,7 +61,8 @@ impl ThreadStateWatch {
             .spawn(move || {
                 let cpu0 = crate::observe::thread_cpu_s();
                 let mut w = Sampler::new(targets);
-                w.run(&stopped);
+                // The window's first reads are a fixed cost, outside the sampling's budget.
+                w.run(&stopped, crate::observe::thread_cpu_s());
                 let (server, client) = w.finish();
                 Some(Watched {
                     server,
@@ -94,6 +100,8 @@ struct Sampler {
     /// Socket inodes a dump did not find (unix sockets, another namespace's): not dumped for
     /// again.
     missing: BTreeSet<u64>,
+    /// Every process's parent, and when it was read.
+    parents: (Option<Instant>, BTreeMap<i32, i32>),
     /// The table was dumped in this pass (at most once a pass).
     dumped: bool,
     /// The first socket registered in each (pid, epoll fd), for the load generator's waits.
@@ -117,6 +125,7 @@ impl Sampler {
             table: peers::Table::default(),
             diag: peers::open().ok(),
             missing: BTreeSet::new(),
+            parents: (None, BTreeMap::new()),
             dumped: false,
             epoll_socket: BTreeMap::new(),
             delayacct: crate::observe::disk::delayacct_note().is_none(),
@@ -134,18 +143,23 @@ impl Sampler {
     /// (born in the window) unless seen at the start.
     fn list(&mut self) {
         let mut now = Vec::new();
+        if self
+            .parents
+            .0
+            .is_none_or(|at| at.elapsed() >= PROCESSES_EVERY)
+        {
+            self.parents = (Some(Instant::now()), procfs::parent_map(&self.proc_root));
+        }
+        let parents = std::mem::take(&mut self.parents.1);
         if let Some(root) = self.targets.server {
-            let parents = procfs::parent_map(&self.proc_root);
             for pid in procfs::descendants(root, &parents) {
                 self.add_tasks(pid, Role::Server, &mut now, None);
             }
-            if self.targets.client {
-                self.list_client(&parents, root, &mut now);
-            }
-        } else if self.targets.client {
-            let parents = procfs::parent_map(&self.proc_root);
-            self.list_client(&parents, 0, &mut now);
         }
+        if self.targets.client {
+            self.list_client(&parents, self.targets.server.unwrap_or(0), &mut now);
+        }
+        self.parents.1 = parents;
         let elapsed = self.started.elapsed().as_secs_f64();
         for &(pid, tid, role) in &now {
             let t = self.tasks.entry((pid, tid)).or_insert_with(|| Tally {
@@ -219,7 +233,10 @@ impl Sampler {
             .join(pid.to_string())
             .join("task")
             .join(tid.to_string());
-        let Some((state, mut c)) = read(&dir.join("stat")).and_then(|t| parse_stat(&t)) else {
+        let Some(stat) = read(&dir.join("stat")) else {
+            return false;
+        };
+        let Some((state, mut c)) = parse_stat(&stat) else {
             return false;
         };
         if let Some((run, wait)) =
@@ -232,7 +249,10 @@ impl Sampler {
             .get(&(pid, tid))
             .is_some_and(|t| t.name.is_empty())
         {
-            read(&dir.join("comm")).map(|n| n.trim().to_string())
+            // The name stat holds between its first '(' and last ')' (no read of `comm`).
+            (stat.find('(').zip(stat.rfind(')')))
+                .and_then(|(open, close)| stat.get(open + 1..close))
+                .map(str::to_string)
         } else {
             None
         };
@@ -327,20 +347,25 @@ impl Sampler {
     }
 
     /// Passes until told to stop.
-    fn run(&mut self, stopped: &mpsc::Receiver<()>) {
+    /// Passes until told to stop. Besides the plan's spacing, a pass is skipped while this
+    /// thread's CPU since `cpu0` (listing and table dumps included) is over the budget of the
+    /// time elapsed.
+    fn run(&mut self, stopped: &mpsc::Receiver<()>, cpu0: f64) {
         loop {
             if self.listed.elapsed() >= LIST_EVERY {
                 self.list();
             }
             let p = plan(self.order.len(), self.cost_s);
-            let cpu0 = crate::observe::thread_cpu_s();
-            let read = self.pass(p.per_pass);
+            let spent_s = crate::observe::thread_cpu_s() - cpu0;
+            let allowed_s = BUDGET_SHARE * self.started.elapsed().as_secs_f64();
+            let read = if spent_s <= allowed_s {
+                self.pass_timed(p.per_pass)
+            } else {
+                0
+            };
             if read > 0 {
-                let per = (crate::observe::thread_cpu_s() - cpu0) / read as f64;
-                // A moving mean: one slow pass (a table dump) does not halve the rate.
-                self.cost_s = 0.8 * self.cost_s + 0.2 * per;
+                self.passes += 1;
             }
-            self.passes += 1;
             if !matches!(
                 stopped.recv_timeout(p.every),
                 Err(mpsc::RecvTimeoutError::Timeout)
@@ -348,6 +373,18 @@ impl Sampler {
                 return;
             }
         }
+    }
+
+    /// A pass of `n` threads, its CPU per thread read folded into the plan's estimate.
+    fn pass_timed(&mut self, n: usize) -> usize {
+        let cpu0 = crate::observe::thread_cpu_s();
+        let read = self.pass(n);
+        if read > 0 {
+            let per = (crate::observe::thread_cpu_s() - cpu0) / read as f64;
+            // A moving mean: one slow pass (a table dump) does not halve the rate.
+            self.cost_s = 0.8 * self.cost_s + 0.2 * per;
+        }
+        read
     }
 
     /// One pass over `n` threads from where the last one stopped; how many were read.

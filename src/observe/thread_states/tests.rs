@@ -137,7 +137,7 @@ fn sampled_shares_split_the_time_off_cpu_and_exact_figures_stay_exact() {
     // 2 s alive: 0.4 s on a CPU (3:1 user:sys), 0.1 s waiting for one, 1.5 s off a CPU
     // shared 2:1 between storage and a lock.
     let t = tally(400, 100, &[(Wait::Storage, 20), (Wait::Lock, 10)]);
-    let (secs, _) = s.thread(&t);
+    let (secs, _) = s.thread(&t, &BTreeMap::new());
     let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
     assert!(close(secs.on_cpu_user_s, 0.3) && close(secs.on_cpu_sys_s, 0.1));
     assert!(close(secs.runqueue_s, 0.1));
@@ -148,15 +148,19 @@ fn sampled_shares_split_the_time_off_cpu_and_exact_figures_stay_exact() {
     assert!(close(secs.total_s(), 2.0));
     // Delay accounting on: 20 ticks = 0.2 s of block I/O, exact; the samples share the rest.
     s.delayacct = true;
-    let (secs, _) = s.thread(&t);
+    let (secs, _) = s.thread(&t, &BTreeMap::new());
     assert!(
         close(secs.storage_s, 0.2) && close(secs.lock_s, 1.3),
         "{secs:?}"
     );
     // A thread never seen blocked: its time off a CPU is `other`, not lost.
     s.delayacct = false;
-    let (secs, _) = s.thread(&tally(400, 100, &[]));
+    let (secs, _) = s.thread(&tally(400, 100, &[]), &BTreeMap::new());
     assert!(close(secs.other_s, 1.5));
+    // Unless its group's other threads were: their shares.
+    let pooled = BTreeMap::from([(Wait::Lock, 3)]);
+    let (secs, _) = s.thread(&tally(400, 100, &[]), &pooled);
+    assert!(close(secs.lock_s, 1.5) && secs.other_s == 0.0, "{secs:?}");
 }
 
 #[test]
