@@ -443,18 +443,11 @@ impl Summary<'_> {
     }
 
     fn peer_pid(&self, addr: &str, by_local: &BTreeMap<String, u64>) -> Option<i32> {
-        // Any of our sockets whose other end is `addr`: its peer inode's owner.
-        let ours = self
-            .table
-            .by_inode
-            .iter()
-            .find(|(_, e)| e.remote.to_string() == addr)
-            .map(|(&i, _)| i)?;
-        let peer = self
-            .table
-            .peer_inode(ours)
-            .or_else(|| by_local.get(addr).copied())?;
-        self.owners.get(&peer).copied()
+        // The sockets whose other end is `addr` (closed ones from earlier dumps among them):
+        // the first whose peer inode has an owner.
+        let mut ours = (self.table.by_inode.iter()).filter(|(_, e)| e.remote.to_string() == addr);
+        ours.find_map(|(&i, _)| self.owners.get(&self.table.peer_inode(i)?).copied())
+            .or_else(|| self.owners.get(by_local.get(addr)?).copied())
     }
 
     /// Every tally grouped by (side, process, merged name), most non-idle time first; the

@@ -75,7 +75,11 @@ impl Table {
                 .or_default()
                 .push((e.local.ip(), inode));
         } else {
-            self.by_pair.insert((e.local, e.remote), inode);
+            // A later dump may see the end closed (inode 0): the inode seen before stays.
+            let known = self.by_pair.entry((e.local, e.remote)).or_insert(inode);
+            if inode != 0 {
+                *known = inode;
+            }
         }
         if inode != 0 {
             self.by_inode.insert(inode, e);
@@ -229,6 +233,21 @@ pub fn owners(proc_root: &Path, inodes: &BTreeSet<u64>) -> BTreeMap<u64, i32> {
         }
     }
     found
+}
+
+/// Adds the socket inodes process `pid` holds open to `into` (inode → pid).
+pub fn socket_inodes_of(proc_root: &Path, pid: i32, into: &mut BTreeMap<u64, i32>) {
+    let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else {
+        return;
+    };
+    for fd in fds.flatten() {
+        if let Some(ino) = std::fs::read_link(fd.path())
+            .ok()
+            .and_then(|t| socket_inode(&t.to_string_lossy()))
+        {
+            into.insert(ino, pid);
+        }
+    }
 }
 
 /// The inode of an fd link's target `socket:[N]`.

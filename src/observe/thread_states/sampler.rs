@@ -100,6 +100,10 @@ struct Sampler {
     /// Socket inodes a dump did not find (unix sockets, another namespace's): not dumped for
     /// again.
     missing: BTreeSet<u64>,
+    /// Socket inodes held by the watched processes and the server's tree, by inode: their
+    /// owners, read when a wait's peer is first seen (at most once a listing interval).
+    fd_owners: BTreeMap<u64, i32>,
+    fd_scanned: Option<Instant>,
     /// Every process's parent, and when it was read.
     parents: (Option<Instant>, BTreeMap<i32, i32>),
     /// The table was dumped in this pass (at most once a pass).
@@ -126,6 +130,8 @@ impl Sampler {
             diag: peers::open().ok(),
             missing: BTreeSet::new(),
             parents: (None, BTreeMap::new()),
+            fd_owners: BTreeMap::new(),
+            fd_scanned: None,
             dumped: false,
             epoll_socket: BTreeMap::new(),
             delayacct: crate::observe::disk::delayacct_note().is_none(),
@@ -302,8 +308,25 @@ impl Sampler {
                     self.missing.insert(i);
                 }
             }
+            let peer = self.table.peer_inode(i);
+            let due = self.fd_scanned.is_none_or(|t| t.elapsed() >= LIST_EVERY);
+            if peer.is_some_and(|p| !self.fd_owners.contains_key(&p)) && due {
+                self.scan_owners();
+            }
         }
         Some(w)
+    }
+
+    /// The socket inodes the server's tree and the watched processes hold.
+    fn scan_owners(&mut self) {
+        self.fd_scanned = Some(Instant::now());
+        let mut pids: BTreeSet<i32> = self.order.iter().map(|&(p, _)| p).collect();
+        if let Some(root) = self.targets.server {
+            pids.extend(procfs::descendants(root, &self.parents.1));
+        }
+        for pid in pids {
+            peers::socket_inodes_of(&self.proc_root, pid, &mut self.fd_owners);
+        }
     }
 
     /// The kind of `pid`'s descriptor `fd`; for an epoll descriptor, its first socket's.
@@ -418,11 +441,18 @@ impl Sampler {
                 _ => None,
             })
             .collect();
-        let owners = if wanted.is_empty() {
-            BTreeMap::new()
-        } else {
-            peers::owners(&self.proc_root, &wanted)
-        };
+        // Owners seen during the window first (a connection may close before its end).
+        let mut owners: BTreeMap<u64, i32> = (self.fd_owners.iter())
+            .filter(|(i, _)| wanted.contains(i))
+            .map(|(&i, &p)| (i, p))
+            .collect();
+        let missing: BTreeSet<u64> = wanted
+            .into_iter()
+            .filter(|i| !owners.contains_key(i))
+            .collect();
+        if !missing.is_empty() {
+            owners.extend(peers::owners(&self.proc_root, &missing));
+        }
         let pids: BTreeSet<i32> = tallies
             .iter()
             .map(|t| t.pid)
