@@ -70,7 +70,7 @@ for n in $sizes; do
     sampler_ns=0
     for t in /proc/"$obs"/task/*; do
         if [ "$(cat "$t/comm" 2>/dev/null)" = observe-states ]; then
-            sampler_ns=$(awk '{ print $1 }' "$t/schedstat")
+            sampler_ns=$(awk '{ print $1 }' "$t/schedstat" 2>/dev/null || true)
         fi
     done
     echo stop >&3
@@ -84,7 +84,7 @@ w = o["window_s"]
 ts = o.get("thread_states") or {}
 print("%-8s %-6s %12.2f %14.2f %12.1f %10d" % (n, conns, 100 * int(sampler_ns) / 1e9 / float(window),
       100 * o["observer_cpu_s"] / w, ts.get("sample_interval_ms", 0), ts.get("samples", 0)))
-' "$n" "$conns" "$window" "$sampler_ns"
+' "$n" "$conns" "$window" "${sampler_ns:-0}"
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     pids=()
