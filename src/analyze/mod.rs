@@ -6,6 +6,7 @@
 //! directory's steps (analysis.json); [`compare`] sets steps and runs against each other. Both
 //! read the run's records and nothing above this layer: `report` renders what they find.
 
+pub mod budget;
 pub mod compare;
 pub mod knee;
 pub mod little;

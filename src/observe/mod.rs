@@ -25,6 +25,7 @@ pub mod neighbours;
 pub mod perf;
 pub mod sockets;
 pub mod step;
+pub mod thread_states;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -69,6 +70,8 @@ pub struct Observer {
     link: Option<link::LinkSample>,
     /// The server's storage at the window's start.
     disk: Option<disk::DiskSample>,
+    /// Every thread of the server's tree and of the load generator, sampled during the window.
+    states: Option<thread_states::ThreadStateWatch>,
 }
 
 /// perf's counts are kept only if perf started counting within this share of the window: a
@@ -127,6 +130,7 @@ impl Observer {
             sockets: None,
             link: None,
             disk: None,
+            states: None,
         }
     }
 
@@ -157,6 +161,11 @@ impl Observer {
             .as_ref()
             .and(self.server_pid)
             .and_then(|pid| sockets::SocketWatch::start(pid).ok());
+        self.states = thread_states::ThreadStateWatch::start(thread_states::Targets {
+            server: self.tree.as_ref().and(self.server_pid),
+            client: true,
+        })
+        .ok();
         if let Some(perf) = &mut self.perf {
             if let Err(why) = perf.enable() {
                 self.perf_note = Some(why.to_string());
@@ -171,6 +180,10 @@ impl Observer {
         let cpu0 = thread_cpu_s();
         let window_s = self.started.elapsed().as_secs_f64();
         let watched = self.watch.take().map(watch::TreeWatch::finish);
+        let (thread_states, client_thread_states, states_cpu_s) = self
+            .states
+            .take()
+            .map_or((None, None, 0.0), thread_states::ThreadStateWatch::finish);
         let (sockets, blkio_seen, sockets_cpu_s) = self
             .sockets
             .take()
@@ -230,8 +243,12 @@ impl Observer {
         );
         let (link, disk, io_cpu_s) = self.finish_io(window_s, blkio_seen, &mut notes);
         let watch_cpu_s = watched.as_ref().map_or(0.0, |w| w.cpu_s);
-        let own_cpu_s =
-            self.own_cpu_s + (thread_cpu_s() - cpu0) + watch_cpu_s + sockets_cpu_s + io_cpu_s;
+        let own_cpu_s = self.own_cpu_s
+            + (thread_cpu_s() - cpu0)
+            + watch_cpu_s
+            + sockets_cpu_s
+            + io_cpu_s
+            + states_cpu_s;
         Observation {
             window_s,
             server,
@@ -249,6 +266,8 @@ impl Observer {
             sockets,
             link,
             disk,
+            thread_states,
+            client_thread_states,
         }
     }
 
@@ -546,6 +565,8 @@ mod tests {
             sockets: None,
             link: None,
             disk: None,
+            thread_states: None,
+            client_thread_states: None,
         }
     }
 

@@ -88,6 +88,151 @@ pub struct Observation {
     /// delay, its cgroups' I/O throttles.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskUse>,
+    /// Where the server tree's threads spent the window: on a CPU, waiting for one, blocked on
+    /// storage, a lock, a socket peer, waiting for work, paging (None when not observed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_states: Option<ThreadStates>,
+    /// The same for the load generator on this machine: stairbench's own load threads and the
+    /// external load tool it started (None when there was none to observe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_thread_states: Option<ThreadStates>,
+}
+
+/// Every thread's window split by state, grouped by process and merged thread name. On-CPU
+/// and run-queue seconds are exact (schedstat); the blocked kinds share the rest of each
+/// thread's window in proportion to its samples (delay accounting's block-I/O time, when the
+/// kernel keeps it, replaces the sampled storage share).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ThreadStates {
+    /// Mean time between two sampling passes, in milliseconds (adapted to the number of
+    /// threads so the sampling stays within its CPU budget).
+    pub sample_interval_ms: f64,
+    /// Thread samples taken (one thread's state read once), blocked or running.
+    pub samples: u64,
+    /// Storage waits came from the kernel's delay accounting (exact), not from the samples.
+    pub delay_accounting: bool,
+    /// One entry per process and merged thread name, most non-idle time first.
+    pub groups: Vec<ThreadStateGroup>,
+}
+
+/// The threads of one merged name in one process over the window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ThreadStateGroup {
+    /// Their process.
+    pub pid: i32,
+    /// Their process's name (`comm`).
+    pub process: String,
+    /// The merged thread name (`worker` for `worker-0..7`, as the thread CPU figures merge).
+    pub name: String,
+    /// Threads of this name seen in the window.
+    pub threads: u32,
+    /// Their thread-seconds in each state over the window.
+    pub seconds: StateSeconds,
+    /// Whom their socket waits were on, most time first.
+    pub peers: Vec<PeerWait>,
+}
+
+/// Thread-seconds in each state (summed over threads: two threads blocked for the whole of a
+/// 1 s window make 2 s). Per thread they add up to the time it was alive in the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StateSeconds {
+    /// On a CPU in user mode (schedstat's run time split by stat's utime : stime).
+    pub on_cpu_user_s: f64,
+    /// On a CPU in the kernel.
+    pub on_cpu_sys_s: f64,
+    /// Runnable, waiting for a CPU (schedstat's run-queue wait).
+    pub runqueue_s: f64,
+    /// Blocked on storage: a read, write or sync on a file or block device, or in D state on
+    /// block I/O.
+    pub storage_s: f64,
+    /// Blocked on a lock: a futex (mutexes, and condition variables and semaphores alike),
+    /// flock, a waiting fcntl lock.
+    pub lock_s: f64,
+    /// Waiting on a socket's other end: a connection it opened (a read, write or connect), or
+    /// a write to a client that does not read; on the load generator, its event loop too.
+    pub socket_s: f64,
+    /// Waiting for work: the server's event loop, accept, or a read on a connection a client
+    /// opened to it, with nothing to do; waiting for a child, a signal or an eventfd.
+    pub idle_s: f64,
+    /// Blocked in a page fault (D state outside any system call).
+    pub paging_s: f64,
+    /// Anything else: sleeps, pipes, terminals, stopped.
+    pub other_s: f64,
+}
+
+impl StateSeconds {
+    /// Every state's seconds.
+    pub fn total_s(&self) -> f64 {
+        self.busy_s() + self.idle_s
+    }
+
+    /// Every state but waiting for work: the time the threads spent on something.
+    pub fn busy_s(&self) -> f64 {
+        self.on_cpu_user_s
+            + self.on_cpu_sys_s
+            + self.runqueue_s
+            + self.storage_s
+            + self.lock_s
+            + self.socket_s
+            + self.paging_s
+            + self.other_s
+    }
+
+    /// `self + other`, state by state.
+    pub fn add(&mut self, o: &StateSeconds) {
+        self.on_cpu_user_s += o.on_cpu_user_s;
+        self.on_cpu_sys_s += o.on_cpu_sys_s;
+        self.runqueue_s += o.runqueue_s;
+        self.storage_s += o.storage_s;
+        self.lock_s += o.lock_s;
+        self.socket_s += o.socket_s;
+        self.idle_s += o.idle_s;
+        self.paging_s += o.paging_s;
+        self.other_s += o.other_s;
+    }
+
+    /// Every state's seconds times `k`.
+    pub fn scaled(&self, k: f64) -> StateSeconds {
+        StateSeconds {
+            on_cpu_user_s: self.on_cpu_user_s * k,
+            on_cpu_sys_s: self.on_cpu_sys_s * k,
+            runqueue_s: self.runqueue_s * k,
+            storage_s: self.storage_s * k,
+            lock_s: self.lock_s * k,
+            socket_s: self.socket_s * k,
+            idle_s: self.idle_s * k,
+            paging_s: self.paging_s * k,
+            other_s: self.other_s * k,
+        }
+    }
+}
+
+impl ThreadStates {
+    /// Every group's seconds, summed.
+    pub fn total(&self) -> StateSeconds {
+        let mut t = StateSeconds::default();
+        for g in &self.groups {
+            t.add(&g.seconds);
+        }
+        t
+    }
+}
+
+/// The time some threads waited on one socket peer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PeerWait {
+    /// The other end's address (`127.0.0.1:8080`), or `unix` / `unknown` when unnamed.
+    pub addr: String,
+    /// The process on this machine holding the other end (None when remote or unknown).
+    pub pid: Option<i32>,
+    /// That process's name.
+    pub process: Option<String>,
+    /// Thread-seconds spent waiting on it.
+    pub thread_s: f64,
 }
 
 /// The perf stat counts of the window; None where perf could not count the event.
@@ -257,6 +402,8 @@ pub(crate) mod tests {
             sockets: Some(SocketQueues::default()),
             link: Some(LinkUse::default()),
             disk: Some(DiskUse::default()),
+            thread_states: Some(thread_states()),
+            client_thread_states: Some(thread_states()),
         };
         let some = Some(1.0);
         let per = PerRequest {
@@ -277,6 +424,27 @@ pub(crate) mod tests {
             pkts_per_req: some,
         };
         (obs, per)
+    }
+
+    fn thread_states() -> ThreadStates {
+        ThreadStates {
+            sample_interval_ms: 10.0,
+            samples: 100,
+            delay_accounting: false,
+            groups: vec![ThreadStateGroup {
+                pid: 1,
+                process: "srv".into(),
+                name: "worker".into(),
+                threads: 2,
+                seconds: StateSeconds::default(),
+                peers: vec![PeerWait {
+                    addr: "127.0.0.1:80".into(),
+                    pid: Some(2),
+                    process: Some("up".into()),
+                    thread_s: 1.0,
+                }],
+            }],
+        }
     }
 
     fn schema() -> Value {
@@ -335,6 +503,18 @@ pub(crate) mod tests {
                 "{name}.{inner}"
             );
         }
+        let ts = serde_json::to_value(obs.thread_states.as_ref().unwrap()).unwrap();
+        let def = &schema["$defs"]["thread_states"];
+        assert_eq!(keys(&def["properties"]), keys(&ts), "thread_states");
+        let group = &def["properties"]["groups"]["items"];
+        assert_eq!(keys(&group["properties"]), keys(&ts["groups"][0]));
+        let secs = &group["properties"]["seconds"];
+        assert_eq!(keys(&secs["properties"]), keys(&ts["groups"][0]["seconds"]));
+        let peer = &group["properties"]["peers"]["items"];
+        assert_eq!(
+            keys(&peer["properties"]),
+            keys(&ts["groups"][0]["peers"][0])
+        );
         let top = keys(&schema["properties"]);
         for k in keys(&serde_json::to_value(&per).unwrap()) {
             assert!(

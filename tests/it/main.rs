@@ -60,6 +60,7 @@ mod stop_signal;
 mod sweep;
 mod syscalls;
 mod templates;
+mod thread_states;
 mod threads;
 mod tls;
 mod topology;

@@ -118,6 +118,8 @@ fn recorded_observation(tree_after: &TreeSample, perf_csv: &str) -> Observation 
         sockets: None,
         link: None,
         disk: None,
+        thread_states: None,
+        client_thread_states: None,
     }
 }
 

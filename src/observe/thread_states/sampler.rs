@@ -1,0 +1,508 @@
+//! The sampling thread of [`super`]: which threads it watches (the server's tree, the load
+//! generator's), their counters at the window's ends, and the passes between them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{call, Role, Summary, Tally, Wait};
+use super::{
+    classify, fd_kind, parse_stat, parse_syscall, peers, plan, Call, FdKind, BUDGET_SHARE,
+};
+use crate::machine::procfs;
+use crate::machine::threads::merge_thread_name;
+use crate::record::observed::{ThreadStateGroup, ThreadStates};
+
+/// How often the watched processes' threads are listed again.
+const LIST_EVERY: Duration = Duration::from_secs(1);
+/// How often every process's parent is read again (to find the trees' new processes): on a
+/// busy machine that is hundreds of files, more than a pass.
+const PROCESSES_EVERY: Duration = Duration::from_secs(5);
+/// Names of stairbench's own load-generator threads (before their `-N`).
+const LOAD_THREADS: [&str; 3] = ["load", "kvd", "shm"];
+/// Processes this one starts that are observers, not load: never counted as the client.
+const OBSERVER_TOOLS: [&str; 2] = ["perf", "tc"];
+/// A first guess of one thread read's CPU (stat and syscall), refined as passes are timed.
+const COST_GUESS_S: f64 = 15e-6;
+
+/// Which tasks to watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Targets {
+    /// The server tree's root.
+    pub server: Option<i32>,
+    /// Watch this process's load threads and the load tools it started.
+    pub client: bool,
+}
+
+/// A thread sampling the targets' threads until [`ThreadStateWatch::finish`].
+#[derive(Debug)]
+pub struct ThreadStateWatch {
+    stop: mpsc::Sender<()>,
+    handle: JoinHandle<Option<Watched>>,
+}
+
+/// What the sampling thread returns.
+#[derive(Debug, Default)]
+struct Watched {
+    server: Option<ThreadStates>,
+    client: Option<ThreadStates>,
+    cpu_s: f64,
+}
+
+impl ThreadStateWatch {
+    /// Starts watching now: every target thread's counters are read at once (the window's
+    /// start), then sampled until `finish`.
+    pub fn start(targets: Targets) -> std::io::Result<ThreadStateWatch> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("observe-states".into())
+            .spawn(move || {
+                let cpu0 = crate::observe::thread_cpu_s();
+                let mut w = Sampler::new(targets);
+                // The window's first reads are a fixed cost, outside the sampling's budget.
+                w.run(&stopped, crate::observe::thread_cpu_s());
+                let (server, client) = w.finish();
+                Some(Watched {
+                    server,
+                    client,
+                    cpu_s: crate::observe::thread_cpu_s() - cpu0,
+                })
+            })?;
+        Ok(ThreadStateWatch { stop, handle })
+    }
+
+    /// Ends the window: the server's and the load generator's thread states (None where
+    /// there was no thread to watch) and the CPU the sampling used, in seconds.
+    pub fn finish(self) -> (Option<ThreadStates>, Option<ThreadStates>, f64) {
+        let _ = self.stop.send(());
+        let w = self.handle.join().ok().flatten().unwrap_or_default();
+        (w.server, w.client, w.cpu_s)
+    }
+}
+
+/// The sampling thread's state.
+struct Sampler {
+    targets: Targets,
+    proc_root: PathBuf,
+    started: Instant,
+    tasks: BTreeMap<(i32, i32), Tally>,
+    /// Threads to read, in the order passes walk them, and where the next pass begins.
+    order: Vec<(i32, i32)>,
+    next: usize,
+    listed: Instant,
+    samples: u64,
+    passes: u64,
+    cost_s: f64,
+    table: peers::Table,
+    diag: Option<std::os::fd::OwnedFd>,
+    /// Socket inodes a dump did not find (unix sockets, another namespace's): not dumped for
+    /// again.
+    missing: BTreeSet<u64>,
+    /// Socket inodes held by the watched processes and the server's tree, by inode: their
+    /// owners, read when a wait's peer is first seen (at most once a listing interval).
+    fd_owners: BTreeMap<u64, i32>,
+    fd_scanned: Option<Instant>,
+    /// Every process's parent, and when it was read.
+    parents: (Option<Instant>, BTreeMap<i32, i32>),
+    /// The table was dumped in this pass (at most once a pass).
+    dumped: bool,
+    /// The first socket registered in each (pid, epoll fd), for the load generator's waits.
+    epoll_socket: BTreeMap<(i32, u64), u64>,
+    delayacct: bool,
+}
+
+impl Sampler {
+    fn new(targets: Targets) -> Sampler {
+        let mut s = Sampler {
+            targets,
+            proc_root: PathBuf::from("/proc"),
+            started: Instant::now(),
+            tasks: BTreeMap::new(),
+            order: Vec::new(),
+            next: 0,
+            listed: Instant::now(),
+            samples: 0,
+            passes: 0,
+            cost_s: COST_GUESS_S,
+            table: peers::Table::default(),
+            diag: peers::open().ok(),
+            missing: BTreeSet::new(),
+            parents: (None, BTreeMap::new()),
+            fd_owners: BTreeMap::new(),
+            fd_scanned: None,
+            dumped: false,
+            epoll_socket: BTreeMap::new(),
+            delayacct: crate::observe::disk::delayacct_note().is_none(),
+        };
+        s.list();
+        s.read_all();
+        for t in s.tasks.values_mut() {
+            t.first = t.last;
+            t.span_s.0 = t.span_s.1;
+        }
+        s
+    }
+
+    /// Refreshes the threads to watch; a thread seen for the first time counts from zero
+    /// (born in the window) unless seen at the start.
+    fn list(&mut self) {
+        let mut now = Vec::new();
+        if self
+            .parents
+            .0
+            .is_none_or(|at| at.elapsed() >= PROCESSES_EVERY)
+        {
+            self.parents = (Some(Instant::now()), procfs::parent_map(&self.proc_root));
+        }
+        let parents = std::mem::take(&mut self.parents.1);
+        if let Some(root) = self.targets.server {
+            for pid in procfs::descendants(root, &parents) {
+                self.add_tasks(pid, Role::Server, &mut now, None);
+            }
+        }
+        if self.targets.client {
+            self.list_client(&parents, self.targets.server.unwrap_or(0), &mut now);
+        }
+        self.parents.1 = parents;
+        let elapsed = self.started.elapsed().as_secs_f64();
+        for &(pid, tid, role) in &now {
+            let t = self.tasks.entry((pid, tid)).or_insert_with(|| Tally {
+                pid,
+                span_s: (elapsed, elapsed),
+                ..Tally::default()
+            });
+            t.role = Some(role);
+        }
+        self.order = now.iter().map(|&(p, t, _)| (p, t)).collect();
+        self.next %= self.order.len().max(1);
+        self.listed = Instant::now();
+    }
+
+    fn list_client(&mut self, parents: &BTreeMap<i32, i32>, server: i32, now: &mut Vec<Triple>) {
+        let me = std::process::id() as i32;
+        self.add_tasks(me, Role::Client, now, Some(&LOAD_THREADS));
+        let server_tree: BTreeSet<i32> = if server > 0 {
+            procfs::descendants(server, parents).into_iter().collect()
+        } else {
+            BTreeSet::new()
+        };
+        let kids = parents.iter().filter(|&(_, &pp)| pp == me).map(|(&p, _)| p);
+        for kid in kids.collect::<Vec<_>>() {
+            let comm = comm(&self.proc_root, kid);
+            if server_tree.contains(&kid) || OBSERVER_TOOLS.contains(&comm.as_str()) {
+                continue;
+            }
+            for pid in procfs::descendants(kid, parents) {
+                self.add_tasks(pid, Role::Client, now, None);
+            }
+        }
+    }
+
+    /// Adds `pid`'s threads (only those whose merged name is among `names`, when given).
+    fn add_tasks(&self, pid: i32, role: Role, now: &mut Vec<Triple>, names: Option<&[&str]>) {
+        let dir = self.proc_root.join(pid.to_string()).join("task");
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Some(tid) = e.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if let Some(names) = names {
+                let name = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+                if !names.contains(&merge_thread_name(name.trim())) {
+                    continue;
+                }
+            }
+            now.push((pid, tid, role));
+        }
+    }
+
+    /// Reads every watched thread's counters (the window's ends).
+    fn read_all(&mut self) {
+        let keys: Vec<_> = self.tasks.keys().copied().collect();
+        for (pid, tid) in keys {
+            let _ = self.read(pid, tid, false);
+        }
+    }
+
+    /// Reads one thread: its counters and, when asked and it sleeps, what it waits on.
+    /// False when it is gone. Each read is timed on its own: on a loaded machine the
+    /// sampler may be preempted between two threads' reads, and a thread's counters must
+    /// cover the span they are set against.
+    fn read(&mut self, pid: i32, tid: i32, sample: bool) -> bool {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let dir = self
+            .proc_root
+            .join(pid.to_string())
+            .join("task")
+            .join(tid.to_string());
+        let Some(stat) = read(&dir.join("stat")) else {
+            return false;
+        };
+        let Some((state, mut c)) = parse_stat(&stat) else {
+            return false;
+        };
+        if let Some((run, wait)) =
+            read(&dir.join("schedstat")).and_then(|t| crate::machine::threads::parse_schedstat(&t))
+        {
+            (c.run_ns, c.wait_ns) = (run, wait);
+        }
+        let name = if self
+            .tasks
+            .get(&(pid, tid))
+            .is_some_and(|t| t.name.is_empty())
+        {
+            // The name stat holds between its first '(' and last ')' (no read of `comm`).
+            (stat.find('(').zip(stat.rfind(')')))
+                .and_then(|(open, close)| stat.get(open + 1..close))
+                .map(str::to_string)
+        } else {
+            None
+        };
+        let role = self.tasks.get(&(pid, tid)).and_then(|t| t.role);
+        let wait = match role {
+            Some(role) if sample && matches!(state, b'S' | b'D') => {
+                self.wait_of(pid, role, &dir, state)
+            }
+            _ => None,
+        };
+        let Some(t) = self.tasks.get_mut(&(pid, tid)) else {
+            return false;
+        };
+        if let Some(n) = name {
+            t.name = n;
+        }
+        t.last = c;
+        t.span_s.1 = elapsed;
+        t.sampled += u64::from(sample);
+        if let Some(w) = wait {
+            *t.waits.entry(w).or_insert(0) += 1;
+        }
+        true
+    }
+
+    /// What a sleeping thread (its /proc directory `dir`) waits on.
+    fn wait_of(&mut self, pid: i32, role: Role, dir: &Path, state: u8) -> Option<Wait> {
+        let (nr, arg0) = read(&dir.join("syscall")).and_then(|t| parse_syscall(&t))?;
+        let needs_fd = nr.is_some_and(|n| {
+            matches!(call(n), Call::Read | Call::Write | Call::Sync)
+                || (role == Role::Client && call(n) == Call::Epoll)
+        });
+        let fd = needs_fd
+            .then(|| self.fd(pid, arg0, nr.map(call) == Some(Call::Epoll)))
+            .flatten();
+        let wchan = if state == b'D' {
+            read(&dir.join("wchan")).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let w = classify(role, state, nr, fd, &wchan);
+        if let Wait::Socket(i) | Wait::SocketRead(i) = w {
+            let known = self.table.by_inode.contains_key(&i) || self.missing.contains(&i);
+            if i != 0 && !known && !self.dumped {
+                self.refresh_table();
+                if !self.table.by_inode.contains_key(&i) {
+                    self.missing.insert(i);
+                }
+            }
+            let peer = self.table.peer_inode(i);
+            let due = self.fd_scanned.is_none_or(|t| t.elapsed() >= LIST_EVERY);
+            if peer.is_some_and(|p| !self.fd_owners.contains_key(&p)) && due {
+                self.scan_owners();
+            }
+        }
+        Some(w)
+    }
+
+    /// The socket inodes the server's tree and the watched processes hold.
+    fn scan_owners(&mut self) {
+        self.fd_scanned = Some(Instant::now());
+        let mut pids: BTreeSet<i32> = self.order.iter().map(|&(p, _)| p).collect();
+        if let Some(root) = self.targets.server {
+            pids.extend(procfs::descendants(root, &self.parents.1));
+        }
+        for pid in pids {
+            peers::socket_inodes_of(&self.proc_root, pid, &mut self.fd_owners);
+        }
+    }
+
+    /// The kind of `pid`'s descriptor `fd`; for an epoll descriptor, its first socket's.
+    fn fd(&mut self, pid: i32, fd: u64, epoll: bool) -> Option<FdKind> {
+        if epoll {
+            if let Some(&ino) = self.epoll_socket.get(&(pid, fd)) {
+                return Some(FdKind::Socket(ino));
+            }
+            let ino = self.epoll_first_socket(pid, fd)?;
+            self.epoll_socket.insert((pid, fd), ino);
+            return Some(FdKind::Socket(ino));
+        }
+        let link = self.proc_root.join(format!("{pid}/fd/{fd}"));
+        let target = std::fs::read_link(link).ok()?;
+        Some(fd_kind(&target.to_string_lossy()))
+    }
+
+    fn epoll_first_socket(&self, pid: i32, epfd: u64) -> Option<u64> {
+        let info = read(&self.proc_root.join(format!("{pid}/fdinfo/{epfd}")))?;
+        info.lines()
+            .filter_map(|l| {
+                l.strip_prefix("tfd:")?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .find_map(|tfd: u64| {
+                let link = self.proc_root.join(format!("{pid}/fd/{tfd}"));
+                peers::socket_inode(&std::fs::read_link(link).ok()?.to_string_lossy())
+            })
+    }
+
+    fn refresh_table(&mut self) {
+        self.dumped = true;
+        if let Some(sock) = &self.diag {
+            if peers::dump(sock, &mut self.table).is_err() {
+                self.diag = None;
+            }
+        }
+    }
+
+    /// Passes until told to stop.
+    /// Passes until told to stop. Besides the plan's spacing, a pass is skipped while this
+    /// thread's CPU since `cpu0` (listing and table dumps included) is over the budget of the
+    /// time elapsed.
+    fn run(&mut self, stopped: &mpsc::Receiver<()>, cpu0: f64) {
+        loop {
+            if self.listed.elapsed() >= LIST_EVERY {
+                self.list();
+            }
+            let p = plan(self.order.len(), self.cost_s);
+            let spent_s = crate::observe::thread_cpu_s() - cpu0;
+            let allowed_s = BUDGET_SHARE * self.started.elapsed().as_secs_f64();
+            let read = if spent_s <= allowed_s {
+                self.pass_timed(p.per_pass)
+            } else {
+                0
+            };
+            if read > 0 {
+                self.passes += 1;
+            }
+            if !matches!(
+                stopped.recv_timeout(p.every),
+                Err(mpsc::RecvTimeoutError::Timeout)
+            ) {
+                return;
+            }
+        }
+    }
+
+    /// A pass of `n` threads, its CPU per thread read folded into the plan's estimate.
+    fn pass_timed(&mut self, n: usize) -> usize {
+        let cpu0 = crate::observe::thread_cpu_s();
+        let read = self.pass(n);
+        if read > 0 {
+            let per = (crate::observe::thread_cpu_s() - cpu0) / read as f64;
+            // A moving mean: one slow pass (a table dump) does not halve the rate.
+            self.cost_s = 0.8 * self.cost_s + 0.2 * per;
+        }
+        read
+    }
+
+    /// One pass over `n` threads from where the last one stopped; how many were read.
+    fn pass(&mut self, n: usize) -> usize {
+        self.dumped = false;
+        let n = n.min(self.order.len());
+        for k in 0..n {
+            let (pid, tid) = self.order[(self.next + k) % self.order.len()];
+            if self.read(pid, tid, true) {
+                self.samples += 1;
+            }
+        }
+        self.next = (self.next + n) % self.order.len().max(1);
+        n
+    }
+
+    /// Reads every thread once more (the window's end) and sums up both sides.
+    fn finish(mut self) -> (Option<ThreadStates>, Option<ThreadStates>) {
+        self.read_all();
+        let window_s = self.started.elapsed().as_secs_f64();
+        let tallies: Vec<Tally> = self
+            .tasks
+            .into_values()
+            .filter(|t| t.role.is_some())
+            .collect();
+        let wanted: BTreeSet<u64> = tallies
+            .iter()
+            .flat_map(|t| t.waits.keys())
+            .filter_map(|w| match w {
+                Wait::Socket(i) | Wait::SocketRead(i) => self.table.peer_inode(*i),
+                _ => None,
+            })
+            .collect();
+        // Owners seen during the window first (a connection may close before its end).
+        let mut owners: BTreeMap<u64, i32> = (self.fd_owners.iter())
+            .filter(|(i, _)| wanted.contains(i))
+            .map(|(&i, &p)| (i, p))
+            .collect();
+        let missing: BTreeSet<u64> = wanted
+            .into_iter()
+            .filter(|i| !owners.contains_key(i))
+            .collect();
+        if !missing.is_empty() {
+            owners.extend(peers::owners(&self.proc_root, &missing));
+        }
+        let pids: BTreeSet<i32> = tallies
+            .iter()
+            .map(|t| t.pid)
+            .chain(owners.values().copied())
+            .collect();
+        let names = pids
+            .into_iter()
+            .map(|p| (p, comm(&self.proc_root, p)))
+            .collect();
+        let summary = Summary {
+            table: &self.table,
+            owners: &owners,
+            names: &names,
+            ticks_per_s: procfs::ticks_per_s(),
+            delayacct: self.delayacct,
+        };
+        let mut groups = summary.groups(&tallies);
+        let interval_ms = if self.passes > 1 {
+            1e3 * window_s / self.passes as f64
+        } else {
+            1e3 * window_s
+        };
+        let side = |role: Role, groups: &mut BTreeMap<Role, Vec<ThreadStateGroup>>| {
+            let groups = groups.remove(&role)?;
+            let samples = tallies
+                .iter()
+                .filter(|t| t.role == Some(role))
+                .map(|t| t.sampled)
+                .sum::<u64>();
+            Some(ThreadStates {
+                sample_interval_ms: interval_ms,
+                samples,
+                delay_accounting: self.delayacct,
+                groups,
+            })
+        };
+        let server = side(Role::Server, &mut groups);
+        let client = side(Role::Client, &mut groups);
+        (server, client)
+    }
+}
+
+type Triple = (i32, i32, Role);
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn comm(proc_root: &Path, pid: i32) -> String {
+    read(&proc_root.join(pid.to_string()).join("comm"))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_default()
+}
