@@ -29,6 +29,11 @@ pub fn closest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
         .map(|(_, k)| k)
 }
 
+/// " (did you mean \"separated\"?)" when a known word is near the mistyped one, else "".
+pub fn did_you_mean(word: &str, known: &[&str]) -> String {
+    closest(word, known).map_or(String::new(), |k| format!(" (did you mean {k:?}?)"))
+}
+
 /// A duration that does not read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DurationError {

@@ -249,7 +249,7 @@ pub enum ThresholdError {
     #[error("{0:?}: {expected}", expected = EXPECTED)]
     NoOp(String),
     /// A metric no threshold can check.
-    #[error("unknown metric {0:?}: expected one of {names}", names = metric_names().join(", "))]
+    #[error("unknown metric {0:?}{near}: expected one of {names}", near = crate::units::did_you_mean(.0, &metric_names()), names = metric_names().join(", "))]
     UnknownMetric(String),
     /// A value that is not a finite number.
     #[error("{text:?}: {value:?} is not a number; {expected}", expected = EXPECTED)]

@@ -6,7 +6,7 @@
 //! whose noise test names a winner only beyond the run-to-run spread.
 
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::analyze::compare::Metric;
 use crate::analyze::run::RunAnalysis;
@@ -28,7 +28,7 @@ pub const WORK_NS: u64 = 1000;
 const SETTLED_BUSY_PCT: f64 = crate::observe::environment::BUSY_WARN_PCT;
 
 /// The window of each busy sample of the settle wait.
-const SETTLE_SAMPLE: Duration = Duration::from_millis(500);
+const SETTLE_SAMPLE: Duration = crate::machine::procfs::QUIET_SAMPLE;
 
 /// How one demo runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,30 +269,14 @@ pub fn expected_auto_runs(busy_pct: f64) -> f64 {
 /// second (a build that just ended leaves the 1-min load average high for a minute, /proc/stat
 /// shows the CPUs free at once).
 pub fn settle(cpus: &[usize], limit: Duration) -> Settled {
-    let start = Instant::now();
-    let mut before = proc_stat();
-    loop {
-        std::thread::sleep(SETTLE_SAMPLE);
-        let after = proc_stat();
-        let busy = crate::machine::procfs::core_busy(&before, &after, cpus);
-        let busy_pct = busy.iter().map(|c| c.busy_pct).sum::<f64>() / busy.len().max(1) as f64;
-        let waited = start.elapsed();
-        let settled = busy_pct < SETTLED_BUSY_PCT;
-        if settled || waited >= limit {
-            return Settled {
-                waited_s: waited.as_secs_f64(),
-                busy_pct,
-                load1: load_average_1min(),
-                settled,
-            };
-        }
-        before = after;
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let quiet = crate::machine::procfs::wait_until_quiet(cpus, SETTLED_BUSY_PCT, limit, &never);
+    Settled {
+        waited_s: quiet.waited_s,
+        busy_pct: quiet.busy_pct,
+        load1: load_average_1min(),
+        settled: quiet.settled,
     }
-}
-
-fn proc_stat() -> std::collections::BTreeMap<usize, crate::machine::procfs::CpuTimes> {
-    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    crate::machine::procfs::parse_proc_stat(&text)
 }
 
 fn load_average_1min() -> Option<f64> {

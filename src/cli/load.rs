@@ -83,7 +83,7 @@ pub struct LoadArgs {
     pub start_at: Option<i64>,
     /// -q: no per-second lines; -v: accepted, as on `run` (load prints them all already).
     #[command(flatten)]
-    pub verbosity: super::shell::Verbosity,
+    pub verbosity: super::shell::LoadVerbosity,
     /// --json-lines, --metrics-listen.
     #[command(flatten)]
     pub live: super::live::LiveArgs,

@@ -20,6 +20,20 @@ pub struct Bar {
     quiet: bool,
     /// The current repetition's position and when it began (the ETA counts down from it).
     at: Option<(Position, Instant)>,
+    /// The last line that can explain a skip (a skipped step's reason, or a note such as the
+    /// series' stop), and how many steps skipped for it were not shown: a target that does
+    /// not start, or a series stopped early, skips every step left with the same words.
+    skips: Option<Skips>,
+}
+
+/// See [`Bar::skips`].
+struct Skips {
+    /// The line that gave the reason.
+    line: String,
+    /// Steps skipped for it since, not shown.
+    unshown: usize,
+    /// The line was a note (no skipped step was shown yet).
+    from_note: bool,
 }
 
 impl Default for Bar {
@@ -49,6 +63,51 @@ impl Bar {
             tty,
             quiet,
             at: None,
+            skips: None,
+        }
+    }
+
+    /// A line above the bar, after the count of repeated skips it ends.
+    fn print(&mut self, line: String) {
+        self.print_now_pending_skips();
+        self.print_now(line);
+    }
+
+    fn print_now(&self, line: String) {
+        if self.tty {
+            self.bar.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    /// The count of repeated skips not shown yet, if any.
+    fn print_now_pending_skips(&mut self) {
+        match self.skips.take() {
+            Some(Skips { unshown: 0, .. }) | None => {}
+            Some(Skips {
+                unshown: n,
+                from_note: true,
+                ..
+            }) => self.print_now(format!("    ... {n} step(s) skipped for that reason")),
+            Some(Skips { unshown: n, .. }) => self.print_now(format!(
+                "    ... and {n} more step(s) skipped for the same reason"
+            )),
+        }
+    }
+
+    /// True when `step` is skipped for the reason the last printed skip gave (it is counted).
+    fn repeats_last_skip(&mut self, step: &StepResult) -> bool {
+        if step.status != StepStatus::Skipped {
+            return false;
+        }
+        let reason = step.reason.as_deref().unwrap_or("").trim_end();
+        match &mut self.skips {
+            Some(skips) if !reason.is_empty() && skips.line.ends_with(reason) => {
+                skips.unshown += 1;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -68,11 +127,7 @@ impl Bar {
 impl Bar {
     /// A line above the bar (or on its own without one), e.g. `-v`'s per-second lines.
     pub fn line(&mut self, text: &str) {
-        if self.tty {
-            self.bar.println(text);
-        } else {
-            eprintln!("{text}");
-        }
+        self.print(text.to_string());
     }
 }
 
@@ -117,6 +172,9 @@ impl Progress for Bar {
             at.left = at.left.saturating_sub(since.elapsed());
             *since = Instant::now();
         }
+        if self.repeats_last_skip(step) {
+            return;
+        }
         let line = format!(
             "[{}] {} {} c={}: {what}",
             self.where_now(),
@@ -124,20 +182,26 @@ impl Progress for Bar {
             step.placement,
             step.clients
         );
-        if self.tty {
-            self.bar.println(line);
-        } else {
-            eprintln!("{line}");
+        self.print(line);
+        if step.status == StepStatus::Skipped {
+            let line = step.reason.as_deref().unwrap_or("").trim_end().to_string();
+            self.skips = Some(Skips {
+                line,
+                unshown: 0,
+                from_note: false,
+            });
         }
     }
     fn note(&mut self, text: &str) {
-        if self.tty {
-            self.bar.println(format!("note: {text}"));
-        } else {
-            eprintln!("note: {text}");
-        }
+        self.print(format!("note: {text}"));
+        self.skips = Some(Skips {
+            line: text.trim_end().to_string(),
+            unshown: 0,
+            from_note: true,
+        });
     }
     fn finish(&mut self) {
+        self.print_now_pending_skips();
         if let Some(len) = self.bar.length() {
             self.bar.set_position(len);
         }

@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// Write the thresholds' verdicts as JUnit XML (one test case per threshold).
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Keep a step whose CPUs other processes shared (the spec's `disturbed_pct`, 10% by
+    /// default) in the analysis, marked, instead of running it again and leaving it out
+    /// (for a machine that is never quiet, such as a test suite running beside itself).
+    #[arg(long, env = "STAIRBENCH_KEEP_DISTURBED", hide_env_values = true)]
+    pub keep_disturbed: bool,
     /// -q: no progress; -v: every per-second line too.
     #[command(flatten)]
     pub verbosity: Verbosity,
@@ -75,6 +80,9 @@ pub struct DemoArgs {
     /// Print the plan only.
     #[arg(long)]
     pub dry_run: bool,
+    /// Keep steps whose CPUs other processes shared in the analysis, marked (as `run`).
+    #[arg(long, env = "STAIRBENCH_KEEP_DISTURBED", hide_env_values = true)]
+    pub keep_disturbed: bool,
     /// -q: no progress; -v: every per-second line too.
     #[command(flatten)]
     pub verbosity: Verbosity,
@@ -95,6 +103,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut plan = Plan::new(spec, stairbench_bin()?)?;
+    plan.keep_disturbed = args.keep_disturbed;
     match (args.hold, args.duration) {
         (Some(clients), Some(d)) => plan.hold(clients, d),
         (None, Some(d)) => plan.shorten(d),
@@ -126,6 +135,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     };
     let spec = SpecFile::parse(Path::new("demo.toml"), &demo::spec(shape))?;
     let mut plan = Plan::new(spec, stairbench_bin()?)?;
+    plan.keep_disturbed = args.keep_disturbed;
     let mut notes = Vec::new();
     if !shape.separable() {
         notes.push(demo::unseparable_note(cpus.len()));
@@ -269,12 +279,17 @@ fn print_summary(
             eprintln!("stopped: {why}; no later step was run, the finished ones are kept")
         }
         RunEnd::Interrupted => eprintln!(
-            "interrupted: the finished steps are kept; continue with --resume {}",
-            dir.display()
+            "interrupted: the finished steps are kept; continue with: {}",
+            crate::sweep::runner::resume_command(dir)
         ),
         RunEnd::Completed | RunEnd::StoppedOnFailure => {}
     }
-    for status in [StepStatus::Failed, StepStatus::Errors, StepStatus::Skipped] {
+    for status in [
+        StepStatus::Failed,
+        StepStatus::Errors,
+        StepStatus::Skipped,
+        StepStatus::Disturbed,
+    ] {
         let n = summary.steps.iter().filter(|s| s.status == status).count();
         if n > 0 {
             eprintln!(
@@ -291,6 +306,9 @@ fn status_words(status: StepStatus) -> &'static str {
         StepStatus::Failed => "failed (could not run)",
         StepStatus::Errors => "had errors above max_error_ratio",
         StepStatus::Skipped => "skipped",
+        StepStatus::Disturbed => {
+            "disturbed (other processes shared their CPUs; left out of the analysis)"
+        }
         StepStatus::Ok => "ok",
     }
 }

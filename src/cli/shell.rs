@@ -21,6 +21,19 @@ pub struct Verbosity {
     pub verbose: bool,
 }
 
+/// `-q`/`-v` of `stairbench load`: one load has no steps and no progress bar, so its help
+/// speaks of its per-second lines only.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct LoadVerbosity {
+    /// No per-second lines on standard error; the summary, verdicts and errors still print.
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Accepted for scripts that pass it to `run` too: `load` prints every per-second line
+    /// already.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
 /// Options of `stairbench completions`.
 #[derive(Debug, clap::Args)]
 pub struct CompletionsArgs {

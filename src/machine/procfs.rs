@@ -360,6 +360,57 @@ fn read_task(dir: &Path) -> Option<TaskSample> {
     })
 }
 
+/// How long [`wait_until_quiet`] waited and how busy the CPUs were at the end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quiet {
+    /// Seconds spent waiting.
+    pub waited_s: f64,
+    /// Mean busy % of the CPUs over the last sample of the wait.
+    pub busy_pct: f64,
+    /// Whether they dropped under the threshold before the limit.
+    pub settled: bool,
+}
+
+impl Quiet {
+    /// "3% busy after 0.5 s".
+    pub fn describe(&self) -> String {
+        format!("{:.0}% busy after {:.1} s", self.busy_pct, self.waited_s)
+    }
+}
+
+/// How long one busy sample of [`wait_until_quiet`] lasts.
+pub const QUIET_SAMPLE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Waits, at most `limit` (and not past `stop`), until `cpus` are less than `below_pct`
+/// busy over one [`QUIET_SAMPLE`] (/proc/stat shows the CPUs free at once; the load average
+/// stays high for a minute after a build ends).
+pub fn wait_until_quiet(
+    cpus: &[usize],
+    below_pct: f64,
+    limit: std::time::Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Quiet {
+    let start = std::time::Instant::now();
+    let read = || parse_proc_stat(&std::fs::read_to_string("/proc/stat").unwrap_or_default());
+    let mut before = read();
+    loop {
+        std::thread::sleep(QUIET_SAMPLE);
+        let after = read();
+        let busy = core_busy(&before, &after, cpus);
+        let busy_pct = busy.iter().map(|c| c.busy_pct).sum::<f64>() / busy.len().max(1) as f64;
+        let waited = start.elapsed();
+        let settled = busy_pct < below_pct;
+        if settled || waited >= limit || stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Quiet {
+                waited_s: waited.as_secs_f64(),
+                busy_pct,
+                settled,
+            };
+        }
+        before = after;
+    }
+}
+
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, 100 on almost every Linux).
 pub fn ticks_per_s() -> f64 {
     // SAFETY: sysconf only reads a configuration value.

@@ -32,7 +32,8 @@ pub enum CpusError {
     TooFewCpus(String),
     /// No placement by that name.
     #[error(
-        "unknown placement {0:?} (expected shared, separated, balanced or a custom_placements name)"
+        "unknown placement {0:?}{near} (expected shared, separated, balanced or a custom_placements name)",
+        near = crate::units::did_you_mean(.0, &["shared", "separated", "balanced"])
     )]
     Unknown(String),
     /// A custom cpuset table with no entry at all.

@@ -188,6 +188,91 @@ pub struct StepFigures {
     /// What each target reported itself (metrics file or endpoint) over the window, by label.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub target_metrics: BTreeMap<String, ForeignJson>,
+    /// Other processes took the spec's `disturbed_pct` or more of the step's CPUs: how much,
+    /// and who (absent on an undisturbed step).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disturbed: Option<Disturbance>,
+}
+
+/// How much of a step's CPUs other processes took, when it was at least `disturbed_pct`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Disturbance {
+    /// Other processes' share of the server's CPUs, % of its cpuset (None: not observed).
+    pub server_cpus_others_pct: Option<f64>,
+    /// Other processes' share of the load generator's CPUs, % of its cpuset.
+    pub client_cpus_others_pct: Option<f64>,
+    /// The busiest other process in the same window, if one could be named.
+    pub busiest: Option<crate::record::use_cpu::Neighbour>,
+    /// The threshold in force (`disturbed_pct`), %.
+    pub threshold_pct: f64,
+    /// `run --keep-disturbed`: the step stayed `ok` and in the analysis, marked.
+    pub kept: bool,
+}
+
+impl Disturbance {
+    /// The disturbance of a window whose neighbours are `n`: None when other processes took
+    /// less than `threshold_pct` of both sides' CPUs. The busiest is named from the same
+    /// window, on the side disturbed most.
+    pub fn of(
+        n: &crate::record::use_cpu::Neighbours,
+        threshold_pct: f64,
+        kept: bool,
+    ) -> Option<Disturbance> {
+        let d = Disturbance {
+            server_cpus_others_pct: n.server_cpus_others_pct,
+            client_cpus_others_pct: n.client_cpus_others_pct,
+            busiest: None,
+            threshold_pct,
+            kept,
+        };
+        let (side, pct) = d.worst();
+        if pct < threshold_pct {
+            return None;
+        }
+        let share = |x: &crate::record::use_cpu::Neighbour| {
+            if side == "server" {
+                x.server_cpus_pct
+            } else {
+                x.client_cpus_pct
+            }
+        };
+        let busiest = n
+            .busiest
+            .iter()
+            .filter(|x| share(x) > 0.0)
+            .max_by(|a, b| share(a).total_cmp(&share(b)))
+            .cloned();
+        Some(Disturbance { busiest, ..d })
+    }
+
+    /// The larger of the two sides' shares, and which side: ("server", 55.0).
+    pub fn worst(&self) -> (&'static str, f64) {
+        let server = self.server_cpus_others_pct.unwrap_or(0.0);
+        let client = self.client_cpus_others_pct.unwrap_or(0.0);
+        if server >= client {
+            ("server", server)
+        } else {
+            ("load generator", client)
+        }
+    }
+
+    /// "other processes took 55% of the server's CPUs (busiest: rustc, pid 812, 41%)".
+    pub fn describe(&self) -> String {
+        let (side, pct) = self.worst();
+        let who = self
+            .busiest
+            .as_ref()
+            .map_or("; none of them could be named".to_string(), |n| {
+                let share = if side == "server" {
+                    n.server_cpus_pct
+                } else {
+                    n.client_cpus_pct
+                };
+                format!(" (busiest: {}, pid {}, {share:.0}%)", n.name, n.pid)
+            });
+        format!("other processes took {pct:.0}% of the {side}'s CPUs{who}")
+    }
 }
 
 /// An external tool's own figures (what its parser read, in stairbench's units).

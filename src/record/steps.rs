@@ -28,6 +28,10 @@ pub enum StepStatus {
     Errors,
     /// Not run (see `reason`): no CPUs for it, saturated series, an earlier failure.
     Skipped,
+    /// Measured, but other processes took the spec's `disturbed_pct` or more of the server's
+    /// or the load generator's CPUs in its window (see `reason` and `disturbed`): kept and
+    /// shown, left out of the analysis.
+    Disturbed,
 }
 
 /// What kind of error failed a step (`error_kind` in `steps.jsonl`).
@@ -386,7 +390,7 @@ pub fn now_unix_s() -> f64 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::record::figures::{ForeignJson, LoadPart, ThresholdCheck, ToolFigures};
+    use crate::record::figures::{Disturbance, ForeignJson, LoadPart, ThresholdCheck, ToolFigures};
 
     #[test]
     fn url_is_a_list_and_an_old_string_still_reads() {
@@ -591,6 +595,10 @@ pub(crate) mod tests {
             groups_overhead: Some(Default::default()),
             observed: [("x".to_string(), obs.into())].into(),
             target_metrics: [("x".to_string(), ForeignJson::Null)].into(),
+            disturbed: Some(Disturbance {
+                busiest: Some(Default::default()),
+                ..Default::default()
+            }),
         };
         step
     }

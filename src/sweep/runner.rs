@@ -20,6 +20,7 @@ use crate::fleet::error::StepError;
 use crate::fleet::server::{Launcher, Server};
 use crate::observe::step::{Observed, StepObserver};
 use crate::placement::{CpuPair, PlacementSource};
+use crate::record::figures::Disturbance;
 use crate::record::figures::StepFigures;
 use crate::record::load::{IntervalLine, IntervalSink, LoadReport, RequestError};
 use crate::record::rundir::{RunDir, StepSink};
@@ -200,8 +201,9 @@ struct SeriesRun<'p> {
     server_cpus: Option<Vec<usize>>,
     /// Why its server did not start: its later steps are skipped.
     launch_failed: Option<String>,
-    /// Why it saturated: its later points are skipped.
-    saturated: Option<String>,
+    /// Why the series stopped early (it saturated, or every request failed): its later
+    /// points are skipped.
+    stopped: Option<String>,
     /// Its points, one at a time.
     points: PointGen,
     /// Mean throughput and latency of each point measured, and those points.
@@ -219,7 +221,7 @@ impl<'p> SeriesRun<'p> {
             server: None,
             server_cpus: None,
             launch_failed: None,
-            saturated: None,
+            stopped: None,
             points: PointGen::new(series),
             history: Vec::new(),
             history_points: Vec::new(),
@@ -274,6 +276,14 @@ impl Runner<'_> {
             },
         };
         self.progress.begin(self.plan.planned_steps(), resumed);
+        if resumed > 0 {
+            let line = format!(
+                "resumed: {} of the {} planned steps had finished before this run continued them (--resume); their figures are the earlier run's",
+                resumed,
+                self.plan.planned_steps()
+            );
+            self.note(&mut run.summary, line);
+        }
         if self.plan.compares_balanced_and_separated() {
             for note in self.placements.notes() {
                 self.note(&mut run.summary, note);
@@ -350,11 +360,23 @@ impl Runner<'_> {
         point: Point,
         run: &mut RunState,
     ) -> Result<ControlFlow<RunEnd, Vec<StepResult>>, RunError> {
-        let mut reps = Vec::new();
+        let mut reps: Vec<StepResult> = Vec::new();
         run.at.runs_of_step = 0;
-        for rep in 0..self.plan.repetitions.max_runs() {
-            if !self.plan.repetitions.again(rep, &ok_throughputs(&reps)) {
+        for rep in 0..self.plan.repetitions.max_runs() + DISTURBED_RERUNS {
+            // A disturbed run does not count: it is run again, at most DISTURBED_RERUNS times.
+            let disturbed = disturbed_runs(&reps);
+            let counted = rep - disturbed;
+            if !self.plan.repetitions.again(counted, &ok_throughputs(&reps))
+                || counted >= self.plan.repetitions.max_runs()
+            {
                 break;
+            }
+            if disturbed > 0
+                && reps
+                    .last()
+                    .is_some_and(|s| s.status == StepStatus::Disturbed)
+            {
+                self.wait_for_quiet(&reps[reps.len() - 1]);
             }
             run.at.runs_of_step = rep;
             if self.interrupted(&run.summary) {
@@ -366,12 +388,12 @@ impl Runner<'_> {
                 continue;
             }
             // Once saturated, the series' steps left are skipped at once.
-            run.at.skipping = match series.saturated {
+            run.at.skipping = match series.stopped {
                 Some(_) => 1 + series.points.remaining().len(),
                 None => 0,
             };
             self.progress.at(&self.position(&run.at, rep));
-            let step = match &series.saturated {
+            let step = match &series.stopped {
                 Some(why) => self.skipped(&key, why.clone()),
                 None => self.one_step(&key, series),
             };
@@ -409,7 +431,7 @@ impl Runner<'_> {
                 self.note(&mut run.summary, why.clone());
                 return Ok(ControlFlow::Break(RunEnd::ThresholdAbort(why)));
             }
-            if series.saturated.is_none() && !self.plan.cooldown.is_zero() {
+            if series.stopped.is_none() && !self.plan.cooldown.is_zero() {
                 self.sleep(self.plan.cooldown);
             }
         }
@@ -440,9 +462,9 @@ impl Runner<'_> {
     /// failed, and how to go on once there is room.
     fn cannot_write(&self, what: &str) -> RunError {
         RunError::Write(format!(
-            "{what}; the run stopped, its finished steps are in {}: free space, then continue with `stairbench run --resume {}`",
+            "{what}; the run stopped, its finished steps are in {}: free space, then continue with `{}`",
             self.dir.path.join("steps.jsonl").display(),
-            self.dir.path.display()
+            resume_command(&self.dir.path)
         ))
     }
 
@@ -478,7 +500,13 @@ impl Runner<'_> {
             series.history.push((thr, lat));
             series.history_points.push(point);
         }
-        if series.saturated.is_none()
+        if let (None, Some(why)) = (&series.stopped, every_request_failed(reps)) {
+            let why = format!("{why}: the rest of the series was not run");
+            let line = format!("{} / {}: {why}", series.target.name, series.placement);
+            self.note(summary, line);
+            series.stopped = Some(why);
+        }
+        if series.stopped.is_none()
             && self.plan.stop_when == Some(StopWhen::Saturated)
             && is_saturated(&series.history)
         {
@@ -486,7 +514,7 @@ impl Runner<'_> {
             let why = super::plan::saturation_note(from, point, &series.points.remaining());
             let line = format!("{} / {}: {why}", series.target.name, series.placement);
             self.note(summary, line);
-            series.saturated = Some(why);
+            series.stopped = Some(why);
         }
     }
 
@@ -587,7 +615,62 @@ impl Runner<'_> {
         if step.status == StepStatus::Failed {
             step.error_kind = Some(ErrorKind::Load);
         }
+        self.mark_disturbed(step);
         Ok(())
+    }
+
+    /// An ok step whose CPUs other processes shared (`disturbed_pct`) becomes `disturbed`, or
+    /// stays `ok` marked as such under `--keep-disturbed`.
+    fn mark_disturbed(&self, step: &mut StepResult) {
+        if step.status != StepStatus::Ok {
+            return;
+        }
+        let Some(n) = step.observation().and_then(|o| o.neighbours.as_ref()) else {
+            return;
+        };
+        let Some(d) = Disturbance::of(n, self.plan.disturbed_pct, self.plan.keep_disturbed) else {
+            return;
+        };
+        if !d.kept {
+            step.status = StepStatus::Disturbed;
+            step.reason = Some(format!(
+                "{}, over disturbed_pct = {}",
+                d.describe(),
+                self.plan.disturbed_pct
+            ));
+        }
+        step.figures.disturbed = Some(d);
+    }
+
+    /// Before a disturbed step's re-run: waits, at most [`QUIET_WAIT`], until its CPUs are
+    /// busier than `disturbed_pct` no more (between steps the server idles, so what keeps them
+    /// busy is other work), and says how it went.
+    fn wait_for_quiet(&mut self, disturbed: &StepResult) {
+        let mut cpus: Vec<usize> = crate::cpuset::parse(&disturbed.server_cpus).unwrap_or_default();
+        cpus.extend(crate::cpuset::parse(&disturbed.client_cpus).unwrap_or_default());
+        cpus.sort_unstable();
+        cpus.dedup();
+        if cpus.is_empty() {
+            return;
+        }
+        let quiet = crate::machine::procfs::wait_until_quiet(
+            &cpus,
+            self.plan.disturbed_pct,
+            QUIET_WAIT,
+            self.stop,
+        );
+        let how = if quiet.settled {
+            format!("once its CPUs were {}", quiet.describe())
+        } else {
+            format!(
+                "although its CPUs were still {} (the most it waits)",
+                quiet.describe()
+            )
+        };
+        self.progress.note(&format!(
+            "{} was disturbed; running it again {how}",
+            disturbed.id
+        ));
     }
 
     /// The step's cpusets (the server's on its host, the first client group's on its own) and
@@ -918,6 +1001,68 @@ pub fn verdict(step: &StepResult, max_error_ratio: f64) -> (StepStatus, Option<S
         ratio * 100.0
     );
     (StepStatus::Errors, Some(why))
+}
+
+/// The command that continues a run in `dir`, ready to paste: the program as it was invoked
+/// (`target/release/stairbench`, or `stairbench` from the PATH) and the directory quoted
+/// where a shell would split it.
+pub fn resume_command(dir: &std::path::Path) -> String {
+    let program = std::env::args()
+        .next()
+        .unwrap_or_else(|| "stairbench".into());
+    format!(
+        "{} run --resume {}",
+        quoted(&program),
+        quoted(&dir.to_string_lossy())
+    )
+}
+
+/// `s` as one shell word: as it is when it has only safe characters, single-quoted otherwise.
+fn quoted(s: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+:,=@%".contains(c);
+    if !s.is_empty() && s.chars().all(safe) {
+        s.to_string()
+    } else {
+        crate::remote::shell::shell_quote(s)
+    }
+}
+
+/// Why a point measured nothing the server did right: every request of every repetition
+/// failed (a 403 for every path, a refused connection), with the errors by kind. A higher
+/// load would fail alike, so the series stops there.
+fn every_request_failed(reps: &[StepResult]) -> Option<String> {
+    let loads: Vec<_> = reps.iter().filter_map(|s| s.load.as_ref()).collect();
+    let all_failed = !loads.is_empty()
+        && loads.len() == reps.len()
+        && loads
+            .iter()
+            .all(|l| l.requests == 0 && l.errors.values().sum::<u64>() > 0);
+    if !all_failed {
+        return None;
+    }
+    let mut kinds = BTreeMap::<&str, u64>::new();
+    for (kind, n) in loads.iter().flat_map(|l| l.errors.iter()) {
+        *kinds.entry(kind.as_str()).or_default() += n;
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+    let clients = reps[0].clients;
+    Some(format!(
+        "every request failed at {} ({})",
+        crate::units::count(clients, "client"),
+        kinds.join(", ")
+    ))
+}
+
+/// Runs of a point beyond its repetitions that replace disturbed ones.
+const DISTURBED_RERUNS: usize = 2;
+/// How long a disturbed step's re-run waits at most for its CPUs to quiet.
+const QUIET_WAIT: Duration = Duration::from_secs(5);
+
+/// A point's runs so far that were disturbed (and so do not count as repetitions).
+fn disturbed_runs(reps: &[StepResult]) -> usize {
+    reps.iter()
+        .filter(|s| s.status == StepStatus::Disturbed)
+        .count()
 }
 
 /// Planned steps already finished in a resumed run directory: its distinct points.

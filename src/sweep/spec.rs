@@ -71,6 +71,11 @@ pub struct Spec {
     /// still be `ok`; above it the step's status is `errors`.
     #[serde(default = "default_max_error_ratio")]
     pub max_error_ratio: f64,
+    /// A step in whose window other processes took at least this share (percent) of the
+    /// server's or the load generator's CPUs is `disturbed`: run again, and left out of the
+    /// analysis when still disturbed (unless `run --keep-disturbed`).
+    #[serde(default = "default_disturbed_pct")]
+    pub disturbed_pct: f64,
     /// Stop a series early: `saturated`.
     #[serde(default)]
     pub stop_when: Option<StopWhen>,
@@ -106,6 +111,9 @@ fn default_warmup() -> Dur {
 }
 fn default_max_error_ratio() -> f64 {
     0.01
+}
+fn default_disturbed_pct() -> f64 {
+    10.0
 }
 fn one() -> usize {
     1
@@ -714,20 +722,26 @@ pub enum SpecError {
 /// `run --resume DIR` needs to fill `{spec_dir}` and find the spec's relative files.
 pub const SPEC_DIR_FILE: &str = "spec_dir.txt";
 
-/// serde's "unknown field `clints`, expected one of `name`, ..." with the nearest known key
-/// named first: "unknown field `clints` (did you mean `clients`?); expected one of ...".
+/// serde's "unknown field `clints`, expected one of `name`, ..." (or "unknown variant
+/// `seperated`, expected ...") with the nearest known word named first: "unknown field
+/// `clints` (did you mean `clients`?); expected one of ...".
 fn with_suggestion(message: &str) -> String {
-    let Some(rest) = message.strip_prefix("unknown field `") else {
+    let Some((what, rest)) = ["unknown field `", "unknown variant `"]
+        .iter()
+        .find_map(|p| {
+            message
+                .strip_prefix(p)
+                .map(|rest| (&p[..p.len() - 2], rest))
+        })
+    else {
         return message.to_string();
     };
-    let Some((field, expected)) = rest.split_once("`, expected ") else {
+    let Some((word, expected)) = rest.split_once("`, expected ") else {
         return message.to_string();
     };
     let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
-    match crate::units::closest(field, &known) {
-        Some(near) => {
-            format!("unknown field `{field}` (did you mean `{near}`?); expected {expected}")
-        }
+    match crate::units::closest(word, &known) {
+        Some(near) => format!("{what} `{word}` (did you mean `{near}`?); expected {expected}"),
         None => message.to_string(),
     }
 }

@@ -328,6 +328,8 @@ fn guide_runs_as_written_and_names_every_run_file() {
         ])
         .current_dir(scratch.path())
         .env("PATH", path)
+        // As every test's run: its sibling tests share the CPUs (common::cli_cmd).
+        .env("STAIRBENCH_KEEP_DISTURBED", "true")
         .env_remove("STAIRBENCH_BLESS")
         .output()
         .unwrap();

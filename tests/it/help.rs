@@ -111,4 +111,12 @@ fn verbose_help_speaks_of_the_command_it_is_on() {
         assert!(!help.contains("`run` and `demo` also"), "{cmd}: {help}");
         assert!(help.contains("every per-second line"), "{cmd}: {help}");
     }
+    // One load has no steps and no bar: its -q/-v must not describe run's.
+    let load = stdout_of(&["load", "--help"]);
+    for runs_word in ["every step", "progress bar", "step lines"] {
+        assert!(
+            !load.contains(runs_word),
+            "load --help: {runs_word:?}: {load}"
+        );
+    }
 }

@@ -397,3 +397,39 @@ fn a_spec_loads_https_with_its_cacert_or_insecure() {
         "{err}"
     );
 }
+
+#[test]
+fn a_level_where_every_request_failed_stops_its_series_and_says_why() {
+    let Some(nginx) = common::start_nginx_with("location /forbidden { return 403; }") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = spec(dir.path(), &nginx.url("/forbidden"), "", "[1, 2, 4, 8]");
+    let out_dir = dir.path().join("out");
+    let out = common::run_spec(&path, &out_dir);
+    let steps = common::steps_json(&out_dir);
+    let statuses: Vec<&str> = steps
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    // Without the stop, 2, 4 and 8 clients each ran a whole step of 403s.
+    assert_eq!(
+        statuses,
+        ["errors", "skipped", "skipped", "skipped"],
+        "{steps:?}"
+    );
+    let why = steps[1]["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("every request failed at 1 client (http_4xx ×")
+            && why.ends_with("the rest of the series was not run"),
+        "{why}"
+    );
+    let err = stderr(&out);
+    assert!(err.contains("srv / "), "the note names the series: {err}");
+    // The reason once (the note), then a count of the steps it skipped: not four copies.
+    assert_eq!(err.matches(why).count(), 1, "{err}");
+    assert!(
+        err.contains("... 3 step(s) skipped for that reason"),
+        "{err}"
+    );
+}

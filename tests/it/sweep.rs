@@ -174,6 +174,12 @@ fn bad_specs_name_file_line_column_and_key() {
         ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n[targets.ready]\nlog = \"(\"\n", "bad.toml:7:7: targets[0].ready.log: bad regex"),
         ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr --arch reactr\"\n", "bad.toml:5:11: targets[0].builtin: invalid value 'reactr' for '--arch"),
         ("name = \"x\"\nclients = [1]\n[client]\ncommand = \"wrk\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:4:11: client.command: an external client needs parser"),
+        // Every enumerated value names its nearest known one.
+        ("name = \"x\"\nclients = [1]\non_failure = \"stpo\"\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:3:14: on_failure: unknown variant `stpo` (did you mean `stop`?); expected `continue` or `stop`"),
+        ("name = \"x\"\nclients = [1]\nplacements = [\"seperated\"]\n[[targets]]\nname = \"a\"\nbuiltin = \"msgr\"\n", "bad.toml:3:15: placements[0]: unknown placement \"seperated\" (did you mean \"separated\"?)"),
+        // A url that disagrees with the target's port fails here, not as N skipped steps.
+        ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\ncommand = \"nginx -p {port}\"\nport = 8080\nurl = \"http://127.0.0.1:8081/\"\n", "bad.toml:7:7: targets[0].url: \"http://127.0.0.1:8081/\" points at port 8081, but the target's port is 8080"),
+        ("name = \"x\"\nclients = [1]\n[[targets]]\nname = \"a\"\ncommand = \"srv --port {port}\"\nurl = \"http://127.0.0.1:8081/\"\n", "bad.toml:6:7: targets[0].url: \"http://127.0.0.1:8081/\" points at port 8081, but the target is started on a free port"),
     ];
     for (text, want) in cases {
         let got = spec_error(text);
@@ -858,11 +864,12 @@ fn interrupt(spec_text: &str, dir: &Path) -> (PathBuf, usize) {
     let spec = dir.join("interrupt.toml");
     std::fs::write(&spec, spec_text).unwrap();
     let out_dir = dir.join("run");
-    let mut child = common::cli_cmd()
+    let child = common::cli_cmd()
         .arg("run")
         .arg(&spec)
         .arg("--out")
         .arg(&out_dir)
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let start = Instant::now();
@@ -882,8 +889,15 @@ fn interrupt(spec_text: &str, dir: &Path) -> (PathBuf, usize) {
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    // The whole command to paste, not "--resume DIR" to complete by hand.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let resume = format!(" run --resume {}\n", out_dir.display());
+    assert!(
+        stderr.contains("continue with: ") && stderr.contains(&resume),
+        "{stderr}"
+    );
     let steps = read_steps(&steps_file).unwrap();
     assert!(
         !steps.is_empty() && steps.len() < 6,
@@ -950,6 +964,13 @@ fn redis_sweep_interrupted_then_resumed() {
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(
         report.contains("6 steps: 6 ok, 0 failed, 0 skipped."),
+        "{report}"
+    );
+    // The report of a resumed run says which of its steps came from before.
+    assert!(
+        report.contains(&format!(
+            "resumed: {before} of the 6 planned steps had finished before"
+        )),
         "{report}"
     );
     for f in [
@@ -1984,4 +2005,115 @@ parser_options = {{ patterns = ['requests: (?P<requests>[0-9]+)', 'duration: (?P
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(!alive(), "the orphan {pid} outlived the run");
+}
+
+/// Busy loops on every CPU of this machine, killed on drop.
+struct Hogs(Vec<std::process::Child>);
+
+impl Hogs {
+    fn start() -> Hogs {
+        let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Hogs(
+            (0..n)
+                .map(|_| {
+                    Command::new("sh")
+                        .args([
+                            "-c",
+                            "end=$(($(date +%s) + 60)); while [ $(date +%s) -lt $end ]; do :; done",
+                        ])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.0.iter().map(std::process::Child::id).collect()
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn a_step_whose_cpus_others_shared_is_disturbed_run_again_and_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("hog.toml");
+    std::fs::write(
+        &spec,
+        "name = \"hog\"\nduration = \"300ms\"\nwarmup = \"0s\"\nclients = [1]\nplacements = [\"shared\"]\n\
+         [[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n",
+    )
+    .unwrap();
+    let hogs = Hogs::start();
+    let out_dir = dir.path().join("run");
+    let out = common::cli_cmd()
+        .env_remove("STAIRBENCH_KEEP_DISTURBED")
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    hogs_pids_checked(&hogs, &out_dir);
+    drop(hogs);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let steps = read_steps(&out_dir.join("steps.jsonl")).unwrap();
+    // The repetition and its two re-runs, each disturbed: none counted as the point's run.
+    let statuses: Vec<StepStatus> = steps.iter().map(|s| s.status).collect();
+    assert_eq!(statuses, [StepStatus::Disturbed; 3], "{stderr}");
+    assert!(
+        stderr.contains("was disturbed; running it again although its CPUs were still"),
+        "{stderr}"
+    );
+    let analysis: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("analysis.json")).unwrap())
+            .unwrap();
+    // Left out of the analysis, as a client-saturated step is: no level to fit or compare.
+    let points = &analysis["series"][0]["points"];
+    assert_eq!(points.as_array().map_or(0, Vec::len), 0, "{analysis}");
+}
+
+/// Checks every step names the busiest other process of its own window (the hogs, or on a
+/// busy machine whatever else was busier), with a share no more than its side's total.
+fn hogs_pids_checked(hogs: &Hogs, out_dir: &Path) {
+    assert!(!hogs.pids().is_empty());
+    for s in read_steps(&out_dir.join("steps.jsonl")).unwrap() {
+        let d = s
+            .figures
+            .disturbed
+            .as_ref()
+            .expect("a disturbed step says by whom");
+        let (side, total) = d.worst();
+        assert!(total >= 10.0 && !d.kept, "{d:?}");
+        let b = d.busiest.as_ref().expect("the busiest is named");
+        let share = |n: &stairbench::record::use_cpu::Neighbour| {
+            if side == "server" {
+                n.server_cpus_pct
+            } else {
+                n.client_cpus_pct
+            }
+        };
+        let window = s.observation().and_then(|o| o.neighbours.as_ref()).unwrap();
+        let top = window.busiest.iter().map(share).fold(0.0, f64::max);
+        assert_eq!(share(b), top, "the busiest of the same window: {window:?}");
+        let share = share(b);
+        assert!(share <= total + 1.0, "the busiest within the total: {d:?}");
+        let reason = s.reason.as_deref().unwrap();
+        assert!(
+            reason.starts_with("other processes took ")
+                && reason.contains(&format!("pid {}", b.pid)),
+            "{reason}"
+        );
+    }
 }

@@ -28,7 +28,7 @@ pub const FIELD_NAMES: [&str; 14] = [
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub(crate) enum FieldError {
     /// Not one of [`FIELD_NAMES`] nor `errors.<kind>`/`extra.<name>`.
-    #[error("unknown field {0:?}; expected one of {names}, errors.<kind> or extra.<name>", names = FIELD_NAMES.join(", "))]
+    #[error("unknown field {0:?}{near}; expected one of {names}, errors.<kind> or extra.<name>", near = crate::units::did_you_mean(.0, &FIELD_NAMES), names = FIELD_NAMES.join(", "))]
     Unknown(String),
     /// `latency_us.<sub>` with a percentile the load does not keep.
     #[error("unknown latency field {0:?}")]

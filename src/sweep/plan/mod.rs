@@ -170,6 +170,11 @@ pub struct Plan {
     pub on_failure: OnFailure,
     /// Largest share of failed requests of an `ok` step (errors / (requests + errors)).
     pub max_error_ratio: f64,
+    /// Other processes' share (percent) of the server's or the client's CPUs from which a
+    /// step is disturbed.
+    pub disturbed_pct: f64,
+    /// A disturbed step stays `ok` (marked) and in the analysis (`run --keep-disturbed`).
+    pub keep_disturbed: bool,
     /// Early stop of a series.
     pub stop_when: Option<StopWhen>,
     /// Server restarts.
@@ -227,6 +232,8 @@ impl Plan {
             client,
             on_failure: s.on_failure,
             max_error_ratio: s.max_error_ratio,
+            disturbed_pct: s.disturbed_pct,
+            keep_disturbed: false,
             stop_when: s.stop_when,
             restart: s.restart,
             observe,
@@ -369,6 +376,12 @@ fn check_sizes(spec: &SpecFile) -> Result<(), SpecError> {
             "expected a share of requests between 0 and 1, e.g. 0.01",
         ));
     }
+    if !(s.disturbed_pct > 0.0 && s.disturbed_pct <= 100.0) {
+        return Err(spec.error_at(
+            &["disturbed_pct"],
+            "expected a share of the CPUs in percent, over 0 and at most 100, e.g. 10",
+        ));
+    }
     if s.targets.is_empty() {
         return Err(spec.error_at(&[], "no [[targets]]: expected at least one target"));
     }
@@ -383,9 +396,14 @@ fn check_placements(
     for (i, p) in spec.spec.placements.iter().enumerate() {
         let known = matches!(p.as_str(), "shared" | "separated" | "balanced");
         if !known && !custom.contains_key(p) {
+            let names: Vec<&str> = ["shared", "separated", "balanced"]
+                .into_iter()
+                .chain(custom.keys().map(String::as_str))
+                .collect();
+            let near = crate::units::did_you_mean(p, &names);
             return Err(spec.error_at(
                 &["placements", &i.to_string()],
-                format!("unknown placement {p:?}: expected shared, separated, balanced or a name defined in [custom_placements]"),
+                format!("unknown placement {p:?}{near}: expected shared, separated, balanced or a name defined in [custom_placements]"),
             ));
         }
     }
@@ -548,10 +566,31 @@ fn check_url(
     if url.is_empty() {
         return Ok(());
     }
-    crate::load::target::check_shape(url).map_err(|e| match (&t.url, &spec.spec.client.url) {
-        (None, Some(_)) => spec.error_at(&["client", "url"], e.to_string()),
-        _ => target_error(spec, i, "url", e.to_string()),
-    })
+    let url_error = |why: String| match (&t.url, &spec.spec.client.url) {
+        (None, Some(_)) => spec.error_at(&["client", "url"], why),
+        _ => target_error(spec, i, "url", why),
+    };
+    crate::load::target::check_shape(url).map_err(|e| url_error(e.to_string()))?;
+    let started_on_port =
+        t.builtin.is_some() || t.command.as_deref().is_some_and(|c| c.contains("{port}"));
+    match (literal_port(url), t.port) {
+        (Some(at), Some(port)) if at != port => Err(url_error(format!(
+            "{url:?} points at port {at}, but the target's port is {port}: write {{port}} in the url, or make the two agree"
+        ))),
+        (Some(at), None) if started_on_port => Err(url_error(format!(
+            "{url:?} points at port {at}, but the target is started on a free port ({{port}}): write {{port}} in the url, or set the target's port = {at}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The port a url names literally (`http://127.0.0.1:8080/` → 8080); None for `{port}`, no
+/// port, or an IPv6 host without one.
+fn literal_port(url: &str) -> Option<u16> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next()?;
+    let (_, port) = authority.rsplit_once(':')?;
+    port.parse().ok()
 }
 
 /// Where target `i`'s own metrics come from, if anywhere.

@@ -29,7 +29,8 @@ pub fn thresholds(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
             if !s.targets.iter().any(|x| x.name == *target) {
                 let names: Vec<&str> = s.targets.iter().map(|x| x.name.as_str()).collect();
                 let why = format!(
-                    "unknown target {target:?}: expected one of {}",
+                    "unknown target {target:?}{}: expected one of {}",
+                    crate::units::did_you_mean(target, &names),
                     names.join(", ")
                 );
                 return Err(at("target", why));
@@ -37,8 +38,10 @@ pub fn thresholds(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
         }
         if let Some(p) = &t.placement {
             if !s.placements.contains(p) {
+                let names: Vec<&str> = s.placements.iter().map(String::as_str).collect();
                 let why = format!(
-                    "unknown placement {p:?}: the spec's placements are {}",
+                    "unknown placement {p:?}{}: the spec's placements are {}",
+                    crate::units::did_you_mean(p, &names),
                     s.placements.join(", ")
                 );
                 return Err(at("placement", why));
@@ -104,11 +107,17 @@ pub fn comparisons(spec: &SpecFile, series: &Series) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// " (did you mean ...?)" for a name among `known`.
+fn near(name: &str, known: &[String]) -> String {
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    crate::units::did_you_mean(name, &known)
+}
+
 /// A selector that names what the spec does not have.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SelectorFitError {
     /// No such target.
-    #[error("unknown target {name:?}: expected one of {}", .known.join(", "))]
+    #[error("unknown target {name:?}{}: expected one of {}", near(name, known), .known.join(", "))]
     Target {
         /// The name given.
         name: String,
@@ -116,7 +125,7 @@ pub enum SelectorFitError {
         known: Vec<String>,
     },
     /// No such placement.
-    #[error("unknown placement {name:?}: the spec's placements are {}", .known.join(", "))]
+    #[error("unknown placement {name:?}{}: the spec's placements are {}", near(name, known), .known.join(", "))]
     Placement {
         /// The name given.
         name: String,
