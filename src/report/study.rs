@@ -19,9 +19,7 @@ const COLUMNS: [(&str, Figure); 10] = [
     ("latency mean", |s| {
         s.load.as_ref().map(|l| l.latency_us.mean)
     }),
-    ("latency max", |s| {
-        s.load.as_ref().map(|l| l.latency_us.max)
-    }),
+    ("latency max", |s| s.load.as_ref().map(|l| l.latency_us.max)),
     ("cs/req", |s| s.per_request.cs_per_req),
     ("migrations/req", |s| s.per_request.migr_per_req),
     ("user CPU/req", |s| s.per_request.cpu_us_per_req.user),
