@@ -229,6 +229,10 @@ pub fn values_by_key(steps: &[StepResult], metric: Metric) -> BTreeMap<StepKey, 
     map
 }
 
+/// Repetitions a side from which a 95% interval is printed: with 2, Student's t has one
+/// degree of freedom and the interval is ±12.7 standard errors.
+pub const MIN_REPS_FOR_INTERVAL: usize = 3;
+
 /// How A stands against B on a metric.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Relation {
@@ -297,8 +301,16 @@ impl Relation {
         }
     }
 
-    /// The speedup's interval as printed after it, " [0.88, 0.94]"; empty without one.
+    /// The speedup's interval as printed after it, " [0.88, 0.94]"; empty without one. With
+    /// two repetitions on a side its 95% interval spans ±12.7 standard errors (Student's t
+    /// with one degree of freedom): "[0.00, 7583.99]" bounds nothing, so it says so instead.
     pub fn interval_text(&self) -> String {
+        if self.speedup_interval.is_some() && self.a.n.min(self.b.n) < MIN_REPS_FOR_INTERVAL {
+            return format!(
+                " (no interval: {} are too few to bound one)",
+                self.repetitions_text()
+            );
+        }
         self.speedup_interval
             .map_or_else(String::new, |[lo, hi]| format!(" [{lo:.2}, {hi:.2}]"))
     }
@@ -407,6 +419,26 @@ mod tests {
             .to_string()
             .contains("client count"));
         assert!("/shared".parse::<Selector>().is_err());
+    }
+
+    #[test]
+    fn two_repetitions_a_side_bound_no_interval() {
+        // Issue 44: 2 runs a side printed "1.76x [0.00, 7583.99]", an interval that bounds
+        // nothing (Student's t with one degree of freedom is 12.7).
+        let rel = relate(
+            Metric::ThroughputRps,
+            &[17600.0, 1200.0],
+            &[5000.0, 5400.0],
+            TestOptions::default(),
+        )
+        .unwrap();
+        assert!(rel.speedup_interval.is_some());
+        let s = rel.sentence("a", "b");
+        assert!(
+            s.contains("x (no interval: 2 repetitions a side are too few to bound one)")
+                && !s.contains('['),
+            "{s}"
+        );
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub fn show_summary(s: &Summary, metric: Metric) -> String {
         _ => units::duration_us(v),
     };
     match s.ci95_half_width {
+        Some(_) if s.n < crate::analyze::compare::MIN_REPS_FOR_INTERVAL => {
+            format!("{} ({} runs: too few for an interval)", show(s.mean), s.n)
+        }
         Some(h) => format!("{} ± {}", show(s.mean), show(h)),
         None => show(s.mean),
     }
@@ -195,6 +198,15 @@ mod tests {
             "1000 ± 25"
         );
         assert_eq!(header_unit(Metric::P99), "");
+        // Issue 44: "9344 ± 78199" from 2 runs, a half width of 12.7 standard errors.
+        let two = Summary {
+            n: 2,
+            ..summary(9344.0, Some(78_199.0))
+        };
+        assert_eq!(
+            show_summary(&two, Metric::ThroughputRps),
+            "9344 (2 runs: too few for an interval)"
+        );
         assert_eq!(header_unit(Metric::ThroughputRps), "req/s, ");
     }
 }

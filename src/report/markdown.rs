@@ -72,6 +72,11 @@ pub fn step_counts(steps: &[StepResult]) -> String {
         1 => text.push_str(" 1 step ended with too many errors."),
         e => text.push_str(&format!(" {e} steps ended with too many errors.")),
     }
+    match n(StepStatus::Disturbed) {
+        0 => {}
+        1 => text.push_str(" 1 step was disturbed (other processes shared its CPUs): left out of the analysis."),
+        d => text.push_str(&format!(" {d} steps were disturbed (other processes shared their CPUs): left out of the analysis.")),
+    }
     text
 }
 

@@ -2082,6 +2082,13 @@ fn a_step_whose_cpus_others_shared_is_disturbed_run_again_and_left_out() {
     // Left out of the analysis, as a client-saturated step is: no level to fit or compare.
     let points = &analysis["series"][0]["points"];
     assert_eq!(points.as_array().map_or(0, Vec::len), 0, "{analysis}");
+    // The report counts them and each row says by whom.
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("3 steps were disturbed (other processes shared their CPUs)")
+            && md.matches("| disturbed: other processes took ").count() == 3,
+        "{md}"
+    );
 }
 
 /// Checks every step names the busiest other process of its own window (the hogs, or on a

@@ -151,8 +151,9 @@ pub fn resolve(
         .filter_map(|&(a_key, a_vals)| {
             let b_key = b.partner_of(a_key);
             let relation = relate(spec.metric, a_vals, all.get(&b_key)?, opts)?;
+            let caveat = confounded(steps, [(a_key, &spec.a), (&b_key, &spec.b)], spec);
             Some(ComparisonOutcome {
-                sentence: outcome_sentence(spec, a_key, &relation, a_side.len() > 1),
+                sentence: outcome_sentence(spec, a_key, &relation, a_side.len() > 1) + &caveat,
                 metric: spec.metric,
                 a: a_key.clone(),
                 b: b_key,
@@ -186,6 +187,39 @@ fn no_value(text: &str, side: &Selector, metric: Metric, steps: &[StepResult]) -
             metric: metric.name().to_string(),
         }
     }
+}
+
+/// " — confounded: other processes took 55% of the server's CPUs for reactor at 8 clients
+/// (busiest: ...)" when a step the comparison rests on was disturbed and kept
+/// (`run --keep-disturbed`): the worst of them, so the verdict cannot be pasted without it.
+fn confounded(
+    steps: &[StepResult],
+    sides: [(&StepKey, &String); 2],
+    spec: &ComparisonSpec,
+) -> String {
+    let name = |i: usize, text: &String| {
+        let given = if i == 0 { &spec.name_a } else { &spec.name_b };
+        given.clone().unwrap_or_else(|| text.clone())
+    };
+    let worst = steps
+        .iter()
+        .filter(|s| {
+            s.status == crate::record::steps::StepStatus::Ok && spec.metric.value(s).is_some()
+        })
+        .filter_map(|s| {
+            let d = s.figures.disturbed.as_ref()?;
+            let key = StepKey::of(s);
+            let side = sides.iter().position(|(k, _)| **k == key)?;
+            Some((name(side, sides[side].1), key, d))
+        })
+        .max_by(|a, b| a.2.worst().1.total_cmp(&b.2.worst().1));
+    worst.map_or(String::new(), |(name, key, d)| {
+        format!(
+            " — confounded: {} for {name} at {}",
+            d.describe(),
+            crate::units::count(key.clients, "client")
+        )
+    })
 }
 
 /// Seed 002's sentence, prefixed with where A's steps sit when the comparison spans several,
@@ -223,6 +257,54 @@ fn cpu_words(sentence: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analyze::run::tests::ok_step;
+    use crate::record::figures::Disturbance;
+    use crate::record::use_cpu::Neighbour;
+
+    #[test]
+    fn a_verdict_resting_on_a_kept_disturbed_step_says_so_in_its_own_line() {
+        // Issue 44: "reactor is slower than pool: 0.68x" while a hog took 55% of the
+        // reactor's CPU, the caveat a separate line: pasted alone, a wrong conclusion.
+        let step = |target: &str, rep: usize, x: f64| {
+            let mut s = ok_step(8, x, 100.0);
+            (s.target, s.rep) = (target.into(), rep);
+            s
+        };
+        let mut steps = vec![
+            step("reactor", 0, 680.0),
+            step("reactor", 1, 690.0),
+            step("reactor", 2, 670.0),
+            step("pool", 0, 1000.0),
+            step("pool", 1, 1010.0),
+            step("pool", 2, 990.0),
+        ];
+        let spec = parse_comparison(
+            &toml::from_str(
+                "a = \"reactor@8\"\nb = \"pool@8\"\nname_a = \"reactor\"\nname_b = \"pool\"",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let clean = resolve(&spec, &steps).unwrap()[0].sentence.clone();
+        assert!(!clean.contains("confounded"), "{clean}");
+        steps[1].figures.disturbed = Some(Disturbance {
+            server_cpus_others_pct: Some(55.0),
+            client_cpus_others_pct: Some(2.0),
+            busiest: Some(Neighbour {
+                pid: 42,
+                name: "hog".into(),
+                server_cpus_pct: 54.0,
+                ..Neighbour::default()
+            }),
+            threshold_pct: 10.0,
+            kept: true,
+        });
+        let sentence = resolve(&spec, &steps).unwrap()[0].sentence.clone();
+        assert_eq!(
+            sentence,
+            format!("{clean} — confounded: other processes took 55% of the server's CPUs (busiest: hog, pid 42, 54%) for reactor at 8 clients")
+        );
+    }
 
     #[test]
     fn comparison_entries_are_checked() {
