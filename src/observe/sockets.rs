@@ -309,7 +309,7 @@ fn proc_sample(
 
 /// sock_diag (INET_DIAG) over netlink: the listening and established TCP sockets of one
 /// network namespace, with their queues and inodes.
-mod diag {
+pub mod diag {
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::path::Path;
@@ -362,6 +362,25 @@ mod diag {
 
     /// Appends the listening and established TCP sockets of `family` to `out`.
     pub fn dump(sock: &OwnedFd, family: u8, out: &mut Vec<TcpLine>) -> io::Result<()> {
+        let states = (1 << ESTABLISHED) | (1 << LISTEN);
+        dump_each(sock, family, states, |msg| {
+            out.push(TcpLine {
+                state: msg[1],
+                rx_queue: u64::from(u32_at(msg, 56)),
+                tx_queue: u64::from(u32_at(msg, 60)),
+                inode: u64::from(u32_at(msg, 68)),
+            })
+        })
+    }
+
+    /// Dumps the TCP sockets of `family` whose state bit is set in `states`, calling `each`
+    /// with every `struct inet_diag_msg` (at least [`MSG`] bytes) the kernel sends.
+    pub fn dump_each(
+        sock: &OwnedFd,
+        family: u8,
+        states: u32,
+        mut each: impl FnMut(&[u8]),
+    ) -> io::Result<()> {
         let mut req = [0u8; HDR + REQ];
         req[0..4].copy_from_slice(&((HDR + REQ) as u32).to_ne_bytes());
         req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
@@ -369,7 +388,6 @@ mod diag {
         req[6..8].copy_from_slice(&flags.to_ne_bytes());
         req[HDR] = family;
         req[HDR + 1] = libc::IPPROTO_TCP as u8;
-        let states: u32 = (1 << ESTABLISHED) | (1 << LISTEN);
         req[HDR + 4..HDR + 8].copy_from_slice(&states.to_ne_bytes());
         // SAFETY: sockaddr_nl is plain data; zero is the kernel's address.
         let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
@@ -395,15 +413,20 @@ mod diag {
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
-            if parse(&buf[..n as usize], out)? {
+            if walk(&buf[..n as usize], &mut each)? {
                 return Ok(());
             }
         }
     }
 
-    /// Parses one datagram of the dump; true at its end.
-    pub fn parse(mut buf: &[u8], out: &mut Vec<TcpLine>) -> io::Result<bool> {
-        let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    /// A native-endian u32 at byte `i`.
+    pub fn u32_at(b: &[u8], i: usize) -> u32 {
+        u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+    }
+
+    /// Walks one datagram of a dump, calling `each` with every `inet_diag_msg`; true at the
+    /// dump's end.
+    pub fn walk(mut buf: &[u8], each: &mut impl FnMut(&[u8])) -> io::Result<bool> {
         while buf.len() >= HDR {
             let len = u32_at(buf, 0) as usize;
             let kind = u16::from_ne_bytes([buf[4], buf[5]]);
@@ -419,12 +442,7 @@ mod diag {
             }
             let msg = &buf[HDR..len];
             if msg.len() >= MSG {
-                out.push(TcpLine {
-                    state: msg[1],
-                    rx_queue: u64::from(u32_at(msg, 56)),
-                    tx_queue: u64::from(u32_at(msg, 60)),
-                    inode: u64::from(u32_at(msg, 68)),
-                });
+                each(msg);
             }
             buf = &buf[((len + 3) & !3).min(buf.len())..];
         }

@@ -497,8 +497,13 @@ pub(crate) mod tests {
             } else {
                 "busiest"
             };
+            let items = &def["properties"][inner]["items"];
+            let items = match items["$ref"].as_str() {
+                Some(r) => &schema["$defs"][r.trim_start_matches("#/$defs/")],
+                None => items,
+            };
             assert_eq!(
-                keys(&def["properties"][inner]["items"]["properties"]),
+                keys(&items["properties"]),
                 keys(&written[inner][0]),
                 "{name}.{inner}"
             );

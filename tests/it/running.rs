@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use stairbench::analyze::run::diagnosis::{read_analysis_json, Limit, Metric};
+use stairbench::analyze::run::diagnosis::{Limit, Metric};
+use stairbench::report::json::read_analysis_json;
 
 use crate::common;
 

@@ -195,42 +195,6 @@ impl Diagnosis {
     }
 }
 
-/// Why analysis.json could not be read back.
-#[derive(Debug, thiserror::Error)]
-pub enum AnalysisJsonError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// It is not an analysis as this build writes it.
-    #[error("{path} is not an analysis: {source}")]
-    Parse {
-        /// The file.
-        path: String,
-        /// Why.
-        source: serde_json::Error,
-    },
-}
-
-/// A run directory's analysis.json read back into the types that wrote it, so that a test or
-/// a script compares enums (`d.limit == Limit::Disk`), not strings.
-pub fn read_analysis_json(dir: &std::path::Path) -> Result<RunAnalysis, AnalysisJsonError> {
-    let path = dir.join("analysis.json");
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(&path).map_err(|source| AnalysisJsonError::Read {
-        path: shown.clone(),
-        source,
-    })?;
-    serde_json::from_str(&text).map_err(|source| AnalysisJsonError::Parse {
-        path: shown,
-        source,
-    })
-}
-
 /// One load level's evidence, repetitions averaged.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Level {

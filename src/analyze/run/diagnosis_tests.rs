@@ -1145,9 +1145,7 @@ fn analysis_json_reads_back_into_its_types() {
         .unwrap()
         .is_nan());
     let written = serde_json::to_string_pretty(&a).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("analysis.json"), &written).unwrap();
-    let back = read_analysis_json(dir.path()).unwrap();
+    let back: RunAnalysis = serde_json::from_str(&written).unwrap();
     // serde_json reads a float to within one ulp (its exact parser is a feature left off):
     // every name, string and null the same, every number within 1e-12.
     let again = serde_json::to_value(&back).unwrap();
@@ -1166,8 +1164,6 @@ fn analysis_json_reads_back_into_its_types() {
         written.contains("\"metric\": \"busiest_thread_cpu_pct\",\n          \"value\": null"),
         "{written}"
     );
-    let missing = read_analysis_json(&dir.path().join("none")).unwrap_err();
-    assert!(missing.to_string().starts_with("cannot read "), "{missing}");
 }
 
 /// The names schema/analysis.schema.json allows for a diagnosis' `path` (`limit`,

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 /// TCP state of a listening socket.
@@ -87,108 +87,32 @@ impl Table {
     }
 }
 
-/// A netlink sock_diag socket in this thread's network namespace.
-pub fn open() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2); the descriptor is owned at once.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            libc::NETLINK_SOCK_DIAG,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a new descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-const SOCK_DIAG_BY_FAMILY: u16 = 20;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-/// struct nlmsghdr.
-const HDR: usize = 16;
-/// struct inet_diag_req_v2.
-const REQ: usize = 56;
-/// struct inet_diag_msg.
-const MSG: usize = 72;
+pub use crate::observe::sockets::diag::open;
+use crate::observe::sockets::diag::{dump_each, u32_at, walk};
 
 /// Adds every TCP socket of both families (but TIME_WAIT's) to `table`.
 pub fn dump(sock: &OwnedFd, table: &mut Table) -> io::Result<()> {
+    let states: u32 = 0xFFF & !(1 << TIME_WAIT);
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-        dump_family(sock, family, table)?;
+        dump_each(sock, family, states, |msg| add(table, msg))?;
     }
     Ok(())
 }
 
-fn dump_family(sock: &OwnedFd, family: u8, table: &mut Table) -> io::Result<()> {
-    let mut req = [0u8; HDR + REQ];
-    req[0..4].copy_from_slice(&((HDR + REQ) as u32).to_ne_bytes());
-    req[4..6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-    req[6..8].copy_from_slice(&flags.to_ne_bytes());
-    req[HDR] = family;
-    req[HDR + 1] = libc::IPPROTO_TCP as u8;
-    let states: u32 = 0xFFF & !(1 << TIME_WAIT);
-    req[HDR + 4..HDR + 8].copy_from_slice(&states.to_ne_bytes());
-    // SAFETY: sockaddr_nl is plain data; zero is the kernel's address.
-    let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    kernel.nl_family = libc::AF_NETLINK as u16;
-    // SAFETY: sendto(2) with a buffer and an address that outlive the call.
-    let sent = unsafe {
-        libc::sendto(
-            sock.as_raw_fd(),
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            std::ptr::addr_of!(kernel).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as u32,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // SAFETY: recv(2) into a buffer we own, at most its length.
-        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if parse(&buf[..n as usize], table)? {
-            return Ok(());
-        }
-    }
+/// Parses one datagram of a dump into `table`; true at the dump's end.
+pub fn parse(buf: &[u8], table: &mut Table) -> io::Result<bool> {
+    walk(buf, &mut |msg: &[u8]| add(table, msg))
 }
 
-/// Parses one datagram of a dump into `table`; true at the dump's end.
-pub fn parse(mut buf: &[u8], table: &mut Table) -> io::Result<bool> {
-    let u32_at = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    while buf.len() >= HDR {
-        let len = u32_at(buf, 0) as usize;
-        let kind = u16::from_ne_bytes([buf[4], buf[5]]);
-        if len < HDR || len > buf.len() {
-            return Err(io::Error::other("sock_diag: a truncated message"));
-        }
-        match kind {
-            NLMSG_DONE => return Ok(true),
-            NLMSG_ERROR => return Err(io::Error::other("sock_diag: the kernel refused the dump")),
-            _ => {}
-        }
-        let msg = &buf[HDR..len];
-        if msg.len() >= MSG {
-            let port = |i: usize| u16::from_be_bytes([msg[i], msg[i + 1]]);
-            let e = Endpoint {
-                local: SocketAddr::new(ip(msg[0], &msg[8..24]), port(4)),
-                remote: SocketAddr::new(ip(msg[0], &msg[24..40]), port(6)),
-                listening: msg[1] == LISTEN,
-            };
-            table.add(msg[1], e, u64::from(u32_at(msg, 68)));
-        }
-        buf = &buf[((len + 3) & !3).min(buf.len())..];
-    }
-    Ok(false)
+/// One `inet_diag_msg` into `table`: its two ends, its state and its inode.
+fn add(table: &mut Table, msg: &[u8]) {
+    let port = |i: usize| u16::from_be_bytes([msg[i], msg[i + 1]]);
+    let e = Endpoint {
+        local: SocketAddr::new(ip(msg[0], &msg[8..24]), port(4)),
+        remote: SocketAddr::new(ip(msg[0], &msg[24..40]), port(6)),
+        listening: msg[1] == LISTEN,
+    };
+    table.add(msg[1], e, u64::from(u32_at(msg, 68)));
 }
 
 /// An address of `family` from sock_diag's 16 bytes; an IPv4-mapped IPv6 address as IPv4, so
