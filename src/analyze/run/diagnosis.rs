@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::peak::{clients_text, level_within_noise, levels_text, NOISE_FRACTION};
-use super::{LittleRow, LoadPoint, RunAnalysis, SeriesAnalysis};
+use super::{LittleRow, LoadPoint, SeriesAnalysis};
 use crate::record::observed::{Observation, PerRequest};
 use crate::record::steps::StepResult;
 

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::analyze::run::analyze_steps;
+use crate::analyze::run::{analyze_steps, RunAnalysis};
 use crate::record::steps::StepStatus;
 
 /// One synthetic step's figures; latency follows Little's law unless set.
