@@ -548,7 +548,7 @@ pub enum WaitError {
 
 /// A stop signal not in [`STOP_SIGNALS`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("unknown signal {0:?}{near}: expected one of {names}", near = crate::units::did_you_mean(.0, &STOP_SIGNALS.iter().map(|(n, _)| *n).collect::<Vec<_>>()), names = STOP_SIGNALS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
+#[error("unknown signal {0:?}: expected one of {names}", names = STOP_SIGNALS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
 pub struct UnknownSignal(String);
 
 /// The signal named `name` (`INT` or `SIGINT`, any case), or an error listing the names.

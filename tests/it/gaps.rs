@@ -333,7 +333,7 @@ fn comparisons_are_checked_before_the_run() {
     let cases = [
         (
             "a = \"reactr\"\nb = \"pool\"\n",
-            "bad.toml:11:5: comparisons[0].a: unknown target \"reactr\": expected one of reactor, pool",
+            "bad.toml:11:5: comparisons[0].a: unknown target \"reactr\" (did you mean \"reactor\"?): expected one of reactor, pool",
         ),
         (
             "a = \"reactor\"\nbaseline = \"pool/sideways\"\n",

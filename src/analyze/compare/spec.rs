@@ -257,8 +257,9 @@ fn cpu_words(sentence: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyze::run::tests::ok_step;
     use crate::record::figures::Disturbance;
+    use crate::record::load::LoadReport;
+    use crate::record::steps::StepStatus;
     use crate::record::use_cpu::Neighbour;
 
     #[test]
@@ -266,8 +267,13 @@ mod tests {
         // Issue 44: "reactor is slower than pool: 0.68x" while a hog took 55% of the
         // reactor's CPU, the caveat a separate line: pasted alone, a wrong conclusion.
         let step = |target: &str, rep: usize, x: f64| {
-            let mut s = ok_step(8, x, 100.0);
-            (s.target, s.rep) = (target.into(), rep);
+            let mut s = StepResult::empty(format!("{target}.r{rep}"), target, "shared", 8, rep);
+            s.status = StepStatus::Ok;
+            s.load = Some(LoadReport {
+                throughput_rps: x,
+                requests: 1000,
+                ..LoadReport::default()
+            });
             s
         };
         let mut steps = vec![

@@ -468,9 +468,17 @@ fn target(spec: &SpecFile, i: usize, t: &super::spec::TargetSpec) -> Result<Targ
         return Err(at("instances", "expected at least 1".into()));
     }
     let stop_signal = match &t.stop_signal {
-        Some(name) => {
-            crate::process::parse_stop_signal(name).map_err(|e| at("stop_signal", e.to_string()))?
-        }
+        Some(name) => crate::process::parse_stop_signal(name).map_err(|e| {
+            let known: Vec<&str> = crate::process::STOP_SIGNALS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect();
+            let near = crate::units::did_you_mean(name, &known);
+            at(
+                "stop_signal",
+                e.to_string().replacen(':', &format!("{near}:"), 1),
+            )
+        })?,
         None => nix::sys::signal::Signal::SIGTERM,
     };
     let stop_grace = t.stop_timeout.map_or(STOP_GRACE, |d| d.0);
