@@ -1194,12 +1194,22 @@ fn wrk_steps_against_nginx_500s_are_errors_exit_3_and_count_no_request() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("2 step(s) had errors above max_error_ratio"),
+        stderr.contains("1 step(s) had errors above max_error_ratio"),
         "{stderr}"
     );
     let steps = common::steps_json(&out_dir);
     assert_eq!(steps.len(), 2);
-    for s in &steps {
+    // Every request of the first level failed: the series stops there, the rest skipped.
+    assert_eq!(steps[1]["status"], "skipped", "{}", steps[1]);
+    assert!(
+        steps[1]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("every request failed at 2 clients (http_non_2xx_3xx ×"),
+        "{}",
+        steps[1]
+    );
+    for s in &steps[..1] {
         assert_eq!(s["status"], "errors", "{s}");
         assert!(s["error_ratio"].as_f64().unwrap() > 0.999, "{s}");
         assert_eq!(s["requests"], 0, "a 500 is not a request: {s}");
@@ -1918,7 +1928,7 @@ fn a_full_disk_stops_the_run_keeping_every_finished_step_and_resume_goes_on() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("No space left on device"), "{stderr}");
     assert!(
-        stderr.contains("continue with `stairbench run --resume"),
+        stderr.contains(&format!(" run --resume {}`", out_dir.display())),
         "{stderr}"
     );
     assert_eq!(std::fs::read_to_string(&steps_file).unwrap(), first);
