@@ -161,11 +161,17 @@ impl Observer {
             .as_ref()
             .and(self.server_pid)
             .and_then(|pid| sockets::SocketWatch::start(pid).ok());
-        self.states = thread_states::ThreadStateWatch::start(thread_states::Targets {
-            server: self.tree.as_ref().and(self.server_pid),
-            client: true,
-        })
-        .ok();
+        // Off unless asked for: reading a thread's /proc/TID/syscall waits for it to leave its
+        // CPU (the kernel's wait_task_inactive), and sampling every thread so slowed a 1-CPU
+        // grpcio server from about 18k to 5-7k calls/s. On with STAIRBENCH_THREAD_STATES=1
+        // until the sampler's cost is bounded on the server too.
+        if thread_states::enabled() {
+            self.states = thread_states::ThreadStateWatch::start(thread_states::Targets {
+                server: self.tree.as_ref().and(self.server_pid),
+                client: true,
+            })
+            .ok();
+        }
         if let Some(perf) = &mut self.perf {
             if let Err(why) = perf.enable() {
                 self.perf_note = Some(why.to_string());

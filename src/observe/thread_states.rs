@@ -22,6 +22,12 @@
 //! some hundreds of threads each pass reads a rotating subset, so that the sampling stays
 //! under [`BUDGET_SHARE`] of one CPU ([`plan`]).
 
+/// Whether steps sample their threads' states (`STAIRBENCH_THREAD_STATES=1`): off by default,
+/// as the sampler slows a server whose threads it reads (see `Observer::begin`).
+pub fn enabled() -> bool {
+    std::env::var("STAIRBENCH_THREAD_STATES").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
 pub mod peers;
 mod sampler;
 
