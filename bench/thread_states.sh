@@ -12,6 +12,8 @@ set -euo pipefail
 bin=${STAIRBENCH:-target/release/stairbench}
 [ -x "$bin" ] || bin=target/debug/stairbench
 [ -x "$bin" ] || { echo "no stairbench binary: cargo build (or set STAIRBENCH)" >&2; exit 2; }
+# The sampler is off by default (docs/measured.md): this bench measures it, so it is on.
+export STAIRBENCH_THREAD_STATES=1
 command -v python3 >/dev/null || { echo "needs python3" >&2; exit 2; }
 window=${WINDOW:-5} conns=${CONNS:-1024} sizes=${SIZES:-"10 200 2000"}
 work=$(mktemp -d)
