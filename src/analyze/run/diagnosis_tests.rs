@@ -327,6 +327,27 @@ fn threads_queued_from_the_first_level_on_a_full_cpu_are_its_cpu_limit() {
 }
 
 #[test]
+fn a_full_cpu_level_from_the_start_is_its_cpu_limit_not_coherency() {
+    // grpcio on its one CPU in CI (a slower day: 165 us per call): a noisy peak at 4
+    // clients and 16% below it at 16 was read as coherency.
+    let shape = |i: usize, s: &mut S| {
+        s.x = [5564.0, 4807.0, 5888.0, 5229.0, 4941.0][i];
+        s.server_cpus = "0";
+        s.busy_pct = [94.0, 95.0, 98.0, 99.0, 95.0][i];
+        s.cpu_us = [167.1, 193.5, 164.7, 189.3, 190.2][i];
+        s.busiest = Some(("grpcio", 45.0));
+    };
+    let d = diagnose_all(&bending(shape));
+    assert_eq!(d.limit, Limit::ServerCpu, "{}", d.sentence);
+    // The same fall from a first level with room on its CPU is coherency.
+    let d = diagnose_all(&bending(|i, s| {
+        shape(i, s);
+        s.busy_pct = [60.0, 80.0, 98.0, 99.0, 95.0][i];
+    }));
+    assert_eq!(d.limit, Limit::Coherency, "{}", d.sentence);
+}
+
+#[test]
 fn a_series_flat_from_its_third_level_stops_scaling_there() {
     // nginx beside a CPU hog (bench/limits.sh): Kneedle sees no knee in it.
     let shape: Vec<S> = [
