@@ -188,7 +188,7 @@ fn busy_cpuset_at_flat_cpu_per_request() {
         .contains("its 2 CPUs are 96% busy while CPU per request stays at 63.0 µs"));
 }
 
-/// Seed 003's Tomcat shape: the one CPU saturates while each request costs less as more
+/// The Tomcat/rxNetty study's Tomcat shape: the one CPU saturates while each request costs less as more
 /// are served per wake-up; still a CPU limit, said with both figures, never `high`.
 #[test]
 fn busy_cpuset_at_falling_cpu_per_request() {
