@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::{call, Role, Summary, Tally, Wait};
 use super::{
-    classify, fd_kind, parse_stat, parse_syscall, peers, plan, wait_files, Call, FdKind,
-    WaitFiles, BUDGET_SHARE,
+    classify, fd_kind, parse_stat, parse_syscall, peers, plan, wait_files, Call, FdKind, WaitFiles,
+    BUDGET_SHARE,
 };
 use crate::machine::procfs;
 use crate::machine::threads::merge_thread_name;
@@ -350,7 +350,12 @@ impl Sampler {
     /// A thread's stat and schedstat texts (schedstat None when the kernel has none): from
     /// its held files, else opened from `dir` and held while fewer than `held_max` are. None
     /// when the thread is gone.
-    fn counters_text(&mut self, pid: i32, tid: i32, dir: &Path) -> Option<(String, Option<String>)> {
+    fn counters_text(
+        &mut self,
+        pid: i32,
+        tid: i32,
+        dir: &Path,
+    ) -> Option<(String, Option<String>)> {
         if let Some(h) = self.held.get(&(pid, tid)) {
             let stat = read_held(&h.stat);
             let schedstat = stat.as_ref().and_then(|_| read_held(&h.schedstat));
