@@ -37,8 +37,8 @@ ulimit -n 8192 2>/dev/null || true
 # A/B: does the sampler slow the server it reads? grpcio's Python server (examples/
 # grpc_server.py, 4 threads) on CPU 0, `stairbench load` (8 connections x depth 4) on CPU 1,
 # both under SCHED_FIFO 5 where chrt may set it, and `stairbench observe --pid SERVER` over
-# each load's window with the sampler off (STAIRBENCH_THREAD_STATES=0) then on, REPS times
-# alternating; prints each trial and the medians.
+# each load's window with the sampler off (STAIRBENCH_THREAD_STATES=0) and on, REPS pairs
+# (the order alternating); prints each trial and the medians.
 ab() {
     /usr/bin/python3 -c 'import grpc' 2>/dev/null || { echo "needs /usr/bin/python3 with grpcio" >&2; exit 2; }
     local reps=${REPS:-3} secs=${SECS:-3} here fifo=()
@@ -51,8 +51,11 @@ ab() {
     for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
     local server=${pids[-1]}
     printf '%-8s %6s %12s %14s %10s\n' sampler trial calls_per_s observers_pct samples
+    local order
     for r in $(seq "$reps"); do
-        for v in 0 1; do
+        # Off first in odd trials, on first in even ones: a drift of the machine favours neither.
+        order="0 1"; [ $((r % 2)) = 0 ] && order="1 0"
+        for v in $order; do
             rm -f "$work/ctl"; mkfifo "$work/ctl"
             STAIRBENCH_THREAD_STATES=$v "$bin" observe --pid "$server" <"$work/ctl" >"$work/obs.out" 2>"$work/obs.err" &
             local obs=$!
