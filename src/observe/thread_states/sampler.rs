@@ -357,12 +357,12 @@ impl Sampler {
         dir: &Path,
     ) -> Option<(String, Option<String>)> {
         if let Some(h) = self.held.get(&(pid, tid)) {
-            let stat = read_held(&h.stat);
-            let schedstat = stat.as_ref().and_then(|_| read_held(&h.schedstat));
-            if stat.is_none() {
+            // Either held file failing to read means the thread has ended.
+            let texts = read_held(&h.stat).zip(read_held(&h.schedstat));
+            if texts.is_none() {
                 self.held.remove(&(pid, tid));
             }
-            return Some((stat?, schedstat));
+            return texts.map(|(stat, schedstat)| (stat, Some(schedstat)));
         }
         if self.held.len() < self.held_max {
             let stat = File::open(dir.join("stat")).ok()?;
@@ -370,9 +370,9 @@ impl Sampler {
             let Ok(schedstat) = File::open(dir.join("schedstat")) else {
                 return Some((text, None));
             };
-            let sched_text = read_held(&schedstat);
+            let sched_text = read_held(&schedstat)?;
             self.held.insert((pid, tid), Held { stat, schedstat });
-            return Some((text, sched_text));
+            return Some((text, Some(sched_text)));
         }
         Some((read(&dir.join("stat"))?, read(&dir.join("schedstat"))))
     }

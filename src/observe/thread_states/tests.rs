@@ -139,6 +139,27 @@ fn a_held_proc_file_read_from_its_start_is_fresh() {
 }
 
 #[test]
+fn a_held_file_of_a_thread_that_ended_fails_to_read() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        done_rx.recv().unwrap();
+    });
+    let tid = rx.recv().unwrap();
+    let file = std::fs::File::open(format!("/proc/self/task/{tid}/stat")).unwrap();
+    assert!(sampler::read_held(&file).is_some_and(|t| t.starts_with(&format!("{tid} "))));
+    done_tx.send(()).unwrap();
+    worker.join().unwrap();
+    // join returns when the thread has cleared its id, a moment before the kernel releases it.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while sampler::read_held(&file).is_some() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(sampler::read_held(&file), None, "thread {tid} has ended");
+}
+
+#[test]
 fn held_files_leave_most_of_the_open_file_limit_to_the_load() {
     assert_eq!(sampler::held_threads(1024), 64);
     assert_eq!(sampler::held_threads(20_000), 1_250);
