@@ -81,11 +81,7 @@ pub fn resource_table(rows: &[ResourceRow]) -> Table {
             r.saturation.map_or("–".into(), figure_text),
             r.errors.map_or("–".into(), figure_text),
             pct(r.time_share_pct),
-            r.thresholds
-                .iter()
-                .map(|b| bound_text(*b))
-                .collect::<Vec<_>>()
-                .join(", or "),
+            bounds_text(&r.thresholds),
             state_text(r.state).into(),
         ]);
     }
@@ -107,7 +103,24 @@ pub fn figure_text(f: Figure) -> String {
     }
 }
 
-/// A threshold as the table words it: `utilisation ≥ 90%`.
+/// A row's thresholds as the table words them: `utilisation ≥ 80%, with ≥ 0.25 tasks waiting
+/// where counted, or ≥ 50% of the threads' time`.
+pub fn bounds_text(bounds: &[Bound]) -> String {
+    let words: Vec<String> = bounds
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let text = bound_text(*b);
+            match (i, b.threshold) {
+                (0, _) | (_, Threshold::BlkioWaitingMin) => text,
+                _ => format!("or {text}"),
+            }
+        })
+        .collect();
+    words.join(", ")
+}
+
+/// One threshold as the table words it: `utilisation ≥ 90%`.
 pub fn bound_text(b: Bound) -> String {
     let v = svg::format_number(b.value);
     match b.threshold {
@@ -116,7 +129,9 @@ pub fn bound_text(b: Bound) -> String {
         Threshold::WaitingPerCpu => format!("≥ {v} thread waiting per CPU"),
         Threshold::QuotaUsedPct => format!("≥ {v}% of the quota used"),
         Threshold::ThrottledPct => format!("≥ {v}% of periods throttled"),
-        Threshold::NeighbourPct => format!("others ≥ {v}% of busy CPUs the side waited for"),
+        Threshold::NeighbourPct => {
+            format!("others ≥ {v}% of busy CPUs the side waited for")
+        }
         Threshold::WaitingShare => format!(
             "≥ {}% of the clients waiting",
             svg::format_number(100.0 * b.value)
@@ -349,6 +364,18 @@ mod tests {
         assert!(md.contains("| its busiest thread | redis-server | 8 | 97% | – | – | – | ≥ 90% of one CPU | **saturated** |"), "{md}");
         assert!(md.contains("| its sockets' queues | a\\|b | 8 | – | 0.2 requests waiting | – | – | ≥ 25% of the clients waiting | room |"), "{md}");
         assert!(!md.contains("busiest_thread_cpu_pct"), "{md}");
+        // A storage row's three thresholds read as one condition.
+        let disk: Vec<Bound> = [
+            Threshold::IoBusyPct,
+            Threshold::BlkioWaitingMin,
+            Threshold::WaitSharePct,
+        ]
+        .map(Bound::from)
+        .to_vec();
+        assert_eq!(
+            bounds_text(&disk),
+            "utilisation ≥ 80%, with ≥ 0.25 tasks waiting where counted, or ≥ 50% of the threads' time"
+        );
         let t = text(&a);
         assert!(
             t.contains(

@@ -1450,7 +1450,10 @@ fn a_still_scaling_series_behind_a_full_io_throttle_is_latency_bound_on_the_disk
             && d.sentence.contains("its storage throttle (cgroup /kv: write_iops on 254:0, 100/s) is 100% used")
             && d.sentence.contains("latency-bound on the disk, throughput still growing")
             && d.sentence.contains("as each I/O carries more requests (1.05 operations per request at 1 client, 0.02 at 256)")
-            && d.sentence.ends_with("or group commit (fewer syncs per request)."),
+            && d.sentence.ends_with(
+                "Next: faster storage or a higher I/O limit (its I/O already carries several \
+                 requests each)."
+            ),
         "{}",
         d.sentence
     );

@@ -442,15 +442,16 @@ fn link(top: &Level) -> ResourceRow {
     let Some(l) = top.io.link.as_ref() else {
         return row(Resource::Link, "", top.clients);
     };
-    let mut r = row(Resource::Link, l.interface.clone(), top.clients);
+    let name = match l.capacity_bits_per_s {
+        Some(_) => l.interface.clone(),
+        None => format!("{} (no known capacity)", l.interface),
+    };
+    let mut r = row(Resource::Link, name, top.clients);
     r.utilisation_pct = l.utilisation_pct;
     r.saturation = figure(l.overlimits, Quantity::PacketsHeldBack);
     r.errors = figure(l.drops + l.retrans, Quantity::PacketsLost);
     r.thresholds = vec![Threshold::IoBusyPct.into()];
-    r.state = state(
-        l.utilisation_pct.is_some(),
-        l.utilisation_pct.is_some_and(|u| u >= IO_BUSY_PCT),
-    );
+    r.state = state(true, l.utilisation_pct.is_some_and(|u| u >= IO_BUSY_PCT));
     r
 }
 
@@ -616,18 +617,23 @@ pub(super) fn latency_bound(c: &Ctx) -> Option<Found> {
         storage.utilisation_pct.unwrap_or(f64::NAN),
         top.server_cpu_pct.unwrap_or(0.0)
     ));
+    let grouped = ops_per_request(c);
     because.push_str(&format!(
         ": latency-bound on the disk, throughput still growing (to {} at {}){}",
         rps(top.throughput_rps),
         super::clients_text(top.clients),
-        ops_per_request(c).unwrap_or_default()
+        grouped.clone().unwrap_or_default()
     ));
     Some(Found {
         limit: Limit::Disk,
         confidence: Confidence::Low,
         evidence,
         because,
-        next: NEXT_DISK.into(),
+        // Writes already grouped: fewer syncs per request is what it does.
+        next: match grouped {
+            Some(_) => "faster storage or a higher I/O limit (its I/O already carries several requests each)".into(),
+            None => NEXT_DISK.into(),
+        },
     })
 }
 
