@@ -1397,6 +1397,12 @@ fn each_limit_names_a_saturated_row_of_its_table() {
     assert_eq!(throttle.saturation.unwrap().value, 2.0);
     assert_eq!(row(disk, Resource::Disk).state, State::Room);
     // The outside series: the upstream named, 6 of its 7.6 busy thread-seconds on it.
+    // Lock waits as long at the first level as at the last (idle helper threads asleep on a
+    // condition variable) are not a full lock.
+    let idle_helpers = diagnose_with(&idle_flat(), |_| states(0.0, 6.0, 0.0));
+    let locks = row(&idle_helpers, Resource::Locks);
+    assert!(locks.time_share_pct.unwrap() > 90.0, "{locks:?}");
+    assert_eq!(locks.state, State::Room, "{locks:?}");
     let hop = row(&cases[10].1, Resource::NextHop);
     assert_eq!(hop.name, "gunicorn (pid 42, 127.0.0.1:8001)");
     assert!(

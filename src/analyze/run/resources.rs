@@ -305,7 +305,7 @@ pub(super) fn table(c: &Ctx) -> Vec<ResourceRow> {
     rows.push(socket_queues(top));
     rows.push(link(top));
     rows.extend(storage(top));
-    rows.extend(locks(top));
+    rows.extend(locks(c));
     rows.extend(next_hop(top));
     rows
 }
@@ -513,13 +513,24 @@ fn storage(top: &Level) -> Vec<ResourceRow> {
     rows
 }
 
-fn locks(top: &Level) -> Option<ResourceRow> {
+/// Lock waits count as full only when they came with the load (a quarter more than at the
+/// first level): a futex wait is also how an idle helper thread sleeps on its condition
+/// variable (redis's four bio threads: 80% of the tree's time on something at every level).
+fn locks(c: &Ctx) -> Option<ResourceRow> {
+    let top = c.top();
     let s = top.states.as_ref()?;
     let mut r = row(Resource::Locks, "futexes, flock, fcntl locks", top.clients);
     r.saturation = figure(s.mean_threads(s.seconds.lock_s), Quantity::TasksWaiting);
     r.time_share_pct = s.share_pct(s.seconds.lock_s);
     r.thresholds = vec![Threshold::WaitSharePct.into()];
-    r.state = state(true, r.time_share_pct.is_some_and(|p| p >= WAIT_SHARE_PCT));
+    let grew = c.first().states.as_ref().is_none_or(|f| {
+        s.mean_threads(s.seconds.lock_s)
+            >= (1.0 + super::FLAT_GROWTH) * f.mean_threads(f.seconds.lock_s)
+    });
+    r.state = state(
+        true,
+        grew && r.time_share_pct.is_some_and(|p| p >= WAIT_SHARE_PCT),
+    );
     Some(r)
 }
 
