@@ -36,6 +36,22 @@ pub struct LatencyUs {
     pub max: f64,
 }
 
+impl LatencyUs {
+    /// No request completed: every figure NaN.
+    pub fn not_measured() -> LatencyUs {
+        let nan = f64::NAN;
+        LatencyUs {
+            mean: nan,
+            p50: nan,
+            p90: nan,
+            p95: nan,
+            p99: nan,
+            p999: nan,
+            max: nan,
+        }
+    }
+}
+
 /// The generator's own CPU use over the measured window.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClientCpu {
@@ -339,10 +355,11 @@ pub fn error_ratio(requests: u64, errors: &BTreeMap<String, u64>) -> f64 {
     }
 }
 
-/// Summarises a nanosecond histogram in microseconds.
+/// Summarises a nanosecond histogram in microseconds; every figure NaN (null in JSON, "–" in
+/// the reports) when no request completed: a latency of 0 would read as a fast server.
 pub fn latency_us(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
     if h.is_empty() {
-        return LatencyUs::default();
+        return LatencyUs::not_measured();
     }
     let q = |p: f64| h.value_at_quantile(p) as f64 / 1e3;
     LatencyUs {
@@ -359,6 +376,15 @@ pub fn latency_us(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_completed_request_has_no_latency_not_a_zero_one() {
+        let empty = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+        let l = latency_us(&empty);
+        assert!(l.mean.is_nan() && l.p99.is_nan() && l.max.is_nan(), "{l:?}");
+        let line = serde_json::to_string(&l).unwrap();
+        assert!(line.contains("\"p99\":null"), "{line}");
+    }
 
     #[test]
     fn error_ratio_counts_errors_among_all_outcomes() {

@@ -433,4 +433,18 @@ fn a_level_where_every_request_failed_stops_its_series_and_says_why() {
         err.contains("... 3 step(s) skipped for that reason"),
         "{err}"
     );
+    // No request completed: no latency (null), not a fast 0 µs.
+    assert_eq!(
+        steps[0]["latency_us"]["p99"],
+        serde_json::Value::Null,
+        "{steps:?}"
+    );
+    assert_eq!(steps[0]["latency_us"]["mean"], serde_json::Value::Null);
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    let row = md.lines().find(|l| l.contains("| errors: ")).unwrap();
+    assert!(
+        row.contains("| 0 | – | – | – |"),
+        "throughput 0, no latency: {row}"
+    );
+    assert!(!md.contains("NaN"), "{md}");
 }

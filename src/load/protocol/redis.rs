@@ -2,7 +2,7 @@
 //!
 //! Each connection keeps one encoded GET and one encoded SET ([`KvRequests`]) and patches the key digits in
 //! place (as redis-benchmark does), drawing keys from its own deterministic generator seeded
-//! with `seed * 1000 + connection` (seed 004's convention).
+//! with `seed * 1000 + connection` (the benchkv study's convention).
 
 use super::keys::KvRequests;
 pub use super::keys::{KeySpace, SplitMix64};
