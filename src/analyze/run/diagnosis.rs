@@ -1300,7 +1300,6 @@ pub use profile::ProfileEvidence;
 
 mod limits_cpu;
 mod limits_io;
-#[path = "resources.rs"]
 pub mod resources;
 pub use resources::ResourceRow;
 
