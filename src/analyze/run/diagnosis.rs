@@ -308,7 +308,7 @@ pub fn diagnose_with_profile(
                 Limit::Undetermined,
                 Confidence::Low,
                 ruled_out(&ctx),
-                "no rule fits the evidence (the figures that ruled each limit out are listed): undetermined".to_string(),
+                resources::undetermined_because(&table),
                 resources::next_when_undetermined(&ctx, &table),
             ),
         },

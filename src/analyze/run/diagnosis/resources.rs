@@ -667,6 +667,39 @@ fn ops_per_request(c: &Ctx) -> Option<String> {
     })
 }
 
+/// Why no limit is named, from the table: the resources full (whose rule's other figures did
+/// not agree), those with room and those not observed.
+pub(super) fn undetermined_because(rows: &[ResourceRow]) -> String {
+    let of = |st: State| -> Vec<String> {
+        rows.iter()
+            .filter(|r| r.state == st)
+            .map(|r| r.resource.to_string())
+            .collect()
+    };
+    let (full, room, missing) = (
+        of(State::Saturated),
+        of(State::Room),
+        of(State::NotObserved),
+    );
+    let mut parts = Vec::new();
+    if !full.is_empty() {
+        parts.push(format!(
+            "{} full, but not in the shape of its limit",
+            full.join(", ")
+        ));
+    }
+    if !room.is_empty() {
+        parts.push(format!("{} with room", room.join(", ")));
+    }
+    if !missing.is_empty() {
+        parts.push(format!("{} not observed", missing.join(", ")));
+    }
+    format!(
+        "no rule fits the evidence ({}): undetermined",
+        parts.join("; ")
+    )
+}
+
 /// What to try next when no rule fits: more repetitions only when noise is why (a deciding
 /// level varied more than the rules' margin); else the figures not observed, or more load.
 pub(super) fn next_when_undetermined(c: &Ctx, rows: &[ResourceRow]) -> String {

@@ -468,7 +468,16 @@ fn nothing_fits_and_each_limit_says_what_ruled_it_out() {
         metric(&d, m);
     }
     assert_eq!(metric(&d, Metric::ServerCpuPct).value, 75.0);
-    assert!(d.sentence.contains("undetermined"));
+    // The sentence says what the table shows: nothing full, what had room, what was missing.
+    assert!(
+        d.sentence.contains(
+            "no rule fits the evidence (the load generator's CPUs, the server's CPUs with room; \
+             its busiest thread, its sockets' queues, the link, the disk not observed): \
+             undetermined"
+        ),
+        "{}",
+        d.sentence
+    );
 }
 
 /// PostgreSQL's hot row with 2 ms of client work before and 0.5 ms inside the lock, on one
