@@ -100,6 +100,9 @@ pub struct LoadReport {
     pub resent: u64,
     /// Failed requests by kind (timeout, http_5xx, resp_error, closed, ...).
     pub errors: BTreeMap<String, u64>,
+    /// HTTP only: the failed requests of `errors`' http_* classes per status code (403, 503).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_statuses: BTreeMap<u16, u64>,
     /// Failed share of the measured window's requests: errors / (requests + errors).
     #[serde(default)]
     pub error_ratio: f64,
@@ -344,6 +347,23 @@ pub fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Err
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
+/// Failed requests in words, each kind with its count and an HTTP class with its status codes:
+/// `http_4xx 27715 (403 ×27715), timeout 3`.
+pub fn errors_text(errors: &BTreeMap<String, u64>, statuses: &BTreeMap<u16, u64>) -> String {
+    let kind_text = |(kind, n): (&String, &u64)| {
+        let codes: Vec<String> = statuses
+            .iter()
+            .filter(|(code, _)| kind.strip_prefix("http_") == Some(&format!("{}xx", *code / 100)))
+            .map(|(code, m)| format!("{code} ×{m}"))
+            .collect();
+        match codes.is_empty() {
+            true => format!("{kind} {n}"),
+            false => format!("{kind} {n} ({})", codes.join(", ")),
+        }
+    };
+    errors.iter().map(kind_text).collect::<Vec<_>>().join(", ")
+}
+
 /// errors / (requests + errors); 0 when nothing completed either way.
 pub fn error_ratio(requests: u64, errors: &BTreeMap<String, u64>) -> f64 {
     let failed: u64 = errors.values().sum();
@@ -376,6 +396,24 @@ pub fn latency_us(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_name_their_http_status_codes_under_their_class() {
+        let errors = BTreeMap::from([
+            ("http_4xx".to_string(), 30),
+            ("http_5xx".to_string(), 2),
+            ("timeout".to_string(), 1),
+        ]);
+        let statuses = BTreeMap::from([(403, 20), (404, 10), (503, 2)]);
+        assert_eq!(
+            errors_text(&errors, &statuses),
+            "http_4xx 30 (403 ×20, 404 ×10), http_5xx 2 (503 ×2), timeout 1"
+        );
+        assert_eq!(
+            errors_text(&errors, &BTreeMap::new()),
+            "http_4xx 30, http_5xx 2, timeout 1"
+        );
+    }
 
     #[test]
     fn no_completed_request_has_no_latency_not_a_zero_one() {
