@@ -24,7 +24,7 @@ impl Exporter for Markdown {
         let mut out = format!("# {}\n\n", escape(&run.name));
         // The gate a CI job reads first, then why the curve stops: both before any table.
         out.push_str(&super::gates::doc(analysis).to_markdown());
-        out.push_str(&super::diagnosis::markdown(analysis));
+        out.push_str(&super::diagnosis::doc(analysis).to_markdown());
         conditions(&mut out, run);
         let _ = writeln!(out, "{}\n", step_counts(&run.steps));
         not_observed(&mut out, &run.steps);
