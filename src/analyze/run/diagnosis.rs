@@ -1051,6 +1051,21 @@ fn outside(c: &Ctx) -> Option<Found> {
         sides.push_str(&format!(", client {p:.0}% of its own"));
     }
     evidence.extend(limits_io::ruled_out(c));
+    // The server's own connections say where the requests wait: the process they go to.
+    let hop = next_hop::outside_hop(top);
+    if let Some(h) = hop {
+        evidence.extend(h.evidence(Some(top.clients)));
+    }
+    let (where_, next) = match hop {
+        Some(h) => (
+            format!(", in its upstream {}", h.reading()),
+            h.limiting().next_step(),
+        ),
+        None => (
+            String::new(),
+            "find what each request waits on outside both processes (a backend, a pool, the network or the disk) and widen it".into(),
+        ),
+    };
     Some(Found {
         limit: Limit::Outside,
         confidence: if c.separate_client() {
@@ -1060,12 +1075,12 @@ fn outside(c: &Ctx) -> Option<Found> {
         },
         evidence,
         because: format!(
-            "neither side is busy ({sides}) while throughput stays near {} and mean latency grows from {} to {} as Little's law predicts (X·R/L = {ratio:.2}): the limit is outside both processes",
+            "neither side is busy ({sides}) while throughput stays near {} and mean latency grows from {} to {} as Little's law predicts (X·R/L = {ratio:.2}): the limit is outside both processes{where_}",
             rps(top.throughput_rps),
             us(a),
             us(b)
         ),
-        next: "find what each request waits on outside both processes (a backend, a pool, the network or the disk) and widen it".into(),
+        next,
     })
 }
 
@@ -1286,6 +1301,8 @@ pub use profile::ProfileEvidence;
 mod limits_cpu;
 #[path = "limits_io.rs"]
 mod limits_io;
+#[path = "next_hop.rs"]
+mod next_hop;
 
 #[path = "diagnosis_reps.rs"]
 mod reps;
