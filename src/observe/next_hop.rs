@@ -8,8 +8,9 @@
 //! work, by [`thread_states::classify`]) and its CPU over the window. A hop that is not part
 //! of the server's tree is followed in turn (its own connections), up to [`MAX_DEPTH`].
 //!
-//! Cost: one dump of the machine's TCP sockets per sample, every [`SAMPLE_EVERY`] while
-//! connections leave the tree and every [`IDLE_EVERY`] while none do; a scan of every
+//! Cost: one dump of the machine's TCP sockets per sample, every [`SAMPLE_EVERY`] for the
+//! first second and then while the tree has connected to a hop in the window, every
+//! [`IDLE_EVERY`] otherwise; a scan of every
 //! process's fds once per new address (to find its listener's holder); the hop's own threads
 //! (at most [`MAX_TASKS`]) each sample.
 
@@ -27,10 +28,14 @@ use super::thread_states::{self, peers, FdKind, Role, Wait};
 use crate::machine::procfs;
 use crate::record::next_hop::NextHop;
 
-/// Time between two samples while the tree has connections of its own.
+/// Time between two samples once the tree has connected to a hop in the window.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
-/// Time between two samples while it has none (a server that opens none costs little).
+/// Time between two samples until it has, past the first [`EAGER_SAMPLES`] (a server that
+/// opens none costs little).
 pub const IDLE_EVERY: Duration = Duration::from_millis(500);
+/// Samples taken every [`SAMPLE_EVERY`] at the window's start whatever they find: a proxy at
+/// 1 or 2 clients holds a connection to its upstream only while a request is there.
+pub const EAGER_SAMPLES: u32 = 10;
 /// Hops followed from the server: its own upstream, that one's, and one more.
 pub const MAX_DEPTH: u32 = 3;
 /// Addresses followed per process, the most connected first.
@@ -417,15 +422,25 @@ impl Follower {
         }
     }
 
-    /// One sample; false when the tree opened no connection (sample less often).
-    fn sample(&mut self, socks: &Sockets) -> bool {
+    /// The socket inodes the server's tree holds now (its process list refreshed every
+    /// [`PIDS_EVERY`]).
+    fn tree_inodes(&mut self) -> BTreeMap<u64, i32> {
         let now = Instant::now();
         if now.duration_since(self.tree_listed) >= PIDS_EVERY {
             self.tree = procfs::descendants(self.root, &procfs::parent_map(self.proc_root));
             self.tree_listed = now;
         }
+        inodes_of(self.proc_root, &self.tree)
+    }
+
+    /// One sample of the dump `socks`, the tree's inodes read just before it (`before`) and
+    /// again now: a connection that lives a few milliseconds (one per request to an upstream
+    /// that closes each) may be in the dump and missing from one of the two reads. False
+    /// while the tree has opened no connection in the window (sample less often).
+    fn sample(&mut self, socks: &Sockets, before: BTreeMap<u64, i32>) -> bool {
         let proc_root = self.proc_root;
-        let tree_inodes = inodes_of(proc_root, &self.tree);
+        let mut tree_inodes = before;
+        tree_inodes.extend(self.tree_inodes());
         let mut seen: BTreeSet<SocketAddr> = BTreeSet::new();
         let mut frontier = vec![(1u32, tree_inodes.clone())];
         while let Some((depth, inodes)) = frontier.pop() {
@@ -457,7 +472,7 @@ impl Follower {
                 hop.add(socks.queues(*addr, &[]));
             }
         }
-        !seen.is_empty()
+        !self.hops.is_empty()
     }
 
     /// The hop at `addr`, found now if new (None for an address of this process, or with no
@@ -570,18 +585,37 @@ impl NextHopWatch {
     /// Starts following the connections of the tree rooted at `root` (in this process's
     /// network namespace: a server in another one is not followed).
     pub fn start(root: i32) -> io::Result<NextHopWatch> {
-        let sock = diag::open()?;
+        let mut sock = diag::open()?;
         let (stop, stopped) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("observe-next-hop".into())
             .spawn(move || {
                 let mut follower = Follower::new(root);
-                // A failed dump (sock_diag refused) ends the sampling with what it has.
-                while let Ok(all) = dump(&sock) {
-                    let every = if follower.sample(&Sockets::new(all)) {
-                        SAMPLE_EVERY
-                    } else {
-                        IDLE_EVERY
+                // A failed dump (interrupted, or sock_diag refused) is skipped; three in a row
+                // end the sampling with what it has.
+                let (mut failed, mut taken) = (0, 0);
+                while failed < 3 {
+                    let before = follower.tree_inodes();
+                    let every = match dump(&sock) {
+                        Ok(all) => {
+                            failed = 0;
+                            taken += 1;
+                            let found = follower.sample(&Sockets::new(all), before);
+                            if found || taken < EAGER_SAMPLES {
+                                SAMPLE_EVERY
+                            } else {
+                                IDLE_EVERY
+                            }
+                        }
+                        Err(_) => {
+                            failed += 1;
+                            // The rest of an interrupted dump would open the next one.
+                            match diag::open() {
+                                Ok(fresh) => sock = fresh,
+                                Err(_) => break,
+                            }
+                            SAMPLE_EVERY
+                        }
                     };
                     if !matches!(
                         stopped.recv_timeout(every),

@@ -117,7 +117,7 @@ fn a_processs_connections_are_followed_to_the_listener_that_holds_them() {
     let mut f = Follower::new(child.id() as i32);
     // This test process holds the listener: let it be followed as any other would be.
     f.own_pid = 0;
-    assert!(f.sample(&Sockets::new(dump(&diag).unwrap())));
+    assert!(f.sample(&Sockets::new(dump(&diag).unwrap()), BTreeMap::new()));
     let _ = child.kill();
     let _ = child.wait();
     let hops = f.finish();
