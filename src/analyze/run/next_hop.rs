@@ -89,7 +89,10 @@ impl HopLevel {
     /// Its own limit, from its own figures.
     pub(super) fn own_limit(&self) -> HopLimit {
         let h = &self.hop;
-        if let (Some(cpu), Some(cpus)) = (h.cpu_pct, h.cpus) {
+        // Its tree used at least what its busiest thread did (the two come from different
+        // counters: at one CPU either may read a little over the other).
+        let tree = tree_cpu_pct(h);
+        if let (Some(cpu), Some(cpus)) = (tree, h.cpus) {
             if cpu >= BUSY_PCT * cpus as f64 {
                 return HopLimit::Cpu;
             }
@@ -138,7 +141,8 @@ impl HopLevel {
                 h.connections_mean
             ),
             (HopLimit::Cpu, _) => format!(
-                "uses {cpu}, its {} CPU{} full, with {waiting}: a CPU limit in it",
+                "uses {}% of one CPU, its {} CPU{} full, with {waiting}: a CPU limit in it",
+                tree_cpu_pct(h).unwrap_or(0.0).round(),
                 h.cpus.unwrap_or(0),
                 if h.cpus == Some(1) { "" } else { "s" }
             ),
@@ -243,6 +247,14 @@ impl HopLevel {
             }
         }
         out
+    }
+}
+
+/// The hop's CPU, % of one CPU: its tree's, or its busiest thread's when that read more.
+fn tree_cpu_pct(h: &NextHop) -> Option<f64> {
+    match (h.cpu_pct, h.busiest_thread_pct) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
     }
 }
 
