@@ -46,13 +46,17 @@ fn named_pid(sentence: &str, name: &str) -> String {
         .collect()
 }
 
-/// Runs `example` (with `edits`) with gunicorn's listener sampled: its diagnosis, steps, the
-/// longest accept queue and gunicorn's pids seen by `ss`, and the lines of gunicorn's access
-/// log against the requests stairbench counted.
-fn run_proxied(
-    example: &str,
-    edits: &[(&str, &str)],
-) -> Option<(Value, (u64, Vec<String>), (u64, u64))> {
+/// What a run of a proxied example gives: its diagnosis, what `ss` saw and gunicorn's log.
+struct Proxied {
+    d: Value,
+    /// The longest accept queue of gunicorn's listener and the pids holding it (ss).
+    ss: (u64, Vec<String>),
+    /// The lines of gunicorn's access log and the requests stairbench counted.
+    log: (u64, u64),
+}
+
+/// Runs `example` (with `edits`) with gunicorn's listener sampled by `ss`.
+fn run_proxied(example: &str, edits: &[(&str, &str)]) -> Option<Proxied> {
     if !gunicorn_installed() {
         return None;
     }
@@ -72,7 +76,11 @@ fn run_proxied(
         "{example}: {} ({}); ss: gunicorn's accept queue up to {}, pids {:?}; gunicorn's access log: {logged} requests, stairbench counted {counted}",
         d["limit"], d["confidence"], seen.0, seen.1
     );
-    Some((d, seen, (logged, counted)))
+    Some(Proxied {
+        d,
+        ss: seen,
+        log: (logged, counted),
+    })
 }
 
 /// Every request stairbench counted went through gunicorn (its log holds a few more: those
@@ -87,7 +95,12 @@ fn all_through_gunicorn((logged, counted): (u64, u64)) {
 #[test]
 fn a_proxy_whose_upstream_holds_the_requests_names_the_upstream() {
     let _alone = crate::alone();
-    let Some((d, (queue, pids), log)) = run_proxied("limits-upstream", &[]) else {
+    let Some(Proxied {
+        d,
+        ss: (queue, pids),
+        log,
+    }) = run_proxied("limits-upstream", &[])
+    else {
         return;
     };
     all_through_gunicorn(log);
@@ -123,7 +136,12 @@ fn a_proxy_whose_upstream_holds_the_requests_names_the_upstream() {
 #[test]
 fn an_upstream_started_by_the_targets_own_script_is_named_inside_the_tree() {
     let _alone = crate::alone();
-    let Some((d, (queue, pids), log)) = run_proxied("limits-upstream-inside", &[]) else {
+    let Some(Proxied {
+        d,
+        ss: (queue, pids),
+        log,
+    }) = run_proxied("limits-upstream-inside", &[])
+    else {
         return;
     };
     all_through_gunicorn(log);
@@ -154,7 +172,9 @@ fn an_upstream_started_by_the_targets_own_script_is_named_inside_the_tree() {
 #[test]
 fn an_upstream_computing_on_its_one_cpu_is_a_cpu_limit_in_it() {
     let _alone = crate::alone();
-    let Some((d, _, log)) = run_proxied("limits-upstream", &[(" apart\"", " apart 5\"")]) else {
+    let Some(Proxied { d, log, .. }) =
+        run_proxied("limits-upstream", &[(" apart\"", " apart 5\"")])
+    else {
         return;
     };
     all_through_gunicorn(log);
