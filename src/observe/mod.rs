@@ -165,11 +165,6 @@ impl Observer {
             .as_ref()
             .and(self.server_pid)
             .and_then(|pid| sockets::SocketWatch::start(pid).ok());
-        self.next_hops = self
-            .tree
-            .as_ref()
-            .and(self.server_pid)
-            .and_then(|pid| next_hop::NextHopWatch::start(pid).ok());
         // Off unless asked for: reading a thread's /proc/TID/syscall waits for it to leave its
         // CPU (the kernel's wait_task_inactive), and sampling every thread so slowed a 1-CPU
         // grpcio server from about 18k to 5-7k calls/s. On with STAIRBENCH_THREAD_STATES=1
@@ -187,6 +182,12 @@ impl Observer {
             }
             self.perf_late_s = self.started.elapsed().as_secs_f64();
         }
+        // After perf's enable, which is timed from the window's start.
+        self.next_hops = self
+            .tree
+            .as_ref()
+            .and(self.server_pid)
+            .and_then(|pid| next_hop::NextHopWatch::start(pid).ok());
         self.own_cpu_s += thread_cpu_s() - cpu0;
     }
 
