@@ -1,4 +1,4 @@
-//! Comparisons: one step (or a set of repetitions) against another, as seed 002 reads them
+//! Comparisons: one step (or a set of repetitions) against another, as the shared-memory hash-table study reads them
 //! ("alone at 1 thread is faster than one visitor at 1 thread: 1.64x"), with the ratio's
 //! confidence interval and Welch's t-test when there are repetitions ([`stats`]).
 //!
@@ -265,7 +265,7 @@ pub struct Relation {
 }
 
 impl Relation {
-    /// Seed 002's sentence with the ratio's interval and the test's verdict: "b is slower
+    /// The shared-memory hash-table study's sentence with the ratio's interval and the test's verdict: "b is slower
     /// than a: 0.90x [0.87, 0.93] (a difference at 95%: Welch's t-test p = 0.003)". The one
     /// function every output (stdout, report.md, report.html, JUnit) takes it from.
     /// A winner is named only where the test found a difference of at least the minimum

@@ -1,6 +1,6 @@
 //! Latency populations: is a step's latency one population or two?
 //!
-//! Seed 004 reads a bimodal RTT histogram by eye (a fast population at 4–8 µs, a slow one at
+//! The benchkv study reads a bimodal RTT histogram by eye (a fast population at 4–8 µs, a slow one at
 //! 11–16 µs). Here a valley between two peaks of the lightly smoothed histogram is the evidence
 //! of two populations, and a two-component log-normal mixture fitted by EM (latencies are
 //! positive and skewed, so log space) gives their shares; each bucket then belongs to the

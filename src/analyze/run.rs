@@ -2,7 +2,7 @@
 //! read the way the seeds read their curves. Where throughput stops growing (knee, saturation,
 //! busy point, USL fit), whether the latency is explained by the requests in flight (Little's
 //! law), whether a step's latency is one population or two (from its histogram), and how noisy
-//! the repetitions were; then the spec's `[[comparisons]]` in seed 002's sentences.
+//! the repetitions were; then the spec's `[[comparisons]]` in the shared-memory hash-table study's sentences.
 //!
 //! Steps that failed, were skipped, or whose load generator was saturated do not enter the
 //! fits: a saturated client measures the client, not the server.
@@ -568,8 +568,16 @@ pub(crate) mod tests {
             root.join("thresholds.rs"),
             root.join("compare/spec.rs"),
         ];
-        for entry in std::fs::read_dir(root.join("run")).unwrap() {
-            files.push(entry.unwrap().path());
+        let mut dirs = vec![root.join("run")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    files.push(path);
+                }
+            }
         }
         let banned = [
             "std::fs",
@@ -587,7 +595,7 @@ pub(crate) mod tests {
             // Test modules may read fixtures: only the code before the first one counts.
             let code = text.split("#[cfg(test)]").next().unwrap_or("");
             let name = file.file_name().unwrap().to_string_lossy();
-            if name.ends_with("_tests.rs") {
+            if name.ends_with("tests.rs") {
                 continue;
             }
             for (n, line) in code.lines().enumerate() {

@@ -1,7 +1,7 @@
 //! One table of steps analysed per series: USL fit, knees, Little's law.
 //!
 //! A series is one target × placement across load levels; in a table it is the rows sharing a
-//! value of the group column (seed 000's `balance`: balanced or separated).
+//! value of the group column (the messenger study's `balance`: balanced or separated).
 
 use serde::Serialize;
 

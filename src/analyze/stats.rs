@@ -1,4 +1,4 @@
-//! Spread of repeated measurements and the comparison verdicts of seed 002's sentences.
+//! Spread of repeated measurements and the comparison verdicts of the shared-memory hash-table study's sentences.
 //!
 //! Two sets of repetitions are compared with Welch's t-test on their means (unequal variances,
 //! Welch–Satterthwaite degrees of freedom; hyperfine's choice) at a stated confidence level
@@ -434,7 +434,7 @@ pub fn repeat_again(throughputs: &[f64]) -> bool {
     }
 }
 
-/// Seed 002's sentence: "`a` is faster than `b`: 1.64x", where `ratio` is a's speed over b's
+/// The shared-memory hash-table study's sentence: "`a` is faster than `b`: 1.64x", where `ratio` is a's speed over b's
 /// (throughput ratio, or b's time over a's). Below 1 it reads "is slower than".
 pub fn sentence(name_a: &str, name_b: &str, ratio: f64) -> String {
     let shown = format!("{ratio:.2}");
@@ -643,5 +643,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "stats_power_tests.rs"]
 mod power_tests;

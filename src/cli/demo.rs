@@ -1,4 +1,4 @@
-//! `stairbench demo`: the messenger study (seeds 000/001) with the load generator out of the
+//! `stairbench demo`: the messenger study with the load generator out of the
 //! way. The reactor and the pool run on their own CPUs, the generator on the others; requests
 //! are pipelined so the generator spends little per request, and the servers do a fixed
 //! amount of CPU work per message (`serve msgr --work-ns`), so the server's CPU is what runs

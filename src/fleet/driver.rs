@@ -59,7 +59,7 @@ pub struct GroupTarget {
     /// The engine's URL for this group.
     pub url: String,
     /// Added to the spec's seed (a kvd rank's number: client i of rank r draws with
-    /// (seed + r) × 1000 + i, seed 004's seeding when the spec's seed is 0).
+    /// (seed + r) × 1000 + i, the benchkv study's seeding when the spec's seed is 0).
     pub seed_offset: u64,
 }
 

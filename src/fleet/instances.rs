@@ -1,4 +1,4 @@
-//! Split instances (seed 000's "left" and "right" halves): a target with `instances = N` runs
+//! Split instances (the messenger study's "left" and "right" halves): a target with `instances = N` runs
 //! N copies of the server, each on an equal share of the server cpuset with its own port;
 //! the load is split the same way and run concurrently, one share of the client cpuset per
 //! instance. The step sums the instances: throughputs and counts added, HdrHistograms merged

@@ -3,7 +3,7 @@
 
 pub mod running;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -534,13 +534,6 @@ pub fn default_stairbench_bin() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let name = exe.file_name()?.to_str()?;
     (name == "stairbench").then_some(exe)
-}
-
-/// True when `path` looks runnable.
-pub fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The name of instance `k` of `target` in results and file names.

@@ -1,6 +1,6 @@
 //! `kvd://NAME[,NAME...]`: load on `serve kvd` daemons through their shared-memory slots
 //! (several names: client i uses daemon i mod names, so one load drives every rank). Each
-//! connection is a client thread holding `--depth` slots (1 by default: seed 004's QD 1),
+//! connection is a client thread holding `--depth` slots (1 by default: the benchkv study's QD 1),
 //! drawing keys from the whole key space (`--keys`, default keys-per-rank × ranks, so most
 //! requests of a multi-rank run are remote) with its own generator seeded `seed × 1000 + i`.
 //! A GET of a key never SET is a miss (counted, not an error); a request whose owner rank is

@@ -83,7 +83,7 @@ pub struct ProtoOptions {
     pub value_size: usize,
     /// Redis key distribution.
     pub distribution: Distribution,
-    /// Base seed; connection i uses `seed * 1000 + i` (deterministic, as seed 004).
+    /// Base seed; connection i uses `seed * 1000 + i` (deterministic, as the benchkv study).
     pub seed: u64,
     /// msgr request and reply payload size in bytes.
     pub msg_size: usize,

@@ -1,6 +1,6 @@
 //! What the step loop measures beside the load, behind [`StepObserver`]: the
 //! [`super::Observer`] in real runs (the server's process tree, per-core busy %, perf
-//! counters, loopback packets, and per-request figures as seed 003's benchreport columns),
+//! counters, loopback packets, and per-request figures as the Tomcat/rxNetty study's benchreport columns),
 //! nothing in the fake-driver tests.
 
 use std::any::Any;

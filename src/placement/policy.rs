@@ -1,10 +1,10 @@
 //! The cpusets of each placement policy, over the topology `machine::topology` reads.
 //!
-//! A placement gives the server and the client their cpusets. The rules reproduce seed 000's
+//! A placement gives the server and the client their cpusets. The rules reproduce the messenger study's
 //! table: `separated` puts each side on its own physical cores (one thread per core), on
 //! different NUMA nodes when there are two or more; `balanced` gives each side whole cores
 //! (with their SMT siblings) spread round-robin over all nodes; `shared` gives both sides
-//! every CPU. A custom table in seed 000's JSON format is taken verbatim.
+//! every CPU. A custom table in the messenger study's JSON format is taken verbatim.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -27,7 +27,7 @@ pub enum Policy {
     Balanced,
     /// Both sides on every CPU.
     Shared,
-    /// A named entry of a custom cpuset table (seed 000's JSON format).
+    /// A named entry of a custom cpuset table (the messenger study's JSON format).
     Custom(String),
 }
 
@@ -120,7 +120,7 @@ pub struct CustomPlacement {
 // The placement policies over a topology; the reader (`machine::topology`) knows nothing of
 // them, so they live here with the policies.
 impl Topology {
-    /// The cpusets `policy` gives with `count` CPUs per side (one CPU per client, as in seed 000).
+    /// The cpusets `policy` gives with `count` CPUs per side (one CPU per client, as in the messenger study).
     pub fn placement_for(
         &self,
         policy: &Policy,
@@ -245,7 +245,7 @@ impl Topology {
         let server = take_round_robin(&per_node, &mut taken, &vec![0; per_node.len()], count)
             .expect("2×count ≤ CPUs, so the server's share fits");
         // The client starts at the same core index on every node, past the largest server
-        // share (seed 000's table); when that runs off a node, it takes whatever is free.
+        // share (the messenger study's table); when that runs off a node, it takes whatever is free.
         let start = vec![server.iter().map(Vec::len).max().unwrap_or(0); per_node.len()];
         let mut trial = taken.clone();
         let client = match take_round_robin(&per_node, &mut trial, &start, count) {
@@ -317,7 +317,7 @@ fn take_round_robin(
     Some(chosen)
 }
 
-/// Writes each node's cores as seed 000 does: first threads, then second threads, ...
+/// Writes each node's cores as the messenger study does: first threads, then second threads, ...
 /// ("0-1,56-57,28-29,84-85"), keeping `count` CPUs (the last core chosen may be split).
 fn order_by_thread(chosen: &[Vec<Core>], count: usize) -> Vec<usize> {
     let mut keep: BTreeSet<usize> = chosen
@@ -382,7 +382,7 @@ impl CustomPlacement {
     }
 }
 
-/// Reads a cpuset table in seed 000's JSON format, verbatim (the order of CPUs is kept):
+/// Reads a cpuset table in the messenger study's JSON format, verbatim (the order of CPUs is kept):
 /// `{"balanced": {"server": {"2": "0,56", ...}, "client": {"2": "1,57", ...}}, ...}`.
 pub fn load_custom_table(
     json: &str,
@@ -540,7 +540,7 @@ pub struct TopologyReport {
     pub threads_per_core: usize,
     /// The CPU list of each NUMA node, by node number.
     pub node_cpus: BTreeMap<String, String>,
-    /// Cpusets by policy, side and count, in seed 000's table format.
+    /// Cpusets by policy, side and count, in the messenger study's table format.
     pub placements: BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>>,
     /// Why a policy gives no placement for a count, by policy and count.
     pub skipped: BTreeMap<String, BTreeMap<String, String>>,

@@ -72,7 +72,7 @@ pub trait PlacementSource {
     }
 }
 
-/// A custom placement: one policy of a cpuset table in seed 000's JSON format
+/// A custom placement: one policy of a cpuset table in the messenger study's JSON format
 /// (`{"balanced": {"server": {"2": "0,56"}, "client": {...}}}`), read by `sweep::topology`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CustomTable(CustomPlacement);
@@ -109,7 +109,7 @@ pub enum TableFileError {
 }
 
 impl CustomTable {
-    /// Reads the policy stored under `key` of a seed-000 JSON file.
+    /// Reads the policy stored under `key` of a JSON file in the messenger study's format.
     pub fn read(path: &Path, key: &str) -> Result<CustomTable, TableFileError> {
         let text = std::fs::read_to_string(path).map_err(|source| TableFileError::Read {
             path: path.into(),

@@ -1,5 +1,5 @@
 //! Named groups of functions ("synchronisation: sem_wait|sem_post|futex") and their shares,
-//! as seed 002 splits its profile into communication, dispatch and hash table.
+//! as the shared-memory hash-table study splits its profile into communication, dispatch and hash table.
 //!
 //! Each category gets two figures: its inclusive share (samples with any frame matching), and
 //! its attributed share, where each sample goes to the category of the matching frame nearest

@@ -1,5 +1,5 @@
 //! Chain graphs: off-CPU time by blocked stack, each topped by the stack of the thread that
-//! woke it (seed 003's "chain graphs", Gregg's offwaketime as perf events).
+//! woke it (the Tomcat/rxNetty study's "chain graphs", Gregg's offwaketime as perf events).
 //!
 //! The recording holds every `sched:sched_switch` (sampled in the thread leaving the CPU:
 //! the stack it blocks in) and every `sched:sched_waking` (sampled in the waker: its stack;

@@ -1,5 +1,5 @@
 //! Function-share tables: "function: share of CPU", and "+delta" between two profiles, as
-//! seed 000 lists them.
+//! the messenger study lists them.
 //!
 //! A function's inclusive share is the weight of the stacks it appears in (once per stack,
 //! however deep the recursion), its self share the weight of the stacks it is the leaf of. The

@@ -1,5 +1,5 @@
 //! Transforms on folded stacks: user/kernel split, thread renaming and merging, demangling,
-//! and the coalescing of seed 000 (each stack as the multiset of its frames).
+//! and the coalescing of the messenger study (each stack as the multiset of its frames).
 //!
 //! Every transform rewrites stacks and sums those that become identical, so the total weight
 //! is kept (the split partitions it: user weight + kernel weight = total).
@@ -71,15 +71,6 @@ pub struct Transforms {
 }
 
 impl Transforms {
-    /// True when no transform is asked for.
-    pub fn is_identity(&self) -> bool {
-        self.split.is_none()
-            && self.rename.is_empty()
-            && !self.merge_threads
-            && !self.demangle
-            && !self.coalesce
-    }
-
     /// Applies the transforms asked for; kernel marks are removed in every case.
     pub fn apply(&self, folded: &Folded) -> Folded {
         let mut out = match self.split {

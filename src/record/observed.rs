@@ -269,7 +269,7 @@ pub struct PerfCounters {
     pub note: Option<String>,
 }
 
-/// Figures per request, as seed 003's benchreport columns; None where an input is unavailable.
+/// Figures per request, as the Tomcat/rxNetty study's benchreport columns; None where an input is unavailable.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PerRequest {

@@ -2,7 +2,7 @@
 //! through outside the CPU, as a step records it (`server.sockets`, `server.link`,
 //! `server.disk` of steps.jsonl): the server's socket queues, the link carrying its traffic,
 //! the storage it waits on. `observe::{sockets, link, disk}` fill them; the diagnosis reads
-//! them (`analyze/run/limits_io.rs`).
+//! them (`analyze/run/diagnosis/limits_io.rs`).
 
 use serde::{Deserialize, Serialize};
 

@@ -46,16 +46,6 @@ impl Remote {
         RemoteOutput::of(&self.spec.name, command, &out)
     }
 
-    /// Copies the running executable to the working directory when it is missing there or
-    /// differs (see `copy_binary_if_missing`).
-    pub fn copy_self_if_missing(&self) -> Result<CopyOutcome, RemoteError> {
-        let exe = std::env::current_exe().map_err(|error| RemoteError::Local {
-            what: "finding the running executable".into(),
-            error,
-        })?;
-        self.copy_binary_if_missing(&exe)
-    }
-
     /// Copies `local_bin` to `<workdir>/stairbench` unless the binary there prints the same
     /// `--version` and has the same `cksum` (so a rebuilt binary of the same version is copied
     /// too). The copy goes to a temporary name first, so a running binary is never overwritten.

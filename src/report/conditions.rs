@@ -1,4 +1,4 @@
-//! The measurement conditions, seed 004's first table, built once for report.md and
+//! The measurement conditions, the benchkv study's first table, built once for report.md and
 //! report.html: the machine (environment.json), the load's shape (the ok steps), the spec's
 //! settings, then the environment's warnings.
 

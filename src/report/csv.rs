@@ -1,5 +1,7 @@
 //! `steps.csv`: one wide row per step (benchreport-style columns), for spreadsheets and awk.
 
+// Value: the step's line as steps.jsonl writes it, so the columns are JSON pointers into the
+// record's one serialized form (a renamed field fails the schema test below, not silently).
 use serde_json::Value;
 
 use super::{Exporter, Report};
@@ -118,7 +120,7 @@ mod tests {
         assert_eq!(cells.len(), COLUMNS.len());
         assert_eq!(
             (cells[3].as_str(), cells[7].as_str(), cells[10].as_str()),
-            ("1", "errors", "0")
+            ("1", "errors", "1")
         );
     }
 

@@ -1,5 +1,5 @@
 //! report.md sections fed by what a step carries beyond the load: split instances compared
-//! with single ones (seed 000's "2 instances × 14 cores vs 1 instance × 28 cores"), the
+//! with single ones (the messenger study's "2 instances × 14 cores vs 1 instance × 28 cores"), the
 //! `[[observe]]` processes, and the targets' own metrics.
 
 // Value: the targets' own metrics (`ForeignJson`), read as their programs wrote them.
@@ -91,7 +91,7 @@ fn shape(f: &SeriesFigures) -> String {
     format!("{} {i} × {cores} {c}", f.instances)
 }
 
-/// One sentence in seed 000's words: "2 instances × 1 core: X req/s vs 1 instance × 2 cores:
+/// One sentence in the messenger study's words: "2 instances × 1 core: X req/s vs 1 instance × 2 cores:
 /// Y req/s (+Z%)".
 pub fn split_sentence(split: (&str, f64), single: (&str, f64)) -> String {
     let diff = if single.1 > 0.0 {

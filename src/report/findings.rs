@@ -908,5 +908,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "findings_props.rs"]
 mod props;

@@ -25,7 +25,7 @@ pub struct ReportData {
     pub description: Option<String>,
     /// Warnings and remarks of the run (environment warnings, interruption, early stops).
     pub notes: Vec<String>,
-    /// The measurement conditions as (parameter, value) rows, as seed 004's first table.
+    /// The measurement conditions as (parameter, value) rows, as the benchkv study's first table.
     pub conditions: Vec<(String, String)>,
     /// One series per target × placement.
     pub series: Vec<Series>,

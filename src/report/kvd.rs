@@ -1,4 +1,4 @@
-//! report.md's "kvd daemon" section: seed 004's tables from the target metrics of a
+//! report.md's "kvd daemon" section: the benchkv study's tables from the target metrics of a
 //! `serve kvd` target (its phase histograms, in-flight sum and remote counters over each
 //! step's measured window): RTT scaling, Little's law, the RTT histogram's modes at the
 //! highest client count, and the phase table per placement.
@@ -260,7 +260,7 @@ fn phases(out: &mut Doc, p: &str, rows: &[&Row]) {
     out.table(t);
 }
 
-/// Peaks of the RTT histogram in 1 µs buckets (as seed 004's), split at the deepest valley
+/// Peaks of the RTT histogram in 1 µs buckets (as the benchkv study's), split at the deepest valley
 /// between the two highest peaks; one population when no valley is below half the lower peak.
 pub fn rtt_modes(h: &Histogram<u64>) -> Vec<(f64, f64)> {
     let top = (h.value_at_quantile(0.999) / 1000 + 1).min(10_000); // peaks within 10 ms: the search below is quadratic in buckets

@@ -92,6 +92,47 @@ mod tests {
     use super::*;
     use crate::analyze::run::peak::level_text;
 
+    /// report/ reads the run typed: `serde_json::Value` only where a foreign program's own JSON
+    /// (a target's metrics) or the step's serialized line is read, at most 10 lines outside
+    /// tests, each module's import under a `// Value:` comment saying why. Catches an exporter
+    /// that goes back to reading steps.jsonl or the environment as untyped JSON.
+    #[test]
+    fn report_code_reads_json_untyped_only_where_it_says_why() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/report");
+        let (mut lines, mut uncommented) = (0, Vec::new());
+        let mut dirs = vec![root];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap_or("");
+                let mut previous = "";
+                for line in code.lines() {
+                    let imports = line.trim_start().starts_with("use serde_json::Value");
+                    if line.contains("serde_json::Value") || imports {
+                        lines += 1;
+                        if !previous.trim_start().starts_with("//") {
+                            uncommented.push(path.display().to_string());
+                        }
+                    }
+                    previous = line;
+                }
+            }
+        }
+        assert!(
+            lines <= 10,
+            "{lines} lines name serde_json::Value in report/"
+        );
+        assert!(
+            uncommented.is_empty(),
+            "no `// Value:` reason: {uncommented:?}"
+        );
+    }
+
     /// The text of a page with its markup's escapes undone.
     fn html_text(page: &str) -> String {
         page.replace("&lt;", "<")

@@ -1,4 +1,4 @@
-//! The study's table (seed 003's benchreport columns): per load level and server, the means
+//! The study's table (the Tomcat/rxNetty study's benchreport columns): per load level and server, the means
 //! over the level's repetitions of requests/s, latency mean and max, the server's CPU %,
 //! context switches and migrations per request, user and system CPU time per request, loopback
 //! packets per request, and cycles, instructions and IPC where the machine has a PMU (else

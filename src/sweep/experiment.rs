@@ -621,11 +621,3 @@ fn dry_points(plan: &Plan) -> Vec<Point> {
         ],
     }
 }
-
-/// The launcher trait object of the real runs (for callers that describe commands).
-pub fn process_launcher(plan: &Plan, out_dir: &Path) -> Box<dyn Launcher> {
-    Box::new(ProcessLauncher {
-        stairbench_bin: plan.stairbench_bin.clone(),
-        out_dir: out_dir.to_path_buf(),
-    })
-}

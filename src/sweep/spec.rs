@@ -56,7 +56,7 @@ pub struct Spec {
     /// Placement policies: `shared`, `separated`, `balanced`, or a name in `custom_placements`.
     #[serde(default = "default_placements")]
     pub placements: Vec<String>,
-    /// Cpuset tables in seed 000's JSON format, by placement name.
+    /// Cpuset tables in the messenger study's JSON format, by placement name.
     #[serde(default)]
     pub custom_placements: BTreeMap<String, CustomPlacementSpec>,
     /// The servers under test.
@@ -336,7 +336,7 @@ impl ObserveSpec {
     }
 }
 
-/// A cpuset table file in seed 000's format and the policy key to read from it.
+/// A cpuset table file in the messenger study's format and the policy key to read from it.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CustomPlacementSpec {

@@ -110,3 +110,96 @@ fn no_string_error_is_added_to_src() {
          print); give the module a thiserror enum: {per_file:?}"
     );
 }
+
+/// Code names the study it follows by name (docs/README.md lists them once), not by the
+/// number of its seed document, which a reader of the code cannot look up.
+#[test]
+fn code_names_studies_not_seed_numbers() {
+    let mut files = Vec::new();
+    rust_files(Path::new("src"), &mut files);
+    let numbered: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| {
+                    let l = l.to_ascii_lowercase();
+                    ["seed 00", "seeds 00", "seed-00"]
+                        .iter()
+                        .any(|p| l.contains(p))
+                })
+                .map(|(i, _)| format!("{}:{}", f.display(), i + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(numbered.is_empty(), "seed numbers in code: {numbered:?}");
+}
+
+/// Modules live in folders named after them: a `#[path]` attribute hides a file from a reader
+/// who follows `mod x;` to `x.rs` or `x/mod.rs`.
+#[test]
+fn no_module_is_loaded_by_path_attribute() {
+    let mut files = Vec::new();
+    rust_files(Path::new("src"), &mut files);
+    let attrs: Vec<String> = files
+        .iter()
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains("#[path"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(attrs.is_empty(), "#[path] modules in: {attrs:?}");
+}
+
+/// The crate's lints are declared once, in Cargo.toml's `[lints]` table, so that the library,
+/// the binary and every test target are held to the same ones.
+#[test]
+fn the_lints_are_declared_in_cargo_toml() {
+    let manifest: toml::Table = std::fs::read_to_string("Cargo.toml")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let lints = manifest.get("lints").and_then(|l| l.as_table());
+    assert!(
+        lints.is_some_and(|l| l.contains_key("rust") && l.contains_key("clippy")),
+        "Cargo.toml has no [lints.rust] and [lints.clippy] tables"
+    );
+}
+
+/// Every `pub fn` of the library is called somewhere (the library, a test, a benchmark or the
+/// fuzz targets): a public function nobody calls is dead code the compiler cannot flag.
+#[test]
+fn no_public_function_is_dead() {
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "benches", "fuzz"] {
+        if Path::new(dir).is_dir() {
+            rust_files(Path::new(dir), &mut files);
+        }
+    }
+    let texts: Vec<(PathBuf, String)> = files
+        .into_iter()
+        .map(|f| {
+            let t = std::fs::read_to_string(&f).unwrap();
+            (f, t)
+        })
+        .collect();
+    let definition = regex::Regex::new(r"pub(?:\([a-z]+\))? fn (\w+)").unwrap();
+    let words = regex::Regex::new(r"\w+").unwrap();
+    let mut uses = std::collections::HashMap::<&str, usize>::new();
+    for (_, text) in &texts {
+        for w in words.find_iter(text) {
+            *uses.entry(w.as_str()).or_default() += 1;
+        }
+    }
+    let dead: Vec<String> = texts
+        .iter()
+        .filter(|(f, _)| f.starts_with("src"))
+        .flat_map(|(f, text)| {
+            definition
+                .captures_iter(text)
+                .filter(|c| uses.get(&c[1]).copied().unwrap_or(0) <= 1)
+                .map(|c| format!("{}: {}", f.display(), &c[1]))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(dead.is_empty(), "public functions nobody calls: {dead:?}");
+}

@@ -216,7 +216,7 @@ pub struct Comparison {
     pub metric: Metric,
     /// One row per step position of any run, in key order.
     pub rows: Vec<Row>,
-    /// Seed 002's sentences: each later run against the first, per matched step.
+    /// The shared-memory hash-table study's sentences: each later run against the first, per matched step.
     pub sentences: Vec<String>,
     /// With `--fail-if-slower PCT`: the threshold.
     pub gate_pct: Option<f64>,

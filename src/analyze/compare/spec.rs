@@ -1,5 +1,5 @@
 //! The spec's `[[comparisons]]`: each entry read and checked (so `stairbench sweep` can reject
-//! a typo before the run), then resolved against the steps into seed 002's sentences
+//! a typo before the run), then resolved against the steps into the shared-memory hash-table study's sentences
 //! ("alone at 1 thread is faster than one visitor at 1 thread: 1.64x") for analysis.json.
 
 use serde::{Deserialize, Serialize};
@@ -87,7 +87,7 @@ impl ComparisonSpec {
 /// One resolved comparison: A's steps against B's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComparisonOutcome {
-    /// Seed 002's sentence, with the noise verdict when there are repetitions.
+    /// The shared-memory hash-table study's sentence, with the noise verdict when there are repetitions.
     pub sentence: String,
     /// The metric compared.
     pub metric: Metric,
@@ -222,7 +222,7 @@ fn confounded(
     })
 }
 
-/// Seed 002's sentence, prefixed with where A's steps sit when the comparison spans several,
+/// The shared-memory hash-table study's sentence, prefixed with where A's steps sit when the comparison spans several,
 /// and with the comparison's title.
 fn outcome_sentence(
     spec: &ComparisonSpec,

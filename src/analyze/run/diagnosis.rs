@@ -1,6 +1,6 @@
 //! Why a series stops scaling: rules over its steps' evidence (throughput, CPU per request,
 //! the busiest server thread, run-queue wait, context switches, Little's law, the USL fit)
-//! that name the limit it hit at its knee, with the figures that support it, in seed 002's
+//! that name the limit it hit at its knee, with the figures that support it, in the shared-memory hash-table study's
 //! and 004's way of reasoning, and `undetermined`, with the figures that ruled each limit
 //! out, when none fits. A diagnosis is never more confident than its evidence: without a
 //! knee it is at most `low`.
@@ -850,7 +850,13 @@ fn one_thread(c: &Ctx) -> Option<Found> {
         },
         evidence,
         because: format!("{because}: a single-thread limit"),
-        next: "spread that thread's work over more threads (more workers or shards) or make it cheaper per request".into(),
+        // As many busy threads as CPUs: a second thread on the same CPU can only share it.
+        next: if room {
+            "spread that thread's work over more threads (more workers or shards) or make it cheaper per request"
+        } else {
+            "give the server more CPUs and spread that thread's work over them (on its one CPU a second thread would only share it), or make it cheaper per request"
+        }
+        .into(),
     })
 }
 
@@ -860,7 +866,7 @@ fn server_cpu(c: &Ctx) -> Option<Found> {
     let (a, b, g) = c.growth(|l| l.cpu_us_per_req)?;
     // Growing CPU per request is contention's shape (tried next); falling, the cpuset is
     // still what caps throughput, each request only costs less as more are served per
-    // wake-up (seed 003's Tomcat: 38.9 -> 12.2 us at 95% busy).
+    // wake-up (the Tomcat/rxNetty study's Tomcat: 38.9 -> 12.2 us at 95% busy).
     if g >= FLAT_GROWTH {
         return None;
     }
@@ -1289,27 +1295,20 @@ fn us(x: f64) -> String {
     crate::units::duration_us(x)
 }
 
-#[path = "diagnosis_metric.rs"]
 pub mod metric;
 pub use metric::{Metric, Unit};
 
-#[path = "diagnosis_profile.rs"]
 pub mod profile;
 pub use profile::ProfileEvidence;
 
-#[path = "limits_cpu.rs"]
 mod limits_cpu;
-#[path = "limits_io.rs"]
 mod limits_io;
 #[path = "next_hop.rs"]
 mod next_hop;
 
-#[path = "diagnosis_reps.rs"]
 mod reps;
-#[path = "diagnosis_wakeup.rs"]
 mod wakeup;
 pub use wakeup::add_wakeup_sentences;
 
 #[cfg(test)]
-#[path = "diagnosis_tests.rs"]
 mod tests;

@@ -1,4 +1,4 @@
-//! The daemon thread's poll loop, seed 004's four phases: read the peers (replies to our
+//! The daemon thread's poll loop, the benchkv study's four phases: read the peers (replies to our
 //! forwarded requests, then their requests to us), scan the client slots (answer local keys,
 //! queue remote ones), flush the peer connections (once per loop with `--batch`, else at
 //! once), and sample the in-flight count.

@@ -1,4 +1,4 @@
-//! `stairbench serve kvd`: seed 004's key-value daemon. One daemon thread per rank polls its
+//! `stairbench serve kvd`: the benchkv study's key-value daemon. One daemon thread per rank polls its
 //! local clients' slots in shared memory (the `per-worker` design of `serve shmkv`: one
 //! block, the daemon is its worker) and one TCP connection per peer rank; key k belongs to
 //! rank k mod ranks. Local keys are answered from the rank's table, remote ones forwarded to

@@ -1,5 +1,5 @@
 //! `stairbench serve msgr`: the length-prefixed messenger server in two architectures whose
-//! scaling the lab compares (seeds 000/001: Crimson's reactor against the async messenger).
+//! scaling the lab compares (the messenger study: Crimson's reactor against the async messenger).
 //! The frame format lives in [`crate::wire::msgr`].
 
 mod conn;

@@ -1,4 +1,4 @@
-//! `stairbench serve shmkv`: seed 002's shared-memory hash-table server in both of its
+//! `stairbench serve shmkv`: the shared-memory hash-table study's server in both of its
 //! architectures, `single` (the measured "preopt" design) and `per-worker` (the proposed
 //! one). The region, its layouts and the client end are the wire's ([`crate::wire::shmkv`]).
 

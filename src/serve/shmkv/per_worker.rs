@@ -1,4 +1,4 @@
-//! The `per-worker` design (seed 002's proposal): one block per worker, each with an input
+//! The `per-worker` design (the shared-memory hash-table study's proposal): one block per worker, each with an input
 //! ring of request cells and an output ring of response cells. A client owns one cell pair
 //! of one worker (chosen round-robin on attach); the worker serves its cells in turn, so a
 //! worker with one client is a single-producer single-consumer channel, and one with many

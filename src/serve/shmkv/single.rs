@@ -1,4 +1,4 @@
-//! The `single` design, seed 002's first ("preopt") architecture, built faithfully:
+//! The `single` design, the shared-memory hash-table study's first ("preopt") architecture, built faithfully:
 //!
 //! - one request channel: a client takes the gate (a robust process-shared mutex), writes
 //!   its request, posts `req_full`, and waits on `req_taken` until the dispatcher has copied

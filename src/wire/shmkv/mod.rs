@@ -20,7 +20,7 @@ use region::{Region, HEADER_BYTES};
 /// Bytes after a kvd region's block for the daemon's rank record.
 pub const KVD_INFO_BYTES: usize = 64;
 
-/// The two architectures of seed 002, and the kvd daemon's region.
+/// The two architectures of the shared-memory hash-table study, and the kvd daemon's region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Arch {
     /// One request channel, one response channel, a dispatcher and K workers.

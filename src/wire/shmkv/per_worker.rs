@@ -1,7 +1,7 @@
 //! The `per-worker` design's shared layout and its client end (the worker loops are in
 //! `serve::shmkv::per_worker`).
 //!
-//! Seed 002's proposal: one block per worker, each with an input
+//! The shared-memory hash-table study's proposal: one block per worker, each with an input
 //! ring of request cells and an output ring of response cells. A client owns one cell pair
 //! of one worker (chosen round-robin on attach); the worker serves its cells in turn, so a
 //! worker with one client is a single-producer single-consumer channel, and one with many

@@ -1,7 +1,7 @@
 //! The `single` design's shared layout and its client end (the server threads are in
 //! `serve::shmkv::single`).
 //!
-//! Seed 002's first ("preopt") architecture, built faithfully:
+//! The shared-memory hash-table study's first ("preopt") architecture, built faithfully:
 //!
 //! - one request channel: a client takes the gate (a robust process-shared mutex), writes
 //!   its request, posts `req_full`, and waits on `req_taken` until the dispatcher has copied

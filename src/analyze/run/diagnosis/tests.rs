@@ -124,6 +124,25 @@ fn one_busy_thread_with_room_in_the_cpuset() {
     );
 }
 
+#[test]
+fn one_busy_thread_filling_its_one_cpu_is_told_more_cpus_not_more_threads() {
+    // A 1-worker nginx on one server CPU: another worker there could only share that CPU.
+    let d = diagnose_all(&bending(|i, s| {
+        s.server_cpus = "0";
+        s.busiest = Some(("nginx", [30.0, 55.0, 92.0, 96.0, 97.0][i]));
+        s.busy_pct = [30.0, 55.0, 92.0, 96.0, 97.0][i];
+        s.cpu_us = 7.7;
+    }));
+    assert_eq!(d.limit, Limit::OneThread, "{}", d.sentence);
+    assert!(
+        d.sentence
+            .contains("Next: give the server more CPUs and spread that thread's work over them"),
+        "{}",
+        d.sentence
+    );
+    assert!(!d.sentence.contains("more workers"), "{}", d.sentence);
+}
+
 /// `shape` measured twice: `second` changes the second repetition's figures.
 fn diagnose_two_reps(shape: &[S], second: impl Fn(usize, &mut S)) -> Diagnosis {
     let mut steps: Vec<StepResult> = shape.iter().map(step).collect();
@@ -188,7 +207,7 @@ fn busy_cpuset_at_flat_cpu_per_request() {
         .contains("its 2 CPUs are 96% busy while CPU per request stays at 63.0 µs"));
 }
 
-/// Seed 003's Tomcat shape: the one CPU saturates while each request costs less as more
+/// The Tomcat/rxNetty study's Tomcat shape: the one CPU saturates while each request costs less as more
 /// are served per wake-up; still a CPU limit, said with both figures, never `high`.
 #[test]
 fn busy_cpuset_at_falling_cpu_per_request() {
