@@ -1303,7 +1303,6 @@ pub use profile::ProfileEvidence;
 
 mod limits_cpu;
 mod limits_io;
-#[path = "next_hop.rs"]
 mod next_hop;
 
 mod reps;

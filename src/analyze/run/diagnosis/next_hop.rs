@@ -292,5 +292,4 @@ pub(super) fn queue_in_tree(l: &Level, waiting: f64) -> Option<&HopLevel> {
 }
 
 #[cfg(test)]
-#[path = "next_hop_tests.rs"]
 mod tests;
