@@ -42,6 +42,7 @@ CASES=(
     "limits-neighbour|neighbour: nginx with a CPU hog pinned on its CPU|the hog's own CPU (/proc/PID/stat over its life)|confirm_neighbour"
     "limits-upstream|outside, in the upstream: nginx proxying to gunicorn (2 sync workers, 5 ms a request) started apart from nginx's tree|ss during the run: gunicorn's longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
     "limits-upstream-inside|concurrency in gunicorn, nginx's child (2 sync workers, 5 ms a request) inside the observed tree|ss during the run: gunicorn's longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
+    "limits-fsync|disk, latency-bound with no knee: redis syncing every write behind 100 write IOPS|the cgroup's own blkio.throttle.io_serviced: write operations per second over the run|confirm_fsync_iops"
 )
 
 WORK=$(mktemp -d /tmp/stairbench-limits.XXXXXX)
@@ -80,6 +81,23 @@ confirm_neighbour() {
     [ "$1" = end ] || return 0
     awk 'NR == 1 {cpu = ($14 + $15) / 100; start = $22 / 100}
          NR == 2 {printf "the hog (/proc): %.1f s of CPU in %.1f s, %.0f%% of one CPU\n", cpu, $1 - start, 100 * cpu / ($1 - start)}' "$2/hog.stat"
+}
+
+# The write operations the cgroup sb-fsync's throttle let through, per second over the run
+# (its blkio.throttle.io_serviced, v1; the group outlives each run, so the two readings'
+# difference is the run's).
+confirm_fsync_iops() {
+    local f=/sys/fs/cgroup/blkio/sb-fsync/blkio.throttle.io_serviced
+    local writes
+    writes() { [ -r "$f" ] && awk '$2 == "Write" {n += $3} END {print n + 0}' "$f" || echo 0; }
+    case "$1" in
+    begin) echo "$(writes) $(date +%s.%N)" >"$WORK/fsync.start" ;;
+    end)
+        read -r w0 t0 <"$WORK/fsync.start"
+        echo "$(writes) $(date +%s.%N)" | awk -v w0="$w0" -v t0="$t0" \
+            '{printf "blkio.throttle.io_serviced: %d writes in %.0f s, %.0f/s (limit 100/s)\n", $1 - w0, $2 - t0, ($1 - w0) / ($2 - t0)}'
+        ;;
+    esac
 }
 
 # The most requests ss saw waiting in gunicorn's sockets (one sample every 100 ms).
