@@ -40,6 +40,8 @@ CASES=(
     "limits-nginx|client or server_cpu: nginx and wrk sharing both CPUs|by construction|confirm_none"
     "limits-quota|quota: nginx in a CPU cgroup of 20% of one CPU|the cgroup's own cpu.stat: nr_throttled / nr_periods over the run|confirm_quota"
     "limits-neighbour|neighbour: nginx with a CPU hog pinned on its CPU|the hog's own CPU (/proc/PID/stat over its life)|confirm_neighbour"
+    "limits-upstream|outside, in the upstream: nginx proxying to gunicorn (2 sync workers, 5 ms a request) started apart from nginx's tree|ss during the run: gunicorn's longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
+    "limits-upstream-inside|concurrency in gunicorn, nginx's child (2 sync workers, 5 ms a request) inside the observed tree|ss during the run: gunicorn's longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
     "limits-fsync|disk, latency-bound with no knee: redis syncing every write behind 100 write IOPS|the cgroup's own blkio.throttle.io_serviced: write operations per second over the run|confirm_fsync_iops"
 )
 
@@ -114,6 +116,32 @@ confirm_ss_gunicorn() {
     end)
         stop_sampler
         awk '{w = $1 + $2; if (w > max) {max = w; c = $1; a = $2}} END {printf "ss: up to %d waiting (%d unread connections + %d in the accept queue)\n", max, c, a}' "$WORK/ss.txt" ;;
+    esac
+}
+
+# gunicorn behind nginx (proxied-gunicorn.sh): its listener's longest accept queue in ss
+# (one sample every 100 ms), and the requests its own access log holds against those
+# stairbench counted (every one went through it; the log has a few more, between windows).
+confirm_upstream() {
+    case "$1" in
+    begin)
+        : >"$WORK/ss.txt"
+        (set +e +o pipefail; while sleep 0.1; do
+            pids=$(pgrep -d'|' -f 'm gunicorn') || continue
+            ss -Hltnp 2>/dev/null | grep -E "pid=($pids)," | awk '{print $2}' >>"$WORK/ss.txt"
+        done) &
+        SAMPLER=$! ;;
+    end)
+        stop_sampler
+        python3 - "$2" "$WORK/ss.txt" <<'PY'
+import glob, json, sys
+d, ss = sys.argv[1], sys.argv[2]
+queue = max((int(x) for x in open(ss).read().split()), default=0)
+logged = sum(sum(1 for _ in open(f)) for f in glob.glob(f"{d}/nginx-*/access.log"))
+counted = sum(json.loads(l).get("requests", 0) for l in open(f"{d}/steps.jsonl") if l.strip())
+print(f"ss: gunicorn's accept queue up to {queue}; its access log {logged} requests, stairbench {counted}")
+PY
+        ;;
     esac
 }
 

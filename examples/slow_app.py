@@ -7,10 +7,15 @@ import os
 import time
 
 DELAY_S = float(os.environ.get("SLOW_APP_DELAY_MS", "5")) / 1000.0
+# Computing this long per request besides the wait (0: none).
+SPIN_S = float(os.environ.get("SLOW_APP_SPIN_MS", "0")) / 1000.0
 BODY = b"waited on the dependency\n"
 
 
 def app(environ, start_response):
+    end = time.process_time() + SPIN_S
+    while time.process_time() < end:
+        pass
     time.sleep(DELAY_S)
     start_response(
         "200 OK",

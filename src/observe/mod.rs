@@ -22,6 +22,7 @@ pub mod link;
 pub mod memcached;
 pub mod metrics;
 pub mod neighbours;
+pub mod next_hop;
 pub mod perf;
 pub mod sockets;
 pub mod step;
@@ -72,6 +73,8 @@ pub struct Observer {
     disk: Option<disk::DiskSample>,
     /// Every thread of the server's tree and of the load generator, sampled during the window.
     states: Option<thread_states::ThreadStateWatch>,
+    /// The processes the server's own connections go to, followed during the window.
+    next_hops: Option<next_hop::NextHopWatch>,
 }
 
 /// perf's counts are kept only if perf started counting within this share of the window: a
@@ -131,6 +134,7 @@ impl Observer {
             link: None,
             disk: None,
             states: None,
+            next_hops: None,
         }
     }
 
@@ -178,6 +182,12 @@ impl Observer {
             }
             self.perf_late_s = self.started.elapsed().as_secs_f64();
         }
+        // After perf's enable, which is timed from the window's start.
+        self.next_hops = self
+            .tree
+            .as_ref()
+            .and(self.server_pid)
+            .and_then(|pid| next_hop::NextHopWatch::start(pid).ok());
         self.own_cpu_s += thread_cpu_s() - cpu0;
     }
 
@@ -190,6 +200,10 @@ impl Observer {
             .states
             .take()
             .map_or((None, None, 0.0), thread_states::ThreadStateWatch::finish);
+        let (next_hops, next_hops_cpu_s) = self
+            .next_hops
+            .take()
+            .map_or((Vec::new(), 0.0), next_hop::NextHopWatch::finish);
         let (sockets, blkio_seen, sockets_cpu_s) = self
             .sockets
             .take()
@@ -254,7 +268,8 @@ impl Observer {
             + watch_cpu_s
             + sockets_cpu_s
             + io_cpu_s
-            + states_cpu_s;
+            + states_cpu_s
+            + next_hops_cpu_s;
         Observation {
             window_s,
             server,
@@ -274,6 +289,7 @@ impl Observer {
             disk,
             thread_states,
             client_thread_states,
+            next_hops,
         }
     }
 
@@ -573,6 +589,7 @@ mod tests {
             disk: None,
             thread_states: None,
             client_thread_states: None,
+            next_hops: Vec::new(),
         }
     }
 

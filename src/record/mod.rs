@@ -10,6 +10,7 @@ pub mod figures;
 pub mod hist_b64;
 pub mod hlog;
 pub mod load;
+pub mod next_hop;
 pub mod observed;
 pub mod overhead;
 pub mod profiles;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::procfs::{CoreBusy, NetCounters};
 use crate::machine::threads::ThreadUsage;
+use crate::record::next_hop::NextHop;
 use crate::record::use_cpu::{CgroupCpu, Neighbours};
 use crate::record::use_io::{DiskUse, LinkUse, SocketQueues};
 
@@ -96,6 +97,10 @@ pub struct Observation {
     /// external load tool it started (None when there was none to observe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_thread_states: Option<ThreadStates>,
+    /// The processes the server's own connections went to (a proxy's upstream, a database),
+    /// and theirs in turn: their queues, threads and CPU over the window (empty when the
+    /// server opened none, or was not observed).
+    pub next_hops: Vec<NextHop>,
 }
 
 /// Every thread's window split by state, grouped by process and merged thread name. On-CPU
@@ -404,6 +409,17 @@ pub(crate) mod tests {
             disk: Some(DiskUse::default()),
             thread_states: Some(thread_states()),
             client_thread_states: Some(thread_states()),
+            next_hops: vec![NextHop {
+                pid: Some(3),
+                process: Some("up".into()),
+                command: Some("up".into()),
+                accept_backlog: Some(8),
+                in_service_mean: Some(1.0),
+                cpu_pct: Some(1.0),
+                busiest_thread_pct: Some(1.0),
+                cpus: Some(1),
+                ..NextHop::default()
+            }],
         };
         let some = Some(1.0);
         let per = PerRequest {
@@ -520,6 +536,9 @@ pub(crate) mod tests {
             keys(&peer["properties"]),
             keys(&ts["groups"][0]["peers"][0])
         );
+        let hop = serde_json::to_value(&obs.next_hops[0]).unwrap();
+        let def = &schema["$defs"]["next_hop"];
+        assert_eq!(keys(&def["properties"]), keys(&hop), "next_hop");
         let top = keys(&schema["properties"]);
         for k in keys(&serde_json::to_value(&per).unwrap()) {
             assert!(

@@ -120,6 +120,7 @@ fn recorded_observation(tree_after: &TreeSample, perf_csv: &str) -> Observation 
         disk: None,
         thread_states: None,
         client_thread_states: None,
+        next_hops: Vec::new(),
     }
 }
 

@@ -27,13 +27,13 @@ pub(crate) fn quoted(d: &Value, metric: Metric) -> f64 {
 }
 
 /// A shell command run every 100 ms on a thread while a demonstration runs; each output kept.
-struct Poll {
+pub(crate) struct Poll {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<Vec<String>>,
 }
 
 impl Poll {
-    fn start(script: &'static str) -> Poll {
+    pub(crate) fn start(script: &'static str) -> Poll {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let handle = std::thread::spawn(move || {
@@ -52,7 +52,7 @@ impl Poll {
         Poll { stop, handle }
     }
 
-    fn finish(self) -> Vec<String> {
+    pub(crate) fn finish(self) -> Vec<String> {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap()
     }
@@ -91,7 +91,7 @@ fn gunicorn_waiting(sample: &str) -> u64 {
 }
 
 /// True when Debian's python3 has gunicorn (python3-gunicorn); says why not otherwise.
-fn gunicorn_installed() -> bool {
+pub(crate) fn gunicorn_installed() -> bool {
     let found = std::process::Command::new("/usr/bin/python3")
         .args(["-c", "import gunicorn"])
         .status()

@@ -19,4 +19,5 @@ mod diagnosis;
 mod grpc;
 mod limits_io;
 mod memcached;
+mod next_hop;
 mod tomcat;

@@ -1068,6 +1068,21 @@ fn outside(c: &Ctx) -> Option<Found> {
         sides.push_str(&format!(", client {p:.0}% of its own"));
     }
     evidence.extend(limits_io::ruled_out(c));
+    // The server's own connections say where the requests wait: the process they go to.
+    let hop = next_hop::outside_hop(top);
+    if let Some(h) = hop {
+        evidence.extend(h.evidence(Some(top.clients)));
+    }
+    let (where_, next) = match hop {
+        Some(h) => (
+            format!(", in its upstream {}", h.reading()),
+            h.limiting().next_step(),
+        ),
+        None => (
+            String::new(),
+            "find what each request waits on outside both processes (a backend, a pool, the network or the disk) and widen it".into(),
+        ),
+    };
     Some(Found {
         limit: Limit::Outside,
         confidence: if c.separate_client() {
@@ -1077,12 +1092,12 @@ fn outside(c: &Ctx) -> Option<Found> {
         },
         evidence,
         because: format!(
-            "neither side is busy ({sides}) while throughput stays near {} and mean latency grows from {} to {} as Little's law predicts (X·R/L = {ratio:.2}): the limit is outside both processes",
+            "neither side is busy ({sides}) while throughput stays near {} and mean latency grows from {} to {} as Little's law predicts (X·R/L = {ratio:.2}): the limit is outside both processes{where_}",
             rps(top.throughput_rps),
             us(a),
             us(b)
         ),
-        next: "find what each request waits on outside both processes (a backend, a pool, the network or the disk) and widen it".into(),
+        next,
     })
 }
 
@@ -1300,6 +1315,7 @@ pub use profile::ProfileEvidence;
 
 mod limits_cpu;
 mod limits_io;
+mod next_hop;
 pub mod resources;
 pub use resources::ResourceRow;
 

@@ -38,6 +38,8 @@ pub(super) struct IoLevel {
     pub(super) accept: Option<f64>,
     pub(super) link: Option<LinkLevel>,
     pub(super) disk: Option<DiskLevel>,
+    /// The process the server's own connections go to, followed (next_hop.rs).
+    pub(super) hop: Option<super::next_hop::HopLevel>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -78,6 +80,7 @@ pub(super) fn io_level(observed: &[Observation], throughput_rps: f64) -> IoLevel
         accept: mean(sockets.iter().map(|s| s.accept_queue_mean)),
         link: link_level(&links, throughput_rps),
         disk: disk_level(&disks),
+        hop: super::next_hop::hop_level(observed),
     }
 }
 
@@ -220,13 +223,34 @@ pub(super) fn concurrency(c: &Ctx) -> Option<Found> {
     // Two independent figures agree: what waited (sampled in the server) and what Little's
     // law leaves of the clients once the served ones are taken away.
     let agree = at_once.is_some_and(|n| (clients - n - waiting).abs() <= 0.3 * clients);
+    let confidence = if agree && c.separate_client() {
+        Confidence::High
+    } else {
+        Confidence::Medium
+    };
+    // A process of the tree the others connect to (an upstream the target's own script
+    // started) holding the queue: the limit is named in it.
+    if let Some(h) = super::next_hop::queue_in_tree(top, waiting) {
+        evidence.extend(h.evidence(Some(top.clients)));
+        return Some(Found {
+            limit: Limit::Concurrency,
+            confidence,
+            evidence,
+            because: format!(
+                "its CPUs are {cpu:.0}% busy while on average {waiting:.1} of the {} requests waited unread inside its tree, {:.1} of them in {}, a process of the tree that pid {} connects to, which {}; throughput stays near {}",
+                top.clients,
+                h.hop.waiting_mean(),
+                h.label(),
+                h.hop.from_pid,
+                h.clause(),
+                rps(top.throughput_rps)
+            ),
+            next: h.next_step(),
+        });
+    }
     Some(Found {
         limit: Limit::Concurrency,
-        confidence: if agree && c.separate_client() {
-            Confidence::High
-        } else {
-            Confidence::Medium
-        },
+        confidence,
         evidence,
         because: format!(
             "its CPUs are {cpu:.0}% busy while on average {waiting:.1} of the {} requests waited unread inside it ({parts}){served}, throughput staying near {}: a concurrency limit (a fixed pool of workers or threads, or a connection cap)",

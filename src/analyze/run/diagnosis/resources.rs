@@ -534,9 +534,25 @@ fn locks(c: &Ctx) -> Option<ResourceRow> {
     Some(r)
 }
 
-/// The socket peer the server's threads waited on (another helper's next-hop record will give
-/// its own utilisation and queues).
+/// The process the server's own connections went to (its next-hop record: its CPU against its
+/// CPUs, the requests waiting inside it, full when its own figures show a limit), else the
+/// socket peer the server's threads waited on.
 fn next_hop(top: &Level) -> Option<ResourceRow> {
+    if let Some(h) = top.io.hop.as_ref() {
+        let hop = &h.limiting().hop;
+        let mut r = row(Resource::NextHop, h.limiting().label(), top.clients);
+        r.utilisation_pct = match (hop.cpu_pct, hop.cpus) {
+            (Some(c), Some(n)) if n > 0 => Some(c / n as f64),
+            _ => None,
+        };
+        r.saturation = figure(hop.waiting_mean(), Quantity::RequestsWaiting);
+        r.thresholds = vec![Threshold::BusyPct.into(), Threshold::WaitingShare.into()];
+        r.state = state(
+            hop.pid.is_some(),
+            h.limiting().own_limit() != super::next_hop::HopLimit::Unseen,
+        );
+        return Some(r);
+    }
     let s = top.states.as_ref()?;
     let (name, _) = s.peer.clone()?;
     let mut r = row(Resource::NextHop, name, top.clients);
