@@ -17,47 +17,8 @@ pub const SCHEMA_VERSION: i64 = 1;
 /// How long an add waits for another process's transaction before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
-const SCHEMA: &str = "
-CREATE TABLE runs (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL UNIQUE,
-    name TEXT NOT NULL,
-    started_unix_s REAL NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('ok', 'failed', 'cut_short')),
-    status_reason TEXT,
-    host TEXT NOT NULL,
-    cpus INTEGER NOT NULL,
-    kernel TEXT NOT NULL,
-    stairbench_version TEXT NOT NULL,
-    added_unix_s REAL NOT NULL
-);
-CREATE TABLE labels (
-    run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (run, key)
-);
-CREATE TABLE figures (
-    run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    target TEXT NOT NULL,
-    placement TEXT NOT NULL,
-    clients INTEGER NOT NULL,
-    figure TEXT NOT NULL,
-    mean REAL NOT NULL,
-    stdev REAL NOT NULL,
-    n INTEGER NOT NULL,
-    PRIMARY KEY (run, target, placement, clients, figure)
-);
-CREATE TABLE limits (
-    run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    target TEXT NOT NULL,
-    placement TEXT NOT NULL,
-    limit_name TEXT NOT NULL,
-    PRIMARY KEY (run, target, placement)
-);
-CREATE INDEX runs_by_time ON runs (started_unix_s, id);
-";
-
+/// The tables, as docs/history.md shows them (PRAGMA user_version = [`SCHEMA_VERSION`]).
+const SCHEMA: &str = include_str!("../../schema/history.sql");
 /// What can go wrong with a history file.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
