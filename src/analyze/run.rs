@@ -227,11 +227,7 @@ fn analyze_series(
     notes: &mut Vec<String>,
 ) -> SeriesAnalysis {
     let all = &run.steps[..];
-    let mut steps: Vec<&StepResult> = all
-        .iter()
-        .filter(|s| s.target == target && s.placement == placement)
-        .filter(|s| s.status == StepStatus::Ok && s.load.is_some())
-        .collect();
+    let mut steps = series_steps(all, target, placement);
     steps.sort_by(|a, b| load_of(a).total_cmp(&load_of(b)).then(a.rep.cmp(&b.rep)));
     let open_loop = steps.iter().any(|s| s.rate_rps.is_some());
     let mut points = load_points(&steps);
@@ -260,15 +256,41 @@ fn analyze_series(
     }
 }
 
+/// The steps a series is analysed from: its ok steps; or, when every one it measured was
+/// disturbed, those: a series measured only beside a neighbour is diagnosed from what it
+/// measured (the neighbour is then what it reads), not left with "nothing measured".
+fn series_steps<'a>(all: &'a [StepResult], target: &str, placement: &str) -> Vec<&'a StepResult> {
+    let of_series = || {
+        all.iter()
+            .filter(move |s| s.target == target && s.placement == placement && s.load.is_some())
+    };
+    let ok: Vec<&StepResult> = of_series().filter(|s| s.status == StepStatus::Ok).collect();
+    if !ok.is_empty() {
+        return ok;
+    }
+    of_series()
+        .filter(|s| s.status == StepStatus::Disturbed)
+        .collect()
+}
+
 fn diagnose_series(series: &SeriesAnalysis, run: &RunData) -> diagnosis::Diagnosis {
-    let steps: Vec<&StepResult> = run
-        .steps
-        .iter()
-        .filter(|s| s.target == series.target && s.placement == series.placement)
-        .filter(|s| s.status == StepStatus::Ok && s.load.is_some())
-        .collect();
+    let steps = series_steps(&run.steps, &series.target, &series.placement);
     let profile = diagnosis::profile::from_lines(&run.profiles, &series.target, &series.placement);
-    diagnosis::diagnose_with_profile(series, &steps, profile.as_ref())
+    let mut d = diagnosis::diagnose_with_profile(series, &steps, profile.as_ref());
+    if steps.iter().any(|s| s.status == StepStatus::Disturbed) {
+        d.notes.push(format!(
+            "every step of {}/{} was disturbed (other processes took {}% or more of its CPUs, \
+             run again after waiting for them to quiet): its figures, and this diagnosis, are \
+             those of a shared machine",
+            series.target,
+            series.placement,
+            steps
+                .iter()
+                .find_map(|s| s.figures.disturbed.as_ref())
+                .map_or(10.0, |d| d.threshold_pct)
+        ));
+    }
+    d
 }
 
 /// The load levels of a series whose steps ended with too many errors, in load order.

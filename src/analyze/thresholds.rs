@@ -335,7 +335,9 @@ impl Threshold {
         if !self.selects(step) {
             return None;
         }
-        let v = self.metric.of_step(step)?;
+        // A figure that was not measured (the latency of a step where no request completed)
+        // is no value to pass or fail on: unmeasured, which is not a pass either.
+        let v = self.metric.of_step(step).filter(|v| v.is_finite())?;
         Some((v, self.op.holds(v, self.value)))
     }
 }

@@ -572,8 +572,14 @@ fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<(
         .collect();
     writeln!(
         out,
-        "  sent {} (warm-up and drain included; {} re-sent after a close), errors {:?} (ratio {:.4})",
-        r.sent, r.resent, r.errors, r.error_ratio
+        "  sent {} (warm-up and drain included; {} re-sent after a close), errors: {} (ratio {:.4})",
+        r.sent,
+        r.resent,
+        match r.errors.is_empty() {
+            true => "none".to_string(),
+            false => crate::record::load::errors_text(&r.errors, &r.error_statuses),
+        },
+        r.error_ratio
     )?;
     print_lookups(r, out)?;
     writeln!(

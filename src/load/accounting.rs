@@ -14,5 +14,10 @@ pub(super) fn fill(report: &mut LoadReport, totals: &[Totals], config: &LoadConf
         report.redis_hits = Some(totals.iter().map(|t| t.redis_hits).sum());
         report.redis_misses = Some(totals.iter().map(|t| t.redis_misses).sum());
     }
+    for t in totals {
+        for (code, n) in &t.error_statuses {
+            *report.error_statuses.entry(*code).or_default() += n;
+        }
+    }
     report.error_ratio = error_ratio(report.requests, &report.errors);
 }

@@ -223,6 +223,12 @@ pub fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
             *errors.entry(k.clone()).or_insert(0) += v;
         }
     }
+    let mut error_statuses = std::collections::BTreeMap::new();
+    for r in reports {
+        for (code, n) in &r.error_statuses {
+            *error_statuses.entry(*code).or_insert(0) += n;
+        }
+    }
     let any_rate = reports.iter().any(|r| r.rate_rps.is_some());
     let any_omitted = reports.iter().any(|r| r.omitted.is_some());
     LoadReport {
@@ -248,6 +254,7 @@ pub fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
         redis_hits: reports.iter().map(|r| r.redis_hits).sum(),
         redis_misses: reports.iter().map(|r| r.redis_misses).sum(),
         errors,
+        error_statuses,
         duration_s: reports.iter().map(|r| r.duration_s).fold(0.0, f64::max),
         throughput_rps: sum_f(|r| r.throughput_rps),
         bytes_sent: sum_u(|r| r.bytes_sent),

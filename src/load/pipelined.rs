@@ -186,12 +186,16 @@ impl Pipelined {
                     error,
                     close,
                     found,
+                    status,
                 } => {
                     at += len;
                     let Some(p) = self.pending.pop_front() else {
                         return Err(Verdict::Reset(RequestError::UnexpectedReply));
                     };
                     tally.answered(p, error, now);
+                    if let (Some(_), Some(code)) = (error, status) {
+                        tally.failed_status(code, now);
+                    }
                     if let Some(found) = found {
                         tally.lookup(found, now);
                     }

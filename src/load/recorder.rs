@@ -197,6 +197,8 @@ pub(super) struct Totals {
     pub redis_misses: u64,
     pub requests: u64,
     pub errors: BTreeMap<String, u64>,
+    /// Failed HTTP requests per status code (their classes are in `errors`).
+    pub error_statuses: BTreeMap<u16, u64>,
     pub omitted: u64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
@@ -342,6 +344,13 @@ impl Recorder {
             } else {
                 self.totals.redis_misses += 1;
             }
+        }
+    }
+
+    /// The HTTP status of a failed request in the window, counted per code beside its class.
+    pub fn failed_status(&mut self, status: u16, now: u64) {
+        if self.in_window(now) {
+            *self.totals.error_statuses.entry(status).or_default() += 1;
         }
     }
 

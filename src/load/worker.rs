@@ -180,6 +180,11 @@ impl Tally {
         self.rec.lookup(found, now);
     }
 
+    /// The HTTP status of a request that failed (already counted by its class).
+    pub fn failed_status(&mut self, status: u16, now: u64) {
+        self.rec.failed_status(status, now);
+    }
+
     /// A request the server never read (it closed first, or refused the stream): out of
     /// `sent`, to be sent again. Called newest first, so that they go out again in order.
     pub fn refused(&mut self, req: Sent) {

@@ -36,6 +36,22 @@ pub struct LatencyUs {
     pub max: f64,
 }
 
+impl LatencyUs {
+    /// No request completed: every figure NaN.
+    pub fn not_measured() -> LatencyUs {
+        let nan = f64::NAN;
+        LatencyUs {
+            mean: nan,
+            p50: nan,
+            p90: nan,
+            p95: nan,
+            p99: nan,
+            p999: nan,
+            max: nan,
+        }
+    }
+}
+
 /// The generator's own CPU use over the measured window.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClientCpu {
@@ -84,6 +100,9 @@ pub struct LoadReport {
     pub resent: u64,
     /// Failed requests by kind (timeout, http_5xx, resp_error, closed, ...).
     pub errors: BTreeMap<String, u64>,
+    /// HTTP only: the failed requests of `errors`' http_* classes per status code (403, 503).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_statuses: BTreeMap<u16, u64>,
     /// Failed share of the measured window's requests: errors / (requests + errors).
     #[serde(default)]
     pub error_ratio: f64,
@@ -328,6 +347,23 @@ pub fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Err
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
+/// Failed requests in words, each kind with its count and an HTTP class with its status codes:
+/// `http_4xx 27715 (403 ×27715), timeout 3`.
+pub fn errors_text(errors: &BTreeMap<String, u64>, statuses: &BTreeMap<u16, u64>) -> String {
+    let kind_text = |(kind, n): (&String, &u64)| {
+        let codes: Vec<String> = statuses
+            .iter()
+            .filter(|(code, _)| kind.strip_prefix("http_") == Some(&format!("{}xx", *code / 100)))
+            .map(|(code, m)| format!("{code} ×{m}"))
+            .collect();
+        match codes.is_empty() {
+            true => format!("{kind} {n}"),
+            false => format!("{kind} {n} ({})", codes.join(", ")),
+        }
+    };
+    errors.iter().map(kind_text).collect::<Vec<_>>().join(", ")
+}
+
 /// errors / (requests + errors); 0 when nothing completed either way.
 pub fn error_ratio(requests: u64, errors: &BTreeMap<String, u64>) -> f64 {
     let failed: u64 = errors.values().sum();
@@ -339,10 +375,11 @@ pub fn error_ratio(requests: u64, errors: &BTreeMap<String, u64>) -> f64 {
     }
 }
 
-/// Summarises a nanosecond histogram in microseconds.
+/// Summarises a nanosecond histogram in microseconds; every figure NaN (null in JSON, "–" in
+/// the reports) when no request completed: a latency of 0 would read as a fast server.
 pub fn latency_us(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
     if h.is_empty() {
-        return LatencyUs::default();
+        return LatencyUs::not_measured();
     }
     let q = |p: f64| h.value_at_quantile(p) as f64 / 1e3;
     LatencyUs {
@@ -359,6 +396,33 @@ pub fn latency_us(h: &hdrhistogram::Histogram<u64>) -> LatencyUs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_name_their_http_status_codes_under_their_class() {
+        let errors = BTreeMap::from([
+            ("http_4xx".to_string(), 30),
+            ("http_5xx".to_string(), 2),
+            ("timeout".to_string(), 1),
+        ]);
+        let statuses = BTreeMap::from([(403, 20), (404, 10), (503, 2)]);
+        assert_eq!(
+            errors_text(&errors, &statuses),
+            "http_4xx 30 (403 ×20, 404 ×10), http_5xx 2 (503 ×2), timeout 1"
+        );
+        assert_eq!(
+            errors_text(&errors, &BTreeMap::new()),
+            "http_4xx 30, http_5xx 2, timeout 1"
+        );
+    }
+
+    #[test]
+    fn no_completed_request_has_no_latency_not_a_zero_one() {
+        let empty = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+        let l = latency_us(&empty);
+        assert!(l.mean.is_nan() && l.p99.is_nan() && l.max.is_nan(), "{l:?}");
+        let line = serde_json::to_string(&l).unwrap();
+        assert!(line.contains("\"p99\":null"), "{line}");
+    }
 
     #[test]
     fn error_ratio_counts_errors_among_all_outcomes() {

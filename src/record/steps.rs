@@ -570,6 +570,9 @@ pub(crate) mod tests {
         step.load = Some(LoadReport {
             throughput_rps: 1.0,
             rate_rps: Some(10.0),
+            errors: [("http_4xx".to_string(), 1)].into(),
+            error_statuses: [(403, 1)].into(),
+            error_ratio: 1.0,
             ..load.clone()
         });
         step.server = Some(obs.clone().into());

@@ -120,7 +120,7 @@ mod tests {
         assert_eq!(cells.len(), COLUMNS.len());
         assert_eq!(
             (cells[3].as_str(), cells[7].as_str(), cells[10].as_str()),
-            ("1", "errors", "0")
+            ("1", "errors", "1")
         );
     }
 

@@ -200,10 +200,15 @@ mod tests {
         let stat = ThreadStat::new("t".into());
         stat.register_current_thread();
         let before = stat.cpu_ns().unwrap();
+        // Spin until the clock shows 5 ms of CPU, bounded by 2 s of wall time: on a loaded
+        // machine 20 ms of wall time may hold less than 5 ms on a CPU. A clock that does not
+        // advance (a wall clock would, a wrong thread's clock would not) fails at the bound.
         let mut x = 0u64;
-        let until = Instant::now() + Duration::from_millis(20);
-        while Instant::now() < until {
-            x = std::hint::black_box(x.wrapping_add(1));
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && stat.cpu_ns().unwrap() <= before + 5_000_000 {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
         }
         assert!(stat.cpu_ns().unwrap() > before + 5_000_000);
     }

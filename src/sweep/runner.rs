@@ -990,11 +990,7 @@ pub fn verdict(step: &StepResult, max_error_ratio: f64) -> (StepStatus, Option<S
         return (StepStatus::Ok, None);
     }
     let kinds = step.load.as_ref().map_or(String::new(), |l| {
-        l.errors
-            .iter()
-            .map(|(kind, n)| format!("{kind} {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        crate::record::load::errors_text(&l.errors, &l.error_statuses)
     });
     let why = format!(
         "{:.1}% of requests failed ({kinds}), over max_error_ratio = {max_error_ratio}",
@@ -1040,16 +1036,20 @@ fn every_request_failed(reps: &[StepResult]) -> Option<String> {
     if !all_failed {
         return None;
     }
-    let mut kinds = BTreeMap::<&str, u64>::new();
-    for (kind, n) in loads.iter().flat_map(|l| l.errors.iter()) {
-        *kinds.entry(kind.as_str()).or_default() += n;
+    let (mut kinds, mut statuses) = (BTreeMap::new(), BTreeMap::new());
+    for l in &loads {
+        for (kind, n) in &l.errors {
+            *kinds.entry(kind.clone()).or_default() += n;
+        }
+        for (code, n) in &l.error_statuses {
+            *statuses.entry(*code).or_default() += n;
+        }
     }
-    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
     let clients = reps[0].clients;
     Some(format!(
         "every request failed at {} ({})",
         crate::units::count(clients, "client"),
-        kinds.join(", ")
+        crate::record::load::errors_text(&kinds, &statuses)
     ))
 }
 

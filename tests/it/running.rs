@@ -421,7 +421,8 @@ fn a_level_where_every_request_failed_stops_its_series_and_says_why() {
     );
     let why = steps[1]["reason"].as_str().unwrap();
     assert!(
-        why.starts_with("every request failed at 1 client (http_4xx ×")
+        why.starts_with("every request failed at 1 client (http_4xx ")
+            && why.contains(" (403 ×")
             && why.ends_with("the rest of the series was not run"),
         "{why}"
     );
@@ -433,4 +434,24 @@ fn a_level_where_every_request_failed_stops_its_series_and_says_why() {
         err.contains("... 3 step(s) skipped for that reason"),
         "{err}"
     );
+    // Each failure under its class and its status code, every one a 403.
+    let load_errors = steps[0]["errors"]["http_4xx"].as_u64().unwrap();
+    assert_eq!(
+        steps[0]["error_statuses"],
+        serde_json::json!({"403": load_errors})
+    );
+    // No request completed: no latency (null), not a fast 0 µs.
+    assert_eq!(
+        steps[0]["latency_us"]["p99"],
+        serde_json::Value::Null,
+        "{steps:?}"
+    );
+    assert_eq!(steps[0]["latency_us"]["mean"], serde_json::Value::Null);
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    let row = md.lines().find(|l| l.contains("| errors: ")).unwrap();
+    assert!(
+        row.contains("| 0 | – | – | – |"),
+        "throughput 0, no latency: {row}"
+    );
+    assert!(!md.contains("NaN"), "{md}");
 }

@@ -850,7 +850,13 @@ fn one_thread(c: &Ctx) -> Option<Found> {
         },
         evidence,
         because: format!("{because}: a single-thread limit"),
-        next: "spread that thread's work over more threads (more workers or shards) or make it cheaper per request".into(),
+        // As many busy threads as CPUs: a second thread on the same CPU can only share it.
+        next: if room {
+            "spread that thread's work over more threads (more workers or shards) or make it cheaper per request"
+        } else {
+            "give the server more CPUs and spread that thread's work over them (on its one CPU a second thread would only share it), or make it cheaper per request"
+        }
+        .into(),
     })
 }
 

@@ -255,7 +255,11 @@ impl H2Session {
 fn ended(e: Event<Tag>, tally: &mut Tally, now: u64) {
     match e {
         Event::Done(tag, status) => {
-            tally.answered(tag, crate::load::protocol::http::status_error(status), now);
+            let error = crate::load::protocol::http::status_error(status);
+            tally.answered(tag, error, now);
+            if error.is_some() {
+                tally.failed_status(status, now);
+            }
         }
         Event::Refused(tag) => tally.refused(tag),
         Event::Failed(_, kind) => tally.failed(kind, now),

@@ -36,6 +36,7 @@ fn reply(frame: Frame) -> Reply {
             error: status_error(status),
             close,
             found: None,
+            status: Some(status),
         },
         // The wire layer names its kinds as text (it sits beside `record`, not above it);
         // every one it writes is an `RequestError` (a test in record::load holds it so).

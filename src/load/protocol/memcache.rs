@@ -146,6 +146,7 @@ fn done(len: usize, error: Option<RequestError>, found: Option<bool>) -> Reply {
         error,
         close: false,
         found,
+        status: None,
     }
 }
 

@@ -27,6 +27,9 @@ pub enum Reply {
         close: bool,
         /// For a lookup (a redis GET): whether the key was found; `None` for other replies.
         found: Option<bool>,
+        /// HTTP: the reply's status code, so failures are counted per code (403, 503), not
+        /// only per class; `None` for other protocols.
+        status: Option<u16>,
     },
     /// The bytes cannot be a reply: the connection must be dropped. Names the error kind.
     Invalid(RequestError),

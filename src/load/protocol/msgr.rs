@@ -55,6 +55,7 @@ impl Protocol for MsgrProto {
             error,
             close: false,
             found: None,
+            status: None,
         }
     }
 }
@@ -76,6 +77,7 @@ mod tests {
             error,
             close: false,
             found: None,
+            status: None,
         }
     }
 

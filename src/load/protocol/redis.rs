@@ -60,6 +60,7 @@ pub fn parse_resp(buf: &[u8]) -> Reply {
                 Value::Nil => Some(false),
                 _ => None,
             },
+            status: None,
         },
         Ok(None) => Reply::Incomplete,
         Err(kind) => Reply::Invalid(kind),
@@ -184,6 +185,7 @@ mod tests {
             error,
             close: false,
             found,
+            status: None,
         };
         assert_eq!(r.parse_reply(b"+OK\r\n"), ok(5, None, None));
         assert_eq!(r.parse_reply(b"$-1\r\n"), ok(5, None, Some(false)));

@@ -611,6 +611,7 @@ mod tests {
             error: None,
             close: false,
             found: None,
+            status: Some(200),
         };
         assert_eq!(p.parse_reply(reply), whole(reply.len()));
         assert_eq!(p.parse_reply(reply), Reply::Incomplete);
@@ -681,7 +682,8 @@ mod tests {
                 len: 5,
                 error: None,
                 close: false,
-                found: None
+                found: None,
+                status: None
             }
         );
     }

@@ -124,6 +124,25 @@ fn one_busy_thread_with_room_in_the_cpuset() {
     );
 }
 
+#[test]
+fn one_busy_thread_filling_its_one_cpu_is_told_more_cpus_not_more_threads() {
+    // A 1-worker nginx on one server CPU: another worker there could only share that CPU.
+    let d = diagnose_all(&bending(|i, s| {
+        s.server_cpus = "0";
+        s.busiest = Some(("nginx", [30.0, 55.0, 92.0, 96.0, 97.0][i]));
+        s.busy_pct = [30.0, 55.0, 92.0, 96.0, 97.0][i];
+        s.cpu_us = 7.7;
+    }));
+    assert_eq!(d.limit, Limit::OneThread, "{}", d.sentence);
+    assert!(
+        d.sentence
+            .contains("Next: give the server more CPUs and spread that thread's work over them"),
+        "{}",
+        d.sentence
+    );
+    assert!(!d.sentence.contains("more workers"), "{}", d.sentence);
+}
+
 /// `shape` measured twice: `second` changes the second repetition's figures.
 fn diagnose_two_reps(shape: &[S], second: impl Fn(usize, &mut S)) -> Diagnosis {
     let mut steps: Vec<StepResult> = shape.iter().map(step).collect();
@@ -809,7 +828,14 @@ fn an_idle_server_waiting_on_a_full_io_throttle_is_a_disk_limit() {
 /// The steps of `shape`, each with `extra` merged into its `server` object (the window, the
 /// tree's CPU, the cgroups, the neighbours).
 fn diagnose_with(shape: &[S], extra: impl Fn(usize) -> serde_json::Value) -> Diagnosis {
-    let steps: Vec<StepResult> = shape
+    let d = analyze_steps(&steps_with(shape, extra)).diagnosis[0].clone();
+    assert!(d.sentence.starts_with("web/sep "), "{}", d.sentence);
+    d
+}
+
+/// `shape`'s steps with `extra(i)`'s keys set in step i's server observation.
+fn steps_with(shape: &[S], extra: impl Fn(usize) -> serde_json::Value) -> Vec<StepResult> {
+    shape
         .iter()
         .enumerate()
         .map(|(i, s)| {
@@ -823,10 +849,7 @@ fn diagnose_with(shape: &[S], extra: impl Fn(usize) -> serde_json::Value) -> Dia
             }
             r
         })
-        .collect();
-    let d = analyze_steps(&steps).diagnosis[0].clone();
-    assert!(d.sentence.starts_with("web/sep "), "{}", d.sentence);
-    d
+        .collect()
 }
 
 /// A 2 s window in which the tree used `cpus` CPUs, in a v1 group of 0.2 CPUs throttled in
@@ -924,6 +947,37 @@ fn a_busy_neighbour_is_named_before_coherency() {
         d.sentence.contains("other processes took 48% of its 1 CPU at 32 clients while it was 99% busy (steal 0%); the busiest: sh (pid 77) 47%: a neighbour limit. Next: move the other processes off the server's CPUs"),
         "{}",
         d.sentence
+    );
+}
+
+#[test]
+fn a_series_whose_every_step_was_disturbed_is_diagnosed_from_them_and_says_so() {
+    // Re-run and still disturbed at every level: left out, the series would read "no step
+    // measured anything"; read from its disturbed steps, it names the neighbour.
+    let mut steps = steps_with(&falling(), |_| neighbours(48.0, 99.0));
+    for s in &mut steps {
+        s.status = StepStatus::Disturbed;
+        s.figures.disturbed = Some(crate::record::figures::Disturbance {
+            server_cpus_others_pct: Some(48.0),
+            threshold_pct: 10.0,
+            ..Default::default()
+        });
+    }
+    let d = analyze_steps(&steps).diagnosis[0].clone();
+    assert_eq!(d.limit, Limit::Neighbour, "{}", d.sentence);
+    assert!(
+        d.notes.iter().any(|n| n
+            .starts_with("every step of web/sep was disturbed (other processes took 10% or more")),
+        "{:?}",
+        d.notes
+    );
+    // One ok step among them: the series is read from it alone, as before.
+    steps[0].status = StepStatus::Ok;
+    let d = analyze_steps(&steps).diagnosis[0].clone();
+    assert!(
+        d.notes.iter().all(|n| !n.starts_with("every step")),
+        "{:?}",
+        d.notes
     );
 }
 
