@@ -39,6 +39,10 @@ pub struct HistoryArgs {
     /// A change point is kept when its t-test p-value is below this.
     #[arg(long, value_name = "P", default_value_t = ChangeOptions::default().max_p)]
     pub max_p: f64,
+    /// Also write one offline HTML page: each series' figures over the runs, change points
+    /// marked.
+    #[arg(long, value_name = "OUT")]
+    pub html: Option<PathBuf>,
     /// Fewest runs on either side of a change point.
     #[arg(long, value_name = "N", default_value_t = ChangeOptions::default().min_segment)]
     pub min_segment: usize,
@@ -166,6 +170,10 @@ fn show(file: &Path, args: &HistoryArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&changes)?);
     } else {
         print!("{}", text(&changes, &runs, series.len()));
+    }
+    if let Some(out) = &args.html {
+        let page = crate::report::history_html::page(&runs, &series, &changes);
+        std::fs::write(out, page).with_context(|| format!("writing {}", out.display()))?;
     }
     if !args.check {
         return Ok(ExitCode::SUCCESS);

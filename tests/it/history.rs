@@ -134,6 +134,22 @@ fn a_drop_is_found_at_its_run_with_its_sign_and_fails_the_gate() {
     let check = common::cli(&["history", db.to_str().unwrap(), "--check"]);
     assert_eq!(check.status.code(), Some(4), "{check:?}");
     assert!(String::from_utf8_lossy(&check.stderr).contains("throughput_rps"));
+    // The page: one chart per series and figure, the change named, the hostile target name
+    // of the copied run escaped.
+    let html = db.with_extension("html");
+    let out = common::cli(&[
+        "history",
+        db.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    common::assert_success(&out);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("throughput_rps") && page.contains("change at run"));
+    assert!(
+        !page.contains("<script>alert"),
+        "a target name reached the page unescaped"
+    );
     // Outside a window of the newest 3 runs, and above a 20% minimum, the gate passes.
     for extra in [["--window", "3"], ["--min-change", "20"]] {
         let mut args = vec!["history", db.to_str().unwrap(), "--check"];
