@@ -65,13 +65,14 @@ pub fn record(
     }
 }
 
-/// `ok` when every step was measured; `failed` when none was; `cut_short` when the run was
+/// `ok` when every step was measured (a disturbed step was measured too: the analysis reads
+/// a series from them when it has nothing else); `failed` when none was; `cut_short` when the run was
 /// interrupted or a step failed: such a run is kept but its figures are not comparable.
 fn status(run: &RunData) -> (RunStatus, Option<String>) {
     let ok = run
         .steps
         .iter()
-        .filter(|s| s.status == StepStatus::Ok)
+        .filter(|s| matches!(s.status, StepStatus::Ok | StepStatus::Disturbed))
         .count();
     let failed = run
         .steps
@@ -97,16 +98,7 @@ fn series_figures(series: &SeriesAnalysis, steps: &[StepResult]) -> Vec<FigureRo
         .points
         .iter()
         .flat_map(|point| {
-            let reps: Vec<&StepResult> = steps
-                .iter()
-                .filter(|s| {
-                    s.status == StepStatus::Ok
-                        && s.load.is_some()
-                        && s.target == series.target
-                        && s.placement == series.placement
-                        && s.clients == point.clients
-                })
-                .collect();
+            let reps = level_steps(series, point.clients, steps);
             level_figures(point, &reps)
                 .into_iter()
                 .map(|(figure, summary)| FigureRow {
@@ -120,6 +112,33 @@ fn series_figures(series: &SeriesAnalysis, steps: &[StepResult]) -> Vec<FigureRo
                 })
         })
         .collect()
+}
+
+/// The measured steps of one level: the ok ones, else the disturbed ones (as the analysis
+/// reads a series none of whose steps was quiet).
+fn level_steps<'a>(
+    series: &SeriesAnalysis,
+    clients: usize,
+    steps: &'a [StepResult],
+) -> Vec<&'a StepResult> {
+    let at = |status: StepStatus| -> Vec<&'a StepResult> {
+        steps
+            .iter()
+            .filter(|s| {
+                s.status == status
+                    && s.load.is_some()
+                    && s.target == series.target
+                    && s.placement == series.placement
+                    && s.clients == clients
+            })
+            .collect()
+    };
+    let ok = at(StepStatus::Ok);
+    if ok.is_empty() {
+        at(StepStatus::Disturbed)
+    } else {
+        ok
+    }
 }
 
 /// The figures of one level: throughput, mean and p99 latency as the analysis summarised
