@@ -263,3 +263,36 @@ fn change_points_agree_with_apache_otava_on_its_stored_series() {
         reference.len()
     );
 }
+
+/// A run whose every step was disturbed (a shared machine) is measured: recorded `ok`, its
+/// figures read from those steps, as the analysis reads them.
+#[test]
+fn a_run_of_disturbed_steps_is_recorded_with_its_figures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = run_dir(tmp.path(), 0, 1.0);
+    let steps = std::fs::read_to_string(dir.join("steps.jsonl")).unwrap();
+    let disturbed = steps.replace("\"status\":\"ok\"", "\"status\":\"disturbed\"");
+    assert_ne!(steps, disturbed);
+    std::fs::write(dir.join("steps.jsonl"), disturbed).unwrap();
+    let db = tmp.path().join("h.db");
+    let out = common::cli(&[
+        "history",
+        "add",
+        db.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("run-00 (ok)"),
+        "{out:?}"
+    );
+    let h = stairbench::record::history::History::open(&db).unwrap();
+    let runs = h.runs().unwrap();
+    let figures: Vec<_> = h
+        .series(&runs)
+        .unwrap()
+        .into_keys()
+        .map(|k| k.figure)
+        .collect();
+    use stairbench::record::history::Figure;
+    assert!(figures.contains(&Figure::ThroughputRps) && figures.contains(&Figure::LatencyP50Us));
+}
