@@ -40,6 +40,7 @@ CASES=(
     "limits-nginx|client or server_cpu: nginx and wrk sharing both CPUs|by construction|confirm_none"
     "limits-quota|quota: nginx in a CPU cgroup of 20% of one CPU|the cgroup's own cpu.stat: nr_throttled / nr_periods over the run|confirm_quota"
     "limits-neighbour|neighbour: nginx with a CPU hog pinned on its CPU|the hog's own CPU (/proc/PID/stat over its life)|confirm_neighbour"
+    "limits-fsync|disk, latency-bound with no knee: redis syncing every write behind 100 write IOPS|the cgroup's own blkio.throttle.io_serviced: write operations per second over the run|confirm_fsync_iops"
 )
 
 WORK=$(mktemp -d /tmp/stairbench-limits.XXXXXX)
@@ -78,6 +79,23 @@ confirm_neighbour() {
     [ "$1" = end ] || return 0
     awk 'NR == 1 {cpu = ($14 + $15) / 100; start = $22 / 100}
          NR == 2 {printf "the hog (/proc): %.1f s of CPU in %.1f s, %.0f%% of one CPU\n", cpu, $1 - start, 100 * cpu / ($1 - start)}' "$2/hog.stat"
+}
+
+# The write operations the cgroup sb-fsync's throttle let through, per second over the run
+# (its blkio.throttle.io_serviced, v1; the group outlives each run, so the two readings'
+# difference is the run's).
+confirm_fsync_iops() {
+    local f=/sys/fs/cgroup/blkio/sb-fsync/blkio.throttle.io_serviced
+    local writes
+    writes() { [ -r "$f" ] && awk '$2 == "Write" {n += $3} END {print n + 0}' "$f" || echo 0; }
+    case "$1" in
+    begin) echo "$(writes) $(date +%s.%N)" >"$WORK/fsync.start" ;;
+    end)
+        read -r w0 t0 <"$WORK/fsync.start"
+        echo "$(writes) $(date +%s.%N)" | awk -v w0="$w0" -v t0="$t0" \
+            '{printf "blkio.throttle.io_serviced: %d writes in %.0f s, %.0f/s (limit 100/s)\n", $1 - w0, $2 - t0, ($1 - w0) / ($2 - t0)}'
+        ;;
+    esac
 }
 
 # The most requests ss saw waiting in gunicorn's sockets (one sample every 100 ms).

@@ -256,21 +256,31 @@ fn analyze_series(
     }
 }
 
-/// The steps a series is analysed from: its ok steps; or, when every one it measured was
-/// disturbed, those: a series measured only beside a neighbour is diagnosed from what it
-/// measured (the neighbour is then what it reads), not left with "nothing measured".
+/// The steps a series is analysed from: its ok steps; or, when they cover fewer than half of
+/// the levels it measured, its ok and disturbed steps together: a series measured mostly
+/// beside a neighbour is diagnosed from what it measured (the neighbour is then what it
+/// reads), not from one level or none.
 fn series_steps<'a>(all: &'a [StepResult], target: &str, placement: &str) -> Vec<&'a StepResult> {
-    let of_series = || {
-        all.iter()
-            .filter(move |s| s.target == target && s.placement == placement && s.load.is_some())
+    let measured: Vec<&StepResult> = all
+        .iter()
+        .filter(|s| s.target == target && s.placement == placement && s.load.is_some())
+        .filter(|s| matches!(s.status, StepStatus::Ok | StepStatus::Disturbed))
+        .collect();
+    let levels = |steps: &[&StepResult]| {
+        let mut l: Vec<u64> = steps.iter().map(|s| load_of(s).to_bits()).collect();
+        l.sort_unstable();
+        l.dedup();
+        l.len()
     };
-    let ok: Vec<&StepResult> = of_series().filter(|s| s.status == StepStatus::Ok).collect();
-    if !ok.is_empty() {
+    let ok: Vec<&StepResult> = measured
+        .iter()
+        .copied()
+        .filter(|s| s.status == StepStatus::Ok)
+        .collect();
+    if 2 * levels(&ok) >= levels(&measured) {
         return ok;
     }
-    of_series()
-        .filter(|s| s.status == StepStatus::Disturbed)
-        .collect()
+    measured
 }
 
 fn diagnose_series(series: &SeriesAnalysis, run: &RunData) -> diagnosis::Diagnosis {
@@ -279,9 +289,9 @@ fn diagnose_series(series: &SeriesAnalysis, run: &RunData) -> diagnosis::Diagnos
     let mut d = diagnosis::diagnose_with_profile(series, &steps, profile.as_ref());
     if steps.iter().any(|s| s.status == StepStatus::Disturbed) {
         d.notes.push(format!(
-            "every step of {}/{} was disturbed (other processes took {}% or more of its CPUs, \
-             run again after waiting for them to quiet): its figures, and this diagnosis, are \
-             those of a shared machine",
+            "most steps of {}/{} were disturbed (other processes took {}% or more of its CPUs, \
+             run again after waiting for them to quiet), so they are read with its ok ones: its \
+             figures, and this diagnosis, are those of a shared machine",
             series.target,
             series.placement,
             steps

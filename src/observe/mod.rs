@@ -161,10 +161,10 @@ impl Observer {
             .as_ref()
             .and(self.server_pid)
             .and_then(|pid| sockets::SocketWatch::start(pid).ok());
-        // Off unless asked for: reading a thread's /proc/TID/syscall waits for it to leave its
-        // CPU (the kernel's wait_task_inactive), and sampling every thread so slowed a 1-CPU
-        // grpcio server from about 18k to 5-7k calls/s. On with STAIRBENCH_THREAD_STATES=1
-        // until the sampler's cost is bounded on the server too.
+        // On unless STAIRBENCH_THREAD_STATES=0: the sampler reads a thread's system call only
+        // when stat finds it asleep (the kernel never stops the thread for it), keeps within
+        // 1% of a CPU, and left a 1-CPU grpcio server's throughput within noise
+        // (docs/measured.md, "What the sampling costs").
         if thread_states::enabled() {
             self.states = thread_states::ThreadStateWatch::start(thread_states::Targets {
                 server: self.tree.as_ref().and(self.server_pid),

@@ -18,14 +18,26 @@
 //! select) is waiting for work on the server and, on the load generator, waiting on the
 //! server, the peer named from the event loop's first registered socket.
 //!
-//! Cost: each pass reads two or three small files per thread; passes are spaced, and past
-//! some hundreds of threads each pass reads a rotating subset, so that the sampling stays
+//! Cost: each pass reads stat and schedstat per thread (held open and read again from their
+//! start: see the sampler's `Held`), and a sleeping thread's syscall; passes are spaced, and
+//! past some hundreds of threads each pass reads a rotating subset, so that the sampling stays
 //! under [`BUDGET_SHARE`] of one CPU ([`plan`]).
+//!
+//! The sampler never asks a running thread for its system call ([`wait_files`]). The kernel
+//! answers /proc/TID/syscall of a task in state R with `running` and nothing else; for a task
+//! that has set a sleeping state but is still on its CPU it makes the *reader* wait until the
+//! task is off it (task_current_syscall → wait_task_inactive: the reader spins, or sleeps a
+//! tick while the task is preempted). The task itself is never stopped, so the read costs the
+//! sampler, not the server.
 
-/// Whether steps sample their threads' states (`STAIRBENCH_THREAD_STATES=1`): off by default,
-/// as the sampler slows a server whose threads it reads (see `Observer::begin`).
+/// Whether steps sample their threads' states: on unless `STAIRBENCH_THREAD_STATES=0`.
 pub fn enabled() -> bool {
-    std::env::var("STAIRBENCH_THREAD_STATES").is_ok_and(|v| !v.is_empty() && v != "0")
+    enabled_by(std::env::var("STAIRBENCH_THREAD_STATES").ok().as_deref())
+}
+
+/// [`enabled`] for the variable's value (None when unset): only `0` turns the sampler off.
+pub fn enabled_by(value: Option<&str>) -> bool {
+    value.is_none_or(|v| v.trim() != "0")
 }
 
 pub mod peers;
@@ -236,6 +248,25 @@ pub fn classify(role: Role, state: u8, nr: Option<i64>, fd: Option<FdKind>, wcha
     match by_call {
         Wait::Other if state == b'D' && io_wchan(wchan) => Wait::Storage,
         w => w,
+    }
+}
+
+/// The files a sample reads beyond stat and schedstat to place a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitFiles {
+    /// /proc/PID/task/TID/syscall: the call it sleeps in and its first argument.
+    pub syscall: bool,
+    /// /proc/PID/task/TID/wchan: the kernel function it sleeps in.
+    pub wchan: bool,
+}
+
+/// Which files place a thread that stat found in `state`: a sleeping one (S) its system call,
+/// one in D state its wait channel too; any other (R running or runnable, T, t, Z, X, I)
+/// nothing, as the kernel would answer `running` or make the reader wait (module docs).
+pub fn wait_files(state: u8) -> WaitFiles {
+    WaitFiles {
+        syscall: matches!(state, b'S' | b'D'),
+        wchan: state == b'D',
     }
 }
 

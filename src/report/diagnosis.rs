@@ -1,12 +1,14 @@
 //! The diagnoses at the top of the reports (each series' sentence verbatim, then its limit,
-//! confidence and evidence), `stairbench analyze DIR`'s text, and report.html's per-thread
+//! confidence and resource table, one `Doc` for report.md and report.html), `stairbench
+//! analyze DIR`'s text (with the evidence), and report.html's per-thread
 //! busy charts (one per series, stacked by merged thread name, one bar per step).
 
 use std::fmt::Write as _;
 
-use super::cell::escape;
+use super::doc::{Doc, Table};
 use super::svg;
-use crate::analyze::diagnosis::{Diagnosis, Evidence};
+use crate::analyze::diagnosis::resources::{Bound, Figure, Quantity, State, Threshold};
+use crate::analyze::diagnosis::{Diagnosis, Evidence, ResourceRow};
 use crate::analyze::run::RunAnalysis;
 use crate::record::steps::{StepResult, StepStatus};
 
@@ -31,25 +33,120 @@ fn evidence_text(e: &Evidence) -> String {
     format!("{} = {value}{at} ({})", e.metric, e.note)
 }
 
-/// report.md's opening section: each sentence verbatim, its verdict and evidence under it.
-pub fn markdown(a: &RunAnalysis) -> String {
+/// The diagnoses' section of report.md and report.html, built once: each sentence verbatim,
+/// what limits its confidence, its verdict, and its resource table (the evidence stays in
+/// analysis.json and `stairbench analyze`'s text). Empty without a series.
+pub fn doc(a: &RunAnalysis) -> Doc {
+    let mut out = Doc::new();
     if a.diagnosis.is_empty() {
-        return String::new();
+        return out;
     }
-    let mut out = String::from("## Why it stops scaling\n\n");
+    out.heading("Why it stops scaling");
     for d in &a.diagnosis {
-        let _ = writeln!(out, "{}\n", escape(&d.sentence));
+        out.paragraph(format!("**{}**", d.sentence));
         for n in &d.notes {
-            let _ = writeln!(out, "_Note: {}_\n", escape(n));
+            out.paragraph(format!("Note: {n}"));
         }
-        let figures: Vec<String> = d
-            .evidence
-            .iter()
-            .map(|e| escape(&evidence_text(e)))
-            .collect();
-        let _ = writeln!(out, "- {}: {}\n", verdict(d), figures.join("; "));
+        out.paragraph(format!("{}.", verdict(d)));
+        if !d.resources.is_empty() {
+            out.table(resource_table(&d.resources));
+        }
     }
     out
+}
+
+/// The resource table: one row per resource, its figures and how it stands.
+pub fn resource_table(rows: &[ResourceRow]) -> Table {
+    let mut t = Table::new(
+        &[
+            "resource",
+            "name",
+            "clients",
+            "utilisation",
+            "saturation",
+            "errors",
+            "server threads' time",
+            "full when",
+            "state",
+        ],
+        "llrrrrrll",
+    );
+    let pct = |p: Option<f64>| p.map_or("–".to_string(), |p| format!("{p:.0}%"));
+    for r in rows {
+        t.row(vec![
+            r.resource.to_string(),
+            r.name.clone(),
+            r.at_clients.to_string(),
+            pct(r.utilisation_pct),
+            r.saturation.map_or("–".into(), figure_text),
+            r.errors.map_or("–".into(), figure_text),
+            pct(r.time_share_pct),
+            bounds_text(&r.thresholds),
+            state_text(r.state).into(),
+        ]);
+    }
+    t
+}
+
+/// `0.42 tasks waiting`.
+pub fn figure_text(f: Figure) -> String {
+    let v = f.value;
+    match f.of {
+        Quantity::ThreadsWaitingPerCpu => format!("{v:.2} threads waiting per CPU"),
+        Quantity::ThreadsWaiting => format!("{v:.2} threads waiting for a CPU"),
+        Quantity::TasksWaiting => format!("{v:.2} tasks waiting"),
+        Quantity::RequestsWaiting => format!("{v:.1} requests waiting"),
+        Quantity::ThrottledPeriodsPct => format!("{v:.0}% of periods throttled"),
+        Quantity::DeviceQueue => format!("queue {v:.1}"),
+        Quantity::PacketsHeldBack => format!("{v:.0} packets held back"),
+        Quantity::PacketsLost => format!("{v:.0} packets lost or resent"),
+    }
+}
+
+/// A row's thresholds as the table words them: `utilisation ≥ 80%, with ≥ 0.25 tasks waiting
+/// where counted, or ≥ 50% of the threads' time`.
+pub fn bounds_text(bounds: &[Bound]) -> String {
+    let words: Vec<String> = bounds
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let text = bound_text(*b);
+            match (i, b.threshold) {
+                (0, _) | (_, Threshold::BlkioWaitingMin) => text,
+                _ => format!("or {text}"),
+            }
+        })
+        .collect();
+    words.join(", ")
+}
+
+/// One threshold as the table words it: `utilisation ≥ 90%`.
+pub fn bound_text(b: Bound) -> String {
+    let v = svg::format_number(b.value);
+    match b.threshold {
+        Threshold::BusyPct | Threshold::IoBusyPct => format!("utilisation ≥ {v}%"),
+        Threshold::ThreadBusyPct => format!("≥ {v}% of one CPU"),
+        Threshold::WaitingPerCpu => format!("≥ {v} thread waiting per CPU"),
+        Threshold::QuotaUsedPct => format!("≥ {v}% of the quota used"),
+        Threshold::ThrottledPct => format!("≥ {v}% of periods throttled"),
+        Threshold::NeighbourPct => {
+            format!("others ≥ {v}% of busy CPUs the side waited for")
+        }
+        Threshold::WaitingShare => format!(
+            "≥ {}% of the clients waiting",
+            svg::format_number(100.0 * b.value)
+        ),
+        Threshold::BlkioWaitingMin => format!("with ≥ {v} tasks waiting where counted"),
+        Threshold::WaitSharePct => format!("≥ {v}% of the threads' time"),
+    }
+}
+
+fn state_text(s: State) -> &'static str {
+    match s {
+        State::Saturated => "**saturated**",
+        State::Room => "room",
+        State::NotObserved => "not observed",
+    }
 }
 
 /// `stairbench analyze DIR`'s output: per series, the sentence, its limit, confidence and
@@ -72,28 +169,6 @@ pub fn text(a: &RunAnalysis) -> String {
         out.push_str("no series: the run directory has no steps\n");
     }
     out
-}
-
-/// The body of report.html's opening section: each sentence verbatim, its verdict and
-/// evidence folded.
-pub fn html(a: &RunAnalysis) -> Option<String> {
-    if a.diagnosis.is_empty() {
-        return None;
-    }
-    let mut body = String::new();
-    for d in &a.diagnosis {
-        let _ = write!(
-            body,
-            "<p class=\"diagnosis\"><strong>{}</strong></p><details><summary>{}</summary><ul>",
-            svg::escape(&d.sentence),
-            svg::escape(&verdict(d))
-        );
-        for e in &d.evidence {
-            let _ = write!(body, "<li>{}</li>", svg::escape(&evidence_text(e)));
-        }
-        body.push_str("</ul></details>");
-    }
-    Some(body)
 }
 
 /// One chart per series (the body of report.html's section): the server threads' CPU
@@ -234,6 +309,7 @@ fn step_groups(s: &StepResult) -> Vec<(String, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analyze::diagnosis::resources::Resource;
     use crate::analyze::diagnosis::{Confidence, Limit};
     use serde_json::json;
 
@@ -252,6 +328,27 @@ mod tests {
             }],
             sentence: "redis/separated stops scaling at 4 clients: its busiest thread (redis-server) is 97% of one CPU: a single-thread limit.".into(),
             notes: Vec::new(),
+            resources: vec![ResourceRow {
+                resource: Resource::BusiestThread,
+                name: "redis-server".into(),
+                utilisation_pct: Some(97.0),
+                saturation: None,
+                errors: None,
+                time_share_pct: None,
+                thresholds: vec![Threshold::ThreadBusyPct.into()],
+                state: State::Saturated,
+                at_clients: 8,
+            }, ResourceRow {
+                resource: Resource::SocketQueues,
+                name: "a|b".into(),
+                utilisation_pct: None,
+                saturation: Some(Figure { value: 0.25, of: Quantity::RequestsWaiting }),
+                errors: None,
+                time_share_pct: None,
+                thresholds: vec![Threshold::WaitingShare.into()],
+                state: State::Room,
+                at_clients: 8,
+            }],
         }
     }
 
@@ -261,9 +358,24 @@ mod tests {
             diagnosis: vec![diagnosis()],
             ..RunAnalysis::default()
         };
-        let md = markdown(&a);
-        assert!(md.starts_with("## Why it stops scaling\n\nredis/separated stops scaling at 4 clients: its busiest thread (redis-server) is 97% of one CPU: a single-thread limit.\n"));
-        assert!(md.contains("- limit one_thread, confidence high: busiest_thread_cpu_pct = 97 at 8 clients (thread redis-server, % of one CPU)"), "{md}");
+        let md = doc(&a).to_markdown();
+        assert!(md.starts_with("## Why it stops scaling\n\n**redis/separated stops scaling at 4 clients: its busiest thread (redis-server) is 97% of one CPU: a single-thread limit.**\n\nlimit one_thread, confidence high.\n\n"), "{md}");
+        // The table instead of the evidence paragraph, each threshold in words.
+        assert!(md.contains("| its busiest thread | redis-server | 8 | 97% | – | – | – | ≥ 90% of one CPU | **saturated** |"), "{md}");
+        assert!(md.contains("| its sockets' queues | a\\|b | 8 | – | 0.2 requests waiting | – | – | ≥ 25% of the clients waiting | room |"), "{md}");
+        assert!(!md.contains("busiest_thread_cpu_pct"), "{md}");
+        // A storage row's three thresholds read as one condition.
+        let disk: Vec<Bound> = [
+            Threshold::IoBusyPct,
+            Threshold::BlkioWaitingMin,
+            Threshold::WaitSharePct,
+        ]
+        .map(Bound::from)
+        .to_vec();
+        assert_eq!(
+            bounds_text(&disk),
+            "utilisation ≥ 80%, with ≥ 0.25 tasks waiting where counted, or ≥ 50% of the threads' time"
+        );
         let t = text(&a);
         assert!(
             t.contains(
@@ -271,10 +383,18 @@ mod tests {
             ),
             "{t}"
         );
-        assert!(html(&a)
-            .unwrap()
-            .contains("<strong>redis/separated stops scaling at 4 clients"));
-        assert_eq!(markdown(&RunAnalysis::default()), "");
+        let html = doc(&a).to_html().html;
+        assert!(
+            html.contains("<p><strong>redis/separated stops scaling at 4 clients"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<td>redis-server</td><td class=\"num\">8</td><td class=\"num\">97%</td>"
+            ),
+            "{html}"
+        );
+        assert!(doc(&RunAnalysis::default()).is_empty());
     }
 
     #[test]

@@ -196,8 +196,9 @@ pub fn report_data(report: &Report, heat_step: Option<&str>) -> ReportData {
     let mut data = adapter::page_data(run, heat_step);
     data.series = from_analysis::series(a, run);
     data.conclusions = findings::conclusions_doc(a);
-    data.diagnosis = super::diagnosis::html(a)
-        .map(|body| page::Section::titled("diagnosis", "Why it stops scaling", &body));
+    data.diagnosis = Some(super::diagnosis::doc(a))
+        .filter(|d| !d.is_empty())
+        .map(|d| d.to_html());
     data.thread_charts = super::diagnosis::thread_charts(&run.steps, a)
         .map(|body| page::Section::titled("threads", "Server threads", &body));
     data.thresholds = super::gates::doc(a);

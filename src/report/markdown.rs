@@ -24,7 +24,7 @@ impl Exporter for Markdown {
         let mut out = format!("# {}\n\n", escape(&run.name));
         // The gate a CI job reads first, then why the curve stops: both before any table.
         out.push_str(&super::gates::doc(analysis).to_markdown());
-        out.push_str(&super::diagnosis::markdown(analysis));
+        out.push_str(&super::diagnosis::doc(analysis).to_markdown());
         conditions(&mut out, run);
         let _ = writeln!(out, "{}\n", step_counts(&run.steps));
         not_observed(&mut out, &run.steps);
@@ -140,9 +140,10 @@ fn results_table(steps: &[StepResult]) -> Table {
             "server CPU/req",
             "cs/req",
             "client saturated",
+            "others on its CPUs (server / client)",
             "cpus (server / client)",
         ],
-        "llrrlrrrrrrll",
+        "llrrlrrrrrrlll",
     );
     let f = |v: Option<f64>, digits: usize| {
         v.filter(|x| x.is_finite())
@@ -183,6 +184,7 @@ fn results_table(steps: &[StepResult]) -> Table {
             server_cell(s, f(s.per_request().cs_per_req, 3)),
             l.map_or("–", |l| if l.client_saturated { "yes" } else { "no" })
                 .to_string(),
+            others_cell(s),
             format!(
                 "{} / {}",
                 server_cell(s, s.server_cpus.clone()),
@@ -191,6 +193,30 @@ fn results_table(steps: &[StepResult]) -> Table {
         ]);
     }
     t
+}
+
+/// Other processes' share of each side's CPUs in the step's window, and who was busiest when
+/// the step was disturbed: "55% / 0% (rustc, pid 812, 41%)"; "–" where not observed.
+fn others_cell(s: &StepResult) -> String {
+    let Some(n) = s.observation().and_then(|o| o.neighbours.as_ref()) else {
+        return "–".into();
+    };
+    let pct = |x: Option<f64>| x.map_or("–".to_string(), |p| format!("{p:.0}%"));
+    let mut cell = format!(
+        "{} / {}",
+        pct(n.server_cpus_others_pct),
+        pct(n.client_cpus_others_pct)
+    );
+    if let Some(who) = s
+        .figures
+        .disturbed
+        .as_ref()
+        .and_then(|d| d.busiest.as_ref())
+    {
+        let share = who.server_cpus_pct.max(who.client_cpus_pct);
+        cell.push_str(&format!(" ({}, pid {}, {share:.0}%)", who.name, who.pid));
+    }
+    cell
 }
 
 /// A server-side cell: "not observed" when the step's server was not (a server already
@@ -224,5 +250,27 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("1 step: 0 ok, 1 failed, 0 skipped.\n"));
+    }
+
+    #[test]
+    fn the_results_table_says_who_else_used_a_steps_cpus() {
+        let mut s = crate::record::steps::tests::full_step();
+        s.status = StepStatus::Disturbed;
+        s.figures.disturbed = Some(crate::record::figures::Disturbance {
+            server_cpus_others_pct: Some(50.0),
+            busiest: Some(crate::record::use_cpu::Neighbour {
+                pid: 9,
+                name: "rustc".into(),
+                server_cpus_pct: 41.0,
+                ..Default::default()
+            }),
+            threshold_pct: 10.0,
+            ..Default::default()
+        });
+        assert_eq!(others_cell(&s), "50% / 1% (rustc, pid 9, 41%)");
+        s.figures.disturbed = None;
+        assert_eq!(others_cell(&s), "50% / 1%");
+        s.server = None;
+        assert_eq!(others_cell(&s), "–");
     }
 }

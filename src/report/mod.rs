@@ -226,6 +226,28 @@ mod tests {
             assert!(md.contains(&cell::escape(line)), "report.md lacks {line:?}");
             assert!(page.contains(line.as_str()), "report.html lacks {line:?}");
         }
+        // Each diagnosis' resource table, the same in both pages (one model, two renderings),
+        // in place of the evidence paragraph (which stays in analysis.json).
+        for (i, d) in a.diagnosis.iter().enumerate() {
+            assert!(d.resources.len() >= 5, "{:?}", d.resources);
+            let table = diagnosis::resource_table(&d.resources);
+            let mut one = doc::Doc::new();
+            one.table(table.clone());
+            assert!(md.contains(&one.to_markdown()), "report.md lacks {table:?}");
+            assert!(
+                page.contains(&html_text(&one.to_html().html)),
+                "report.html lacks {table:?}"
+            );
+            let rows = json["diagnosis"][i]["resources"].as_array().unwrap();
+            assert_eq!(rows.len(), d.resources.len());
+            for e in &d.evidence {
+                let quoted = format!("{} = ", e.metric);
+                assert!(!md.contains(&quoted), "report.md still lists {quoted}");
+                assert!(json["diagnosis"][i]["evidence"]
+                    .to_string()
+                    .contains(e.metric.as_str()));
+            }
+        }
         // Each peak: its level and merged p99 in both pages, its throughput the mean of
         // steps.csv's repetitions at that level.
         for s in &a.series {

@@ -42,8 +42,18 @@ pub struct Position {
 }
 
 impl Position {
-    /// `step 7/20 (repetition 2/3)`, or `step 7/20 (repetition 2 of at most 5)` under auto.
+    /// `step 7/20 (repetition 2/3)`, or `step 7/20 (repetition 2 of at most 5)` under auto;
+    /// past the planned repetitions, a disturbed one run again: `step 7/20 (a disturbed
+    /// repetition run again: extra run 1)`.
     pub fn label(&self) -> String {
+        if !self.auto && self.repetition > self.repetitions {
+            return format!(
+                "step {}/{} (a disturbed repetition run again: extra run {})",
+                self.step,
+                self.steps,
+                self.repetition - self.repetitions
+            );
+        }
         let of = if self.auto { " of at most " } else { "/" };
         format!(
             "step {}/{} (repetition {}{of}{})",
@@ -91,4 +101,27 @@ impl Progress for Quiet {
     fn done(&mut self, _: &StepResult) {}
     fn note(&mut self, _: &str) {}
     fn finish(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disturbed_repetition_run_again_is_not_repetition_4_of_3() {
+        let at = |repetition, auto| Position {
+            step: 4,
+            steps: 8,
+            repetition,
+            repetitions: 3,
+            auto,
+            left: Duration::ZERO,
+        };
+        assert_eq!(at(2, false).label(), "step 4/8 (repetition 2/3)");
+        assert_eq!(
+            at(4, false).label(),
+            "step 4/8 (a disturbed repetition run again: extra run 1)"
+        );
+        assert_eq!(at(2, true).label(), "step 4/8 (repetition 2 of at most 3)");
+    }
 }

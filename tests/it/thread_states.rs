@@ -342,3 +342,27 @@ fn a_listener_not_owned_by_the_tree_is_not_a_client_connection() {
     assert!(!table.accepted(ino(out.local_addr().unwrap())));
     assert!(table.accepted(ino(inbound.local_addr().unwrap())));
 }
+
+#[test]
+fn a_step_observes_thread_states_unless_the_variable_says_0() {
+    // What every step does (Observer), with the environment as it is: on by default, so that
+    // a run records where its threads' time went without being asked.
+    let script = "name('sleeper')\nprint('ready', flush=True)\nsys.stdin.read()\n";
+    let Some(py) = python(script, &[]) else {
+        return;
+    };
+    let observer = stairbench::observe::Observer::start(Some(py.child.id() as i32), &[0], &[1]);
+    std::thread::sleep(Duration::from_millis(500));
+    let obs = observer.finish();
+    let set = std::env::var("STAIRBENCH_THREAD_STATES").ok();
+    assert_eq!(
+        obs.thread_states.is_some(),
+        thread_states::enabled_by(set.as_deref()),
+        "STAIRBENCH_THREAD_STATES={set:?}"
+    );
+    if set.is_none() {
+        let ts = obs.thread_states.unwrap();
+        assert!(ts.samples > 0, "{ts:#?}");
+        group(&ts, "sleeper");
+    }
+}

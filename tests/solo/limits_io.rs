@@ -200,3 +200,60 @@ fn postgresql_on_a_throttled_disk_is_a_disk_limit() {
     // The server's own account: its backends wait for the WAL flush.
     assert!(wal >= 0.5, "{top:#}");
 }
+
+/// Write operations the cgroup `sb-fsync`'s throttle has let through (its own v1
+/// blkio.throttle.io_serviced), 0 before the group exists.
+fn fsync_group_writes() -> u64 {
+    std::fs::read_to_string("/sys/fs/cgroup/blkio/sb-fsync/blkio.throttle.io_serviced")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[1] == "Write").then(|| f[2].parse::<u64>().ok())?
+        })
+        .sum()
+}
+
+/// Issue 40's first case: redis syncing every write behind 100 write IOPS, still scaling at
+/// 256 clients (each sync carries more writes). Catches `undetermined` ("run more
+/// repetitions") for a series whose own evidence shows its throttle full, and a diagnosis
+/// that names the disk from a throttle the cgroup's own counters do not show full.
+#[test]
+fn redis_syncing_every_write_behind_an_iops_throttle_is_latency_bound_on_the_disk() {
+    let _alone = crate::alone();
+    if !root("limits-fsync") {
+        return;
+    }
+    if !std::path::Path::new("/sys/fs/cgroup/blkio/blkio.throttle.write_iops_device").exists() {
+        common::skip_or_fail("limits-fsync's check reads cgroup v1 blkio counters");
+        return;
+    }
+    let (before, start) = (fsync_group_writes(), std::time::Instant::now());
+    let Some((d, steps)) = run_example("limits-fsync", &["redis-server"]) else {
+        return;
+    };
+    let writes_per_s = (fsync_group_writes() - before) as f64 / start.elapsed().as_secs_f64();
+    let x = |c: u64| at(&steps, c)["throughput_rps"].as_f64().unwrap();
+    eprintln!(
+        "limits-fsync: {} ({}): {}; blkio.throttle.io_serviced: {writes_per_s:.0} writes/s over the run; {:.0} -> {:.0} req/s",
+        d["limit"], d["confidence"], d["sentence"], x(1), x(256)
+    );
+    let typed = typed(&d);
+    assert_eq!(typed.limit, Limit::Disk, "{d:#}");
+    assert_eq!(typed.knee_clients, None, "{d:#}");
+    assert!(
+        typed.sentence.contains("latency-bound on the disk"),
+        "{d:#}"
+    );
+    use stairbench::analyze::run::diagnosis::resources::{Resource, State};
+    let throttle = typed
+        .resources
+        .iter()
+        .find(|r| r.resource == Resource::IoThrottle)
+        .unwrap_or_else(|| panic!("no throttle row: {d:#}"));
+    assert_eq!(throttle.state, State::Saturated, "{d:#}");
+    // The cgroup's own counters: writes near the limit over the run (its start and the gaps
+    // between steps write less), and each write carrying many requests at the top.
+    assert!((40.0..=110.0).contains(&writes_per_s), "{writes_per_s}");
+    assert!(x(256) >= 10.0 * x(1), "{} -> {}", x(1), x(256));
+}

@@ -117,6 +117,10 @@ pub struct Diagnosis {
     /// either side's CPUs, levels still noisy after their repetitions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Each resource the requests pass through at the level the rules read: its utilisation,
+    /// saturation and errors, judged against the rules' thresholds (the reports' table).
+    #[serde(default)]
+    pub resources: Vec<ResourceRow>,
 }
 
 impl Limit {
@@ -226,6 +230,8 @@ struct Level {
     cpu: limits_cpu::CpuLevel,
     /// Sockets, link and disk (limits_io.rs).
     io: limits_io::IoLevel,
+    /// The server threads' states (None when not sampled).
+    states: Option<resources::StatesLevel>,
 }
 
 /// Diagnoses a series from its analysis and its ok steps.
@@ -264,6 +270,7 @@ pub fn diagnose_with_profile(
             }],
             sentence: format!("{name}: no step measured anything, so nothing can be said. Next: check the steps' failures (report.md lists them) and run again."),
             notes: Vec::new(),
+            resources: Vec::new(),
         };
     }
     // Without a knee (Kneedle reads only the rising part: a curve whose peak is its first
@@ -290,6 +297,7 @@ pub fn diagnose_with_profile(
         &RULES[..]
     };
     let found = rules.iter().find_map(|rule| rule(&ctx));
+    let table = resources::table(&ctx);
     let knee_clients = knee_index.map(|i| levels[i].clients);
     let opening = opening(&name, series, &levels, knee_index);
     let (limit, mut confidence, mut evidence, because, next) = match found {
@@ -300,8 +308,8 @@ pub fn diagnose_with_profile(
                 Limit::Undetermined,
                 Confidence::Low,
                 ruled_out(&ctx),
-                "no rule fits the evidence (the figures that ruled each limit out are listed): undetermined".to_string(),
-                "run more repetitions or longer steps, with a profile pass, so that a rule has evidence to read".to_string(),
+                resources::undetermined_because(&table),
+                resources::next_when_undetermined(&ctx, &table),
             ),
         },
     };
@@ -334,6 +342,7 @@ pub fn diagnose_with_profile(
         evidence,
         sentence: format!("{opening}: {because}. Next: {next}."),
         notes,
+        resources: table,
     }
 }
 
@@ -518,8 +527,9 @@ type Rule = fn(&Ctx) -> Option<Found>;
 /// In the order they are tried: a saturated client hides everything; a queue of runnable
 /// threads makes a cpuset look busy; a saturated single thread is the limit even when
 /// throughput then falls (noise, or that thread doing more per request); a fall after the
-/// peak is the most specific of the rest.
-const RULES: [Rule; 12] = [
+/// peak is the most specific of the rest; a series still scaling while its storage is full is
+/// latency-bound on it, when nothing else fits.
+const RULES: [Rule; 13] = [
     client,
     limits_cpu::quota,
     limits_cpu::neighbour,
@@ -532,6 +542,7 @@ const RULES: [Rule; 12] = [
     limits_io::network,
     limits_io::disk,
     outside,
+    resources::latency_bound,
 ];
 
 fn ev(metric: Metric, value: f64, at: Option<usize>, note: impl Into<String>) -> Evidence {
@@ -1252,6 +1263,7 @@ fn level(p: &LoadPoint, series: &SeriesAnalysis, steps: &[&StepResult]) -> Level
         noisy: p.noisy,
         cpu: limits_cpu::cpu_level(&reps),
         io: limits_io::io_level(&observed, p.throughput_rps.mean),
+        states: resources::states_level(&observed),
     }
 }
 
@@ -1288,6 +1300,8 @@ pub use profile::ProfileEvidence;
 
 mod limits_cpu;
 mod limits_io;
+pub mod resources;
+pub use resources::ResourceRow;
 
 mod reps;
 mod wakeup;

@@ -77,6 +77,105 @@ fn stat_and_syscall_files_parse() {
 }
 
 #[test]
+fn only_a_sleeping_thread_is_read_for_its_system_call() {
+    assert_eq!(
+        wait_files(b'S'),
+        WaitFiles {
+            syscall: true,
+            wchan: false
+        }
+    );
+    assert_eq!(
+        wait_files(b'D'),
+        WaitFiles {
+            syscall: true,
+            wchan: true
+        }
+    );
+    for state in *b"RTtZXI" {
+        assert!(!wait_files(state).syscall, "{}", state as char);
+    }
+    // A /proc of two threads whose syscall files both say futex: the one stat finds running
+    // is not read for it (it would be a lock wait), the sleeping one is.
+    let root = tempfile::tempdir().unwrap();
+    for (tid, state) in [(11, 'R'), (12, 'S')] {
+        let dir = root.path().join(format!("10/task/{tid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stat = format!(
+            "{tid} (worker) {state} 1 10 10 0 -1 0 0 0 0 0 5 1 0 0 20 0 2 0 \
+             100 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0"
+        );
+        std::fs::write(dir.join("stat"), stat).unwrap();
+        std::fs::write(dir.join("schedstat"), "1000 200 3\n").unwrap();
+        let futex = format!("{FUTEX} 0x7f00 0x80 0x0 0x0 0x0 0x0 0x7ffd 0x7f01\n");
+        std::fs::write(dir.join("syscall"), futex).unwrap();
+    }
+    let running = sampler::sample_once(root.path(), 10, 11).unwrap();
+    assert!(running.is_empty(), "{running:?}");
+    let sleeping = sampler::sample_once(root.path(), 10, 12).unwrap();
+    assert_eq!(sleeping, BTreeMap::from([(Wait::Lock, 1)]));
+}
+
+#[test]
+fn a_held_proc_file_read_from_its_start_is_fresh() {
+    let tid = unsafe { libc::gettid() };
+    let path = format!("/proc/self/task/{tid}/schedstat");
+    let file = std::fs::File::open(path).unwrap();
+    let run_ns = |f: &std::fs::File| {
+        let text = sampler::read_held(f).unwrap();
+        crate::machine::threads::parse_schedstat(&text).unwrap().0
+    };
+    let before = run_ns(&file);
+    let t0 = crate::observe::thread_cpu_s();
+    let mut x = 0u64;
+    while crate::observe::thread_cpu_s() - t0 < 0.02 {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+    let after = run_ns(&file);
+    assert!(
+        after >= before + 15_000_000,
+        "20 ms of CPU on this thread: {before} then {after} ns"
+    );
+}
+
+#[test]
+fn a_held_file_of_a_thread_that_ended_fails_to_read() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        done_rx.recv().unwrap();
+    });
+    let tid = rx.recv().unwrap();
+    let file = std::fs::File::open(format!("/proc/self/task/{tid}/stat")).unwrap();
+    assert!(sampler::read_held(&file).is_some_and(|t| t.starts_with(&format!("{tid} "))));
+    done_tx.send(()).unwrap();
+    worker.join().unwrap();
+    // join returns when the thread has cleared its id, a moment before the kernel releases it.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while sampler::read_held(&file).is_some() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(sampler::read_held(&file), None, "thread {tid} has ended");
+}
+
+#[test]
+fn held_files_leave_most_of_the_open_file_limit_to_the_load() {
+    assert_eq!(sampler::held_threads(1024), 64);
+    assert_eq!(sampler::held_threads(20_000), 1_250);
+    assert_eq!(sampler::held_threads(1 << 20), 2_048);
+    assert_eq!(sampler::held_threads(8), 0);
+}
+
+#[test]
+fn the_sampler_is_on_unless_the_variable_says_0() {
+    assert!(enabled_by(None));
+    assert!(enabled_by(Some("1")));
+    assert!(enabled_by(Some("")));
+    assert!(!enabled_by(Some("0")));
+}
+
+#[test]
 fn the_plan_keeps_the_sampling_within_its_budget_at_any_size() {
     // A read of one thread's stat and syscall costs some 10-20 µs.
     for cost_s in [5e-6, 15e-6, 40e-6] {

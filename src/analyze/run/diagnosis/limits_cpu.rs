@@ -29,26 +29,26 @@ pub const HIGH_MAX_CV: f64 = 0.10;
 /// One repetition's quota figures (the tightest quota of the server's groups).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct QuotaRep {
-    path: String,
-    version: u8,
-    quota_cpus: f64,
-    periods: u64,
-    throttled_periods: u64,
-    throttled_s: f64,
-    window_s: f64,
+    pub(super) path: String,
+    pub(super) version: u8,
+    pub(super) quota_cpus: f64,
+    pub(super) periods: u64,
+    pub(super) throttled_periods: u64,
+    pub(super) throttled_s: f64,
+    pub(super) window_s: f64,
     /// The server tree's CPU in the same window, in CPUs.
-    server_cpus_used: f64,
+    pub(super) server_cpus_used: f64,
 }
 
 impl QuotaRep {
-    fn throttled_pct(&self) -> f64 {
+    pub(super) fn throttled_pct(&self) -> f64 {
         if self.periods == 0 {
             0.0
         } else {
             100.0 * self.throttled_periods as f64 / self.periods as f64
         }
     }
-    fn used_pct(&self) -> f64 {
+    pub(super) fn used_pct(&self) -> f64 {
         100.0 * self.server_cpus_used / self.quota_cpus
     }
 }
@@ -57,19 +57,19 @@ impl QuotaRep {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct CpuLevel {
     /// The median repetition's quota figures (by throttled share).
-    quota: Option<QuotaRep>,
+    pub(super) quota: Option<QuotaRep>,
     /// Every repetition throttled in at least THROTTLED_PCT of its periods.
-    quota_reps_agree: bool,
+    pub(super) quota_reps_agree: bool,
     /// The cgroup cpuset narrower than the placement's, and the server's CPU in CPUs.
-    narrower: Option<(String, f64)>,
+    pub(super) narrower: Option<(String, f64)>,
     /// The median repetition's neighbours (by the larger side's share).
-    neighbours: Option<Neighbours>,
+    pub(super) neighbours: Option<Neighbours>,
     /// The smallest of the repetitions' larger-side neighbour shares, percent.
-    neighbours_min_pct: Option<f64>,
+    pub(super) neighbours_min_pct: Option<f64>,
     /// The same repetition's server and client CPUs' busy % (/proc/stat, everything on them).
-    busy_pct: (Option<f64>, Option<f64>),
+    pub(super) busy_pct: (Option<f64>, Option<f64>),
     /// The same repetition's server tree CPU, % of its cpuset.
-    server_own_pct: Option<f64>,
+    pub(super) server_own_pct: Option<f64>,
 }
 
 fn tree_cpus_used(o: &Observation) -> Option<f64> {
@@ -77,7 +77,7 @@ fn tree_cpus_used(o: &Observation) -> Option<f64> {
     (o.window_s > 0.0).then(|| (t.user_s + t.sys_s) / o.window_s)
 }
 
-fn others_pct(n: &Neighbours) -> f64 {
+pub(super) fn others_pct(n: &Neighbours) -> f64 {
     n.server_cpus_others_pct
         .unwrap_or(0.0)
         .max(n.client_cpus_others_pct.unwrap_or(0.0))

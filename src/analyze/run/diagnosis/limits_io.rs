@@ -31,35 +31,35 @@ pub(super) const NEXT_DISK: &str =
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct IoLevel {
     /// Requests waiting inside the server (unread connections + accept queue), mean.
-    waiting: Option<f64>,
+    pub(super) waiting: Option<f64>,
     /// Of those, connections with unread bytes.
-    unread: Option<f64>,
+    pub(super) unread: Option<f64>,
     /// Of those, the accept queue.
-    accept: Option<f64>,
-    link: Option<LinkLevel>,
-    disk: Option<DiskLevel>,
+    pub(super) accept: Option<f64>,
+    pub(super) link: Option<LinkLevel>,
+    pub(super) disk: Option<DiskLevel>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-struct LinkLevel {
-    interface: String,
-    qdisc: Option<String>,
-    capacity_bits_per_s: Option<f64>,
-    utilisation_pct: Option<f64>,
-    bits_per_s: f64,
-    drops: f64,
-    overlimits: f64,
-    retrans: f64,
-    bytes_per_req: Option<f64>,
+pub(super) struct LinkLevel {
+    pub(super) interface: String,
+    pub(super) qdisc: Option<String>,
+    pub(super) capacity_bits_per_s: Option<f64>,
+    pub(super) utilisation_pct: Option<f64>,
+    pub(super) bits_per_s: f64,
+    pub(super) drops: f64,
+    pub(super) overlimits: f64,
+    pub(super) retrans: f64,
+    pub(super) bytes_per_req: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
-struct DiskLevel {
+pub(super) struct DiskLevel {
     /// The busiest device: (name, util %, mean queue).
-    device: Option<(String, f64, f64)>,
-    blkio_waiting: Option<f64>,
+    pub(super) device: Option<(String, f64, f64)>,
+    pub(super) blkio_waiting: Option<f64>,
     /// The most used throttle: (cgroup, dev, kind, limit per s, use %).
-    throttle: Option<(String, String, String, f64, f64)>,
+    pub(super) throttle: Option<(String, String, String, f64, f64)>,
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
