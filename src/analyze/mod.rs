@@ -7,7 +7,9 @@
 //! read the run's records and nothing above this layer: `report` renders what they find.
 
 pub mod budget;
+pub mod changes;
 pub mod compare;
+pub mod history;
 pub mod knee;
 pub mod little;
 pub mod modes;

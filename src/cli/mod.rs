@@ -7,6 +7,7 @@ pub mod demo;
 pub mod diagnose;
 pub mod exit;
 pub mod gates;
+pub mod history;
 pub mod live;
 pub mod load;
 pub mod metrics;
@@ -80,6 +81,8 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Compare run directories side by side, with ratios and noise verdicts.
     Compare(report::CompareArgs),
+    /// Keep runs in an SQLite history and print the change points across them; --check gates CI.
+    History(history::HistoryArgs),
     /// Analyse a CSV table from elsewhere (scalability fit, knee, Little's law), or print a run
     /// directory's diagnoses (why each series stops scaling).
     Analyze(analyze::AnalyzeArgs),
@@ -108,6 +111,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => report::report(args),
         Command::Compare(args) => report::compare(args),
         Command::Analyze(args) => analyze::run(args),
+        Command::History(args) => history::run(args),
         Command::Flame(args) => profile::flame(args),
         Command::Profile(args) => profile::profile(args),
         Command::Environment(args) => observe::environment(args),

@@ -66,6 +66,12 @@ pub struct RunArgs {
     /// --json-lines, --metrics-listen.
     #[command(flatten)]
     pub live: LiveArgs,
+    /// Add the finished run to this history database (SQLite; see `stairbench history`).
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
+    /// With --history: labels kept with the run.
+    #[command(flatten)]
+    pub labels: super::history::LabelArgs,
 }
 
 /// Options of `stairbench demo`.
@@ -121,6 +127,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         junit: args.junit,
         verbosity: args.verbosity,
         live: args.live,
+        history: args.history.map(|f| (f, args.labels)),
     };
     execute(&plan, &dest, args.dry_run, &outputs)
 }
@@ -197,6 +204,8 @@ struct Outputs {
     verbosity: Verbosity,
     /// `--json-lines`, `--metrics-listen`.
     live: LiveArgs,
+    /// `--history FILE` and its `--label`s.
+    history: Option<(PathBuf, super::history::LabelArgs)>,
 }
 
 fn execute(
@@ -241,6 +250,9 @@ fn execute(
     if let Some(path) = &outputs.junit {
         let cases = crate::report::junit::threshold_cases(verdicts);
         gates::write_junit(path, &plan.name, &cases)?;
+    }
+    if let Some((file, labels)) = &outputs.history {
+        super::history::add_run(file, &dir, labels)?;
     }
     Ok(Outcome::first([run_outcome(&summary), gates::threshold_outcome(verdicts)]).into())
 }

@@ -8,6 +8,7 @@
 pub mod environment;
 pub mod figures;
 pub mod hist_b64;
+pub mod history;
 pub mod hlog;
 pub mod load;
 pub mod next_hop;

@@ -13,6 +13,7 @@ pub mod doc;
 pub mod extras;
 pub mod findings;
 pub mod gates;
+pub mod history_html;
 pub mod html;
 pub mod json;
 pub mod junit;

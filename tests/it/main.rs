@@ -29,6 +29,7 @@ mod gates;
 mod grpc;
 mod h2;
 mod help;
+mod history;
 mod hostile;
 mod hostile_h2;
 mod hosts;
