@@ -256,51 +256,43 @@ fn analyze_series(
     }
 }
 
-/// The steps a series is analysed from: its ok steps; or, when they cover fewer than half of
-/// the levels it measured, its ok and disturbed steps together: a series measured mostly
-/// beside a neighbour is diagnosed from what it measured (the neighbour is then what it
-/// reads), not from one level or none.
+/// The steps a series is analysed from: its ok steps (disturbed ones are left out, as
+/// client-saturated ones are, unless `--keep-disturbed` kept them ok).
 fn series_steps<'a>(all: &'a [StepResult], target: &str, placement: &str) -> Vec<&'a StepResult> {
-    let measured: Vec<&StepResult> = all
-        .iter()
+    all.iter()
         .filter(|s| s.target == target && s.placement == placement && s.load.is_some())
-        .filter(|s| matches!(s.status, StepStatus::Ok | StepStatus::Disturbed))
-        .collect();
-    let levels = |steps: &[&StepResult]| {
-        let mut l: Vec<u64> = steps.iter().map(|s| load_of(s).to_bits()).collect();
-        l.sort_unstable();
-        l.dedup();
-        l.len()
-    };
-    let ok: Vec<&StepResult> = measured
-        .iter()
-        .copied()
         .filter(|s| s.status == StepStatus::Ok)
-        .collect();
-    if 2 * levels(&ok) >= levels(&measured) {
-        return ok;
-    }
-    measured
+        .collect()
 }
 
 fn diagnose_series(series: &SeriesAnalysis, run: &RunData) -> diagnosis::Diagnosis {
     let steps = series_steps(&run.steps, &series.target, &series.placement);
     let profile = diagnosis::profile::from_lines(&run.profiles, &series.target, &series.placement);
     let mut d = diagnosis::diagnose_with_profile(series, &steps, profile.as_ref());
-    if steps.iter().any(|s| s.status == StepStatus::Disturbed) {
-        d.notes.push(format!(
-            "most steps of {}/{} were disturbed (other processes took {}% or more of its CPUs, \
-             run again after waiting for them to quiet), so they are read with its ok ones: its \
-             figures, and this diagnosis, are those of a shared machine",
-            series.target,
-            series.placement,
-            steps
-                .iter()
-                .find_map(|s| s.figures.disturbed.as_ref())
-                .map_or(10.0, |d| d.threshold_pct)
-        ));
+    if steps.is_empty() {
+        if let Some(why) = all_disturbed(run, &series.target, &series.placement) {
+            d.sentence = why;
+        }
     }
     d
+}
+
+/// The sentence of a series whose every measured step was disturbed: none is analysed, and
+/// what disturbed them is said where "nothing measured" would send the user to the failures.
+fn all_disturbed(run: &RunData, target: &str, placement: &str) -> Option<String> {
+    let worst = run
+        .steps
+        .iter()
+        .filter(|s| s.target == target && s.placement == placement)
+        .filter(|s| s.status == StepStatus::Disturbed)
+        .filter_map(|s| s.figures.disturbed.as_ref())
+        .max_by(|a, b| a.worst().1.total_cmp(&b.worst().1))?;
+    Some(format!(
+        "{target}/{placement}: every step it measured was disturbed, so none is analysed (the \
+         most: {}). Next: run again when its CPUs are quiet, or with --keep-disturbed to read \
+         them with that caveat on every sentence.",
+        worst.describe()
+    ))
 }
 
 /// The load levels of a series whose steps ended with too many errors, in load order.

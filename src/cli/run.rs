@@ -319,7 +319,7 @@ fn status_words(status: StepStatus) -> &'static str {
         StepStatus::Errors => "had errors above max_error_ratio",
         StepStatus::Skipped => "skipped",
         StepStatus::Disturbed => {
-            "disturbed (other processes shared their CPUs; left out of the analysis unless most of their series was)"
+            "disturbed (other processes shared their CPUs; left out of the analysis)"
         }
         StepStatus::Ok => "ok",
     }

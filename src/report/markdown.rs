@@ -74,8 +74,8 @@ pub fn step_counts(steps: &[StepResult]) -> String {
     }
     match n(StepStatus::Disturbed) {
         0 => {}
-        1 => text.push_str(" 1 step was disturbed (other processes shared its CPUs): left out of the analysis unless most of its series was."),
-        d => text.push_str(&format!(" {d} steps were disturbed (other processes shared their CPUs): left out of the analysis unless most of their series was.")),
+        1 => text.push_str(" 1 step was disturbed (other processes shared its CPUs): left out of the analysis."),
+        d => text.push_str(&format!(" {d} steps were disturbed (other processes shared their CPUs): left out of the analysis.")),
     }
     text
 }

@@ -1205,7 +1205,7 @@ fn wrk_steps_against_nginx_500s_are_errors_exit_3_and_count_no_request() {
         steps[1]["reason"]
             .as_str()
             .unwrap()
-            .starts_with("every request failed at 2 clients (http_non_2xx_3xx ×"),
+            .starts_with("every request failed at 2 clients (http_non_2xx_3xx "),
         "{}",
         steps[1]
     );

@@ -960,9 +960,7 @@ fn a_busy_neighbour_is_named_before_coherency() {
 }
 
 #[test]
-fn a_series_whose_every_step_was_disturbed_is_diagnosed_from_them_and_says_so() {
-    // Re-run and still disturbed at every level: left out, the series would read "no step
-    // measured anything"; read from its disturbed steps, it names the neighbour.
+fn a_series_whose_every_step_was_disturbed_says_by_what_not_nothing_measured() {
     let mut steps = steps_with(&falling(), |_| neighbours(48.0, 99.0));
     for s in &mut steps {
         s.status = StepStatus::Disturbed;
@@ -972,28 +970,23 @@ fn a_series_whose_every_step_was_disturbed_is_diagnosed_from_them_and_says_so() 
             ..Default::default()
         });
     }
+    // Left out of the diagnosis as of every other analysis: no limit is read from them.
     let d = analyze_steps(&steps).diagnosis[0].clone();
-    assert_eq!(d.limit, Limit::Neighbour, "{}", d.sentence);
+    assert_eq!(d.limit, Limit::Undetermined, "{}", d.sentence);
     assert!(
-        d.notes.iter().any(|n| n
-            .starts_with("most steps of web/sep were disturbed (other processes took 10% or more")),
-        "{:?}",
-        d.notes
+        d.sentence.starts_with(
+            "web/sep: every step it measured was disturbed, so none is analysed (the most: \
+             other processes took 48% of the server's CPUs"
+        ) && d.sentence.contains("--keep-disturbed"),
+        "{}",
+        d.sentence
     );
-    // One ok level of six: read with the disturbed ones, not alone.
-    steps[0].status = StepStatus::Ok;
-    let d = analyze_steps(&steps).diagnosis[0].clone();
-    assert_eq!(d.limit, Limit::Neighbour, "{}", d.sentence);
-    // Three ok levels of six: read from the ok steps alone, as before.
-    for s in &mut steps[..3] {
+    // Kept (`--keep-disturbed`: ok and marked), they are read: the neighbour is named.
+    for s in &mut steps {
         s.status = StepStatus::Ok;
     }
     let d = analyze_steps(&steps).diagnosis[0].clone();
-    assert!(
-        d.notes.iter().all(|n| !n.starts_with("most steps")),
-        "{:?}",
-        d.notes
-    );
+    assert_eq!(d.limit, Limit::Neighbour, "{}", d.sentence);
 }
 
 #[test]
