@@ -65,15 +65,16 @@ pub fn record(
     }
 }
 
-/// `ok` when every step was measured (a disturbed step was measured too: the analysis reads
-/// a series from them when it has nothing else); `failed` when none was; `cut_short` when the run was
+/// `ok` when steps were measured; `failed` when none was, or every measured one was disturbed
+/// (left out of the analysis, so the run has no figure); `cut_short` when the run was
 /// interrupted or a step failed: such a run is kept but its figures are not comparable.
 fn status(run: &RunData) -> (RunStatus, Option<String>) {
-    let ok = run
-        .steps
-        .iter()
-        .filter(|s| matches!(s.status, StepStatus::Ok | StepStatus::Disturbed))
-        .count();
+    let count = |status: StepStatus| run.steps.iter().filter(|s| s.status == status).count();
+    let ok = count(StepStatus::Ok);
+    if ok == 0 && count(StepStatus::Disturbed) > 0 {
+        let why = "every measured step was disturbed (other processes shared its CPUs)";
+        return (RunStatus::Failed, Some(why.into()));
+    }
     let failed = run
         .steps
         .iter()
@@ -114,31 +115,22 @@ fn series_figures(series: &SeriesAnalysis, steps: &[StepResult]) -> Vec<FigureRo
         .collect()
 }
 
-/// The measured steps of one level: the ok ones, else the disturbed ones (as the analysis
-/// reads a series none of whose steps was quiet).
+/// The measured steps of one level: the ok ones, as the analysis reads them.
 fn level_steps<'a>(
     series: &SeriesAnalysis,
     clients: usize,
     steps: &'a [StepResult],
 ) -> Vec<&'a StepResult> {
-    let at = |status: StepStatus| -> Vec<&'a StepResult> {
-        steps
-            .iter()
-            .filter(|s| {
-                s.status == status
-                    && s.load.is_some()
-                    && s.target == series.target
-                    && s.placement == series.placement
-                    && s.clients == clients
-            })
-            .collect()
-    };
-    let ok = at(StepStatus::Ok);
-    if ok.is_empty() {
-        at(StepStatus::Disturbed)
-    } else {
-        ok
-    }
+    steps
+        .iter()
+        .filter(|s| {
+            s.status == StepStatus::Ok
+                && s.load.is_some()
+                && s.target == series.target
+                && s.placement == series.placement
+                && s.clients == clients
+        })
+        .collect()
 }
 
 /// The figures of one level: throughput, mean and p99 latency as the analysis summarised

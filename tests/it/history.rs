@@ -264,10 +264,10 @@ fn change_points_agree_with_apache_otava_on_its_stored_series() {
     );
 }
 
-/// A run whose every step was disturbed (a shared machine) is measured: recorded `ok`, its
-/// figures read from those steps, as the analysis reads them.
+/// A run whose every step was disturbed (a shared machine) is kept, as `failed` with the
+/// reason, and gives no figure: the analysis leaves disturbed steps out.
 #[test]
-fn a_run_of_disturbed_steps_is_recorded_with_its_figures() {
+fn a_run_of_disturbed_steps_is_recorded_as_failed_and_left_out() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = run_dir(tmp.path(), 0, 1.0);
     let steps = std::fs::read_to_string(dir.join("steps.jsonl")).unwrap();
@@ -281,18 +281,13 @@ fn a_run_of_disturbed_steps_is_recorded_with_its_figures() {
         db.to_str().unwrap(),
         dir.to_str().unwrap(),
     ]);
+    // Disturbed steps are left out of the analysis: the run has no figure to compare.
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("run-00 (ok)"),
+        String::from_utf8_lossy(&out.stdout).contains("run-00 (failed"),
         "{out:?}"
     );
     let h = stairbench::record::history::History::open(&db).unwrap();
     let runs = h.runs().unwrap();
-    let figures: Vec<_> = h
-        .series(&runs)
-        .unwrap()
-        .into_keys()
-        .map(|k| k.figure)
-        .collect();
-    use stairbench::record::history::Figure;
-    assert!(figures.contains(&Figure::ThroughputRps) && figures.contains(&Figure::LatencyP50Us));
+    assert_eq!(runs.len(), 1);
+    assert!(h.series(&runs).unwrap().is_empty());
 }
