@@ -165,7 +165,7 @@ impl Observer {
             .as_ref()
             .and(self.server_pid)
             .and_then(|pid| sockets::SocketWatch::start(pid).ok());
-        // On unless STAIRBENCH_THREAD_STATES=0: the sampler reads a thread's system call only
+        // On with STAIRBENCH_THREAD_STATES=1 (off by default: `thread_states::enabled`). It reads a thread's system call only
         // when stat finds it asleep (the kernel never stops the thread for it), keeps within
         // 1% of a CPU, and left a 1-CPU grpcio server's throughput within noise
         // (docs/measured.md, "What the sampling costs").

@@ -30,14 +30,18 @@
 //! tick while the task is preempted). The task itself is never stopped, so the read costs the
 //! sampler, not the server.
 
-/// Whether steps sample their threads' states: on unless `STAIRBENCH_THREAD_STATES=0`.
+/// Whether steps sample their threads' states: off unless `STAIRBENCH_THREAD_STATES=1`.
+/// Off by default: in a release run of the solo tests with it on (2026-11-28), grpcio's own
+/// rate over the window's interior ran 5.5% above the engine's over the whole window (the
+/// full reads at the window's edges slow the server there), and nginx beside a nice-19 hog
+/// waited for its CPU 10% of the window or more.
 pub fn enabled() -> bool {
     enabled_by(std::env::var("STAIRBENCH_THREAD_STATES").ok().as_deref())
 }
 
-/// [`enabled`] for the variable's value (None when unset): only `0` turns the sampler off.
+/// [`enabled`] for the variable's value (None when unset): set, and not `0`, turns it on.
 pub fn enabled_by(value: Option<&str>) -> bool {
-    value.is_none_or(|v| v.trim() != "0")
+    value.is_some_and(|v| !v.trim().is_empty() && v.trim() != "0")
 }
 
 pub mod peers;
