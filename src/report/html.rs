@@ -62,6 +62,8 @@ pub struct Series {
     pub usl: Option<UslCurve>,
     /// Server threads each step ran with ("2", or "1–4" when they follow the cpuset), when known.
     pub threads: Option<String>,
+    /// Its disturbed steps, one point each: shown on the charts, left out of the analysis.
+    pub disturbed: Vec<Point>,
 }
 
 impl Series {
@@ -89,10 +91,15 @@ pub struct Point {
     pub rate_rps: Option<f64>,
     /// Completed requests per second.
     pub throughput_rps: f64,
+    /// The 95% confidence interval of the throughput's mean (low, high), with 2 or more
+    /// repetitions.
+    pub throughput_ci95_rps: Option<(f64, f64)>,
     /// Median latency, microseconds.
     pub p50_us: f64,
     /// 99th-percentile latency, microseconds.
     pub p99_us: f64,
+    /// The lowest and highest p99 (µs) of the single repetitions, with 2 or more.
+    pub p99_reps_us: Option<(f64, f64)>,
     /// Server user CPU per request, microseconds (None without a server process to watch).
     pub cpu_us_per_req_user: Option<f64>,
     /// Server system CPU per request, microseconds.
@@ -221,6 +228,7 @@ mod tests {
             cpu_us_per_req_user: Some(4.0),
             cpu_us_per_req_sys: Some(2.0),
             client_saturated: false,
+            ..Point::default()
         };
         ReportData {
             title: "demo <b>".into(),
@@ -237,6 +245,7 @@ mod tests {
                     kappa: 0.01,
                 }),
                 threads: Some("2".into()),
+                disturbed: Vec::new(),
             }],
             histograms: vec![StepHistogram {
                 step_id: "s1".into(),
