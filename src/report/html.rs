@@ -45,6 +45,9 @@ pub struct ReportData {
     pub diagnosis: Option<page::Section>,
     /// The per-thread busy charts, after the other charts (None: no step recorded threads).
     pub thread_charts: Option<page::Section>,
+    /// Where each side's threads spent the levels' windows, after the thread charts (None:
+    /// no level sampled thread states).
+    pub budget_charts: Option<page::Section>,
     /// profiles.jsonl's records, shown last (no section when empty).
     pub profiles: Vec<ProfileLine>,
 }
@@ -208,6 +211,8 @@ pub fn report_data(report: &Report, heat_step: Option<&str>) -> ReportData {
         .map(|d| d.to_html());
     data.thread_charts = super::diagnosis::thread_charts(&run.steps, a)
         .map(|body| page::Section::titled("threads", "Server threads", &body));
+    data.budget_charts = super::budget::charts(a)
+        .map(|body| page::Section::titled("states", "Thread states", &body));
     data.thresholds = super::gates::doc(a);
     data.sections = markdown::sections(run, a);
     data.profiles = run.profiles.clone();
