@@ -520,6 +520,12 @@ fn no_data(out: &mut String, plot: Plot) {
 
 /// Renders a line chart at `layout`.
 pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
+    line_chart_with_tips(chart, &[], layout)
+}
+
+/// Renders a line chart whose markers show `tips[i][j]` on hover (series i, point j) in place
+/// of `name: x, y`; a series or point without one keeps that.
+pub fn line_chart_with_tips(chart: &LineChart, tips: &[Vec<String>], layout: Layout) -> String {
     let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
     let frame = Frame::new(layout, &chart.title, &names);
     let plot = frame.plot;
@@ -538,8 +544,14 @@ pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
     let mut drawn = 0;
     // Boxes of the point labels drawn so far, so that none is drawn over another.
     let mut taken = Vec::new();
-    for s in &chart.series {
-        drawn += draw_line(&mut out, s, &xm, &ym);
+    for (i, s) in chart.series.iter().enumerate() {
+        drawn += draw_line(
+            &mut out,
+            s,
+            tips.get(i).map_or(&[], Vec::as_slice),
+            &xm,
+            &ym,
+        );
         point_labels(&mut out, s, (&xm, &ym), frame.width, &mut taken);
     }
     if drawn == 0 {
@@ -560,16 +572,20 @@ pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
     finish_svg(&frame, height, &chart.title, "line-chart", &out)
 }
 
-/// Draws one series; returns how many points were placed.
-fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usize {
-    let pts: Vec<(f64, f64, f64, f64, bool)> = s
+/// Draws one series, `tips` its markers' hover texts; returns how many points were placed.
+fn draw_line(out: &mut String, s: &LineSeries, tips: &[String], xm: &Mapper, ym: &Mapper) -> usize {
+    // (x px, y px, hollow, hover text) of each point drawn.
+    let pts: Vec<(f64, f64, bool, String)> = s
         .points
         .iter()
         .enumerate()
         .filter(|(_, (x, y))| plottable(xm.scale, *x) && plottable(ym.scale, *y))
         .map(|(i, &(x, y))| {
             let hollow = s.hollow.get(i).copied().unwrap_or(false);
-            (xm.px(x), ym.px(y), x, y, hollow)
+            let tip = tips.get(i).cloned().unwrap_or_else(|| {
+                format!("{}: {}, {}", s.name, format_number(x), format_number(y))
+            });
+            (xm.px(x), ym.px(y), hollow, tip)
         })
         .collect();
     if pts.is_empty() {
@@ -591,14 +607,12 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
         coords.join(" ")
     );
     if s.markers {
-        for (px, py, x, y, hollow) in &pts {
+        for (px, py, hollow, tip) in &pts {
             let fill = if *hollow { "#ffffff" } else { c };
             let _ = write!(
                 out,
-                r#"<circle cx="{px:.1}" cy="{py:.1}" r="3.5" fill="{fill}" stroke="{c}" stroke-width="1.5"><title>{}: {}, {}</title></circle>"#,
-                escape(&s.name),
-                format_number(*x),
-                format_number(*y)
+                r#"<circle cx="{px:.1}" cy="{py:.1}" r="3.5" fill="{fill}" stroke="{c}" stroke-width="1.5"><title>{}</title></circle>"#,
+                escape(tip)
             );
         }
     }
