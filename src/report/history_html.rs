@@ -80,6 +80,7 @@ fn chart(
             markers: !dashed,
             hollow: vec![],
             labels: vec![],
+            ..Default::default()
         };
     let mut lines = vec![line("mean", 0, false, &|p| p.mean)];
     // The repetitions' spread, where a run had some.
@@ -99,6 +100,7 @@ fn chart(
             markers: false,
             hollow: vec![],
             labels: vec![],
+            ..Default::default()
         });
     }
     LineChart {
