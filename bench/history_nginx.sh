@@ -1,7 +1,7 @@
 #!/bin/sh
-# A history of real runs (docs/history.md, "Shown on real software"): nginx gzipping a 16 kB
+# A history of real runs (docs/history.md, "On real software: nginx"): nginx gzipping a 16 kB
 # page on the server's CPU, wrk on the client's, run RUNS times (2 levels of 2 s, one
-# repetition each, about 10 s a run), each added with `stairbench run SPEC --history FILE
+# repetition each, about 5 s a run), each added with `stairbench run SPEC --history FILE
 # --label run=N`:
 #   - change: gzip_comp_level 1 for runs 0..CHANGE_AT-1, 6 from run CHANGE_AT on (a
 #     configuration that costs nginx more CPU per request);
@@ -9,7 +9,7 @@
 # The two histories' runs alternate. Runs use --keep-disturbed: on a shared machine every step
 # may be disturbed, and a history of failed runs shows nothing. Prints `stairbench history
 # FILE` of both and writes their pages (change.html, aa.html).
-#   bench/history_nginx.sh [OUT_DIR]   (env: BIN, RUNS=22, CHANGE_AT=11)
+#   bench/history_nginx.sh [OUT_DIR]   (env: BIN, RUNS=22, CHANGE_AT=11, PICTURES=1)
 # Needs nginx and wrk. The run directories, databases and pages are kept in OUT_DIR.
 set -e
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,3 +78,16 @@ for name in change aa; do
     echo "== $name: stairbench history $out/$name.db"
     "$bin" history "$out/$name.db" --html "$out/$name.html"
 done
+
+# With PICTURES=1: the top of each page at 390 px, as docs/history-nginx.png and
+# docs/history-nginx-aa.png were taken (headless Chromium).
+if [ "${PICTURES:-0}" = 1 ]; then
+    for name in change aa; do
+        timeout 120 chromium --headless --no-sandbox --disable-gpu --no-first-run \
+            --disable-background-networking --disable-component-update --disable-sync \
+            --user-data-dir="$out/chromium" --hide-scrollbars --force-device-scale-factor=1 \
+            --virtual-time-budget=3000 --window-size=390,1300 \
+            --screenshot="$out/$name.png" "file://$out/$name.html" >"$out/chromium.log" 2>&1
+        echo "$out/$name.png"
+    done
+fi
