@@ -113,6 +113,11 @@ pub struct LoadPoint {
     /// the same per request (None: their thread states were not sampled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::analyze::budget::RequestBudget>,
+    /// Kept though disturbed (`run --keep-disturbed`): how the worst of its repetitions was
+    /// ("other processes took 55% of the server's CPUs (busiest: ...)"), so that every sentence
+    /// resting on the level says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disturbed: Option<String>,
 }
 
 /// Little's law at one step.
@@ -384,6 +389,11 @@ fn load_point(reps: &[&StepResult]) -> Option<LoadPoint> {
         client_saturated: reps.iter().any(|s| is_saturated(s)),
         noisy: throughput.n >= 2 && throughput.cv >= stats::AUTO_CV_TARGET,
         budget: crate::analyze::budget::level_budget(reps),
+        disturbed: reps
+            .iter()
+            .filter_map(|s| s.figures.disturbed.as_ref())
+            .max_by(|a, b| a.worst().1.total_cmp(&b.worst().1))
+            .map(|d| d.describe()),
     })
 }
 

@@ -145,6 +145,7 @@ fn series_conclusion(s: &SeriesAnalysis) -> String {
     if let Some(n) = s.peak.noise_text() {
         text.push_str(&format!("; {n}"));
     }
+    text.push_str(&peak_disturbed(s));
     text.push('.');
     match (&s.usl, &s.usl_caveat) {
         (Some(u), None) => text.push_str(&usl_sentence(u)),
@@ -205,13 +206,24 @@ pub fn peak_lines(a: &RunAnalysis) -> Vec<String> {
         .iter()
         .map(|s| {
             format!(
-                "{:>12} / {:<10} peak {}",
+                "{:>12} / {:<10} peak {}{}",
                 s.target,
                 s.placement,
-                s.peak.sentence()
+                s.peak.sentence(),
+                peak_disturbed(s)
             )
         })
         .collect()
+}
+
+/// " — disturbed: other processes took 69% of ..." when the peak's level was kept though
+/// disturbed (`run --keep-disturbed`), so that the peak is never read without it.
+fn peak_disturbed(s: &SeriesAnalysis) -> String {
+    s.points
+        .iter()
+        .find(|p| Some(p.clients) == s.peak.clients && p.rate_rps == s.peak.rate_rps)
+        .and_then(|p| p.disturbed.as_deref())
+        .map_or(String::new(), |d| format!(" — disturbed: {d}"))
 }
 
 /// The conclusions as one section, rendered by report.md and report.html alike (empty when
@@ -890,6 +902,47 @@ mod tests {
         assert!(
             v[0].contains("no winner: the load generator saturated during b's step"),
             "{v:?}"
+        );
+    }
+
+    /// `--keep-disturbed` kept the peak's level, disturbed: its conclusion and stdout's peak
+    /// line say by what; a peak on a clean level says nothing of the others. Catches a peak
+    /// pasted without its caveat (the trial beside a cargo build printed "peak 1431 req/s at
+    /// 8 clients" with rustc on 69% of nginx's CPU) and a caveat put on a clean peak.
+    #[test]
+    fn a_peak_on_a_kept_disturbed_level_says_so_in_every_line() {
+        let disturbed = |mut s: StepResult| {
+            s.figures.disturbed = Some(crate::record::figures::Disturbance {
+                server_cpus_others_pct: Some(69.0),
+                threshold_pct: 10.0,
+                kept: true,
+                ..Default::default()
+            });
+            s
+        };
+        let steps = vec![
+            ok_step(1, 1000.0, 1000.0),
+            disturbed(ok_step(2, 1900.0, 1050.0)),
+            ok_step(4, 1500.0, 2600.0),
+        ];
+        let a = analyze_steps(&steps);
+        let said = " — disturbed: other processes took 69% of the server's CPUs";
+        assert!(
+            series_conclusion(&a.series[0]).contains(said),
+            "{}",
+            series_conclusion(&a.series[0])
+        );
+        assert!(peak_lines(&a)[0].contains(said), "{:?}", peak_lines(&a));
+        let clean = vec![
+            ok_step(1, 1000.0, 1000.0),
+            ok_step(2, 1900.0, 1050.0),
+            disturbed(ok_step(4, 1500.0, 2600.0)),
+        ];
+        let a = analyze_steps(&clean);
+        assert!(
+            !peak_lines(&a)[0].contains("disturbed"),
+            "{:?}",
+            peak_lines(&a)
         );
     }
 
