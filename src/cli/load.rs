@@ -99,7 +99,8 @@ pub struct LoadArgs {
     /// HTTP method.
     #[arg(long, default_value = "GET", help_heading = "HTTP")]
     pub method: String,
-    /// Extra HTTP header, "Name: value" (repeatable).
+    /// Extra HTTP header, "Name: value" (repeatable); on grpc:// it is metadata, a `-bin` key's
+    /// value sent base64-encoded.
     #[arg(long = "header", short = 'H', help_heading = "HTTP")]
     pub headers: Vec<String>,
     /// HTTP request body.
@@ -374,7 +375,9 @@ impl LoadArgs {
                 "--proto and --data are for gRPC calls: {url:?} is not a grpc:// or grpcs:// url"
             ))
         })?;
-        grpc_message::encode(&schema, path, json.as_deref().unwrap_or("{}"))
+        let method = grpc_message::method(&schema, path).map_err(bad)?;
+        method
+            .encode(json.as_deref().unwrap_or("{}"))
             .map(Some)
             .map_err(|e| bad(format!("--data: {e}")))
     }
