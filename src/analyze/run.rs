@@ -109,6 +109,10 @@ pub struct LoadPoint {
     pub client_saturated: bool,
     /// The throughput's coefficient of variation reached 3% over 2 or more repetitions.
     pub noisy: bool,
+    /// Where the server's and the load generator's threads spent the level's windows, and
+    /// the same per request (None: their thread states were not sampled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::analyze::budget::RequestBudget>,
 }
 
 /// Little's law at one step.
@@ -379,6 +383,7 @@ fn load_point(reps: &[&StepResult]) -> Option<LoadPoint> {
         server_cpu_pct: stats::summarize(&cpu).map(|s| s.mean),
         client_saturated: reps.iter().any(|s| is_saturated(s)),
         noisy: throughput.n >= 2 && throughput.cv >= stats::AUTO_CV_TARGET,
+        budget: crate::analyze::budget::level_budget(reps),
     })
 }
 

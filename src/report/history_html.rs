@@ -78,6 +78,7 @@ fn chart(
             markers: !dashed,
             hollow: vec![],
             labels: vec![],
+            ..Default::default()
         };
     let mut lines = vec![line("mean", 0, false, &|p| p.mean)];
     // The repetitions' spread, where a run had some.
@@ -97,6 +98,7 @@ fn chart(
             markers: false,
             hollow: vec![],
             labels: vec![],
+            ..Default::default()
         });
     }
     LineChart {

@@ -45,6 +45,9 @@ pub struct ReportData {
     pub diagnosis: Option<page::Section>,
     /// The per-thread busy charts, after the other charts (None: no step recorded threads).
     pub thread_charts: Option<page::Section>,
+    /// Where each side's threads spent the levels' windows, after the thread charts (None:
+    /// no level sampled thread states).
+    pub budget_charts: Option<page::Section>,
     /// profiles.jsonl's records, shown last (no section when empty).
     pub profiles: Vec<ProfileLine>,
 }
@@ -62,6 +65,8 @@ pub struct Series {
     pub usl: Option<UslCurve>,
     /// Server threads each step ran with ("2", or "1–4" when they follow the cpuset), when known.
     pub threads: Option<String>,
+    /// Its disturbed steps, one point each: shown on the charts, left out of the analysis.
+    pub disturbed: Vec<Point>,
 }
 
 impl Series {
@@ -89,10 +94,15 @@ pub struct Point {
     pub rate_rps: Option<f64>,
     /// Completed requests per second.
     pub throughput_rps: f64,
+    /// The 95% confidence interval of the throughput's mean (low, high), with 2 or more
+    /// repetitions.
+    pub throughput_ci95_rps: Option<(f64, f64)>,
     /// Median latency, microseconds.
     pub p50_us: f64,
     /// 99th-percentile latency, microseconds.
     pub p99_us: f64,
+    /// The lowest and highest p99 (µs) of the single repetitions, with 2 or more.
+    pub p99_reps_us: Option<(f64, f64)>,
     /// Server user CPU per request, microseconds (None without a server process to watch).
     pub cpu_us_per_req_user: Option<f64>,
     /// Server system CPU per request, microseconds.
@@ -201,6 +211,8 @@ pub fn report_data(report: &Report, heat_step: Option<&str>) -> ReportData {
         .map(|d| d.to_html());
     data.thread_charts = super::diagnosis::thread_charts(&run.steps, a)
         .map(|body| page::Section::titled("threads", "Server threads", &body));
+    data.budget_charts = super::budget::charts(a)
+        .map(|body| page::Section::titled("states", "Thread states", &body));
     data.thresholds = super::gates::doc(a);
     data.sections = markdown::sections(run, a);
     data.profiles = run.profiles.clone();
@@ -221,6 +233,7 @@ mod tests {
             cpu_us_per_req_user: Some(4.0),
             cpu_us_per_req_sys: Some(2.0),
             client_saturated: false,
+            ..Point::default()
         };
         ReportData {
             title: "demo <b>".into(),
@@ -237,6 +250,7 @@ mod tests {
                     kappa: 0.01,
                 }),
                 threads: Some("2".into()),
+                disturbed: Vec::new(),
             }],
             histograms: vec![StepHistogram {
                 step_id: "s1".into(),

@@ -48,6 +48,7 @@ pub fn sections(run: &RunData, a: &RunAnalysis) -> Doc {
     let mut out = findings::peak_section(a);
     out.heading("Results");
     out.table(results_table(&run.steps));
+    out.append(super::budget::doc(a));
     out.append(super::extras::sections(&run.steps));
     out.append(super::kvd::sections(&run.steps));
     out.append(super::study::sections(&run.steps));

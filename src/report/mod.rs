@@ -4,6 +4,7 @@
 //! exporter turns that one [`Report`] into one file. `stairbench report DIR` and the end of
 //! every run call [`write_all`].
 
+pub mod budget;
 pub mod cell;
 pub mod compare;
 pub mod conditions;

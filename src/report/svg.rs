@@ -82,7 +82,7 @@ impl Axis {
 }
 
 /// One line of a line chart.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct LineSeries {
     /// Legend text.
     pub name: String,
@@ -98,6 +98,11 @@ pub struct LineSeries {
     pub hollow: Vec<bool>,
     /// Text beside each point's marker (its client count or rate); empty for none.
     pub labels: Vec<String>,
+    /// Each point's interval (low, high), drawn as a whisker through it; empty or None for
+    /// none.
+    pub intervals: Vec<Option<(f64, f64)>>,
+    /// Each point an × and no line: steps shown but left out of the analysis.
+    pub crosses: bool,
 }
 
 /// A chart of named lines.
@@ -475,6 +480,8 @@ struct LegendEntry<'a> {
     color: usize,
     dashed: bool,
     swatch: bool,
+    /// An × instead of a line sample (a series of crosses).
+    cross: bool,
 }
 
 /// The legend, one entry per row from (x, top).
@@ -488,6 +495,13 @@ fn draw_legend(out: &mut String, entries: &[LegendEntry], (x, top): (f64, f64)) 
                 out,
                 r#"<rect x="{x:.1}" y="{:.1}" width="18" height="10" fill="{c}"/>"#,
                 y - 5.0
+            );
+        } else if e.cross {
+            let _ = write!(
+                out,
+                r#"<path d="M{:.1},{:.1}l8,8m0,-8l-8,8" stroke="{c}" stroke-width="2"/>"#,
+                x + 5.0,
+                y - 4.0
             );
         } else {
             let dash = if e.dashed {
@@ -532,7 +546,13 @@ pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
             .collect()
     };
     let (xm, x_ticks) = Mapper::horizontal(chart.x.scale, &all(|p| p.0), plot);
-    let (ym, y_ticks) = Mapper::vertical(chart.y.scale, &all(|p| p.1), plot);
+    // The whiskers' ends stay inside the plot too.
+    let ends = chart
+        .series
+        .iter()
+        .flat_map(|s| s.intervals.iter().flatten().flat_map(|&(lo, hi)| [lo, hi]));
+    let ys: Vec<f64> = all(|p| p.1).into_iter().chain(ends).collect();
+    let (ym, y_ticks) = Mapper::vertical(chart.y.scale, &ys, plot);
     draw_axes(&mut out, &xm, &x_ticks, &ym, &y_ticks);
     axis_labels(&mut out, &chart.x.label, &chart.y.label, plot, BELOW_AXIS);
     let mut drawn = 0;
@@ -553,6 +573,7 @@ pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
             color: s.color,
             dashed: s.dashed,
             swatch: false,
+            cross: s.crosses,
         })
         .collect();
     draw_legend(&mut out, &entries, frame.legend_at(BELOW_AXIS));
@@ -576,6 +597,43 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
         return 0;
     }
     let c = color(s.color);
+    out.push_str("<g class=\"series\">");
+    if !s.crosses {
+        polyline(out, s, c, &pts);
+    }
+    whiskers(out, s, c, xm, ym);
+    let marked = if s.markers || s.crosses {
+        &pts[..]
+    } else {
+        &[]
+    };
+    for (px, py, x, y, hollow) in marked {
+        let tip = format!(
+            "{}: {}, {}",
+            escape(&s.name),
+            format_number(*x),
+            format_number(*y)
+        );
+        if s.crosses {
+            let _ = write!(
+                out,
+                r#"<path class="cross" d="M{:.1},{:.1}l8,8m0,-8l-8,8" stroke="{c}" stroke-width="2"><title>{tip}</title></path>"#,
+                px - 4.0,
+                py - 4.0
+            );
+        } else {
+            let fill = if *hollow { "#ffffff" } else { c };
+            let _ = write!(
+                out,
+                r#"<circle cx="{px:.1}" cy="{py:.1}" r="3.5" fill="{fill}" stroke="{c}" stroke-width="1.5"><title>{tip}</title></circle>"#
+            );
+        }
+    }
+    out.push_str("</g>");
+    pts.len()
+}
+
+fn polyline(out: &mut String, s: &LineSeries, c: &str, pts: &[(f64, f64, f64, f64, bool)]) {
     let coords: Vec<String> = pts
         .iter()
         .map(|(px, py, ..)| format!("{px:.1},{py:.1}"))
@@ -587,23 +645,30 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
     };
     let _ = write!(
         out,
-        r#"<g class="series"><polyline fill="none" stroke="{c}" stroke-width="2"{dash} points="{}"/>"#,
+        r#"<polyline fill="none" stroke="{c}" stroke-width="2"{dash} points="{}"/>"#,
         coords.join(" ")
     );
-    if s.markers {
-        for (px, py, x, y, hollow) in &pts {
-            let fill = if *hollow { "#ffffff" } else { c };
-            let _ = write!(
-                out,
-                r#"<circle cx="{px:.1}" cy="{py:.1}" r="3.5" fill="{fill}" stroke="{c}" stroke-width="1.5"><title>{}: {}, {}</title></circle>"#,
-                escape(&s.name),
-                format_number(*x),
-                format_number(*y)
-            );
+}
+
+/// A vertical line with short caps from each point's interval low to high.
+fn whiskers(out: &mut String, s: &LineSeries, c: &str, xm: &Mapper, ym: &Mapper) {
+    for (&(x, _), iv) in s.points.iter().zip(&s.intervals) {
+        let Some((lo, hi)) = *iv else { continue };
+        let shown = plottable(xm.scale, x) && plottable(ym.scale, lo) && plottable(ym.scale, hi);
+        if !shown || hi <= lo {
+            continue;
         }
+        let (px, top, bottom) = (xm.px(x), ym.px(hi), ym.px(lo));
+        let _ = write!(
+            out,
+            r#"<path class="interval" d="M{px:.1},{bottom:.1}V{top:.1}M{:.1},{top:.1}h6M{:.1},{bottom:.1}h6" stroke="{c}" stroke-width="1" fill="none"><title>{}: {} to {}</title></path>"#,
+            px - 3.0,
+            px - 3.0,
+            escape(&s.name),
+            format_number(lo),
+            format_number(hi)
+        );
     }
-    out.push_str("</g>");
-    pts.len()
 }
 
 /// A label's box: (left, top, right, bottom).
@@ -709,6 +774,7 @@ pub fn stacked_bar_chart(chart: &StackedBars, layout: Layout) -> String {
             color: i,
             dashed: false,
             swatch: true,
+            cross: false,
         })
         .collect();
     draw_legend(&mut out, &entries, frame.legend_at(below_axis));
@@ -978,6 +1044,7 @@ mod tests {
                     markers: true,
                     hollow: vec![false, false, false, true],
                     labels: Vec::new(),
+                    ..Default::default()
                 },
                 LineSeries {
                     name: "USL fit".into(),
@@ -987,6 +1054,7 @@ mod tests {
                     markers: false,
                     hollow: Vec::new(),
                     labels: Vec::new(),
+                    ..Default::default()
                 },
             ],
         }

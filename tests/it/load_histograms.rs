@@ -209,9 +209,6 @@ fn readers_take_compressed_and_legacy_uncompressed_logs() {
     }
 }
 
-/// The tests that pin a generator take turns: a hog or a load of one would be another's.
-static PINNED: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// Two CPUs the process may use: the server's and the generator's (a skip elsewhere, which
 /// CI, on two or more CPUs, does not take).
 fn two_cpus() -> Option<(usize, usize)> {
@@ -266,7 +263,7 @@ fn late_share(report: &serde_json::Value) -> f64 {
 
 #[test]
 fn open_loop_the_generator_cannot_keep_is_flagged_by_late_sends() {
-    let _turn = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::pinned_turn();
     let Some((server_cpu, client_cpu)) = two_cpus() else {
         return;
     };
@@ -289,7 +286,7 @@ fn open_loop_the_generator_cannot_keep_is_flagged_by_late_sends() {
 
 #[test]
 fn modest_open_loop_is_not_flagged_and_its_spin_is_not_busy() {
-    let _turn = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::pinned_turn();
     let Some((server_cpu, client_cpu)) = two_cpus() else {
         return;
     };
@@ -318,7 +315,7 @@ fn modest_open_loop_is_not_flagged_and_its_spin_is_not_busy() {
 
 #[test]
 fn shm_clients_pinned_to_one_cpu_are_judged_as_one_cpu() {
-    let _turn = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::pinned_turn();
     let Some((server_cpu, client_cpu)) = two_cpus() else {
         return;
     };
@@ -395,7 +392,7 @@ fn a_pin_to_a_cpu_the_machine_lacks_is_an_error_naming_it() {
 
 #[test]
 fn generator_threads_sharing_one_cpu_show_their_wait_for_it() {
-    let _turn = PINNED.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::pinned_turn();
     let Some((server_cpu, client_cpu)) = two_cpus() else {
         return;
     };

@@ -57,20 +57,23 @@ pub(super) fn throughput(page: &mut String, series: &[Series]) {
                 markers: true,
                 hollow: saturated(s),
                 labels: Vec::new(),
+                intervals: s.points.iter().map(|p| p.throughput_ci95_rps).collect(),
+                crosses: false,
             });
             if let Some(usl) = s.usl.filter(|_| !open) {
                 lines.push(usl_line(s, usl, i));
             }
+            lines.extend(disturbed_crosses(s, i, |p| (load_x(p), p.throughput_rps)));
         }
         let (x, caption) = if open {
             (
                 Axis::with_scale("offered rate (requests/s)", Scale::Log10),
-                "One line per placement, one point per offered rate; hollow markers: the load generator was saturated (not the server's limit).",
+                "One line per placement, one point per offered rate; whiskers: the 95% confidence interval of the mean over the repetitions; hollow markers: the load generator was saturated (not the server's limit); ×: a disturbed step (other processes on its CPUs), shown but left out of the analysis.",
             )
         } else {
             (
                 Axis::with_scale("clients", Scale::Log2),
-                "One line per placement; dashed: the fitted Universal Scalability Law, drawn only where its fit is a finding (see the scalability table); hollow markers: the load generator was saturated (not the server's limit).",
+                "One line per placement; whiskers: the 95% confidence interval of the mean over the repetitions; dashed: the fitted Universal Scalability Law, drawn only where its fit is a finding (see the scalability table); hollow markers: the load generator was saturated (not the server's limit); ×: a disturbed step (other processes on its CPUs), shown but left out of the analysis.",
             )
         };
         let chart = LineChart {
@@ -114,7 +117,23 @@ pub(super) fn usl_line(s: &Series, usl: UslCurve, color: usize) -> LineSeries {
         markers: false,
         hollow: Vec::new(),
         labels: Vec::new(),
+        ..Default::default()
     }
+}
+
+/// The series' disturbed steps as crosses at `at(point)`, in its colour; none when it has none.
+fn disturbed_crosses(
+    s: &Series,
+    color: usize,
+    at: impl Fn(&Point) -> (f64, f64),
+) -> Option<LineSeries> {
+    (!s.disturbed.is_empty()).then(|| LineSeries {
+        name: format!("{} disturbed (left out)", s.legend()),
+        points: s.disturbed.iter().map(at).collect(),
+        color,
+        crosses: true,
+        ..LineSeries::default()
+    })
 }
 
 fn saturated(s: &Series) -> Vec<bool> {
@@ -147,8 +166,16 @@ pub(super) fn latency(page: &mut String, series: &[Series]) {
                     } else {
                         Vec::new()
                     },
+                    // The repetitions' own p99s, lowest to highest.
+                    intervals: if dashed {
+                        s.points.iter().map(|p| p.p99_reps_us).collect()
+                    } else {
+                        Vec::new()
+                    },
+                    crosses: false,
                 });
             }
+            lines.extend(disturbed_crosses(s, i, |p| (p.throughput_rps, p.p99_us)));
         }
         let chart = LineChart {
             title: format!("{target}: latency vs throughput"),
@@ -159,7 +186,7 @@ pub(super) fn latency(page: &mut String, series: &[Series]) {
         figure(
             page,
             &svg::responsive(|l| svg::line_chart(&chart, l)),
-            "Each point is one load level, labelled with its clients (or offered rate); solid: median, dashed: 99th percentile, both from the repetitions' histograms merged; hollow markers: the load generator was saturated.",
+            "Each point is one load level, labelled with its clients (or offered rate); solid: median, dashed: 99th percentile, both from the repetitions' histograms merged; whiskers: the lowest to the highest p99 of the single repetitions; hollow markers: the load generator was saturated; ×: a disturbed step's p99, shown but left out of the analysis.",
         );
     }
 }

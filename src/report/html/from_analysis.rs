@@ -33,6 +33,7 @@ pub fn series(a: &RunAnalysis, run: &RunData) -> Vec<Series> {
                 threads: run.spec.as_ref().and_then(|spec| {
                     crate::report::conditions::threads_text(spec, steps, &s.target, &s.placement)
                 }),
+                disturbed: disturbed(steps, &s.target, &s.placement),
             }
         })
         .collect()
@@ -55,12 +56,42 @@ fn point(p: &LoadPoint, reps: &[&StepResult]) -> Point {
         clients: p.clients as f64,
         rate_rps: p.rate_rps,
         throughput_rps: p.throughput_rps.mean,
+        throughput_ci95_rps: p
+            .throughput_rps
+            .ci95_half_width
+            .map(|_| (p.throughput_rps.ci95_low(), p.throughput_rps.ci95_high())),
         p50_us: p.p50_us().or(single_p50).unwrap_or(f64::NAN),
         p99_us: p.p99_us().unwrap_or(f64::NAN),
+        p99_reps_us: p.p99_reps_us.map(|[lo, hi]| (lo, hi)),
         cpu_us_per_req_user: mean(|c| c.user),
         cpu_us_per_req_sys: mean(|c| c.sys),
         client_saturated: p.client_saturated,
     }
+}
+
+/// The series' disturbed steps with a load result, each its own point (its repetition's own
+/// figures: they are not averaged with anything).
+fn disturbed(steps: &[StepResult], target: &str, placement: &str) -> Vec<Point> {
+    steps
+        .iter()
+        .filter(|x| x.status == StepStatus::Disturbed && x.target == target)
+        .filter(|x| x.placement == placement)
+        .filter_map(|x| {
+            let load = x.load.as_ref()?;
+            let cpu = &x.per_request().cpu_us_per_req;
+            Some(Point {
+                clients: x.clients as f64,
+                rate_rps: x.rate_rps,
+                throughput_rps: load.throughput_rps,
+                p50_us: load.latency_us.p50,
+                p99_us: load.latency_us.p99,
+                cpu_us_per_req_user: cpu.user,
+                cpu_us_per_req_sys: cpu.sys,
+                client_saturated: load.client_saturated,
+                ..Point::default()
+            })
+        })
+        .collect()
 }
 
 /// The series' fitted USL curve, drawn dashed beside the measured points. A chart is no
@@ -116,5 +147,63 @@ mod tests {
         let near = chart_of(1e-5, 5e-7, 1024);
         assert!(near.contains("p (USL fit)"), "{near}");
         assert!(near.contains("stroke-dasharray"), "{near}");
+    }
+
+    /// A step of `clients` at `x` req/s, repetition `rep`, with `status`.
+    fn step(clients: usize, x: f64, rep: usize, status: StepStatus) -> StepResult {
+        let mut s = ok_step(clients, x, 1e6 * clients as f64 / x);
+        s.id = format!("t.p.c{clients}.r{rep}");
+        s.rep = rep;
+        s.status = status;
+        s
+    }
+
+    /// Two repetitions a level, and one disturbed step at 4 clients far below them. Catches
+    /// a chart that draws no interval where there are repetitions, one drawn where a level
+    /// has a single repetition, and a disturbed step dropped from the chart (or drawn on the
+    /// series' line, as if it were measured clean).
+    #[test]
+    fn repeated_levels_get_intervals_and_disturbed_steps_crosses_off_the_line() {
+        let mut steps = vec![
+            step(1, 1000.0, 0, StepStatus::Ok),
+            step(1, 1040.0, 1, StepStatus::Ok),
+            step(2, 1900.0, 0, StepStatus::Ok),
+            step(2, 1980.0, 1, StepStatus::Ok),
+            step(4, 3500.0, 0, StepStatus::Ok),
+            step(4, 900.0, 1, StepStatus::Disturbed),
+        ];
+        let run = RunData {
+            steps: steps.clone(),
+            ..Default::default()
+        };
+        let a = analyze(&run);
+        let s = &series(&a, &run)[0];
+        let (lo, hi) = s.points[0].throughput_ci95_rps.unwrap();
+        // Mean 1020, stdev 28.3, t(1) = 12.71: ± 254.
+        assert!(
+            (lo - 765.9).abs() < 1.0 && (hi - 1274.1).abs() < 1.0,
+            "{lo} {hi}"
+        );
+        assert_eq!(s.points[2].throughput_ci95_rps, None);
+        assert_eq!(s.disturbed.len(), 1);
+        assert_eq!(s.disturbed[0].throughput_rps, 900.0);
+        let mut page = String::new();
+        super::super::charts::throughput(&mut page, std::slice::from_ref(s));
+        // Each chart is drawn twice, wide and narrow.
+        assert_eq!(page.matches("class=\"interval\"").count(), 2 * 2, "{page}");
+        assert_eq!(page.matches("class=\"cross\"").count(), 2, "{page}");
+        assert!(page.contains("p disturbed (left out): 4, 900"), "{page}");
+        // The line joins the three clean levels only.
+        let line = page.split("points=\"").nth(1).unwrap();
+        assert_eq!(line.split('"').next().unwrap().split(' ').count(), 3);
+        // Without the disturbed step the chart has no cross.
+        steps.pop();
+        let run = RunData {
+            steps,
+            ..Default::default()
+        };
+        let mut page = String::new();
+        super::super::charts::throughput(&mut page, &series(&analyze(&run), &run));
+        assert!(!page.contains("class=\"cross\""), "{page}");
     }
 }

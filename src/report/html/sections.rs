@@ -31,6 +31,7 @@ fn sections(data: &ReportData) -> Vec<Section> {
     out.push(conditions(&data.conditions));
     out.extend(chart_sections(data));
     out.extend(data.thread_charts.clone());
+    out.extend(data.budget_charts.clone());
     out.push(data.sections.to_html());
     out.extend(data.tables.iter().map(table));
     if !data.profiles.is_empty() {
