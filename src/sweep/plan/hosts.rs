@@ -234,8 +234,8 @@ pub fn fill_host(url: &str, host: Option<&HostSpec>) -> String {
     url.replace("{host}", &address)
 }
 
-/// A gRPC message file (`body_file`) is read on this machine: client groups on other hosts
-/// would load without it.
+/// A gRPC message (`body_file`, or `data` encoded by `proto` or `protoset`) is made on this
+/// machine: client groups on other hosts would load without it.
 fn refuse_message_file(spec: &SpecFile) -> Result<(), SpecError> {
     let s = &spec.spec;
     // The message's keys in the order they are looked for; the first written is named.
@@ -273,7 +273,7 @@ fn refuse_message_file(spec: &SpecFile) -> Result<(), SpecError> {
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     Err(spec.error_at(
         &keys,
-        "a gRPC message file is read on this machine; client groups on other hosts cannot use \
-         it yet",
+        "a gRPC message (body_file, or data with its proto) is made on this machine; client \
+         groups on other hosts cannot use it yet",
     ))
 }
