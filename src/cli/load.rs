@@ -11,7 +11,7 @@ use clap::Args;
 
 use super::live::LiveOutputs;
 use crate::analyze::thresholds::{self, Threshold, ThresholdError, ThresholdVerdict};
-use crate::load::protocol::grpc_message::{self, Schema};
+use crate::load::protocol::grpc_message::{self, Method, Schema};
 use crate::load::raw::RawSink;
 use crate::load::template::RequestFile;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
@@ -349,7 +349,7 @@ impl LoadArgs {
     /// The request message encoded from --data or --data-file by --proto or --protoset
     /// (`{}` when only a schema is given); none without either. A JSON the schema refuses,
     /// or a method it lacks, is bad input: refused before any connection.
-    pub fn json_message(&self) -> Result<Option<Vec<u8>>, LoadError> {
+    pub fn json_message(&self) -> Result<Option<(Method, Vec<u8>)>, LoadError> {
         let bad = |s: String| LoadError::BadInput(s);
         let json = match (&self.data, &self.data_file) {
             (Some(text), _) => Some(text.clone()),
@@ -376,10 +376,10 @@ impl LoadArgs {
             ))
         })?;
         let method = grpc_message::method(&schema, path).map_err(bad)?;
-        method
+        let bytes = method
             .encode(json.as_deref().unwrap_or("{}"))
-            .map(Some)
-            .map_err(|e| bad(format!("--data: {e}")))
+            .map_err(|e| bad(format!("--data: {e}")))?;
+        Ok(Some((method, bytes)))
     }
 
     /// Reads and checks the `--requests` file (an error names its file and line).
@@ -402,14 +402,18 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("reading --body-file {}", path.display()))?;
         config.proto.body_file = Some(bytes.into());
     }
-    if let Some(bytes) = args.json_message()? {
+    let method = args.json_message()?.map(|(method, bytes)| {
         config.proto.body_file = Some(bytes.into());
-    }
+        method
+    });
     if let Some(deadline) = args.deadline {
         config.proto.headers.push(format!(
             "grpc-timeout: {}",
             crate::load::protocol::grpc::timeout_value(deadline)
         ));
+    }
+    if let (Some(method), true) = (&method, args.verbosity.verbose) {
+        show_first_reply(method, &config);
     }
     let stop = crate::signals::stop_flag();
     let live_step = LiveStep {
@@ -483,6 +487,17 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         c => c,
     };
     Ok(ExitCode::from(code))
+}
+
+/// `--verbose` with a `.proto`: one call before the load (not counted in it), its reply
+/// decoded as JSON on standard error, so the user sees the server understood the message.
+fn show_first_reply(method: &Method, config: &LoadConfig) {
+    let reply = crate::load::probe::first_reply(&config.url, &config.proto, config.timeout)
+        .and_then(|bytes| method.reply_json(&bytes));
+    match reply {
+        Ok(json) => eprintln!("first reply ({}): {json}", method.output_name()),
+        Err(e) => eprintln!("first reply: none ({e})"),
+    }
 }
 
 /// The thresholds checked against the load's result, as a run checks one step.

@@ -394,3 +394,52 @@ fn a_deadline_reaches_the_server_and_a_slower_call_fails_by_name() {
     assert!(errors[kinds[0]].as_u64().unwrap() >= 10, "{doc:#}");
     assert_eq!(u(&doc, "requests"), 0, "{doc:#}");
 }
+
+/// `--verbose` with `--proto` makes one call before the load and prints its reply decoded
+/// by the `.proto`'s output type (grpcio's "hello NAME" from the name it decoded); that call
+/// is the only one grpcio counts beyond the load's `sent`. A failing method shows its status.
+#[test]
+fn verbose_prints_the_first_reply_decoded_as_json() {
+    let Some(mut server) = Server::start(&[]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let p = proto();
+    let port = server.port;
+    let verbose = |method: &str, json: &Path| {
+        let url = format!("grpc://127.0.0.1:{port}/greeter.Greeter/{method}");
+        common::cli(&[
+            "load",
+            &url,
+            "-v",
+            "-c",
+            "1",
+            "-d",
+            "300ms",
+            "--max-error-ratio",
+            "1",
+            "--proto",
+            &p,
+            "--data",
+            r#"{"user": {"name": "Jo"}}"#,
+            "--json",
+            json.to_str().unwrap(),
+        ])
+    };
+    let out = verbose("SayHello", &json);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"first reply (greeter.HelloReply): {"message":"hello Jo"}"#),
+        "{stderr}"
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(server.calls("SayHello"), u(&doc, "sent") + 1, "{doc:#}");
+    let out = verbose("Exhausted", &json);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("first reply: none (grpc_status 8 RESOURCE_EXHAUSTED: over quota)"),
+        "{stderr}"
+    );
+}

@@ -100,6 +100,11 @@ impl Method {
         self.method.input().full_name().to_string()
     }
 
+    /// The method's output type's full name.
+    pub fn output_name(&self) -> String {
+        self.method.output().full_name().to_string()
+    }
+
     /// `json` as the method's input message, encoded; an error names the JSON path and the
     /// type the schema expects there.
     pub fn encode(&self, json: &str) -> Result<Vec<u8>, String> {
