@@ -532,6 +532,44 @@ service Svc {
         );
     }
 
+    /// An import is found under `--import-path`, then the error points into the imported
+    /// type; without the directory, the compile error names the import.
+    #[test]
+    fn imports_are_found_under_the_import_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let (inc, main) = (dir.path().join("inc"), dir.path().join("main"));
+        std::fs::create_dir_all(&inc).unwrap();
+        std::fs::create_dir_all(&main).unwrap();
+        std::fs::write(
+            inc.join("common.proto"),
+            "syntax = \"proto3\";\npackage common;\nmessage Name { string first = 1; }\n",
+        )
+        .unwrap();
+        let file = main.join("svc.proto");
+        std::fs::write(
+            &file,
+            "syntax = \"proto3\";\npackage svc;\nimport \"common.proto\";\n\
+             message Req { common.Name name = 1; }\nservice S { rpc M(Req) returns (Req); }\n",
+        )
+        .unwrap();
+        let schema = |import_paths| Schema::Proto {
+            file: file.clone(),
+            import_paths,
+        };
+        let e = method(&schema(vec![]), "/svc.S/M").unwrap_err();
+        assert!(e.contains("import 'common.proto' not found"), "{e}");
+        let m = method(&schema(vec![inc.clone()]), "/svc.S/M").unwrap();
+        assert_eq!(
+            m.encode(r#"{"name": {"first": "a"}}"#).unwrap(),
+            b"\x0a\x03\x0a\x01a"
+        );
+        let e = m.encode(r#"{"name": {"frist": "a"}}"#).unwrap_err();
+        assert!(
+            e.starts_with(".name.frist: common.Name has no field"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_missing_service_or_method_names_what_the_proto_offers() {
         let (_dir, s) = schema();
