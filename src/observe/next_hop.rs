@@ -18,13 +18,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use super::sockets::diag::Sock;
 use super::sockets::diag;
 use super::thread_states::{self, peers, FdKind, Role, Wait};
 use crate::machine::procfs;
@@ -54,55 +55,14 @@ const ESTABLISHED: u8 = 1;
 const SYN_SENT: u8 = 2;
 const LISTEN: u8 = 10;
 
-/// One TCP socket of the machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sock {
-    /// Its TCP state (1 established, 2 connecting, 10 listening).
-    pub state: u8,
-    /// Its own address.
-    pub local: SocketAddr,
-    /// The other end's (unspecified for a listener).
-    pub remote: SocketAddr,
-    /// Unread bytes; for a listener, its accept queue.
-    pub rx: u64,
-    /// Unsent bytes; for a listener, its backlog.
-    pub tx: u64,
-    /// Its inode (0 for a connection no process has accepted yet).
-    pub inode: u64,
-}
-
 /// Every established, connecting and listening TCP socket of this network namespace.
 pub fn dump(sock: &OwnedFd) -> io::Result<Vec<Sock>> {
     let states: u32 = (1 << ESTABLISHED) | (1 << SYN_SENT) | (1 << LISTEN);
     let mut out = Vec::new();
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-        diag::dump_each(sock, family, states, |msg| out.push(parse_msg(msg)))?;
+        diag::dump_each(sock, family, states, |msg| out.push(diag::parse_msg(msg)))?;
     }
     Ok(out)
-}
-
-/// One `inet_diag_msg` (at least 72 bytes).
-pub fn parse_msg(msg: &[u8]) -> Sock {
-    let port = |i: usize| u16::from_be_bytes([msg[i], msg[i + 1]]);
-    Sock {
-        state: msg[1],
-        local: SocketAddr::new(ip(msg[0], &msg[8..24]), port(4)),
-        remote: SocketAddr::new(ip(msg[0], &msg[24..40]), port(6)),
-        rx: u64::from(diag::u32_at(msg, 56)),
-        tx: u64::from(diag::u32_at(msg, 60)),
-        inode: u64::from(diag::u32_at(msg, 68)),
-    }
-}
-
-/// An address of `family`; IPv4-mapped IPv6 as IPv4, so both ends of a connection compare.
-fn ip(family: u8, b: &[u8]) -> IpAddr {
-    if family == libc::AF_INET as u8 {
-        return IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]));
-    }
-    let mut a = [0u8; 16];
-    a.copy_from_slice(&b[..16]);
-    let v6 = Ipv6Addr::from(a);
-    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
 }
 
 /// One dump, indexed.

@@ -311,6 +311,7 @@ fn proc_sample(
 /// network namespace, with their queues and inodes.
 pub mod diag {
     use std::io;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::path::Path;
 
@@ -364,13 +365,56 @@ pub mod diag {
     pub fn dump(sock: &OwnedFd, family: u8, out: &mut Vec<TcpLine>) -> io::Result<()> {
         let states = (1 << ESTABLISHED) | (1 << LISTEN);
         dump_each(sock, family, states, |msg| {
+            let s = parse_msg(msg);
             out.push(TcpLine {
-                state: msg[1],
-                rx_queue: u64::from(u32_at(msg, 56)),
-                tx_queue: u64::from(u32_at(msg, 60)),
-                inode: u64::from(u32_at(msg, 68)),
+                state: s.state,
+                rx_queue: s.rx,
+                tx_queue: s.tx,
+                inode: s.inode,
             })
         })
+    }
+
+    /// One TCP socket of the machine, as sock_diag gives it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Sock {
+        /// Its TCP state (1 established, 2 connecting, 10 listening).
+        pub state: u8,
+        /// Its own address.
+        pub local: SocketAddr,
+        /// The other end's (unspecified for a listener).
+        pub remote: SocketAddr,
+        /// Unread bytes; for a listener, its accept queue.
+        pub rx: u64,
+        /// Unsent bytes; for a listener, its backlog.
+        pub tx: u64,
+        /// Its inode (0 for a connection no process has accepted yet).
+        pub inode: u64,
+    }
+
+    /// One `inet_diag_msg` (at least [`MSG`] bytes): the one decoder of the kernel's record.
+    pub fn parse_msg(msg: &[u8]) -> Sock {
+        let port = |i: usize| u16::from_be_bytes([msg[i], msg[i + 1]]);
+        Sock {
+            state: msg[1],
+            local: SocketAddr::new(ip(msg[0], &msg[8..24]), port(4)),
+            remote: SocketAddr::new(ip(msg[0], &msg[24..40]), port(6)),
+            rx: u64::from(u32_at(msg, 56)),
+            tx: u64::from(u32_at(msg, 60)),
+            inode: u64::from(u32_at(msg, 68)),
+        }
+    }
+
+    /// An address of `family` from sock_diag's 16 bytes; an IPv4-mapped IPv6 address as IPv4,
+    /// so both ends of a connection compare equal.
+    fn ip(family: u8, b: &[u8]) -> IpAddr {
+        if family == libc::AF_INET as u8 {
+            return IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]));
+        }
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&b[..16]);
+        let v6 = Ipv6Addr::from(a);
+        v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
     }
 
     /// Dumps the TCP sockets of `family` whose state bit is set in `states`, calling `each`

@@ -33,15 +33,31 @@ pub enum HistoryError {
         /// Its row in `runs`.
         row: i64,
     },
-    /// The file was written by another version of the schema.
+    /// The file was written by a newer stairbench, with a schema this one does not know.
     #[error(
-        "the history database has schema version {found}, this stairbench reads version \
-         {SCHEMA_VERSION} only; use the stairbench that wrote it (nothing was read or changed)"
+        "the history database has schema version {found}, newer than this stairbench's \
+         {SCHEMA_VERSION}: it was written by a newer stairbench; use that one (nothing was read \
+         or changed)"
     )]
-    OtherSchema {
+    NewerSchema {
         /// `PRAGMA user_version` of the file.
         found: i64,
     },
+    /// The file has an older schema version that no migration leads from.
+    #[error(
+        "the history database has schema version {found}, older than this stairbench's \
+         {SCHEMA_VERSION}, and no migration from it exists (nothing was read or changed)"
+    )]
+    OlderSchema {
+        /// `PRAGMA user_version` of the file.
+        found: i64,
+    },
+    /// The file has a `runs` table but no schema version: made by hand or by another tool.
+    #[error(
+        "{0} has a `runs` table but no schema version (PRAGMA user_version 0): not written by \
+         stairbench, whose histories are version {SCHEMA_VERSION}; refused rather than read wrong"
+    )]
+    Unversioned(String),
     /// The file holds tables but is not a stairbench history.
     #[error("{0} is an SQLite database but not a stairbench history (it has no `runs` table)")]
     NotHistory(String),
@@ -160,7 +176,7 @@ pub struct LimitRow {
 }
 
 /// Where a run ran.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct RunHost {
     /// Host name.
     pub host: String,
@@ -206,6 +222,10 @@ pub struct StoredRun {
     pub started_unix_s: f64,
     /// How it ended.
     pub status: RunStatus,
+    /// Why it is not `ok`.
+    pub status_reason: Option<String>,
+    /// Where it ran.
+    pub host: RunHost,
     /// Its labels.
     pub labels: BTreeMap<String, String>,
 }
@@ -247,6 +267,9 @@ impl History {
     pub fn open(path: &Path) -> Result<History, HistoryError> {
         let mut conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        // A file to refuse is refused before WAL mode (a change of the file) is set; read in
+        // one transaction, so a history another process is creating is seen whole or not.
+        check_version(&*conn.transaction()?, path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         init_schema(&mut conn, path)?;
@@ -280,7 +303,8 @@ impl History {
     /// Every run, in time order (first step's start, then order of adding).
     pub fn runs(&self) -> Result<Vec<StoredRun>, HistoryError> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, run_id, started_unix_s, status FROM runs ORDER BY started_unix_s, id",
+            "SELECT id, run_id, started_unix_s, status, status_reason, host, cpus, kernel, \
+             stairbench_version FROM runs ORDER BY started_unix_s, id",
         )?;
         let mut runs = stmt
             .query_map([], |r| {
@@ -289,6 +313,13 @@ impl History {
                     run_id: r.get(1)?,
                     started_unix_s: r.get(2)?,
                     status: RunStatus::parse(&r.get::<_, String>(3)?),
+                    status_reason: r.get(4)?,
+                    host: RunHost {
+                        host: r.get(5)?,
+                        cpus: r.get::<_, i64>(6)? as usize,
+                        kernel: r.get(7)?,
+                        stairbench_version: r.get(8)?,
+                    },
                     labels: BTreeMap::new(),
                 })
             })?
@@ -361,23 +392,30 @@ impl History {
 /// Creates the tables in an empty file, checks the version of one that has them.
 fn init_schema(conn: &mut Connection, path: &Path) -> Result<(), HistoryError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let tables: i64 = tx.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
-        [],
-        |r| r.get(0),
-    )?;
-    match (version, tables) {
-        (0, 0) => {
-            tx.execute_batch(SCHEMA)?;
-            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        }
-        (0, _) => return Err(HistoryError::NotHistory(path.display().to_string())),
-        (SCHEMA_VERSION, _) => {}
-        (found, _) => return Err(HistoryError::OtherSchema { found }),
+    if check_version(&tx, path)? {
+        tx.execute_batch(SCHEMA)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     }
     tx.commit()?;
     Ok(())
+}
+
+/// Whether the file is empty (to be created: true) or a history of this version (false);
+/// the reason it is refused otherwise. Version 1 is the first: an older one has no migration.
+fn check_version(conn: &Connection, path: &Path) -> Result<bool, HistoryError> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0));
+    let tables = count("SELECT count(*) FROM sqlite_master WHERE type = 'table'")?;
+    let runs = count("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'runs'")?;
+    let name = || path.display().to_string();
+    match (version, tables) {
+        (0, 0) => Ok(true),
+        (0, _) if runs > 0 => Err(HistoryError::Unversioned(name())),
+        (0, _) => Err(HistoryError::NotHistory(name())),
+        (SCHEMA_VERSION, _) => Ok(false),
+        (found, _) if found > SCHEMA_VERSION => Err(HistoryError::NewerSchema { found }),
+        (found, _) => Err(HistoryError::OlderSchema { found }),
+    }
 }
 
 fn insert_run(tx: &rusqlite::Transaction, run: &RunRecord) -> Result<i64, HistoryError> {
@@ -497,7 +535,60 @@ mod tests {
         conn.pragma_update(None, "user_version", 7).unwrap();
         drop(conn);
         let err = History::open(&path).err().unwrap();
-        assert!(err.to_string().contains("schema version 7"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("schema version 7, newer than this stairbench's 1"),
+            "{err}"
+        );
+    }
+
+    /// Wrong answers caught: an older version read as if current, or refused in the words
+    /// meant for a newer one ("use the stairbench that wrote it").
+    #[test]
+    fn a_file_of_an_older_schema_is_refused_as_older() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.db");
+        drop(History::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", -1).unwrap();
+        drop(conn);
+        let err = History::open(&path).err().unwrap();
+        assert!(
+            err.to_string()
+                .contains("schema version -1, older than this stairbench's 1"),
+            "{err}"
+        );
+    }
+
+    /// A `runs` table without a version (a hand-made file, or one of a tool before versions):
+    /// refused as unversioned, not told it has no `runs` table, and left unchanged.
+    #[test]
+    fn a_history_like_file_without_a_version_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.db");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE runs (id INTEGER PRIMARY KEY, run_id TEXT)")
+            .unwrap();
+        drop(conn);
+        let err = History::open(&path).err().unwrap();
+        assert!(
+            err.to_string()
+                .contains("has a `runs` table but no schema version"),
+            "{err}"
+        );
+        let conn = Connection::open(&path).unwrap();
+        let tables: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 1, "tables were added to a file that was refused");
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete", "a refused file was switched to WAL");
     }
 
     #[test]

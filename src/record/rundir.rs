@@ -243,6 +243,19 @@ pub fn timestamp() -> String {
     )
 }
 
+/// `unix_s` (seconds since the epoch) as UTC `YYYY-MM-DD HH:MM:SS UTC`.
+pub fn utc_time(unix_s: f64) -> String {
+    let secs = unix_s.max(0.0) as u64;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 // Howard Hinnant's days-to-civil algorithm.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -315,5 +328,9 @@ mod tests {
     fn civil_dates() {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(20_779), (2026, 11, 22));
+        assert_eq!(
+            utc_time(20_779.0 * 86_400.0 + 3_723.5),
+            "2026-11-22 01:02:03 UTC"
+        );
     }
 }

@@ -3,12 +3,13 @@
 //! as a vertical line named in the legend. Drawn with the report's chart helpers, so it reads
 //! at 390 px as the report does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use super::svg::{self, Axis, LineChart, LineSeries};
 use crate::analyze::history::HistoryChange;
 use crate::record::history::{RunStatus, SeriesKey, SeriesPoint, StoredRun};
+use crate::record::rundir::utc_time;
 
 /// The report's chart styles (report/html/page.rs) and a plain page around them.
 const STYLE: &str = "svg.chart { display: block; width: 100%; height: auto; background: #fff; }
@@ -49,7 +50,8 @@ pub fn page(
             })
             .collect();
         let chart = chart(key, points, runs, &here);
-        body += &svg::responsive(|layout| svg::line_chart(&chart, layout));
+        let tips = [mean_tips(key, points, runs)];
+        body += &svg::responsive(|layout| svg::line_chart_with_tips(&chart, &tips, layout));
     }
     body += &runs_table(runs);
     format!(
@@ -115,20 +117,76 @@ fn chart(
     }
 }
 
-/// The runs with their ids, status and labels (what a hover would show, readable on a phone).
+/// The hover text of each `ok` point of the mean line (the order `chart` draws them): the run's
+/// position, id and start time, its labels, and the figure's mean ± stdev.
+fn mean_tips(key: &SeriesKey, points: &[SeriesPoint], runs: &[StoredRun]) -> Vec<String> {
+    points
+        .iter()
+        .filter(|p| runs[p.run].status == RunStatus::Ok)
+        .map(|p| {
+            let run = &runs[p.run];
+            let labels: Vec<String> = run.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let spread = if p.n > 1 {
+                format!(" ± {} (n={})", svg::format_number(p.stdev), p.n)
+            } else {
+                String::new()
+            };
+            format!(
+                "run {} ({}), {}\n{}\n{}: {}{spread}",
+                p.run,
+                run.run_id,
+                utc_time(run.started_unix_s),
+                if labels.is_empty() {
+                    "no labels".into()
+                } else {
+                    labels.join(" ")
+                },
+                key.figure.name(),
+                svg::format_number(p.mean)
+            )
+        })
+        .collect()
+}
+
+/// The runs with their ids, start, status and labels, and where they ran (what a hover shows,
+/// readable on a phone): the host in a column only when the runs' hosts differ.
 fn runs_table(runs: &[StoredRun]) -> String {
-    let mut out = String::from(
-        "<h2>Runs</h2><table><tr><th>#</th><th>run</th><th>status</th><th>labels</th></tr>",
-    );
+    let host = |r: &StoredRun| {
+        format!(
+            "{}, {} CPUs, {}, stairbench {}",
+            r.host.host, r.host.cpus, r.host.kernel, r.host.stairbench_version
+        )
+    };
+    let hosts: BTreeSet<String> = runs.iter().map(host).collect();
+    let one_host = hosts.len() == 1;
+    let mut out = String::from("<h2 id=\"runs\">Runs</h2>");
+    if let (true, Some(h)) = (one_host, hosts.first()) {
+        let _ = write!(out, "<p>Every run on {}.</p>", svg::escape(h));
+    }
+    out += "<div class=\"chart-box\"><table><tr><th>#</th><th>run</th><th>started (UTC)</th>\
+            <th>status</th><th>labels</th>";
+    if !one_host {
+        out += "<th>host</th>";
+    }
+    out += "</tr>";
     for (i, r) in runs.iter().enumerate() {
         let labels: Vec<String> = r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let status = match &r.status_reason {
+            Some(why) => format!("{}: {why}", r.status.name()),
+            None => r.status.name().to_string(),
+        };
         let _ = write!(
             out,
-            "<tr><td>{i}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{i}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
             svg::escape(&r.run_id),
-            r.status.name(),
+            utc_time(r.started_unix_s).trim_end_matches(" UTC"),
+            svg::escape(&status),
             svg::escape(&labels.join(" "))
         );
+        if !one_host {
+            let _ = write!(out, "<td>{}</td>", svg::escape(&host(r)));
+        }
+        out += "</tr>";
     }
-    out + "</table>"
+    out + "</table></div>"
 }

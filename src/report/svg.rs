@@ -534,6 +534,12 @@ fn no_data(out: &mut String, plot: Plot) {
 
 /// Renders a line chart at `layout`.
 pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
+    line_chart_with_tips(chart, &[], layout)
+}
+
+/// Renders a line chart whose markers show `tips[i][j]` on hover (series i, point j) in place
+/// of `name: x, y`; a series or point without one keeps that.
+pub fn line_chart_with_tips(chart: &LineChart, tips: &[Vec<String>], layout: Layout) -> String {
     let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
     let frame = Frame::new(layout, &chart.title, &names);
     let plot = frame.plot;
@@ -558,8 +564,9 @@ pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
     let mut drawn = 0;
     // Boxes of the point labels drawn so far, so that none is drawn over another.
     let mut taken = Vec::new();
-    for s in &chart.series {
-        drawn += draw_line(&mut out, s, &xm, &ym);
+    for (i, s) in chart.series.iter().enumerate() {
+        let tips = tips.get(i).map_or(&[][..], Vec::as_slice);
+        drawn += draw_line(&mut out, s, tips, &xm, &ym);
         point_labels(&mut out, s, (&xm, &ym), frame.width, &mut taken);
     }
     if drawn == 0 {
@@ -581,8 +588,8 @@ pub fn line_chart(chart: &LineChart, layout: Layout) -> String {
     finish_svg(&frame, height, &chart.title, "line-chart", &out)
 }
 
-/// Draws one series; returns how many points were placed.
-fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usize {
+/// Draws one series, `tips` its markers' hover texts; returns how many points were placed.
+fn draw_line(out: &mut String, s: &LineSeries, tips: &[String], xm: &Mapper, ym: &Mapper) -> usize {
     let pts: Vec<(f64, f64, f64, f64, bool)> = s
         .points
         .iter()
@@ -596,6 +603,17 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
     if pts.is_empty() {
         return 0;
     }
+    // The hover text of each point drawn: its tip, else `name: x, y`.
+    let texts: Vec<String> = s
+        .points
+        .iter()
+        .enumerate()
+        .filter(|(_, (x, y))| plottable(xm.scale, *x) && plottable(ym.scale, *y))
+        .map(|(i, &(x, y))| match tips.get(i) {
+            Some(tip) => tip.clone(),
+            None => format!("{}: {}, {}", s.name, format_number(x), format_number(y)),
+        })
+        .collect();
     let c = color(s.color);
     out.push_str("<g class=\"series\">");
     if !s.crosses {
@@ -607,13 +625,8 @@ fn draw_line(out: &mut String, s: &LineSeries, xm: &Mapper, ym: &Mapper) -> usiz
     } else {
         &[]
     };
-    for (px, py, x, y, hollow) in marked {
-        let tip = format!(
-            "{}: {}, {}",
-            escape(&s.name),
-            format_number(*x),
-            format_number(*y)
-        );
+    for ((px, py, _, _, hollow), tip) in marked.iter().zip(&texts) {
+        let tip = escape(tip);
         if s.crosses {
             let _ = write!(
                 out,

@@ -291,3 +291,149 @@ fn a_run_of_disturbed_steps_is_recorded_as_failed_and_left_out() {
     assert_eq!(runs.len(), 1);
     assert!(h.series(&runs).unwrap().is_empty());
 }
+
+/// Each run's point on the page names its run, start time and labels on hover (its marker's
+/// `<title>`), so a reader finds which commit a point is. Wrong answers caught: the generic
+/// `mean: x, y` title (no labels), one run's labels on another's point (the tips and the
+/// points drawn in different orders), a time in another zone or unit.
+#[test]
+fn each_point_of_the_page_shows_its_run_and_labels_on_hover() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("h.db");
+    let f = db.to_str().unwrap();
+    // Added newest first, one at a time, each with labels of its own.
+    for i in (0..4).rev() {
+        let dir = run_dir(tmp.path(), i, 1.0 + 0.01 * i as f64);
+        let (commit, run) = (format!("commit=c{i}"), format!("run={i}"));
+        let d = dir.to_str().unwrap();
+        let out = common::cli(&["history", "add", f, d, "--label", &commit, "--label", &run]);
+        common::assert_success(&out);
+    }
+    let html = tmp.path().join("h.html");
+    common::assert_success(&common::cli(&[
+        "history",
+        f,
+        "--html",
+        html.to_str().unwrap(),
+    ]));
+    let page = std::fs::read_to_string(&html).unwrap();
+    for i in 0..4 {
+        let started = stairbench::record::steps::read_steps(
+            &tmp.path().join(format!("run-{i:02}/steps.jsonl")),
+        )
+        .unwrap()
+        .iter()
+        .map(|s| s.started_unix_s)
+        .fold(f64::MAX, f64::min);
+        let when = stairbench::record::rundir::utc_time(started);
+        let tip =
+            format!("<title>run {i} (run-{i:02}), {when}\ncommit=c{i} run={i}\nthroughput_rps: ");
+        assert!(page.contains(&tip), "no hover {tip:?} in the page");
+    }
+    assert!(
+        !page.contains("<title>mean: "),
+        "a point of the mean line has no run"
+    );
+    // The runs' table names where they ran, once when all ran on one host.
+    assert!(page.contains("<p>Every run on "), "no host named");
+    assert!(!page.contains("<th>host</th>"));
+}
+
+/// `run SPEC --history FILE --label k=v` on real runs of the built-in server: each finished
+/// run is added with its labels, its environment (as its environment.json gives it) and the
+/// figures of its steps, read back by `history`; the same run directory added again is refused
+/// and nothing changes. Wrong answers caught: a run not added (or added before its steps are
+/// written, with no figures), labels lost or given to another run, an empty or wrong host,
+/// CPUs, kernel or version, throughput that is not the step's, the runs out of time order, a
+/// repeated add that is accepted (two rows for one run).
+#[test]
+fn runs_added_with_run_history_come_back_with_labels_environment_and_figures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = tmp.path().join("s.toml");
+    std::fs::write(&spec, "name = \"hist\"\nduration = \"500ms\"\nwarmup = \"100ms\"\nclients = [1, 2]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
+    let db = tmp.path().join("h.db");
+    let f = db.to_str().unwrap();
+    let dirs: Vec<PathBuf> = (0..3)
+        .map(|i| tmp.path().join(format!("run-{i}")))
+        .collect();
+    for (i, dir) in dirs.iter().enumerate() {
+        let out = common::cli(&[
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+            "--quiet",
+            "--history",
+            f,
+            "--label",
+            &format!("run={i}"),
+            "--label",
+            &format!("commit=c{i}"),
+        ]);
+        common::assert_success(&out);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("added run-{i} to the history")),
+            "{err}"
+        );
+    }
+    let listing = common::cli(&["history", f]);
+    common::assert_success(&listing);
+    let text = String::from_utf8_lossy(&listing.stdout);
+    // 3 runs, 2 levels × 6 figures; too few runs for a change point (3 a side).
+    assert!(
+        text.starts_with("3 runs (3 ok, the others left out), 12 series × figure, 0 change points"),
+        "{text}"
+    );
+    let json = common::cli(&["history", f, "--json"]);
+    common::assert_success(&json);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&json.stdout).unwrap(),
+        Value::Array(vec![])
+    );
+    let h = stairbench::record::history::History::open(&db).unwrap();
+    let runs = h.runs().unwrap();
+    let ids: Vec<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, ["run-0", "run-1", "run-2"]);
+    let series = h.series(&runs).unwrap();
+    for (i, (run, dir)) in runs.iter().zip(&dirs).enumerate() {
+        assert_eq!(run.status.name(), "ok", "{:?}", run.status_reason);
+        assert_eq!(run.labels["run"], i.to_string());
+        assert_eq!(run.labels["commit"], format!("c{i}"));
+        assert_eq!(run.labels.len(), 2);
+        let env: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("environment.json")).unwrap())
+                .unwrap();
+        assert!(!run.host.host.is_empty() && !run.host.kernel.is_empty());
+        assert_eq!(run.host.host, env["hostname"], "host");
+        assert_eq!(run.host.cpus as u64, env["cpus"].as_u64().unwrap(), "cpus");
+        assert_eq!(run.host.kernel, env["kernel"], "kernel");
+        assert_eq!(run.host.stairbench_version, env!("CARGO_PKG_VERSION"));
+        // Each level's throughput is its one step's.
+        for step in common::steps_json(dir) {
+            let clients = step["clients"].as_u64().unwrap() as usize;
+            let stored = series
+                .iter()
+                .find(|(k, _)| {
+                    k.clients == clients
+                        && k.figure == stairbench::record::history::Figure::ThroughputRps
+                })
+                .map(|(_, points)| points[i])
+                .unwrap();
+            assert_eq!(stored.run, i);
+            assert_eq!(stored.n, 1);
+            let measured = step["throughput_rps"].as_f64().unwrap();
+            assert!(
+                (stored.mean - measured).abs() <= 1e-6 * measured,
+                "run {i} at {clients} clients: stored {} measured {measured}",
+                stored.mean
+            );
+        }
+    }
+    // The same run directory again: refused, named, and the history unchanged.
+    let again = common::cli(&["history", "add", f, dirs[1].to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(1), "{again:?}");
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("run run-1 is already in the history"), "{err}");
+    assert_eq!(h.runs().unwrap().len(), 3);
+}

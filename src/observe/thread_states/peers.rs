@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
@@ -88,7 +88,7 @@ impl Table {
 }
 
 pub use crate::observe::sockets::diag::open;
-use crate::observe::sockets::diag::{dump_each, u32_at, walk};
+use crate::observe::sockets::diag::{dump_each, parse_msg, walk};
 
 /// Adds every TCP socket of both families (but TIME_WAIT's) to `table`.
 pub fn dump(sock: &OwnedFd, table: &mut Table) -> io::Result<()> {
@@ -106,25 +106,13 @@ pub fn parse(buf: &[u8], table: &mut Table) -> io::Result<bool> {
 
 /// One `inet_diag_msg` into `table`: its two ends, its state and its inode.
 fn add(table: &mut Table, msg: &[u8]) {
-    let port = |i: usize| u16::from_be_bytes([msg[i], msg[i + 1]]);
+    let s = parse_msg(msg);
     let e = Endpoint {
-        local: SocketAddr::new(ip(msg[0], &msg[8..24]), port(4)),
-        remote: SocketAddr::new(ip(msg[0], &msg[24..40]), port(6)),
-        listening: msg[1] == LISTEN,
+        local: s.local,
+        remote: s.remote,
+        listening: s.state == LISTEN,
     };
-    table.add(msg[1], e, u64::from(u32_at(msg, 68)));
-}
-
-/// An address of `family` from sock_diag's 16 bytes; an IPv4-mapped IPv6 address as IPv4, so
-/// both ends of a connection compare equal.
-fn ip(family: u8, b: &[u8]) -> IpAddr {
-    if family == libc::AF_INET as u8 {
-        return IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]));
-    }
-    let mut a = [0u8; 16];
-    a.copy_from_slice(&b[..16]);
-    let v6 = Ipv6Addr::from(a);
-    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+    table.add(s.state, e, s.inode);
 }
 
 /// The process holding each of `inodes` open, from every process's fd table; it stops once
