@@ -25,8 +25,8 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use super::sockets::diag::Sock;
 use super::sockets::diag;
+pub use super::sockets::diag::Sock;
 use super::thread_states::{self, peers, FdKind, Role, Wait};
 use crate::machine::procfs;
 use crate::record::next_hop::NextHop;
