@@ -375,7 +375,7 @@ impl LoadArgs {
                 "--proto and --data are for gRPC calls: {url:?} is not a grpc:// or grpcs:// url"
             ))
         })?;
-        let method = grpc_message::method(&schema, path).map_err(bad)?;
+        let method = grpc_message::method(&schema, path).map_err(|e| bad(e.to_string()))?;
         let bytes = method
             .encode(json.as_deref().unwrap_or("{}"))
             .map_err(|e| bad(format!("--data: {e}")))?;
@@ -493,7 +493,8 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
 /// decoded as JSON on standard error, so the user sees the server understood the message.
 fn show_first_reply(method: &Method, config: &LoadConfig) {
     let reply = crate::load::probe::first_reply(&config.url, &config.proto, config.timeout)
-        .and_then(|bytes| method.reply_json(&bytes));
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| method.reply_json(&bytes).map_err(|e| e.to_string()));
     match reply {
         Ok(json) => eprintln!("first reply ({}): {json}", method.output_name()),
         Err(e) => eprintln!("first reply: none ({e})"),

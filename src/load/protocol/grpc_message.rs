@@ -38,6 +38,21 @@ impl Schema {
     }
 }
 
+/// Why a request message could not be made, or a reply read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MessageError {
+    /// The schema file could not be read or compiled, or it lacks the url's unary method:
+    /// what it offers instead.
+    #[error("{0}")]
+    Schema(String),
+    /// The JSON is not a message of the method's input type: its path and what was expected.
+    #[error("{0}")]
+    Json(String),
+    /// A reply's bytes are not a message of the method's output type.
+    #[error("{0}")]
+    Reply(String),
+}
+
 /// A unary method's input and output types.
 #[derive(Debug, Clone)]
 pub struct Method {
@@ -46,35 +61,37 @@ pub struct Method {
 
 /// Reads `schema` and finds the method of `path` (`/PACKAGE.SERVICE/METHOD`); an error names
 /// what the schema offers instead.
-pub fn method(schema: &Schema, path: &str) -> Result<Method, String> {
+pub fn method(schema: &Schema, path: &str) -> Result<Method, MessageError> {
     let pool = pool(schema)?;
     let file = schema.file().display();
     let (service, name) = path
         .trim_start_matches('/')
         .split_once('/')
         .ok_or_else(|| {
-            format!("{path:?} is not a gRPC method: expected /PACKAGE.SERVICE/METHOD")
+            MessageError::Schema(format!(
+                "{path:?} is not a gRPC method: expected /PACKAGE.SERVICE/METHOD"
+            ))
         })?;
     let Some(svc) = pool.get_service_by_name(service) else {
         let offered: Vec<String> = pool.services().map(|s| s.full_name().to_string()).collect();
-        return Err(format!(
+        return Err(MessageError::Schema(format!(
             "{file} has no service {service}{}: it defines {}",
             suggestion(service, offered.iter().map(String::as_str)),
             list_or_none(&offered)
-        ));
+        )));
     };
     let Some(method) = svc.methods().find(|m| m.name() == name) else {
         let offered: Vec<String> = svc.methods().map(|m| m.name().to_string()).collect();
-        return Err(format!(
+        return Err(MessageError::Schema(format!(
             "service {service} in {file} has no method {name}{}: its methods are {}",
             suggestion(name, offered.iter().map(String::as_str)),
             list_or_none(&offered)
-        ));
+        )));
     };
     if method.is_client_streaming() || method.is_server_streaming() {
-        return Err(format!(
+        return Err(MessageError::Schema(format!(
             "{service}/{name} is a streaming method: stairbench loads unary gRPC methods only"
-        ));
+        )));
     }
     Ok(Method { method })
 }
@@ -86,12 +103,6 @@ pub fn url_path(url: &str) -> Option<&str> {
         .strip_prefix("grpc://")
         .or_else(|| url.strip_prefix("grpcs://"))?;
     rest.find('/').map(|i| &rest[i..])
-}
-
-/// The encoded request message for the call `path` from `json`, by `schema`: what `load
-/// --data` and a spec's `data` both send on every call.
-pub fn encode(schema: &Schema, path: &str, json: &str) -> Result<Vec<u8>, String> {
-    method(schema, path)?.encode(json)
 }
 
 impl Method {
@@ -107,59 +118,62 @@ impl Method {
 
     /// `json` as the method's input message, encoded; an error names the JSON path and the
     /// type the schema expects there.
-    pub fn encode(&self, json: &str) -> Result<Vec<u8>, String> {
+    pub fn encode(&self, json: &str) -> Result<Vec<u8>, MessageError> {
         let input = self.method.input();
-        let value: serde_json::Value =
-            serde_json::from_str(json).map_err(|e| format!("the message is not JSON: {e}"))?;
+        let value: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| MessageError::Json(format!("the message is not JSON: {e}")))?;
         let mut track = serde_path_to_error::Track::new();
         let de = serde_path_to_error::Deserializer::new(&value, &mut track);
         match input.clone().deserialize(de) {
             Ok(message) => Ok(message.encode_to_vec()),
-            Err(e) => Err(explain(&input, &track.path(), &e.to_string())),
+            Err(e) => Err(MessageError::Json(explain(
+                &input,
+                &track.path(),
+                &e.to_string(),
+            ))),
         }
     }
 
     /// A reply message decoded as JSON (protobuf's JSON mapping), for the user to see the
     /// server understood.
-    pub fn reply_json(&self, bytes: &[u8]) -> Result<String, String> {
-        let message = DynamicMessage::decode(self.method.output(), bytes).map_err(|e| {
-            format!(
-                "the reply is not a {}: {e}",
-                self.method.output().full_name()
-            )
+    pub fn reply_json(&self, bytes: &[u8]) -> Result<String, MessageError> {
+        let output = self.method.output();
+        let message = DynamicMessage::decode(output.clone(), bytes).map_err(|e| {
+            MessageError::Reply(format!("the reply is not a {}: {e}", output.full_name()))
         })?;
-        serde_json::to_string(&message).map_err(|e| e.to_string())
+        serde_json::to_string(&message).map_err(|e| MessageError::Reply(e.to_string()))
     }
 }
 
 /// The descriptors of `schema`'s file and its imports.
-fn pool(schema: &Schema) -> Result<DescriptorPool, String> {
+fn pool(schema: &Schema) -> Result<DescriptorPool, MessageError> {
+    let failed = |text: String| MessageError::Schema(text);
     match schema {
         Schema::Protoset(file) => {
             let bytes = std::fs::read(file)
-                .map_err(|e| format!("reading --protoset {}: {e}", file.display()))?;
+                .map_err(|e| failed(format!("reading --protoset {}: {e}", file.display())))?;
             DescriptorPool::decode(bytes.as_slice()).map_err(|e| {
-                format!(
+                failed(format!(
                     "{} is not a FileDescriptorSet (protoc --descriptor_set_out \
                      --include_imports): {e}",
                     file.display()
-                )
+                ))
             })
         }
         Schema::Proto { file, import_paths } => {
             if let Err(e) = std::fs::metadata(file) {
-                return Err(format!("reading --proto {}: {e}", file.display()));
+                return Err(failed(format!("reading --proto {}: {e}", file.display())));
             }
             // protox resolves the file under an import directory: the user's first, then
             // the file's own (as ghz and protoc with `-I.` do).
             let own = file.parent().filter(|p| !p.as_os_str().is_empty());
             let mut dirs = import_paths.clone();
             dirs.push(own.map_or_else(|| PathBuf::from("."), Path::to_path_buf));
-            let mut compiler = protox::Compiler::new(&dirs).map_err(|e| e.to_string())?;
+            let mut compiler = protox::Compiler::new(&dirs).map_err(|e| failed(e.to_string()))?;
             compiler.include_imports(true);
             compiler
                 .open_file(file)
-                .map_err(|e| format!("compiling {}: {e}", file.display()))?;
+                .map_err(|e| failed(format!("compiling {}: {e}", file.display())))?;
             Ok(compiler.descriptor_pool())
         }
     }
@@ -386,9 +400,9 @@ service Svc {
         )
     }
 
-    fn call(json: &str) -> Result<Vec<u8>, String> {
+    fn call(json: &str) -> Result<Vec<u8>, MessageError> {
         let (_dir, s) = schema();
-        encode(&s, "/demo.Svc/Call", json)
+        method(&s, "/demo.Svc/Call")?.encode(json)
     }
 
     #[test]
@@ -409,14 +423,16 @@ service Svc {
 
     #[test]
     fn a_misspelt_field_names_its_path_the_message_and_the_closest_field() {
-        let e = call(r#"{"user": {"nmae": "Jo"}}"#).unwrap_err();
+        let e = call(r#"{"user": {"nmae": "Jo"}}"#).unwrap_err().to_string();
         assert!(
             e.starts_with(".user.nmae: demo.User has no field \"nmae\" (did you mean \"name\"?); its fields are name, age, id"),
             "{e}"
         );
-        let e = call(r#"{"tagz": []}"#).unwrap_err();
+        let e = call(r#"{"tagz": []}"#).unwrap_err().to_string();
         assert!(e.starts_with(".tagz: demo.Req has no field"), "{e}");
-        let e = call(r#"{"friends": [{}, {"agee": 1}]}"#).unwrap_err();
+        let e = call(r#"{"friends": [{}, {"agee": 1}]}"#)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with(".friends[1].agee: demo.User has no field"),
             "{e}"
@@ -425,40 +441,41 @@ service Svc {
 
     #[test]
     fn a_wrong_type_names_its_path_and_the_type_expected() {
-        let e = call(r#"{"user": {"age": "old"}}"#).unwrap_err();
+        let e = call(r#"{"user": {"age": "old"}}"#).unwrap_err().to_string();
         assert!(e.starts_with(".user.age: "), "{e}");
         assert!(e.ends_with("the .proto expects int32"), "{e}");
-        let e = call(r#"{"user": 3}"#).unwrap_err();
+        let e = call(r#"{"user": 3}"#).unwrap_err().to_string();
         assert!(e.starts_with(".user: "), "{e}");
         assert!(
             e.ends_with("expects a message demo.User (a JSON object)"),
             "{e}"
         );
-        let e = call(r#"{"tags": "a"}"#).unwrap_err();
+        let e = call(r#"{"tags": "a"}"#).unwrap_err().to_string();
         assert!(e.ends_with("expects repeated string (a JSON array)"), "{e}");
-        let e = call(r#"{"tags": ["a", 2]}"#).unwrap_err();
+        let e = call(r#"{"tags": ["a", 2]}"#).unwrap_err().to_string();
         assert!(e.starts_with(".tags[1]: "), "{e}");
         assert!(e.ends_with("expects string"), "{e}");
-        let e = call(r#"{"scores": {"a": "x"}}"#).unwrap_err();
+        let e = call(r#"{"scores": {"a": "x"}}"#).unwrap_err().to_string();
         assert!(e.starts_with(".scores[\"a\"]: "), "{e}");
         assert!(e.ends_with("expects int32"), "{e}");
-        let e = call(r#"{"blob": "%%"}"#).unwrap_err();
+        let e = call(r#"{"blob": "%%"}"#).unwrap_err().to_string();
         assert!(e.ends_with("expects bytes (a base64 string)"), "{e}");
-        let e = call(r#"[1]"#).unwrap_err();
+        let e = call(r#"[1]"#).unwrap_err().to_string();
         assert!(e.starts_with(".: "), "{e}");
         assert!(call("{")
             .unwrap_err()
+            .to_string()
             .starts_with("the message is not JSON"));
     }
 
     #[test]
     fn a_bad_enum_value_names_the_enums_values() {
-        let e = call(r#"{"kind": "FASTT"}"#).unwrap_err();
+        let e = call(r#"{"kind": "FASTT"}"#).unwrap_err().to_string();
         assert_eq!(
             e,
             ".kind: \"FASTT\" is not a value of enum demo.Kind (did you mean \"FAST\"?); its values are KIND_UNSPECIFIED, FAST, SLOW"
         );
-        let e = call(r#"{"kind": true}"#).unwrap_err();
+        let e = call(r#"{"kind": true}"#).unwrap_err().to_string();
         assert!(
             e.ends_with("expects enum demo.Kind (KIND_UNSPECIFIED, FAST, SLOW)"),
             "{e}"
@@ -518,6 +535,7 @@ service Svc {
             match m.encode(json) {
                 Ok(_) => ok += 1,
                 Err(e) => {
+                    let e = e.to_string();
                     refused += 1;
                     assert!(
                         e.starts_with('.') || e.starts_with("the message is not JSON"),
@@ -556,14 +574,17 @@ service Svc {
             file: file.clone(),
             import_paths,
         };
-        let e = method(&schema(vec![]), "/svc.S/M").unwrap_err();
+        let e = method(&schema(vec![]), "/svc.S/M").unwrap_err().to_string();
         assert!(e.contains("import 'common.proto' not found"), "{e}");
         let m = method(&schema(vec![inc.clone()]), "/svc.S/M").unwrap();
         assert_eq!(
             m.encode(r#"{"name": {"first": "a"}}"#).unwrap(),
             b"\x0a\x03\x0a\x01a"
         );
-        let e = m.encode(r#"{"name": {"frist": "a"}}"#).unwrap_err();
+        let e = m
+            .encode(r#"{"name": {"frist": "a"}}"#)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with(".name.frist: common.Name has no field"),
             "{e}"
@@ -573,18 +594,18 @@ service Svc {
     #[test]
     fn a_missing_service_or_method_names_what_the_proto_offers() {
         let (_dir, s) = schema();
-        let e = method(&s, "/demo.Svx/Call").unwrap_err();
+        let e = method(&s, "/demo.Svx/Call").unwrap_err().to_string();
         assert!(
             e.contains("has no service demo.Svx (did you mean \"demo.Svc\"?): it defines demo.Svc"),
             "{e}"
         );
-        let e = method(&s, "/demo.Svc/Cal").unwrap_err();
+        let e = method(&s, "/demo.Svc/Cal").unwrap_err().to_string();
         assert!(e.contains("service demo.Svc in"), "{e}");
         assert!(
             e.ends_with("has no method Cal (did you mean \"Call\"?): its methods are Call, Watch"),
             "{e}"
         );
-        let e = method(&s, "/demo.Svc/Watch").unwrap_err();
+        let e = method(&s, "/demo.Svc/Watch").unwrap_err().to_string();
         assert!(e.contains("streaming"), "{e}");
     }
 
@@ -599,7 +620,10 @@ service Svc {
         std::fs::write(&set_file, set.encode_to_vec()).unwrap();
         let json = r#"{"user": {"name": "Jo"}, "tags": ["x"]}"#;
         assert_eq!(
-            encode(&Schema::Protoset(set_file), "/demo.Svc/Call", json).unwrap(),
+            method(&Schema::Protoset(set_file), "/demo.Svc/Call")
+                .unwrap()
+                .encode(json)
+                .unwrap(),
             call(json).unwrap()
         );
         let bad = dir.path().join("bad.proto");
@@ -611,12 +635,17 @@ service Svc {
             },
             "/A/B",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("compiling "), "{e}");
         assert!(e.contains("strin"), "{e}");
-        let e = method(&Schema::Protoset(dir.path().join("demo.proto")), "/a.B/C").unwrap_err();
+        let e = method(&Schema::Protoset(dir.path().join("demo.proto")), "/a.B/C")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is not a FileDescriptorSet"), "{e}");
-        let e = method(&Schema::Protoset(dir.path().join("none")), "/a.B/C").unwrap_err();
+        let e = method(&Schema::Protoset(dir.path().join("none")), "/a.B/C")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("reading --protoset"), "{e}");
     }
 }

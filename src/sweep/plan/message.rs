@@ -194,8 +194,8 @@ fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<Arc<[u8]>
     let Some((schema, schema_keys)) = schema else {
         return Err(error_at(spec, &data_keys, "data is JSON encoded by the method's input type: give the .proto with proto = \"FILE\" (or a FileDescriptorSet with protoset)"));
     };
-    let method =
-        grpc_message::method(&schema, path).map_err(|e| error_at(spec, &schema_keys, e))?;
+    let method = grpc_message::method(&schema, path)
+        .map_err(|e| error_at(spec, &schema_keys, e.to_string()))?;
     let json = match data {
         Some(toml::Value::String(text)) => text.clone(),
         Some(other) => serde_json::to_string(other)
@@ -208,7 +208,7 @@ fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<Arc<[u8]>
         } else {
             &schema_keys
         };
-        error_at(spec, keys, e)
+        error_at(spec, keys, e.to_string())
     })?;
     Ok(Some(bytes.into()))
 }
