@@ -11,6 +11,7 @@ use clap::Args;
 
 use super::live::LiveOutputs;
 use crate::analyze::thresholds::{self, Threshold, ThresholdError, ThresholdVerdict};
+use crate::load::protocol::grpc_message::{self, Method, Schema};
 use crate::load::raw::RawSink;
 use crate::load::template::RequestFile;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
@@ -98,7 +99,8 @@ pub struct LoadArgs {
     /// HTTP method.
     #[arg(long, default_value = "GET", help_heading = "HTTP")]
     pub method: String,
-    /// Extra HTTP header, "Name: value" (repeatable).
+    /// Extra HTTP header, "Name: value" (repeatable); on grpc:// it is metadata, a `-bin` key's
+    /// value sent base64-encoded.
     #[arg(long = "header", short = 'H', help_heading = "HTTP")]
     pub headers: Vec<String>,
     /// HTTP request body.
@@ -108,6 +110,39 @@ pub struct LoadArgs {
     /// gRPC's length-prefixed message [default: the empty message].
     #[arg(long, value_name = "FILE", help_heading = "gRPC")]
     pub body_file: Option<PathBuf>,
+    /// The .proto file that defines the call's method, compiled in-process (no protoc): the
+    /// message comes from --data/--data-file as JSON, encoded with the method's input type.
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "gRPC",
+        conflicts_with = "protoset"
+    )]
+    pub proto: Option<PathBuf>,
+    /// A directory --proto's imports are looked up in (repeatable; the .proto's own directory
+    /// is searched last).
+    #[arg(long = "import-path", value_name = "DIR", help_heading = "gRPC")]
+    pub import_paths: Vec<PathBuf>,
+    /// The method's types from a FileDescriptorSet (protoc --descriptor_set_out
+    /// --include_imports, buf build -o) instead of --proto.
+    #[arg(long, value_name = "FILE", help_heading = "gRPC")]
+    pub protoset: Option<PathBuf>,
+    /// The request message as JSON (protobuf's JSON mapping), e.g. '{"name":"Joe"}'; checked
+    /// and encoded once, before the load [default with --proto: {}].
+    #[arg(long, value_name = "JSON", help_heading = "gRPC", conflicts_with_all = ["data_file", "body_file"])]
+    pub data: Option<String>,
+    /// --data from FILE.
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "gRPC",
+        conflicts_with = "body_file"
+    )]
+    pub data_file: Option<PathBuf>,
+    /// Each call's deadline, sent as `grpc-timeout` (the server ends a call past it with
+    /// DEADLINE_EXCEEDED); e.g. 200ms.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration, help_heading = "gRPC")]
+    pub deadline: Option<std::time::Duration>,
     /// Number of distinct keys [default: 1024; kvd://: the daemon's keys per rank × ranks].
     #[arg(long, help_heading = "Key-value (redis, memcache)")]
     pub keys: Option<u64>,
@@ -299,6 +334,54 @@ impl LoadArgs {
         }
     }
 
+    /// Where --data's types come from: --proto (with --import-path) or --protoset.
+    fn schema(&self) -> Option<Schema> {
+        match (&self.proto, &self.protoset) {
+            (Some(file), _) => Some(Schema::Proto {
+                file: file.clone(),
+                import_paths: self.import_paths.clone(),
+            }),
+            (None, Some(file)) => Some(Schema::Protoset(file.clone())),
+            (None, None) => None,
+        }
+    }
+
+    /// The request message encoded from --data or --data-file by --proto or --protoset
+    /// (`{}` when only a schema is given); none without either. A JSON the schema refuses,
+    /// or a method it lacks, is bad input: refused before any connection.
+    pub fn json_message(&self) -> Result<Option<(Method, Vec<u8>)>, LoadError> {
+        let bad = |s: String| LoadError::BadInput(s);
+        let json = match (&self.data, &self.data_file) {
+            (Some(text), _) => Some(text.clone()),
+            (None, Some(path)) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| bad(format!("reading --data-file {}: {e}", path.display())))?,
+            ),
+            (None, None) => None,
+        };
+        let Some(schema) = self.schema() else {
+            return match json {
+                Some(_) => Err(bad(
+                    "--data is JSON encoded by the method's input type: \
+                                    give the .proto with --proto FILE (or --protoset FILE)"
+                        .into(),
+                )),
+                None => Ok(None),
+            };
+        };
+        let url = &self.url;
+        let path = grpc_message::url_path(url).ok_or_else(|| {
+            bad(format!(
+                "--proto and --data are for gRPC calls: {url:?} is not a grpc:// or grpcs:// url"
+            ))
+        })?;
+        let method = grpc_message::method(&schema, path).map_err(|e| bad(e.to_string()))?;
+        let bytes = method
+            .encode(json.as_deref().unwrap_or("{}"))
+            .map_err(|e| bad(format!("--data: {e}")))?;
+        Ok(Some((method, bytes)))
+    }
+
     /// Reads and checks the `--requests` file (an error names its file and line).
     pub fn read_requests(&self) -> Result<Option<Arc<RequestFile>>, LoadError> {
         let Some(path) = &self.requests else {
@@ -318,6 +401,19 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         let bytes = std::fs::read(path)
             .with_context(|| format!("reading --body-file {}", path.display()))?;
         config.proto.body_file = Some(bytes.into());
+    }
+    let method = args.json_message()?.map(|(method, bytes)| {
+        config.proto.body_file = Some(bytes.into());
+        method
+    });
+    if let Some(deadline) = args.deadline {
+        config.proto.headers.push(format!(
+            "grpc-timeout: {}",
+            crate::load::protocol::grpc::timeout_value(deadline)
+        ));
+    }
+    if let (Some(method), true) = (&method, args.verbosity.verbose) {
+        show_first_reply(method, &config);
     }
     let stop = crate::signals::stop_flag();
     let live_step = LiveStep {
@@ -391,6 +487,18 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         c => c,
     };
     Ok(ExitCode::from(code))
+}
+
+/// `--verbose` with a `.proto`: one call before the load (not counted in it), its reply
+/// decoded as JSON on standard error, so the user sees the server understood the message.
+fn show_first_reply(method: &Method, config: &LoadConfig) {
+    let reply = crate::load::probe::first_reply(&config.url, &config.proto, config.timeout)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| method.reply_json(&bytes).map_err(|e| e.to_string()));
+    match reply {
+        Ok(json) => eprintln!("first reply ({}): {json}", method.output_name()),
+        Err(e) => eprintln!("first reply: none ({e})"),
+    }
 }
 
 /// The thresholds checked against the load's result, as a run checks one step.

@@ -28,8 +28,8 @@ pub struct LoadVerbosity {
     /// No per-second lines on standard error; the summary, verdicts and errors still print.
     #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
-    /// Accepted for scripts that pass it to `run` too: `load` prints every per-second line
-    /// already.
+    /// `load` prints every per-second line already; on grpc:// with --proto it also makes one
+    /// call before the load (not counted) and prints its reply decoded as JSON.
     #[arg(short, long)]
     pub verbose: bool,
 }

@@ -15,6 +15,7 @@
 //! 1.3-1.4x h2load's CPU per request; half of stairbench's CPU was in `h2`, tokio and `bytes`.
 
 mod conn;
+pub mod probe;
 mod session;
 
 pub(super) use session::H2Session;

@@ -8,6 +8,7 @@ pub mod budget;
 pub mod external;
 mod fdlimit;
 mod h2;
+pub use h2::probe;
 pub mod kvd;
 pub mod merge;
 mod pipelined;

@@ -276,9 +276,16 @@ impl Target {
             };
             let name = name.trim();
             // Connection-specific headers are forbidden in HTTP/2; the host is :authority.
-            if !template::is_connection_specific(name.as_bytes()) {
-                req = req.header(name, value.trim());
+            if template::is_connection_specific(name.as_bytes()) {
+                continue;
             }
+            req = match self.grpc {
+                true => req.header(
+                    name,
+                    super::protocol::grpc::metadata_value(name, value.trim()),
+                ),
+                false => req.header(name, value.trim()),
+            };
         }
         let body = match self.grpc {
             true => Some(bytes::Bytes::from(crate::wire::grpc::frame(

@@ -152,6 +152,20 @@ pub struct TargetSpec {
     /// or under `{spec_dir}`; overrides `[client] body_file` for this target.
     #[serde(default)]
     pub body_file: Option<String>,
+    /// gRPC targets: the `.proto` defining the url's method (`load --proto`), relative to the
+    /// spec or under `{spec_dir}`; `data` is encoded with its input type.
+    #[serde(default)]
+    pub proto: Option<String>,
+    /// gRPC targets: a FileDescriptorSet in place of `proto` (`load --protoset`).
+    #[serde(default)]
+    pub protoset: Option<String>,
+    /// Directories `proto`'s imports are looked up in (`load --import-path`).
+    #[serde(default)]
+    pub import_paths: Vec<String>,
+    /// gRPC targets: the request message as JSON (protobuf's JSON mapping), a string or a
+    /// table (`load --data`), overriding `[client] data`; encoded once by `proto` when the plan is made.
+    #[serde(default)]
+    pub data: Option<toml::Value>,
     /// Copies of the server, each on an equal share of the server cpuset with its own port
     /// (the client side is split the same way); the step sums them.
     #[serde(default)]
@@ -385,6 +399,20 @@ pub struct ClientSpec {
     /// relative to the spec or under `{spec_dir}`; every gRPC target's unless it has its own.
     #[serde(default)]
     pub body_file: Option<String>,
+    /// gRPC targets: the `.proto` defining their methods (`load --proto`), relative to the
+    /// spec or under `{spec_dir}`; every gRPC target's unless it has its own.
+    #[serde(default)]
+    pub proto: Option<String>,
+    /// gRPC targets: a FileDescriptorSet in place of `proto` (`load --protoset`).
+    #[serde(default)]
+    pub protoset: Option<String>,
+    /// Directories `proto`'s imports are looked up in (`load --import-path`).
+    #[serde(default)]
+    pub import_paths: Vec<String>,
+    /// gRPC targets: the request message as JSON (protobuf's JSON mapping), a string or a
+    /// table (`load --data`); each gRPC target's, encoded by its method's input type, unless the target has its own.
+    #[serde(default)]
+    pub data: Option<toml::Value>,
     /// Redis key space.
     #[serde(default)]
     pub keys: Option<u64>,

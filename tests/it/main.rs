@@ -27,6 +27,7 @@ mod flame;
 mod gaps;
 mod gates;
 mod grpc;
+mod grpc_json;
 mod h2;
 mod help;
 mod history;

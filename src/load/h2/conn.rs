@@ -201,6 +201,11 @@ pub(super) struct H2Conn<T> {
     grpc: bool,
     /// Bytes to write, in order.
     pub out: Vec<u8>,
+    /// Every DATA payload received is also appended to `kept` (a one-call probe shows the
+    /// reply; the load never keeps them).
+    keep_data: bool,
+    /// The DATA payloads received, with `keep_data`.
+    pub kept: Vec<u8>,
 }
 
 impl<T: Copy> H2Conn<T> {
@@ -236,12 +241,20 @@ impl<T: Copy> H2Conn<T> {
             bodies: 0,
             grpc: false,
             out,
+            keep_data: false,
+            kept: Vec::new(),
         }
     }
 
     /// Reads every response as a unary gRPC call's (see [`crate::wire::grpc`]).
     pub fn grpc(mut self) -> Self {
         self.grpc = true;
+        self
+    }
+
+    /// Keeps every DATA payload in [`H2Conn::kept`] (for one call, not for a load).
+    pub fn keep_data(mut self) -> Self {
+        self.keep_data = true;
         self
     }
 
@@ -546,6 +559,9 @@ impl<T: Copy> H2Conn<T> {
             self.conn_unacked = 0;
             self.updates_unwritten = true;
             self.updates_end = self.out.len();
+        }
+        if self.keep_data {
+            self.kept.extend_from_slice(content);
         }
         let grpc = self.grpc;
         let Some(s) = self.slot(id) else {

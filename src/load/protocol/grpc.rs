@@ -23,6 +23,37 @@ pub fn check_path(path: &str) -> Result<(), String> {
     }
 }
 
+/// A metadata value as sent: a `-bin` key's value is binary, so it goes base64-encoded
+/// (unpadded, as gRPC's spec asks senders to); any other value as it is.
+pub fn metadata_value(name: &str, value: &str) -> String {
+    use base64::Engine as _;
+    match name.to_ascii_lowercase().ends_with("-bin") {
+        true => base64::engine::general_purpose::STANDARD_NO_PAD.encode(value),
+        false => value.to_string(),
+    }
+}
+
+/// `--deadline` as a `grpc-timeout` value: at most 8 digits and a unit, the finest unit that
+/// fits (rounded up, so the server never sees a shorter deadline than asked).
+pub fn timeout_value(deadline: std::time::Duration) -> String {
+    let ns = deadline.as_nanos();
+    let units: [(u128, char); 6] = [
+        (1, 'n'),
+        (1_000, 'u'),
+        (1_000_000, 'm'),
+        (1_000_000_000, 'S'),
+        (60_000_000_000, 'M'),
+        (3_600_000_000_000, 'H'),
+    ];
+    for (per, unit) in units {
+        let n = ns.div_ceil(per);
+        if n < 100_000_000 {
+            return format!("{n}{unit}");
+        }
+    }
+    "99999999H".into()
+}
+
 /// The error kind of a call that ended with a non-zero status: `grpc_status`, its code, the
 /// code's name and the server's `grpc-message`.
 pub fn status_kind(code: u32, message: &str) -> String {
@@ -48,6 +79,24 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn bin_metadata_is_base64_and_timeouts_fit_eight_digits() {
+        assert_eq!(metadata_value("trace-bin", "hi\u{0}"), "aGkA");
+        assert_eq!(metadata_value("Trace-Bin", "a"), "YQ");
+        assert_eq!(metadata_value("user", "hi"), "hi");
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(timeout_value(ms(200)), "200000u");
+        assert_eq!(
+            timeout_value(std::time::Duration::from_nanos(1500)),
+            "1500n"
+        );
+        assert_eq!(timeout_value(ms(100_000)), "100000m");
+        assert_eq!(
+            timeout_value(std::time::Duration::from_secs(200_000)),
+            "200000S"
+        );
     }
 
     #[test]

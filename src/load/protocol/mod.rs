@@ -4,6 +4,7 @@
 //! varying fields in place) and recognises complete replies at the front of a buffer.
 
 pub mod grpc;
+pub mod grpc_message;
 pub mod http;
 pub mod keys;
 pub mod memcache;

@@ -234,20 +234,46 @@ pub fn fill_host(url: &str, host: Option<&HostSpec>) -> String {
     url.replace("{host}", &address)
 }
 
-/// A gRPC message file (`body_file`) is read on this machine: client groups on other hosts
-/// would load without it.
+/// A gRPC message (`body_file`, or `data` encoded by `proto` or `protoset`) is made on this
+/// machine: client groups on other hosts would load without it.
 fn refuse_message_file(spec: &SpecFile) -> Result<(), SpecError> {
     let s = &spec.spec;
-    let index = s.targets.iter().position(|t| t.body_file.is_some());
-    let keys: Vec<String> = match (index, &s.client.body_file) {
-        (_, Some(_)) => vec!["client".into(), "body_file".into()],
-        (Some(i), None) => vec!["targets".into(), i.to_string(), "body_file".into()],
+    // The message's keys in the order they are looked for; the first written is named.
+    let key = |body_file: bool, data: bool, proto: bool, protoset: bool| {
+        [
+            (body_file, "body_file"),
+            (data, "data"),
+            (proto, "proto"),
+            (protoset, "protoset"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    };
+    let c = &s.client;
+    let client = key(
+        c.body_file.is_some(),
+        c.data.is_some(),
+        c.proto.is_some(),
+        c.protoset.is_some(),
+    );
+    let target = s.targets.iter().enumerate().find_map(|(i, t)| {
+        key(
+            t.body_file.is_some(),
+            t.data.is_some(),
+            t.proto.is_some(),
+            t.protoset.is_some(),
+        )
+        .map(|k| (i, k))
+    });
+    let keys: Vec<String> = match (target, client) {
+        (_, Some(k)) => vec!["client".into(), k.into()],
+        (Some((i, k)), None) => vec!["targets".into(), i.to_string(), k.into()],
         (None, None) => return Ok(()),
     };
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     Err(spec.error_at(
         &keys,
-        "a gRPC message file is read on this machine; client groups on other hosts cannot use \
-         it yet",
+        "a gRPC message (body_file, or data with its proto) is made on this machine; client \
+         groups on other hosts cannot use it yet",
     ))
 }

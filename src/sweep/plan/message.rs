@@ -1,12 +1,14 @@
-//! The gRPC request message a spec gives with `body_file` (on `[client]`, or on a target for
-//! that target alone): read when the plan is made, relative to the spec or under
-//! `{spec_dir}`, so that a missing file is refused by `run --dry-run` at its line and key
-//! rather than by the first step.
+//! The gRPC request message a spec gives with `body_file` (serialized protobuf) or with
+//! `data` (JSON) and `proto` or `protoset` (on `[client]`, or on a target for that target
+//! alone): read and encoded when the plan is made, files relative to the spec or under
+//! `{spec_dir}`, so that a missing file, a method the `.proto` lacks or a field it does not
+//! define is refused by `run --dry-run` at its line and key rather than by the first step.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::spec_dir;
+use crate::load::protocol::grpc_message::{self, Schema};
 use crate::sweep::spec::{SpecError, SpecFile};
 
 /// A message file's path: `{spec_dir}` filled, then taken relative to the spec's directory
@@ -49,6 +51,9 @@ pub(super) fn target_message(
     i: usize,
     url: &str,
 ) -> Result<Option<Arc<[u8]>>, SpecError> {
+    if let Some(bytes) = json_message(spec, i, url)? {
+        return Ok(Some(bytes));
+    }
     let own = spec.spec.targets[i].body_file.as_deref();
     let index = i.to_string();
     let keys: &[&str] = match own {
@@ -74,4 +79,136 @@ pub(super) fn target_message(
         ));
     }
     own.map(|written| read(spec, keys, written)).transpose()
+}
+
+/// The spec's message keys of one level (`[client]` or a target): where each is written.
+struct Level<'a> {
+    keys: Vec<String>,
+    body_file: Option<&'a str>,
+    data: Option<&'a toml::Value>,
+    proto: Option<&'a str>,
+    protoset: Option<&'a str>,
+    import_paths: &'a [String],
+}
+
+impl Level<'_> {
+    fn key(&self, name: &str) -> Vec<String> {
+        let mut k = self.keys.clone();
+        k.push(name.into());
+        k
+    }
+
+    fn has_schema(&self) -> bool {
+        self.proto.is_some() || self.protoset.is_some()
+    }
+
+    /// The schema these keys give (paths taken relative to the spec), and its key.
+    fn schema(&self, spec: &SpecFile) -> Option<(Schema, Vec<String>)> {
+        if let Some(file) = self.proto {
+            let import_paths = self.import_paths.iter().map(|d| path(spec, d)).collect();
+            let schema = Schema::Proto {
+                file: path(spec, file),
+                import_paths,
+            };
+            return Some((schema, self.key("proto")));
+        }
+        self.protoset
+            .map(|file| (Schema::Protoset(path(spec, file)), self.key("protoset")))
+    }
+}
+
+fn error_at(spec: &SpecFile, keys: &[String], message: impl Into<String>) -> SpecError {
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    spec.error_at(&keys, message.into())
+}
+
+/// Target `i`'s message from JSON (`data`, its own or `[client]`'s, with the nearest
+/// `proto` or `protoset`), encoded by the input type of the url's method; none when neither
+/// level gives `data` or a schema, or when the target's own `body_file` is its message.
+fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<Arc<[u8]>>, SpecError> {
+    let t = &spec.spec.targets[i];
+    let c = &spec.spec.client;
+    let target = Level {
+        keys: vec!["targets".into(), i.to_string()],
+        body_file: t.body_file.as_deref(),
+        data: t.data.as_ref(),
+        proto: t.proto.as_deref(),
+        protoset: t.protoset.as_deref(),
+        import_paths: &t.import_paths,
+    };
+    let client = Level {
+        keys: vec!["client".into()],
+        body_file: c.body_file.as_deref(),
+        data: c.data.as_ref(),
+        proto: c.proto.as_deref(),
+        protoset: c.protoset.as_deref(),
+        import_paths: &c.import_paths,
+    };
+    for level in [&target, &client] {
+        if let (Some(_), Some(_)) = (level.body_file, level.data) {
+            return Err(error_at(
+                spec,
+                &level.key("data"),
+                "give the message once: body_file (serialized protobuf) or data (JSON with proto)",
+            ));
+        }
+        if level.proto.is_some() && level.protoset.is_some() {
+            return Err(error_at(
+                spec,
+                &level.key("protoset"),
+                "give the types once: proto (a .proto file) or protoset (a FileDescriptorSet)",
+            ));
+        }
+    }
+    // The target's own message beats the client's; a body_file is a whole message.
+    let (data, data_keys) = match (target.data, target.body_file, client.data) {
+        (Some(d), _, _) => (Some(d), target.key("data")),
+        (None, Some(_), _) => return Ok(None),
+        (None, None, Some(d)) => (Some(d), client.key("data")),
+        (None, None, None) => (None, Vec::new()),
+    };
+    let schema_level = if target.has_schema() {
+        &target
+    } else {
+        &client
+    };
+    let schema = schema_level.schema(spec);
+    let Some(keys) = schema
+        .as_ref()
+        .map(|(_, k)| k.clone())
+        .or_else(|| data.map(|_| data_keys.clone()))
+    else {
+        return Ok(None);
+    };
+    if data.is_none() && client.body_file.is_some() {
+        // `[client] body_file` is the message; a schema alone adds nothing to it.
+        return Ok(None);
+    }
+    if spec.spec.client.command.is_some() {
+        return Err(error_at(spec, &keys, "data, proto and protoset are options of the built-in engine; give an external client command its own message"));
+    }
+    let Some(path) = grpc_message::url_path(url) else {
+        let name = &t.name;
+        return Err(error_at(spec, &keys, format!("data and proto make a gRPC request message, but target {name:?} is loaded at {url:?}: give them to grpc:// and grpcs:// targets only (an HTTP body is `body`)")));
+    };
+    let Some((schema, schema_keys)) = schema else {
+        return Err(error_at(spec, &data_keys, "data is JSON encoded by the method's input type: give the .proto with proto = \"FILE\" (or a FileDescriptorSet with protoset)"));
+    };
+    let method = grpc_message::method(&schema, path)
+        .map_err(|e| error_at(spec, &schema_keys, e.to_string()))?;
+    let json = match data {
+        Some(toml::Value::String(text)) => text.clone(),
+        Some(other) => serde_json::to_string(other)
+            .map_err(|e| error_at(spec, &data_keys, format!("not JSON: {e}")))?,
+        None => "{}".into(),
+    };
+    let bytes = method.encode(&json).map_err(|e| {
+        let keys = if data.is_some() {
+            &data_keys
+        } else {
+            &schema_keys
+        };
+        error_at(spec, keys, e.to_string())
+    })?;
+    Ok(Some(bytes.into()))
 }

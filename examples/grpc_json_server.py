@@ -1,0 +1,123 @@
+"""A gRPC server for examples/greeter.proto on grpcio (Debian's python3-grpcio), its code
+generated at start-up by grpcio-tools (python3-grpc-tools) from the same .proto stairbench
+reads: each request is decoded by protobuf's own Python runtime, not by stairbench.
+
+  python3 grpc_json_server.py PORT [--expect JSON] [--metadata KEY=VALUE]...
+
+It counts the calls of each method; with --expect (a HelloRequest in protobuf's JSON mapping,
+parsed by google.protobuf.json_format) it also counts the calls whose request equals it, field
+for field; with --metadata, the calls that carried each KEY with VALUE (a `-bin` key's value
+compared as the bytes grpcio decoded from base64). It records the largest and smallest
+deadline left on arrival (context.time_remaining()) of the calls that had one.
+
+A line "count" on standard input prints one JSON object on standard output:
+{"calls": {METHOD: n}, "matched": n, "metadata_matched": n, "remaining_s": [min, max] | null}
+"""
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+
+import grpc
+from grpc_tools import protoc
+from google.protobuf import json_format
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def generate():
+    """greeter_pb2 and greeter_pb2_grpc, generated from greeter.proto into a temporary directory."""
+    out = tempfile.mkdtemp(prefix="greeter-")
+    code = protoc.main(
+        ["protoc", f"-I{HERE}", f"--python_out={out}", f"--grpc_python_out={out}", "greeter.proto"]
+    )
+    if code != 0:
+        sys.exit(f"grpc_tools.protoc failed ({code})")
+    sys.path.insert(0, out)
+    import greeter_pb2
+    import greeter_pb2_grpc
+
+    return greeter_pb2, greeter_pb2_grpc
+
+
+pb2, pb2_grpc = generate()
+lock = threading.Lock()
+calls = {"SayHello": 0, "Exhausted": 0, "Slow": 0}
+state = {"matched": 0, "metadata_matched": 0, "remaining": None}
+expected = None
+metadata = {}
+
+
+def count(method, request, context):
+    md = dict(context.invocation_metadata())
+    remaining = context.time_remaining()
+    with lock:
+        calls[method] += 1
+        if expected is not None and request == expected:
+            state["matched"] += 1
+        if metadata and all(md.get(k) == v for k, v in metadata.items()):
+            state["metadata_matched"] += 1
+        if remaining is not None:
+            lo, hi = state["remaining"] or (remaining, remaining)
+            state["remaining"] = (min(lo, remaining), max(hi, remaining))
+
+
+class Greeter(pb2_grpc.GreeterServicer):
+    def SayHello(self, request, context):
+        count("SayHello", request, context)
+        return pb2.HelloReply(message=f"hello {request.user.name}")
+
+    def Exhausted(self, request, context):
+        count("Exhausted", request, context)
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "over quota")
+
+    def Slow(self, request, context):
+        count("Slow", request, context)
+        time.sleep(0.3)
+        return pb2.HelloReply(message=f"hello {request.user.name}")
+
+
+def answer_counts():
+    for line in sys.stdin:
+        if line.strip() == "count":
+            with lock:
+                doc = {
+                    "calls": dict(calls),
+                    "matched": state["matched"],
+                    "metadata_matched": state["metadata_matched"],
+                    "remaining_s": state["remaining"],
+                }
+            print(json.dumps(doc), flush=True)
+
+
+def main():
+    global expected
+    args = sys.argv[1:]
+    port = int(args.pop(0))
+    while args:
+        flag, value = args.pop(0), args.pop(0)
+        if flag == "--expect":
+            expected = json_format.Parse(value, pb2.HelloRequest())
+        elif flag == "--metadata":
+            key, text = value.split("=", 1)
+            metadata[key] = text.encode() if key.endswith("-bin") else text
+        else:
+            sys.exit(f"unknown option {flag}")
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8),
+        options=[("grpc.max_concurrent_streams", 1000)],
+    )
+    pb2_grpc.add_GreeterServicer_to_server(Greeter(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    print(f"listening on {port}", flush=True)
+    threading.Thread(target=answer_counts, daemon=True).start()
+    server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    main()
