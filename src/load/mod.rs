@@ -188,19 +188,6 @@ pub fn run(
     run_at(config, None, sink, stop)
 }
 
-/// Reply buffers of 1 MiB and more are mapped apart and unmapped when freed. glibc's
-/// threshold otherwise rises to the largest buffer freed, after which big buffers come from
-/// the heap, where freed ones stay resident: a hostile server making every connection grow
-/// and drop its buffer raised a 16 MiB reply budget's peak RSS to 183 MB once.
-fn big_buffers_from_mmap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets a parameter of the allocator; a fixed threshold also turns
-    // the dynamic one off.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-    }
-}
-
 /// `run`, with the warm-up starting when the wall clock reads `start_at_unix_ns` (after the
 /// connections are open), so loads on several hosts measure the same window.
 pub fn run_at(
@@ -210,7 +197,6 @@ pub fn run_at(
     stop: &AtomicBool,
 ) -> Result<LoadOutcome, LoadError> {
     engine::check_start_at(start_at_unix_ns)?;
-    big_buffers_from_mmap();
     let shared_memory = config.url.starts_with("shm://") || config.url.starts_with("kvd://");
     if shared_memory && config.connect != sources::ConnectOptions::default() {
         return Err(LoadError::BadInput(
