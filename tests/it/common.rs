@@ -273,9 +273,9 @@ pub fn kvd_staircase_turn() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Held by each test that pins a load generator and judges its timing (late sends, its busy
-/// %, a hog beside it), and by the minute-long soak: the soak's steady load on both CPUs made a
-/// modest pinned open loop late in 3 of 3 tries in one CI run, and a hog or load of one pinned
-/// test would be another's.
+/// %, a hog beside it), by the minute-long soak and by the test that spins hogs on every CPU:
+/// the soak's steady load, or those hogs, made a modest pinned open loop late in 3 of 3 tries
+/// in CI runs, and a hog or load of one pinned test would be another's.
 pub fn pinned_turn() -> std::sync::MutexGuard<'static, ()> {
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     TURN.lock().unwrap_or_else(|e| e.into_inner())
