@@ -233,27 +233,21 @@ pub fn timestamp() -> String {
     let secs = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let (y, m, d, hh, mm, ss) = civil_time(secs);
+    format!("{y:04}{m:02}{d:02}-{hh:02}{mm:02}{ss:02}")
+}
+
+/// Seconds since the epoch as UTC (year, month, day, hour, minute, second).
+fn civil_time(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// `unix_s` (seconds since the epoch) as UTC `YYYY-MM-DD HH:MM:SS UTC`.
 pub fn utc_time(unix_s: f64) -> String {
-    let secs = unix_s.max(0.0) as u64;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let (y, m, d, hh, mm, ss) = civil_time(unix_s.max(0.0) as u64);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}:{ss:02} UTC")
 }
 
 // Howard Hinnant's days-to-civil algorithm.

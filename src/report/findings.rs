@@ -126,11 +126,15 @@ pub fn stdout_lines(a: &RunAnalysis) -> Vec<String> {
     out
 }
 
-fn series_conclusion(s: &SeriesAnalysis) -> String {
-    let p99 = s
-        .points
+/// The load level the series peaks at.
+fn peak_point(s: &SeriesAnalysis) -> Option<&LoadPoint> {
+    s.points
         .iter()
         .find(|p| Some(p.clients) == s.peak.clients && p.rate_rps == s.peak.rate_rps)
+}
+
+fn series_conclusion(s: &SeriesAnalysis) -> String {
+    let p99 = peak_point(s)
         .map(|p| format!(", p99 {}", p.p99_text()))
         .unwrap_or_default();
     let mut text = format!(
@@ -219,9 +223,7 @@ pub fn peak_lines(a: &RunAnalysis) -> Vec<String> {
 /// " — disturbed: other processes took 69% of ..." when the peak's level was kept though
 /// disturbed (`run --keep-disturbed`), so that the peak is never read without it.
 fn peak_disturbed(s: &SeriesAnalysis) -> String {
-    s.points
-        .iter()
-        .find(|p| Some(p.clients) == s.peak.clients && p.rate_rps == s.peak.rate_rps)
+    peak_point(s)
         .and_then(|p| p.disturbed.as_deref())
         .map_or(String::new(), |d| format!(" — disturbed: {d}"))
 }
