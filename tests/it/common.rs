@@ -272,11 +272,11 @@ pub fn kvd_staircase_turn() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Held by each test that pins a load generator and judges its timing (late sends, its busy
-/// %, a hog beside it), by the minute-long soak and by the test that spins hogs on every CPU:
-/// the soak's steady load, or those hogs, made a modest pinned open loop late in 3 of 3 tries
-/// in CI runs, and a hog or load of one pinned test would be another's.
-pub fn pinned_turn() -> std::sync::MutexGuard<'static, ()> {
+/// Held by the two tests here that load every CPU for long (the minute-long soak, the test
+/// that spins hogs on every CPU), so they do not overlap: each judges what it measured while
+/// the other's load would be a neighbour. Tests that judge a pinned generator's timing need
+/// the machine to themselves and live in tests/solo.
+pub fn busy_machine_turn() -> std::sync::MutexGuard<'static, ()> {
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }

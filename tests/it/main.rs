@@ -42,7 +42,6 @@ mod launchers;
 mod layering;
 mod live;
 mod load_engine;
-mod load_histograms;
 mod many_hosts;
 mod memcache;
 mod nginx_example;

@@ -48,7 +48,7 @@ fn the_growth_of_a_line_is_read_as_a_share_of_the_mean() {
 
 #[test]
 fn a_held_run_keeps_its_memory_and_descriptors_flat() {
-    let _turn = common::pinned_turn();
+    let _turn = common::busy_machine_turn();
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("soak.toml");
     std::fs::write(&spec, "name = \"soak\"\nwarmup = \"0s\"\nclients = [2]\nrate = [2000]\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();

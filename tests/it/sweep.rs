@@ -2054,8 +2054,8 @@ impl Drop for Hogs {
 
 #[test]
 fn a_step_whose_cpus_others_shared_is_disturbed_run_again_and_left_out() {
-    // Its hogs spin on every CPU: the pinned tests' generators would be late beside them.
-    let _turn = common::pinned_turn();
+    // Its hogs spin on every CPU: the soak beside them would be a neighbour.
+    let _turn = common::busy_machine_turn();
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("hog.toml");
     std::fs::write(

@@ -1,4 +1,4 @@
-//! examples/grpc-python.toml with 1 s steps: grpcio's Python server (Debian's python3-grpcio)
+//! examples/grpc-python.toml with 1 s steps, three repetitions: grpcio's Python server (Debian's python3-grpcio)
 //! on the staircase, its diagnosis checked against grpcio's own figures. The server writes its
 //! own count of calls and request bytes and its process's CPU seconds (`--metrics`, every
 //! 25 ms and once more when it is stopped): the calls stairbench sent over the whole series
@@ -58,11 +58,14 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
         );
         return;
     }
-    let edits = [("warmup = \"0.5s\"", "warmup = \"300ms\"")];
+    // Three repetitions: measured once each, its levels on this shared machine scatter by
+    // ±10% (5.6k, 4.8k, 5.9k, 5.2k, 4.9k calls/s) and a dip two levels past a noisy peak
+    // read as a fall. Repeated, the diagnosis judges a fall by the levels' own spread.
+    let edits = [("warmup = \"0.5s\"", "warmup = \"300ms\"\nrepetitions = 3")];
     let Some((d, steps, dir)) = run_example_edited("grpc-python", &[], &edits) else {
         return;
     };
-    assert_eq!(steps.len(), 5, "five levels: {steps:#?}");
+    assert_eq!(steps.len(), 15, "five levels, three times: {steps:#?}");
     // Exact accounting: grpcio's count once stopped, against every call the engine sent
     // (warm-ups included: the server ran through the whole series).
     let last = std::fs::read_to_string(dir.path().join("run/metrics/grpcio.json")).unwrap();
@@ -78,6 +81,7 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
         "{last}"
     );
     let mut per_call = Vec::new();
+    let mut ratios = Vec::new();
     for step in &steps {
         let (rate, busy, cpu_us) = grpcio_window(step);
         let engine = f(&step["throughput_rps"], "throughput_rps");
@@ -89,19 +93,42 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
         // Both of grpcio's readings lie inside the window (the first rewrite after it began,
         // the last one before it ended), each dated by grpcio with its counts: the same rate
         // as the engine's. Read after the load stopped, the span held idle time (9% low).
-        // Measured: within 2.7% in CI (idle) and 3.4% on a loaded machine, both 2026-11-28.
+        // Their span is a part of the window (the writer, a Python thread on a full CPU, may
+        // wait tens of ms for the GIL): a rate that varied inside the window differs by that
+        // much. Measured within 2.7% in CI (idle) and 3.4% loaded (2026-11-28); one step
+        // of 45 read 6.6% low (2026-11-29). Each step within 10%, their median within 3%.
         let ratio = rate / engine;
         assert!(
-            (0.95..=1.05).contains(&ratio),
+            (0.90..=1.10).contains(&ratio),
             "{}: grpcio {rate:.0}/s, the engine {engine:.0}/s",
             step["id"]
         );
+        ratios.push(ratio);
         assert_eq!(step["errors"], serde_json::json!({}), "{}", step["id"]);
         per_call.push((
+            step["clients"].as_u64().unwrap(),
             busy / cpu_count(step["server_cpus"].as_str().unwrap()) as f64,
             cpu_us,
         ));
     }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    assert!(
+        (0.97..=1.03).contains(&median),
+        "grpcio's rate / the engine's, median of the steps: {median:.3} ({ratios:.3?})"
+    );
+    // Per level, from the fewest clients to the most: (its CPUs busy, CPU µs per call), the
+    // means over its repetitions.
+    per_call.sort_by_key(|p| p.0);
+    let per_call: Vec<(f64, f64)> = per_call
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|reps| {
+            let n = reps.len() as f64;
+            let busy = reps.iter().map(|r| r.1).sum::<f64>() / n;
+            (busy, reps.iter().map(|r| r.2).sum::<f64>() / n)
+        })
+        .collect();
+    assert_eq!(per_call.len(), 5, "five levels: {per_call:?}");
     // The diagnosis: the server's CPU, and grpcio's own CPU seconds say the same: its CPU
     // full at the top levels, the same CPU per call from the first level to the last, and
     // that CPU per call the one the diagnosis gives (from /proc and the engine's count).
@@ -111,9 +138,12 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
         top.clone().all(|busy| busy >= 0.8),
         "grpcio's own CPU at the top levels: {per_call:?}"
     );
+    // Coherency would show as CPU per call growing with the load; a full CPU serving more
+    // calls per wake-up at the top may cost less per call (226 -> 152 µs in one run, its
+    // first level 87% busy).
     let (first, last) = (per_call[0].1, per_call[per_call.len() - 1].1);
     assert!(
-        (last / first - 1.0).abs() <= 0.25,
+        last / first - 1.0 <= 0.25,
         "grpcio's own CPU per call {first:.1} µs -> {last:.1} µs"
     );
     let said = quoted(&d, Metric::CpuUsPerReq);

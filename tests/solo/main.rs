@@ -18,6 +18,7 @@ mod common;
 mod diagnosis;
 mod grpc;
 mod limits_io;
+mod load_histograms;
 mod memcached;
 mod next_hop;
 mod tomcat;

@@ -572,6 +572,30 @@ fn one_low_last_step_is_a_fall_when_its_repetitions_say_so() {
 }
 
 #[test]
+fn a_fall_two_levels_past_the_peak_is_judged_by_repetitions_where_there_are_some() {
+    // grpcio's noisy single steps, its first level with room on its CPU: coherency when
+    // measured once (two levels past the peak, the last 16% below it).
+    let shape = |i: usize, s: &mut S| {
+        s.x = [5564.0, 4807.0, 5888.0, 5229.0, 4941.0][i];
+        s.server_cpus = "0";
+        s.busy_pct = [60.0, 80.0, 98.0, 99.0, 95.0][i];
+        s.cpu_us = [167.1, 193.5, 164.7, 189.3, 190.2][i];
+        s.busiest = Some(("grpcio", 45.0));
+    };
+    // A second repetition 11% higher at the last level: its mean is still 11% under the
+    // peak, but the two repetitions' spread covers the peak: the fall is noise.
+    let d = diagnose_two_reps(&bending(shape), |i, s| {
+        if i == 4 {
+            s.x = 5500.0;
+        }
+    });
+    assert_ne!(d.limit, Limit::Coherency, "{}", d.sentence);
+    // Two repetitions within 1% of each other: the same fall is beyond their noise.
+    let d = diagnose_two_reps(&bending(shape), |_, s| s.x *= 1.01);
+    assert_eq!(d.limit, Limit::Coherency, "{}", d.sentence);
+}
+
+#[test]
 fn without_a_knee_the_flat_part_starts_at_the_saturation_point() {
     // The peak is the first flat level, so Kneedle (on the rising part only) sees a line.
     let d = diagnose_all(&hot_row(|_, _| ()));

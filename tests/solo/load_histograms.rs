@@ -128,7 +128,7 @@ print(intervals, total.get_total_count(), total.get_value_at_percentile(99))
 fn hist_log_is_read_by_hdrhistograms_own_python_reader() {
     // A sparse tail (from hogs beside it) puts p99 between two far buckets, where the two
     // readers' rank rounding may pick either: it runs with the CPUs to itself.
-    let _turn = common::pinned_turn();
+    let _alone = crate::alone();
     let Some(python) = python_with_hdrh() else {
         return;
     };
@@ -266,7 +266,7 @@ fn late_share(report: &serde_json::Value) -> f64 {
 
 #[test]
 fn open_loop_the_generator_cannot_keep_is_flagged_by_late_sends() {
-    let _turn = common::pinned_turn();
+    let _alone = crate::alone();
     let Some((server_cpu, client_cpu)) = two_cpus() else {
         return;
     };
@@ -289,7 +289,7 @@ fn open_loop_the_generator_cannot_keep_is_flagged_by_late_sends() {
 
 #[test]
 fn modest_open_loop_is_not_flagged_and_its_spin_is_not_busy() {
-    let _turn = common::pinned_turn();
+    let _alone = crate::alone();
     let Some((server_cpu, client_cpu)) = two_cpus() else {
         return;
     };
@@ -318,7 +318,7 @@ fn modest_open_loop_is_not_flagged_and_its_spin_is_not_busy() {
 
 #[test]
 fn shm_clients_pinned_to_one_cpu_are_judged_as_one_cpu() {
-    let _turn = common::pinned_turn();
+    let _alone = crate::alone();
     let Some((server_cpu, client_cpu)) = two_cpus() else {
         return;
     };
@@ -395,7 +395,7 @@ fn a_pin_to_a_cpu_the_machine_lacks_is_an_error_naming_it() {
 
 #[test]
 fn generator_threads_sharing_one_cpu_show_their_wait_for_it() {
-    let _turn = common::pinned_turn();
+    let _alone = crate::alone();
     let Some((server_cpu, client_cpu)) = two_cpus() else {
         return;
     };
