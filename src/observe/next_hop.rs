@@ -588,8 +588,7 @@ impl NextHopWatch {
                             };
                             // Thousands of sockets make a sample cost milliseconds: spaced so
                             // that the sampling stays within its budget.
-                            let cost_s = super::thread_cpu_s() - cpu0;
-                            base.max(Duration::from_secs_f64(cost_s / BUDGET_SHARE))
+                            super::spaced(base, super::thread_cpu_s() - cpu0, BUDGET_SHARE)
                         }
                         Err(_) => {
                             failed += 1;
