@@ -105,9 +105,14 @@ impl Observer {
     ) -> Observer {
         let cpu0 = thread_cpu_s();
         let proc_root = Path::new("/proc");
-        let pids = server_pid
-            .and_then(|pid| procfs::sample_tree(proc_root, pid))
-            .map(|t| t.processes.keys().copied().collect::<Vec<_>>());
+        // The tree's processes only: reading every thread's files here cost as much as a
+        // window's end (200 threads: a third of the observer's fixed cost).
+        let pids = server_pid.and_then(|pid| {
+            let parents = procfs::parent_map(proc_root);
+            parents
+                .contains_key(&pid)
+                .then(|| procfs::descendants(pid, &parents))
+        });
         let (perf, perf_note) = match &pids {
             Some(pids) => match perf::PerfStat::start(pids) {
                 Ok(p) => (Some(p), None),
