@@ -437,7 +437,11 @@ mod tests {
         // first one's figure kept.
         let mut after = side(100, 1800, 1_900_000, 150);
         let mut before = side(0, 0, 0, 0);
-        after.blkio_ticks.as_mut().unwrap().insert((1, 2), 3_831_951);
+        after
+            .blkio_ticks
+            .as_mut()
+            .unwrap()
+            .insert((1, 2), 3_831_951);
         before.blkio_ticks.as_mut().unwrap().insert((1, 2), 0);
         let u = disk_use(&before, &after, 2.0).unwrap();
         assert_eq!(u.blkio_delay_s, Some(150.0 / procfs::ticks_per_s()));

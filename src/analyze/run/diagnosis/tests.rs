@@ -349,22 +349,27 @@ fn threads_queued_from_the_first_level_on_a_full_cpu_are_its_cpu_limit() {
 fn a_full_cpu_level_from_the_start_is_its_cpu_limit_not_coherency() {
     // grpcio on its one CPU in CI (a slower day: 165 us per call): a noisy peak at 4
     // clients and 16% below it at 16 was read as coherency.
-    let shape = |i: usize, s: &mut S| {
-        s.x = [5564.0, 4807.0, 5888.0, 5229.0, 4941.0][i];
-        s.server_cpus = "0";
-        s.busy_pct = [94.0, 95.0, 98.0, 99.0, 95.0][i];
-        s.cpu_us = [167.1, 193.5, 164.7, 189.3, 190.2][i];
-        s.busiest = Some(("grpcio", 45.0));
-    };
-    let d = diagnose_all(&bending(shape));
+    let d = diagnose_all(&grpcio_dip([94.0, 95.0, 98.0, 99.0, 95.0]));
     assert_eq!(d.limit, Limit::ServerCpu, "{}", d.sentence);
     // The same fall from a first level with room on its CPU is coherency.
-    let d = diagnose_all(&bending(|i, s| {
-        shape(i, s);
-        s.busy_pct = [60.0, 80.0, 98.0, 99.0, 95.0][i];
-    }));
+    let d = diagnose_all(&grpcio_dip(ROOM_AT_FIRST));
     assert_eq!(d.limit, Limit::Coherency, "{}", d.sentence);
 }
+
+/// grpcio on its one CPU, measured once a level: a noisy peak at 4 clients and 16% below it
+/// at 16, its CPU `busy_pct` busy at each level.
+fn grpcio_dip(busy_pct: [f64; 5]) -> Vec<S> {
+    bending(|i, s| {
+        s.x = [5564.0, 4807.0, 5888.0, 5229.0, 4941.0][i];
+        s.server_cpus = "0";
+        s.busy_pct = busy_pct[i];
+        s.cpu_us = [167.1, 193.5, 164.7, 189.3, 190.2][i];
+        s.busiest = Some(("grpcio", 45.0));
+    })
+}
+
+/// A first level with room on its CPU.
+const ROOM_AT_FIRST: [f64; 5] = [60.0, 80.0, 98.0, 99.0, 95.0];
 
 #[test]
 fn a_series_flat_from_its_third_level_stops_scaling_there() {
@@ -575,23 +580,16 @@ fn one_low_last_step_is_a_fall_when_its_repetitions_say_so() {
 fn a_fall_two_levels_past_the_peak_is_judged_by_repetitions_where_there_are_some() {
     // grpcio's noisy single steps, its first level with room on its CPU: coherency when
     // measured once (two levels past the peak, the last 16% below it).
-    let shape = |i: usize, s: &mut S| {
-        s.x = [5564.0, 4807.0, 5888.0, 5229.0, 4941.0][i];
-        s.server_cpus = "0";
-        s.busy_pct = [60.0, 80.0, 98.0, 99.0, 95.0][i];
-        s.cpu_us = [167.1, 193.5, 164.7, 189.3, 190.2][i];
-        s.busiest = Some(("grpcio", 45.0));
-    };
     // A second repetition 11% higher at the last level: its mean is still 11% under the
     // peak, but the two repetitions' spread covers the peak: the fall is noise.
-    let d = diagnose_two_reps(&bending(shape), |i, s| {
+    let d = diagnose_two_reps(&grpcio_dip(ROOM_AT_FIRST), |i, s| {
         if i == 4 {
             s.x = 5500.0;
         }
     });
     assert_ne!(d.limit, Limit::Coherency, "{}", d.sentence);
     // Two repetitions within 1% of each other: the same fall is beyond their noise.
-    let d = diagnose_two_reps(&bending(shape), |_, s| s.x *= 1.01);
+    let d = diagnose_two_reps(&grpcio_dip(ROOM_AT_FIRST), |_, s| s.x *= 1.01);
     assert_eq!(d.limit, Limit::Coherency, "{}", d.sentence);
 }
 
