@@ -54,6 +54,15 @@ pub fn parse_diskstats(text: &str) -> BTreeMap<String, (String, DiskStat)> {
         .collect()
 }
 
+/// Whether a thread's block-I/O delay over a span (delay accounting, both in seconds) can be
+/// one: at most the span and two clock ticks. Field 42 of a sleeping thread's stat once read
+/// the machine's uptime in ticks (3,831,951 at 10 h 38 min up, 0 a second later, kernel 6.18):
+/// clamped to the span, a server's metrics writer waiting on a timer read as 96% storage. Such
+/// a thread's storage comes from its samples instead.
+pub fn plausible_blkio(delay_s: f64, span_s: f64) -> bool {
+    delay_s <= span_s + 0.02
+}
+
 /// Delay accounting's block-I/O wait of one task, in clock ticks (field 42 of its stat).
 pub fn parse_blkio_ticks(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -333,14 +342,14 @@ pub fn disk_use(before: &DiskSample, after: &DiskSample, window_s: f64) -> Optio
         .collect();
     // Only tasks seen at both ends (or by the samples between): a task's total since its
     // birth is not the window's; a task's delay longer than the window is a misread of the
-    // kernel's (see `plausible_blkio`) and left out. No more than every task waiting all the
+    // kernel's (see [`plausible_blkio`]) and left out. No more than every task waiting all the
     // time, or the figure is not believable and is left out.
     let ticks = procfs::ticks_per_s();
     let blkio_delay_s = match (&before.blkio_ticks, &after.blkio_ticks) {
         (Some(a), Some(b)) => Some(
             b.iter()
                 .filter_map(|(k, t)| Some(t.saturating_sub(*a.get(k)?) as f64 / ticks))
-                .filter(|&d| super::thread_states::plausible_blkio(d, window_s))
+                .filter(|&d| plausible_blkio(d, window_s))
                 .sum::<f64>(),
         )
         .filter(|&d| d <= 1.05 * window_s * b.len() as f64),
