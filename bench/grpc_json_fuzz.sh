@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The JSON-to-gRPC-message encoder (src/load/protocol/grpc_message.rs) on INPUTS mutated
+# messages (default 10 million; seeded, half of them from a message with placeholders): bytes
+# replaced, cut and repeated. Every input is encoded once, compiled per call (one message
+# rendered and decoded back by the input type) or refused with an error that starts with
+# its JSON path, "the message is not JSON" or "the message's placeholders"; a panic or another
+# error fails. Prints the inputs, the time and how many went each way.
+#
+# Usage: bench/grpc_json_fuzz.sh   env: INPUTS=10000000
+# (the ignored test ten_million_mutated_messages_never_panic, in the release profile.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+INPUTS=${INPUTS:-10000000}
+STAIRBENCH_FUZZ_INPUTS=$INPUTS cargo test --release --lib -- --ignored --exact \
+    load::protocol::grpc_message::tests::ten_million_mutated_messages_never_panic --nocapture 2>&1 |
+    grep -E '^fuzz:|test result|panicked|^thread' 
