@@ -1287,6 +1287,45 @@ service Svc {
         assert!(ok > 0 && per_call > 0 && refused > n / 2);
     }
 
+    /// What making a message per call costs the generator beside the load (a render, the
+    /// framing and the copy out), against the fixed message's clone of its bytes: the message
+    /// of bench/grpc_json_percall.sh, 2 million times each (`cargo test --release --lib --
+    /// --ignored per_call_message_cost --nocapture`; bench/grpc_json_fuzz.sh runs it too).
+    #[test]
+    #[ignore = "a timing: run in the release profile by bench/grpc_json_fuzz.sh"]
+    fn per_call_message_cost() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/greeter.proto");
+        let schema = Schema::Proto {
+            file,
+            import_paths: Vec::new(),
+        };
+        let m = method(&schema, "/greeter.Greeter/SayHello").unwrap();
+        let json = r#"{"user": {"name": "u-{seq}", "age": {uniform:10}, "tags": ["fixed",
+            "k{zipf:0.99:1000}"]}, "requestId": {seq}, "labels": {"conn": "{conn}", "region": "eu"}}"#;
+        let Message::PerCall(t) = m.message(json).unwrap() else {
+            panic!("no placeholder");
+        };
+        let fixed = Bytes::from(crate::wire::grpc::frame(&t.sample()));
+        let mut calls = t.connection(1, 7);
+        let n = 2_000_000;
+        let (mut bytes, started) = (0, std::time::Instant::now());
+        for _ in 0..n {
+            bytes += std::hint::black_box(calls.next_message()).len();
+        }
+        let per_call_ns = started.elapsed().as_nanos() as f64 / n as f64;
+        let started = std::time::Instant::now();
+        for _ in 0..n {
+            bytes += std::hint::black_box(fixed.clone()).len();
+        }
+        let fixed_ns = started.elapsed().as_nanos() as f64 / n as f64;
+        println!(
+            "message cost: per call {per_call_ns:.1} ns, fixed {fixed_ns:.1} ns \
+             ({} bytes framed, {bytes} in all)",
+            fixed.len()
+        );
+        assert!(bytes > 2 * n);
+    }
+
     /// `n` mutated messages from `seed`: how many were encoded once, made per call, refused.
     fn fuzz(n: usize, seed: u64) -> (usize, usize, usize) {
         let (_dir, s) = schema();
