@@ -5,7 +5,8 @@
 # waiting on a condition, one holding CONNS idle connections in an epoll loop, opened by a
 # second python3 process), observed by `stairbench observe` over a WINDOW-second window.
 # Prints, per size, each observer thread's CPU (read just before the window ends: the sampler
-# `observe-states`, `observe-sockets`, `observe-watch`, and the `perf stat` child) and all the
+# `observe-states`, `observe-sockets`, `observe-watch`, `observe-next-hop`, and the `perf stat`
+# child) and all the
 # observers' (`observer_cpu_s`), each in % of one CPU, and what the sampler did (passes'
 # spacing, thread samples).
 #
@@ -129,7 +130,7 @@ print('ready', flush=True)
 time.sleep(3600)
 EOF
 
-printf '%-8s %-6s %8s %8s %8s %8s %10s %12s %8s\n' threads conns sampler sockets watch perf observers interval_ms samples
+printf '%-8s %-6s %8s %8s %8s %8s %8s %10s %12s %8s\n' threads conns sampler sockets watch next_hop perf observers interval_ms samples
 for n in $sizes; do
     python3 "$work/server.py" "$n" >"$work/port" &
     server=$!; pids+=("$server")
@@ -148,6 +149,7 @@ for n in $sizes; do
     states_ns=$(thread_cpu_s "$obs" observe-states)
     sockets_ns=$(thread_cpu_s "$obs" observe-sockets)
     watch_ns=$(thread_cpu_s "$obs" observe-watch)
+    hop_ns=$(thread_cpu_s "$obs" observe-next-hop)
     perf_ns=0
     for c in $(ps --ppid "$obs" -o pid= -o comm= | awk '$2 == "perf" { print $1 }'); do
         perf_ns=$((perf_ns + $(thread_cpu_s "$c")))
@@ -162,9 +164,9 @@ n, conns, window = sys.argv[1:4]
 pct = lambda ns: 100 * int(ns) / 1e9 / float(window)
 w = o["window_s"]
 ts = o.get("thread_states") or {}
-print("%-8s %-6s %8.2f %8.2f %8.2f %8.2f %10.2f %12.1f %8d" % (n, conns, *map(pct, sys.argv[4:8]),
+print("%-8s %-6s %8.2f %8.2f %8.2f %8.2f %8.2f %10.2f %12.1f %8d" % (n, conns, *map(pct, sys.argv[4:9]),
       100 * o["observer_cpu_s"] / w, ts.get("sample_interval_ms", 0), ts.get("samples", 0)))
-' "$n" "$conns" "$window" "$states_ns" "$sockets_ns" "$watch_ns" "$perf_ns"
+' "$n" "$conns" "$window" "$states_ns" "$sockets_ns" "$watch_ns" "$hop_ns" "$perf_ns"
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     pids=()

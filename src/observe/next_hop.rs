@@ -236,14 +236,18 @@ fn comm_and_command(proc_root: &Path, pid: i32) -> (Option<String>, Option<Strin
 }
 
 /// The number of CPUs `pid` may run on.
-fn allowed_cpus(proc_root: &Path, pid: i32) -> Option<u64> {
+fn allowed_cpus(proc_root: &Path, pid: i32) -> Option<Vec<usize>> {
     let status = std::fs::read_to_string(proc_root.join(format!("{pid}/status"))).ok()?;
     let list = status
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
-    crate::cpuset::parse(list.trim())
-        .ok()
-        .map(|c| c.len() as u64)
+    crate::cpuset::parse(list.trim()).ok()
+}
+
+/// The per-CPU times of /proc/stat, or None when it cannot be read.
+fn cpu_times(proc_root: &Path) -> Option<BTreeMap<usize, procfs::CpuTimes>> {
+    let text = std::fs::read_to_string(proc_root.join("stat")).ok()?;
+    Some(procfs::parse_proc_stat(&text))
 }
 
 /// Whether a thread of a hop, in state `state`, serves a request: running or runnable, or
@@ -281,6 +285,9 @@ struct Hop {
     pids: Vec<i32>,
     listed: Instant,
     first: Option<(Instant, procfs::TreeSample)>,
+    /// The CPUs it may run on, and their /proc/stat times when it was found.
+    cpus: Vec<usize>,
+    cpus_first: Option<BTreeMap<usize, procfs::CpuTimes>>,
     sum_connections: f64,
     sum_accept: f64,
     sum_unread: f64,
@@ -338,6 +345,10 @@ impl Hop {
         r.accept_queue_mean = self.sum_accept / n;
         r.unread_connections_mean = self.sum_unread / n;
         r.in_service_mean = (self.service.1 > 0).then(|| self.service.0 / self.service.1 as f64);
+        if let (Some(before), Some(after)) = (&self.cpus_first, cpu_times(proc_root)) {
+            let busy = procfs::core_busy(before, &after, &self.cpus);
+            r.cpus_busy_pct = (!busy.is_empty()).then(|| busy.iter().map(|c| c.busy_pct).sum());
+        }
         if let (Some((t0, before)), Some(pid)) = (&self.first, r.pid) {
             if let Some(after) = procfs::sample_tree(proc_root, pid) {
                 let elapsed = t0.elapsed().as_secs_f64();
@@ -461,6 +472,7 @@ impl Follower {
                 procfs::descendants(p, &procfs::parent_map(self.proc_root))
             });
             let in_tree = listener.is_some_and(|l| tree_inodes.contains_key(&l));
+            let cpus = pid.and_then(|p| allowed_cpus(self.proc_root, p));
             let hop = Hop {
                 record: NextHop {
                     depth,
@@ -470,9 +482,11 @@ impl Follower {
                     process,
                     command,
                     in_tree,
-                    cpus: pid.and_then(|p| allowed_cpus(self.proc_root, p)),
+                    cpus: cpus.as_ref().map(|c| c.len() as u64),
                     ..NextHop::default()
                 },
+                cpus_first: cpus.as_ref().and_then(|_| cpu_times(self.proc_root)),
+                cpus: cpus.unwrap_or_default(),
                 pids,
                 listed: Instant::now(),
                 first: pid
@@ -574,8 +588,7 @@ impl NextHopWatch {
                             };
                             // Thousands of sockets make a sample cost milliseconds: spaced so
                             // that the sampling stays within its budget.
-                            let cost_s = super::thread_cpu_s() - cpu0;
-                            base.max(Duration::from_secs_f64(cost_s / BUDGET_SHARE))
+                            super::spaced(base, super::thread_cpu_s() - cpu0, BUDGET_SHARE)
                         }
                         Err(_) => {
                             failed += 1;

@@ -58,6 +58,15 @@ use crate::record::observed::{PeerWait, StateSeconds, ThreadStateGroup};
 
 /// The sampler's CPU budget, in share of one CPU.
 pub const BUDGET_SHARE: f64 = 0.01;
+
+/// Whether a thread's block-I/O delay over a span (delay accounting, both in seconds) can be
+/// one: at most the span and two clock ticks. Field 42 of a sleeping thread's stat once read
+/// the machine's uptime in ticks (3,831,951 at 10 h 38 min up, 0 a second later, kernel 6.18):
+/// clamped to the span, a server's metrics writer waiting on a timer read as 96% storage. Such
+/// a thread's storage comes from its samples instead.
+pub fn plausible_blkio(delay_s: f64, span_s: f64) -> bool {
+    delay_s <= span_s + 0.02
+}
 /// The shortest time between two passes.
 pub const MIN_EVERY: Duration = Duration::from_millis(10);
 /// The longest time between two passes: past it, each pass reads a subset of the threads.
@@ -412,9 +421,10 @@ impl Summary<'_> {
         } else {
             t.waits.clone()
         };
-        if self.delayacct {
-            let blk = t.last.blkio_ticks.saturating_sub(t.first.blkio_ticks) as f64;
-            out.storage_s = (blk / self.ticks_per_s).min(off_s);
+        let blk_s =
+            t.last.blkio_ticks.saturating_sub(t.first.blkio_ticks) as f64 / self.ticks_per_s;
+        if self.delayacct && plausible_blkio(blk_s, t.span_s.1 - t.span_s.0) {
+            out.storage_s = blk_s.min(off_s);
             off_s -= out.storage_s;
             waits.remove(&Wait::Storage);
         }

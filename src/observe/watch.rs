@@ -1,4 +1,5 @@
-//! The server's process tree sampled while a window runs (every [`WATCH_EVERY`]), so tasks
+//! The server's process tree sampled while a window runs (every [`WATCH_EVERY`], or less often
+//! when a sample costs more than [`BUDGET_SHARE`] of the time to the next), so tasks
 //! born after the window's first snapshot and gone before its last (a process per
 //! connection: PostgreSQL's backends) still show in the per-thread evidence, with their CPU
 //! up to their last sample.
@@ -12,8 +13,10 @@ use std::time::Duration;
 use crate::machine::procfs;
 use crate::machine::threads::TaskSample;
 
-/// How often the tree is sampled during a window.
+/// How often the tree is sampled during a window, at most (see [`BUDGET_SHARE`]).
 pub const WATCH_EVERY: Duration = Duration::from_millis(100);
+/// The sampling's CPU budget, in share of one CPU: past it, samples are spaced further.
+pub const BUDGET_SHARE: f64 = 0.005;
 
 /// A thread sampling one tree until [`TreeWatch::finish`].
 #[derive(Debug)]
@@ -41,12 +44,15 @@ impl TreeWatch {
             .name("observe-watch".into())
             .spawn(move || {
                 let mut seen = Watched::default();
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(WATCH_EVERY) {
+                let mut every = WATCH_EVERY;
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                    let cpu0 = super::thread_cpu_s();
                     let Some(sample) = procfs::sample_tree(Path::new("/proc"), root) else {
                         break;
                     };
                     seen.samples += 1;
                     seen.last.extend(sample.tasks);
+                    every = super::spaced(WATCH_EVERY, super::thread_cpu_s() - cpu0, BUDGET_SHARE);
                 }
                 seen.cpu_s = super::thread_cpu_s();
                 seen

@@ -51,6 +51,10 @@ pub struct NextHop {
     pub busiest_thread_pct: Option<f64>,
     /// CPUs it may run on (its affinity).
     pub cpus: Option<u64>,
+    /// Those CPUs' busy time over the window, by every process on them, in % of one CPU (at
+    /// most 100 × `cpus`): full while the hop itself used less of them, another process
+    /// shared them.
+    pub cpus_busy_pct: Option<f64>,
 }
 
 impl NextHop {

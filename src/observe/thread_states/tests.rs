@@ -252,6 +252,15 @@ fn sampled_shares_split_the_time_off_cpu_and_exact_figures_stay_exact() {
         close(secs.storage_s, 0.2) && close(secs.lock_s, 1.3),
         "{secs:?}"
     );
+    // A delay longer than the thread was alive is the kernel's misread (the machine's uptime
+    // in ticks): its samples give its storage instead of the whole time off a CPU.
+    let mut misread = t.clone();
+    misread.last.blkio_ticks = 3_831_951;
+    let (secs, _) = s.thread(&misread, &BTreeMap::new());
+    assert!(
+        close(secs.storage_s, 1.0) && close(secs.lock_s, 0.5),
+        "{secs:?}"
+    );
     // A thread never seen blocked: its time off a CPU is `other`, not lost.
     s.delayacct = false;
     let (secs, _) = s.thread(&tally(400, 100, &[]), &BTreeMap::new());

@@ -129,6 +129,8 @@ metrics! {
     NextHopConnections = "next_hop_connections", Count;
     /// The next hop's CPU, % of one CPU.
     NextHopCpuPct = "next_hop_cpu_pct", Pct;
+    /// The next hop's CPUs busy, by every process on them, % of one CPU.
+    NextHopCpusBusyPct = "next_hop_cpus_busy_pct", Pct;
     /// The next hop's threads serving a request, mean (sampled).
     NextHopInService = "next_hop_in_service", Count;
     /// Requests waiting inside the next hop (its accept queue + unread connections), mean.

@@ -76,6 +76,7 @@ fn chain(observed: &[Observation], depth: u32) -> Option<HopLevel> {
         in_service_mean: mean_of(|h| h.in_service_mean),
         cpu_pct: mean_of(|h| h.cpu_pct),
         busiest_thread_pct: mean_of(|h| h.busiest_thread_pct),
+        cpus_busy_pct: mean_of(|h| h.cpus_busy_pct),
         ..first.clone()
     };
     let next = (!hop.in_tree && depth < MAX_DEPTH)
@@ -91,9 +92,12 @@ impl HopLevel {
         let h = &self.hop;
         // Its tree used at least what its busiest thread did (the two come from different
         // counters: at one CPU either may read a little over the other).
+        // Its CPUs full is its CPU limit, whoever else used them: a proxy pinned beside its
+        // upstream takes a share of the upstream's CPU (gunicorn 88% and nginx 10% of one).
         let tree = tree_cpu_pct(h);
-        if let (Some(cpu), Some(cpus)) = (tree, h.cpus) {
-            if cpu >= BUSY_PCT * cpus as f64 {
+        if let Some(cpus) = h.cpus {
+            let full = BUSY_PCT * cpus as f64;
+            if tree.is_some_and(|c| c >= full) || h.cpus_busy_pct.is_some_and(|b| b >= full) {
                 return HopLimit::Cpu;
             }
         }
@@ -141,10 +145,11 @@ impl HopLevel {
                 h.connections_mean
             ),
             (HopLimit::Cpu, _) => format!(
-                "uses {}% of one CPU, its {} CPU{} full, with {waiting}: a CPU limit in it",
+                "uses {}% of one CPU, its {} CPU{} full{}, with {waiting}: a CPU limit in it",
                 tree_cpu_pct(h).unwrap_or(0.0).round(),
                 h.cpus.unwrap_or(0),
-                if h.cpus == Some(1) { "" } else { "s" }
+                if h.cpus == Some(1) { "" } else { "s" },
+                others_text(h)
             ),
             (HopLimit::OneThread, _) => format!(
                 "has a thread {:.0}% busy (of one CPU) with {waiting}: one thread of it is the limit",
@@ -237,6 +242,14 @@ impl HopLevel {
                     ),
                 ));
             }
+            if let Some(b) = h.cpus_busy_pct {
+                out.push(ev(
+                    Metric::NextHopCpusBusyPct,
+                    b,
+                    at,
+                    format!("{who}'s CPUs busy, by every process on them, % of one CPU"),
+                ));
+            }
             if let Some(b) = h.busiest_thread_pct {
                 out.push(ev(
                     Metric::NextHopBusiestThreadPct,
@@ -255,6 +268,17 @@ fn tree_cpu_pct(h: &NextHop) -> Option<f64> {
     match (h.cpu_pct, h.busiest_thread_pct) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
+    }
+}
+
+/// " (other processes took 10% of one CPU of them)" when others' share of the hop's CPUs was
+/// 5% of one CPU or more; else nothing.
+fn others_text(h: &NextHop) -> String {
+    let others = h.cpus_busy_pct.unwrap_or(0.0) - tree_cpu_pct(h).unwrap_or(0.0);
+    if others >= 5.0 {
+        format!(" (other processes took {others:.0}% of one CPU of them)")
+    } else {
+        String::new()
     }
 }
 

@@ -26,6 +26,7 @@ fn workers(depth: u32, in_tree: bool) -> NextHop {
         cpu_pct: Some(3.0),
         busiest_thread_pct: Some(1.5),
         cpus: Some(2),
+        cpus_busy_pct: None,
     }
 }
 
@@ -35,6 +36,29 @@ fn level(hops: Vec<NextHop>) -> HopLevel {
         ..Observation::default()
     }])
     .expect("a hop")
+}
+
+#[test]
+fn a_hop_whose_cpus_others_filled_is_its_cpu_limit_and_says_who_took_it() {
+    // Measured (tests/solo/next_hop.rs): gunicorn's 2 workers computing on its 1 CPU at 88%,
+    // nginx pinned to the same CPU taking most of the rest.
+    let mut shared = workers(1, false);
+    (shared.cpu_pct, shared.busiest_thread_pct, shared.cpus) = (Some(88.0), Some(60.0), Some(1));
+    let alone = level(vec![shared.clone()]);
+    assert_eq!(alone.own_limit(), HopLimit::Concurrency, "no CPU figure");
+    shared.cpus_busy_pct = Some(99.0);
+    let h = level(vec![shared.clone()]);
+    assert_eq!(h.own_limit(), HopLimit::Cpu);
+    assert!(
+        h.clause().starts_with(
+            "uses 88% of one CPU, its 1 CPU full (other processes took 11% of one CPU of them)"
+        ),
+        "{}",
+        h.clause()
+    );
+    // Its CPU 89% busy, not full: the queue is its workers'.
+    shared.cpus_busy_pct = Some(89.0);
+    assert_eq!(level(vec![shared]).own_limit(), HopLimit::Concurrency);
 }
 
 #[test]
