@@ -294,8 +294,9 @@ fn a_message_the_proto_refuses_names_its_path_and_sends_nothing() {
     assert_eq!(server.calls("SayHello"), 0, "a call was sent");
 }
 
-/// `run --dry-run` refuses a spec's data the .proto refuses at the data key's line, and a
-/// proto whose service lacks the url's method at the proto key.
+/// `run --dry-run` refuses a spec's data the .proto refuses at the data key's line (and one
+/// with placeholders, which only `load --data` makes per call), and a proto whose service
+/// lacks the url's method at the proto key.
 #[test]
 fn dry_run_refuses_a_specs_data_at_its_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -315,6 +316,13 @@ fn dry_run_refuses_a_specs_data_at_its_line_and_key() {
     assert!(out.contains("s.toml:8:"), "{out}");
     assert!(
         out.contains("targets[0].data: .user.age: ") && out.contains("expects int32"),
+        "{out}"
+    );
+    // Placeholders make a message per call, which a spec's data does not: refused at its key.
+    let (code, out) = dry_run(&format!("{head}data = {{ requestId = \"{{seq}}\" }}\n"));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("targets[0].data: .: the message holds placeholders"),
         "{out}"
     );
     let (code, out) = dry_run(&format!("{head}data = {{ user = {{ name = \"Jo\" }} }}\n"));
