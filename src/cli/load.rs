@@ -11,8 +11,9 @@ use clap::Args;
 
 use super::live::LiveOutputs;
 use crate::analyze::thresholds::{self, Threshold, ThresholdError, ThresholdVerdict};
-use crate::load::protocol::grpc_message::{self, Message, Method, Schema};
+use crate::load::protocol::grpc_message::{self, Method, Schema};
 use crate::load::raw::RawSink;
+use crate::load::template::grpc::{self as grpc_json, Message};
 use crate::load::template::RequestFile;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
 use crate::record::hlog::HlogSink;
@@ -379,8 +380,7 @@ impl LoadArgs {
             ))
         })?;
         let method = grpc_message::method(&schema, path).map_err(|e| bad(e.to_string()))?;
-        let message = method
-            .message(json.as_deref().unwrap_or("{}"))
+        let message = grpc_json::message(&method, json.as_deref().unwrap_or("{}"))
             .map_err(|e| bad(format!("--data: {e}")))?;
         Ok(Some((method, message)))
     }

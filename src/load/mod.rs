@@ -78,7 +78,7 @@ pub struct ProtoOptions {
     pub body_file: Option<std::sync::Arc<[u8]>>,
     /// gRPC: a message made per call from JSON with placeholders (`--data`); each stream
     /// sends its own (`body_file` then holds the first, for `--verbose`).
-    pub grpc_calls: Option<std::sync::Arc<protocol::grpc_message::CallTemplate>>,
+    pub grpc_calls: Option<std::sync::Arc<template::grpc::CallTemplate>>,
     /// Redis key space size.
     pub keys: u64,
     /// Redis share of GETs (the rest are SETs), 0..=1.

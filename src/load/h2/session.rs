@@ -22,8 +22,8 @@ use bytes::Bytes;
 
 use super::conn::{encode_request, ConnError, Event, H2Conn};
 use crate::load::budget::ReplyBudget;
-use crate::load::protocol::grpc_message::Calls;
 use crate::load::target::Target;
+use crate::load::template::grpc::Calls;
 use crate::load::template::H2Requests;
 use crate::load::transport::Stream;
 use crate::load::worker::{Connection, Sent, Tally, Verdict};

@@ -22,6 +22,7 @@
 //! double quotes grouping an argument with spaces.
 
 mod compile;
+pub mod grpc;
 mod h2;
 mod parse;
 
