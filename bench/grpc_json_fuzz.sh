@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The JSON-to-gRPC-message encoder (src/load/protocol/grpc_message.rs, with
-# src/load/template/grpc.rs for placeholders) on INPUTS mutated messages (default 10 million; seeded, half of them from a message with placeholders): bytes
-# replaced, cut and repeated. Every input is encoded once, compiled per call (one message
+# src/load/template/grpc.rs for placeholders) on INPUTS mutated messages (default 10 million;
+# seeded, half of them from a message with placeholders): bytes replaced, cut and repeated. Every input is encoded once, compiled per call (one message
 # rendered and decoded back by the input type) or refused with an error that starts with
 # its JSON path, "the message is not JSON" or "the message's placeholders"; a panic or another
 # error fails. Prints the inputs, the time and how many went each way.
