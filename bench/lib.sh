@@ -122,3 +122,45 @@ EOF
         </dev/null >"$WORK/nginx.log" 2>&1 &
     SERVER_PID=$!
 }
+
+# grpc_lookalike_launch PORT: nginx ($NGINX) as a unary gRPC server that does no work: h2c
+# on 127.0.0.1:PORT answering every POST with an empty gRPC message (the 5-byte prefix) and a
+# `grpc-status: 0` trailer, whatever the method and request; on core $SERVER_CPU in its own
+# process group (SERVER_PID). A generator's CPU per call is then measured at rates grpcio's
+# Python server cannot reach. Returns once the port is open.
+grpc_lookalike_launch() {
+    mkdir -p "$WORK/grpc-root"
+    printf '\x00\x00\x00\x00\x00' >"$WORK/grpc-root/reply.bin"
+    cat >"$WORK/nginx-grpc.conf" <<CONF
+daemon off;
+master_process on;
+worker_processes 1;
+pid $WORK/nginx-grpc.pid;
+error_log $WORK/error.log;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/client_body;
+    proxy_temp_path $WORK/proxy;
+    fastcgi_temp_path $WORK/fastcgi;
+    uwsgi_temp_path $WORK/uwsgi;
+    scgi_temp_path $WORK/scgi;
+    server {
+        listen 127.0.0.1:$1 http2;
+        keepalive_requests 100000000;
+        root $WORK/grpc-root;
+        location / {
+            default_type application/grpc;
+            try_files /reply.bin =404;
+            # A POST to a static file is 405: answered as the file instead.
+            error_page 405 =200 /reply.bin;
+            add_trailer grpc-status 0 always;
+        }
+    }
+}
+CONF
+    setsid taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx-grpc.conf" -p "$WORK" \
+        </dev/null >"$WORK/nginx.log" 2>&1 &
+    SERVER_PID=$!
+    wait_port "$1"
+}

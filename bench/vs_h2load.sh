@@ -12,10 +12,17 @@
 # te: trailers. The server is slow (Python); both tools meet the same one, so what counts is
 # each tool's CPU per completed call.
 #
+# JSON=1 (implies GRPC=1): stairbench makes the message from JSON (`--proto
+# examples/greeter.proto --data '{"user": {"name": "hello"}}'`, encoded once before the
+# load) and calls /greeter.Greeter/SayHello; h2load POSTs the same 9-byte message, framed.
+# The server is examples/grpc_json_server.py (grpcio), or with LOOKALIKE=1 nginx as a gRPC
+# look-alike answering every call with an empty message and grpc-status 0 (bench/lib.sh), so
+# both tools run at rates grpcio's Python server cannot reach.
+#
 # Usage (after `cargo build --release`): bench/vs_h2load.sh
 # Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=16 STREAMS=8 SERVER_CPU=0 CLIENT_CPU=1
 #                         CPU_METHOD=perf STAIRBENCH=target/release/stairbench GRPC=0
-#                         GRPC_WORKERS=4
+#                         GRPC_WORKERS=4 JSON=0 LOOKALIKE=0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,10 +40,18 @@ program() { # the path of $1, looking in sbin too (Debian's nginx)
     command -v "$1" 2>/dev/null || { [ -x "/usr/sbin/$1" ] && echo "/usr/sbin/$1"; } || return 1
 }
 
-GRPC=${GRPC:-0}
+JSON=${JSON:-0}
+LOOKALIKE=${LOOKALIKE:-0}
+GRPC=${GRPC:-$JSON}
 GRPC_WORKERS=${GRPC_WORKERS:-4}
 PYTHON=/usr/bin/python3
-if [ "$GRPC" = 1 ]; then
+if [ "$LOOKALIKE" = 1 ]; then
+    [ "$JSON" = 1 ] || die "LOOKALIKE=1 goes with JSON=1"
+    NGINX=$(program nginx) || die "nginx not found (apt-get install nginx-light)"
+elif [ "$JSON" = 1 ]; then
+    "$PYTHON" -c 'import grpc, grpc_tools' 2>/dev/null ||
+        die "no grpcio and grpcio-tools (apt-get install python3-grpcio python3-grpc-tools)"
+elif [ "$GRPC" = 1 ]; then
     "$PYTHON" -c 'import grpc' 2>/dev/null || die "no grpcio (apt-get install python3-grpcio)"
 else
     NGINX=$(program nginx) || die "nginx not found (apt-get install nginx-light)"
@@ -69,7 +84,12 @@ printf '\x0a\x05hello' >"$MESSAGE"
 printf '\x00\x00\x00\x00\x07\x0a\x05hello' >"$FRAMED"
 H2LOAD_ARGS=()
 STAIRBENCH_ARGS=()
-if [ "$GRPC" = 1 ]; then
+if [ "$JSON" = 1 ]; then
+    # HelloRequest {user: {name: "hello"}}: field 1 (User, 7 bytes) holding field 1 "hello".
+    printf '\x00\x00\x00\x00\x09\x0a\x07\x0a\x05hello' >"$FRAMED"
+    H2LOAD_ARGS=(-d "$FRAMED" -H 'content-type: application/grpc' -H 'te: trailers')
+    STAIRBENCH_ARGS=(--proto examples/greeter.proto --data '{"user": {"name": "hello"}}')
+elif [ "$GRPC" = 1 ]; then
     H2LOAD_ARGS=(-d "$FRAMED" -H 'content-type: application/grpc' -H 'te: trailers')
     STAIRBENCH_ARGS=(--body-file "$MESSAGE")
 fi
@@ -99,7 +119,20 @@ run_stairbench() {
 }
 
 PORT=$(free_port)
-if [ "$GRPC" = 1 ]; then
+if [ "$JSON" = 1 ]; then
+    if [ "$LOOKALIKE" = 1 ]; then
+        grpc_lookalike_launch "$PORT"
+        SERVER="nginx gRPC look-alike"
+    else
+        setsid taskset -c "$SERVER_CPU" "$PYTHON" examples/grpc_json_server.py "$PORT" \
+            </dev/null >"$WORK/grpc.log" 2>&1 &
+        SERVER_PID=$!
+        wait_port "$PORT"
+        SERVER="grpcio (examples/grpc_json_server.py)"
+    fi
+    H2LOAD_URL="http://127.0.0.1:$PORT/greeter.Greeter/SayHello"
+    STAIRBENCH_URL="grpc://127.0.0.1:$PORT/greeter.Greeter/SayHello"
+elif [ "$GRPC" = 1 ]; then
     start_grpc "$PORT"
     SERVER="grpcio ($GRPC_WORKERS threads)"
     H2LOAD_URL="http://127.0.0.1:$PORT/bench.Echo/Echo"

@@ -2,16 +2,19 @@
 generated at start-up by grpcio-tools (python3-grpc-tools) from the same .proto stairbench
 reads: each request is decoded by protobuf's own Python runtime, not by stairbench.
 
-  python3 grpc_json_server.py PORT [--expect JSON] [--metadata KEY=VALUE]...
+  python3 grpc_json_server.py PORT [--expect JSON] [--metadata KEY=VALUE]... [--record yes]
 
 It counts the calls of each method; with --expect (a HelloRequest in protobuf's JSON mapping,
 parsed by google.protobuf.json_format) it also counts the calls whose request equals it, field
 for field; with --metadata, the calls that carried each KEY with VALUE (a `-bin` key's value
 compared as the bytes grpcio decoded from base64). It records the largest and smallest
-deadline left on arrival (context.time_remaining()) of the calls that had one.
+deadline left on arrival (context.time_remaining()) of the calls that had one. With --record
+yes it keeps every request it decoded, as protobuf's JSON mapping gives it (MessageToDict), so
+a test can check the values that vary per call.
 
 A line "count" on standard input prints one JSON object on standard output:
-{"calls": {METHOD: n}, "matched": n, "metadata_matched": n, "remaining_s": [min, max] | null}
+{"calls": {METHOD: n}, "matched": n, "metadata_matched": n, "remaining_s": [min, max] | null};
+a line "requests" prints the requests recorded (a JSON list) and forgets them.
 """
 
 import json
@@ -50,6 +53,7 @@ calls = {"SayHello": 0, "Exhausted": 0, "Slow": 0}
 state = {"matched": 0, "metadata_matched": 0, "remaining": None}
 expected = None
 metadata = {}
+recorded = None
 
 
 def count(method, request, context):
@@ -61,6 +65,8 @@ def count(method, request, context):
             state["matched"] += 1
         if metadata and all(md.get(k) == v for k, v in metadata.items()):
             state["metadata_matched"] += 1
+        if recorded is not None:
+            recorded.append(json_format.MessageToDict(request))
         if remaining is not None:
             lo, hi = state["remaining"] or (remaining, remaining)
             state["remaining"] = (min(lo, remaining), max(hi, remaining))
@@ -92,10 +98,16 @@ def answer_counts():
                     "remaining_s": state["remaining"],
                 }
             print(json.dumps(doc), flush=True)
+        elif line.strip() == "requests":
+            with lock:
+                doc = list(recorded or [])
+                if recorded is not None:
+                    recorded.clear()
+            print(json.dumps(doc), flush=True)
 
 
 def main():
-    global expected
+    global expected, recorded
     args = sys.argv[1:]
     port = int(args.pop(0))
     while args:
@@ -105,6 +117,8 @@ def main():
         elif flag == "--metadata":
             key, text = value.split("=", 1)
             metadata[key] = text.encode() if key.endswith("-bin") else text
+        elif flag == "--record":
+            recorded = [] if value == "yes" else None
         else:
             sys.exit(f"unknown option {flag}")
     server = grpc.server(

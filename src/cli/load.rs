@@ -13,6 +13,7 @@ use super::live::LiveOutputs;
 use crate::analyze::thresholds::{self, Threshold, ThresholdError, ThresholdVerdict};
 use crate::load::protocol::grpc_message::{self, Method, Schema};
 use crate::load::raw::RawSink;
+use crate::load::template::grpc::{self as grpc_json, Message};
 use crate::load::template::RequestFile;
 use crate::load::{Distribution, LoadConfig, LoadError, LoadOutcome, ProtoOptions};
 use crate::record::hlog::HlogSink;
@@ -128,7 +129,9 @@ pub struct LoadArgs {
     #[arg(long, value_name = "FILE", help_heading = "gRPC")]
     pub protoset: Option<PathBuf>,
     /// The request message as JSON (protobuf's JSON mapping), e.g. '{"name":"Joe"}'; checked
-    /// and encoded once, before the load [default with --proto: {}].
+    /// before the load and encoded once, or per call where it holds placeholders ({seq},
+    /// {conn}, {uniform:N}, {zipf:THETA:N}, {rand:BYTES}; {{ is a literal {) in string
+    /// values or standing for a number ("id": {seq}) [default with --proto: {}].
     #[arg(long, value_name = "JSON", help_heading = "gRPC", conflicts_with_all = ["data_file", "body_file"])]
     pub data: Option<String>,
     /// --data from FILE.
@@ -303,6 +306,7 @@ impl LoadArgs {
                 headers: self.headers.clone(),
                 body: self.body.clone(),
                 body_file: None,
+                grpc_calls: None,
                 // 0 asks kvd:// for its daemons' whole key space.
                 keys: self.keys.unwrap_or(if self.url.starts_with("kvd://") {
                     0
@@ -349,7 +353,7 @@ impl LoadArgs {
     /// The request message encoded from --data or --data-file by --proto or --protoset
     /// (`{}` when only a schema is given); none without either. A JSON the schema refuses,
     /// or a method it lacks, is bad input: refused before any connection.
-    pub fn json_message(&self) -> Result<Option<(Method, Vec<u8>)>, LoadError> {
+    pub fn json_message(&self) -> Result<Option<(Method, Message)>, LoadError> {
         let bad = |s: String| LoadError::BadInput(s);
         let json = match (&self.data, &self.data_file) {
             (Some(text), _) => Some(text.clone()),
@@ -376,10 +380,9 @@ impl LoadArgs {
             ))
         })?;
         let method = grpc_message::method(&schema, path).map_err(|e| bad(e.to_string()))?;
-        let bytes = method
-            .encode(json.as_deref().unwrap_or("{}"))
+        let message = grpc_json::message(&method, json.as_deref().unwrap_or("{}"))
             .map_err(|e| bad(format!("--data: {e}")))?;
-        Ok(Some((method, bytes)))
+        Ok(Some((method, message)))
     }
 
     /// Reads and checks the `--requests` file (an error names its file and line).
@@ -402,8 +405,14 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("reading --body-file {}", path.display()))?;
         config.proto.body_file = Some(bytes.into());
     }
-    let method = args.json_message()?.map(|(method, bytes)| {
-        config.proto.body_file = Some(bytes.into());
+    let method = args.json_message()?.map(|(method, message)| {
+        match message {
+            Message::Fixed(bytes) => config.proto.body_file = Some(bytes.into()),
+            Message::PerCall(calls) => {
+                config.proto.body_file = Some(calls.sample().into());
+                config.proto.grpc_calls = Some(calls);
+            }
+        }
         method
     });
     if let Some(deadline) = args.deadline {

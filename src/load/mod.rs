@@ -76,6 +76,9 @@ pub struct ProtoOptions {
     /// gRPC: the request message's bytes (serialized protobuf, `--body-file`); none is the
     /// empty message.
     pub body_file: Option<std::sync::Arc<[u8]>>,
+    /// gRPC: a message made per call from JSON with placeholders (`--data`); each stream
+    /// sends its own (`body_file` then holds the first, for `--verbose`).
+    pub grpc_calls: Option<std::sync::Arc<template::grpc::CallTemplate>>,
     /// Redis key space size.
     pub keys: u64,
     /// Redis share of GETs (the rest are SETs), 0..=1.
@@ -112,6 +115,7 @@ impl Default for ProtoOptions {
             headers: Vec::new(),
             body: None,
             body_file: None,
+            grpc_calls: None,
             keys: 1024,
             read_ratio: 1.0,
             value_size: 16,

@@ -293,7 +293,8 @@ impl Target {
             ))),
             false => opts.body.as_ref().map(|b| bytes::Bytes::from(b.clone())),
         };
-        if let Some(b) = &body {
+        // A message made per call has no one length (gRPC needs none).
+        if let (Some(b), false) = (&body, self.grpc && opts.grpc_calls.is_some()) {
             req = req.header("content-length", b.len());
         }
         let req = req.body(()).unwrap_or_else(|_| http::Request::new(()));
@@ -348,7 +349,7 @@ fn key_space(opts: &ProtoOptions) -> Result<redis::KeySpace, LoadError> {
 }
 
 /// The seed of connection number `index`'s generator.
-fn connection_seed(index: usize, opts: &ProtoOptions) -> u64 {
+pub(super) fn connection_seed(index: usize, opts: &ProtoOptions) -> u64 {
     opts.seed.wrapping_mul(1000).wrapping_add(index as u64)
 }
 

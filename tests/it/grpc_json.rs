@@ -294,8 +294,9 @@ fn a_message_the_proto_refuses_names_its_path_and_sends_nothing() {
     assert_eq!(server.calls("SayHello"), 0, "a call was sent");
 }
 
-/// `run --dry-run` refuses a spec's data the .proto refuses at the data key's line, and a
-/// proto whose service lacks the url's method at the proto key.
+/// `run --dry-run` refuses a spec's data the .proto refuses at the data key's line (and one
+/// with placeholders, which only `load --data` makes per call), and a proto whose service
+/// lacks the url's method at the proto key.
 #[test]
 fn dry_run_refuses_a_specs_data_at_its_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -315,6 +316,13 @@ fn dry_run_refuses_a_specs_data_at_its_line_and_key() {
     assert!(out.contains("s.toml:8:"), "{out}");
     assert!(
         out.contains("targets[0].data: .user.age: ") && out.contains("expects int32"),
+        "{out}"
+    );
+    // Placeholders make a message per call, which a spec's data does not: refused at its key.
+    let (code, out) = dry_run(&format!("{head}data = {{ requestId = \"{{seq}}\" }}\n"));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("targets[0].data: .: the message holds placeholders"),
         "{out}"
     );
     let (code, out) = dry_run(&format!("{head}data = {{ user = {{ name = \"Jo\" }} }}\n"));
@@ -442,4 +450,105 @@ fn verbose_prints_the_first_reply_decoded_as_json() {
         stderr.contains("first reply: none (grpc_status 8 RESOURCE_EXHAUSTED: over quota)"),
         "{stderr}"
     );
+}
+
+/// `--data` with placeholders: each call's message is made per call, and grpcio decodes
+/// what they promise. `{seq}` gives every call its own value (grpcio sees exactly `sent`
+/// distinct request ids, an int64 the placeholder stands for) and the same value everywhere
+/// in one call (the name is "u-" and the id); `{uniform:10}` in an int32 stays in 0..=9 and
+/// draws each of them; `{zipf:0.99:1000}` in a repeated string's second element is 3 digits
+/// below 1000 beside a fixed first one; `{conn}` in a map value is each connection's number.
+/// A message encoded once (as before) would give grpcio one id; a wrong length or tag, a
+/// refusal to decode.
+#[test]
+fn per_call_placeholders_reach_grpcio_distinct_and_in_range() {
+    let Some(mut server) = Server::start(&["--record", "yes"]) else {
+        return;
+    };
+    let data = r#"{"user": {"name": "u-{seq}", "age": {uniform:10},
+        "tags": ["fixed", "k{zipf:0.99:1000}"]}, "requestId": {seq},
+        "labels": {"conn": "{conn}", "region": "eu"}}"#;
+    let doc = load(
+        &server.url("SayHello"),
+        &["--proto", &proto(), "--data", data],
+    );
+    writeln!(server.stdin, "requests").unwrap();
+    let mut line = String::new();
+    server.stdout.read_line(&mut line).unwrap();
+    let requests: Vec<Value> = serde_json::from_str(&line).unwrap();
+    let sent = u(&doc, "sent");
+    eprintln!("sent {sent}, grpcio decoded {}", requests.len());
+    assert_eq!(doc["errors"], serde_json::json!({}), "{doc:#}");
+    assert!(sent > 200, "{doc:#}");
+    assert_eq!(requests.len() as u64, sent);
+    // protobuf's JSON mapping leaves out a field at its default (0).
+    let number = |v: &Value| -> u64 {
+        match v {
+            Value::Null => 0,
+            Value::String(s) => s.parse().unwrap(),
+            other => other.as_u64().unwrap(),
+        }
+    };
+    let mut ids = std::collections::HashSet::new();
+    let mut ages = std::collections::BTreeSet::new();
+    let mut conns = std::collections::BTreeSet::new();
+    for r in &requests {
+        let id = number(&r["requestId"]);
+        ids.insert(id);
+        let user = &r["user"];
+        assert_eq!(user["name"], format!("u-{id}"), "{r}");
+        let age = number(&user["age"]);
+        assert!(age <= 9, "{r}");
+        ages.insert(age);
+        let tags = user["tags"].as_array().unwrap();
+        assert_eq!(tags[0], "fixed", "{r}");
+        let key = tags[1].as_str().unwrap().strip_prefix('k').unwrap();
+        assert!(key.len() == 3 && key.parse::<u64>().unwrap() < 1000, "{r}");
+        assert_eq!(r["labels"]["region"], "eu", "{r}");
+        conns.insert(r["labels"]["conn"].as_str().unwrap().to_string());
+    }
+    assert_eq!(ids.len() as u64, sent, "{{seq}} values repeated");
+    assert_eq!(ages, (0..10).collect(), "{{uniform:10}} drew {ages:?}");
+    assert_eq!(conns, ["0", "1"].map(String::from).into(), "{conns:?}");
+}
+
+/// A placeholder the field cannot take is refused before any connection, with its JSON path:
+/// in an enum, letters in an int32, a key space larger than an int32, text around a number's
+/// placeholder, a placeholder in a map key.
+#[test]
+fn a_placeholder_the_field_cannot_take_is_refused_before_the_load() {
+    let Some(mut server) = Server::start(&[]) else {
+        return;
+    };
+    let p = proto();
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            r#"{"user": {"tier": "{seq}"}}"#,
+            &[".user.tier: a placeholder cannot make a value of enum greeter.Tier"],
+        ),
+        (
+            r#"{"user": {"age": "{rand:4}"}}"#,
+            &[".user.age: {rand:4} makes letters, not a int32"],
+        ),
+        (
+            r#"{"user": {"age": {uniform:3000000000}}}"#,
+            &[".user.age: {uniform:3000000000} draws numbers up to 2999999999, more than a int32 holds"],
+        ),
+        (
+            r#"{"requestId": "7{seq}"}"#,
+            &[".requestId: a int64", "nothing around it", "not \"7{seq}\""],
+        ),
+        (
+            r#"{"labels": {"k{seq}": "v"}}"#,
+            &[".labels: a map key cannot hold a placeholder"],
+        ),
+    ];
+    for (data, says) in cases {
+        assert_refused(
+            &mut server,
+            "SayHello",
+            &["--proto", &p, "--data", data],
+            says,
+        );
+    }
 }

@@ -23,6 +23,7 @@ use bytes::Bytes;
 use super::conn::{encode_request, ConnError, Event, H2Conn};
 use crate::load::budget::ReplyBudget;
 use crate::load::target::Target;
+use crate::load::template::grpc::Calls;
 use crate::load::template::H2Requests;
 use crate::load::transport::Stream;
 use crate::load::worker::{Connection, Sent, Tally, Verdict};
@@ -46,6 +47,8 @@ pub(in crate::load) struct H2Session {
     /// Without `--requests`: the one request's HPACK block and body.
     block: Vec<u8>,
     body: Option<Bytes>,
+    /// gRPC with a message made per call: this connection's maker of them.
+    calls: Option<Calls>,
     /// With `--requests`: each request's block, encoded as it is sent.
     template_block: Vec<u8>,
     /// How streams ended, from the last frames read (reused).
@@ -70,6 +73,12 @@ impl Connection for H2Session {
         let mut session = H2Session::empty(templates);
         session.block = block;
         session.body = body;
+        session.calls = config.proto.grpc_calls.as_ref().map(|t| {
+            t.connection(
+                index,
+                crate::load::target::connection_seed(index, &config.proto),
+            )
+        });
         session
     }
 
@@ -110,7 +119,10 @@ impl Connection for H2Session {
     fn queue(&mut self, tag: Sent) {
         let h2 = self.h2.as_mut().expect("an HTTP/2 connection");
         match self.templates.as_mut() {
-            None => h2.open(&self.block, self.body.clone(), tag),
+            None => match self.calls.as_mut() {
+                None => h2.open(&self.block, self.body.clone(), tag),
+                Some(calls) => h2.open(&self.block, Some(calls.next_message()), tag),
+            },
             Some(t) => {
                 let (request, body) = t.next_request();
                 self.template_block.clear();
@@ -221,6 +233,7 @@ impl H2Session {
             templates,
             block: Vec::new(),
             body: None,
+            calls: None,
             template_block: Vec::new(),
             events: Vec::new(),
             held: 0,

@@ -18,7 +18,7 @@ const RAND_ALPHABET: &[u8; 64] =
 /// `{rand:N}` copies N characters from a random offset below this in a block of random
 /// characters made once per load: one draw and one copy per placeholder, where drawing each
 /// character cost 4× the whole rest of a request (measured, 60 characters).
-const RAND_OFFSETS: usize = 1 << 16;
+pub(crate) const RAND_OFFSETS: usize = 1 << 16;
 /// `{seq}` values a connection takes from the shared counter at a time, so the counter's
 /// cache line is not written on every request.
 const SEQ_BLOCK: u64 = 64;
@@ -131,11 +131,7 @@ pub fn compile(
             _ => None,
         })
         .max();
-    let rand_pool = max_rand.map_or_else(Vec::new, |n| {
-        let mut pool = Vec::new();
-        write_rand(&mut pool, RAND_OFFSETS + n, &mut SplitMix64(0x7E57_DA7A));
-        pool
-    });
+    let rand_pool = max_rand.map_or_else(Vec::new, rand_pool);
     let h2 = match framing {
         Framing::Http2 {
             scheme,
@@ -518,12 +514,25 @@ fn decimal_width(v: u64) -> usize {
     w
 }
 
-fn write_decimal(out: &mut Vec<u8>, v: u64) {
+/// The random characters `{rand:N}` copies from, for placeholders of at most `max_n`: one
+/// draw and one copy per placeholder (the offset below [`RAND_OFFSETS`]).
+pub(crate) fn rand_pool(max_n: usize) -> Vec<u8> {
+    let mut pool = Vec::new();
+    write_rand(
+        &mut pool,
+        RAND_OFFSETS + max_n,
+        &mut SplitMix64(0x7E57_DA7A),
+    );
+    pool
+}
+
+/// `v` in decimal.
+pub(crate) fn write_decimal(out: &mut Vec<u8>, v: u64) {
     write_padded(out, v, decimal_width(v));
 }
 
 /// `v` in decimal, zero-padded to `width` digits (at most 20; a key's width is at most 20).
-fn write_padded(out: &mut Vec<u8>, mut v: u64, width: usize) {
+pub(crate) fn write_padded(out: &mut Vec<u8>, mut v: u64, width: usize) {
     let mut digits = [b'0'; 20];
     for d in digits[20 - width..].iter_mut().rev() {
         *d = b'0' + (v % 10) as u8;

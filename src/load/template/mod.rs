@@ -22,12 +22,14 @@
 //! double quotes grouping an argument with spaces.
 
 mod compile;
+pub mod grpc;
 mod h2;
 mod parse;
 
 use std::path::{Path, PathBuf};
 
 pub use compile::{compile, Compiled, Framing};
+pub(crate) use compile::{rand_pool, write_decimal, write_padded, RAND_OFFSETS};
 pub use h2::{is_connection_specific, H2Requests};
 
 use super::protocol::redis::KeySpace;
@@ -128,6 +130,14 @@ pub struct TemplateError(pub String);
 impl TemplateError {
     fn at(path: &Path, line: usize, why: impl std::fmt::Display) -> Self {
         TemplateError(format!("{}:{line}: {why}", path.display()))
+    }
+}
+
+impl Text {
+    /// `s`'s literal bytes and placeholders, by the request file's rules (`{{` is a literal
+    /// `{`, as is a `{` not followed by a lowercase name); the error says what is wrong.
+    pub fn parse(s: &str) -> Result<Text, TemplateError> {
+        parse::text(s).map_err(|e| TemplateError(e.to_string()))
     }
 }
 

@@ -202,7 +202,7 @@ fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<Arc<[u8]>
             .map_err(|e| error_at(spec, &data_keys, format!("not JSON: {e}")))?,
         None => "{}".into(),
     };
-    let bytes = method.encode(&json).map_err(|e| {
+    let bytes = crate::load::template::grpc::fixed_message(&method, &json).map_err(|e| {
         let keys = if data.is_some() {
             &data_keys
         } else {
