@@ -565,7 +565,12 @@ pub(crate) fn thread_cpu_s() -> f64 {
 /// connections make a socket dump cost milliseconds, and two thousand threads a tree read:
 /// sampled at their base rate the observers took 27-61% of a CPU (docs/measured.md).
 pub(crate) fn spaced(base: Duration, cost_s: f64, share: f64) -> Duration {
-    base.max(Duration::from_secs_f64((cost_s / share).clamp(0.0, 3600.0)))
+    let wait_s = cost_s / share;
+    if wait_s.is_finite() && wait_s > 0.0 {
+        base.max(Duration::from_secs_f64(wait_s.min(3600.0)))
+    } else {
+        base
+    }
 }
 
 #[cfg(test)]
