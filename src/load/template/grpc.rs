@@ -691,7 +691,7 @@ fn value_node(
         }
         _ => match Num::of(&kind) {
             Some(num) => {
-                let gen = number_gen(text, gens, num, &kind).map_err(misplaced)?;
+                let gen = number_gen(text, gens, num, &kind, misplaced)?;
                 nodes.push(Node::Num {
                     tag: tag(f.number(), num.wire_type()),
                     gen,
@@ -710,25 +710,31 @@ fn value_node(
 }
 
 /// The placeholder a number field's value is: one, alone, drawing numbers the type holds.
-fn number_gen(text: &str, gens: &[(Gen, String)], num: Num, kind: &Kind) -> Result<usize, String> {
+fn number_gen(
+    text: &str,
+    gens: &[(Gen, String)],
+    num: Num,
+    kind: &Kind,
+    misplaced: impl Fn(String) -> Fail,
+) -> Result<usize, Fail> {
     let shown = unmark(text, gens);
     let type_name = kind_name(kind);
     let Some(g) = lone_gen(text, gens.len()) else {
-        return Err(format!(
+        return Err(misplaced(format!(
             "a {type_name} field takes one placeholder with nothing around it (\"{{seq}}\" or \
              {{seq}}), not {shown:?}"
-        ));
+        )));
     };
     match &gens[g].0 {
-        Gen::Rand(_) => Err(format!(
+        Gen::Rand(_) => Err(misplaced(format!(
             "{shown} makes letters, not a {type_name}: a number field takes {{seq}}, {{conn}}, \
              {{uniform:N}} or {{zipf:THETA:N}}"
-        )),
-        Gen::Key(space) if space.keys() - 1 > num.max() => Err(format!(
+        ))),
+        Gen::Key(space) if space.keys() - 1 > num.max() => Err(misplaced(format!(
             "{shown} draws numbers up to {}, more than a {type_name} holds ({})",
             space.keys() - 1,
             num.max()
-        )),
+        ))),
         _ => Ok(g),
     }
 }
