@@ -1,6 +1,5 @@
 //! Requests waiting inside the server (the `concurrency` limit's evidence): the server's TCP
-//! sockets sampled every [`SAMPLE_EVERY`] during the window, or less often when a sample
-//! costs more than [`BUDGET_SHARE`] of the time to the next. A server that holds a fixed
+//! sockets sampled every [`SAMPLE_EVERY`] during the window. A server that holds a fixed
 //! number of requests at once (a worker pool, a connection cap) leaves the rest unread in its
 //! connections' receive queues and its listen sockets' accept queues while its CPUs idle.
 //!
@@ -21,10 +20,9 @@ use std::time::{Duration, Instant};
 use crate::machine::procfs;
 use crate::record::use_io::SocketQueues;
 
-/// How often the sockets are sampled during a window, at most (see [`BUDGET_SHARE`]).
+/// How often the sockets are sampled during a window. Not spaced by a CPU budget: the samples
+/// also read the tasks' block-I/O delay, and spaced, PostgreSQL's on a throttled disk read 0.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
-/// The sampling's CPU budget, in share of one CPU: past it, samples are spaced further.
-pub const BUDGET_SHARE: f64 = 0.01;
 /// How often the tree's process list is refreshed (listing every process costs more than
 /// reading a few fd tables).
 const PIDS_EVERY: Duration = Duration::from_millis(500);
@@ -179,7 +177,6 @@ impl SocketWatch {
                 let source = Source::open(proc_root, &pids);
                 let mut listed = Instant::now();
                 loop {
-                    let cpu0 = super::thread_cpu_s();
                     if listed.elapsed() >= PIDS_EVERY {
                         pids = procfs::descendants(root, &procfs::parent_map(proc_root));
                         listed = Instant::now();
@@ -197,9 +194,8 @@ impl SocketWatch {
                             seen.blkio_ticks.entry(task).or_insert((t, t)).1 = t;
                         }
                     }
-                    let cost_s = super::thread_cpu_s() - cpu0;
                     if !matches!(
-                        stopped.recv_timeout(super::spaced(SAMPLE_EVERY, cost_s, BUDGET_SHARE)),
+                        stopped.recv_timeout(SAMPLE_EVERY),
                         Err(mpsc::RecvTimeoutError::Timeout)
                     ) {
                         break;
