@@ -417,11 +417,9 @@ fn mark_placeholders(json: &str) -> Result<(String, Vec<(Gen, String)>), Message
                 rest = r;
             }
         } else if after.starts_with(|c: char| c.is_ascii_lowercase()) {
-            let close = after.find('}').map_or(after.len(), |i| i + 1);
-            let text = &rest[at..at + 1 + close];
-            let _ = write!(out, "\"{BARE}{}{END}\"", gens.len());
-            gens.push((one_placeholder(text)?, text.to_string()));
-            rest = &after[close..];
+            out.push('"');
+            rest = take_placeholder(rest, at, BARE, &mut out, &mut gens)?;
+            out.push('"');
         } else {
             out.push('{');
             rest = after;
@@ -429,6 +427,23 @@ fn mark_placeholders(json: &str) -> Result<(String, Vec<(Gen, String)>), Message
     }
     out.push_str(rest);
     Ok((out, gens))
+}
+
+/// The placeholder `{name…}` at `at` in `rest` marked in `out` with `mark` and its number,
+/// and parsed into `gens`; what follows it.
+fn take_placeholder<'a>(
+    rest: &'a str,
+    at: usize,
+    mark: char,
+    out: &mut String,
+    gens: &mut Vec<(Gen, String)>,
+) -> Result<&'a str, MessageError> {
+    let after = &rest[at + 1..];
+    let close = after.find('}').map_or(after.len(), |i| i + 1);
+    let text = &rest[at..at + 1 + close];
+    let _ = write!(out, "{mark}{}{END}", gens.len());
+    gens.push((one_placeholder(text)?, text.to_string()));
+    Ok(&after[close..])
 }
 
 fn bad_placeholder(text: &str, why: impl std::fmt::Display) -> MessageError {
@@ -466,11 +481,7 @@ fn mark_in_string(
             out.push('{');
             rest = r;
         } else if after.starts_with(|c: char| c.is_ascii_lowercase()) {
-            let close = after.find('}').map_or(after.len(), |i| i + 1);
-            let text = &rest[at..at + 1 + close];
-            let _ = write!(out, "{MARK}{}{END}", gens.len());
-            gens.push((one_placeholder(text)?, text.to_string()));
-            rest = &after[close..];
+            rest = take_placeholder(rest, at, MARK, out, gens)?;
         } else {
             out.push('{');
             rest = after;
