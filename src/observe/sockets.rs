@@ -122,25 +122,51 @@ pub fn sample(lines: &[TcpLine], inodes: &BTreeSet<u64>) -> Sample {
     s
 }
 
-/// The window's figures from its samples (None without a sample).
-pub fn summarise(samples: &[Sample]) -> Option<SocketQueues> {
-    let n = samples.len() as f64;
-    let mean = |f: fn(&Sample) -> u64| samples.iter().map(|s| f(s) as f64).sum::<f64>() / n;
-    (!samples.is_empty()).then(|| {
-        let unread = mean(|s| s.unread_connections);
-        let accept = mean(|s| s.accept_queue);
-        SocketQueues {
-            samples: samples.len() as u64,
-            sample_every_ms: SAMPLE_EVERY.as_millis() as u64,
-            connections_mean: mean(|s| s.connections),
-            unread_connections_mean: unread,
-            unread_bytes_mean: mean(|s| s.unread_bytes),
-            accept_queue_mean: accept,
-            accept_queue_max: samples.iter().map(|s| s.accept_queue).max().unwrap_or(0),
-            accept_backlog: samples.iter().filter_map(|s| s.backlog).max(),
-            waiting_mean: unread + accept,
-        }
-    })
+/// Running sums of a window's samples: a held step of 30 minutes takes 36,000 samples, and
+/// keeping them all grew the run's memory with its length.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    samples: u64,
+    connections: u64,
+    unread_connections: u64,
+    unread_bytes: u64,
+    accept_queue: u64,
+    accept_queue_max: u64,
+    backlog: Option<u64>,
+}
+
+impl Tally {
+    /// Adds one sample.
+    pub fn add(&mut self, s: &Sample) {
+        self.samples += 1;
+        self.connections += s.connections;
+        self.unread_connections += s.unread_connections;
+        self.unread_bytes += s.unread_bytes;
+        self.accept_queue += s.accept_queue;
+        self.accept_queue_max = self.accept_queue_max.max(s.accept_queue);
+        self.backlog = self.backlog.max(s.backlog);
+    }
+
+    /// The window's figures (None without a sample).
+    pub fn summary(&self) -> Option<SocketQueues> {
+        let n = self.samples as f64;
+        let mean = |sum: u64| sum as f64 / n;
+        (self.samples > 0).then(|| {
+            let unread = mean(self.unread_connections);
+            let accept = mean(self.accept_queue);
+            SocketQueues {
+                samples: self.samples,
+                sample_every_ms: SAMPLE_EVERY.as_millis() as u64,
+                connections_mean: mean(self.connections),
+                unread_connections_mean: unread,
+                unread_bytes_mean: mean(self.unread_bytes),
+                accept_queue_mean: accept,
+                accept_queue_max: self.accept_queue_max,
+                accept_backlog: self.backlog,
+                waiting_mean: unread + accept,
+            }
+        })
+    }
 }
 
 /// A thread sampling a tree's sockets until [`SocketWatch::finish`]; it also keeps each
@@ -158,7 +184,7 @@ pub type BlkioSeen = std::collections::BTreeMap<(i32, i32), (u64, u64)>;
 /// What the sampling thread saw.
 #[derive(Debug, Default)]
 struct Watched {
-    samples: Vec<Sample>,
+    samples: Tally,
     blkio_ticks: BlkioSeen,
     cpu_s: f64,
 }
@@ -182,7 +208,7 @@ impl SocketWatch {
                         listed = Instant::now();
                     }
                     match sample_now(proc_root, root, &pids, &source) {
-                        Some(s) => seen.samples.push(s),
+                        Some(s) => seen.samples.add(&s),
                         None => break,
                     }
                     if delayacct {
@@ -212,7 +238,7 @@ impl SocketWatch {
     pub fn finish(self) -> (Option<SocketQueues>, BlkioSeen, f64) {
         let _ = self.stop.send(());
         let seen = self.handle.join().unwrap_or_default();
-        (summarise(&seen.samples), seen.blkio_ticks, seen.cpu_s)
+        (seen.samples.summary(), seen.blkio_ticks, seen.cpu_s)
     }
 }
 
@@ -520,10 +546,15 @@ mod tests {
         assert_eq!(s.unread_bytes, 0x4E);
         assert_eq!(s.accept_queue, 12);
         assert_eq!(s.backlog, Some(0x800));
-        let q = summarise(&[s, Sample::default()]).unwrap();
+        let mut tally = Tally::default();
+        assert!(tally.summary().is_none());
+        tally.add(&s);
+        tally.add(&Sample::default());
+        let q = tally.summary().unwrap();
+        assert_eq!(q.samples, 2);
         assert_eq!(q.waiting_mean, 6.5);
         assert_eq!(q.accept_queue_max, 12);
-        assert!(summarise(&[]).is_none());
+        assert_eq!(q.accept_backlog, Some(0x800));
     }
 
     #[test]
