@@ -113,7 +113,7 @@ fn python_with_hdrh() -> Option<&'static str> {
 
 /// HdrHistogram's Python `HistogramLogReader` over the log: intervals, count, p99 (ns).
 const READ_WITH_HDRH: &str = r#"
-import sys
+import math, sys
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 total = HdrHistogram(1, 3600 * 10**9, 3)
@@ -121,13 +121,18 @@ reader = HistogramLogReader(sys.argv[1], total)
 intervals = 0
 while reader.add_next_interval_histogram(total) is not None:
     intervals += 1
-print(intervals, total.get_total_count(), total.get_value_at_percentile(99))
+# Python rounds the rank to the nearest count, the Rust crate (and Java's) takes the ceiling:
+# ask at the percentile whose nearest rank is the ceiling's, so both read the same sample.
+n = total.get_total_count()
+rank = max(math.ceil(0.99 * n), 1)
+print(intervals, n, total.get_value_at_percentile(100.0 * rank / n))
 "#;
 
 #[test]
 fn hist_log_is_read_by_hdrhistograms_own_python_reader() {
-    // A sparse tail (from hogs beside it) puts p99 between two far buckets, where the two
-    // readers' rank rounding may pick either: it runs with the CPUs to itself.
+    // The same histogram read by another implementation gives the same p99, to the
+    // nanosecond. (Asked for "p99", the two readers round the rank differently: in a sparse
+    // tail one sample apart was 2,730 against 2,785 us.)
     let _alone = crate::alone();
     let Some(python) = python_with_hdrh() else {
         return;
@@ -169,7 +174,7 @@ fn hist_log_is_read_by_hdrhistograms_own_python_reader() {
     assert_eq!(count, report["requests"].as_f64().unwrap(), "{stdout}");
     let json_p99_us = report["latency_us"]["p99"].as_f64().unwrap();
     assert!(
-        (p99_us - json_p99_us).abs() <= json_p99_us * 0.01 + 0.01,
+        (p99_us - json_p99_us).abs() < 0.0005,
         "python p99 {p99_us} us, json p99 {json_p99_us} us"
     );
 }
