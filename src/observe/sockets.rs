@@ -1,5 +1,5 @@
 //! Requests waiting inside the server (the `concurrency` limit's evidence): the server's TCP
-//! sockets sampled every [`SAMPLE_EVERY`] during the window. A server that holds a fixed
+//! sockets sampled every [`SAMPLE_EVERY`] (or as [`BUDGET_SHARE`] allows) during the window. A server that holds a fixed
 //! number of requests at once (a worker pool, a connection cap) leaves the rest unread in its
 //! connections' receive queues and its listen sockets' accept queues while its CPUs idle.
 //!
@@ -20,9 +20,16 @@ use std::time::{Duration, Instant};
 use crate::machine::procfs;
 use crate::record::use_io::SocketQueues;
 
-/// How often the sockets are sampled during a window. Not spaced by a CPU budget: the samples
-/// also read the tasks' block-I/O delay, and spaced, PostgreSQL's on a throttled disk read 0.
+/// How often the sockets and the tasks' block-I/O delay are sampled during a window, at most
+/// (see [`BUDGET_SHARE`]).
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// The share of one CPU the socket dumps may take, and the block-I/O reads as much again:
+/// each waits longer after a pass that cost more than this share of [`SAMPLE_EVERY`] (a
+/// thousand connections cost about 10 ms a dump, two hundred threads' delays 4 ms a pass:
+/// 20% and 8% of a CPU every 50 ms). Apart, because a process per connection (PostgreSQL's
+/// backends) may live for less than a spaced dump's interval, and its few tasks are cheap
+/// to read every 50 ms.
+pub const BUDGET_SHARE: f64 = 0.01;
 /// How often the tree's process list is refreshed (listing every process costs more than
 /// reading a few fd tables).
 const PIDS_EVERY: Duration = Duration::from_millis(500);
@@ -133,18 +140,29 @@ pub struct Tally {
     accept_queue: u64,
     accept_queue_max: u64,
     backlog: Option<u64>,
+    /// When the first and the last samples were taken.
+    span: Option<(Instant, Instant)>,
 }
 
 impl Tally {
-    /// Adds one sample.
-    pub fn add(&mut self, s: &Sample) {
+    /// Adds one sample, taken at `at`.
+    pub fn add(&mut self, s: &Sample, at: Instant) {
         self.samples += 1;
+        self.span = Some((self.span.map_or(at, |(first, _)| first), at));
         self.connections += s.connections;
         self.unread_connections += s.unread_connections;
         self.unread_bytes += s.unread_bytes;
         self.accept_queue += s.accept_queue;
         self.accept_queue_max = self.accept_queue_max.max(s.accept_queue);
         self.backlog = self.backlog.max(s.backlog);
+    }
+
+    /// The mean time between two samples ([`SAMPLE_EVERY`] with fewer than two).
+    fn mean_spacing(&self) -> Duration {
+        match self.span {
+            Some((first, last)) if self.samples > 1 => (last - first) / (self.samples - 1) as u32,
+            _ => SAMPLE_EVERY,
+        }
     }
 
     /// The window's figures (None without a sample).
@@ -156,7 +174,7 @@ impl Tally {
             let accept = mean(self.accept_queue);
             SocketQueues {
                 samples: self.samples,
-                sample_every_ms: SAMPLE_EVERY.as_millis() as u64,
+                sample_every_ms: self.mean_spacing().as_millis() as u64,
                 connections_mean: mean(self.connections),
                 unread_connections_mean: unread,
                 unread_bytes_mean: mean(self.unread_bytes),
@@ -202,23 +220,29 @@ impl SocketWatch {
                 let mut pids = procfs::descendants(root, &procfs::parent_map(proc_root));
                 let source = Source::open(proc_root, &pids);
                 let mut listed = Instant::now();
+                let (mut next_dump, mut next_blkio) = (Instant::now(), Instant::now());
                 loop {
                     if listed.elapsed() >= PIDS_EVERY {
                         pids = procfs::descendants(root, &procfs::parent_map(proc_root));
                         listed = Instant::now();
                     }
-                    match sample_now(proc_root, root, &pids, &source) {
-                        Some(s) => seen.samples.add(&s),
-                        None => break,
+                    let now = Instant::now();
+                    if now >= next_dump {
+                        let cpu0 = super::thread_cpu_s();
+                        match sample_now(proc_root, root, &pids, &source) {
+                            Some(s) => seen.samples.add(&s, now),
+                            None => break,
+                        }
+                        let cost_s = super::thread_cpu_s() - cpu0;
+                        next_dump = now + super::spaced(SAMPLE_EVERY, cost_s, BUDGET_SHARE);
+                    } else if !proc_root.join(root.to_string()).exists() {
+                        break;
                     }
-                    if delayacct {
-                        let mut now = std::collections::BTreeMap::new();
-                        for &pid in &pids {
-                            super::disk::blkio_of(pid, &mut now);
-                        }
-                        for (task, t) in now {
-                            seen.blkio_ticks.entry(task).or_insert((t, t)).1 = t;
-                        }
+                    if delayacct && now >= next_blkio {
+                        let cpu0 = super::thread_cpu_s();
+                        blkio_sample(&pids, &mut seen.blkio_ticks);
+                        let cost_s = super::thread_cpu_s() - cpu0;
+                        next_blkio = now + super::spaced(SAMPLE_EVERY, cost_s, BUDGET_SHARE);
                     }
                     if !matches!(
                         stopped.recv_timeout(SAMPLE_EVERY),
@@ -239,6 +263,17 @@ impl SocketWatch {
         let _ = self.stop.send(());
         let seen = self.handle.join().unwrap_or_default();
         (seen.samples.summary(), seen.blkio_ticks, seen.cpu_s)
+    }
+}
+
+/// Each task's block-I/O delay now, kept with the first seen by (pid, tid).
+fn blkio_sample(pids: &[i32], seen: &mut BlkioSeen) {
+    let mut now = std::collections::BTreeMap::new();
+    for &pid in pids {
+        super::disk::blkio_of(pid, &mut now);
+    }
+    for (task, t) in now {
+        seen.entry(task).or_insert((t, t)).1 = t;
     }
 }
 
@@ -548,10 +583,12 @@ mod tests {
         assert_eq!(s.backlog, Some(0x800));
         let mut tally = Tally::default();
         assert!(tally.summary().is_none());
-        tally.add(&s);
-        tally.add(&Sample::default());
+        let t0 = Instant::now();
+        tally.add(&s, t0);
+        tally.add(&Sample::default(), t0 + Duration::from_millis(400));
         let q = tally.summary().unwrap();
         assert_eq!(q.samples, 2);
+        assert_eq!(q.sample_every_ms, 400);
         assert_eq!(q.waiting_mean, 6.5);
         assert_eq!(q.accept_queue_max, 12);
         assert_eq!(q.accept_backlog, Some(0x800));

@@ -10,9 +10,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SocketQueues {
-    /// Samples taken during the window (every `sample_every_ms`).
+    /// Samples taken during the window (`sample_every_ms` apart on average).
     pub samples: u64,
-    /// Interval between two samples, in milliseconds.
+    /// Mean interval between two samples, in milliseconds (50, longer where a dump cost more
+    /// than 1% of a CPU's time to the next).
     pub sample_every_ms: u64,
     /// Mean number of established connections the server's processes hold.
     pub connections_mean: f64,

@@ -57,7 +57,17 @@ fn a_held_run_keeps_its_memory_and_descriptors_flat() {
     let mut child = common::cli_cmd()
         .arg("run")
         .arg(&spec)
-        .args(["--hold", "2", "--duration", "60s", "--out"])
+        // Its footprint is the measure, not its speed: a step other processes disturbed is
+        // kept, not run again (a second 60 s window would outlive the samples and the test's
+        // 120 s).
+        .args([
+            "--hold",
+            "2",
+            "--duration",
+            "60s",
+            "--keep-disturbed",
+            "--out",
+        ])
         .arg(dir.path().join("run"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
