@@ -118,7 +118,16 @@ fn a_held_run_keeps_its_memory_and_descriptors_flat() {
         line_rise_kib <= 256.0 && rise_kib <= 256.0,
         "anonymous memory grew: line {line_rise_kib:.0} KiB, last - first {rise_kib:.0} KiB: {rss:?}"
     );
-    assert!(fd_growth <= 0.01, "descriptors grew: {fds:?}");
+    // Descriptors held, not the ones open at a sample's instant: the observers open files
+    // for a moment (two samples of 45 read 22 and 21 of 20 once in CI, a line +1.2%). The
+    // fewest open over the last ten samples may not exceed the fewest over the first ten;
+    // a descriptor leaked every few seconds raises it.
+    let fewest = |s: &[(f64, f64)]| s.iter().map(|f| f.1).fold(f64::INFINITY, f64::min);
+    let (held_first, held_last) = (fewest(&fds[..10]), fewest(&fds[fds.len() - 10..]));
+    assert!(
+        held_last <= held_first,
+        "descriptors held grew from {held_first} to {held_last}: {fds:?}"
+    );
     let steps = std::fs::read_to_string(Path::new(&dir.path().join("run/steps.jsonl"))).unwrap();
     assert_eq!(steps.lines().count(), 1);
     assert!(
