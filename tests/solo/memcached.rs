@@ -87,10 +87,11 @@ fn check_stats(step: &Value) {
         step["id"],
         100.0 * (server_rps / engine_rps - 1.0)
     );
-    // Within 4%: up to +3.3% seen (memcached-t2 at 16 clients over a 0.929 s span, the
-    // release build, 2026-11-28); a count off by a tenth of the window (10%) still fails.
+    // Within 6%: up to +4.0% seen (memcached-t2 at 16 clients over a 0.883 s span, in a CI
+    // run the host slowed, 2026-11-29; +3.3% over 0.929 s the day before); a count off by a
+    // tenth of the window (10%) still fails.
     assert!(
-        (server_rps / engine_rps - 1.0).abs() <= 0.04,
+        (server_rps / engine_rps - 1.0).abs() <= 0.06,
         "{target}: memcached executed {server_rps:.0}/s over {span_s:.3} s, the engine completed {engine_rps:.0}/s: {what}"
     );
     assert!(m["get_hits"].as_u64().unwrap() > 0, "{target}: {what}");
