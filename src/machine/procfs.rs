@@ -331,7 +331,7 @@ pub fn all_pid_stats(proc_root: &Path) -> BTreeMap<i32, PidStat> {
     out
 }
 
-fn read_tasks(proc_root: &Path, pid: i32) -> Vec<(i32, TaskSample)> {
+pub fn read_tasks(proc_root: &Path, pid: i32) -> Vec<(i32, TaskSample)> {
     let Ok(entries) = std::fs::read_dir(proc_root.join(format!("{pid}/task"))) else {
         return Vec::new();
     };
