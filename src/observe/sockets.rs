@@ -1,7 +1,8 @@
 //! Requests waiting inside the server (the `concurrency` limit's evidence): the server's TCP
-//! sockets sampled every [`SAMPLE_EVERY`] (or as [`BUDGET_SHARE`] allows) during the window. A server that holds a fixed
-//! number of requests at once (a worker pool, a connection cap) leaves the rest unread in its
-//! connections' receive queues and its listen sockets' accept queues while its CPUs idle.
+//! sockets sampled every [`SAMPLE_EVERY`] (or as [`BUDGET_SHARE`] allows) during the window.
+//! A server that holds a fixed number of requests at once (a worker pool, a connection cap)
+//! leaves the rest unread in its connections' receive queues and its listen sockets' accept
+//! queues while its CPUs idle.
 //!
 //! The sockets come from sock_diag over netlink (only listening and established TCP sockets:
 //! a server closing a connection per request leaves thousands in TIME_WAIT that
