@@ -23,10 +23,11 @@
 //!   (`Neighbours::named_within_totals`): the total is measured (/proc/stat), the named shares
 //!   only apportion it.
 //!
-//! stairbench's own: this process (its load threads and observers), and every process in
-//! the process group of a child it started (the server, an external load tool) or in its own
-//! group (perf). A process that left those groups (`setsid`) is another's, even when it was
-//! orphaned to stairbench.
+//! stairbench's own: this process (its load threads and observers), its descendants (perf),
+//! and every process in the process group of a child it started (the server, an external
+//! load tool). A process that left those groups (`setsid`) is another's, even when it was
+//! orphaned to stairbench; so is one that only shares stairbench's own group (a script's
+//! other commands, without job control, all share one).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -275,6 +276,8 @@ pub fn neighbours(before: &Scan, after: &Scan, w: &Window) -> Option<Neighbours>
             || after
                 .get(&pid)
                 .is_some_and(|p| w.own_groups.contains(&p.pgrp))
+            || descends(after, pid, w.own_pid)
+            || descends(before, pid, w.own_pid)
     };
     let ticks = process_ticks(before, after, (w.server_cpus, w.client_cpus), &|p| !own(p));
     let sum = |keep: &dyn Fn(i32) -> bool| {
@@ -440,11 +443,25 @@ fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-/// stairbench's own process groups: its own and those of the children it started.
+/// The process groups of the children stairbench started. Not its own group: a script
+/// that runs stairbench beside other work (`cargo build & stairbench run …`, without job
+/// control) has one group for all of it, and the others' CPU would count as stairbench's.
 pub fn own_groups() -> BTreeSet<i32> {
-    let mut groups: BTreeSet<i32> = crate::process::tracked().into_iter().collect();
-    groups.insert(nix::unistd::getpgrp().as_raw());
-    groups
+    crate::process::tracked().into_iter().collect()
+}
+
+/// Whether `pid` descends from `root` by the parent links of `scan`.
+fn descends(scan: &Scan, mut pid: i32, root: i32) -> bool {
+    // A chain of parent links holds each process once; the bound guards a pid reused
+    // between two reads of the scan.
+    for _ in 0..=scan.len() {
+        match scan.get(&pid) {
+            Some(p) if p.ppid == root => return true,
+            Some(p) if p.ppid > 0 => pid = p.ppid,
+            _ => return false,
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -550,6 +567,36 @@ mod tests {
         assert!((n.busiest[1].client_cpus_pct - 5.0).abs() < 1.0, "{n:?}");
         assert!((n.busiest[1].cpu_pct - 10.0).abs() < 1.0, "{n:?}");
         assert!(n.notes.is_empty(), "{n:?}");
+    }
+
+    #[test]
+    fn a_process_sharing_only_stairbenchs_group_is_anothers_its_descendants_are_its_own() {
+        // A script without job control (group 5, its shell pid 4) ran stairbench (pid 20) and
+        // a hog (pid 30) beside it; stairbench started perf (pid 31), which started a
+        // helper (pid 32). Each used a quarter of CPU 0 (the server's).
+        let quarter = procfs::ticks_per_s() as u64 / 4;
+        let at = |ticks: u64| -> Scan {
+            [(20, 4), (30, 4), (31, 20), (32, 31)]
+                .into_iter()
+                .map(|(pid, ppid)| {
+                    let p = proc("p", 5, &[(pid, ticks, &[0])]);
+                    (pid, under(p, ppid, 0))
+                })
+                .collect()
+        };
+        let busy = [core(0, 100.0), core(1, 0.0)];
+        let w = Window {
+            own_groups: BTreeSet::new(),
+            ..window(&busy)
+        };
+        let n = neighbours(&at(0), &at(quarter), &w).unwrap();
+        let named: Vec<i32> = n.busiest.iter().map(|x| x.pid).collect();
+        assert_eq!(named, [30], "{n:?}");
+        // CPU 0 full: the hog's quarter is the others', the rest stairbench's.
+        assert!(
+            (n.server_cpus_others_pct.unwrap() - 25.0).abs() < 1.0,
+            "{n:?}"
+        );
     }
 
     #[test]
