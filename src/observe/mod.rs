@@ -564,7 +564,7 @@ pub(crate) fn thread_cpu_s() -> f64 {
 /// cost `cost_s` of CPU, so that the sampling stays within `share` of one CPU. A thousand
 /// connections make a socket dump cost milliseconds, and two thousand threads a tree read:
 /// sampled at their base rate the observers took 27-61% of a CPU (docs/measured.md).
-pub(crate) fn spaced(base: Duration, cost_s: f64, share: f64) -> Duration {
+fn spaced(base: Duration, cost_s: f64, share: f64) -> Duration {
     let wait_s = cost_s / share;
     if wait_s.is_finite() && wait_s > 0.0 {
         base.max(Duration::from_secs_f64(wait_s.min(3600.0)))
@@ -573,9 +573,71 @@ pub(crate) fn spaced(base: Duration, cost_s: f64, share: f64) -> Duration {
     }
 }
 
+/// A pass a sampling thread repeats (a socket dump, a read of the tree's tasks), each
+/// next one due [`spaced`] after the last began: its base spacing, or longer when the pass
+/// cost so much CPU that the base would exceed `share` of one CPU.
+#[derive(Debug)]
+pub(crate) struct Paced {
+    base: Duration,
+    share: f64,
+    next: Instant,
+}
+
+impl Paced {
+    /// A pass due now.
+    pub(crate) fn new(base: Duration, share: f64) -> Paced {
+        Paced {
+            base,
+            share,
+            next: Instant::now(),
+        }
+    }
+
+    /// Whether the next pass is due at `now`.
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
+    /// Runs a pass begun at `now`; the next is due from its CPU cost.
+    pub(crate) fn run<T>(&mut self, now: Instant, pass: impl FnOnce() -> T) -> T {
+        let cpu0 = thread_cpu_s();
+        let out = pass();
+        self.next = now + spaced(self.base, thread_cpu_s() - cpu0, self.share);
+        out
+    }
+
+    /// Puts the next pass off until `at` at the soonest.
+    pub(crate) fn not_before(&mut self, at: Instant) {
+        self.next = self.next.max(at);
+    }
+
+    /// The time from now until the next pass is due.
+    pub(crate) fn wait(&self) -> Duration {
+        self.next.saturating_duration_since(Instant::now())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_costly_pass_puts_the_next_off_by_its_cost_over_the_share() {
+        let mut p = Paced::new(Duration::from_millis(50), 0.01);
+        let t0 = Instant::now();
+        assert!(p.due(t0));
+        p.run(t0, || ());
+        assert!(!p.due(t0) && p.due(t0 + Duration::from_millis(50)));
+        // 2 ms of this thread's CPU at 1%: the next is 200 ms after this one began.
+        p.run(t0, || {
+            let cpu0 = thread_cpu_s();
+            while thread_cpu_s() - cpu0 < 0.002 {}
+        });
+        assert!(!p.due(t0 + Duration::from_millis(190)), "{p:?}");
+        assert!(p.due(t0 + Duration::from_millis(260)), "{p:?}");
+        p.not_before(t0 + Duration::from_secs(1));
+        assert!(!p.due(t0 + Duration::from_millis(990)), "{p:?}");
+    }
 
     #[test]
     fn a_costly_sample_spaces_the_next_within_the_budget() {

@@ -573,22 +573,22 @@ impl NextHopWatch {
                 // A failed dump (interrupted, or sock_diag refused) is skipped; three in a row
                 // end the sampling with what it has.
                 let (mut failed, mut taken) = (0, 0);
+                // Thousands of sockets make a sample cost milliseconds: spaced so that the
+                // sampling stays within its budget.
+                let mut dumps = super::Paced::new(SAMPLE_EVERY, BUDGET_SHARE);
                 while failed < 3 {
-                    let cpu0 = super::thread_cpu_s();
-                    let before = follower.tree_inodes();
-                    let every = match dump(&sock) {
-                        Ok(all) => {
+                    let now = Instant::now();
+                    let pass = dumps.run(now, || {
+                        let before = follower.tree_inodes();
+                        dump(&sock).map(|all| follower.sample(&Sockets::new(all), before))
+                    });
+                    match pass {
+                        Ok(found) => {
                             failed = 0;
                             taken += 1;
-                            let found = follower.sample(&Sockets::new(all), before);
-                            let base = if found || taken < EAGER_SAMPLES {
-                                SAMPLE_EVERY
-                            } else {
-                                IDLE_EVERY
-                            };
-                            // Thousands of sockets make a sample cost milliseconds: spaced so
-                            // that the sampling stays within its budget.
-                            super::spaced(base, super::thread_cpu_s() - cpu0, BUDGET_SHARE)
+                            if !found && taken >= EAGER_SAMPLES {
+                                dumps.not_before(now + IDLE_EVERY);
+                            }
                         }
                         Err(_) => {
                             failed += 1;
@@ -597,11 +597,10 @@ impl NextHopWatch {
                                 Ok(fresh) => sock = fresh,
                                 Err(_) => break,
                             }
-                            SAMPLE_EVERY
                         }
-                    };
+                    }
                     if !matches!(
-                        stopped.recv_timeout(every),
+                        stopped.recv_timeout(dumps.wait()),
                         Err(mpsc::RecvTimeoutError::Timeout)
                     ) {
                         break;

@@ -221,29 +221,24 @@ impl SocketWatch {
                 let mut pids = procfs::descendants(root, &procfs::parent_map(proc_root));
                 let source = Source::open(proc_root, &pids);
                 let mut listed = Instant::now();
-                let (mut next_dump, mut next_blkio) = (Instant::now(), Instant::now());
+                let mut dumps = super::Paced::new(SAMPLE_EVERY, BUDGET_SHARE);
+                let mut blkio = super::Paced::new(SAMPLE_EVERY, BUDGET_SHARE);
                 loop {
                     if listed.elapsed() >= PIDS_EVERY {
                         pids = procfs::descendants(root, &procfs::parent_map(proc_root));
                         listed = Instant::now();
                     }
                     let now = Instant::now();
-                    if now >= next_dump {
-                        let cpu0 = super::thread_cpu_s();
-                        match sample_now(proc_root, root, &pids, &source) {
+                    if dumps.due(now) {
+                        match dumps.run(now, || sample_now(proc_root, root, &pids, &source)) {
                             Some(s) => seen.samples.add(&s, now),
                             None => break,
                         }
-                        let cost_s = super::thread_cpu_s() - cpu0;
-                        next_dump = now + super::spaced(SAMPLE_EVERY, cost_s, BUDGET_SHARE);
                     } else if !proc_root.join(root.to_string()).exists() {
                         break;
                     }
-                    if delayacct && now >= next_blkio {
-                        let cpu0 = super::thread_cpu_s();
-                        blkio_sample(&pids, &mut seen.blkio_ticks);
-                        let cost_s = super::thread_cpu_s() - cpu0;
-                        next_blkio = now + super::spaced(SAMPLE_EVERY, cost_s, BUDGET_SHARE);
+                    if delayacct && blkio.due(now) {
+                        blkio.run(now, || blkio_sample(&pids, &mut seen.blkio_ticks));
                     }
                     if !matches!(
                         stopped.recv_timeout(SAMPLE_EVERY),

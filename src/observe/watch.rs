@@ -53,27 +53,29 @@ impl TreeWatch {
             .spawn(move || {
                 let proc_root = Path::new("/proc");
                 let mut seen = Watched::default();
-                let (mut every, mut pids) = (WATCH_EVERY, Vec::new());
-                let mut next_list = Instant::now();
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                let mut pids = Vec::new();
+                let mut listing = super::Paced::new(LIST_EVERY, BUDGET_SHARE);
+                let mut reads = super::Paced::new(WATCH_EVERY, BUDGET_SHARE);
+                reads.not_before(Instant::now() + WATCH_EVERY);
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(reads.wait())
+                {
                     let now = Instant::now();
-                    if now >= next_list {
-                        let cpu0 = super::thread_cpu_s();
-                        pids = procfs::descendants(root, &procfs::parent_map(proc_root));
-                        let cost_s = super::thread_cpu_s() - cpu0;
-                        next_list = now + super::spaced(LIST_EVERY, cost_s, BUDGET_SHARE);
+                    if listing.due(now) {
+                        pids = listing.run(now, || {
+                            procfs::descendants(root, &procfs::parent_map(proc_root))
+                        });
                     }
                     if !proc_root.join(root.to_string()).exists() {
                         break;
                     }
-                    let cpu0 = super::thread_cpu_s();
-                    for &pid in &pids {
-                        for (tid, task) in procfs::read_tasks(proc_root, pid) {
-                            seen.last.insert((pid, tid), task);
+                    reads.run(now, || {
+                        for &pid in &pids {
+                            for (tid, task) in procfs::read_tasks(proc_root, pid) {
+                                seen.last.insert((pid, tid), task);
+                            }
                         }
-                    }
+                    });
                     seen.samples += 1;
-                    every = super::spaced(WATCH_EVERY, super::thread_cpu_s() - cpu0, BUDGET_SHARE);
                 }
                 seen.cpu_s = super::thread_cpu_s();
                 seen

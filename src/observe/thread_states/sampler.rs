@@ -470,7 +470,6 @@ impl Sampler {
         }
     }
 
-    /// Passes until told to stop.
     /// Passes until told to stop. Besides the plan's spacing, a pass is skipped while this
     /// thread's CPU since `cpu0` (listing and table dumps included) is over the budget of the
     /// time elapsed.
