@@ -12,7 +12,7 @@
 //! with more, the threads' time is shared by the requests they served together, and
 //! background threads' time (a timer, a flusher) counts in as well: `overlap` says when the
 //! parts add up to more than the latency. A group of threads that was on a CPU for under 1% of
-//! its time is parked: its futex waits are waiting for work, not a lock (see `window`).
+//! its time is parked: its futex waits are waiting for work, not a lock (see `working_total`).
 
 use serde::{Deserialize, Serialize};
 
@@ -64,9 +64,9 @@ const PARKED_SHARE: f64 = 0.01;
 /// work. A futex is both a lock and how an idle pool thread, a condition variable or a join
 /// waits: a thread held back by a lock runs between its waits (its group's CPU is a share of
 /// its time), a parked one hardly runs at all (a reporter waiting on a condition variable the
-/// whole window, a metrics thread woken once).
-fn window(ts: Option<&ThreadStates>) -> Option<StateSeconds> {
-    let ts = ts?;
+/// whole window, a metrics thread woken once). The budget's and the resource table's one
+/// reading of the states.
+pub fn working_total(ts: &ThreadStates) -> StateSeconds {
     let mut sum = StateSeconds::default();
     for g in &ts.groups {
         let mut s = g.seconds;
@@ -76,7 +76,7 @@ fn window(ts: Option<&ThreadStates>) -> Option<StateSeconds> {
         }
         sum.add(&s);
     }
-    Some(sum)
+    sum
 }
 
 /// The time budget of a step: its observation's thread states over `requests` completed
@@ -87,8 +87,8 @@ pub fn request_budget(
     mean_latency_s: Option<f64>,
 ) -> RequestBudget {
     let windows = (
-        window(obs.thread_states.as_ref()),
-        window(obs.client_thread_states.as_ref()),
+        obs.thread_states.as_ref().map(working_total),
+        obs.client_thread_states.as_ref().map(working_total),
     );
     from_windows(obs.window_s, requests, windows, mean_latency_s)
 }
@@ -109,7 +109,10 @@ pub fn level_budget(reps: &[&StepResult]) -> Option<RequestBudget> {
         return None;
     }
     let sum = |f: fn(&Observation) -> Option<&ThreadStates>| {
-        let parts: Vec<StateSeconds> = sampled.iter().filter_map(|x| window(f(x.0))).collect();
+        let parts: Vec<StateSeconds> = sampled
+            .iter()
+            .filter_map(|x| f(x.0).map(working_total))
+            .collect();
         (!parts.is_empty()).then(|| {
             parts.iter().fold(StateSeconds::default(), |mut a, p| {
                 a.add(p);
@@ -307,7 +310,7 @@ mod tests {
                 ..StateSeconds::default()
             },
         ];
-        let w = window(Some(&states(&parked))).unwrap();
+        let w = working_total(&states(&parked));
         assert!(
             close(w.lock_s, 0.0) && close(w.idle_s, 0.763 + 0.679),
             "{w:?}"
@@ -317,7 +320,7 @@ mod tests {
             lock_s: 1.0,
             ..StateSeconds::default()
         };
-        let w = window(Some(&states(&[workers]))).unwrap();
+        let w = working_total(&states(&[workers]));
         assert!(close(w.lock_s, 1.0) && close(w.idle_s, 0.0), "{w:?}");
     }
 }

@@ -239,7 +239,7 @@ pub(super) fn states_level(observed: &[Observation]) -> Option<StatesLevel> {
     let mut peers: Vec<(String, f64)> = Vec::new();
     for o in &with {
         let ts = o.thread_states.as_ref()?;
-        seconds.add(&ts.total());
+        seconds.add(&crate::analyze::budget::working_total(ts));
         for p in ts.groups.iter().flat_map(|g| &g.peers) {
             let name = match (&p.process, p.pid) {
                 (Some(proc_name), Some(pid)) => format!("{proc_name} (pid {pid}, {})", p.addr),

@@ -1487,6 +1487,26 @@ fn each_limit_names_a_saturated_row_of_its_table() {
     let locks = row(&idle_helpers, Resource::Locks);
     assert!(locks.time_share_pct.unwrap() > 90.0, "{locks:?}");
     assert_eq!(locks.state, State::Room, "{locks:?}");
+    // A pool that grows with the clients (Tomcat's exec threads: 4 at 1 client, 129 at 128,
+    // measured): its futex waits grow with it, but the pool runs 0.2% of its time at the top,
+    // waiting for work, not on a lock. Contention still shows: the same growth from workers
+    // that run a tenth of their time.
+    let pool = |threads: [u32; 5], cpu_s: [f64; 5]| {
+        move |i: usize| {
+            let (n, cpu) = (f64::from(threads[i]), cpu_s[i]);
+            json!({"window_s": 2.0, "thread_states": {"groups": [{"pid": 1,
+                "process": "java", "name": "exec", "threads": threads[i],
+                "seconds": {"on_cpu_user_s": cpu, "lock_s": 2.0 * n - cpu}}]}})
+        }
+    };
+    let growing = pool([4, 8, 16, 64, 129], [0.4; 5]);
+    let parked = diagnose_with(&idle_flat(), growing);
+    let locks = row(&parked, Resource::Locks);
+    assert_eq!(locks.state, State::Room, "{locks:?}");
+    let contended = pool([4, 8, 16, 64, 129], [0.8, 1.6, 3.2, 12.8, 25.8]);
+    let contended = diagnose_with(&idle_flat(), contended);
+    let locks = row(&contended, Resource::Locks);
+    assert_eq!(locks.state, State::Saturated, "{locks:?}");
     let hop = row(&cases[10].1, Resource::NextHop);
     assert_eq!(hop.name, "gunicorn (pid 42, 127.0.0.1:8001)");
     assert!(
