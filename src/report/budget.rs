@@ -3,8 +3,6 @@
 //! report.html), and report.html's charts of where each side's threads spent the windows (one
 //! stacked bar per level, thread states as layers).
 
-use std::fmt::Write as _;
-
 use super::doc::{Doc, Table};
 use super::svg;
 use crate::analyze::budget::RequestBudget;
@@ -141,16 +139,13 @@ pub fn charts(a: &RunAnalysis) -> Option<String> {
 }
 
 fn figure(body: &mut String, chart: &svg::StackedBars) {
-    let _ = write!(
+    svg::figure(
         body,
-        "<figure>{}<figcaption class=\"note\">{}</figcaption></figure>",
-        svg::responsive(|l| svg::stacked_bar_chart(chart, l)),
-        svg::escape(
-            "Each bar is one level: its threads' time in each state over the level's windows, \
+        &svg::responsive(|l| svg::stacked_bar_chart(chart, l)),
+        "Each bar is one level: its threads' time in each state over the level's windows, \
              as threads on average (2 = two threads the whole window). On a CPU and waiting \
              for one are exact (schedstat); the kinds of waiting share each thread's time off a \
-             CPU by its samples."
-        )
+             CPU by its samples.",
     );
 }
 

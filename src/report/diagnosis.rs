@@ -184,15 +184,12 @@ pub fn thread_charts(steps: &[StepResult], a: &RunAnalysis) -> Option<String> {
             .filter(|x| x.observation().is_some_and(|o| o.threads.is_some()))
             .collect();
         if let Some(chart) = thread_chart(&s.target, &s.placement, &of_series) {
-            let _ = write!(
-                body,
-                "<figure>{}<figcaption class=\"note\">{}</figcaption></figure>",
-                svg::responsive(|l| svg::stacked_bar_chart(&chart, l)),
-                svg::escape(
-                    "CPU of the server's threads over each step's window, in percent of one CPU \
-                     (100 = one CPU fully busy), stacked by thread name with numbered threads \
-                     merged (reactor-0..7 → reactor), as in the flame graphs; one bar per step."
-                )
+            svg::figure(
+                &mut body,
+                &svg::responsive(|l| svg::stacked_bar_chart(&chart, l)),
+                "CPU of the server's threads over each step's window, in percent of one CPU \
+                 (100 = one CPU fully busy), stacked by thread name with numbered threads \
+                 merged (reactor-0..7 → reactor), as in the flame graphs; one bar per step.",
             );
         }
     }

@@ -23,6 +23,15 @@ pub fn color(i: usize) -> &'static str {
     PALETTE[i % PALETTE.len()]
 }
 
+/// A chart in an HTML `<figure>` with its caption (text, escaped here) under it.
+pub fn figure(page: &mut String, svg: &str, caption: &str) {
+    page.push_str("<figure>");
+    page.push_str(svg);
+    page.push_str("<figcaption class=\"note\">");
+    page.push_str(&escape(caption));
+    page.push_str("</figcaption></figure>");
+}
+
 /// Escapes text for XML content and attribute values.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

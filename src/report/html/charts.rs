@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{CoreHeatMap, Point, Series, StepHistogram, UslCurve};
-use crate::report::svg::{self, escape, Axis, LineChart, LineSeries, Scale};
+use crate::report::svg::{self, escape, figure, Axis, LineChart, LineSeries, Scale};
 
 /// Targets in order of first appearance.
 fn targets(series: &[Series]) -> Vec<&str> {
@@ -15,14 +15,6 @@ fn targets(series: &[Series]) -> Vec<&str> {
         }
     }
     names
-}
-
-fn figure(page: &mut String, svg: &str, caption: &str) {
-    let _ = write!(
-        page,
-        "<figure>{svg}<figcaption class=\"note\">{}</figcaption></figure>",
-        escape(caption)
-    );
 }
 
 /// A point's label on a chart: its client count, or its offered rate in open loop.
