@@ -8,7 +8,8 @@
 //! `stairbench_requests_total` (requests completed in the measured window, from the per-second
 //! histograms), `stairbench_throughput_rps` and `stairbench_inflight` (the last per-second
 //! line), `stairbench_errors_total` (the per-second error count; by `kind` once the step ends,
-//! from its result), `stairbench_latency_seconds` (a histogram of the window's latencies).
+//! from its result), `stairbench_latency_seconds` (a histogram of the window's latencies);
+//! unlabelled, `stairbench_heap_bytes` (stairbench's own heap in use, for soaks).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -134,6 +135,28 @@ impl EncodeMetric for LatencyHistogram {
     }
 }
 
+/// stairbench's own heap in use, read at each scrape: what glibc's allocator handed out and
+/// has not had back (`mallinfo2`: `uordblks` + `hblkhd`). Unlike the resident set it leaves
+/// out the free memory an arena keeps, so a soak tells a leak from fragmentation.
+#[derive(Clone, Debug, Default)]
+struct HeapBytes;
+
+impl TypedMetric for HeapBytes {
+    const TYPE: MetricType = MetricType::Gauge;
+}
+
+impl EncodeMetric for HeapBytes {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        // Safety: mallinfo2 takes no argument and only reads the allocator's counters.
+        let m = unsafe { libc::mallinfo2() };
+        encoder.encode_gauge(&((m.uordblks + m.hblkhd) as u64))
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
 /// The metric families, shared by the endpoint's thread and the load.
 #[derive(Clone, Default)]
 struct Families {
@@ -177,6 +200,11 @@ impl Families {
             "latency_seconds",
             "Latency of the requests completed in the step's measured window",
             self.latency.clone(),
+        );
+        r.register(
+            "heap_bytes",
+            "stairbench's own heap in use (glibc mallinfo2: uordblks + hblkhd), read at the scrape",
+            HeapBytes,
         );
         r
     }
