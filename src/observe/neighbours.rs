@@ -23,11 +23,12 @@
 //!   (`Neighbours::named_within_totals`): the total is measured (/proc/stat), the named shares
 //!   only apportion it.
 //!
-//! stairbench's own: this process (its load threads and observers), its descendants (perf),
-//! and every process in the process group of a child it started (the server, an external
-//! load tool). A process that left those groups (`setsid`) is another's, even when it was
-//! orphaned to stairbench; so is one that only shares stairbench's own group (a script's
-//! other commands, without job control, all share one).
+//! stairbench's own: this process (its load threads and observers), every process in the
+//! process group of a child it started (the server, an external load tool), and its
+//! descendants in its own group (perf). A process that left those groups (`setsid`) is
+//! another's, even when it descends from stairbench or was orphaned to it; so is one that
+//! only shares stairbench's own group (a script without job control runs all its commands
+//! in one).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -271,13 +272,17 @@ pub fn neighbours(before: &Scan, after: &Scan, w: &Window) -> Option<Neighbours>
         return None;
     }
     let tps = procfs::ticks_per_s();
+    // In stairbench's own group, only its descendants are its own (a script without job
+    // control runs every command in one group).
+    let own_pgrp = after.get(&w.own_pid).map(|p| p.pgrp);
     let own = |pid: i32| {
         pid == w.own_pid
-            || after
-                .get(&pid)
-                .is_some_and(|p| w.own_groups.contains(&p.pgrp))
-            || descends(after, pid, w.own_pid)
-            || descends(before, pid, w.own_pid)
+            || after.get(&pid).is_some_and(|p| {
+                w.own_groups.contains(&p.pgrp)
+                    && (Some(p.pgrp) != own_pgrp
+                        || descends(after, pid, w.own_pid)
+                        || descends(before, pid, w.own_pid))
+            })
     };
     let ticks = process_ticks(before, after, (w.server_cpus, w.client_cpus), &|p| !own(p));
     let sum = |keep: &dyn Fn(i32) -> bool| {
@@ -443,11 +448,11 @@ fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-/// The process groups of the children stairbench started. Not its own group: a script
-/// that runs stairbench beside other work (`cargo build & stairbench run …`, without job
-/// control) has one group for all of it, and the others' CPU would count as stairbench's.
+/// stairbench's own process groups: its own and those of the children it started.
 pub fn own_groups() -> BTreeSet<i32> {
-    crate::process::tracked().into_iter().collect()
+    let mut groups: BTreeSet<i32> = crate::process::tracked().into_iter().collect();
+    groups.insert(nix::unistd::getpgrp().as_raw());
+    groups
 }
 
 /// Whether `pid` descends from `root` by the parent links of `scan`.
@@ -573,25 +578,31 @@ mod tests {
     fn a_process_sharing_only_stairbenchs_group_is_anothers_its_descendants_are_its_own() {
         // A script without job control (group 5, its shell pid 4) ran stairbench (pid 20) and
         // a hog (pid 30) beside it; stairbench started perf (pid 31), which started a
-        // helper (pid 32). Each used a quarter of CPU 0 (the server's).
+        // helper (pid 32), and a server (group 40) whose script started a daemon that left
+        // for a group of its own (pid 33, group 33). Each of the four in group 5 used a
+        // quarter of CPU 0 (the server's); the daemon used half of CPU 1 (the client's).
         let quarter = procfs::ticks_per_s() as u64 / 4;
         let at = |ticks: u64| -> Scan {
-            [(20, 4), (30, 4), (31, 20), (32, 31)]
+            let mut scan: Scan = [(20, 4), (30, 4), (31, 20), (32, 31)]
                 .into_iter()
                 .map(|(pid, ppid)| {
                     let p = proc("p", 5, &[(pid, ticks, &[0])]);
                     (pid, under(p, ppid, 0))
                 })
-                .collect()
+                .collect();
+            scan.insert(41, under(proc("sh", 40, &[(41, 0, &[1])]), 20, 0));
+            scan.insert(33, under(proc("d", 33, &[(33, 2 * ticks, &[1])]), 41, 0));
+            scan
         };
-        let busy = [core(0, 100.0), core(1, 0.0)];
+        let busy = [core(0, 100.0), core(1, 50.0)];
         let w = Window {
-            own_groups: BTreeSet::new(),
+            own_groups: [5, 40].into(),
             ..window(&busy)
         };
         let n = neighbours(&at(0), &at(quarter), &w).unwrap();
-        let named: Vec<i32> = n.busiest.iter().map(|x| x.pid).collect();
-        assert_eq!(named, [30], "{n:?}");
+        let mut named: Vec<i32> = n.busiest.iter().map(|x| x.pid).collect();
+        named.sort_unstable();
+        assert_eq!(named, [30, 33], "{n:?}");
         // CPU 0 full: the hog's quarter is the others', the rest stairbench's.
         assert!(
             (n.server_cpus_others_pct.unwrap() - 25.0).abs() < 1.0,
