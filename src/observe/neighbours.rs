@@ -272,16 +272,21 @@ pub fn neighbours(before: &Scan, after: &Scan, w: &Window) -> Option<Neighbours>
         return None;
     }
     let tps = procfs::ticks_per_s();
-    // In stairbench's own group, only its descendants are its own (a script without job
-    // control runs every command in one group).
+    // In stairbench's own group, only its descendants (at either end) are its own: a script
+    // without job control runs every command in one group.
     let own_pgrp = after.get(&w.own_pid).map(|p| p.pgrp);
+    let descendants: BTreeSet<i32> = [before, after]
+        .iter()
+        .flat_map(|scan| {
+            let parents = scan.iter().map(|(pid, p)| (*pid, p.ppid)).collect();
+            procfs::descendants(w.own_pid, &parents)
+        })
+        .collect();
     let own = |pid: i32| {
         pid == w.own_pid
             || after.get(&pid).is_some_and(|p| {
                 w.own_groups.contains(&p.pgrp)
-                    && (Some(p.pgrp) != own_pgrp
-                        || descends(after, pid, w.own_pid)
-                        || descends(before, pid, w.own_pid))
+                    && (Some(p.pgrp) != own_pgrp || descendants.contains(&pid))
             })
     };
     let ticks = process_ticks(before, after, (w.server_cpus, w.client_cpus), &|p| !own(p));
@@ -453,20 +458,6 @@ pub fn own_groups() -> BTreeSet<i32> {
     let mut groups: BTreeSet<i32> = crate::process::tracked().into_iter().collect();
     groups.insert(nix::unistd::getpgrp().as_raw());
     groups
-}
-
-/// Whether `pid` descends from `root` by the parent links of `scan`.
-fn descends(scan: &Scan, mut pid: i32, root: i32) -> bool {
-    // A chain of parent links holds each process once; the bound guards a pid reused
-    // between two reads of the scan.
-    for _ in 0..=scan.len() {
-        match scan.get(&pid) {
-            Some(p) if p.ppid == root => return true,
-            Some(p) if p.ppid > 0 => pid = p.ppid,
-            _ => return false,
-        }
-    }
-    false
 }
 
 #[cfg(test)]
