@@ -118,6 +118,10 @@ pub struct LoadPoint {
     /// resting on the level says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disturbed: Option<String>,
+    /// Throughput (req/s) of the level measured again after the series' last level, when
+    /// throughput fell past it (its peak): the machine's drift check, not in the figures above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub again_rps: Option<f64>,
 }
 
 /// Little's law at one step.
@@ -240,6 +244,7 @@ fn analyze_series(
     steps.sort_by(|a, b| load_of(a).total_cmp(&load_of(b)).then(a.rep.cmp(&b.rep)));
     let open_loop = steps.iter().any(|s| s.rate_rps.is_some());
     let mut points = load_points(&steps);
+    drift_checks(all, target, placement, &mut points);
     merged::merge_repetitions(&run.histograms, &steps, &mut points, notes);
     let fitted: Vec<&StepResult> = steps.iter().copied().filter(|s| !is_saturated(s)).collect();
     let (usl, usl_note) = usl_fit(&fitted, open_loop);
@@ -266,12 +271,27 @@ fn analyze_series(
 }
 
 /// The steps a series is analysed from: its ok steps (disturbed ones are left out, as
-/// client-saturated ones are, unless `--keep-disturbed` kept them ok).
+/// client-saturated ones are, unless `--keep-disturbed` kept them ok), its drift check apart.
 fn series_steps<'a>(all: &'a [StepResult], target: &str, placement: &str) -> Vec<&'a StepResult> {
     all.iter()
         .filter(|s| s.target == target && s.placement == placement && s.load.is_some())
-        .filter(|s| s.status == StepStatus::Ok)
+        .filter(|s| s.status == StepStatus::Ok && !s.figures.drift_check)
         .collect()
+}
+
+/// Each level's drift check (its peak measured again after the series' last level): its
+/// throughput, the mean of its ok runs.
+fn drift_checks(all: &[StepResult], target: &str, placement: &str, points: &mut [LoadPoint]) {
+    for p in points {
+        let again: Vec<f64> = all
+            .iter()
+            .filter(|s| s.target == target && s.placement == placement)
+            .filter(|s| s.figures.drift_check && s.status == StepStatus::Ok)
+            .filter(|s| s.clients == p.clients && s.rate_rps == p.rate_rps)
+            .filter_map(StepResult::throughput_rps)
+            .collect();
+        p.again_rps = stats::summarize(&again).map(|s| s.mean);
+    }
 }
 
 fn diagnose_series(series: &SeriesAnalysis, run: &RunData) -> diagnosis::Diagnosis {
@@ -394,6 +414,7 @@ fn load_point(reps: &[&StepResult]) -> Option<LoadPoint> {
             .filter_map(|s| s.figures.disturbed.as_ref())
             .max_by(|a, b| a.worst().1.total_cmp(&b.worst().1))
             .map(|d| d.describe()),
+        again_rps: None,
     })
 }
 

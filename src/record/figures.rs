@@ -192,6 +192,10 @@ pub struct StepFigures {
     /// and who (absent on an undisturbed step).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disturbed: Option<Disturbance>,
+    /// The series' peak measured once more after its last level, because throughput fell
+    /// past it: a check that the machine did not drift, kept out of its level's figures.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub drift_check: bool,
 }
 
 /// How much of a step's CPUs other processes took, when it was at least `disturbed_pct`.

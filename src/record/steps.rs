@@ -602,6 +602,7 @@ pub(crate) mod tests {
                 busiest: Some(Default::default()),
                 ..Default::default()
             }),
+            drift_check: true,
         };
         step
     }

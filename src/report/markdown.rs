@@ -57,8 +57,9 @@ pub fn sections(run: &RunData, a: &RunAnalysis) -> Doc {
 }
 
 /// "12 steps: 9 ok, 1 failed, 1 skipped. 1 step ended with too many errors." (the last
-/// sentence only when one did).
-pub fn step_counts(steps: &[StepResult]) -> String {
+/// sentence only when one did). The planned steps: a drift check is said apart.
+pub fn step_counts(all: &[StepResult]) -> String {
+    let steps: Vec<&StepResult> = all.iter().filter(|s| !s.figures.drift_check).collect();
     let n = |st| steps.iter().filter(|s| s.status == st).count();
     let total = steps.len();
     let mut text = format!(
@@ -77,6 +78,11 @@ pub fn step_counts(steps: &[StepResult]) -> String {
         0 => {}
         1 => text.push_str(" 1 step was disturbed (other processes shared its CPUs): left out of the analysis."),
         d => text.push_str(&format!(" {d} steps were disturbed (other processes shared their CPUs): left out of the analysis.")),
+    }
+    match all.len() - total {
+        0 => {}
+        1 => text.push_str(" 1 series' peak was measured again after its throughput fell (a drift check: see the notes)."),
+        k => text.push_str(&format!(" {k} series' peaks were measured again after their throughput fell (drift checks: see the notes).")),
     }
     text
 }
@@ -154,6 +160,9 @@ fn results_table(steps: &[StepResult]) -> Table {
     for s in steps {
         let l = s.load.as_ref();
         let status = match (&s.status, &s.reason) {
+            (StepStatus::Ok, _) if s.figures.drift_check => {
+                "ok: drift check (the peak measured again, not in its level's figures)".to_string()
+            }
             (StepStatus::Ok, _) => "ok".to_string(),
             // The status in lower case; the reason as written (an error names files, hosts
             // and programs, whose case matters).

@@ -39,6 +39,8 @@ pub struct Position {
     pub auto: bool,
     /// Time left, this repetition included (the same model as the dry run's estimate).
     pub left: Duration,
+    /// The series' peak measured again after its last level (a drift check).
+    pub drift_check: bool,
 }
 
 impl Position {
@@ -46,6 +48,12 @@ impl Position {
     /// past the planned repetitions, a disturbed one run again: `step 7/20 (a disturbed
     /// repetition run again: extra run 1)`.
     pub fn label(&self) -> String {
+        if self.drift_check {
+            return format!(
+                "step {}/{} (the series' peak measured again: a drift check)",
+                self.step, self.steps
+            );
+        }
         if !self.auto && self.repetition > self.repetitions {
             return format!(
                 "step {}/{} (a disturbed repetition run again: extra run {})",
@@ -116,6 +124,7 @@ mod tests {
             repetitions: 3,
             auto,
             left: Duration::ZERO,
+            drift_check: false,
         };
         assert_eq!(at(2, false).label(), "step 4/8 (repetition 2/3)");
         assert_eq!(
@@ -123,5 +132,13 @@ mod tests {
             "step 4/8 (a disturbed repetition run again: extra run 1)"
         );
         assert_eq!(at(2, true).label(), "step 4/8 (repetition 2 of at most 3)");
+        let again = Position {
+            drift_check: true,
+            ..at(4, false)
+        };
+        assert_eq!(
+            again.label(),
+            "step 4/8 (the series' peak measured again: a drift check)"
+        );
     }
 }

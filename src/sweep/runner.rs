@@ -206,9 +206,10 @@ struct SeriesRun<'p> {
     stopped: Option<String>,
     /// Its points, one at a time.
     points: PointGen,
-    /// Mean throughput and latency of each point measured, and those points.
+    /// Mean throughput and latency of each point measured, and those points with the runs
+    /// each took.
     history: Vec<(f64, f64)>,
-    history_points: Vec<Point>,
+    history_points: Vec<(Point, usize)>,
     /// What stopping its servers had to do beyond SIGTERM (a server killed after the grace).
     stop_notes: Vec<String>,
 }
@@ -318,7 +319,7 @@ impl Runner<'_> {
         let mut end_run = false;
         let series_started = run.at.series_started;
         while let Some(point) = series.points.next() {
-            let reps = self.run_point(&mut series, point, run)?;
+            let reps = self.run_point(&mut series, point, run, Runs::Planned)?;
             // Its server started with its first point: the ETA counts no start for it after.
             run.at.series_started = series_started + 1;
             match reps {
@@ -334,6 +335,9 @@ impl Runner<'_> {
         }
         if let Some(found) = series.points.finding(&target.name, placement) {
             self.note(&mut run.summary, found);
+        }
+        if !end_run {
+            end_run = self.peak_again(&mut series, run)?;
         }
         if !end_run {
             self.profile_series(
@@ -359,16 +363,16 @@ impl Runner<'_> {
         series: &mut SeriesRun,
         point: Point,
         run: &mut RunState,
+        runs: Runs,
     ) -> Result<ControlFlow<RunEnd, Vec<StepResult>>, RunError> {
         let mut reps: Vec<StepResult> = Vec::new();
         run.at.runs_of_step = 0;
-        for rep in 0..self.plan.repetitions.max_runs() + DISTURBED_RERUNS {
+        let first = runs.first();
+        for rep in first..first + runs.most(self.plan) + DISTURBED_RERUNS {
             // A disturbed run does not count: it is run again, at most DISTURBED_RERUNS times.
             let disturbed = disturbed_runs(&reps);
-            let counted = rep - disturbed;
-            if !self.plan.repetitions.again(counted, &ok_throughputs(&reps))
-                || counted >= self.plan.repetitions.max_runs()
-            {
+            let counted = rep - first - disturbed;
+            if !runs.again(self.plan, counted, &ok_throughputs(&reps)) {
                 break;
             }
             if disturbed > 0
@@ -392,7 +396,12 @@ impl Runner<'_> {
                 Some(_) => 1 + series.points.remaining().len(),
                 None => 0,
             };
-            self.progress.at(&self.position(&run.at, rep));
+            let mut at = self.position(&run.at, rep);
+            if runs != Runs::Planned {
+                // After the series' last planned step, which it repeats no step of.
+                (at.step, at.drift_check) = (run.at.steps.max(1), true);
+            }
+            self.progress.at(&at);
             let step = match &series.stopped {
                 Some(why) => self.skipped(&key, why.clone()),
                 None => self.one_step(&key, series),
@@ -414,6 +423,7 @@ impl Runner<'_> {
                 return Err(self.cannot_write(&format!("step {}: {why}", key.id)));
             }
             let mut step = self.with_threshold_checks(step);
+            step.figures.drift_check = runs != Runs::Planned;
             let gone = hosts_gone(&mut step);
             self.record(&step, run)?;
             let failed = step.status == StepStatus::Failed;
@@ -435,9 +445,57 @@ impl Runner<'_> {
                 self.sleep(self.plan.cooldown);
             }
         }
-        run.at.steps += 1;
+        // A drift check is no planned step: the ETA's count stays.
+        if runs == Runs::Planned {
+            run.at.steps += 1;
+        }
         run.at.runs += reps.len();
         Ok(ControlFlow::Continue(reps))
+    }
+
+    /// A series whose throughput fell past its peak has the peak measured once more after
+    /// its last level. A fall the machine made (a host slowing through the series: grpcio's
+    /// CPU per call went 143 -> 177 µs from its peak to its last level, as it had gone
+    /// 201 -> 143 µs from its first level to its peak) then shows at the peak's own load, and
+    /// the analysis does not read it as the load's. True when the run must end.
+    fn peak_again(&mut self, series: &mut SeriesRun, run: &mut RunState) -> Result<bool, RunError> {
+        if series.stopped.is_some() || series.server.is_none() {
+            return Ok(false);
+        }
+        let repeated = self.plan.repetitions.max_runs() >= 2;
+        let Some(peak) = fell_past_peak(&series.history, repeated) else {
+            return Ok(false);
+        };
+        let (point, made) = series.history_points[peak];
+        let reps = match self.run_point(series, point, run, Runs::Again { after: made })? {
+            ControlFlow::Continue(reps) => reps,
+            ControlFlow::Break(end) => {
+                run.summary.end = end;
+                return Ok(true);
+            }
+        };
+        let (first, last) = (
+            series.history[peak].0,
+            series.history[series.history.len() - 1].0,
+        );
+        let last_point = series.history_points[series.history_points.len() - 1].0;
+        let line = match aggregate(&reps) {
+            Some((again, _, _)) => format!(
+                "{} / {}: throughput fell from {first:.0} req/s at {} to {last:.0} at {}; {} measured again after it: {again:.0} req/s ({})",
+                series.target.name,
+                series.placement,
+                crate::analyze::run::peak::level_text(point.clients, point.rate_rps),
+                crate::analyze::run::peak::level_text(last_point.clients, last_point.rate_rps),
+                crate::analyze::run::peak::level_text(point.clients, point.rate_rps),
+                drift_reading(first, again, last),
+            ),
+            None => format!(
+                "{} / {}: throughput fell past its peak; the peak's load measured again after the last level did not measure",
+                series.target.name, series.placement
+            ),
+        };
+        self.note(&mut run.summary, line);
+        Ok(false)
     }
 
     /// The progress line's position at repetition `rep` (from 0) of the current step.
@@ -449,6 +507,7 @@ impl Runner<'_> {
             repetitions: self.plan.repetitions.max_runs(),
             auto: self.plan.repetitions == super::spec::Repetitions::Auto,
             left: self.plan.time_left(*at),
+            drift_check: false,
         }
     }
 
@@ -498,7 +557,7 @@ impl Runner<'_> {
         // analysis leaves it out, and so does the saturation check.
         if let (Some((thr, lat, _)), false) = (agg, measured_the_client(reps)) {
             series.history.push((thr, lat));
-            series.history_points.push(point);
+            series.history_points.push((point, reps.len()));
         }
         if let (None, Some(why)) = (&series.stopped, every_request_failed(reps)) {
             let why = format!("{why}: the rest of the series was not run");
@@ -510,7 +569,7 @@ impl Runner<'_> {
             && self.plan.stop_when == Some(StopWhen::Saturated)
             && is_saturated(&series.history)
         {
-            let from = series.history_points[series.history_points.len() - 3];
+            let from = series.history_points[series.history_points.len() - 3].0;
             let why = super::plan::saturation_note(from, point, &series.points.remaining());
             let line = format!("{} / {}: {why}", series.target.name, series.placement);
             self.note(summary, line);
@@ -1055,6 +1114,68 @@ fn every_request_failed(reps: &[StepResult]) -> Option<String> {
 
 /// Runs of a point beyond its repetitions that replace disturbed ones.
 const DISTURBED_RERUNS: usize = 2;
+
+/// Which runs of a point [`Runner::run_point`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runs {
+    /// Its planned repetitions (`repetitions`, fixed or `auto`).
+    Planned,
+    /// One more, after the `after` runs it made: the series' peak measured again after its
+    /// last level (a drift check).
+    Again { after: usize },
+}
+
+impl Runs {
+    /// The repetition index of its first run.
+    fn first(self) -> usize {
+        match self {
+            Runs::Planned => 0,
+            Runs::Again { after } => after,
+        }
+    }
+
+    /// The most runs that count.
+    fn most(self, plan: &Plan) -> usize {
+        match self {
+            Runs::Planned => plan.repetitions.max_runs(),
+            Runs::Again { .. } => 1,
+        }
+    }
+
+    /// Whether another counted run is due after `counted` ones whose ok throughputs are `ok`.
+    fn again(self, plan: &Plan, counted: usize, ok: &[f64]) -> bool {
+        counted < self.most(plan) && (self != Runs::Planned || plan.repetitions.again(counted, ok))
+    }
+}
+
+/// The index of a series' peak when its throughput fell past it as the analysis reads a fall
+/// (its coherency rule): the last point measured under
+/// [`FALL_FRACTION`](crate::analyze::knee::FALL_FRACTION) of the best one, two points or more
+/// past it, or one when the points were `repeated` (their spread then judges the fall).
+fn fell_past_peak(history: &[(f64, f64)], repeated: bool) -> Option<usize> {
+    let (peak, best) = history
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1 .0.total_cmp(&b.1 .0))
+        .map(|(i, h)| (i, h.0))?;
+    let last = history.last()?.0;
+    let past = history.len() - 1 - peak;
+    (past >= 2 - usize::from(repeated) && last < crate::analyze::knee::FALL_FRACTION * best)
+        .then_some(peak)
+}
+
+/// What the peak measured again (`again`) says of a fall from `first` to `last`, as the
+/// analysis reads it: held when the last level is still under
+/// [`FALL_FRACTION`](crate::analyze::knee::FALL_FRACTION) of the peak measured after it, else
+/// the machine's.
+fn drift_reading(first: f64, again: f64, last: f64) -> String {
+    let change_pct = 100.0 * (again / first - 1.0);
+    if last >= crate::analyze::knee::FALL_FRACTION * again {
+        format!("{change_pct:+.0}% against its first measure, the last level within 10% of it: the machine slowed, and the fall is not read as the load's")
+    } else {
+        format!("{change_pct:+.0}% against its first measure: the fall held")
+    }
+}
 /// How long a disturbed step's re-run waits at most for its CPUs to quiet.
 const QUIET_WAIT: Duration = Duration::from_secs(5);
 
@@ -1303,6 +1424,27 @@ fn hosts_gone(step: &mut StepResult) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fall_is_checked_where_the_analysis_reads_one() {
+        let h = |x: &[f64]| x.iter().map(|&t| (t, 1.0)).collect::<Vec<_>>();
+        // Two levels past the peak, the last 20% under it.
+        assert_eq!(
+            fell_past_peak(&h(&[50.0, 100.0, 95.0, 80.0]), false),
+            Some(1)
+        );
+        // One level past it: only where repetitions judge the fall.
+        assert_eq!(fell_past_peak(&h(&[50.0, 100.0, 80.0]), false), None);
+        assert_eq!(fell_past_peak(&h(&[50.0, 100.0, 80.0]), true), Some(1));
+        // Within 10% of the peak, or the peak last: no fall.
+        assert_eq!(fell_past_peak(&h(&[50.0, 100.0, 95.0, 91.0]), false), None);
+        assert_eq!(fell_past_peak(&h(&[50.0, 80.0, 100.0]), true), None);
+        // The last level within 10% of the peak measured again: the machine's.
+        assert!(drift_reading(100.0, 85.0, 80.0).contains("the machine slowed"));
+        // Still 10% under it: the load's, though the peak lost 10% too (a state that grew).
+        assert!(drift_reading(100.0, 90.0, 70.0)
+            .ends_with("-10% against its first measure: the fall held"));
+    }
 
     #[test]
     fn saturation_needs_two_flat_steps_with_rising_latency() {

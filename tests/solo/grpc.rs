@@ -71,7 +71,9 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
     let last = std::fs::read_to_string(dir.path().join("run/metrics/grpcio.json")).unwrap();
     let last: Value = serde_json::from_str(&last).unwrap();
     let calls = last["calls"]["Echo"].as_u64().unwrap();
-    let sent: u64 = steps.iter().map(|s| s["sent"].as_u64().unwrap()).sum();
+    // A drift check (the peak measured again after a fall) sent calls too.
+    let all = common::all_steps_json(&dir.path().join("run"));
+    let sent: u64 = all.iter().map(|s| s["sent"].as_u64().unwrap()).sum();
     eprintln!("sent {sent}, grpcio counted {calls}: {last}");
     assert_eq!(sent, calls, "{last}");
     assert_eq!(last["calls"]["Fail"], 0, "{last}");
@@ -129,26 +131,37 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
         })
         .collect();
     assert_eq!(per_call.len(), 5, "five levels: {per_call:?}");
-    // The diagnosis: the server's CPU, and grpcio's own CPU seconds say the same: its CPU
-    // full at the top levels, the same CPU per call from the first level to the last, and
-    // that CPU per call the one the diagnosis gives (from /proc and the engine's count).
-    assert_eq!(typed(&d).limit, Limit::ServerCpu, "{d:#}");
-    let top = per_call[per_call.len() - 2..].iter().map(|p| p.0);
-    assert!(
-        top.clone().all(|busy| busy >= 0.8),
-        "grpcio's own CPU at the top levels: {per_call:?}"
-    );
-    // Coherency would show as CPU per call growing with the load; a full CPU serving more
-    // calls per wake-up at the top may cost less per call (226 -> 152 µs in one run, its
-    // first level 87% busy).
-    let (first, last) = (per_call[0].1, per_call[per_call.len() - 1].1);
-    assert!(
-        last / first - 1.0 <= 0.25,
-        "grpcio's own CPU per call {first:.1} µs -> {last:.1} µs"
-    );
-    let said = quoted(&d, Metric::CpuUsPerReq);
-    assert!(
-        (said / last - 1.0).abs() <= 0.15,
-        "the diagnosis says {said:.1} µs per call, grpcio's own figures {last:.1} µs"
-    );
+    // The limit named is the one grpcio's own figures show. On this shared VM they are not
+    // always the same (2026-11-29): its CPU at 0.84-0.93 at 16 clients in one CI run (the
+    // disk 73% busy beside it), and its CPU per call 143 -> 177 µs from its peak level to its
+    // last in another, as it had gone 201 -> 143 µs from its first level to its peak.
+    let (peak_i, _) = per_call
+        .iter()
+        .enumerate()
+        .max_by(|a, b| (a.1 .0 / a.1 .1).total_cmp(&(b.1 .0 / b.1 .1)))
+        .unwrap();
+    let (top_busy, last) = per_call[per_call.len() - 1];
+    let grew = last / per_call[peak_i].1 - 1.0;
+    let limit = typed(&d).limit;
+    match limit {
+        // Its CPU full at the top level (the rule's 90%, by grpcio's count within 5 points),
+        // and the CPU per call the diagnosis quotes grpcio's own.
+        Limit::ServerCpu => {
+            assert!(
+                top_busy >= 0.85,
+                "grpcio's own CPU at the top: {per_call:?}"
+            );
+            let said = quoted(&d, Metric::CpuUsPerReq);
+            assert!(
+                (said / last - 1.0).abs() <= 0.15,
+                "the diagnosis says {said:.1} µs per call, grpcio's own figures {last:.1} µs"
+            );
+        }
+        // A fall past the peak that its drift check did not put down to the machine:
+        // grpcio's own CPU per call grew past its peak level by 10% or more.
+        Limit::Coherency => assert!(grew >= 0.10, "{per_call:?}: {d:#}"),
+        // Its CPU not full at the top level by its own count either.
+        Limit::Undetermined => assert!(top_busy < 0.95, "{per_call:?}: {d:#}"),
+        other => panic!("{other:?}, which grpcio's own figures do not show: {per_call:?}: {d:#}"),
+    }
 }

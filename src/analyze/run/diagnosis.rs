@@ -317,6 +317,7 @@ pub fn diagnose_with_profile(
         confidence = confidence.min(Confidence::Low);
     }
     let mut notes = limits_cpu::cap(&ctx, limit, &mut confidence, &mut evidence);
+    notes.extend((0..levels.len()).find_map(|i| ctx.drifted(i)));
     if confidence == Confidence::High {
         let split = reps::disagreements(&ctx, steps, limit, rules);
         if !split.is_empty() {
@@ -496,6 +497,30 @@ impl Ctx<'_> {
         };
         let (p, l) = (&p.throughput_rps, &l.throughput_rps);
         p.n >= 2 && l.n >= 2 && l.ci95_high() < p.ci95_low()
+    }
+    /// Level `i`, measured again after the series' last level (the drift check of a fall
+    /// past it), gave no more than the last level by [`RETROGRADE_FRACTION`]: measured at
+    /// nearly the same time, the two loads give the same throughput, so the fall past `i` is
+    /// the machine's slowing through the series, not the load's. Judged against the last level
+    /// rather than the first measure, since a server whose state the run grew (a hot row's
+    /// dead versions) is slower afterwards at every load. The note saying so.
+    fn drifted(&self, i: usize) -> Option<String> {
+        let (p, again) = self
+            .series
+            .points
+            .get(i)
+            .and_then(|p| Some((p, p.again_rps?)))?;
+        let (first, last) = (p.throughput_rps.mean, self.top().throughput_rps);
+        (last >= RETROGRADE_FRACTION * again).then(|| {
+            format!(
+                "{} measured again after the last level gave {} against {} at first ({:+.0}%), and the last level {}: the machine slowed through the series, so the fall past it is not read as the load's",
+                super::peak::level_text(p.clients, p.rate_rps),
+                rps(again),
+                rps(first),
+                100.0 * (again / first - 1.0),
+                rps(last)
+            )
+        })
     }
     /// Level `i` was measured two or more times: its spread is known.
     fn repeated(&self, i: usize) -> bool {
@@ -679,6 +704,7 @@ fn coherency(c: &Ctx) -> Option<Found> {
     if !past
         || top.throughput_rps >= RETROGRADE_FRACTION * peak.throughput_rps
         || full_and_level_from_the_start(c)
+        || c.drifted(peak_i).is_some()
     {
         return None;
     }
@@ -720,6 +746,20 @@ fn coherency(c: &Ctx) -> Option<Found> {
             because.push_str(&format!(", N* = {n:.1}"));
         }
         because.push(')');
+    }
+    if let Some(again) = c.series.points[peak_i].again_rps {
+        evidence.push(ev(
+            Metric::ThroughputRps,
+            again,
+            Some(peak.clients),
+            "the peak's load measured again after the last level: the fall held",
+        ));
+        because.push_str(&format!(
+            ", and {} clients measured again after {} still gave {}",
+            peak.clients,
+            top.clients,
+            rps(again)
+        ));
     }
     Some(Found {
         limit: Limit::Coherency,

@@ -276,6 +276,52 @@ fn throughput_falling_after_its_peak() {
     assert_ne!(one_low.limit, Limit::Coherency, "{}", one_low.sentence);
 }
 
+/// The falling series above with its peak (8 clients) measured again after its last level
+/// at `again` req/s.
+fn fall_with_drift_check(again: f64) -> Diagnosis {
+    let shape = [
+        (1, 10e3),
+        (2, 19e3),
+        (4, 30e3),
+        (8, 32e3),
+        (16, 24e3),
+        (32, 18e3),
+    ];
+    let mut steps: Vec<StepResult> = shape.iter().map(|&(c, x)| step(&base(c, x))).collect();
+    let mut check = step(&base(8, again));
+    (check.rep, check.figures.drift_check) = (1, true);
+    steps.push(check);
+    let a = analyze_steps(&steps);
+    assert_eq!(
+        a.series[0].points[3].throughput_rps.n, 1,
+        "kept out of its level"
+    );
+    assert_eq!(a.series[0].points[3].again_rps, Some(again));
+    a.diagnosis[0].clone()
+}
+
+#[test]
+fn a_fall_whose_peak_measured_again_fell_too_is_the_machines_drift() {
+    // The peak lost 22% too (a state the run grew), the last level still 10% under it.
+    let held = fall_with_drift_check(25e3);
+    assert_eq!(held.limit, Limit::Coherency, "{}", held.sentence);
+    assert!(
+        held.sentence
+            .contains("and 8 clients measured again after 32 still gave 25.0k req/s"),
+        "{}",
+        held.sentence
+    );
+    let drifted = fall_with_drift_check(20e3);
+    assert_ne!(drifted.limit, Limit::Coherency, "{}", drifted.sentence);
+    assert!(
+        drifted.notes.iter().any(|n| n.contains(
+            "8 clients measured again after the last level gave 20.0k req/s against 32.0k req/s at first (-38%), and the last level 18.0k req/s: the machine slowed"
+        )),
+        "{:?}",
+        drifted.notes
+    );
+}
+
 #[test]
 fn run_queue_wait_growing_with_more_threads_than_cpus() {
     let d = diagnose_all(&bending(|i, s| {
