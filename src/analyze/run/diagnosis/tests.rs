@@ -1553,6 +1553,15 @@ fn each_limit_names_a_saturated_row_of_its_table() {
     let contended = diagnose_with(&idle_flat(), contended);
     let locks = row(&contended, Resource::Locks);
     assert_eq!(locks.state, State::Saturated, "{locks:?}");
+    // A fixed pool (the built-in one, 8 workers on 1 CPU, as measured): parked at the first
+    // level (0.9% of its time on a CPU), not at the others (3.6%), its waits as sampled flat.
+    // They did not come with the load (saturated when "grew" read them through the parked
+    // rule: 0 threads waiting at the first level, 7.7 at the last).
+    let fixed = pool([8; 5], [0.14, 0.58, 0.58, 0.58, 0.58]);
+    let fixed = diagnose_with(&idle_flat(), fixed);
+    let locks = row(&fixed, Resource::Locks);
+    assert!(locks.time_share_pct.unwrap() > 90.0, "{locks:?}");
+    assert_eq!(locks.state, State::Room, "{locks:?}");
     let hop = row(&cases[10].1, Resource::NextHop);
     assert_eq!(hop.name, "gunicorn (pid 42, 127.0.0.1:8001)");
     assert!(
