@@ -252,19 +252,19 @@ fn cpu_per_request_growing_at_flat_throughput() {
     );
 }
 
+/// 1..32 clients, throughput peaking at 8 and falling to 18k at 32.
+const FALLING: [(usize, f64); 6] = [
+    (1, 10e3),
+    (2, 19e3),
+    (4, 30e3),
+    (8, 32e3),
+    (16, 24e3),
+    (32, 18e3),
+];
+
 #[test]
 fn throughput_falling_after_its_peak() {
-    let shape: Vec<S> = [
-        (1, 10e3),
-        (2, 19e3),
-        (4, 30e3),
-        (8, 32e3),
-        (16, 24e3),
-        (32, 18e3),
-    ]
-    .iter()
-    .map(|&(c, x)| base(c, x))
-    .collect();
+    let shape: Vec<S> = FALLING.iter().map(|&(c, x)| base(c, x)).collect();
     let d = diagnose_all(&shape);
     assert_eq!((d.limit, d.knee_clients), (Limit::Coherency, Some(4)));
     assert_eq!(metric(&d, Metric::ThroughputRps).value, 18e3);
@@ -279,15 +279,7 @@ fn throughput_falling_after_its_peak() {
 /// The falling series above with its peak (8 clients) measured again after its last level
 /// at `again` req/s.
 fn fall_with_drift_check(again: f64) -> Diagnosis {
-    let shape = [
-        (1, 10e3),
-        (2, 19e3),
-        (4, 30e3),
-        (8, 32e3),
-        (16, 24e3),
-        (32, 18e3),
-    ];
-    let mut steps: Vec<StepResult> = shape.iter().map(|&(c, x)| step(&base(c, x))).collect();
+    let mut steps: Vec<StepResult> = FALLING.iter().map(|&(c, x)| step(&base(c, x))).collect();
     let mut check = step(&base(8, again));
     (check.rep, check.figures.drift_check) = (1, true);
     steps.push(check);
