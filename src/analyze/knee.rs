@@ -17,6 +17,13 @@ pub const BUSY_CPU_PCT: f64 = 70.0;
 /// A level below this fraction of the maximum, past it, is a fall (retrograde throughput).
 pub const FALL_FRACTION: f64 = 0.9;
 
+/// A fall's drift check: the last level gave at least [`FALL_FRACTION`] of the peak's load
+/// measured again right after it (`again_rps`), so the fall is the machine's slowing through
+/// the series, not the load's.
+pub fn fall_was_drift(last_rps: f64, again_rps: f64) -> bool {
+    last_rps >= FALL_FRACTION * again_rps
+}
+
 /// The shape Kneedle looks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -224,6 +231,18 @@ mod tests {
         (1..=20)
             .map(|n| (n as f64, n.min(knee as i32) as f64 * 10.0))
             .collect()
+    }
+
+    #[test]
+    fn drift_is_the_last_level_within_the_fall_fraction_of_the_peak_again() {
+        // At the boundary (90 of 100) the fall is drift; a flipped comparison or another
+        // fraction (0.85, 0.95) gives another answer on one of these.
+        assert!(fall_was_drift(90.0, 100.0));
+        assert!(fall_was_drift(95.0, 100.0));
+        assert!(!fall_was_drift(89.0, 100.0));
+        assert!(!fall_was_drift(86.0, 100.0));
+        // A last level above the peak measured again is drift too (the order matters).
+        assert!(fall_was_drift(120.0, 100.0));
     }
 
     #[test]

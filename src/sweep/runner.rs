@@ -1165,12 +1165,12 @@ fn fell_past_peak(history: &[(f64, f64)], repeated: bool) -> Option<usize> {
 }
 
 /// What the peak measured again (`again`) says of a fall from `first` to `last`, as the
-/// analysis reads it: held when the last level is still under
-/// [`FALL_FRACTION`](crate::analyze::knee::FALL_FRACTION) of the peak measured after it, else
-/// the machine's.
+/// analysis reads it ([`fall_was_drift`](crate::analyze::knee::fall_was_drift)): the
+/// machine's when the last level is within the fall fraction of the peak measured after it,
+/// else held.
 fn drift_reading(first: f64, again: f64, last: f64) -> String {
     let change_pct = 100.0 * (again / first - 1.0);
-    if last >= crate::analyze::knee::FALL_FRACTION * again {
+    if crate::analyze::knee::fall_was_drift(last, again) {
         format!("{change_pct:+.0}% against its first measure, the last level within 10% of it: the machine slowed, and the fall is not read as the load's")
     } else {
         format!("{change_pct:+.0}% against its first measure: the fall held")

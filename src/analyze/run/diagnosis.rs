@@ -499,7 +499,8 @@ impl Ctx<'_> {
         p.n >= 2 && l.n >= 2 && l.ci95_high() < p.ci95_low()
     }
     /// Level `i`, measured again after the series' last level (the drift check of a fall
-    /// past it), gave no more than the last level by [`RETROGRADE_FRACTION`]: measured at
+    /// past it), gave no more than the last level by the fall fraction
+    /// ([`fall_was_drift`](crate::analyze::knee::fall_was_drift)): measured at
     /// nearly the same time, the two loads give the same throughput, so the fall past `i` is
     /// the machine's slowing through the series, not the load's. Judged against the last level
     /// rather than the first measure, since a server whose state the run grew (a hot row's
@@ -511,7 +512,7 @@ impl Ctx<'_> {
             .get(i)
             .and_then(|p| Some((p, p.again_rps?)))?;
         let (first, last) = (p.throughput_rps.mean, self.top().throughput_rps);
-        (last >= RETROGRADE_FRACTION * again).then(|| {
+        crate::analyze::knee::fall_was_drift(last, again).then(|| {
             format!(
                 "{} measured again after the last level gave {} against {} at first ({:+.0}%), and the last level {}: the machine slowed through the series, so the fall past it is not read as the load's",
                 super::peak::level_text(p.clients, p.rate_rps),
