@@ -39,11 +39,13 @@ pub fn environment(args: EnvironmentArgs) -> anyhow::Result<ExitCode> {
     }
     writeln!(out, "kernel     {}", env.kernel)?;
     writeln!(out, "turbo      {}", env.turbo)?;
-    writeln!(
-        out,
-        "perf       software {} hardware {}",
-        env.perf.software, env.perf.hardware
-    )?;
+    if let Some(perf) = &env.perf {
+        writeln!(
+            out,
+            "perf       software {} hardware {}",
+            perf.software, perf.hardware
+        )?;
+    }
     writeln!(out, "load       {:?}", env.loadavg)?;
     for w in &env.warnings {
         writeln!(out, "warning    {w}")?;

@@ -1,93 +1,17 @@
-//! The conditions a run was measured under (environment.json), and warnings for a machine
-//! unfit to benchmark: a power-saving governor, swap in use, another busy process.
+//! Gathers the conditions a run was measured under (environment.json, whose type is the
+//! record's), and warnings for a machine unfit to benchmark: a power-saving governor, swap in
+//! use, another busy process.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use serde::{Deserialize, Serialize};
-
 use crate::machine::topology::Topology;
-
-/// The machine and software a run was measured on.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Environment {
-    /// Host name.
-    pub hostname: String,
-    /// CPU model name from /proc/cpuinfo ("unavailable" when absent).
-    pub cpu_model: String,
-    /// Number of online CPUs.
-    pub cpus: usize,
-    /// The CPU topology read from /sys (None when it could not be read).
-    pub topology: Option<TopologySummary>,
-    /// Kernel release (`uname -r`).
-    pub kernel: String,
-    /// cpufreq scaling governor of each CPU, by CPU number ("unavailable" without cpufreq).
-    pub governors: BTreeMap<String, String>,
-    /// Turbo / boost state: "on", "off" or "unavailable".
-    pub turbo: String,
-    /// Swap configured, in kilobytes.
-    pub swap_total_kb: u64,
-    /// Swap in use, in kilobytes.
-    pub swap_used_kb: u64,
-    /// What `perf stat` can count here.
-    pub perf: PerfAvailability,
-    /// stairbench's version.
-    pub stairbench_version: String,
-    /// Short git revision of stairbench's source tree ("unknown" outside a git checkout).
-    pub git_revision: String,
-    /// Load average over 1, 5 and 15 minutes, when the run started.
-    pub loadavg: [f64; 3],
-    /// How busy the run's CPUs were, sampled just before the first step (the demo's settle
-    /// sample; absent where the run took none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub busy_sample: Option<BusySample>,
-    /// Why this machine may give misleading figures (empty when none).
-    pub warnings: Vec<String>,
-}
-
-/// How busy some CPUs were over a short window, from /proc/stat.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BusySample {
-    /// The CPUs sampled, as a list (`0-1`).
-    pub cpus: String,
-    /// Their mean busy share over the window, %.
-    pub busy_pct: f64,
-    /// The window, seconds.
-    pub window_s: f64,
-}
+pub use crate::record::environment::{BusySample, Environment, PerfAvailability, TopologySummary};
 
 /// CPUs busier than this (mean %, over a sample) are shared with other work: the run's
 /// figures are noisier.
 pub const BUSY_WARN_PCT: f64 = 30.0;
-
-/// The topology in brief.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TopologySummary {
-    /// NUMA nodes.
-    pub nodes: usize,
-    /// Physical packages (sockets).
-    pub packages: usize,
-    /// Physical cores.
-    pub cores: usize,
-    /// Hardware threads per core.
-    pub threads_per_core: usize,
-    /// True when cores run more than one hardware thread.
-    pub smt: bool,
-    /// One line describing it all.
-    pub summary: String,
-}
-
-/// What `perf stat` can count on this machine.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PerfAvailability {
-    /// Software events (task-clock, context switches) can be counted.
-    pub software: bool,
-    /// Hardware events (instructions, cycles) can be counted.
-    pub hardware: bool,
-    /// Why an event class is unavailable, when one is.
-    pub note: Option<String>,
-}
 
 /// Reads the running machine's environment (runs `perf stat` twice and `git` once: ~0.1 s).
 pub fn environment() -> Environment {
@@ -129,7 +53,7 @@ pub fn environment_with(busy: Option<BusySample>) -> Environment {
         turbo: read_turbo(Path::new("/sys")),
         swap_total_kb,
         swap_used_kb,
-        perf,
+        perf: Some(perf),
         stairbench_version: env!("CARGO_PKG_VERSION").to_string(),
         git_revision: git_revision(),
         loadavg,

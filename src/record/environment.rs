@@ -1,7 +1,7 @@
-//! environment.json as a report reads it back: the layout `observe::environment` writes, held
-//! here because the run directory's reader (layer 2) may not import `observe` (layer 3).
-//! Every field has a default, so a file from an older stairbench (or a hand-written one)
-//! still reads; a test in `report` checks the two types agree key for key.
+//! environment.json: the conditions a run was measured under. One type for the file, which
+//! `observe::environment` fills in from the running machine and the run directory's reader
+//! reads back (the record layer, below both). Every field has a default, so a file from an
+//! older stairbench (or a hand-written one) still reads.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +19,7 @@ pub struct Environment {
     pub cpus: usize,
     /// The CPU topology in brief (None when it could not be read).
     pub topology: Option<TopologySummary>,
-    /// Kernel release.
+    /// Kernel release (/proc/sys/kernel/osrelease, as `uname -r` prints it).
     pub kernel: String,
     /// cpufreq scaling governor of each CPU, by CPU number ("unavailable" without cpufreq).
     pub governors: BTreeMap<String, String>,
@@ -29,22 +29,23 @@ pub struct Environment {
     pub swap_total_kb: u64,
     /// Swap in use, in kilobytes.
     pub swap_used_kb: u64,
-    /// What `perf stat` could count (None in a file that does not say).
+    /// What `perf stat` could count (always written; None in a file that does not say).
     pub perf: Option<PerfAvailability>,
     /// stairbench's version.
     pub stairbench_version: String,
-    /// Short git revision of stairbench's source tree.
+    /// Short git revision of stairbench's source tree ("unknown" outside a git checkout).
     pub git_revision: String,
     /// Load average over 1, 5 and 15 minutes, when the run started.
     pub loadavg: [f64; 3],
-    /// How busy the run's CPUs were just before the first step, where sampled.
+    /// How busy the run's CPUs were, sampled just before the first step (the demo's settle
+    /// sample; absent where the run took none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busy_sample: Option<BusySample>,
     /// Why this machine may give misleading figures (empty when none).
     pub warnings: Vec<String>,
 }
 
-/// How busy some CPUs were over a short window.
+/// How busy some CPUs were over a short window, from /proc/stat.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BusySample {

@@ -207,9 +207,9 @@ mod tests {
         );
     }
 
-    /// environment.json as observe writes it reads back into the record's type and writes
-    /// out the same, key for key. Catches a field added to or renamed in
-    /// `observe::environment::Environment` that the report would silently drop.
+    /// environment.json as observe writes it reads back and writes out the same, key for
+    /// key. Catches a field of `Environment` that is written but skipped or renamed on the
+    /// way back (the report would silently drop it).
     #[test]
     fn environment_json_reads_back_key_for_key() {
         let busy = crate::observe::environment::BusySample {
