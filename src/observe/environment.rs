@@ -59,6 +59,7 @@ pub fn environment_with(busy: Option<BusySample>) -> Environment {
         loadavg,
         busy_sample: busy,
         warnings,
+        hosts: BTreeMap::new(),
     }
 }
 

@@ -43,6 +43,12 @@ pub struct Environment {
     pub busy_sample: Option<BusySample>,
     /// Why this machine may give misleading figures (empty when none).
     pub warnings: Vec<String>,
+    /// Each other host of the run, by name: its own stairbench's environment and how it was
+    /// reached (engine URL, clock offset, binary copied, set-up times), or `unreachable` and
+    /// why (empty in a run on this machine alone). Kept as each host's JSON: its layout is
+    /// the remote binary's and the fleet's, layers this one does not read.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub hosts: BTreeMap<String, serde_json::Value>,
 }
 
 /// How busy some CPUs were over a short window, from /proc/stat.

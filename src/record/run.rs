@@ -241,27 +241,37 @@ fn dir_name(dir: &Path) -> String {
 }
 
 fn read_spec(dir: &Path, unreadable: &mut Vec<String>) -> Option<RunSpec> {
-    let text = std::fs::read_to_string(dir.join("spec.toml")).ok()?;
-    match text.parse::<toml::Table>() {
-        Ok(t) => Some(RunSpec::from_table(t)),
-        Err(e) => {
+    read_spec_file(dir)
+        .map_err(|e| {
             unreadable.push(format!(
                 "spec.toml does not parse, comparisons skipped: {e}"
-            ));
-            None
-        }
-    }
+            ))
+        })
+        .ok()?
 }
 
 fn read_environment(dir: &Path, unreadable: &mut Vec<String>) -> Option<Environment> {
-    let text = std::fs::read_to_string(dir.join("environment.json")).ok()?;
-    match serde_json::from_str(&text) {
-        Ok(env) => Some(env),
-        Err(e) => {
-            unreadable.push(format!("environment.json does not parse: {e}"));
-            None
-        }
-    }
+    read_environment_file(dir)
+        .map_err(|e| unreadable.push(format!("environment.json does not parse: {e}")))
+        .ok()?
+}
+
+/// A run directory's spec.toml: None when it cannot be read (absent), Err when it does not
+/// parse as TOML.
+pub fn read_spec_file(dir: &Path) -> Result<Option<RunSpec>, toml::de::Error> {
+    let Ok(text) = std::fs::read_to_string(dir.join("spec.toml")) else {
+        return Ok(None);
+    };
+    Ok(Some(RunSpec::from_table(text.parse::<toml::Table>()?)))
+}
+
+/// A run directory's environment.json: None when it cannot be read (absent), Err when it
+/// does not parse as an [`Environment`].
+pub fn read_environment_file(dir: &Path) -> Result<Option<Environment>, serde_json::Error> {
+    let Ok(text) = std::fs::read_to_string(dir.join("environment.json")) else {
+        return Ok(None);
+    };
+    serde_json::from_str(&text).map(Some)
 }
 
 fn read_notes(dir: &Path) -> Vec<String> {

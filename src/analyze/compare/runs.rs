@@ -10,6 +10,8 @@ use serde_json::Value;
 
 use super::{relate, values_by_key, Metric, Relation, StepKey};
 use crate::analyze::stats::{self, Summary, TestOptions};
+use crate::record::environment::Environment;
+use crate::record::run::{read_environment_file, read_spec_file, RunSpec};
 use crate::record::steps::{read_steps, StepResult};
 
 /// One run directory read for `stairbench compare`.
@@ -21,10 +23,10 @@ pub struct Run {
     pub label: String,
     /// Its steps (steps.jsonl), in the order they ran.
     pub steps: Vec<StepResult>,
-    /// Its environment.json, when present and readable.
-    pub environment: Option<Value>,
-    /// Its spec.toml as JSON, when present.
-    pub spec: Option<Value>,
+    /// Its environment.json, when present.
+    pub environment: Option<Environment>,
+    /// Its spec.toml, when present.
+    pub spec: Option<RunSpec>,
 }
 
 /// What went wrong comparing runs.
@@ -75,13 +77,17 @@ pub fn read_runs(dirs: &[PathBuf]) -> Result<Vec<Run>, CompareError> {
 
 /// One run directory: its steps, environment and spec, labelled by the directory's name.
 fn read_run(dir: &Path) -> Result<Run, CompareError> {
-    let steps = read_steps(&dir.join("steps.jsonl")).map_err(|e| CompareError::Read {
+    let unreadable = |reason: String| CompareError::Read {
         dir: dir.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let environment = std::fs::read_to_string(dir.join("environment.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
+        reason,
+    };
+    let steps = read_steps(&dir.join("steps.jsonl")).map_err(|e| unreadable(e.to_string()))?;
+    // A file that does not parse is refused, not read as absent: its keys would all show as
+    // differences.
+    let environment = read_environment_file(dir)
+        .map_err(|e| unreadable(format!("environment.json does not parse: {e}")))?;
+    let spec =
+        read_spec_file(dir).map_err(|e| unreadable(format!("spec.toml does not parse: {e}")))?;
     let label = dir
         .canonicalize()
         .unwrap_or_else(|_| dir.to_path_buf())
@@ -90,10 +96,6 @@ fn read_run(dir: &Path) -> Result<Run, CompareError> {
             || dir.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-    let spec = std::fs::read_to_string(dir.join("spec.toml"))
-        .ok()
-        .and_then(|t| t.parse::<toml::Table>().ok())
-        .and_then(|t| serde_json::to_value(t).ok());
     Ok(Run {
         dir: dir.to_path_buf(),
         label,
@@ -121,13 +123,11 @@ pub fn environment_differences(runs: &[Run]) -> Vec<EnvDifference> {
         .map(|r| {
             let mut map = BTreeMap::new();
             if let Some(env) = &r.environment {
-                flatten("", env, &mut map);
+                flatten("", &as_json(env), &mut map);
             }
-            if let Some(Value::Object(spec)) = &r.spec {
-                for (k, v) in spec {
-                    if !matches!(k.as_str(), "name" | "description" | "comparisons") {
-                        flatten(&format!("spec.{k}"), v, &mut map);
-                    }
+            for (k, v) in r.spec.iter().flat_map(|s| &s.raw) {
+                if !matches!(k.as_str(), "name" | "description" | "comparisons") {
+                    flatten(&format!("spec.{k}"), &as_json(v), &mut map);
                 }
             }
             map
@@ -143,6 +143,12 @@ pub fn environment_differences(runs: &[Run]) -> Vec<EnvDifference> {
         })
         .filter(|d| d.values.iter().any(|v| *v != d.values[0]))
         .collect()
+}
+
+/// A record as JSON, to be flattened: the differences are looked for key by key, over every
+/// key the files hold, not over a chosen few.
+fn as_json(record: &impl Serialize) -> Value {
+    serde_json::to_value(record).unwrap_or(Value::Null)
 }
 
 fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, String>) {
@@ -371,5 +377,63 @@ mod tests {
         assert_eq!(map.get("a.b").map(String::as_str), Some("1"));
         assert_eq!(map.get("d").map(String::as_str), Some("x"));
         assert!(!map.contains_key("a.c"));
+    }
+
+    /// A run directory holding `files` (name, text), steps.jsonl empty unless given.
+    fn run_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("steps.jsonl"), "").unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        dir
+    }
+
+    fn read_error(files: &[(&str, &str)]) -> String {
+        let dir = run_dir(files);
+        read_run(dir.path()).unwrap_err().to_string()
+    }
+
+    /// A file the typed read refuses stops the comparison with the file named: read as
+    /// absent, every one of its keys would be listed as a difference.
+    #[test]
+    fn a_run_file_that_does_not_parse_is_named() {
+        let e = read_error(&[("environment.json", r#"{"cpus": "two"}"#)]);
+        assert!(e.contains("environment.json does not parse"), "{e}");
+        let e = read_error(&[("spec.toml", "duration = ")]);
+        assert!(e.contains("spec.toml does not parse"), "{e}");
+        let e = read_error(&[("steps.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n")]);
+        assert!(e.contains("steps.jsonl:1:"), "{e}");
+        // Absent files are not errors, nor are keys missing from them.
+        let dir = run_dir(&[("environment.json", r#"{"kernel": "6.8"}"#)]);
+        let run = read_run(dir.path()).unwrap();
+        assert_eq!(run.environment.unwrap().kernel, "6.8");
+        assert!(run.spec.is_none());
+    }
+
+    /// The differences run over every key the files hold: the hosts' environments (kept
+    /// as their JSON), the spec's settings as written; a key the runs agree on, or the
+    /// spec's name, is none.
+    #[test]
+    fn differences_cover_the_hosts_and_the_spec_as_written() {
+        let env = |kernel: &str, offset: i64| {
+            format!(
+                r#"{{"kernel": "{kernel}", "cpus": 2, "hosts": {{"b": {{"clock_offset": {offset}}}}}}}"#
+            )
+        };
+        let a = run_dir(&[
+            ("environment.json", &env("6.1", 5)),
+            ("spec.toml", "name = \"a\"\nclients = [1, 2]\n"),
+        ]);
+        let b = run_dir(&[
+            ("environment.json", &env("6.1", 9)),
+            ("spec.toml", "name = \"b\"\nclients = [1, 4]\n"),
+        ]);
+        let runs = read_runs(&[a.path().into(), b.path().into()]).unwrap();
+        let d = environment_differences(&runs);
+        let keys: Vec<&str> = d.iter().map(|d| d.key.as_str()).collect();
+        assert_eq!(keys, ["hosts.b.clock_offset", "spec.clients"], "{d:?}");
+        assert_eq!(d[0].values, [Some("5".into()), Some("9".into())]);
+        assert_eq!(d[1].values, [Some("[1,2]".into()), Some("[1,4]".into())]);
     }
 }
