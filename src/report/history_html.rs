@@ -11,22 +11,10 @@ use crate::analyze::history::HistoryChange;
 use crate::record::history::{RunStatus, SeriesKey, SeriesPoint, StoredRun};
 use crate::record::rundir::utc_time;
 
-/// The report's chart styles (report/html/page.rs) and a plain page around them.
-const STYLE: &str = "svg.chart { display: block; width: 100%; height: auto; background: #fff; }
-svg .point-label { font-size: 11px; fill: #555; }
-svg .chart-title { font-size: 14px; font-weight: 600; }
-svg .tick { font-size: 11px; fill: #444; }
-svg .axis-label { font-size: 12px; fill: #222; }
-svg .legend-text { font-size: 11px; fill: #222; }
-svg .no-data { font-size: 14px; fill: #888; }
-svg .grid line { stroke: #e6e6e6; stroke-width: 1; }
-svg .frame { fill: none; stroke: #999; }
-body { font-family: sans-serif; margin: 1em auto; max-width: 60em; padding: 0 0.5em; }
-.chart-box { overflow-x: auto; }
-.chart-narrow { display: none; }
-.chart-narrow svg.chart { min-width: 360px; max-width: 560px; }
+/// The page's own style, around the charts' ([`svg::chart_css`]).
+const STYLE: &str = "body { font-family: sans-serif; margin: 1em auto; max-width: 60em; padding: 0 0.5em; }
 table { border-collapse: collapse; font-size: 0.9em; } td, th { padding: 0.2em 0.5em; border-bottom: 1px solid #ddd; text-align: left; }
-@media screen and (max-width: 799px) { .chart-wide { display: none; } .chart-narrow { display: block; } }";
+";
 
 /// The whole page.
 pub fn page(
@@ -57,7 +45,8 @@ pub fn page(
     format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>stairbench history</title><style>{STYLE}</style></head><body>{body}</body></html>\n"
+         <title>stairbench history</title><style>{}{STYLE}</style></head><body>{body}</body></html>\n",
+        svg::chart_css()
     )
 }
 
@@ -189,4 +178,28 @@ fn runs_table(runs: &[StoredRun]) -> String {
         out += "</tr>";
     }
     out + "</table></div>"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The history page and report.html style their charts with the one chart style, once
+    /// each: a page keeping its own copy drifts (the history page's lacked the wide chart's
+    /// least width, so a wide chart could shrink under one pixel per unit).
+    #[test]
+    fn history_and_report_pages_share_the_chart_style() {
+        let css = svg::chart_css();
+        let history = page(&[], &BTreeMap::new(), &[]);
+        let report = crate::report::html::page::Page::default().to_html();
+        for html in [&history, &report] {
+            assert_eq!(html.matches(css.as_str()).count(), 1, "{html}");
+        }
+        // The layout's sizes, as CSS pixels.
+        assert!(css.contains("svg .tick { font-size: 11px;"), "{css}");
+        assert!(
+            css.contains(".chart-wide svg.chart { min-width: 760px; }"),
+            "{css}"
+        );
+    }
 }

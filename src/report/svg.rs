@@ -363,6 +363,33 @@ fn log_axis(range: Option<(f64, f64)>, base: f64) -> (Vec<f64>, f64, f64) {
     (ticks, lo, hi)
 }
 
+/// The style of the charts [`responsive`] draws, for any page that shows them: the text
+/// classes at the sizes the layout measured them at, and the box of each layout (the wide one
+/// on screens of 800 px and more and in print, never under one CSS pixel per SVG unit on
+/// screen, scrolling sideways instead).
+pub fn chart_css() -> String {
+    use frame::{LEGEND_FONT, TITLE_FONT};
+    let (wide, narrow) = (Layout::Wide.width(), Layout::Narrow.width());
+    format!(
+        "svg.chart {{ display: block; width: 100%; height: auto; background: #fff; }}
+.chart-box {{ overflow-x: auto; }}
+.chart-wide svg.chart {{ min-width: {wide}px; }}
+.chart-narrow {{ display: none; }}
+.chart-narrow svg.chart {{ min-width: {narrow}px; max-width: 560px; }}
+svg .point-label {{ font-size: 11px; fill: #555; }}
+svg .chart-title {{ font-size: {TITLE_FONT}px; font-weight: 600; }}
+svg .tick {{ font-size: {TICK_FONT}px; fill: #444; }}
+svg .axis-label {{ font-size: 12px; fill: #222; }}
+svg .legend-text {{ font-size: {LEGEND_FONT}px; fill: #222; }}
+svg .no-data {{ font-size: 14px; fill: #888; }}
+svg .grid line {{ stroke: #e6e6e6; stroke-width: 1; }}
+svg .frame {{ fill: none; stroke: #999; }}
+@media screen and (max-width: 799px) {{ .chart-wide {{ display: none; }} .chart-narrow {{ display: block; }} }}
+@media print {{ .chart-wide svg.chart {{ min-width: 0; }} }}
+"
+    )
+}
+
 /// Both layouts of one chart, for the page to show one by screen width: the wide one on
 /// screens of 800 px and more (and in print), the narrow one below; each in a box that
 /// scrolls sideways when the screen is narrower than the chart's least width.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::svg::escape;
+use crate::report::svg::{chart_css, escape};
 use crate::report::table_box::hint_css;
 
 pub use crate::report::doc::{Heading, Section};
@@ -21,6 +21,7 @@ pub struct Page {
     pub sections: Vec<Section>,
 }
 
+/// The page's own style; the charts' is [`chart_css`], after it.
 const CSS: &str = r#"
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #1a1a1a; line-height: 1.45; }
 h1 { font-size: 1.6em; margin-bottom: .2em; }
@@ -33,32 +34,18 @@ th { background: #f2f2f2; }
 .notes { background: #fff8e1; border-left: 4px solid #e6a700; padding: .5em 1em; }
 .note { color: #555; font-size: .9em; }
 figure { margin: .5em 0 1.5em; page-break-inside: avoid; break-inside: avoid; }
-svg.chart { display: block; width: 100%; height: auto; background: #fff; }
-.chart-box { overflow-x: auto; }
-.chart-wide svg.chart { min-width: 760px; }
-.chart-narrow { display: none; }
-.chart-narrow svg.chart { min-width: 360px; max-width: 560px; }
 .table-scroll { overflow-x: auto; margin: .5em 0 1em; background: linear-gradient(to right, #fff 30%, rgba(255,255,255,0)) left / 40px 100% no-repeat local, linear-gradient(to left, #fff 30%, rgba(255,255,255,0)) right / 40px 100% no-repeat local, radial-gradient(farthest-side at 0 50%, rgba(0,0,0,.3), rgba(0,0,0,0)) left / 14px 100% no-repeat scroll, radial-gradient(farthest-side at 100% 50%, rgba(0,0,0,.3), rgba(0,0,0,0)) right / 14px 100% no-repeat scroll; }
 .table-scroll table { margin: 0; }
 .scroll-hint { display: none; color: #555; font-size: .85em; margin: .6em 0 -.3em; }
-svg .point-label { font-size: 11px; fill: #555; }
 nav.toc { background: #f7f7f7; padding: .4em 1em; font-size: .9em; }
 nav.toc ol { margin: .2em 0; padding-left: 1.4em; columns: 2; }
 .conclusions li { margin: .2em 0; }
 .thresholds li.pass { color: #1a7f37; }
 .thresholds li.fail { color: #cf222e; font-weight: bold; }
-svg .chart-title { font-size: 14px; font-weight: 600; }
-svg .tick { font-size: 11px; fill: #444; }
-svg .axis-label { font-size: 12px; fill: #222; }
-svg .legend-text { font-size: 11px; fill: #222; }
-svg .no-data { font-size: 14px; fill: #888; }
-svg .grid line { stroke: #e6e6e6; stroke-width: 1; }
-svg .frame { fill: none; stroke: #999; }
 details { margin: .3em 0; }
 summary { cursor: pointer; }
 @media (max-width: 600px) { nav.toc ol { columns: 1; } body { padding: 0 .5em; } table { font-size: .8em; } th, td { padding: .2em .4em; } }
-@media screen and (max-width: 799px) { .chart-wide { display: none; } .chart-narrow { display: block; } }
-@media print { body { max-width: none; margin: 0; } h2 { page-break-after: avoid; } .chart-wide svg.chart { min-width: 0; } }
+@media print { body { max-width: none; margin: 0; } h2 { page-break-after: avoid; } }
 "#;
 
 impl Page {
@@ -85,8 +72,9 @@ fn head(page: &mut String, title: &str) {
         page,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{} — stairbench report</title><style>{CSS}{}</style></head><body>",
+         <title>{} — stairbench report</title><style>{CSS}{}{}</style></head><body>",
         escape(title),
+        chart_css(),
         hint_css()
     );
 }

@@ -4,7 +4,8 @@
 //! Text sizes are in SVG units; the page draws a chart at one CSS pixel per unit or more
 //! (a minimum width, then sideways scrolling), so an 11-unit label is never under 11 px.
 
-/// Font sizes of the chart's text classes, in SVG units (the page's CSS sets the same).
+/// Font sizes of the chart's text classes, in SVG units (the pages' style, `chart_css`, sets
+/// the same): tick labels.
 pub const TICK_FONT: f64 = 11.0;
 /// Legend entries.
 pub const LEGEND_FONT: f64 = 11.0;
