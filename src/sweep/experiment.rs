@@ -224,14 +224,14 @@ fn environment_json(
     sessions: &crate::fleet::hosts::session::Sessions,
     busy: Option<crate::observe::environment::BusySample>,
 ) -> String {
-    let env = crate::observe::environment::environment_with(busy);
-    let mut env = serde_json::to_value(env).unwrap_or_default();
-    if let (serde_json::Value::Object(m), false) =
-        (&mut env, sessions.up.is_empty() && sessions.down.is_empty())
-    {
-        m.insert("hosts".into(), sessions.environment_json());
+    let mut env = crate::observe::environment::environment_with(busy);
+    if let serde_json::Value::Object(hosts) = sessions.environment_json() {
+        env.hosts = hosts.into_iter().collect();
     }
-    serde_json::to_string_pretty(&env).unwrap_or_default()
+    // Through a JSON value, whose keys are sorted: environment.json's order.
+    serde_json::to_value(env)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_default()
 }
 
 fn open_dir(
