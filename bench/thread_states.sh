@@ -149,7 +149,7 @@ for n in $sizes; do
     states_ns=$(thread_cpu_s "$obs" observe-states)
     sockets_ns=$(thread_cpu_s "$obs" observe-sockets)
     watch_ns=$(thread_cpu_s "$obs" observe-watch)
-    hop_ns=$(thread_cpu_s "$obs" observe-next-hop)
+    hop_ns=$(thread_cpu_s "$obs" observe-next-ho)
     perf_ns=0
     for c in $(ps --ppid "$obs" -o pid= -o comm= | awk '$2 == "perf" { print $1 }'); do
         perf_ns=$((perf_ns + $(thread_cpu_s "$c")))

@@ -18,6 +18,7 @@ pub mod cores;
 pub mod disk;
 pub mod environment;
 pub mod extra;
+pub mod fds;
 pub mod link;
 pub mod memcached;
 pub mod metrics;

@@ -25,6 +25,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::fds::SocketFds;
 use super::sockets::diag;
 pub use super::sockets::diag::Sock;
 use super::thread_states::{self, peers, FdKind, Role, Wait};
@@ -88,6 +89,11 @@ pub struct Queues {
 }
 
 impl Sockets {
+    /// The inodes the dump lists.
+    pub fn inodes(&self) -> BTreeSet<u64> {
+        self.by_inode.keys().copied().collect()
+    }
+
     /// Indexes a dump.
     pub fn new(all: Vec<Sock>) -> Sockets {
         let mut s = Sockets::default();
@@ -382,6 +388,10 @@ struct Follower {
     /// Addresses with no holder found (remote, or another namespace's), not looked up again.
     unowned: BTreeSet<SocketAddr>,
     own_pid: i32,
+    /// The tree's fds, their links read again only where the dump no longer lists the socket.
+    fds: SocketFds,
+    /// The socket inodes the latest dump listed.
+    live: BTreeSet<u64>,
 }
 
 impl Follower {
@@ -395,18 +405,23 @@ impl Follower {
             hops: BTreeMap::new(),
             unowned: BTreeSet::new(),
             own_pid: std::process::id() as i32,
+            fds: SocketFds::new(),
+            live: BTreeSet::new(),
         }
     }
 
     /// The socket inodes the server's tree holds now (its process list refreshed every
-    /// [`PIDS_EVERY`]).
+    /// [`PIDS_EVERY`]; an fd's link read again only where the latest dump no longer lists its
+    /// socket).
     fn tree_inodes(&mut self) -> BTreeMap<u64, i32> {
         let now = Instant::now();
         if now.duration_since(self.tree_listed) >= PIDS_EVERY {
             self.tree = procfs::descendants(self.root, &procfs::parent_map(self.proc_root));
             self.tree_listed = now;
         }
-        inodes_of(self.proc_root, &self.tree)
+        let live = &self.live;
+        self.fds
+            .read(self.proc_root, &self.tree, |inode| live.contains(&inode))
     }
 
     /// One sample of the dump `socks`, the tree's inodes read just before it (`before`) and
@@ -415,6 +430,7 @@ impl Follower {
     /// while the tree has opened no connection in the window (sample less often).
     fn sample(&mut self, socks: &Sockets, before: BTreeMap<u64, i32>) -> bool {
         let proc_root = self.proc_root;
+        self.live = socks.inodes();
         let mut tree_inodes = before;
         tree_inodes.extend(self.tree_inodes());
         let mut seen: BTreeSet<SocketAddr> = BTreeSet::new();
@@ -570,6 +586,8 @@ impl NextHopWatch {
             .name("observe-next-hop".into())
             .spawn(move || {
                 let mut follower = Follower::new(root);
+                // Every link read once before the dumps begin (they are spaced by their cost).
+                follower.tree_inodes();
                 // A failed dump (interrupted, or sock_diag refused) is skipped; three in a row
                 // end the sampling with what it has.
                 let (mut failed, mut taken) = (0, 0);

@@ -18,6 +18,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::fds::SocketFds;
 use crate::machine::procfs;
 use crate::record::use_io::SocketQueues;
 
@@ -25,12 +26,12 @@ use crate::record::use_io::SocketQueues;
 /// (see [`BUDGET_SHARE`]).
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 /// The share of one CPU the socket dumps may take, and the block-I/O reads as much again:
-/// each waits longer after a pass that cost more than this share of [`SAMPLE_EVERY`] (a
-/// thousand connections cost about 10 ms a dump, two hundred threads' delays 4 ms a pass:
-/// 20% and 8% of a CPU every 50 ms). Apart, because a process per connection (PostgreSQL's
-/// backends) may live for less than a spaced dump's interval, and its few tasks are cheap
-/// to read every 50 ms.
-pub const BUDGET_SHARE: f64 = 0.01;
+/// each waits longer after a pass that cost more than this share of [`SAMPLE_EVERY`] (at a
+/// thousand connections a dump of both sides and the tree's fds cost about 5 ms, two hundred
+/// threads' delays 4 ms a pass: a dump or a pass about every 0.8-1 s). Apart, because a
+/// process per connection (PostgreSQL's backends) may live for less than a spaced dump's
+/// interval, and its few tasks are cheap to read every 50 ms.
+pub const BUDGET_SHARE: f64 = 0.005;
 /// How often the tree's process list is refreshed (listing every process costs more than
 /// reading a few fd tables).
 const PIDS_EVERY: Duration = Duration::from_millis(500);
@@ -69,25 +70,6 @@ pub fn parse_tcp(text: &str) -> Vec<TcpLine> {
             })
         })
         .collect()
-}
-
-/// The socket inodes process `pid` holds open.
-pub fn socket_inodes(proc_root: &Path, pid: i32, into: &mut BTreeSet<u64>) {
-    let Ok(fds) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else {
-        return;
-    };
-    for fd in fds.flatten() {
-        if let Ok(target) = std::fs::read_link(fd.path()) {
-            let t = target.to_string_lossy();
-            if let Some(n) = t
-                .strip_prefix("socket:[")
-                .and_then(|r| r.strip_suffix(']'))
-                .and_then(|n| n.parse().ok())
-            {
-                into.insert(n);
-            }
-        }
-    }
 }
 
 /// One sample of the server's sockets.
@@ -220,6 +202,10 @@ impl SocketWatch {
                 let delayacct = super::disk::delayacct_note().is_none();
                 let mut pids = procfs::descendants(root, &procfs::parent_map(proc_root));
                 let source = Source::open(proc_root, &pids);
+                // Every link read once before the passes begin: a pass is spaced by what it
+                // cost, and the first full read would put the second off by seconds.
+                let mut fds = SocketFds::new();
+                fds.read(proc_root, &pids, |_| false);
                 let mut listed = Instant::now();
                 let mut dumps = super::Paced::new(SAMPLE_EVERY, BUDGET_SHARE);
                 let mut blkio = super::Paced::new(SAMPLE_EVERY, BUDGET_SHARE);
@@ -230,7 +216,9 @@ impl SocketWatch {
                     }
                     let now = Instant::now();
                     if dumps.due(now) {
-                        match dumps.run(now, || sample_now(proc_root, root, &pids, &source)) {
+                        match dumps.run(now, || {
+                            sample_now(proc_root, root, &pids, &source, &mut fds)
+                        }) {
                             Some(s) => seen.samples.add(&s, now),
                             None => break,
                         }
@@ -312,40 +300,46 @@ impl Source {
     }
 }
 
-/// One sample of the tree `pids` (rooted at `root`); None when the root is gone.
-fn sample_now(proc_root: &Path, root: i32, pids: &[i32], source: &Source) -> Option<Sample> {
-    let mut inodes = BTreeSet::new();
-    for &pid in pids {
-        socket_inodes(proc_root, pid, &mut inodes);
-    }
+/// One sample of the tree's sockets: the TCP tables first, then the inodes the tree holds
+/// (`fds`: a link is read again only where the tables no longer list its socket); None once
+/// the root has gone.
+fn sample_now(
+    proc_root: &Path,
+    root: i32,
+    pids: &[i32],
+    source: &Source,
+    fds: &mut SocketFds,
+) -> Option<Sample> {
     if !proc_root.join(root.to_string()).exists() {
         return None;
     }
     let lines = match source {
-        Source::Diag(socks) => {
-            let mut lines = Vec::new();
-            for s in socks {
-                for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-                    if diag::dump(s, family, &mut lines).is_err() {
-                        return proc_sample(proc_root, root, pids, &inodes);
-                    }
-                }
-            }
-            lines
-        }
-        Source::Proc => return proc_sample(proc_root, root, pids, &inodes),
-    };
+        Source::Diag(socks) => diag_lines(socks).or_else(|| proc_lines(proc_root, root, pids)),
+        Source::Proc => proc_lines(proc_root, root, pids),
+    }?;
+    let live: BTreeSet<u64> = lines.iter().map(|l| l.inode).collect();
+    let inodes: BTreeSet<u64> = fds
+        .read(proc_root, pids, |inode| live.contains(&inode))
+        .into_keys()
+        .collect();
     Some(sample(&lines, &inodes))
 }
 
-/// One sample from the TCP tables in /proc of every network namespace the tree's processes
-/// are in, read once each.
-fn proc_sample(
-    proc_root: &Path,
-    root: i32,
-    pids: &[i32],
-    inodes: &BTreeSet<u64>,
-) -> Option<Sample> {
+/// The listening and established sockets of each netlink socket's namespace (None when a dump
+/// fails).
+fn diag_lines(socks: &[std::os::fd::OwnedFd]) -> Option<Vec<TcpLine>> {
+    let mut lines = Vec::new();
+    for s in socks {
+        for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+            diag::dump(s, family, &mut lines).ok()?;
+        }
+    }
+    Some(lines)
+}
+
+/// The TCP tables in /proc of every network namespace the tree's processes are in, read once
+/// each (None when the root's could not be read).
+fn proc_lines(proc_root: &Path, root: i32, pids: &[i32]) -> Option<Vec<TcpLine>> {
     let mut namespaces = BTreeSet::new();
     let mut lines = Vec::new();
     let mut any = false;
@@ -362,7 +356,7 @@ fn proc_sample(
             }
         }
     }
-    any.then(|| sample(&lines, inodes))
+    any.then_some(lines)
 }
 
 /// sock_diag (INET_DIAG) over netlink: the listening and established TCP sockets of one
@@ -602,12 +596,37 @@ mod tests {
         assert!(matches!(diag, Source::Diag(_)), "sock_diag refused");
         for source in [diag, Source::Proc] {
             let diag = matches!(source, Source::Diag(_));
-            let s = sample_now(root, me, &[me], &source).unwrap();
+            let s = sample_now(root, me, &[me], &source, &mut SocketFds::new()).unwrap();
             // The client's connection waits in the accept queue; the client's own end is ours.
             assert!(s.accept_queue >= 1, "{s:?}");
             assert!(s.connections >= 1, "{s:?}");
             // Only sock_diag tells a listening socket's backlog.
             assert_eq!(s.backlog.is_some(), diag, "{s:?}");
         }
+    }
+
+    #[test]
+    fn a_connection_accepted_after_the_fds_were_read_is_found_by_the_next_read() {
+        use std::os::fd::AsRawFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let me = std::process::id() as i32;
+        let root = Path::new("/proc");
+        let Source::Diag(socks) = Source::open(root, &[me]) else {
+            panic!("sock_diag refused");
+        };
+        let mut fds = SocketFds::new();
+        fds.read(root, &[me], |_| false);
+        // Its fd is new, or a number another test's closed socket had: either way read again.
+        let (accepted, _) = listener.accept().unwrap();
+        let inode = nix::sys::stat::fstat(accepted.as_raw_fd()).unwrap().st_ino;
+        let live: BTreeSet<u64> = diag_lines(&socks)
+            .unwrap()
+            .iter()
+            .map(|l| l.inode)
+            .collect();
+        assert!(live.contains(&inode), "the dump lists the accepted socket");
+        let held = fds.read(root, &[me], |i| live.contains(&i));
+        assert_eq!(held.get(&inode), Some(&me));
     }
 }
