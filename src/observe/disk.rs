@@ -229,7 +229,7 @@ fn v2_fields<'a>(
 /// Samples the tree rooted at `root`; None when it is gone.
 pub fn sample(root: i32) -> Option<DiskSample> {
     let proc_root = Path::new("/proc");
-    let parents = procfs::parent_map(proc_root);
+    let parents = super::listing::parents(proc_root, std::time::Duration::ZERO);
     parents.get(&root)?;
     let pids = procfs::descendants(root, &parents);
     let mut s = DiskSample {

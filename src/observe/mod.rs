@@ -20,6 +20,7 @@ pub mod environment;
 pub mod extra;
 pub mod fds;
 pub mod link;
+pub mod listing;
 pub mod memcached;
 pub mod metrics;
 pub mod neighbours;
@@ -109,7 +110,7 @@ impl Observer {
         // The tree's processes only: reading every thread's files here cost as much as a
         // window's end (200 threads: a third of the observer's fixed cost).
         let pids = server_pid.and_then(|pid| {
-            let parents = procfs::parent_map(proc_root);
+            let parents = listing::parents(proc_root, Duration::ZERO);
             parents
                 .contains_key(&pid)
                 .then(|| procfs::descendants(pid, &parents))

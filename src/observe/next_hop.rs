@@ -400,7 +400,7 @@ impl Follower {
         Follower {
             proc_root,
             root,
-            tree: procfs::descendants(root, &procfs::parent_map(proc_root)),
+            tree: super::listing::tree(proc_root, root, Duration::ZERO),
             tree_listed: Instant::now(),
             hops: BTreeMap::new(),
             unowned: BTreeSet::new(),
@@ -416,7 +416,7 @@ impl Follower {
     fn tree_inodes(&mut self) -> BTreeMap<u64, i32> {
         let now = Instant::now();
         if now.duration_since(self.tree_listed) >= PIDS_EVERY {
-            self.tree = procfs::descendants(self.root, &procfs::parent_map(self.proc_root));
+            self.tree = super::listing::tree(self.proc_root, self.root, PIDS_EVERY);
             self.tree_listed = now;
         }
         let live = &self.live;
@@ -447,7 +447,7 @@ impl Follower {
                 hop.add(socks.queues(addr, &ends));
                 if hop.listed.elapsed() >= PIDS_EVERY {
                     if let Some(pid) = hop.record.pid {
-                        hop.pids = procfs::descendants(pid, &procfs::parent_map(proc_root));
+                        hop.pids = super::listing::tree(proc_root, pid, PIDS_EVERY);
                     }
                     hop.listed = Instant::now();
                 }
@@ -485,7 +485,7 @@ impl Follower {
             let (process, command) =
                 pid.map_or((None, None), |p| comm_and_command(self.proc_root, p));
             let pids = pid.map_or_else(Vec::new, |p| {
-                procfs::descendants(p, &procfs::parent_map(self.proc_root))
+                super::listing::tree(self.proc_root, p, PIDS_EVERY)
             });
             let in_tree = listener.is_some_and(|l| tree_inodes.contains_key(&l));
             let cpus = pid.and_then(|p| allowed_cpus(self.proc_root, p));

@@ -19,21 +19,24 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::fds::SocketFds;
-use crate::machine::procfs;
 use crate::record::use_io::SocketQueues;
 
 /// How often the sockets and the tasks' block-I/O delay are sampled during a window, at most
 /// (see [`BUDGET_SHARE`]).
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
-/// The share of one CPU the socket dumps may take, and the block-I/O reads as much again:
-/// each waits longer after a pass that cost more than this share of [`SAMPLE_EVERY`] (at a
-/// thousand connections a dump of both sides and the tree's fds cost about 5 ms, two hundred
-/// threads' delays 4 ms a pass: a dump or a pass about every 0.8-1 s). Apart, because a
-/// process per connection (PostgreSQL's backends) may live for less than a spaced dump's
-/// interval, and its few tasks are cheap to read every 50 ms.
+/// The share of one CPU the socket dumps may take: a dump waits longer after one that cost
+/// more than this share of [`SAMPLE_EVERY`] (at a thousand connections a dump of both sides
+/// and a read of the tree's fds cost about 5 ms: a dump about every second).
 pub const BUDGET_SHARE: f64 = 0.005;
+/// The share of one CPU the block-I/O delay reads may take (two hundred threads' delays cost
+/// 4 ms a pass: a pass about every 400 ms). Apart from the dumps, because a process per
+/// connection (PostgreSQL's backends) may live for less than a spaced dump's interval, and
+/// its few tasks are cheap to read every 50 ms.
+pub const BLKIO_BUDGET_SHARE: f64 = 0.01;
 /// How often the tree's process list is refreshed (listing every process costs more than
-/// reading a few fd tables).
+/// reading a few fd tables). Listed afresh each time, not taken from another observer's
+/// listing: a process per connection may live for less than twice this, and its block-I/O
+/// delay would go unread (the other observers share this thread's listings).
 const PIDS_EVERY: Duration = Duration::from_millis(500);
 
 /// TCP state of a listening socket in /proc/net/tcp.
@@ -200,7 +203,7 @@ impl SocketWatch {
                 let proc_root = Path::new("/proc");
                 let mut seen = Watched::default();
                 let delayacct = super::disk::delayacct_note().is_none();
-                let mut pids = procfs::descendants(root, &procfs::parent_map(proc_root));
+                let mut pids = super::listing::tree(proc_root, root, Duration::ZERO);
                 let source = Source::open(proc_root, &pids);
                 // Every link read once before the passes begin: a pass is spaced by what it
                 // cost, and the first full read would put the second off by seconds.
@@ -208,10 +211,10 @@ impl SocketWatch {
                 fds.read(proc_root, &pids, |_| false);
                 let mut listed = Instant::now();
                 let mut dumps = super::Paced::new(SAMPLE_EVERY, BUDGET_SHARE);
-                let mut blkio = super::Paced::new(SAMPLE_EVERY, BUDGET_SHARE);
+                let mut blkio = super::Paced::new(SAMPLE_EVERY, BLKIO_BUDGET_SHARE);
                 loop {
                     if listed.elapsed() >= PIDS_EVERY {
-                        pids = procfs::descendants(root, &procfs::parent_map(proc_root));
+                        pids = super::listing::tree(proc_root, root, Duration::ZERO);
                         listed = Instant::now();
                     }
                     let now = Instant::now();

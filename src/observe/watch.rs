@@ -61,9 +61,13 @@ impl TreeWatch {
                 {
                     let now = Instant::now();
                     if listing.due(now) {
-                        pids = listing.run(now, || {
-                            procfs::descendants(root, &procfs::parent_map(proc_root))
-                        });
+                        // The first listing fresh: a process started just before is watched.
+                        let max_age = if seen.samples == 0 {
+                            Duration::ZERO
+                        } else {
+                            LIST_EVERY
+                        };
+                        pids = listing.run(now, || super::listing::tree(proc_root, root, max_age));
                     }
                     if !proc_root.join(root.to_string()).exists() {
                         break;

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::machine::procfs;
 use crate::machine::threads::merge_thread_name;
+use crate::observe::listing;
 use crate::record::observed::{ThreadStateGroup, ThreadStates};
 
 /// How often the watched processes' threads are listed again.
@@ -210,12 +211,17 @@ impl Sampler {
     /// (born in the window) unless seen at the start.
     fn list(&mut self) {
         let mut now = Vec::new();
-        if self
-            .parents
-            .0
-            .is_none_or(|at| at.elapsed() >= PROCESSES_EVERY)
-        {
-            self.parents = (Some(Instant::now()), procfs::parent_map(&self.proc_root));
+        // The first listing fresh (a process started just before is sampled), later ones
+        // shared with the other observers'.
+        let max_age = match self.parents.0 {
+            None => Some(Duration::ZERO),
+            Some(at) => (at.elapsed() >= PROCESSES_EVERY).then_some(PROCESSES_EVERY),
+        };
+        if let Some(max_age) = max_age {
+            self.parents = (
+                Some(Instant::now()),
+                (*listing::parents(&self.proc_root, max_age)).clone(),
+            );
         }
         let parents = std::mem::take(&mut self.parents.1);
         if let Some(root) = self.targets.server {
