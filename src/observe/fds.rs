@@ -12,7 +12,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::thread_states::peers::socket_inode;
+/// The inode of an fd link's target `socket:[N]`.
+pub fn socket_inode(target: &str) -> Option<u64> {
+    target
+        .strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
 
 /// Every link is read again at least once in this many reads.
 pub const FULL_EVERY: u32 = 16;

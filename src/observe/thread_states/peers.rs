@@ -87,6 +87,7 @@ impl Table {
     }
 }
 
+pub use crate::observe::fds::socket_inode;
 pub use crate::observe::sockets::diag::open;
 use crate::observe::sockets::diag::{dump_each, parse_msg, walk};
 
@@ -160,15 +161,6 @@ pub fn socket_inodes_of(proc_root: &Path, pid: i32, into: &mut BTreeMap<u64, i32
             into.insert(ino, pid);
         }
     }
-}
-
-/// The inode of an fd link's target `socket:[N]`.
-pub fn socket_inode(target: &str) -> Option<u64> {
-    target
-        .strip_prefix("socket:[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
 }
 
 #[cfg(test)]
