@@ -982,22 +982,16 @@ fn neighbours(others_pct: f64, busy: f64) -> serde_json::Value {
             "busiest": [{"pid": 77, "name": "sh", "cpu_pct": others_pct, "server_cpus_pct": others_pct - 1.0, "client_cpus_pct": 0.0}]}})
 }
 
+/// [`FALLING`] with the server on CPU 0.
 fn falling() -> Vec<S> {
-    [
-        (1, 10e3),
-        (2, 19e3),
-        (4, 30e3),
-        (8, 32e3),
-        (16, 24e3),
-        (32, 18e3),
-    ]
-    .iter()
-    .map(|&(c, x)| {
-        let mut s = base(c, x);
-        s.server_cpus = "0";
-        s
-    })
-    .collect()
+    FALLING
+        .iter()
+        .map(|&(c, x)| {
+            let mut s = base(c, x);
+            s.server_cpus = "0";
+            s
+        })
+        .collect()
 }
 
 #[test]
