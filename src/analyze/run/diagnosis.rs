@@ -318,6 +318,7 @@ pub fn diagnose_with_profile(
     }
     let mut notes = limits_cpu::cap(&ctx, limit, &mut confidence, &mut evidence);
     notes.extend((0..levels.len()).find_map(|i| ctx.drifted(i)));
+    notes.extend(client_saturated_later(&ctx, limit));
     if confidence == Confidence::High {
         let split = reps::disagreements(&ctx, steps, limit, rules);
         if !split.is_empty() {
@@ -608,9 +609,24 @@ fn client_thread_evidence(l: &Level, evidence: &mut Vec<Evidence>) {
     }
 }
 
+/// The first level whose load generator saturated, and whether the server's own CPUs had
+/// filled at an earlier level: then the server's limit came first, and a generator that
+/// saturates later (more connections to drive) does not hide it.
+fn client_saturated_at<'a>(c: &Ctx<'a>) -> Option<(&'a Level, bool)> {
+    let i = c.levels.iter().position(|l| l.client_saturated)?;
+    let server_first = c.levels[..i]
+        .iter()
+        .any(|l| l.server_cpu_pct.is_some_and(|p| p >= BUSY_PCT));
+    Some((&c.levels[i], server_first))
+}
+
 fn client(c: &Ctx) -> Option<Found> {
-    // Saturated levels are left out of the knee: the first one names the client's limit.
-    if let Some(l) = c.levels.iter().find(|l| l.client_saturated) {
+    // Saturated levels are left out of the knee: the first one names the client's limit,
+    // unless the server's CPUs were full before it.
+    if let Some((l, server_first)) = client_saturated_at(c) {
+        if server_first {
+            return None;
+        }
         let mut evidence = vec![ev(
             Metric::ClientSaturated,
             1.0,
@@ -682,6 +698,18 @@ fn client(c: &Ctx) -> Option<Found> {
             ),
             next: "check why the generator's requests were not in flight (its threads' CPU, connection errors, think time) and raise its connections".into(),
         }
+    })
+}
+
+/// Says so when the generator saturated after the server's CPUs had filled: the limit is
+/// the server's, but levels from there measured what the generator could send.
+fn client_saturated_later(c: &Ctx, limit: Limit) -> Option<String> {
+    let (l, server_first) = client_saturated_at(c)?;
+    (server_first && limit != Limit::Client).then(|| {
+        format!(
+            "the load generator was saturated too from {} clients, after the server's CPUs had filled: levels from there measured what it could send",
+            l.clients
+        )
     })
 }
 

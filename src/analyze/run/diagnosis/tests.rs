@@ -490,6 +490,42 @@ fn saturated_generator_or_too_few_in_flight() {
     );
 }
 
+/// memcached with 4 threads on one CPU, as measured in CI: the CPU full from the first
+/// levels, the generator saturated only at 16 clients. Named "client" before: the server's
+/// limit came first.
+#[test]
+fn a_generator_saturating_after_the_servers_cpus_filled_does_not_hide_them() {
+    let run_delay = [
+        (1.0, 5.0),
+        (2.0, 10.0),
+        (10.0, 80.0),
+        (30.0, 150.0),
+        (60.0, 300.0),
+    ];
+    let d = diagnose_all(&bending(|i, s| {
+        s.server_cpus = "1";
+        s.busy_pct = if i == 0 { 60.0 } else { 99.0 };
+        s.run_delay = Some(run_delay[i]);
+        s.saturated = i == 4;
+    }));
+    assert_eq!(d.limit, Limit::Oversubscription, "{}", d.sentence);
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| n.contains("saturated too from 16 clients")),
+        "{:?}",
+        d.notes
+    );
+    // The same generator saturating while the server still had room is the client's limit.
+    let d = diagnose_all(&bending(|i, s| {
+        s.server_cpus = "1";
+        s.busy_pct = if i < 4 { 60.0 } else { 99.0 };
+        s.run_delay = Some(run_delay[i]);
+        s.saturated = i == 3;
+    }));
+    assert_eq!(d.limit, Limit::Client, "{}", d.sentence);
+}
+
 #[test]
 fn nothing_fits_and_each_limit_says_what_ruled_it_out() {
     let d = diagnose_all(&bending(|_, s| {
