@@ -179,6 +179,12 @@ pub struct StepFigures {
     /// With client groups: the common part of the groups' measured windows over their union.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_overlap: Option<f64>,
+    /// With client groups: the common part of the groups' measured windows and the window the
+    /// server's observers measured (the planned one), over their union. Under 0.95 the groups
+    /// started late, the observers measured another span than the load, and the step is run
+    /// again with a longer lead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_window_overlap: Option<f64>,
     /// With client groups: what starting them together and bringing their results back cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups_overhead: Option<StepOverhead>,

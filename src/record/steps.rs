@@ -595,6 +595,7 @@ pub(crate) mod tests {
             per_instance: vec![part.clone()],
             per_host: vec![part],
             window_overlap: Some(1.0),
+            observed_window_overlap: Some(1.0),
             groups_overhead: Some(Default::default()),
             observed: [("x".to_string(), obs.into())].into(),
             target_metrics: [("x".to_string(), ForeignJson::Null)].into(),

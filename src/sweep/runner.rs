@@ -679,9 +679,15 @@ impl Runner<'_> {
     }
 
     /// An ok step whose CPUs other processes shared (`disturbed_pct`) becomes `disturbed`, or
-    /// stays `ok` marked as such under `--keep-disturbed`.
+    /// stays `ok` marked as such under `--keep-disturbed`. One whose client groups started
+    /// late becomes `disturbed` whatever the flag: its observers measured another span.
     fn mark_disturbed(&self, step: &mut StepResult) {
         if step.status != StepStatus::Ok {
+            return;
+        }
+        if let Some(why) = started_late(step) {
+            step.status = StepStatus::Disturbed;
+            step.reason = Some(why);
             return;
         }
         let Some(n) = step.observation().and_then(|o| o.neighbours.as_ref()) else {
@@ -1180,6 +1186,24 @@ fn drift_reading(first: f64, again: f64, last: f64) -> String {
 const QUIET_WAIT: Duration = Duration::from_secs(5);
 
 /// A point's runs so far that were disturbed (and so do not count as repetitions).
+/// Why a step's client groups measured another span than its observers, if they did: they
+/// started after the planned window (its lead too short for their hosts' start).
+fn started_late(step: &StepResult) -> Option<String> {
+    let overlap = step.figures.observed_window_overlap?;
+    let lead_ms = step
+        .figures
+        .groups_overhead
+        .map_or(0.0, |o| o.start_lead_ms);
+    (overlap < crate::remote::window::MIN_WINDOW_OVERLAP).then(|| {
+        format!(
+            "the client groups started late: their windows and the one the observers measured overlap {:.0}% (at least {:.0}% is needed) with a {:.1} s lead; run again with a longer one",
+            overlap * 100.0,
+            crate::remote::window::MIN_WINDOW_OVERLAP * 100.0,
+            lead_ms / 1e3
+        )
+    })
+}
+
 fn disturbed_runs(reps: &[StepResult]) -> usize {
     reps.iter()
         .filter(|s| s.status == StepStatus::Disturbed)
@@ -1444,6 +1468,22 @@ mod tests {
         // Still 10% under it: the load's, though the peak lost 10% too (a state that grew).
         assert!(drift_reading(100.0, 90.0, 70.0)
             .ends_with("-10% against its first measure: the fall held"));
+    }
+
+    /// Catches a step whose client groups started after the observers' window kept as ok
+    /// (the kvd two-host example once read all-zero daemon counters at its first step).
+    #[test]
+    fn client_groups_that_started_late_disturb_their_step() {
+        let mut step = StepResult::empty("s".into(), "t", "p", 2, 0);
+        assert_eq!(started_late(&step), None, "no client groups");
+        step.figures.observed_window_overlap = Some(0.96);
+        assert_eq!(started_late(&step), None);
+        step.figures.observed_window_overlap = Some(0.4);
+        let why = started_late(&step).unwrap();
+        assert!(
+            why.contains("overlap 40% (at least 95% is needed)"),
+            "{why}"
+        );
     }
 
     #[test]

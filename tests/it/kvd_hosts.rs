@@ -81,33 +81,38 @@ fn wait_clean(ns: &str) -> Vec<String> {
 /// Its RTT and turnaround p50 (µs) and remote requests answered.
 pub(crate) fn check_rank(step: &Value, label: &str, rank: u64) -> (f64, f64, u64) {
     let m = &step["target_metrics"][label];
-    assert_eq!(m["gauges"]["rank"], rank, "{label}: {m}");
-    assert_eq!(m["gauges"]["ranks"], 2, "{label}: {m}");
-    assert_eq!(m["gauges"]["peers_up"], 1, "{label}: {m}");
+    // The groups' start beside the daemon's window, so a window that missed the load says so.
+    let shown = format!(
+        "{m}; groups_overhead {}, observed_window_overlap {}",
+        step["groups_overhead"], step["observed_window_overlap"]
+    );
+    assert_eq!(m["gauges"]["rank"], rank, "{label}: {shown}");
+    assert_eq!(m["gauges"]["ranks"], 2, "{label}: {shown}");
+    assert_eq!(m["gauges"]["peers_up"], 1, "{label}: {shown}");
     let counter = |k: &str| {
         m["counters"][k]
             .as_u64()
-            .unwrap_or_else(|| panic!("{k}: {m}"))
+            .unwrap_or_else(|| panic!("{k}: {shown}"))
     };
     // Requests crossed ranks: this rank forwarded some and answered some of its peer's.
-    assert!(counter("remote_done") > 0, "{label}: {m}");
-    assert!(counter("incoming") > 0, "{label}: {m}");
-    assert!(counter("local") > 0, "{label}: {m}");
+    assert!(counter("remote_done") > 0, "{label}: {shown}");
+    assert!(counter("incoming") > 0, "{label}: {shown}");
+    assert!(counter("local") > 0, "{label}: {shown}");
     for k in ["peer_down", "bad_requests", "peer_failures"] {
-        assert_eq!(counter(k), 0, "{label} {k}: {m}");
+        assert_eq!(counter(k), 0, "{label} {k}: {shown}");
     }
     let rtt = &m["histograms"]["rtt"];
     assert_eq!(
         rtt["count"].as_u64(),
         Some(counter("remote_done")),
-        "{label}: every remote request answered in the window is timed: {m}"
+        "{label}: every remote request answered in the window is timed: {shown}"
     );
     let p50_us = rtt["p50"].as_f64().unwrap() / 1e3;
     let turnaround_us = m["histograms"]["incoming_turnaround"]["p50"]
         .as_f64()
         .unwrap()
         / 1e3;
-    assert!(p50_us > 0.0 && turnaround_us > 0.0, "{label}: {m}");
+    assert!(p50_us > 0.0 && turnaround_us > 0.0, "{label}: {shown}");
     (p50_us, turnaround_us, counter("remote_done"))
 }
 
@@ -126,7 +131,16 @@ fn the_two_host_example_runs_small_with_each_rank_on_its_host() {
             "figures: run of 2 steps, set-up included: {:.1} s",
             started.elapsed().as_secs_f64()
         );
-        let steps = common::steps_json(&dir);
+        // A step whose groups started after the observers' window is disturbed and run again.
+        let steps: Vec<Value> = (common::steps_json(&dir).into_iter())
+            .filter(|s| {
+                let late = s["status"] == "disturbed";
+                if late {
+                    eprintln!("run again: {}: {}", s["id"], s["reason"]);
+                }
+                !late
+            })
+            .collect();
         assert_eq!(steps.len(), 2, "{steps:?}");
         for (step, per_rank) in steps.iter().zip([1, 2]) {
             assert_eq!(step["status"], "ok", "{step}");

@@ -41,6 +41,13 @@ pub(crate) fn assert_overhead_consistent(dir: &Path, hosts: &[&str]) -> Vec<Valu
     {
         let over = &step["groups_overhead"];
         let groups = step["per_host"].as_array().expect("per_host");
+        // An ok step's groups measured the span its observers did; one more window (the
+        // observers') can only shrink the groups' overlap.
+        let observed = step["observed_window_overlap"]
+            .as_f64()
+            .expect("observed overlap");
+        let among = step["window_overlap"].as_f64().expect("window_overlap");
+        assert!((0.95..=among + 1e-9).contains(&observed), "{step}");
         let lead_us = over["start_lead_ms"].as_f64().unwrap() * 1e3;
         let ready: Vec<f64> = groups
             .iter()

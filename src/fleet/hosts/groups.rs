@@ -295,7 +295,8 @@ impl GroupDriver {
         let merged = if stop.load(Ordering::Relaxed) {
             Err(GroupsError::Interrupted)
         } else {
-            self.merge(results, &subs, (start.common_start_ns, lead))
+            let planned = (window_start_ns, window_end_ns);
+            self.merge(results, &subs, (start.common_start_ns, lead), planned)
         };
         merger.finish_instances(merged.is_ok());
         settle_fetched(&req.out_dir, &subs, merged.is_ok());
@@ -348,10 +349,11 @@ impl GroupDriver {
     /// Merges the groups' loads; `(start_ns, lead)`: the step's agreed start (this clock) and
     /// its lead, for the overhead figures.
     fn merge(
-        &self,
+        &mut self,
         results: Vec<Result<GroupLoad, GroupFailure>>,
         subs: &[StepRequest],
         (start_ns, lead): (i64, Duration),
+        planned: Window,
     ) -> Result<StepLoad, GroupsError> {
         let mut times = Vec::new();
         let mut loads = Vec::new();
@@ -382,6 +384,19 @@ impl GroupDriver {
         if overlap < MIN_WINDOW_OVERLAP {
             return Err(GroupsError::Overlap { overlap, windows });
         }
+        // A group ready only after the agreed start took the lead and that much to start:
+        // the next step's lead is twice it (`start_lead`).
+        let late_ns = times
+            .iter()
+            .filter_map(|t| t.ready_ns)
+            .map(|r| r - start_ns)
+            .max();
+        if let Some(late_ns) = late_ns.filter(|&ns| ns > 0) {
+            self.slowest_start = self
+                .slowest_start
+                .max(lead + Duration::from_nanos(late_ns as u64));
+        }
+        let observed_overlap = window_overlap(&[&windows[..], &[planned]].concat());
         let mut merged = merge_loads(loads, subs).map_err(|e| GroupsError::Merge(e.to_string()))?;
         let mut per_host = std::mem::take(&mut merged.figures.per_instance);
         for (k, part) in per_host.iter_mut().enumerate() {
@@ -397,6 +412,7 @@ impl GroupDriver {
         let lead_ms = lead.as_secs_f64() * 1e3;
         merged.figures.per_host = per_host;
         merged.figures.window_overlap = Some(overlap);
+        merged.figures.observed_window_overlap = Some(observed_overlap);
         merged.figures.groups_overhead = Some(StepOverhead::of(&times, start_ns, lead_ms));
         Ok(merged)
     }
