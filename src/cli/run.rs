@@ -129,7 +129,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         live: args.live,
         history: args.history.map(|f| (f, args.labels)),
     };
-    execute(&plan, &dest, args.dry_run, &outputs)
+    Ok(execute(&plan, &dest, args.dry_run, &outputs)?.0)
 }
 
 /// Runs the demo: reactor vs pool messenger servers, each on its own CPUs (see
@@ -153,7 +153,7 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         // decides how many repetitions `auto` will need.
         let now = demo::settle(&cpus, std::time::Duration::ZERO);
         plan.auto_runs = demo::expected_auto_runs(now.busy_pct);
-        let code = execute(&plan, &Destination::default(), true, &Outputs::default())?;
+        let (code, _) = execute(&plan, &Destination::default(), true, &Outputs::default())?;
         println!("{}", demo::settle_plan(shape));
         if let Some(line) = demo::busy_estimate_note(&mut plan, now.busy_pct) {
             println!("{line}");
@@ -179,8 +179,8 @@ pub fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         verbosity: args.verbosity,
         ..Outputs::default()
     };
-    let code = execute(&plan, &dest, false, &outputs)?;
-    let analysis = crate::report::analyze_run(&out).ok();
+    // The analysis the reports were written from: the run directory is read once.
+    let (code, analysis) = execute(&plan, &dest, false, &outputs)?;
     for line in demo::verdict(analysis.as_ref(), !settled.settled) {
         println!("note: {line}");
     }
@@ -208,16 +208,18 @@ struct Outputs {
     history: Option<(PathBuf, super::history::LabelArgs)>,
 }
 
+/// Runs the plan (or, `dry_run`, describes it) and writes its reports; the exit code and the
+/// analysis the reports were written from (none for a dry run).
 fn execute(
     plan: &Plan,
     dest: &Destination,
     dry_run: bool,
     outputs: &Outputs,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<(ExitCode, Option<RunAnalysis>)> {
     if dry_run {
         let placements = TopologyPlacements::detect(plan.custom.clone());
         print!("{}", describe(plan, &placements));
-        return Ok(ExitCode::SUCCESS);
+        return Ok((ExitCode::SUCCESS, None));
     }
     // A directory already holding a run is a usage error (2); one that cannot be written is
     // a failure of the run (1), found by run_plan.
@@ -254,7 +256,8 @@ fn execute(
     if let Some((file, labels)) = &outputs.history {
         super::history::add_run(file, &dir, labels)?;
     }
-    Ok(Outcome::first([run_outcome(&summary), gates::threshold_outcome(verdicts)]).into())
+    let code = Outcome::first([run_outcome(&summary), gates::threshold_outcome(verdicts)]).into();
+    Ok((code, analysis))
 }
 
 /// Writes a finished (or interrupted) run directory's reports from its files (steps.jsonl,

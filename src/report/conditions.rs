@@ -2,9 +2,24 @@
 //! report.html: the machine (environment.json), the load's shape (the ok steps), the spec's
 //! settings, then the environment's warnings.
 
+use super::doc::{Doc, Table};
 use crate::record::environment::Environment;
 use crate::record::run::{RunData, RunSpec};
 use crate::record::steps::{StepResult, StepStatus};
+
+/// The conditions as one table, for both reports (empty when nothing is known).
+pub fn doc(run: &RunData) -> Doc {
+    let mut d = Doc::new();
+    let rows = rows(run);
+    if !rows.is_empty() {
+        let mut t = Table::new(&["condition", "value"], "ll");
+        for (label, value) in rows {
+            t.row(vec![label, value]);
+        }
+        d.table(t);
+    }
+    d
+}
 
 /// The conditions as (parameter, value) rows, in display order; a value not known is left
 /// out.

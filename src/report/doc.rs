@@ -66,6 +66,25 @@ pub enum Block {
     Subheading(String),
     /// A paragraph.
     Paragraph(String),
+    /// A paragraph the page sets apart as a note (`<p class="note">`); plain in markdown.
+    Note(String),
+    /// A paragraph of links: `lead: ` then each (label, path) joined by ` · `, then `tail`.
+    Links {
+        /// The text before the links (and a colon).
+        lead: String,
+        /// (label, path), in order; paths relative to the report.
+        links: Vec<(String, String)>,
+        /// The text after them.
+        tail: String,
+    },
+    /// An image on the page, linked to itself; in markdown nothing (the links beside it
+    /// name the file).
+    Image {
+        /// Its path, relative to the report.
+        src: String,
+        /// Its alternative text.
+        alt: String,
+    },
     /// A bulleted list.
     List(Vec<Item>),
     /// A table.
@@ -155,6 +174,28 @@ impl Doc {
         self.blocks.push(Block::Paragraph(text.into()));
     }
 
+    /// A note: a paragraph the page sets apart.
+    pub fn note(&mut self, text: impl Into<String>) {
+        self.blocks.push(Block::Note(text.into()));
+    }
+
+    /// A paragraph of links after `lead`, with `tail` after them.
+    pub fn links(&mut self, lead: impl Into<String>, links: Vec<(String, String)>, tail: &str) {
+        self.blocks.push(Block::Links {
+            lead: lead.into(),
+            links,
+            tail: tail.to_string(),
+        });
+    }
+
+    /// An image on the page (nothing in markdown).
+    pub fn image(&mut self, src: impl Into<String>, alt: &str) {
+        self.blocks.push(Block::Image {
+            src: src.into(),
+            alt: alt.to_string(),
+        });
+    }
+
     /// A list of items without sub-items (nothing when `items` is empty).
     pub fn list(&mut self, items: impl IntoIterator<Item = String>) {
         let items: Vec<Item> = items
@@ -198,9 +239,17 @@ impl Doc {
                 Block::Subheading(t) => {
                     let _ = write!(out, "### {}\n\n", cell::escape(t));
                 }
-                Block::Paragraph(t) => {
+                Block::Paragraph(t) | Block::Note(t) => {
                     let _ = write!(out, "{}\n\n", cell::escape(t));
                 }
+                Block::Links { lead, links, tail } => {
+                    let links: Vec<String> = (links.iter())
+                        .map(|(label, path)| format!("[{}]({path})", cell::escape(label)))
+                        .collect();
+                    let (lead, tail) = (cell::escape(lead), cell::escape(tail));
+                    let _ = write!(out, "{lead}: {}{tail}\n\n", links.join(" · "));
+                }
+                Block::Image { .. } => {}
                 Block::List(items) => {
                     for i in items {
                         let _ = writeln!(out, "- {}", cell::escape(&i.text));
@@ -241,6 +290,26 @@ impl Doc {
                 }
                 Block::Paragraph(t) => {
                     let _ = write!(html, "<p>{}</p>", inline(t));
+                }
+                Block::Note(t) => {
+                    let _ = write!(html, "<p class=\"note\">{}</p>", inline(t));
+                }
+                Block::Links { lead, links, tail } => {
+                    let links: Vec<String> = (links.iter())
+                        .map(|(label, path)| {
+                            format!("<a href=\"{}\">{}</a>", attribute(path), inline(label))
+                        })
+                        .collect();
+                    let (lead, tail) = (inline(lead), inline(tail));
+                    let _ = write!(html, "<p>{lead}: {}{tail}</p>", links.join(" · "));
+                }
+                Block::Image { src, alt } => {
+                    let _ = write!(
+                        html,
+                        "<figure><a href=\"{0}\"><img src=\"{0}\" alt=\"{1}\" style=\"max-width:100%\" loading=\"lazy\"></a></figure>",
+                        attribute(src),
+                        attribute(alt)
+                    );
                 }
                 Block::List(items) => html_list(&mut html, items),
                 Block::Table(t) => html_table(&mut html, t),
@@ -356,6 +425,11 @@ fn html_escape(text: &str) -> String {
     out
 }
 
+/// Text as an HTML attribute's value (quotes escaped too).
+fn attribute(text: &str) -> String {
+    super::svg::escape(text)
+}
+
 /// Text as HTML: escaped, with its `` `code` `` and `**strong**` spans marked up.
 fn inline(text: &str) -> String {
     let mut out = String::new();
@@ -416,6 +490,37 @@ mod tests {
         );
         assert!(html.contains("<li>one &lt;b&gt;</li>"), "{html}");
         assert!(!html.contains("<b>") && !html.contains("<s>"));
+    }
+
+    /// Catches a link, note or image rendered in one format and lost or unescaped in the
+    /// other (the profiles section's graphs and reasons).
+    #[test]
+    fn links_notes_and_images_in_both_renderings() {
+        let mut d = Doc::new();
+        d.note("Note: <why>");
+        let links = vec![
+            ("flame graph".to_string(), "p/cpu.svg".to_string()),
+            ("user".to_string(), "p/\"u\".svg".to_string()),
+        ];
+        d.links("cpu-clock, 10 samples", links, " (red grew)");
+        d.image("p/cpu.svg", "flame graph");
+        assert_eq!(
+            d.to_markdown(),
+            "Note: &lt;why&gt;\n\ncpu-clock, 10 samples: [flame graph](p/cpu.svg) · [user](p/\"u\".svg) (red grew)\n\n"
+        );
+        let html = d.to_html().html;
+        assert!(
+            html.starts_with("<p class=\"note\">Note: &lt;why&gt;</p>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<p>cpu-clock, 10 samples: <a href=\"p/cpu.svg\">flame graph</a> · <a href=\"p/&quot;u&quot;.svg\">user</a> (red grew)</p>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<img src=\"p/cpu.svg\" alt=\"flame graph\""),
+            "{html}"
+        );
     }
 
     /// Catches a styled list that loses its text or escaping in markdown, or its classes

@@ -2,7 +2,7 @@
 //! reader can open offline, print, or attach to an issue.
 //!
 //! [`ReportData`] is what the page shows; [`render`] lays it out as one [`page::Page`]: a
-//! title, then its sections in order (the charts, report.md's sections, the tables, the
+//! title, then its sections in order (the conditions, the charts, report.md's sections, the
 //! profiles), each listing its headings in the table of contents. [`Html`] is the exporter;
 //! [`report_data`] makes the data from the one [`Report`] every exporter renders.
 
@@ -25,16 +25,14 @@ pub struct ReportData {
     pub description: Option<String>,
     /// Warnings and remarks of the run (environment warnings, interruption, early stops).
     pub notes: Vec<String>,
-    /// The measurement conditions as (parameter, value) rows, as the benchkv study's first table.
-    pub conditions: Vec<(String, String)>,
+    /// The measurement conditions, as the benchkv study's first table (report.md's own).
+    pub conditions: Doc,
     /// One series per target × placement.
     pub series: Vec<Series>,
     /// Latency histograms of the steps, in step order.
     pub histograms: Vec<StepHistogram>,
     /// Per-core busy % over time of one chosen step.
     pub heat_map: Option<CoreHeatMap>,
-    /// Tables (results, Little's law, knee/USL summary), in display order.
-    pub tables: Vec<Table>,
     /// The thresholds' verdicts, shown first (report.md's section).
     pub thresholds: Doc,
     /// The answers first: each series' peak and the comparisons (report.md's section).
@@ -166,19 +164,6 @@ pub struct CoreHeatMap {
     pub busy_pct: Vec<Vec<f64>>,
 }
 
-/// A table as text cells.
-#[derive(Debug, Clone, Default)]
-pub struct Table {
-    /// Heading above the table.
-    pub title: String,
-    /// A sentence under the heading (how to read it), may be empty.
-    pub note: String,
-    /// Column headings.
-    pub header: Vec<String>,
-    /// Rows of cells; a row shorter than the header is padded.
-    pub rows: Vec<Vec<String>>,
-}
-
 /// Renders the whole page: `data` laid out as its sections, written as one document.
 pub fn render(data: &ReportData) -> String {
     sections::page(data).to_html()
@@ -239,7 +224,13 @@ mod tests {
             title: "demo <b>".into(),
             description: Some("a & b".into()),
             notes: vec!["governor is <powersave>".into()],
-            conditions: vec![("CPU".into(), "<script>alert(1)</script>".into())],
+            conditions: {
+                let mut d = Doc::new();
+                let mut t = crate::report::doc::Table::new(&["condition", "value"], "ll");
+                t.row(vec!["CPU".into(), "<script>alert(1)</script>".into()]);
+                d.table(t);
+                d
+            },
             series: vec![Series {
                 target: "msgr".into(),
                 placement: "<script>x</script>".into(),
@@ -262,12 +253,15 @@ mod tests {
                 }],
             }],
             heat_map: None,
-            tables: vec![Table {
-                title: "Results".into(),
-                note: String::new(),
-                header: vec!["clients".into(), "throughput".into()],
-                rows: vec![vec!["1".into(), "100".into()], vec!["2".into()]],
-            }],
+            sections: {
+                let mut d = Doc::new();
+                d.heading("Results");
+                let mut t = crate::report::doc::Table::new(&["clients", "throughput"], "rr");
+                t.row(vec!["1".into(), "100".into()]);
+                t.row(vec!["2".into()]);
+                d.table(t);
+                d
+            },
             ..ReportData::default()
         }
     }
@@ -364,7 +358,7 @@ mod tests {
         }
         // throughput, latency, cpu, one histogram; each wide and narrow.
         assert_eq!(page.matches("<svg ").count(), 8);
-        assert!(page.contains("<tr><td class=\"num\">2</td><td></td></tr>"));
+        assert!(page.contains("<tr><td class=\"num\">2</td><td class=\"num\"></td></tr>"));
         assert!(page.contains("No per-second per-core figures"));
     }
 

@@ -25,7 +25,7 @@ impl Exporter for Markdown {
         // The gate a CI job reads first, then why the curve stops: both before any table.
         out.push_str(&super::gates::doc(analysis).to_markdown());
         out.push_str(&super::diagnosis::doc(analysis).to_markdown());
-        conditions(&mut out, run);
+        out.push_str(&super::conditions::doc(run).to_markdown());
         let _ = writeln!(out, "{}\n", step_counts(&run.steps));
         not_observed(&mut out, &run.steps);
         observer_cost(&mut out, &run.steps);
@@ -118,18 +118,6 @@ fn observer_cost(out: &mut String, steps: &[StepResult]) {
             100.0 * cpu_s / window_s
         );
     }
-}
-
-fn conditions(out: &mut String, run: &RunData) {
-    let rows = super::conditions::rows(run);
-    if rows.is_empty() {
-        return;
-    }
-    out.push_str("| condition | value |\n| --- | --- |\n");
-    for (label, value) in rows {
-        let _ = writeln!(out, "| {label} | {} |", escape(&value));
-    }
-    out.push('\n');
 }
 
 fn results_table(steps: &[StepResult]) -> Table {

@@ -3,8 +3,7 @@
 //! directory, where both reports are), the top functions, the differential graph between the
 //! busy and the saturated level, and why a level has no profile.
 
-use std::fmt::Write as _;
-
+use super::doc::{Doc, Table};
 use crate::record::profiles::{
     DiffRecord, EventRecord, MissingRecord, PassRecord, ProfileLine, RecordingCost,
 };
@@ -94,10 +93,10 @@ fn profiled_name(p: &PassRecord) -> &'static str {
 }
 
 /// Linked files of one event: (label, path relative to the run directory).
-fn links(dir: &str, files: &[String]) -> Vec<(&'static str, String)> {
+fn links(dir: &str, files: &[String]) -> Vec<(String, String)> {
     files
         .iter()
-        .filter_map(|f| Some((file_label(f)?, format!("{dir}/{f}"))))
+        .filter_map(|f| Some((file_label(f)?.to_string(), format!("{dir}/{f}"))))
         .collect()
 }
 
@@ -172,27 +171,39 @@ fn jvm_sentences(p: &PassRecord) -> Vec<String> {
     out
 }
 
-/// The markdown section (empty when the run has no profile line).
+/// The section's body; its heading is the caller's (report.md lists it, the page does not).
+/// Empty when the run has no profile line.
+pub fn doc(lines: &[ProfileLine]) -> Doc {
+    let mut d = Doc::new();
+    if lines.is_empty() {
+        return d;
+    }
+    d.note("Each profiled level had an extra pass after its series' measured steps, with perf recording; the figures and charts above come from the steps, not from these passes.");
+    for p in passes(lines) {
+        pass_doc(&mut d, p);
+    }
+    for x in diffs(lines) {
+        diff_doc(&mut d, x);
+    }
+    let absent: Vec<String> = missing(lines).map(missing_sentence).collect();
+    if !absent.is_empty() {
+        d.subheading("Not profiled");
+        d.list(absent);
+    }
+    d
+}
+
+/// report.md's profiles section (empty when the run has no profile line).
 pub fn markdown(lines: &[ProfileLine]) -> String {
     if lines.is_empty() {
         return String::new();
     }
-    let mut out = String::from("## Profiles\n\nEach profiled level had an extra pass after its series' measured steps, with perf recording; the figures above come from the steps, not from these passes.\n\n");
-    for p in passes(lines) {
-        md_pass(&mut out, p);
-    }
-    for d in diffs(lines) {
-        md_diff(&mut out, d);
-    }
-    let absent: Vec<&MissingRecord> = missing(lines).collect();
-    if !absent.is_empty() {
-        out.push_str("### Not profiled\n\n");
-        for m in absent {
-            let _ = writeln!(out, "- {}", md(&missing_sentence(m)));
-        }
-        out.push('\n');
-    }
-    out
+    format!("## Profiles\n\n{}", doc(lines).to_markdown())
+}
+
+/// report.html's profiles section body, under its heading.
+pub fn html(lines: &[ProfileLine]) -> String {
+    doc(lines).to_html().html
 }
 
 /// "reactor / shared, busy: no busy point: ..." or "reactor / shared: no profile: ...".
@@ -206,239 +217,68 @@ pub fn missing_sentence(m: &MissingRecord) -> String {
     }
 }
 
-fn md_pass(out: &mut String, p: &PassRecord) {
-    let _ = writeln!(out, "### {}\n", md(&pass_title(p)));
-    let _ = writeln!(out, "{}\n", md(&throughput_sentence(p)));
+fn pass_doc(d: &mut Doc, p: &PassRecord) {
+    d.subheading(pass_title(p));
+    d.paragraph(throughput_sentence(p));
     if !p.ok {
         let why = p.reason.as_deref().unwrap_or("unknown");
-        let _ = writeln!(out, "No profile: {}\n", md(why));
+        d.paragraph(format!("No profile: {why}"));
         return;
     }
     if let Some(why) = &p.reason {
-        let _ = writeln!(out, "Note: {}\n", md(why));
+        d.note(format!("Note: {why}"));
     }
     for line in jvm_sentences(p) {
-        let _ = writeln!(out, "{}\n", md(&line));
+        d.note(line);
     }
     for e in &p.events {
-        let files: Vec<String> = links(&p.dir, &e.files)
-            .into_iter()
-            .map(|(label, path)| format!("[{label}]({path})"))
-            .collect();
-        let _ = writeln!(out, "{}: {}\n", md(&event_heading(e)), files.join(" · "));
-        out.push_str("| function | inclusive % | self % |\n| --- | ---: | ---: |\n");
+        d.links(event_heading(e), links(&p.dir, &e.files), "");
+        let graph = format!("{}.svg", e.event.stem());
+        if e.files.contains(&graph) {
+            d.image(format!("{}/{graph}", p.dir), "flame graph");
+        }
+        let mut top = Table::new(&["function", "inclusive %", "self %"], "lrr");
         for f in &e.top {
-            let _ = writeln!(
-                out,
-                "| {} | {:.2} | {:.2} |",
-                md(&f.name),
-                f.inclusive_pct,
-                f.self_pct
-            );
+            let pct = |x: f64| format!("{x:.2}");
+            top.row(vec![f.name.clone(), pct(f.inclusive_pct), pct(f.self_pct)]);
         }
-        out.push('\n');
+        d.table(top);
         if let Some(c) = &e.cost {
-            let _ = writeln!(out, "{}\n", md(&cost_sentence(c)));
-            let _ = writeln!(out, "| {} |", PATH_HEADER.join(" | "));
-            out.push_str("| --- | --- | --- | --- | ---: | ---: |\n");
+            d.paragraph(cost_sentence(c));
+            let mut paths = Table::new(&PATH_HEADER, "llllrr");
             for row in path_rows(c) {
-                let cells: Vec<String> = row.iter().map(|c| md(c)).collect();
-                let _ = writeln!(out, "| {} |", cells.join(" | "));
+                paths.row(row.to_vec());
             }
-            out.push('\n');
+            d.table(paths);
         }
     }
 }
 
-fn md_diff(out: &mut String, d: &DiffRecord) {
-    let _ = writeln!(
-        out,
-        "### {} / {}: {} vs {}\n",
-        md(&d.target),
-        md(&d.placement),
-        md(&d.a_label),
-        md(&d.b_label)
-    );
-    if let Some(why) = &d.reason {
-        let _ = writeln!(out, "No differential graph: {}\n", md(why));
+fn diff_doc(d: &mut Doc, x: &DiffRecord) {
+    d.subheading(format!(
+        "{} / {}: {} vs {}",
+        x.target, x.placement, x.a_label, x.b_label
+    ));
+    if let Some(why) = &x.reason {
+        d.paragraph(format!("No differential graph: {why}"));
     }
-    for e in &d.events {
-        let files: Vec<String> = links(&d.dir, &e.files)
-            .into_iter()
-            .map(|(label, path)| format!("[{label}]({path})"))
-            .collect();
-        let _ = writeln!(
-            out,
-            "{}: {} (B = {} against A = {}: red grew, blue shrank)\n",
-            e.event.stem(),
-            files.join(" · "),
-            md(&d.b_label),
-            md(&d.a_label)
+    for e in &x.events {
+        let tail = format!(
+            " (B = {} against A = {}: red grew, blue shrank)",
+            x.b_label, x.a_label
         );
-        out.push_str("| function | A % | B % | delta (points) |\n| --- | ---: | ---: | ---: |\n");
-        for x in &e.deltas {
-            let _ = writeln!(
-                out,
-                "| {} | {:.2} | {:.2} | {:+.2} |",
-                md(&x.name),
-                x.a_pct,
-                x.b_pct,
-                x.delta_points
-            );
+        d.links(e.event.stem(), links(&x.dir, &e.files), &tail);
+        let mut deltas = Table::new(&["function", "A %", "B %", "delta (points)"], "lrrr");
+        for r in &e.deltas {
+            deltas.row(vec![
+                r.name.clone(),
+                format!("{:.2}", r.a_pct),
+                format!("{:.2}", r.b_pct),
+                format!("{:+.2}", r.delta_points),
+            ]);
         }
-        out.push('\n');
+        d.table(deltas);
     }
-}
-
-/// Markdown-safe text: no HTML, no table breaks, one line.
-fn md(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('|', "\\|")
-        .replace('\n', " ")
-}
-
-/// The HTML section's body, under its heading (empty when the run has no profile line).
-pub fn html(lines: &[ProfileLine]) -> String {
-    if lines.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from("<p class=\"note\">Each profiled level had an extra pass after its series' measured steps, with perf recording; the charts above come from the steps, not from these passes.</p>");
-    for p in passes(lines) {
-        html_pass(&mut out, p);
-    }
-    for d in diffs(lines) {
-        html_diff(&mut out, d);
-    }
-    let absent: Vec<&MissingRecord> = missing(lines).collect();
-    if !absent.is_empty() {
-        out.push_str("<h3>Not profiled</h3><ul>");
-        for m in absent {
-            let _ = write!(out, "<li>{}</li>", esc(&missing_sentence(m)));
-        }
-        out.push_str("</ul>");
-    }
-    out
-}
-
-fn html_links(out: &mut String, dir: &str, files: &[String]) {
-    let anchors: Vec<String> = links(dir, files)
-        .into_iter()
-        .map(|(label, path)| format!("<a href=\"{}\">{label}</a>", esc(&path)))
-        .collect();
-    out.push_str(&anchors.join(" · "));
-}
-
-fn html_pass(out: &mut String, p: &PassRecord) {
-    let _ = write!(
-        out,
-        "<h3>{}</h3><p>{}</p>",
-        esc(&pass_title(p)),
-        esc(&throughput_sentence(p))
-    );
-    if !p.ok {
-        let why = p.reason.as_deref().unwrap_or("unknown");
-        let _ = write!(out, "<p>No profile: {}</p>", esc(why));
-        return;
-    }
-    if let Some(why) = &p.reason {
-        let _ = write!(out, "<p class=\"note\">{}</p>", esc(why));
-    }
-    for line in jvm_sentences(p) {
-        let _ = write!(out, "<p class=\"note\">{}</p>", esc(&line));
-    }
-    for e in &p.events {
-        let _ = write!(out, "<p>{}: ", esc(&event_heading(e)));
-        html_links(out, &p.dir, &e.files);
-        out.push_str("</p>");
-        let graph = format!("{}/{}.svg", p.dir, e.event.stem());
-        if e.files
-            .iter()
-            .any(|f| *f == format!("{}.svg", e.event.stem()))
-        {
-            let _ = write!(
-                out,
-                "<figure><a href=\"{0}\"><img src=\"{0}\" alt=\"flame graph\" style=\"max-width:100%\" loading=\"lazy\"></a></figure>",
-                esc(&graph)
-            );
-        }
-        let rows: Vec<[String; 3]> = e
-            .top
-            .iter()
-            .map(|f| {
-                [
-                    f.name.clone(),
-                    format!("{:.2}", f.inclusive_pct),
-                    format!("{:.2}", f.self_pct),
-                ]
-            })
-            .collect();
-        html_table(out, &["function", "inclusive %", "self %"], &rows);
-        if let Some(c) = &e.cost {
-            let _ = write!(out, "<p>{}</p>", esc(&cost_sentence(c)));
-            html_table(out, &PATH_HEADER, &path_rows(c));
-        }
-    }
-}
-
-fn html_diff(out: &mut String, d: &DiffRecord) {
-    let _ = write!(
-        out,
-        "<h3>{} / {}: {} vs {}</h3>",
-        esc(&d.target),
-        esc(&d.placement),
-        esc(&d.a_label),
-        esc(&d.b_label)
-    );
-    if let Some(why) = &d.reason {
-        let _ = write!(out, "<p>No differential graph: {}</p>", esc(why));
-    }
-    for e in &d.events {
-        let _ = write!(out, "<p>{}: ", e.event.stem());
-        html_links(out, &d.dir, &e.files);
-        out.push_str(" (red grew, blue shrank)</p>");
-        let rows: Vec<[String; 4]> = e
-            .deltas
-            .iter()
-            .map(|x| {
-                [
-                    x.name.clone(),
-                    format!("{:.2}", x.a_pct),
-                    format!("{:.2}", x.b_pct),
-                    format!("{:+.2}", x.delta_points),
-                ]
-            })
-            .collect();
-        html_table(out, &["function", "A %", "B %", "delta (points)"], &rows);
-    }
-}
-
-fn html_table<const N: usize>(out: &mut String, header: &[&str; N], rows: &[[String; N]]) {
-    let cells = header.iter().enumerate().map(|(i, h)| (i, *h)).chain(
-        rows.iter()
-            .flat_map(|r| r.iter().enumerate().map(|(i, c)| (i, c.as_str()))),
-    );
-    out.push_str(&super::table_box::table_open(cells));
-    out.push_str("<thead><tr>");
-    for h in header {
-        let _ = write!(out, "<th>{}</th>", esc(h));
-    }
-    out.push_str("</tr></thead><tbody>");
-    for row in rows {
-        out.push_str("<tr>");
-        for (i, cell) in row.iter().enumerate() {
-            let class = if i > 0 { " class=\"num\"" } else { "" };
-            let _ = write!(out, "<td{class}>{}</td>", esc(cell));
-        }
-        out.push_str("</tr>");
-    }
-    out.push_str("</tbody>");
-    out.push_str(super::table_box::TABLE_CLOSE);
-}
-
-fn esc(text: &str) -> String {
-    super::svg::escape(text)
 }
 
 #[cfg(test)]
@@ -549,6 +389,15 @@ mod tests {
         assert!(section.contains("<img src=\"profiles/a.p.c4.r0/cpu.svg\""));
         assert!(section.contains("a&lt;b&gt;"));
         assert!(section.contains("<li>a / q: no profile: perf is not installed</li>"));
+        // One model for both: the page says which side is which, as report.md does.
+        let tail =
+            "(B = saturated (4 clients) against A = busy (2 clients): red grew, blue shrank)";
+        assert!(section.contains(tail), "{section}");
+        assert!(markdown(&lines()).contains(tail));
+        assert!(
+            section.contains("<td class=\"num\">+5.00</td>"),
+            "{section}"
+        );
         assert_eq!(html(&[]), "");
     }
 }

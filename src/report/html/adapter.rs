@@ -34,7 +34,7 @@ pub fn page_data(run: &RunData, heat_step: Option<&str>) -> ReportData {
             .flat_map(|e| e.warnings.iter().cloned())
             .chain(run.notes.iter().cloned())
             .collect(),
-        conditions: crate::report::conditions::rows(run),
+        conditions: crate::report::conditions::doc(run),
         histograms: ok
             .iter()
             .filter_map(|s| step_histogram(run, s, &ok))
