@@ -245,14 +245,20 @@ pub fn diagnose_with_profile(
     steps: &[&StepResult],
     profile: Option<&ProfileEvidence>,
 ) -> Diagnosis {
-    let levels: Vec<Level> = series
+    let mut levels: Vec<Level> = series
         .points
         .iter()
         .map(|p| level(p, series, steps))
         .collect();
+    let late = generator_saturated_late(&levels).map(|i| {
+        let clients = levels[i].clients;
+        levels.truncate(i);
+        clients
+    });
     let knee = series.knee.as_ref().and_then(|k| k.throughput_knee);
     let knee_index = knee
         .and_then(|k| series.points.iter().position(|p| load_of(p) >= k))
+        .filter(|&i| i < levels.len())
         .or_else(|| flat_from_the_start(series, &levels));
     let name = format!("{}/{}", series.target, series.placement);
     if levels.is_empty() {
@@ -281,6 +287,7 @@ pub fn diagnose_with_profile(
             .points
             .iter()
             .position(|p| load_of(p) >= k.saturation)
+            .filter(|&i| i < levels.len())
     });
     let ctx = Ctx {
         levels: &levels,
@@ -318,7 +325,9 @@ pub fn diagnose_with_profile(
     }
     let mut notes = limits_cpu::cap(&ctx, limit, &mut confidence, &mut evidence);
     notes.extend((0..levels.len()).find_map(|i| ctx.drifted(i)));
-    notes.extend(client_saturated_later(&ctx, limit));
+    notes.extend(late.map(|clients| {
+        format!("the load generator saturated from {clients} clients, after the server's CPUs had filled: the diagnosis reads the levels before it")
+    }));
     if confidence == Confidence::High {
         let split = reps::disagreements(&ctx, steps, limit, rules);
         if !split.is_empty() {
@@ -609,24 +618,20 @@ fn client_thread_evidence(l: &Level, evidence: &mut Vec<Evidence>) {
     }
 }
 
-/// The first level whose load generator saturated, and whether the server's own CPUs had
-/// filled at an earlier level: then the server's limit came first, and a generator that
-/// saturates later (more connections to drive) does not hide it.
-fn client_saturated_at<'a>(c: &Ctx<'a>) -> Option<(&'a Level, bool)> {
-    let i = c.levels.iter().position(|l| l.client_saturated)?;
-    let server_first = c.levels[..i]
-        .iter()
-        .any(|l| l.server_cpu_pct.is_some_and(|p| p >= BUSY_PCT));
-    Some((&c.levels[i], server_first))
+/// The first level whose load generator saturated after the server's CPUs had filled at an
+/// earlier one: the server's limit came first, and the levels from there measured what the
+/// generator could send (its own cost grows with its connections), so the diagnosis reads
+/// the levels before it. redis's one thread full at 1 client, the generator saturated from 4
+/// and throughput falling after: not the client's limit, nor a fall of the server's.
+fn generator_saturated_late(levels: &[Level]) -> Option<usize> {
+    let i = levels.iter().position(|l| l.client_saturated)?;
+    let filled = |l: &Level| l.server_cpu_pct.is_some_and(|p| p >= BUSY_PCT);
+    levels[..i].iter().any(filled).then_some(i)
 }
 
 fn client(c: &Ctx) -> Option<Found> {
-    // Saturated levels are left out of the knee: the first one names the client's limit,
-    // unless the server's CPUs were full before it.
-    if let Some((l, server_first)) = client_saturated_at(c) {
-        if server_first {
-            return None;
-        }
+    // Saturated levels are left out of the knee: the first one names the client's limit.
+    if let Some(l) = c.levels.iter().find(|l| l.client_saturated) {
         let mut evidence = vec![ev(
             Metric::ClientSaturated,
             1.0,
@@ -698,18 +703,6 @@ fn client(c: &Ctx) -> Option<Found> {
             ),
             next: "check why the generator's requests were not in flight (its threads' CPU, connection errors, think time) and raise its connections".into(),
         }
-    })
-}
-
-/// Says so when the generator saturated after the server's CPUs had filled: the limit is
-/// the server's, but levels from there measured what the generator could send.
-fn client_saturated_later(c: &Ctx, limit: Limit) -> Option<String> {
-    let (l, server_first) = client_saturated_at(c)?;
-    (server_first && limit != Limit::Client).then(|| {
-        format!(
-            "the load generator was saturated too from {} clients, after the server's CPUs had filled: levels from there measured what it could send",
-            l.clients
-        )
     })
 }
 
