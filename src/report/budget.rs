@@ -163,17 +163,19 @@ fn chart(
     if per_level.iter().all(Option::is_none) {
         return None;
     }
-    let layers = STATES
+    // Each state keeps its colour (its place in STATES) in every chart, whichever it shows.
+    let (colors, layers): (Vec<usize>, Vec<(String, Vec<f64>)>) = STATES
         .iter()
-        .map(|(name, f)| {
-            let values = per_level
+        .enumerate()
+        .map(|(k, (name, f))| {
+            let values: Vec<f64> = per_level
                 .iter()
                 .map(|w| w.as_ref().map_or(0.0, f))
                 .collect();
-            (name.to_string(), values)
+            (k, (name.to_string(), values))
         })
-        .filter(|(_, v): &(String, Vec<f64>)| v.iter().any(|x| *x > 0.0))
-        .collect();
+        .filter(|(_, (_, v))| v.iter().any(|x| *x > 0.0))
+        .unzip();
     Some(svg::StackedBars {
         title: format!(
             "{} · {}: where the {side}' time went",
@@ -189,6 +191,7 @@ fn chart(
         layers,
         y_max: None,
         groups: Vec::new(),
+        colors,
     })
 }
 
@@ -275,6 +278,14 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("<title>1: storage 0.6</title>"), "{html}");
+        // Each state its own colour in every chart, whichever states the chart shows (by
+        // position, storage took the kernel's colour here and idle the run queue's).
+        for (state, colour) in [("storage", "#CC79A7"), ("waiting for work", "#999999")] {
+            assert!(
+                html.contains(&format!("fill=\"{colour}\"><title>1: {state} ")),
+                "{state}: {html}"
+            );
+        }
         assert!(
             !html.contains("lock"),
             "a state no thread was in is no layer: {html}"

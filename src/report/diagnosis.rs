@@ -256,6 +256,7 @@ fn thread_chart(target: &str, placement: &str, steps: &[&StepResult]) -> Option<
         } else {
             Vec::new()
         },
+        colors: Vec::new(),
     })
 }
 

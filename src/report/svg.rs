@@ -13,9 +13,11 @@ pub use frame::text_width;
 pub use frame::Layout;
 use frame::{thin_every, Frame, LEGEND_ROW, SWATCH, TICK_FONT};
 
-/// Colour-blind-safe palette (Okabe–Ito), used in order.
-const PALETTE: [&str; 8] = [
+/// Colour-blind-safe palette (Okabe–Ito), used in order, then a neutral grey (a ninth
+/// colour: the thread states' "waiting for work").
+const PALETTE: [&str; 9] = [
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
+    "#999999",
 ];
 
 /// The colour of series number `i`.
@@ -145,6 +147,16 @@ pub struct StackedBars {
     /// Labels under runs of bars, left to right: (label, how many consecutive bars), e.g. a
     /// client count under its repetitions' bars; empty: each bar its category's label.
     pub groups: Vec<(String, usize)>,
+    /// Each layer's colour ([`color`]'s index), so that one kind keeps its colour in every
+    /// chart whatever layers it shows; empty: by position.
+    pub colors: Vec<usize>,
+}
+
+impl StackedBars {
+    /// The colour index of layer `k`.
+    fn color_of(&self, k: usize) -> usize {
+        self.colors.get(k).copied().unwrap_or(k)
+    }
 }
 
 /// A heat map of rows (cores) over columns (seconds), values in percent.
@@ -820,7 +832,7 @@ pub fn stacked_bar_chart(chart: &StackedBars, layout: Layout) -> String {
         .enumerate()
         .map(|(i, name)| LegendEntry {
             name,
-            color: i,
+            color: chart.color_of(i),
             dashed: false,
             swatch: true,
             cross: false,
@@ -895,7 +907,7 @@ fn draw_stack(out: &mut String, chart: &StackedBars, i: usize, x: f64, w: f64, y
             out,
             r#"<rect x="{x:.1}" y="{y_top:.1}" width="{w:.1}" height="{h:.1}" fill="{c}"><title>{cat}: {n} {val}</title></rect>"#,
             h = y_bottom - y_top,
-            c = color(layer),
+            c = color(chart.color_of(layer)),
             cat = escape(&chart.categories[i]),
             n = escape(name),
             val = format_number(v)
@@ -1211,6 +1223,7 @@ mod tests {
                     layers: vec![],
                     y_max: None,
                     groups: Vec::new(),
+                    colors: Vec::new(),
                 },
                 Layout::Wide,
             ),
@@ -1252,6 +1265,7 @@ mod tests {
                 ],
                 y_max: None,
                 groups: Vec::new(),
+                colors: Vec::new(),
             },
             Layout::Wide,
         );
@@ -1322,6 +1336,7 @@ mod tests {
             layers: vec![("w".into(), vec![10.0; 40])],
             y_max: None,
             groups: Vec::new(),
+            colors: Vec::new(),
         };
         for layout in [Layout::Wide, Layout::Narrow] {
             let svg = stacked_bar_chart(&chart, layout);

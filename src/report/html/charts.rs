@@ -225,6 +225,7 @@ fn cpu_chart(page: &mut String, s: &Series, y_max: f64) {
         ],
         y_max: Some(y_max),
         groups: Vec::new(),
+        colors: Vec::new(),
     };
     figure(
         page,
