@@ -65,6 +65,8 @@ struct Run {
     report: Value,
     elapsed: Duration,
     peak_rss_kb: u64,
+    /// The process's memory lines of /proc/PID/status when its peak was read, and when.
+    peak_status: String,
     /// When each per-second line arrived, from the start.
     line_times: Vec<Duration>,
 }
@@ -80,6 +82,20 @@ pub(crate) fn peak_rss_kb(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The memory lines of a running process's /proc/PID/status (resident set by kind, data,
+/// threads), to say what a peak was made of.
+fn memory_lines(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let keys = [
+        "Name", "VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmData", "Threads",
+    ];
+    (status.lines())
+        .filter(|l| keys.iter().any(|k| l.starts_with(&format!("{k}:"))))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `stairbench load URL -c CONNS -d 3s --timeout 1s ARGS`, watched: its stderr lines timed,
@@ -111,10 +127,12 @@ fn load(url: &str, conns: usize, args: &[&str]) -> Run {
             let _ = tx.send((started.elapsed(), line));
         }
     });
-    let mut peak = 0;
+    let (mut peak, mut peak_status) = (0, String::new());
     let status = loop {
-        if let Some(kb) = peak_rss_kb(child.id()) {
-            peak = peak.max(kb);
+        if let Some(kb) = peak_rss_kb(child.id()).filter(|&kb| kb > peak) {
+            peak = kb;
+            let at = started.elapsed();
+            peak_status = format!("at {at:?}: {}", memory_lines(child.id()));
         }
         if let Some(status) = child.try_wait().unwrap() {
             break status;
@@ -145,6 +163,7 @@ fn load(url: &str, conns: usize, args: &[&str]) -> Run {
         report,
         elapsed,
         peak_rss_kb: peak,
+        peak_status,
         line_times,
     }
 }
@@ -178,8 +197,9 @@ fn assert_survived_any(run: &Run, kinds: &[&str], rss_limit_mb: u64) {
     );
     assert!(
         run.peak_rss_kb > 0 && run.peak_rss_kb < rss_limit_mb * 1024,
-        "peak RSS {} KB, limit {rss_limit_mb} MB: {what}",
-        run.peak_rss_kb
+        "peak RSS {} KB, limit {rss_limit_mb} MB ({}): {what}",
+        run.peak_rss_kb,
+        run.peak_status
     );
     // A line a second: the measured window's lines, none more than 2.5 s after the last.
     assert!(run.line_times.len() as u64 >= DURATION_S, "lines: {what}");
