@@ -1185,7 +1185,6 @@ fn drift_reading(first: f64, again: f64, last: f64) -> String {
 /// How long a disturbed step's re-run waits at most for its CPUs to quiet.
 const QUIET_WAIT: Duration = Duration::from_secs(5);
 
-/// A point's runs so far that were disturbed (and so do not count as repetitions).
 /// Why a step's client groups measured another span than its observers, if they did: they
 /// started after the planned window (its lead too short for their hosts' start).
 fn started_late(step: &StepResult) -> Option<String> {
@@ -1204,6 +1203,7 @@ fn started_late(step: &StepResult) -> Option<String> {
     })
 }
 
+/// A point's runs so far that were disturbed (and so do not count as repetitions).
 fn disturbed_runs(reps: &[StepResult]) -> usize {
     reps.iter()
         .filter(|s| s.status == StepStatus::Disturbed)
