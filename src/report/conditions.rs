@@ -23,7 +23,7 @@ pub fn doc(run: &RunData) -> Doc {
 
 /// The conditions as (parameter, value) rows, in display order; a value not known is left
 /// out.
-pub fn rows(run: &RunData) -> Vec<(String, String)> {
+fn rows(run: &RunData) -> Vec<(String, String)> {
     let mut rows = Vec::new();
     if let Some(env) = &run.environment {
         environment_rows(env, &mut rows);

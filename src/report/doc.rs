@@ -297,7 +297,7 @@ impl Doc {
                 Block::Links { lead, links, tail } => {
                     let links: Vec<String> = (links.iter())
                         .map(|(label, path)| {
-                            format!("<a href=\"{}\">{}</a>", attribute(path), inline(label))
+                            format!("<a href=\"{}\">{}</a>", escape(path), inline(label))
                         })
                         .collect();
                     let (lead, tail) = (inline(lead), inline(tail));
@@ -307,8 +307,8 @@ impl Doc {
                     let _ = write!(
                         html,
                         "<figure><a href=\"{0}\"><img src=\"{0}\" alt=\"{1}\" style=\"max-width:100%\" loading=\"lazy\"></a></figure>",
-                        attribute(src),
-                        attribute(alt)
+                        escape(src),
+                        escape(alt)
                     );
                 }
                 Block::List(items) => html_list(&mut html, items),
@@ -423,11 +423,6 @@ fn html_escape(text: &str) -> String {
         }
     }
     out
-}
-
-/// Text as an HTML attribute's value (quotes escaped too).
-fn attribute(text: &str) -> String {
-    super::svg::escape(text)
 }
 
 /// Text as HTML: escaped, with its `` `code` `` and `**strong**` spans marked up.

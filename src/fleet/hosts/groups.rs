@@ -384,17 +384,13 @@ impl GroupDriver {
         if overlap < MIN_WINDOW_OVERLAP {
             return Err(GroupsError::Overlap { overlap, windows });
         }
-        // A group ready only after the agreed start took the lead and that much to start:
-        // the next step's lead is twice it (`start_lead`).
-        let late_ns = times
-            .iter()
-            .filter_map(|t| t.ready_ns)
-            .map(|r| r - start_ns)
-            .max();
-        if let Some(late_ns) = late_ns.filter(|&ns| ns > 0) {
-            self.slowest_start = self
-                .slowest_start
-                .max(lead + Duration::from_nanos(late_ns as u64));
+        let lead_ms = lead.as_secs_f64() * 1e3;
+        let overhead = StepOverhead::of(&times, start_ns, lead_ms);
+        // A group ready only after the agreed start (a negative margin) took the lead and
+        // that much to start: the next step's lead is twice it (`start_lead`).
+        if let Some(late_us) = overhead.start_margin_us.map(|m| -m).filter(|&l| l > 0.0) {
+            let late = Duration::from_secs_f64(late_us / 1e6);
+            self.slowest_start = self.slowest_start.max(lead + late);
         }
         let observed_overlap = window_overlap(&[&windows[..], &[planned]].concat());
         let mut merged = merge_loads(loads, subs).map_err(|e| GroupsError::Merge(e.to_string()))?;
@@ -409,11 +405,10 @@ impl GroupDriver {
         }
         // Threads of different hosts side by side mean nothing: each host's are in per_host.
         merged.report.client_cpu.per_core_busy.clear();
-        let lead_ms = lead.as_secs_f64() * 1e3;
         merged.figures.per_host = per_host;
         merged.figures.window_overlap = Some(overlap);
         merged.figures.observed_window_overlap = Some(observed_overlap);
-        merged.figures.groups_overhead = Some(StepOverhead::of(&times, start_ns, lead_ms));
+        merged.figures.groups_overhead = Some(overhead);
         Ok(merged)
     }
 }
