@@ -172,9 +172,9 @@ impl Observer {
             .as_ref()
             .and(self.server_pid)
             .and_then(|pid| sockets::SocketWatch::start(pid).ok());
-        // On with STAIRBENCH_THREAD_STATES=1 (off by default: `thread_states::enabled`). It reads a thread's system call only
-        // when stat finds it asleep (the kernel never stops the thread for it), keeps within
-        // 1% of a CPU, and left a 1-CPU grpcio server's throughput within noise
+        // Off with STAIRBENCH_THREAD_STATES=0 (`thread_states::enabled`). It reads a thread's
+        // system call only when stat finds it asleep (the kernel never stops the thread for it),
+        // keeps within 1% of a CPU, and left a 1-CPU grpcio server's throughput within noise
         // (docs/measured.md, "What the sampling costs").
         if thread_states::enabled() {
             self.states = thread_states::ThreadStateWatch::start(thread_states::Targets {

@@ -30,18 +30,18 @@
 //! tick while the task is preempted). The task itself is never stopped, so the read costs the
 //! sampler, not the server.
 
-/// Whether steps sample their threads' states: off unless `STAIRBENCH_THREAD_STATES=1`.
-/// Off by default: in a release run of the solo tests with it on (2026-11-28), grpcio's own
-/// rate over the window's interior ran 5.5% above the engine's over the whole window (the
-/// full reads at the window's edges slow the server there), and nginx beside a nice-19 hog
-/// waited for its CPU 10% of the window or more.
+/// Whether steps sample their threads' states: on unless `STAIRBENCH_THREAD_STATES=0`.
+/// What it costs (about 1% of one CPU at 10 to 2,000 threads) and that it leaves the server's
+/// throughput within noise are in docs/measured.md.
 pub fn enabled() -> bool {
     enabled_by(std::env::var("STAIRBENCH_THREAD_STATES").ok().as_deref())
 }
 
-/// [`enabled`] for the variable's value (None when unset): set, and not `0`, turns it on.
+/// [`enabled`] for the variable's value (None when unset): unset, empty or anything but `0`
+/// leaves it on; `0` (or `off`, `false`, `no`) turns it off.
 pub fn enabled_by(value: Option<&str>) -> bool {
-    value.is_some_and(|v| !v.trim().is_empty() && v.trim() != "0")
+    let v = value.map(|v| v.trim().to_ascii_lowercase());
+    !matches!(v.as_deref(), Some("0" | "off" | "false" | "no"))
 }
 
 pub mod peers;

@@ -345,8 +345,8 @@ fn a_listener_not_owned_by_the_tree_is_not_a_client_connection() {
 
 #[test]
 fn a_step_observes_thread_states_unless_the_variable_says_0() {
-    // What every step does (Observer), with the environment as it is: off by default (see
-    // `thread_states::enabled`), on with STAIRBENCH_THREAD_STATES=1.
+    // What every step does (Observer), with the environment as it is: on by default (see
+    // `thread_states::enabled`), off with STAIRBENCH_THREAD_STATES=0.
     let script = "name('sleeper')\nprint('ready', flush=True)\nsys.stdin.read()\n";
     let Some(py) = python(script, &[]) else {
         return;
@@ -366,13 +366,14 @@ fn a_step_observes_thread_states_unless_the_variable_says_0() {
     }
 }
 
-/// A real run with thread states on (STAIRBENCH_THREAD_STATES=1) against the built-in reactor:
-/// report.md splits each level's latency ("Where a request's time goes"), analysis.json holds
+/// A real run with thread states as they are by default (the variable unset) against the
+/// built-in reactor: report.md splits each level's latency ("Where a request's time goes"), analysis.json holds
 /// the budget within its schema, report.html draws both sides' charts. The server's time on a
 /// CPU per request (schedstat, the sampler's) agrees with its CPU per request from the process
 /// tree's utime + stime (another counter of the kernel) within 25% + 2 µs at 1 client. Catches
 /// a budget not carried into the analysis or the reports, a schema that refuses it, and
-/// per-request figures divided by the wrong count (a window's requests of one repetition).
+/// per-request figures divided by the wrong count (a window's requests of one repetition), and
+/// thread states off by default.
 #[test]
 fn a_run_with_thread_states_shows_where_a_requests_time_goes() {
     let dir = tempfile::tempdir().unwrap();
@@ -380,7 +381,7 @@ fn a_run_with_thread_states_shows_where_a_requests_time_goes() {
     std::fs::write(&spec, "name = \"budget\"\nwarmup = \"0s\"\nduration = \"1s\"\nclients = [1, 4]\nrepetitions = 2\nplacements = [\"shared\"]\n[[targets]]\nname = \"reactor\"\nbuiltin = \"msgr --arch reactor --threads 1\"\n").unwrap();
     let run = dir.path().join("run");
     let out = crate::common::cli_cmd()
-        .env("STAIRBENCH_THREAD_STATES", "1")
+        .env_remove("STAIRBENCH_THREAD_STATES")
         .args(["run", "-q", "--keep-disturbed"])
         .arg(&spec)
         .arg("--out")

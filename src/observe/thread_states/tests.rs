@@ -168,11 +168,13 @@ fn held_files_leave_most_of_the_open_file_limit_to_the_load() {
 }
 
 #[test]
-fn the_sampler_is_off_unless_the_variable_turns_it_on() {
-    assert!(!enabled_by(None));
+fn the_sampler_is_on_unless_the_variable_turns_it_off() {
+    assert!(enabled_by(None));
     assert!(enabled_by(Some("1")));
-    assert!(!enabled_by(Some("")));
+    assert!(enabled_by(Some("")));
     assert!(!enabled_by(Some("0")));
+    assert!(!enabled_by(Some(" Off ")));
+    assert!(!enabled_by(Some("false")));
 }
 
 #[test]
