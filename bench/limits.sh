@@ -42,6 +42,7 @@ CASES=(
     "limits-neighbour|neighbour: nginx with a CPU hog pinned on its CPU|the hog's own CPU (/proc/PID/stat over its life)|confirm_neighbour"
     "limits-upstream|outside, in the upstream: nginx proxying to gunicorn (2 sync workers, 5 ms a request) started apart from nginx's tree|ss during the run: gunicorn's longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
     "limits-upstream-inside|concurrency in gunicorn, nginx's child (2 sync workers, 5 ms a request) inside the observed tree|ss during the run: gunicorn's longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
+    "limits-remote|outside, at a remote address: nginx proxying to gunicorn (2 sync workers, 5 ms a request) in another network namespace|ss in gunicorn's namespace during the run: its longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
     "limits-fsync|disk, latency-bound with no knee: redis syncing every write behind 100 write IOPS|the cgroup's own blkio.throttle.io_serviced: write operations per second over the run|confirm_fsync_iops"
 )
 
@@ -128,7 +129,9 @@ confirm_upstream() {
         : >"$WORK/ss.txt"
         (set +e +o pipefail; while sleep 0.1; do
             pids=$(pgrep -d'|' -f 'm gunicorn') || continue
-            ss -Hltnp 2>/dev/null | grep -E "pid=($pids)," | awk '{print $2}' >>"$WORK/ss.txt"
+            # In the host's namespace, and in limits-remote's (where gunicorn is a remote host).
+            { ss -Hltnp; ip netns exec sb-remote ss -Hltnp; } 2>/dev/null |
+                grep -E "pid=($pids)," | awk '{print $2}' >>"$WORK/ss.txt"
         done) &
         SAMPLER=$! ;;
     end)

@@ -56,10 +56,7 @@ pub fn record(
             .map(|d| LimitRow {
                 target: d.target.clone(),
                 placement: d.placement.clone(),
-                limit: serde_json::to_value(d.limit)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
+                limit: d.limit.as_str().to_string(),
             })
             .collect(),
     }

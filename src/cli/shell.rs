@@ -133,10 +133,9 @@ pub fn interactive_stderr() -> bool {
         && std::env::var("TERM").map_or(true, |t| t != "dumb")
 }
 
-/// `CI` set to anything but empty, `0` or `false` (GitHub Actions, GitLab and most CI systems
-/// set `CI=true`).
+/// `CI` set to anything but empty, `0` or `false` ([`crate::machine::in_ci`]).
 pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+    crate::machine::in_ci()
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ impl Poll {
 }
 
 /// True when running as root; says why not otherwise (a failure in CI).
-fn root(example: &str) -> bool {
+pub(crate) fn root(example: &str) -> bool {
     // SAFETY: geteuid(2) cannot fail.
     let is_root = unsafe { libc::geteuid() } == 0;
     if !is_root {

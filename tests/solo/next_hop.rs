@@ -1,20 +1,22 @@
 //! Issue 40's next hop on real software: nginx as a reverse proxy in front of gunicorn (2 sync
 //! workers, 5 ms a request), gunicorn apart from the observed tree and inside it
-//! (examples/limits-upstream{,-inside}.toml), and the same upstream computing on one CPU (a
-//! case the rules were not written for). Each confirmed by tools other than stairbench:
-//! `ss -ltnp` sampled during the run (gunicorn's accept queue and its pids) and gunicorn's
-//! own access log (every request went through it).
+//! (examples/limits-upstream{,-inside}.toml), in another network namespace, a remote host to
+//! nginx (examples/limits-remote.toml), and the same upstream computing on one CPU (a case the
+//! rules were not written for). Each confirmed by tools other than stairbench: `ss -ltnp`
+//! sampled during the run (gunicorn's accept queue and its pids, in whichever namespace it
+//! listens) and gunicorn's own access log (every request went through it).
 
 use serde_json::Value;
 
 use crate::diagnosis::run_example_edited;
-use crate::limits_io::{gunicorn_installed, quoted, typed, Poll};
+use crate::limits_io::{gunicorn_installed, quoted, root, typed, Poll};
 use stairbench::analyze::run::diagnosis::{Limit, Metric};
 
 /// gunicorn's listening socket, as `ss -Hltnp` lists it (its processes are `python3 -m
-/// gunicorn`): `LISTEN <accept queue> <backlog> ... users:(("python3",pid=N,...),...)`.
-const GUNICORN_LISTENER: &str =
-    "p=$(pgrep -d'|' -f 'm gunicorn') && ss -Hltnp | grep -E \"pid=($p),\"";
+/// gunicorn`): `LISTEN <accept queue> <backlog> ... users:(("python3",pid=N,...),...)`; in
+/// this network namespace or in limits-remote's.
+const GUNICORN_LISTENER: &str = "p=$(pgrep -d'|' -f 'm gunicorn') && \
+     { ss -Hltnp; ip netns exec sb-remote ss -Hltnp; } 2>/dev/null | grep -E \"pid=($p),\"";
 
 /// The longest accept queue of gunicorn's listener in the samples, and the pids holding it.
 fn accept_queue_and_pids(samples: &[String]) -> (u64, Vec<String>) {
@@ -61,7 +63,7 @@ fn run_proxied(example: &str, edits: &[(&str, &str)]) -> Option<Proxied> {
         return None;
     }
     let ss = Poll::start(GUNICORN_LISTENER);
-    let run = run_example_edited(example, &["nginx", "ss", "pgrep"], edits);
+    let run = run_example_edited(example, &["nginx", "ss", "pgrep", "ip"], edits);
     let seen = accept_queue_and_pids(&ss.finish());
     let (d, steps, dir) = run?;
     let counted: u64 = steps.iter().filter_map(|s| s["requests"].as_u64()).sum();
@@ -161,6 +163,50 @@ fn an_upstream_started_by_the_targets_own_script_is_named_inside_the_tree() {
         "pid {pid} is not gunicorn's ({pids:?})"
     );
     assert!(quoted(&d, Metric::NextHopWaiting) >= 8.0, "{d:#}");
+    assert!(
+        queue >= 8,
+        "ss saw at most {queue} in gunicorn's accept queue"
+    );
+}
+
+/// The upstream where nginx's namespace cannot see it: its listening socket is in another
+/// network namespace, as a remote host's would be, and no process holds it here. Today's
+/// sentence (before the next hop) said only "the limit is outside both processes".
+#[test]
+fn a_proxy_whose_upstream_is_a_remote_host_names_its_address() {
+    let _alone = crate::alone();
+    if !root("limits-remote") {
+        return;
+    }
+    let Some(Proxied {
+        d,
+        ss: (queue, _),
+        log,
+    }) = run_proxied("limits-remote", &[])
+    else {
+        return;
+    };
+    // The target's script removes its namespace when stairbench stops it (set -e once left
+    // it behind: nginx's exit on the same signal ended the script before its last line).
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(!netns.contains("sb-remote"), "left behind: {netns}");
+    all_through_gunicorn(log);
+    let sentence = d["sentence"].as_str().unwrap();
+    assert_eq!(typed(&d).limit, Limit::Outside, "{d:#}");
+    assert!(
+        sentence.contains("in its upstream 10.233.34.2:")
+            && sentence.contains("no process of this machine holds its listening socket")
+            && sentence.contains("Next: look at what answers at 10.233.34.2:"),
+        "{sentence}"
+    );
+    // Nearly every client's request holds a connection to it at 16 clients (nginx opens one
+    // a request); gunicorn's own listener, in its namespace, queued most of them.
+    let connections = quoted(&d, Metric::NextHopConnections);
+    assert!((8.0..=17.0).contains(&connections), "{d:#}");
     assert!(
         queue >= 8,
         "ss saw at most {queue} in gunicorn's accept queue"
