@@ -43,6 +43,7 @@ CASES=(
     "limits-upstream|outside, in the upstream: nginx proxying to gunicorn (2 sync workers, 5 ms a request) started apart from nginx's tree|ss during the run: gunicorn's longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
     "limits-upstream-inside|concurrency in gunicorn, nginx's child (2 sync workers, 5 ms a request) inside the observed tree|ss during the run: gunicorn's longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
     "limits-remote|outside, at a remote address: nginx proxying to gunicorn (2 sync workers, 5 ms a request) in another network namespace|ss in gunicorn's namespace during the run: its longest accept queue; gunicorn's own access log against stairbench's count|confirm_upstream"
+    "limits-jvm-lock|contention, on a lock: Tomcat's JSP holding one monitor for 2 ms a request, sleeping|the JVM's own thread states (Thread.getState, tomcat.sh's /jvm-threads) polled during the run: the most pool threads BLOCKED|confirm_jvm_blocked"
     "limits-fsync|disk, latency-bound with no knee: redis syncing every write behind 100 write IOPS|the cgroup's own blkio.throttle.io_serviced: write operations per second over the run|confirm_fsync_iops"
 )
 
@@ -145,6 +146,23 @@ counted = sum(json.loads(l).get("requests", 0) for l in open(f"{d}/steps.jsonl")
 print(f"ss: gunicorn's accept queue up to {queue}; its access log {logged} requests, stairbench {counted}")
 PY
         ;;
+    esac
+}
+
+# The JVM's own view of Tomcat's pool during the run (tomcat.sh's /jvm-threads: "THREADS
+# BLOCKED"), every 100 ms from the port java listens on: the most threads BLOCKED on a monitor.
+confirm_jvm_blocked() {
+    case "$1" in
+    begin)
+        : >"$WORK/jvm.txt"
+        (set +e +o pipefail; while sleep 0.1; do
+            p=$(ss -Hltnp 2>/dev/null | grep '"java"' | awk '{print $4}' | sed 's/.*://' | head -1)
+            [ -n "$p" ] && curl -s --max-time 1 "http://127.0.0.1:$p/jvm-threads" >>"$WORK/jvm.txt" && echo >>"$WORK/jvm.txt"
+        done) &
+        SAMPLER=$! ;;
+    end)
+        stop_sampler
+        awk 'NF == 2 { if ($2 > b) { b = $2; t = $1 } } END { printf "the JVM: up to %d of %d pool threads BLOCKED\n", b, t }' "$WORK/jvm.txt" ;;
     esac
 }
 

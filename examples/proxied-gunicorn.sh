@@ -89,8 +89,9 @@ if [ "$3" != remote ]; then
     exec nginx -p "$prefix" -c "$prefix/nginx.conf"
 fi
 # The namespace is removed whichever way the target ends (stairbench stops its process group).
-# (`|| true` after each wait: nginx ends on the same signal, and set -e would leave at once.)
-trap 'kill $pid 2>/dev/null; wait $pid || true; ip netns del sb-remote 2>/dev/null; exit 0' INT TERM
+# set +e in the trap and `|| true` after the wait: nginx ends on the same signal, so the kill
+# and the wait may fail, and set -e would leave before the namespace is removed.
+trap 'set +e; kill $pid 2>/dev/null; wait $pid; ip netns del sb-remote 2>/dev/null; exit 0' INT TERM
 nginx -p "$prefix" -c "$prefix/nginx.conf" &
 pid=$!
 wait $pid || true

@@ -136,6 +136,32 @@ fn code_names_studies_not_seed_numbers() {
     assert!(numbered.is_empty(), "seed numbers in code: {numbered:?}");
 }
 
+/// `CI` is read in one place (`stairbench::machine::in_ci`, through `common::in_ci` in the
+/// tests): a second reading of it once skipped in CI (`CI == "true"` where `CI=1` was set) and
+/// bypassed the skip summary. Catches `std::env::var("CI")` anywhere else in src/ or tests/.
+#[test]
+fn ci_is_read_in_one_place() {
+    let mut files = Vec::new();
+    rust_files(Path::new("src"), &mut files);
+    rust_files(Path::new("tests"), &mut files);
+    let readers: Vec<String> = files
+        .iter()
+        .filter(|f| !f.ends_with("src/machine/mod.rs") && !f.ends_with("it/code_health.rs"))
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| l.contains("var(\"CI\")") || l.contains("var_os(\"CI\")"))
+                .map(|(i, _)| format!("{}:{}", f.display(), i + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        readers.is_empty(),
+        "CI read outside machine::in_ci: {readers:?}"
+    );
+}
+
 /// Modules live in folders named after them: a `#[path]` attribute hides a file from a reader
 /// who follows `mod x;` to `x.rs` or `x/mod.rs`.
 #[test]

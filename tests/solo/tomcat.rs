@@ -263,3 +263,53 @@ fn profile_passes(out: &Path) -> (String, Vec<Value>) {
         .collect();
     (lines, passes)
 }
+
+/// The JVM's own view of Tomcat's pool (tomcat.sh's /jvm-threads: "THREADS BLOCKED"), from the
+/// port the java process listens on, polled during the run.
+const JVM_THREADS: &str =
+    "p=$(ss -Hltnp | grep '\"java\"' | awk '{print $4}' | sed 's/.*://' | head -1) && \
+     [ -n \"$p\" ] && curl -s --max-time 1 http://127.0.0.1:$p/jvm-threads";
+
+/// Issue 40's lock in a JVM (examples/limits-jvm-lock.toml): Tomcat's JSP holds one monitor
+/// for 2 ms a request while it sleeps, so Tomcat's CPUs and the client idle while its pool's
+/// threads wait. Before the lock rule it read `outside` ("the limit is outside both
+/// processes"), although the locks row of its own resource table was saturated. Confirmed by
+/// the JVM's own thread states: the most pool threads BLOCKED on a monitor in one poll.
+#[test]
+fn a_tomcat_whose_threads_wait_on_one_monitor_is_contention_on_a_lock() {
+    let _alone = crate::alone();
+    if !tomcat_available() {
+        return;
+    }
+    let poll = crate::limits_io::Poll::start(JVM_THREADS);
+    let run = crate::diagnosis::run_example("limits-jvm-lock", &["ss", "curl"]);
+    let seen = poll.finish();
+    let Some((d, _)) = run else {
+        return;
+    };
+    let blocked = seen
+        .iter()
+        .filter_map(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let sentence = d["sentence"].as_str().unwrap();
+    eprintln!("limits-jvm-lock: the JVM saw at most {blocked} pool threads BLOCKED; {sentence}");
+    assert_eq!(
+        crate::limits_io::typed(&d).limit,
+        stairbench::analyze::run::diagnosis::Limit::Contention,
+        "{d:#}"
+    );
+    assert!(
+        sentence.contains("the server's threads waiting on locks grow by")
+            && sentence.contains("contention on a lock"),
+        "{sentence}"
+    );
+    // 16 clients, one request holding the monitor: most of the others wait for it, as the
+    // JVM's own thread states say too.
+    let grew = figure(&d, "lock_waiting_threads");
+    assert!(grew >= 6.0, "{d:#}");
+    assert!(
+        blocked >= 8,
+        "the JVM saw at most {blocked} threads BLOCKED"
+    );
+}

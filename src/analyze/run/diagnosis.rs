@@ -572,7 +572,7 @@ type Rule = fn(&Ctx) -> Option<Found>;
 /// throughput then falls (noise, or that thread doing more per request); a fall after the
 /// peak is the most specific of the rest; a series still scaling while its storage is full is
 /// latency-bound on it, when nothing else fits.
-const RULES: [Rule; 13] = [
+const RULES: [Rule; 14] = [
     client,
     limits_cpu::quota,
     limits_cpu::neighbour,
@@ -584,6 +584,7 @@ const RULES: [Rule; 13] = [
     limits_io::concurrency,
     limits_io::network,
     limits_io::disk,
+    lock_waits,
     outside,
     resources::latency_bound,
 ];
@@ -1085,6 +1086,49 @@ fn contention(c: &Ctx) -> Option<Found> {
         evidence,
         because: format!("{because}: contention"),
         next: "find the lock or shared resource that grows with load (a profile at two levels) and split or shorten it".into(),
+    })
+}
+
+/// The server's threads waited on locks most of their working time, the waits grown with the
+/// load (the resource table's locks row), while throughput stayed flat: a lock whose holder
+/// sleeps (a JVM monitor held across a wait) leaves the CPUs idle and each request's switches
+/// unchanged, so [`contention`]'s figures do not move; without this it reads as outside.
+/// After the I/O rules: a backend waiting on a lock around its disk (PostgreSQL's WAL) is the
+/// disk's.
+fn lock_waits(c: &Ctx) -> Option<Found> {
+    if !c.flat_throughput() {
+        return None;
+    }
+    let row = resources::locks(c).filter(|r| r.state == resources::State::Saturated)?;
+    let top = c.top();
+    let share = row.time_share_pct.unwrap_or(0.0);
+    let (a, b) = resources::lock_waiting_threads(c)?;
+    let first = c.first().clients;
+    Some(Found {
+        limit: Limit::Contention,
+        confidence: Confidence::Medium,
+        evidence: vec![
+            ev(
+                Metric::LockWaitPct,
+                share,
+                Some(top.clients),
+                "the server threads' lock waits, % of their working time (thread states)",
+            ),
+            ev(
+                Metric::LockWaitingThreads,
+                b - a,
+                Some(top.clients),
+                format!("the server's threads waiting on a lock, mean, more than at {first} client{} ({a:.1} there, {b:.1} here; thread states)", if first == 1 { "" } else { "s" }),
+            ),
+        ],
+        because: format!(
+            "the server's threads waiting on locks grow by {:.1} from {first} client{} to {} ({share:.0}% of their working time) while throughput stays near {}: contention on a lock",
+            b - a,
+            if first == 1 { "" } else { "s" },
+            top.clients,
+            rps(top.throughput_rps)
+        ),
+        next: "find the lock the server's threads wait on (a thread dump, or off-CPU stacks at two levels) and shorten what is done while holding it".into(),
     })
 }
 

@@ -119,6 +119,10 @@ metrics! {
     LinkUtilisationPct = "link_utilisation_pct", Pct;
     /// Little's law: X·R / L.
     LittleRatio = "little_ratio", Ratio;
+    /// The server threads' lock waits (futexes, file locks), % of their working time.
+    LockWaitPct = "lock_wait_pct", Pct;
+    /// The server's threads waiting on a lock, mean over the window.
+    LockWaitingThreads = "lock_waiting_threads", Count;
     /// Mean latency.
     MeanLatencyUs = "mean_latency_us", Us;
     /// Other processes' share of a side's CPUs.

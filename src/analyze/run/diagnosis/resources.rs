@@ -521,10 +521,18 @@ fn storage(top: &Level) -> Vec<ResourceRow> {
     rows
 }
 
+/// The server's threads waiting on a lock at the first level and at the last, on average, as
+/// sampled (a parked group's futex waits included, so that the two levels count alike): what
+/// the load added is their difference.
+pub(super) fn lock_waiting_threads(c: &Ctx) -> Option<(f64, f64)> {
+    let (f, t) = (c.first().states.as_ref()?, c.top().states.as_ref()?);
+    Some((f.mean_threads(f.raw_lock_s), t.mean_threads(t.raw_lock_s)))
+}
+
 /// Lock waits count as full only when they came with the load (a quarter more than at the
 /// first level): a futex wait is also how an idle helper thread sleeps on its condition
 /// variable (redis's four bio threads: 80% of the tree's time on something at every level).
-fn locks(c: &Ctx) -> Option<ResourceRow> {
+pub(super) fn locks(c: &Ctx) -> Option<ResourceRow> {
     let top = c.top();
     let s = top.states.as_ref()?;
     let mut r = row(Resource::Locks, "futexes, flock, fcntl locks", top.clients);
