@@ -299,15 +299,24 @@ fn a_tomcat_whose_threads_wait_on_one_monitor_is_contention_on_a_lock() {
         stairbench::analyze::run::diagnosis::Limit::Contention,
         "{d:#}"
     );
-    assert!(
-        sentence.contains("the server's threads waiting on locks grow by")
-            && sentence.contains("contention on a lock"),
-        "{sentence}"
-    );
-    // 16 clients, one request holding the monitor: most of the others wait for it, as the
-    // JVM's own thread states say too.
-    let grew = figure(&d, "lock_waiting_threads");
-    assert!(grew >= 6.0, "{d:#}");
+    // Its resource table's locks row is full: the server's threads spent most of their working
+    // time waiting on locks, more of them as the load grew. Either rule may name it: the lock
+    // rule from that row, or `contention` first when the switches per request grew too (a CI
+    // run: 2.46 to 4.29).
+    let locks = d["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "locks")
+        .unwrap_or_else(|| panic!("no locks row: {d:#}"));
+    assert_eq!(locks["state"], "saturated", "{d:#}");
+    assert!(locks["time_share_pct"].as_f64().unwrap() >= 50.0, "{d:#}");
+    if sentence.contains("contention on a lock") {
+        // 16 clients, one request holding the monitor: most of the others wait for it, as
+        // the JVM's own thread states say too.
+        let grew = figure(&d, "lock_waiting_threads");
+        assert!(grew >= 6.0, "{d:#}");
+    }
     assert!(
         blocked >= 8,
         "the JVM saw at most {blocked} threads BLOCKED"

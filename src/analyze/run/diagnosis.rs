@@ -570,7 +570,8 @@ type Rule = fn(&Ctx) -> Option<Found>;
 /// In the order they are tried: a saturated client hides everything; a queue of runnable
 /// threads makes a cpuset look busy; a saturated single thread is the limit even when
 /// throughput then falls (noise, or that thread doing more per request); a fall after the
-/// peak is the most specific of the rest; a series still scaling while its storage is full is
+/// peak is the most specific of the rest; lock waits after the I/O rules (a wait on a lock
+/// around the disk is the disk's); a series still scaling while its storage is full is
 /// latency-bound on it, when nothing else fits.
 const RULES: [Rule; 14] = [
     client,
