@@ -1104,7 +1104,7 @@ fn lock_waits(c: &Ctx) -> Option<Found> {
     let top = c.top();
     let share = row.time_share_pct.unwrap_or(0.0);
     let (a, b) = resources::lock_waiting_threads(c)?;
-    let first = c.first().clients;
+    let first = clients_text(c.first().clients);
     Some(Found {
         limit: Limit::Contention,
         confidence: Confidence::Medium,
@@ -1119,13 +1119,12 @@ fn lock_waits(c: &Ctx) -> Option<Found> {
                 Metric::LockWaitingThreads,
                 b - a,
                 Some(top.clients),
-                format!("the server's threads waiting on a lock, mean, more than at {first} client{} ({a:.1} there, {b:.1} here; thread states)", if first == 1 { "" } else { "s" }),
+                format!("the server's threads waiting on a lock, mean, more than at {first} ({a:.1} there, {b:.1} here; thread states)"),
             ),
         ],
         because: format!(
-            "the server's threads waiting on locks grow by {:.1} from {first} client{} to {} ({share:.0}% of their working time) while throughput stays near {}: contention on a lock",
+            "the server's threads waiting on locks grow by {:.1} from {first} to {} ({share:.0}% of their working time) while throughput stays near {}: contention on a lock",
             b - a,
-            if first == 1 { "" } else { "s" },
             top.clients,
             rps(top.throughput_rps)
         ),
