@@ -626,14 +626,32 @@ fn client_thread_evidence(l: &Level, evidence: &mut Vec<Evidence>) {
 /// the levels before it. redis's one thread full at 1 client, the generator saturated from 4
 /// and throughput falling after: not the client's limit, nor a fall of the server's.
 fn generator_saturated_late(levels: &[Level]) -> Option<usize> {
-    let i = levels.iter().position(|l| l.client_saturated)?;
+    let i = generator_limit_level(levels)?;
     let filled = |l: &Level| l.server_cpu_pct.is_some_and(|p| p >= BUSY_PCT);
     levels[..i].iter().any(filled).then_some(i)
 }
 
+/// The first level whose saturated generator held the series back. A saturated level that a
+/// later unsaturated one outgrew beyond noise did not: the generator's cost per request fell
+/// with more connections (one pipelined connection of 16 KiB SETs keeps it busy at 1 client
+/// while throughput still rises to 8), so what stopped the series is read at the later levels.
+fn generator_limit_level(levels: &[Level]) -> Option<usize> {
+    let peak = levels.iter().map(|l| l.throughput_rps).fold(0.0, f64::max);
+    let outgrown = |i: usize| {
+        let x = levels[i].throughput_rps;
+        levels[i + 1..].iter().any(|m| {
+            !m.client_saturated
+                && m.throughput_rps > x
+                && !level_within_noise(m.throughput_rps, x, peak)
+        })
+    };
+    (0..levels.len()).find(|&i| levels[i].client_saturated && !outgrown(i))
+}
+
 fn client(c: &Ctx) -> Option<Found> {
-    // Saturated levels are left out of the knee: the first one names the client's limit.
-    if let Some(l) = c.levels.iter().find(|l| l.client_saturated) {
+    // Saturated levels are left out of the knee: the first that held the series back names
+    // the client's limit.
+    if let Some(l) = generator_limit_level(c.levels).map(|i| &c.levels[i]) {
         let mut evidence = vec![ev(
             Metric::ClientSaturated,
             1.0,

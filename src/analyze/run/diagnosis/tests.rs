@@ -534,6 +534,30 @@ fn a_generator_saturating_after_the_servers_cpus_filled_does_not_hide_them() {
         s.saturated = i == 3;
     }));
     assert_eq!(d.limit, Limit::Client, "{}", d.sentence);
+    // redis in CI again: the generator saturated at 1 client only, throughput rising to the
+    // knee after it and redis's one thread full there. Named "client" before: a level that
+    // later levels outgrew did not hold the series back.
+    let one_thread_full = |i: usize, s: &mut S| {
+        s.server_cpus = "1";
+        let busy = [70.0, 85.0, 99.0, 99.0, 99.0][i];
+        (s.busy_pct, s.busiest) = (busy, Some(("redis-server", busy)));
+    };
+    let d = diagnose_all(&bending(|i, s| {
+        one_thread_full(i, s);
+        s.saturated = i == 0;
+    }));
+    assert_eq!(d.limit, Limit::OneThread, "{}", d.sentence);
+    // Saturated again where the series is flat: that level held it back.
+    let d = diagnose_all(&bending(|i, s| {
+        one_thread_full(i, s);
+        s.saturated = i == 0 || i == 4;
+    }));
+    assert_eq!(d.limit, Limit::OneThread, "{}", d.sentence);
+    let d = diagnose_all(&bending(|i, s| {
+        s.saturated = i == 0 || i == 4;
+    }));
+    assert_eq!(d.limit, Limit::Client, "{}", d.sentence);
+    assert_eq!(metric(&d, Metric::ClientSaturated).at_clients, Some(16));
 }
 
 #[test]
