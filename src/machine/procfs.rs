@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::threads::{parse_schedstat, parse_task_stat, TaskSample};
+use super::threads::{parse_blkio_ticks, parse_schedstat, parse_task_stat, TaskSample};
 
 /// The counters of one process from /proc/PID/stat, in clock ticks and fault counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -282,7 +282,16 @@ pub fn descendants(root: i32, parents: &BTreeMap<i32, i32>) -> Vec<i32> {
 /// daemons start their own (PostgreSQL's postmaster calls `setsid`), and leaving those out
 /// dropped PostgreSQL's backends from its tree.
 pub fn sample_tree(proc_root: &Path, root: i32) -> Option<TreeSample> {
-    let stats = all_pid_stats(proc_root);
+    sample_tree_from(proc_root, root, &all_pid_stats(proc_root))
+}
+
+/// [`sample_tree`] from every process's stat already read (`stats`, by pid): a window's ends
+/// read them once for the tree, the neighbours and the disk together.
+pub fn sample_tree_from(
+    proc_root: &Path,
+    root: i32,
+    stats: &BTreeMap<i32, PidStat>,
+) -> Option<TreeSample> {
     stats.get(&root)?;
     let parents: BTreeMap<i32, i32> = stats.iter().map(|(&pid, s)| (pid, s.ppid)).collect();
     let mut sample = TreeSample::default();
@@ -348,7 +357,8 @@ pub fn read_tasks(proc_root: &Path, pid: i32) -> Vec<(i32, TaskSample)> {
 fn read_task(dir: &Path) -> Option<TaskSample> {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
     let (voluntary_cs, involuntary_cs) = parse_status_ctxt(&read("status")?)?;
-    let (name, cpu_ticks) = parse_task_stat(&read("stat")?)?;
+    let stat = read("stat")?;
+    let (name, cpu_ticks) = parse_task_stat(&stat)?;
     let sched = read("schedstat").and_then(|t| parse_schedstat(&t));
     Some(TaskSample {
         name,
@@ -357,6 +367,7 @@ fn read_task(dir: &Path) -> Option<TaskSample> {
         wait_ns: sched.map(|s| s.1),
         voluntary_cs,
         involuntary_cs,
+        blkio_ticks: parse_blkio_ticks(&stat),
     })
 }
 

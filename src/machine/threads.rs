@@ -35,6 +35,9 @@ pub struct TaskSample {
     pub voluntary_cs: u64,
     /// Involuntary context switches (the thread was preempted).
     pub involuntary_cs: u64,
+    /// Delay accounting's block-I/O wait from the same stat, in clock ticks (0 while
+    /// kernel.task_delayacct is off).
+    pub blkio_ticks: Option<u64>,
 }
 
 /// The thread's name (between the first '(' and the last ')') and its user + system ticks
@@ -47,6 +50,13 @@ pub fn parse_task_stat(text: &str) -> Option<(String, u64)> {
     // f[0] is field 3 (state); utime is field 14, stime field 15.
     let num = |k: usize| f.get(k - 3)?.parse::<u64>().ok();
     Some((name, num(14)? + num(15)?))
+}
+
+/// Delay accounting's block-I/O wait of one task, in clock ticks (field 42 of its stat).
+pub fn parse_blkio_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // rest's first field is field 3.
+    rest.split_whitespace().nth(42 - 3)?.parse().ok()
 }
 
 /// (time on a CPU, time waiting on a run queue) in nanoseconds from a schedstat file.
@@ -269,6 +279,7 @@ mod tests {
             wait_ns: Some(wait_ms * 1_000_000),
             voluntary_cs: vol,
             involuntary_cs: vol / 10,
+            blkio_ticks: None,
         }
     }
 

@@ -63,12 +63,7 @@ pub fn plausible_blkio(delay_s: f64, span_s: f64) -> bool {
     delay_s <= span_s + 0.02
 }
 
-/// Delay accounting's block-I/O wait of one task, in clock ticks (field 42 of its stat).
-pub fn parse_blkio_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // rest's first field is field 3.
-    rest.split_whitespace().nth(42 - 3)?.parse().ok()
-}
+pub use crate::machine::threads::parse_blkio_ticks;
 
 /// One throttle limit read from a cgroup: (cgroup, dev, kind, limit per second).
 type Limit = (String, String, String, f64);
@@ -226,32 +221,30 @@ fn v2_fields<'a>(
     })
 }
 
-/// Samples the tree rooted at `root`; None when it is gone.
-pub fn sample(root: i32) -> Option<DiskSample> {
-    let proc_root = Path::new("/proc");
-    let parents = super::listing::parents(proc_root, std::time::Duration::ZERO);
-    parents.get(&root)?;
-    let pids = procfs::descendants(root, &parents);
+/// Samples the tree `tree` (read at a window's end): its tasks' block-I/O delay is taken
+/// from the tree's own stat reads.
+pub fn sample(tree: &procfs::TreeSample) -> DiskSample {
     let mut s = DiskSample {
         diskstats: parse_diskstats(&std::fs::read_to_string("/proc/diskstats").unwrap_or_default()),
         ..DiskSample::default()
     };
     let accounting = std::fs::read_to_string("/proc/sys/kernel/task_delayacct")
         .map_or(true, |t| t.trim() != "0");
-    let mut ticks = BTreeMap::new();
     let mut groups: BTreeSet<(bool, String)> = BTreeSet::new();
-    for &pid in &pids {
+    for &pid in tree.processes.keys() {
         devices_of(pid, &mut s.devices);
-        if accounting {
-            blkio_of(pid, &mut ticks);
-        }
         let (v1, v2) = cgroups_of(pid);
         groups.extend(v1.map(|p| (true, p)));
         groups.extend(v2.map(|p| (false, p)));
     }
-    s.blkio_ticks = accounting.then_some(ticks);
+    s.blkio_ticks = accounting.then(|| {
+        tree.tasks
+            .iter()
+            .filter_map(|(task, t)| Some((*task, t.blkio_ticks?)))
+            .collect()
+    });
     throttles(&groups, &mut s);
-    Some(s)
+    s
 }
 
 /// Each task's block-I/O delay of process `pid`.

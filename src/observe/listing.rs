@@ -6,6 +6,12 @@
 //! shared instead; each thread's first listing is its own, so that a process started just
 //! before the window is in it, and the sockets thread lists afresh every half second (the
 //! block-I/O delay of a process per connection is read there).
+//!
+//! "Afresh" costs one small read while nothing on the machine began or ended: a listing is
+//! the machine's for as long as /proc/loadavg's last pid and task count stay as they were
+//! when it began (a new task takes a pid; an ended one lowers the count, and only an ended
+//! parent moves its children to another). A machine that runs only the benchmark lists
+//! once a window instead of twice a second.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,14 +23,26 @@ use crate::machine::procfs;
 /// Each process's parent (pid → ppid), as listed at one time.
 pub type Parents = Arc<BTreeMap<i32, i32>>;
 
-/// A listing: of which proc tree, begun when, and what it found.
-type Listing = Option<(PathBuf, Instant, Parents)>;
+/// A listing: of which proc tree, begun when, the process table's [`mark`] then, and what
+/// it found.
+type Listing = Option<(PathBuf, Instant, Option<Mark>, Parents)>;
+
+/// /proc/loadavg's last pid allocated and count of tasks (threads) that exist.
+type Mark = (u64, u64);
+
+/// The process table's mark under `proc_root` (None where loadavg cannot be read).
+fn mark(proc_root: &Path) -> Option<Mark> {
+    let text = std::fs::read_to_string(proc_root.join("loadavg")).ok()?;
+    let f: Vec<&str> = text.split_whitespace().collect();
+    let tasks = f.get(3)?.split_once('/')?.1.parse().ok()?;
+    Some((f.get(4)?.parse().ok()?, tasks))
+}
 
 /// The latest listing of this process's observers.
 static LATEST: Mutex<Listing> = Mutex::new(None);
 
 /// Every process's parent under `proc_root`: the latest listing when it began less than
-/// `max_age` ago, else listed now (`Duration::ZERO` always lists).
+/// `max_age` ago or nothing began or ended since, else listed now.
 pub fn parents(proc_root: &Path, max_age: Duration) -> Parents {
     parents_in(&LATEST, proc_root, max_age)
 }
@@ -33,14 +51,17 @@ pub fn parents(proc_root: &Path, max_age: Duration) -> Parents {
 fn parents_in(latest: &Mutex<Listing>, proc_root: &Path, max_age: Duration) -> Parents {
     // A panic in another sampling thread while it listed leaves a listing as good as any.
     let mut latest = latest.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((root, at, parents)) = latest.as_ref() {
-        if root == proc_root && at.elapsed() < max_age {
+    // Read before listing: a task that begins while the listing runs changes the next mark.
+    let now = mark(proc_root);
+    if let Some((root, at, then, parents)) = latest.as_ref() {
+        let unchanged = now.is_some() && *then == now;
+        if root == proc_root && (at.elapsed() < max_age || unchanged) {
             return Arc::clone(parents);
         }
     }
     let began = Instant::now();
     let parents = Arc::new(procfs::parent_map(proc_root));
-    *latest = Some((proc_root.to_path_buf(), began, Arc::clone(&parents)));
+    *latest = Some((proc_root.to_path_buf(), began, now, Arc::clone(&parents)));
     parents
 }
 
@@ -81,5 +102,34 @@ mod tests {
         fake_proc(other.path(), 10, 1);
         let theirs = parents_in(&latest, other.path(), Duration::from_secs(3600));
         assert!(!theirs.contains_key(&11));
+    }
+
+    #[test]
+    fn a_listing_is_kept_while_no_task_began_or_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let latest = Mutex::new(None);
+        let tree = || procfs::descendants(10, &parents_in(&latest, dir.path(), Duration::ZERO));
+        let loadavg = |last_pid: u32, tasks: u32| {
+            let text = format!("0.50 0.40 0.30 1/{tasks} {last_pid}\n");
+            std::fs::write(dir.path().join("loadavg"), text).unwrap();
+        };
+        fake_proc(dir.path(), 10, 1);
+        loadavg(10, 1);
+        assert_eq!(tree(), vec![10]);
+        // Nothing began or ended by the marks: the listing stands, even asked afresh.
+        fake_proc(dir.path(), 11, 10);
+        assert_eq!(tree(), vec![10]);
+        // A task began (the last pid moved): listed again.
+        loadavg(11, 2);
+        assert_eq!(tree(), vec![10, 11]);
+        // A task ended and another began with the count unchanged: the pid moved.
+        fake_proc(dir.path(), 12, 11);
+        loadavg(12, 2);
+        assert_eq!(tree(), vec![10, 11, 12]);
+        // One ended (the count fell): listed again, its child now init's.
+        std::fs::remove_dir_all(dir.path().join("11")).unwrap();
+        fake_proc(dir.path(), 12, 1);
+        loadavg(12, 1);
+        assert_eq!(tree(), vec![10]);
     }
 }

@@ -150,13 +150,21 @@ impl Observer {
     /// started the window up to 50 ms late on a loaded machine (observed 0.95 s for 1 s).
     pub fn begin(&mut self) {
         let cpu0 = thread_cpu_s();
-        // The link and the disk first: tc takes a few milliseconds, outside the window.
+        // The link first: tc takes a few milliseconds, outside the window.
         self.link = self.server_pid.and_then(link::sample);
-        self.disk = self.server_pid.and_then(disk::sample);
+        // Every process's stat and the tree's threads read once, for the tree, its disk and
+        // the neighbours.
+        let stats = procfs::all_pid_stats(Path::new("/proc"));
         self.tree = self
             .server_pid
-            .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
-        self.scan = neighbours::scan(Path::new("/proc"), cpu_count());
+            .and_then(|pid| procfs::sample_tree_from(Path::new("/proc"), pid, &stats));
+        self.disk = self.tree.as_ref().map(disk::sample);
+        self.scan = neighbours::scan_from(
+            Path::new("/proc"),
+            cpu_count(),
+            &stats,
+            self.tree.as_ref(),
+        );
         self.cgroups.1 =
             cgroup_cpu::sample(Path::new("/proc"), &self.cgroups.0, &self.tree_pids(None));
         self.cpu_times = read_proc_stat();
@@ -167,11 +175,6 @@ impl Observer {
             .as_ref()
             .and(self.server_pid)
             .and_then(|pid| watch::TreeWatch::start(pid).ok());
-        self.sockets = self
-            .tree
-            .as_ref()
-            .and(self.server_pid)
-            .and_then(|pid| sockets::SocketWatch::start(pid).ok());
         // Off with STAIRBENCH_THREAD_STATES=0 (`thread_states::enabled`). It reads a thread's
         // system call only when stat finds it asleep (the kernel never stops the thread for it),
         // keeps within 1% of a CPU, and left a 1-CPU grpcio server's throughput within noise
@@ -183,6 +186,13 @@ impl Observer {
             })
             .ok();
         }
+        // The tasks' block-I/O delay comes from the thread states' reads where they run.
+        let blkio = self.states.is_none();
+        self.sockets = self
+            .tree
+            .as_ref()
+            .and(self.server_pid)
+            .and_then(|pid| sockets::SocketWatch::start(pid, blkio).ok());
         if let Some(perf) = &mut self.perf {
             if let Err(why) = perf.enable() {
                 self.perf_note = Some(why.to_string());
@@ -203,26 +213,34 @@ impl Observer {
         let cpu0 = thread_cpu_s();
         let window_s = self.started.elapsed().as_secs_f64();
         let watched = self.watch.take().map(watch::TreeWatch::finish);
-        let (thread_states, client_thread_states, states_cpu_s) = self
+        let states = self
             .states
             .take()
-            .map_or((None, None, 0.0), thread_states::ThreadStateWatch::finish);
+            .map(thread_states::ThreadStateWatch::finish)
+            .unwrap_or_default();
         let (next_hops, next_hops_cpu_s) = self
             .next_hops
             .take()
             .map_or((Vec::new(), 0.0), next_hop::NextHopWatch::finish);
-        let (sockets, blkio_seen, sockets_cpu_s) = self
+        let (sockets, mut blkio_seen, sockets_cpu_s) = self
             .sockets
             .take()
             .map_or((None, BTreeMap::new(), 0.0), sockets::SocketWatch::finish);
+        blkio_seen.extend(states.blkio);
+        let stats_after = procfs::all_pid_stats(Path::new("/proc"));
         let tree_after = self
             .server_pid
-            .and_then(|pid| procfs::sample_tree(Path::new("/proc"), pid));
+            .and_then(|pid| procfs::sample_tree_from(Path::new("/proc"), pid, &stats_after));
         let cpu_after = read_proc_stat();
         let lo_after = read_loopback();
         let pids = self.tree_pids(tree_after.as_ref());
         let cgroups_after = cgroup_cpu::sample(Path::new("/proc"), &self.cgroups.0, &pids);
-        let scan_after = neighbours::scan(Path::new("/proc"), cpu_count());
+        let scan_after = neighbours::scan_from(
+            Path::new("/proc"),
+            cpu_count(),
+            &stats_after,
+            tree_after.as_ref(),
+        );
         let mut notes = Vec::new();
         let server = self.server_usage(tree_after.as_ref(), watched.as_ref(), &mut notes);
         let threads = self.thread_usage(
@@ -268,14 +286,15 @@ impl Observer {
                 own_pid: std::process::id() as i32,
             },
         );
-        let (link, disk, io_cpu_s) = self.finish_io(window_s, blkio_seen, &mut notes);
+        let (link, disk, io_cpu_s) =
+            self.finish_io(window_s, tree_after.as_ref(), blkio_seen, &mut notes);
         let watch_cpu_s = watched.as_ref().map_or(0.0, |w| w.cpu_s);
         let own_cpu_s = self.own_cpu_s
             + (thread_cpu_s() - cpu0)
             + watch_cpu_s
             + sockets_cpu_s
             + io_cpu_s
-            + states_cpu_s
+            + states.cpu_s
             + next_hops_cpu_s;
         Observation {
             window_s,
@@ -294,8 +313,8 @@ impl Observer {
             sockets,
             link,
             disk,
-            thread_states,
-            client_thread_states,
+            thread_states: states.server,
+            client_thread_states: states.client,
             next_hops,
         }
     }
@@ -319,6 +338,7 @@ impl Observer {
     fn finish_io(
         &mut self,
         window_s: f64,
+        tree_after: Option<&procfs::TreeSample>,
         blkio_seen: sockets::BlkioSeen,
         notes: &mut Vec<String>,
     ) -> (
@@ -329,7 +349,7 @@ impl Observer {
         let Some(pid) = self.server_pid else {
             return (None, None, 0.0);
         };
-        let (link_after, mut disk_after) = (link::sample(pid), disk::sample(pid));
+        let (link_after, mut disk_after) = (link::sample(pid), tree_after.map(disk::sample));
         if let Some(ticks) = disk_after.as_mut().and_then(|d| d.blkio_ticks.as_mut()) {
             for (task, &(_, last)) in &blkio_seen {
                 ticks.entry(*task).or_insert(last);

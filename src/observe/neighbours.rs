@@ -71,11 +71,20 @@ pub type Scan = BTreeMap<i32, ProcSample>;
 /// Scans every process and thread under `proc_root` (/proc); `ncpus` bounds the CPU numbers
 /// read from each thread's affinity.
 pub fn scan(proc_root: &Path, ncpus: usize) -> Scan {
+    scan_from(proc_root, ncpus, &procfs::all_pid_stats(proc_root), None)
+}
+
+/// [`scan`] from every process's stat already read (`stats`); the threads of the processes
+/// `tree` holds are taken from it, not read again (a window's ends read the server's tree
+/// anyway: at 200 threads, 200 files fewer at each end).
+pub fn scan_from(
+    proc_root: &Path,
+    ncpus: usize,
+    stats: &BTreeMap<i32, procfs::PidStat>,
+    tree: Option<&procfs::TreeSample>,
+) -> Scan {
     let mut out = Scan::new();
-    for (pid, stat) in procfs::all_pid_stats(proc_root) {
-        let Ok(entries) = std::fs::read_dir(proc_root.join(format!("{pid}/task"))) else {
-            continue;
-        };
+    for (&pid, stat) in stats {
         let mut p = ProcSample {
             pgrp: stat.pgrp,
             start_ticks: stat.start_ticks,
@@ -83,6 +92,21 @@ pub fn scan(proc_root: &Path, ncpus: usize) -> Scan {
             ppid: stat.ppid,
             children_ticks: stat.cutime + stat.cstime,
             ..ProcSample::default()
+        };
+        if let Some(tree) = tree.filter(|t| t.processes.contains_key(&pid)) {
+            for ((_, tid), task) in tree.tasks.range((pid, i32::MIN)..=(pid, i32::MAX)) {
+                if *tid == pid {
+                    p.name.clone_from(&task.name);
+                }
+                p.threads
+                    .insert(*tid, (task.cpu_ticks, affinity(*tid, ncpus)));
+            }
+            p.read_s = monotonic_s();
+            out.insert(pid, p);
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(proc_root.join(format!("{pid}/task"))) else {
+            continue;
         };
         for e in entries.flatten() {
             let Some(tid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {

@@ -36,7 +36,8 @@ pub const BLKIO_BUDGET_SHARE: f64 = 0.01;
 /// How often the tree's process list is refreshed (listing every process costs more than
 /// reading a few fd tables). Listed afresh each time, not taken from another observer's
 /// listing: a process per connection may live for less than twice this, and its block-I/O
-/// delay would go unread (the other observers share this thread's listings).
+/// delay would go unread (the other observers share this thread's listings). Afresh costs one
+/// read of /proc/loadavg while no task began or ended (`listing`).
 const PIDS_EVERY: Duration = Duration::from_millis(500);
 
 /// TCP state of a listening socket in /proc/net/tcp.
@@ -173,9 +174,9 @@ impl Tally {
     }
 }
 
-/// A thread sampling a tree's sockets until [`SocketWatch::finish`]; it also keeps each
-/// task's block-I/O delay at its last sample (the disk's evidence), since a process per
-/// connection (PostgreSQL's backends) may begin and end inside the window.
+/// A thread sampling a tree's sockets until [`SocketWatch::finish`]; without the thread
+/// states it also keeps each task's block-I/O delay at its last sample (the disk's evidence),
+/// since a process per connection (PostgreSQL's backends) may begin and end inside the window.
 #[derive(Debug)]
 pub struct SocketWatch {
     stop: mpsc::Sender<()>,
@@ -194,15 +195,16 @@ struct Watched {
 }
 
 impl SocketWatch {
-    /// Starts sampling the sockets of the tree rooted at `root`.
-    pub fn start(root: i32) -> std::io::Result<SocketWatch> {
+    /// Starts sampling the sockets of the tree rooted at `root`, and its tasks' block-I/O
+    /// delay when `blkio` (the thread states read it otherwise).
+    pub fn start(root: i32, blkio: bool) -> std::io::Result<SocketWatch> {
         let (stop, stopped) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("observe-sockets".into())
             .spawn(move || {
                 let proc_root = Path::new("/proc");
                 let mut seen = Watched::default();
-                let delayacct = super::disk::delayacct_note().is_none();
+                let delayacct = blkio && super::disk::delayacct_note().is_none();
                 let mut pids = super::listing::tree(proc_root, root, Duration::ZERO);
                 let source = Source::open(proc_root, &pids);
                 // Every link read once before the passes begin: a pass is spaced by what it

@@ -47,7 +47,7 @@ pub fn enabled_by(value: Option<&str>) -> bool {
 pub mod peers;
 mod sampler;
 
-pub use sampler::{Targets, ThreadStateWatch};
+pub use sampler::{Targets, ThreadStateWatch, Watched};
 
 use std::collections::BTreeMap;
 use std::path::Path;

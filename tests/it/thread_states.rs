@@ -73,7 +73,8 @@ fn python(script: &str, args: &[&str]) -> Option<Py> {
 fn watch(targets: Targets) -> (Option<ThreadStates>, Option<ThreadStates>, f64) {
     let w = ThreadStateWatch::start(targets).unwrap();
     std::thread::sleep(WINDOW);
-    w.finish()
+    let seen = w.finish();
+    (seen.server, seen.client, seen.cpu_s)
 }
 
 fn server(pid: u32) -> ThreadStates {

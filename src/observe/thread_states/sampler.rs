@@ -17,13 +17,17 @@ use super::{
 use crate::machine::procfs;
 use crate::machine::threads::merge_thread_name;
 use crate::observe::listing;
+use crate::observe::sockets::BlkioSeen;
 use crate::record::observed::{ThreadStateGroup, ThreadStates};
 
-/// How often the watched processes' threads are listed again.
-const LIST_EVERY: Duration = Duration::from_secs(1);
-/// How often every process's parent is read again (to find the trees' new processes): on a
-/// busy machine that is hundreds of files, more than a pass.
-const PROCESSES_EVERY: Duration = Duration::from_secs(5);
+/// How often the watched processes' threads are listed again, and every process's parent
+/// read again (to find the trees' new processes: a listing costs one read while nothing on
+/// the machine began or ended, `observe::listing`). As often as the sockets thread lists:
+/// a process per connection's block-I/O delay is read here when the thread states are on.
+const LIST_EVERY: Duration = Duration::from_millis(500);
+/// How often the owners of the sockets waited on are looked for again, at most (every
+/// process's fds).
+const OWNERS_EVERY: Duration = Duration::from_secs(1);
 /// Names of stairbench's own load-generator threads (before their `-N`).
 const LOAD_THREADS: [&str; 3] = ["load", "kvd", "shm"];
 /// Processes this one starts that are observers, not load: never counted as the client.
@@ -52,12 +56,18 @@ pub struct ThreadStateWatch {
     handle: JoinHandle<Option<Watched>>,
 }
 
-/// What the sampling thread returns.
+/// What a window's sampling saw.
 #[derive(Debug, Default)]
-struct Watched {
-    server: Option<ThreadStates>,
-    client: Option<ThreadStates>,
-    cpu_s: f64,
+pub struct Watched {
+    /// The server's thread states (None where there was no thread to watch).
+    pub server: Option<ThreadStates>,
+    /// The load generator's.
+    pub client: Option<ThreadStates>,
+    /// Each server task's block-I/O delay in ticks when first and last read (empty while
+    /// delay accounting is off): the disk's delay of tasks the window's ends did not see.
+    pub blkio: BlkioSeen,
+    /// The CPU the sampling used, in seconds.
+    pub cpu_s: f64,
 }
 
 impl ThreadStateWatch {
@@ -72,22 +82,17 @@ impl ThreadStateWatch {
                 let mut w = Sampler::new(targets);
                 // The window's first reads are a fixed cost, outside the sampling's budget.
                 w.run(&stopped, crate::observe::thread_cpu_s());
-                let (server, client) = w.finish();
-                Some(Watched {
-                    server,
-                    client,
-                    cpu_s: crate::observe::thread_cpu_s() - cpu0,
-                })
+                let mut seen = w.finish();
+                seen.cpu_s = crate::observe::thread_cpu_s() - cpu0;
+                Some(seen)
             })?;
         Ok(ThreadStateWatch { stop, handle })
     }
 
-    /// Ends the window: the server's and the load generator's thread states (None where
-    /// there was no thread to watch) and the CPU the sampling used, in seconds.
-    pub fn finish(self) -> (Option<ThreadStates>, Option<ThreadStates>, f64) {
+    /// Ends the window: what the sampling saw.
+    pub fn finish(self) -> Watched {
         let _ = self.stop.send(());
-        let w = self.handle.join().ok().flatten().unwrap_or_default();
-        (w.server, w.client, w.cpu_s)
+        self.handle.join().ok().flatten().unwrap_or_default()
     }
 }
 
@@ -215,7 +220,7 @@ impl Sampler {
         // shared with the other observers'.
         let max_age = match self.parents.0 {
             None => Some(Duration::ZERO),
-            Some(at) => (at.elapsed() >= PROCESSES_EVERY).then_some(PROCESSES_EVERY),
+            Some(at) => (at.elapsed() >= LIST_EVERY).then_some(LIST_EVERY),
         };
         if let Some(max_age) = max_age {
             self.parents = (
@@ -416,7 +421,7 @@ impl Sampler {
                 }
             }
             let peer = self.table.peer_inode(i);
-            let due = self.fd_scanned.is_none_or(|t| t.elapsed() >= LIST_EVERY);
+            let due = self.fd_scanned.is_none_or(|t| t.elapsed() >= OWNERS_EVERY);
             if peer.is_some_and(|p| !self.fd_owners.contains_key(&p)) && due {
                 self.scan_owners();
             }
@@ -531,9 +536,17 @@ impl Sampler {
     }
 
     /// Reads every thread once more (the window's end) and sums up both sides.
-    fn finish(mut self) -> (Option<ThreadStates>, Option<ThreadStates>) {
+    fn finish(mut self) -> Watched {
         self.read_all();
         let window_s = self.started.elapsed().as_secs_f64();
+        let blkio = if self.delayacct {
+            (self.tasks.iter())
+                .filter(|(_, t)| t.role == Some(Role::Server))
+                .map(|(&task, t)| (task, (t.first.blkio_ticks, t.last.blkio_ticks)))
+                .collect()
+        } else {
+            BlkioSeen::new()
+        };
         let tallies: Vec<Tally> = self
             .tasks
             .into_values()
@@ -595,9 +608,12 @@ impl Sampler {
                 groups,
             })
         };
-        let server = side(Role::Server, &mut groups);
-        let client = side(Role::Client, &mut groups);
-        (server, client)
+        Watched {
+            server: side(Role::Server, &mut groups),
+            client: side(Role::Client, &mut groups),
+            blkio,
+            cpu_s: 0.0,
+        }
     }
 }
 
