@@ -159,12 +159,8 @@ impl Observer {
             .server_pid
             .and_then(|pid| procfs::sample_tree_from(Path::new("/proc"), pid, &stats));
         self.disk = self.tree.as_ref().map(disk::sample);
-        self.scan = neighbours::scan_from(
-            Path::new("/proc"),
-            cpu_count(),
-            &stats,
-            self.tree.as_ref(),
-        );
+        self.scan =
+            neighbours::scan_from(Path::new("/proc"), cpu_count(), &stats, self.tree.as_ref());
         self.cgroups.1 =
             cgroup_cpu::sample(Path::new("/proc"), &self.cgroups.0, &self.tree_pids(None));
         self.cpu_times = read_proc_stat();
