@@ -166,11 +166,6 @@ impl Observer {
         self.cpu_times = read_proc_stat();
         self.loopback = read_loopback();
         self.started = Instant::now();
-        self.watch = self
-            .tree
-            .as_ref()
-            .and(self.server_pid)
-            .and_then(|pid| watch::TreeWatch::start(pid).ok());
         // Off with STAIRBENCH_THREAD_STATES=0 (`thread_states::enabled`). It reads a thread's
         // system call only when stat finds it asleep (the kernel never stops the thread for it),
         // keeps within 1% of a CPU, and left a 1-CPU grpcio server's throughput within noise
@@ -182,8 +177,17 @@ impl Observer {
             })
             .ok();
         }
-        // The tasks' block-I/O delay comes from the thread states' reads where they run.
-        let blkio = self.states.is_none();
+        // The thread states read the tree's threads for the tree watch and their block-I/O
+        // delay for the disk where they run: one read of each thread, not two.
+        let alone = self.states.is_none();
+        if alone {
+            self.watch = self
+                .tree
+                .as_ref()
+                .and(self.server_pid)
+                .and_then(|pid| watch::TreeWatch::start(pid).ok());
+        }
+        let blkio = alone;
         self.sockets = self
             .tree
             .as_ref()
@@ -208,12 +212,19 @@ impl Observer {
     pub fn finish(mut self) -> Observation {
         let cpu0 = thread_cpu_s();
         let window_s = self.started.elapsed().as_secs_f64();
-        let watched = self.watch.take().map(watch::TreeWatch::finish);
-        let states = self
+        let mut states = self
             .states
             .take()
-            .map(thread_states::ThreadStateWatch::finish)
-            .unwrap_or_default();
+            .map(thread_states::ThreadStateWatch::finish);
+        let watched = match self.watch.take() {
+            Some(w) => Some(w.finish()),
+            None => states.as_mut().map(|s| watch::Watched {
+                last: std::mem::take(&mut s.tasks),
+                samples: s.passes,
+                cpu_s: 0.0,
+            }),
+        };
+        let states = states.unwrap_or_default();
         let (next_hops, next_hops_cpu_s) = self
             .next_hops
             .take()

@@ -15,7 +15,7 @@ use super::{
     BUDGET_SHARE,
 };
 use crate::machine::procfs;
-use crate::machine::threads::merge_thread_name;
+use crate::machine::threads::{merge_thread_name, TaskSample};
 use crate::observe::listing;
 use crate::observe::sockets::BlkioSeen;
 use crate::record::observed::{ThreadStateGroup, ThreadStates};
@@ -37,6 +37,8 @@ const COST_GUESS_S: f64 = 15e-6;
 /// Share of this process's open-file limit (soft RLIMIT_NOFILE) the held files may take: the
 /// rest stays for the load generator's connections.
 const HELD_FD_SHARE: u64 = 8;
+/// Files held per thread: stat, schedstat and, for the server's, status.
+const HELD_PER_THREAD: u64 = 3;
 /// The most threads whose files are held open, whatever the limit.
 const HELD_MAX_THREADS: usize = 2_048;
 
@@ -66,6 +68,10 @@ pub struct Watched {
     /// Each server task's block-I/O delay in ticks when first and last read (empty while
     /// delay accounting is off): the disk's delay of tasks the window's ends did not see.
     pub blkio: BlkioSeen,
+    /// Each server thread at its last read, as the tree watch would have seen it.
+    pub tasks: BTreeMap<(i32, i32), TaskSample>,
+    /// Passes over the threads.
+    pub passes: u64,
     /// The CPU the sampling used, in seconds.
     pub cpu_s: f64,
 }
@@ -128,6 +134,16 @@ struct Sampler {
     /// Threads whose stat and schedstat are held open, and how many may be.
     held: BTreeMap<(i32, i32), Held>,
     held_max: usize,
+    /// Each server thread as the tree watch would read it, at its last read: a thread that
+    /// ends inside the window counts to there (the watch does not run beside this sampler).
+    last_tasks: BTreeMap<(i32, i32), TaskSample>,
+}
+
+/// A thread's files as read once.
+struct Texts {
+    stat: String,
+    schedstat: Option<String>,
+    status: Option<String>,
 }
 
 /// A thread's stat and schedstat, opened once and read again from their start (`pread` at
@@ -139,12 +155,15 @@ struct Sampler {
 struct Held {
     stat: File,
     schedstat: File,
+    /// A server thread's status (its context switches).
+    status: Option<File>,
 }
 
 /// How many threads' files may be held open under a soft open-file limit of `soft_nofile`:
-/// two files each within [`HELD_FD_SHARE`] of the limit, and at most [`HELD_MAX_THREADS`].
+/// [`HELD_PER_THREAD`] files each within [`HELD_FD_SHARE`] of the limit, and at most
+/// [`HELD_MAX_THREADS`].
 pub(super) fn held_threads(soft_nofile: u64) -> usize {
-    let threads = soft_nofile / HELD_FD_SHARE / 2;
+    let threads = soft_nofile / HELD_FD_SHARE / HELD_PER_THREAD;
     (threads as usize).min(HELD_MAX_THREADS)
 }
 
@@ -209,6 +228,7 @@ impl Sampler {
             delayacct: crate::observe::disk::delayacct_note().is_none(),
             held: BTreeMap::new(),
             held_max: held_threads(soft_nofile()),
+            last_tasks: BTreeMap::new(),
         }
     }
 
@@ -313,30 +333,47 @@ impl Sampler {
             .join(pid.to_string())
             .join("task")
             .join(tid.to_string());
-        let Some((stat, schedstat)) = self.counters_text(pid, tid, &dir) else {
+        let role = self.tasks.get(&(pid, tid)).and_then(|t| t.role);
+        let server = role == Some(Role::Server);
+        let Some(texts) = self.counters_text(pid, tid, &dir, server) else {
             return false;
         };
-        let Some((state, mut c)) = parse_stat(&stat) else {
+        let stat = &texts.stat;
+        let Some((state, mut c)) = parse_stat(stat) else {
             return false;
         };
-        if let Some((run, wait)) =
-            schedstat.and_then(|t| crate::machine::threads::parse_schedstat(&t))
-        {
+        let sched = (texts.schedstat.as_deref()).and_then(crate::machine::threads::parse_schedstat);
+        if let Some((run, wait)) = sched {
             (c.run_ns, c.wait_ns) = (run, wait);
         }
+        // The name stat holds between its first '(' and last ')' (no read of `comm`).
+        let stat_name = || {
+            (stat.find('(').zip(stat.rfind(')')))
+                .and_then(|(open, close)| stat.get(open + 1..close))
+                .map(str::to_string)
+        };
         let name = if self
             .tasks
             .get(&(pid, tid))
             .is_some_and(|t| t.name.is_empty())
         {
-            // The name stat holds between its first '(' and last ')' (no read of `comm`).
-            (stat.find('(').zip(stat.rfind(')')))
-                .and_then(|(open, close)| stat.get(open + 1..close))
-                .map(str::to_string)
+            stat_name()
         } else {
             None
         };
-        let role = self.tasks.get(&(pid, tid)).and_then(|t| t.role);
+        let switches = texts.status.as_deref().and_then(procfs::parse_status_ctxt);
+        if let (true, Some((voluntary_cs, involuntary_cs))) = (server, switches) {
+            let task = TaskSample {
+                name: stat_name().unwrap_or_default(),
+                cpu_ticks: c.utime + c.stime,
+                run_ns: sched.map(|s| s.0),
+                wait_ns: sched.map(|s| s.1),
+                voluntary_cs,
+                involuntary_cs,
+                blkio_ticks: Some(c.blkio_ticks),
+            };
+            self.last_tasks.insert((pid, tid), task);
+        }
         // stat first: syscall and wchan only for a thread it found sleeping.
         let files = wait_files(state);
         let wait = match role {
@@ -358,34 +395,56 @@ impl Sampler {
         true
     }
 
-    /// A thread's stat and schedstat texts (schedstat None when the kernel has none): from
-    /// its held files, else opened from `dir` and held while fewer than `held_max` are. None
-    /// when the thread is gone.
-    fn counters_text(
-        &mut self,
-        pid: i32,
-        tid: i32,
-        dir: &Path,
-    ) -> Option<(String, Option<String>)> {
+    /// A thread's stat, schedstat (None when the kernel has none) and, when `status`, status
+    /// texts: from its held files, else opened from `dir` and held while fewer than
+    /// `held_max` are. None when the thread is gone.
+    fn counters_text(&mut self, pid: i32, tid: i32, dir: &Path, status: bool) -> Option<Texts> {
         if let Some(h) = self.held.get(&(pid, tid)) {
-            // Either held file failing to read means the thread has ended.
+            // Any held file failing to read means the thread has ended.
             let texts = read_held(&h.stat).zip(read_held(&h.schedstat));
-            if texts.is_none() {
+            let status_text = h.status.as_ref().map(read_held);
+            if texts.is_none() || status_text.as_ref().is_some_and(Option::is_none) {
                 self.held.remove(&(pid, tid));
+                return None;
             }
-            return texts.map(|(stat, schedstat)| (stat, Some(schedstat)));
+            let (stat, schedstat) = texts?;
+            return Some(Texts {
+                stat,
+                schedstat: Some(schedstat),
+                status: status_text.flatten(),
+            });
         }
+        let open_status = || File::open(dir.join("status")).ok();
         if self.held.len() < self.held_max {
             let stat = File::open(dir.join("stat")).ok()?;
             let text = read_held(&stat)?;
             let Ok(schedstat) = File::open(dir.join("schedstat")) else {
-                return Some((text, None));
+                return Some(Texts {
+                    stat: text,
+                    schedstat: None,
+                    status: status.then(|| read(&dir.join("status"))).flatten(),
+                });
             };
             let sched_text = read_held(&schedstat)?;
-            self.held.insert((pid, tid), Held { stat, schedstat });
-            return Some((text, Some(sched_text)));
+            let status = status.then(open_status).flatten();
+            let status_text = status.as_ref().and_then(read_held);
+            let held = Held {
+                stat,
+                schedstat,
+                status,
+            };
+            self.held.insert((pid, tid), held);
+            return Some(Texts {
+                stat: text,
+                schedstat: Some(sched_text),
+                status: status_text,
+            });
         }
-        Some((read(&dir.join("stat"))?, read(&dir.join("schedstat"))))
+        Some(Texts {
+            stat: read(&dir.join("stat"))?,
+            schedstat: read(&dir.join("schedstat")),
+            status: status.then(|| read(&dir.join("status"))).flatten(),
+        })
     }
 
     /// What a sleeping thread (its /proc directory `dir`) waits on, from the `files` its
@@ -612,6 +671,8 @@ impl Sampler {
             server: side(Role::Server, &mut groups),
             client: side(Role::Client, &mut groups),
             blkio,
+            tasks: self.last_tasks,
+            passes: self.passes,
             cpu_s: 0.0,
         }
     }
