@@ -188,11 +188,13 @@ impl Observer {
                 .and_then(|pid| watch::TreeWatch::start(pid).ok());
         }
         let blkio = alone;
+        // The sockets thread's dumps, read by the next hop while it finds nothing to follow.
+        let shared = sockets::SharedDump::default();
         self.sockets = self
             .tree
             .as_ref()
             .and(self.server_pid)
-            .and_then(|pid| sockets::SocketWatch::start(pid, blkio).ok());
+            .and_then(|pid| sockets::SocketWatch::start(pid, blkio, shared.clone()).ok());
         if let Some(perf) = &mut self.perf {
             if let Err(why) = perf.enable() {
                 self.perf_note = Some(why.to_string());
@@ -204,7 +206,7 @@ impl Observer {
             .tree
             .as_ref()
             .and(self.server_pid)
-            .and_then(|pid| next_hop::NextHopWatch::start(pid).ok());
+            .and_then(|pid| next_hop::NextHopWatch::start(pid, shared).ok());
         self.own_cpu_s += thread_cpu_s() - cpu0;
     }
 

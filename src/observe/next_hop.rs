@@ -19,7 +19,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -40,6 +39,9 @@ pub const IDLE_EVERY: Duration = Duration::from_millis(500);
 /// Samples taken every [`SAMPLE_EVERY`] at the window's start whatever they find: a proxy at
 /// 1 or 2 clients holds a connection to its upstream only while a request is there.
 pub const EAGER_SAMPLES: u32 = 10;
+/// ... for this long at most: at a thousand connections a dump costs milliseconds and the
+/// budget spaces them a second apart, and ten would take the whole window.
+pub const EAGER_FOR: Duration = Duration::from_secs(1);
 /// The sampling's CPU budget, in share of one CPU: past it (a dump of thousands of sockets
 /// costs milliseconds) samples are spaced further apart.
 pub const BUDGET_SHARE: f64 = 0.005;
@@ -52,19 +54,9 @@ pub const MAX_TASKS: usize = 64;
 /// How often each hop's process list is refreshed.
 const PIDS_EVERY: Duration = Duration::from_millis(500);
 
-const ESTABLISHED: u8 = 1;
-const SYN_SENT: u8 = 2;
 const LISTEN: u8 = 10;
 
-/// Every established, connecting and listening TCP socket of this network namespace.
-pub fn dump(sock: &OwnedFd) -> io::Result<Vec<Sock>> {
-    let states: u32 = (1 << ESTABLISHED) | (1 << SYN_SENT) | (1 << LISTEN);
-    let mut out = Vec::new();
-    for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-        diag::dump_each(sock, family, states, |msg| out.push(diag::parse_msg(msg)))?;
-    }
-    Ok(out)
-}
+pub use super::sockets::diag::dump_all as dump;
 
 /// One dump, indexed.
 #[derive(Debug, Default)]
@@ -424,15 +416,18 @@ impl Follower {
             .read(self.proc_root, &self.tree, |inode| live.contains(&inode))
     }
 
-    /// One sample of the dump `socks`, the tree's inodes read just before it (`before`) and
-    /// again now: a connection that lives a few milliseconds (one per request to an upstream
-    /// that closes each) may be in the dump and missing from one of the two reads. False
-    /// while the tree has opened no connection in the window (sample less often).
-    fn sample(&mut self, socks: &Sockets, before: BTreeMap<u64, i32>) -> bool {
+    /// One sample of the dump `socks`, the tree's inodes read just before it (`before`) and,
+    /// when `read_again`, again now: a connection that lives a few milliseconds (one per
+    /// request to an upstream that closes each) may be in the dump and missing from one of
+    /// the two reads. False while the tree has opened no connection in the window (sample
+    /// less often).
+    fn sample(&mut self, socks: &Sockets, before: BTreeMap<u64, i32>, read_again: bool) -> bool {
         let proc_root = self.proc_root;
         self.live = socks.inodes();
         let mut tree_inodes = before;
-        tree_inodes.extend(self.tree_inodes());
+        if read_again {
+            tree_inodes.extend(self.tree_inodes());
+        }
         let mut seen: BTreeSet<SocketAddr> = BTreeSet::new();
         let mut frontier = vec![(1u32, tree_inodes.clone())];
         while let Some((depth, inodes)) = frontier.pop() {
@@ -579,7 +574,9 @@ pub struct NextHopWatch {
 impl NextHopWatch {
     /// Starts following the connections of the tree rooted at `root` (in this process's
     /// network namespace: a server in another one is not followed).
-    pub fn start(root: i32) -> io::Result<NextHopWatch> {
+    /// Idle (past its first samples, no connection of the tree's own seen), it reads the
+    /// sockets thread's dumps from `shared` instead of its own where that thread puts them.
+    pub fn start(root: i32, shared: super::sockets::SharedDump) -> io::Result<NextHopWatch> {
         let mut sock = diag::open()?;
         let (stop, stopped) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
@@ -590,21 +587,38 @@ impl NextHopWatch {
                 follower.tree_inodes();
                 // A failed dump (interrupted, or sock_diag refused) is skipped; three in a row
                 // end the sampling with what it has.
-                let (mut failed, mut taken) = (0, 0);
+                let (mut failed, mut taken, mut found) = (0, 0, false);
+                let started = Instant::now();
+                let mut dumped_at = started;
                 // Thousands of sockets make a sample cost milliseconds: spaced so that the
                 // sampling stays within its budget.
                 let mut dumps = super::Paced::new(SAMPLE_EVERY, BUDGET_SHARE);
                 while failed < 3 {
                     let now = Instant::now();
+                    let eager = taken < EAGER_SAMPLES && now < started + EAGER_FOR;
+                    let idle = !found && !eager && shared.fed();
                     let pass = dumps.run(now, || {
+                        if idle {
+                            // Nothing newer than the last sample: nothing to read.
+                            return Ok(shared.newer_than(dumped_at).map(|(at, all, inodes)| {
+                                dumped_at = at;
+                                // The sockets thread read the tree's inodes after its dump.
+                                let socks = Sockets::new(all.to_vec());
+                                follower.sample(&socks, (*inodes).clone(), false)
+                            }));
+                        }
+                        dumped_at = Instant::now();
                         let before = follower.tree_inodes();
-                        dump(&sock).map(|all| follower.sample(&Sockets::new(all), before))
+                        dump(&sock)
+                            .map(|all| Some(follower.sample(&Sockets::new(all), before, true)))
                     });
                     match pass {
-                        Ok(found) => {
+                        Ok(None) => dumps.not_before(now + IDLE_EVERY),
+                        Ok(Some(now_found)) => {
                             failed = 0;
                             taken += 1;
-                            if !found && taken >= EAGER_SAMPLES {
+                            found = now_found;
+                            if !found && !eager {
                                 dumps.not_before(now + IDLE_EVERY);
                             }
                         }

@@ -1,5 +1,7 @@
 use super::*;
 
+const ESTABLISHED: u8 = 1;
+
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
@@ -117,7 +119,7 @@ fn a_processs_connections_are_followed_to_the_listener_that_holds_them() {
     let mut f = Follower::new(child.id() as i32);
     // This test process holds the listener: let it be followed as any other would be.
     f.own_pid = 0;
-    assert!(f.sample(&Sockets::new(dump(&diag).unwrap()), BTreeMap::new()));
+    assert!(f.sample(&Sockets::new(dump(&diag).unwrap()), BTreeMap::new(), true));
     let _ = child.kill();
     let _ = child.wait();
     let hops = f.finish();
