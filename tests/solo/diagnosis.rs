@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use serde_json::Value;
+use stairbench::analyze::run::diagnosis::{Diagnosis, Limit, Metric};
 
 use crate::common;
 
@@ -13,17 +14,20 @@ pub(crate) static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs examples/NAME.toml with 1 s steps (under `chrt -f 5` where possible); its first diagnosis, or None when a program it
 /// needs is missing (skipped outside CI).
-pub(crate) fn diagnose_example(name: &str, needs: &[&str]) -> Option<Value> {
+pub(crate) fn diagnose_example(name: &str, needs: &[&str]) -> Option<Diagnosis> {
     run_example(name, needs).map(|(d, _)| d)
 }
 
 /// As [`diagnose_example`], with the run's steps (steps.jsonl) too.
-pub(crate) fn run_example(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>)> {
+pub(crate) fn run_example(name: &str, needs: &[&str]) -> Option<(Diagnosis, Vec<Value>)> {
     run_example_kept(name, needs).map(|(d, steps, _)| (d, steps))
 }
 
 /// As [`run_example`], keeping the run's directory (`DIR/run`) for the example's own files.
-fn run_example_kept(name: &str, needs: &[&str]) -> Option<(Value, Vec<Value>, tempfile::TempDir)> {
+fn run_example_kept(
+    name: &str,
+    needs: &[&str],
+) -> Option<(Diagnosis, Vec<Value>, tempfile::TempDir)> {
     run_example_edited(name, needs, &[])
 }
 
@@ -32,7 +36,7 @@ pub(crate) fn run_example_edited(
     name: &str,
     needs: &[&str],
     edits: &[(&str, &str)],
-) -> Option<(Value, Vec<Value>, tempfile::TempDir)> {
+) -> Option<(Diagnosis, Vec<Value>, tempfile::TempDir)> {
     if let Some(missing) = needs.iter().find(|p| common::find_program(p).is_none()) {
         common::skip_or_fail(common::not_installed(missing));
         return None;
@@ -48,23 +52,35 @@ pub(crate) fn run_example_edited(
         s.replace(from, to)
     });
     let (list, steps, dir) = run_and_analyze(&spec);
-    let d = list[0].clone();
-    eprintln!("{name}: {} ({})", d["sentence"], d["confidence"]);
+    let d = list
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("{name}: no diagnosis"));
+    eprintln!("{name}: {} ({})", d.sentence, d.confidence);
     Some((d, steps, dir))
 }
 
 /// Runs the spec `text` (favoured, see [`run_favoured`]) in a temp dir: its analysis (one
 /// diagnosis per series), its steps, and the dir (`DIR/run` is the run).
-pub(crate) fn run_and_analyze(text: &str) -> (Value, Vec<Value>, tempfile::TempDir) {
+pub(crate) fn run_and_analyze(text: &str) -> (Vec<Diagnosis>, Vec<Value>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let spec_path = dir.path().join("spec.toml");
     std::fs::write(&spec_path, text).unwrap();
     let out = dir.path().join("run");
     common::assert_success(&run_favoured(&spec_path, &out));
-    let printed = common::cli(&["analyze".as_ref(), out.as_os_str(), "--json".as_ref()]);
+    (analyze_json(&out), common::steps_json(&out), dir)
+}
+
+/// `stairbench analyze RUN --json`: the run's diagnoses (one per series), read into their type.
+pub(crate) fn analyze_json(run: &Path) -> Vec<Diagnosis> {
+    let printed = common::cli(&["analyze".as_ref(), run.as_os_str(), "--json".as_ref()]);
     common::assert_success(&printed);
-    let list: Value = serde_json::from_slice(&printed.stdout).unwrap();
-    (list, common::steps_json(&out), dir)
+    serde_json::from_slice(&printed.stdout).unwrap_or_else(|e| {
+        panic!(
+            "analyze --json is not a list of diagnoses ({e}): {}",
+            String::from_utf8_lossy(&printed.stdout)
+        )
+    })
 }
 
 /// `stairbench run SPEC --out OUT` under SCHED_FIFO priority 5 where `chrt` may set it
@@ -92,16 +108,12 @@ fn run_favoured(spec: &Path, out: &Path) -> std::process::Output {
         .unwrap()
 }
 
-/// The value of the last evidence entry named `metric`.
-pub(crate) fn figure(d: &Value, metric: &str) -> f64 {
-    d["evidence"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|e| e["metric"] == metric)
-        .and_then(|e| e["value"].as_f64())
-        .unwrap_or_else(|| panic!("no {metric} in {d:#}"))
+/// The value of the last evidence entry of `metric`; fails when the diagnosis does not quote
+/// it or quotes it unmeasured (NaN, null in JSON).
+pub(crate) fn figure(d: &Diagnosis, metric: Metric) -> f64 {
+    d.figure(metric)
+        .filter(|v| !v.is_nan())
+        .unwrap_or_else(|| panic!("no {metric} in {d:#?}"))
 }
 
 #[test]
@@ -110,8 +122,8 @@ fn redis_main_thread_is_one_thread() {
     let Some(d) = diagnose_example("limits-redis", &["redis-server"]) else {
         return;
     };
-    assert_eq!(d["limit"], "one_thread", "{d:#}");
-    assert!(figure(&d, "busiest_thread_cpu_pct") >= 90.0, "{d:#}");
+    assert_eq!(d.limit, Limit::OneThread, "{d:#?}");
+    assert!(figure(&d, Metric::BusiestThreadCpuPct) >= 90.0, "{d:#?}");
 }
 
 #[test]
@@ -120,8 +132,8 @@ fn pool_with_more_workers_than_cpus_is_oversubscribed() {
     let Some(d) = diagnose_example("limits-pool", &[]) else {
         return;
     };
-    assert_eq!(d["limit"], "oversubscription", "{d:#}");
-    assert!(figure(&d, "run_delay_pct") >= 100.0, "{d:#}");
+    assert_eq!(d.limit, Limit::Oversubscription, "{d:#?}");
+    assert!(figure(&d, Metric::RunDelayPct) >= 100.0, "{d:#?}");
 }
 
 #[test]
@@ -133,8 +145,8 @@ fn nginx_and_wrk_on_shared_cpus_fill_them() {
     // wrk shares nginx's CPUs, so the server's own CPU cannot reach 90% of them while wrk's
     // are full: the client rule, tried first, names wrk. Catches `server_cpu` (the server
     // blamed for CPUs its generator filled) or a neighbour.
-    assert_eq!(d["limit"], "client", "{d:#}");
-    assert_eq!(figure(&d, "client_saturated"), 1.0, "{d:#}");
+    assert_eq!(d.limit, Limit::Client, "{d:#?}");
+    assert_eq!(figure(&d, Metric::ClientSaturated), 1.0, "{d:#?}");
 }
 
 #[test]
@@ -143,10 +155,10 @@ fn a_delaying_pipeline_is_outside_both_processes() {
     let Some(d) = diagnose_example("limits-outside", &["nginx", "python3"]) else {
         return;
     };
-    assert_eq!(d["limit"], "outside", "{d:#}");
-    let ratio = figure(&d, "little_ratio");
-    assert!((0.8..1.2).contains(&ratio), "{d:#}");
-    assert!(figure(&d, "server_cpu_pct") < 60.0, "{d:#}");
+    assert_eq!(d.limit, Limit::Outside, "{d:#?}");
+    let ratio = figure(&d, Metric::LittleRatio);
+    assert!((0.8..1.2).contains(&ratio), "{d:#?}");
+    assert!(figure(&d, Metric::ServerCpuPct) < 60.0, "{d:#?}");
 }
 
 /// True when Debian's PostgreSQL server is installed (its binaries are not on PATH); says why
@@ -215,10 +227,10 @@ fn postgresql_hot_row_behind_client_work_is_contention() {
     print_steps("contention", &steps);
     // One run, one limit. Catches coherency (a fall past the peak read as crosstalk),
     // undetermined or outside.
-    assert_eq!(d["limit"], "contention", "{d:#}");
+    assert_eq!(d.limit, Limit::Contention, "{d:#?}");
     // The blocking the rule read, and the server's own account of its cause: nobody waits
     // for the row at 1 client, a queue forms on it at 8.
-    assert!(figure(&d, "voluntary_cs_per_req") > 0.0, "{d:#}");
+    assert!(figure(&d, Metric::VoluntaryCsPerReq) > 0.0, "{d:#?}");
     assert!(lock_waiters(at(&steps, 1)) < 0.5, "{steps:#?}");
     assert!(lock_waiters(at(&steps, 8)) >= 2.0, "{steps:#?}");
 }
@@ -233,17 +245,19 @@ fn postgresql_hot_row_held_across_round_trips_is_coherency() {
         return;
     };
     print_steps("coherency", &steps);
-    assert_eq!(d["limit"], "coherency", "{d:#}");
+    assert_eq!(d.limit, Limit::Coherency, "{d:#?}");
     // Throughput after the peak well below it (the rule's own figures), and the server's own
     // account of why: at 16 clients most backends are queued on the row.
-    let throughput: Vec<f64> = d["evidence"]
-        .as_array()
-        .unwrap()
+    let throughput: Vec<f64> = d
+        .evidence
         .iter()
-        .filter(|e| e["metric"] == "throughput_rps")
-        .map(|e| e["value"].as_f64().unwrap())
+        .filter(|e| e.metric == Metric::ThroughputRps)
+        .map(|e| {
+            assert!(!e.value.is_nan(), "throughput not measured: {d:#?}");
+            e.value
+        })
         .collect();
-    assert!(throughput[1] < 0.9 * throughput[0], "{d:#}");
+    assert!(throughput[1] < 0.9 * throughput[0], "{d:#?}");
     assert!(lock_waiters(at(&steps, 1)) < 0.5, "{steps:#?}");
     assert!(lock_waiters(at(&steps, 16)) >= 6.0, "{steps:#?}");
 }
@@ -285,9 +299,9 @@ fn nginx_in_a_cgroup_with_a_cpu_quota_is_quota() {
     eprintln!(
         "limits-quota: the cgroup's cpu.stat: throttled in {throttled} of {periods} periods over the run"
     );
-    assert_eq!(d["limit"], "quota", "{d:#}");
-    assert_eq!(figure(&d, "quota_cpus"), 0.2, "{d:#}");
-    assert!(figure(&d, "throttled_periods_pct") >= 20.0, "{d:#}");
+    assert_eq!(d.limit, Limit::Quota, "{d:#?}");
+    assert_eq!(figure(&d, Metric::QuotaCpus), 0.2, "{d:#?}");
+    assert!(figure(&d, Metric::ThrottledPeriodsPct) >= 20.0, "{d:#?}");
     assert!(
         throttled * 5 >= periods && periods > 0,
         "{throttled} of {periods}"
@@ -304,9 +318,9 @@ fn nginx_beside_a_pinned_cpu_hog_is_neighbour() {
         return;
     };
     let hog_pct = hog_cpu_pct(dir.path(), "limits-neighbour");
-    assert_eq!(d["limit"], "neighbour", "{d:#}");
-    assert!(figure(&d, "neighbours_pct") >= 10.0, "{d:#}");
-    assert!(d["sentence"].as_str().unwrap().contains("sh (pid"), "{d:#}");
+    assert_eq!(d.limit, Limit::Neighbour, "{d:#?}");
+    assert!(figure(&d, Metric::NeighboursPct) >= 10.0, "{d:#?}");
+    assert!(d.sentence.contains("sh (pid"), "{d:#?}");
     assert!(hog_pct >= 20.0, "the hog took {hog_pct:.0}% of one CPU");
 }
 
@@ -369,7 +383,7 @@ fn a_hog_of_short_lived_processes_is_named_by_their_parent() {
         named_pct >= hog_pct / 2.0 && named_pct <= hog_pct * 2.0,
         "named {named_pct:.0}%, the kernel's {hog_pct:.0}%"
     );
-    assert_eq!(d["limit"], "neighbour", "{d:#}");
+    assert_eq!(d.limit, Limit::Neighbour, "{d:#?}");
 }
 
 /// The same hog under `nice -n 19` takes only the time nginx leaves idle: the CPU is as busy
@@ -398,5 +412,5 @@ fn a_niced_hog_beside_nginx_is_not_its_limit() {
         .unwrap();
     eprintln!("limits-neighbour at nice 19: others took {others:.0}% of nginx's CPU, nginx's threads waited {waited:.1}% of the window");
     assert!(waited < 10.0, "{top:#}");
-    assert_ne!(d["limit"], "neighbour", "{d:#}");
+    assert_ne!(d.limit, Limit::Neighbour, "{d:#?}");
 }

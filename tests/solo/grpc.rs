@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::common;
 use crate::diagnosis::run_example_edited;
-use crate::limits_io::{quoted, typed};
+use crate::limits_io::quoted;
 use stairbench::analyze::run::diagnosis::{Limit, Metric};
 
 /// The example's message: field 1 (string) = "hello" (examples/echo-msg.bin).
@@ -144,8 +144,7 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
         .unwrap();
     let (top_busy, last) = per_call[per_call.len() - 1];
     let grew = last / per_call[peak_i].1 - 1.0;
-    let limit = typed(&d).limit;
-    match limit {
+    match d.limit {
         // Its CPU full at the top level (the rule's 90%, by grpcio's count within 5 points),
         // and the CPU per call the diagnosis quotes grpcio's own.
         Limit::ServerCpu => {
@@ -161,9 +160,9 @@ fn grpc_python_example_is_accounted_by_grpcio_and_its_limit_is_grpcios_own_cpu()
         }
         // A fall past the peak that its drift check did not put down to the machine:
         // grpcio's own CPU per call grew past its peak level by 10% or more.
-        Limit::Coherency => assert!(grew >= 0.10, "{per_call:?}: {d:#}"),
+        Limit::Coherency => assert!(grew >= 0.10, "{per_call:?}: {d:#?}"),
         // Its CPU not full at the top level by its own count either.
-        Limit::Undetermined => assert!(top_busy < 0.95, "{per_call:?}: {d:#}"),
-        other => panic!("{other:?}, which grpcio's own figures do not show: {per_call:?}: {d:#}"),
+        Limit::Undetermined => assert!(top_busy < 0.95, "{per_call:?}: {d:#?}"),
+        other => panic!("{other:?}, which grpcio's own figures do not show: {per_call:?}: {d:#?}"),
     }
 }

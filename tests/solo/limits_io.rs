@@ -12,18 +12,14 @@ use serde_json::Value;
 
 use crate::common;
 use crate::diagnosis::{at, postgresql_installed, run_example};
+use stairbench::analyze::run::diagnosis::resources::{Resource, State};
 use stairbench::analyze::run::diagnosis::{Diagnosis, Limit, Metric};
 
-/// A diagnosis (one entry of `stairbench analyze --json`) read into its type.
-pub(crate) fn typed(d: &Value) -> Diagnosis {
-    serde_json::from_value(d.clone()).unwrap_or_else(|e| panic!("{e}: {d:#}"))
-}
-
-/// The value of the last evidence entry of `metric`.
-pub(crate) fn quoted(d: &Value, metric: Metric) -> f64 {
-    typed(d)
-        .figure(metric)
-        .unwrap_or_else(|| panic!("no {metric} in {d:#}"))
+/// The value of the last evidence entry of `metric` (NaN when it was quoted unmeasured, which
+/// the checks' comparisons then fail); fails when the diagnosis does not quote it.
+pub(crate) fn quoted(d: &Diagnosis, metric: Metric) -> f64 {
+    d.figure(metric)
+        .unwrap_or_else(|| panic!("no {metric} in {d:#?}"))
 }
 
 /// A shell command run every 100 ms on a thread while a demonstration runs; each output kept.
@@ -122,16 +118,16 @@ fn gunicorn_with_two_sync_workers_is_a_concurrency_limit() {
     let waiting = quoted(&d, Metric::WaitingRequests);
     eprintln!(
         "limits-workers: {} ({}): {waiting:.1} requests waiting at 16 clients (stairbench), up to {seen} (ss, {} samples)",
-        d["limit"],
-        d["confidence"],
+        d.limit,
+        d.confidence,
         samples.len()
     );
-    assert_eq!(typed(&d).limit, Limit::Concurrency, "{d:#}");
+    assert_eq!(d.limit, Limit::Concurrency, "{d:#?}");
     // 2 workers hold 2 of the 16 requests: most of the rest wait inside the server.
-    assert!(waiting >= 8.0, "{d:#}");
-    assert!(seen >= 8, "ss saw at most {seen} waiting: {d:#}");
+    assert!(waiting >= 8.0, "{d:#?}");
+    assert!(seen >= 8, "ss saw at most {seen} waiting: {d:#?}");
     let at_once = quoted(&d, Metric::ServedAtOnce);
-    assert!((1.0..4.0).contains(&at_once), "{d:#}");
+    assert!((1.0..4.0).contains(&at_once), "{d:#?}");
 }
 
 /// (overlimits, drops, bytes sent) of the tbf qdisc in one `tc -s -j` sample.
@@ -166,15 +162,15 @@ fn nginx_behind_a_shaped_link_is_a_network_limit() {
     let util = quoted(&d, Metric::LinkUtilisationPct);
     eprintln!(
         "limits-link: {} ({}): link {util:.0}% used at 16 clients (stairbench); the qdisc counted {overlimits} overlimits, {drops} drops, {:.0} MB sent",
-        d["limit"],
-        d["confidence"],
+        d.limit,
+        d.confidence,
         bytes as f64 / 1e6
     );
-    assert_eq!(typed(&d).limit, Limit::Network, "{d:#}");
-    assert!(util >= 80.0, "{d:#}");
+    assert_eq!(d.limit, Limit::Network, "{d:#?}");
+    assert!(util >= 80.0, "{d:#?}");
     assert!(overlimits > 0, "the qdisc never held a packet back");
     let per_req = quoted(&d, Metric::BytesPerReq);
-    assert!((60_000.0..80_000.0).contains(&per_req), "{d:#}");
+    assert!((60_000.0..80_000.0).contains(&per_req), "{d:#?}");
 }
 
 #[test]
@@ -193,10 +189,10 @@ fn postgresql_on_a_throttled_disk_is_a_disk_limit() {
     let wal = m["wal_waiting"].as_f64().unwrap() / samples;
     eprintln!(
         "limits-disk: {} ({}): {}; pg_stat_activity: {wal:.1} backends waiting on the WAL flush at 16 clients",
-        d["limit"], d["confidence"], d["sentence"]
+        d.limit, d.confidence, d.sentence
     );
-    assert_eq!(typed(&d).limit, Limit::Disk, "{d:#}");
-    assert!(quoted(&d, Metric::IoThrottleUsePct) >= 80.0, "{d:#}");
+    assert_eq!(d.limit, Limit::Disk, "{d:#?}");
+    assert!(quoted(&d, Metric::IoThrottleUsePct) >= 80.0, "{d:#?}");
     // The server's own account: its backends wait for the WAL flush.
     assert!(wal >= 0.5, "{top:#}");
 }
@@ -236,22 +232,17 @@ fn redis_syncing_every_write_behind_an_iops_throttle_is_latency_bound_on_the_dis
     let x = |c: u64| at(&steps, c)["throughput_rps"].as_f64().unwrap();
     eprintln!(
         "limits-fsync: {} ({}): {}; blkio.throttle.io_serviced: {writes_per_s:.0} writes/s over the run; {:.0} -> {:.0} req/s",
-        d["limit"], d["confidence"], d["sentence"], x(1), x(256)
+        d.limit, d.confidence, d.sentence, x(1), x(256)
     );
-    let typed = typed(&d);
-    assert_eq!(typed.limit, Limit::Disk, "{d:#}");
-    assert_eq!(typed.knee_clients, None, "{d:#}");
-    assert!(
-        typed.sentence.contains("latency-bound on the disk"),
-        "{d:#}"
-    );
-    use stairbench::analyze::run::diagnosis::resources::{Resource, State};
-    let throttle = typed
+    assert_eq!(d.limit, Limit::Disk, "{d:#?}");
+    assert_eq!(d.knee_clients, None, "{d:#?}");
+    assert!(d.sentence.contains("latency-bound on the disk"), "{d:#?}");
+    let throttle = d
         .resources
         .iter()
         .find(|r| r.resource == Resource::IoThrottle)
-        .unwrap_or_else(|| panic!("no throttle row: {d:#}"));
-    assert_eq!(throttle.state, State::Saturated, "{d:#}");
+        .unwrap_or_else(|| panic!("no throttle row: {d:#?}"));
+    assert_eq!(throttle.state, State::Saturated, "{d:#?}");
     // The cgroup's own counters: writes near the limit over the run (its start and the gaps
     // between steps write less), and each write carrying many requests at the top.
     assert!((40.0..=110.0).contains(&writes_per_s), "{writes_per_s}");

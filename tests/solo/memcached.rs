@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use serde_json::Value;
+use stairbench::analyze::run::diagnosis::{Diagnosis, Limit};
 
 use crate::common;
 use crate::diagnosis::{run_and_analyze, ONE_AT_A_TIME};
@@ -16,15 +17,15 @@ use crate::diagnosis::{run_and_analyze, ONE_AT_A_TIME};
 /// dispatcher thread on one CPU: the worker full (one_thread) or both queued for the CPU
 /// (oversubscription, 1.0 threads waiting for 1 CPU, as this session's release run read it)
 /// are both the thread count's limit; 2 and 4 workers on one CPU are oversubscribed.
-const TARGETS: [(&str, &[&str]); 3] = [
-    ("memcached-t1", &["one_thread", "oversubscription"]),
-    ("memcached-t2", &["oversubscription"]),
-    ("memcached-t4", &["oversubscription"]),
+const TARGETS: [(&str, &[Limit]); 3] = [
+    ("memcached-t1", &[Limit::OneThread, Limit::Oversubscription]),
+    ("memcached-t2", &[Limit::Oversubscription]),
+    ("memcached-t4", &[Limit::Oversubscription]),
 ];
 
 /// The example with 1 s steps (its whole staircase: a knee needs the levels): (analysis list,
 /// steps).
-fn run_short() -> Option<(Vec<Value>, Vec<Value>)> {
+fn run_short() -> Option<(Vec<Diagnosis>, Vec<Value>)> {
     if common::find_program("memcached").is_none() {
         common::skip_or_fail("memcached is not installed (Debian: apt-get install memcached)");
         return None;
@@ -36,7 +37,6 @@ fn run_short() -> Option<(Vec<Value>, Vec<Value>)> {
         .replace("duration = \"3s\"", "duration = \"1s\"")
         .replace("warmup = \"1s\"", "warmup = \"300ms\"");
     let (list, steps, _dir) = run_and_analyze(&spec);
-    let list = list.as_array().cloned().unwrap_or_default();
     Some((list, steps))
 }
 
@@ -50,13 +50,13 @@ fn memcached_threads_example_diagnoses_each_target_from_its_own_stats() {
     for (target, limit) in TARGETS {
         let d = diagnoses
             .iter()
-            .find(|d| d["target"] == target)
+            .find(|d| d.target == target)
             .unwrap_or_else(|| panic!("no diagnosis of {target}: {diagnoses:#?}"));
-        eprintln!("{target}: {} ({})", d["sentence"], d["limit"]);
-        if !limit.iter().any(|l| d["limit"] == *l) {
+        eprintln!("{target}: {} ({})", d.sentence, d.limit);
+        if !limit.contains(&d.limit) {
             wrong.push(format!(
-                "{target}: {} where {limit:?} was due: {d:#}",
-                d["limit"]
+                "{target}: {} where {limit:?} was due: {d:#?}",
+                d.limit
             ));
         }
     }

@@ -6,11 +6,9 @@
 //! sampled during the run (gunicorn's accept queue and its pids, in whichever namespace it
 //! listens) and gunicorn's own access log (every request went through it).
 
-use serde_json::Value;
-
 use crate::diagnosis::run_example_edited;
-use crate::limits_io::{gunicorn_installed, quoted, root, typed, Poll};
-use stairbench::analyze::run::diagnosis::{Limit, Metric};
+use crate::limits_io::{gunicorn_installed, quoted, root, Poll};
+use stairbench::analyze::run::diagnosis::{Diagnosis, Limit, Metric};
 
 /// gunicorn's listening socket, as `ss -Hltnp` lists it (its processes are `python3 -m
 /// gunicorn`): `LISTEN <accept queue> <backlog> ... users:(("python3",pid=N,...),...)`; in
@@ -50,7 +48,7 @@ fn named_pid(sentence: &str, name: &str) -> String {
 
 /// What a run of a proxied example gives: its diagnosis, what `ss` saw and gunicorn's log.
 struct Proxied {
-    d: Value,
+    d: Diagnosis,
     /// The longest accept queue of gunicorn's listener and the pids holding it (ss).
     ss: (u64, Vec<String>),
     /// The lines of gunicorn's access log and the requests stairbench counted.
@@ -76,7 +74,7 @@ fn run_proxied(example: &str, edits: &[(&str, &str)]) -> Option<Proxied> {
     }
     eprintln!(
         "{example}: {} ({}); ss: gunicorn's accept queue up to {}, pids {:?}; gunicorn's access log: {logged} requests, stairbench counted {counted}",
-        d["limit"], d["confidence"], seen.0, seen.1
+        d.limit, d.confidence, seen.0, seen.1
     );
     Some(Proxied {
         d,
@@ -106,10 +104,10 @@ fn a_proxy_whose_upstream_holds_the_requests_names_the_upstream() {
         return;
     };
     all_through_gunicorn(log);
-    let sentence = d["sentence"].as_str().unwrap();
+    let sentence = d.sentence.as_str();
     // Today's sentence said only "the limit is outside both processes. Next: find what each
     // request waits on outside both processes".
-    assert_eq!(typed(&d).limit, Limit::Outside, "{d:#}");
+    assert_eq!(d.limit, Limit::Outside, "{d:#?}");
     assert!(
         sentence.contains(
             "the limit is outside both processes, in its upstream python3 -m gunicorn (pid "
@@ -126,13 +124,13 @@ fn a_proxy_whose_upstream_holds_the_requests_names_the_upstream() {
     );
     // 2 workers hold 2 of the 16 requests; most of the rest wait in gunicorn's accept queue.
     let waiting = quoted(&d, Metric::NextHopWaiting);
-    assert!(waiting >= 8.0, "{d:#}");
+    assert!(waiting >= 8.0, "{d:#?}");
     assert!(
         queue >= 8,
         "ss saw at most {queue} in gunicorn's accept queue"
     );
     let serving = quoted(&d, Metric::NextHopInService);
-    assert!((1.5..=3.0).contains(&serving), "{d:#}");
+    assert!((1.5..=3.0).contains(&serving), "{d:#?}");
 }
 
 #[test]
@@ -147,10 +145,10 @@ fn an_upstream_started_by_the_targets_own_script_is_named_inside_the_tree() {
         return;
     };
     all_through_gunicorn(log);
-    let sentence = d["sentence"].as_str().unwrap();
+    let sentence = d.sentence.as_str();
     // Today's sentence: "a concurrency limit … 29.8 in its accept queue … Next: more workers
     // or threads", naming neither the queue's process nor the proxy.
-    assert_eq!(typed(&d).limit, Limit::Concurrency, "{d:#}");
+    assert_eq!(d.limit, Limit::Concurrency, "{d:#?}");
     assert!(
         sentence.contains("waited unread inside its tree, ")
             && sentence.contains(" of them in python3 -m gunicorn (pid ")
@@ -162,7 +160,7 @@ fn an_upstream_started_by_the_targets_own_script_is_named_inside_the_tree() {
         pids.contains(&pid),
         "pid {pid} is not gunicorn's ({pids:?})"
     );
-    assert!(quoted(&d, Metric::NextHopWaiting) >= 8.0, "{d:#}");
+    assert!(quoted(&d, Metric::NextHopWaiting) >= 8.0, "{d:#?}");
     assert!(
         queue >= 8,
         "ss saw at most {queue} in gunicorn's accept queue"
@@ -195,8 +193,8 @@ fn a_proxy_whose_upstream_is_a_remote_host_names_its_address() {
     let netns = String::from_utf8_lossy(&netns.stdout);
     assert!(!netns.contains("sb-remote"), "left behind: {netns}");
     all_through_gunicorn(log);
-    let sentence = d["sentence"].as_str().unwrap();
-    assert_eq!(typed(&d).limit, Limit::Outside, "{d:#}");
+    let sentence = d.sentence.as_str();
+    assert_eq!(d.limit, Limit::Outside, "{d:#?}");
     assert!(
         sentence.contains("in its upstream 10.233.34.2:")
             && sentence.contains("no process of this machine holds its listening socket")
@@ -206,7 +204,7 @@ fn a_proxy_whose_upstream_is_a_remote_host_names_its_address() {
     // Nearly every client's request holds a connection to it at 16 clients (nginx opens one
     // a request); gunicorn's own listener, in its namespace, queued most of them.
     let connections = quoted(&d, Metric::NextHopConnections);
-    assert!((8.0..=17.0).contains(&connections), "{d:#}");
+    assert!((8.0..=17.0).contains(&connections), "{d:#?}");
     assert!(
         queue >= 8,
         "ss saw at most {queue} in gunicorn's accept queue"
@@ -224,8 +222,8 @@ fn an_upstream_computing_on_its_one_cpu_is_a_cpu_limit_in_it() {
         return;
     };
     all_through_gunicorn(log);
-    let sentence = d["sentence"].as_str().unwrap();
-    assert_eq!(typed(&d).limit, Limit::Outside, "{d:#}");
+    let sentence = d.sentence.as_str();
+    assert_eq!(d.limit, Limit::Outside, "{d:#?}");
     assert!(
         sentence.contains("in its upstream python3 -m gunicorn (pid ")
             && sentence.contains("its 1 CPU full")
@@ -235,5 +233,5 @@ fn an_upstream_computing_on_its_one_cpu_is_a_cpu_limit_in_it() {
     // The upstream's own CPU, near all of its one CPU (its /proc counters, read by stairbench;
     // gunicorn's log says every request went through it).
     let cpu = quoted(&d, Metric::NextHopCpuPct);
-    assert!(cpu >= 80.0, "{d:#}");
+    assert!(cpu >= 80.0, "{d:#?}");
 }

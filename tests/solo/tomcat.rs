@@ -8,11 +8,13 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use stairbench::analyze::run::diagnosis::resources::{Resource, State};
+use stairbench::analyze::run::diagnosis::{Limit, Metric};
 
 use crate::common;
 
 use crate::common::tomcat_available;
-use crate::diagnosis::figure;
+use crate::diagnosis::{analyze_json, figure};
 
 /// A profile pass of a JVM: its perf map was written and kept beside the perf script, and
 /// under 10% of the samples running Java code carry an unnamed JIT frame (`[perf-PID.map]`;
@@ -109,17 +111,15 @@ fn a_short_tomcat_staircase_has_thread_figures_profiles_and_a_diagnosis() {
         }
     }
 
-    let printed = common::cli(&["analyze".as_ref(), out.as_os_str(), "--json".as_ref()]);
-    common::assert_success(&printed);
-    let list: Value = serde_json::from_slice(&printed.stdout).unwrap();
-    let d = &list[0];
-    assert_eq!(d["target"], "tomcat", "{d:#}");
-    eprintln!("tomcat: {} ({})", d["sentence"], d["limit"]);
+    let list = analyze_json(&out);
+    let d = list.first().expect("no diagnosis");
+    assert_eq!(d.target, "tomcat", "{d:#?}");
+    eprintln!("tomcat: {} ({})", d.sentence, d.limit);
     // Tomcat's one CPU fills (docs/analysis.md: 95% busy from 4 clients on, CPU per request
     // falling): catches a client, neighbour, oversubscription or undetermined reading.
-    assert_eq!(d["limit"], "server_cpu", "{d:#}");
-    assert!(figure(d, "server_cpu_pct") >= 90.0, "{d:#}");
-    let sentence = d["sentence"].as_str().unwrap();
+    assert_eq!(d.limit, Limit::ServerCpu, "{d:#?}");
+    assert!(figure(d, Metric::ServerCpuPct) >= 90.0, "{d:#?}");
+    let sentence = d.sentence.as_str();
     assert!(sentence.starts_with("tomcat/separated "), "{sentence}");
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(
@@ -292,30 +292,28 @@ fn a_tomcat_whose_threads_wait_on_one_monitor_is_contention_on_a_lock() {
         .filter_map(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
         .max()
         .unwrap_or(0);
-    let sentence = d["sentence"].as_str().unwrap();
+    let sentence = d.sentence.as_str();
     eprintln!("limits-jvm-lock: the JVM saw at most {blocked} pool threads BLOCKED; {sentence}");
-    assert_eq!(
-        crate::limits_io::typed(&d).limit,
-        stairbench::analyze::run::diagnosis::Limit::Contention,
-        "{d:#}"
-    );
+    assert_eq!(d.limit, Limit::Contention, "{d:#?}");
     // Its resource table's locks row is full: the server's threads spent most of their working
     // time waiting on locks, more of them as the load grew. Either rule may name it: the lock
     // rule from that row, or `contention` first when the switches per request grew too (a CI
     // run: 2.46 to 4.29).
-    let locks = d["resources"]
-        .as_array()
-        .unwrap()
+    let locks = d
+        .resources
         .iter()
-        .find(|r| r["resource"] == "locks")
-        .unwrap_or_else(|| panic!("no locks row: {d:#}"));
-    assert_eq!(locks["state"], "saturated", "{d:#}");
-    assert!(locks["time_share_pct"].as_f64().unwrap() >= 50.0, "{d:#}");
+        .find(|r| r.resource == Resource::Locks)
+        .unwrap_or_else(|| panic!("no locks row: {d:#?}"));
+    assert_eq!(locks.state, State::Saturated, "{d:#?}");
+    let share = locks
+        .time_share_pct
+        .unwrap_or_else(|| panic!("no time share in the locks row: {d:#?}"));
+    assert!(share >= 50.0, "{d:#?}");
     if sentence.contains("contention on a lock") {
         // 16 clients, one request holding the monitor: most of the others wait for it, as
         // the JVM's own thread states say too.
-        let grew = figure(&d, "lock_waiting_threads");
-        assert!(grew >= 6.0, "{d:#}");
+        let grew = figure(&d, Metric::LockWaitingThreads);
+        assert!(grew >= 6.0, "{d:#?}");
     }
     assert!(
         blocked >= 8,
