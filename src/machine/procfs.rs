@@ -307,6 +307,31 @@ pub fn sample_tree_from(
     Some(sample)
 }
 
+/// The tree rooted at `root` from every process's stat (`stats`) and its threads as read
+/// already (`tasks`, by (pid, tid); those of other processes left out). None when the root is
+/// gone.
+pub fn tree_of(
+    root: i32,
+    stats: &BTreeMap<i32, PidStat>,
+    tasks: BTreeMap<(i32, i32), TaskSample>,
+) -> Option<TreeSample> {
+    stats.get(&root)?;
+    let parents: BTreeMap<i32, i32> = stats.iter().map(|(&pid, s)| (pid, s.ppid)).collect();
+    let mut sample = TreeSample::default();
+    for pid in descendants(root, &parents) {
+        sample.processes.insert(pid, stats[&pid]);
+    }
+    for (key, task) in tasks {
+        if sample.processes.contains_key(&key.0) {
+            sample
+                .threads
+                .insert(key, (task.voluntary_cs, task.involuntary_cs));
+            sample.tasks.insert(key, task);
+        }
+    }
+    Some(sample)
+}
+
 /// pid → parent pid of every process under the proc tree at `proc_root` ("/proc").
 pub fn parent_map(proc_root: &Path) -> BTreeMap<i32, i32> {
     all_pid_stats(proc_root)

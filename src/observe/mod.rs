@@ -226,7 +226,7 @@ impl Observer {
                 cpu_s: 0.0,
             }),
         };
-        let states = states.unwrap_or_default();
+        let mut states = states.unwrap_or_default();
         let (next_hops, next_hops_cpu_s) = self
             .next_hops
             .take()
@@ -237,9 +237,11 @@ impl Observer {
             .map_or((None, BTreeMap::new(), 0.0), sockets::SocketWatch::finish);
         blkio_seen.extend(states.blkio);
         let stats_after = procfs::all_pid_stats(Path::new("/proc"));
-        let tree_after = self
-            .server_pid
-            .and_then(|pid| procfs::sample_tree_from(Path::new("/proc"), pid, &stats_after));
+        // The thread states' last read is the tree's threads at the end where they ran.
+        let tree_after = self.server_pid.and_then(|pid| match states.end_tasks.take() {
+            Some(tasks) => procfs::tree_of(pid, &stats_after, tasks),
+            None => procfs::sample_tree_from(Path::new("/proc"), pid, &stats_after),
+        });
         let cpu_after = read_proc_stat();
         let lo_after = read_loopback();
         let pids = self.tree_pids(tree_after.as_ref());

@@ -236,8 +236,15 @@ impl SocketWatch {
                     if delayacct && blkio.due(now) {
                         blkio.run(now, || blkio_sample(&pids, &mut seen.blkio_ticks));
                     }
+                    // Asleep until the next pass is due (a dump every second or so at a
+                    // thousand connections), not woken every 50 ms to find nothing due.
+                    let wait = if delayacct {
+                        dumps.wait().min(blkio.wait())
+                    } else {
+                        dumps.wait()
+                    };
                     if !matches!(
-                        stopped.recv_timeout(SAMPLE_EVERY),
+                        stopped.recv_timeout(wait.max(Duration::from_millis(1))),
                         Err(mpsc::RecvTimeoutError::Timeout)
                     ) {
                         break;

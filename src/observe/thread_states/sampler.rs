@@ -70,6 +70,9 @@ pub struct Watched {
     pub blkio: BlkioSeen,
     /// Each server thread at its last read, as the tree watch would have seen it.
     pub tasks: BTreeMap<(i32, i32), TaskSample>,
+    /// The server's threads alive at the window's end, read then (None without a server):
+    /// the tree's threads at the end, not read a second time.
+    pub end_tasks: Option<BTreeMap<(i32, i32), TaskSample>>,
     /// Passes over the threads.
     pub passes: u64,
     /// The CPU the sampling used, in seconds.
@@ -315,11 +318,12 @@ impl Sampler {
     }
 
     /// Reads every watched thread's counters (the window's ends).
-    fn read_all(&mut self) {
+    /// The tasks read, as (pid, tid).
+    fn read_all(&mut self) -> BTreeSet<(i32, i32)> {
         let keys: Vec<_> = self.tasks.keys().copied().collect();
-        for (pid, tid) in keys {
-            let _ = self.read(pid, tid, false);
-        }
+        keys.into_iter()
+            .filter(|&(pid, tid)| self.read(pid, tid, false))
+            .collect()
     }
 
     /// Reads one thread: its counters and, when asked and it sleeps, what it waits on.
@@ -596,7 +600,15 @@ impl Sampler {
 
     /// Reads every thread once more (the window's end) and sums up both sides.
     fn finish(mut self) -> Watched {
-        self.read_all();
+        // Listed again first: the end's read is the tree's threads at the window's end.
+        self.list();
+        let alive = self.read_all();
+        let end_tasks = self.targets.server.map(|_| {
+            (self.last_tasks.iter())
+                .filter(|(task, _)| alive.contains(task))
+                .map(|(task, t)| (*task, t.clone()))
+                .collect()
+        });
         let window_s = self.started.elapsed().as_secs_f64();
         let blkio = if self.delayacct {
             (self.tasks.iter())
@@ -671,6 +683,7 @@ impl Sampler {
             server: side(Role::Server, &mut groups),
             client: side(Role::Client, &mut groups),
             blkio,
+            end_tasks,
             tasks: self.last_tasks,
             passes: self.passes,
             cpu_s: 0.0,
