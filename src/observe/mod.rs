@@ -238,10 +238,12 @@ impl Observer {
         blkio_seen.extend(states.blkio);
         let stats_after = procfs::all_pid_stats(Path::new("/proc"));
         // The thread states' last read is the tree's threads at the end where they ran.
-        let tree_after = self.server_pid.and_then(|pid| match states.end_tasks.take() {
-            Some(tasks) => procfs::tree_of(pid, &stats_after, tasks),
-            None => procfs::sample_tree_from(Path::new("/proc"), pid, &stats_after),
-        });
+        let tree_after = self
+            .server_pid
+            .and_then(|pid| match states.end_tasks.take() {
+                Some(tasks) => procfs::tree_of(pid, &stats_after, tasks),
+                None => procfs::sample_tree_from(Path::new("/proc"), pid, &stats_after),
+            });
         let cpu_after = read_proc_stat();
         let lo_after = read_loopback();
         let pids = self.tree_pids(tree_after.as_ref());
