@@ -294,17 +294,14 @@ pub fn sample_tree_from(
 ) -> Option<TreeSample> {
     stats.get(&root)?;
     let parents: BTreeMap<i32, i32> = stats.iter().map(|(&pid, s)| (pid, s.ppid)).collect();
-    let mut sample = TreeSample::default();
-    for pid in descendants(root, &parents) {
-        sample.processes.insert(pid, stats[&pid]);
-        for (tid, task) in read_tasks(proc_root, pid) {
-            sample
-                .threads
-                .insert((pid, tid), (task.voluntary_cs, task.involuntary_cs));
-            sample.tasks.insert((pid, tid), task);
-        }
-    }
-    Some(sample)
+    let tasks = descendants(root, &parents)
+        .into_iter()
+        .flat_map(|pid| {
+            let tasks = read_tasks(proc_root, pid);
+            tasks.into_iter().map(move |(tid, t)| ((pid, tid), t))
+        })
+        .collect();
+    tree_of(root, stats, tasks)
 }
 
 /// The tree rooted at `root` from every process's stat (`stats`) and its threads as read

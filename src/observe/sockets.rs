@@ -174,9 +174,9 @@ impl Tally {
     }
 }
 
-/// A thread sampling a tree's sockets until [`SocketWatch::finish`]; without the thread
-/// states it also keeps each task's block-I/O delay at its last sample (the disk's evidence),
-/// since a process per connection (PostgreSQL's backends) may begin and end inside the window.
+/// A thread sampling a tree's sockets until [`SocketWatch::finish`]; it also keeps each
+/// task's block-I/O delay at its last sample (the disk's evidence), since a process per
+/// connection (PostgreSQL's backends) may begin and end inside the window.
 #[derive(Debug)]
 pub struct SocketWatch {
     stop: mpsc::Sender<()>,
@@ -195,16 +195,16 @@ struct Watched {
 }
 
 impl SocketWatch {
-    /// Starts sampling the sockets of the tree rooted at `root`, and its tasks' block-I/O
-    /// delay when `blkio` (the thread states read it otherwise).
-    pub fn start(root: i32, blkio: bool, shared: SharedDump) -> std::io::Result<SocketWatch> {
+    /// Starts sampling the sockets of the tree rooted at `root` (its dumps of this process's
+    /// namespace put in `shared`), and its tasks' block-I/O delay.
+    pub fn start(root: i32, shared: SharedDump) -> std::io::Result<SocketWatch> {
         let (stop, stopped) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("observe-sockets".into())
             .spawn(move || {
                 let proc_root = Path::new("/proc");
                 let mut seen = Watched::default();
-                let delayacct = blkio && super::disk::delayacct_note().is_none();
+                let delayacct = super::disk::delayacct_note().is_none();
                 let mut pids = super::listing::tree(proc_root, root, Duration::ZERO);
                 let source = Source::open(proc_root, &pids);
                 if matches!(&source, Source::Diag(socks) if socks.iter().any(|s| s.1)) {
