@@ -23,7 +23,7 @@ use crate::record::observed::{ThreadStateGroup, ThreadStates};
 /// How often the watched processes' threads are listed again, and every process's parent
 /// read again (to find the trees' new processes: a listing costs one read while nothing on
 /// the machine began or ended, `observe::listing`). As often as the sockets thread lists:
-/// a process per connection's block-I/O delay is read here when the thread states are on.
+/// this sampler is the tree watch, and a process per connection may live less than a second.
 const LIST_EVERY: Duration = Duration::from_millis(500);
 /// How often the owners of the sockets waited on are looked for again, at most (every
 /// process's fds).
