@@ -63,7 +63,7 @@ pub fn plausible_blkio(delay_s: f64, span_s: f64) -> bool {
     delay_s <= span_s + 0.02
 }
 
-pub use crate::machine::threads::parse_blkio_ticks;
+use crate::machine::threads::parse_blkio_ticks;
 
 /// One throttle limit read from a cgroup: (cgroup, dev, kind, limit per second).
 type Limit = (String, String, String, f64);

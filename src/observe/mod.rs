@@ -229,16 +229,10 @@ impl Observer {
             .next_hops
             .take()
             .map_or((Vec::new(), 0.0), next_hop::NextHopWatch::finish);
-        let (sockets, mut blkio_seen, sockets_cpu_s) = self
+        let (sockets, blkio_seen, sockets_cpu_s) = self
             .sockets
             .take()
             .map_or((None, BTreeMap::new(), 0.0), sockets::SocketWatch::finish);
-        // The sockets thread reads the tasks' block-I/O delay wherever the kernel counts it
-        // (the thread states' reads alone once read none for PostgreSQL's backends on a
-        // throttled disk, 1 solo run in 6); theirs stand in when it read none.
-        if blkio_seen.is_empty() {
-            blkio_seen = states.blkio;
-        }
         let stats_after = procfs::all_pid_stats(Path::new("/proc"));
         // The thread states' last read is the tree's threads at the end where they ran.
         let tree_after = self

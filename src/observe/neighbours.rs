@@ -93,31 +93,17 @@ pub fn scan_from(
             children_ticks: stat.cutime + stat.cstime,
             ..ProcSample::default()
         };
-        if let Some(tree) = tree.filter(|t| t.processes.contains_key(&pid)) {
-            for ((_, tid), task) in tree.tasks.range((pid, i32::MIN)..=(pid, i32::MAX)) {
-                if *tid == pid {
-                    p.name.clone_from(&task.name);
-                }
-                p.threads
-                    .insert(*tid, (task.cpu_ticks, affinity(*tid, ncpus)));
-            }
-            p.read_s = monotonic_s();
-            out.insert(pid, p);
-            continue;
-        }
-        let Ok(entries) = std::fs::read_dir(proc_root.join(format!("{pid}/task"))) else {
-            continue;
+        // The tree's threads as its own read gave them; the others' read now.
+        let threads = match tree.filter(|t| t.processes.contains_key(&pid)) {
+            Some(tree) => (tree.tasks.range((pid, i32::MIN)..=(pid, i32::MAX)))
+                .map(|((_, tid), t)| (*tid, t.name.clone(), t.cpu_ticks))
+                .collect(),
+            None => match read_threads(proc_root, pid) {
+                Some(threads) => threads,
+                None => continue,
+            },
         };
-        for e in entries.flatten() {
-            let Some(tid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-                continue;
-            };
-            let Some((name, ticks)) = std::fs::read_to_string(e.path().join("stat"))
-                .ok()
-                .and_then(|t| crate::machine::threads::parse_task_stat(&t))
-            else {
-                continue;
-            };
+        for (tid, name, ticks) in threads {
             if tid == pid {
                 p.name = name;
             }
@@ -127,6 +113,18 @@ pub fn scan_from(
         out.insert(pid, p);
     }
     out
+}
+
+/// Each thread of `pid`: (tid, name, user + system ticks); None when it is gone.
+fn read_threads(proc_root: &Path, pid: i32) -> Option<Vec<(i32, String, u64)>> {
+    let entries = std::fs::read_dir(proc_root.join(format!("{pid}/task"))).ok()?;
+    let threads = entries.flatten().filter_map(|e| {
+        let tid = e.file_name().to_str()?.parse::<i32>().ok()?;
+        let text = std::fs::read_to_string(e.path().join("stat")).ok()?;
+        let (name, ticks) = crate::machine::threads::parse_task_stat(&text)?;
+        Some((tid, name, ticks))
+    });
+    Some(threads.collect())
 }
 
 /// The monotonic clock, in seconds.

@@ -56,8 +56,6 @@ const PIDS_EVERY: Duration = Duration::from_millis(500);
 
 const LISTEN: u8 = 10;
 
-pub use super::sockets::diag::dump_all as dump;
-
 /// One dump, indexed.
 #[derive(Debug, Default)]
 pub struct Sockets {
@@ -609,7 +607,7 @@ impl NextHopWatch {
                         }
                         dumped_at = Instant::now();
                         let before = follower.tree_inodes();
-                        dump(&sock)
+                        diag::dump_all(&sock)
                             .map(|all| Some(follower.sample(&Sockets::new(all), before, true)))
                     });
                     match pass {

@@ -405,16 +405,10 @@ fn diag_lines(socks: &[(std::os::fd::OwnedFd, bool)]) -> Option<DiagLines> {
     for (s, own) in socks {
         if *own {
             let all = diag::dump_all(s).ok()?;
-            lines.extend(
-                all.iter()
-                    .filter(|s| [LISTEN, ESTABLISHED].contains(&s.state))
-                    .map(|s| TcpLine {
-                        state: s.state,
-                        rx_queue: s.rx,
-                        tx_queue: s.tx,
-                        inode: s.inode,
-                    }),
-            );
+            let kept = all
+                .iter()
+                .filter(|s| [LISTEN, ESTABLISHED].contains(&s.state));
+            lines.extend(kept.map(diag::Sock::line));
             own_socks = Some(all);
             continue;
         }
@@ -504,15 +498,7 @@ pub mod diag {
     /// Appends the listening and established TCP sockets of `family` to `out`.
     pub fn dump(sock: &OwnedFd, family: u8, out: &mut Vec<TcpLine>) -> io::Result<()> {
         let states = (1 << ESTABLISHED) | (1 << LISTEN);
-        dump_each(sock, family, states, |msg| {
-            let s = parse_msg(msg);
-            out.push(TcpLine {
-                state: s.state,
-                rx_queue: s.rx,
-                tx_queue: s.tx,
-                inode: s.inode,
-            })
-        })
+        dump_each(sock, family, states, |msg| out.push(parse_msg(msg).line()))
     }
 
     /// Every established, connecting and listening TCP socket of `sock`'s network namespace.
@@ -541,6 +527,18 @@ pub mod diag {
         pub tx: u64,
         /// Its inode (0 for a connection no process has accepted yet).
         pub inode: u64,
+    }
+
+    impl Sock {
+        /// Its state, queues and inode, as a /proc/net/tcp line gives them.
+        pub fn line(&self) -> TcpLine {
+            TcpLine {
+                state: self.state,
+                rx_queue: self.rx,
+                tx_queue: self.tx,
+                inode: self.inode,
+            }
+        }
     }
 
     /// One `inet_diag_msg` (at least [`MSG`] bytes): the one decoder of the kernel's record.

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use serde_json::Value;
+use stairbench::analyze::run::diagnosis::resources::{Resource, ResourceRow};
 use stairbench::analyze::run::diagnosis::{Diagnosis, Limit, Metric};
 
 use crate::common;
@@ -114,6 +115,14 @@ pub(crate) fn figure(d: &Diagnosis, metric: Metric) -> f64 {
     d.figure(metric)
         .filter(|v| !v.is_nan())
         .unwrap_or_else(|| panic!("no {metric} in {d:#?}"))
+}
+
+/// The diagnosis's resource-table row of `resource`; fails when it has none.
+pub(crate) fn row(d: &Diagnosis, resource: Resource) -> &ResourceRow {
+    d.resources
+        .iter()
+        .find(|r| r.resource == resource)
+        .unwrap_or_else(|| panic!("no {resource:?} row: {d:#?}"))
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common;
-use crate::diagnosis::{at, postgresql_installed, run_example};
+use crate::diagnosis::{at, postgresql_installed, row, run_example};
 use stairbench::analyze::run::diagnosis::resources::{Resource, State};
 use stairbench::analyze::run::diagnosis::{Diagnosis, Limit, Metric};
 
@@ -237,12 +237,11 @@ fn redis_syncing_every_write_behind_an_iops_throttle_is_latency_bound_on_the_dis
     assert_eq!(d.limit, Limit::Disk, "{d:#?}");
     assert_eq!(d.knee_clients, None, "{d:#?}");
     assert!(d.sentence.contains("latency-bound on the disk"), "{d:#?}");
-    let throttle = d
-        .resources
-        .iter()
-        .find(|r| r.resource == Resource::IoThrottle)
-        .unwrap_or_else(|| panic!("no throttle row: {d:#?}"));
-    assert_eq!(throttle.state, State::Saturated, "{d:#?}");
+    assert_eq!(
+        row(&d, Resource::IoThrottle).state,
+        State::Saturated,
+        "{d:#?}"
+    );
     // The cgroup's own counters: writes near the limit over the run (its start and the gaps
     // between steps write less), and each write carrying many requests at the top.
     assert!((40.0..=110.0).contains(&writes_per_s), "{writes_per_s}");

@@ -14,7 +14,7 @@ use stairbench::analyze::run::diagnosis::{Limit, Metric};
 use crate::common;
 
 use crate::common::tomcat_available;
-use crate::diagnosis::{analyze_json, figure};
+use crate::diagnosis::{analyze_json, figure, row};
 
 /// A profile pass of a JVM: its perf map was written and kept beside the perf script, and
 /// under 10% of the samples running Java code carry an unnamed JIT frame (`[perf-PID.map]`;
@@ -299,11 +299,7 @@ fn a_tomcat_whose_threads_wait_on_one_monitor_is_contention_on_a_lock() {
     // time waiting on locks, more of them as the load grew. Either rule may name it: the lock
     // rule from that row, or `contention` first when the switches per request grew too (a CI
     // run: 2.46 to 4.29).
-    let locks = d
-        .resources
-        .iter()
-        .find(|r| r.resource == Resource::Locks)
-        .unwrap_or_else(|| panic!("no locks row: {d:#?}"));
+    let locks = row(&d, Resource::Locks);
     assert_eq!(locks.state, State::Saturated, "{d:#?}");
     let share = locks
         .time_share_pct

@@ -105,7 +105,7 @@ fn a_processs_connections_are_followed_to_the_listener_that_holds_them() {
     let diag = diag::open().unwrap();
     let to = addr(&format!("127.0.0.1:{port}"));
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Sockets::new(dump(&diag).unwrap())
+    while Sockets::new(diag::dump_all(&diag).unwrap())
         .listener(to)
         .map_or(0, |l| l.rx)
         < 3
@@ -119,7 +119,11 @@ fn a_processs_connections_are_followed_to_the_listener_that_holds_them() {
     let mut f = Follower::new(child.id() as i32);
     // This test process holds the listener: let it be followed as any other would be.
     f.own_pid = 0;
-    assert!(f.sample(&Sockets::new(dump(&diag).unwrap()), BTreeMap::new(), true));
+    assert!(f.sample(
+        &Sockets::new(diag::dump_all(&diag).unwrap()),
+        BTreeMap::new(),
+        true
+    ));
     let _ = child.kill();
     let _ = child.wait();
     let hops = f.finish();

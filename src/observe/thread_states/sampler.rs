@@ -17,7 +17,6 @@ use super::{
 use crate::machine::procfs;
 use crate::machine::threads::{merge_thread_name, TaskSample};
 use crate::observe::listing;
-use crate::observe::sockets::BlkioSeen;
 use crate::record::observed::{ThreadStateGroup, ThreadStates};
 
 /// How often the watched processes' threads are listed again, and every process's parent
@@ -65,9 +64,6 @@ pub struct Watched {
     pub server: Option<ThreadStates>,
     /// The load generator's.
     pub client: Option<ThreadStates>,
-    /// Each server task's block-I/O delay in ticks when first and last read (empty while
-    /// delay accounting is off): the disk's delay of tasks the window's ends did not see.
-    pub blkio: BlkioSeen,
     /// Each server thread at its last read, as the tree watch would have seen it.
     pub tasks: BTreeMap<(i32, i32), TaskSample>,
     /// The server's threads alive at the window's end, read then (None without a server):
@@ -160,6 +156,33 @@ struct Held {
     schedstat: File,
     /// A server thread's status (its context switches).
     status: Option<File>,
+}
+
+impl Held {
+    /// A thread's files under `dir` opened (status when `status`); None without a stat or a
+    /// schedstat to hold.
+    fn open(dir: &Path, status: bool) -> Option<Held> {
+        Some(Held {
+            stat: File::open(dir.join("stat")).ok()?,
+            schedstat: File::open(dir.join("schedstat")).ok()?,
+            status: status
+                .then(|| File::open(dir.join("status")).ok())
+                .flatten(),
+        })
+    }
+
+    /// Their texts now; None when any fails to read (the thread has ended).
+    fn read(&self) -> Option<Texts> {
+        let status = match &self.status {
+            Some(f) => Some(read_held(f)?),
+            None => None,
+        };
+        Some(Texts {
+            stat: read_held(&self.stat)?,
+            schedstat: Some(read_held(&self.schedstat)?),
+            status,
+        })
+    }
 }
 
 /// How many threads' files may be held open under a soft open-file limit of `soft_nofile`:
@@ -404,50 +427,26 @@ impl Sampler {
     /// `held_max` are. None when the thread is gone.
     fn counters_text(&mut self, pid: i32, tid: i32, dir: &Path, status: bool) -> Option<Texts> {
         if let Some(h) = self.held.get(&(pid, tid)) {
-            // Any held file failing to read means the thread has ended.
-            let texts = read_held(&h.stat).zip(read_held(&h.schedstat));
-            let status_text = h.status.as_ref().map(read_held);
-            if texts.is_none() || status_text.as_ref().is_some_and(Option::is_none) {
+            let texts = h.read();
+            if texts.is_none() {
                 self.held.remove(&(pid, tid));
-                return None;
             }
-            let (stat, schedstat) = texts?;
-            return Some(Texts {
-                stat,
-                schedstat: Some(schedstat),
-                status: status_text.flatten(),
-            });
+            return texts;
         }
-        let open_status = || File::open(dir.join("status")).ok();
         if self.held.len() < self.held_max {
-            let stat = File::open(dir.join("stat")).ok()?;
-            let text = read_held(&stat)?;
-            let Ok(schedstat) = File::open(dir.join("schedstat")) else {
-                return Some(Texts {
-                    stat: text,
-                    schedstat: None,
-                    status: status.then(|| read(&dir.join("status"))).flatten(),
-                });
-            };
-            let sched_text = read_held(&schedstat)?;
-            let status = status.then(open_status).flatten();
-            let status_text = status.as_ref().and_then(read_held);
-            let held = Held {
-                stat,
-                schedstat,
-                status,
-            };
-            self.held.insert((pid, tid), held);
-            return Some(Texts {
-                stat: text,
-                schedstat: Some(sched_text),
-                status: status_text,
-            });
+            if let Some(h) = Held::open(dir, status) {
+                let texts = h.read();
+                if texts.is_some() {
+                    self.held.insert((pid, tid), h);
+                }
+                return texts;
+            }
         }
+        let read_now = |name: &str| read(&dir.join(name));
         Some(Texts {
-            stat: read(&dir.join("stat"))?,
-            schedstat: read(&dir.join("schedstat")),
-            status: status.then(|| read(&dir.join("status"))).flatten(),
+            stat: read_now("stat")?,
+            schedstat: read_now("schedstat"),
+            status: status.then(|| read_now("status")).flatten(),
         })
     }
 
@@ -610,14 +609,6 @@ impl Sampler {
                 .collect()
         });
         let window_s = self.started.elapsed().as_secs_f64();
-        let blkio = if self.delayacct {
-            (self.tasks.iter())
-                .filter(|(_, t)| t.role == Some(Role::Server))
-                .map(|(&task, t)| (task, (t.first.blkio_ticks, t.last.blkio_ticks)))
-                .collect()
-        } else {
-            BlkioSeen::new()
-        };
         let tallies: Vec<Tally> = self
             .tasks
             .into_values()
@@ -682,7 +673,6 @@ impl Sampler {
         Watched {
             server: side(Role::Server, &mut groups),
             client: side(Role::Client, &mut groups),
-            blkio,
             end_tasks,
             tasks: self.last_tasks,
             passes: self.passes,
