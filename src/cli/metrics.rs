@@ -75,27 +75,54 @@ fn latency_bounds_s() -> Vec<f64> {
     (0..21).map(|i| 25e-6 * f64::powi(2.0, i)).collect()
 }
 
-/// A latency histogram kept as an HdrHistogram (ns) and exposed in classic buckets at each
-/// scrape, so a second's thousands of latencies are added in one merge, not one by one.
-#[derive(Clone, Debug)]
+/// A latency histogram kept as the counts of its exposed buckets and their sum. Each
+/// second's HdrHistogram is folded into the buckets as it comes (one pass over its counts),
+/// so what the endpoint holds is fixed in size: a kept HdrHistogram would grow mid-run the
+/// first time a latency landed in a higher range.
+#[derive(Clone, Debug, Default)]
 pub struct LatencyHistogram {
-    hist_ns: Arc<Mutex<Histogram<u64>>>,
+    buckets: Arc<Mutex<Buckets>>,
 }
 
-impl Default for LatencyHistogram {
-    fn default() -> Self {
-        let hist = Histogram::new(3).expect("3 significant digits is a valid precision");
-        LatencyHistogram {
-            hist_ns: Arc::new(Mutex::new(hist)),
-        }
-    }
+/// The counts of [`latency_bounds_s`]' buckets (one more for +Inf) and the latencies' sum.
+#[derive(Debug, Default)]
+struct Buckets {
+    /// Latencies in each bucket (not cumulative), the last above every bound.
+    counts: Vec<u64>,
+    /// Sum of the latencies, ns.
+    sum_ns: f64,
+    /// Latencies added.
+    len: u64,
 }
 
 impl LatencyHistogram {
     fn add(&self, other: &Histogram<u64>) {
-        if let Ok(mut h) = self.hist_ns.lock() {
-            let _ = h.add(other);
+        if other.is_empty() {
+            return;
         }
+        let Ok(mut b) = self.buckets.lock() else {
+            return;
+        };
+        let bounds = latency_bounds_s();
+        b.counts.resize(bounds.len() + 1, 0);
+        let mut below_ns = 0u64;
+        let mut counted = 0u64;
+        for (i, bound_s) in bounds.iter().enumerate() {
+            let bound_ns = (bound_s * 1e9) as u64;
+            // (below, bound]: a latency on a bound is in that bound's bucket.
+            let n = other.count_between(below_ns, bound_ns)
+                - if below_ns == 0 {
+                    0
+                } else {
+                    other.count_at(below_ns)
+                };
+            b.counts[i] += n;
+            counted += n;
+            below_ns = bound_ns;
+        }
+        b.counts[bounds.len()] += other.len() - counted.min(other.len());
+        b.sum_ns += other.mean() * other.len() as f64;
+        b.len += other.len();
     }
 }
 
@@ -105,29 +132,12 @@ impl TypedMetric for LatencyHistogram {
 
 impl EncodeMetric for LatencyHistogram {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        let h = self.hist_ns.lock().map_err(|_| std::fmt::Error)?;
-        let mut buckets = Vec::new();
-        let mut below_ns = 0u64;
-        let mut counted = 0u64;
-        for bound_s in latency_bounds_s() {
-            let bound_ns = (bound_s * 1e9) as u64;
-            let n = if h.is_empty() {
-                0
-            } else {
-                h.count_between(below_ns, bound_ns)
-                    - if below_ns == 0 {
-                        0
-                    } else {
-                        h.count_at(below_ns)
-                    }
-            };
-            buckets.push((bound_s, n));
-            counted += n;
-            below_ns = bound_ns;
-        }
-        buckets.push((f64::INFINITY, h.len() - counted.min(h.len())));
-        let sum_s = h.mean() * h.len() as f64 / 1e9;
-        encoder.encode_histogram::<NoLabelSet>(sum_s, h.len(), &buckets, None)
+        let b = self.buckets.lock().map_err(|_| std::fmt::Error)?;
+        let bounds = latency_bounds_s().into_iter().chain([f64::INFINITY]);
+        let buckets: Vec<(f64, u64)> = bounds
+            .zip(b.counts.iter().copied().chain(std::iter::repeat(0)))
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(b.sum_ns / 1e9, b.len, &buckets, None)
     }
 
     fn metric_type(&self) -> MetricType {
@@ -481,7 +491,7 @@ mod tests {
         let labels = StepLabels::of(&LiveStep::default());
         f.get_or_create(&labels).add(&h);
         let mut r = Registry::default();
-        r.register("lat", "x", f);
+        r.register("lat", "x", f.clone());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
         // Cumulative counts in bound order: 25 µs, 50 µs (inclusive), ... 3.28 s, ..., +Inf.
@@ -495,6 +505,13 @@ mod tests {
         assert_eq!((counts[16], counts[17], counts[20]), (4, 5, 5), "{text}");
         assert_eq!(counts[21], 6, "{text}");
         assert!(text.contains("le=\"+Inf\""), "{text}");
+        // A second histogram adds to the first's buckets, sum and count.
+        f.get_or_create(&labels).add(&h);
+        let mut twice = String::new();
+        prometheus_client::encoding::text::encode(&mut twice, &r).unwrap();
+        assert!(twice.contains(" 12\n"), "{twice}");
+        let bucket_1 = twice.lines().find(|l| l.starts_with("lat_bucket")).unwrap();
+        assert!(bucket_1.ends_with(" 2"), "{twice}");
         assert!(
             text.contains("lat_count{target=\"\",placement=\"\",clients=\"0\",rep=\"0\"} 6"),
             "{text}"

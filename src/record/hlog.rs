@@ -23,9 +23,10 @@ use crate::record::load::IntervalLine;
 const MAX_VALUE_DIVISOR: f64 = 1e6;
 
 /// An interval log being written: the header once, then one line per interval, flushed.
+/// Each line has its own serializer: one kept across lines keeps its buffers at the largest
+/// histogram it has seen, growing mid-run the first time a latency lands in a higher range.
 pub struct HlogWriter<W: Write> {
     out: W,
-    serializer: V2DeflateSerializer,
     last_end_s: f64,
 }
 
@@ -42,7 +43,6 @@ impl<W: Write> HlogWriter<W> {
         out.flush()?;
         Ok(HlogWriter {
             out,
-            serializer,
             last_end_s: 0.0,
         })
     }
@@ -60,15 +60,16 @@ impl<W: Write> HlogWriter<W> {
     /// One interval's line, formatted by the crate's writer (whose header lines, repeated
     /// by every writer it builds, are dropped).
     fn interval_line(
-        &mut self,
+        &self,
         start_s: f64,
         end_s: f64,
         hist_ns: &Histogram<u64>,
     ) -> io::Result<String> {
         let mut buf = Vec::new();
+        let mut serializer = V2DeflateSerializer::new();
         let mut log = IntervalLogWriterBuilder::new()
             .with_max_value_divisor(MAX_VALUE_DIVISOR)
-            .begin_log_with(&mut buf, &mut self.serializer)?;
+            .begin_log_with(&mut buf, &mut serializer)?;
         log.write_histogram(
             hist_ns,
             Duration::from_secs_f64(start_s),
