@@ -186,8 +186,8 @@ pub enum MetricsError {
     Invalid {
         /// The URL.
         url: String,
-        /// The framer's error kind.
-        kind: &'static str,
+        /// How the framer found it malformed.
+        kind: http1::Malformed,
     },
     /// A memcached's `stats` that could not be read.
     #[error(transparent)]
@@ -636,29 +636,30 @@ impl<'u> Answer<'u> {
     }
 }
 
-/// What an error kind of [`http1::Framer`] means, in a sentence.
-fn invalid_answer(kind: &str) -> String {
+/// What a malformed answer of [`http1::Framer`] means, in a sentence.
+fn invalid_answer(kind: &http1::Malformed) -> String {
+    use http1::Malformed;
     match kind {
-        "http_te_and_content_length" => {
+        Malformed::TeAndContentLength => {
             "the answer has both Transfer-Encoding and Content-Length, \
              a sign of response splitting (RFC 9112 §6.3): refused, as the load refuses it"
                 .to_string()
         }
-        "http_conflicting_content_length" => {
+        Malformed::ConflictingContentLength => {
             "the answer has two different Content-Length values".to_string()
         }
-        "http_bad_chunk" => "a bad chunk in the chunked body (a size that is not hexadecimal, \
+        Malformed::BadChunk => "a bad chunk in the chunked body (a size that is not hexadecimal, \
              a line over 4 KiB, or data not followed by CRLF)"
             .to_string(),
-        "http_body_too_large" => format!(
+        Malformed::BodyTooLarge => format!(
             "the body is over {} MiB; a metrics endpoint should answer a small JSON document",
             MAX_METRICS_ANSWER >> 20
         ),
-        "http_unexpected_101" => "the answer switches protocols (101)".to_string(),
-        "http_bad_response" => "the answer is not HTTP/1.x (a bad status line, header field or \
+        Malformed::Unexpected101 => "the answer switches protocols (101)".to_string(),
+        Malformed::BadResponse => "the answer is not HTTP/1.x (a bad status line, header field or \
              Content-Length, or a head over 64 KiB)"
             .to_string(),
-        other => format!("the answer cannot be framed ({other})"),
+        Malformed::NoLength => "the answer's length cannot be told".to_string(),
     }
 }
 
@@ -945,7 +946,7 @@ mod tests {
         // The load's connections frame with the same parser.
         assert_eq!(
             http1::parse_response(TE_AND_CL),
-            Frame::Invalid("http_te_and_content_length")
+            Frame::Invalid(http1::Malformed::TeAndContentLength)
         );
     }
 

@@ -347,10 +347,11 @@ mod tests {
         let mut h = Histogram::<u64>::new(3).unwrap();
         h.record(1_500).unwrap();
         let mut out = Vec::new();
-        let mut log = HlogWriter::begin(&mut out, SystemTime::now()).unwrap();
-        log.write(1.0, &h).unwrap();
-        log.write(2.0, &h).unwrap();
-        drop(log);
+        {
+            let mut log = HlogWriter::begin(&mut out, SystemTime::now()).unwrap();
+            log.write(1.0, &h).unwrap();
+            log.write(2.0, &h).unwrap();
+        }
         out
     }
 

@@ -34,6 +34,28 @@ pub enum StepStatus {
     Disturbed,
 }
 
+impl StepStatus {
+    /// Every status, for tests and schemas.
+    pub const ALL: [StepStatus; 5] = [
+        StepStatus::Ok,
+        StepStatus::Failed,
+        StepStatus::Errors,
+        StepStatus::Skipped,
+        StepStatus::Disturbed,
+    ];
+
+    /// The name steps.jsonl gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Ok => "ok",
+            StepStatus::Failed => "failed",
+            StepStatus::Errors => "errors",
+            StepStatus::Skipped => "skipped",
+            StepStatus::Disturbed => "disturbed",
+        }
+    }
+}
+
 /// What kind of error failed a step (`error_kind` in `steps.jsonl`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -391,6 +413,17 @@ pub fn now_unix_s() -> f64 {
 pub(crate) mod tests {
     use super::*;
     use crate::record::figures::{Disturbance, ForeignJson, LoadPart, ThresholdCheck, ToolFigures};
+
+    #[test]
+    fn every_status_is_named_as_serde_names_it() {
+        for status in StepStatus::ALL {
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                status.as_str(),
+                "{status:?}"
+            );
+        }
+    }
 
     #[test]
     fn url_is_a_list_and_an_old_string_still_reads() {

@@ -6,12 +6,59 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-// Value: the kvd daemon's metrics (a target's `ForeignJson`), read as the daemon wrote them.
-use serde_json::Value;
+use serde::Deserialize;
 
 use super::doc::{Doc, Table};
 use crate::record::steps::{StepResult, StepStatus};
 use crate::units;
+
+/// A kvd daemon's metrics over one window (a target's `ForeignJson`, as the window's
+/// difference of the daemon's file holds them), read into this type once: what the section
+/// does not use (msgr's `threads`, a histogram's summary) is left out.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Window {
+    /// Values at the window's end (`rank`, `ranks`, ...).
+    gauges: BTreeMap<String, f64>,
+    /// Counts over the window (`loops`, `remote_done`, `inflight_sum`, ...).
+    counters: BTreeMap<String, f64>,
+    /// The window's phase histograms, by name.
+    histograms: BTreeMap<String, HistWindow>,
+    /// The span the daemon's two readings cover, seconds, when its file said.
+    span_s: Option<f64>,
+}
+
+/// One histogram of the window: its counts, base64 (absent when the window had none).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct HistWindow {
+    hdr: Option<String>,
+}
+
+impl Window {
+    fn hist(&self, name: &str) -> Option<Histogram<u64>> {
+        let text = self.histograms.get(name)?.hdr.as_deref()?;
+        crate::record::hist_b64::decode(text).ok()
+    }
+
+    fn mean_us(&self, name: &str) -> Option<f64> {
+        let h = self.hist(name)?;
+        (!h.is_empty()).then(|| h.mean() / 1e3)
+    }
+
+    fn p50_us(&self, name: &str) -> Option<f64> {
+        let h = self.hist(name)?;
+        (!h.is_empty()).then(|| h.value_at_quantile(0.5) as f64 / 1e3)
+    }
+
+    fn rank(&self) -> Option<u64> {
+        self.gauges.get("rank").map(|&r| r as u64)
+    }
+
+    fn counter(&self, name: &str) -> Option<f64> {
+        self.counters.get(name).copied()
+    }
+}
 
 /// One step's figures of one rank's daemon.
 struct Row<'a> {
@@ -32,30 +79,11 @@ struct Row<'a> {
     inflight_mean: Option<f64>,
 }
 
-fn hist(m: &Value, name: &str) -> Option<Histogram<u64>> {
-    let text = m.get("histograms")?.get(name)?.get("hdr")?.as_str()?;
-    crate::record::hist_b64::decode(text).ok()
-}
-
-fn mean_us(m: &Value, name: &str) -> Option<f64> {
-    let h = hist(m, name)?;
-    (!h.is_empty()).then(|| h.mean() / 1e3)
-}
-
-fn rank_of(m: &Value) -> Option<u64> {
-    m.pointer("/gauges/rank").and_then(Value::as_u64)
-}
-
-fn p50_us(m: &Value, name: &str) -> Option<f64> {
-    let h = hist(m, name)?;
-    (!h.is_empty()).then(|| h.value_at_quantile(0.5) as f64 / 1e3)
-}
-
 /// The step's rows: one per kvd daemon whose metrics reached it (every rank of a target
 /// that starts its peers).
 fn rows(step: &StepResult) -> Vec<Row<'_>> {
-    let all: BTreeMap<&String, Value> = (step.figures.target_metrics.iter())
-        .map(|(label, m)| (label, m.to_value()))
+    let all: BTreeMap<&String, Window> = (step.figures.target_metrics.iter())
+        .filter_map(|(label, m)| Some((label, serde_json::from_value(m.to_value()).ok()?)))
         .collect();
     all.iter()
         .filter_map(|(label, m)| {
@@ -68,52 +96,41 @@ fn rows(step: &StepResult) -> Vec<Row<'_>> {
 
 /// The mean turnaround of `m`'s rank's own requests at their owner: with two ranks, the other
 /// rank's incoming_turnaround.
-fn owner_turnaround<'a>(m: &Value, all: impl Iterator<Item = &'a Value>) -> Option<f64> {
-    let ranks = m.pointer("/gauges/ranks").and_then(Value::as_u64)?;
-    if ranks != 2 {
+fn owner_turnaround<'a>(m: &Window, all: impl Iterator<Item = &'a Window>) -> Option<f64> {
+    if m.gauges.get("ranks") != Some(&2.0) {
         return None;
     }
-    let me = rank_of(m)?;
-    let peers: Vec<&Value> = all
-        .filter(|o| rank_of(o).is_some_and(|r| r != me))
-        .collect();
+    let me = m.rank()?;
+    let peers: Vec<&Window> = all.filter(|o| o.rank().is_some_and(|r| r != me)).collect();
     match peers.as_slice() {
-        [peer] => mean_us(peer, "incoming_turnaround"),
+        [peer] => peer.mean_us("incoming_turnaround"),
         _ => None,
     }
 }
 
-fn row<'a>(step: &'a StepResult, label: &str, m: &Value) -> Option<Row<'a>> {
-    let rtt = hist(m, "rtt")?;
+fn row<'a>(step: &'a StepResult, label: &str, m: &Window) -> Option<Row<'a>> {
+    let rtt = m.hist("rtt")?;
     let rank = m
-        .pointer("/gauges/rank")
-        .and_then(Value::as_u64)
+        .rank()
         .map_or_else(|| label.to_string(), |r| format!("rank {r}"));
     // The span the daemon's two readings cover when its file says so, else the load's window.
-    let window_s = m
-        .get(crate::observe::metrics::SPAN_FIELD)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| step.load.as_ref().map_or(0.0, |l| l.duration_s));
-    let counter = |k: &str| m.pointer(&format!("/counters/{k}")).and_then(Value::as_f64);
-    let ranks = m
-        .pointer("/gauges/ranks")
-        .and_then(Value::as_f64)
-        .unwrap_or(1.0);
-    let loops = counter("loops").filter(|&l| l > 0.0);
+    let window_s = (m.span_s).unwrap_or_else(|| step.load.as_ref().map_or(0.0, |l| l.duration_s));
+    let ranks = m.gauges.get("ranks").copied().unwrap_or(1.0);
+    let loops = m.counter("loops").filter(|&l| l > 0.0);
     Some(Row {
         step,
         rank,
         per_rank: step.clients as f64 / ranks.max(1.0),
         rtt,
         phases_p50_us: [
-            p50_us(m, "call_to_flush"),
-            p50_us(m, "flush_to_cb"),
-            p50_us(m, "incoming_turnaround"),
+            m.p50_us("call_to_flush"),
+            m.p50_us("flush_to_cb"),
+            m.p50_us("incoming_turnaround"),
         ],
-        flush_to_cb_mean_us: mean_us(m, "flush_to_cb"),
+        flush_to_cb_mean_us: m.mean_us("flush_to_cb"),
         owner_turnaround_mean_us: None,
-        remote_per_s: counter("remote_done").unwrap_or(0.0) / window_s.max(1e-9),
-        inflight_mean: loops.and_then(|l| Some(counter("inflight_sum")? / l)),
+        remote_per_s: m.counter("remote_done").unwrap_or(0.0) / window_s.max(1e-9),
+        inflight_mean: loops.and_then(|l| Some(m.counter("inflight_sum")? / l)),
     })
 }
 
@@ -318,6 +335,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_span_is_read_under_the_name_the_observer_writes_it() {
+        assert_eq!(crate::observe::metrics::SPAN_FIELD, "span_s");
+        let w: Window = serde_json::from_value(serde_json::json!({"span_s": 0.5})).unwrap();
+        assert_eq!(w.span_s, Some(0.5));
+    }
+
+    #[test]
     fn two_populations_are_split_at_their_valley() {
         let mut h = Histogram::<u64>::new(3).unwrap();
         h.record_n(6_000, 180).unwrap();
@@ -347,10 +371,14 @@ mod tests {
         };
         // flush_to_cb = 2 × one-way + owner's turnaround: one-way 3 µs for rank 0, 4 µs for 1.
         let metrics = |rank: u64, f2c: &[u64], turn: &[u64]| {
+            // As the window's difference holds them: msgr's threads beside, and a histogram
+            // the window could not read (a note, no counts).
             serde_json::json!({
+                "threads": {"daemon": {"busy_ns": 5, "loops": 2}},
                 "gauges": {"rank": rank, "ranks": 2},
                 "counters": {"remote_done": 10.0},
                 "histograms": {
+                    "ping": {"unavailable": "the histogram at the window's end: not a string"},
                     "rtt": h(&[10_000]),
                     "call_to_flush": h(&[1_000]),
                     "flush_to_cb": h(f2c),

@@ -95,13 +95,16 @@ mod tests {
     use crate::analyze::run::peak::level_text;
 
     /// report/ reads the run typed: `serde_json::Value` only where a foreign program's own JSON
-    /// (a target's metrics) or the step's serialized line is read, at most 10 lines outside
-    /// tests, each module's import under a `// Value:` comment saying why. Catches an exporter
-    /// that goes back to reading steps.jsonl or the environment as untyped JSON.
+    /// (a target's metrics) is read, at most 10 lines naming `Value` outside tests and
+    /// comments, in modules whose import sits under a `// Value:` comment saying why. Catches
+    /// an exporter that goes back to reading steps.jsonl, the environment or the kvd daemon's
+    /// metrics as untyped JSON (73 such lines before the run was read typed, 24 before the
+    /// CSV and kvd sections were).
     #[test]
     fn report_code_reads_json_untyped_only_where_it_says_why() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/report");
-        let (mut lines, mut uncommented) = (0, Vec::new());
+        let word = regex::Regex::new(r"\bValue\b").unwrap();
+        let (mut lines, mut uncommented) = (Vec::new(), Vec::new());
         let mut dirs = vec![root];
         while let Some(dir) = dirs.pop() {
             for entry in std::fs::read_dir(dir).unwrap() {
@@ -114,20 +117,23 @@ mod tests {
                 let code = text.split("#[cfg(test)]").next().unwrap_or("");
                 let mut previous = "";
                 for line in code.lines() {
-                    let imports = line.trim_start().starts_with("use serde_json::Value");
-                    if line.contains("serde_json::Value") || imports {
-                        lines += 1;
-                        if !previous.trim_start().starts_with("//") {
-                            uncommented.push(path.display().to_string());
-                        }
+                    let comment = line.trim_start().starts_with("//");
+                    if !comment && word.is_match(line) {
+                        lines.push(format!("{}: {}", path.display(), line.trim()));
+                    }
+                    if line.trim_start().starts_with("use serde_json::Value")
+                        && !previous.trim_start().starts_with("// Value:")
+                    {
+                        uncommented.push(path.display().to_string());
                     }
                     previous = line;
                 }
             }
         }
         assert!(
-            lines <= 10,
-            "{lines} lines name serde_json::Value in report/"
+            lines.len() <= 10,
+            "{} lines name Value: {lines:#?}",
+            lines.len()
         );
         assert!(
             uncommented.is_empty(),

@@ -34,8 +34,21 @@ pub enum End {
     Status(u32, String),
     /// No `grpc-status` in any header block (the trailers are missing).
     NoStatus,
-    /// The response broke gRPC's framing: the error kind.
-    Broken(&'static str),
+    /// The response broke gRPC's framing: how.
+    Broken(Broken),
+}
+
+/// How a response broke gRPC's framing (each is counted as its own error kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broken {
+    /// A message prefix whose flag is neither 0 nor 1, or a message cut short by the end.
+    Framing,
+    /// A `grpc-status` that is not a number.
+    BadStatus,
+    /// A compressed message without a `grpc-encoding` announcing one.
+    CompressedUnannounced,
+    /// A successful unary call whose response is not exactly one message.
+    MessageCount,
 }
 
 /// One unary response's gRPC state, fed its header fields and DATA bytes in order.
@@ -54,7 +67,7 @@ pub struct ReplyReader {
     /// `grpc-message`, decoded (only kept when one came).
     message: Option<String>,
     /// The first framing error.
-    broken: Option<&'static str>,
+    broken: Option<Broken>,
 }
 
 impl ReplyReader {
@@ -63,7 +76,7 @@ impl ReplyReader {
         match name {
             b"grpc-status" => match parse_code(value) {
                 Some(code) => self.status = Some(code),
-                None => self.broke("grpc_bad_status"),
+                None => self.broke(Broken::BadStatus),
             },
             b"grpc-message" => self.message = Some(decode_message(value)),
             b"grpc-encoding" => self.encoded = value != b"identity",
@@ -98,14 +111,14 @@ impl ReplyReader {
         match self.prefix[0] {
             0 => {}
             1 if self.encoded => {}
-            1 => return self.broke("grpc_compressed_unannounced"),
-            _ => return self.broke("grpc_framing"),
+            1 => return self.broke(Broken::CompressedUnannounced),
+            _ => return self.broke(Broken::Framing),
         }
         let p = &self.prefix;
         self.remaining = u32::from_be_bytes([p[1], p[2], p[3], p[4]]);
     }
 
-    fn broke(&mut self, kind: &'static str) {
+    fn broke(&mut self, kind: Broken) {
         self.broken.get_or_insert(kind);
     }
 
@@ -117,11 +130,11 @@ impl ReplyReader {
             return End::Broken(kind);
         }
         if self.remaining > 0 || self.prefix_len > 0 {
-            return End::Broken("grpc_framing");
+            return End::Broken(Broken::Framing);
         }
         match self.status {
             None => End::NoStatus,
-            Some(0) if self.messages != 1 => End::Broken("grpc_message_count"),
+            Some(0) if self.messages != 1 => End::Broken(Broken::MessageCount),
             Some(0) => End::Ok,
             Some(code) => End::Status(code, self.message.unwrap_or_default()),
         }
@@ -224,15 +237,15 @@ mod tests {
     fn each_broken_reply_is_an_error_of_its_kind() {
         let mut short = frame(b"hello");
         short.truncate(7);
-        assert_eq!(read(&[], &[&short], OK), End::Broken("grpc_framing"));
-        assert_eq!(read(&[], &[b"\0\0"], OK), End::Broken("grpc_framing"));
+        assert_eq!(read(&[], &[&short], OK), End::Broken(Broken::Framing));
+        assert_eq!(read(&[], &[b"\0\0"], OK), End::Broken(Broken::Framing));
         let mut long = frame(b"hello");
         long[4] = 3; // says 3 bytes, 5 follow: the last 2 begin a prefix never finished
-        assert_eq!(read(&[], &[&long], OK), End::Broken("grpc_framing"));
+        assert_eq!(read(&[], &[&long], OK), End::Broken(Broken::Framing));
         let compressed = [1, 0, 0, 0, 0];
         assert_eq!(
             read(&[], &[&compressed], OK),
-            End::Broken("grpc_compressed_unannounced")
+            End::Broken(Broken::CompressedUnannounced)
         );
         assert_eq!(
             read(&[("grpc-encoding", "gzip")], &[&compressed], OK),
@@ -240,15 +253,15 @@ mod tests {
         );
         assert_eq!(
             read(&[], &[&[7, 0, 0, 0, 0]], OK),
-            End::Broken("grpc_framing")
+            End::Broken(Broken::Framing)
         );
         assert_eq!(read(&[], &[&frame(b"a")], &[]), End::NoStatus);
-        assert_eq!(read(&[], &[], OK), End::Broken("grpc_message_count"));
+        assert_eq!(read(&[], &[], OK), End::Broken(Broken::MessageCount));
         let two = [frame(b"a"), frame(b"b")].concat();
-        assert_eq!(read(&[], &[&two], OK), End::Broken("grpc_message_count"));
+        assert_eq!(read(&[], &[&two], OK), End::Broken(Broken::MessageCount));
         assert_eq!(
             read(&[], &[&frame(b"a")], &[("grpc-status", "x1")]),
-            End::Broken("grpc_bad_status")
+            End::Broken(Broken::BadStatus)
         );
     }
 }

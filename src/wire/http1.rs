@@ -32,8 +32,27 @@ pub enum Frame {
         /// The server closes the connection after this reply (`Connection: close`, HTTP/1.0).
         close: bool,
     },
-    /// The bytes cannot be a reply; names the error kind (`http_bad_chunk`, ...).
-    Invalid(&'static str),
+    /// The bytes cannot be a reply: how.
+    Invalid(Malformed),
+}
+
+/// How bytes fail to be an HTTP/1.1 reply (each is counted as its own error kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// Not an HTTP reply head (or a Content-Length that is not a number).
+    BadResponse,
+    /// 101 Switching Protocols to a request that asked for none.
+    Unexpected101,
+    /// A malformed chunked body.
+    BadChunk,
+    /// Both Transfer-Encoding and Content-Length.
+    TeAndContentLength,
+    /// Content-Length headers that disagree.
+    ConflictingContentLength,
+    /// A body larger than the engine reads.
+    BodyTooLarge,
+    /// A reply whose length cannot be told.
+    NoLength,
 }
 
 /// Where [`Framer::frame_into`] puts a reply's body, piece by piece as the parser passes it.
@@ -234,11 +253,11 @@ impl Framer {
         start: usize,
         scanned: usize,
         head_request: bool,
-    ) -> Result<bool, &'static str> {
+    ) -> Result<bool, Malformed> {
         let from = scanned.saturating_sub(3).max(start);
         let Some(at) = memchr::memmem::find(&buf[from..], b"\r\n\r\n") else {
             if buf.len() - start > MAX_HEAD_BYTES {
-                return Err("http_bad_response");
+                return Err(Malformed::BadResponse);
             }
             self.state = State::Head {
                 start,
@@ -248,11 +267,11 @@ impl Framer {
         };
         let end = from + at + 4;
         if end - start > MAX_HEAD_BYTES {
-            return Err("http_bad_response");
+            return Err(Malformed::BadResponse);
         }
         let head = parse_head(&buf[start..end])?;
         if head.status == 101 {
-            return Err("http_unexpected_101");
+            return Err(Malformed::Unexpected101);
         }
         if head.status < 200 {
             // An interim reply: no body; the final reply follows.
@@ -277,7 +296,7 @@ impl Framer {
         buf: &[u8],
         mut body: Body,
         sink: &mut S,
-    ) -> Result<Option<usize>, &'static str> {
+    ) -> Result<Option<usize>, Malformed> {
         let done = loop {
             match body {
                 Body::EndsAt { from, end } => {
@@ -293,7 +312,7 @@ impl Framer {
                     let Some(at) = memchr::memmem::find(&buf[from..], b"\r\n") else {
                         // Over the limit whatever follows (its last byte may be the CR).
                         if buf.len() - line > MAX_CHUNK_LINE_BYTES + 1 {
-                            return Err("http_bad_chunk");
+                            return Err(Malformed::BadChunk);
                         }
                         body = Body::ChunkLine {
                             line,
@@ -303,7 +322,7 @@ impl Framer {
                     };
                     let line_end = from + at;
                     if line_end - line > MAX_CHUNK_LINE_BYTES {
-                        return Err("http_bad_chunk");
+                        return Err(Malformed::BadChunk);
                     }
                     let size = chunk_size(&buf[line..line_end], self.max_body)?;
                     let data = line_end + 2;
@@ -324,7 +343,7 @@ impl Framer {
                         break None;
                     }
                     if &buf[end - 2..end] != b"\r\n" {
-                        return Err("http_bad_chunk");
+                        return Err(Malformed::BadChunk);
                     }
                     sink.take(&buf[from..end - 2]);
                     body = Body::ChunkLine {
@@ -340,13 +359,13 @@ impl Framer {
                     if let Some(at) = memchr::memmem::find(&buf[search..], b"\r\n\r\n") {
                         let end = search + at + 4;
                         if end - from > MAX_HEAD_BYTES {
-                            return Err("http_bad_chunk");
+                            return Err(Malformed::BadChunk);
                         }
                         break Some(end);
                     }
                     // Their end is one byte on at least.
                     if buf.len() - from >= MAX_HEAD_BYTES {
-                        return Err("http_bad_chunk");
+                        return Err(Malformed::BadChunk);
                     }
                     body = Body::Trailers {
                         from,
@@ -363,9 +382,9 @@ impl Framer {
     }
 
     /// Where the body of a final reply whose head ends at `end` ends (RFC 9112 §6.3).
-    fn body_of(&self, head: &Head, end: usize, head_request: bool) -> Result<Body, &'static str> {
+    fn body_of(&self, head: &Head, end: usize, head_request: bool) -> Result<Body, Malformed> {
         if head.transfer.is_some() && head.length.is_some() {
-            return Err("http_te_and_content_length");
+            return Err(Malformed::TeAndContentLength);
         }
         if head_request || head.status == 204 || head.status == 304 {
             return Ok(Body::EndsAt { from: end, end });
@@ -375,7 +394,7 @@ impl Framer {
                 line: end,
                 scanned: end,
             }),
-            (None, Some(n)) if n > self.max_body => Err("http_body_too_large"),
+            (None, Some(n)) if n > self.max_body => Err(Malformed::BodyTooLarge),
             (None, Some(n)) => Ok(Body::EndsAt {
                 from: end,
                 end: end + n as usize,
@@ -383,7 +402,7 @@ impl Framer {
             (_, None) if self.until_close => Ok(Body::UntilClose { from: end }),
             // A body delimited by the close of the connection (no length, or a transfer
             // coding other than chunked last) cannot be reused for keep-alive.
-            _ => Err("http_no_length"),
+            _ => Err(Malformed::NoLength),
         }
     }
 }
@@ -402,7 +421,7 @@ const STACK_FIELDS: usize = 128;
 /// strictly first (httparse's fast path: 107 ns of CPU for nginx's 9-field head, our own line
 /// splitter 114-120); a head that fails is parsed again accepting obs-fold, as RFC 9112 §5.2
 /// asks of a user agent (allowing it always costs 119 ns), with a table as large as its lines.
-fn parse_head(block: &[u8]) -> Result<Head, &'static str> {
+fn parse_head(block: &[u8]) -> Result<Head, Malformed> {
     let mut fields = [const { MaybeUninit::<httparse::Header>::uninit() }; STACK_FIELDS];
     if let Ok(head) = head_with(block, &mut fields, false) {
         return head;
@@ -410,7 +429,7 @@ fn parse_head(block: &[u8]) -> Result<Head, &'static str> {
     let lines = memchr::memchr_iter(b'\n', block).count();
     let mut fields: Vec<MaybeUninit<httparse::Header>> = Vec::with_capacity(lines);
     fields.resize_with(lines, MaybeUninit::uninit);
-    head_with(block, &mut fields, true).map_err(|_| "http_bad_response")?
+    head_with(block, &mut fields, true).map_err(|_| Malformed::BadResponse)?
 }
 
 /// The head as httparse reads it with `fields` for its table (`obs_fold`: accepting folded
@@ -419,7 +438,7 @@ fn head_with<'b>(
     block: &'b [u8],
     fields: &mut [MaybeUninit<httparse::Header<'b>>],
     obs_fold: bool,
-) -> Result<Result<Head, &'static str>, httparse::Error> {
+) -> Result<Result<Head, Malformed>, httparse::Error> {
     let mut resp = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default()
         .allow_obsolete_multiline_headers_in_responses(obs_fold)
@@ -428,7 +447,7 @@ fn head_with<'b>(
         return Err(httparse::Error::Status);
     }
     let Some(status) = resp.code.filter(|&c| c >= 100) else {
-        return Ok(Err("http_bad_response"));
+        return Ok(Err(Malformed::BadResponse));
     };
     let mut head = Head {
         status,
@@ -445,11 +464,11 @@ fn head_with<'b>(
 }
 
 /// What one header field says about the body and the connection.
-fn read_field(head: &mut Head, name: &[u8], value: &[u8]) -> Result<(), &'static str> {
+fn read_field(head: &mut Head, name: &[u8], value: &[u8]) -> Result<(), Malformed> {
     if name.eq_ignore_ascii_case(b"content-length") {
-        let n = parse_decimal(value).ok_or("http_bad_response")?;
+        let n = parse_decimal(value).ok_or(Malformed::BadResponse)?;
         if head.length.is_some_and(|m| m != n) {
-            return Err("http_conflicting_content_length");
+            return Err(Malformed::ConflictingContentLength);
         }
         head.length = Some(n);
     } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
@@ -464,21 +483,21 @@ fn read_field(head: &mut Head, name: &[u8], value: &[u8]) -> Result<(), &'static
 }
 
 /// A chunk-size line's size (RFC 9112 §7.1: hex digits, then optional `;` extensions).
-fn chunk_size(line: &[u8], max_body: u64) -> Result<u64, &'static str> {
+fn chunk_size(line: &[u8], max_body: u64) -> Result<u64, Malformed> {
     let digits = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
         .unwrap_or(line.len());
     let rest = line[digits..].trim_ascii_start();
     if digits == 0 || digits > 15 || !(rest.is_empty() || rest[0] == b';') {
-        return Err("http_bad_chunk");
+        return Err(Malformed::BadChunk);
     }
     let size = line[..digits].iter().fold(0u64, |acc, &d| {
         let v = (d as char).to_digit(16).unwrap_or(0);
         acc * 16 + u64::from(v)
     });
     if size > max_body {
-        return Err("http_body_too_large");
+        return Err(Malformed::BodyTooLarge);
     }
     Ok(size)
 }
@@ -567,7 +586,7 @@ mod tests {
         }
         assert_eq!(parse_response(&r[..26]), Frame::Incomplete);
         let r = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n";
-        assert_eq!(parse_response(r), Frame::Invalid("http_unexpected_101"));
+        assert_eq!(parse_response(r), Frame::Invalid(Malformed::Unexpected101));
     }
 
     #[test]
@@ -597,7 +616,7 @@ mod tests {
             assert!(
                 matches!(
                     parse_response(&r),
-                    Frame::Invalid("http_bad_chunk" | "http_body_too_large")
+                    Frame::Invalid(Malformed::BadChunk | Malformed::BodyTooLarge)
                 ),
                 "{:?}: {:?}",
                 String::from_utf8_lossy(body),
@@ -605,13 +624,19 @@ mod tests {
             );
         }
         let endless = [&head[..], &vec![b'1'; MAX_CHUNK_LINE_BYTES + 2][..]].concat();
-        assert_eq!(parse_response(&endless), Frame::Invalid("http_bad_chunk"));
+        assert_eq!(
+            parse_response(&endless),
+            Frame::Invalid(Malformed::BadChunk)
+        );
         let trailer = [&b"X: "[..], &vec![b'y'; MAX_HEAD_BYTES][..], b"\r\n\r\n"].concat();
         let endless = [&head[..], b"0\r\n", &trailer[..]].concat();
-        assert_eq!(parse_response(&endless), Frame::Invalid("http_bad_chunk"));
+        assert_eq!(
+            parse_response(&endless),
+            Frame::Invalid(Malformed::BadChunk)
+        );
         assert_eq!(
             in_steps(&endless, 1000, false),
-            Frame::Invalid("http_bad_chunk")
+            Frame::Invalid(Malformed::BadChunk)
         );
     }
 
@@ -621,24 +646,24 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n";
         assert_eq!(
             parse_response(r),
-            Frame::Invalid("http_te_and_content_length")
+            Frame::Invalid(Malformed::TeAndContentLength)
         );
         let r =
             b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
         assert_eq!(
             parse_response(r),
-            Frame::Invalid("http_te_and_content_length")
+            Frame::Invalid(Malformed::TeAndContentLength)
         );
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd";
         assert_eq!(
             parse_response(r),
-            Frame::Invalid("http_conflicting_content_length")
+            Frame::Invalid(Malformed::ConflictingContentLength)
         );
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc";
         assert_eq!(parse_response(r), done(r.len(), 200, false));
         // Chunked not last: the body would end with the connection.
         let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n";
-        assert_eq!(parse_response(r), Frame::Invalid("http_no_length"));
+        assert_eq!(parse_response(r), Frame::Invalid(Malformed::NoLength));
     }
 
     #[test]
@@ -653,25 +678,31 @@ mod tests {
         assert_eq!(parse_response(folded), done(folded.len(), 200, false));
         // A folded Content-Length is still read (its value is "2 2" unfolded): not a length.
         let folded = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n 2\r\n\r\nok";
-        assert_eq!(parse_response(folded), Frame::Invalid("http_bad_response"));
+        assert_eq!(
+            parse_response(folded),
+            Frame::Invalid(Malformed::BadResponse)
+        );
     }
 
     #[test]
     fn garbage_and_hostile_lengths() {
         assert_eq!(
             parse_response(b"SSH-2.0-x\r\n\r\n"),
-            Frame::Invalid("http_bad_response")
+            Frame::Invalid(Malformed::BadResponse)
         );
         assert_eq!(
             parse_response(b"HTTP/1.1 099 x\r\n\r\n"),
-            Frame::Invalid("http_bad_response")
+            Frame::Invalid(Malformed::BadResponse)
         );
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 4294967296\r\n\r\n";
-        assert_eq!(parse_response(r), Frame::Invalid("http_body_too_large"));
+        assert_eq!(parse_response(r), Frame::Invalid(Malformed::BodyTooLarge));
         let long = vec![b'a'; MAX_HEAD_BYTES + 1];
-        assert_eq!(parse_response(&long), Frame::Invalid("http_bad_response"));
+        assert_eq!(
+            parse_response(&long),
+            Frame::Invalid(Malformed::BadResponse)
+        );
         let r = b"HTTP/1.1 200 OK\r\nServer: x\r\n\r\nbody";
-        assert_eq!(parse_response(r), Frame::Invalid("http_no_length"));
+        assert_eq!(parse_response(r), Frame::Invalid(Malformed::NoLength));
     }
 
     #[test]
@@ -738,13 +769,13 @@ mod tests {
     #[test]
     fn an_answer_framer_applies_its_body_limit_and_the_same_rules() {
         let r = b"HTTP/1.1 200 OK\r\nContent-Length: 1048577\r\n\r\n";
-        assert_eq!(answer(r, 100).0, Frame::Invalid("http_body_too_large"));
+        assert_eq!(answer(r, 100).0, Frame::Invalid(Malformed::BodyTooLarge));
         let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n100001\r\n";
-        assert_eq!(answer(r, 100).0, Frame::Invalid("http_body_too_large"));
+        assert_eq!(answer(r, 100).0, Frame::Invalid(Malformed::BodyTooLarge));
         let r = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n";
         assert_eq!(
             answer(r, 100).0,
-            Frame::Invalid("http_te_and_content_length")
+            Frame::Invalid(Malformed::TeAndContentLength)
         );
     }
 }

@@ -53,6 +53,7 @@ mod report_html;
 mod running;
 mod serve_msgr;
 mod shmkv;
+mod skips;
 mod slurm;
 mod slurm_cost;
 mod soak;

@@ -10,13 +10,12 @@ use stairbench::analyze::run::diagnosis::{Diagnosis, Limit};
 use crate::common;
 use crate::diagnosis::{run_and_analyze, ONE_AT_A_TIME};
 
-/// Each target and the limit it hits on its one CPU: one worker thread fills it
-/// (`one_thread`); more worker threads than that CPU only wait for it (`oversubscription`),
-/// as docs/servers.md measured.
-/// Each target and the limits that are right for it. `-t 1` runs one worker beside its
-/// dispatcher thread on one CPU: the worker full (one_thread) or both queued for the CPU
-/// (oversubscription, 1.0 threads waiting for 1 CPU, as this session's release run read it)
-/// are both the thread count's limit; 2 and 4 workers on one CPU are oversubscribed.
+/// Each target and the limits that are right for it on its one CPU. 2 and 4 worker threads
+/// on one CPU only wait for it (`oversubscription`). `-t 1` runs one worker beside its
+/// dispatcher and background threads: when the worker fills the CPU the others queue for it
+/// (1.0 threads waiting for the 1 CPU in one run), so both `one_thread` and
+/// `oversubscription` are true of it; which the rules name first depends on how long the
+/// others waited, not on a fact the test can read apart from the rules.
 const TARGETS: [(&str, &[Limit]); 3] = [
     ("memcached-t1", &[Limit::OneThread, Limit::Oversubscription]),
     ("memcached-t2", &[Limit::Oversubscription]),

@@ -929,12 +929,18 @@ impl<T: Copy> Slot<T> {
             grpc::End::Status(code, message) => Event::GrpcStatus(self.tag, code, message),
             grpc::End::NoStatus if self.status != 200 => Event::Done(self.tag, self.status),
             grpc::End::NoStatus => Event::Failed(self.tag, RequestError::GrpcNoStatus),
-            // The wire layer's kinds as text; every one is an `RequestError` (see record::load).
-            grpc::End::Broken(kind) => Event::Failed(
-                self.tag,
-                RequestError::from_key(kind).unwrap_or(RequestError::GrpcFraming),
-            ),
+            grpc::End::Broken(how) => Event::Failed(self.tag, broken_kind(how)),
         }
+    }
+}
+
+/// The error kind a broken gRPC response is counted under.
+fn broken_kind(how: grpc::Broken) -> RequestError {
+    match how {
+        grpc::Broken::Framing => RequestError::GrpcFraming,
+        grpc::Broken::BadStatus => RequestError::GrpcBadStatus,
+        grpc::Broken::CompressedUnannounced => RequestError::GrpcCompressedUnannounced,
+        grpc::Broken::MessageCount => RequestError::GrpcMessageCount,
     }
 }
 
@@ -1003,6 +1009,20 @@ pub(super) fn encode_request(req: &http::Request<()>, block: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_broken_grpc_response_is_counted_under_its_own_kind() {
+        let all = [
+            grpc::Broken::Framing,
+            grpc::Broken::BadStatus,
+            grpc::Broken::CompressedUnannounced,
+            grpc::Broken::MessageCount,
+        ];
+        let kinds: std::collections::BTreeSet<RequestError> =
+            all.iter().map(|&b| broken_kind(b)).collect();
+        assert_eq!(kinds.len(), all.len(), "{kinds:?}");
+        assert!(kinds.iter().all(|k| k.as_str().starts_with("grpc_")));
+    }
 
     /// A server frame.
     fn frame(ty: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {

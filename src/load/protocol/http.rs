@@ -7,7 +7,7 @@
 
 use super::{Protocol, Reply};
 use crate::record::load::RequestError;
-use crate::wire::http1::{self, Frame};
+use crate::wire::http1::{self, Frame, Malformed};
 
 /// One connection's reply parser: [`http1::Framer`], its frames as the engine's replies.
 #[derive(Debug, Default)]
@@ -38,11 +38,20 @@ fn reply(frame: Frame) -> Reply {
             found: None,
             status: Some(status),
         },
-        // The wire layer names its kinds as text (it sits beside `record`, not above it);
-        // every one it writes is an `RequestError` (a test in record::load holds it so).
-        Frame::Invalid(kind) => {
-            Reply::Invalid(RequestError::from_key(kind).unwrap_or(RequestError::HttpBadResponse))
-        }
+        Frame::Invalid(how) => Reply::Invalid(malformed_kind(how)),
+    }
+}
+
+/// The error kind a malformed reply is counted under.
+fn malformed_kind(how: Malformed) -> RequestError {
+    match how {
+        Malformed::BadResponse => RequestError::HttpBadResponse,
+        Malformed::Unexpected101 => RequestError::HttpUnexpected101,
+        Malformed::BadChunk => RequestError::HttpBadChunk,
+        Malformed::TeAndContentLength => RequestError::HttpTeAndContentLength,
+        Malformed::ConflictingContentLength => RequestError::HttpConflictingContentLength,
+        Malformed::BodyTooLarge => RequestError::HttpBodyTooLarge,
+        Malformed::NoLength => RequestError::HttpNoLength,
     }
 }
 
@@ -112,6 +121,23 @@ pub(crate) fn status_error(status: u16) -> Option<RequestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_malformed_reply_is_counted_under_its_own_kind() {
+        let all = [
+            Malformed::BadResponse,
+            Malformed::Unexpected101,
+            Malformed::BadChunk,
+            Malformed::TeAndContentLength,
+            Malformed::ConflictingContentLength,
+            Malformed::BodyTooLarge,
+            Malformed::NoLength,
+        ];
+        let kinds: std::collections::BTreeSet<RequestError> =
+            all.iter().map(|&m| malformed_kind(m)).collect();
+        assert_eq!(kinds.len(), all.len(), "{kinds:?}");
+        assert!(kinds.iter().all(|k| k.as_str().starts_with("http_")));
+    }
 
     #[test]
     fn encodes_request_once() {
