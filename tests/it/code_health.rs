@@ -176,6 +176,38 @@ fn no_module_is_loaded_by_path_attribute() {
     assert!(attrs.is_empty(), "#[path] modules in: {attrs:?}");
 }
 
+/// What tests name machine-wide (a shared-memory region, a kvd rank's name) comes from
+/// `common::unique_name`, counted per process: a name built from the pid and a helper's tag
+/// alone was given by two tests at once (`sbt-kvdk-PID` by a kvd and a Slurm test), which
+/// failed one of them in a filtered run (`-- instances:: kvd`) that passed alone. Catches a
+/// `format!` of the pid anywhere else in tests/ but one process name (a comm is 15 bytes,
+/// too short for a counter) and the namespace helpers' own counted names.
+#[test]
+fn tests_name_machine_wide_things_through_unique_name() {
+    let mut files = Vec::new();
+    rust_files(Path::new("tests"), &mut files);
+    let allowed = [
+        "tests/it/common.rs",
+        "tests/it/netns.rs",
+        "tests/it/code_health.rs",
+    ];
+    let mut found = Vec::new();
+    for f in files {
+        let path = f.display().to_string();
+        if allowed.contains(&path.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for line in text.lines() {
+            let pid_name = line.contains("format!(") && line.contains("process::id()");
+            if pid_name && !line.contains("\"sbrun{}\"") {
+                found.push(format!("{path}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "names from the pid: {found:#?}");
+}
+
 /// The crate's lints are declared once, in Cargo.toml's `[lints]` table, so that the library,
 /// the binary and every test target are held to the same ones.
 #[test]

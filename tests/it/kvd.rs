@@ -16,7 +16,7 @@ use stairbench::wire::shmkv::region_path;
 const T: Duration = Duration::from_secs(5);
 
 fn unique(tag: &str) -> String {
-    format!("t{}-kvd-{tag}", std::process::id())
+    common::unique_name(&format!("kvd-{tag}"))
 }
 
 /// A `stairbench serve kvd` process, killed when dropped.

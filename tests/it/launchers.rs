@@ -85,7 +85,7 @@ fn two_launched_ranks_answer_each_other(first_var: &str, second_var: &str, tag: 
         common::free_port(),
         common::free_port()
     );
-    let name = format!("t{}-launch-{tag}", std::process::id());
+    let name = common::unique_name(&format!("launch-{tag}"));
     let r0 = Launched::spawn(first_var, "0", &ranks, &name, &name);
     let r1 = Launched::spawn(second_var, "1", &ranks, &name, &format!("{name}-r1"));
     let (mut c0, mut c1) = (r0.client(), r1.client());

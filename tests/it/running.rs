@@ -168,6 +168,7 @@ impl NamedRedis {
             return None;
         };
         let dir = tempfile::tempdir().unwrap();
+        // Its process name (a comm of at most 15 bytes), unique to this test: one test uses it.
         let name = format!("sbrun{}", std::process::id());
         let link = dir.path().join(&name);
         std::os::unix::fs::symlink(&program, &link).unwrap();

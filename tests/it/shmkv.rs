@@ -17,7 +17,7 @@ use stairbench::wire::shmkv::{region_path, Arch, ShmkvClient};
 const ARCHS: [&str; 2] = ["single", "per-worker"];
 
 fn unique(tag: &str) -> String {
-    format!("t{}-{tag}", std::process::id())
+    common::unique_name(&format!("shmkv-{tag}"))
 }
 
 /// A `stairbench serve shmkv` process, stopped with SIGTERM when dropped.

@@ -336,7 +336,7 @@ fn shm_clients_pinned_to_one_cpu_are_judged_as_one_cpu() {
     let Some((server_cpu, client_cpu)) = two_cpus() else {
         return;
     };
-    let name = format!("t{}-lh-sat", std::process::id());
+    let name = common::unique_name("lh-sat");
     let mut server = common::cli_cmd()
         .args(["serve", "shmkv", "--name", &name, "--cpuset"])
         .arg(server_cpu.to_string())
@@ -388,7 +388,7 @@ fn a_pin_to_a_cpu_the_machine_lacks_is_an_error_naming_it() {
         "cannot pin to CPU {missing}: this machine has CPUs {}",
         stairbench::cpuset::format(&stairbench::cpuset::allowed())
     );
-    let name = format!("t{}-lh-pin", std::process::id());
+    let name = common::unique_name("lh-pin");
     let shm = format!("shm://{name}");
     for args in [
         vec!["load", "msgr://127.0.0.1:1", "-d", "1", "--cpuset", &cpu],
