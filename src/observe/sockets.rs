@@ -28,11 +28,12 @@ pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 /// more than this share of [`SAMPLE_EVERY`] (at a thousand connections a dump of both sides
 /// and a read of the tree's fds cost about 5 ms: a dump about every second).
 pub const BUDGET_SHARE: f64 = 0.005;
-/// The share of one CPU the block-I/O delay reads may take (two hundred threads' delays cost
-/// 4 ms a pass: a pass about every 400 ms). Apart from the dumps, because a process per
-/// connection (PostgreSQL's backends) may live for less than a spaced dump's interval, and
-/// its few tasks are cheap to read every 50 ms.
-pub const BLKIO_BUDGET_SHARE: f64 = 0.01;
+/// The share of one CPU the block-I/O delay reads may take. They are for the tasks that end
+/// inside the window (the window's ends read the others), so the budget scales them: a
+/// process per connection (PostgreSQL's backends, a dozen tasks at 0.2-0.3 ms a pass) is read
+/// every 70-100 ms, as a backend may live for less than a spaced dump's interval; two hundred
+/// threads of one process (4 ms a pass), whose threads seldom end, about every 1.3 s.
+pub const BLKIO_BUDGET_SHARE: f64 = 0.003;
 /// How often the tree's process list is refreshed (listing every process costs more than
 /// reading a few fd tables). Listed afresh each time, not taken from another observer's
 /// listing: a process per connection may live for less than twice this, and its block-I/O
