@@ -398,6 +398,14 @@ mod tests {
     /// ssh's words, once.
     #[test]
     fn a_refused_fetch_keeps_ssh_s_reason() {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let installed = |p: &str| std::env::split_paths(&path).any(|d| d.join(p).is_file());
+        if !(installed("ssh") && installed("scp")) {
+            crate::machine::skip_test(
+                "ssh or scp is not installed (Debian: apt-get install openssh-client)",
+            );
+            return;
+        }
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()

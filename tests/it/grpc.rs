@@ -38,7 +38,9 @@ impl GrpcServer {
     /// [`GrpcServer::start`] with more arguments (a certificate and key: TLS).
     fn start_with(workers: usize, more: &[&Path]) -> Option<GrpcServer> {
         let has_grpc = Command::new(PYTHON)
-            .args(["-c", "import grpc"])
+            // A name from the package, not the import alone: an emptied package directory (a
+            // half-removed install) still imports, as a namespace package.
+            .args(["-c", "from grpc import server"])
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());

@@ -39,7 +39,11 @@ impl Server {
     /// `skip_or_fail`) without grpcio and grpcio-tools.
     fn start(args: &[&str]) -> Option<Server> {
         let has = Command::new(PYTHON)
-            .args(["-c", "import grpc, grpc_tools"])
+            // Names from the packages, not the imports alone (see grpc.rs).
+            .args([
+                "-c",
+                "from grpc import server; from grpc_tools import protoc",
+            ])
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());

@@ -19,7 +19,7 @@ const MESSAGE_BYTES: u64 = 7;
 
 fn has_grpcio() -> bool {
     std::process::Command::new("/usr/bin/python3")
-        .args(["-c", "import grpc"])
+        .args(["-c", "from grpc import server"])
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())

@@ -89,7 +89,9 @@ fn gunicorn_waiting(sample: &str) -> u64 {
 /// True when Debian's python3 has gunicorn (python3-gunicorn); says why not otherwise.
 pub(crate) fn gunicorn_installed() -> bool {
     let found = std::process::Command::new("/usr/bin/python3")
-        .args(["-c", "import gunicorn"])
+        // A name from the package, not the import alone: an emptied package directory (a
+        // half-removed install) still imports, as a namespace package.
+        .args(["-c", "from gunicorn.app.wsgiapp import WSGIApplication"])
         .status()
         .is_ok_and(|s| s.success());
     if !found {
