@@ -208,6 +208,39 @@ fn tests_name_machine_wide_things_through_unique_name() {
     assert!(found.is_empty(), "names from the pid: {found:#?}");
 }
 
+/// The report builds nothing it throws away: every function report/ exports is called by the
+/// library itself, not only by tests (the HTML adapter once built series and a results table
+/// that only tests read). `read_analysis_json` is the one export for the library's users (it
+/// reads analysis.json back typed). Catches a section, table or series made and left unread.
+#[test]
+fn the_report_exports_nothing_only_tests_call() {
+    let mut files = Vec::new();
+    rust_files(Path::new("src"), &mut files);
+    let code: Vec<(PathBuf, String)> = (files.into_iter())
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
+            (f, code)
+        })
+        .collect();
+    let all: String = code.iter().map(|(_, c)| c.as_str()).collect();
+    let export = regex::Regex::new(r"pub(?:\((?:crate|super)\))? fn (\w+)").unwrap();
+    let mut unread = Vec::new();
+    for (f, c) in code.iter().filter(|(f, _)| f.starts_with("src/report")) {
+        for m in export.captures_iter(c) {
+            let name = &m[1];
+            let uses = regex::Regex::new(&format!(r"\b{name}\b")).unwrap();
+            if uses.find_iter(&all).count() <= 1 && name != "read_analysis_json" {
+                unread.push(format!("{}: {name}", f.display()));
+            }
+        }
+    }
+    assert!(
+        unread.is_empty(),
+        "exported, called by no library code: {unread:?}"
+    );
+}
+
 /// The crate's lints are declared once, in Cargo.toml's `[lints]` table, so that the library,
 /// the binary and every test target are held to the same ones.
 #[test]
