@@ -292,16 +292,14 @@ pub fn sample_tree_from(
     root: i32,
     stats: &BTreeMap<i32, PidStat>,
 ) -> Option<TreeSample> {
-    stats.get(&root)?;
-    let parents: BTreeMap<i32, i32> = stats.iter().map(|(&pid, s)| (pid, s.ppid)).collect();
-    let tasks = descendants(root, &parents)
-        .into_iter()
-        .flat_map(|pid| {
+    let pids = tree_pids(root, stats)?;
+    let tasks = (pids.iter())
+        .flat_map(|&pid| {
             let tasks = read_tasks(proc_root, pid);
             tasks.into_iter().map(move |(tid, t)| ((pid, tid), t))
         })
         .collect();
-    tree_of(root, stats, tasks)
+    Some(tree_with(&pids, stats, tasks))
 }
 
 /// The tree rooted at `root` from every process's stat (`stats`) and its threads as read
@@ -312,10 +310,24 @@ pub fn tree_of(
     stats: &BTreeMap<i32, PidStat>,
     tasks: BTreeMap<(i32, i32), TaskSample>,
 ) -> Option<TreeSample> {
+    Some(tree_with(&tree_pids(root, stats)?, stats, tasks))
+}
+
+/// `root` and its descendants, from every process's stat; None when the root is gone.
+fn tree_pids(root: i32, stats: &BTreeMap<i32, PidStat>) -> Option<Vec<i32>> {
     stats.get(&root)?;
     let parents: BTreeMap<i32, i32> = stats.iter().map(|(&pid, s)| (pid, s.ppid)).collect();
+    Some(descendants(root, &parents))
+}
+
+/// The tree of the processes `pids` with the threads of theirs among `tasks`.
+fn tree_with(
+    pids: &[i32],
+    stats: &BTreeMap<i32, PidStat>,
+    tasks: BTreeMap<(i32, i32), TaskSample>,
+) -> TreeSample {
     let mut sample = TreeSample::default();
-    for pid in descendants(root, &parents) {
+    for &pid in pids {
         sample.processes.insert(pid, stats[&pid]);
     }
     for (key, task) in tasks {
@@ -326,7 +338,7 @@ pub fn tree_of(
             sample.tasks.insert(key, task);
         }
     }
-    Some(sample)
+    sample
 }
 
 /// pid → parent pid of every process under the proc tree at `proc_root` ("/proc").
