@@ -12,8 +12,13 @@ deadline left on arrival (context.time_remaining()) of the calls that had one. W
 yes it keeps every request it decoded, as protobuf's JSON mapping gives it (MessageToDict), so
 a test can check the values that vary per call.
 
+The streaming methods count every request message they decode (`messages`, per method) and
+every reply message they send (`replied`, per method); Gather and Chat also count their calls
+by the number of request messages each had (`per_call`: {N: calls}).
+
 A line "count" on standard input prints one JSON object on standard output:
-{"calls": {METHOD: n}, "matched": n, "metadata_matched": n, "remaining_s": [min, max] | null};
+{"calls": {METHOD: n}, "matched": n, "metadata_matched": n, "remaining_s": [min, max] | null,
+ "messages": {METHOD: n}, "replied": {METHOD: n}, "per_call": {N: calls}};
 a line "requests" prints the requests recorded (a JSON list) and forgets them.
 """
 
@@ -49,18 +54,26 @@ def generate():
 
 pb2, pb2_grpc = generate()
 lock = threading.Lock()
-calls = {"SayHello": 0, "Exhausted": 0, "Slow": 0}
+STREAMING = ["SayHellos", "Gather", "Chat"]
+calls = {"SayHello": 0, "Exhausted": 0, "Slow": 0, **{m: 0 for m in STREAMING}}
+messages = {m: 0 for m in STREAMING}
+replied = {m: 0 for m in STREAMING}
+per_call = {}
 state = {"matched": 0, "metadata_matched": 0, "remaining": None}
 expected = None
 metadata = {}
 recorded = None
 
 
-def count(method, request, context):
+def count(method, request, context, first=True):
+    """One request message decoded; `first` when it begins its call (a stream's later
+    messages count as messages, not calls)."""
     md = dict(context.invocation_metadata())
     remaining = context.time_remaining()
     with lock:
-        calls[method] += 1
+        calls[method] += int(first)
+        if method in messages:
+            messages[method] += 1
         if expected is not None and request == expected:
             state["matched"] += 1
         if metadata and all(md.get(k) == v for k, v in metadata.items()):
@@ -70,6 +83,17 @@ def count(method, request, context):
         if remaining is not None:
             lo, hi = state["remaining"] or (remaining, remaining)
             state["remaining"] = (min(lo, remaining), max(hi, remaining))
+
+
+def reply(method, name):
+    with lock:
+        replied[method] += 1
+    return pb2.HelloReply(message=f"hello {name}")
+
+
+def stream_ended(n):
+    with lock:
+        per_call[n] = per_call.get(n, 0) + 1
 
 
 class Greeter(pb2_grpc.GreeterServicer):
@@ -86,6 +110,29 @@ class Greeter(pb2_grpc.GreeterServicer):
         time.sleep(0.3)
         return pb2.HelloReply(message=f"hello {request.user.name}")
 
+    def SayHellos(self, request, context):
+        count("SayHellos", request, context)
+        for _ in range(min(request.replies, 2) if request.replies > 100 else request.replies):
+            yield reply("SayHellos", request.user.name)
+        if request.replies > 100:
+            context.abort(grpc.StatusCode.OUT_OF_RANGE, "at most 100 replies")
+
+    def Gather(self, request_iterator, context):
+        n = 0
+        for request in request_iterator:
+            count("Gather", request, context, first=n == 0)
+            n += 1
+        stream_ended(n)
+        return reply("Gather", f"{n} hellos")
+
+    def Chat(self, request_iterator, context):
+        n = 0
+        for request in request_iterator:
+            count("Chat", request, context, first=n == 0)
+            n += 1
+            yield reply("Chat", request.user.name)
+        stream_ended(n)
+
 
 def answer_counts():
     for line in sys.stdin:
@@ -96,6 +143,9 @@ def answer_counts():
                     "matched": state["matched"],
                     "metadata_matched": state["metadata_matched"],
                     "remaining_s": state["remaining"],
+                    "messages": dict(messages),
+                    "replied": dict(replied),
+                    "per_call": {str(n): c for n, c in per_call.items()},
                 }
             print(json.dumps(doc), flush=True)
         elif line.strip() == "requests":

@@ -11,6 +11,7 @@ use clap::Args;
 
 use super::live::LiveOutputs;
 use crate::analyze::thresholds::{self, Threshold, ThresholdError, ThresholdVerdict};
+use crate::load::protocol::grpc::GrpcStream;
 use crate::load::protocol::grpc_message::{self, Method, Schema};
 use crate::load::raw::RawSink;
 use crate::load::template::grpc::{self as grpc_json, Message};
@@ -146,6 +147,11 @@ pub struct LoadArgs {
     /// DEADLINE_EXCEEDED); e.g. 200ms.
     #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration, help_heading = "gRPC")]
     pub deadline: Option<std::time::Duration>,
+    /// Messages each call sends on a client-streaming or bidirectional method, then ends its
+    /// side [default: 1]; the method's kind comes from --proto. Without --proto, every call
+    /// sends N messages and its reply is read as a stream (any number of messages, counted).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000), help_heading = "gRPC")]
+    pub stream_messages: Option<u32>,
     /// Number of distinct keys [default: 1024; kvd://: the daemon's keys per rank × ranks].
     #[arg(long, help_heading = "Key-value (redis, memcache)")]
     pub keys: Option<u64>,
@@ -307,6 +313,7 @@ impl LoadArgs {
                 body: self.body.clone(),
                 body_file: None,
                 grpc_calls: None,
+                grpc_stream: None,
                 // 0 asks kvd:// for its daemons' whole key space.
                 keys: self.keys.unwrap_or(if self.url.starts_with("kvd://") {
                     0
@@ -385,6 +392,28 @@ impl LoadArgs {
         Ok(Some((method, message)))
     }
 
+    /// A streaming call's shape: the method's (`method`, from --proto) with
+    /// --stream-messages, or without a method one of N messages each way; none for a unary
+    /// call.
+    pub fn grpc_stream(&self, method: Option<&Method>) -> Result<Option<GrpcStream>, LoadError> {
+        let bad = |s: String| LoadError::BadInput(s);
+        if let (Some(_), None) = (self.stream_messages, grpc_message::url_path(&self.url)) {
+            return Err(bad(format!(
+                "--stream-messages is for gRPC calls: {:?} is not a grpc:// or grpcs:// url",
+                self.url
+            )));
+        }
+        match method {
+            Some(m) => m
+                .stream(self.stream_messages)
+                .map_err(|e| bad(e.to_string())),
+            None => Ok(self.stream_messages.map(|n| GrpcStream {
+                messages_per_call: n,
+                streamed_replies: true,
+            })),
+        }
+    }
+
     /// Reads and checks the `--requests` file (an error names its file and line).
     pub fn read_requests(&self) -> Result<Option<Arc<RequestFile>>, LoadError> {
         let Some(path) = &self.requests else {
@@ -415,6 +444,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         }
         method
     });
+    config.proto.grpc_stream = args.grpc_stream(method.as_ref())?;
     if let Some(deadline) = args.deadline {
         config.proto.headers.push(format!(
             "grpc-timeout: {}",
@@ -564,6 +594,29 @@ fn print_lookups(r: &LoadReport, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A streaming load's messages beside its calls, and the latency to a call's first reply.
+fn print_stream(r: &LoadReport, out: &mut dyn Write) -> anyhow::Result<()> {
+    let Some(s) = &r.grpc_stream else {
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "  messages: {} per call; {} sent, {} received whole (whole run); {} in the window's calls, {:.1}/s",
+        s.messages_per_call, s.messages_sent, s.messages_received, s.window_messages, s.messages_per_s
+    )?;
+    if let Some(h) = &s.first_message_us {
+        let d = units::duration_us;
+        writeln!(
+            out,
+            "  first reply message: p50 {}  p99 {}  max {} (the call's end is the latency above)",
+            d(h.p50),
+            d(h.p99),
+            d(h.max)
+        )?;
+    }
+    Ok(())
+}
+
 fn write_json(
     path: &std::path::Path,
     outcome: &LoadOutcome,
@@ -699,6 +752,7 @@ fn print_summary(outcome: &LoadOutcome, out: &mut dyn Write) -> anyhow::Result<(
         r.error_ratio
     )?;
     print_lookups(r, out)?;
+    print_stream(r, out)?;
     writeln!(
         out,
         "  set-up: {} connections open in {} (mean connect {})",

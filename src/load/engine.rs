@@ -11,12 +11,13 @@ use hdrhistogram::Histogram;
 
 use super::h2::H2Session;
 use super::pipelined::Pipelined;
+use super::protocol::grpc::GrpcStream;
 use super::recorder::{Counts, IntervalMsg, Msg, Schedule, Totals};
 use super::target::Target;
 use super::worker::{Connection, LoopContext, Worker};
 use super::{LoadConfig, LoadError, LoadOutcome};
 use crate::record::load::{
-    latency_us, ClientCpu, IntervalLine, IntervalSink, LoadReport, SCHEMA_VERSION,
+    latency_us, ClientCpu, IntervalLine, IntervalSink, LoadReport, StreamFigures, SCHEMA_VERSION,
 };
 
 /// A generator core busier than this measured the client rather than the server.
@@ -588,6 +589,10 @@ impl Merger {
         } else {
             0.0
         };
+        report.grpc_stream = config
+            .proto
+            .grpc_stream
+            .map(|shape| self.stream_figures(shape, &report));
         if let Some(lag) = &send_lag {
             let late: u64 = self.totals.iter().map(|t| t.late_sends).sum();
             report.late_sends = Some(late);
@@ -613,6 +618,30 @@ impl Merger {
             ready_unix_ns,
             report,
             hist_ns: self.hist,
+        }
+    }
+
+    /// A streaming load's messages, from the threads' totals: the messages sent are each
+    /// call's, the messages of a single-message reply one per successful call.
+    fn stream_figures(&self, shape: GrpcStream, report: &LoadReport) -> StreamFigures {
+        let mut first: Option<Histogram<u64>> = None;
+        for h in self.totals.iter().filter_map(|t| t.first_message.as_ref()) {
+            let _ = first.get_or_insert_with(|| self.sched.new_hist()).add(h);
+        }
+        let window_messages = match shape.streamed_replies {
+            true => self.totals.iter().map(|t| t.window_messages).sum(),
+            false => report.requests,
+        };
+        StreamFigures {
+            messages_per_call: shape.messages_per_call,
+            messages_sent: report.sent * u64::from(shape.messages_per_call),
+            messages_received: self.totals.iter().map(|t| t.messages_received).sum(),
+            window_messages,
+            messages_per_s: match report.duration_s > 0.0 {
+                true => window_messages as f64 / report.duration_s,
+                false => 0.0,
+            },
+            first_message_us: first.as_ref().map(latency_us),
         }
     }
 }

@@ -280,6 +280,7 @@ pub fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
         tls_resumed: reports.iter().map(|r| r.tls_resumed).sum(),
         // The handshake percentiles come without their histograms: not merged.
         tls_handshake_us: None,
+        grpc_stream: merge_streams(reports),
         client_cpu: crate::record::load::ClientCpu {
             user_s: sum_f(|r| r.client_cpu.user_s),
             sys_s: sum_f(|r| r.client_cpu.sys_s),
@@ -299,4 +300,22 @@ pub fn sum_reports(reports: &[&LoadReport]) -> LoadReport {
         },
         client_saturated: reports.iter().any(|r| r.client_saturated),
     }
+}
+
+/// The parts' stream figures summed (the first-message percentiles come without their
+/// histograms: not merged); none when no part made streaming calls.
+fn merge_streams(reports: &[&LoadReport]) -> Option<crate::record::load::StreamFigures> {
+    let parts: Vec<_> = reports
+        .iter()
+        .filter_map(|r| r.grpc_stream.as_ref())
+        .collect();
+    let first = parts.first()?;
+    Some(crate::record::load::StreamFigures {
+        messages_per_call: first.messages_per_call,
+        messages_sent: parts.iter().map(|p| p.messages_sent).sum(),
+        messages_received: parts.iter().map(|p| p.messages_received).sum(),
+        window_messages: parts.iter().map(|p| p.window_messages).sum(),
+        messages_per_s: parts.iter().map(|p| p.messages_per_s).sum(),
+        first_message_us: None,
+    })
 }

@@ -79,6 +79,9 @@ pub struct ProtoOptions {
     /// gRPC: a message made per call from JSON with placeholders (`--data`); each stream
     /// sends its own (`body_file` then holds the first, for `--verbose`).
     pub grpc_calls: Option<std::sync::Arc<template::grpc::CallTemplate>>,
+    /// gRPC: a streaming call's shape (`--stream-messages`, or the method's in its .proto);
+    /// none for unary calls.
+    pub grpc_stream: Option<protocol::grpc::GrpcStream>,
     /// Redis key space size.
     pub keys: u64,
     /// Redis share of GETs (the rest are SETs), 0..=1.
@@ -116,6 +119,7 @@ impl Default for ProtoOptions {
             body: None,
             body_file: None,
             grpc_calls: None,
+            grpc_stream: None,
             keys: 1024,
             read_ratio: 1.0,
             value_size: 16,

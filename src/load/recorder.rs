@@ -217,6 +217,13 @@ pub(super) struct Totals {
     pub tls_handshake: Option<Histogram<u64>>,
     /// TLS: handshakes of the run that resumed a session.
     pub tls_resumed: u64,
+    /// gRPC: reply messages read whole over the run (calls of any end).
+    pub messages_received: u64,
+    /// gRPC, streamed replies: messages of the window's successful calls.
+    pub window_messages: u64,
+    /// gRPC, streamed replies: latency to the first message of the window's successful
+    /// calls, ns.
+    pub first_message: Option<Histogram<u64>>,
 }
 
 /// Records `ns` in an auto-resizing histogram; clips only if the histogram cannot grow
@@ -334,6 +341,27 @@ impl Recorder {
             .tls_handshake
             .get_or_insert_with(|| self.sched.new_hist());
         record(h, ns.max(1));
+    }
+
+    /// `n` gRPC reply messages read whole (any call's, the whole run).
+    pub fn messages_read(&mut self, n: u64) {
+        self.totals.messages_received += n;
+    }
+
+    /// A call whose reply was streamed ended well at `now` with `messages`, the first of
+    /// them `first_ns` after the call's intended send (none without a message).
+    pub fn streamed(&mut self, messages: u32, first_ns: Option<u64>, now: u64) {
+        if !self.in_window(now) {
+            return;
+        }
+        self.totals.window_messages += u64::from(messages);
+        if let Some(ns) = first_ns {
+            let h = self
+                .totals
+                .first_message
+                .get_or_insert_with(|| self.sched.new_hist());
+            record(h, ns.max(1));
+        }
     }
 
     /// A redis GET answered: its key was `found` or not.

@@ -287,10 +287,12 @@ impl Target {
                 false => req.header(name, value.trim()),
             };
         }
+        let per_call = opts.grpc_stream.map_or(1, |s| s.messages_per_call);
         let body = match self.grpc {
-            true => Some(bytes::Bytes::from(crate::wire::grpc::frame(
-                opts.body_file.as_deref().unwrap_or_default(),
-            ))),
+            true => Some(bytes::Bytes::from(
+                crate::wire::grpc::frame(opts.body_file.as_deref().unwrap_or_default())
+                    .repeat(per_call as usize),
+            )),
             false => opts.body.as_ref().map(|b| bytes::Bytes::from(b.clone())),
         };
         // A message made per call has no one length (gRPC needs none).

@@ -165,6 +165,19 @@ impl Tally {
         }
     }
 
+    /// A gRPC call whose reply was streamed ended well with `messages`, the first whole at
+    /// `first_ns` (0 without one).
+    pub fn streamed(&mut self, req: Sent, messages: u32, first_ns: u64, now: u64) {
+        self.answered(req, None, now);
+        let first = (first_ns > 0).then(|| first_ns.saturating_sub(req.intended_ns));
+        self.rec.streamed(messages, first, now);
+    }
+
+    /// `n` gRPC reply messages read whole (the whole run's count).
+    pub fn messages_read(&mut self, n: u64) {
+        self.rec.messages_read(n);
+    }
+
     /// A request failed without an answer.
     pub fn failed(&mut self, kind: RequestError, now: u64) {
         self.rec.error(kind, now);

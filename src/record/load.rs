@@ -155,12 +155,39 @@ pub struct LoadReport {
     /// handshake, µs (not part of `latency_us`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_handshake_us: Option<LatencyUs>,
+    /// gRPC streaming calls only: their messages, counted beside the calls (`sent` and
+    /// `requests` count calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_stream: Option<StreamFigures>,
     /// The generator's CPU use.
     pub client_cpu: ClientCpu,
     /// The step measured the client, not the server: a CPU of the generator was over 90%
     /// busy (its threads' busy time summed per CPU), or in open loop more than 1% of the
     /// sends were late.
     pub client_saturated: bool,
+}
+
+/// A streaming gRPC load's messages (client-streaming, server-streaming or bidirectional
+/// calls), beside its calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamFigures {
+    /// Messages each call sends (`--stream-messages`: client-streaming and bidirectional
+    /// calls; 1 for a server-streaming call).
+    pub messages_per_call: u32,
+    /// Request messages of the calls counted in `sent` (warm-up and drain included).
+    pub messages_sent: u64,
+    /// Reply messages read whole over the run, of calls of any end (warm-up and drain
+    /// included, as `sent`).
+    pub messages_received: u64,
+    /// Reply messages of the measured window's successful calls (`requests`).
+    pub window_messages: u64,
+    /// `window_messages` per second of the measured window.
+    pub messages_per_s: f64,
+    /// Streamed replies: latency from a successful call's (intended) send to its first
+    /// reply message, µs, of the window's calls that had one (to the call's end is
+    /// `latency_us`); absent for single-message replies and when no call had a message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_message_us: Option<LatencyUs>,
 }
 
 /// One per-second line of a running load.

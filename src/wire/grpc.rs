@@ -3,9 +3,9 @@
 //! `grpc-status` (and `grpc-message`) of the response's trailers, or of its only header block
 //! when the server answers at once ("Trailers-Only").
 //!
-//! [`ReplyReader`] follows one unary response as its header blocks and DATA come, holding no
-//! message bytes (they are counted, not kept): a benchmark checks the framing and the status,
-//! it does not decode protobuf.
+//! [`ReplyReader`] follows one response (unary, or a stream of messages) as its header blocks
+//! and DATA come, holding no message bytes (they are counted, not kept): a benchmark checks the
+//! framing and the status, it does not decode protobuf.
 
 use percent_encoding::percent_decode;
 
@@ -28,7 +28,7 @@ pub fn frame(message: &[u8]) -> Vec<u8> {
 /// How a unary call ended, read from its response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
-    /// `grpc-status: 0` and one whole message.
+    /// `grpc-status: 0` and one whole message (a streamed reply: any number).
     Ok,
     /// A non-zero `grpc-status`: its code and `grpc-message` (percent-decoded, cut short).
     Status(u32, String),
@@ -51,9 +51,12 @@ pub enum Broken {
     MessageCount,
 }
 
-/// One unary response's gRPC state, fed its header fields and DATA bytes in order.
+/// One response's gRPC state, fed its header fields and DATA bytes in order.
 #[derive(Debug, Default, Clone)]
 pub struct ReplyReader {
+    /// The reply is a stream (a server-streaming or bidirectional call): any number of
+    /// messages, none included, ends a successful call.
+    streamed: bool,
     /// The prefix being read: its bytes so far.
     prefix: [u8; PREFIX_LEN],
     prefix_len: u8,
@@ -61,6 +64,8 @@ pub struct ReplyReader {
     remaining: u32,
     /// Messages whose prefix was read.
     messages: u32,
+    /// Messages read whole (prefix and every byte of the message).
+    whole: u32,
     /// A `grpc-encoding` other than `identity` was announced: compressed messages may come.
     encoded: bool,
     status: Option<u32>,
@@ -71,6 +76,24 @@ pub struct ReplyReader {
 }
 
 impl ReplyReader {
+    /// A reader for a streamed reply (see [`End::Ok`]).
+    pub fn streamed() -> Self {
+        ReplyReader {
+            streamed: true,
+            ..ReplyReader::default()
+        }
+    }
+
+    /// Whether the reply is read as a stream.
+    pub fn is_streamed(&self) -> bool {
+        self.streamed
+    }
+
+    /// Messages read whole so far.
+    pub fn whole(&self) -> u32 {
+        self.whole
+    }
+
     /// One header field of any of the response's header blocks.
     pub fn header(&mut self, name: &[u8], value: &[u8]) {
         match name {
@@ -91,6 +114,7 @@ impl ReplyReader {
                 let n = bytes.len().min(self.remaining as usize);
                 self.remaining -= n as u32;
                 bytes = &bytes[n..];
+                self.whole += u32::from(self.remaining == 0);
                 continue;
             }
             let at = self.prefix_len as usize;
@@ -116,6 +140,8 @@ impl ReplyReader {
         }
         let p = &self.prefix;
         self.remaining = u32::from_be_bytes([p[1], p[2], p[3], p[4]]);
+        // An empty message is whole with its prefix.
+        self.whole += u32::from(self.remaining == 0);
     }
 
     fn broke(&mut self, kind: Broken) {
@@ -123,8 +149,8 @@ impl ReplyReader {
     }
 
     /// The response ended: how the call did. A message cut short by the end (its prefix
-    /// promised more than came) is a framing error; so is a successful unary call whose
-    /// response is not exactly one message.
+    /// promised more than came) is a framing error; so is a successful call whose reply is
+    /// not streamed and is not exactly one message.
     pub fn end(self) -> End {
         if let Some(kind) = self.broken {
             return End::Broken(kind);
@@ -134,7 +160,7 @@ impl ReplyReader {
         }
         match self.status {
             None => End::NoStatus,
-            Some(0) if self.messages != 1 => End::Broken(Broken::MessageCount),
+            Some(0) if !self.streamed && self.messages != 1 => End::Broken(Broken::MessageCount),
             Some(0) => End::Ok,
             Some(code) => End::Status(code, self.message.unwrap_or_default()),
         }
@@ -263,5 +289,34 @@ mod tests {
             read(&[], &[&frame(b"a")], &[("grpc-status", "x1")]),
             End::Broken(Broken::BadStatus)
         );
+    }
+
+    /// A streamed reply ends well with any number of messages, none included, and counts
+    /// each once it is whole, wherever the reads cut it; a message cut short by the end is
+    /// still a framing error. A count that moved at a prefix, or that missed an empty
+    /// message, fails here.
+    #[test]
+    fn a_streamed_reply_counts_whole_messages_across_any_cuts() {
+        let body = [frame(b"one"), frame(b""), frame(b"three")].concat();
+        for cut in 0..body.len() {
+            let mut r = ReplyReader::streamed();
+            r.data(&body[..cut]);
+            let whole_at_cut = [8, 13, body.len()]
+                .iter()
+                .filter(|&&end| cut >= end)
+                .count();
+            assert_eq!(r.whole() as usize, whole_at_cut, "cut at {cut}");
+            r.data(&body[cut..]);
+            assert_eq!(r.whole(), 3);
+            r.header(b"grpc-status", b"0");
+            assert_eq!(r.end(), End::Ok, "cut at {cut}");
+        }
+        let mut none = ReplyReader::streamed();
+        none.header(b"grpc-status", b"0");
+        assert_eq!(none.end(), End::Ok, "a stream of no messages");
+        let mut short = ReplyReader::streamed();
+        short.data(&body[..body.len() - 1]);
+        short.header(b"grpc-status", b"0");
+        assert_eq!(short.end(), End::Broken(Broken::Framing));
     }
 }

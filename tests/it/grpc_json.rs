@@ -12,22 +12,22 @@ use serde_json::Value;
 
 use crate::common;
 
-const PYTHON: &str = "/usr/bin/python3";
+pub(crate) const PYTHON: &str = "/usr/bin/python3";
 
 /// The message every test sends, and the server expects, in protobuf's JSON mapping.
-const DATA: &str = r#"{"user": {"name": "Jo", "age": 41, "tier": "PRO", "tags": ["a", "b"]},
+pub(crate) const DATA: &str = r#"{"user": {"name": "Jo", "age": 41, "tier": "PRO", "tags": ["a", "b"]},
     "requestId": "12345678901", "labels": {"region": "eu"}}"#;
 
-fn examples() -> PathBuf {
+pub(crate) fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
 }
 
-fn proto() -> String {
+pub(crate) fn proto() -> String {
     examples().join("greeter.proto").display().to_string()
 }
 
 /// examples/grpc_json_server.py on a free port.
-struct Server {
+pub(crate) struct Server {
     port: u16,
     child: Child,
     stdin: ChildStdin,
@@ -37,7 +37,7 @@ struct Server {
 impl Server {
     /// Started with `args` (`--expect JSON`, `--metadata K=V`); `None` (after
     /// `skip_or_fail`) without grpcio and grpcio-tools.
-    fn start(args: &[&str]) -> Option<Server> {
+    pub(crate) fn start(args: &[&str]) -> Option<Server> {
         let has = Command::new(PYTHON)
             // Names from the packages, not the imports alone (see grpc.rs).
             .args([
@@ -76,13 +76,21 @@ impl Server {
         })
     }
 
-    fn url(&self, method: &str) -> String {
+    pub(crate) fn url(&self, method: &str) -> String {
         format!("grpc://127.0.0.1:{}/greeter.Greeter/{method}", self.port)
     }
 
     /// The server's counts: calls per method, matched, metadata_matched, remaining_s.
-    fn counts(&mut self) -> Value {
+    pub(crate) fn counts(&mut self) -> Value {
         writeln!(self.stdin, "count").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    }
+
+    /// The requests recorded since the last call (`--record yes`), as protobuf's JSON mapping.
+    pub(crate) fn requests(&mut self) -> Vec<Value> {
+        writeln!(self.stdin, "requests").unwrap();
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
@@ -100,14 +108,14 @@ impl Drop for Server {
     }
 }
 
-fn u(doc: &Value, key: &str) -> u64 {
+pub(crate) fn u(doc: &Value, key: &str) -> u64 {
     doc[key]
         .as_u64()
         .unwrap_or_else(|| panic!("no {key} in {doc:#}"))
 }
 
 /// A 1 s load at depth 4 on 2 connections with `args`; its JSON (exit 0 asserted).
-fn load(url: &str, args: &[&str]) -> Value {
+pub(crate) fn load(url: &str, args: &[&str]) -> Value {
     let mut all = vec!["-c", "2", "-d", "1s", "--depth", "4"];
     all.extend_from_slice(args);
     let (code, _, stderr, doc) = common::load_json(url, &all);
@@ -476,10 +484,7 @@ fn per_call_placeholders_reach_grpcio_distinct_and_in_range() {
         &server.url("SayHello"),
         &["--proto", &proto(), "--data", data],
     );
-    writeln!(server.stdin, "requests").unwrap();
-    let mut line = String::new();
-    server.stdout.read_line(&mut line).unwrap();
-    let requests: Vec<Value> = serde_json::from_str(&line).unwrap();
+    let requests = server.requests();
     let sent = u(&doc, "sent");
     eprintln!("sent {sent}, grpcio decoded {}", requests.len());
     assert_eq!(doc["errors"], serde_json::json!({}), "{doc:#}");

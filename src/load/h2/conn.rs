@@ -102,6 +102,9 @@ pub(super) enum Event<T> {
     Failed(T, RequestError),
     /// gRPC: the call ended with a non-zero `grpc-status`, its code and `grpc-message`.
     GrpcStatus(T, u32, String),
+    /// gRPC, a streamed reply: the call ended well, with this many messages, the first
+    /// whole at this time (the `now` of [`H2Conn::receive_at`]; 0 without a message).
+    Streamed(T, u32, u64),
 }
 
 /// A connection error: the connection is unusable; its streams fail with `kind`, and the
@@ -152,6 +155,8 @@ struct Slot<T> {
     body: Option<Bytes>,
     /// gRPC: the response's framing and status so far.
     grpc: ReplyReader,
+    /// gRPC, a streamed reply: when its first message was whole (0: not yet).
+    first_ns: u64,
 }
 
 /// A header block being collected over HEADERS and CONTINUATION frames.
@@ -199,6 +204,13 @@ pub(super) struct H2Conn<T> {
     bodies: usize,
     /// Responses are gRPC calls': their framing is checked and their status read.
     grpc: bool,
+    /// gRPC replies are streams (server-streaming or bidirectional calls): any number of
+    /// messages, each counted, the first one timed.
+    streamed: bool,
+    /// The time of the bytes being taken (set by [`H2Conn::receive_at`]).
+    now_ns: u64,
+    /// gRPC: reply messages read whole, of any stream, since [`H2Conn::take_messages`].
+    messages_read: u64,
     /// Bytes to write, in order.
     pub out: Vec<u8>,
     /// Every DATA payload received is also appended to `kept` (a one-call probe shows the
@@ -240,6 +252,9 @@ impl<T: Copy> H2Conn<T> {
             partial: Vec::new(),
             bodies: 0,
             grpc: false,
+            streamed: false,
+            now_ns: 0,
+            messages_read: 0,
             out,
             keep_data: false,
             kept: Vec::new(),
@@ -250,6 +265,17 @@ impl<T: Copy> H2Conn<T> {
     pub fn grpc(mut self) -> Self {
         self.grpc = true;
         self
+    }
+
+    /// Reads every response as a gRPC call's streamed reply.
+    pub fn grpc_streamed(mut self) -> Self {
+        self.streamed = true;
+        self.grpc()
+    }
+
+    /// The reply messages read whole since the last call (every stream's, whatever its end).
+    pub fn take_messages(&mut self) -> u64 {
+        std::mem::take(&mut self.messages_read)
     }
 
     /// Keeps every DATA payload in [`H2Conn::kept`] (for one call, not for a load).
@@ -299,7 +325,11 @@ impl<T: Copy> H2Conn<T> {
             unwritten: 0,
             send_window: self.peer_initial_window,
             body,
-            grpc: ReplyReader::default(),
+            grpc: match self.streamed {
+                true => ReplyReader::streamed(),
+                false => ReplyReader::default(),
+            },
+            first_ns: 0,
         };
         if slot.body.is_some() {
             self.bodies += 1;
@@ -368,6 +398,18 @@ impl<T: Copy> H2Conn<T> {
     /// Takes the bytes a read brought: whole frames are acted on, the start of a cut one
     /// kept. How streams ended is pushed to `events`.
     pub fn receive(&mut self, input: &[u8], events: &mut Vec<Event<T>>) -> Result<(), ConnError> {
+        self.receive_at(input, 0, events)
+    }
+
+    /// [`H2Conn::receive`] of bytes read at `now_ns` (when a streamed reply's first
+    /// message is whole).
+    pub fn receive_at(
+        &mut self,
+        input: &[u8],
+        now_ns: u64,
+        events: &mut Vec<Event<T>>,
+    ) -> Result<(), ConnError> {
+        self.now_ns = now_ns;
         let mut input = input;
         if !self.partial.is_empty() {
             input = self.complete_cut_frame(input, events)?;
@@ -563,17 +605,24 @@ impl<T: Copy> H2Conn<T> {
         if self.keep_data {
             self.kept.extend_from_slice(content);
         }
-        let grpc = self.grpc;
+        let (grpc, now_ns) = (self.grpc, self.now_ns);
         let Some(s) = self.slot(id) else {
             return self.untracked(id);
         };
         if s.unacked + s.unwritten + len > STREAM_WINDOW {
             return Err(ConnError::FLOW_CONTROL);
         }
+        let mut got = 0;
         if grpc {
+            let before = s.grpc.whole();
             s.grpc.data(content);
+            got = s.grpc.whole() - before;
+            if got > 0 && s.first_ns == 0 {
+                s.first_ns = now_ns.max(1);
+            }
         }
         if flags & END_STREAM != 0 {
+            self.messages_read += u64::from(got);
             self.end(id, events, |s| s.response_end(grpc));
             return Ok(());
         }
@@ -586,6 +635,7 @@ impl<T: Copy> H2Conn<T> {
             self.updates_unwritten = true;
             self.updates_end = self.out.len();
         }
+        self.messages_read += u64::from(got);
         if len == 0 {
             return self.idle_frame();
         }
@@ -924,7 +974,10 @@ impl<T: Copy> Slot<T> {
         if !grpc {
             return Event::Done(self.tag, self.status);
         }
-        match std::mem::take(&mut self.grpc).end() {
+        let reader = std::mem::take(&mut self.grpc);
+        let (streamed, messages) = (reader.is_streamed(), reader.whole());
+        match reader.end() {
+            grpc::End::Ok if streamed => Event::Streamed(self.tag, messages, self.first_ns),
             grpc::End::Ok => Event::Done(self.tag, self.status),
             grpc::End::Status(code, message) => Event::GrpcStatus(self.tag, code, message),
             grpc::End::NoStatus if self.status != 200 => Event::Done(self.tag, self.status),
@@ -1096,6 +1149,61 @@ mod tests {
                 Event::Failed(4, RequestError::GrpcFraming)
             ]
         );
+    }
+
+    /// A streamed reply's messages are counted as each is whole (`take_messages`, whatever
+    /// the call's end) and its first is timed by the read that made it whole: a first time
+    /// taken at the headers, at the end, or at a prefix fails here.
+    #[test]
+    fn a_streamed_reply_times_its_first_whole_message_and_counts_them_all() {
+        let mut c = ready_conn().grpc_streamed();
+        let headers = block(&[(":status", "200")]);
+        let message = grpc::frame(b"hi");
+        let ok = block(&[("grpc-status", "0")]);
+        let mut events = Vec::new();
+        c.open(&[0x82], None, 1);
+        c.open(&[0x82], None, 2);
+        let mut input = frame(HEADERS, END_HEADERS, 1, &headers);
+        input.extend(frame(DATA, 0, 1, &message[..6]));
+        c.receive_at(&input, 100, &mut events).unwrap();
+        assert_eq!(c.take_messages(), 0, "a message without its last byte");
+        let mut input = frame(DATA, 0, 1, &[&message[6..], &message[..]].concat());
+        // Stream 3 fails: two messages read, then a status.
+        input.extend(frame(HEADERS, END_HEADERS, 3, &headers));
+        input.extend(frame(
+            DATA,
+            0,
+            3,
+            &[message.clone(), message.clone()].concat(),
+        ));
+        input.extend(frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            3,
+            &block(&[("grpc-status", "14")]),
+        ));
+        c.receive_at(&input, 200, &mut events).unwrap();
+        assert_eq!(c.take_messages(), 4);
+        input = frame(HEADERS, END_HEADERS | END_STREAM, 1, &ok);
+        c.receive_at(&input, 300, &mut events).unwrap();
+        assert_eq!(
+            events,
+            vec![
+                Event::GrpcStatus(2, 14, String::new()),
+                Event::Streamed(1, 2, 200)
+            ]
+        );
+        // A stream of no messages ends well, untimed.
+        events.clear();
+        c.open(&[0x82], None, 3);
+        let only = [headers.clone(), ok.clone()].concat();
+        c.receive_at(
+            &frame(HEADERS, END_HEADERS | END_STREAM, 5, &only),
+            400,
+            &mut events,
+        )
+        .unwrap();
+        assert_eq!(events, vec![Event::Streamed(3, 0, 0)]);
     }
 
     #[test]

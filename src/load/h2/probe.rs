@@ -61,7 +61,13 @@ pub fn first_reply(
     let mut socket = TcpStream::connect_timeout(&addr, timeout)
         .map_err(|source| ProbeError::Connect { addr, source })?;
     socket.set_read_timeout(Some(timeout))?;
-    let mut h2 = H2Conn::new(1).grpc().keep_data();
+    let streamed = opts.grpc_stream.is_some_and(|s| s.streamed_replies);
+    let h2 = H2Conn::new(1);
+    let mut h2 = match streamed {
+        true => h2.grpc_streamed(),
+        false => h2.grpc(),
+    }
+    .keep_data();
     let (request, body) = target.http2_request(opts);
     let mut block = Vec::new();
     encode_request(&request, &mut block);
@@ -98,7 +104,7 @@ pub fn first_reply(
 fn ended(event: Event<()>, data: &[u8]) -> Result<Vec<u8>, ProbeError> {
     let failed = |how: String| Err(ProbeError::Ended(how));
     match event {
-        Event::Done(..) if data.len() >= PREFIX_LEN => {
+        Event::Done(..) | Event::Streamed(..) if data.len() >= PREFIX_LEN => {
             let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
             let end = (PREFIX_LEN + len).min(data.len());
             Ok(data[PREFIX_LEN..end].to_vec())
@@ -108,6 +114,7 @@ fn ended(event: Event<()>, data: &[u8]) -> Result<Vec<u8>, ProbeError> {
             failed(crate::load::protocol::grpc::status_kind(code, &message))
         }
         Event::Failed(_, kind) => failed(kind.as_str().to_string()),
+        Event::Streamed(..) => failed("a streamed reply of no message".into()),
         Event::Refused(_) => failed("the server refused the stream".into()),
     }
 }

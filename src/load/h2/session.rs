@@ -49,6 +49,8 @@ pub(in crate::load) struct H2Session {
     body: Option<Bytes>,
     /// gRPC with a message made per call: this connection's maker of them.
     calls: Option<Calls>,
+    /// gRPC: the messages each call sends (more than 1 on a client stream).
+    per_call: u32,
     /// With `--requests`: each request's block, encoded as it is sent.
     template_block: Vec<u8>,
     /// How streams ended, from the last frames read (reused).
@@ -73,6 +75,7 @@ impl Connection for H2Session {
         let mut session = H2Session::empty(templates);
         session.block = block;
         session.body = body;
+        session.per_call = config.proto.grpc_stream.map_or(1, |s| s.messages_per_call);
         session.calls = config.proto.grpc_calls.as_ref().map(|t| {
             t.connection(
                 index,
@@ -101,7 +104,12 @@ impl Connection for H2Session {
             }
         }
         let h2 = H2Conn::new(config.depth);
-        self.h2 = Some(if target.grpc { h2.grpc() } else { h2 });
+        let streamed = config.proto.grpc_stream.is_some_and(|s| s.streamed_replies);
+        self.h2 = Some(match (target.grpc, streamed) {
+            (false, _) => h2,
+            (true, false) => h2.grpc(),
+            (true, true) => h2.grpc_streamed(),
+        });
         Ok(())
     }
 
@@ -121,7 +129,7 @@ impl Connection for H2Session {
         match self.templates.as_mut() {
             None => match self.calls.as_mut() {
                 None => h2.open(&self.block, self.body.clone(), tag),
-                Some(calls) => h2.open(&self.block, Some(calls.next_message()), tag),
+                Some(calls) => h2.open(&self.block, Some(calls.next_messages(self.per_call)), tag),
             },
             Some(t) => {
                 let (request, body) = t.next_request();
@@ -164,7 +172,8 @@ impl Connection for H2Session {
         now: u64,
     ) -> Verdict {
         let h2 = self.h2.as_mut().expect("an HTTP/2 connection");
-        let result = h2.receive(read, &mut self.events);
+        let result = h2.receive_at(read, now, &mut self.events);
+        tally.messages_read(h2.take_messages());
         for e in self.events.drain(..) {
             ended(e, tally, now);
         }
@@ -234,6 +243,7 @@ impl H2Session {
             block: Vec::new(),
             body: None,
             calls: None,
+            per_call: 1,
             template_block: Vec::new(),
             events: Vec::new(),
             held: 0,
@@ -274,6 +284,7 @@ fn ended(e: Event<Tag>, tally: &mut Tally, now: u64) {
                 tally.failed_status(status, now);
             }
         }
+        Event::Streamed(tag, messages, first_ns) => tally.streamed(tag, messages, first_ns, now),
         Event::Refused(tag) => tally.refused(tag),
         Event::Failed(_, kind) => tally.failed(kind, now),
         Event::GrpcStatus(_, code, message) => tally.failed_named(

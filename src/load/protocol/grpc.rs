@@ -7,6 +7,17 @@ use crate::wire::grpc;
 /// The headers every call carries beside the user's (`-H`, gRPC's metadata).
 pub const HEADERS: [(&str, &str); 2] = [("content-type", grpc::CONTENT_TYPE), ("te", "trailers")];
 
+/// How a streaming call is made and read (none for a unary call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcStream {
+    /// Messages each call sends, then ends its side (client-streaming and bidirectional
+    /// calls; 1 otherwise).
+    pub messages_per_call: u32,
+    /// The reply is a stream (server-streaming and bidirectional calls): any number of
+    /// messages ends a successful call, each is counted and the first timed.
+    pub streamed_replies: bool,
+}
+
 /// Checks a call's path: `/PACKAGE.SERVICE/METHOD` (the package may be empty, the service
 /// and method may not).
 pub fn check_path(path: &str) -> Result<(), String> {

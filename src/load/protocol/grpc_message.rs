@@ -5,6 +5,7 @@
 //! the type the `.proto` expects. A message with placeholders, made per call, is
 //! [`crate::load::template::grpc`]'s.
 
+use super::grpc::GrpcStream;
 use prost::Message as _;
 use prost_reflect::{
     DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, MethodDescriptor,
@@ -53,7 +54,7 @@ pub enum MessageError {
     Reply(String),
 }
 
-/// A unary method's input and output types.
+/// A method's input and output types, and whether each side streams.
 #[derive(Debug, Clone)]
 pub struct Method {
     method: MethodDescriptor,
@@ -88,11 +89,6 @@ pub fn method(schema: &Schema, path: &str) -> Result<Method, MessageError> {
             list_or_none(&offered)
         )));
     };
-    if method.is_client_streaming() || method.is_server_streaming() {
-        return Err(MessageError::Schema(format!(
-            "{service}/{name} is a streaming method: stairbench loads unary gRPC methods only"
-        )));
-    }
     Ok(Method { method })
 }
 
@@ -114,6 +110,26 @@ impl Method {
     /// The method's output type's full name.
     pub fn output_name(&self) -> String {
         self.method.output().full_name().to_string()
+    }
+
+    /// How a call of the method is made: `messages` (`--stream-messages`) per call on a
+    /// client stream (1 when not given), its reply read as a stream when the server streams;
+    /// none for a unary method. `messages` for a method that takes one message is refused.
+    pub fn stream(&self, messages: Option<u32>) -> Result<Option<GrpcStream>, MessageError> {
+        let m = &self.method;
+        if let (Some(n), false) = (messages, m.is_client_streaming()) {
+            return Err(MessageError::Schema(format!(
+                "{} takes one request message per call: --stream-messages {n} is for \
+                 client-streaming and bidirectional methods",
+                m.full_name()
+            )));
+        }
+        Ok(
+            (m.is_client_streaming() || m.is_server_streaming()).then(|| GrpcStream {
+                messages_per_call: messages.unwrap_or(1),
+                streamed_replies: m.is_server_streaming(),
+            }),
+        )
     }
 
     /// The method's input type.
@@ -555,8 +571,29 @@ service Svc {
             e.ends_with("has no method Cal (did you mean \"Call\"?): its methods are Call, Watch"),
             "{e}"
         );
-        let e = method(&s, "/demo.Svc/Watch").unwrap_err().to_string();
-        assert!(e.contains("streaming"), "{e}");
+    }
+
+    /// A streaming method's calls take their shape from the .proto: a unary one has none,
+    /// `--stream-messages` is refused where the client sends one message.
+    #[test]
+    fn a_methods_streams_come_from_the_proto() {
+        let (_dir, s) = schema();
+        let watch = method(&s, "/demo.Svc/Watch").unwrap();
+        let shape = |m: &Method, n| m.stream(n).map_err(|e| e.to_string());
+        assert_eq!(
+            shape(&watch, None),
+            Ok(Some(GrpcStream {
+                messages_per_call: 1,
+                streamed_replies: true
+            }))
+        );
+        let e = shape(&watch, Some(3)).unwrap_err();
+        assert!(
+            e.contains("demo.Svc.Watch takes one request message"),
+            "{e}"
+        );
+        let call = method(&s, "/demo.Svc/Call").unwrap();
+        assert_eq!(shape(&call, None), Ok(None));
     }
 
     #[test]

@@ -353,17 +353,25 @@ pub struct Calls {
 impl Calls {
     /// The next call's message, framed as gRPC sends it (a 5-byte prefix, then the message).
     pub fn next_message(&mut self) -> Bytes {
-        self.draw();
-        let t = &*self.template;
-        self.buf.clear();
-        self.buf.extend_from_slice(&[0; 5]);
-        t.render(&t.nodes, &self.vals, &mut self.buf);
-        let len = (self.buf.len() - 5) as u32;
-        self.buf[1..5].copy_from_slice(&len.to_be_bytes());
-        if self.arena.capacity() < self.buf.len() {
-            self.arena.reserve(ARENA_BYTES.max(self.buf.len()));
+        self.next_messages(1)
+    }
+
+    /// `n` messages, each made as [`Calls::next_message`] makes one, framed one after the
+    /// other (a client stream's request body).
+    pub fn next_messages(&mut self, n: u32) -> Bytes {
+        for _ in 0..n {
+            self.draw();
+            let t = &*self.template;
+            self.buf.clear();
+            self.buf.extend_from_slice(&[0; 5]);
+            t.render(&t.nodes, &self.vals, &mut self.buf);
+            let len = (self.buf.len() - 5) as u32;
+            self.buf[1..5].copy_from_slice(&len.to_be_bytes());
+            if self.arena.capacity() - self.arena.len() < self.buf.len() {
+                self.arena.reserve(ARENA_BYTES.max(self.buf.len()));
+            }
+            self.arena.extend_from_slice(&self.buf);
         }
-        self.arena.extend_from_slice(&self.buf);
         self.arena.split().freeze()
     }
 
