@@ -19,10 +19,15 @@
 # look-alike answering every call with an empty message and grpc-status 0 (bench/lib.sh), so
 # both tools run at rates grpcio's Python server cannot reach.
 #
+# MESSAGES=N (with JSON=1 LOOKALIKE=1): client-streaming calls of N messages each: stairbench
+# calls /greeter.Greeter/Gather with `--stream-messages N` (each message encoded from the
+# JSON), h2load POSTs the same N framed messages as one body; the look-alike answers each
+# call once. The figure is CPU per call (N messages each).
+#
 # Usage (after `cargo build --release`): bench/vs_h2load.sh
 # Settings (environment): RUNS=3 DURATION=5 CONNECTIONS=16 STREAMS=8 SERVER_CPU=0 CLIENT_CPU=1
 #                         CPU_METHOD=perf STAIRBENCH=target/release/stairbench GRPC=0
-#                         GRPC_WORKERS=4 JSON=0 LOOKALIKE=0
+#                         GRPC_WORKERS=4 JSON=0 LOOKALIKE=0 MESSAGES=0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +47,10 @@ program() { # the path of $1, looking in sbin too (Debian's nginx)
 
 JSON=${JSON:-0}
 LOOKALIKE=${LOOKALIKE:-0}
+MESSAGES=${MESSAGES:-0}
+if [ "$MESSAGES" != 0 ]; then
+    [ "$JSON" = 1 ] && [ "$LOOKALIKE" = 1 ] || die "MESSAGES=N goes with JSON=1 LOOKALIKE=1"
+fi
 GRPC=${GRPC:-$JSON}
 GRPC_WORKERS=${GRPC_WORKERS:-4}
 PYTHON=/usr/bin/python3
@@ -89,6 +98,13 @@ if [ "$JSON" = 1 ]; then
     printf '\x00\x00\x00\x00\x09\x0a\x07\x0a\x05hello' >"$FRAMED"
     H2LOAD_ARGS=(-d "$FRAMED" -H 'content-type: application/grpc' -H 'te: trailers')
     STAIRBENCH_ARGS=(--proto examples/greeter.proto --data '{"user": {"name": "hello"}}')
+    METHOD=SayHello
+    if [ "$MESSAGES" != 0 ]; then
+        cp "$FRAMED" "$WORK/one.bin"
+        for _ in $(seq "$MESSAGES"); do cat "$WORK/one.bin"; done >"$FRAMED"
+        STAIRBENCH_ARGS+=(--stream-messages "$MESSAGES")
+        METHOD=Gather
+    fi
 elif [ "$GRPC" = 1 ]; then
     H2LOAD_ARGS=(-d "$FRAMED" -H 'content-type: application/grpc' -H 'te: trailers')
     STAIRBENCH_ARGS=(--body-file "$MESSAGE")
@@ -130,8 +146,8 @@ if [ "$JSON" = 1 ]; then
         wait_port "$PORT"
         SERVER="grpcio (examples/grpc_json_server.py)"
     fi
-    H2LOAD_URL="http://127.0.0.1:$PORT/greeter.Greeter/SayHello"
-    STAIRBENCH_URL="grpc://127.0.0.1:$PORT/greeter.Greeter/SayHello"
+    H2LOAD_URL="http://127.0.0.1:$PORT/greeter.Greeter/$METHOD"
+    STAIRBENCH_URL="grpc://127.0.0.1:$PORT/greeter.Greeter/$METHOD"
 elif [ "$GRPC" = 1 ]; then
     start_grpc "$PORT"
     SERVER="grpcio ($GRPC_WORKERS threads)"

@@ -33,7 +33,7 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 #[derive(Debug, Args)]
 pub struct LoadArgs {
     /// Target: http://HOST:PORT/PATH, https://HOST:PORT/PATH, h2c://HOST:PORT/PATH,
-    /// grpc://HOST:PORT/PACKAGE.SERVICE/METHOD (unary calls over HTTP/2; grpcs:// over TLS),
+    /// grpc://HOST:PORT/PACKAGE.SERVICE/METHOD (gRPC calls over HTTP/2; grpcs:// over TLS),
     /// redis://HOST:PORT, memcache://HOST:PORT, msgr://HOST:PORT, shm://NAME (a `stairbench serve shmkv` region) or
     /// kvd://NAME (a `stairbench serve kvd` daemon).
     pub url: String,

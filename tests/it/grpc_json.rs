@@ -348,6 +348,13 @@ fn dry_run_refuses_a_specs_data_at_its_line_and_key() {
         "{out}"
     );
     assert!(out.contains("has no method Hello"), "{out}");
+    // A spec's steps make unary calls: a streaming method would fail every call.
+    let (code, out) = dry_run(&head.replace("SayHello", "SayHellos"));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("targets[0].proto: ") && out.contains("a streaming method"),
+        "{out}"
+    );
 }
 
 /// `-H` is gRPC metadata: grpcio finds a plain key's value as written and a `-bin` key's value

@@ -196,6 +196,10 @@ fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<Arc<[u8]>
     };
     let method = grpc_message::method(&schema, path)
         .map_err(|e| error_at(spec, &schema_keys, e.to_string()))?;
+    if let Ok(Some(_)) = method.stream(None) {
+        let name = &t.name;
+        return Err(error_at(spec, &schema_keys, format!("target {name:?} calls {path}, a streaming method: a spec's targets make unary calls; load a stream with `stairbench load --proto FILE [--stream-messages N]`")));
+    }
     let json = match data {
         Some(toml::Value::String(text)) => text.clone(),
         Some(other) => serde_json::to_string(other)
