@@ -977,7 +977,10 @@ impl<T: Copy> Slot<T> {
         let reader = std::mem::take(&mut self.grpc);
         let (streamed, messages) = (reader.is_streamed(), reader.whole());
         match reader.end() {
-            grpc::End::Ok if streamed => Event::Streamed(self.tag, messages, self.first_ns),
+            // An HTTP error status stays the HTTP error, as for a unary call (below).
+            grpc::End::Ok if streamed && (200..300).contains(&self.status) => {
+                Event::Streamed(self.tag, messages, self.first_ns)
+            }
             grpc::End::Ok => Event::Done(self.tag, self.status),
             grpc::End::Status(code, message) => Event::GrpcStatus(self.tag, code, message),
             grpc::End::NoStatus if self.status != 200 => Event::Done(self.tag, self.status),
@@ -1204,6 +1207,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(events, vec![Event::Streamed(3, 0, 0)]);
+        // An HTTP error status stays the HTTP error, whatever the trailers say.
+        events.clear();
+        c.open(&[0x82], None, 4);
+        let only = [block(&[(":status", "503")]), ok].concat();
+        c.receive_at(
+            &frame(HEADERS, END_HEADERS | END_STREAM, 7, &only),
+            500,
+            &mut events,
+        )
+        .unwrap();
+        assert_eq!(events, vec![Event::Done(4, 503)]);
     }
 
     #[test]
