@@ -28,8 +28,8 @@ pub struct StepRequest {
     pub connections: usize,
     /// Requests in flight per connection.
     pub depth: usize,
-    /// The target's own gRPC request message, in place of the client's (`body_file`).
-    pub message: Option<std::sync::Arc<[u8]>>,
+    /// The target's own gRPC request message and call shape, in place of the client's.
+    pub message: Option<crate::load::protocol::grpc::GrpcMessage>,
     /// Generator threads.
     pub threads: usize,
     /// Measured window.
@@ -153,7 +153,8 @@ impl Driver for EngineDriver {
 pub fn engine_config(proto: &ProtoOptions, req: &StepRequest) -> LoadConfig {
     let mut proto = proto.clone();
     if let Some(message) = &req.message {
-        proto.body_file = Some(message.clone());
+        proto.body_file = Some(message.bytes.clone());
+        proto.grpc_stream = message.stream;
     }
     LoadConfig {
         url: req.url.clone(),

@@ -51,8 +51,9 @@ pub struct TargetPlan {
     pub url: String,
     /// Requests in flight per connection (the target's own or the spec's).
     pub depth: usize,
-    /// A gRPC target's own request message (its `body_file`'s bytes); none: the client's.
-    pub message: Option<std::sync::Arc<[u8]>>,
+    /// A gRPC target's own request message (its `body_file`'s bytes, or its `data`) and
+    /// call shape; none: the client's.
+    pub message: Option<crate::load::protocol::grpc::GrpcMessage>,
     /// The spec file's directory (`{spec_dir}`).
     pub spec_dir: PathBuf,
     /// Copies of the server started side by side (1: not split).

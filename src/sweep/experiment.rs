@@ -473,16 +473,35 @@ fn describe_client(plan: &Plan, target: &TargetPlan, point: Point, cpus: &CpuPai
         ClientPlan::Engine { proto, .. } => format!(
             "built-in engine at {url}: {connections} connection(s), {threads} thread(s), depth {}{rate}{}",
             target.depth,
-            message_words(target.message.as_ref().or(proto.body_file.as_ref())),
+            message_words(
+                target
+                    .message
+                    .as_ref()
+                    .map(|m| &m.bytes)
+                    .or(proto.body_file.as_ref()),
+                target.message.as_ref().and_then(|m| m.stream)
+            ),
         ),
     }
 }
 
-/// The gRPC message a dry run's step line names: its size, so a wrong file shows.
-fn message_words(message: Option<&std::sync::Arc<[u8]>>) -> String {
-    message.map_or(String::new(), |m| {
+/// The gRPC message a dry run's step line names: its size, so a wrong file shows, and how
+/// many a streaming call sends.
+fn message_words(
+    message: Option<&std::sync::Arc<[u8]>>,
+    stream: Option<crate::load::protocol::grpc::GrpcStream>,
+) -> String {
+    let size = message.map_or(String::new(), |m| {
         format!(", a {}-byte gRPC message", m.len())
-    })
+    });
+    match stream {
+        Some(s) if s.streamed_replies => format!(
+            "{size}, {} per call, the reply a stream",
+            s.messages_per_call
+        ),
+        Some(s) => format!("{size}, {} per call", s.messages_per_call),
+        None => size,
+    }
 }
 
 /// A step's client groups and their shares, when the plan has groups.

@@ -166,6 +166,10 @@ pub struct TargetSpec {
     /// table (`load --data`), overriding `[client] data`; encoded once by `proto` when the plan is made.
     #[serde(default)]
     pub data: Option<toml::Value>,
+    /// gRPC targets: messages each call sends on a client-streaming or bidirectional method
+    /// (`load --stream-messages`), overriding `[client] stream_messages`.
+    #[serde(default)]
+    pub stream_messages: Option<u32>,
     /// Copies of the server, each on an equal share of the server cpuset with its own port
     /// (the client side is split the same way); the step sums them.
     #[serde(default)]
@@ -413,6 +417,10 @@ pub struct ClientSpec {
     /// table (`load --data`); each gRPC target's, encoded by its method's input type, unless the target has its own.
     #[serde(default)]
     pub data: Option<toml::Value>,
+    /// gRPC targets: messages each call sends on a client-streaming or bidirectional method
+    /// (`load --stream-messages`), unless the target gives its own.
+    #[serde(default)]
+    pub stream_messages: Option<u32>,
     /// Redis key space.
     #[serde(default)]
     pub keys: Option<u64>,

@@ -76,6 +76,11 @@ impl Server {
         })
     }
 
+    /// The server's process id (a spec's target `pid`).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn url(&self, method: &str) -> String {
         format!("grpc://127.0.0.1:{}/greeter.Greeter/{method}", self.port)
     }
@@ -348,13 +353,21 @@ fn dry_run_refuses_a_specs_data_at_its_line_and_key() {
         "{out}"
     );
     assert!(out.contains("has no method Hello"), "{out}");
-    // A spec's steps make unary calls: a streaming method would fail every call.
+    // A streaming method's calls take their shape from the .proto; stream_messages is
+    // refused where the method takes one message.
     let (code, out) = dry_run(&head.replace("SayHello", "SayHellos"));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("1 per call, the reply a stream"), "{out}");
+    let (code, out) = dry_run(&format!("{head}stream_messages = 2\n"));
     assert_eq!(code, Some(2), "{out}");
     assert!(
-        out.contains("targets[0].proto: ") && out.contains("a streaming method"),
+        out.contains("targets[0].stream_messages: greeter.Greeter.SayHello takes one"),
         "{out}"
     );
+    let chat = format!("{}stream_messages = 4\n", head.replace("SayHello", "Chat"));
+    let (code, out) = dry_run(&chat);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("4 per call, the reply a stream"), "{out}");
 }
 
 /// `-H` is gRPC metadata: grpcio finds a plain key's value as written and a `-bin` key's value

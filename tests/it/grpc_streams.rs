@@ -224,3 +224,52 @@ fn stream_messages_on_a_unary_method_is_refused() {
         "{stderr}"
     );
 }
+
+/// A spec's `stream_messages` makes its steps' calls streams: each step's `grpc_stream` in
+/// steps.jsonl counts the messages grpcio decoded and sent over the run (3 per call each
+/// way, on the bidirectional method).
+#[test]
+fn a_specs_stream_messages_make_its_steps_streams() {
+    let Some(mut server) = Server::start(&["--expect", DATA]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.toml");
+    let data: Value = serde_json::from_str(DATA).unwrap();
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"grpc-streams\"\nclients = [1, 2]\nduration = \"1s\"\n\
+             [client]\nproto = \"{}\"\nstream_messages = 3\n\
+             [[targets]]\nname = \"chat\"\nurl = \"{}\"\npid = {}\ndepth = 4\ndata = '{}'\n",
+            proto(),
+            server.url("Chat"),
+            server.pid(),
+            data
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("run");
+    common::assert_success(&common::run_spec(&spec, &out));
+    let steps = common::steps_json(&out);
+    let counts = server.counts();
+    let sum = |f: &dyn Fn(&Value) -> u64| -> u64 { steps.iter().map(f).sum() };
+    let sent = sum(&|s| u(s, "sent"));
+    eprintln!("sent {sent}, grpcio {counts}");
+    assert!(sent > 100, "{steps:#?}");
+    assert_eq!(sent, of(&counts, "calls", "Chat"));
+    assert_eq!(sum(&|s| u(stream(s), "messages_sent")), 3 * sent);
+    assert_eq!(of(&counts, "messages", "Chat"), 3 * sent);
+    assert_eq!(u(&counts, "matched"), 3 * sent, "decoded otherwise");
+    assert_eq!(
+        sum(&|s| u(stream(s), "messages_received")),
+        of(&counts, "replied", "Chat")
+    );
+    for s in &steps {
+        assert_eq!(
+            u(stream(s), "window_messages"),
+            3 * u(s, "requests"),
+            "{s:#}"
+        );
+    }
+}

@@ -18,6 +18,15 @@ pub struct GrpcStream {
     pub streamed_replies: bool,
 }
 
+/// A target's gRPC request: its message's bytes and, for a streaming method, the call's shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcMessage {
+    /// The message (serialized protobuf, unframed).
+    pub bytes: std::sync::Arc<[u8]>,
+    /// A streaming call's shape; none for a unary call.
+    pub stream: Option<GrpcStream>,
+}
+
 /// Checks a call's path: `/PACKAGE.SERVICE/METHOD` (the package may be empty, the service
 /// and method may not).
 pub fn check_path(path: &str) -> Result<(), String> {

@@ -239,12 +239,13 @@ pub fn fill_host(url: &str, host: Option<&HostSpec>) -> String {
 fn refuse_message_file(spec: &SpecFile) -> Result<(), SpecError> {
     let s = &spec.spec;
     // The message's keys in the order they are looked for; the first written is named.
-    let key = |body_file: bool, data: bool, proto: bool, protoset: bool| {
+    let key = |body_file: bool, data: bool, proto: bool, protoset: bool, stream: bool| {
         [
             (body_file, "body_file"),
             (data, "data"),
             (proto, "proto"),
             (protoset, "protoset"),
+            (stream, "stream_messages"),
         ]
         .into_iter()
         .find_map(|(given, name)| given.then_some(name))
@@ -255,6 +256,7 @@ fn refuse_message_file(spec: &SpecFile) -> Result<(), SpecError> {
         c.data.is_some(),
         c.proto.is_some(),
         c.protoset.is_some(),
+        c.stream_messages.is_some(),
     );
     let target = s.targets.iter().enumerate().find_map(|(i, t)| {
         key(
@@ -262,6 +264,7 @@ fn refuse_message_file(spec: &SpecFile) -> Result<(), SpecError> {
             t.data.is_some(),
             t.proto.is_some(),
             t.protoset.is_some(),
+            t.stream_messages.is_some(),
         )
         .map(|k| (i, k))
     });

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::spec_dir;
-use crate::load::protocol::grpc_message::{self, Schema};
+use crate::load::protocol::grpc::{GrpcMessage, GrpcStream};
+use crate::load::protocol::grpc_message::{self, Method, Schema};
 use crate::sweep::spec::{SpecError, SpecFile};
 
 /// A message file's path: `{spec_dir}` filled, then taken relative to the spec's directory
@@ -50,35 +51,79 @@ pub(super) fn target_message(
     spec: &SpecFile,
     i: usize,
     url: &str,
-) -> Result<Option<Arc<[u8]>>, SpecError> {
-    if let Some(bytes) = json_message(spec, i, url)? {
-        return Ok(Some(bytes));
+) -> Result<Option<GrpcMessage>, SpecError> {
+    if let Some(message) = json_message(spec, i, url)? {
+        return Ok(Some(message));
     }
+    let stream = stream_messages(spec, i);
     let own = spec.spec.targets[i].body_file.as_deref();
-    let index = i.to_string();
-    let keys: &[&str] = match own {
-        Some(_) => &["targets", &index, "body_file"],
-        None if spec.spec.client.body_file.is_some() => &["client", "body_file"],
-        None => return Ok(None),
+    let keys: Vec<String> = match (own, &stream) {
+        (Some(_), _) => vec!["targets".into(), i.to_string(), "body_file".into()],
+        (None, _) if spec.spec.client.body_file.is_some() => {
+            vec!["client".into(), "body_file".into()]
+        }
+        (None, Some((_, k))) => k.clone(),
+        (None, None) => return Ok(None),
     };
+    let key = keys.last().cloned().unwrap_or_default();
     if spec.spec.client.command.is_some() {
-        return Err(spec.error_at(
-            keys,
-            "body_file is an option of the built-in engine; give an external client command \
-             its own message file",
+        return Err(error_at(
+            spec,
+            &keys,
+            format!("{key} is an option of the built-in engine; give an external client command its own message and calls"),
         ));
     }
-    if !(url.starts_with("grpc://") || url.starts_with("grpcs://")) {
+    let what = match key.as_str() {
+        "body_file" => "body_file is a gRPC request message",
+        _ => "stream_messages is for gRPC calls",
+    };
+    if grpc_message::url_path(url).is_none() {
         let name = &spec.spec.targets[i].name;
-        return Err(spec.error_at(
-            keys,
-            format!(
-                "body_file is a gRPC request message, but target {name:?} is loaded at {url:?}: \
-                 give it to grpc:// and grpcs:// targets only (an HTTP body is `body`)"
-            ),
-        ));
+        return Err(error_at(spec, &keys, format!("{what}, but target {name:?} is loaded at {url:?}: give it to grpc:// and grpcs:// targets only (an HTTP body is `body`)")));
     }
-    own.map(|written| read(spec, keys, written)).transpose()
+    let stream = stream.map(|(n, _)| GrpcStream {
+        messages_per_call: n,
+        streamed_replies: true,
+    });
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let bytes = match (own, stream) {
+        (Some(written), _) => read(spec, &keys, written)?,
+        // The client's message, sent as a stream.
+        (None, Some(_)) => client_message(spec)?.unwrap_or_else(|| Arc::from(Vec::new())),
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(GrpcMessage { bytes, stream }))
+}
+
+/// Target `i`'s `stream_messages` (its own, else `[client]`'s) and its key.
+fn stream_messages(spec: &SpecFile, i: usize) -> Option<(u32, Vec<String>)> {
+    let own = spec.spec.targets[i].stream_messages;
+    let keys = |level: &[&str]| -> Vec<String> {
+        level
+            .iter()
+            .map(|k| k.to_string())
+            .chain(["stream_messages".to_string()])
+            .collect()
+    };
+    match (own, spec.spec.client.stream_messages) {
+        (Some(n), _) => Some((n, keys(&["targets", &i.to_string()]))),
+        (None, Some(n)) => Some((n, keys(&["client"]))),
+        (None, None) => None,
+    }
+}
+
+/// The call's shape of target `i` by its method and `stream_messages`; refused at that key
+/// where the method takes one message.
+fn method_stream(
+    spec: &SpecFile,
+    i: usize,
+    method: &Method,
+) -> Result<Option<GrpcStream>, SpecError> {
+    let given = stream_messages(spec, i);
+    method.stream(given.as_ref().map(|(n, _)| *n)).map_err(|e| {
+        let keys = given.map(|(_, k)| k).unwrap_or_default();
+        error_at(spec, &keys, e.to_string())
+    })
 }
 
 /// The spec's message keys of one level (`[client]` or a target): where each is written.
@@ -125,7 +170,7 @@ fn error_at(spec: &SpecFile, keys: &[String], message: impl Into<String>) -> Spe
 /// Target `i`'s message from JSON (`data`, its own or `[client]`'s, with the nearest
 /// `proto` or `protoset`), encoded by the input type of the url's method; none when neither
 /// level gives `data` or a schema, or when the target's own `body_file` is its message.
-fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<Arc<[u8]>>, SpecError> {
+fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<GrpcMessage>, SpecError> {
     let t = &spec.spec.targets[i];
     let c = &spec.spec.client;
     let target = Level {
@@ -196,10 +241,7 @@ fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<Arc<[u8]>
     };
     let method = grpc_message::method(&schema, path)
         .map_err(|e| error_at(spec, &schema_keys, e.to_string()))?;
-    if let Ok(Some(_)) = method.stream(None) {
-        let name = &t.name;
-        return Err(error_at(spec, &schema_keys, format!("target {name:?} calls {path}, a streaming method: a spec's targets make unary calls; load a stream with `stairbench load --proto FILE [--stream-messages N]`")));
-    }
+    let stream = method_stream(spec, i, &method)?;
     let json = match data {
         Some(toml::Value::String(text)) => text.clone(),
         Some(other) => serde_json::to_string(other)
@@ -214,5 +256,8 @@ fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<Arc<[u8]>
         };
         error_at(spec, keys, e.to_string())
     })?;
-    Ok(Some(bytes.into()))
+    Ok(Some(GrpcMessage {
+        bytes: bytes.into(),
+        stream,
+    }))
 }
