@@ -322,3 +322,183 @@ fn missing_import(files: &BTreeMap<String, FileDescriptorProto>) -> Option<Strin
         .find(|d| !files.contains_key(*d))
         .cloned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reflection service over a pool protox compiled: it serves the `served` methods
+    /// (others are UNIMPLEMENTED), sends a file without its imports (so they must be asked
+    /// by name) and records each question.
+    struct Fake {
+        pool: DescriptorPool,
+        served: Vec<&'static str>,
+        asked: Vec<(String, ReflectionRequest)>,
+    }
+
+    impl Fake {
+        fn new(served: &[&'static str]) -> (tempfile::TempDir, Fake) {
+            let dir = tempfile::tempdir().unwrap();
+            let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text);
+            write(
+                "dep.proto",
+                "syntax = \"proto3\";\npackage dep;\nmessage Name { string first = 1; }\n",
+            )
+            .unwrap();
+            write(
+                "svc.proto",
+                "syntax = \"proto3\";\npackage svc;\nimport \"dep.proto\";\n\
+                 message Req { dep.Name name = 1; }\nservice S { rpc M(Req) returns (Req); }\n",
+            )
+            .unwrap();
+            let set = protox::compile(["svc.proto"], [dir.path()]).unwrap();
+            let pool = DescriptorPool::from_file_descriptor_set(set).unwrap();
+            let served = served.to_vec();
+            let fake = Fake {
+                pool,
+                served,
+                asked: Vec::new(),
+            };
+            (dir, fake)
+        }
+
+        fn answer(&self, request: &ReflectionRequest) -> ReflectionResponse {
+            let file = |f: Option<prost_reflect::FileDescriptor>| match f {
+                Some(f) => ReflectionResponse {
+                    file_descriptor_response: Some(FileDescriptorResponse {
+                        file_descriptor_proto: vec![f.file_descriptor_proto().encode_to_vec()],
+                    }),
+                    ..Default::default()
+                },
+                None => ReflectionResponse {
+                    error_response: Some(ErrorResponse {
+                        error_code: 5,
+                        error_message: "not found".into(),
+                    }),
+                    ..Default::default()
+                },
+            };
+            if let Some(symbol) = &request.file_containing_symbol {
+                return file(
+                    self.pool
+                        .get_service_by_name(symbol)
+                        .map(|s| s.parent_file()),
+                );
+            }
+            if let Some(name) = &request.file_by_filename {
+                return file(self.pool.get_file_by_name(name));
+            }
+            let service = self
+                .pool
+                .services()
+                .map(|s| ServiceResponse {
+                    name: s.full_name().into(),
+                })
+                .collect();
+            ReflectionResponse {
+                list_services_response: Some(ListServiceResponse { service }),
+                ..Default::default()
+            }
+        }
+
+        /// The questions asked: each method's version and what was asked.
+        fn questions(&self) -> Vec<String> {
+            let version = |m: &str| m.split('.').nth(2).unwrap_or("").to_string();
+            self.asked
+                .iter()
+                .map(
+                    |(m, r)| match (&r.file_containing_symbol, &r.file_by_filename) {
+                        (Some(s), _) => format!("{} symbol {s}", version(m)),
+                        (_, Some(f)) => format!("{} file {f}", version(m)),
+                        _ => format!("{} list", version(m)),
+                    },
+                )
+                .collect()
+        }
+    }
+
+    impl Server for Fake {
+        fn name(&self) -> String {
+            "fake:1".into()
+        }
+
+        fn call(&mut self, method: &str, request: Vec<u8>) -> Result<Vec<Vec<u8>>, CallError> {
+            let request = ReflectionRequest::decode(request.as_slice()).unwrap();
+            self.asked.push((method.into(), request.clone()));
+            if !self.served.contains(&method) {
+                return Err(CallError::Unimplemented);
+            }
+            Ok(vec![self.answer(&request).encode_to_vec()])
+        }
+    }
+
+    fn encoded(pool: DescriptorPool) -> Vec<u8> {
+        let schema = super::super::grpc_message::Schema::Reflection(pool);
+        let method = super::super::grpc_message::method(&schema, "/svc.S/M").unwrap();
+        method.encode(r#"{"name": {"first": "a"}}"#).unwrap()
+    }
+
+    #[test]
+    fn v1_unimplemented_falls_back_to_v1alpha_and_imports_are_asked_by_name() {
+        let (_dir, mut fake) = Fake::new(&[VERSIONS[1]]);
+        let pool = pool(&mut fake, "svc.S").unwrap();
+        assert_eq!(encoded(pool), b"\x0a\x03\x0a\x01a");
+        assert_eq!(
+            fake.questions(),
+            [
+                "v1 symbol svc.S",
+                "v1alpha symbol svc.S",
+                "v1alpha file dep.proto"
+            ]
+        );
+    }
+
+    #[test]
+    fn v1_is_kept_when_the_server_answers_it() {
+        let (_dir, mut fake) = Fake::new(&VERSIONS);
+        pool(&mut fake, "svc.S").unwrap();
+        assert_eq!(fake.questions(), ["v1 symbol svc.S", "v1 file dep.proto"]);
+    }
+
+    #[test]
+    fn a_server_without_reflection_is_told_to_give_the_proto() {
+        let (_dir, mut fake) = Fake::new(&[]);
+        let e = pool(&mut fake, "svc.S").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "fake:1 answered UNIMPLEMENTED for grpc.reflection.v1 and v1alpha: it has no server \
+             reflection service, so the types of --data must come from a file: give the .proto \
+             with --proto FILE or --protoset FILE"
+        );
+    }
+
+    #[test]
+    fn an_unknown_service_names_the_ones_the_server_lists() {
+        let (_dir, mut fake) = Fake::new(&[VERSIONS[1]]);
+        let e = pool(&mut fake, "svc.s").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "fake:1 has no service svc.s (did you mean \"svc.S\"?): its reflection service lists svc.S"
+        );
+        assert_eq!(fake.questions().last().unwrap(), "v1alpha list");
+    }
+
+    /// Only UNIMPLEMENTED means "no such version": a server not reached is not asked again.
+    #[test]
+    fn another_failure_is_not_a_reason_to_try_v1alpha() {
+        struct Down(u32);
+        impl Server for Down {
+            fn name(&self) -> String {
+                "down:1".into()
+            }
+            fn call(&mut self, _: &str, _: Vec<u8>) -> Result<Vec<Vec<u8>>, CallError> {
+                self.0 += 1;
+                Err(CallError::Failed("connection refused".into()))
+            }
+        }
+        let mut down = Down(0);
+        let e = pool(&mut down, "svc.S").unwrap_err().to_string();
+        assert!(e.starts_with("asking down:1's reflection service (grpc.reflection.v1.ServerReflection/ServerReflectionInfo): connection refused"), "{e}");
+        assert_eq!(down.0, 1);
+    }
+}
