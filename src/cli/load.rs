@@ -137,7 +137,8 @@ pub struct LoadArgs {
     /// The request message as JSON (protobuf's JSON mapping), e.g. '{"name":"Joe"}'; checked
     /// before the load and encoded once, or per call where it holds placeholders ({seq},
     /// {conn}, {uniform:N}, {zipf:THETA:N}, {rand:BYTES}; {{ is a literal {) in string
-    /// values or standing for a number ("id": {seq}) [default with --proto: {}].
+    /// values or standing for a number ("id": {seq}); its types from --proto, --protoset or,
+    /// with neither, the server's reflection service [default with --proto: {}].
     #[arg(long, value_name = "JSON", help_heading = "gRPC", conflicts_with_all = ["data_file", "body_file"])]
     pub data: Option<String>,
     /// --data from FILE.

@@ -18,7 +18,7 @@ const PYTHON: &str = "/usr/bin/python3";
 const DATA: &str = r#"{"user": {"name": "Jo", "age": 41, "tier": "PRO", "tags": ["a", "b"]},
     "requestId": "12345678901", "labels": {"region": "eu"}}"#;
 
-fn examples() -> PathBuf {
+pub(crate) fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
 }
 
@@ -26,9 +26,10 @@ fn proto() -> String {
     examples().join("greeter.proto").display().to_string()
 }
 
-/// examples/grpc_json_server.py on a free port.
-struct Server {
-    port: u16,
+/// examples/grpc_json_server.py on a free port (or, by [`Server::spawn`], another server that
+/// prints "listening" and answers "count" as it does).
+pub(crate) struct Server {
+    pub(crate) port: u16,
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -37,7 +38,7 @@ struct Server {
 impl Server {
     /// Started with `args` (`--expect JSON`, `--metadata K=V`); `None` (after
     /// `skip_or_fail`) without grpcio and grpcio-tools.
-    fn start(args: &[&str]) -> Option<Server> {
+    pub(crate) fn start(args: &[&str]) -> Option<Server> {
         let has = Command::new(PYTHON)
             // Names from the packages, not the imports alone (see grpc.rs).
             .args([
@@ -55,25 +56,31 @@ impl Server {
             return None;
         }
         let port = common::free_port();
-        let mut child = Command::new(PYTHON)
-            .arg(examples().join("grpc_json_server.py"))
+        let mut cmd = Command::new(PYTHON);
+        cmd.arg(examples().join("grpc_json_server.py"))
             .arg(port.to_string())
-            .args(args)
+            .args(args);
+        Some(Server::spawn(port, cmd))
+    }
+
+    /// `cmd`, a server told to listen on `port`, once it says "listening".
+    pub(crate) fn spawn(port: u16, mut cmd: Command) -> Server {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("starting grpc_json_server.py");
+            .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
         let stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
         assert!(line.starts_with("listening"), "server said {line:?}");
-        Some(Server {
+        Server {
             port,
             child,
             stdin,
             stdout,
-        })
+        }
     }
 
     fn url(&self, method: &str) -> String {
@@ -81,7 +88,7 @@ impl Server {
     }
 
     /// The server's counts: calls per method, matched, metadata_matched, remaining_s.
-    fn counts(&mut self) -> Value {
+    pub(crate) fn counts(&mut self) -> Value {
         writeln!(self.stdin, "count").unwrap();
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
@@ -224,7 +231,15 @@ fn a_specs_proto_and_data_make_the_message_and_statuses_count_by_name() {
 /// `load` refuses the message before connecting: nothing reaches the server.
 #[track_caller]
 fn assert_refused(server: &mut Server, method: &str, args: &[&str], says: &[&str]) {
-    let (code, _, stderr, doc) = common::load_json(&server.url(method), args);
+    let url = server.url(method);
+    assert_refused_at(server, &url, args, says);
+}
+
+/// `load URL ARGS` is refused before any call (exit 2, no result), saying each of `says`;
+/// the server counted no call of any method.
+#[track_caller]
+pub(crate) fn assert_refused_at(server: &mut Server, url: &str, args: &[&str], says: &[&str]) {
+    let (code, _, stderr, doc) = common::load_json(url, args);
     assert_eq!(code, Some(2), "{args:?}: {stderr}");
     assert!(doc.is_none(), "{stderr}");
     for s in says {

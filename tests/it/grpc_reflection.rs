@@ -8,24 +8,20 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Instant;
 
 use serde_json::Value;
 
 use crate::common;
+use crate::grpc_json::{assert_refused_at, examples, Server};
 
 /// The message sent and expected: a nested message, an enum by name, a repeated string, an
 /// int64 from a string past 2^53 and a map entry, in protobuf's JSON mapping.
 const DATA: &str = r#"{"user": {"name": "Ada", "age": 36, "tier": "FREE", "tags": ["x", "y"]},
     "requestId": "9007199254740993", "labels": {"zone": "b"}}"#;
-
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
-}
 
 /// Why the server cannot be built here: a tool or library missing (the test skips outside CI).
 struct Missing(String);
@@ -118,117 +114,33 @@ fn run(cmd: &mut Command) {
     );
 }
 
-/// A server on a free port that prints "listening" and answers "count" with its counts.
-struct Server {
-    port: u16,
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Server {
-    /// The gRPC C++ server with reflection, told to expect DATA; `None` (after
-    /// `skip_or_fail`) where it cannot be built.
-    fn reflecting() -> Option<Server> {
-        let binary = match server_binary() {
-            Ok(binary) => binary,
-            Err(Missing(reason)) => {
-                common::skip_or_fail(reason);
-                return None;
-            }
-        };
-        let expected: Value = serde_json::from_str(DATA).unwrap();
-        let port = common::free_port();
-        let mut cmd = Command::new(binary);
-        cmd.arg(port.to_string())
-            .args(["--expect", &expected.to_string()]);
-        Some(Server::spawn(port, cmd))
-    }
-
-    /// grpcio serving the same service with no reflection service; `None` (after
-    /// `skip_or_fail`) without grpcio and grpcio-tools.
-    fn without_reflection() -> Option<Server> {
-        let python = "/usr/bin/python3";
-        let has = Command::new(python)
-            .args([
-                "-c",
-                "from grpc import server; from grpc_tools import protoc",
-            ])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !has {
-            common::skip_or_fail(
-                "no grpcio and grpcio-tools for /usr/bin/python3 (Debian: apt-get install \
-                 python3-grpcio python3-grpc-tools)",
-            );
+/// The gRPC C++ server with reflection, told to expect DATA; `None` (after `skip_or_fail`)
+/// where it cannot be built.
+fn reflecting() -> Option<Server> {
+    let binary = match server_binary() {
+        Ok(binary) => binary,
+        Err(Missing(reason)) => {
+            common::skip_or_fail(reason);
             return None;
         }
-        let port = common::free_port();
-        let mut cmd = Command::new(python);
-        cmd.arg(examples().join("grpc_json_server.py"))
-            .arg(port.to_string());
-        Some(Server::spawn(port, cmd))
-    }
-
-    fn spawn(port: u16, mut cmd: Command) -> Server {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
-        let stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert!(line.starts_with("listening"), "server said {line:?}");
-        Server {
-            port,
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("grpc://127.0.0.1:{}/{path}", self.port)
-    }
-
-    /// The server's counts: {"calls": {"SayHello": n, …}, "matched": n, …}.
-    fn counts(&mut self) -> Value {
-        writeln!(self.stdin, "count").unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
-    }
-
-    fn calls(&mut self) -> u64 {
-        let counts = self.counts();
-        counts["calls"]["SayHello"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{counts}"))
-    }
+    };
+    let expected: Value = serde_json::from_str(DATA).unwrap();
+    let port = common::free_port();
+    let mut cmd = Command::new(binary);
+    cmd.arg(port.to_string())
+        .args(["--expect", &expected.to_string()]);
+    Some(Server::spawn(port, cmd))
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn url(server: &Server, path: &str) -> String {
+    format!("grpc://127.0.0.1:{}/{path}", server.port)
 }
 
-/// `load` with `args` is refused before any call (exit 2, no result) saying each of `says`;
-/// the server saw no SayHello.
+/// `load` with `args` on `path` is refused before any call, saying each of `says`.
 #[track_caller]
 fn assert_refused(server: &mut Server, path: &str, args: &[&str], says: &[&str]) {
-    let (code, _, stderr, doc) = common::load_json(&server.url(path), args);
-    assert_eq!(code, Some(2), "{args:?}: {stderr}");
-    assert!(doc.is_none(), "{stderr}");
-    for s in says {
-        assert!(stderr.contains(s), "{args:?}: no {s:?} in {stderr}");
-    }
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_eq!(server.calls(), 0, "{args:?}: a call was sent");
+    let url = url(server, path);
+    assert_refused_at(server, &url, args, says);
 }
 
 /// With no .proto, every call stairbench counts in `sent` is one gRPC C++ decoded as exactly
@@ -237,10 +149,10 @@ fn assert_refused(server: &mut Server, path: &str, args: &[&str], says: &[&str])
 /// or refuse the message. `--reflect --verbose` with no data decodes the first reply.
 #[test]
 fn every_call_sent_by_reflection_is_one_grpc_cpp_decoded_field_for_field() {
-    let Some(mut server) = Server::reflecting() else {
+    let Some(mut server) = reflecting() else {
         return;
     };
-    let url = server.url("greeter.Greeter/SayHello");
+    let url = url(&server, "greeter.Greeter/SayHello");
     let args = ["-c", "2", "-d", "1s", "--depth", "4", "--data", DATA];
     let (code, _, stderr, doc) = common::load_json(&url, &args);
     assert_eq!(code, Some(0), "{stderr}");
@@ -269,7 +181,7 @@ fn every_call_sent_by_reflection_is_one_grpc_cpp_decoded_field_for_field() {
 /// what the server's types expect there, as with --proto.
 #[test]
 fn a_message_the_servers_types_refuse_names_its_path_and_sends_nothing() {
-    let Some(mut server) = Server::reflecting() else {
+    let Some(mut server) = reflecting() else {
         return;
     };
     let cases: [(&str, &[&str]); 2] = [
@@ -292,7 +204,7 @@ fn a_message_the_servers_types_refuse_names_its_path_and_sends_nothing() {
 /// the service lacks names its methods.
 #[test]
 fn an_unknown_service_names_the_services_the_server_offers() {
-    let Some(mut server) = Server::reflecting() else {
+    let Some(mut server) = reflecting() else {
         return;
     };
     let port = server.port;
@@ -314,7 +226,7 @@ fn an_unknown_service_names_the_services_the_server_offers() {
 /// UNIMPLEMENTED: the error says so and says to give the .proto.
 #[test]
 fn a_server_without_reflection_is_told_to_give_the_proto() {
-    let Some(mut server) = Server::without_reflection() else {
+    let Some(mut server) = Server::start(&[]) else {
         return;
     };
     let port = server.port;
@@ -328,5 +240,33 @@ fn a_server_without_reflection_is_told_to_give_the_proto() {
         "greeter.Greeter/SayHello",
         &["--data", "{}"],
         &[&says],
+    );
+}
+
+/// A spec's `data` without `proto` or `protoset` is refused when the plan is made (its server
+/// is not up yet to be asked), at the data key, saying why and what to give.
+#[test]
+fn a_specs_data_without_a_proto_is_refused_saying_the_server_is_not_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("s.toml");
+    std::fs::write(
+        &spec,
+        "name = \"x\"\nclients = [1]\n[[targets]]\nname = \"g\"\ncommand = \"sleep 60\"\n\
+         url = \"grpc://127.0.0.1:{port}/greeter.Greeter/SayHello\"\n\
+         data = '{\"user\": {\"name\": \"Ada\"}}'\n",
+    )
+    .unwrap();
+    let out = common::cli(&["run".as_ref(), spec.as_os_str(), "--dry-run".as_ref()]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("s.toml:7:") && text.contains("targets[0].data: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("the server is not up when the plan is made")
+            && text.contains("give the .proto with proto = \"FILE\""),
+        "{text}"
     );
 }
