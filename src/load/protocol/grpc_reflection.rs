@@ -13,7 +13,7 @@ use prost_reflect::DescriptorPool;
 
 /// The reflection service's methods, newest version first: v1alpha is asked only when the
 /// server answers v1 with UNIMPLEMENTED.
-pub const VERSIONS: [&str; 2] = [
+const VERSIONS: [&str; 2] = [
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
 ];
@@ -25,66 +25,66 @@ const MAX_FILES: usize = 1024;
 /// `ServerReflectionRequest` of grpc/reflection/v1/reflection.proto (v1alpha's is the same on
 /// the wire): its `message_request` oneof as optional fields, one of them set.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ReflectionRequest {
+struct ReflectionRequest {
     /// The file of this name (`greeter.proto`).
     #[prost(string, optional, tag = "3")]
-    pub file_by_filename: Option<String>,
+    file_by_filename: Option<String>,
     /// The file that defines this symbol (`greeter.Greeter`), with the files it imports.
     #[prost(string, optional, tag = "4")]
-    pub file_containing_symbol: Option<String>,
+    file_containing_symbol: Option<String>,
     /// The services the server offers (the value is not read by servers).
     #[prost(string, optional, tag = "7")]
-    pub list_services: Option<String>,
+    list_services: Option<String>,
 }
 
 /// `ServerReflectionResponse`: the answer to one request (the `message_response` oneof as
 /// optional fields; the ones stairbench does not ask for are left out).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ReflectionResponse {
+struct ReflectionResponse {
     /// Serialized `FileDescriptorProto`s.
     #[prost(message, optional, tag = "4")]
-    pub file_descriptor_response: Option<FileDescriptorResponse>,
+    file_descriptor_response: Option<FileDescriptorResponse>,
     /// The services' names.
     #[prost(message, optional, tag = "6")]
-    pub list_services_response: Option<ListServiceResponse>,
+    list_services_response: Option<ListServiceResponse>,
     /// Why the request was not answered (NOT_FOUND for an unknown symbol or file).
     #[prost(message, optional, tag = "7")]
-    pub error_response: Option<ErrorResponse>,
+    error_response: Option<ErrorResponse>,
 }
 
 /// `FileDescriptorResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct FileDescriptorResponse {
+struct FileDescriptorResponse {
     /// Each a serialized `google.protobuf.FileDescriptorProto`.
     #[prost(bytes = "vec", repeated, tag = "1")]
-    pub file_descriptor_proto: Vec<Vec<u8>>,
+    file_descriptor_proto: Vec<Vec<u8>>,
 }
 
 /// `ListServiceResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ListServiceResponse {
+struct ListServiceResponse {
     /// One per service.
     #[prost(message, repeated, tag = "1")]
-    pub service: Vec<ServiceResponse>,
+    service: Vec<ServiceResponse>,
 }
 
 /// `ServiceResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ServiceResponse {
+struct ServiceResponse {
     /// The service's full name (`greeter.Greeter`).
     #[prost(string, tag = "1")]
-    pub name: String,
+    name: String,
 }
 
 /// `ErrorResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ErrorResponse {
+struct ErrorResponse {
     /// A gRPC status code.
     #[prost(int32, tag = "1")]
-    pub error_code: i32,
+    error_code: i32,
     /// The server's words.
     #[prost(string, tag = "2")]
-    pub error_message: String,
+    error_message: String,
 }
 
 /// How one call to the server went wrong.
