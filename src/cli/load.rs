@@ -13,6 +13,7 @@ use super::live::LiveOutputs;
 use crate::analyze::thresholds::{self, Threshold, ThresholdError, ThresholdVerdict};
 use crate::load::protocol::grpc::GrpcStream;
 use crate::load::protocol::grpc_message::{self, Method, Schema};
+use crate::load::protocol::grpc_reflection;
 use crate::load::raw::RawSink;
 use crate::load::template::grpc::{self as grpc_json, Message};
 use crate::load::template::RequestFile;
@@ -129,10 +130,16 @@ pub struct LoadArgs {
     /// --include_imports, buf build -o) instead of --proto.
     #[arg(long, value_name = "FILE", help_heading = "gRPC")]
     pub protoset: Option<PathBuf>,
+    /// The method's types from the server's reflection service (grpc.reflection.v1, else
+    /// v1alpha), asked before the load: what --data without --proto or --protoset does; alone,
+    /// it lets --verbose show the first reply decoded.
+    #[arg(long, help_heading = "gRPC", conflicts_with_all = ["proto", "protoset", "body_file"])]
+    pub reflect: bool,
     /// The request message as JSON (protobuf's JSON mapping), e.g. '{"name":"Joe"}'; checked
     /// before the load and encoded once, or per call where it holds placeholders ({seq},
     /// {conn}, {uniform:N}, {zipf:THETA:N}, {rand:BYTES}; {{ is a literal {) in string
-    /// values or standing for a number ("id": {seq}) [default with --proto: {}].
+    /// values or standing for a number ("id": {seq}); its types from --proto, --protoset or,
+    /// with neither, the server's reflection service [default with --proto: {}].
     #[arg(long, value_name = "JSON", help_heading = "gRPC", conflicts_with_all = ["data_file", "body_file"])]
     pub data: Option<String>,
     /// --data from FILE.
@@ -148,8 +155,9 @@ pub struct LoadArgs {
     #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration, help_heading = "gRPC")]
     pub deadline: Option<std::time::Duration>,
     /// Messages each call sends on a client-streaming or bidirectional method, then ends its
-    /// side [default: 1]; the method's kind comes from --proto. Without --proto, every call
-    /// sends N messages and its reply is read as a stream (any number of messages, counted).
+    /// side [default: 1]; the method's kind comes from --proto (or the server's reflection).
+    /// Without either, every call sends N messages and its reply is read as a stream (any
+    /// number of messages, counted).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000), help_heading = "gRPC")]
     pub stream_messages: Option<u32>,
     /// Number of distinct keys [default: 1024; kvd://: the daemon's keys per rank × ranks].
@@ -345,7 +353,8 @@ impl LoadArgs {
         }
     }
 
-    /// Where --data's types come from: --proto (with --import-path) or --protoset.
+    /// Where --data's types come from: --proto (with --import-path) or --protoset; none
+    /// without either (the server's reflection, asked by [`Self::reflected`]).
     fn schema(&self) -> Option<Schema> {
         match (&self.proto, &self.protoset) {
             (Some(file), _) => Some(Schema::Proto {
@@ -357,35 +366,49 @@ impl LoadArgs {
         }
     }
 
-    /// The request message encoded from --data or --data-file by --proto or --protoset
-    /// (`{}` when only a schema is given); none without either. A JSON the schema refuses,
-    /// or a method it lacks, is bad input: refused before any connection.
+    /// The types of the service of `path` (`/PKG.SVC/METHOD`) from the server's reflection
+    /// service, asked with the user's metadata within --timeout per question.
+    fn reflected(&self, path: &str) -> Result<Schema, LoadError> {
+        let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
+        let mut server =
+            crate::load::probe::ProbeServer::new(&self.url, self.headers.clone(), self.timeout);
+        grpc_reflection::pool(&mut server, service)
+            .map(Schema::Reflection)
+            .map_err(|e| LoadError::BadInput(e.to_string()))
+    }
+
+    /// --data's text, or --data-file's.
+    fn json_text(&self) -> Result<Option<String>, LoadError> {
+        match (&self.data, &self.data_file) {
+            (Some(text), _) => Ok(Some(text.clone())),
+            (None, Some(path)) => std::fs::read_to_string(path).map(Some).map_err(|e| {
+                LoadError::BadInput(format!("reading --data-file {}: {e}", path.display()))
+            }),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The request message encoded from --data or --data-file by --proto, --protoset or the
+    /// server's reflection (`{}` when only a schema is given); none without either. A JSON
+    /// the schema refuses, or a method it lacks, is bad input: refused before the load.
     pub fn json_message(&self) -> Result<Option<(Method, Message)>, LoadError> {
         let bad = |s: String| LoadError::BadInput(s);
-        let json = match (&self.data, &self.data_file) {
-            (Some(text), _) => Some(text.clone()),
-            (None, Some(path)) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| bad(format!("reading --data-file {}: {e}", path.display())))?,
-            ),
-            (None, None) => None,
-        };
-        let Some(schema) = self.schema() else {
-            return match json {
-                Some(_) => Err(bad(
-                    "--data is JSON encoded by the method's input type: \
-                                    give the .proto with --proto FILE (or --protoset FILE)"
-                        .into(),
-                )),
-                None => Ok(None),
-            };
-        };
+        let json = self.json_text()?;
+        let schema = self.schema();
+        if json.is_none() && schema.is_none() && !self.reflect {
+            return Ok(None);
+        }
         let url = &self.url;
         let path = grpc_message::url_path(url).ok_or_else(|| {
             bad(format!(
-                "--proto and --data are for gRPC calls: {url:?} is not a grpc:// or grpcs:// url"
+                "--data, --proto, --protoset and --reflect are for gRPC calls: {url:?} is not a \
+                 grpc:// or grpcs:// url"
             ))
         })?;
+        let schema = match schema {
+            Some(schema) => schema,
+            None => self.reflected(path)?,
+        };
         let method = grpc_message::method(&schema, path).map_err(|e| bad(e.to_string()))?;
         let message = grpc_json::message(&method, json.as_deref().unwrap_or("{}"))
             .map_err(|e| bad(format!("--data: {e}")))?;
@@ -528,7 +551,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(code))
 }
 
-/// `--verbose` with a `.proto`: one call before the load (not counted in it), its reply
+/// `--verbose` with a `.proto` (or the server's reflection): one call before the load (not counted in it), its reply
 /// decoded as JSON on standard error, so the user sees the server understood the message.
 fn show_first_reply(method: &Method, config: &LoadConfig) {
     let reply = crate::load::probe::first_reply(&config.url, &config.proto, config.timeout)

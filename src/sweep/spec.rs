@@ -163,7 +163,9 @@ pub struct TargetSpec {
     #[serde(default)]
     pub import_paths: Vec<String>,
     /// gRPC targets: the request message as JSON (protobuf's JSON mapping), a string or a
-    /// table (`load --data`), overriding `[client] data`; encoded once by `proto` when the plan is made.
+    /// table (`load --data`), overriding `[client] data`; encoded once by `proto` (or
+    /// `protoset`) when the plan is made: a spec needs one, as the server's reflection cannot
+    /// be asked before its server is up.
     #[serde(default)]
     pub data: Option<toml::Value>,
     /// gRPC targets: messages each call sends on a client-streaming or bidirectional method
@@ -414,7 +416,9 @@ pub struct ClientSpec {
     #[serde(default)]
     pub import_paths: Vec<String>,
     /// gRPC targets: the request message as JSON (protobuf's JSON mapping), a string or a
-    /// table (`load --data`); each gRPC target's, encoded by its method's input type, unless the target has its own.
+    /// table (`load --data`); each gRPC target's, encoded by its method's input type (from
+    /// `proto` or `protoset`: not by reflection, the server being down when the plan is made),
+    /// unless the target has its own.
     #[serde(default)]
     pub data: Option<toml::Value>,
     /// gRPC targets: messages each call sends on a client-streaming or bidirectional method

@@ -26,9 +26,10 @@ pub(crate) fn proto() -> String {
     examples().join("greeter.proto").display().to_string()
 }
 
-/// examples/grpc_json_server.py on a free port.
+/// examples/grpc_json_server.py on a free port (or, by [`Server::spawn`], another server that
+/// prints "listening" and answers "count" as it does).
 pub(crate) struct Server {
-    port: u16,
+    pub(crate) port: u16,
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -55,25 +56,31 @@ impl Server {
             return None;
         }
         let port = common::free_port();
-        let mut child = Command::new(PYTHON)
-            .arg(examples().join("grpc_json_server.py"))
+        let mut cmd = Command::new(PYTHON);
+        cmd.arg(examples().join("grpc_json_server.py"))
             .arg(port.to_string())
-            .args(args)
+            .args(args);
+        Some(Server::spawn(port, cmd))
+    }
+
+    /// `cmd`, a server told to listen on `port`, once it says "listening".
+    pub(crate) fn spawn(port: u16, mut cmd: Command) -> Server {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("starting grpc_json_server.py");
+            .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
         let stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
         assert!(line.starts_with("listening"), "server said {line:?}");
-        Some(Server {
+        Server {
             port,
             child,
             stdin,
             stdout,
-        })
+        }
     }
 
     /// The server's process id (a spec's target `pid`).
@@ -237,7 +244,15 @@ fn a_specs_proto_and_data_make_the_message_and_statuses_count_by_name() {
 /// `load` refuses the message before connecting: nothing reaches the server.
 #[track_caller]
 fn assert_refused(server: &mut Server, method: &str, args: &[&str], says: &[&str]) {
-    let (code, _, stderr, doc) = common::load_json(&server.url(method), args);
+    let url = server.url(method);
+    assert_refused_at(server, &url, args, says);
+}
+
+/// `load URL ARGS` is refused before any call (exit 2, no result), saying each of `says`;
+/// the server counted no call of any method.
+#[track_caller]
+pub(crate) fn assert_refused_at(server: &mut Server, url: &str, args: &[&str], says: &[&str]) {
+    let (code, _, stderr, doc) = common::load_json(url, args);
     assert_eq!(code, Some(2), "{args:?}: {stderr}");
     assert!(doc.is_none(), "{stderr}");
     for s in says {

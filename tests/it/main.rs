@@ -28,6 +28,7 @@ mod gaps;
 mod gates;
 mod grpc;
 mod grpc_json;
+mod grpc_reflection;
 mod grpc_streams;
 mod h2;
 mod help;

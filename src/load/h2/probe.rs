@@ -1,12 +1,15 @@
 //! One call outside any load, blocking, on a connection of its own: what `load --verbose`
 //! shows of the server's reply (its message, for the user to see the server understood)
-//! before the load starts. Plain `grpc://` only; its call is not counted in the load's.
+//! before the load starts, and each question to the server's reflection service (one request
+//! message, the stream ended, every reply message read). Plain `grpc://` only; its call is
+//! not counted in the load's.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::conn::{encode_request, Event, H2Conn};
+use crate::load::protocol::grpc_reflection::{CallError, Server};
 use crate::load::target::Target;
 use crate::load::ProtoOptions;
 use crate::wire::grpc::PREFIX_LEN;
@@ -18,7 +21,7 @@ pub enum ProbeError {
     #[error("{0}")]
     Target(#[from] crate::load::LoadError),
     /// Over TLS the call is not made (the probe speaks plain HTTP/2 only).
-    #[error("the first reply is shown for grpc:// only, not over TLS")]
+    #[error("the call outside the load (the first reply, server reflection) is made over grpc:// only, not over TLS")]
     Tls,
     /// The connection could not be made.
     #[error("connecting to {addr}: {source}")]
@@ -40,7 +43,15 @@ pub enum ProbeError {
     /// No reply within the timeout.
     #[error("no reply in {0:?}")]
     Timeout(Duration),
-    /// The call ended without a message: how (a status, an error kind).
+    /// The call ended with a gRPC status other than OK.
+    #[error("{}", crate::load::protocol::grpc::status_kind(*.code, .message))]
+    Status {
+        /// The status code (12 is UNIMPLEMENTED: the server has no such method).
+        code: u32,
+        /// The status message.
+        message: String,
+    },
+    /// The call ended without a message: how (an HTTP status, an error kind).
     #[error("{0}")]
     Ended(String),
 }
@@ -53,6 +64,24 @@ pub fn first_reply(
     opts: &ProtoOptions,
     timeout: Duration,
 ) -> Result<Vec<u8>, ProbeError> {
+    let mut replies = replies(url, opts, timeout)?;
+    match replies.is_empty() {
+        true => Err(ProbeError::Ended(
+            "the call ended OK with no message".into(),
+        )),
+        false => Ok(replies.swap_remove(0)),
+    }
+}
+
+/// Makes the call `url` with `opts` describes (its one request message sent, then the stream
+/// ended, as a unary call does) and returns every reply message, their prefixes removed, once
+/// the server ends the call with OK; an error says how it ended otherwise, or that `timeout`
+/// passed.
+pub fn replies(
+    url: &str,
+    opts: &ProtoOptions,
+    timeout: Duration,
+) -> Result<Vec<Vec<u8>>, ProbeError> {
     let target = Target::parse(url, opts)?;
     if target.tls.is_some() {
         return Err(ProbeError::Tls);
@@ -91,7 +120,12 @@ pub fn first_reply(
         if Instant::now() > deadline {
             return Err(ProbeError::Timeout(timeout));
         }
-        let n = socket.read(&mut input)?;
+        let n = match socket.read(&mut input) {
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(ProbeError::Timeout(timeout))
+            }
+            read => read?,
+        };
         if n == 0 {
             return Err(ProbeError::Closed);
         }
@@ -100,21 +134,108 @@ pub fn first_reply(
     }
 }
 
-/// The reply's message, or how the call failed.
-fn ended(event: Event<()>, data: &[u8]) -> Result<Vec<u8>, ProbeError> {
+/// The reply's messages, or how the call failed.
+fn ended(event: Event<()>, data: &[u8]) -> Result<Vec<Vec<u8>>, ProbeError> {
     let failed = |how: String| Err(ProbeError::Ended(how));
     match event {
-        Event::Done(..) | Event::Streamed(..) if data.len() >= PREFIX_LEN => {
-            let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
-            let end = (PREFIX_LEN + len).min(data.len());
-            Ok(data[PREFIX_LEN..end].to_vec())
+        Event::Done(_, status) if status != 200 => {
+            failed(format!("HTTP status {status} and no gRPC message"))
         }
-        Event::Done(_, status) => failed(format!("HTTP status {status} and no gRPC message")),
-        Event::GrpcStatus(_, code, message) => {
-            failed(crate::load::protocol::grpc::status_kind(code, &message))
-        }
+        Event::Done(..) | Event::Streamed(..) => Ok(messages(data)),
+        Event::GrpcStatus(_, code, message) => Err(ProbeError::Status { code, message }),
         Event::Failed(_, kind) => failed(kind.as_str().to_string()),
-        Event::Streamed(..) => failed("a streamed reply of no message".into()),
         Event::Refused(_) => failed("the server refused the stream".into()),
+    }
+}
+
+/// The messages of a call's DATA, each after its 5-byte prefix (a message cut short at the end
+/// is kept as far as it came).
+fn messages(mut data: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while data.len() >= PREFIX_LEN {
+        let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
+        let end = (PREFIX_LEN + len).min(data.len());
+        out.push(data[PREFIX_LEN..end].to_vec());
+        data = &data[end..];
+    }
+    out
+}
+
+/// gRPC's status code UNIMPLEMENTED: the server has no such method.
+const UNIMPLEMENTED: u32 = 12;
+
+/// The server of a grpc:// url, called by [`replies`] (each call on a connection of its own,
+/// with the user's metadata): how the server's reflection service is asked.
+pub struct ProbeServer {
+    /// The url up to its path (`grpc://HOST:PORT`).
+    base: String,
+    /// `Name: value` metadata of each call.
+    headers: Vec<String>,
+    /// Each call's limit.
+    timeout: Duration,
+}
+
+impl ProbeServer {
+    /// The server of `url` (its path left out), called with `headers` as metadata, each call
+    /// given at most `timeout`.
+    pub fn new(url: &str, headers: Vec<String>, timeout: Duration) -> ProbeServer {
+        let path = crate::load::protocol::grpc_message::url_path(url).unwrap_or_default();
+        ProbeServer {
+            base: url[..url.len() - path.len()].to_string(),
+            headers,
+            timeout,
+        }
+    }
+}
+
+impl Server for ProbeServer {
+    fn name(&self) -> String {
+        let authority = self.base.split_once("://").map_or(&*self.base, |(_, a)| a);
+        authority.to_string()
+    }
+
+    fn call(&mut self, method: &str, request: Vec<u8>) -> Result<Vec<Vec<u8>>, CallError> {
+        let opts = ProtoOptions {
+            headers: self.headers.clone(),
+            body_file: Some(request.into()),
+            ..ProtoOptions::default()
+        };
+        let url = format!("{}{method}", self.base);
+        replies(&url, &opts, self.timeout).map_err(|e| match e {
+            ProbeError::Tls => CallError::Tls,
+            ProbeError::Status {
+                code: UNIMPLEMENTED,
+                ..
+            } => CallError::Unimplemented,
+            other => CallError::Failed(other.to_string()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_calls_data_is_split_into_its_messages() {
+        let data = [
+            &[0, 0, 0, 0, 2, 7, 8][..],
+            &[0, 0, 0, 0, 0],
+            &[0, 0, 0, 0, 3, 1],
+        ]
+        .concat();
+        assert_eq!(messages(&data), vec![vec![7, 8], vec![], vec![1]]);
+        assert!(messages(&[0, 0, 0]).is_empty());
+    }
+
+    #[test]
+    fn the_server_is_the_urls_authority_and_its_calls_replace_the_path() {
+        let s = ProbeServer::new(
+            "grpc://127.0.0.1:5/greeter.Greeter/SayHello",
+            vec![],
+            Duration::from_secs(1),
+        );
+        assert_eq!(s.base, "grpc://127.0.0.1:5");
+        assert_eq!(s.name(), "127.0.0.1:5");
     }
 }

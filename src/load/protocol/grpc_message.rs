@@ -1,5 +1,6 @@
 //! A gRPC call's request message from JSON: the method named by the call's path is looked up
-//! in a `.proto` (compiled in-process by protox: no `protoc`) or a FileDescriptorSet, and the
+//! in a `.proto` (compiled in-process by protox: no `protoc`), a FileDescriptorSet or the
+//! types the server's reflection service gave ([`super::grpc_reflection`]), and the
 //! JSON is encoded with its input type by protobuf's JSON mapping (prost-reflect). A wrong
 //! field name, type or enum value is refused before any load, with its path in the JSON and
 //! the type the `.proto` expects. A message with placeholders, made per call, is
@@ -28,13 +29,18 @@ pub enum Schema {
     },
     /// A FileDescriptorSet (`protoc --descriptor_set_out --include_imports`, `buf build -o`).
     Protoset(PathBuf),
+    /// No file: the types the server's reflection service gave, asked before the load by
+    /// [`super::grpc_reflection::pool`].
+    Reflection(DescriptorPool),
 }
 
 impl Schema {
-    /// The file the types come from, as the user wrote it.
-    pub fn file(&self) -> &Path {
+    /// Where the types come from, for the errors: the file as the user wrote it, or the
+    /// server's reflection.
+    pub fn source(&self) -> String {
         match self {
-            Schema::Proto { file, .. } | Schema::Protoset(file) => file,
+            Schema::Proto { file, .. } | Schema::Protoset(file) => file.display().to_string(),
+            Schema::Reflection(_) => "the server's reflection service".into(),
         }
     }
 }
@@ -64,7 +70,7 @@ pub struct Method {
 /// what the schema offers instead.
 pub fn method(schema: &Schema, path: &str) -> Result<Method, MessageError> {
     let pool = pool(schema)?;
-    let file = schema.file().display();
+    let file = schema.source();
     let (service, name) = path
         .trim_start_matches('/')
         .split_once('/')
@@ -177,6 +183,7 @@ impl Method {
 fn pool(schema: &Schema) -> Result<DescriptorPool, MessageError> {
     let failed = |text: String| MessageError::Schema(text);
     match schema {
+        Schema::Reflection(pool) => Ok(pool.clone()),
         Schema::Protoset(file) => {
             let bytes = std::fs::read(file)
                 .map_err(|e| failed(format!("reading --protoset {}: {e}", file.display())))?;
@@ -368,8 +375,8 @@ fn walk(input: &MessageDescriptor, path: &serde_path_to_error::Path) -> (String,
     (at, expected)
 }
 
-/// `; did you mean "X"?` for the closest of `names` to `wrong`, when one is close.
-fn suggestion<'a>(wrong: &str, names: impl Iterator<Item = &'a str>) -> String {
+/// ` (did you mean "X"?)` for the closest of `names` to `wrong`, when one is close.
+pub(super) fn suggestion<'a>(wrong: &str, names: impl Iterator<Item = &'a str>) -> String {
     names
         .map(|n| (strsim::jaro_winkler(wrong, n), n))
         .filter(|(score, _)| *score > 0.8)
@@ -377,7 +384,8 @@ fn suggestion<'a>(wrong: &str, names: impl Iterator<Item = &'a str>) -> String {
         .map_or(String::new(), |(_, n)| format!(" (did you mean {n:?}?)"))
 }
 
-fn list_or_none<S: AsRef<str>>(names: &[S]) -> String {
+/// `names` comma-separated, or "none".
+pub(super) fn list_or_none<S: AsRef<str>>(names: &[S]) -> String {
     match names.is_empty() {
         true => "none".into(),
         false => names

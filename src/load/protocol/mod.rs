@@ -5,6 +5,7 @@
 
 pub mod grpc;
 pub mod grpc_message;
+pub mod grpc_reflection;
 pub mod http;
 pub mod keys;
 pub mod memcache;

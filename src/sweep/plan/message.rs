@@ -237,7 +237,9 @@ fn json_message(spec: &SpecFile, i: usize, url: &str) -> Result<Option<GrpcMessa
         return Err(error_at(spec, &keys, format!("data and proto make a gRPC request message, but target {name:?} is loaded at {url:?}: give them to grpc:// and grpcs:// targets only (an HTTP body is `body`)")));
     };
     let Some((schema, schema_keys)) = schema else {
-        return Err(error_at(spec, &data_keys, "data is JSON encoded by the method's input type: give the .proto with proto = \"FILE\" (or a FileDescriptorSet with protoset)"));
+        // `load --data` asks the server's reflection service; a plan is made before the
+        // step's server is up, so a spec's types must come from a file.
+        return Err(error_at(spec, &data_keys, "data is JSON encoded by the method's input type, which a spec takes from a file: the server is not up when the plan is made, so its reflection service cannot be asked (as `load --data` does); give the .proto with proto = \"FILE\" (or a FileDescriptorSet with protoset)"));
     };
     let method = grpc_message::method(&schema, path)
         .map_err(|e| error_at(spec, &schema_keys, e.to_string()))?;
