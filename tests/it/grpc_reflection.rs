@@ -198,6 +198,13 @@ fn a_message_the_servers_types_refuse_names_its_path_and_sends_nothing() {
         let path = "greeter.Greeter/SayHello";
         assert_refused(&mut server, path, &["--data", data], says);
     }
+    // A call's shape comes from the server's types too: SayHello takes one message.
+    assert_refused(
+        &mut server,
+        "greeter.Greeter/SayHello",
+        &["--data", "{}", "--stream-messages", "2"],
+        &["greeter.Greeter.SayHello takes one request message per call"],
+    );
 }
 
 /// A service the server does not offer names the ones its reflection service lists; a method
