@@ -4,8 +4,9 @@
 // grpc_cpp_plugin, and each request is decoded by protobuf's own C++ runtime, not by
 // stairbench.
 //
-//   grpc_reflection_server PORT [--expect JSON]
+//   grpc_reflection_server PORT [--expect JSON] [--tls CERT KEY]
 //
+// With --tls it serves over TLS (grpcs://) with the PEM certificate and key given.
 // It counts the calls of SayHello; with --expect (a HelloRequest in protobuf's JSON mapping,
 // parsed by google::protobuf::util::JsonStringToMessage) it also counts the calls whose
 // request equals it, field for field (MessageDifferencer). It listens on 127.0.0.1:PORT and
@@ -20,7 +21,9 @@
 //       $(pkg-config --cflags --libs grpc++ protobuf) -lgrpc++_reflection
 
 #include <atomic>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -70,21 +73,46 @@ std::unique_ptr<greeter::HelloRequest> parse_expected(const std::string& json) {
 
 }  // namespace
 
+// A file's whole text; exits naming it when it cannot be read.
+std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) {
+        std::cerr << "cannot read " << path << "\n";
+        std::exit(2);
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
 int main(int argc, char** argv) {
-    if (argc != 2 && !(argc == 4 && std::string(argv[2]) == "--expect")) {
-        std::cerr << "usage: grpc_reflection_server PORT [--expect JSON]\n";
+    const char* usage = "usage: grpc_reflection_server PORT [--expect JSON] [--tls CERT KEY]\n";
+    if (argc < 2) {
+        std::cerr << usage;
         return 2;
     }
     const std::string port = argv[1];
     std::unique_ptr<greeter::HelloRequest> expected;
-    if (argc == 4) {
-        expected = parse_expected(argv[3]);
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+    for (int i = 2; i < argc; i++) {
+        const std::string flag = argv[i];
+        if (flag == "--expect" && i + 1 < argc) {
+            expected = parse_expected(argv[++i]);
+        } else if (flag == "--tls" && i + 2 < argc) {
+            grpc::SslServerCredentialsOptions tls;
+            tls.pem_key_cert_pairs.push_back({read_file(argv[i + 2]), read_file(argv[i + 1])});
+            credentials = grpc::SslServerCredentials(tls);
+            i += 2;
+        } else {
+            std::cerr << usage;
+            return 2;
+        }
     }
     // Registers grpc.reflection.v1alpha.ServerReflection on every server built after it.
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     Greeter service(std::move(expected));
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:" + port, grpc::InsecureServerCredentials());
+    builder.AddListeningPort("127.0.0.1:" + port, credentials);
     builder.RegisterService(&service);
     std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
     if (!server) {

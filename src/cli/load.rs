@@ -370,8 +370,13 @@ impl LoadArgs {
     /// service, asked with the user's metadata within --timeout per question.
     fn reflected(&self, path: &str) -> Result<Schema, LoadError> {
         let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
-        let mut server =
-            crate::load::probe::ProbeServer::new(&self.url, self.headers.clone(), self.timeout);
+        let tls = self.config().proto.tls;
+        let mut server = crate::load::probe::ProbeServer::new(
+            &self.url,
+            self.headers.clone(),
+            tls,
+            self.timeout,
+        );
         grpc_reflection::pool(&mut server, service)
             .map(Schema::Reflection)
             .map_err(|e| LoadError::BadInput(e.to_string()))

@@ -117,6 +117,11 @@ fn run(cmd: &mut Command) {
 /// The gRPC C++ server with reflection, told to expect DATA; `None` (after `skip_or_fail`)
 /// where it cannot be built.
 fn reflecting() -> Option<Server> {
+    reflecting_with(&[])
+}
+
+/// [`reflecting`] with more of the server's arguments (`--tls CERT KEY`).
+fn reflecting_with(args: &[&str]) -> Option<Server> {
     let binary = match server_binary() {
         Ok(binary) => binary,
         Err(Missing(reason)) => {
@@ -128,7 +133,8 @@ fn reflecting() -> Option<Server> {
     let port = common::free_port();
     let mut cmd = Command::new(binary);
     cmd.arg(port.to_string())
-        .args(["--expect", &expected.to_string()]);
+        .args(["--expect", &expected.to_string()])
+        .args(args);
     Some(Server::spawn(port, cmd))
 }
 
@@ -175,6 +181,48 @@ fn every_call_sent_by_reflection_is_one_grpc_cpp_decoded_field_for_field() {
         stderr.contains(r#"first reply (greeter.HelloReply): {"message":"hello "}"#),
         "{stderr}"
     );
+}
+
+/// Over grpcs://, the reflection questions, the first reply and the load all speak TLS with
+/// the user's `--cacert`: every call sent is one gRPC C++ decoded right (the first reply's
+/// call beside them). Without `--cacert` the server's certificate is refused before any call.
+#[test]
+fn reflection_and_the_first_reply_work_over_tls() {
+    let Some(certs) = crate::certs::make_certs() else {
+        return;
+    };
+    let (cert, key, ca) = (certs.cert(), certs.key(), certs.ca());
+    let tls = ["--tls", cert.to_str().unwrap(), key.to_str().unwrap()];
+    let Some(mut server) = reflecting_with(&tls) else {
+        return;
+    };
+    let url = format!("grpcs://localhost:{}/greeter.Greeter/SayHello", server.port);
+    let ca = ca.to_str().unwrap();
+    let args = ["load", &url, "-c", "2", "-d", "1s", "--depth", "4"];
+    let out = common::cli(&[&args[..], &["--cacert", ca, "--data", DATA, "-v"]].concat());
+    common::assert_success(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"first reply (greeter.HelloReply): {"message":"hello Ada"}"#),
+        "{stderr}"
+    );
+    let sent: u64 = stdout
+        .split("  sent ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no sent in {stdout}"));
+    let counts = server.counts();
+    eprintln!("grpcs: sent {sent} + the first reply's call, gRPC C++ {counts}");
+    assert!(sent > 50, "{stdout}");
+    assert_eq!(counts["calls"]["SayHello"], sent + 1, "{counts}");
+    assert_eq!(counts["matched"], sent + 1, "{counts}");
+    let out = common::cli(&[&args[..], &["--data", DATA]].concat());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("certificate"), "{stderr}");
+    assert_eq!(server.counts()["calls"]["SayHello"], sent + 1);
 }
 
 /// A misspelt field or a wrong type is refused before any call, with its path in the JSON and

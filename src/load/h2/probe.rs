@@ -1,8 +1,8 @@
 //! One call outside any load, blocking, on a connection of its own: what `load --verbose`
 //! shows of the server's reply (its message, for the user to see the server understood)
 //! before the load starts, and each question to the server's reflection service (one request
-//! message, the stream ended, every reply message read). Plain `grpc://` only; its call is
-//! not counted in the load's.
+//! message, the stream ended, every reply message read), over `grpc://` or `grpcs://` (the
+//! load's TLS options, `h2` agreed by ALPN). Its call is not counted in the load's.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -20,9 +20,6 @@ pub enum ProbeError {
     /// The url or options do not make a call.
     #[error("{0}")]
     Target(#[from] crate::load::LoadError),
-    /// Over TLS the call is not made (the probe speaks plain HTTP/2 only).
-    #[error("the call outside the load (the first reply, server reflection) is made over grpc:// only, not over TLS")]
-    Tls,
     /// The connection could not be made.
     #[error("connecting to {addr}: {source}")]
     Connect {
@@ -83,13 +80,7 @@ pub fn replies(
     timeout: Duration,
 ) -> Result<Vec<Vec<u8>>, ProbeError> {
     let target = Target::parse(url, opts)?;
-    if target.tls.is_some() {
-        return Err(ProbeError::Tls);
-    }
-    let addr = target.addr;
-    let mut socket = TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|source| ProbeError::Connect { addr, source })?;
-    socket.set_read_timeout(Some(timeout))?;
+    let mut socket = connect(&target, timeout)?;
     let streamed = opts.grpc_stream.is_some_and(|s| s.streamed_replies);
     let h2 = H2Conn::new(1);
     let mut h2 = match streamed {
@@ -134,6 +125,32 @@ pub fn replies(
     }
 }
 
+/// Either side of a connection: plain TCP or TLS over it.
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// The target's connection, blocking, each read and write given at most `timeout`; over TLS
+/// with the handshake done and `h2` agreed by ALPN.
+fn connect(target: &Target, timeout: Duration) -> Result<Box<dyn ReadWrite>, ProbeError> {
+    let addr = target.addr;
+    let socket = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|source| ProbeError::Connect { addr, source })?;
+    socket.set_read_timeout(Some(timeout))?;
+    socket.set_write_timeout(Some(timeout))?;
+    let Some(tls) = &target.tls else {
+        return Ok(Box::new(socket));
+    };
+    let mut stream = rustls::StreamOwned::new(tls.session()?, socket);
+    while stream.conn.is_handshaking() {
+        stream.conn.complete_io(&mut stream.sock)?;
+    }
+    let alpn = stream.conn.alpn_protocol();
+    if alpn != Some(super::H2_ALPN) {
+        return Err(std::io::Error::other(super::not_h2(tls.host(), alpn)).into());
+    }
+    Ok(Box::new(stream))
+}
+
 /// The reply's messages, or how the call failed.
 fn ended(event: Event<()>, data: &[u8]) -> Result<Vec<Vec<u8>>, ProbeError> {
     let failed = |how: String| Err(ProbeError::Ended(how));
@@ -171,18 +188,26 @@ pub struct ProbeServer {
     base: String,
     /// `Name: value` metadata of each call.
     headers: Vec<String>,
+    /// Over grpcs://: the TLS options (`--cacert`, `--insecure`).
+    tls: crate::load::tls::TlsOptions,
     /// Each call's limit.
     timeout: Duration,
 }
 
 impl ProbeServer {
-    /// The server of `url` (its path left out), called with `headers` as metadata, each call
-    /// given at most `timeout`.
-    pub fn new(url: &str, headers: Vec<String>, timeout: Duration) -> ProbeServer {
+    /// The server of `url` (its path left out), called with `headers` as metadata, over
+    /// grpcs:// with `tls`, each call given at most `timeout`.
+    pub fn new(
+        url: &str,
+        headers: Vec<String>,
+        tls: crate::load::tls::TlsOptions,
+        timeout: Duration,
+    ) -> ProbeServer {
         let path = crate::load::protocol::grpc_message::url_path(url).unwrap_or_default();
         ProbeServer {
             base: url[..url.len() - path.len()].to_string(),
             headers,
+            tls,
             timeout,
         }
     }
@@ -198,11 +223,11 @@ impl Server for ProbeServer {
         let opts = ProtoOptions {
             headers: self.headers.clone(),
             body_file: Some(request.into()),
+            tls: self.tls.clone(),
             ..ProtoOptions::default()
         };
         let url = format!("{}{method}", self.base);
         replies(&url, &opts, self.timeout).map_err(|e| match e {
-            ProbeError::Tls => CallError::Tls,
             ProbeError::Status {
                 code: UNIMPLEMENTED,
                 ..
@@ -233,6 +258,7 @@ mod tests {
         let s = ProbeServer::new(
             "grpc://127.0.0.1:5/greeter.Greeter/SayHello",
             vec![],
+            crate::load::tls::TlsOptions::default(),
             Duration::from_secs(1),
         );
         assert_eq!(s.base, "grpc://127.0.0.1:5");

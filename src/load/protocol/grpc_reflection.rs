@@ -92,8 +92,6 @@ struct ErrorResponse {
 pub enum CallError {
     /// The server has no such method: gRPC status UNIMPLEMENTED.
     Unimplemented,
-    /// The url is grpcs://, and the calls are made over plain HTTP/2 only.
-    Tls,
     /// Anything else (not reachable, a timeout, another status): what happened.
     Failed(String),
 }
@@ -130,9 +128,6 @@ pub enum ReflectError {
         /// The services it lists, comma-separated.
         offered: String,
     },
-    /// Over TLS the server is not asked.
-    #[error("stairbench asks a server's reflection service over plain grpc:// only, not over TLS (grpcs://): give the .proto with --proto FILE or --protoset FILE")]
-    Tls,
     /// The call failed: not reachable, no answer in time, a status other than UNIMPLEMENTED.
     #[error("asking {server}'s reflection service ({method}): {reason}; without reflection, give the .proto with --proto FILE or --protoset FILE")]
     Call {
@@ -218,7 +213,6 @@ impl Asker<'_> {
         };
         let replies = match result {
             Ok(replies) => replies,
-            Err(CallError::Tls) => return Err(ReflectError::Tls),
             Err(CallError::Unimplemented) => return Err(failed("UNIMPLEMENTED".into())),
             Err(CallError::Failed(reason)) => return Err(failed(reason)),
         };
