@@ -463,9 +463,12 @@ pub fn run(args: LoadArgs) -> anyhow::Result<ExitCode> {
         config.proto.body_file = Some(bytes.into());
     }
     let method = args.json_message()?.map(|(method, message)| {
-        match message {
-            Message::Fixed(bytes) => config.proto.body_file = Some(bytes.into()),
-            Message::PerCall(calls) => {
+        // --body-file is the message (--data cannot come with it); the .proto then gives
+        // the method's kind and decodes --verbose's reply, and its `{}` is not sent.
+        match (message, args.body_file.is_some()) {
+            (_, true) => {}
+            (Message::Fixed(bytes), false) => config.proto.body_file = Some(bytes.into()),
+            (Message::PerCall(calls), false) => {
                 config.proto.body_file = Some(calls.sample().into());
                 config.proto.grpc_calls = Some(calls);
             }

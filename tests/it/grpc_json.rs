@@ -385,6 +385,29 @@ fn dry_run_refuses_a_specs_data_at_its_line_and_key() {
     assert!(out.contains("4 per call, the reply a stream"), "{out}");
 }
 
+/// `--proto` beside `--body-file`: the file's bytes are the message of every call (the
+/// .proto gives the method, not a message); sending the `{}` --data defaults to would leave
+/// grpcio's `matched` at 0.
+#[test]
+fn a_body_file_stays_the_message_beside_a_proto() {
+    let Some(mut server) = Server::start(&["--expect", r#"{"user": {"name": "Jo"}}"#]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jo.bin");
+    // HelloRequest { user (1): User { name (1): "Jo" } }, hand-encoded.
+    std::fs::write(&file, [0x0a, 0x04, 0x0a, 0x02, b'J', b'o']).unwrap();
+    let file = file.display().to_string();
+    let doc = load(
+        &server.url("SayHello"),
+        &["--proto", &proto(), "--body-file", &file],
+    );
+    let counts = server.counts();
+    assert!(u(&doc, "requests") > 50, "{doc:#}");
+    assert_eq!(u(&doc, "sent"), u(&counts["calls"], "SayHello"));
+    assert_eq!(u(&counts, "matched"), u(&doc, "sent"), "{counts}");
+}
+
 /// `-H` is gRPC metadata: grpcio finds a plain key's value as written and a `-bin` key's value
 /// as the bytes given (sent base64-encoded, as the protocol requires; sent as written, grpcio
 /// refuses every call: `grpc_status 2 UNKNOWN: Bad method header`). The empty message is a
