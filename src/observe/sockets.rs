@@ -31,9 +31,11 @@ pub const BUDGET_SHARE: f64 = 0.005;
 /// The share of one CPU the block-I/O delay reads may take. They are for the tasks that end
 /// inside the window (the window's ends read the others), so the budget scales them: a
 /// process per connection (PostgreSQL's backends, a dozen tasks at 0.2-0.3 ms a pass) is read
-/// every 70-100 ms, as a backend may live for less than a spaced dump's interval; two hundred
-/// threads of one process (4 ms a pass), whose threads seldom end, about every 1.3 s.
-pub const BLKIO_BUDGET_SHARE: f64 = 0.003;
+/// every 20-30 ms, as a backend may live for less than a spaced dump's interval; two hundred
+/// threads of one process (4 ms a pass), whose threads seldom end, about every 0.4 s. At
+/// 0.003 (2026-11-30) PostgreSQL's backends, born and ended inside a 2 s window, went unread
+/// long enough that the throttled-disk case read 0.01 tasks waiting for block I/O, not disk.
+pub const BLKIO_BUDGET_SHARE: f64 = 0.01;
 /// How often the tree's process list is refreshed (listing every process costs more than
 /// reading a few fd tables). Listed afresh each time, not taken from another observer's
 /// listing: a process per connection may live for less than twice this, and its block-I/O
