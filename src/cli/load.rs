@@ -334,11 +334,7 @@ impl LoadArgs {
                 seed: self.seed,
                 msg_size: self.msg_size,
                 preload: self.preload,
-                tls: crate::load::tls::TlsOptions {
-                    insecure: self.tls.insecure,
-                    cacert: self.tls.cacert.clone(),
-                    resume: self.tls.tls_resume,
-                },
+                tls: self.tls_options(),
                 new_connection_per_request: self.tls.new_connection_per_request,
                 requests: None,
                 order: self.order,
@@ -350,6 +346,15 @@ impl LoadArgs {
                 connect_rate: self.tls.connect_rate,
             },
             reply_budget_bytes: (self.tls.reply_budget_mib as usize) << 20,
+        }
+    }
+
+    /// The TLS options (`--insecure`, `--cacert`, `--tls-resume`).
+    fn tls_options(&self) -> crate::load::tls::TlsOptions {
+        crate::load::tls::TlsOptions {
+            insecure: self.tls.insecure,
+            cacert: self.tls.cacert.clone(),
+            resume: self.tls.tls_resume,
         }
     }
 
@@ -370,11 +375,10 @@ impl LoadArgs {
     /// service, asked with the user's metadata within --timeout per question.
     fn reflected(&self, path: &str) -> Result<Schema, LoadError> {
         let service = path.trim_start_matches('/').split('/').next().unwrap_or("");
-        let tls = self.config().proto.tls;
         let mut server = crate::load::probe::ProbeServer::new(
             &self.url,
             self.headers.clone(),
-            tls,
+            self.tls_options(),
             self.timeout,
         );
         grpc_reflection::pool(&mut server, service)
